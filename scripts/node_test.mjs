@@ -1,0 +1,25 @@
+// Runs every `*.test.ts` file under tests/ on real Node through tsx, with node:test.
+// Node 20's `--test` does not expand globs itself, so the file list is built here.
+import { readdirSync } from "node:fs";
+import { join } from "node:path";
+import { spawnSync } from "node:child_process";
+
+function collect(dir) {
+  const out = [];
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) out.push(...collect(path));
+    else if (entry.name.endsWith(".test.ts") && !entry.name.endsWith(".deno.test.ts")) {
+      out.push(path);
+    }
+  }
+  return out;
+}
+
+const files = collect("tests").sort();
+const result = spawnSync(
+  process.execPath,
+  ["--import", "tsx", "--test", "--test-reporter=spec", ...files],
+  { stdio: "inherit" },
+);
+process.exit(result.status ?? 1);

@@ -1,0 +1,259 @@
+/**
+ * Durability recipes, implemented once over the port: atomic replace, durable append, private
+ * directories and staged directory publish. Every recipe takes a `Durability` mode:
+ *
+ * - `"full"` (default): every step that a later step depends on is fsynced (file data before the
+ *   rename that publishes it, directory entries after creates and renames). A resolved call
+ *   survives power loss.
+ * - `"ordered"`: the same steps in the same order, without fsyncs. A resolved call survives a
+ *   crash of the process (the kernel keeps the data), and a power loss leaves either the old or a
+ *   new state of each atomically replaced file only as far as the filesystem orders its writes.
+ *
+ * @module
+ */
+import type { FileSystem } from "./fs.ts";
+import { AlreadyExists, NotFound } from "./errors.ts";
+import { basename, dirname, join } from "./path.ts";
+
+/** How hard a write works to survive power loss; see the module doc. */
+export type Durability = "full" | "ordered";
+
+/** Permission bits of private files (owner read/write). */
+export const PRIVATE_FILE_MODE = 0o600;
+/** Permission bits of private directories (owner only). */
+export const PRIVATE_DIR_MODE = 0o700;
+
+/** Options of `atomicReplace`. */
+export interface AtomicReplaceOptions {
+  /** Mode of the published file; default `0o600`. Enforced with chmod, not only at create. */
+  readonly mode?: number;
+  /** Durability of the replace; default `"full"`. */
+  readonly durability?: Durability;
+  /** Skip the final directory fsync (the caller syncs the directory itself). */
+  readonly skipDirSync?: boolean;
+}
+
+let tempCounter = 0;
+
+/** A fresh, unpredictable temporary name beside `path` (`.<name>.<random>.tmp`). */
+export function tempNameFor(path: string): string {
+  tempCounter = (tempCounter + 1) % 0x7fffffff;
+  const random = globalThis.crypto.randomUUID().slice(0, 8);
+  return join(dirname(path), `.${basename(path)}.${random}${tempCounter.toString(36)}.tmp`);
+}
+
+/**
+ * Replaces `path` with `data` atomically: an exclusive temp file in the same directory, written,
+ * fsynced, renamed over the target, then the directory fsynced. A reader sees the old bytes or
+ * the new ones, never a mix. On failure the temp file is removed and the error rethrown. A
+ * symlink planted at the temp name makes the exclusive create fail; nothing is written through it.
+ */
+export async function atomicReplace(
+  fs: FileSystem,
+  path: string,
+  data: Uint8Array,
+  options: AtomicReplaceOptions = {},
+): Promise<void> {
+  const durability = options.durability ?? "full";
+  const mode = options.mode ?? PRIVATE_FILE_MODE;
+  const temp = tempNameFor(path);
+  const handle = await fs.open(temp, { createNew: true, write: true, mode });
+  let renamed = false;
+  try {
+    try {
+      await handle.write(data);
+      if (durability === "full") await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    await fs.chmod(temp, mode);
+    await fs.rename(temp, path);
+    renamed = true;
+  } catch (error) {
+    if (!renamed) await removeQuietly(fs, temp);
+    throw error;
+  }
+  if (durability === "full" && options.skipDirSync !== true) await fs.syncDir(dirname(path));
+}
+
+/** Removes `path` if present; a failure to remove a leftover is not the caller's error. */
+async function removeQuietly(fs: FileSystem, path: string): Promise<void> {
+  try {
+    await fs.remove(path, { recursive: true });
+  } catch {
+    // The temp file is unreachable garbage: readers ignore `*.tmp`, maintenance removes it.
+  }
+}
+
+/**
+ * Creates `path` as a private directory (0700) if missing, with missing parents, and enforces the
+ * mode even when the directory already existed with wider bits. Returns true when it created the
+ * final directory. With `"full"` durability the new entry is made durable in its parent.
+ * Refuses (with `AlreadyExists`) when a non-directory, or a symlink, is at `path`.
+ */
+export async function ensurePrivateDir(
+  fs: FileSystem,
+  path: string,
+  durability: Durability = "full",
+): Promise<boolean> {
+  let created = false;
+  try {
+    const info = await fs.lstat(path);
+    if (info.kind !== "directory") throw new AlreadyExists("mkdir", path);
+  } catch (error) {
+    if (!(error instanceof NotFound)) throw error;
+    const parent = dirname(path);
+    if (parent !== path) await ensureDirExists(fs, parent, durability);
+    try {
+      await fs.mkdir(path, { mode: PRIVATE_DIR_MODE });
+      created = true;
+    } catch (mkdirError) {
+      if (!(mkdirError instanceof AlreadyExists)) throw mkdirError;
+      const info = await fs.lstat(path);
+      if (info.kind !== "directory") throw mkdirError;
+    }
+    if (created && durability === "full") await fs.syncDir(parent);
+  }
+  await fs.chmod(path, PRIVATE_DIR_MODE);
+  return created;
+}
+
+/** Creates `path` and its parents with default modes if missing (parents of private dirs). */
+async function ensureDirExists(
+  fs: FileSystem,
+  path: string,
+  durability: Durability,
+): Promise<void> {
+  try {
+    const info = await fs.stat(path);
+    if (info.kind !== "directory") throw new AlreadyExists("mkdir", path);
+    return;
+  } catch (error) {
+    if (!(error instanceof NotFound)) throw error;
+  }
+  const parent = dirname(path);
+  if (parent !== path) await ensureDirExists(fs, parent, durability);
+  try {
+    await fs.mkdir(path, { mode: PRIVATE_DIR_MODE });
+  } catch (error) {
+    if (!(error instanceof AlreadyExists)) throw error;
+    return;
+  }
+  if (durability === "full") await fs.syncDir(parent);
+}
+
+/** Options of `durableAppend`. */
+export interface DurableAppendOptions {
+  /** Mode of the file when created; default `0o600`. */
+  readonly mode?: number;
+  /** Durability of the append; default `"full"`. */
+  readonly durability?: Durability;
+}
+
+/**
+ * Appends `data` to `path` (creating it with a private mode) and fsyncs it; when the file was
+ * created, its directory entry is fsynced too. One write per call, so a record is appended whole
+ * or, after a crash, as a torn last line that tolerant readers skip.
+ */
+export async function durableAppend(
+  fs: FileSystem,
+  path: string,
+  data: Uint8Array,
+  options: DurableAppendOptions = {},
+): Promise<void> {
+  const durability = options.durability ?? "full";
+  let created = false;
+  let handle;
+  try {
+    handle = await fs.open(path, { append: true });
+  } catch (error) {
+    if (!(error instanceof NotFound)) throw error;
+    handle = await fs.open(path, {
+      append: true,
+      createNew: true,
+      mode: options.mode ?? PRIVATE_FILE_MODE,
+    });
+    created = true;
+  }
+  try {
+    await handle.write(data);
+    if (durability === "full") await handle.sync();
+  } finally {
+    await handle.close();
+  }
+  if (created && durability === "full") await fs.syncDir(dirname(path));
+}
+
+/** Options of `stagedPublish`. */
+export interface StagedPublishOptions {
+  /** Durability of the publish; default `"full"`. */
+  readonly durability?: Durability;
+}
+
+/**
+ * Publishes a directory built under `stagingDir` at `finalDir` (same parent): fsyncs every file
+ * and directory below the staging directory, renames it into place (failing with
+ * `AlreadyExists` or `NotEmpty` when `finalDir` exists and is not empty) and fsyncs the parent.
+ */
+export async function stagedPublish(
+  fs: FileSystem,
+  stagingDir: string,
+  finalDir: string,
+  options: StagedPublishOptions = {},
+): Promise<void> {
+  const durability = options.durability ?? "full";
+  if (durability === "full") await syncTree(fs, stagingDir);
+  try {
+    const info = await fs.lstat(finalDir);
+    if (info.kind !== "directory") throw new AlreadyExists("rename", finalDir);
+    // An empty directory would be replaced by rename; only an empty one is allowed to be.
+    if ((await fs.readDir(finalDir)).length > 0) throw new AlreadyExists("rename", finalDir);
+  } catch (error) {
+    if (!(error instanceof NotFound)) throw error;
+  }
+  await fs.rename(stagingDir, finalDir);
+  if (durability === "full") {
+    await fs.syncDir(dirname(finalDir));
+    if (dirname(stagingDir) !== dirname(finalDir)) await fs.syncDir(dirname(stagingDir));
+  }
+}
+
+/** Fsyncs every regular file and directory below (and including) `dir`, never following links. */
+export async function syncTree(fs: FileSystem, dir: string): Promise<void> {
+  for (const entry of await fs.readDir(dir)) {
+    const path = join(dir, entry.name);
+    if (entry.kind === "directory") await syncTree(fs, path);
+    else if (entry.kind === "file") {
+      const handle = await fs.open(path);
+      try {
+        await handle.sync();
+      } finally {
+        await handle.close();
+      }
+    }
+  }
+  await fs.syncDir(dir);
+}
+
+/** Reads a file, returning `undefined` when it does not exist (other errors propagate). */
+export async function readIfExists(fs: FileSystem, path: string): Promise<Uint8Array | undefined> {
+  try {
+    return await fs.readFile(path);
+  } catch (error) {
+    if (error instanceof NotFound) return undefined;
+    throw error;
+  }
+}
+
+/** Lists a directory, returning `[]` when it does not exist (other errors propagate). */
+export async function readDirIfExists(
+  fs: FileSystem,
+  path: string,
+): Promise<import("./fs.ts").DirEntry[]> {
+  try {
+    return await fs.readDir(path);
+  } catch (error) {
+    if (error instanceof NotFound) return [];
+    throw error;
+  }
+}

@@ -1,0 +1,141 @@
+/**
+ * The filesystem port: the small set of promise-returning calls the library needs from a
+ * storage. Adapters map these calls onto a runtime (Node, Deno) or an in-memory tree, and
+ * map native errors to the typed errors of `errors.ts`. Atomicity, recovery and staging
+ * live in the core (`durable.ts`), never in an adapter.
+ *
+ * Paths are absolute POSIX paths (`/a/b/c`). Adapters never follow symlinks unless a call
+ * says so (`stat`, `realPath`, `open`, `readFile`, `writeFile` follow them like POSIX does;
+ * `lstat`, `readDir`, `remove` and `rename` do not).
+ *
+ * @module
+ */
+
+/** The kind of a directory entry or an inspected path. */
+export type EntryKind = "file" | "directory" | "symlink" | "other";
+
+/** What `stat`, `lstat` and `FileHandle.stat` report about a path. */
+export interface FileInfo {
+  /** The entry kind; `lstat` reports `"symlink"` for a link, `stat` reports its target's kind. */
+  readonly kind: EntryKind;
+  /** Size in bytes (for a symlink under `lstat`: the length of its target string). */
+  readonly size: number;
+  /** Permission bits only (`0o777` mask). */
+  readonly mode: number;
+  /** Last modification time in Unix milliseconds. */
+  readonly mtimeMs: number;
+}
+
+/** One entry of a directory listing. */
+export interface DirEntry {
+  /** The entry's name within its directory (never `.` or `..`). */
+  readonly name: string;
+  /** The entry's own kind; a symlink is reported as `"symlink"`, never followed. */
+  readonly kind: EntryKind;
+}
+
+/** How `FileSystem.open` opens a file. The default is read-only on an existing file. */
+export interface OpenOptions {
+  /** Allow writes through the handle. */
+  readonly write?: boolean;
+  /** Every write goes to the current end of the file (implies `write`). */
+  readonly append?: boolean;
+  /** Create the file when it does not exist (implies `write`). */
+  readonly create?: boolean;
+  /** Create the file and fail with `AlreadyExists` when anything (even a dangling symlink) is at the path. */
+  readonly createNew?: boolean;
+  /** Truncate an existing file to zero bytes on open (implies `write`). */
+  readonly truncate?: boolean;
+  /** Permission bits for a newly created file (before the process umask on real systems). */
+  readonly mode?: number;
+}
+
+/** Options of `FileSystem.writeFile`. */
+export interface WriteFileOptions {
+  /** Permission bits for a newly created file. */
+  readonly mode?: number;
+  /** Fail with `AlreadyExists` when anything is at the path. */
+  readonly createNew?: boolean;
+}
+
+/** Options of `FileSystem.mkdir`. */
+export interface MkdirOptions {
+  /** Permission bits for each directory created. */
+  readonly mode?: number;
+  /** Create missing parents and succeed when the directory already exists. */
+  readonly recursive?: boolean;
+}
+
+/** Options of `FileSystem.remove`. */
+export interface RemoveOptions {
+  /** Remove a non-empty directory with everything below it. Symlinks are removed, never followed. */
+  readonly recursive?: boolean;
+}
+
+/**
+ * An open file. Reads are positioned; writes are sequential from the current position, or at
+ * the end of the file for a handle opened with `append`.
+ */
+export interface FileHandle {
+  /**
+   * Reads up to `length` bytes at `offset`. Returns fewer bytes only at the end of the file.
+   * Does not move the write position.
+   */
+  read(offset: number, length: number): Promise<Uint8Array>;
+  /** Writes all of `data` (at the end for append handles, otherwise at the write position). */
+  write(data: Uint8Array): Promise<void>;
+  /** Sets the file length; the write position of a non-append handle moves to `length` if beyond it. */
+  truncate(length: number): Promise<void>;
+  /** Makes the file's bytes durable (fsync). Directory entries are not covered: see `syncDir`. */
+  sync(): Promise<void>;
+  /** Information about the open file. */
+  stat(): Promise<FileInfo>;
+  /** Closes the handle. Closing syncs nothing. */
+  close(): Promise<void>;
+}
+
+/**
+ * The filesystem port. Every call returns a promise and fails only with the typed errors of
+ * `errors.ts` (`NotFound`, `AlreadyExists`, `NotADirectory`, `IsADirectory`, `NotEmpty`,
+ * `PermissionDenied`, `FsIoError`).
+ */
+export interface FileSystem {
+  /** Opens a file; see `OpenOptions`. Opening a directory fails with `IsADirectory`. */
+  open(path: string, options?: OpenOptions): Promise<FileHandle>;
+  /** Reads a whole file. */
+  readFile(path: string): Promise<Uint8Array>;
+  /** Creates or truncates a file and writes `data` to it. Syncs nothing. */
+  writeFile(path: string, data: Uint8Array, options?: WriteFileOptions): Promise<void>;
+  /**
+   * Renames a file or directory. A file replaces an existing file at `to`; a directory replaces
+   * only an empty directory. Neither side is followed when it is a symlink.
+   */
+  rename(from: string, to: string): Promise<void>;
+  /** Removes a file, a symlink (not its target) or a directory (empty unless `recursive`). */
+  remove(path: string, options?: RemoveOptions): Promise<void>;
+  /** Creates a directory. */
+  mkdir(path: string, options?: MkdirOptions): Promise<void>;
+  /** Lists a directory's entries, sorted by name. */
+  readDir(path: string): Promise<DirEntry[]>;
+  /** Information about a path, following symlinks. */
+  stat(path: string): Promise<FileInfo>;
+  /** Information about a path itself, never following a final symlink. */
+  lstat(path: string): Promise<FileInfo>;
+  /** The canonical absolute path with every symlink resolved; the path must exist. */
+  realPath(path: string): Promise<string>;
+  /** Sets the permission bits of a path (following symlinks). */
+  chmod(path: string, mode: number): Promise<void>;
+  /** Creates a symlink at `path` whose target string is `target`. */
+  symlink(target: string, path: string): Promise<void>;
+  /** The target string of the symlink at `path`. */
+  readLink(path: string): Promise<string>;
+  /**
+   * Makes a directory's entries (files created, renamed in or out, removed) durable. Where the
+   * platform cannot sync a directory, the adapter documents the call as a no-op.
+   */
+  syncDir(path: string): Promise<void>;
+  /** Updates the modification time of a path (following symlinks), in Unix milliseconds. */
+  utime(path: string, mtimeMs: number): Promise<void>;
+  /** The current user's home directory, when the adapter knows one (used for `~/.loop`). */
+  homeDir?(): string | undefined;
+}

@@ -1,0 +1,71 @@
+/**
+ * POSIX path helpers for the core. Paths handed to the port are absolute and normalized.
+ *
+ * @module
+ */
+
+/** True when `path` starts with `/`. */
+export function isAbsolute(path: string): boolean {
+  return path.startsWith("/");
+}
+
+/** Collapses `.`, `..`, repeated and trailing slashes. Keeps a leading `/`. */
+export function normalize(path: string): string {
+  const absolute = isAbsolute(path);
+  const out: string[] = [];
+  for (const part of path.split("/")) {
+    if (part === "" || part === ".") continue;
+    if (part === "..") {
+      if (out.length > 0 && out[out.length - 1] !== "..") out.pop();
+      else if (!absolute) out.push("..");
+      continue;
+    }
+    out.push(part);
+  }
+  const joined = out.join("/");
+  if (absolute) return "/" + joined;
+  return joined === "" ? "." : joined;
+}
+
+/** Joins path segments and normalizes the result. */
+export function join(...parts: string[]): string {
+  return normalize(parts.filter((p) => p !== "").join("/"));
+}
+
+/** Resolves `path` against the absolute `base` (an absolute `path` wins). */
+export function resolve(base: string, path: string): string {
+  return isAbsolute(path) ? normalize(path) : normalize(`${base}/${path}`);
+}
+
+/** The parent directory of a normalized path (`/` for `/` and top-level entries). */
+export function dirname(path: string): string {
+  const normalized = normalize(path);
+  const index = normalized.lastIndexOf("/");
+  if (index < 0) return ".";
+  if (index === 0) return "/";
+  return normalized.slice(0, index);
+}
+
+/** The last segment of a path. */
+export function basename(path: string): string {
+  const normalized = normalize(path);
+  const index = normalized.lastIndexOf("/");
+  return index < 0 ? normalized : normalized.slice(index + 1);
+}
+
+/**
+ * The path of `target` relative to `from` (both absolute), or `undefined` when `target` is not
+ * `from` or below it.
+ */
+export function relativeWithin(from: string, target: string): string | undefined {
+  const base = normalize(from);
+  const full = normalize(target);
+  if (full === base) return "";
+  const prefix = base === "/" ? "/" : base + "/";
+  return full.startsWith(prefix) ? full.slice(prefix.length) : undefined;
+}
+
+/** True when `target` is `root` or lies below it (after normalization). */
+export function isWithin(root: string, target: string): boolean {
+  return relativeWithin(root, target) !== undefined;
+}
