@@ -1,0 +1,406 @@
+/**
+ * The Deno adapter: the filesystem port over the `Deno.*` file APIs, and native SHA-256.
+ * Native errors are mapped to the port's typed errors (`NotFound`, `AlreadyExists`, ...), with
+ * the native error kept as `cause`. Needs `--allow-read` and `--allow-write` for the paths it
+ * touches (and `--allow-env=HOME` for `homeDir()`).
+ *
+ * @example Storing and hashing a file through the port
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { denoFs, denoSha256 } from "@loop/sessions/deno";
+ *
+ * const dir = await Deno.makeTempDir();
+ * const fs = denoFs();
+ * await fs.writeFile(`${dir}/hello.txt`, new TextEncoder().encode("hello"), { mode: 0o600 });
+ * const bytes = await fs.readFile(`${dir}/hello.txt`);
+ * assert.equal((await fs.stat(`${dir}/hello.txt`)).mode, 0o600);
+ * assert.equal(
+ *   denoSha256().update(bytes).digestHex(),
+ *   "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824",
+ * );
+ * await fs.remove(dir, { recursive: true });
+ * ```
+ *
+ * @module
+ */
+import { createHash, type Hash } from "node:crypto";
+import type {
+  DirEntry,
+  EntryKind,
+  FileHandle,
+  FileInfo,
+  FileSystem,
+  MkdirOptions,
+  OpenOptions,
+  RemoveOptions,
+  WriteFileOptions,
+} from "../src/port/fs.ts";
+import {
+  AlreadyExists,
+  FsError,
+  FsIoError,
+  IsADirectory,
+  NotADirectory,
+  NotEmpty,
+  NotFound,
+  PermissionDenied,
+} from "../src/port/errors.ts";
+import type { Sha256, Sha256Factory } from "../src/port/sha256.ts";
+
+/** Codes with which a platform refuses to open or fsync a directory (documented no-op). */
+const DIR_SYNC_REFUSALS: ReadonlySet<string> = new Set(["EISDIR", "EINVAL", "EPERM", "EBADF"]);
+
+function codeOf(error: unknown): string | undefined {
+  if (typeof error !== "object" || error === null) return undefined;
+  const code = (error as { code?: unknown }).code;
+  return typeof code === "string" ? code : undefined;
+}
+
+/** Maps a native error of `syscall` on `path` to the port's typed error. */
+function mapError(error: unknown, syscall: string, path: string): FsError {
+  if (error instanceof FsError) return error;
+  const code = codeOf(error);
+  const options = { cause: error };
+  if (code === "ENOENT" || error instanceof Deno.errors.NotFound) {
+    return new NotFound(syscall, path, options);
+  }
+  if (code === "EEXIST" || error instanceof Deno.errors.AlreadyExists) {
+    return new AlreadyExists(syscall, path, options);
+  }
+  if (code === "ENOTDIR" || error instanceof Deno.errors.NotADirectory) {
+    return new NotADirectory(syscall, path, options);
+  }
+  if (code === "EISDIR" || error instanceof Deno.errors.IsADirectory) {
+    return new IsADirectory(syscall, path, options);
+  }
+  if (
+    code === "ENOTEMPTY" ||
+    (code === undefined && error instanceof Error && /directory not empty/i.test(error.message))
+  ) {
+    return new NotEmpty(syscall, path, options);
+  }
+  if (
+    code === "EACCES" || code === "EPERM" || error instanceof Deno.errors.PermissionDenied ||
+    error instanceof Deno.errors.NotCapable
+  ) {
+    return new PermissionDenied(syscall, path, { cause: error, code: code ?? "EACCES" });
+  }
+  return new FsIoError(
+    code ?? "EIO",
+    syscall,
+    path,
+    error instanceof Error ? error.message : "I/O error",
+    options,
+  );
+}
+
+/** Runs a native call and maps whatever it throws. */
+async function call<T>(syscall: string, path: string, run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (error) {
+    throw mapError(error, syscall, path);
+  }
+}
+
+function kindOf(info: Deno.FileInfo | Deno.DirEntry): EntryKind {
+  if (info.isFile) return "file";
+  if (info.isDirectory) return "directory";
+  if (info.isSymlink) return "symlink";
+  return "other";
+}
+
+function toInfo(info: Deno.FileInfo): FileInfo {
+  return {
+    kind: kindOf(info),
+    size: info.size,
+    // Platforms without POSIX modes (Windows) report null.
+    mode: (info.mode ?? 0) & 0o777,
+    mtimeMs: info.mtime?.getTime() ?? 0,
+  };
+}
+
+class DenoFileHandle implements FileHandle {
+  readonly #file: Deno.FsFile;
+  readonly #path: string;
+  readonly #append: boolean;
+  /** The write position of a non-append handle; tracked here so reads never move it. */
+  #position = 0;
+  /** Reads seek the shared file cursor, so calls on one handle run one at a time. */
+  #queue: Promise<unknown> = Promise.resolve();
+
+  constructor(file: Deno.FsFile, path: string, append: boolean) {
+    this.#file = file;
+    this.#path = path;
+    this.#append = append;
+  }
+
+  #serial<T>(syscall: string, run: () => Promise<T>): Promise<T> {
+    const result = this.#queue.then(() => call(syscall, this.#path, run));
+    this.#queue = result.then(() => undefined, () => undefined);
+    return result;
+  }
+
+  read(offset: number, length: number): Promise<Uint8Array> {
+    return this.#serial("read", async () => {
+      const buffer = new Uint8Array(length);
+      if (length === 0) return buffer;
+      await this.#file.seek(offset, Deno.SeekMode.Start);
+      let filled = 0;
+      while (filled < length) {
+        const count = await this.#file.read(buffer.subarray(filled));
+        if (count === null || count === 0) break;
+        filled += count;
+      }
+      return filled === length ? buffer : buffer.slice(0, filled);
+    });
+  }
+
+  write(data: Uint8Array): Promise<void> {
+    return this.#serial("write", async () => {
+      // An append handle writes at the end whatever the cursor (O_APPEND).
+      if (!this.#append) await this.#file.seek(this.#position, Deno.SeekMode.Start);
+      let written = 0;
+      while (written < data.length) {
+        written += await this.#file.write(data.subarray(written));
+      }
+      if (!this.#append) this.#position += written;
+    });
+  }
+
+  truncate(length: number): Promise<void> {
+    return this.#serial("truncate", async () => {
+      await this.#file.truncate(length);
+      if (this.#position > length) this.#position = length;
+    });
+  }
+
+  sync(): Promise<void> {
+    return this.#serial("fsync", () => this.#file.sync());
+  }
+
+  stat(): Promise<FileInfo> {
+    return this.#serial("fstat", async () => toInfo(await this.#file.stat()));
+  }
+
+  close(): Promise<void> {
+    return this.#serial("close", () => {
+      this.#file.close();
+      return Promise.resolve();
+    });
+  }
+}
+
+class DenoFileSystem implements FileSystem {
+  open(path: string, options: OpenOptions = {}): Promise<FileHandle> {
+    return call("open", path, async () => {
+      const createNew = options.createNew === true;
+      const create = createNew || options.create === true;
+      const append = options.append === true;
+      const write = append || create || options.write === true || options.truncate === true;
+      const file = await Deno.open(path, {
+        read: true,
+        write: write && !append,
+        append,
+        create,
+        createNew,
+        truncate: options.truncate === true,
+        ...(options.mode === undefined ? {} : { mode: options.mode }),
+      });
+      if (!write) {
+        // POSIX lets a directory be opened read-only; the port refuses it.
+        let isDirectory: boolean;
+        try {
+          isDirectory = (await file.stat()).isDirectory;
+        } catch (error) {
+          file.close();
+          throw error;
+        }
+        if (isDirectory) {
+          file.close();
+          throw new IsADirectory("open", path);
+        }
+      }
+      return new DenoFileHandle(file, path, append);
+    });
+  }
+
+  readFile(path: string): Promise<Uint8Array> {
+    return call("read", path, () => Deno.readFile(path));
+  }
+
+  writeFile(path: string, data: Uint8Array, options: WriteFileOptions = {}): Promise<void> {
+    return call("open", path, async () => {
+      // Not Deno.writeFile: it applies `mode` to an existing file too, while the port (like
+      // POSIX open) applies it only to a file it creates.
+      const file = await Deno.open(path, {
+        write: true,
+        create: true,
+        truncate: true,
+        createNew: options.createNew === true,
+        ...(options.mode === undefined ? {} : { mode: options.mode }),
+      });
+      try {
+        let written = 0;
+        while (written < data.length) written += await file.write(data.subarray(written));
+      } finally {
+        file.close();
+      }
+    });
+  }
+
+  async rename(from: string, to: string): Promise<void> {
+    try {
+      await Deno.rename(from, to);
+    } catch (error) {
+      const code = codeOf(error);
+      // POSIX allows either code for a directory renamed over a non-empty one.
+      if (code === "ENOTEMPTY" || code === "EEXIST") {
+        throw new NotEmpty("rename", to, { cause: error });
+      }
+      if (code === "EISDIR") throw new IsADirectory("rename", to, { cause: error });
+      throw mapError(error, "rename", from);
+    }
+  }
+
+  async remove(path: string, options: RemoveOptions = {}): Promise<void> {
+    try {
+      // Deno.remove inspects the path with lstat: a symlink is unlinked, never followed.
+      await Deno.remove(path, { recursive: options.recursive === true });
+    } catch (error) {
+      // Some platforms report a non-empty directory as EEXIST.
+      if (codeOf(error) === "EEXIST") throw new NotEmpty("remove", path, { cause: error });
+      throw mapError(error, "remove", path);
+    }
+  }
+
+  mkdir(path: string, options: MkdirOptions = {}): Promise<void> {
+    return call("mkdir", path, () =>
+      Deno.mkdir(path, {
+        recursive: options.recursive === true,
+        ...(options.mode === undefined ? {} : { mode: options.mode }),
+      }));
+  }
+
+  readDir(path: string): Promise<DirEntry[]> {
+    return call("readdir", path, async () => {
+      const out: DirEntry[] = [];
+      for await (const entry of Deno.readDir(path)) {
+        out.push({ name: entry.name, kind: kindOf(entry) });
+      }
+      return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    });
+  }
+
+  stat(path: string): Promise<FileInfo> {
+    return call("stat", path, async () => toInfo(await Deno.stat(path)));
+  }
+
+  lstat(path: string): Promise<FileInfo> {
+    return call("lstat", path, async () => toInfo(await Deno.lstat(path)));
+  }
+
+  realPath(path: string): Promise<string> {
+    return call("realpath", path, () => Deno.realPath(path));
+  }
+
+  chmod(path: string, mode: number): Promise<void> {
+    return call("chmod", path, () => Deno.chmod(path, mode));
+  }
+
+  symlink(target: string, path: string): Promise<void> {
+    return call("symlink", path, () => Deno.symlink(target, path));
+  }
+
+  readLink(path: string): Promise<string> {
+    return call("readlink", path, () => Deno.readLink(path));
+  }
+
+  /**
+   * Opens the directory read-only and fsyncs it. Where the platform refuses to open or fsync
+   * a directory (Windows, some network filesystems: EISDIR, EINVAL, EPERM, EBADF), this is a
+   * no-op: such platforms give no directory durability to ask for.
+   */
+  syncDir(path: string): Promise<void> {
+    return call("fsync", path, async () => {
+      let dir: Deno.FsFile;
+      try {
+        dir = await Deno.open(path, { read: true });
+      } catch (error) {
+        const code = codeOf(error);
+        if (code !== undefined && DIR_SYNC_REFUSALS.has(code)) return;
+        throw error;
+      }
+      try {
+        await dir.sync();
+      } catch (error) {
+        const code = codeOf(error);
+        if (code === undefined || !DIR_SYNC_REFUSALS.has(code)) throw error;
+      } finally {
+        dir.close();
+      }
+    });
+  }
+
+  utime(path: string, mtimeMs: number): Promise<void> {
+    return call("utime", path, async () => {
+      const info = await Deno.stat(path);
+      const atime = info.atime ?? new Date(mtimeMs);
+      await Deno.utime(path, atime, mtimeMs / 1000);
+    });
+  }
+
+  homeDir(): string | undefined {
+    const name = Deno.build.os === "windows" ? "USERPROFILE" : "HOME";
+    let home: string | undefined;
+    try {
+      home = Deno.env.get(name);
+    } catch (error) {
+      // Without --allow-env the home directory is unknown, which the port says with undefined.
+      if (
+        error instanceof Deno.errors.NotCapable || error instanceof Deno.errors.PermissionDenied
+      ) {
+        return undefined;
+      }
+      throw error;
+    }
+    return home === undefined || home === "" ? undefined : home;
+  }
+}
+
+/**
+ * The filesystem port over the `Deno.*` file APIs.
+ *
+ * `open` and `readFile` follow symlinks, `lstat`, `readDir`, `rename` and `remove` never do;
+ * `syncDir` is a no-op where the platform cannot fsync a directory; every native error is
+ * mapped to the port's typed errors with the native error as `cause`.
+ *
+ * @returns A `FileSystem` backed by the real filesystem, within Deno's granted permissions.
+ */
+export function denoFs(): FileSystem {
+  return new DenoFileSystem();
+}
+
+class NativeSha256 implements Sha256 {
+  readonly #hash: Hash;
+  constructor(hash: Hash) {
+    this.#hash = hash;
+  }
+  update(data: Uint8Array): Sha256 {
+    this.#hash.update(data);
+    return this;
+  }
+  clone(): Sha256 {
+    return new NativeSha256(this.#hash.copy());
+  }
+  digestHex(): string {
+    return this.#hash.copy().digest("hex");
+  }
+}
+
+/**
+ * Native incremental SHA-256 for Deno. Deno implements `node:crypto` natively, so this uses
+ * `createHash("sha256")` (cloned with `copy()`), which is much faster than the portable
+ * pure-TypeScript default on large histories.
+ */
+export const denoSha256: Sha256Factory = (): Sha256 => new NativeSha256(createHash("sha256"));

@@ -1,0 +1,1088 @@
+/**
+ * The checks of the conformance suite. Each check gets a fresh fixture with an empty root and
+ * asserts one rule of the `FileSystem` port contract.
+ *
+ * @module
+ */
+import type { FileHandle, FileSystem, OpenOptions } from "../port/fs.ts";
+import {
+  AlreadyExists,
+  FsError,
+  IsADirectory,
+  NotADirectory,
+  NotEmpty,
+  NotFound,
+} from "../port/errors.ts";
+import { isAbsolute, join, normalize } from "../port/path.ts";
+import {
+  check,
+  checkBytes,
+  checkEqual,
+  checkMode,
+  checkRejects,
+  checkSame,
+  ConformanceFailure,
+} from "./_assert.ts";
+import type { FileSystemFixture } from "./conformance.ts";
+
+/** An optional capability a check may need. */
+export type Capability = "symlinks" | "modes";
+
+/** One rule of the port contract. */
+export interface Check {
+  /** A sentence naming the rule. */
+  readonly name: string;
+  /** Capabilities the check needs; when the fixture lacks one, its fallback runs instead. */
+  readonly needs?: readonly Capability[];
+  /** Runs the check on a fresh fixture. */
+  run(fixture: FileSystemFixture): Promise<void>;
+}
+
+const encoder = new TextEncoder();
+
+function bytes(text: string): Uint8Array {
+  return encoder.encode(text);
+}
+
+function at(fixture: FileSystemFixture, ...parts: string[]): string {
+  return join(fixture.root, ...parts);
+}
+
+/** Opens `path`, runs `body` with the handle and closes it whatever happens. */
+async function withHandle<T>(
+  fs: FileSystem,
+  path: string,
+  options: OpenOptions,
+  body: (handle: FileHandle) => Promise<T>,
+): Promise<T> {
+  const handle = await fs.open(path, options);
+  try {
+    return await body(handle);
+  } finally {
+    await handle.close();
+  }
+}
+
+/** Opens and closes at once: for checks that expect the open itself to fail. */
+async function openAndClose(fs: FileSystem, path: string, options?: OpenOptions): Promise<void> {
+  const handle = await fs.open(path, options);
+  await handle.close();
+}
+
+/** A deterministic pattern of `length` bytes that is not periodic on small powers of two. */
+function pattern(length: number): Uint8Array {
+  const out = new Uint8Array(length);
+  let state = 0x12345678;
+  for (let i = 0; i < length; i++) {
+    state = (Math.imul(state, 1103515245) + 12345) >>> 0;
+    out[i] = state >>> 24;
+  }
+  return out;
+}
+
+async function checkMissing(fs: FileSystem, path: string, what: string): Promise<void> {
+  await checkRejects(() => fs.lstat(path), NotFound, `${what}: lstat('${path}')`);
+}
+
+/** A call on a missing path that must fail with `NotFound` naming that path. */
+interface MissingPathCall {
+  readonly call: string;
+  readonly run: (fs: FileSystem, missing: string, fixture: FileSystemFixture) => Promise<unknown>;
+}
+
+const MISSING_PATH_CALLS: readonly MissingPathCall[] = [
+  { call: "open() of a missing path", run: (fs, p) => openAndClose(fs, p) },
+  {
+    call: "open() with write of a missing path",
+    run: (fs, p) => openAndClose(fs, p, { write: true }),
+  },
+  {
+    call: "open() with create in a missing directory",
+    run: (fs, p) => openAndClose(fs, join(p, "file"), { create: true }),
+  },
+  { call: "readFile() of a missing path", run: (fs, p) => fs.readFile(p) },
+  {
+    call: "writeFile() in a missing directory",
+    run: (fs, p) => fs.writeFile(join(p, "file"), bytes("x")),
+  },
+  { call: "rename() of a missing path", run: (fs, p, f) => fs.rename(p, at(f, "elsewhere")) },
+  { call: "remove() of a missing path", run: (fs, p) => fs.remove(p) },
+  {
+    call: "remove() with recursive of a missing path",
+    run: (fs, p) => fs.remove(p, { recursive: true }),
+  },
+  { call: "mkdir() in a missing directory", run: (fs, p) => fs.mkdir(join(p, "child")) },
+  { call: "readDir() of a missing path", run: (fs, p) => fs.readDir(p) },
+  { call: "stat() of a missing path", run: (fs, p) => fs.stat(p) },
+  { call: "lstat() of a missing path", run: (fs, p) => fs.lstat(p) },
+  { call: "realPath() of a missing path", run: (fs, p) => fs.realPath(p) },
+  { call: "chmod() of a missing path", run: (fs, p) => fs.chmod(p, 0o600) },
+  { call: "readLink() of a missing path", run: (fs, p) => fs.readLink(p) },
+  { call: "utime() of a missing path", run: (fs, p) => fs.utime(p, 1_600_000_000_000) },
+  { call: "syncDir() of a missing path", run: (fs, p) => fs.syncDir(p) },
+  {
+    call: "symlink() in a missing directory",
+    run: (fs, p) => fs.symlink("target", join(p, "link")),
+  },
+];
+
+const missingPathChecks: Check[] = MISSING_PATH_CALLS.map(({ call, run }) => ({
+  name: `${call} fails with NotFound`,
+  ...(call.startsWith("symlink") ? { needs: ["symlinks"] as const } : {}),
+  async run(fixture) {
+    const missing = at(fixture, "missing");
+    const error = await checkRejects(() => run(fixture.fs, missing, fixture), NotFound, call);
+    checkEqual(error.code, "ENOENT", `${call}: error code`);
+    check(error.syscall.length > 0, `${call}: the error names no syscall`);
+    if (!call.includes("in a missing directory")) {
+      checkEqual(error.path, missing, `${call}: error path`);
+    }
+  },
+}));
+
+/** The checks of the suite, in registration order. */
+export const CHECKS: readonly Check[] = [
+  {
+    name: "the fixture root is an empty absolute directory",
+    async run(f) {
+      check(isAbsolute(f.root), `root '${f.root}' is not absolute`);
+      checkEqual(normalize(f.root), f.root, "root is normalized");
+      checkEqual((await f.fs.stat(f.root)).kind, "directory", "stat(root).kind");
+      checkSame(await f.fs.readDir(f.root), [], "readDir(root)");
+    },
+  },
+
+  // open()
+  {
+    name: "open() defaults to read-only on an existing file",
+    async run(f) {
+      const path = at(f, "file");
+      await f.fs.writeFile(path, bytes("hello"));
+      await withHandle(f.fs, path, {}, async (handle) => {
+        checkBytes(await handle.read(0, 5), "hello", "read through a default handle");
+        await checkRejects(() => handle.write(bytes("X")), FsError, "write through a read handle");
+      });
+      checkBytes(await f.fs.readFile(path), "hello", "file after a refused write");
+    },
+  },
+  {
+    name: "open() with create makes a missing file and keeps an existing file's bytes",
+    async run(f) {
+      const path = at(f, "file");
+      await withHandle(f.fs, path, { create: true }, async (handle) => {
+        checkEqual((await handle.stat()).size, 0, "size of a created file");
+      });
+      checkEqual((await f.fs.stat(path)).kind, "file", "kind of a created file");
+      await f.fs.writeFile(path, bytes("abc"));
+      await withHandle(f.fs, path, { create: true, write: true }, async () => {});
+      checkBytes(await f.fs.readFile(path), "abc", "existing file after open with create");
+    },
+  },
+  {
+    name: "open() with createNew fails with AlreadyExists on an existing file",
+    async run(f) {
+      const path = at(f, "file");
+      await f.fs.writeFile(path, bytes("keep"));
+      await checkRejects(
+        () => openAndClose(f.fs, path, { createNew: true, write: true }),
+        AlreadyExists,
+        "open with createNew on a file",
+      );
+      checkBytes(await f.fs.readFile(path), "keep", "file after a refused createNew");
+    },
+  },
+  {
+    name: "open() with createNew fails with AlreadyExists on a dangling symlink",
+    needs: ["symlinks"],
+    async run(f) {
+      const link = at(f, "link");
+      const target = at(f, "target");
+      await f.fs.symlink(target, link);
+      await checkRejects(
+        () => openAndClose(f.fs, link, { createNew: true, write: true }),
+        AlreadyExists,
+        "open with createNew on a dangling symlink",
+      );
+      await checkMissing(f.fs, target, "nothing is created through the link");
+      checkEqual((await f.fs.lstat(link)).kind, "symlink", "the link stays a link");
+    },
+  },
+  {
+    name: "open() with createNew creates a file with the requested mode",
+    needs: ["modes"],
+    async run(f) {
+      const path = at(f, "file");
+      await withHandle(f.fs, path, { createNew: true, write: true, mode: 0o600 }, async (h) => {
+        await h.write(bytes("x"));
+      });
+      checkMode((await f.fs.stat(path)).mode, 0o600, "mode of a file created with 0o600");
+    },
+  },
+  {
+    name: "open() with truncate empties an existing file",
+    async run(f) {
+      const path = at(f, "file");
+      await f.fs.writeFile(path, bytes("hello world"));
+      await withHandle(f.fs, path, { write: true, truncate: true }, async (handle) => {
+        checkEqual((await handle.stat()).size, 0, "size right after open with truncate");
+        await handle.write(bytes("hi"));
+      });
+      checkBytes(await f.fs.readFile(path), "hi", "file after truncate and write");
+    },
+  },
+  {
+    name: "open() with append writes after the existing bytes",
+    async run(f) {
+      const path = at(f, "file");
+      await f.fs.writeFile(path, bytes("hello"));
+      await withHandle(f.fs, path, { append: true }, async (handle) => {
+        await handle.write(bytes(" wor"));
+        await handle.write(bytes("ld"));
+      });
+      checkBytes(await f.fs.readFile(path), "hello world", "file after appends");
+    },
+  },
+  {
+    name: "an append handle writes at the end even after truncate",
+    async run(f) {
+      const path = at(f, "file");
+      await withHandle(f.fs, path, { append: true, create: true }, async (handle) => {
+        await handle.write(bytes("abc"));
+        await handle.truncate(1);
+        await handle.write(bytes("de"));
+        checkEqual((await handle.stat()).size, 3, "size after truncate and append");
+      });
+      checkBytes(await f.fs.readFile(path), "ade", "file after truncate and append");
+    },
+  },
+  {
+    name: "open() of a directory fails with IsADirectory",
+    async run(f) {
+      const dir = at(f, "dir");
+      await f.fs.mkdir(dir);
+      await checkRejects(() => openAndClose(f.fs, dir), IsADirectory, "open a directory to read");
+      await checkRejects(
+        () => openAndClose(f.fs, dir, { write: true }),
+        IsADirectory,
+        "open a directory to write",
+      );
+    },
+  },
+  {
+    name: "open() follows a symlink to a file",
+    needs: ["symlinks"],
+    async run(f) {
+      const target = at(f, "target");
+      const link = at(f, "link");
+      await f.fs.writeFile(target, bytes("through"));
+      await f.fs.symlink(target, link);
+      await withHandle(f.fs, link, {}, async (handle) => {
+        checkBytes(await handle.read(0, 100), "through", "read through a symlink");
+      });
+      await withHandle(f.fs, link, { append: true }, (handle) => handle.write(bytes(" link")));
+      checkBytes(await f.fs.readFile(target), "through link", "target after append via link");
+    },
+  },
+
+  // FileHandle
+  {
+    name: "read() returns the bytes at an offset",
+    async run(f) {
+      const path = at(f, "file");
+      await f.fs.writeFile(path, bytes("0123456789"));
+      await withHandle(f.fs, path, {}, async (handle) => {
+        checkBytes(await handle.read(2, 3), "234", "read(2, 3)");
+        checkBytes(await handle.read(0, 10), "0123456789", "read(0, 10)");
+        checkBytes(await handle.read(9, 1), "9", "read(9, 1)");
+        checkBytes(await handle.read(2, 3), "234", "read(2, 3) again (reads are positioned)");
+      });
+    },
+  },
+  {
+    name: "read() returns a short read at the end of the file",
+    async run(f) {
+      const path = at(f, "file");
+      await f.fs.writeFile(path, bytes("0123456789"));
+      await withHandle(f.fs, path, {}, async (handle) => {
+        checkBytes(await handle.read(8, 5), "89", "read(8, 5)");
+        checkBytes(await handle.read(0, 64), "0123456789", "read(0, 64)");
+      });
+    },
+  },
+  {
+    name: "read() at or beyond the end of the file returns no bytes",
+    async run(f) {
+      const path = at(f, "file");
+      await f.fs.writeFile(path, bytes("0123456789"));
+      await withHandle(f.fs, path, {}, async (handle) => {
+        checkBytes(await handle.read(10, 4), "", "read(10, 4)");
+        checkBytes(await handle.read(1000, 4), "", "read(1000, 4)");
+        checkBytes(await handle.read(3, 0), "", "read(3, 0)");
+      });
+    },
+  },
+  {
+    name: "write() writes sequentially and read() does not move the write position",
+    async run(f) {
+      const path = at(f, "file");
+      await withHandle(f.fs, path, { createNew: true, write: true }, async (handle) => {
+        await handle.write(bytes("abc"));
+        checkBytes(await handle.read(0, 2), "ab", "read between writes");
+        await handle.write(bytes("def"));
+        await handle.write(new Uint8Array(0));
+        await handle.write(bytes("g"));
+        checkBytes(await handle.read(0, 100), "abcdefg", "read through the writing handle");
+      });
+      checkBytes(await f.fs.readFile(path), "abcdefg", "file after sequential writes");
+    },
+  },
+  {
+    name: "handle stat() reports the kind and size of the open file",
+    async run(f) {
+      const path = at(f, "file");
+      await withHandle(f.fs, path, { create: true, write: true }, async (handle) => {
+        await handle.write(bytes("abcdef"));
+        const info = await handle.stat();
+        checkEqual(info.kind, "file", "handle stat kind");
+        checkEqual(info.size, 6, "handle stat size before any sync");
+      });
+    },
+  },
+  {
+    name: "handle truncate() sets the length and pulls the write position back",
+    async run(f) {
+      const path = at(f, "file");
+      await withHandle(f.fs, path, { create: true, write: true }, async (handle) => {
+        await handle.write(bytes("abcdef"));
+        await handle.truncate(2);
+        await handle.write(bytes("X"));
+        checkBytes(await handle.read(0, 100), "abX", "after truncate(2) and a write");
+        await handle.truncate(5);
+        checkBytes(await handle.read(0, 100), "abX\0\0", "truncate(5) extends with zeros");
+        await handle.write(bytes("Y"));
+        checkBytes(await handle.read(0, 100), "abXY\0", "write position unmoved by growth");
+      });
+    },
+  },
+  {
+    name: "write() and read() move large buffers whole",
+    async run(f) {
+      const path = at(f, "file");
+      const data = pattern(3 * 1024 * 1024 + 17);
+      await withHandle(f.fs, path, { createNew: true, write: true }, async (handle) => {
+        await handle.write(data);
+        checkBytes(await handle.read(0, data.length), data, "large read through the handle");
+        checkBytes(
+          await handle.read(1_000_001, 2_000_000),
+          data.subarray(1_000_001, 3_000_001),
+          "large read at an offset",
+        );
+      });
+      checkBytes(await f.fs.readFile(path), data, "large file read back");
+    },
+  },
+  {
+    name: "sync() on a handle and syncDir() on a directory succeed",
+    async run(f) {
+      const dir = at(f, "dir");
+      await f.fs.mkdir(dir);
+      const path = join(dir, "file");
+      await withHandle(f.fs, path, { createNew: true, write: true }, async (handle) => {
+        await handle.write(bytes("durable"));
+        await handle.sync();
+      });
+      await withHandle(f.fs, path, {}, (handle) => handle.sync());
+      await f.fs.syncDir(dir);
+      await f.fs.syncDir(f.root);
+      checkBytes(await f.fs.readFile(path), "durable", "file after sync");
+    },
+  },
+
+  // writeFile() / readFile()
+  {
+    name: "writeFile() and readFile() round-trip text",
+    async run(f) {
+      const path = at(f, "file.txt");
+      await f.fs.writeFile(path, bytes("héllo, wörld\n"));
+      checkBytes(await f.fs.readFile(path), "héllo, wörld\n", "text read back");
+      checkEqual((await f.fs.stat(path)).size, bytes("héllo, wörld\n").length, "size");
+    },
+  },
+  {
+    name: "writeFile() and readFile() round-trip an empty file",
+    async run(f) {
+      const path = at(f, "empty");
+      await f.fs.writeFile(path, new Uint8Array(0));
+      checkBytes(await f.fs.readFile(path), "", "empty file read back");
+      const info = await f.fs.stat(path);
+      checkEqual(info.kind, "file", "kind of an empty file");
+      checkEqual(info.size, 0, "size of an empty file");
+    },
+  },
+  {
+    name: "writeFile() and readFile() round-trip every byte value",
+    async run(f) {
+      const path = at(f, "binary");
+      const data = new Uint8Array(512).map((_, i) => (i * 7 + 3) % 256);
+      data[0] = 0;
+      data[1] = 255;
+      await f.fs.writeFile(path, data);
+      checkBytes(await f.fs.readFile(path), data, "binary bytes read back");
+      const large = pattern(1024 * 1024 + 3);
+      await f.fs.writeFile(path, large);
+      checkBytes(await f.fs.readFile(path), large, "large binary file read back");
+    },
+  },
+  {
+    name: "writeFile() replaces all bytes of an existing longer file",
+    async run(f) {
+      const path = at(f, "file");
+      await f.fs.writeFile(path, bytes("a much longer first version"));
+      await f.fs.writeFile(path, bytes("short"));
+      checkBytes(await f.fs.readFile(path), "short", "file after a shorter write");
+    },
+  },
+  {
+    name: "writeFile() with createNew fails with AlreadyExists on an existing file",
+    async run(f) {
+      const path = at(f, "file");
+      await f.fs.writeFile(path, bytes("keep"), { createNew: true });
+      await checkRejects(
+        () => f.fs.writeFile(path, bytes("lost"), { createNew: true }),
+        AlreadyExists,
+        "writeFile with createNew on a file",
+      );
+      checkBytes(await f.fs.readFile(path), "keep", "file after a refused createNew");
+    },
+  },
+  {
+    name: "writeFile() with createNew fails with AlreadyExists on a dangling symlink",
+    needs: ["symlinks"],
+    async run(f) {
+      const link = at(f, "link");
+      const target = at(f, "target");
+      await f.fs.symlink(target, link);
+      await checkRejects(
+        () => f.fs.writeFile(link, bytes("x"), { createNew: true }),
+        AlreadyExists,
+        "writeFile with createNew on a dangling symlink",
+      );
+      await checkMissing(f.fs, target, "nothing is written through the link");
+    },
+  },
+  {
+    name: "writeFile() creates a file with the requested mode",
+    needs: ["modes"],
+    async run(f) {
+      const path = at(f, "file");
+      await f.fs.writeFile(path, bytes("secret"), { mode: 0o600 });
+      checkMode((await f.fs.stat(path)).mode, 0o600, "mode of a file written with 0o600");
+    },
+  },
+  {
+    name: "writeFile() and open() leave the mode of an existing file alone",
+    needs: ["modes"],
+    async run(f) {
+      const path = at(f, "file");
+      await f.fs.writeFile(path, bytes("first"), { mode: 0o600 });
+      await f.fs.chmod(path, 0o640);
+      await f.fs.writeFile(path, bytes("second"), { mode: 0o600 });
+      checkMode((await f.fs.stat(path)).mode, 0o640, "mode after writeFile over the file");
+      await withHandle(f.fs, path, { create: true, write: true, mode: 0o600 }, async () => {});
+      checkMode((await f.fs.stat(path)).mode, 0o640, "mode after open with create");
+      checkBytes(await f.fs.readFile(path), "second", "bytes of the rewritten file");
+    },
+  },
+  {
+    name: "writeFile() follows a symlink to a file",
+    needs: ["symlinks"],
+    async run(f) {
+      const target = at(f, "target");
+      const link = at(f, "link");
+      await f.fs.writeFile(target, bytes("old"));
+      await f.fs.symlink("target", link);
+      await f.fs.writeFile(link, bytes("new"));
+      checkBytes(await f.fs.readFile(target), "new", "target after a write through the link");
+      checkEqual((await f.fs.lstat(link)).kind, "symlink", "the link stays a link");
+    },
+  },
+  {
+    name: "readFile() of a directory fails with IsADirectory",
+    async run(f) {
+      const dir = at(f, "dir");
+      await f.fs.mkdir(dir);
+      await checkRejects(() => f.fs.readFile(dir), IsADirectory, "readFile of a directory");
+    },
+  },
+
+  // rename()
+  {
+    name: "rename() moves a file to a new name",
+    async run(f) {
+      const from = at(f, "from");
+      const to = at(f, "to");
+      await f.fs.writeFile(from, bytes("moved"));
+      await f.fs.rename(from, to);
+      checkBytes(await f.fs.readFile(to), "moved", "file at the new name");
+      await checkMissing(f.fs, from, "the old name is gone");
+    },
+  },
+  {
+    name: "rename() replaces an existing file",
+    async run(f) {
+      const from = at(f, "from");
+      const to = at(f, "to");
+      await f.fs.writeFile(from, bytes("new"));
+      await f.fs.writeFile(to, bytes("old and longer"));
+      await f.fs.rename(from, to);
+      checkBytes(await f.fs.readFile(to), "new", "replaced file");
+      await checkMissing(f.fs, from, "the old name is gone");
+      checkSame(await f.fs.readDir(f.root), [{ name: "to", kind: "file" }], "root listing");
+    },
+  },
+  {
+    name: "rename() moves a directory with its contents",
+    async run(f) {
+      const from = at(f, "from");
+      await f.fs.mkdir(join(from, "sub"), { recursive: true });
+      await f.fs.writeFile(join(from, "a"), bytes("A"));
+      await f.fs.writeFile(join(from, "sub", "b"), bytes("B"));
+      const to = at(f, "to");
+      await f.fs.rename(from, to);
+      checkBytes(await f.fs.readFile(join(to, "a")), "A", "a file of the moved directory");
+      checkBytes(await f.fs.readFile(join(to, "sub", "b")), "B", "a nested file");
+      await checkMissing(f.fs, from, "the old directory is gone");
+    },
+  },
+  {
+    name: "rename() of a directory replaces an empty directory",
+    async run(f) {
+      const from = at(f, "from");
+      const to = at(f, "to");
+      await f.fs.mkdir(from);
+      await f.fs.writeFile(join(from, "a"), bytes("A"));
+      await f.fs.mkdir(to);
+      await f.fs.rename(from, to);
+      checkSame(await f.fs.readDir(to), [{ name: "a", kind: "file" }], "replaced directory");
+      await checkMissing(f.fs, from, "the old directory is gone");
+    },
+  },
+  {
+    name: "rename() of a directory over a non-empty directory fails with NotEmpty",
+    async run(f) {
+      const from = at(f, "from");
+      const to = at(f, "to");
+      await f.fs.mkdir(from);
+      await f.fs.writeFile(join(from, "a"), bytes("A"));
+      await f.fs.mkdir(to);
+      await f.fs.writeFile(join(to, "b"), bytes("B"));
+      await checkRejects(() => f.fs.rename(from, to), NotEmpty, "rename over a non-empty dir");
+      checkBytes(await f.fs.readFile(join(from, "a")), "A", "source left intact");
+      checkBytes(await f.fs.readFile(join(to, "b")), "B", "destination left intact");
+    },
+  },
+  {
+    name: "rename() of a file over a directory fails with IsADirectory",
+    async run(f) {
+      const from = at(f, "file");
+      const to = at(f, "dir");
+      await f.fs.writeFile(from, bytes("F"));
+      await f.fs.mkdir(to);
+      await checkRejects(() => f.fs.rename(from, to), IsADirectory, "rename a file over a dir");
+      checkBytes(await f.fs.readFile(from), "F", "source left intact");
+      checkEqual((await f.fs.stat(to)).kind, "directory", "destination left intact");
+    },
+  },
+  {
+    name: "rename() of a directory over a file fails with NotADirectory",
+    async run(f) {
+      const from = at(f, "dir");
+      const to = at(f, "file");
+      await f.fs.mkdir(from);
+      await f.fs.writeFile(to, bytes("F"));
+      await checkRejects(() => f.fs.rename(from, to), NotADirectory, "rename a dir over a file");
+      checkEqual((await f.fs.stat(from)).kind, "directory", "source left intact");
+      checkBytes(await f.fs.readFile(to), "F", "destination left intact");
+    },
+  },
+  {
+    name: "rename() of a symlink moves the link, not its target",
+    needs: ["symlinks"],
+    async run(f) {
+      const dir = at(f, "dir");
+      await f.fs.mkdir(dir);
+      await f.fs.writeFile(join(dir, "inside"), bytes("I"));
+      await f.fs.symlink(dir, at(f, "link"));
+      await f.fs.rename(at(f, "link"), at(f, "moved"));
+      checkEqual((await f.fs.lstat(at(f, "moved"))).kind, "symlink", "moved entry kind");
+      checkEqual(await f.fs.readLink(at(f, "moved")), dir, "moved link target");
+      checkBytes(await f.fs.readFile(join(dir, "inside")), "I", "target left in place");
+      await checkMissing(f.fs, at(f, "link"), "the old link name is gone");
+    },
+  },
+
+  // remove()
+  {
+    name: "remove() deletes a file",
+    async run(f) {
+      const path = at(f, "file");
+      await f.fs.writeFile(path, bytes("x"));
+      await f.fs.remove(path);
+      await checkMissing(f.fs, path, "the removed file");
+      checkSame(await f.fs.readDir(f.root), [], "root listing after remove");
+    },
+  },
+  {
+    name: "remove() deletes an empty directory",
+    async run(f) {
+      const dir = at(f, "dir");
+      await f.fs.mkdir(dir);
+      await f.fs.remove(dir);
+      await checkMissing(f.fs, dir, "the removed directory");
+    },
+  },
+  {
+    name: "remove() of a non-empty directory without recursive fails with NotEmpty",
+    async run(f) {
+      const dir = at(f, "dir");
+      await f.fs.mkdir(dir);
+      await f.fs.writeFile(join(dir, "a"), bytes("A"));
+      await checkRejects(() => f.fs.remove(dir), NotEmpty, "remove of a non-empty directory");
+      checkBytes(await f.fs.readFile(join(dir, "a")), "A", "contents left intact");
+    },
+  },
+  {
+    name: "remove() with recursive deletes a directory tree",
+    async run(f) {
+      const dir = at(f, "dir");
+      await f.fs.mkdir(join(dir, "a", "b"), { recursive: true });
+      await f.fs.writeFile(join(dir, "a", "b", "c"), bytes("C"));
+      await f.fs.writeFile(join(dir, "top"), bytes("T"));
+      await f.fs.remove(dir, { recursive: true });
+      await checkMissing(f.fs, dir, "the removed tree");
+      const file = at(f, "file");
+      await f.fs.writeFile(file, bytes("F"));
+      await f.fs.remove(file, { recursive: true });
+      await checkMissing(f.fs, file, "a file removed with recursive");
+    },
+  },
+  {
+    name: "remove() of a symlink deletes the link, not its target",
+    needs: ["symlinks"],
+    async run(f) {
+      const file = at(f, "file");
+      const dir = at(f, "dir");
+      await f.fs.writeFile(file, bytes("F"));
+      await f.fs.mkdir(dir);
+      await f.fs.writeFile(join(dir, "inside"), bytes("I"));
+      await f.fs.symlink(file, at(f, "file-link"));
+      await f.fs.symlink(dir, at(f, "dir-link"));
+      await f.fs.remove(at(f, "file-link"));
+      await f.fs.remove(at(f, "dir-link"), { recursive: true });
+      await checkMissing(f.fs, at(f, "file-link"), "the removed file link");
+      await checkMissing(f.fs, at(f, "dir-link"), "the removed directory link");
+      checkBytes(await f.fs.readFile(file), "F", "the file target");
+      checkBytes(await f.fs.readFile(join(dir, "inside")), "I", "the directory target's file");
+    },
+  },
+  {
+    name: "remove() with recursive does not follow symlinks out of the tree",
+    needs: ["symlinks"],
+    async run(f) {
+      const outside = at(f, "outside");
+      await f.fs.mkdir(outside);
+      await f.fs.writeFile(join(outside, "precious"), bytes("P"));
+      const tree = at(f, "tree");
+      await f.fs.mkdir(join(tree, "sub"), { recursive: true });
+      await f.fs.symlink(outside, join(tree, "to-outside"));
+      await f.fs.symlink("../../outside", join(tree, "sub", "relative-to-outside"));
+      await f.fs.remove(tree, { recursive: true });
+      await checkMissing(f.fs, tree, "the removed tree");
+      checkBytes(await f.fs.readFile(join(outside, "precious")), "P", "the outside target");
+    },
+  },
+
+  // mkdir()
+  {
+    name: "mkdir() creates a directory",
+    async run(f) {
+      const dir = at(f, "dir");
+      await f.fs.mkdir(dir);
+      checkEqual((await f.fs.stat(dir)).kind, "directory", "kind of the new directory");
+      checkSame(await f.fs.readDir(dir), [], "listing of the new directory");
+    },
+  },
+  {
+    name: "mkdir() of an existing path fails with AlreadyExists",
+    async run(f) {
+      const dir = at(f, "dir");
+      const file = at(f, "file");
+      await f.fs.mkdir(dir);
+      await f.fs.writeFile(file, bytes("F"));
+      await checkRejects(() => f.fs.mkdir(dir), AlreadyExists, "mkdir of an existing directory");
+      await checkRejects(() => f.fs.mkdir(file), AlreadyExists, "mkdir of an existing file");
+      await checkRejects(
+        () => f.fs.mkdir(file, { recursive: true }),
+        AlreadyExists,
+        "recursive mkdir of an existing file",
+      );
+      checkBytes(await f.fs.readFile(file), "F", "the file left intact");
+    },
+  },
+  {
+    name: "mkdir() with recursive creates missing parents and accepts an existing directory",
+    async run(f) {
+      const deep = at(f, "a", "b", "c");
+      await f.fs.mkdir(deep, { recursive: true });
+      checkEqual((await f.fs.stat(deep)).kind, "directory", "kind of the deep directory");
+      checkEqual((await f.fs.stat(at(f, "a", "b"))).kind, "directory", "kind of a parent");
+      await f.fs.mkdir(deep, { recursive: true });
+      await f.fs.mkdir(at(f, "a"), { recursive: true });
+      checkSame(await f.fs.readDir(at(f, "a")), [{ name: "b", kind: "directory" }], "listing");
+    },
+  },
+  {
+    name: "mkdir() with a missing parent fails with NotFound",
+    async run(f) {
+      const dir = at(f, "missing", "dir");
+      await checkRejects(() => f.fs.mkdir(dir), NotFound, "mkdir with a missing parent");
+      await checkMissing(f.fs, at(f, "missing"), "no parent is created");
+    },
+  },
+  {
+    name: "mkdir() under a file fails with NotADirectory",
+    async run(f) {
+      const file = at(f, "file");
+      await f.fs.writeFile(file, bytes("F"));
+      await checkRejects(
+        () => f.fs.mkdir(join(file, "dir")),
+        NotADirectory,
+        "mkdir under a file",
+      );
+      await checkRejects(
+        () => f.fs.mkdir(join(file, "dir", "deeper"), { recursive: true }),
+        NotADirectory,
+        "recursive mkdir under a file",
+      );
+    },
+  },
+  {
+    name: "mkdir() creates a directory with the requested mode",
+    needs: ["modes"],
+    async run(f) {
+      const dir = at(f, "private");
+      await f.fs.mkdir(dir, { mode: 0o700 });
+      checkMode((await f.fs.stat(dir)).mode, 0o700, "mode of a directory made with 0o700");
+      const deep = at(f, "a", "b");
+      await f.fs.mkdir(deep, { mode: 0o700, recursive: true });
+      checkMode((await f.fs.stat(deep)).mode, 0o700, "mode of a recursively made directory");
+    },
+  },
+
+  // readDir()
+  {
+    name: "readDir() lists entries sorted by name with their kinds",
+    async run(f) {
+      await f.fs.writeFile(at(f, "c.txt"), bytes("c"));
+      await f.fs.mkdir(at(f, "a"));
+      await f.fs.writeFile(at(f, "B"), bytes("B"));
+      await f.fs.writeFile(at(f, "9"), bytes("9"));
+      await f.fs.mkdir(at(f, "10"));
+      await f.fs.writeFile(at(f, "a", "nested"), bytes("n"));
+      checkSame(
+        await f.fs.readDir(f.root),
+        [
+          { name: "10", kind: "directory" },
+          { name: "9", kind: "file" },
+          { name: "B", kind: "file" },
+          { name: "a", kind: "directory" },
+          { name: "c.txt", kind: "file" },
+        ],
+        "readDir(root)",
+      );
+    },
+  },
+  {
+    name: "readDir() reports a symlink as a symlink, never following it",
+    needs: ["symlinks"],
+    async run(f) {
+      await f.fs.mkdir(at(f, "dir"));
+      await f.fs.writeFile(at(f, "dir", "inside"), bytes("I"));
+      await f.fs.symlink(at(f, "dir"), at(f, "dir-link"));
+      await f.fs.symlink(at(f, "nowhere"), at(f, "dangling"));
+      checkSame(
+        await f.fs.readDir(f.root),
+        [
+          { name: "dangling", kind: "symlink" },
+          { name: "dir", kind: "directory" },
+          { name: "dir-link", kind: "symlink" },
+        ],
+        "readDir(root)",
+      );
+      checkSame(
+        await f.fs.readDir(at(f, "dir-link")),
+        [{ name: "inside", kind: "file" }],
+        "readDir through a directory symlink",
+      );
+    },
+  },
+  {
+    name: "readDir() of a file fails with NotADirectory",
+    async run(f) {
+      const file = at(f, "file");
+      await f.fs.writeFile(file, bytes("F"));
+      await checkRejects(() => f.fs.readDir(file), NotADirectory, "readDir of a file");
+    },
+  },
+
+  // stat() / lstat()
+  {
+    name: "stat() reports the kind, size, permission bits and mtime of a file",
+    async run(f) {
+      const path = at(f, "file");
+      await f.fs.writeFile(path, bytes("hello"));
+      const info = await f.fs.stat(path);
+      checkEqual(info.kind, "file", "kind");
+      checkEqual(info.size, 5, "size");
+      check(
+        Number.isInteger(info.mode) && (info.mode & ~0o777) === 0,
+        `mode ${info.mode} holds bits outside 0o777`,
+      );
+      check(Number.isFinite(info.mtimeMs), `mtimeMs ${info.mtimeMs} is not a finite number`);
+      const same = await f.fs.lstat(path);
+      checkEqual(same.kind, "file", "lstat kind of a plain file");
+      checkEqual(same.size, 5, "lstat size of a plain file");
+    },
+  },
+  {
+    name: "stat() reports a directory",
+    async run(f) {
+      const dir = at(f, "dir");
+      await f.fs.mkdir(dir);
+      checkEqual((await f.fs.stat(dir)).kind, "directory", "stat kind");
+      checkEqual((await f.fs.lstat(dir)).kind, "directory", "lstat kind");
+    },
+  },
+  {
+    name: "stat() follows a symlink and lstat() does not",
+    needs: ["symlinks"],
+    async run(f) {
+      const target = at(f, "target");
+      const link = at(f, "link");
+      await f.fs.writeFile(target, bytes("hello"));
+      await f.fs.symlink("target", link);
+      const followed = await f.fs.stat(link);
+      checkEqual(followed.kind, "file", "stat kind through the link");
+      checkEqual(followed.size, 5, "stat size through the link");
+      const own = await f.fs.lstat(link);
+      checkEqual(own.kind, "symlink", "lstat kind of the link");
+      checkEqual(own.size, "target".length, "lstat size of the link (its target's length)");
+    },
+  },
+  {
+    name: "stat() of a dangling symlink fails with NotFound while lstat() succeeds",
+    needs: ["symlinks"],
+    async run(f) {
+      const link = at(f, "link");
+      await f.fs.symlink(at(f, "nowhere"), link);
+      await checkRejects(() => f.fs.stat(link), NotFound, "stat of a dangling link");
+      checkEqual((await f.fs.lstat(link)).kind, "symlink", "lstat kind of a dangling link");
+    },
+  },
+  {
+    name: "stat() through a file used as a directory fails with NotADirectory",
+    async run(f) {
+      const file = at(f, "file");
+      await f.fs.writeFile(file, bytes("F"));
+      await checkRejects(() => f.fs.stat(join(file, "x")), NotADirectory, "stat(file/x)");
+      await checkRejects(() => f.fs.readFile(join(file, "x")), NotADirectory, "readFile(file/x)");
+    },
+  },
+
+  // realPath()
+  {
+    name: "realPath() returns the canonical absolute path of a file",
+    async run(f) {
+      const base = await f.fs.realPath(f.root);
+      check(isAbsolute(base), `realPath(root) '${base}' is not absolute`);
+      await f.fs.mkdir(at(f, "dir"));
+      await f.fs.writeFile(at(f, "dir", "file"), bytes("F"));
+      checkEqual(
+        await f.fs.realPath(at(f, "dir", "file")),
+        join(base, "dir", "file"),
+        "realPath of a plain file",
+      );
+      checkEqual(
+        await f.fs.realPath(`${f.root}/dir/../dir/./file`),
+        join(base, "dir", "file"),
+        "realPath of a path with dot segments",
+      );
+    },
+  },
+  {
+    name: "realPath() resolves a symlinked directory",
+    needs: ["symlinks"],
+    async run(f) {
+      const base = await f.fs.realPath(f.root);
+      await f.fs.mkdir(at(f, "real"));
+      await f.fs.writeFile(at(f, "real", "file"), bytes("F"));
+      await f.fs.symlink("real", at(f, "relative-link"));
+      await f.fs.symlink(at(f, "real"), at(f, "absolute-link"));
+      const want = join(base, "real", "file");
+      checkEqual(await f.fs.realPath(at(f, "relative-link", "file")), want, "relative link");
+      checkEqual(await f.fs.realPath(at(f, "absolute-link", "file")), want, "absolute link");
+      checkEqual(await f.fs.realPath(at(f, "relative-link")), join(base, "real"), "the link");
+    },
+  },
+
+  // chmod()
+  {
+    name: "chmod() sets the permission bits of a file and a directory",
+    needs: ["modes"],
+    async run(f) {
+      const file = at(f, "file");
+      const dir = at(f, "dir");
+      await f.fs.writeFile(file, bytes("F"), { mode: 0o600 });
+      await f.fs.mkdir(dir, { mode: 0o700 });
+      await f.fs.chmod(file, 0o644);
+      await f.fs.chmod(dir, 0o755);
+      checkMode((await f.fs.stat(file)).mode, 0o644, "file mode after chmod");
+      checkMode((await f.fs.stat(dir)).mode, 0o755, "directory mode after chmod");
+      await f.fs.chmod(file, 0o600);
+      await f.fs.chmod(dir, 0o700);
+      checkMode((await f.fs.stat(file)).mode, 0o600, "file mode after a second chmod");
+      checkMode((await f.fs.stat(dir)).mode, 0o700, "directory mode after a second chmod");
+    },
+  },
+  {
+    name: "chmod() follows a symlink",
+    needs: ["symlinks", "modes"],
+    async run(f) {
+      const target = at(f, "target");
+      await f.fs.writeFile(target, bytes("T"), { mode: 0o600 });
+      await f.fs.chmod(target, 0o600);
+      await f.fs.symlink("target", at(f, "link"));
+      await f.fs.chmod(at(f, "link"), 0o640);
+      checkMode((await f.fs.stat(target)).mode, 0o640, "target mode after chmod via the link");
+    },
+  },
+
+  // symlink() / readLink()
+  {
+    name: "symlink() and readLink() round-trip absolute and relative targets",
+    needs: ["symlinks"],
+    async run(f) {
+      await f.fs.symlink("/absolute/target", at(f, "absolute"));
+      await f.fs.symlink("../relative/target", at(f, "relative"));
+      await f.fs.symlink("plain", at(f, "plain"));
+      checkEqual(await f.fs.readLink(at(f, "absolute")), "/absolute/target", "absolute target");
+      checkEqual(await f.fs.readLink(at(f, "relative")), "../relative/target", "relative target");
+      checkEqual(await f.fs.readLink(at(f, "plain")), "plain", "plain target");
+    },
+  },
+  {
+    name: "symlink() over an existing path fails with AlreadyExists",
+    needs: ["symlinks"],
+    async run(f) {
+      const file = at(f, "file");
+      await f.fs.writeFile(file, bytes("F"));
+      await f.fs.symlink("one", at(f, "link"));
+      await checkRejects(() => f.fs.symlink("x", file), AlreadyExists, "symlink over a file");
+      await checkRejects(
+        () => f.fs.symlink("two", at(f, "link")),
+        AlreadyExists,
+        "symlink over a link",
+      );
+      checkBytes(await f.fs.readFile(file), "F", "the file left intact");
+      checkEqual(await f.fs.readLink(at(f, "link")), "one", "the link left intact");
+    },
+  },
+  {
+    name: "readLink() of a path that is not a symlink fails with a port error",
+    needs: ["symlinks"],
+    async run(f) {
+      const file = at(f, "file");
+      await f.fs.writeFile(file, bytes("F"));
+      await checkRejects(() => f.fs.readLink(file), FsError, "readLink of a file");
+    },
+  },
+
+  // utime()
+  {
+    name: "utime() sets the modification time",
+    async run(f) {
+      const file = at(f, "file");
+      const dir = at(f, "dir");
+      await f.fs.writeFile(file, bytes("F"));
+      await f.fs.mkdir(dir);
+      const mtime = 1_600_000_000_000;
+      await f.fs.utime(file, mtime);
+      await f.fs.utime(dir, mtime + 5_000);
+      const fileTime = (await f.fs.stat(file)).mtimeMs;
+      const dirTime = (await f.fs.stat(dir)).mtimeMs;
+      check(Math.abs(fileTime - mtime) < 1, `file mtimeMs ${fileTime}, expected ${mtime}`);
+      check(
+        Math.abs(dirTime - (mtime + 5_000)) < 1,
+        `directory mtimeMs ${dirTime}, expected ${mtime + 5_000}`,
+      );
+    },
+  },
+  {
+    name: "utime() follows a symlink",
+    needs: ["symlinks"],
+    async run(f) {
+      const target = at(f, "target");
+      await f.fs.writeFile(target, bytes("T"));
+      await f.fs.symlink("target", at(f, "link"));
+      const mtime = 1_500_000_000_000;
+      await f.fs.utime(at(f, "link"), mtime);
+      const time = (await f.fs.stat(target)).mtimeMs;
+      check(Math.abs(time - mtime) < 1, `target mtimeMs ${time}, expected ${mtime}`);
+    },
+  },
+
+  // homeDir()
+  {
+    name: "homeDir() returns an absolute path or undefined",
+    run(f) {
+      const home = f.fs.homeDir?.();
+      check(
+        home === undefined || (typeof home === "string" && isAbsolute(home)),
+        `homeDir() returned ${JSON.stringify(home)}`,
+      );
+      return Promise.resolve();
+    },
+  },
+
+  // Errors
+  ...missingPathChecks,
+];
+
+/** What each capability's absence must still look like; runs instead of the skipped check. */
+export const CAPABILITY_FALLBACKS: Readonly<
+  Record<Capability, (fixture: FileSystemFixture) => Promise<void>>
+> = {
+  async symlinks(f) {
+    const link = at(f, "link");
+    await checkRejects(
+      () => f.fs.symlink("target", link),
+      FsError,
+      "symlink() on a filesystem without symlinks",
+    );
+    await checkMissing(f.fs, link, "a refused symlink leaves nothing behind");
+  },
+  async modes(f) {
+    const file = at(f, "file");
+    const dir = at(f, "dir");
+    await f.fs.writeFile(file, bytes("F"), { mode: 0o600 });
+    await f.fs.mkdir(dir, { mode: 0o700 });
+    await f.fs.chmod(file, 0o644);
+    await f.fs.chmod(dir, 0o755);
+    for (const path of [file, dir]) {
+      const mode = (await f.fs.stat(path)).mode;
+      if (!Number.isInteger(mode) || (mode & ~0o777) !== 0) {
+        throw new ConformanceFailure(`stat('${path}').mode ${mode} holds bits outside 0o777`);
+      }
+    }
+  },
+};
