@@ -168,6 +168,17 @@ export class SessionNotFoundError extends SessionError {
   }
 }
 
+/** The working directory a session records no longer exists or is not a directory. */
+export class SessionCwdError extends SessionError {
+  /** The recorded working directory. */
+  readonly cwd: string;
+  /** Creates a cwd error for `cwd`. */
+  constructor(cwd: string, message: string, options: SessionErrorOptions = {}) {
+    super(message, options);
+    this.cwd = cwd;
+  }
+}
+
 /** An argument a caller passed is invalid (a negative count, a bad id, a non-boolean pin). */
 export class InvalidArgumentError extends SessionError {
   /** The name of the argument. */

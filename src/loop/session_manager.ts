@@ -1,0 +1,1196 @@
+/**
+ * `SessionManager`: one writable (or read-only) Loop session. It owns the commit protocol of the
+ * version-3 directory:
+ *
+ * 1. bytes past the committed range (a crash tail) are truncated;
+ * 2. new message lines are appended and fsynced (never rewriting earlier bytes); a replacement or
+ *    truncation of history appends a complete new generation instead;
+ * 3. meta.json is published by atomic replace, and only then does the commit resolve;
+ * 4. index.json is published after that, best effort: a failure never rolls back the commit.
+ *
+ * Every history and metadata write goes through one serial queue.
+ *
+ * @module
+ */
+import type { FileHandle, FileSystem } from "../port/fs.ts";
+import { NotFound } from "../port/errors.ts";
+import type { Sha256, Sha256Factory } from "../port/sha256.ts";
+import {
+  atomicReplace,
+  type Durability,
+  ensurePrivateDir,
+  PRIVATE_FILE_MODE,
+} from "../port/durable.ts";
+import { join } from "../port/path.ts";
+import {
+  CorruptSessionError,
+  InvalidArgumentError,
+  PendingSaveError,
+  SessionBusyError,
+  SessionCwdError,
+  SessionError,
+  SessionFormatError,
+  StaleRevisionError,
+} from "./errors.ts";
+import {
+  type CompactionCheckpoint,
+  fallbackTitle,
+  type Message,
+  type MessageRole,
+  MessageValidator,
+  type ModelRef,
+  parseModelRef,
+  parseSessionTitle,
+  type PromptTiming,
+  type RuntimeContextSnapshot,
+  type SessionHeader,
+  type SessionTitle,
+  type SystemPromptCheckpoint,
+  titleTextOf,
+  validateSessionMetadata,
+} from "./records/mod.ts";
+import {
+  encodeRoundIndex,
+  encodeStorageMeta,
+  forEachCommittedLine,
+  INDEX_FILE,
+  INDEX_FORMAT,
+  INDEX_VERSION,
+  indexMatches,
+  MESSAGES_FILE,
+  META_FILE,
+  readRoundIndex,
+  readStorageMeta,
+  type RoundEntry,
+  type RoundIndex,
+  STORAGE_FORMAT,
+  STORAGE_VERSION,
+  type StorageMeta,
+} from "./storage.ts";
+import { SerialQueue } from "./serial_queue.ts";
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+/** The number of user rounds in the default history page. */
+export const DEFAULT_PAGE_ROUNDS = 3;
+/** Up to this many rounds, index.json is republished after every commit. */
+const EAGER_INDEX_ROUNDS = 4096;
+
+/** Optional complete metadata arrays a commit may replace. */
+export interface CommitContext {
+  /** Replaces the stored compaction checkpoints when given. */
+  readonly compactions?: readonly CompactionCheckpoint[];
+  /** Replaces the stored system prompt checkpoints when given. */
+  readonly systemPromptCheckpoints?: readonly SystemPromptCheckpoint[];
+}
+
+/** A page of history returned by `readHistory`. */
+export interface HistoryPage {
+  /** The messages of the page, in order. */
+  readonly messages: Message[];
+  /** The global index of the first message of the page. */
+  readonly start: number;
+  /** The global index one past the last message of the page. */
+  readonly end: number;
+  /** The number of messages in the whole history. */
+  readonly total: number;
+  /** The committed generation the page was read from (`""` for unsaved in-memory history). */
+  readonly revision: string;
+}
+
+/** Everything a manager needs from its store. */
+export interface SessionContext {
+  /** The filesystem. */
+  readonly fs: FileSystem;
+  /** The SHA-256 factory. */
+  readonly sha256: Sha256Factory;
+  /** The clock, in Unix milliseconds. */
+  readonly now: () => number;
+  /** The durability of writes. */
+  readonly durability: Durability;
+}
+
+/** What the manager knows about the committed state. */
+interface Committed {
+  /** The published meta.json, or undefined while the session is an unsaved draft. */
+  meta: StorageMeta | undefined;
+  /** The header (also present for drafts). */
+  header: SessionHeader;
+  /** The committed messages (for drafts: the in-memory history). */
+  messages: Message[];
+  /** The SHA-256 state over the committed bytes. */
+  hash: Sha256;
+  /** Byte offset of each message relative to the range start, plus the range length at the end. */
+  offsets: number[];
+  /** The role of each message. */
+  roles: MessageRole[];
+  /** The user rounds of the committed history. */
+  rounds: RoundEntry[];
+  /** Pairing state after the committed messages. */
+  validator: MessageValidator;
+  /** The serialized line (without newline) of the last committed message. */
+  lastLine: string | undefined;
+}
+
+/** A save that failed and waits for `flush()`. */
+interface PendingCommit {
+  readonly messages: Message[];
+  readonly runtimeContexts: readonly RuntimeContextSnapshot[] | undefined;
+  readonly promptTimings: readonly PromptTiming[] | undefined;
+  readonly context: CommitContext | undefined;
+  readonly updatedAt: string;
+  readonly unread: boolean;
+}
+
+/** A commit after validation, ready to write. */
+interface PreparedCommit {
+  readonly kind: "append" | "replace" | "metadata" | "draft";
+  readonly snapshot: PendingCommit;
+  /** Index of the first message written to the log (append: committed count; replace: 0). */
+  readonly firstWritten: number;
+  /** The bytes to append. */
+  readonly bytes: Uint8Array;
+  /** Offsets (relative to the generation start) of each written message. */
+  readonly writtenOffsets: number[];
+  readonly roles: MessageRole[];
+  readonly validator: MessageValidator;
+  readonly lastLine: string | undefined;
+}
+
+const writers = new WeakMap<FileSystem, Map<string, SessionManager>>();
+
+function claimWriter(fs: FileSystem, dir: string, manager: SessionManager): void {
+  let open = writers.get(fs);
+  if (open === undefined) {
+    open = new Map();
+    writers.set(fs, open);
+  }
+  if (open.has(dir)) {
+    throw new SessionBusyError(
+      `Session is already open for writing in this process; close() the other SessionManager first`,
+      { file: join(dir, META_FILE) },
+    );
+  }
+  open.set(dir, manager);
+}
+
+function releaseWriter(fs: FileSystem, dir: string, manager: SessionManager): void {
+  const open = writers.get(fs);
+  if (open?.get(dir) === manager) open.delete(dir);
+}
+
+function clone<T>(value: T): T {
+  return value === undefined ? value : structuredClone(value);
+}
+
+function roundsOf(roles: readonly MessageRole[], offsets: readonly number[]): RoundEntry[] {
+  const rounds: RoundEntry[] = [];
+  for (let i = 0; i < roles.length; i++) {
+    if (roles[i] === "user") rounds.push({ messageIndex: i, byteOffset: offsets[i] ?? 0 });
+  }
+  return rounds;
+}
+
+/** The options `SessionManager` is created with; see `SessionStore`. */
+export interface SessionManagerInit {
+  /** The store context. */
+  readonly context: SessionContext;
+  /** The session directory `<collection>/<id>`. */
+  readonly dir: string;
+  /** The collection directory (what `getSessionDir()` returns). */
+  readonly collectionDir: string;
+  /** Open without claiming the writer slot; every write then rejects. */
+  readonly readOnly?: boolean;
+}
+
+/**
+ * One Loop session. Create it with `SessionStore.create(cwd)` or `SessionStore.open(path)`.
+ * Writes resolve only once durable; reads of committed history never see uncommitted bytes.
+ */
+export class SessionManager {
+  readonly #fs: FileSystem;
+  readonly #context: SessionContext;
+  readonly #dir: string;
+  readonly #collectionDir: string;
+  readonly #readOnly: boolean;
+  readonly #queue = new SerialQueue();
+  #committed: Committed;
+  #pending: PendingCommit | undefined;
+  #log: FileHandle | undefined;
+  /** The messages.jsonl size, when known exactly (after our own successful writes). */
+  #logSize: number | undefined;
+  /** True when index.json on disk is known to match the committed state. */
+  #indexCurrent = false;
+  /** Rounds covered by the last published index. */
+  #indexedRounds = 0;
+  #permissionsEnforced = false;
+  #closed = false;
+  /** A state whose publication failed midway: it may or may not be on disk. */
+  #attempt: Committed | undefined;
+
+  private constructor(init: SessionManagerInit, committed: Committed) {
+    this.#fs = init.context.fs;
+    this.#context = init.context;
+    this.#dir = init.dir;
+    this.#collectionDir = init.collectionDir;
+    this.#readOnly = init.readOnly === true;
+    this.#committed = committed;
+    if (!this.#readOnly) claimWriter(this.#fs, this.#dir, this);
+  }
+
+  /** Creates an unsaved draft session with `header`; nothing is written until the first user message. */
+  static createDraft(init: SessionManagerInit, header: SessionHeader): SessionManager {
+    return new SessionManager(init, {
+      meta: undefined,
+      header,
+      messages: [],
+      hash: init.context.sha256(),
+      offsets: [0],
+      roles: [],
+      rounds: [],
+      validator: new MessageValidator({ file: join(init.dir, MESSAGES_FILE) }),
+      lastLine: undefined,
+    });
+  }
+
+  /**
+   * Opens a version-3 session directory with full validation: meta.json, the checksum of the
+   * committed range, every message and every metadata rule, and the recorded cwd. Reads only.
+   */
+  static async open(init: SessionManagerInit): Promise<SessionManager> {
+    const { fs, sha256 } = init.context;
+    const meta = await readStorageMeta(fs, init.dir);
+    const metaFile = join(init.dir, META_FILE);
+    const messagesFile = join(init.dir, MESSAGES_FILE);
+    const messages: Message[] = [];
+    const offsets: number[] = [];
+    const roles: MessageRole[] = [];
+    const validator = new MessageValidator({ file: messagesFile });
+    let lastLine: string | undefined;
+    let firstError: { error: unknown; offset: number; index: number } | undefined;
+    const summary = await forEachCommittedLine(fs, init.dir, meta, { sha256 }, (line) => {
+      if (firstError !== undefined) return;
+      try {
+        const text = decoder.decode(line.bytes);
+        let message: unknown;
+        try {
+          message = JSON.parse(text);
+        } catch (error) {
+          throw new SessionFormatError(
+            `Invalid JSON in message line: ${(error as Error).message}`,
+            {
+              file: messagesFile,
+              path: `messages[${line.index}]`,
+              cause: error,
+            },
+          );
+        }
+        validator.push(message, line.index);
+        messages.push(message as Message);
+        roles.push((message as Message).role);
+        offsets.push(line.offset);
+        lastLine = text;
+      } catch (error) {
+        firstError = { error, offset: meta.start + line.offset, index: line.index };
+      }
+    }).catch((error: unknown) => {
+      if (
+        error instanceof CorruptSessionError && firstError !== undefined &&
+        error.offset === undefined
+      ) {
+        throw new CorruptSessionError(
+          `${
+            error.message.replace(/ \(in '.*'\)$/, "")
+          }; the first unreadable message is #${firstError.index} at byte ${firstError.offset}`,
+          {
+            file: error.file,
+            offset: firstError.offset,
+            messageIndex: firstError.index,
+            cause: error,
+          },
+        );
+      }
+      throw error;
+    });
+    if (firstError !== undefined) throw firstError.error;
+    validator.finish();
+    offsets.push(meta.bytes);
+    validateSessionMetadata(meta.header, roles, { file: metaFile });
+    await checkCwd(fs, meta.header.cwd, metaFile);
+    return new SessionManager(init, {
+      meta,
+      header: meta.header,
+      messages,
+      hash: summary.hash,
+      offsets,
+      roles,
+      rounds: roundsOf(roles, offsets),
+      validator,
+      lastLine,
+    });
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Accessors
+
+  /** The session id (a UUID). */
+  get id(): string {
+    return this.#committed.header.id;
+  }
+
+  /** The current history, including a pending (unsaved) snapshot. A copy of the array. */
+  get messages(): Message[] {
+    return [...(this.#pending?.messages ?? this.#committed.messages)];
+  }
+
+  /** The unread flag, including a pending snapshot's. */
+  get unread(): boolean {
+    return this.#pending?.unread ?? this.#committed.header.unread ?? false;
+  }
+
+  /** True while a failed save waits for `flush()`. */
+  get hasPendingSave(): boolean {
+    return this.#pending !== undefined;
+  }
+
+  /**
+   * The committed header (for drafts: the in-memory one), with a fallback title derived from the
+   * first eligible user message when none is stored. The fallback is never written.
+   */
+  getHeader(): SessionHeader {
+    const header = clone(this.#committed.header);
+    if (!header.title) {
+      const title = fallbackTitle(this.#committed.messages);
+      if (title !== undefined) return { ...header, title };
+    }
+    return header;
+  }
+
+  /** The runtime context snapshots, including a pending snapshot's. */
+  getRuntimeContexts(): RuntimeContextSnapshot[] {
+    return clone([
+      ...(this.#pending?.runtimeContexts ?? this.#committed.header.runtimeContexts ?? []),
+    ]);
+  }
+
+  /** The compaction checkpoints, including a pending snapshot's. */
+  getCompactions(): CompactionCheckpoint[] {
+    return clone([
+      ...(this.#pending?.context?.compactions ?? this.#committed.header.compactions ?? []),
+    ]);
+  }
+
+  /** The system prompt checkpoints, including a pending snapshot's. */
+  getSystemPromptCheckpoints(): SystemPromptCheckpoint[] {
+    return clone([
+      ...(this.#pending?.context?.systemPromptCheckpoints ??
+        this.#committed.header.systemPromptCheckpoints ?? []),
+    ]);
+  }
+
+  /** The prompt timings, including a pending snapshot's. */
+  getPromptTimings(): PromptTiming[] {
+    return clone([...(this.#pending?.promptTimings ?? this.#committed.header.promptTimings ?? [])]);
+  }
+
+  /** The path of meta.json. */
+  getSessionFile(): string {
+    return join(this.#dir, META_FILE);
+  }
+
+  /** The collection directory that holds this session's directory. */
+  getSessionDir(): string {
+    return this.#collectionDir;
+  }
+
+  /** The session's own directory `<collection>/<id>`. */
+  getSessionPath(): string {
+    return this.#dir;
+  }
+
+  /** The committed storage state: generation, range and count (undefined for an unsaved draft). */
+  getStorageInfo():
+    | { generation: string; start: number; bytes: number; messageCount: number }
+    | undefined {
+    const meta = this.#committed.meta;
+    return meta === undefined ? undefined : {
+      generation: meta.generation,
+      start: meta.start,
+      bytes: meta.bytes,
+      messageCount: meta.messageCount,
+    };
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // History writes
+
+  /**
+   * Saves the complete history. Appends only new messages; a changed or shortened history is
+   * written as a new generation. Omitted optional arguments keep the stored metadata; given
+   * arrays replace it (an empty array removes the field). Rejects while a save is pending.
+   */
+  commit(
+    messages: readonly Message[],
+    runtimeContexts?: readonly RuntimeContextSnapshot[],
+    promptTimings?: readonly PromptTiming[],
+    context?: CommitContext,
+  ): Promise<void> {
+    if (!Array.isArray(messages)) {
+      return Promise.reject(
+        new SessionFormatError("Invalid session messages: expected an array", {
+          path: "messages",
+          value: messages,
+        }),
+      );
+    }
+    const snapshotMessages = [...messages];
+    const at = this.#context.now();
+    return this.#write("commit", async () => {
+      if (this.#pending !== undefined) {
+        throw new PendingSaveError("commit", { file: this.getSessionFile() });
+      }
+      const prepared = this.#prepare(snapshotMessages, runtimeContexts, promptTimings, context, at);
+      await this.#apply(prepared);
+    });
+  }
+
+  /** Retries a pending save with the same snapshot. Resolves at once when nothing is pending. */
+  flush(): Promise<void> {
+    return this.#write("flush", async () => {
+      const pending = this.#pending;
+      if (pending === undefined) return;
+      const prepared = this.#prepare(
+        pending.messages,
+        pending.runtimeContexts,
+        pending.promptTimings,
+        pending.context,
+        Date.parse(pending.updatedAt),
+        pending.unread,
+      );
+      await this.#apply(prepared);
+    });
+  }
+
+  #prepare(
+    messages: Message[],
+    runtimeContexts: readonly RuntimeContextSnapshot[] | undefined,
+    promptTimings: readonly PromptTiming[] | undefined,
+    context: CommitContext | undefined,
+    at: number,
+    retryUnread?: boolean,
+  ): PreparedCommit {
+    const committed = this.#committed;
+    const messagesFile = join(this.#dir, MESSAGES_FILE);
+    // Find how much of the committed history is unchanged.
+    let common = 0;
+    const limit = Math.min(messages.length, committed.messages.length);
+    while (common < limit) {
+      const candidate = messages[common];
+      if (candidate !== committed.messages[common]) {
+        if (JSON.stringify(candidate) !== this.#committedLineText(common)) break;
+      } else if (
+        common === committed.messages.length - 1 && JSON.stringify(candidate) !== committed.lastLine
+      ) {
+        // The last committed message is compared by value: hosts may update it in place.
+        break;
+      }
+      common++;
+    }
+    const appendOnly = common === committed.messages.length && committed.meta !== undefined;
+    const firstWritten = appendOnly ? common : 0;
+    const validator = appendOnly
+      ? committed.validator.clone()
+      : new MessageValidator({ file: messagesFile });
+    const roles: MessageRole[] = appendOnly ? [...committed.roles] : [];
+    const lines: string[] = [];
+    for (let i = firstWritten; i < messages.length; i++) {
+      const message = messages[i];
+      validator.push(message, i);
+      roles.push((message as Message).role);
+      lines.push(JSON.stringify(message));
+    }
+    validator.clone().finish();
+    const header = this.#headerWith(committed.header, runtimeContexts, promptTimings, context);
+    validateSessionMetadata(header, roles, { file: join(this.#dir, META_FILE) });
+
+    let unread = retryUnread ?? committed.header.unread ?? false;
+    if (retryUnread === undefined) {
+      for (let i = common; i < messages.length; i++) {
+        if (messages[i]?.role !== "user") unread = true;
+      }
+    }
+    const snapshot: PendingCommit = {
+      messages,
+      runtimeContexts,
+      promptTimings,
+      context,
+      updatedAt: new Date(at).toISOString(),
+      unread,
+    };
+    let bytes = new Uint8Array(0);
+    const writtenOffsets: number[] = [];
+    if (lines.length > 0) {
+      const text = lines.join("\n") + "\n";
+      bytes = encoder.encode(text);
+      let offset = appendOnly ? (committed.meta?.bytes ?? 0) : 0;
+      for (const line of lines) {
+        writtenOffsets.push(offset);
+        offset += byteLength(line) + 1;
+      }
+    }
+    const hasUser = roles.includes("user");
+    const kind: PreparedCommit["kind"] = committed.meta === undefined && !hasUser
+      ? "draft"
+      : appendOnly && messages.length === committed.messages.length
+      ? "metadata"
+      : appendOnly
+      ? "append"
+      : "replace";
+    return {
+      kind,
+      snapshot,
+      firstWritten,
+      bytes,
+      writtenOffsets,
+      roles,
+      validator,
+      lastLine: messages.length === 0
+        ? undefined
+        : lines.length > 0
+        ? lines[lines.length - 1]
+        : committed.lastLine,
+    };
+  }
+
+  /** The committed line of message `index`, re-serialized from the committed object. */
+  #committedLineText(index: number): string {
+    return index === this.#committed.messages.length - 1 && this.#committed.lastLine !== undefined
+      ? this.#committed.lastLine
+      : JSON.stringify(this.#committed.messages[index]);
+  }
+
+  #headerWith(
+    base: SessionHeader,
+    runtimeContexts: readonly RuntimeContextSnapshot[] | undefined,
+    promptTimings: readonly PromptTiming[] | undefined,
+    context: CommitContext | undefined,
+  ): SessionHeader {
+    const header: Record<string, unknown> = { ...base };
+    const put = (key: string, value: readonly unknown[] | undefined): void => {
+      if (value === undefined) return;
+      if (value.length === 0) delete header[key];
+      else header[key] = clone([...value]);
+    };
+    put("runtimeContexts", runtimeContexts);
+    put("promptTimings", promptTimings);
+    put("compactions", context?.compactions);
+    put("systemPromptCheckpoints", context?.systemPromptCheckpoints);
+    return header as unknown as SessionHeader;
+  }
+
+  async #apply(prepared: PreparedCommit): Promise<void> {
+    const committed = this.#committed;
+    const header = {
+      ...this.#headerWith(
+        committed.header,
+        prepared.snapshot.runtimeContexts,
+        prepared.snapshot.promptTimings,
+        prepared.snapshot.context,
+      ),
+      updatedAt: prepared.snapshot.updatedAt,
+      unread: prepared.snapshot.unread,
+    } as SessionHeader;
+    if (prepared.kind === "draft") {
+      this.#committed = {
+        ...committed,
+        header,
+        messages: prepared.snapshot.messages,
+        roles: prepared.roles,
+        validator: prepared.validator,
+        lastLine: prepared.lastLine,
+        offsets: [0],
+        rounds: [],
+      };
+      this.#pending = undefined;
+      return;
+    }
+    try {
+      const { meta, hash } = await this.#appendGeneration(prepared, header);
+      const offsets = prepared.kind === "append" || prepared.kind === "metadata"
+        ? [...committed.offsets.slice(0, -1), ...prepared.writtenOffsets, meta.bytes]
+        : [...prepared.writtenOffsets, meta.bytes];
+      await this.#publish({
+        meta,
+        header,
+        messages: prepared.snapshot.messages,
+        hash,
+        offsets,
+        roles: prepared.roles,
+        rounds: prepared.kind === "replace"
+          ? roundsOf(prepared.roles, offsets)
+          : [...committed.rounds, ...newRounds(prepared.roles, offsets, prepared.firstWritten)],
+        validator: prepared.validator,
+        lastLine: prepared.lastLine,
+      });
+      this.#pending = undefined;
+    } catch (error) {
+      this.#pending = prepared.snapshot;
+      throw error;
+    }
+    await this.#publishIndexAfterCommit(prepared.kind === "replace");
+  }
+
+  /**
+   * Makes the prepared message bytes durable in the log (after dropping any uncommitted tail) and
+   * returns the metadata that commits them. Publishes nothing.
+   */
+  async #appendGeneration(
+    prepared: PreparedCommit,
+    header: SessionHeader,
+  ): Promise<{ meta: StorageMeta; hash: Sha256 }> {
+    const committed = this.#committed;
+    await this.#ensureDirectory();
+    let start = committed.meta?.start ?? 0;
+    let bytes = committed.meta?.bytes ?? 0;
+    let hash = committed.hash;
+    if (prepared.kind !== "metadata") {
+      const end = await this.#prepareLogEnd();
+      try {
+        const log = this.#log as FileHandle;
+        await log.write(prepared.bytes);
+        if (this.#context.durability === "full") await log.sync();
+        this.#logSize = end + prepared.bytes.length;
+      } catch (error) {
+        await this.#dropLog();
+        throw error;
+      }
+      if (prepared.kind === "append") {
+        hash = committed.hash.clone().update(prepared.bytes);
+        bytes += prepared.bytes.length;
+      } else {
+        hash = this.#context.sha256().update(prepared.bytes);
+        start = end;
+        bytes = prepared.bytes.length;
+      }
+    }
+    const meta: StorageMeta = {
+      format: STORAGE_FORMAT,
+      version: STORAGE_VERSION,
+      header,
+      generation: prepared.kind === "metadata" && committed.meta !== undefined
+        ? committed.meta.generation
+        : hash.digestHex(),
+      start,
+      bytes,
+      messageCount: prepared.snapshot.messages.length,
+    };
+    return { meta, hash };
+  }
+
+  /** Opens the log if needed, and truncates an uncommitted tail. Returns the committed end. */
+  async #prepareLogEnd(): Promise<number> {
+    const meta = this.#committed.meta;
+    const end = meta === undefined ? 0 : meta.start + meta.bytes;
+    const path = join(this.#dir, MESSAGES_FILE);
+    if (this.#log === undefined) {
+      let created = false;
+      try {
+        this.#log = await this.#fs.open(path, { append: true });
+      } catch (error) {
+        if (!(error instanceof NotFound) || meta !== undefined && meta.bytes > 0) {
+          if (error instanceof NotFound) {
+            throw new CorruptSessionError("Message log is missing but metadata commits messages", {
+              file: path,
+              cause: error,
+            });
+          }
+          throw error;
+        }
+        this.#log = await this.#fs.open(path, {
+          append: true,
+          createNew: true,
+          mode: PRIVATE_FILE_MODE,
+        });
+        created = true;
+      }
+      try {
+        await this.#fs.chmod(path, PRIVATE_FILE_MODE);
+        if (created && this.#context.durability === "full") await this.#fs.syncDir(this.#dir);
+      } catch (error) {
+        await this.#dropLog();
+        throw error;
+      }
+      this.#logSize = undefined;
+    }
+    try {
+      const size = this.#logSize ?? (await (this.#log as FileHandle).stat()).size;
+      if (size < end) {
+        throw new CorruptSessionError(
+          `Message log is shorter than its committed range (${size} < ${end}); refusing to write`,
+          { file: path, offset: size },
+        );
+      }
+      if (size > end) {
+        // A crash tail: bytes past the committed range were never published. Drop them.
+        await (this.#log as FileHandle).truncate(end);
+      }
+      this.#logSize = end;
+    } catch (error) {
+      await this.#dropLog();
+      throw error;
+    }
+    return end;
+  }
+
+  async #dropLog(): Promise<void> {
+    const log = this.#log;
+    this.#log = undefined;
+    this.#logSize = undefined;
+    if (log !== undefined) {
+      try {
+        await log.close();
+      } catch {
+        // The handle is abandoned either way; the next write reopens the log.
+      }
+    }
+  }
+
+  async #ensureDirectory(): Promise<void> {
+    if (this.#permissionsEnforced) return;
+    const durability = this.#context.durability;
+    await ensurePrivateDir(this.#fs, this.#collectionDir, durability);
+    await ensurePrivateDir(this.#fs, this.#dir, durability);
+    for (const name of [META_FILE, INDEX_FILE]) {
+      try {
+        await this.#fs.chmod(join(this.#dir, name), PRIVATE_FILE_MODE);
+      } catch (error) {
+        if (!(error instanceof NotFound)) throw error;
+      }
+    }
+    this.#permissionsEnforced = true;
+  }
+
+  async #publishMeta(meta: StorageMeta): Promise<void> {
+    await atomicReplace(this.#fs, join(this.#dir, META_FILE), encodeStorageMeta(meta), {
+      durability: this.#context.durability,
+    });
+  }
+
+  async #publishIndexAfterCommit(replaced: boolean): Promise<void> {
+    const rounds = this.#committed.rounds.length;
+    const lag = rounds - this.#indexedRounds;
+    this.#indexCurrent = false;
+    if (rounds > EAGER_INDEX_ROUNDS && !replaced && lag * 8 < rounds) return;
+    try {
+      await this.#publishIndex();
+    } catch {
+      // Index publication never rolls back a committed save: the index is rebuilt on a page read.
+    }
+  }
+
+  async #publishIndex(): Promise<void> {
+    const meta = this.#committed.meta;
+    if (meta === undefined) return;
+    const index: RoundIndex = {
+      format: INDEX_FORMAT,
+      version: INDEX_VERSION,
+      generation: meta.generation,
+      start: meta.start,
+      bytes: meta.bytes,
+      messageCount: meta.messageCount,
+      rounds: this.#committed.rounds,
+    };
+    await atomicReplace(this.#fs, join(this.#dir, INDEX_FILE), encodeRoundIndex(index), {
+      durability: this.#context.durability,
+    });
+    this.#indexCurrent = true;
+    this.#indexedRounds = index.rounds.length;
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // History pages
+
+  /**
+   * A page of history: by default the latest three user rounds. `before` is an exclusive global
+   * message index on a user-round boundary (or the total); `revision` rejects with
+   * `StaleRevisionError` when the committed generation changed. Reads only the page's byte range
+   * of the log; a missing, malformed or stale index.json is rebuilt first.
+   */
+  readHistory(before?: number, revision?: string): Promise<HistoryPage> {
+    return this.#queue.run(async () => {
+      this.#assertOpen();
+      const meta = this.#committed.meta;
+      if (this.#pending !== undefined || meta === undefined) {
+        const messages = this.#pending?.messages ?? this.#committed.messages;
+        if (revision !== undefined && revision !== "") {
+          throw new StaleRevisionError(revision, "", { file: this.getSessionFile() });
+        }
+        const roles = messages.map((m) => m.role);
+        const [start, end] = pageBounds(
+          roundsOf(roles, []).map((r) => r.messageIndex),
+          messages.length,
+          before,
+        );
+        return {
+          messages: clone(messages.slice(start, end)),
+          start,
+          end,
+          total: messages.length,
+          revision: "",
+        };
+      }
+      if (revision !== undefined && revision !== meta.generation) {
+        throw new StaleRevisionError(revision, meta.generation, { file: this.getSessionFile() });
+      }
+      await this.#ensureIndex(meta);
+      const rounds = this.#committed.rounds;
+      const [start, end] = pageBounds(rounds.map((r) => r.messageIndex), meta.messageCount, before);
+      const messages = await this.#readMessages(meta, start, end);
+      return { messages, start, end, total: meta.messageCount, revision: meta.generation };
+    });
+  }
+
+  async #ensureIndex(meta: StorageMeta): Promise<void> {
+    if (this.#indexCurrent) return;
+    const onDisk = await readRoundIndex(this.#fs, this.#dir);
+    if (
+      onDisk !== undefined && indexMatches(onDisk, meta) &&
+      sameRounds(onDisk.rounds, this.#committed.rounds)
+    ) {
+      this.#indexCurrent = true;
+      this.#indexedRounds = onDisk.rounds.length;
+      return;
+    }
+    if (this.#readOnly) return;
+    try {
+      await this.#publishIndex();
+    } catch {
+      // The page is served from the committed range either way; the rebuild is retried next time.
+    }
+  }
+
+  async #readMessages(meta: StorageMeta, start: number, end: number): Promise<Message[]> {
+    if (start >= end) return [];
+    const offsets = this.#committed.offsets;
+    const from = offsets[start] as number;
+    const to = offsets[end] as number;
+    const file = join(this.#dir, MESSAGES_FILE);
+    const handle = await this.#fs.open(file);
+    let bytes: Uint8Array;
+    try {
+      bytes = await handle.read(meta.start + from, to - from);
+    } finally {
+      await handle.close();
+    }
+    if (bytes.length !== to - from) {
+      throw new CorruptSessionError("Message log ended inside its committed range", {
+        file,
+        offset: meta.start + from + bytes.length,
+      });
+    }
+    const text = decoder.decode(bytes);
+    const lines = text.split("\n");
+    lines.pop();
+    if (lines.length !== end - start) {
+      throw new CorruptSessionError("Message log lines do not match the committed index", {
+        file,
+        offset: meta.start + from,
+      });
+    }
+    return lines.map((line, i) => {
+      try {
+        return JSON.parse(line) as Message;
+      } catch (error) {
+        throw new CorruptSessionError(`Committed message line is not valid JSON`, {
+          file,
+          offset: meta.start + (offsets[start + i] as number),
+          messageIndex: start + i,
+          cause: error,
+        });
+      }
+    });
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Metadata writes
+
+  /**
+   * Pins or unpins the session. Returns the saved ISO pin time, or undefined when unpinned.
+   * Repeating `true` keeps the original time. Preserves messages and `updatedAt`. A draft keeps the
+   * pin in memory until its first save. A failure leaves the header unchanged.
+   */
+  setPinned(pinned: boolean): Promise<string | undefined> {
+    if (typeof pinned !== "boolean") {
+      return Promise.reject(
+        new InvalidArgumentError("pinned", `Invalid pinned state: ${String(pinned)}`),
+      );
+    }
+    const at = this.#context.now();
+    return this.#write("setPinned", async () => {
+      const header: Record<string, unknown> = { ...this.#committed.header };
+      if (pinned) header.pinnedAt = this.#committed.header.pinnedAt ?? new Date(at).toISOString();
+      else delete header.pinnedAt;
+      await this.#publishHeader(header as unknown as SessionHeader);
+      return pinned ? header.pinnedAt as string : undefined;
+    });
+  }
+
+  /**
+   * Marks the saved history read when `messageCount` equals the saved, non-empty message count.
+   * Returns true for an accepted (or repeated) receipt, false for a mismatch or an empty history.
+   * Rejects an invalid count and a pending save. Preserves messages and `updatedAt`.
+   */
+  markRead(messageCount: number): Promise<boolean> {
+    if (!Number.isSafeInteger(messageCount) || messageCount < 0) {
+      return Promise.reject(
+        new InvalidArgumentError(
+          "messageCount",
+          `Invalid read message count: ${String(messageCount)}`,
+        ),
+      );
+    }
+    return this.#write("markRead", async () => {
+      if (this.#pending !== undefined) {
+        throw new PendingSaveError("markRead", { file: this.getSessionFile() });
+      }
+      const meta = this.#committed.meta;
+      if (meta === undefined || messageCount === 0 || messageCount !== meta.messageCount) {
+        return false;
+      }
+      if (this.#committed.header.unread !== true) return true;
+      await this.#publishHeader({ ...this.#committed.header, unread: false });
+      return true;
+    });
+  }
+
+  /** Stores a title (validated and normalized form only); `undefined` removes it. Preserves `updatedAt`. */
+  setTitle(title: SessionTitle | undefined): Promise<void> {
+    let parsed: SessionTitle | undefined;
+    try {
+      parsed = title === undefined ? undefined : parseSessionTitle(title, { path: "title" });
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.#write("setTitle", async () => {
+      const header: Record<string, unknown> = { ...this.#committed.header };
+      if (parsed === undefined) delete header.title;
+      else header.title = clone(parsed);
+      await this.#publishHeader(header as unknown as SessionHeader);
+    });
+  }
+
+  /** Stores the model (effort kept only when not "default"), updating `updatedAt`. */
+  setModel(model: ModelRef): Promise<void> {
+    let parsed: ModelRef;
+    try {
+      parsed = parseModelRef(model, { path: "model" });
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    const at = this.#context.now();
+    return this.#write("setModel", async () => {
+      await this.#publishHeader({
+        ...this.#committed.header,
+        model: parsed,
+        updatedAt: new Date(at).toISOString(),
+      });
+    });
+  }
+
+  async #publishHeader(header: SessionHeader): Promise<void> {
+    const meta = this.#committed.meta;
+    if (meta === undefined) {
+      this.#committed = { ...this.#committed, header };
+      return;
+    }
+    await this.#ensureDirectory();
+    await this.#publish({
+      ...this.#committed,
+      meta: { ...this.#committed.meta as StorageMeta, header },
+      header,
+    });
+  }
+
+  /**
+   * Publishes `next.meta` by atomic replace and makes `next` the committed state. When the
+   * publication fails, whether meta.json was replaced is unknown (the rename may have happened
+   * before a failed directory fsync): the attempt is kept and `#reconcile` settles it before
+   * the next write.
+   */
+  async #publish(next: Committed): Promise<void> {
+    this.#attempt = next;
+    await this.#publishMeta(next.meta as StorageMeta);
+    this.#committed = next;
+    this.#attempt = undefined;
+  }
+
+  /**
+   * After a failed publication, reads meta.json back: if it is the attempted state, that state
+   * is adopted (it is visible to readers, so the log must never be cut below it); if it is the
+   * committed state, the attempt is dropped. Anything else means another writer changed the
+   * session, which is refused.
+   */
+  async #reconcile(): Promise<void> {
+    const attempt = this.#attempt;
+    if (attempt === undefined) return;
+    let onDisk: StorageMeta | undefined;
+    try {
+      onDisk = await readStorageMeta(this.#fs, this.#dir);
+    } catch (error) {
+      if (!(error instanceof NotFound)) throw error;
+    }
+    const committed = this.#committed.meta;
+    if (onDisk !== undefined && sameMeta(onDisk, attempt.meta as StorageMeta)) {
+      this.#committed = attempt;
+    } else if (
+      !(onDisk === undefined && committed === undefined) &&
+      !(onDisk !== undefined && committed !== undefined && sameMeta(onDisk, committed))
+    ) {
+      throw new SessionBusyError("meta.json was changed by another writer; reopen the session", {
+        file: this.getSessionFile(),
+      });
+    }
+    this.#attempt = undefined;
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Lifecycle
+
+  /**
+   * Waits for queued writes, publishes a lagging index, closes the log handle and releases the
+   * writer slot. A pending save stays unsaved: call `flush()` first to keep it.
+   */
+  close(): Promise<void> {
+    return this.#queue.run(async () => {
+      if (this.#closed) return;
+      this.#closed = true;
+      try {
+        if (
+          !this.#readOnly && !this.#indexCurrent && this.#committed.meta !== undefined &&
+          this.#pending === undefined
+        ) {
+          try {
+            await this.#publishIndex();
+          } catch {
+            // Derived data: rebuilt on the next page read.
+          }
+        }
+        await this.#dropLog();
+      } finally {
+        if (!this.#readOnly) releaseWriter(this.#fs, this.#dir, this);
+      }
+    });
+  }
+
+  #assertOpen(): void {
+    if (this.#closed) {
+      throw new SessionError("Session manager is closed", { file: this.getSessionFile() });
+    }
+  }
+
+  #write<T>(operation: string, task: () => Promise<T>): Promise<T> {
+    return this.#queue.run(async () => {
+      this.#assertOpen();
+      if (this.#readOnly) {
+        throw new SessionError(`Session was opened read-only; ${operation} is not allowed`, {
+          file: this.getSessionFile(),
+        });
+      }
+      await this.#reconcile();
+      return await task();
+    });
+  }
+}
+
+function byteLength(text: string): number {
+  // Fast path for ASCII, exact count otherwise.
+  let bytes = text.length;
+  for (let i = 0; i < text.length; i++) {
+    const code = text.charCodeAt(i);
+    if (code < 0x80) continue;
+    if (code < 0x800) bytes += 1;
+    else if (code >= 0xd800 && code <= 0xdbff) {
+      bytes += 2;
+      i++;
+    } else bytes += 2;
+  }
+  return bytes;
+}
+
+/** The rounds that start at or after message `from`. */
+function newRounds(
+  roles: readonly MessageRole[],
+  offsets: readonly number[],
+  from: number,
+): RoundEntry[] {
+  const rounds: RoundEntry[] = [];
+  for (let i = from; i < roles.length; i++) {
+    if (roles[i] === "user") rounds.push({ messageIndex: i, byteOffset: offsets[i] ?? 0 });
+  }
+  return rounds;
+}
+
+function sameMeta(a: StorageMeta, b: StorageMeta): boolean {
+  return JSON.stringify(a) === JSON.stringify(b);
+}
+
+function sameRounds(a: readonly RoundEntry[], b: readonly RoundEntry[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) {
+    if (a[i]?.messageIndex !== b[i]?.messageIndex || a[i]?.byteOffset !== b[i]?.byteOffset) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/**
+ * The [start, end) message range of a history page: the last `DEFAULT_PAGE_ROUNDS` user rounds
+ * that begin before `before` (default: the total). `before` must be the total or a round start.
+ */
+export function pageBounds(
+  roundStarts: readonly number[],
+  total: number,
+  before: number | undefined,
+): [number, number] {
+  const end = before ?? total;
+  if (!Number.isSafeInteger(end) || end < 0 || end > total) {
+    throw new InvalidArgumentError(
+      "before",
+      `Invalid history boundary: ${String(before)} (history has ${total} messages)`,
+    );
+  }
+  let k = 0;
+  while (k < roundStarts.length && (roundStarts[k] as number) < end) k++;
+  if (end !== total && end !== 0 && roundStarts[k] !== end) {
+    throw new InvalidArgumentError(
+      "before",
+      `History boundary ${end} is not at the start of a user round`,
+    );
+  }
+  const first = k - DEFAULT_PAGE_ROUNDS;
+  const start = first <= 0 ? 0 : roundStarts[first] as number;
+  return [start, end];
+}
+
+async function checkCwd(fs: FileSystem, cwd: string, file: string): Promise<void> {
+  try {
+    const info = await fs.stat(cwd);
+    if (info.kind !== "directory") {
+      throw new SessionCwdError(cwd, `Session cwd is not a directory: '${cwd}'`, { file });
+    }
+  } catch (error) {
+    if (error instanceof NotFound) {
+      throw new SessionCwdError(
+        cwd,
+        `Session cwd no longer exists: '${cwd}'; restore the directory to open the session`,
+        {
+          file,
+          cause: error,
+        },
+      );
+    }
+    throw error;
+  }
+}

@@ -1,0 +1,376 @@
+/**
+ * The version-3 storage envelope of a Loop session directory: `meta.json` (the committed byte
+ * range, its SHA-256 generation and the version-2 header), `messages.jsonl` (one message per
+ * line) and `index.json` (the byte offset of each user round). Schemas, codecs and the streaming
+ * reader of the committed range live here; the commit protocol lives in `session_manager.ts`.
+ *
+ * @module
+ */
+import * as v from "valibot";
+import type { FileSystem } from "../port/fs.ts";
+import { NotFound } from "../port/errors.ts";
+import type { Sha256, Sha256Factory } from "../port/sha256.ts";
+import { join } from "../port/path.ts";
+import { CorruptSessionError, SessionFormatError, UnsupportedSessionError } from "./errors.ts";
+import type { SessionHeader } from "./records/mod.ts";
+import { parseSessionHeader } from "./records/mod.ts";
+
+/** The file name of the storage metadata. */
+export const META_FILE = "meta.json";
+/** The file name of the message log. */
+export const MESSAGES_FILE = "messages.jsonl";
+/** The file name of the round index. */
+export const INDEX_FILE = "index.json";
+/** The `format` of meta.json (shared with the version-2 header). */
+export const STORAGE_FORMAT = "loop-session";
+/** The storage envelope version this library reads and writes. */
+export const STORAGE_VERSION = 3;
+/** The `format` of index.json. */
+export const INDEX_FORMAT = "loop-session-index";
+/** The index version this library reads and writes. */
+export const INDEX_VERSION = 1;
+
+const SHA256_HEX = /^[0-9a-f]{64}$/;
+const encoder = new TextEncoder();
+
+/** The parsed content of meta.json. */
+export interface StorageMeta {
+  /** Always `"loop-session"`. */
+  readonly format: typeof STORAGE_FORMAT;
+  /** Always 3. */
+  readonly version: typeof STORAGE_VERSION;
+  /** The version-2 session header. */
+  readonly header: SessionHeader;
+  /** SHA-256 (lowercase hex) of the committed message bytes. */
+  readonly generation: string;
+  /** The byte offset in messages.jsonl where the committed generation starts. */
+  readonly start: number;
+  /** The length of the committed generation in bytes. */
+  readonly bytes: number;
+  /** The number of messages (lines) in the committed generation. */
+  readonly messageCount: number;
+}
+
+/** One user round of the index: where it starts, as a message index and a byte offset. */
+export interface RoundEntry {
+  /** The global index of the round's user message. */
+  readonly messageIndex: number;
+  /** The UTF-8 byte offset of that message, relative to the committed range's start. */
+  readonly byteOffset: number;
+}
+
+/** The parsed content of index.json. */
+export interface RoundIndex {
+  /** Always `"loop-session-index"`. */
+  readonly format: typeof INDEX_FORMAT;
+  /** Always 1. */
+  readonly version: typeof INDEX_VERSION;
+  /** The generation the index was built for. */
+  readonly generation: string;
+  /** The committed range start the index was built for. */
+  readonly start: number;
+  /** The committed byte length the index covers. */
+  readonly bytes: number;
+  /** The number of messages the index covers. */
+  readonly messageCount: number;
+  /** Each user round, in order. */
+  readonly rounds: readonly RoundEntry[];
+}
+
+const byteCount = v.pipe(v.number(), v.safeInteger(), v.minValue(0));
+
+/** The valibot schema of meta.json's envelope (the header is checked by `parseSessionHeader`). */
+export const StorageMetaSchema = v.object({
+  format: v.literal(STORAGE_FORMAT),
+  version: v.literal(STORAGE_VERSION),
+  header: v.unknown(),
+  generation: v.pipe(v.string(), v.regex(SHA256_HEX)),
+  start: byteCount,
+  bytes: byteCount,
+  messageCount: byteCount,
+});
+
+/** The valibot schema of index.json. */
+export const RoundIndexSchema = v.object({
+  format: v.literal(INDEX_FORMAT),
+  version: v.literal(INDEX_VERSION),
+  generation: v.pipe(v.string(), v.regex(SHA256_HEX)),
+  start: byteCount,
+  bytes: byteCount,
+  messageCount: byteCount,
+  rounds: v.array(v.object({ messageIndex: byteCount, byteOffset: byteCount })),
+});
+
+/** The JSON path of the first valibot issue, in `a.b[2].c` form. */
+export function issuePath(issue: v.BaseIssue<unknown>, prefix = ""): string {
+  let path = prefix;
+  for (const item of issue.path ?? []) {
+    const key = (item as { key: unknown }).key;
+    path += typeof key === "number" ? `[${key}]` : path === "" ? String(key) : `.${String(key)}`;
+  }
+  return path;
+}
+
+/** Parses JSON text, mapping a syntax error to a `SessionFormatError` naming the file. */
+export function parseJsonText(text: string, file: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (error) {
+    throw new SessionFormatError(`Invalid JSON: ${(error as Error).message}`, {
+      file,
+      cause: error,
+    });
+  }
+}
+
+/**
+ * Validates parsed meta.json content. An unknown format or version is `UnsupportedSessionError`;
+ * anything else that does not fit is `SessionFormatError` with the field's JSON path.
+ */
+export function parseStorageMeta(value: unknown, file: string): StorageMeta {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new SessionFormatError("Invalid session metadata: expected a JSON object", {
+      file,
+      path: "",
+      value,
+    });
+  }
+  const record = value as Record<string, unknown>;
+  if (record.format !== STORAGE_FORMAT || record.version !== STORAGE_VERSION) {
+    throw new UnsupportedSessionError(
+      `Unsupported session storage format or version (format ${
+        JSON.stringify(record.format)
+      }, version ${
+        JSON.stringify(record.version)
+      }); this library reads format "loop-session" version 3`,
+      { file, format: record.format, version: record.version },
+    );
+  }
+  const result = v.safeParse(StorageMetaSchema, value);
+  if (!result.success) {
+    const issue = result.issues[0];
+    const path = issuePath(issue);
+    throw new SessionFormatError(`Invalid session metadata: ${issue.message}`, {
+      file,
+      path,
+      value: issue.input,
+    });
+  }
+  const header = parseSessionHeader(record.header, { file, path: "header" });
+  return { ...result.output, header } as StorageMeta;
+}
+
+/** Reads and validates meta.json in `dir`. */
+export async function readStorageMeta(fs: FileSystem, dir: string): Promise<StorageMeta> {
+  const file = join(dir, META_FILE);
+  const bytes = await fs.readFile(file);
+  return parseStorageMeta(parseJsonText(new TextDecoder().decode(bytes), file), file);
+}
+
+/** Serializes meta.json (compact JSON and a trailing newline). */
+export function encodeStorageMeta(meta: StorageMeta): Uint8Array {
+  return encoder.encode(JSON.stringify(meta) + "\n");
+}
+
+/** Serializes index.json (compact JSON and a trailing newline). */
+export function encodeRoundIndex(index: RoundIndex): Uint8Array {
+  return encoder.encode(JSON.stringify(index) + "\n");
+}
+
+/**
+ * Reads index.json in `dir`. Returns `undefined` when it is missing, unparsable or does not
+ * match its schema: the index is derived data and is rebuilt, never trusted blindly.
+ */
+export async function readRoundIndex(fs: FileSystem, dir: string): Promise<RoundIndex | undefined> {
+  let bytes: Uint8Array;
+  try {
+    bytes = await fs.readFile(join(dir, INDEX_FILE));
+  } catch (error) {
+    if (error instanceof NotFound) return undefined;
+    throw error;
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(new TextDecoder().decode(bytes));
+  } catch {
+    return undefined;
+  }
+  const result = v.safeParse(RoundIndexSchema, value);
+  return result.success ? (result.output as RoundIndex) : undefined;
+}
+
+/**
+ * True when `index` describes exactly the committed range of `meta`: same generation, start,
+ * length and count, and round entries that are strictly increasing and inside the range.
+ */
+export function indexMatches(index: RoundIndex, meta: StorageMeta): boolean {
+  if (
+    index.generation !== meta.generation || index.start !== meta.start ||
+    index.bytes !== meta.bytes || index.messageCount !== meta.messageCount
+  ) return false;
+  let previous: RoundEntry | undefined;
+  for (const round of index.rounds) {
+    if (round.messageIndex >= meta.messageCount || round.byteOffset >= meta.bytes) return false;
+    if (
+      previous !== undefined &&
+      (round.messageIndex <= previous.messageIndex || round.byteOffset <= previous.byteOffset)
+    ) return false;
+    previous = round;
+  }
+  return true;
+}
+
+/** One committed line handed to a `forEachCommittedLine` callback. */
+export interface CommittedLine {
+  /** The message index (line number, from 0). */
+  readonly index: number;
+  /** The line's byte offset relative to the committed range start. */
+  readonly offset: number;
+  /** The line's bytes, without the newline. Valid only during the callback. */
+  readonly bytes: Uint8Array;
+}
+
+/** Options of `forEachCommittedLine`. */
+export interface CommittedRangeOptions {
+  /** The SHA-256 factory used to verify the generation. */
+  readonly sha256: Sha256Factory;
+  /** Bytes read at a time; bounds memory for huge histories. */
+  readonly chunkSize?: number;
+}
+
+/** What `forEachCommittedLine` learned about the committed range. */
+export interface CommittedRangeSummary {
+  /** The SHA-256 state after the committed bytes (reusable for incremental hashing). */
+  readonly hash: Sha256;
+  /** The number of lines read. */
+  readonly lines: number;
+}
+
+/**
+ * Streams the committed range of messages.jsonl line by line, hashing as it goes, and checks it
+ * against meta: the file must hold the whole range, the bytes must end with a newline, the line
+ * count must equal `messageCount` and the SHA-256 must equal `generation`. Any mismatch is a
+ * `CorruptSessionError` naming the file. Bytes past the committed range are never read.
+ */
+export async function forEachCommittedLine(
+  fs: FileSystem,
+  dir: string,
+  meta: StorageMeta,
+  options: CommittedRangeOptions,
+  onLine: (line: CommittedLine) => void,
+): Promise<CommittedRangeSummary> {
+  const file = join(dir, MESSAGES_FILE);
+  const hash = options.sha256();
+  if (meta.bytes === 0) {
+    if (meta.messageCount !== 0) {
+      throw new CorruptSessionError(
+        `Session metadata claims ${meta.messageCount} messages in an empty range`,
+        {
+          file: join(dir, META_FILE),
+        },
+      );
+    }
+    checkGeneration(hash, meta, file);
+    return { hash, lines: 0 };
+  }
+  const chunkSize = options.chunkSize ?? 4 * 1024 * 1024;
+  const handle = await openMessages(fs, file);
+  let lines = 0;
+  try {
+    const size = (await handle.stat()).size;
+    if (size < meta.start + meta.bytes) {
+      throw new CorruptSessionError(
+        `Message log is shorter than its committed range (${size} bytes, committed range ends at ${
+          meta.start + meta.bytes
+        }); the session is damaged and was not modified`,
+        { file, offset: size },
+      );
+    }
+    let carry: Uint8Array = new Uint8Array(0);
+    let carryOffset = 0;
+    let position = 0;
+    while (position < meta.bytes) {
+      const length = Math.min(chunkSize, meta.bytes - position);
+      const chunk = await handle.read(meta.start + position, length);
+      if (chunk.length !== length) {
+        throw new CorruptSessionError("Message log ended inside its committed range", {
+          file,
+          offset: meta.start + position + chunk.length,
+        });
+      }
+      hash.update(chunk);
+      const data = carry.length === 0 ? chunk : concat(carry, chunk);
+      const dataOffset = carry.length === 0 ? position : carryOffset;
+      let lineStart = 0;
+      for (;;) {
+        const newline = data.indexOf(10, lineStart);
+        if (newline < 0) break;
+        if (lines >= meta.messageCount) {
+          throw new CorruptSessionError(
+            `Message log holds more lines than the ${meta.messageCount} its metadata commits`,
+            { file, offset: meta.start + dataOffset + lineStart, messageIndex: lines },
+          );
+        }
+        onLine({
+          index: lines,
+          offset: dataOffset + lineStart,
+          bytes: data.subarray(lineStart, newline),
+        });
+        lines++;
+        lineStart = newline + 1;
+      }
+      carry = data.subarray(lineStart);
+      carryOffset = dataOffset + lineStart;
+      position += length;
+    }
+    if (carry.length > 0) {
+      throw new CorruptSessionError("Committed message bytes do not end with a newline", {
+        file,
+        offset: meta.start + carryOffset,
+        messageIndex: lines,
+      });
+    }
+  } finally {
+    await handle.close();
+  }
+  if (lines !== meta.messageCount) {
+    throw new CorruptSessionError(
+      `Message log holds ${lines} committed lines but its metadata claims ${meta.messageCount}`,
+      { file, messageIndex: lines },
+    );
+  }
+  checkGeneration(hash, meta, file);
+  return { hash, lines };
+}
+
+function checkGeneration(hash: Sha256, meta: StorageMeta, file: string): void {
+  const actual = hash.digestHex();
+  if (actual !== meta.generation) {
+    throw new CorruptSessionError(
+      `Checksum mismatch: committed message bytes hash to ${actual}, metadata says ${meta.generation}; the session is damaged and was not modified`,
+      { file },
+    );
+  }
+}
+
+async function openMessages(fs: FileSystem, file: string) {
+  try {
+    return await fs.open(file);
+  } catch (error) {
+    if (error instanceof NotFound) {
+      throw new CorruptSessionError("Message log is missing but metadata commits messages", {
+        file,
+        cause: error,
+      });
+    }
+    throw error;
+  }
+}
+
+/** Concatenates two byte arrays. */
+export function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
+  const out = new Uint8Array(a.length + b.length);
+  out.set(a, 0);
+  out.set(b, a.length);
+  return out;
+}

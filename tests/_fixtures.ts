@@ -1,0 +1,57 @@
+// Builders of synthetic Loop sessions for tests. Synthetic only: no real cwd or conversation.
+import type { Message } from "../src/loop/records/mod.ts";
+
+let clock = 1_700_000_000_000;
+
+/** A user message with text content. */
+export function user(text: string): Message {
+  return { role: "user", content: text, timestamp: clock++ } as Message;
+}
+
+/** A completed assistant message with text and optional tool calls. */
+export function assistant(text: string, toolCalls: { id: string; name: string }[] = []): Message {
+  return {
+    role: "assistant",
+    content: [
+      { type: "text", text },
+      ...toolCalls.map((call) => ({
+        type: "toolCall",
+        id: call.id,
+        name: call.name,
+        arguments: { path: "a.txt" },
+      })),
+    ],
+    api: "synthetic-api",
+    provider: "synthetic",
+    model: "model-1",
+    usage: { input: 10, output: 20, cacheRead: 0, cacheWrite: 0, totalTokens: 30 },
+    stopReason: toolCalls.length > 0 ? "toolUse" : "stop",
+    timestamp: clock++,
+  } as unknown as Message;
+}
+
+/** A tool result answering `id`. */
+export function toolResult(id: string, name: string, text = "ok"): Message {
+  return {
+    role: "toolResult",
+    toolCallId: id,
+    toolName: name,
+    content: [{ type: "text", text }],
+    isError: false,
+    timestamp: clock++,
+  } as unknown as Message;
+}
+
+/** A conversation of `rounds` user rounds; every other round uses a tool. */
+export function conversation(rounds: number, prefix = "r"): Message[] {
+  const out: Message[] = [];
+  for (let i = 0; i < rounds; i++) {
+    out.push(user(`${prefix}${i} question ✓`));
+    if (i % 2 === 1) {
+      out.push(assistant(`${prefix}${i} calling`, [{ id: `${prefix}call${i}`, name: "read" }]));
+      out.push(toolResult(`${prefix}call${i}`, "read", `${prefix}${i} file body`));
+    }
+    out.push(assistant(`${prefix}${i} answer`));
+  }
+  return out;
+}

@@ -1,0 +1,607 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs } from "../adapters/memory.ts";
+import { sha256Hex } from "../src/port/sha256.ts";
+import {
+  CorruptSessionError,
+  InvalidArgumentError,
+  PendingSaveError,
+  SessionBusyError,
+  SessionCwdError,
+  SessionFormatError,
+  StaleRevisionError,
+  UnsupportedSessionError,
+} from "../src/loop/errors.ts";
+import { SessionStore, workspaceHash } from "../src/loop/store.ts";
+import type { SessionManager } from "../src/loop/session_manager.ts";
+import type { Message } from "../src/loop/records/mod.ts";
+import { assistant, conversation, toolResult, user } from "./_fixtures.ts";
+
+const CWD = "/work/project";
+const AGENT = "/home/user/.loop";
+const text = new TextDecoder();
+
+async function setup(): Promise<{ fs: MemoryFs; store: SessionStore; now: { t: number } }> {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const now = { t: Date.parse("2026-01-02T03:04:05.000Z") };
+  const store = new SessionStore({ fs, agentDir: AGENT, now: () => now.t });
+  return { fs, store, now };
+}
+
+async function readJson(fs: MemoryFs, path: string): Promise<Record<string, unknown>> {
+  return JSON.parse(text.decode(await fs.readFile(path)));
+}
+
+async function saved(store: SessionStore, session: SessionManager): Promise<Message[]> {
+  const other = await store.open(session.getSessionPath(), { readOnly: true });
+  return other.messages;
+}
+
+test("create() writes nothing until the history holds a user message", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit([]);
+  await assert.rejects(fs.lstat(session.getSessionPath()));
+  await session.commit([user("hello")]);
+  const names = (await fs.readDir(session.getSessionPath())).map((e) => e.name);
+  assert.deepEqual(names, ["index.json", "messages.jsonl", "meta.json"]);
+});
+
+test("sessions live in <agentDir>/sessions/<workspace hash>/<uuid>/", async () => {
+  const { store } = await setup();
+  const session = await store.create(CWD);
+  const hash = sha256Hex(new TextEncoder().encode(CWD)).slice(0, 24);
+  assert.equal(workspaceHash(CWD), hash);
+  assert.equal(session.getSessionDir(), `${AGENT}/sessions/${hash}`);
+  assert.match(session.id, /^[0-9a-f-]{36}$/);
+  assert.equal(session.getSessionFile(), `${AGENT}/sessions/${hash}/${session.id}/meta.json`);
+});
+
+test("the workspace hash is taken over the canonical cwd (symlinks resolved)", async () => {
+  const { fs, store } = await setup();
+  await fs.symlink(CWD, "/work/link");
+  const session = await store.create("/work/link");
+  assert.equal(session.getHeader().cwd, CWD);
+  assert.equal(session.getSessionDir(), `${AGENT}/sessions/${workspaceHash(CWD)}`);
+});
+
+test("meta.json holds the committed range and the SHA-256 generation of its bytes", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(2);
+  await session.commit(history);
+  const meta = await readJson(fs, session.getSessionFile());
+  const log = await fs.readFile(`${session.getSessionPath()}/messages.jsonl`);
+  assert.equal(meta.format, "loop-session");
+  assert.equal(meta.version, 3);
+  assert.equal(meta.start, 0);
+  assert.equal(meta.bytes, log.length);
+  assert.equal(meta.messageCount, history.length);
+  assert.equal(meta.generation, sha256Hex(log));
+  assert.equal((meta.header as Record<string, unknown>).version, 2);
+  assert.equal(text.decode(log), history.map((m) => JSON.stringify(m)).join("\n") + "\n");
+});
+
+test("ordinary saves append the new messages and never rewrite earlier bytes", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(2);
+  await session.commit(history);
+  const before = await fs.readFile(`${session.getSessionPath()}/messages.jsonl`);
+  const more = [...history, user("next"), assistant("done")];
+  await session.commit(more);
+  const after = await fs.readFile(`${session.getSessionPath()}/messages.jsonl`);
+  assert.deepEqual(after.subarray(0, before.length), before);
+  const meta = await readJson(fs, session.getSessionFile());
+  assert.equal(meta.start, 0);
+  assert.equal(meta.bytes, after.length);
+  assert.deepEqual(await saved(store, session), more);
+});
+
+test("replacing an earlier message appends a complete new generation and keeps the old bytes", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(2);
+  await session.commit(history);
+  const oldLog = await fs.readFile(`${session.getSessionPath()}/messages.jsonl`);
+  const replaced = [user("edited first question"), ...history.slice(1)];
+  await session.commit(replaced);
+  const log = await fs.readFile(`${session.getSessionPath()}/messages.jsonl`);
+  const meta = await readJson(fs, session.getSessionFile());
+  assert.deepEqual(log.subarray(0, oldLog.length), oldLog);
+  assert.equal(meta.start, oldLog.length);
+  assert.equal(meta.bytes, log.length - oldLog.length);
+  assert.equal(meta.generation, sha256Hex(log.subarray(oldLog.length)));
+  assert.deepEqual(await saved(store, session), replaced);
+});
+
+test("truncating history switches the committed range to a shorter generation", async () => {
+  const { store } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(3);
+  await session.commit(history);
+  const shorter = history.slice(0, 2);
+  await session.commit(shorter);
+  assert.deepEqual(await saved(store, session), shorter);
+  assert.equal(session.getStorageInfo()?.messageCount, 2);
+});
+
+test("an in-place change to the last committed message is detected and saved", async () => {
+  const { store } = await setup();
+  const session = await store.create(CWD);
+  const history = [user("q"), assistant("partial")];
+  await session.commit(history);
+  const last = history[1] as unknown as { content: { text: string }[] };
+  (last.content[0] as { text: string }).text = "complete answer";
+  await session.commit(history);
+  const reopened = await saved(store, session);
+  assert.equal(
+    (reopened[1] as unknown as { content: { text: string }[] }).content[0]?.text,
+    "complete answer",
+  );
+});
+
+test("bytes past the committed range are ignored on open and truncated by the next save", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(1);
+  await session.commit(history);
+  const logPath = `${session.getSessionPath()}/messages.jsonl`;
+  const committed = await fs.readFile(logPath);
+  const handle = await fs.open(logPath, { append: true });
+  await handle.write(new TextEncoder().encode('{"role":"user","content":"torn'));
+  await handle.close();
+  await session.close();
+  const reopened = await store.open(session.getSessionPath());
+  assert.deepEqual(reopened.messages, history);
+  const more = [...history, user("after crash")];
+  await reopened.commit(more);
+  const log = await fs.readFile(logPath);
+  assert.deepEqual(log.subarray(0, committed.length), committed);
+  assert.equal(
+    text.decode(log.subarray(committed.length)),
+    JSON.stringify(more[more.length - 1]) + "\n",
+  );
+});
+
+test("metadata-only commits never rewrite message bytes", async () => {
+  const { fs, store, now } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(1);
+  await session.commit(history);
+  const logPath = `${session.getSessionPath()}/messages.jsonl`;
+  const before = await fs.readFile(logPath);
+  now.t += 1000;
+  const contexts = [{ userTurn: 0, content: "runtime context", timestamp: 5 }];
+  await session.commit(history, contexts as never);
+  assert.deepEqual(await fs.readFile(logPath), before);
+  assert.deepEqual(session.getRuntimeContexts(), contexts);
+  assert.equal(session.getHeader().updatedAt, new Date(now.t).toISOString());
+});
+
+test("omitted optional arguments keep stored metadata; given arrays replace it; empty removes it", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(2);
+  const contexts = [{ userTurn: 0, content: "ctx", timestamp: 1 }];
+  const checkpoints = [{ messageCount: 1, timestamp: 1, sections: { preamble: "hi" } }];
+  await session.commit(history, contexts as never, undefined, {
+    systemPromptCheckpoints: checkpoints as never,
+  });
+  await session.commit([...history, user("more")]);
+  assert.deepEqual(session.getRuntimeContexts(), contexts);
+  assert.deepEqual(session.getSystemPromptCheckpoints(), checkpoints);
+  await session.commit([...history, user("more")], [], undefined, {});
+  assert.deepEqual(session.getRuntimeContexts(), []);
+  assert.deepEqual(session.getSystemPromptCheckpoints(), checkpoints);
+  const header = (await readJson(fs, session.getSessionFile())).header as Record<string, unknown>;
+  assert.equal("runtimeContexts" in header, false);
+});
+
+test("invalid history is rejected before anything is written", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  const logPath = `${session.getSessionPath()}/messages.jsonl`;
+  const before = await fs.readFile(logPath);
+  const bad = [...conversation(1, "x"), assistant("call", [{ id: "c1", name: "read" }])];
+  await assert.rejects(session.commit(bad), SessionFormatError);
+  assert.deepEqual(await fs.readFile(logPath), before);
+  assert.equal(session.hasPendingSave, false);
+});
+
+test("a failed save stays pending, blocks new commits, and flush() retries the same snapshot", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(1);
+  await session.commit(history);
+  await session.markRead(history.length);
+  const next = [...history, user("pending question"), assistant("pending answer")];
+  fs.failAt(fs.operationCount + 4, { error: "EIO", persistent: true });
+  await assert.rejects(session.commit(next));
+  fs.clearFaults();
+  assert.equal(session.hasPendingSave, true);
+  assert.deepEqual(session.messages, next);
+  assert.equal(session.unread, true);
+  assert.equal(session.getHeader().unread, false);
+  await assert.rejects(session.commit(next), PendingSaveError);
+  await assert.rejects(session.markRead(2), PendingSaveError);
+  await session.flush();
+  assert.equal(session.hasPendingSave, false);
+  assert.deepEqual(await saved(store, session), next);
+});
+
+test("commit() sets unread only when new history contains assistant or tool output", async () => {
+  const { store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit([user("q")]);
+  assert.equal(session.unread, false);
+  const history = [
+    user("q"),
+    assistant("a", [{ id: "t", name: "read" }]),
+    toolResult("t", "read"),
+    assistant("b"),
+  ];
+  await session.commit(history);
+  assert.equal(session.unread, true);
+  assert.equal(await session.markRead(history.length), true);
+  assert.equal(session.unread, false);
+  await session.commit(history);
+  assert.equal(session.unread, false);
+  await session.commit([...history, user("again")]);
+  assert.equal(session.unread, false);
+});
+
+test("markRead() accepts only the saved, non-empty count and rejects invalid counts", async () => {
+  const { fs, store, now } = await setup();
+  const session = await store.create(CWD);
+  assert.equal(await session.markRead(0), false);
+  const history = conversation(1);
+  await session.commit(history);
+  const updatedAt = session.getHeader().updatedAt;
+  now.t += 5000;
+  assert.equal(await session.markRead(history.length + 1), false);
+  assert.equal(session.unread, true);
+  assert.equal(await session.markRead(0), false);
+  await assert.rejects(session.markRead(-1), InvalidArgumentError);
+  await assert.rejects(session.markRead(1.5), InvalidArgumentError);
+  assert.equal(await session.markRead(history.length), true);
+  assert.equal(await session.markRead(history.length), true);
+  const header = (await readJson(fs, session.getSessionFile())).header as Record<string, unknown>;
+  assert.equal(header.unread, false);
+  assert.equal(header.updatedAt, updatedAt);
+});
+
+test("setPinned() saves a canonical pin time, keeps it on repeat, removes it on false", async () => {
+  const { fs, store, now } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  const updatedAt = session.getHeader().updatedAt;
+  const logPath = `${session.getSessionPath()}/messages.jsonl`;
+  const log = await fs.readFile(logPath);
+  now.t += 60_000;
+  const pinnedAt = await session.setPinned(true);
+  assert.equal(pinnedAt, new Date(now.t).toISOString());
+  now.t += 60_000;
+  assert.equal(await session.setPinned(true), pinnedAt);
+  const header = (await readJson(fs, session.getSessionFile())).header as Record<string, unknown>;
+  assert.equal(header.pinnedAt, pinnedAt);
+  assert.equal(header.updatedAt, updatedAt);
+  assert.equal(await session.setPinned(false), undefined);
+  assert.equal(
+    "pinnedAt" in ((await readJson(fs, session.getSessionFile())).header as object),
+    false,
+  );
+  assert.deepEqual(await fs.readFile(logPath), log);
+  await assert.rejects(session.setPinned("yes" as unknown as boolean), InvalidArgumentError);
+});
+
+test("pinning a draft writes nothing, and its first save carries the pin", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  const pinnedAt = await session.setPinned(true);
+  await assert.rejects(fs.lstat(session.getSessionPath()));
+  await session.commit([user("first")]);
+  const header = (await readJson(fs, session.getSessionFile())).header as Record<string, unknown>;
+  assert.equal(header.pinnedAt, pinnedAt);
+});
+
+test("a failed pin write leaves the header unchanged and can be retried", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  fs.failAt(fs.operationCount + 1, { error: "ENOSPC", persistent: true });
+  await assert.rejects(session.setPinned(true));
+  fs.clearFaults();
+  assert.equal(session.getHeader().pinnedAt, undefined);
+  assert.equal((await readJson(fs, session.getSessionFile())).header !== undefined, true);
+  const pinnedAt = await session.setPinned(true);
+  assert.equal(session.getHeader().pinnedAt, pinnedAt);
+});
+
+test("a pin set while a save is pending is kept by the flushed save", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(1);
+  await session.commit(history);
+  fs.failAt(fs.operationCount + 3, { error: "EIO", persistent: true });
+  await assert.rejects(session.commit([...history, user("q2")]));
+  fs.clearFaults();
+  const pinnedAt = await session.setPinned(true);
+  await session.flush();
+  const reopened = await store.open(session.getSessionPath(), { readOnly: true });
+  assert.equal(reopened.getHeader().pinnedAt, pinnedAt);
+  assert.equal(reopened.messages.length, history.length + 1);
+});
+
+test("setTitle() keeps activity timestamps; setModel() updates them and drops default effort", async () => {
+  const { fs, store, now } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  const updatedAt = session.getHeader().updatedAt;
+  now.t += 1000;
+  await session.setTitle({ text: "Fix the parser", source: "user", messageIndices: [0] });
+  let header = (await readJson(fs, session.getSessionFile())).header as Record<string, unknown>;
+  assert.deepEqual(header.title, { text: "Fix the parser", source: "user", messageIndices: [0] });
+  assert.equal(header.updatedAt, updatedAt);
+  await assert.rejects(
+    session.setTitle({ text: " padded ", source: "user", messageIndices: [] }),
+    SessionFormatError,
+  );
+  await session.setModel({ provider: "p", id: "m", effort: "default" });
+  header = (await readJson(fs, session.getSessionFile())).header as Record<string, unknown>;
+  assert.deepEqual(header.model, { provider: "p", id: "m" });
+  assert.equal(header.updatedAt, new Date(now.t).toISOString());
+  await assert.rejects(session.setModel({ provider: "p", id: "m", effort: "turbo" as never }));
+});
+
+test("getHeader() derives a fallback title without writing it", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit([
+    user("  Please   fix the flaky login test today now ok thanks  "),
+    assistant("ok"),
+  ]);
+  const header = session.getHeader();
+  assert.equal(header.title?.source, "fallback");
+  assert.deepEqual(header.title?.messageIndices, [0]);
+  const stored = (await readJson(fs, session.getSessionFile())).header as Record<string, unknown>;
+  assert.equal("title" in stored, false);
+});
+
+test("index.json records the generation and each user round's index and byte offset", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(3);
+  await session.commit(history);
+  const index = await readJson(fs, `${session.getSessionPath()}/index.json`);
+  const meta = await readJson(fs, session.getSessionFile());
+  assert.equal(index.generation, meta.generation);
+  const lines = history.map((m) => JSON.stringify(m) + "\n");
+  const expected: { messageIndex: number; byteOffset: number }[] = [];
+  let offset = 0;
+  history.forEach((m, i) => {
+    if (m.role === "user") expected.push({ messageIndex: i, byteOffset: offset });
+    offset += new TextEncoder().encode(lines[i]).length;
+  });
+  assert.deepEqual(index.rounds, expected);
+});
+
+test("readHistory() pages the latest three user rounds, then earlier ones by `before`", async () => {
+  const { store } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(5);
+  await session.commit(history);
+  const starts = history.flatMap((m, i) => (m.role === "user" ? [i] : []));
+  const page = await session.readHistory();
+  assert.equal(page.total, history.length);
+  assert.equal(page.start, starts[2]);
+  assert.equal(page.end, history.length);
+  assert.deepEqual(page.messages, history.slice(starts[2]));
+  assert.equal(page.revision, session.getStorageInfo()?.generation);
+  const earlier = await session.readHistory(page.start, page.revision);
+  assert.equal(earlier.start, 0);
+  assert.equal(earlier.end, starts[2]);
+  assert.deepEqual(earlier.messages, history.slice(0, starts[2]));
+  await assert.rejects(session.readHistory((starts[2] as number) + 1), InvalidArgumentError);
+  await assert.rejects(session.readHistory(history.length + 1), InvalidArgumentError);
+  const empty = await session.readHistory(0);
+  assert.deepEqual([empty.start, empty.end, empty.messages.length], [0, 0, 0]);
+});
+
+test("readHistory() with an old revision rejects with StaleRevisionError", async () => {
+  const { store } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(2);
+  await session.commit(history);
+  const { revision } = await session.readHistory();
+  await session.commit([...history, user("new")]);
+  await assert.rejects(session.readHistory(undefined, revision), StaleRevisionError);
+});
+
+test("readHistory() reads only the page's byte range of the log", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(40));
+  await session.readHistory();
+  const logPath = `${session.getSessionPath()}/messages.jsonl`;
+  const size = (await fs.stat(logPath)).size;
+  const reads: number[] = [];
+  const original = fs.open.bind(fs);
+  fs.open = async (path, options) => {
+    const handle = await original(path, options);
+    if (path !== logPath) return handle;
+    const read = handle.read.bind(handle);
+    handle.read = async (offset: number, length: number) => {
+      reads.push(length);
+      return await read(offset, length);
+    };
+    return handle;
+  };
+  const readFile = fs.readFile.bind(fs);
+  fs.readFile = async (path) => {
+    assert.notEqual(path, logPath, "page reads must not read the whole log");
+    return await readFile(path);
+  };
+  await session.readHistory();
+  assert.equal(reads.length, 1);
+  assert.ok((reads[0] as number) < size / 5);
+});
+
+test("unsaved drafts and pending snapshots page their in-memory messages", async () => {
+  const { store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit([assistant("greeting")]);
+  const page = await session.readHistory();
+  assert.equal(page.revision, "");
+  assert.equal(page.total, 1);
+});
+
+for (const damage of ["missing", "truncated", "malformed", "stale"] as const) {
+  test(`a ${damage} index.json is rebuilt on the next page read and equals a fresh build`, async () => {
+    const { fs, store } = await setup();
+    const session = await store.create(CWD);
+    const history = conversation(4);
+    await session.commit(history);
+    const indexPath = `${session.getSessionPath()}/index.json`;
+    const fresh = await fs.readFile(indexPath);
+    if (damage === "missing") await fs.remove(indexPath);
+    if (damage === "truncated") await fs.writeFile(indexPath, fresh.subarray(0, 20));
+    if (damage === "malformed") {
+      await fs.writeFile(indexPath, new TextEncoder().encode('{"rounds": 5}'));
+    }
+    if (damage === "stale") {
+      const stale = JSON.parse(text.decode(fresh));
+      stale.generation = "0".repeat(64);
+      await fs.writeFile(indexPath, new TextEncoder().encode(JSON.stringify(stale)));
+    }
+    await session.close();
+    const reopened = await store.open(session.getSessionPath());
+    const page = await reopened.readHistory();
+    assert.deepEqual(page.messages, history.slice(page.start));
+    assert.deepEqual(await fs.readFile(indexPath), fresh);
+  });
+}
+
+test("open() reports a log shorter than its committed range and modifies nothing", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(2));
+  await session.close();
+  const logPath = `${session.getSessionPath()}/messages.jsonl`;
+  const log = await fs.readFile(logPath);
+  await fs.writeFile(logPath, log.subarray(0, log.length - 3));
+  const before = fs.snapshotTree?.();
+  await assert.rejects(store.open(session.getSessionPath()), CorruptSessionError);
+  assert.deepEqual(fs.snapshotTree?.(), before);
+});
+
+test("open() reports a checksum mismatch inside the committed range", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(2));
+  await session.close();
+  const logPath = `${session.getSessionPath()}/messages.jsonl`;
+  const log = await fs.readFile(logPath);
+  const damaged = log.slice();
+  damaged[10] = damaged[10] === 0x41 ? 0x42 : 0x41;
+  await fs.writeFile(logPath, damaged);
+  await assert.rejects(store.open(session.getSessionPath()), (error: unknown) => {
+    assert.ok(error instanceof CorruptSessionError);
+    assert.equal(error.file, logPath);
+    return true;
+  });
+  assert.deepEqual(await fs.readFile(logPath), damaged);
+});
+
+test("open() requires the session's cwd to still exist", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  await session.close();
+  await fs.remove(CWD, { recursive: true });
+  await assert.rejects(store.open(session.getSessionPath()), SessionCwdError);
+});
+
+test("open() rejects unsupported storage versions and malformed meta.json with typed errors", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  await session.close();
+  const metaPath = session.getSessionFile();
+  const meta = await readJson(fs, metaPath);
+  await fs.writeFile(metaPath, new TextEncoder().encode(JSON.stringify({ ...meta, version: 4 })));
+  await assert.rejects(store.open(metaPath), UnsupportedSessionError);
+  await fs.writeFile(metaPath, new TextEncoder().encode("{not json"));
+  await assert.rejects(store.open(metaPath), (error: unknown) => {
+    assert.ok(error instanceof SessionFormatError);
+    assert.equal(error.file, metaPath);
+    return true;
+  });
+  await fs.writeFile(metaPath, new TextEncoder().encode(JSON.stringify({ ...meta, bytes: -1 })));
+  await assert.rejects(store.open(metaPath), (error: unknown) => {
+    assert.ok(error instanceof SessionFormatError);
+    assert.equal(error.path, "bytes");
+    return true;
+  });
+});
+
+test("saves enforce 0700 directories and 0600 files even when they existed with wider modes", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  await session.close();
+  const dir = session.getSessionPath();
+  await fs.chmod(dir, 0o755);
+  await fs.chmod(session.getSessionDir(), 0o755);
+  for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
+    await fs.chmod(`${dir}/${name}`, 0o644);
+  }
+  const reopened = await store.open(dir);
+  await reopened.commit([...reopened.messages, user("more")]);
+  assert.equal((await fs.stat(dir)).mode, 0o700);
+  assert.equal((await fs.stat(session.getSessionDir())).mode, 0o700);
+  for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
+    assert.equal((await fs.stat(`${dir}/${name}`)).mode, 0o600, name);
+  }
+});
+
+test("concurrent calls from one process are serialized in call order", async () => {
+  const { store } = await setup();
+  const session = await store.create(CWD);
+  const h1 = conversation(1);
+  const h2 = [...h1, user("two")];
+  const h3 = [...h2, assistant("three")];
+  await Promise.all([
+    session.commit(h1),
+    session.setPinned(true),
+    session.commit(h2),
+    session.commit(h3),
+  ]);
+  const reopened = await store.open(session.getSessionPath(), { readOnly: true });
+  assert.deepEqual(reopened.messages, h3);
+  assert.notEqual(reopened.getHeader().pinnedAt, undefined);
+});
+
+test("a second writable manager for the same session in one process is refused", async () => {
+  const { store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  await assert.rejects(store.open(session.getSessionPath()), SessionBusyError);
+  const reader = await store.open(session.getSessionPath(), { readOnly: true });
+  await assert.rejects(reader.commit(reader.messages));
+  await session.close();
+  const writer = await store.open(session.getSessionPath());
+  await writer.commit([...writer.messages, user("ok")]);
+});
+
+test("a symlink planted at the session directory is refused", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  await session.close();
+  await fs.rename(session.getSessionPath(), "/elsewhere");
+  await fs.symlink("/elsewhere", session.getSessionPath());
+  await assert.rejects(store.open(session.getSessionPath()), SessionFormatError);
+});
