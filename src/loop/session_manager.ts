@@ -202,6 +202,8 @@ export interface SessionManagerInit {
   readonly collectionDir: string;
   /** Open without claiming the writer slot; every write then rejects. */
   readonly readOnly?: boolean;
+  /** Called once by `close()` after the manager released its resources (e.g. a writer lock). */
+  readonly onClose?: () => Promise<void>;
 }
 
 /**
@@ -214,6 +216,7 @@ export class SessionManager {
   readonly #dir: string;
   readonly #collectionDir: string;
   readonly #readOnly: boolean;
+  readonly #onClose: (() => Promise<void>) | undefined;
   readonly #queue = new SerialQueue();
   #committed: Committed;
   #pending: PendingCommit | undefined;
@@ -235,6 +238,7 @@ export class SessionManager {
     this.#dir = init.dir;
     this.#collectionDir = init.collectionDir;
     this.#readOnly = init.readOnly === true;
+    this.#onClose = init.onClose;
     this.#committed = committed;
     if (!this.#readOnly) claimWriter(this.#fs, this.#dir, this);
   }
@@ -1079,6 +1083,7 @@ export class SessionManager {
         await this.#dropLog();
       } finally {
         if (!this.#readOnly) releaseWriter(this.#fs, this.#dir, this);
+        await this.#onClose?.();
       }
     });
   }

@@ -79,8 +79,14 @@ export interface RoundIndex {
 
 const byteCount = v.pipe(v.number(), v.safeInteger(), v.minValue(0));
 
+/** The shape `StorageMetaSchema` checks (the header is left to `parseSessionHeader`). */
+export interface StorageEnvelope extends Omit<StorageMeta, "header"> {
+  /** The header, validated separately. */
+  readonly header: unknown;
+}
+
 /** The valibot schema of meta.json's envelope (the header is checked by `parseSessionHeader`). */
-export const StorageMetaSchema = v.object({
+export const StorageMetaSchema: v.GenericSchema<unknown, StorageEnvelope> = v.object({
   format: v.literal(STORAGE_FORMAT),
   version: v.literal(STORAGE_VERSION),
   header: v.unknown(),
@@ -91,7 +97,7 @@ export const StorageMetaSchema = v.object({
 });
 
 /** The valibot schema of index.json. */
-export const RoundIndexSchema = v.object({
+export const RoundIndexSchema: v.GenericSchema<unknown, RoundIndex> = v.object({
   format: v.literal(INDEX_FORMAT),
   version: v.literal(INDEX_VERSION),
   generation: v.pipe(v.string(), v.regex(SHA256_HEX)),

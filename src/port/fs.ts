@@ -6,7 +6,8 @@
  *
  * Paths are absolute POSIX paths (`/a/b/c`). Adapters never follow symlinks unless a call
  * says so (`stat`, `realPath`, `open`, `readFile`, `writeFile` follow them like POSIX does;
- * `lstat`, `readDir`, `remove` and `rename` do not).
+ * `lstat`, `remove` and `rename` do not; `readDir` follows the path itself but never the entries it
+ * lists).
  *
  * @module
  */

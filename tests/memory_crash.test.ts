@@ -1,0 +1,619 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import {
+  type CrashOptions,
+  MemoryFs,
+  type RecoveredAs,
+  SimulatedCrash,
+  type TailMode,
+} from "../adapters/memory.ts";
+import { FsIoError, NotFound, PermissionDenied } from "../src/port/errors.ts";
+import { atomicReplace } from "../src/port/durable.ts";
+import { dirname } from "../src/port/path.ts";
+import type { FileSystem } from "../src/port/fs.ts";
+
+const encoder = new TextEncoder();
+
+function bytes(text: string): Uint8Array {
+  return encoder.encode(text);
+}
+
+/** The bytes at `path`, or undefined when nothing is there. */
+async function readOrNothing(fs: FileSystem, path: string): Promise<Uint8Array | undefined> {
+  try {
+    return await fs.readFile(path);
+  } catch (error) {
+    if (error instanceof NotFound) return undefined;
+    throw error;
+  }
+}
+
+/** Appends `data` to `path` through a fresh handle, optionally syncing it. */
+async function append(
+  fs: FileSystem,
+  path: string,
+  data: Uint8Array,
+  sync: boolean,
+): Promise<void> {
+  const handle = await fs.open(path, { append: true, create: true });
+  await handle.write(data);
+  if (sync) await handle.sync();
+  await handle.close();
+}
+
+/** The live state strictly as made durable: committed entries and synced bytes only. */
+function durableState(fs: MemoryFs): Record<string, string> {
+  return fs.crash({ tailMode: "none", extraJournal: "none" }).snapshotTree();
+}
+
+test("an unsynced write is lost and a synced one survives a crash", async () => {
+  const fs = new MemoryFs();
+  await fs.writeFile("/log", new Uint8Array(0));
+  fs.syncAll();
+  await append(fs, "/log", bytes("synced;"), true);
+  await append(fs, "/log", bytes("unsynced"), false);
+  const recovered = fs.crash({ seed: 7, tailMode: "none" });
+  assert.deepEqual(await recovered.readFile("/log"), bytes("synced;"));
+  assert.equal(recovered.crashReport?.files["/log"], "none");
+});
+
+test("closing a file syncs nothing", async () => {
+  const fs = new MemoryFs();
+  await fs.writeFile("/f", bytes("data"));
+  await fs.syncDir("/");
+  const recovered = fs.crash({ tailMode: "none", extraJournal: "none" });
+  assert.deepEqual(await recovered.readFile("/f"), new Uint8Array(0));
+});
+
+test("a file created and synced whose directory entry was never synced is gone after a crash", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/d");
+  fs.syncAll();
+  const handle = await fs.open("/d/new", { createNew: true, write: true });
+  await handle.write(bytes("content"));
+  await handle.sync();
+  await handle.close();
+  const lost = fs.crash({ seed: 1, extraJournal: "none" });
+  await assert.rejects(lost.stat("/d/new"), NotFound);
+  assert.deepEqual(lost.snapshotTree(), { d: "dir 755" });
+
+  // The entry was in the journal: when the journal commits it by itself, the synced data is there.
+  const lucky = fs.crash({ seed: 1, extraJournal: "all" });
+  assert.deepEqual(await lucky.readFile("/d/new"), bytes("content"));
+
+  await fs.syncDir("/d");
+  const kept = fs.crash({ seed: 1, extraJournal: "none", tailMode: "none" });
+  assert.deepEqual(await kept.readFile("/d/new"), bytes("content"));
+});
+
+test("a rename without a directory sync may be lost, and syncing either parent keeps it", async () => {
+  const setup = async (): Promise<MemoryFs> => {
+    const fs = new MemoryFs();
+    await fs.mkdir("/from");
+    await fs.mkdir("/to");
+    await fs.writeFile("/from/file", bytes("F"));
+    fs.syncAll();
+    await fs.rename("/from/file", "/to/file");
+    return fs;
+  };
+  const unsynced = await setup();
+  const lost = unsynced.crash({ extraJournal: "none" });
+  assert.deepEqual(await lost.readFile("/from/file"), bytes("F"));
+  await assert.rejects(lost.stat("/to/file"), NotFound);
+
+  for (const parent of ["/from", "/to"]) {
+    const fs = await setup();
+    await fs.syncDir(parent);
+    for (let seed = 0; seed < 5; seed++) {
+      const recovered = fs.crash({ seed, extraJournal: "none" });
+      assert.deepEqual(await recovered.readFile("/to/file"), bytes("F"), `syncDir(${parent})`);
+      await assert.rejects(recovered.stat("/from/file"), NotFound);
+    }
+  }
+});
+
+test("syncDir() commits the journal prefix up to the directory's last operation, not beyond", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/a");
+  await fs.mkdir("/b");
+  fs.syncAll();
+  await fs.writeFile("/a/first", bytes(""));
+  await fs.writeFile("/b/second", bytes(""));
+  await fs.writeFile("/a/third", bytes(""));
+  await fs.syncDir("/b");
+  assert.deepEqual(Object.keys(durableState(fs)), ["a", "a/first", "b", "b/second"]);
+  await fs.syncDir("/a");
+  assert.deepEqual(Object.keys(durableState(fs)), ["a", "a/first", "a/third", "b", "b/second"]);
+});
+
+test("a new directory's entries need the parent synced too: syncing the directory alone is not enough", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/dir");
+  await fs.syncDir("/dir");
+  assert.deepEqual(durableState(fs), {});
+  await fs.writeFile("/dir/f", bytes(""));
+  await fs.syncDir("/dir");
+  // The ordered journal committed the mkdir because it came before the create.
+  assert.deepEqual(Object.keys(durableState(fs)), ["dir", "dir/f"]);
+});
+
+test("chmod() is journaled: an uncommitted mode change is lost, a committed one survives", async () => {
+  const fs = new MemoryFs();
+  await fs.writeFile("/f", bytes(""), { mode: 0o644 });
+  fs.syncAll();
+  await fs.chmod("/f", 0o600);
+  assert.equal((await fs.crash({ extraJournal: "none" }).stat("/f")).mode, 0o644);
+  assert.equal((await fs.crash({ extraJournal: "all" }).stat("/f")).mode, 0o600);
+  await fs.mkdir("/later");
+  await fs.syncDir("/");
+  assert.equal((await fs.crash({ extraJournal: "none" }).stat("/f")).mode, 0o600);
+});
+
+test("syncDir() of a directory commits a chmod of that directory", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/private");
+  fs.syncAll();
+  await fs.chmod("/private", 0o700);
+  assert.equal((await fs.crash({ extraJournal: "none" }).stat("/private")).mode, 0o755);
+  await fs.syncDir("/private");
+  assert.equal((await fs.crash({ extraJournal: "none" }).stat("/private")).mode, 0o700);
+});
+
+test("a crash replays a prefix of the uncommitted journal, and every prefix length occurs", async () => {
+  const fs = new MemoryFs();
+  const names = ["a", "b", "c", "d"];
+  for (const name of names) await fs.writeFile(`/${name}`, bytes(name));
+  const seen = new Set<number>();
+  for (let seed = 0; seed < 200; seed++) {
+    const recovered = fs.crash(seed);
+    const present = (await recovered.readDir("/")).map((e) => e.name);
+    assert.deepEqual(present, names.slice(0, present.length), `seed ${seed} replays a prefix`);
+    assert.equal(recovered.crashReport?.journalReplayed, present.length);
+    assert.equal(recovered.crashReport?.journalPending, 4);
+    seen.add(present.length);
+  }
+  assert.deepEqual([...seen].sort(), [0, 1, 2, 3, 4]);
+});
+
+/** A file with 6 synced bytes and 10 unsynced bytes appended after them. */
+async function tornFile(): Promise<{ fs: MemoryFs; durable: Uint8Array; live: Uint8Array }> {
+  const fs = new MemoryFs();
+  await append(fs, "/log", bytes("head;\n"), true);
+  await fs.syncDir("/");
+  await append(fs, "/log", bytes("tail-bytes"), false);
+  return { fs, durable: bytes("head;\n"), live: bytes("head;\ntail-bytes") };
+}
+
+/** Asserts that `data` is what tail mode `mode` makes of the durable bytes and the live bytes. */
+function assertTail(mode: RecoveredAs, data: Uint8Array, durable: Uint8Array, live: Uint8Array) {
+  const tail = live.subarray(durable.length);
+  const got = data.subarray(durable.length);
+  if (mode !== "none") assert.deepEqual(data.subarray(0, durable.length), durable, "durable kept");
+  switch (mode) {
+    case "none":
+      assert.deepEqual(data, durable);
+      return;
+    case "whole":
+      assert.deepEqual(data, live);
+      return;
+    case "short":
+      assert.ok(got.length > 0 && got.length < tail.length, `cut at ${got.length}`);
+      assert.deepEqual(got, tail.subarray(0, got.length));
+      return;
+    case "zeros":
+      assert.deepEqual(got, new Uint8Array(tail.length));
+      return;
+    case "garbage":
+      assert.equal(got.length, tail.length);
+      assert.notEqual(got[0], tail[0], "garbage never starts like the real tail");
+      assert.notEqual(got[0], 0, "garbage never starts like zeros");
+      return;
+    default:
+      assert.fail(`unexpected recovery ${mode}`);
+  }
+}
+
+test("the torn tail comes back in each of its modes for some seed", async () => {
+  const { fs, durable, live } = await tornFile();
+  const seeds = new Map<RecoveredAs, number>();
+  for (let seed = 0; seed < 500 && seeds.size < 5; seed++) {
+    const recovered = fs.crash(seed);
+    const mode = recovered.crashReport?.files["/log"];
+    assert.ok(mode !== undefined, `seed ${seed}: the file survives (its entry was committed)`);
+    assertTail(mode, await recovered.readFile("/log"), durable, live);
+    if (!seeds.has(mode)) seeds.set(mode, seed);
+  }
+  assert.deepEqual([...seeds.keys()].sort(), ["garbage", "none", "short", "whole", "zeros"]);
+});
+
+test("a forced tail mode applies exactly", async () => {
+  const { fs, durable, live } = await tornFile();
+  const modes: TailMode[] = ["none", "whole", "short", "zeros", "garbage"];
+  for (const tailMode of modes) {
+    for (let seed = 0; seed < 20; seed++) {
+      const recovered = fs.crash({ seed, tailMode });
+      assert.equal(recovered.crashReport?.files["/log"], tailMode);
+      assertTail(tailMode, await recovered.readFile("/log"), durable, live);
+    }
+  }
+});
+
+test("garbage tails differ between seeds and are not the real bytes", async () => {
+  const { fs, live } = await tornFile();
+  const tails = new Set<string>();
+  for (let seed = 0; seed < 20; seed++) {
+    const data = await fs.crash({ seed, tailMode: "garbage" }).readFile("/log");
+    assert.notDeepEqual(data, live);
+    tails.add(data.join(","));
+  }
+  assert.ok(tails.size >= 19, `only ${tails.size} distinct garbage tails in 20 seeds`);
+});
+
+test("a file rewritten since its last sync comes back as its durable or its live bytes", async () => {
+  const fs = new MemoryFs();
+  await fs.writeFile("/meta", bytes("version-1"));
+  fs.syncAll();
+  const handle = await fs.open("/meta", { write: true });
+  await handle.write(bytes("VERSION-2 longer"));
+  await handle.close();
+  const outcomes = new Map<string, string>();
+  for (let seed = 0; seed < 50; seed++) {
+    const recovered = fs.crash(seed);
+    const as = recovered.crashReport?.files["/meta"] ?? "missing";
+    outcomes.set(as, new TextDecoder().decode(await recovered.readFile("/meta")));
+  }
+  assert.deepEqual(Object.fromEntries(outcomes), {
+    durable: "version-1",
+    live: "VERSION-2 longer",
+  });
+  assert.deepEqual(
+    await fs.crash({ seed: 1, rewriteMode: "live" }).readFile("/meta"),
+    bytes("VERSION-2 longer"),
+  );
+  assert.deepEqual(await fs.crash({ tailMode: "none" }).readFile("/meta"), bytes("version-1"));
+});
+
+test("a file truncated below its synced length counts as rewritten, not as a torn tail", async () => {
+  const fs = new MemoryFs();
+  await fs.writeFile("/f", bytes("0123456789"));
+  fs.syncAll();
+  const handle = await fs.open("/f", { write: true });
+  await handle.truncate(4);
+  await handle.write(bytes("ab"));
+  await handle.close();
+  assert.deepEqual(await fs.crash({ rewriteMode: "durable" }).readFile("/f"), bytes("0123456789"));
+  assert.deepEqual(await fs.crash({ rewriteMode: "live" }).readFile("/f"), bytes("ab23"));
+});
+
+test("crash() is deterministic per seed and leaves the crashed filesystem unchanged", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/d");
+  await append(fs, "/d/a", bytes("aaaa"), true);
+  await fs.syncDir("/d");
+  await append(fs, "/d/a", bytes("more-a"), false);
+  await append(fs, "/d/b", bytes("bbbb"), false);
+  await fs.rename("/d/b", "/d/c");
+  const live = fs.snapshotTree();
+  const outcomes = new Set<string>();
+  for (let seed = 0; seed < 30; seed++) {
+    const first = fs.crash(seed);
+    const again = fs.crash(seed);
+    assert.deepEqual(again.snapshotTree(), first.snapshotTree(), `seed ${seed}`);
+    assert.deepEqual(again.crashReport, first.crashReport);
+    outcomes.add(JSON.stringify(first.snapshotTree()));
+  }
+  assert.ok(outcomes.size > 3, `only ${outcomes.size} distinct outcomes`);
+  assert.deepEqual(fs.snapshotTree(), live);
+});
+
+test("a recovered filesystem is fully durable: crashing it again changes nothing", async () => {
+  const { fs } = await tornFile();
+  await fs.writeFile("/pending", bytes("p"));
+  for (let seed = 0; seed < 10; seed++) {
+    const recovered = fs.crash(seed);
+    const state = recovered.snapshotTree();
+    assert.deepEqual(recovered.crash({ seed: seed + 100 }).snapshotTree(), state);
+    assert.equal(recovered.operationCount, 0);
+  }
+});
+
+test("a crash that keeps the whole journal and whole tails is a process crash: the live state", async () => {
+  const { fs } = await tornFile();
+  await fs.mkdir("/x/y", { recursive: true });
+  await fs.writeFile("/x/y/z", bytes("z"));
+  await fs.rename("/x/y", "/x/w");
+  await fs.chmod("/x", 0o700);
+  const recovered = fs.crash({ seed: 5, tailMode: "whole", extraJournal: "all" });
+  assert.deepEqual(recovered.snapshotTree(), fs.snapshotTree());
+});
+
+test("syncAll() makes the whole live state durable", async () => {
+  const { fs } = await tornFile();
+  await fs.mkdir("/x");
+  await fs.writeFile("/x/f", bytes("f"));
+  fs.syncAll();
+  for (let seed = 0; seed < 10; seed++) {
+    const options: CrashOptions = { seed, tailMode: "garbage", extraJournal: "none" };
+    assert.deepEqual(fs.crash(options).snapshotTree(), fs.snapshotTree());
+  }
+});
+
+test("clone() is independent of the original in live state, durable state and journal", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/d");
+  await append(fs, "/d/f", bytes("synced"), true);
+  await fs.syncDir("/d");
+  await append(fs, "/d/f", bytes("+tail"), false);
+  await fs.writeFile("/d/pending", bytes("p"));
+  const copy = fs.clone();
+  assert.deepEqual(copy.snapshotTree(), fs.snapshotTree());
+  assert.deepEqual(durableState(copy), durableState(fs));
+
+  await append(copy, "/d/f", bytes("+copy"), true);
+  await copy.syncDir("/d");
+  await copy.writeFile("/d/copy-only", bytes("c"));
+  assert.equal(await readOrNothing(fs, "/d/copy-only"), undefined);
+  assert.deepEqual(await fs.readFile("/d/f"), bytes("synced+tail"));
+  assert.deepEqual(durableState(fs), { d: "dir 755", "d/f": 'file 644 "synced"' });
+  assert.deepEqual(durableState(copy), {
+    d: "dir 755",
+    "d/f": 'file 644 "synced+tail+copy"',
+    "d/pending": 'file 644 ""',
+  });
+
+  await fs.writeFile("/d/f", bytes("original changed"));
+  assert.deepEqual(await copy.readFile("/d/f"), bytes("synced+tail+copy"));
+});
+
+test("clone() copies file bytes: an in-place write on either side stays on that side", async () => {
+  const fs = new MemoryFs();
+  await fs.writeFile("/f", bytes("abcdef"));
+  await fs.syncDir("/");
+  const copy = fs.clone();
+  const handle = await fs.open("/f", { write: true });
+  await handle.write(bytes("XY"));
+  await handle.sync();
+  await handle.close();
+  const other = await copy.open("/f", { write: true });
+  await other.write(bytes("Z"));
+  await other.close();
+  assert.deepEqual(await fs.readFile("/f"), bytes("XYcdef"));
+  assert.deepEqual(await copy.readFile("/f"), bytes("Zbcdef"));
+  assert.deepEqual(durableState(copy), { f: 'file 644 ""' });
+});
+
+test("clone() starts with a zero count and copies no faults or crash point", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/d");
+  fs.failAt(fs.operationCount + 1, { persistent: true });
+  const copy = fs.clone();
+  assert.equal(copy.operationCount, 0);
+  assert.deepEqual(copy.operationLog, []);
+  await copy.stat("/d");
+  await assert.rejects(fs.stat("/d"), FsIoError);
+  fs.clearFaults();
+  fs.crashAfter(fs.operationCount);
+  const second = fs.clone();
+  await second.stat("/d");
+  await assert.rejects(fs.stat("/d"), SimulatedCrash);
+});
+
+test("failAt(n) fails exactly the n-th operation once, with no effect, and the next call succeeds", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/d"); // operation 1
+  fs.failAt(3, { error: "ENOSPC" });
+  await fs.writeFile("/d/a", bytes("a")); // 2
+  const error = await fs.writeFile("/d/b", bytes("b")).catch((e: unknown) => e); // 3
+  assert.ok(error instanceof FsIoError);
+  assert.equal(error.code, "ENOSPC");
+  assert.equal(error.syscall, "writeFile");
+  assert.equal(error.path, "/d/b");
+  assert.equal(await readOrNothing(fs, "/d/b"), undefined); // 4
+  await fs.writeFile("/d/b", bytes("b")); // 5
+  assert.deepEqual(Object.keys(fs.snapshotTree()), ["d", "d/a", "d/b"]);
+  assert.equal(fs.operationCount, 5);
+});
+
+test("a persistent fault fails its operation and every later one until cleared", async () => {
+  const fs = new MemoryFs();
+  fs.failAt(2, { persistent: true, error: "EACCES" });
+  await fs.mkdir("/d");
+  for (let i = 0; i < 3; i++) {
+    await assert.rejects(fs.writeFile(`/d/${i}`, bytes("x")), PermissionDenied);
+  }
+  await assert.rejects(fs.stat("/d"), PermissionDenied);
+  fs.clearFaults();
+  await fs.writeFile("/d/ok", bytes("x"));
+  assert.deepEqual(Object.keys(fs.snapshotTree()), ["d", "d/ok"]);
+});
+
+test("a fault filtered to some operations fails only those", async () => {
+  const fs = new MemoryFs();
+  fs.failAt(1, { ops: ["sync"], persistent: true });
+  const handle = await fs.open("/f", { createNew: true, write: true });
+  await handle.write(bytes("data"));
+  await assert.rejects(handle.sync(), (e: unknown) => e instanceof FsIoError && e.code === "EIO");
+  await assert.rejects(handle.sync(), (e: unknown) => e instanceof FsIoError && e.code === "EIO");
+  await handle.close();
+  await fs.syncDir("/");
+  // The failed syncs made nothing durable.
+  assert.deepEqual(durableState(fs), { f: 'file 644 ""' });
+
+  const once = new MemoryFs();
+  once.failAt(1, { ops: ["rename"] });
+  await once.writeFile("/a", bytes("a"));
+  await assert.rejects(once.rename("/a", "/b"), FsIoError);
+  await once.rename("/a", "/b");
+  assert.deepEqual(once.snapshotTree(), { b: 'file 644 "a"' });
+});
+
+/** A script touching every kind of operation, on a filesystem with a synced baseline. */
+async function script(fs: FileSystem): Promise<void> {
+  await fs.mkdir("/w/sub", { recursive: true });
+  const handle = await fs.open("/w/log", { append: true, createNew: true });
+  await handle.write(bytes("one;"));
+  await handle.sync();
+  await handle.write(bytes("two;"));
+  await handle.truncate(6);
+  await handle.stat();
+  await handle.read(0, 4);
+  await handle.close();
+  await fs.syncDir("/w");
+  await fs.writeFile("/w/sub/f", bytes("f"));
+  await fs.chmod("/w/sub/f", 0o600);
+  await fs.symlink("../log", "/w/sub/link");
+  await fs.rename("/w/sub/f", "/w/g");
+  await fs.utime("/w/g", 5);
+  await fs.syncDir("/w/sub");
+  await fs.readDir("/w");
+  await fs.remove("/base/old");
+  await fs.remove("/w/sub", { recursive: true });
+  await fs.syncDir("/");
+}
+
+async function baseline(): Promise<MemoryFs> {
+  const fs = new MemoryFs({ now: () => 1 });
+  await fs.mkdir("/base");
+  await fs.writeFile("/base/old", bytes("old"));
+  fs.syncAll();
+  return fs;
+}
+
+test("an injected fault at any operation of a script has no effect, live or durable", async () => {
+  const base = await baseline();
+  let total = 0;
+  for (let n = 1;; n++) {
+    // The state after exactly n - 1 operations, as the reference.
+    const reference = base.clone();
+    reference.crashAfter(n - 1);
+    await script(reference).catch((e: unknown) => assert.ok(e instanceof SimulatedCrash));
+    const faulted = base.clone();
+    faulted.failAt(n, { error: "EIO" });
+    const error = await script(faulted).then(() => undefined, (e: unknown) => e);
+    if (error === undefined) {
+      total = n - 1;
+      break;
+    }
+    assert.ok(error instanceof FsIoError && error.code === "EIO", `operation ${n}`);
+    const op = faulted.operationLog[n - 1]?.op;
+    assert.deepEqual(faulted.snapshotTree(), reference.snapshotTree(), `live after ${op} ${n}`);
+    assert.deepEqual(durableState(faulted), durableState(reference), `durable after ${op} ${n}`);
+  }
+  assert.equal(total, 20, "the script has 20 operations");
+});
+
+test("crashAfter(n) lets exactly n operations run, then every call throws SimulatedCrash", async () => {
+  const fs = new MemoryFs();
+  fs.crashAfter(3);
+  await fs.mkdir("/a");
+  const handle = await fs.open("/a/f", { createNew: true, write: true });
+  await handle.write(bytes("x"));
+  assert.equal(fs.crashTriggered, false);
+  const error = await handle.sync().catch((e: unknown) => e);
+  assert.ok(error instanceof SimulatedCrash);
+  assert.ok(error instanceof FsIoError);
+  assert.equal(error.code, "ECRASH");
+  assert.equal(fs.crashTriggered, true);
+  await assert.rejects(handle.close(), SimulatedCrash);
+  await assert.rejects(fs.stat("/a"), SimulatedCrash);
+  assert.equal(fs.operationCount, 6);
+  // The refused sync made nothing durable.
+  const recovered = fs.crash({ extraJournal: "all", tailMode: "none" });
+  assert.deepEqual(recovered.snapshotTree(), { a: "dir 755", "a/f": 'file 644 ""' });
+});
+
+test("a removed file stays durable until its removal is committed, and an orphan's sync is harmless", async () => {
+  const fs = new MemoryFs();
+  await append(fs, "/f", bytes("committed"), true);
+  await fs.syncDir("/");
+  const orphan = await fs.open("/f", { append: true });
+  await fs.remove("/f");
+  await orphan.write(bytes("+orphan"));
+  await orphan.sync();
+  // The unlink is not committed: the entry comes back, with the inode's synced bytes.
+  const undone = fs.crash({ extraJournal: "none" });
+  assert.deepEqual(await undone.readFile("/f"), bytes("committed+orphan"));
+  await fs.syncDir("/");
+  await orphan.write(bytes("+after"));
+  await orphan.close();
+  for (let seed = 0; seed < 5; seed++) assert.deepEqual(fs.crash(seed).snapshotTree(), {});
+});
+
+test("handles of the crashed filesystem do not reach the recovered one", async () => {
+  const fs = new MemoryFs();
+  const handle = await fs.open("/f", { createNew: true, write: true });
+  await handle.write(bytes("a"));
+  await handle.sync();
+  fs.syncAll();
+  const recovered = fs.crash(1);
+  await handle.write(bytes("b"));
+  await handle.sync();
+  assert.deepEqual(await recovered.readFile("/f"), bytes("a"));
+  assert.equal(recovered.operationCount, 1);
+});
+
+/** Runs `replace` under a crash after every operation; returns the seeds' outcomes per n. */
+async function crashLoop(
+  replace: (fs: FileSystem) => Promise<void>,
+  check: (data: Uint8Array | undefined, n: number, seed: number, resolved: boolean) => void,
+): Promise<number> {
+  const base = new MemoryFs();
+  await base.mkdir("/store");
+  await base.writeFile("/store/meta.json", bytes("old contents"));
+  base.syncAll();
+  for (let n = 0;; n++) {
+    const fs = base.clone();
+    fs.crashAfter(n);
+    let resolved = false;
+    try {
+      await replace(fs);
+      resolved = true;
+    } catch (error) {
+      if (!(error instanceof SimulatedCrash)) throw error;
+    }
+    for (let seed = 0; seed < 40; seed++) {
+      check(await readOrNothing(fs.crash(seed), "/store/meta.json"), n, seed, resolved);
+    }
+    if (!fs.crashTriggered) return n;
+  }
+}
+
+test("atomicReplace() under a crash at every operation leaves exactly the old or the new bytes", async () => {
+  const outcomes = new Set<string>();
+  const steps = await crashLoop(
+    (fs) => atomicReplace(fs, "/store/meta.json", bytes("new contents, longer")),
+    (data, n, seed, resolved) => {
+      const text = data === undefined ? "<missing>" : new TextDecoder().decode(data);
+      const allowed = resolved
+        ? ["new contents, longer"]
+        : ["old contents", "new contents, longer"];
+      assert.ok(allowed.includes(text), `crash after ${n}, seed ${seed}: ${JSON.stringify(text)}`);
+      outcomes.add(text);
+    },
+  );
+  assert.equal(steps, 7, "open, write, sync, close, chmod, rename, syncDir");
+  assert.deepEqual([...outcomes].sort(), ["new contents, longer", "old contents"]);
+});
+
+/** atomicReplace without the file fsync: the bug the simulator must catch. */
+async function replaceWithoutSync(fs: FileSystem, path: string, data: Uint8Array): Promise<void> {
+  const temp = `${path}.tmp`;
+  const handle = await fs.open(temp, { createNew: true, write: true, mode: 0o600 });
+  await handle.write(data);
+  await handle.close();
+  await fs.rename(temp, path);
+  await fs.syncDir(dirname(path));
+}
+
+test("an atomic replace without the file sync is caught: some crash leaves a torn or empty file", async () => {
+  const bad = new Set<string>();
+  await crashLoop(
+    (fs) => replaceWithoutSync(fs, "/store/meta.json", bytes("new contents, longer")),
+    (data) => {
+      const text = data === undefined ? "<missing>" : new TextDecoder().decode(data);
+      if (text !== "old contents" && text !== "new contents, longer") bad.add(text);
+    },
+  );
+  assert.ok(bad.has(""), "an empty file is among the outcomes");
+  assert.ok(bad.size >= 3, `torn outcomes: ${JSON.stringify([...bad])}`);
+});
