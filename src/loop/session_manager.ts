@@ -111,31 +111,45 @@ export interface SessionContext {
   readonly durability: Durability;
 }
 
+/**
+ * The per-message arrays of a history. They are append-only and shared by successive committed
+ * states: a state sees only its first `count` entries (and `roundCount` rounds). A failed
+ * attempt may leave entries past a state's counts; the next attempt cuts them off first.
+ */
+interface HistoryArrays {
+  /** The messages. */
+  readonly messages: Message[];
+  /** The role of each message. */
+  readonly roles: MessageRole[];
+  /** Byte offset of each message relative to the range start; entry `count` is the range length. */
+  readonly offsets: number[];
+  /** The user rounds. */
+  readonly rounds: RoundEntry[];
+}
+
 /** What the manager knows about the committed state. */
 interface Committed {
   /** The published meta.json, or undefined while the session is an unsaved draft. */
-  meta: StorageMeta | undefined;
+  readonly meta: StorageMeta | undefined;
   /** The header (also present for drafts). */
-  header: SessionHeader;
-  /** The committed messages (for drafts: the in-memory history). */
-  messages: Message[];
+  readonly header: SessionHeader;
+  /** The history arrays (see `HistoryArrays`). */
+  readonly arrays: HistoryArrays;
+  /** The number of messages of this state. */
+  readonly count: number;
+  /** The number of user rounds of this state. */
+  readonly roundCount: number;
   /** The SHA-256 state over the committed bytes. */
-  hash: Sha256;
-  /** Byte offset of each message relative to the range start, plus the range length at the end. */
-  offsets: number[];
-  /** The role of each message. */
-  roles: MessageRole[];
-  /** The user rounds of the committed history. */
-  rounds: RoundEntry[];
+  readonly hash: Sha256;
   /** Pairing state after the committed messages. */
-  validator: MessageValidator;
-  /** The serialized line (without newline) of the last committed message. */
-  lastLine: string | undefined;
+  readonly validator: MessageValidator;
+  /** The serialized line (without newline) of the last message, to compare it by value. */
+  readonly lastLine: string | undefined;
 }
 
 /** A save that failed and waits for `flush()`. */
 interface PendingCommit {
-  readonly messages: Message[];
+  readonly messages: readonly Message[];
   readonly runtimeContexts: readonly RuntimeContextSnapshot[] | undefined;
   readonly promptTimings: readonly PromptTiming[] | undefined;
   readonly context: CommitContext | undefined;
@@ -146,14 +160,17 @@ interface PendingCommit {
 /** A commit after validation, ready to write. */
 interface PreparedCommit {
   readonly kind: "append" | "replace" | "metadata" | "draft";
-  readonly snapshot: PendingCommit;
-  /** Index of the first message written to the log (append: committed count; replace: 0). */
-  readonly firstWritten: number;
-  /** The bytes to append. */
+  readonly runtimeContexts: readonly RuntimeContextSnapshot[] | undefined;
+  readonly promptTimings: readonly PromptTiming[] | undefined;
+  readonly context: CommitContext | undefined;
+  readonly updatedAt: string;
+  readonly unread: boolean;
+  /** The bytes to append to the log. */
   readonly bytes: Uint8Array;
-  /** Offsets (relative to the generation start) of each written message. */
-  readonly writtenOffsets: number[];
-  readonly roles: MessageRole[];
+  /** The history of the new state (arrays, counts, pairing state, last line). */
+  readonly arrays: HistoryArrays;
+  readonly count: number;
+  readonly roundCount: number;
   readonly validator: MessageValidator;
   readonly lastLine: string | undefined;
 }
@@ -184,9 +201,14 @@ function clone<T>(value: T): T {
   return value === undefined ? value : structuredClone(value);
 }
 
-function roundsOf(roles: readonly MessageRole[], offsets: readonly number[]): RoundEntry[] {
+/** The user rounds among `roles[from..]`, with their byte offsets. */
+function roundsOf(
+  roles: readonly MessageRole[],
+  offsets: readonly number[],
+  from: number,
+): RoundEntry[] {
   const rounds: RoundEntry[] = [];
-  for (let i = 0; i < roles.length; i++) {
+  for (let i = from; i < roles.length; i++) {
     if (roles[i] === "user") rounds.push({ messageIndex: i, byteOffset: offsets[i] ?? 0 });
   }
   return rounds;
@@ -248,11 +270,10 @@ export class SessionManager {
     return new SessionManager(init, {
       meta: undefined,
       header,
-      messages: [],
+      arrays: { messages: [], roles: [], offsets: [0], rounds: [] },
+      count: 0,
+      roundCount: 0,
       hash: init.context.sha256(),
-      offsets: [0],
-      roles: [],
-      rounds: [],
       validator: new MessageValidator({ file: join(init.dir, MESSAGES_FILE) }),
       lastLine: undefined,
     });
@@ -322,14 +343,14 @@ export class SessionManager {
     offsets.push(meta.bytes);
     validateSessionMetadata(meta.header, roles, { file: metaFile });
     await checkCwd(fs, meta.header.cwd, metaFile);
+    const rounds = roundsOf(roles, offsets, 0);
     return new SessionManager(init, {
       meta,
       header: meta.header,
-      messages,
+      arrays: { messages, roles, offsets, rounds },
+      count: messages.length,
+      roundCount: rounds.length,
       hash: summary.hash,
-      offsets,
-      roles,
-      rounds: roundsOf(roles, offsets),
       validator,
       lastLine,
     });
@@ -345,7 +366,13 @@ export class SessionManager {
 
   /** The current history, including a pending (unsaved) snapshot. A copy of the array. */
   get messages(): Message[] {
-    return [...(this.#pending?.messages ?? this.#committed.messages)];
+    const pending = this.#pending?.messages;
+    return pending !== undefined ? [...pending] : this.#committedMessages();
+  }
+
+  /** A copy of the committed messages. */
+  #committedMessages(): Message[] {
+    return this.#committed.arrays.messages.slice(0, this.#committed.count);
   }
 
   /** The unread flag, including a pending snapshot's. */
@@ -365,7 +392,10 @@ export class SessionManager {
   getHeader(): SessionHeader {
     const header = clone(this.#committed.header);
     if (!header.title) {
-      const title = fallbackTitle(this.#committed.messages);
+      const { arrays, count } = this.#committed;
+      const title = fallbackTitle(
+        arrays.messages.length === count ? arrays.messages : arrays.messages.slice(0, count),
+      );
       if (title !== undefined) return { ...header, title };
     }
     return header;
@@ -448,14 +478,24 @@ export class SessionManager {
         }),
       );
     }
-    const snapshotMessages = [...messages];
     const at = this.#context.now();
+    if (this.#canPrepareNow()) {
+      // Nothing is queued: validate and serialize now, so the caller may reuse its array at once
+      // without the cost of copying the whole history.
+      let prepared: PreparedCommit;
+      try {
+        prepared = this.#prepare(messages, runtimeContexts, promptTimings, context, at);
+      } catch (error) {
+        return Promise.reject(error);
+      }
+      return this.#write("commit", () => this.#apply(prepared));
+    }
+    const snapshot = messages.slice();
     return this.#write("commit", async () => {
       if (this.#pending !== undefined) {
         throw new PendingSaveError("commit", { file: this.getSessionFile() });
       }
-      const prepared = this.#prepare(snapshotMessages, runtimeContexts, promptTimings, context, at);
-      await this.#apply(prepared);
+      await this.#apply(this.#prepare(snapshot, runtimeContexts, promptTimings, context, at));
     });
   }
 
@@ -476,8 +516,19 @@ export class SessionManager {
     });
   }
 
+  /** True when a commit can be prepared synchronously against the settled committed state. */
+  #canPrepareNow(): boolean {
+    return !this.#queue.busy && this.#pending === undefined && this.#attempt === undefined &&
+      !this.#closed && !this.#readOnly;
+  }
+
+  /**
+   * Validates a complete history against the committed state and serializes what must be
+   * written. Unchanged committed messages are recognized by identity (the last one also by
+   * value, since hosts may finish it in place); an append touches only the new messages.
+   */
   #prepare(
-    messages: Message[],
+    messages: readonly Message[],
     runtimeContexts: readonly RuntimeContextSnapshot[] | undefined,
     promptTimings: readonly PromptTiming[] | undefined,
     context: CommitContext | undefined,
@@ -485,93 +536,111 @@ export class SessionManager {
     retryUnread?: boolean,
   ): PreparedCommit {
     const committed = this.#committed;
+    const { arrays, count } = committed;
     const messagesFile = join(this.#dir, MESSAGES_FILE);
-    // Find how much of the committed history is unchanged.
     let common = 0;
-    const limit = Math.min(messages.length, committed.messages.length);
-    while (common < limit) {
-      const candidate = messages[common];
-      if (candidate !== committed.messages[common]) {
-        if (JSON.stringify(candidate) !== this.#committedLineText(common)) break;
-      } else if (
-        common === committed.messages.length - 1 && JSON.stringify(candidate) !== committed.lastLine
+    const limit = Math.min(messages.length, count);
+    const stored = arrays.messages;
+    while (common < limit && messages[common] === stored[common]) common++;
+    if (common < limit) {
+      // Not the same objects: compare by value from there on.
+      while (
+        common < limit && JSON.stringify(messages[common]) === JSON.stringify(stored[common])
       ) {
-        // The last committed message is compared by value: hosts may update it in place.
-        break;
+        common++;
       }
-      common++;
     }
-    const appendOnly = common === committed.messages.length && committed.meta !== undefined;
-    const firstWritten = appendOnly ? common : 0;
-    const validator = appendOnly
-      ? committed.validator.clone()
-      : new MessageValidator({ file: messagesFile });
-    const roles: MessageRole[] = appendOnly ? [...committed.roles] : [];
+    if (
+      common === count && count > 0 && JSON.stringify(messages[count - 1]) !== committed.lastLine
+    ) {
+      common = count - 1;
+    }
+    const appendOnly = common === count && committed.meta !== undefined;
+    let next: HistoryArrays;
+    let validator: MessageValidator;
+    let first: number;
+    if (appendOnly) {
+      // Reuse the shared arrays: cut what a failed attempt left, then add the new messages.
+      next = arrays;
+      next.messages.length = count;
+      next.roles.length = count;
+      next.offsets.length = count + 1;
+      next.rounds.length = committed.roundCount;
+      validator = committed.validator.clone();
+      first = count;
+    } else {
+      next = { messages: [], roles: [], offsets: [0], rounds: [] };
+      validator = new MessageValidator({ file: messagesFile });
+      first = 0;
+    }
     const lines: string[] = [];
-    for (let i = firstWritten; i < messages.length; i++) {
-      const message = messages[i];
+    let offset = next.offsets[next.offsets.length - 1] as number;
+    let unread = retryUnread ?? committed.header.unread ?? false;
+    for (let i = first; i < messages.length; i++) {
+      const message = messages[i] as Message;
       validator.push(message, i);
-      roles.push((message as Message).role);
-      lines.push(JSON.stringify(message));
+      const line = JSON.stringify(message);
+      lines.push(line);
+      next.messages.push(message);
+      next.roles.push(message.role);
+      if (message.role === "user") next.rounds.push({ messageIndex: i, byteOffset: offset });
+      else if (retryUnread === undefined && i >= common) unread = true;
+      offset += byteLength(line) + 1;
+      next.offsets.push(offset);
     }
     validator.clone().finish();
     const header = this.#headerWith(committed.header, runtimeContexts, promptTimings, context);
-    validateSessionMetadata(header, roles, { file: join(this.#dir, META_FILE) });
-
-    let unread = retryUnread ?? committed.header.unread ?? false;
-    if (retryUnread === undefined) {
-      for (let i = common; i < messages.length; i++) {
-        if (messages[i]?.role !== "user") unread = true;
-      }
+    const metaFile = join(this.#dir, META_FILE);
+    if (appendOnly) {
+      // Appending keeps every stored anchor valid; only arrays the caller passed need checking.
+      const only = {
+        ...(runtimeContexts !== undefined ? { runtimeContexts: header.runtimeContexts } : {}),
+        ...(promptTimings !== undefined ? { promptTimings: header.promptTimings } : {}),
+        ...(context?.compactions !== undefined ? { compactions: header.compactions } : {}),
+        ...(context?.systemPromptCheckpoints !== undefined
+          ? { systemPromptCheckpoints: header.systemPromptCheckpoints }
+          : {}),
+      };
+      validateSessionMetadata(
+        {
+          ...header,
+          runtimeContexts: undefined,
+          promptTimings: undefined,
+          compactions: undefined,
+          systemPromptCheckpoints: undefined,
+          ...only,
+        } as SessionHeader,
+        next.roles,
+        { file: metaFile },
+      );
+    } else {
+      validateSessionMetadata(header, next.roles, { file: metaFile });
     }
-    const snapshot: PendingCommit = {
-      messages,
-      runtimeContexts,
-      promptTimings,
-      context,
-      updatedAt: new Date(at).toISOString(),
-      unread,
-    };
-    let bytes = new Uint8Array(0);
-    const writtenOffsets: number[] = [];
-    if (lines.length > 0) {
-      const text = lines.join("\n") + "\n";
-      bytes = encoder.encode(text);
-      let offset = appendOnly ? (committed.meta?.bytes ?? 0) : 0;
-      for (const line of lines) {
-        writtenOffsets.push(offset);
-        offset += byteLength(line) + 1;
-      }
-    }
-    const hasUser = roles.includes("user");
-    const kind: PreparedCommit["kind"] = committed.meta === undefined && !hasUser
+    const kind: PreparedCommit["kind"] = committed.meta === undefined && next.rounds.length === 0
       ? "draft"
-      : appendOnly && messages.length === committed.messages.length
+      : appendOnly && messages.length === count
       ? "metadata"
       : appendOnly
       ? "append"
       : "replace";
     return {
       kind,
-      snapshot,
-      firstWritten,
-      bytes,
-      writtenOffsets,
-      roles,
+      runtimeContexts,
+      promptTimings,
+      context,
+      updatedAt: new Date(at).toISOString(),
+      unread,
+      bytes: lines.length === 0 ? new Uint8Array(0) : encoder.encode(lines.join("\n") + "\n"),
+      arrays: next,
+      count: messages.length,
+      roundCount: next.rounds.length,
       validator,
-      lastLine: messages.length === 0
-        ? undefined
-        : lines.length > 0
+      lastLine: lines.length > 0
         ? lines[lines.length - 1]
+        : messages.length === 0
+        ? undefined
         : committed.lastLine,
     };
-  }
-
-  /** The committed line of message `index`, re-serialized from the committed object. */
-  #committedLineText(index: number): string {
-    return index === this.#committed.messages.length - 1 && this.#committed.lastLine !== undefined
-      ? this.#committed.lastLine
-      : JSON.stringify(this.#committed.messages[index]);
   }
 
   #headerWith(
@@ -598,48 +667,38 @@ export class SessionManager {
     const header = {
       ...this.#headerWith(
         committed.header,
-        prepared.snapshot.runtimeContexts,
-        prepared.snapshot.promptTimings,
-        prepared.snapshot.context,
+        prepared.runtimeContexts,
+        prepared.promptTimings,
+        prepared.context,
       ),
-      updatedAt: prepared.snapshot.updatedAt,
-      unread: prepared.snapshot.unread,
+      updatedAt: prepared.updatedAt,
+      unread: prepared.unread,
     } as SessionHeader;
+    const history = {
+      arrays: prepared.arrays,
+      count: prepared.count,
+      roundCount: prepared.roundCount,
+      validator: prepared.validator,
+      lastLine: prepared.lastLine,
+    };
     if (prepared.kind === "draft") {
-      this.#committed = {
-        ...committed,
-        header,
-        messages: prepared.snapshot.messages,
-        roles: prepared.roles,
-        validator: prepared.validator,
-        lastLine: prepared.lastLine,
-        offsets: [0],
-        rounds: [],
-      };
+      this.#committed = { ...committed, ...history, header };
       this.#pending = undefined;
       return;
     }
     try {
       const { meta, hash } = await this.#appendGeneration(prepared, header);
-      const offsets = prepared.kind === "append" || prepared.kind === "metadata"
-        ? [...committed.offsets.slice(0, -1), ...prepared.writtenOffsets, meta.bytes]
-        : [...prepared.writtenOffsets, meta.bytes];
-      await this.#publish({
-        meta,
-        header,
-        messages: prepared.snapshot.messages,
-        hash,
-        offsets,
-        roles: prepared.roles,
-        rounds: prepared.kind === "replace"
-          ? roundsOf(prepared.roles, offsets)
-          : [...committed.rounds, ...newRounds(prepared.roles, offsets, prepared.firstWritten)],
-        validator: prepared.validator,
-        lastLine: prepared.lastLine,
-      });
+      await this.#publish({ ...history, meta, header, hash });
       this.#pending = undefined;
     } catch (error) {
-      this.#pending = prepared.snapshot;
+      this.#pending = {
+        messages: prepared.arrays.messages.slice(0, prepared.count),
+        runtimeContexts: prepared.runtimeContexts,
+        promptTimings: prepared.promptTimings,
+        context: prepared.context,
+        updatedAt: prepared.updatedAt,
+        unread: prepared.unread,
+      };
       throw error;
     }
     await this.#publishIndexAfterCommit(prepared.kind === "replace");
@@ -687,7 +746,7 @@ export class SessionManager {
         : hash.digestHex(),
       start,
       bytes,
-      messageCount: prepared.snapshot.messages.length,
+      messageCount: prepared.count,
     };
     return { meta, hash };
   }
@@ -782,7 +841,7 @@ export class SessionManager {
   }
 
   async #publishIndexAfterCommit(replaced: boolean): Promise<void> {
-    const rounds = this.#committed.rounds.length;
+    const rounds = this.#committed.roundCount;
     const lag = rounds - this.#indexedRounds;
     this.#indexCurrent = false;
     if (rounds > EAGER_INDEX_ROUNDS && !replaced && lag * 8 < rounds) return;
@@ -803,7 +862,7 @@ export class SessionManager {
       start: meta.start,
       bytes: meta.bytes,
       messageCount: meta.messageCount,
-      rounds: this.#committed.rounds,
+      rounds: this.#committed.arrays.rounds.slice(0, this.#committed.roundCount),
     };
     await atomicReplace(this.#fs, join(this.#dir, INDEX_FILE), encodeRoundIndex(index), {
       durability: this.#context.durability,
@@ -826,13 +885,17 @@ export class SessionManager {
       this.#assertOpen();
       const meta = this.#committed.meta;
       if (this.#pending !== undefined || meta === undefined) {
-        const messages = this.#pending?.messages ?? this.#committed.messages;
+        const messages = this.#pending?.messages ?? this.#committedMessages();
         if (revision !== undefined && revision !== "") {
           throw new StaleRevisionError(revision, "", { file: this.getSessionFile() });
         }
-        const roles = messages.map((m) => m.role);
+        const starts: number[] = [];
+        messages.forEach((message, index) => {
+          if (message.role === "user") starts.push(index);
+        });
         const [start, end] = pageBounds(
-          roundsOf(roles, []).map((r) => r.messageIndex),
+          (k) => starts[k] as number,
+          starts.length,
           messages.length,
           before,
         );
@@ -848,8 +911,13 @@ export class SessionManager {
         throw new StaleRevisionError(revision, meta.generation, { file: this.getSessionFile() });
       }
       await this.#ensureIndex(meta);
-      const rounds = this.#committed.rounds;
-      const [start, end] = pageBounds(rounds.map((r) => r.messageIndex), meta.messageCount, before);
+      const { arrays, roundCount } = this.#committed;
+      const [start, end] = pageBounds(
+        (k) => (arrays.rounds[k] as RoundEntry).messageIndex,
+        roundCount,
+        meta.messageCount,
+        before,
+      );
       const messages = await this.#readMessages(meta, start, end);
       return { messages, start, end, total: meta.messageCount, revision: meta.generation };
     });
@@ -860,7 +928,7 @@ export class SessionManager {
     const onDisk = await readRoundIndex(this.#fs, this.#dir);
     if (
       onDisk !== undefined && indexMatches(onDisk, meta) &&
-      sameRounds(onDisk.rounds, this.#committed.rounds)
+      sameRounds(onDisk.rounds, this.#committed.arrays.rounds, this.#committed.roundCount)
     ) {
       this.#indexCurrent = true;
       this.#indexedRounds = onDisk.rounds.length;
@@ -876,7 +944,7 @@ export class SessionManager {
 
   async #readMessages(meta: StorageMeta, start: number, end: number): Promise<Message[]> {
     if (start >= end) return [];
-    const offsets = this.#committed.offsets;
+    const offsets = this.#committed.arrays.offsets;
     const from = offsets[start] as number;
     const to = offsets[end] as number;
     const file = join(this.#dir, MESSAGES_FILE);
@@ -1123,26 +1191,13 @@ function byteLength(text: string): number {
   return bytes;
 }
 
-/** The rounds that start at or after message `from`. */
-function newRounds(
-  roles: readonly MessageRole[],
-  offsets: readonly number[],
-  from: number,
-): RoundEntry[] {
-  const rounds: RoundEntry[] = [];
-  for (let i = from; i < roles.length; i++) {
-    if (roles[i] === "user") rounds.push({ messageIndex: i, byteOffset: offsets[i] ?? 0 });
-  }
-  return rounds;
-}
-
 function sameMeta(a: StorageMeta, b: StorageMeta): boolean {
   return JSON.stringify(a) === JSON.stringify(b);
 }
 
-function sameRounds(a: readonly RoundEntry[], b: readonly RoundEntry[]): boolean {
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) {
+function sameRounds(a: readonly RoundEntry[], b: readonly RoundEntry[], count: number): boolean {
+  if (a.length !== count) return false;
+  for (let i = 0; i < count; i++) {
     if (a[i]?.messageIndex !== b[i]?.messageIndex || a[i]?.byteOffset !== b[i]?.byteOffset) {
       return false;
     }
@@ -1153,9 +1208,11 @@ function sameRounds(a: readonly RoundEntry[], b: readonly RoundEntry[]): boolean
 /**
  * The [start, end) message range of a history page: the last `DEFAULT_PAGE_ROUNDS` user rounds
  * that begin before `before` (default: the total). `before` must be the total or a round start.
+ * `roundStart(k)` is the message index of round k; rounds are strictly increasing.
  */
 export function pageBounds(
-  roundStarts: readonly number[],
+  roundStart: (k: number) => number,
+  roundCount: number,
   total: number,
   before: number | undefined,
 ): [number, number] {
@@ -1166,17 +1223,23 @@ export function pageBounds(
       `Invalid history boundary: ${String(before)} (history has ${total} messages)`,
     );
   }
-  let k = 0;
-  while (k < roundStarts.length && (roundStarts[k] as number) < end) k++;
-  if (end !== total && end !== 0 && roundStarts[k] !== end) {
+  // k = the number of rounds that start before `end` (binary search: rounds are increasing).
+  let low = 0;
+  let high = roundCount;
+  while (low < high) {
+    const mid = (low + high) >>> 1;
+    if (roundStart(mid) < end) low = mid + 1;
+    else high = mid;
+  }
+  const k = low;
+  if (end !== total && end !== 0 && (k >= roundCount || roundStart(k) !== end)) {
     throw new InvalidArgumentError(
       "before",
       `History boundary ${end} is not at the start of a user round`,
     );
   }
   const first = k - DEFAULT_PAGE_ROUNDS;
-  const start = first <= 0 ? 0 : roundStarts[first] as number;
-  return [start, end];
+  return [first <= 0 ? 0 : roundStart(first), end];
 }
 
 async function checkCwd(fs: FileSystem, cwd: string, file: string): Promise<void> {
