@@ -605,3 +605,45 @@ test("a symlink planted at the session directory is refused", async () => {
   await fs.symlink("/elsewhere", session.getSessionPath());
   await assert.rejects(store.open(session.getSessionPath()), SessionFormatError);
 });
+
+test("index.json may lag by a few rounds as a valid prefix, and close() brings it up to date", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(2);
+  await session.commit(history);
+  const indexPath = `${session.getSessionPath()}/index.json`;
+  const first = await readJson(fs, indexPath);
+  history.push(user("three"), assistant("three"));
+  await session.commit(history);
+  const lagging = await readJson(fs, indexPath);
+  assert.deepEqual(lagging, first, "a small lag does not republish the index");
+  const meta = await readJson(fs, session.getSessionFile());
+  assert.equal(lagging.start, meta.start);
+  assert.ok((lagging.bytes as number) < (meta.bytes as number));
+  const page = await session.readHistory();
+  assert.deepEqual(page.messages, history.slice(page.start));
+  assert.deepEqual(
+    await readJson(fs, indexPath),
+    first,
+    "a valid prefix index is not rebuilt by reads",
+  );
+  await session.close();
+  const closed = await readJson(fs, indexPath);
+  assert.equal(closed.generation, meta.generation);
+  assert.equal((closed.rounds as unknown[]).length, 3);
+});
+
+test("index.json is republished once it lags by eight rounds", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(1);
+  await session.commit(history);
+  const indexPath = `${session.getSessionPath()}/index.json`;
+  for (let i = 0; i < 8; i++) {
+    history.push(user(`q${i}`));
+    await session.commit(history);
+  }
+  const index = await readJson(fs, indexPath);
+  assert.equal((index.rounds as unknown[]).length, 9);
+  assert.equal(index.generation, (await readJson(fs, session.getSessionFile())).generation);
+});

@@ -74,8 +74,10 @@ const decoder = new TextDecoder();
 
 /** The number of user rounds in the default history page. */
 export const DEFAULT_PAGE_ROUNDS = 3;
-/** Up to this many rounds, index.json is republished after every commit. */
-const EAGER_INDEX_ROUNDS = 4096;
+/** A commit republishes index.json once this many rounds are not covered by it... */
+const INDEX_LAG_ROUNDS = 8;
+/** ...or once this many committed bytes are not covered by it (bounds a reader's tail scan). */
+const INDEX_LAG_BYTES = 1024 * 1024;
 
 /** Optional complete metadata arrays a commit may replace. */
 export interface CommitContext {
@@ -245,10 +247,11 @@ export class SessionManager {
   #log: FileHandle | undefined;
   /** The messages.jsonl size, when known exactly (after our own successful writes). */
   #logSize: number | undefined;
-  /** True when index.json on disk is known to match the committed state. */
-  #indexCurrent = false;
-  /** Rounds covered by the last published index. */
-  #indexedRounds = 0;
+  /**
+   * What index.json on disk is known to cover: a prefix (same generation start) of the committed
+   * history. Undefined when unknown or unusable.
+   */
+  #indexed: IndexCoverage | undefined;
   #permissionsEnforced = false;
   #closed = false;
   /** A state whose publication failed midway: it may or may not be on disk. */
@@ -701,7 +704,7 @@ export class SessionManager {
       };
       throw error;
     }
-    await this.#publishIndexAfterCommit(prepared.kind === "replace");
+    await this.#publishIndexAfterCommit();
   }
 
   /**
@@ -840,11 +843,20 @@ export class SessionManager {
     });
   }
 
-  async #publishIndexAfterCommit(replaced: boolean): Promise<void> {
-    const rounds = this.#committed.roundCount;
-    const lag = rounds - this.#indexedRounds;
-    this.#indexCurrent = false;
-    if (rounds > EAGER_INDEX_ROUNDS && !replaced && lag * 8 < rounds) return;
+  /**
+   * Republishes index.json after a commit when it does not cover the new generation's start, or
+   * lags by `INDEX_LAG_ROUNDS` rounds (at least an eighth of them) or `INDEX_LAG_BYTES` bytes.
+   * Otherwise the index stays a valid prefix: readers scan the short unindexed tail. This keeps
+   * the index's cost per commit constant however long the history grows.
+   */
+  async #publishIndexAfterCommit(): Promise<void> {
+    const { meta, roundCount } = this.#committed;
+    const indexed = this.#indexed;
+    if (
+      meta !== undefined && indexed !== undefined && indexed.start === meta.start &&
+      roundCount - indexed.rounds < Math.max(INDEX_LAG_ROUNDS, Math.ceil(roundCount / 8)) &&
+      meta.bytes - indexed.bytes < INDEX_LAG_BYTES
+    ) return;
     try {
       await this.#publishIndex();
     } catch {
@@ -867,8 +879,12 @@ export class SessionManager {
     await atomicReplace(this.#fs, join(this.#dir, INDEX_FILE), encodeRoundIndex(index), {
       durability: this.#context.durability,
     });
-    this.#indexCurrent = true;
-    this.#indexedRounds = index.rounds.length;
+    this.#indexed = {
+      start: meta.start,
+      bytes: meta.bytes,
+      count: meta.messageCount,
+      rounds: index.rounds.length,
+    };
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -923,15 +939,21 @@ export class SessionManager {
     });
   }
 
+  /**
+   * Makes sure index.json is usable before a page read: missing, malformed, stale or wrong
+   * indexes are rebuilt from the committed history. An index covering a committed prefix of the
+   * same generation start (what a commit leaves between republications) is usable.
+   */
   async #ensureIndex(meta: StorageMeta): Promise<void> {
-    if (this.#indexCurrent) return;
+    if (this.#indexed !== undefined && this.#indexed.start === meta.start) return;
     const onDisk = await readRoundIndex(this.#fs, this.#dir);
-    if (
-      onDisk !== undefined && indexMatches(onDisk, meta) &&
-      sameRounds(onDisk.rounds, this.#committed.arrays.rounds, this.#committed.roundCount)
-    ) {
-      this.#indexCurrent = true;
-      this.#indexedRounds = onDisk.rounds.length;
+    if (onDisk !== undefined && this.#coversPrefix(onDisk, meta)) {
+      this.#indexed = {
+        start: onDisk.start,
+        bytes: onDisk.bytes,
+        count: onDisk.messageCount,
+        rounds: onDisk.rounds.length,
+      };
       return;
     }
     if (this.#readOnly) return;
@@ -940,6 +962,22 @@ export class SessionManager {
     } catch {
       // The page is served from the committed range either way; the rebuild is retried next time.
     }
+  }
+
+  /** True when `index` describes exactly a prefix of the committed history (or all of it). */
+  #coversPrefix(index: RoundIndex, meta: StorageMeta): boolean {
+    const { arrays, count, roundCount } = this.#committed;
+    if (index.messageCount === count) {
+      return indexMatches(index, meta) && sameRounds(index.rounds, arrays.rounds, roundCount);
+    }
+    if (index.start !== meta.start || index.messageCount > count) return false;
+    if (arrays.offsets[index.messageCount] !== index.bytes) return false;
+    const k = index.rounds.length;
+    if (k > roundCount) return false;
+    if (k < roundCount && (arrays.rounds[k] as RoundEntry).messageIndex < index.messageCount) {
+      return false;
+    }
+    return sameRounds(index.rounds, arrays.rounds, k);
   }
 
   async #readMessages(meta: StorageMeta, start: number, end: number): Promise<Message[]> {
@@ -1139,7 +1177,8 @@ export class SessionManager {
       this.#closed = true;
       try {
         if (
-          !this.#readOnly && !this.#indexCurrent && this.#committed.meta !== undefined &&
+          !this.#readOnly && this.#committed.meta !== undefined &&
+          this.#indexed?.count !== this.#committed.count &&
           this.#pending === undefined
         ) {
           try {
@@ -1189,6 +1228,14 @@ function byteLength(text: string): number {
     } else bytes += 2;
   }
   return bytes;
+}
+
+/** The part of the committed history that index.json on disk covers. */
+interface IndexCoverage {
+  readonly start: number;
+  readonly bytes: number;
+  readonly count: number;
+  readonly rounds: number;
 }
 
 function sameMeta(a: StorageMeta, b: StorageMeta): boolean {
