@@ -1,0 +1,467 @@
+/**
+ * Verification and salvage of Loop session directories. `verifySession` checks everything a
+ * full open checks (and the round index) and reports every finding with the file, byte offset
+ * and message index, without modifying anything. `salvageSession` copies the longest valid
+ * prefix of a damaged session into a new session and leaves the original untouched.
+ *
+ * @module
+ */
+import type { FileSystem } from "../port/fs.ts";
+import { NotFound } from "../port/errors.ts";
+import type { Sha256Factory } from "../port/sha256.ts";
+import {
+  atomicReplace,
+  type Durability,
+  ensurePrivateDir,
+  stagedPublish,
+} from "../port/durable.ts";
+import { join } from "../port/path.ts";
+import { SessionError, SessionFormatError } from "./errors.ts";
+import {
+  type Message,
+  type MessageRole,
+  MessageValidator,
+  type SessionHeader,
+  validateCompactions,
+  validatePromptTimings,
+  validateRuntimeContexts,
+  validateSessionMetadata,
+  validateSystemPromptCheckpoints,
+} from "./records/mod.ts";
+import {
+  encodeRoundIndex,
+  encodeStorageMeta,
+  INDEX_FILE,
+  INDEX_FORMAT,
+  INDEX_VERSION,
+  indexMatches,
+  MESSAGES_FILE,
+  META_FILE,
+  readRoundIndex,
+  readStorageMeta,
+  type RoundEntry,
+  STORAGE_FORMAT,
+  STORAGE_VERSION,
+  type StorageMeta,
+} from "./storage.ts";
+
+const decoder = new TextDecoder();
+const encoder = new TextEncoder();
+
+/** The severity of a verification finding. */
+export type FindingSeverity = "error" | "warning";
+
+/** One thing `verifySession` found. */
+export interface VerifyFinding {
+  /** `"error"`: the session cannot be opened as is; `"warning"`: derived data to rebuild. */
+  readonly severity: FindingSeverity;
+  /** A stable kind: `meta`, `short-log`, `checksum`, `line`, `count`, `metadata`, `cwd`, `index`. */
+  readonly kind: string;
+  /** What was found, in a sentence. */
+  readonly message: string;
+  /** The file the finding is about. */
+  readonly file: string;
+  /** The absolute byte offset in the file of the first bad byte, when known. */
+  readonly offset?: number;
+  /** The index of the first bad message, when known. */
+  readonly messageIndex?: number;
+}
+
+/** The result of `verifySession`. */
+export interface VerifyReport {
+  /** The session directory. */
+  readonly dir: string;
+  /** True when no finding is an error. */
+  readonly ok: boolean;
+  /** The committed metadata, when meta.json could be read. */
+  readonly meta: StorageMeta | undefined;
+  /** Valid messages counted from the start of the committed range. */
+  readonly validMessages: number;
+  /** Every finding, errors first. */
+  readonly findings: readonly VerifyFinding[];
+}
+
+/** Options of `verifySession` and `salvageSession`. */
+export interface VerifyOptions {
+  /** The SHA-256 factory (use the adapter's native one for big sessions). */
+  readonly sha256: Sha256Factory;
+  /** Check that the recorded cwd exists (default true). */
+  readonly checkCwd?: boolean;
+}
+
+interface ScanResult {
+  readonly messages: Message[];
+  readonly roles: MessageRole[];
+  /** Offsets (relative to the range start) of each valid message, plus the end of the last one. */
+  readonly offsets: number[];
+  /** Number of messages after which no tool call was unanswered (the longest closed prefix). */
+  readonly closedPrefix: number;
+  readonly firstBad: { offset: number; index: number; message: string } | undefined;
+  readonly digest: string;
+  readonly lines: number;
+  readonly fileSize: number;
+}
+
+/**
+ * Reads `[start, start+bytes)` of the log (or less when the file is shorter), hashing all of it,
+ * and validates lines until the first bad one.
+ */
+async function scanRange(
+  fs: FileSystem,
+  file: string,
+  meta: StorageMeta,
+  sha256: Sha256Factory,
+): Promise<ScanResult> {
+  const hash = sha256();
+  const messages: Message[] = [];
+  const roles: MessageRole[] = [];
+  const offsets: number[] = [0];
+  let closedPrefix = 0;
+  let firstBad: ScanResult["firstBad"];
+  let lines = 0;
+  let fileSize = 0;
+  const validator = new MessageValidator({ file });
+  let handle;
+  try {
+    handle = await fs.open(file);
+  } catch (error) {
+    if (error instanceof NotFound) {
+      return {
+        messages,
+        roles,
+        offsets,
+        closedPrefix,
+        firstBad: meta.bytes > 0
+          ? { offset: meta.start, index: 0, message: "message log is missing" }
+          : undefined,
+        digest: hash.digestHex(),
+        lines,
+        fileSize,
+      };
+    }
+    throw error;
+  }
+  try {
+    fileSize = (await handle.stat()).size;
+    const end = Math.min(fileSize, meta.start + meta.bytes);
+    const chunkSize = 4 * 1024 * 1024;
+    let carry = new Uint8Array(0);
+    let carryOffset = 0;
+    for (let position = meta.start; position < end;) {
+      const chunk = await handle.read(position, Math.min(chunkSize, end - position));
+      if (chunk.length === 0) break;
+      hash.update(chunk);
+      const data = carry.length === 0 ? chunk : join2(carry, chunk);
+      const dataOffset = carry.length === 0 ? position - meta.start : carryOffset;
+      let lineStart = 0;
+      for (;;) {
+        const newline = data.indexOf(10, lineStart);
+        if (newline < 0) break;
+        const offset = dataOffset + lineStart;
+        if (firstBad === undefined) {
+          try {
+            let value: unknown;
+            try {
+              value = JSON.parse(decoder.decode(data.subarray(lineStart, newline)));
+            } catch (error) {
+              throw new SessionFormatError(`invalid JSON (${(error as Error).message})`, {
+                path: `messages[${lines}]`,
+              });
+            }
+            validator.push(value, lines);
+            messages.push(value as Message);
+            roles.push((value as Message).role);
+            offsets.push(dataOffset + newline + 1);
+            if (validator.pendingToolCallIds.length === 0) closedPrefix = lines + 1;
+          } catch (error) {
+            firstBad = {
+              offset: meta.start + offset,
+              index: lines,
+              message: (error as Error).message,
+            };
+          }
+        }
+        lines++;
+        lineStart = newline + 1;
+      }
+      carry = data.slice(lineStart);
+      carryOffset = dataOffset + lineStart;
+      position += chunk.length;
+    }
+    if (carry.length > 0 && firstBad === undefined) {
+      firstBad = {
+        offset: meta.start + carryOffset,
+        index: lines,
+        message: "the committed range ends inside a line (no final newline)",
+      };
+    }
+  } finally {
+    await handle.close();
+  }
+  return {
+    messages,
+    roles,
+    offsets,
+    closedPrefix,
+    firstBad,
+    digest: hash.digestHex(),
+    lines,
+    fileSize,
+  };
+}
+
+function join2(a: Uint8Array, b: Uint8Array): Uint8Array {
+  const out = new Uint8Array(a.length + b.length);
+  out.set(a, 0);
+  out.set(b, a.length);
+  return out;
+}
+
+/**
+ * Checks a version-3 session directory: meta.json, the committed range (length, line count,
+ * SHA-256, every message and the tool call pairing), the header's metadata rules, the cwd and
+ * index.json. Reads only; reports every finding instead of throwing (storage errors other than
+ * missing files still throw).
+ */
+export async function verifySession(
+  fs: FileSystem,
+  dir: string,
+  options: VerifyOptions,
+): Promise<VerifyReport> {
+  const metaFile = join(dir, META_FILE);
+  const logFile = join(dir, MESSAGES_FILE);
+  const findings: VerifyFinding[] = [];
+  let meta: StorageMeta;
+  try {
+    meta = await readStorageMeta(fs, dir);
+  } catch (error) {
+    if (error instanceof SessionError || error instanceof NotFound) {
+      findings.push({
+        severity: "error",
+        kind: "meta",
+        message: (error as Error).message,
+        file: metaFile,
+      });
+      return { dir, ok: false, meta: undefined, validMessages: 0, findings };
+    }
+    throw error;
+  }
+  const scan = await scanRange(fs, logFile, meta, options.sha256);
+  const end = meta.start + meta.bytes;
+  if (scan.fileSize < end) {
+    findings.push({
+      severity: "error",
+      kind: "short-log",
+      message: `the message log has ${scan.fileSize} bytes but the committed range ends at ${end}`,
+      file: logFile,
+      offset: scan.fileSize,
+    });
+  } else if (scan.digest !== meta.generation) {
+    findings.push({
+      severity: "error",
+      kind: "checksum",
+      message: `the committed bytes hash to ${scan.digest}, meta.json says ${meta.generation}`,
+      file: logFile,
+      ...(scan.firstBad === undefined
+        ? {}
+        : { offset: scan.firstBad.offset, messageIndex: scan.firstBad.index }),
+    });
+  }
+  if (scan.firstBad !== undefined) {
+    findings.push({
+      severity: "error",
+      kind: "line",
+      message: `message #${scan.firstBad.index} is not valid: ${scan.firstBad.message}`,
+      file: logFile,
+      offset: scan.firstBad.offset,
+      messageIndex: scan.firstBad.index,
+    });
+  } else if (scan.lines !== meta.messageCount) {
+    findings.push({
+      severity: "error",
+      kind: "count",
+      message:
+        `the committed range holds ${scan.lines} messages, meta.json says ${meta.messageCount}`,
+      file: metaFile,
+    });
+  } else {
+    try {
+      if (scan.closedPrefix !== scan.lines) {
+        throw new SessionFormatError("tool calls are unfinished at the end of the history", {
+          path: `messages[${scan.closedPrefix}]`,
+        });
+      }
+      validateSessionMetadata(meta.header, scan.roles, { file: metaFile });
+    } catch (error) {
+      if (!(error instanceof SessionError)) throw error;
+      findings.push({
+        severity: "error",
+        kind: "metadata",
+        message: error.message,
+        file: metaFile,
+      });
+    }
+  }
+  if (options.checkCwd !== false) {
+    try {
+      const info = await fs.stat(meta.header.cwd);
+      if (info.kind !== "directory") {
+        findings.push({
+          severity: "error",
+          kind: "cwd",
+          message: `cwd is not a directory: ${meta.header.cwd}`,
+          file: metaFile,
+        });
+      }
+    } catch (error) {
+      if (!(error instanceof NotFound)) throw error;
+      findings.push({
+        severity: "error",
+        kind: "cwd",
+        message: `cwd no longer exists: ${meta.header.cwd}`,
+        file: metaFile,
+      });
+    }
+  }
+  const index = await readRoundIndex(fs, dir);
+  if (index === undefined) {
+    findings.push({
+      severity: "warning",
+      kind: "index",
+      message: "index.json is missing or malformed; the next page read rebuilds it",
+      file: join(dir, INDEX_FILE),
+    });
+  } else if (
+    !indexMatches(index, meta) && !(index.start === meta.start && index.bytes < meta.bytes)
+  ) {
+    findings.push({
+      severity: "warning",
+      kind: "index",
+      message: "index.json does not describe the committed range; the next page read rebuilds it",
+      file: join(dir, INDEX_FILE),
+    });
+  }
+  findings.sort((a, b) => (a.severity === b.severity ? 0 : a.severity === "error" ? -1 : 1));
+  return {
+    dir,
+    ok: findings.every((f) => f.severity !== "error"),
+    meta,
+    validMessages: scan.firstBad?.index ?? scan.lines,
+    findings,
+  };
+}
+
+/** Options of `salvageSession`. */
+export interface SalvageOptions extends VerifyOptions {
+  /** The collection directory to create the salvaged session in. */
+  readonly toCollection: string;
+  /** The new session id; default a random UUID. */
+  readonly id?: string;
+  /** The clock for `updatedAt`, in Unix milliseconds; default `Date.now`. */
+  readonly now?: () => number;
+  /** Durability of the new session's files; default `"full"`. */
+  readonly durability?: Durability;
+}
+
+/** The result of `salvageSession`. */
+export interface SalvageResult {
+  /** The new session's directory. */
+  readonly dir: string;
+  /** The new session's id. */
+  readonly id: string;
+  /** Messages kept (the longest valid prefix that leaves no tool call unanswered). */
+  readonly kept: number;
+  /** Messages of the damaged session's committed range that were not kept. */
+  readonly dropped: number;
+  /** Header metadata entries dropped because they referred to messages that were not kept. */
+  readonly droppedMetadata: readonly string[];
+}
+
+/**
+ * Copies the longest valid prefix of the session in `dir` into a new session directory under
+ * `toCollection` (built in a staging directory and renamed into place). The original is only
+ * read. Metadata that refers past the kept prefix is dropped and listed.
+ */
+export async function salvageSession(
+  fs: FileSystem,
+  dir: string,
+  options: SalvageOptions,
+): Promise<SalvageResult> {
+  const meta = await readStorageMeta(fs, dir);
+  const scan = await scanRange(fs, join(dir, MESSAGES_FILE), meta, options.sha256);
+  const kept = scan.closedPrefix;
+  const messages = scan.messages.slice(0, kept);
+  const roles = scan.roles.slice(0, kept);
+  const droppedMetadata: string[] = [];
+  const header: Record<string, unknown> = { ...meta.header };
+  const checks: [string, (value: unknown) => void][] = [
+    ["runtimeContexts", (v) => validateRuntimeContexts(v, roles)],
+    ["promptTimings", (v) => validatePromptTimings(v, roles)],
+    ["compactions", (v) => validateCompactions(v, roles)],
+    ["systemPromptCheckpoints", (v) => validateSystemPromptCheckpoints(v, roles)],
+  ];
+  for (const [key, check] of checks) {
+    if (header[key] === undefined) continue;
+    try {
+      check(header[key]);
+    } catch {
+      droppedMetadata.push(key);
+      delete header[key];
+    }
+  }
+  const id = options.id ?? globalThis.crypto.randomUUID();
+  const now = new Date((options.now ?? Date.now)()).toISOString();
+  header.id = id;
+  header.updatedAt = now;
+  delete header.title;
+  const lines = messages.map((m) => JSON.stringify(m) + "\n").join("");
+  const bytes = encoder.encode(lines);
+  const generation = options.sha256().update(bytes).digestHex();
+  const newMeta: StorageMeta = {
+    format: STORAGE_FORMAT,
+    version: STORAGE_VERSION,
+    header: header as unknown as SessionHeader,
+    generation,
+    start: 0,
+    bytes: bytes.length,
+    messageCount: messages.length,
+  };
+  const rounds: RoundEntry[] = [];
+  let offset = 0;
+  messages.forEach((m, i) => {
+    if (m.role === "user") rounds.push({ messageIndex: i, byteOffset: offset });
+    offset += encoder.encode(JSON.stringify(m)).length + 1;
+  });
+  const durability = options.durability ?? "full";
+  await ensurePrivateDir(fs, options.toCollection, durability);
+  const staging = join(
+    options.toCollection,
+    `.staging-${id}-${globalThis.crypto.randomUUID().slice(0, 8)}`,
+  );
+  await ensurePrivateDir(fs, staging, durability);
+  await atomicReplace(fs, join(staging, MESSAGES_FILE), bytes, { durability });
+  await atomicReplace(fs, join(staging, META_FILE), encodeStorageMeta(newMeta), { durability });
+  await atomicReplace(
+    fs,
+    join(staging, INDEX_FILE),
+    encodeRoundIndex({
+      format: INDEX_FORMAT,
+      version: INDEX_VERSION,
+      generation,
+      start: 0,
+      bytes: bytes.length,
+      messageCount: messages.length,
+      rounds,
+    }),
+    { durability },
+  );
+  const target = join(options.toCollection, id);
+  await stagedPublish(fs, staging, target, { durability });
+  return {
+    dir: target,
+    id,
+    kept,
+    dropped: Math.max(meta.messageCount, scan.lines) - kept,
+    droppedMetadata,
+  };
+}

@@ -1,0 +1,117 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs } from "../adapters/memory.ts";
+import { portableSha256 } from "../src/port/sha256.ts";
+import { SessionStore } from "../src/loop/store.ts";
+import { salvageSession, verifySession } from "../src/loop/verify.ts";
+import { assistant, conversation, user } from "./_fixtures.ts";
+
+const CWD = "/work/project";
+const AGENT = "/home/user/.loop";
+const options = { sha256: portableSha256 };
+
+async function saved(rounds = 3) {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(CWD);
+  const history = conversation(rounds);
+  await session.commit(history);
+  await session.close();
+  return {
+    fs,
+    store,
+    dir: session.getSessionPath(),
+    history,
+    logPath: `${session.getSessionPath()}/messages.jsonl`,
+  };
+}
+
+test("verifySession() reports a healthy session as ok with no findings", async () => {
+  const { fs, dir, history } = await saved();
+  const report = await verifySession(fs, dir, options);
+  assert.equal(report.ok, true);
+  assert.deepEqual(report.findings, []);
+  assert.equal(report.validMessages, history.length);
+});
+
+test("verifySession() points at the first bad byte and message of a damaged line", async () => {
+  const { fs, dir, logPath } = await saved();
+  const log = await fs.readFile(logPath);
+  const lines = new TextDecoder().decode(log).split("\n");
+  const offset = new TextEncoder().encode(lines.slice(0, 2).join("\n") + "\n").length;
+  const damaged = log.slice();
+  damaged[offset] = 0x7e; // "{" becomes "~": message #2 no longer parses
+  await fs.writeFile(logPath, damaged);
+  const before = fs.snapshotTree();
+  const report = await verifySession(fs, dir, options);
+  assert.equal(report.ok, false);
+  const line = report.findings.find((f) => f.kind === "line");
+  assert.equal(line?.messageIndex, 2);
+  assert.equal(line?.offset, offset);
+  assert.ok(report.findings.some((f) => f.kind === "checksum"));
+  assert.deepEqual(fs.snapshotTree(), before, "verify modifies nothing");
+});
+
+test("verifySession() reports a short log, bad meta.json and a missing cwd", async () => {
+  const { fs, dir, logPath } = await saved();
+  const log = await fs.readFile(logPath);
+  await fs.writeFile(logPath, log.subarray(0, log.length - 10));
+  let report = await verifySession(fs, dir, options);
+  assert.ok(report.findings.some((f) => f.kind === "short-log" && f.offset === log.length - 10));
+  await fs.writeFile(logPath, log);
+  await fs.remove(CWD);
+  report = await verifySession(fs, dir, options);
+  assert.deepEqual(report.findings.map((f) => f.kind), ["cwd"]);
+  await fs.writeFile(`${dir}/meta.json`, new TextEncoder().encode("{"));
+  report = await verifySession(fs, dir, options);
+  assert.deepEqual(report.findings.map((f) => f.kind), ["meta"]);
+});
+
+test("verifySession() warns about a missing index without failing", async () => {
+  const { fs, dir } = await saved();
+  await fs.remove(`${dir}/index.json`);
+  const report = await verifySession(fs, dir, options);
+  assert.equal(report.ok, true);
+  assert.deepEqual(report.findings.map((f) => [f.severity, f.kind]), [["warning", "index"]]);
+});
+
+test("salvageSession() exports the longest valid prefix into a new session and keeps the original", async () => {
+  const { fs, store, dir, history, logPath } = await saved(4);
+  const log = await fs.readFile(logPath);
+  const text = new TextDecoder().decode(log);
+  // Damage message #5 (inside round 2): the salvaged prefix is rounds 0 and 1, closed.
+  const cut = new TextEncoder().encode(text.split("\n").slice(0, 5).join("\n") + "\n").length;
+  const damaged = log.slice();
+  damaged[cut + 1] = 0x00;
+  await fs.writeFile(logPath, damaged);
+  const before = fs.snapshotTree(dir);
+  const result = await salvageSession(fs, dir, { ...options, toCollection: "/rescue" });
+  assert.deepEqual(fs.snapshotTree(dir), before);
+  assert.equal(result.kept, 5);
+  assert.equal(result.dropped, history.length - 5);
+  const rescued = await store.open(result.dir, { readOnly: true });
+  assert.deepEqual(rescued.messages, history.slice(0, 5));
+  assert.equal((await verifySession(fs, result.dir, options)).ok, true);
+});
+
+test("salvageSession() stops before unanswered tool calls and drops metadata past the prefix", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(CWD);
+  const history = [user("a"), assistant("b"), user("c"), assistant("d")];
+  await session.commit(history, [{ userTurn: 1, content: "ctx", timestamp: 1 }] as never);
+  await session.close();
+  const logPath = `${session.getSessionPath()}/messages.jsonl`;
+  const log = new TextDecoder().decode(await fs.readFile(logPath));
+  const lines = log.split("\n");
+  lines[2] = "{broken";
+  await fs.writeFile(logPath, new TextEncoder().encode(lines.join("\n")));
+  const result = await salvageSession(fs, session.getSessionPath(), {
+    ...options,
+    toCollection: "/rescue",
+  });
+  assert.equal(result.kept, 2);
+  assert.deepEqual(result.droppedMetadata, ["runtimeContexts"]);
+});
