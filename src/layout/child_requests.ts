@@ -1,0 +1,774 @@
+/**
+ * The child request lifecycle of a folded parent session:
+ *
+ * 1. A parent workflow publishes a request atomically under `child_requests/pending/`.
+ * 2. The engine validates it after the parent attempt. A valid request is copied unchanged into
+ *    `accepted/<request_id>.json`, indexed in the revisioned `children.json`, and frozen into a
+ *    new child session (built in a staging directory and renamed into place); the parent then
+ *    points at the child (`active_child_session_id`) and is suspended. An invalid request is
+ *    archived in `rejected/` with its original hash and a diagnosis.
+ * 3. When the child is terminal, `child_outcomes/<request_id>.json` references the child's
+ *    `session_outcome.json` by logical reference and hash, and the parent resumes. The parent
+ *    orchestrator records its own decision (accepted, rework, reroute) in `parent_acceptance/`.
+ *    A child's `goal_met` never completes its parent: nothing here touches the parent's control
+ *    or status.
+ *
+ * Crash safety: removing the pending file is the commit point of an acceptance, and happens only
+ * after the accepted copy, the ledger entry, the published child and the parent's pointer are
+ * durable. Every earlier step is idempotent, and the child id is recorded in the ledger before
+ * the child is built, so a rerun after a crash resumes with the same id. A request is therefore
+ * always either pending or fully accepted and indexed, never half.
+ *
+ * @module
+ */
+import type { FileSystem } from "../port/fs.ts";
+import { NotFound } from "../port/errors.ts";
+import { atomicReplace, readDirIfExists, readIfExists } from "../port/durable.ts";
+import { join } from "../port/path.ts";
+import {
+  ChildRequestError,
+  LayoutRecordError,
+  LogicalReferenceError,
+  SessionStateError,
+  UnsupportedLayoutError,
+} from "./errors.ts";
+import { appendEvents } from "./events.ts";
+import { createSessionId } from "./ids.ts";
+import {
+  bytesEqual,
+  decodeJson,
+  encodeJson,
+  freezeBytes,
+  type JsonObject,
+  readRecord,
+  readRecordIfExists,
+  sha256Ref,
+  utcSeconds,
+  writeJsonAtomic,
+} from "./json_io.ts";
+import {
+  type LayoutWriteOptions,
+  type ResolvedWriteOptions,
+  resolveWriteOptions,
+} from "./options.ts";
+import type { SessionPaths } from "./paths.ts";
+import {
+  type ChildOutcome,
+  type ChildRecord,
+  type ChildrenLedger,
+  type ChildRequest,
+  LIVE_CHILD_STATUSES,
+  type ParentAcceptance,
+  type ParentDecision,
+  parseChildOutcome,
+  parseChildrenLedger,
+  parseChildRequest,
+  parseParentAcceptance,
+  parseSessionOutcome,
+  type RejectedRequestReceipt,
+  sessionPhase,
+} from "./records.ts";
+import { LogicalReferenceResolver } from "./refs.ts";
+import { createChildSession, type InputToFreeze, type SessionContracts } from "./scaffold.ts";
+import { updateSessionState } from "./state.ts";
+import { loadSessionTree, readSessionState, type SessionNode, type SessionTree } from "./tree.ts";
+
+// ---------------------------------------------------------------------------------------------
+// Ledger
+
+/** Reads and validates `children.json`; its `parent_session_id` must be the session's own id. */
+export async function readChildrenLedger(
+  fs: FileSystem,
+  paths: SessionPaths,
+  sessionId: string,
+): Promise<ChildrenLedger> {
+  const { record } = await readRecord(fs, paths.childrenJson, parseChildrenLedger);
+  if (record.parent_session_id !== sessionId) {
+    throw new LayoutRecordError(paths.childrenJson, "children.json belongs to another session", {
+      path: "parent_session_id",
+      value: record.parent_session_id,
+    });
+  }
+  return record;
+}
+
+/** Rewrites `children.json` with `children`, one revision higher, validated, atomically. */
+async function writeChildrenLedger(
+  fs: FileSystem,
+  paths: SessionPaths,
+  ledger: ChildrenLedger,
+  children: readonly ChildRecord[],
+  options: ResolvedWriteOptions,
+): Promise<ChildrenLedger> {
+  const next = { ...ledger, revision: ledger.revision + 1, children };
+  const validated = parseChildrenLedger(next, paths.childrenJson);
+  await writeJsonAtomic(fs, paths.childrenJson, next, options.durability);
+  return validated;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Publication
+
+/** Options of `publishChildRequest`. */
+export interface PublishChildRequestOptions {
+  /** Durability of the publish; default `"full"`. */
+  readonly durability?: LayoutWriteOptions["durability"];
+}
+
+/** A published request. */
+export interface PublishedRequest {
+  /** `child_requests/pending/<request_id>.json`. */
+  readonly file: string;
+  /** `sha256:` of its bytes. */
+  readonly sha256: string;
+  /** Its bytes. */
+  readonly bytes: Uint8Array;
+}
+
+/**
+ * Publishes a child request atomically at `child_requests/pending/<request_id>.json` of the
+ * folded session `paths`. The request is validated first; a request id that is already pending
+ * or accepted is a `ChildRequestError`.
+ */
+export async function publishChildRequest(
+  fs: FileSystem,
+  paths: SessionPaths,
+  request: ChildRequest,
+  options: PublishChildRequestOptions = {},
+): Promise<PublishedRequest> {
+  if (paths.layout !== "folded") {
+    throw new UnsupportedLayoutError(paths.dir, "Child requests are published in folded sessions");
+  }
+  const file = paths.pendingRequest(request.request_id);
+  parseChildRequest(request, file);
+  for (const taken of [file, paths.acceptedRequest(request.request_id)]) {
+    if ((await readIfExists(fs, taken)) !== undefined) {
+      throw new ChildRequestError(taken, request.request_id, "Child request id is already in use");
+    }
+  }
+  const bytes = encodeJson(request);
+  await atomicReplace(fs, file, bytes, { durability: options.durability ?? "full" });
+  return { file, sha256: sha256Ref(bytes), bytes };
+}
+
+/** The names of pending request files, in the order they are considered (sorted). */
+export async function listPendingChildRequests(
+  fs: FileSystem,
+  paths: SessionPaths,
+): Promise<string[]> {
+  return (await readDirIfExists(fs, paths.childRequestsPendingDir))
+    .filter((e) => e.kind === "file" && e.name.endsWith(".json") && !e.name.startsWith("."))
+    .map((e) => e.name);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Acceptance and rejection
+
+/** Options of `processNextChildRequest`. */
+export interface ProcessChildRequestOptions extends LayoutWriteOptions {
+  /** The repository root. */
+  readonly repoRoot: string;
+  /** The parent session. */
+  readonly parentSessionId: string;
+  /**
+   * The parent's latest successful attempt; a request whose `origin.parent_attempt_id` differs
+   * is rejected. Unchecked when undefined.
+   */
+  readonly expectedParentAttemptId?: string | undefined;
+  /**
+   * The frozen contracts of a workflow set, or `undefined` when the set is unknown (the request
+   * is then rejected). By default only the parent's own workflow set is known, and its frozen
+   * contract and roster are inherited.
+   */
+  readonly resolveWorkflow?:
+    | ((
+      workflowSet: string,
+    ) => Promise<SessionContracts | undefined> | SessionContracts | undefined)
+    | undefined;
+}
+
+/** A request that was accepted and frozen into a child session. */
+export interface AcceptedChildRequest {
+  /** Always `accepted`. */
+  readonly kind: "accepted";
+  /** The request id. */
+  readonly requestId: string;
+  /** The child's id (derived once, recorded in the ledger). */
+  readonly childSessionId: string;
+  /** The child's directory. */
+  readonly childDir: string;
+  /** `sha256:` of the accepted bytes. */
+  readonly sha256: string;
+}
+
+/** A request that was archived as invalid. */
+export interface RejectedChildRequest {
+  /** Always `rejected`. */
+  readonly kind: "rejected";
+  /** The receipt written beside the archived request. */
+  readonly receipt: RejectedRequestReceipt;
+  /** `rejected/<archived name>`. */
+  readonly archivedFile: string;
+  /** `rejected/<archived name>.receipt.json`. */
+  readonly receiptFile: string;
+}
+
+/** What happened to the request that was processed. */
+export type ChildRequestResult = AcceptedChildRequest | RejectedChildRequest;
+
+interface Rejection {
+  readonly reason: string;
+  readonly field: string | null;
+  /** A live ledger record of an interrupted acceptance that can no longer be completed. */
+  readonly abandoned?: ChildRecord | undefined;
+}
+
+interface Admission {
+  readonly request: ChildRequest;
+  /** The ledger record of an interrupted acceptance of this request, if any. */
+  readonly existing: ChildRecord | undefined;
+  /** What the child is built from; `undefined` when the child is already published. */
+  readonly build:
+    | { readonly contracts: SessionContracts; readonly inputs: readonly InputToFreeze[] }
+    | undefined;
+}
+
+/**
+ * Processes the first pending child request of a folded parent (sorted by file name), if any:
+ * accepts it (and creates the child) or rejects it. Rerunning after a crash resumes an
+ * interrupted acceptance with the same child id. Returns `undefined` when nothing is pending.
+ *
+ * Throws `SessionStateError` (and leaves the request pending) when the parent cannot dispatch
+ * now: it is terminal, executing an attempt, or already waiting for another live child. A
+ * failure of the `child_started` event append, which comes after the commit point, is reported
+ * too; the acceptance stands and a rerun finds nothing left to do.
+ */
+export async function processNextChildRequest(
+  fs: FileSystem,
+  options: ProcessChildRequestOptions,
+): Promise<ChildRequestResult | undefined> {
+  const resolved = resolveWriteOptions(options);
+  const tree = await loadSessionTree(fs, options.repoRoot, options.parentSessionId);
+  const parent = tree.require(options.parentSessionId);
+  if (parent.layout !== "folded") {
+    throw new UnsupportedLayoutError(parent.dir, "Mirror sessions are read-only in this library");
+  }
+  const paths = tree.paths(parent.sessionId);
+  const pending = await listPendingChildRequests(fs, paths);
+  if (pending.length === 0) return undefined;
+  const state = await readSessionState(fs, parent.dir);
+  const phase = sessionPhase(state);
+  if (phase === "terminal") {
+    throw new SessionStateError(parent.sessionId, "A terminal session dispatches no children");
+  }
+  if (phase === "executing") {
+    throw new SessionStateError(
+      parent.sessionId,
+      "Child requests are considered only after the parent attempt has finished",
+    );
+  }
+  const ledger = await readChildrenLedger(fs, paths, parent.sessionId);
+  const live = ledger.children.find((c) => LIVE_CHILD_STATUSES.includes(c.status));
+  let name: string | undefined;
+  let bytes: Uint8Array | undefined;
+  if (live !== undefined) {
+    // A live child whose request is still pending is an interrupted acceptance: finish it first.
+    for (const candidate of pending) {
+      const candidateBytes = await fs.readFile(join(paths.childRequestsPendingDir, candidate));
+      if (requestIdOf(candidateBytes, candidate) === live.request_id) {
+        name = candidate;
+        bytes = candidateBytes;
+        break;
+      }
+    }
+    if (name === undefined) {
+      throw new SessionStateError(
+        parent.sessionId,
+        `The session is suspended until child ${live.session_id} is terminal`,
+      );
+    }
+  } else if (phase === "suspended") {
+    throw new SessionStateError(
+      parent.sessionId,
+      `Record the outcome of child ${state.active_child_session_id} before dispatching another`,
+    );
+  } else {
+    name = pending[0] ?? "";
+  }
+  const file = join(paths.childRequestsPendingDir, name);
+  bytes ??= await fs.readFile(file);
+  const sha256 = sha256Ref(bytes, resolved.sha256);
+
+  const verdict = await admit(fs, tree, parent, paths, ledger, file, bytes, options);
+  if ("reason" in verdict) {
+    if (verdict.abandoned !== undefined) {
+      // The interrupted acceptance cannot be completed (its inputs are gone): the ledger says so
+      // before the request is archived, so no live child is left without a request.
+      const failed: ChildRecord = {
+        ...verdict.abandoned,
+        status: "failed_dispatch",
+        updated_at: utcSeconds(resolved.now()),
+      };
+      await writeChildrenLedger(
+        fs,
+        paths,
+        ledger,
+        ledger.children.map((c) => c.request_id === failed.request_id ? failed : c),
+        resolved,
+      );
+    }
+    return await reject(
+      fs,
+      paths,
+      name,
+      sha256,
+      verdict,
+      requestIdOf(bytes, file),
+      resolved,
+    );
+  }
+  return await accept(fs, tree, parent, paths, ledger, file, bytes, sha256, verdict, resolved);
+}
+
+function requestIdOf(bytes: Uint8Array, file: string): string | null {
+  try {
+    const value = decodeJson(bytes, file) as { readonly request_id?: unknown } | null;
+    return typeof value?.request_id === "string" ? value.request_id : null;
+  } catch (error) {
+    if (error instanceof LayoutRecordError) return null;
+    throw error;
+  }
+}
+
+async function admit(
+  fs: FileSystem,
+  tree: SessionTree,
+  parent: SessionNode,
+  paths: SessionPaths,
+  ledger: ChildrenLedger,
+  file: string,
+  bytes: Uint8Array,
+  options: ProcessChildRequestOptions,
+): Promise<Admission | Rejection> {
+  let request: ChildRequest;
+  try {
+    request = parseChildRequest(decodeJson(bytes, file), file);
+  } catch (error) {
+    if (!(error instanceof LayoutRecordError)) throw error;
+    return { reason: error.message, field: error.path };
+  }
+  const id = request.request_id;
+  const accepted = await readIfExists(fs, paths.acceptedRequest(id));
+  if (accepted !== undefined && !bytesEqual(accepted, bytes)) {
+    return {
+      reason: "The request id was already accepted with a different body",
+      field: "request_id",
+    };
+  }
+  const existing = ledger.children.find((c) => c.request_id === id);
+  if (existing !== undefined && !LIVE_CHILD_STATUSES.includes(existing.status)) {
+    return {
+      reason: `The request was already dispatched (${existing.status})`,
+      field: "request_id",
+    };
+  }
+  if (existing !== undefined) {
+    // An interrupted acceptance: the request was admitted before. A published child is frozen
+    // already; otherwise its contracts and inputs are gathered again to build it.
+    if (await isDirectory(fs, paths.childDir(existing.session_id))) {
+      return { request, existing, build: undefined };
+    }
+  } else if (
+    options.expectedParentAttemptId !== undefined &&
+    request.origin.parent_attempt_id !== options.expectedParentAttemptId
+  ) {
+    return {
+      reason: `origin.parent_attempt_id is not the parent's latest successful attempt ` +
+        `(${options.expectedParentAttemptId})`,
+      field: "origin.parent_attempt_id",
+    };
+  }
+  const workflowSet = request.workflow_set ?? parent.manifest.workflow_set;
+  const contracts = options.resolveWorkflow === undefined
+    ? await inheritedContracts(fs, parent, paths, workflowSet)
+    : await options.resolveWorkflow(workflowSet);
+  if (contracts === undefined || contracts.workflowSet !== workflowSet) {
+    return {
+      reason: `Unknown workflow set ${JSON.stringify(workflowSet)}`,
+      field: "workflow_set",
+      abandoned: existing,
+    };
+  }
+  const resolver = new LogicalReferenceResolver(fs, tree, parent.sessionId);
+  const inputs: InputToFreeze[] = [];
+  for (const [index, ref] of (request.input_refs ?? []).entries()) {
+    const field = `input_refs[${index}]`;
+    try {
+      const target = await resolver.resolve(ref);
+      if (!target.exists || target.kind !== "file") {
+        return {
+          reason: `Declared input ${ref} is absent or not a file`,
+          field,
+          abandoned: existing,
+        };
+      }
+      inputs.push({ sourceRef: target.canonical, bytes: await fs.readFile(target.path) });
+    } catch (error) {
+      if (!(error instanceof LogicalReferenceError)) throw error;
+      return { reason: error.message, field, abandoned: existing };
+    }
+  }
+  return { request, existing, build: { contracts, inputs } };
+}
+
+async function isDirectory(fs: FileSystem, path: string): Promise<boolean> {
+  try {
+    return (await fs.lstat(path)).kind === "directory";
+  } catch (error) {
+    if (error instanceof NotFound) return false;
+    throw error;
+  }
+}
+
+async function inheritedContracts(
+  fs: FileSystem,
+  parent: SessionNode,
+  paths: SessionPaths,
+  workflowSet: string,
+): Promise<SessionContracts | undefined> {
+  if (workflowSet !== parent.manifest.workflow_set) return undefined;
+  const object = (value: unknown, file: string): JsonObject => {
+    if (typeof value !== "object" || value === null || Array.isArray(value)) {
+      throw new LayoutRecordError(file, "Expected a JSON object", { value });
+    }
+    return value as JsonObject;
+  };
+  return {
+    workflowSet,
+    workflowContract: (await readRecord(fs, paths.workflowContractJson, object)).record,
+    workflowRoster: (await readRecord(fs, paths.workflowRosterJson, object)).record,
+  };
+}
+
+async function accept(
+  fs: FileSystem,
+  tree: SessionTree,
+  parent: SessionNode,
+  paths: SessionPaths,
+  initialLedger: ChildrenLedger,
+  file: string,
+  bytes: Uint8Array,
+  sha256: string,
+  admission: Admission,
+  options: ResolvedWriteOptions,
+): Promise<AcceptedChildRequest> {
+  const request = admission.request;
+  const id = request.request_id;
+  const now = utcSeconds(options.now());
+  await freezeBytes(fs, paths.acceptedRequest(id), bytes, options.durability);
+
+  let ledger = initialLedger;
+  let record = admission.existing;
+  if (record === undefined) {
+    const childId = await createSessionId(fs, {
+      parentSessionDir: parent.dir,
+      requestId: id,
+      reservedIds: ledger.children.map((c) => c.session_id),
+    });
+    record = {
+      session_id: childId,
+      request_id: id,
+      status: "dispatching",
+      accepted_request_ref: `session:/child_requests/accepted/${id}.json`,
+      accepted_request_sha256: sha256,
+      outcome_ref: null,
+      created_at: now,
+      updated_at: now,
+    };
+    ledger = await writeChildrenLedger(fs, paths, ledger, [...ledger.children, record], options);
+  }
+  const childId = record.session_id;
+  const childDir = paths.childDir(childId);
+
+  await ensureChild(fs, tree, parent, paths, childId, file, bytes, admission, options);
+
+  if (record.status === "dispatching") {
+    const running: ChildRecord = { ...record, status: "running", updated_at: now };
+    ledger = await writeChildrenLedger(
+      fs,
+      paths,
+      ledger,
+      ledger.children.map((c) => c.request_id === id ? running : c),
+      options,
+    );
+  }
+  await updateSessionState(fs, parent.dir, (state, current) => {
+    if (current.active_child_session_id === childId) return false;
+    state.active_child_session_id = childId;
+  }, { updatedAt: now, durability: options.durability });
+
+  // The commit point: the request leaves pending only now that everything above is durable.
+  await fs.remove(file);
+  if (options.durability === "full") await fs.syncDir(paths.childRequestsPendingDir);
+  await appendEvents(fs, paths.eventsJsonl, parent.sessionId, [{
+    type: "child_started",
+    payload: { request_id: id, child_session_id: childId },
+  }], options);
+  return { kind: "accepted", requestId: id, childSessionId: childId, childDir, sha256 };
+}
+
+/** Creates the child unless a complete child for this request is already published. */
+async function ensureChild(
+  fs: FileSystem,
+  tree: SessionTree,
+  parent: SessionNode,
+  paths: SessionPaths,
+  childId: string,
+  file: string,
+  bytes: Uint8Array,
+  admission: Admission,
+  options: ResolvedWriteOptions,
+): Promise<void> {
+  const childDir = paths.childDir(childId);
+  const request = admission.request;
+  if (await isDirectory(fs, childDir)) {
+    const copy = await readIfExists(fs, join(childDir, "inputs", "accepted_request.json"));
+    if (copy === undefined || !bytesEqual(copy, bytes)) {
+      throw new ChildRequestError(
+        file,
+        request.request_id,
+        `Child directory ${childDir} exists but was not created from this request`,
+      );
+    }
+    return;
+  }
+  const build = admission.build;
+  if (build === undefined) {
+    throw new ChildRequestError(file, request.request_id, `Child directory ${childDir} vanished`);
+  }
+  // Leftovers of an interrupted build of this very child are private garbage.
+  for (const entry of await readDirIfExists(fs, paths.childrenDir)) {
+    if (entry.name.startsWith(`.staging-${childId}-`)) {
+      await fs.remove(join(paths.childrenDir, entry.name), { recursive: true });
+    }
+  }
+  const rosterBytes = await fs.readFile(tree.paths(tree.rootSessionId).harnessCapabilityRosterJson);
+  await createChildSession(fs, {
+    parentDir: parent.dir,
+    parentSessionId: parent.sessionId,
+    rootSessionId: parent.rootSessionId,
+    parentDepth: parent.depth,
+    sessionId: childId,
+    request,
+    requestBytes: bytes,
+    inputs: build.inputs,
+    harnessCapabilityRosterSha256: sha256Ref(rosterBytes, options.sha256),
+    workflowSet: build.contracts.workflowSet,
+    workflowContract: build.contracts.workflowContract,
+    workflowRoster: build.contracts.workflowRoster,
+    now: options.now,
+    uuid: options.uuidHex,
+    durability: options.durability,
+    sha256: options.sha256,
+  });
+}
+
+async function reject(
+  fs: FileSystem,
+  paths: SessionPaths,
+  name: string,
+  sha256: string,
+  rejection: Rejection,
+  requestId: string | null,
+  options: ResolvedWriteOptions,
+): Promise<RejectedChildRequest> {
+  const archived = await archiveName(fs, paths, name, sha256);
+  const archivedFile = join(paths.childRequestsRejectedDir, archived);
+  const receiptFile = `${archivedFile}.receipt.json`;
+  const receipt: RejectedRequestReceipt = {
+    schema_version: 1,
+    kind: "child_request_rejected",
+    request_file: name,
+    archived_file: archived,
+    request_id: requestId,
+    original_sha256: sha256,
+    reason: rejection.reason,
+    field: rejection.field === "" ? null : rejection.field,
+    rejected_at: utcSeconds(options.now()),
+  };
+  // The receipt is durable before the request moves, so an archived request always has one.
+  await writeJsonAtomic(fs, receiptFile, receipt, options.durability);
+  await fs.rename(join(paths.childRequestsPendingDir, name), archivedFile);
+  if (options.durability === "full") {
+    await fs.syncDir(paths.childRequestsRejectedDir);
+    await fs.syncDir(paths.childRequestsPendingDir);
+  }
+  return { kind: "rejected", receipt, archivedFile, receiptFile };
+}
+
+/**
+ * A free name in `rejected/`: the original name, else `<stem>.<first 8 hex of its sha256><ext>`
+ * (then `-2`, `-3`, ...). Deterministic, so a rerun after a crash reuses the same name.
+ */
+async function archiveName(
+  fs: FileSystem,
+  paths: SessionPaths,
+  name: string,
+  sha256: string,
+): Promise<string> {
+  const dot = name.lastIndexOf(".");
+  const stem = dot > 0 ? name.slice(0, dot) : name;
+  const ext = dot > 0 ? name.slice(dot) : "";
+  const candidates = [name, `${stem}.${sha256.slice(7, 15)}${ext}`];
+  for (let i = 2;; i++) {
+    const candidate = candidates.shift() ?? `${stem}.${sha256.slice(7, 15)}-${i}${ext}`;
+    if ((await readIfExists(fs, join(paths.childRequestsRejectedDir, candidate))) === undefined) {
+      return candidate;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Child outcomes and parent acceptance
+
+/** Options of `recordChildOutcome`. */
+export interface RecordChildOutcomeOptions extends LayoutWriteOptions {
+  /** The repository root. */
+  readonly repoRoot: string;
+  /** The parent session. */
+  readonly parentSessionId: string;
+}
+
+/**
+ * Records the outcome of the parent's active child once that child is terminal:
+ * `child_outcomes/<request_id>.json` binds the child's `session_outcome.json` by reference and
+ * hash, the ledger entry takes the child's terminal status, and the parent's
+ * `active_child_session_id` is cleared so the parent resumes. The parent's control and status
+ * are never touched: a child's `goal_met` does not complete its parent. Every step is
+ * repeatable, so rerunning after an interruption completes the same record.
+ */
+export async function recordChildOutcome(
+  fs: FileSystem,
+  options: RecordChildOutcomeOptions,
+): Promise<ChildOutcome> {
+  const resolved = resolveWriteOptions(options);
+  const tree = await loadSessionTree(fs, options.repoRoot, options.parentSessionId);
+  const parent = tree.require(options.parentSessionId);
+  const paths = tree.paths(parent.sessionId);
+  const state = await readSessionState(fs, parent.dir);
+  const childId = state.active_child_session_id;
+  if (childId == null) {
+    throw new SessionStateError(parent.sessionId, "The session has no active child");
+  }
+  const child = tree.require(childId);
+  const childPaths = tree.paths(childId);
+  if (sessionPhase(await readSessionState(fs, child.dir)) !== "terminal") {
+    throw new SessionStateError(childId, "The child is not terminal yet");
+  }
+  const outcome = await readRecord(
+    fs,
+    childPaths.sessionOutcomeJson,
+    (value, file) => parseSessionOutcome(value, file, child.layout),
+    resolved.sha256,
+  );
+  const ledger = await readChildrenLedger(fs, paths, parent.sessionId);
+  const record = ledger.children.find((c) => c.session_id === childId);
+  if (record === undefined) {
+    throw new LayoutRecordError(paths.childrenJson, "The active child is not in the ledger", {
+      path: "children",
+      value: childId,
+    });
+  }
+  const childOutcome: ChildOutcome = {
+    schema_version: 2,
+    request_id: record.request_id,
+    child_session_id: childId,
+    session_outcome_ref: `session:${childId}:/session_outcome.json`,
+    session_outcome_sha256: outcome.sha256,
+  };
+  const outcomeFile = paths.childOutcome(record.request_id);
+  await freezeBytes(fs, outcomeFile, encodeJson(childOutcome), resolved.durability);
+  const now = utcSeconds(resolved.now());
+  const outcomeRef = `session:/child_outcomes/${record.request_id}.json`;
+  const status = outcome.record.terminal_status;
+  if (record.status !== status || record.outcome_ref !== outcomeRef) {
+    const updated: ChildRecord = { ...record, status, outcome_ref: outcomeRef, updated_at: now };
+    await writeChildrenLedger(
+      fs,
+      paths,
+      ledger,
+      ledger.children.map((c) => c.session_id === childId ? updated : c),
+      resolved,
+    );
+  }
+  await updateSessionState(fs, parent.dir, (next) => {
+    next.active_child_session_id = null;
+  }, { updatedAt: now, durability: resolved.durability });
+  await appendEvents(fs, paths.eventsJsonl, parent.sessionId, [{
+    type: "child_finished",
+    payload: { request_id: record.request_id, child_session_id: childId, status },
+  }], resolved);
+  return childOutcome;
+}
+
+/** Reads and validates `child_outcomes/<requestId>.json` of a session, if present. */
+export async function readChildOutcome(
+  fs: FileSystem,
+  paths: SessionPaths,
+  requestId: string,
+): Promise<ChildOutcome | undefined> {
+  return (await readRecordIfExists(fs, paths.childOutcome(requestId), parseChildOutcome))?.record;
+}
+
+/** Options of `recordParentAcceptance`. */
+export interface RecordParentAcceptanceOptions extends LayoutWriteOptions {
+  /** The parent session's paths. */
+  readonly paths: SessionPaths;
+  /** The parent session. */
+  readonly parentSessionId: string;
+  /** The request the child served. */
+  readonly requestId: string;
+  /** accepted, rework or reroute. */
+  readonly decision: ParentDecision;
+  /** Why. */
+  readonly reason: string;
+  /** The deciding parent attempt. */
+  readonly producer: { readonly workflowId: string; readonly attemptId: string };
+}
+
+/**
+ * Records the parent orchestrator's decision about a child's outcome in
+ * `parent_acceptance/<request_id>.json`, bound to the child outcome record by reference and
+ * hash. The child outcome must have been recorded first.
+ */
+export async function recordParentAcceptance(
+  fs: FileSystem,
+  options: RecordParentAcceptanceOptions,
+): Promise<ParentAcceptance> {
+  const resolved = resolveWriteOptions(options);
+  const paths = options.paths;
+  const outcome = await readRecord(
+    fs,
+    paths.childOutcome(options.requestId),
+    parseChildOutcome,
+    resolved.sha256,
+  );
+  const file = paths.parentAcceptance(options.requestId);
+  const record = parseParentAcceptance({
+    schema_version: 1,
+    request_id: options.requestId,
+    child_session_id: outcome.record.child_session_id,
+    decision: options.decision,
+    reason: options.reason,
+    child_outcome_ref: `session:/child_outcomes/${options.requestId}.json`,
+    child_outcome_sha256: outcome.sha256,
+    producer: {
+      session_id: options.parentSessionId,
+      workflow_id: options.producer.workflowId,
+      attempt_id: options.producer.attemptId,
+    },
+    created_at: utcSeconds(resolved.now()),
+  }, file);
+  await writeJsonAtomic(fs, file, record, resolved.durability);
+  return record;
+}

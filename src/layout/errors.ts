@@ -1,0 +1,186 @@
+/**
+ * The typed errors of the folded session layout. Each names what it is about (a file, a field, a
+ * logical reference, a session directory) so a person can act on it. Port failures stay the
+ * port's own `FsError` classes and are never wrapped or hidden.
+ *
+ * @module
+ */
+
+/** Options shared by layout errors. */
+export interface LayoutErrorOptions {
+  /** The underlying error. */
+  readonly cause?: unknown;
+}
+
+/** The base class of every error the layout module raises (besides port `FsError`s). */
+export class LayoutError extends Error {
+  /** Creates a layout error. */
+  constructor(message: string, options: LayoutErrorOptions = {}) {
+    super(message, options.cause === undefined ? {} : { cause: options.cause });
+    this.name = new.target.name;
+  }
+}
+
+/** Options of `LayoutRecordError`. */
+export interface LayoutRecordErrorOptions extends LayoutErrorOptions {
+  /** The JSON path of the offending field (`producer.attempt_id`, `children[1].status`); `""` for the record. */
+  readonly path?: string;
+  /** The offending value, when there is one. */
+  readonly value?: unknown;
+}
+
+/**
+ * A record (session.json, control.json, handoff.json, children.json, ...) that is not valid JSON,
+ * does not satisfy its schema, or breaks a cross-field rule.
+ */
+export class LayoutRecordError extends LayoutError {
+  /** The absolute path of the file, or a label such as `child request` for in-memory records. */
+  readonly file: string;
+  /** The JSON path of the offending field, `""` when the whole record is at fault. */
+  readonly path: string;
+  /** The offending value (`undefined` when the field is missing). */
+  readonly value: unknown;
+  /** Creates a record error for `file`. */
+  constructor(file: string, message: string, options: LayoutRecordErrorOptions = {}) {
+    const at = options.path ? ` at ${options.path}` : "";
+    super(`${message}${at} (in '${file}')`, options);
+    this.file = file;
+    this.path = options.path ?? "";
+    this.value = options.value;
+  }
+}
+
+/** Why a logical reference was refused. */
+export type LogicalReferenceErrorReason =
+  /** The text does not follow the reference grammar (empty, NUL, backslash, `..`, absolute, too long). */
+  | "grammar"
+  /** The scope is not one of repo, session, root, parent, session:<id>, trace:<id>. */
+  | "unknown_scope"
+  /** `trace:<manifest_id>:/` was used in a folded session. */
+  | "mirror_only"
+  /** `parent:/` was used in a root session. */
+  | "no_parent"
+  /** `session:<id>:/` names a session that is not in the current tree. */
+  | "unknown_session"
+  /** `trace:<id>:/` names no trace manifest of the current tree. */
+  | "unknown_trace"
+  /** A path component inside the scope is a symlink. */
+  | "symlink"
+  /** The target does not exist (strict resolution only). */
+  | "absent";
+
+/** A logical reference (`session:/…`, `repo:/…`, ...) that cannot be resolved safely. */
+export class LogicalReferenceError extends LayoutError {
+  /** The reference as given. */
+  readonly reference: string;
+  /** Why it was refused. */
+  readonly reason: LogicalReferenceErrorReason;
+  /** Creates a reference error. */
+  constructor(
+    reference: string,
+    reason: LogicalReferenceErrorReason,
+    message: string,
+    options: LayoutErrorOptions = {},
+  ) {
+    super(`${message}: ${quote(reference)}`, options);
+    this.reference = reference;
+    this.reason = reason;
+  }
+}
+
+/**
+ * A session tree whose physical nesting contradicts its manifests, uses symlinks, repeats an id,
+ * or cannot contain the session asked for.
+ */
+export class TopologyError extends LayoutError {
+  /** The directory (or file) where the contradiction was found. */
+  readonly at: string;
+  /** Creates a topology error found at `at`. */
+  constructor(at: string, message: string, options: LayoutErrorOptions = {}) {
+    super(`${message} (at '${at}')`, options);
+    this.at = at;
+  }
+}
+
+/** A session id that is neither a readable `NNN_<slug>` / `NN_<slug>` id nor a legacy id. */
+export class SessionIdError extends LayoutError {
+  /** The id as given. */
+  readonly id: string;
+  /** Creates an id error. */
+  constructor(id: string, message: string) {
+    super(`${message}: ${quote(id)}`);
+    this.id = id;
+  }
+}
+
+/** An immutable artifact exists with contents that contradict the value being frozen. */
+export class ImmutableArtifactError extends LayoutError {
+  /** The absolute path of the artifact. */
+  readonly file: string;
+  /** Creates an immutable-artifact error for `file`. */
+  constructor(file: string, message = "Immutable artifact contradicts its existing contents") {
+    super(`${message} (in '${file}')`);
+    this.file = file;
+  }
+}
+
+/** An operation this library performs only on folded sessions was asked of a mirror session. */
+export class UnsupportedLayoutError extends LayoutError {
+  /** The session directory. */
+  readonly sessionDir: string;
+  /** Creates an unsupported-layout error. */
+  constructor(sessionDir: string, message: string) {
+    super(`${message} (session '${sessionDir}')`);
+    this.sessionDir = sessionDir;
+  }
+}
+
+/**
+ * The scheduling state forbids the operation: a suspended parent asked to take work, a terminal
+ * session asked to dispatch, a state with both a current task and an active child.
+ */
+export class SessionStateError extends LayoutError {
+  /** The session the state belongs to. */
+  readonly sessionId: string;
+  /** Creates a state error for `sessionId`. */
+  constructor(sessionId: string, message: string) {
+    super(`${message} (session '${sessionId}')`);
+    this.sessionId = sessionId;
+  }
+}
+
+/** What failed while handling a child request (besides an invalid request, which is archived). */
+export class ChildRequestError extends LayoutError {
+  /** The request id, when known. */
+  readonly requestId: string | undefined;
+  /** The file the error is about. */
+  readonly file: string;
+  /** Creates a child-request error. */
+  constructor(
+    file: string,
+    requestId: string | undefined,
+    message: string,
+    options: LayoutErrorOptions = {},
+  ) {
+    super(`${message} (in '${file}')`, options);
+    this.file = file;
+    this.requestId = requestId;
+  }
+}
+
+/** A short quoted rendering of a string for messages (control characters escaped). */
+export function quote(text: string): string {
+  const shown = text.length > 200 ? `${text.slice(0, 200)}…` : text;
+  return JSON.stringify(shown);
+}
+
+/** No valid session tree under `.loopy_loop/sessions/` contains the session asked for. */
+export class UnknownSessionError extends LayoutError {
+  /** The session id asked for. */
+  readonly sessionId: string;
+  /** Creates an unknown-session error. */
+  constructor(sessionId: string, message = "Unknown session id") {
+    super(`${message}: ${quote(sessionId)}`);
+    this.sessionId = sessionId;
+  }
+}

@@ -1,0 +1,176 @@
+/**
+ * Readable session ids. A root session is `NNN_<slug>` (a repo-scoped ordinal plus a slug of the
+ * goal's first words), a child session is `NN_<slug>` (an ordinal within the parent's
+ * `children/` plus a slug of the request id). The id is derived exactly once, at creation, and
+ * passed as a value afterwards: nothing in this library re-derives an id from a path or a hash.
+ * Legacy ids (`YYYYMMDD_HHMMSS_<goalhash12>_<random8>`) are still accepted by validation.
+ *
+ * @module
+ */
+import type { FileSystem } from "../port/fs.ts";
+import { readDirIfExists } from "../port/durable.ts";
+import { join } from "../port/path.ts";
+import { SessionIdError } from "./errors.ts";
+import { CHILDREN_DIRNAME, LOOPY_DIRNAME, SESSIONS_DIRNAME } from "./paths.ts";
+
+/** Minimum digits of a root session's ordinal (`001_…`); ordinals past 999 simply grow wider. */
+export const ROOT_ORDINAL_WIDTH = 3;
+/** Minimum digits of a child session's ordinal (`01_…`); ordinals past 99 simply grow wider. */
+export const CHILD_ORDINAL_WIDTH = 2;
+/** Longest slug, in characters. */
+export const SLUG_MAX_LENGTH = 40;
+/** The slug used when the text has no letters or digits. */
+export const EMPTY_SLUG = "session";
+
+const SAFE_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
+const READABLE_ID = /^(\d+)_([a-z0-9]+(?:-[a-z0-9]+)*)$/;
+const LEGACY_ID = /^\d{8}_\d{6}_[0-9a-f]{12}_[0-9a-f]{8}$/;
+// A legacy timestamp directory must never be read as an ordinal (20260419_… is not 20 million).
+const LEGACY_PREFIX = /^\d{8}_\d{6}_/;
+const ORDINAL_PREFIX = /^(\d+)_/;
+
+/**
+ * The slug of `text`: lowercase `[a-z0-9]` runs joined by `-`, every word kept, at most 40
+ * characters cut at a word boundary, `session` when nothing is left.
+ *
+ * @example Slugs keep every word
+ * ```ts
+ * import { slugify } from "@loop/sessions/layout";
+ * const slug = slugify("Ship the ultimate memory program!");
+ * if (slug !== "ship-the-ultimate-memory-program") throw new Error(`unexpected slug ${slug}`);
+ * if (slugify("¿?") !== "session") throw new Error("an empty slug becomes session");
+ * ```
+ */
+export function slugify(text: string): string {
+  const tokens = text.toLowerCase().match(/[a-z0-9]+/g) ?? [];
+  let slug = "";
+  for (const token of tokens) {
+    const next = slug === "" ? token : `${slug}-${token}`;
+    if (slug !== "" && next.length > SLUG_MAX_LENGTH) break;
+    slug = next;
+  }
+  slug = slug.slice(0, SLUG_MAX_LENGTH).replace(/^-+|-+$/g, "");
+  return slug === "" ? EMPTY_SLUG : slug;
+}
+
+/** True when `value` is a safe identifier: `[A-Za-z0-9][A-Za-z0-9_.-]*`. */
+export function isSafeId(value: string): boolean {
+  return SAFE_ID.test(value);
+}
+
+/** The form of a session id: readable (`NNN_<slug>` / `NN_<slug>`) or legacy (timestamped). */
+export type SessionIdForm = "readable" | "legacy";
+
+/**
+ * The form of `id`, or `undefined` when it is neither a readable id (at least two ordinal digits,
+ * a slug of at most 40 characters) nor a legacy id.
+ */
+export function sessionIdForm(id: string): SessionIdForm | undefined {
+  if (LEGACY_ID.test(id)) return "legacy";
+  const match = READABLE_ID.exec(id);
+  if (match === null) return undefined;
+  const [, ordinal = "", slug = ""] = match;
+  if (ordinal.length < CHILD_ORDINAL_WIDTH || slug.length > SLUG_MAX_LENGTH) return undefined;
+  return "readable";
+}
+
+/** True when `id` is a readable or a legacy session id. */
+export function isSessionId(id: string): boolean {
+  return sessionIdForm(id) !== undefined;
+}
+
+/** Throws `SessionIdError` unless `id` is a readable or a legacy session id. */
+export function assertSessionId(id: string): void {
+  if (!isSessionId(id)) {
+    throw new SessionIdError(
+      id,
+      "Session id is neither NNN_<slug> / NN_<slug> nor YYYYMMDD_HHMMSS_<goalhash12>_<random8>",
+    );
+  }
+}
+
+/** Formats an id from an ordinal (zero-padded to at least `width` digits) and a slug. */
+export function formatSessionId(ordinal: number, width: number, slug: string): string {
+  if (!Number.isSafeInteger(ordinal) || ordinal < 1) {
+    throw new SessionIdError(String(ordinal), "Session ordinal must be a positive integer");
+  }
+  return `${String(ordinal).padStart(width, "0")}_${slug}`;
+}
+
+/**
+ * The next ordinal of a scope directory: one more than the highest `<digits>_` prefix among its
+ * entries (files included, any number of digits), 1 for a missing or empty scope. Gaps are never
+ * reused. Hidden entries (`.staging-*`, temp files) and legacy timestamp ids never count.
+ */
+export async function nextOrdinal(fs: FileSystem, scopeDir: string): Promise<number> {
+  let highest = 0;
+  for (const entry of await readDirIfExists(fs, scopeDir)) {
+    if (entry.name.startsWith(".") || LEGACY_PREFIX.test(entry.name)) continue;
+    const match = ORDINAL_PREFIX.exec(entry.name);
+    if (match === null) continue;
+    const ordinal = Number(match[1]);
+    if (Number.isSafeInteger(ordinal) && ordinal > highest) highest = ordinal;
+  }
+  return highest + 1;
+}
+
+/** Input of `createSessionId` for a root session. */
+export interface RootSessionIdInput {
+  /** The repository root; the scope is `<repoRoot>/.loopy_loop/sessions/`. */
+  readonly repoRoot: string;
+  /** The goal; its first words make the slug. */
+  readonly goal: string;
+}
+
+/** Input of `createSessionId` for a child session. */
+export interface ChildSessionIdInput {
+  /** The parent session's directory; the scope is its `children/`. */
+  readonly parentSessionDir: string;
+  /** The child request's id; it makes the slug (`session` when undefined). */
+  readonly requestId: string | undefined;
+  /**
+   * Ids already promised in the parent's ledger (children.json) whose directories may not exist
+   * (a failed dispatch); their ordinals count as taken too.
+   */
+  readonly reservedIds?: readonly string[] | undefined;
+}
+
+/**
+ * Derives a new session id, once, at creation: `NNN_<slug>` for a root, `NN_<slug>` for a child.
+ * The ordinal alone makes the id unique within its scope. No lock is taken: the creator publishes
+ * the session directory with a rename that fails when the name is already taken.
+ *
+ * @example A root id and a child id
+ * ```ts
+ * import { createSessionId } from "@loop/sessions/layout";
+ * import { MemoryFs } from "@loop/sessions/memory";
+ *
+ * const fs = new MemoryFs();
+ * const root = await createSessionId(fs, { repoRoot: "/repo", goal: "Ship the landing page" });
+ * if (root !== "001_ship-the-landing-page") throw new Error("unexpected result");
+ * const child = await createSessionId(fs, {
+ *   parentSessionDir: "/repo/.loopy_loop/sessions/" + root,
+ *   requestId: "phase-0-foundations",
+ * });
+ * if (child !== "01_phase-0-foundations") throw new Error("unexpected result");
+ * ```
+ */
+export async function createSessionId(
+  fs: FileSystem,
+  input: RootSessionIdInput | ChildSessionIdInput,
+): Promise<string> {
+  if ("parentSessionDir" in input) {
+    const scope = join(input.parentSessionDir, CHILDREN_DIRNAME);
+    let ordinal = await nextOrdinal(fs, scope);
+    for (const id of input.reservedIds ?? []) {
+      const match = ORDINAL_PREFIX.exec(id);
+      if (match !== null && !LEGACY_PREFIX.test(id)) {
+        ordinal = Math.max(ordinal, Number(match[1]) + 1);
+      }
+    }
+    return formatSessionId(ordinal, CHILD_ORDINAL_WIDTH, slugify(input.requestId ?? ""));
+  }
+  const scope = join(input.repoRoot, LOOPY_DIRNAME, SESSIONS_DIRNAME);
+  const ordinal = await nextOrdinal(fs, scope);
+  return formatSessionId(ordinal, ROOT_ORDINAL_WIDTH, slugify(input.goal));
+}

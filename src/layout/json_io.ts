@@ -1,0 +1,206 @@
+/**
+ * JSON and JSONL reading and writing for layout records, over the port.
+ *
+ * Canonical JSON is `JSON.stringify(value, null, 2)`: two-space indentation, keys in insertion
+ * order, no trailing newline. It matches the engine's `json.dumps(indent=2)` layout, so hashes
+ * over files this library writes are stable and a person can read them; records keep their key
+ * order because the writers build them in a fixed order. JSONL records are compact
+ * (`JSON.stringify(value)`) plus `\n`.
+ *
+ * Engine-owned JSON is replaced atomically (same-directory temp file, fsync, rename, directory
+ * fsync); JSONL records are appended and fsynced one at a time.
+ *
+ * @module
+ */
+import * as v from "valibot";
+import type { FileSystem } from "../port/fs.ts";
+import { atomicReplace, type Durability, durableAppend, readIfExists } from "../port/durable.ts";
+import { portableSha256, type Sha256Factory, sha256Hex } from "../port/sha256.ts";
+import { ImmutableArtifactError, LayoutRecordError } from "./errors.ts";
+
+/** A JSON value. */
+export type JsonValue =
+  | null
+  | boolean
+  | number
+  | string
+  | readonly JsonValue[]
+  | { readonly [key: string]: JsonValue };
+
+/** A JSON object. */
+export type JsonObject = { readonly [key: string]: JsonValue };
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder("utf-8", { fatal: true });
+
+/** Encodes `value` as canonical JSON bytes (`JSON.stringify(value, null, 2)`). */
+export function encodeJson(value: unknown): Uint8Array {
+  return encoder.encode(JSON.stringify(value, null, 2));
+}
+
+/** Encodes text as UTF-8. */
+export function encodeText(text: string): Uint8Array {
+  return encoder.encode(text);
+}
+
+/** `sha256:<64 hex>` of `bytes`. */
+export function sha256Ref(bytes: Uint8Array, factory: Sha256Factory = portableSha256): string {
+  return `sha256:${sha256Hex(bytes, factory)}`;
+}
+
+/** Decodes UTF-8 JSON bytes; invalid UTF-8 or JSON is a `LayoutRecordError` naming `file`. */
+export function decodeJson(bytes: Uint8Array, file: string): unknown {
+  let text: string;
+  try {
+    text = decoder.decode(bytes);
+  } catch (error) {
+    throw new LayoutRecordError(file, "File is not valid UTF-8", { cause: error });
+  }
+  try {
+    return JSON.parse(text);
+  } catch (error) {
+    throw new LayoutRecordError(file, "File is not valid JSON", { cause: error });
+  }
+}
+
+/** Formats a valibot issue path as `a.b[2].c` (`""` for the record itself). */
+export function issuePath(issue: v.BaseIssue<unknown>): string {
+  let out = "";
+  for (const item of issue.path ?? []) {
+    const key = (item as { readonly key: unknown }).key;
+    if (typeof key === "number") out += `[${key}]`;
+    else out += out === "" ? String(key) : `.${String(key)}`;
+  }
+  return out;
+}
+
+/**
+ * Validates `value` with a valibot schema; the first issue becomes a `LayoutRecordError` naming
+ * `file`, the field's JSON path and its value.
+ */
+export function parseWithSchema<T>(
+  schema: v.GenericSchema<unknown, T>,
+  value: unknown,
+  file: string,
+  label: string,
+): T {
+  const result = v.safeParse(schema, value);
+  if (result.success) return result.output;
+  const issue = result.issues[0];
+  throw new LayoutRecordError(file, `Invalid ${label}: ${issue.message}`, {
+    path: issuePath(issue),
+    value: issue.input,
+  });
+}
+
+/** A record read from a file with the bytes it was parsed from. */
+export interface ReadRecord<T> {
+  /** The validated record. */
+  readonly record: T;
+  /** The exact bytes of the file. */
+  readonly bytes: Uint8Array;
+  /** `sha256:<hex>` of the bytes. */
+  readonly sha256: string;
+}
+
+/** A function that validates a decoded JSON value read from `file`. */
+export type RecordParser<T> = (value: unknown, file: string) => T;
+
+/**
+ * Reads and validates a JSON record. A missing file propagates the port's `NotFound`; bad JSON
+ * or a schema violation is a `LayoutRecordError`. Reading never modifies anything.
+ */
+export async function readRecord<T>(
+  fs: FileSystem,
+  file: string,
+  parse: RecordParser<T>,
+  factory: Sha256Factory = portableSha256,
+): Promise<ReadRecord<T>> {
+  const bytes = await fs.readFile(file);
+  return { record: parse(decodeJson(bytes, file), file), bytes, sha256: sha256Ref(bytes, factory) };
+}
+
+/** Like `readRecord`, but `undefined` when the file does not exist. */
+export async function readRecordIfExists<T>(
+  fs: FileSystem,
+  file: string,
+  parse: RecordParser<T>,
+  factory: Sha256Factory = portableSha256,
+): Promise<ReadRecord<T> | undefined> {
+  const bytes = await readIfExists(fs, file);
+  if (bytes === undefined) return undefined;
+  return { record: parse(decodeJson(bytes, file), file), bytes, sha256: sha256Ref(bytes, factory) };
+}
+
+/** Atomically replaces `file` with the canonical JSON of `value`; returns the bytes written. */
+export async function writeJsonAtomic(
+  fs: FileSystem,
+  file: string,
+  value: unknown,
+  durability: Durability = "full",
+): Promise<Uint8Array> {
+  const bytes = encodeJson(value);
+  await atomicReplace(fs, file, bytes, { durability });
+  return bytes;
+}
+
+/**
+ * Freezes `bytes` at `file`: writes them atomically when the file is absent, does nothing when it
+ * holds the same bytes, and throws `ImmutableArtifactError` when it holds different bytes.
+ * Returns true when it wrote.
+ */
+export async function freezeBytes(
+  fs: FileSystem,
+  file: string,
+  bytes: Uint8Array,
+  durability: Durability = "full",
+): Promise<boolean> {
+  const existing = await readIfExists(fs, file);
+  if (existing !== undefined) {
+    if (bytesEqual(existing, bytes)) return false;
+    throw new ImmutableArtifactError(file);
+  }
+  await atomicReplace(fs, file, bytes, { durability });
+  return true;
+}
+
+/**
+ * Appends one compact JSON record plus `\n` to a JSONL file in a single write, then fsyncs it
+ * (and its directory when the file was created).
+ */
+export async function appendJsonl(
+  fs: FileSystem,
+  file: string,
+  value: unknown,
+  durability: Durability = "full",
+): Promise<void> {
+  await durableAppend(fs, file, encoder.encode(`${JSON.stringify(value)}\n`), { durability });
+}
+
+/** True when two byte arrays hold the same bytes. */
+export function bytesEqual(a: Uint8Array, b: Uint8Array): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+/** Structural equality of two JSON values (object key order ignored). */
+export function jsonEqual(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
+  if (Array.isArray(a) !== Array.isArray(b)) return false;
+  if (Array.isArray(a) && Array.isArray(b)) {
+    return a.length === b.length && a.every((item, i) => jsonEqual(item, b[i]));
+  }
+  const ak = Object.keys(a);
+  const bk = Object.keys(b);
+  if (ak.length !== bk.length) return false;
+  const bo = b as Record<string, unknown>;
+  const ao = a as Record<string, unknown>;
+  return ak.every((key) => Object.hasOwn(bo, key) && jsonEqual(ao[key], bo[key]));
+}
+
+/** The current time as a UTC timestamp to the second: `2026-04-19T14:30:22Z`. */
+export function utcSeconds(date: Date): string {
+  return `${date.toISOString().slice(0, 19)}Z`;
+}

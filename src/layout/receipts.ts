@@ -1,0 +1,214 @@
+/**
+ * Receipts of a folded session. Git boundary and delivery receipts share `receipts/` with
+ * self-describing names (`receipts/0026_outer_git_after.json`); the compact git receipt points at
+ * its verbose status and diff in the attempt's raw `git/` subarea. Eval receipts keep
+ * `eval_receipts/<eval_id>.json`; accepting one checks that its raw report and git binding are
+ * those of the producing attempt and writes the engine-owned sidecar
+ * `eval_receipts/accepted/<eval_id>.json`.
+ *
+ * @module
+ */
+import type { FileSystem } from "../port/fs.ts";
+import { NotFound } from "../port/errors.ts";
+import { atomicReplace, ensurePrivateDir } from "../port/durable.ts";
+import { join } from "../port/path.ts";
+import { LayoutRecordError, UnsupportedLayoutError } from "./errors.ts";
+import { readRecord, utcSeconds, writeJsonAtomic } from "./json_io.ts";
+import { type LayoutWriteOptions, resolveWriteOptions } from "./options.ts";
+import type { GitPhase, SessionPaths } from "./paths.ts";
+import {
+  type EvalAcceptance,
+  type GitReceipt,
+  parseEvalAcceptance,
+  parseEvalReceipt,
+  parseGitReceipt,
+} from "./records.ts";
+import type { AttemptIdentity } from "./attempts.ts";
+
+function requireFolded(session: SessionPaths): void {
+  if (session.layout !== "folded") {
+    throw new UnsupportedLayoutError(session.dir, "Mirror sessions are read-only in this library");
+  }
+}
+
+/** What a git boundary receipt records. */
+export interface GitBoundary {
+  /** The commit at the boundary, when known. */
+  readonly head: string | null;
+  /** The branch, when known. */
+  readonly branch: string | null;
+  /** Whether the worktree was dirty, when known. */
+  readonly dirty: boolean | null;
+  /** Verbose `git status` output, written to raw `git/<phase>-status.jsonl`. */
+  readonly rawStatus?: Uint8Array | undefined;
+  /** Verbose diff, written to raw `git/<phase>-diff.patch`. */
+  readonly rawDiff?: Uint8Array | undefined;
+}
+
+/** A written git receipt. */
+export interface WrittenGitReceipt {
+  /** The receipt file. */
+  readonly file: string;
+  /** Its logical reference (`session:/receipts/…`). */
+  readonly ref: string;
+  /** The receipt. */
+  readonly receipt: GitReceipt;
+}
+
+/**
+ * Writes an attempt's git receipt `receipts/<NNNN>_<workflow>_git_<phase>.json` (and its verbose
+ * raw output, when given) in a folded session.
+ */
+export async function writeGitReceipt(
+  fs: FileSystem,
+  session: SessionPaths,
+  sessionId: string,
+  attempt: AttemptIdentity,
+  phase: GitPhase,
+  boundary: GitBoundary,
+  options: LayoutWriteOptions = {},
+): Promise<WrittenGitReceipt> {
+  requireFolded(session);
+  const resolved = resolveWriteOptions(options);
+  const durability = resolved.durability;
+  const paths = session.attempt(attempt.iteration, attempt.workflowId);
+  let rawStatusRef: string | null = null;
+  let rawDiffRef: string | null = null;
+  if (boundary.rawStatus !== undefined || boundary.rawDiff !== undefined) {
+    await ensurePrivateDir(fs, paths.rawSubarea("git"), durability);
+  }
+  if (boundary.rawStatus !== undefined) {
+    const name = `${phase}-status.jsonl`;
+    await atomicReplace(fs, join(paths.rawSubarea("git"), name), boundary.rawStatus, {
+      durability,
+    });
+    rawStatusRef = `${paths.rawRef}/git/${name}`;
+  }
+  if (boundary.rawDiff !== undefined) {
+    const name = `${phase}-diff.patch`;
+    await atomicReplace(fs, join(paths.rawSubarea("git"), name), boundary.rawDiff, { durability });
+    rawDiffRef = `${paths.rawRef}/git/${name}`;
+  }
+  const receipt: GitReceipt = {
+    schema_version: 1,
+    kind: "git_receipt",
+    phase,
+    session_id: sessionId,
+    workflow_id: attempt.workflowId,
+    iteration: attempt.iteration,
+    attempt_id: attempt.attemptId,
+    head: boundary.head,
+    branch: boundary.branch,
+    dirty: boundary.dirty,
+    status_path: null,
+    diff_path: null,
+    raw_status_ref: rawStatusRef,
+    raw_diff_ref: rawDiffRef,
+    created_at: utcSeconds(resolved.now()),
+  };
+  const file = paths.gitReceipt(phase, attempt.attemptId);
+  await ensurePrivateDir(fs, session.gitReceiptsDir, durability);
+  await writeJsonAtomic(fs, file, parseGitReceipt(receipt, file), durability);
+  return { file, ref: paths.gitReceiptRef(phase, attempt.attemptId), receipt };
+}
+
+/** The logical reference of a delivery receipt (`session:/receipts/<name>` when folded). */
+export function deliveryReceiptRef(session: SessionPaths, name: string): string {
+  return session.layout === "folded"
+    ? `session:/receipts/${name}`
+    : `session:/delivery_receipts/${name}`;
+}
+
+/** Options of `acceptEvalReceipt`. */
+export interface AcceptEvalReceiptOptions extends LayoutWriteOptions {
+  /** The session the receipt belongs to. */
+  readonly sessionId: string;
+}
+
+/**
+ * Accepts `eval_receipts/<evalId>.json` of a folded session: the receipt must be valid, name
+ * this session, cite exactly the producing attempt's raw report
+ * (`session:/raw/<NNNN>_<workflow>/eval/report.json`, which must exist) and that attempt's
+ * git-after receipt (which must exist and name the same attempt). Writes and returns the
+ * sidecar `eval_receipts/accepted/<evalId>.json` binding the receipt's hash.
+ */
+export async function acceptEvalReceipt(
+  fs: FileSystem,
+  session: SessionPaths,
+  evalId: string,
+  options: AcceptEvalReceiptOptions,
+): Promise<EvalAcceptance> {
+  requireFolded(session);
+  const resolved = resolveWriteOptions(options);
+  const file = session.evalReceipt(evalId);
+  const { record: receipt, sha256 } = await readRecord(fs, file, parseEvalReceipt, resolved.sha256);
+  const fail = (message: string, path: string, value: unknown): never => {
+    throw new LayoutRecordError(file, message, { path, value });
+  };
+  if (receipt.eval_id !== evalId) {
+    fail("eval_id is not the file's name", "eval_id", receipt.eval_id);
+  }
+  const producer = receipt.producer;
+  if (producer.session_id !== options.sessionId) {
+    fail("The receipt names another session", "producer.session_id", producer.session_id);
+  }
+  const attempt = session.attempt(producer.iteration, producer.workflow_id);
+  const expectedReport = attempt.evalReportRef;
+  if (receipt.raw_report_refs.length !== 1 || receipt.raw_report_refs[0] !== expectedReport) {
+    fail(
+      `raw_report_refs must be exactly ["${expectedReport}"] of the producing attempt`,
+      "raw_report_refs",
+      receipt.raw_report_refs,
+    );
+  }
+  if (!(await isFile(fs, join(attempt.rawDir, "eval", "report.json")))) {
+    fail("The producing attempt's raw eval report is absent", "raw_report_refs[0]", expectedReport);
+  }
+  const expectedGit = attempt.gitReceiptRef("after", producer.attempt_id);
+  if (receipt.git_receipt_ref !== expectedGit) {
+    fail(
+      `git_receipt_ref must be the producing attempt's ${expectedGit}`,
+      "git_receipt_ref",
+      receipt.git_receipt_ref,
+    );
+  }
+  const gitFile = attempt.gitReceipt("after", producer.attempt_id);
+  let git;
+  try {
+    git = await readRecord(fs, gitFile, parseGitReceipt, resolved.sha256);
+  } catch (error) {
+    if (!(error instanceof NotFound)) throw error;
+    return fail(
+      "The producing attempt's git-after receipt is absent",
+      "git_receipt_ref",
+      expectedGit,
+    );
+  }
+  if (git.record.attempt_id !== producer.attempt_id || git.record.phase !== "after") {
+    fail("The git receipt belongs to another attempt", "git_receipt_ref", expectedGit);
+  }
+  const sidecarFile = session.evalAcceptedSidecar(evalId);
+  const sidecar = parseEvalAcceptance({
+    schema_version: 1,
+    eval_id: evalId,
+    receipt_ref: `session:/eval_receipts/${evalId}.json`,
+    receipt_sha256: sha256,
+    producer,
+    raw_report_refs: receipt.raw_report_refs,
+    git_receipt_ref: receipt.git_receipt_ref,
+    git_receipt_sha256: git.sha256,
+    accepted_at: utcSeconds(resolved.now()),
+  }, sidecarFile);
+  await ensurePrivateDir(fs, session.evalReceiptsAcceptedDir, resolved.durability);
+  await writeJsonAtomic(fs, sidecarFile, sidecar, resolved.durability);
+  return sidecar;
+}
+
+async function isFile(fs: FileSystem, path: string): Promise<boolean> {
+  try {
+    return (await fs.lstat(path)).kind === "file";
+  } catch (error) {
+    if (error instanceof NotFound) return false;
+    throw error;
+  }
+}

@@ -1,0 +1,358 @@
+/**
+ * `LogicalReferenceResolver`: turns durable logical references (`repo:/…`, `session:/…`,
+ * `root:/…`, `parent:/…`, `session:<id>:/…`, and `trace:<manifest_id>:/…` for mirror sessions
+ * only) into confined absolute paths of one validated session tree.
+ *
+ * Order of checks, so that bad input reaches nothing:
+ * 1. the grammar (pure: no file is touched when it fails);
+ * 2. the scope against the validated topology (in memory: unknown session ids, `parent:` at a
+ *    root and `trace:` in a folded session are refused without touching a file);
+ * 3. the path, one component at a time with `lstat`.
+ *
+ * Symlinks: this library refuses a symlink at any component between the scope root and the
+ * target, the target included, and along the chain of session directories above the scope root.
+ * This is stricter than the engine (which allows links that stay inside the scope): nothing is
+ * ever read or written through a link, so no check-then-use race can redirect it.
+ *
+ * @module
+ */
+import type { FileSystem } from "../port/fs.ts";
+import { NotFound } from "../port/errors.ts";
+import { join, relativeWithin } from "../port/path.ts";
+import { LogicalReferenceError, TopologyError } from "./errors.ts";
+import { decodeJson } from "./json_io.ts";
+import { repositoryPaths, type SessionLayout } from "./paths.ts";
+import {
+  formatLogicalReference,
+  type ParsedReference,
+  parseLogicalReference,
+} from "./ref_grammar.ts";
+import { loadSessionTree, type SessionNode, type SessionTree } from "./tree.ts";
+
+/** A resolved logical reference. */
+export interface ResolvedReference {
+  /** The reference as given. */
+  readonly reference: string;
+  /** The same target named from anywhere in the tree: `repo:/…`, `session:<id>:/…` or `trace:<id>:/…`. */
+  readonly canonical: string;
+  /** The confined absolute path. */
+  readonly path: string;
+  /** The root of the reference's scope (the path is this or below it). */
+  readonly scopeRoot: string;
+  /** False when the target, or a directory on the way to it, is absent. */
+  readonly exists: boolean;
+  /** The target's kind when it exists (never `symlink`: links are refused). */
+  readonly kind: "file" | "directory" | "other" | undefined;
+}
+
+/** Options of `LogicalReferenceResolver.forSession`. */
+export interface ResolverOptions {
+  /** The repository root. */
+  readonly repoRoot: string;
+  /** The current session (the meaning of `session:/`, `root:/`, `parent:/`). */
+  readonly sessionId: string;
+}
+
+/**
+ * Resolves logical references for one session of a validated tree.
+ *
+ * @example Resolve a session reference
+ * ```ts
+ * import { createRootSession, LogicalReferenceResolver } from "@loop/sessions/layout";
+ * import { MemoryFs } from "@loop/sessions/memory";
+ *
+ * const fs = new MemoryFs();
+ * await fs.mkdir("/repo");
+ * const root = await createRootSession(fs, {
+ *   repoRoot: "/repo",
+ *   goal: "Write the docs",
+ *   workflowSet: "main",
+ *   workflowContract: {},
+ *   workflowRoster: {},
+ *   harnessCapabilityRoster: {},
+ * });
+ * const resolver = await LogicalReferenceResolver.forSession(fs, {
+ *   repoRoot: "/repo",
+ *   sessionId: root.sessionId,
+ * });
+ * const plan = await resolver.resolve("session:/project_state/plan.md");
+ * if (plan.path !== `${root.dir}/project_state/plan.md`) throw new Error("unexpected path");
+ * if (!plan.exists) throw new Error("unexpected result");
+ * const raw = await resolver.resolve("session:/raw/0001_outer");
+ * if (raw.exists) throw new Error("a raw directory that was never written is absent");
+ * ```
+ */
+export class LogicalReferenceResolver {
+  /** The filesystem. */
+  readonly fs: FileSystem;
+  /** The validated tree. */
+  readonly tree: SessionTree;
+  /** The current session. */
+  readonly current: SessionNode;
+
+  /** Creates a resolver for `sessionId` of an already validated tree. */
+  constructor(fs: FileSystem, tree: SessionTree, sessionId: string) {
+    this.fs = fs;
+    this.tree = tree;
+    this.current = tree.require(sessionId);
+  }
+
+  /** Validates the tree containing `sessionId` and returns a resolver for it. */
+  static async forSession(
+    fs: FileSystem,
+    options: ResolverOptions,
+  ): Promise<LogicalReferenceResolver> {
+    const tree = await loadSessionTree(fs, options.repoRoot, options.sessionId);
+    return new LogicalReferenceResolver(fs, tree, options.sessionId);
+  }
+
+  /** The canonical repository root. */
+  get repoRoot(): string {
+    return this.tree.repoRoot;
+  }
+
+  /** The layout of the current session. */
+  get layout(): SessionLayout {
+    return this.current.layout;
+  }
+
+  /**
+   * Resolves a reference to a confined absolute path. An absent target is not an error: the
+   * result says `exists: false` (a pruned raw directory, a file not written yet). Refusals are
+   * `LogicalReferenceError`s; a symlink planted on the path is refused (reason `symlink`).
+   */
+  async resolve(reference: string): Promise<ResolvedReference> {
+    const parsed = parseLogicalReference(reference);
+    const scope = await this.#scope(parsed);
+    let path = scope.root;
+    let exists = true;
+    let kind: ResolvedReference["kind"] = "directory";
+    for (const [index, segment] of parsed.segments.entries()) {
+      path = join(path, segment);
+      if (!exists) continue;
+      let found: string;
+      try {
+        found = (await this.fs.lstat(path)).kind;
+      } catch (error) {
+        if (!(error instanceof NotFound)) throw error;
+        exists = false;
+        kind = undefined;
+        continue;
+      }
+      if (found === "symlink") {
+        throw new LogicalReferenceError(
+          reference,
+          "symlink",
+          `Logical reference passes through a symlink at ${path}`,
+        );
+      }
+      const last = index === parsed.segments.length - 1;
+      if (!last && found !== "directory") {
+        exists = false;
+        kind = undefined;
+        continue;
+      }
+      kind = found === "file" || found === "directory" ? found : "other";
+    }
+    const relative = parsed.segments.join("/");
+    return {
+      reference,
+      canonical: formatLogicalReference(scope.canonicalScope, scope.canonicalId, relative),
+      path,
+      scopeRoot: scope.root,
+      exists,
+      kind,
+    };
+  }
+
+  /** Like `resolve`, but an absent target is a `LogicalReferenceError` with reason `absent`. */
+  async resolveExisting(reference: string): Promise<string> {
+    const resolved = await this.resolve(reference);
+    if (!resolved.exists) {
+      throw new LogicalReferenceError(reference, "absent", "Logical reference target is absent");
+    }
+    return resolved.path;
+  }
+
+  /**
+   * The same reference named so it means the same target from any session of the tree:
+   * `repo:/…` stays, session-relative scopes become `session:<id>:/…`. Touches no file.
+   */
+  canonicalize(reference: string): string {
+    const parsed = parseLogicalReference(reference);
+    if (parsed.scope === "trace") {
+      this.#requireMirror(parsed);
+      return reference;
+    }
+    const node = this.#sessionScope(parsed);
+    const relative = parsed.segments.join("/");
+    return node === undefined
+      ? formatLogicalReference("repo", undefined, relative)
+      : formatLogicalReference("session", node.sessionId, relative);
+  }
+
+  #requireMirror(parsed: ParsedReference): void {
+    if (this.current.layout !== "mirror") {
+      throw new LogicalReferenceError(
+        parsed.reference,
+        "mirror_only",
+        "trace: references exist only in mirror sessions; a folded session cites session:/raw/…",
+      );
+    }
+  }
+
+  /** The session a parsed non-trace reference is relative to (`undefined` for `repo:`). */
+  #sessionScope(parsed: ParsedReference): SessionNode | undefined {
+    switch (parsed.scope) {
+      case "repo":
+        return undefined;
+      case "root":
+        return this.tree.root;
+      case "parent": {
+        const parentId = this.current.parentSessionId;
+        if (parentId === null) {
+          throw new LogicalReferenceError(
+            parsed.reference,
+            "no_parent",
+            "parent:/ is undefined for a root session",
+          );
+        }
+        return this.tree.require(parentId);
+      }
+      case "session": {
+        if (parsed.id === undefined) return this.current;
+        const node = this.tree.get(parsed.id);
+        if (node === undefined) {
+          throw new LogicalReferenceError(
+            parsed.reference,
+            "unknown_session",
+            "Logical reference names a session that is not in this tree",
+          );
+        }
+        return node;
+      }
+      default:
+        throw new LogicalReferenceError(parsed.reference, "unknown_scope", "Unexpected scope");
+    }
+  }
+
+  async #scope(
+    parsed: ParsedReference,
+  ): Promise<{
+    readonly root: string;
+    readonly canonicalScope: "repo" | "session" | "trace";
+    readonly canonicalId: string | undefined;
+  }> {
+    if (parsed.scope === "trace") {
+      this.#requireMirror(parsed);
+      const root = await this.#traceRoot(parsed);
+      return { root, canonicalScope: "trace", canonicalId: parsed.id };
+    }
+    const node = this.#sessionScope(parsed);
+    if (node === undefined) {
+      return { root: this.tree.repoRoot, canonicalScope: "repo", canonicalId: undefined };
+    }
+    await this.#checkChain(parsed.reference, node.dir);
+    return { root: node.dir, canonicalScope: "session", canonicalId: node.sessionId };
+  }
+
+  /** Refuses a symlink (or a non-directory) anywhere between the repository root and `dir`. */
+  async #checkChain(reference: string, dir: string): Promise<void> {
+    const relative = relativeWithin(this.tree.repoRoot, dir);
+    if (relative === undefined) {
+      throw new TopologyError(dir, "Session directory is outside the repository root");
+    }
+    let path = this.tree.repoRoot;
+    for (const segment of relative === "" ? [] : relative.split("/")) {
+      path = join(path, segment);
+      let kind: string;
+      try {
+        kind = (await this.fs.lstat(path)).kind;
+      } catch (error) {
+        if (!(error instanceof NotFound)) throw error;
+        throw new TopologyError(path, "Session directory disappeared", { cause: error });
+      }
+      if (kind === "symlink") {
+        throw new LogicalReferenceError(
+          reference,
+          "symlink",
+          `Session directory chain passes through a symlink at ${path}`,
+        );
+      }
+      if (kind !== "directory") throw new TopologyError(path, "Expected a directory");
+    }
+  }
+
+  /** The directory of trace manifest `id` of this tree (mirror sessions only). */
+  async #traceRoot(parsed: ParsedReference): Promise<string> {
+    const id = parsed.id ?? "";
+    const traces = repositoryPaths(this.tree.repoRoot).tracesRoot;
+    let kind: string | undefined;
+    try {
+      kind = (await this.fs.lstat(traces)).kind;
+    } catch (error) {
+      if (!(error instanceof NotFound)) throw error;
+    }
+    if (kind === "symlink") {
+      throw new LogicalReferenceError(
+        parsed.reference,
+        "symlink",
+        `The traces directory is a symlink at ${traces}`,
+      );
+    }
+    const tracesRoot = join(traces, this.tree.rootSessionId);
+    const found: string[] = [];
+    if (kind === "directory") await this.#walkManifests(parsed.reference, tracesRoot, id, found);
+    if (found.length === 0) {
+      throw new LogicalReferenceError(
+        parsed.reference,
+        "unknown_trace",
+        "Logical reference names no trace manifest of this tree",
+      );
+    }
+    if (found.length > 1) {
+      throw new TopologyError(
+        found[1] ?? tracesRoot,
+        `Duplicate trace manifest id ${JSON.stringify(id)}`,
+      );
+    }
+    return found[0] ?? tracesRoot;
+  }
+
+  async #walkManifests(reference: string, dir: string, id: string, found: string[]): Promise<void> {
+    let entries;
+    try {
+      entries = await this.fs.readDir(dir);
+    } catch (error) {
+      if (error instanceof NotFound) return;
+      throw error;
+    }
+    for (const entry of entries) {
+      const path = join(dir, entry.name);
+      if (entry.kind === "directory") {
+        await this.#walkManifests(reference, path, id, found);
+      } else if (entry.name === "trace_manifest.json") {
+        if (entry.kind === "symlink") {
+          throw new LogicalReferenceError(
+            reference,
+            "symlink",
+            `Trace manifest is a symlink at ${path}`,
+          );
+        }
+        const manifestId = traceManifestId(decodeJson(await this.fs.readFile(path), path));
+        if (manifestId === id) found.push(dir);
+      }
+    }
+  }
+}
+
+/** The id of a mirror trace manifest: the first of trace_manifest_id, manifest_id, trace_id, attempt_id. */
+function traceManifestId(value: unknown): string | undefined {
+  if (typeof value !== "object" || value === null) return undefined;
+  const record = value as Record<string, unknown>;
+  for (const key of ["trace_manifest_id", "manifest_id", "trace_id", "attempt_id"]) {
+    const id = record[key];
+    if (typeof id === "string") return id;
+  }
+  return undefined;
+}

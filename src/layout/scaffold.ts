@@ -1,0 +1,632 @@
+/**
+ * Creation of folded sessions: the repository files (`.loopy_loop/repository.json` and the
+ * `.gitignore` line for raw directories), a root session, and a child session. Every session is
+ * built complete in a `.staging-<id>-<8hex>` sibling, made durable, and renamed into place, so a
+ * crash leaves either no session directory or a complete one; readers ignore staging leftovers.
+ *
+ * @module
+ */
+import type { FileSystem } from "../port/fs.ts";
+import { NotFound } from "../port/errors.ts";
+import {
+  atomicReplace,
+  type Durability,
+  ensurePrivateDir,
+  PRIVATE_DIR_MODE,
+  PRIVATE_FILE_MODE,
+  readDirIfExists,
+  readIfExists,
+  stagedPublish,
+} from "../port/durable.ts";
+import { join } from "../port/path.ts";
+import { LayoutError } from "./errors.ts";
+import { createSessionId } from "./ids.ts";
+import {
+  encodeJson,
+  encodeText,
+  type JsonObject,
+  readRecordIfExists,
+  sha256Ref,
+  utcSeconds,
+  writeJsonAtomic,
+} from "./json_io.ts";
+import {
+  REPO_GITIGNORE_RAW_LINE,
+  repositoryPaths,
+  SESSION_GITIGNORE,
+  SessionPaths,
+  STAGING_PREFIX,
+} from "./paths.ts";
+import {
+  ACCEPTED_REQUEST_REF,
+  type ChildRequest,
+  type FrozenInput,
+  NEUTRAL_CONTROL,
+  parseRepositoryRecord,
+  type RepositoryRecord,
+  type SessionManifest,
+} from "./records.ts";
+import { initialSessionState } from "./state.ts";
+import {
+  type LayoutWriteOptions,
+  type ResolvedWriteOptions,
+  resolveWriteOptions,
+} from "./options.ts";
+
+// ---------------------------------------------------------------------------------------------
+// Repository
+
+/**
+ * Creates `.loopy_loop/repository.json` (the checkout identity) when missing and adds the
+ * line that ignores every session's raw directory (`REPO_GITIGNORE_RAW_LINE`) to the repository
+ * `.gitignore` when it is not there.
+ * Idempotent; returns the repository record.
+ */
+export async function ensureRepository(
+  fs: FileSystem,
+  repoRoot: string,
+  options: LayoutWriteOptions = {},
+): Promise<RepositoryRecord> {
+  const resolved = resolveWriteOptions(options);
+  const paths = repositoryPaths(repoRoot);
+  await ensurePrivateDir(fs, paths.loopyDir, resolved.durability);
+  await ensureGitignoreLine(fs, paths.gitignore, REPO_GITIGNORE_RAW_LINE, resolved.durability);
+  const existing = await readRecordIfExists(fs, paths.repositoryJson, parseRepositoryRecord);
+  if (existing !== undefined) return existing.record;
+  const record: RepositoryRecord = {
+    schema_version: 1,
+    repository_id: resolved.uuidHex(),
+    created_at: utcSeconds(resolved.now()),
+  };
+  await writeJsonAtomic(fs, paths.repositoryJson, record, resolved.durability);
+  return record;
+}
+
+async function ensureGitignoreLine(
+  fs: FileSystem,
+  file: string,
+  line: string,
+  durability: Durability,
+): Promise<void> {
+  const existing = await readIfExists(fs, file);
+  const text = existing === undefined ? "" : new TextDecoder().decode(existing);
+  if (text.split(/\r?\n/).some((l) => l.trim() === line)) return;
+  const separator = text === "" || text.endsWith("\n") ? "" : "\n";
+  // The repository's .gitignore is the user's file: keep its mode (0644 when new).
+  const mode = existing === undefined ? 0o644 : (await fs.stat(file)).mode;
+  await atomicReplace(fs, file, encodeText(`${text}${separator}${line}\n`), { mode, durability });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Session contents
+
+/** The goal criteria frozen into `goal_contract.json`. */
+export interface GoalCriteria {
+  /** When the goal is met. */
+  readonly completionCriteria?: readonly string[] | undefined;
+  /** When to stop. */
+  readonly stopCriteria?: readonly string[] | undefined;
+  /** Constraints. */
+  readonly constraints?: readonly string[] | undefined;
+  /** Deliverables. */
+  readonly deliverables?: readonly string[] | undefined;
+  /** Evidence that must exist. */
+  readonly requiredEvidence?: readonly string[] | undefined;
+}
+
+/** The frozen role contracts of a session (opaque JSON to this library). */
+export interface SessionContracts {
+  /** The workflow set. */
+  readonly workflowSet: string;
+  /** `workflow_contract.json`: roles and authorities. */
+  readonly workflowContract: JsonObject;
+  /** `workflow_roster.json`: every scheduled role. */
+  readonly workflowRoster: JsonObject;
+}
+
+/** A session that was created. */
+export interface CreatedSession {
+  /** The id, derived once at creation. */
+  readonly sessionId: string;
+  /** The published directory. */
+  readonly dir: string;
+  /** Its paths (folded). */
+  readonly paths: SessionPaths;
+  /** Its manifest. */
+  readonly manifest: SessionManifest;
+}
+
+/** Directories every folded session has, relative to the session directory. */
+export const SCAFFOLD_DIRECTORIES: readonly string[] = [
+  "project_state",
+  "project_state/tasks",
+  "project_state/decisions",
+  "inputs",
+  "inputs/artifacts",
+  "iterations",
+  "raw",
+  "receipts",
+  "eval_checks",
+  "eval_receipts",
+  "child_requests",
+  "child_requests/pending",
+  "child_requests/accepted",
+  "child_requests/rejected",
+  "child_outcomes",
+  "parent_acceptance",
+  "control_rejected",
+  "protocol_failures",
+  "children",
+];
+
+/** Files every folded session has, relative to the session directory. */
+export const SCAFFOLD_FILES: readonly string[] = [
+  ".gitignore",
+  "session.json",
+  "state.json",
+  "events.jsonl",
+  "goal_contract.json",
+  "workflow_contract.json",
+  "workflow_roster.json",
+  "control.json",
+  "children.json",
+  "project_state/plan.md",
+  "project_state/current_state.md",
+  "project_state/finished.md",
+  "project_state/eval_state.md",
+  "project_state/handoff.json",
+  "inputs/user_updates.jsonl",
+];
+
+/** Files only a root session has. */
+export const ROOT_ONLY_FILES: readonly string[] = ["harness_capability_roster.json"];
+/** Files only a child session has. */
+export const CHILD_ONLY_FILES: readonly string[] = ["parent.json", "inputs/accepted_request.json"];
+
+/**
+ * The scaffold entries missing from a session directory (relative paths; empty when complete).
+ * `kind` selects the root-only or child-only files.
+ */
+export async function missingScaffoldEntries(
+  fs: FileSystem,
+  sessionDir: string,
+  kind: "root" | "child",
+): Promise<string[]> {
+  const missing: string[] = [];
+  const files = [...SCAFFOLD_FILES, ...(kind === "root" ? ROOT_ONLY_FILES : CHILD_ONLY_FILES)];
+  for (
+    const [relative, expected] of [
+      ...SCAFFOLD_DIRECTORIES.map((d) => [d, "directory"] as const),
+      ...files.map((f) => [f, "file"] as const),
+    ]
+  ) {
+    try {
+      if ((await fs.lstat(join(sessionDir, relative))).kind !== expected) missing.push(relative);
+    } catch (error) {
+      if (!(error instanceof NotFound)) throw error;
+      missing.push(relative);
+    }
+  }
+  return missing;
+}
+
+/** The `project_state/plan.md` scaffold. */
+export function planScaffold(layerGoal: string): string {
+  return [
+    "# Layer Plan",
+    "",
+    "- Revision: 0",
+    `- Layer goal: ${layerGoal}`,
+    "- Current milestone: none",
+    "",
+    "## Outcomes",
+    "",
+    "| ID | Outcome | Status | Dependencies | Evidence |",
+    "| --- | --- | --- | --- | --- |",
+    "",
+    "## Active selection",
+    "",
+    "No leaf or child outcome is selected yet.",
+    "",
+    "## Risks, assumptions, and replanning triggers",
+    "",
+    "None recorded yet.",
+    "",
+  ].join("\n");
+}
+
+const CURRENT_STATE_SCAFFOLD = [
+  "# Current State",
+  "",
+  "- Current outcome: none selected",
+  "- Active leaf or child: none",
+  "- Blockers: none recorded",
+  "- Risks: none recorded",
+  "- Next decision: initialize the layer plan",
+  "",
+].join("\n");
+const EVAL_STATE_SCAFFOLD =
+  "# Evaluation State\n\nNo evaluation has been created or run for this layer.\n";
+const FINISHED_SCAFFOLD = "# Finished Work\n";
+const HANDOFF_SCAFFOLD_SUMMARY = "No orchestrator handoff has been published yet.";
+
+/** A declared parent input to freeze into a child: its tree-wide reference and exact bytes. */
+export interface InputToFreeze {
+  /** `repo:/…` or `session:<id>:/…`. */
+  readonly sourceRef: string;
+  /** The exact bytes. */
+  readonly bytes: Uint8Array;
+}
+
+interface ScaffoldSpec {
+  readonly sessionId: string;
+  readonly rootSessionId: string;
+  readonly parentSessionId: string | null;
+  readonly depth: number;
+  readonly goal: string;
+  readonly layerKind: string;
+  readonly criteria: GoalCriteria;
+  readonly contracts: SessionContracts;
+  readonly harnessCapabilityRoster: JsonObject | undefined;
+  readonly harnessCapabilityRosterSha256: string | undefined;
+  readonly origin: JsonObject;
+  readonly child:
+    | {
+      readonly request: ChildRequest;
+      readonly requestBytes: Uint8Array;
+      readonly inputs: readonly InputToFreeze[];
+    }
+    | undefined;
+}
+
+async function writeNew(fs: FileSystem, path: string, bytes: Uint8Array): Promise<void> {
+  await fs.writeFile(path, bytes, { mode: PRIVATE_FILE_MODE, createNew: true });
+}
+
+/** Writes the complete scaffold of a session into `dir` (a fresh staging directory). */
+async function writeScaffold(
+  fs: FileSystem,
+  dir: string,
+  spec: ScaffoldSpec,
+  options: ResolvedWriteOptions,
+): Promise<SessionManifest> {
+  const paths = new SessionPaths(dir, "folded");
+  const createdAt = utcSeconds(options.now());
+  const hash = (bytes: Uint8Array): string => sha256Ref(bytes, options.sha256);
+  for (const relative of SCAFFOLD_DIRECTORIES) {
+    await fs.mkdir(join(dir, relative), { mode: PRIVATE_DIR_MODE });
+  }
+  const goalHash = hash(encodeText(spec.goal));
+
+  const frozen: FrozenInput[] = [];
+  let acceptedRequestSha256: string | null = null;
+  if (spec.child !== undefined) {
+    await writeNew(fs, paths.acceptedRequestJson, spec.child.requestBytes);
+    acceptedRequestSha256 = hash(spec.child.requestBytes);
+    let index = 0;
+    for (const input of spec.child.inputs) {
+      index++;
+      const digest = hash(input.bytes);
+      const name = `input-${String(index).padStart(4, "0")}-${digest.slice(7, 19)}.artifact`;
+      await writeNew(fs, join(paths.inputArtifactsDir, name), input.bytes);
+      frozen.push({
+        source_ref: input.sourceRef,
+        sha256: digest,
+        frozen_ref: `session:/inputs/artifacts/${name}`,
+        size: input.bytes.length,
+      });
+    }
+  }
+  const criteria = spec.criteria;
+  const goalContract = {
+    schema_version: 1,
+    session_id: spec.sessionId,
+    goal: spec.goal,
+    goal_hash: goalHash,
+    completion_criteria: criteria.completionCriteria ?? [],
+    stop_criteria: criteria.stopCriteria ?? [],
+    constraints: criteria.constraints ?? [],
+    deliverables: criteria.deliverables ?? [],
+    required_evidence: criteria.requiredEvidence ?? [],
+    terminal_blocker_policy_ref: `workflow:${spec.contracts.workflowSet}`,
+    origin_request_id: spec.child?.request.request_id ?? null,
+    accepted_request_ref: spec.child === undefined ? null : ACCEPTED_REQUEST_REF,
+    accepted_request_sha256: acceptedRequestSha256,
+    inputs: frozen,
+    created_at: createdAt,
+  };
+  const goalContractBytes = encodeJson(goalContract);
+  await writeNew(fs, paths.goalContractJson, goalContractBytes);
+  const contractBytes = encodeJson(spec.contracts.workflowContract);
+  await writeNew(fs, paths.workflowContractJson, contractBytes);
+  const rosterBytes = encodeJson(spec.contracts.workflowRoster);
+  await writeNew(fs, paths.workflowRosterJson, rosterBytes);
+  let harnessSha256 = spec.harnessCapabilityRosterSha256;
+  if (spec.harnessCapabilityRoster !== undefined) {
+    const bytes = encodeJson(spec.harnessCapabilityRoster);
+    await writeNew(fs, paths.harnessCapabilityRosterJson, bytes);
+    harnessSha256 = hash(bytes);
+  }
+  if (harnessSha256 === undefined) {
+    throw new LayoutError("A session needs the root's harness capability roster hash");
+  }
+
+  const origin: JsonObject = spec.child === undefined ? spec.origin : {
+    ...spec.origin,
+    frozen_inputs: frozen.map((input) => input.frozen_ref),
+  };
+  const manifest: SessionManifest = {
+    schema_version: 2,
+    session_id: spec.sessionId,
+    root_session_id: spec.rootSessionId,
+    parent_session_id: spec.parentSessionId,
+    depth: spec.depth,
+    workflow_set: spec.contracts.workflowSet,
+    layer_kind: spec.layerKind,
+    goal_hash: goalHash,
+    goal_contract_hash: hash(goalContractBytes),
+    workflow_contract_hash: hash(contractBytes),
+    layout: "folded",
+    session_uuid: options.uuidHex(),
+    origin,
+    created_at: createdAt,
+  };
+  await writeNew(fs, paths.sessionJson, encodeJson(manifest));
+  if (spec.parentSessionId !== null) {
+    await writeNew(
+      fs,
+      paths.parentJson,
+      encodeJson({
+        schema_version: 1,
+        parent_session_id: spec.parentSessionId,
+        parent_relative_path: "../..",
+        created_at: createdAt,
+      }),
+    );
+  }
+  await writeNew(
+    fs,
+    paths.stateJson,
+    encodeJson(initialSessionState({
+      sessionId: spec.sessionId,
+      rootSessionId: spec.rootSessionId,
+      createdAt,
+      workflowContract: spec.contracts.workflowContract,
+      workflowContractSha256: hash(contractBytes),
+      workflowRosterSha256: hash(rosterBytes),
+      harnessCapabilityRosterSha256: harnessSha256,
+    })),
+  );
+  await writeNew(fs, paths.gitignore, encodeText(SESSION_GITIGNORE));
+  await writeNew(fs, paths.eventsJsonl, new Uint8Array());
+  if (spec.goal !== "") await writeNew(fs, paths.goalMd, encodeText(`${spec.goal.trimEnd()}\n`));
+  await writeNew(fs, paths.controlJson, encodeJson(NEUTRAL_CONTROL));
+  await writeNew(
+    fs,
+    paths.childrenJson,
+    encodeJson({ schema_version: 2, parent_session_id: spec.sessionId, revision: 0, children: [] }),
+  );
+  const layerGoal = spec.goal.trim() === ""
+    ? goalHash
+    : spec.goal.trim().split(/\r\n|\r|\n/).join(" ");
+  await writeNew(fs, paths.planMd, encodeText(planScaffold(layerGoal)));
+  await writeNew(fs, paths.currentStateMd, encodeText(CURRENT_STATE_SCAFFOLD));
+  await writeNew(fs, paths.finishedMd, encodeText(FINISHED_SCAFFOLD));
+  await writeNew(fs, paths.evalStateMd, encodeText(EVAL_STATE_SCAFFOLD));
+  await writeNew(
+    fs,
+    paths.handoffJson,
+    encodeJson({
+      schema_version: 1,
+      session_id: spec.sessionId,
+      goal_sha256: goalHash,
+      revision: 0,
+      producer: null,
+      summary: HANDOFF_SCAFFOLD_SUMMARY,
+      accepted_outcomes: [],
+      open_work: [],
+      risks: [],
+      decision_refs: [],
+      evidence_refs: [],
+      delivery_refs: [],
+      eval_refs: [],
+      updated_at: createdAt,
+    }),
+  );
+  await writeNew(fs, paths.userUpdatesJsonl, new Uint8Array());
+  return manifest;
+}
+
+/**
+ * Builds a session in `<scopeDir>/.staging-<id>-<8hex>` and publishes it at `<scopeDir>/<id>`.
+ * A failure before the rename removes the staging directory; `AlreadyExists` from the rename
+ * means another creator took the id first.
+ */
+async function buildAndPublish(
+  fs: FileSystem,
+  scopeDir: string,
+  spec: ScaffoldSpec,
+  options: ResolvedWriteOptions,
+): Promise<CreatedSession> {
+  await ensurePrivateDir(fs, scopeDir, options.durability);
+  const finalDir = join(scopeDir, spec.sessionId);
+  const stagingDir = join(
+    scopeDir,
+    `${STAGING_PREFIX}${spec.sessionId}-${options.uuidHex().slice(0, 8)}`,
+  );
+  await fs.mkdir(stagingDir, { mode: PRIVATE_DIR_MODE });
+  let manifest: SessionManifest;
+  try {
+    manifest = await writeScaffold(fs, stagingDir, spec, options);
+    await stagedPublish(fs, stagingDir, finalDir, { durability: options.durability });
+  } catch (error) {
+    // The staging directory is private to this call: remove it, then report the real failure.
+    await removeStaging(fs, stagingDir);
+    throw error;
+  }
+  return {
+    sessionId: spec.sessionId,
+    dir: finalDir,
+    paths: new SessionPaths(finalDir, "folded"),
+    manifest,
+  };
+}
+
+async function removeStaging(fs: FileSystem, stagingDir: string): Promise<void> {
+  try {
+    await fs.remove(stagingDir, { recursive: true });
+  } catch {
+    // The original failure is what the caller must see. A leftover staging directory is
+    // ignored by every reader and removed later by `removeStagingLeftovers`.
+  }
+}
+
+/**
+ * Removes `.staging-*` leftovers of interrupted creations in a scope directory (the sessions
+ * root or a `children/` directory). With `sessionId`, only that session's leftovers.
+ * Returns the names removed.
+ */
+export async function removeStagingLeftovers(
+  fs: FileSystem,
+  scopeDir: string,
+  sessionId?: string,
+): Promise<string[]> {
+  const prefix = sessionId === undefined ? STAGING_PREFIX : `${STAGING_PREFIX}${sessionId}-`;
+  const removed: string[] = [];
+  for (const entry of await readDirIfExists(fs, scopeDir)) {
+    if (!entry.name.startsWith(prefix)) continue;
+    await fs.remove(join(scopeDir, entry.name), { recursive: true });
+    removed.push(entry.name);
+  }
+  return removed;
+}
+
+/** Options of `createRootSession`. */
+export interface CreateRootSessionOptions
+  extends LayoutWriteOptions, GoalCriteria, SessionContracts {
+  /** The repository root. */
+  readonly repoRoot: string;
+  /** The exact goal of the session. */
+  readonly goal: string;
+  /** `harness_capability_roster.json`, frozen at the root and shared by the tree. */
+  readonly harnessCapabilityRoster: JsonObject;
+  /** The layer kind; default `work`. */
+  readonly layerKind?: string | undefined;
+  /** Origin provenance recorded in `session.json`. */
+  readonly origin?: JsonObject | undefined;
+}
+
+/**
+ * Creates a root session under `.loopy_loop/sessions/` with every file and directory of the
+ * folded layout, after making sure the repository files exist. The id (`NNN_<slug>`) is derived
+ * here, once.
+ *
+ * @example Create a root session on the memory filesystem
+ * ```ts
+ * import { createRootSession } from "@loop/sessions/layout";
+ * import { MemoryFs } from "@loop/sessions/memory";
+ *
+ * const fs = new MemoryFs();
+ * await fs.mkdir("/repo");
+ * const session = await createRootSession(fs, {
+ *   repoRoot: "/repo",
+ *   goal: "Ship the ultimate memory program",
+ *   workflowSet: "main",
+ *   workflowContract: { orchestration: { completion_role: "outer" } },
+ *   workflowRoster: { roles: ["outer"] },
+ *   harnessCapabilityRoster: { coordinator: "default" },
+ * });
+ * if (session.sessionId !== "001_ship-the-ultimate-memory-program") {
+ *   throw new Error(`unexpected id ${session.sessionId}`);
+ * }
+ * if (session.manifest.layout !== "folded") throw new Error("unexpected result");
+ * ```
+ */
+export async function createRootSession(
+  fs: FileSystem,
+  options: CreateRootSessionOptions,
+): Promise<CreatedSession> {
+  const resolved = resolveWriteOptions(options);
+  await ensureRepository(fs, options.repoRoot, options);
+  const sessionId = await createSessionId(fs, { repoRoot: options.repoRoot, goal: options.goal });
+  return await buildAndPublish(fs, repositoryPaths(options.repoRoot).sessionsRoot, {
+    sessionId,
+    rootSessionId: sessionId,
+    parentSessionId: null,
+    depth: 0,
+    goal: options.goal,
+    layerKind: options.layerKind ?? "work",
+    criteria: options,
+    contracts: options,
+    harnessCapabilityRoster: options.harnessCapabilityRoster,
+    harnessCapabilityRosterSha256: undefined,
+    origin: options.origin ?? { kind: "operator" },
+    child: undefined,
+  }, resolved);
+}
+
+/** Options of `createChildSession`. */
+export interface CreateChildSessionOptions extends LayoutWriteOptions, SessionContracts {
+  /** The parent session's directory. */
+  readonly parentDir: string;
+  /** The parent session's id. */
+  readonly parentSessionId: string;
+  /** The tree's root session id. */
+  readonly rootSessionId: string;
+  /** The parent's depth. */
+  readonly parentDepth: number;
+  /** The child's id, derived once by the caller (`createSessionId`) and recorded before this call. */
+  readonly sessionId: string;
+  /** The accepted request. */
+  readonly request: ChildRequest;
+  /** Its exact bytes (copied unchanged into `inputs/accepted_request.json`). */
+  readonly requestBytes: Uint8Array;
+  /** Declared parent inputs with their exact bytes. */
+  readonly inputs: readonly InputToFreeze[];
+  /** `sha256:` of the root's `harness_capability_roster.json` (children reference it). */
+  readonly harnessCapabilityRosterSha256: string;
+}
+
+/**
+ * Creates a child session at `<parent>/children/<id>` from an accepted request: the request's
+ * exact bytes and every declared input are frozen into the child's `inputs/` and bound by hash
+ * in its goal contract. Built in a staging directory and renamed into place.
+ */
+export async function createChildSession(
+  fs: FileSystem,
+  options: CreateChildSessionOptions,
+): Promise<CreatedSession> {
+  const resolved = resolveWriteOptions(options);
+  const parent = new SessionPaths(options.parentDir, "folded");
+  const request = options.request;
+  const acceptedSha256 = sha256Ref(options.requestBytes, resolved.sha256);
+  return await buildAndPublish(fs, parent.childrenDir, {
+    sessionId: options.sessionId,
+    rootSessionId: options.rootSessionId,
+    parentSessionId: options.parentSessionId,
+    depth: options.parentDepth + 1,
+    goal: request.goal,
+    layerKind: request.layer_kind ?? "work",
+    criteria: {
+      completionCriteria: request.completion_criteria,
+      stopCriteria: request.stop_criteria,
+      constraints: request.constraints,
+      deliverables: request.deliverables,
+      requiredEvidence: request.required_evidence,
+    },
+    contracts: options,
+    harnessCapabilityRoster: undefined,
+    harnessCapabilityRosterSha256: options.harnessCapabilityRosterSha256,
+    origin: {
+      kind: "child_request",
+      request_id: request.request_id,
+      parent_attempt_id: request.origin.parent_attempt_id,
+      parent_work_item_id: request.origin.parent_work_item_id ?? null,
+      accepted_request_ref:
+        `session:${options.parentSessionId}:/child_requests/accepted/${request.request_id}.json`,
+      accepted_request_sha256: acceptedSha256,
+      inputs: options.inputs.map((input) => input.sourceRef),
+    },
+    child: { request, requestBytes: options.requestBytes, inputs: options.inputs },
+  }, resolved);
+}

@@ -1,0 +1,101 @@
+/**
+ * `state.json`, the engine-owned scheduling source of truth: its initial form and validated
+ * read-modify-write updates that keep every field this library does not interpret.
+ *
+ * @module
+ */
+import type { FileSystem } from "../port/fs.ts";
+import type { Durability } from "../port/durable.ts";
+import { join } from "../port/path.ts";
+import { decodeJson, type JsonObject, writeJsonAtomic } from "./json_io.ts";
+import { parseSessionState, type SessionState } from "./records.ts";
+import { LayoutRecordError } from "./errors.ts";
+
+/** What the initial `state.json` of a new session binds. */
+export interface InitialStateInput {
+  /** The session. */
+  readonly sessionId: string;
+  /** Its root. */
+  readonly rootSessionId: string;
+  /** Creation time. */
+  readonly createdAt: string;
+  /** The frozen workflow contract (the trust root of the on-disk projection). */
+  readonly workflowContract: JsonObject;
+  /** `sha256:` of `workflow_contract.json`. */
+  readonly workflowContractSha256: string;
+  /** `sha256:` of `workflow_roster.json`. */
+  readonly workflowRosterSha256: string;
+  /** `sha256:` of the root's `harness_capability_roster.json`. */
+  readonly harnessCapabilityRosterSha256: string;
+}
+
+/** The `state.json` of a new session: running, ready, revision 0, no handoff accepted yet. */
+export function initialSessionState(input: InitialStateInput): JsonObject {
+  return {
+    schema_version: 2,
+    session_id: input.sessionId,
+    root_session_id: input.rootSessionId,
+    status: "running",
+    state_revision: 0,
+    iteration: 0,
+    current_task: null,
+    active_child_session_id: null,
+    history: [],
+    workflow_contract: input.workflowContract,
+    workflow_contract_sha256: input.workflowContractSha256,
+    workflow_roster_sha256: input.workflowRosterSha256,
+    harness_capability_roster: {
+      ref: "root:/harness_capability_roster.json",
+      sha256: input.harnessCapabilityRosterSha256,
+    },
+    handoff_revision: 0,
+    handoff_sha256: null,
+    accepted_eval_seals: {},
+    terminal_state_revision: null,
+    terminal_at: null,
+    created_at: input.createdAt,
+    updated_at: input.createdAt,
+  };
+}
+
+/** Options of `updateSessionState`. */
+export interface UpdateStateOptions {
+  /** The time written to `updated_at`. */
+  readonly updatedAt: string;
+  /** Durability of the replace; default `"full"`. */
+  readonly durability?: Durability;
+}
+
+/**
+ * Reads `state.json`, validates it, lets `change` edit a copy of the raw object (unknown fields
+ * kept), bumps `state_revision` and `updated_at`, validates the result and replaces the file
+ * atomically. Returns the new state. A `change` that returns `false` leaves the file untouched.
+ */
+export async function updateSessionState(
+  fs: FileSystem,
+  sessionDir: string,
+  change: (state: Record<string, unknown>, current: SessionState) => boolean | void,
+  options: UpdateStateOptions,
+): Promise<SessionState> {
+  const file = join(sessionDir, "state.json");
+  const raw = decodeJson(await fs.readFile(file), file);
+  const current = parseSessionState(raw, file);
+  const next: Record<string, unknown> = { ...(raw as Record<string, unknown>) };
+  if (change(next, current) === false) return current;
+  const revision = current.state_revision ?? 0;
+  next.state_revision = revision + 1;
+  next.updated_at = options.updatedAt;
+  let validated: SessionState;
+  try {
+    validated = parseSessionState(next, file);
+  } catch (error) {
+    if (!(error instanceof LayoutRecordError)) throw error;
+    throw new LayoutRecordError(file, `Refusing to write an invalid state: ${error.message}`, {
+      path: error.path,
+      value: error.value,
+      cause: error,
+    });
+  }
+  await writeJsonAtomic(fs, file, next, options.durability);
+  return validated;
+}

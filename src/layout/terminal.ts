@@ -1,0 +1,287 @@
+/**
+ * Terminal records: `control.json` (neutral running record, v3 terminal record naming the exact
+ * current attempt), the handoff observation rule, and `session_outcome.json`.
+ *
+ * The handoff is an observation, never a gate: a missing, malformed or non-monotonic
+ * `project_state/handoff.json` is recorded as such in the outcome (with a fallback summary) and
+ * never overrides an authentic completion decided by the control record.
+ *
+ * @module
+ */
+import type { FileSystem } from "../port/fs.ts";
+import { readIfExists } from "../port/durable.ts";
+import { LayoutRecordError, SessionStateError } from "./errors.ts";
+import {
+  decodeJson,
+  jsonEqual,
+  type ReadRecord,
+  readRecord,
+  sha256Ref,
+  writeJsonAtomic,
+} from "./json_io.ts";
+import { type LayoutWriteOptions, resolveWriteOptions } from "./options.ts";
+import type { SessionPaths } from "./paths.ts";
+import {
+  assertTerminalControlMatches,
+  type ControlRecord,
+  type Handoff,
+  HANDOFF_REF,
+  type HandoffStatus,
+  isTerminalControl,
+  parseControlRecord,
+  parseHandoff,
+  parseSessionOutcome,
+  type SessionOutcome,
+  type SessionStatus,
+  type TerminalControl,
+  type TerminalControlExpectation,
+} from "./records.ts";
+
+/** Reads and validates `control.json` (a typed error names the file and field when malformed). */
+export async function readControl(
+  fs: FileSystem,
+  paths: SessionPaths,
+): Promise<ReadRecord<ControlRecord>> {
+  return await readRecord(fs, paths.controlJson, parseControlRecord);
+}
+
+/**
+ * Reads `control.json` and, when it is a v3 terminal record, checks that it names the exact
+ * current session/workflow/attempt and a producer with the needed role. Returns the terminal
+ * record with its bytes and hash, or `undefined` while the session is still running.
+ */
+export async function readTerminalControl(
+  fs: FileSystem,
+  paths: SessionPaths,
+  expected: TerminalControlExpectation,
+): Promise<ReadRecord<TerminalControl> | undefined> {
+  const read = await readControl(fs, paths);
+  const control = read.record;
+  if (control.state === "running") return undefined;
+  if (!isTerminalControl(control)) {
+    throw new LayoutRecordError(
+      paths.controlJson,
+      "A folded session's terminal control must be schema_version 3",
+      { path: "schema_version", value: control.schema_version },
+    );
+  }
+  assertTerminalControlMatches(control, expected, paths.controlJson);
+  return { record: control, bytes: read.bytes, sha256: read.sha256 };
+}
+
+/**
+ * Reads and validates `project_state/handoff.json` (strict); a malformed file is a
+ * `LayoutRecordError` naming the file and field. Use `observeHandoff` at decision points, where
+ * a bad handoff is an observation rather than a failure.
+ */
+export async function readHandoff(
+  fs: FileSystem,
+  paths: SessionPaths,
+): Promise<ReadRecord<Handoff>> {
+  return await readRecord(fs, paths.handoffJson, parseHandoff);
+}
+
+/** What the engine knows about the handoff before looking at the file. */
+export interface HandoffExpectation {
+  /** The session. */
+  readonly sessionId: string;
+  /** Its goal hash. */
+  readonly goalSha256: string;
+  /** The last accepted revision (0 at first). */
+  readonly storedRevision: number;
+  /** The last accepted hash (`null` at first). */
+  readonly storedSha256: string | null;
+  /** The last accepted handoff, to recognize a provenance-only re-stamp. */
+  readonly storedHandoff?: Handoff | undefined;
+  /** The workflow that owns the handoff; any producer workflow when undefined. */
+  readonly handoffOwner?: string | undefined;
+  /** The current attempt. */
+  readonly currentAttemptId?: string | undefined;
+  /** Earlier attempts of this session; with `currentAttemptId`, a producer must be one of them. */
+  readonly knownAttemptIds?: readonly string[] | undefined;
+}
+
+/** The handoff as observed at a decision point. */
+export interface HandoffObservation {
+  /** valid, missing, invalid or non_monotonic. */
+  readonly status: HandoffStatus;
+  /** The handoff, when it parsed. */
+  readonly handoff: Handoff | undefined;
+  /** `sha256:` of the file, when it exists. */
+  readonly sha256: string | null;
+  /** Its revision, when it parsed. */
+  readonly revision: number | null;
+  /** Why it is not valid. */
+  readonly diagnosis: string | undefined;
+}
+
+/**
+ * Observes `project_state/handoff.json`: `missing` when absent or unproduced (revision-0
+ * scaffold), `invalid` on bad JSON/schema, a session or goal mismatch, a producer that is not the
+ * owner or not an attempt of this session, `non_monotonic` when the revision drops or repeats
+ * with different contents (except a provenance-only re-stamp by the current attempt), else
+ * `valid`.
+ */
+export async function observeHandoff(
+  fs: FileSystem,
+  paths: SessionPaths,
+  expected: HandoffExpectation,
+): Promise<HandoffObservation> {
+  const file = paths.handoffJson;
+  const bytes = await readIfExists(fs, file);
+  const observe = (
+    status: HandoffStatus,
+    handoff: Handoff | undefined,
+    diagnosis: string | undefined,
+  ): HandoffObservation => ({
+    status,
+    handoff,
+    sha256: bytes === undefined ? null : sha256Ref(bytes),
+    revision: handoff?.revision ?? null,
+    diagnosis,
+  });
+  if (bytes === undefined) return observe("missing", undefined, "handoff.json is absent");
+  let handoff: Handoff;
+  try {
+    handoff = parseHandoff(decodeJson(bytes, file), file);
+  } catch (error) {
+    // A malformed handoff is an observation of the layer's state, recorded with its diagnosis.
+    if (!(error instanceof LayoutRecordError)) throw error;
+    return observe("invalid", undefined, error.message);
+  }
+  if (handoff.producer === null) return observe("missing", handoff, "No handoff was produced");
+  if (handoff.session_id !== expected.sessionId) {
+    return observe("invalid", handoff, "The handoff names another session");
+  }
+  if (handoff.goal_sha256 !== expected.goalSha256) {
+    return observe("invalid", handoff, "The handoff names another goal");
+  }
+  const producer = handoff.producer;
+  if (expected.handoffOwner !== undefined && producer.workflow_id !== expected.handoffOwner) {
+    return observe("invalid", handoff, "The handoff producer is not the handoff owner");
+  }
+  if (
+    expected.currentAttemptId !== undefined && producer.attempt_id !== expected.currentAttemptId &&
+    !(expected.knownAttemptIds ?? []).includes(producer.attempt_id)
+  ) {
+    return observe("invalid", handoff, "The handoff producer is not an attempt of this session");
+  }
+  const sha256 = sha256Ref(bytes);
+  if (handoff.revision < expected.storedRevision) {
+    return observe("non_monotonic", handoff, "The handoff revision went backwards");
+  }
+  if (
+    handoff.revision === expected.storedRevision && expected.storedSha256 !== null &&
+    sha256 !== expected.storedSha256 && !isRestamp(handoff, expected)
+  ) {
+    return observe("non_monotonic", handoff, "The handoff changed without a new revision");
+  }
+  return observe("valid", handoff, undefined);
+}
+
+/** Only `producer` and `updated_at` changed, by the current attempt, without going back in time. */
+function isRestamp(handoff: Handoff, expected: HandoffExpectation): boolean {
+  const stored = expected.storedHandoff;
+  if (stored === undefined || handoff.producer?.attempt_id !== expected.currentAttemptId) {
+    return false;
+  }
+  if (handoff.updated_at < stored.updated_at) return false;
+  const strip = (h: Handoff): Omit<Handoff, "producer" | "updated_at"> => {
+    const { producer: _producer, updated_at: _updated, ...rest } = h;
+    return rest;
+  };
+  return jsonEqual(strip(handoff), strip(stored));
+}
+
+/** What `writeSessionOutcome` binds. */
+export interface SessionOutcomeInput extends LayoutWriteOptions {
+  /** The session. */
+  readonly sessionId: string;
+  /** Its root. */
+  readonly rootSessionId: string;
+  /** Its goal hash. */
+  readonly goalSha256: string;
+  /** The terminal status. */
+  readonly terminalStatus: Exclude<SessionStatus, "running">;
+  /** The stop reason (`goal_met`, `unresolvable_error`, `max_turns`, ...). */
+  readonly stopReason: string;
+  /** The frozen transition revision. */
+  readonly terminalStateRevision: number;
+  /** The transition time. */
+  readonly terminalAt: string;
+  /** The accepted terminal control, required for goal_met and unresolvable_error. */
+  readonly control?: ReadRecord<TerminalControl> | undefined;
+  /** The handoff observation. */
+  readonly handoff: HandoffObservation;
+  /** Evidence references. */
+  readonly evidenceRefs?: readonly string[] | undefined;
+  /** Delivery references (folded: `session:/receipts/…`). */
+  readonly deliveryRefs?: readonly string[] | undefined;
+  /** Accepted eval references. */
+  readonly evalRefs?: readonly string[] | undefined;
+}
+
+/**
+ * Writes `session_outcome.json` after a terminal transition. The status and stop reason come
+ * from the transition (the control record for goal_met and unresolvable_error); the handoff is
+ * recorded as observed, and when it is not valid a fallback summary (the control's reason, else
+ * the engine's stop reason) stands in for it. A folded outcome has no trace seals.
+ */
+export async function writeSessionOutcome(
+  fs: FileSystem,
+  paths: SessionPaths,
+  input: SessionOutcomeInput,
+): Promise<SessionOutcome> {
+  const control = input.control;
+  if (
+    (input.stopReason === "goal_met" || input.stopReason === "unresolvable_error") &&
+    control === undefined
+  ) {
+    throw new SessionStateError(
+      input.sessionId,
+      `A ${input.stopReason} transition needs the accepted control record`,
+    );
+  }
+  const dedupe = (refs: readonly string[]): string[] => [...new Set(refs)];
+  const handoff = input.handoff;
+  const outcome = {
+    schema_version: 1,
+    session_id: input.sessionId,
+    root_session_id: input.rootSessionId,
+    goal_sha256: input.goalSha256,
+    lifecycle: "terminal",
+    terminal_status: input.terminalStatus,
+    stop_reason: input.stopReason,
+    terminal_state_revision: input.terminalStateRevision,
+    control: control === undefined
+      ? null
+      : { ref: "session:/control.json", sha256: control.sha256 },
+    handoff: {
+      status: handoff.status,
+      ref: HANDOFF_REF,
+      sha256: handoff.sha256,
+      revision: handoff.status === "valid" ? handoff.revision : null,
+    },
+    ...(handoff.status === "valid" ? {} : {
+      fallback_summary: control === undefined
+        ? { source: "engine_stop_reason", text: input.stopReason }
+        : { source: "control_reason", text: control.record.reason },
+    }),
+    evidence_refs: dedupe([
+      ...(control?.record.evidence_refs ?? []),
+      ...(input.evidenceRefs ?? []),
+    ]),
+    delivery_refs: dedupe(input.deliveryRefs ?? []),
+    eval_refs: dedupe([...(control?.record.eval_receipt_refs ?? []), ...(input.evalRefs ?? [])]),
+    trace_seal_refs: [],
+    created_at: input.terminalAt,
+  };
+  const validated = parseSessionOutcome(outcome, paths.sessionOutcomeJson, paths.layout);
+  await writeJsonAtomic(
+    fs,
+    paths.sessionOutcomeJson,
+    outcome,
+    resolveWriteOptions(input).durability,
+  );
+  return validated;
+}

@@ -1,0 +1,452 @@
+/**
+ * The recursive session tree. Root sessions are direct children of `.loopy_loop/sessions/`;
+ * a child is physically nested in its parent's `children/`, and the shape recurses. A tree is
+ * validated before any of its paths is handed out: no symlinks anywhere in the topology, every
+ * manifest id equal to its directory name and unique, declared parent/root/depth equal to the
+ * physical nesting, `parent.json` consistent with it. Staging directories (`.staging-*`) and
+ * child directories without a `session.json` are not part of the topology.
+ *
+ * Only the deepest live session receives work: a parent whose `state.json` names an
+ * `active_child_session_id` is suspended until that child is terminal.
+ *
+ * @module
+ */
+import type { FileSystem } from "../port/fs.ts";
+import { NotFound } from "../port/errors.ts";
+import { basename, dirname, isAbsolute, join, normalize } from "../port/path.ts";
+import { readDirIfExists } from "../port/durable.ts";
+import {
+  LayoutRecordError,
+  SessionStateError,
+  TopologyError,
+  UnknownSessionError,
+} from "./errors.ts";
+import { readRecord } from "./json_io.ts";
+import {
+  CHILDREN_DIRNAME,
+  repositoryPaths,
+  type SessionLayout,
+  SessionPaths,
+  STAGING_PREFIX,
+} from "./paths.ts";
+import {
+  type AnySessionManifest,
+  manifestLayout,
+  parseParentManifest,
+  parseSessionManifest,
+  parseSessionState,
+  sessionPhase,
+  type SessionState,
+} from "./records.ts";
+
+/** One validated session of a tree. */
+export interface SessionNode {
+  /** The session id (equal to the directory name). */
+  readonly sessionId: string;
+  /** The session directory (absolute, symlink-free). */
+  readonly dir: string;
+  /** The physical parent, `null` for the root. */
+  readonly parentSessionId: string | null;
+  /** The tree's root session. */
+  readonly rootSessionId: string;
+  /** 0 for the root. */
+  readonly depth: number;
+  /** The layout recorded in `session.json`. */
+  readonly layout: SessionLayout;
+  /** The validated manifest. */
+  readonly manifest: AnySessionManifest;
+  /** Ids of the published children, sorted by name. */
+  readonly childIds: readonly string[];
+}
+
+/** A validated session tree: one root session and all its published descendants. */
+export class SessionTree {
+  /** The repository root. */
+  readonly repoRoot: string;
+  /** The root session's id. */
+  readonly rootSessionId: string;
+  /** Every session of the tree by id. */
+  readonly nodes: ReadonlyMap<string, SessionNode>;
+
+  /** Wraps validated nodes (use `loadSessionTree` to build one). */
+  constructor(repoRoot: string, rootSessionId: string, nodes: ReadonlyMap<string, SessionNode>) {
+    this.repoRoot = repoRoot;
+    this.rootSessionId = rootSessionId;
+    this.nodes = nodes;
+  }
+
+  /** The root session. */
+  get root(): SessionNode {
+    return this.require(this.rootSessionId);
+  }
+
+  /** The session `id`, or `undefined` when it is not in this tree. */
+  get(id: string): SessionNode | undefined {
+    return this.nodes.get(id);
+  }
+
+  /** The session `id`; throws `UnknownSessionError` when it is not in this tree. */
+  require(id: string): SessionNode {
+    const node = this.nodes.get(id);
+    if (node === undefined) throw new UnknownSessionError(id, "Session is not in this tree");
+    return node;
+  }
+
+  /** The paths of session `id`, for its recorded layout. */
+  paths(id: string): SessionPaths {
+    const node = this.require(id);
+    return new SessionPaths(node.dir, node.layout);
+  }
+}
+
+/** Reads and validates `session.json` of a session directory. */
+export async function readSessionManifest(
+  fs: FileSystem,
+  sessionDir: string,
+): Promise<AnySessionManifest> {
+  return (await readRecord(fs, join(sessionDir, "session.json"), parseSessionManifest)).record;
+}
+
+/**
+ * The layout a session records in its `session.json` (`mirror` when a legacy manifest has no
+ * layout field). A missing or malformed manifest is an error, never a guess.
+ */
+export async function readSessionLayout(
+  fs: FileSystem,
+  sessionDir: string,
+): Promise<SessionLayout> {
+  return manifestLayout(await readSessionManifest(fs, sessionDir));
+}
+
+/** The paths of a session directory, built for the layout its `session.json` records. */
+export async function openSessionPaths(fs: FileSystem, sessionDir: string): Promise<SessionPaths> {
+  return new SessionPaths(sessionDir, await readSessionLayout(fs, sessionDir));
+}
+
+async function kindOf(fs: FileSystem, path: string): Promise<string | undefined> {
+  try {
+    return (await fs.lstat(path)).kind;
+  } catch (error) {
+    if (error instanceof NotFound) return undefined;
+    throw error;
+  }
+}
+
+/**
+ * Checks that the repository's `.loopy_loop/` and `.loopy_loop/sessions/` are real directories
+ * (not symlinks). Returns the canonical repository root and the sessions root, or `undefined`
+ * for the sessions root when it does not exist yet.
+ */
+export async function sessionsRootOf(
+  fs: FileSystem,
+  repoRoot: string,
+): Promise<{ readonly repoRoot: string; readonly sessionsRoot: string | undefined }> {
+  const canonical = await fs.realPath(repoRoot);
+  const paths = repositoryPaths(canonical);
+  for (const dir of [paths.loopyDir, paths.sessionsRoot]) {
+    const kind = await kindOf(fs, dir);
+    if (kind === undefined) return { repoRoot: canonical, sessionsRoot: undefined };
+    if (kind === "symlink") throw new TopologyError(dir, "Session topology may not use a symlink");
+    if (kind !== "directory") throw new TopologyError(dir, "Expected a directory");
+  }
+  return { repoRoot: canonical, sessionsRoot: paths.sessionsRoot };
+}
+
+async function scanNode(
+  fs: FileSystem,
+  dir: string,
+  parent: SessionNode | null,
+  nodes: Map<string, SessionNode>,
+): Promise<void> {
+  const kind = await kindOf(fs, dir);
+  if (kind === "symlink") throw new TopologyError(dir, "Session topology may not use a symlink");
+  if (kind !== "directory") throw new TopologyError(dir, "Expected a session directory");
+  const manifestPath = join(dir, "session.json");
+  const manifestKind = await kindOf(fs, manifestPath);
+  if (manifestKind === "symlink") {
+    throw new TopologyError(manifestPath, "Session manifest may not be a symlink");
+  }
+  const manifest = (await readRecord(fs, manifestPath, parseSessionManifest)).record;
+  const id = manifest.session_id;
+  if (basename(dir) !== id) {
+    throw new TopologyError(
+      dir,
+      `Session manifest id ${JSON.stringify(id)} is not the directory name`,
+    );
+  }
+  const previous = nodes.get(id);
+  if (previous !== undefined) {
+    throw new TopologyError(
+      dir,
+      `Duplicate session id ${JSON.stringify(id)} (also ${previous.dir})`,
+    );
+  }
+  const physicalParent = parent?.sessionId ?? null;
+  if (manifest.parent_session_id !== physicalParent) {
+    throw new TopologyError(
+      dir,
+      `Session declares parent ${JSON.stringify(manifest.parent_session_id)} but its physical ` +
+        `parent is ${JSON.stringify(physicalParent)}`,
+    );
+  }
+  const rootSessionId = parent?.rootSessionId ?? id;
+  const depth = parent === null ? 0 : parent.depth + 1;
+  if (manifest.schema_version === 2) {
+    if (manifest.root_session_id !== rootSessionId) {
+      throw new TopologyError(
+        dir,
+        `Session declares root ${manifest.root_session_id}, expected ${rootSessionId}`,
+      );
+    }
+    if (manifest.depth !== depth) {
+      throw new TopologyError(dir, `Session declares depth ${manifest.depth}, expected ${depth}`);
+    }
+  }
+  await checkParentManifest(fs, dir, parent);
+
+  const childrenDir = join(dir, CHILDREN_DIRNAME);
+  const childrenKind = await kindOf(fs, childrenDir);
+  const childDirs: string[] = [];
+  if (childrenKind === "symlink") {
+    throw new TopologyError(childrenDir, "Session children directory may not be a symlink");
+  }
+  if (childrenKind !== undefined && childrenKind !== "directory") {
+    throw new TopologyError(childrenDir, "Session children path is not a directory");
+  }
+  if (childrenKind === "directory") {
+    for (const entry of await fs.readDir(childrenDir)) {
+      if (entry.name.startsWith(STAGING_PREFIX)) continue;
+      const childDir = join(childrenDir, entry.name);
+      if (entry.kind === "symlink") {
+        throw new TopologyError(childDir, "Session topology may not use a symlink");
+      }
+      if (entry.kind !== "directory") continue;
+      const childManifestKind = await kindOf(fs, join(childDir, "session.json"));
+      if (childManifestKind === "symlink") {
+        throw new TopologyError(childDir, "Session manifest may not be a symlink");
+      }
+      if (childManifestKind === undefined) continue;
+      childDirs.push(childDir);
+    }
+  }
+  const node: SessionNode = {
+    sessionId: id,
+    dir,
+    parentSessionId: physicalParent,
+    rootSessionId,
+    depth,
+    layout: manifestLayout(manifest),
+    manifest,
+    childIds: childDirs.map((childDir) => basename(childDir)),
+  };
+  nodes.set(id, node);
+  for (const childDir of childDirs) await scanNode(fs, childDir, node, nodes);
+}
+
+async function checkParentManifest(
+  fs: FileSystem,
+  dir: string,
+  parent: SessionNode | null,
+): Promise<void> {
+  const path = join(dir, "parent.json");
+  const kind = await kindOf(fs, path);
+  if (parent === null) {
+    if (kind !== undefined) {
+      throw new TopologyError(path, "A root session must not contain parent.json");
+    }
+    return;
+  }
+  if (kind === undefined) return;
+  if (kind === "symlink") throw new TopologyError(path, "Parent manifest may not be a symlink");
+  const manifest = (await readRecord(fs, path, parseParentManifest)).record;
+  if (manifest.parent_session_id !== parent.sessionId) {
+    throw new TopologyError(path, "Parent manifest contradicts the session topology");
+  }
+  const relative = manifest.parent_relative_path;
+  if (isAbsolute(relative) || normalize(join(dir, relative)) !== dirname(dirname(dir))) {
+    throw new TopologyError(path, "parent_relative_path does not identify the physical parent");
+  }
+}
+
+/** True when the directory tree under `topDir` physically holds a session dir named `id`. */
+async function physicallyContains(fs: FileSystem, dir: string, id: string): Promise<boolean> {
+  if (basename(dir) === id && (await kindOf(fs, join(dir, "session.json"))) === "file") return true;
+  const childrenDir = join(dir, CHILDREN_DIRNAME);
+  if ((await kindOf(fs, childrenDir)) !== "directory") return false;
+  for (const entry of await fs.readDir(childrenDir)) {
+    if (entry.name.startsWith(STAGING_PREFIX) || entry.kind !== "directory") continue;
+    if (await physicallyContains(fs, join(childrenDir, entry.name), id)) return true;
+  }
+  return false;
+}
+
+async function scanTree(fs: FileSystem, topDir: string): Promise<Map<string, SessionNode>> {
+  const nodes = new Map<string, SessionNode>();
+  await scanNode(fs, topDir, null, nodes);
+  return nodes;
+}
+
+/**
+ * Loads and validates the session tree that contains `sessionId`.
+ *
+ * Each root session is an independent run: a corrupt, unrelated tree does not make a healthy
+ * one unavailable, so trees that do not physically contain the session are validated only to
+ * rule out duplicate ids. Throws `UnknownSessionError` when no tree holds the id,
+ * `TopologyError` when the tree holding it is invalid (the cause is the first violation) or when
+ * the id exists in more than one tree.
+ */
+export async function loadSessionTree(
+  fs: FileSystem,
+  repoRoot: string,
+  sessionId: string,
+): Promise<SessionTree> {
+  const { repoRoot: canonical, sessionsRoot } = await sessionsRootOf(fs, repoRoot);
+  if (sessionsRoot === undefined) throw new UnknownSessionError(sessionId);
+  const valid: Map<string, SessionNode>[] = [];
+  let selected: Map<string, SessionNode> | undefined;
+  let invalid: { readonly dir: string; readonly error: unknown } | undefined;
+  for (const entry of await fs.readDir(sessionsRoot)) {
+    if (entry.name.startsWith(".")) continue;
+    const topDir = join(sessionsRoot, entry.name);
+    if (entry.kind === "symlink") {
+      if (entry.name === sessionId) {
+        throw new TopologyError(topDir, "Session topology may not use a symlink");
+      }
+      continue;
+    }
+    if (entry.kind !== "directory") continue;
+    if ((await kindOf(fs, join(topDir, "session.json"))) === undefined) continue;
+    let nodes: Map<string, SessionNode>;
+    try {
+      nodes = await scanTree(fs, topDir);
+    } catch (error) {
+      if (!(error instanceof TopologyError || error instanceof LayoutRecordError)) throw error;
+      // An invalid tree matters only when it is the one holding the session asked for.
+      if (invalid === undefined && (await physicallyContains(fs, topDir, sessionId))) {
+        invalid = { dir: topDir, error };
+      }
+      continue;
+    }
+    valid.push(nodes);
+    if (nodes.has(sessionId)) {
+      if (selected !== undefined) {
+        throw new TopologyError(
+          topDir,
+          `Duplicate session id ${JSON.stringify(sessionId)} in two trees`,
+        );
+      }
+      selected = nodes;
+    }
+  }
+  if (selected === undefined) {
+    if (invalid !== undefined) {
+      const detail = invalid.error instanceof Error ? invalid.error.message : String(invalid.error);
+      throw new TopologyError(
+        invalid.dir,
+        `Session ${JSON.stringify(sessionId)} belongs to an invalid topology: ${detail}`,
+        { cause: invalid.error },
+      );
+    }
+    throw new UnknownSessionError(sessionId);
+  }
+  for (const other of valid) {
+    if (other === selected) continue;
+    for (const id of other.keys()) {
+      if (selected.has(id)) {
+        throw new TopologyError(
+          other.get(id)?.dir ?? id,
+          `Duplicate session id ${JSON.stringify(id)} in two trees`,
+        );
+      }
+    }
+  }
+  const root = [...selected.values()].find((node) => node.parentSessionId === null);
+  if (root === undefined) throw new TopologyError(sessionsRoot, "Session tree has no root");
+  return new SessionTree(canonical, root.sessionId, selected);
+}
+
+/** Reads and validates a session's `state.json`. */
+export async function readSessionState(fs: FileSystem, sessionDir: string): Promise<SessionState> {
+  return (await readRecord(fs, join(sessionDir, "state.json"), parseSessionState)).record;
+}
+
+/** The session that receives work in a tree, and what it is waiting on. */
+export interface WorkingSession {
+  /** The deepest live session. */
+  readonly node: SessionNode;
+  /** Its state. */
+  readonly state: SessionState;
+  /**
+   * Set when the session's active child is terminal: record the child's outcome
+   * (`recordChildOutcome`) before the session takes other work.
+   */
+  readonly terminalChild: SessionNode | undefined;
+}
+
+/**
+ * Finds the only session of a tree that may receive work: walking down from the root along
+ * `active_child_session_id` while the child is live. Returns `undefined` when the root is
+ * terminal. An active child that is not a physical child of its parent is a `TopologyError`.
+ */
+export async function findWorkingSession(
+  fs: FileSystem,
+  tree: SessionTree,
+): Promise<WorkingSession | undefined> {
+  let node = tree.root;
+  let state = await readSessionState(fs, node.dir);
+  for (;;) {
+    const phase = sessionPhase(state);
+    if (phase === "terminal") return undefined;
+    if (phase !== "suspended") return { node, state, terminalChild: undefined };
+    const childId = state.active_child_session_id ?? "";
+    const child = tree.get(childId);
+    if (child === undefined || child.parentSessionId !== node.sessionId) {
+      throw new TopologyError(
+        join(node.dir, "state.json"),
+        `Active child ${JSON.stringify(childId)} is not a published child of ${node.sessionId}`,
+      );
+    }
+    const childState = await readSessionState(fs, child.dir);
+    if (sessionPhase(childState) === "terminal") return { node, state, terminalChild: child };
+    node = child;
+    state = childState;
+  }
+}
+
+/**
+ * Throws `SessionStateError` unless `sessionId` is the deepest live session of its tree and is
+ * not waiting for a finished child's outcome to be recorded.
+ */
+export async function assertReceivesWork(
+  fs: FileSystem,
+  tree: SessionTree,
+  sessionId: string,
+): Promise<void> {
+  const working = await findWorkingSession(fs, tree);
+  if (working === undefined) throw new SessionStateError(sessionId, "The session tree is terminal");
+  if (working.node.sessionId !== sessionId) {
+    throw new SessionStateError(
+      sessionId,
+      `Only the deepest live session receives work; that is ${working.node.sessionId}`,
+    );
+  }
+  if (working.terminalChild !== undefined) {
+    throw new SessionStateError(
+      sessionId,
+      `Record the outcome of finished child ${working.terminalChild.sessionId} first`,
+    );
+  }
+}
+
+/** Lists the top-level root session ids of a repository (published, non-staging directories). */
+export async function listRootSessionIds(fs: FileSystem, repoRoot: string): Promise<string[]> {
+  const out: string[] = [];
+  const sessionsRoot = repositoryPaths(repoRoot).sessionsRoot;
+  for (const entry of await readDirIfExists(fs, sessionsRoot)) {
+    if (entry.name.startsWith(".") || entry.kind !== "directory") continue;
+    if ((await kindOf(fs, join(sessionsRoot, entry.name, "session.json"))) === "file") {
+      out.push(entry.name);
+    }
+  }
+  return out;
+}

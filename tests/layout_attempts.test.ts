@@ -1,0 +1,260 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import type { MemoryFs } from "../adapters/memory.ts";
+import {
+  acceptEvalReceipt,
+  type AttemptIdentity,
+  createAttemptArtifacts,
+  deliveryReceiptRef,
+  gitReceiptFilename,
+  ImmutableArtifactError,
+  iterationName,
+  LayoutError,
+  LayoutRecordError,
+  LogicalReferenceResolver,
+  RAW_SUBAREAS,
+  readTraceRef,
+  SessionPaths,
+  sha256Ref,
+  UnsupportedLayoutError,
+  writeAttemptResult,
+  writeGitReceipt,
+} from "../layout.ts";
+import {
+  deterministic,
+  newRepo,
+  newRoot,
+  readJson,
+  readText,
+  writeJson,
+} from "./layout_fixtures.ts";
+
+const ROOT_ID = "001_ship-the-ultimate-memory-program";
+const ATTEMPT: AttemptIdentity = { iteration: 26, workflowId: "outer", attemptId: "97521a5ed6b7" };
+
+async function setup(): Promise<{ fs: MemoryFs; paths: SessionPaths }> {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  return { fs, paths: root.paths };
+}
+
+test("iteration names pad to four digits and grow past 9999", () => {
+  assert.equal(iterationName(26, "outer"), "0026_outer");
+  assert.equal(iterationName(12345, "planner"), "12345_planner");
+  assert.throws(() => iterationName(-1, "outer"), LayoutError);
+  assert.throws(() => iterationName(1, "../x"), LayoutError);
+});
+
+test("git receipt names are self-describing when folded and hash-keyed when mirror", () => {
+  assert.equal(gitReceiptFilename("folded", "after", ATTEMPT), "0026_outer_git_after.json");
+  assert.equal(gitReceiptFilename("mirror", "after", ATTEMPT), "git-after-97521a5ed6b7.json");
+  const folded = new SessionPaths("/s", "folded");
+  const mirror = new SessionPaths("/s", "mirror");
+  assert.equal(folded.gitReceiptsDir, "/s/receipts");
+  assert.equal(folded.deliveryReceiptsDir, "/s/receipts");
+  assert.equal(mirror.gitReceiptsDir, "/s/git_receipts");
+  assert.equal(mirror.deliveryReceiptsDir, "/s/delivery_receipts");
+  assert.equal(deliveryReceiptRef(folded, "d.json"), "session:/receipts/d.json");
+  assert.equal(deliveryReceiptRef(mirror, "d.json"), "session:/delivery_receipts/d.json");
+});
+
+test("an attempt gets a durable iteration directory and a raw directory with every subarea", async () => {
+  const { fs, paths } = await setup();
+  const artifacts = await createAttemptArtifacts(fs, paths, ATTEMPT, {
+    prompt: "Do the work.\n",
+    pathsMap: { session_dir: paths.dir, raw_dir: `${paths.dir}/raw/0026_outer` },
+    snapshot: {
+      "assignment.json": { actor: "outer", attempt_id: ATTEMPT.attemptId },
+      "scheduler_view.json": { ready: true },
+      "prompt.txt": "Do the work.\n",
+    },
+    ...deterministic(),
+  });
+  const dir = `${paths.dir}/iterations/0026_outer`;
+  assert.equal(artifacts.paths.iterationDir, dir);
+  assert.equal(await readText(fs, `${dir}/prompt.txt`), "Do the work.\n");
+  assert.deepEqual(await readJson(fs, `${dir}/paths.json`), {
+    session_dir: paths.dir,
+    raw_dir: `${paths.dir}/raw/0026_outer`,
+  });
+  assert.deepEqual(await readJson(fs, `${dir}/trace_ref.json`), {
+    schema_version: 1,
+    raw_dir: "raw/0026_outer",
+    raw_dir_ref: "session:/raw/0026_outer",
+    attempt_id: ATTEMPT.attemptId,
+    iteration: 26,
+    workflow_id: "outer",
+  });
+  assert.deepEqual(await readTraceRef(fs, artifacts.paths), artifacts.traceRef);
+  for (const subarea of RAW_SUBAREAS) {
+    assert.equal((await fs.lstat(`${paths.dir}/raw/0026_outer/${subarea}`)).kind, "directory");
+  }
+  const snapshotDir = `${dir}/workflow_snapshot/${ATTEMPT.attemptId}`;
+  assert.equal(
+    artifacts.snapshotHashes["assignment.json"],
+    sha256Ref(await fs.readFile(`${snapshotDir}/assignment.json`)),
+  );
+  assert.equal(await readText(fs, `${snapshotDir}/prompt.txt`), "Do the work.\n");
+
+  // The raw directory is reachable by its logical reference; no trace: reference exists.
+  const resolver = await LogicalReferenceResolver.forSession(fs, {
+    repoRoot: "/repo",
+    sessionId: ROOT_ID,
+  });
+  assert.equal(
+    await resolver.resolveExisting(artifacts.traceRef.raw_dir_ref),
+    `${paths.dir}/raw/0026_outer`,
+  );
+
+  await writeAttemptResult(fs, artifacts.paths, { status: "completed", exit_code: 0 });
+  assert.deepEqual(await readJson(fs, `${dir}/result.json`), { status: "completed", exit_code: 0 });
+});
+
+test("a frozen workflow snapshot cannot be rewritten with other contents", async () => {
+  const { fs, paths } = await setup();
+  const options = { prompt: "p", pathsMap: {}, snapshot: { "assignment.json": { a: 1 } } };
+  await createAttemptArtifacts(fs, paths, ATTEMPT, options);
+  // The same contents again is fine (a resumed dispatch).
+  await createAttemptArtifacts(fs, paths, ATTEMPT, options);
+  await assert.rejects(
+    createAttemptArtifacts(fs, paths, ATTEMPT, {
+      ...options,
+      snapshot: { "assignment.json": { a: 2 } },
+    }),
+    ImmutableArtifactError,
+  );
+  await assert.rejects(
+    createAttemptArtifacts(fs, paths, ATTEMPT, { ...options, snapshot: { "../escape": 1 } }),
+    LayoutError,
+  );
+});
+
+test("mirror sessions are read-only here", async () => {
+  const { fs } = await setup();
+  const mirror = new SessionPaths("/repo/mirror", "mirror");
+  await assert.rejects(
+    createAttemptArtifacts(fs, mirror, ATTEMPT, { prompt: "p", pathsMap: {} }),
+    UnsupportedLayoutError,
+  );
+  await assert.rejects(
+    writeGitReceipt(fs, mirror, "x", ATTEMPT, "after", { head: null, branch: null, dirty: null }),
+    UnsupportedLayoutError,
+  );
+});
+
+test("a git receipt lives in receipts/ with its verbose output in the attempt's raw git/", async () => {
+  const { fs, paths } = await setup();
+  const written = await writeGitReceipt(fs, paths, ROOT_ID, ATTEMPT, "after", {
+    head: "0123abcd",
+    branch: "main",
+    dirty: false,
+    rawStatus: new TextEncoder().encode('{"path":"a.ts"}\n'),
+    rawDiff: new TextEncoder().encode("diff --git a/a.ts b/a.ts\n"),
+  }, deterministic());
+  assert.equal(written.file, `${paths.dir}/receipts/0026_outer_git_after.json`);
+  assert.equal(written.ref, "session:/receipts/0026_outer_git_after.json");
+  const receipt = await readJson(fs, written.file);
+  assert.equal(receipt.status_path, null);
+  assert.equal(receipt.diff_path, null);
+  assert.equal(receipt.raw_status_ref, "session:/raw/0026_outer/git/after-status.jsonl");
+  assert.equal(receipt.raw_diff_ref, "session:/raw/0026_outer/git/after-diff.patch");
+  assert.equal(
+    await readText(fs, `${paths.dir}/raw/0026_outer/git/after-diff.patch`),
+    "diff --git a/a.ts b/a.ts\n",
+  );
+  await assert.rejects(fs.lstat(`${paths.dir}/git_receipts`), { code: "ENOENT" });
+});
+
+/** Writes a passing eval receipt for ATTEMPT with an optional override. */
+async function writeEvalReceipt(
+  fs: MemoryFs,
+  paths: SessionPaths,
+  overrides: Record<string, unknown> = {},
+): Promise<void> {
+  await writeJson(fs, paths.evalReceipt("tests-pass"), {
+    schema_version: 1,
+    eval_id: "tests-pass",
+    verdict: "pass",
+    producer: {
+      session_id: ROOT_ID,
+      workflow_id: "outer",
+      attempt_id: ATTEMPT.attemptId,
+      iteration: 26,
+    },
+    raw_report_refs: ["session:/raw/0026_outer/eval/report.json"],
+    git_receipt_ref: "session:/receipts/0026_outer_git_after.json",
+    created_at: "2026-04-19T15:00:00Z",
+    ...overrides,
+  });
+}
+
+async function evalReady(): Promise<{ fs: MemoryFs; paths: SessionPaths }> {
+  const { fs, paths } = await setup();
+  await createAttemptArtifacts(fs, paths, ATTEMPT, { prompt: "p", pathsMap: {} });
+  await writeJson(fs, `${paths.dir}/raw/0026_outer/eval/report.json`, { passed: 12 });
+  await writeGitReceipt(fs, paths, ROOT_ID, ATTEMPT, "after", {
+    head: "c0ffee",
+    branch: "main",
+    dirty: false,
+  });
+  return { fs, paths };
+}
+
+test("an eval receipt bound to its producing attempt is accepted with a sidecar", async () => {
+  const { fs, paths } = await evalReady();
+  await writeEvalReceipt(fs, paths);
+  const sidecar = await acceptEvalReceipt(fs, paths, "tests-pass", {
+    sessionId: ROOT_ID,
+    ...deterministic(),
+  });
+  assert.equal(sidecar.receipt_ref, "session:/eval_receipts/tests-pass.json");
+  assert.equal(
+    sidecar.receipt_sha256,
+    sha256Ref(await fs.readFile(paths.evalReceipt("tests-pass"))),
+  );
+  assert.equal(
+    sidecar.git_receipt_sha256,
+    sha256Ref(await fs.readFile(`${paths.dir}/receipts/0026_outer_git_after.json`)),
+  );
+  assert.deepEqual(
+    await readJson(fs, `${paths.dir}/eval_receipts/accepted/tests-pass.json`),
+    sidecar,
+  );
+});
+
+test("an eval receipt that cites another attempt's evidence is refused", async () => {
+  const cases: [Record<string, unknown>, string][] = [
+    [{ raw_report_refs: ["session:/raw/0025_outer/eval/report.json"] }, "raw_report_refs"],
+    [{ raw_report_refs: [] }, "raw_report_refs"],
+    [{ git_receipt_ref: "session:/receipts/0025_outer_git_after.json" }, "git_receipt_ref"],
+    [{ git_receipt_ref: "session:/receipts/0026_outer_git_before.json" }, "git_receipt_ref"],
+    [{ eval_id: "other" }, "eval_id"],
+    [{ verdict: "maybe" }, "verdict"],
+    [{
+      producer: { session_id: "002_other", workflow_id: "outer", attempt_id: "x", iteration: 26 },
+    }, "producer.session_id"],
+  ];
+  for (const [override, path] of cases) {
+    const { fs, paths } = await evalReady();
+    await writeEvalReceipt(fs, paths, override);
+    await assert.rejects(
+      acceptEvalReceipt(fs, paths, "tests-pass", { sessionId: ROOT_ID }),
+      (error: unknown) => {
+        assert.ok(error instanceof LayoutRecordError, String(error));
+        assert.equal(error.path, path, error.message);
+        return true;
+      },
+    );
+    await assert.rejects(fs.lstat(paths.evalAcceptedSidecar("tests-pass")), { code: "ENOENT" });
+  }
+});
+
+test("an eval receipt whose raw report was never written is refused", async () => {
+  const { fs, paths } = await evalReady();
+  await fs.remove(`${paths.dir}/raw/0026_outer/eval/report.json`);
+  await writeEvalReceipt(fs, paths);
+  await assert.rejects(
+    acceptEvalReceipt(fs, paths, "tests-pass", { sessionId: ROOT_ID }),
+    (error: unknown) => error instanceof LayoutRecordError && error.path === "raw_report_refs[0]",
+  );
+});

@@ -1,0 +1,486 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import type { MemoryFs } from "../adapters/memory.ts";
+import {
+  assertReceivesWork,
+  ChildRequestError,
+  type CreatedSession,
+  findWorkingSession,
+  LayoutRecordError,
+  listPendingChildRequests,
+  loadSessionTree,
+  missingScaffoldEntries,
+  parseGoalContract,
+  parseRejectedRequestReceipt,
+  parseSessionManifest,
+  processNextChildRequest,
+  publishChildRequest,
+  readChildOutcome,
+  readChildrenLedger,
+  readEvents,
+  readTerminalControl,
+  recordChildOutcome,
+  recordParentAcceptance,
+  SessionStateError,
+  sha256Ref,
+  writeSessionOutcome,
+} from "../layout.ts";
+import {
+  childRequest,
+  deterministic,
+  newRepo,
+  newRoot,
+  patchState,
+  readJson,
+  writeJson,
+  writeText,
+} from "./layout_fixtures.ts";
+
+const ROOT_ID = "001_ship-the-ultimate-memory-program";
+
+async function setup(): Promise<{ fs: MemoryFs; root: CreatedSession }> {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  return { fs, root };
+}
+
+async function processNext(fs: MemoryFs, expectedParentAttemptId?: string) {
+  return await processNextChildRequest(fs, {
+    repoRoot: "/repo",
+    parentSessionId: ROOT_ID,
+    expectedParentAttemptId,
+    ...deterministic(),
+  });
+}
+
+test("a published request is pending until the engine processes it", async () => {
+  const { fs, root } = await setup();
+  const published = await publishChildRequest(fs, root.paths, childRequest("phase-0-foundations"));
+  assert.equal(published.file, `${root.dir}/child_requests/pending/phase-0-foundations.json`);
+  assert.equal(published.sha256, sha256Ref(await fs.readFile(published.file)));
+  assert.deepEqual(await listPendingChildRequests(fs, root.paths), ["phase-0-foundations.json"]);
+  await assert.rejects(
+    publishChildRequest(fs, root.paths, childRequest("phase-0-foundations")),
+    ChildRequestError,
+  );
+  await assert.rejects(
+    publishChildRequest(fs, root.paths, { ...childRequest("bad"), goal: "  " }),
+    LayoutRecordError,
+  );
+});
+
+test("an accepted request is copied unchanged, indexed and frozen into a nested child", async () => {
+  const { fs, root } = await setup();
+  const { bytes } = await publishChildRequest(fs, root.paths, childRequest("phase-0-foundations"));
+  const result = await processNext(fs, "attempt000001");
+  assert.equal(result?.kind, "accepted");
+  if (result?.kind !== "accepted") return;
+  assert.equal(result.childSessionId, "01_phase-0-foundations");
+  assert.equal(result.childDir, `${root.dir}/children/01_phase-0-foundations`);
+
+  // Copied unchanged into accepted/ and into the child's inputs/.
+  assert.deepEqual(await fs.readFile(root.paths.acceptedRequest("phase-0-foundations")), bytes);
+  assert.deepEqual(await fs.readFile(`${result.childDir}/inputs/accepted_request.json`), bytes);
+  assert.deepEqual(await listPendingChildRequests(fs, root.paths), []);
+
+  // Indexed in the revisioned ledger.
+  const ledger = await readChildrenLedger(fs, root.paths, ROOT_ID);
+  assert.equal(ledger.revision, 2);
+  assert.equal(ledger.children.length, 1);
+  assert.equal(ledger.children[0]?.session_id, "01_phase-0-foundations");
+  assert.equal(ledger.children[0]?.status, "running");
+  assert.equal(
+    ledger.children[0]?.accepted_request_ref,
+    "session:/child_requests/accepted/phase-0-foundations.json",
+  );
+  assert.equal(ledger.children[0]?.accepted_request_sha256, sha256Ref(bytes));
+
+  // A complete child session with its manifest, parent.json and goal contract.
+  assert.deepEqual(await missingScaffoldEntries(fs, result.childDir, "child"), []);
+  await assert.rejects(fs.lstat(`${result.childDir}/harness_capability_roster.json`));
+  const manifest = parseSessionManifest(await readJson(fs, `${result.childDir}/session.json`), "m");
+  assert.equal(manifest.schema_version, 2);
+  if (manifest.schema_version !== 2) return;
+  assert.equal(manifest.parent_session_id, ROOT_ID);
+  assert.equal(manifest.root_session_id, ROOT_ID);
+  assert.equal(manifest.depth, 1);
+  assert.equal(manifest.layout, "folded");
+  assert.equal(
+    manifest.origin.accepted_request_ref,
+    `session:${ROOT_ID}:/child_requests/accepted/phase-0-foundations.json`,
+  );
+  assert.deepEqual(await readJson(fs, `${result.childDir}/parent.json`), {
+    schema_version: 1,
+    parent_session_id: ROOT_ID,
+    parent_relative_path: "../..",
+    created_at: "2026-04-19T14:30:22Z",
+  });
+  const contract = parseGoalContract(
+    await readJson(fs, `${result.childDir}/goal_contract.json`),
+    "g",
+  );
+  assert.equal(contract.goal, "Deliver phase-0-foundations");
+  assert.equal(contract.origin_request_id, "phase-0-foundations");
+  assert.equal(contract.accepted_request_ref, "session:/inputs/accepted_request.json");
+  assert.equal(contract.accepted_request_sha256, sha256Ref(bytes));
+  // The child inherits the parent's frozen contracts and references the root's roster.
+  assert.deepEqual(
+    await fs.readFile(`${result.childDir}/workflow_contract.json`),
+    await fs.readFile(`${root.dir}/workflow_contract.json`),
+  );
+  const childState = await readJson(fs, `${result.childDir}/state.json`);
+  assert.deepEqual(childState.harness_capability_roster, {
+    ref: "root:/harness_capability_roster.json",
+    sha256: sha256Ref(await fs.readFile(`${root.dir}/harness_capability_roster.json`)),
+  });
+
+  // The parent points at the child and is suspended; only the child receives work.
+  assert.equal(
+    (await readJson(fs, `${root.dir}/state.json`)).active_child_session_id,
+    result.childSessionId,
+  );
+  const tree = await loadSessionTree(fs, "/repo", ROOT_ID);
+  assert.equal((await findWorkingSession(fs, tree))?.node.sessionId, result.childSessionId);
+  await assert.rejects(assertReceivesWork(fs, tree, ROOT_ID), SessionStateError);
+  await assertReceivesWork(fs, tree, result.childSessionId);
+
+  const events = await readEvents(fs, root.paths.eventsJsonl);
+  assert.deepEqual(events.map((e) => e.type), ["child_started"]);
+});
+
+test("declared parent inputs are frozen into the child by reference and hash", async () => {
+  const { fs, root } = await setup();
+  await writeText(fs, `${root.dir}/project_state/tasks/spec.md`, "# Spec\nexact bytes\n");
+  await writeText(fs, "/repo/README.md", "readme");
+  await publishChildRequest(
+    fs,
+    root.paths,
+    childRequest("with-inputs", {
+      input_refs: ["session:/project_state/tasks/spec.md", "repo:/README.md"],
+    }),
+  );
+  const result = await processNext(fs);
+  assert.equal(result?.kind, "accepted");
+  if (result?.kind !== "accepted") return;
+  const contract = parseGoalContract(
+    await readJson(fs, `${result.childDir}/goal_contract.json`),
+    "g",
+  );
+  const specBytes = await fs.readFile(`${root.dir}/project_state/tasks/spec.md`);
+  const specHash = sha256Ref(specBytes);
+  assert.deepEqual(contract.inputs.map((i) => i.source_ref), [
+    `session:${ROOT_ID}:/project_state/tasks/spec.md`,
+    "repo:/README.md",
+  ]);
+  assert.equal(contract.inputs[0]?.sha256, specHash);
+  const frozen = contract.inputs[0]?.frozen_ref ?? "";
+  assert.equal(frozen, `session:/inputs/artifacts/input-0001-${specHash.slice(7, 19)}.artifact`);
+  assert.deepEqual(
+    await fs.readFile(`${result.childDir}/${frozen.slice("session:/".length)}`),
+    specBytes,
+  );
+  assert.equal(contract.inputs[1]?.size, 6);
+});
+
+test("an invalid request is archived in rejected/ with its original hash and a diagnosis", async () => {
+  const cases: [string, unknown, string | null][] = [
+    ["not-json.json", "{broken", null],
+    ["v2.json", { ...childRequest("v2"), schema_version: 2 }, "schema_version"],
+    ["assignment.json", { ...childRequest("a"), assignment: { goal: "x" } }, "assignment"],
+    ["unknown-key.json", { ...childRequest("u"), extra: 1 }, "extra"],
+    ["blank-goal.json", { ...childRequest("b"), goal: " " }, "goal"],
+    ["bad-id.json", { ...childRequest("x"), request_id: "../x" }, "request_id"],
+    [
+      "wrong-attempt.json",
+      childRequest("w", { origin: { parent_attempt_id: "other" } }),
+      "origin.parent_attempt_id",
+    ],
+    ["unknown-set.json", childRequest("s", { workflow_set: "nope" }), "workflow_set"],
+    ["absent-input.json", childRequest("i", { input_refs: ["session:/nope.md"] }), "input_refs[0]"],
+    ["escaping-input.json", childRequest("e", { input_refs: ["session:/../x"] }), "input_refs[0]"],
+  ];
+  for (const [name, body, field] of cases) {
+    const { fs, root } = await setup();
+    const file = `${root.paths.childRequestsPendingDir}/${name}`;
+    if (typeof body === "string") await writeText(fs, file, body);
+    else await writeJson(fs, file, body);
+    const original = await fs.readFile(file);
+    const result = await processNext(fs, "attempt000001");
+    assert.equal(result?.kind, "rejected", name);
+    if (result?.kind !== "rejected") continue;
+    assert.equal(result.archivedFile, `${root.paths.childRequestsRejectedDir}/${name}`);
+    assert.deepEqual(await fs.readFile(result.archivedFile), original, name);
+    const receipt = parseRejectedRequestReceipt(await readJson(fs, result.receiptFile), "r");
+    assert.equal(receipt.original_sha256, sha256Ref(original));
+    assert.equal(receipt.field, field, `${name}: ${receipt.reason}`);
+    assert.ok(receipt.reason.length > 0);
+    assert.deepEqual(await listPendingChildRequests(fs, root.paths), []);
+    assert.equal((await readChildrenLedger(fs, root.paths, ROOT_ID)).revision, 0);
+  }
+});
+
+test("a rejected name that is already archived gets a hash suffix", async () => {
+  const { fs, root } = await setup();
+  await writeText(fs, `${root.paths.childRequestsRejectedDir}/dup.json`, "old");
+  await writeText(fs, `${root.paths.childRequestsPendingDir}/dup.json`, "{new");
+  const result = await processNext(fs);
+  assert.equal(result?.kind, "rejected");
+  if (result?.kind !== "rejected") return;
+  const hash = sha256Ref(new TextEncoder().encode("{new")).slice(7, 15);
+  assert.equal(result.archivedFile, `${root.paths.childRequestsRejectedDir}/dup.${hash}.json`);
+});
+
+test("a request id accepted before with a different body is rejected", async () => {
+  const { fs, root } = await setup();
+  await writeJson(fs, root.paths.acceptedRequest("same"), { other: true });
+  await writeJson(fs, `${root.paths.childRequestsPendingDir}/same.json`, childRequest("same"));
+  const result = await processNext(fs);
+  assert.equal(result?.kind, "rejected");
+  if (result?.kind === "rejected") assert.equal(result.receipt.field, "request_id");
+});
+
+test("a suspended parent leaves further requests pending", async () => {
+  const { fs, root } = await setup();
+  await publishChildRequest(fs, root.paths, childRequest("first"));
+  await publishChildRequest(fs, root.paths, childRequest("second"));
+  assert.equal((await processNext(fs))?.kind, "accepted");
+  await assert.rejects(processNext(fs), SessionStateError);
+  assert.deepEqual(await listPendingChildRequests(fs, root.paths), ["second.json"]);
+});
+
+test("a parent executing an attempt or terminal does not dispatch children", async () => {
+  const { fs, root } = await setup();
+  await publishChildRequest(fs, root.paths, childRequest("first"));
+  await patchState(fs, root.dir, {
+    current_task: { workflow_id: "outer", iteration: 1, attempt_id: "a1" },
+  });
+  await assert.rejects(processNext(fs), SessionStateError);
+  await patchState(fs, root.dir, { current_task: null, status: "goal_met" });
+  await assert.rejects(processNext(fs), SessionStateError);
+  assert.deepEqual(await listPendingChildRequests(fs, root.paths), ["first.json"]);
+});
+
+test("nothing pending means nothing processed", async () => {
+  const { fs } = await setup();
+  assert.equal(await processNext(fs), undefined);
+});
+
+test("a malformed children.json is a typed error naming the file and field", async () => {
+  const { fs, root } = await setup();
+  await publishChildRequest(fs, root.paths, childRequest("first"));
+  const live = {
+    session_id: "01_a",
+    request_id: "a",
+    status: "running",
+    accepted_request_ref: "session:/child_requests/accepted/a.json",
+  };
+  const damaged: [unknown, string][] = [
+    [{ schema_version: 2, parent_session_id: ROOT_ID, revision: -1, children: [] }, "revision"],
+    [
+      { schema_version: 3, parent_session_id: ROOT_ID, revision: 0, children: [] },
+      "schema_version",
+    ],
+    [
+      {
+        schema_version: 2,
+        parent_session_id: ROOT_ID,
+        revision: 0,
+        children: [{ ...live, status: "zombie" }],
+      },
+      "children[0].status",
+    ],
+    [
+      {
+        schema_version: 2,
+        parent_session_id: ROOT_ID,
+        revision: 0,
+        children: [live, { ...live, session_id: "02_b", request_id: "b" }],
+      },
+      "children[1].status",
+    ],
+    [
+      {
+        schema_version: 2,
+        parent_session_id: ROOT_ID,
+        revision: 0,
+        children: [live, { ...live, status: "failed" }],
+      },
+      "children[1].session_id",
+    ],
+    [
+      { schema_version: 2, parent_session_id: "002_other", revision: 0, children: [] },
+      "parent_session_id",
+    ],
+  ];
+  for (const [value, path] of damaged) {
+    await writeJson(fs, root.paths.childrenJson, value);
+    await assert.rejects(processNext(fs), (error: unknown) => {
+      assert.ok(error instanceof LayoutRecordError, String(error));
+      assert.equal(error.file, root.paths.childrenJson);
+      assert.equal(error.path, path);
+      return true;
+    });
+  }
+  assert.deepEqual(await listPendingChildRequests(fs, root.paths), ["first.json"]);
+});
+
+test("a child's goal_met is recorded by reference and hash and never completes its parent", async () => {
+  const { fs, root } = await setup();
+  await publishChildRequest(fs, root.paths, childRequest("phase-0"));
+  const accepted = await processNext(fs);
+  if (accepted?.kind !== "accepted") throw new Error("expected acceptance");
+  const childDir = accepted.childDir;
+
+  // Recording before the child is terminal is refused.
+  await assert.rejects(
+    recordChildOutcome(fs, { repoRoot: "/repo", parentSessionId: ROOT_ID }),
+    SessionStateError,
+  );
+
+  // The child finishes with goal_met.
+  const tree = await loadSessionTree(fs, "/repo", ROOT_ID);
+  const childPaths = tree.paths(accepted.childSessionId);
+  const control = {
+    schema_version: 3,
+    state: "stopped",
+    stop_reason: "goal_met",
+    control_id: "done-1",
+    reason: "All phase-0 outcomes are accepted",
+    created_at: "2026-04-19T15:00:00Z",
+    producer: { session_id: accepted.childSessionId, workflow_id: "outer", attempt_id: "c1" },
+  };
+  await writeJson(fs, childPaths.controlJson, control);
+  const acceptedControl = await readTerminalControl(fs, childPaths, {
+    sessionId: accepted.childSessionId,
+    workflowId: "outer",
+    attemptId: "c1",
+    completionRole: "outer",
+  });
+  await patchState(fs, childDir, { status: "goal_met" });
+  const manifest = await readJson(fs, `${childDir}/session.json`);
+  await writeSessionOutcome(fs, childPaths, {
+    sessionId: accepted.childSessionId,
+    rootSessionId: ROOT_ID,
+    goalSha256: String(manifest.goal_hash),
+    terminalStatus: "goal_met",
+    stopReason: "goal_met",
+    terminalStateRevision: 3,
+    terminalAt: "2026-04-19T15:00:01Z",
+    control: acceptedControl,
+    handoff: {
+      status: "missing",
+      handoff: undefined,
+      sha256: null,
+      revision: null,
+      diagnosis: "none",
+    },
+  });
+
+  // The parent finds a terminal child and must record its outcome before other work.
+  const working = await findWorkingSession(fs, tree);
+  assert.equal(working?.node.sessionId, ROOT_ID);
+  assert.equal(working?.terminalChild?.sessionId, accepted.childSessionId);
+  await assert.rejects(assertReceivesWork(fs, tree, ROOT_ID), SessionStateError);
+
+  const outcome = await recordChildOutcome(fs, {
+    repoRoot: "/repo",
+    parentSessionId: ROOT_ID,
+    ...deterministic(),
+  });
+  assert.deepEqual(outcome, {
+    schema_version: 2,
+    request_id: "phase-0",
+    child_session_id: accepted.childSessionId,
+    session_outcome_ref: `session:${accepted.childSessionId}:/session_outcome.json`,
+    session_outcome_sha256: sha256Ref(await fs.readFile(childPaths.sessionOutcomeJson)),
+  });
+  assert.deepEqual(await readChildOutcome(fs, root.paths, "phase-0"), outcome);
+  const ledger = await readChildrenLedger(fs, root.paths, ROOT_ID);
+  assert.equal(ledger.children[0]?.status, "goal_met");
+  assert.equal(ledger.children[0]?.outcome_ref, "session:/child_outcomes/phase-0.json");
+
+  // The parent resumes, still running, with its neutral control.
+  const parentState = await readJson(fs, `${root.dir}/state.json`);
+  assert.equal(parentState.status, "running");
+  assert.equal(parentState.active_child_session_id, null);
+  assert.equal((await readJson(fs, `${root.dir}/control.json`)).state, "running");
+  await assertReceivesWork(fs, tree, ROOT_ID);
+
+  // Recording again is refused: the parent no longer waits for a child.
+  const again = await recordChildOutcome(fs, { repoRoot: "/repo", parentSessionId: ROOT_ID }).catch(
+    (error: unknown) => error,
+  );
+  assert.ok(again instanceof SessionStateError);
+
+  // The parent orchestrator records its own decision.
+  const decision = await recordParentAcceptance(fs, {
+    paths: root.paths,
+    parentSessionId: ROOT_ID,
+    requestId: "phase-0",
+    decision: "accepted",
+    reason: "Evidence reviewed",
+    producer: { workflowId: "outer", attemptId: "p2" },
+    ...deterministic(),
+  });
+  assert.equal(decision.child_outcome_ref, "session:/child_outcomes/phase-0.json");
+  assert.equal(
+    decision.child_outcome_sha256,
+    sha256Ref(await fs.readFile(root.paths.childOutcome("phase-0"))),
+  );
+  assert.deepEqual(await readJson(fs, root.paths.parentAcceptance("phase-0")), decision);
+  assert.equal((await readJson(fs, `${root.dir}/state.json`)).status, "running");
+  const events = await readEvents(fs, root.paths.eventsJsonl);
+  assert.deepEqual(events.map((e) => e.type), ["child_started", "child_finished"]);
+});
+
+test("a second child takes the next ordinal after the first finished", async () => {
+  const { fs, root } = await setup();
+  await publishChildRequest(fs, root.paths, childRequest("first"));
+  await processNext(fs);
+  await publishChildRequest(fs, root.paths, childRequest("second-milestone"));
+  // Simulate the first child's end directly in the ledger and parent state.
+  const ledger = await readJson(fs, root.paths.childrenJson);
+  const children = ledger.children as Record<string, unknown>[];
+  await writeJson(fs, root.paths.childrenJson, {
+    ...ledger,
+    children: children.map((c) => ({ ...c, status: "failed" })),
+  });
+  await patchState(fs, root.dir, { active_child_session_id: null });
+  const second = await processNext(fs);
+  assert.equal(second?.kind === "accepted" && second.childSessionId, "02_second-milestone");
+});
+
+test("an interrupted acceptance whose declared input vanished is marked failed_dispatch and rejected", async () => {
+  const { fs, root } = await setup();
+  await writeText(fs, `${root.dir}/project_state/tasks/spec.md`, "spec");
+  const { bytes } = await publishChildRequest(
+    fs,
+    root.paths,
+    childRequest("needs-spec", { input_refs: ["session:/project_state/tasks/spec.md"] }),
+  );
+  // The state an acceptance leaves when it stops after indexing the child, before building it.
+  await fs.writeFile(root.paths.acceptedRequest("needs-spec"), bytes);
+  await writeJson(fs, root.paths.childrenJson, {
+    schema_version: 2,
+    parent_session_id: ROOT_ID,
+    revision: 1,
+    children: [{
+      session_id: "01_needs-spec",
+      request_id: "needs-spec",
+      status: "dispatching",
+      accepted_request_ref: "session:/child_requests/accepted/needs-spec.json",
+    }],
+  });
+  await fs.remove(`${root.dir}/project_state/tasks/spec.md`);
+  const result = await processNext(fs);
+  assert.equal(result?.kind, "rejected");
+  if (result?.kind === "rejected") assert.equal(result.receipt.field, "input_refs[0]");
+  const ledger = await readChildrenLedger(fs, root.paths, ROOT_ID);
+  assert.equal(ledger.children[0]?.status, "failed_dispatch");
+  assert.equal(ledger.revision, 2);
+  await assert.rejects(fs.lstat(`${root.dir}/children/01_needs-spec`), { code: "ENOENT" });
+  // The parent is not left suspended: the next request gets the next free ordinal.
+  await publishChildRequest(fs, root.paths, childRequest("next"));
+  const next = await processNext(fs);
+  assert.equal(next?.kind === "accepted" && next.childSessionId, "02_next");
+});

@@ -1,0 +1,306 @@
+// Crash and fault loops over the multi-step operations of the layout (RELIABILITY.md): for every
+// operation number n, crash (or fail) at n, recover with several seeds, check the invariant,
+// then run the operation again and check that it completes.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { type MemoryFs, SimulatedCrash } from "../adapters/memory.ts";
+import { FsIoError } from "../src/port/errors.ts";
+import { readIfExists } from "../src/port/durable.ts";
+import {
+  appendEvents,
+  type ChildRequestResult,
+  type CreatedSession,
+  missingScaffoldEntries,
+  parseRejectedRequestReceipt,
+  processNextChildRequest,
+  readChildrenLedger,
+  readEvents,
+  readTerminalControl,
+  recordChildOutcome,
+  scanEvents,
+  SessionPaths,
+  sha256Ref,
+  STAGING_PREFIX,
+  writeSessionOutcome,
+} from "../layout.ts";
+import {
+  childRequest,
+  deterministic,
+  newRepo,
+  newRoot,
+  patchState,
+  readJson,
+  writeJson,
+} from "./layout_fixtures.ts";
+
+const ROOT_ID = "001_ship-the-ultimate-memory-program";
+const ROOT_DIR = `/repo/.loopy_loop/sessions/${ROOT_ID}`;
+const CHILD_ID = "01_phase-0";
+const SEEDS = [1, 2, 3];
+const rootPaths = new SessionPaths(ROOT_DIR, "folded");
+
+async function process(fs: MemoryFs): Promise<ChildRequestResult | undefined> {
+  return await processNextChildRequest(fs, {
+    repoRoot: "/repo",
+    parentSessionId: ROOT_ID,
+    ...deterministic(),
+  });
+}
+
+/** A synced repository with a root session and one pending request. */
+async function baselineWithPending(
+  body: unknown = childRequest("phase-0"),
+): Promise<{ fs: MemoryFs; root: CreatedSession; bytes: Uint8Array }> {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  if (typeof body === "string") {
+    await fs.writeFile(
+      `${root.paths.childRequestsPendingDir}/phase-0.json`,
+      new TextEncoder().encode(body),
+    );
+  } else {
+    await writeJson(fs, `${root.paths.childRequestsPendingDir}/phase-0.json`, body);
+  }
+  fs.syncAll();
+  const bytes = await fs.readFile(`${root.paths.childRequestsPendingDir}/phase-0.json`);
+  return { fs, root, bytes };
+}
+
+/** Every published child directory is complete; staging leftovers are ignored. */
+async function assertChildrenComplete(fs: MemoryFs, label: string): Promise<string[]> {
+  const published: string[] = [];
+  for (const entry of await fs.readDir(rootPaths.childrenDir)) {
+    if (entry.name.startsWith(STAGING_PREFIX)) continue;
+    published.push(entry.name);
+    const dir = rootPaths.childDir(entry.name);
+    assert.deepEqual(await missingScaffoldEntries(fs, dir, "child"), [], `${label}: ${entry.name}`);
+  }
+  return published;
+}
+
+/** The request is either pending with its original bytes, or fully accepted and indexed. */
+async function acceptanceState(
+  fs: MemoryFs,
+  bytes: Uint8Array,
+  label: string,
+): Promise<"pending" | "accepted"> {
+  const published = await assertChildrenComplete(fs, label);
+  const pending = await readIfExists(fs, rootPaths.pendingRequest("phase-0"));
+  if (pending !== undefined) {
+    assert.deepEqual(pending, bytes, `${label}: pending bytes changed`);
+    return "pending";
+  }
+  assert.deepEqual(await fs.readFile(rootPaths.acceptedRequest("phase-0")), bytes, label);
+  const ledger = await readChildrenLedger(fs, rootPaths, ROOT_ID);
+  assert.deepEqual(
+    ledger.children.map((c) => [c.session_id, c.request_id, c.status]),
+    [[CHILD_ID, "phase-0", "running"]],
+    label,
+  );
+  assert.deepEqual(published, [CHILD_ID], label);
+  assert.deepEqual(
+    await fs.readFile(`${rootPaths.childDir(CHILD_ID)}/inputs/accepted_request.json`),
+    bytes,
+    label,
+  );
+  assert.equal((await readJson(fs, rootPaths.stateJson)).active_child_session_id, CHILD_ID, label);
+  return "accepted";
+}
+
+test("a crash at any step of child acceptance leaves the request pending or fully accepted", async () => {
+  const { fs: baseline, bytes } = await baselineWithPending();
+  let completed = false;
+  let sawPending = false;
+  let sawAccepted = false;
+  for (let n = 1; !completed; n++) {
+    const fs = baseline.clone();
+    fs.crashAfter(n);
+    try {
+      const result = await process(fs);
+      assert.equal(result?.kind, "accepted");
+      completed = true;
+    } catch (error) {
+      if (!(error instanceof SimulatedCrash)) throw error;
+    }
+    for (const seed of SEEDS) {
+      const label = `n=${n} seed=${seed}`;
+      const recovered = fs.crash(seed);
+      const state = await acceptanceState(recovered, bytes, label);
+      if (state === "pending") sawPending = true;
+      else sawAccepted = true;
+      if (completed) assert.equal(state, "accepted", label);
+      // Running the engine again finishes the interrupted acceptance with the same child id.
+      const rerun = await process(recovered);
+      if (state === "pending") {
+        assert.equal(rerun?.kind, "accepted", label);
+        assert.equal(rerun?.kind === "accepted" && rerun.childSessionId, CHILD_ID, label);
+      } else {
+        assert.equal(rerun, undefined, label);
+      }
+      assert.equal(await acceptanceState(recovered, bytes, `${label} rerun`), "accepted");
+    }
+  }
+  assert.ok(sawPending && sawAccepted);
+});
+
+test("an I/O error at any step of child acceptance fails the call and a retry completes it", async () => {
+  const { fs: baseline, bytes } = await baselineWithPending();
+  let completed = false;
+  for (let n = 1; !completed; n++) {
+    const fs = baseline.clone();
+    fs.failAt(n, { error: n % 2 === 0 ? "EIO" : "ENOSPC" });
+    try {
+      await process(fs);
+      completed = true;
+    } catch (error) {
+      if (!(error instanceof FsIoError)) throw error;
+      assert.ok(["EIO", "ENOSPC"].includes(error.code), String(error));
+    }
+    fs.clearFaults();
+    const label = `n=${n}`;
+    const state = await acceptanceState(fs, bytes, label);
+    if (completed) assert.equal(state, "accepted", label);
+    else await process(fs);
+    assert.equal(await acceptanceState(fs, bytes, `${label} retry`), "accepted");
+  }
+});
+
+test("a crash at any step of a rejection leaves the request pending or archived with its receipt", async () => {
+  const { fs: baseline, bytes } = await baselineWithPending("{torn json");
+  const archived = `${rootPaths.childRequestsRejectedDir}/phase-0.json`;
+  let completed = false;
+  for (let n = 1; !completed; n++) {
+    const fs = baseline.clone();
+    fs.crashAfter(n);
+    try {
+      assert.equal((await process(fs))?.kind, "rejected");
+      completed = true;
+    } catch (error) {
+      if (!(error instanceof SimulatedCrash)) throw error;
+    }
+    for (const seed of SEEDS) {
+      const label = `n=${n} seed=${seed}`;
+      const recovered = fs.crash(seed);
+      const check = async (): Promise<"pending" | "rejected"> => {
+        const pending = await readIfExists(recovered, rootPaths.pendingRequest("phase-0"));
+        const moved = await readIfExists(recovered, archived);
+        assert.ok((pending === undefined) !== (moved === undefined), `${label}: both or neither`);
+        assert.deepEqual(pending ?? moved, bytes, label);
+        if (pending !== undefined) return "pending";
+        const receipt = parseRejectedRequestReceipt(
+          await readJson(recovered, `${archived}.receipt.json`),
+          label,
+        );
+        assert.equal(receipt.original_sha256, sha256Ref(bytes), label);
+        return "rejected";
+      };
+      const state = await check();
+      if (completed) assert.equal(state, "rejected", label);
+      if (state === "pending") assert.equal((await process(recovered))?.kind, "rejected", label);
+      assert.equal(await check(), "rejected", label);
+      assert.equal((await readChildrenLedger(recovered, rootPaths, ROOT_ID)).children.length, 0);
+    }
+  }
+});
+
+test("a crash at any step of recording a child outcome resumes to the same record", async () => {
+  const { fs } = await baselineWithPending();
+  await process(fs);
+  const childPaths = new SessionPaths(rootPaths.childDir(CHILD_ID), "folded");
+  await writeJson(fs, childPaths.controlJson, {
+    schema_version: 3,
+    state: "stopped",
+    stop_reason: "unresolvable_error",
+    control_id: "blocked-1",
+    reason: "The upstream API is gone",
+    created_at: "2026-04-19T15:00:00Z",
+    producer: { session_id: CHILD_ID, workflow_id: "outer", attempt_id: "c9" },
+    attempted_routes: ["retry with backoff", "alternative endpoint"],
+  });
+  const control = await readTerminalControl(fs, childPaths, {
+    sessionId: CHILD_ID,
+    workflowId: "outer",
+    attemptId: "c9",
+  });
+  await patchState(fs, childPaths.dir, { status: "failed" });
+  await writeSessionOutcome(fs, childPaths, {
+    sessionId: CHILD_ID,
+    rootSessionId: ROOT_ID,
+    goalSha256: String((await readJson(fs, childPaths.sessionJson)).goal_hash),
+    terminalStatus: "failed",
+    stopReason: "unresolvable_error",
+    terminalStateRevision: 2,
+    terminalAt: "2026-04-19T15:00:01Z",
+    control,
+    handoff: {
+      status: "missing",
+      handoff: undefined,
+      sha256: null,
+      revision: null,
+      diagnosis: "-",
+    },
+  });
+  fs.syncAll();
+  const record = () =>
+    recordChildOutcome(fs2, { repoRoot: "/repo", parentSessionId: ROOT_ID, ...deterministic() });
+  let fs2: MemoryFs = fs;
+  let completed = false;
+  for (let n = 1; !completed; n++) {
+    fs2 = fs.clone();
+    fs2.crashAfter(n);
+    try {
+      await record();
+      completed = true;
+    } catch (error) {
+      if (!(error instanceof SimulatedCrash)) throw error;
+    }
+    for (const seed of SEEDS) {
+      const label = `n=${n} seed=${seed}`;
+      const recovered = fs2.crash(seed);
+      const state = await readJson(recovered, rootPaths.stateJson);
+      if (state.active_child_session_id === CHILD_ID) {
+        assert.ok(!completed, label);
+        await recordChildOutcome(recovered, { repoRoot: "/repo", parentSessionId: ROOT_ID });
+      }
+      const after = await readJson(recovered, rootPaths.stateJson);
+      assert.equal(after.active_child_session_id, null, label);
+      assert.equal(after.status, "running", label);
+      const ledger = await readChildrenLedger(recovered, rootPaths, ROOT_ID);
+      assert.equal(ledger.children[0]?.status, "failed", label);
+      const outcome = await readJson(recovered, rootPaths.childOutcome("phase-0"));
+      assert.equal(
+        outcome.session_outcome_sha256,
+        sha256Ref(await recovered.readFile(childPaths.sessionOutcomeJson)),
+        label,
+      );
+    }
+  }
+});
+
+test("a crash while appending events leaves a prefix of the batch and nothing else", async () => {
+  const fs = await newRepo();
+  fs.syncAll();
+  const file = "/repo/events.jsonl";
+  const batch = [{ type: "a" }, { type: "b" }, { type: "c" }];
+  let completed = false;
+  for (let n = 1; !completed; n++) {
+    const clone = fs.clone();
+    clone.crashAfter(n);
+    try {
+      await appendEvents(clone, file, ROOT_ID, batch, deterministic());
+      completed = true;
+    } catch (error) {
+      if (!(error instanceof SimulatedCrash)) throw error;
+    }
+    for (const seed of [1, 2, 3, 4, 5, 6]) {
+      const recovered = clone.crash(seed);
+      const scan = await scanEvents(recovered, file);
+      const types = scan.events.map((e) => e.type);
+      assert.deepEqual(types, ["a", "b", "c"].slice(0, types.length), `n=${n} seed=${seed}`);
+      if (completed) assert.deepEqual(types, ["a", "b", "c"]);
+      // Only a torn last line may be skipped.
+      assert.ok(scan.skipped.length <= 1, JSON.stringify(scan.skipped));
+      assert.deepEqual(await readEvents(recovered, file), scan.events);
+    }
+  }
+});

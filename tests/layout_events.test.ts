@@ -1,0 +1,104 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs } from "../adapters/memory.ts";
+import { appendEvents, readEvents, scanEvents } from "../layout.ts";
+import { deterministic } from "./layout_fixtures.ts";
+
+const FILE = "/s/events.jsonl";
+const encoder = new TextEncoder();
+
+function line(eventId: string, type = "task_dispatched"): string {
+  return JSON.stringify({
+    event_id: eventId,
+    schema_version: 1,
+    ts: "2026-04-19T14:30:22Z",
+    session_id: "001_demo",
+    type,
+    payload: { n: eventId },
+  });
+}
+
+async function fsWith(content: Uint8Array | string): Promise<MemoryFs> {
+  const fs = new MemoryFs();
+  await fs.mkdir("/s");
+  await fs.writeFile(FILE, typeof content === "string" ? encoder.encode(content) : content);
+  return fs;
+}
+
+test("appendEvents writes one compact record per line sharing the batch timestamp", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/s");
+  const written = await appendEvents(fs, FILE, "001_demo", [
+    { type: "session_started" },
+    { type: "task_dispatched", payload: { workflow_id: "outer" } },
+  ], deterministic());
+  const text = new TextDecoder().decode(await fs.readFile(FILE));
+  const lines = text.split("\n");
+  assert.equal(lines.length, 3);
+  assert.equal(lines[2], "");
+  assert.deepEqual(lines.slice(0, 2).map((l) => JSON.parse(l)), written);
+  assert.equal(written[0]?.ts, "2026-04-19T14:30:22Z");
+  assert.equal(written[1]?.ts, written[0]?.ts);
+  assert.match(written[0]?.event_id ?? "", /^[0-9a-f]{12}$/);
+  assert.notEqual(written[0]?.event_id, written[1]?.event_id);
+  assert.deepEqual(await readEvents(fs, FILE), written);
+});
+
+test("every appended event is synced before the next one is written", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/s");
+  fs.syncAll();
+  await appendEvents(fs, FILE, "001_demo", [{ type: "a" }, { type: "b" }], deterministic());
+  const syncs = fs.operationLog.filter((op) => op.op === "sync").length;
+  assert.equal(syncs, 2);
+  const recovered = fs.crash({ seed: 1, tailMode: "none", extraJournal: "none" });
+  assert.deepEqual((await readEvents(recovered, FILE)).map((e) => e.type), ["a", "b"]);
+});
+
+test("readEvents drops duplicates by event_id, keeping the first", async () => {
+  const fs = await fsWith(
+    `${line("aaaaaaaaaaaa")}\n${line("bbbbbbbbbbbb")}\n${line("aaaaaaaaaaaa", "other")}\n`,
+  );
+  const scan = await scanEvents(fs, FILE);
+  assert.deepEqual(scan.events.map((e) => [e.event_id, e.type]), [
+    ["aaaaaaaaaaaa", "task_dispatched"],
+    ["bbbbbbbbbbbb", "task_dispatched"],
+  ]);
+  assert.equal(scan.duplicates, 1);
+});
+
+test("readEvents tolerates a truncated last line, garbage, zeros and blank lines", async () => {
+  const torn = line("cccccccccccc").slice(0, 30);
+  const content = new Uint8Array([
+    ...encoder.encode(`${line("aaaaaaaaaaaa")}\n\n   \n{"not":"an event"}\n[1,2]\n`),
+    0xff,
+    0xfe,
+    0x0a,
+    0,
+    0,
+    0,
+    0x0a,
+    ...encoder.encode(`${line("bbbbbbbbbbbb")}\n${torn}`),
+  ]);
+  const fs = await fsWith(content);
+  const scan = await scanEvents(fs, FILE);
+  assert.deepEqual(scan.events.map((e) => e.event_id), ["aaaaaaaaaaaa", "bbbbbbbbbbbb"]);
+  assert.deepEqual(scan.skipped.map((s) => s.line), [3, 4, 5, 6, 7, 9]);
+  assert.equal(scan.skipped.at(-1)?.reason, "torn last line");
+  // Reading modifies nothing.
+  assert.deepEqual(await fs.readFile(FILE), content);
+});
+
+test("readEvents tolerates gaps and a missing file", async () => {
+  const fs = await fsWith(`${line("000000000003")}\n${line("000000000001")}\n`);
+  assert.equal((await readEvents(fs, FILE)).length, 2);
+  assert.deepEqual(await readEvents(new MemoryFs(), "/missing/events.jsonl"), []);
+});
+
+test("a line with a record of the wrong shape is skipped with its reason", async () => {
+  const bad = JSON.stringify({ ...JSON.parse(line("dddddddddddd")), session_id: "not an id" });
+  const fs = await fsWith(`${bad}\n`);
+  const scan = await scanEvents(fs, FILE);
+  assert.equal(scan.events.length, 0);
+  assert.match(scan.skipped[0]?.reason ?? "", /session_id/);
+});

@@ -1,0 +1,260 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { SimulatedCrash } from "../adapters/memory.ts";
+import {
+  createRootSession,
+  ensureRepository,
+  LayoutRecordError,
+  listRootSessionIds,
+  missingScaffoldEntries,
+  openSessionPaths,
+  parseGoalContract,
+  parseHandoff,
+  parseSessionManifest,
+  parseSessionState,
+  readSessionLayout,
+  REPO_GITIGNORE_RAW_LINE,
+  SESSION_GITIGNORE,
+  sha256Ref,
+} from "../layout.ts";
+import {
+  CONTRACTS,
+  deterministic,
+  newRepo,
+  newRoot,
+  readJson,
+  readText,
+  writeJson,
+  writeText,
+} from "./layout_fixtures.ts";
+
+const ROOT_DIR = "/repo/.loopy_loop/sessions/001_ship-the-ultimate-memory-program";
+
+test("createRootSession publishes every file and directory of the folded tree", async () => {
+  const fs = await newRepo();
+  const session = await newRoot(fs);
+  assert.equal(session.sessionId, "001_ship-the-ultimate-memory-program");
+  assert.equal(session.dir, ROOT_DIR);
+  assert.deepEqual(await missingScaffoldEntries(fs, session.dir, "root"), []);
+  for (const absent of ["parent.json", "inputs/accepted_request.json", "session_outcome.json"]) {
+    await assert.rejects(fs.lstat(`${ROOT_DIR}/${absent}`), { code: "ENOENT" }, absent);
+  }
+  // The folded layout never creates the mirror directories.
+  for (const mirror of ["git_receipts", "delivery_receipts", "trace_seals", "harness_outputs"]) {
+    await assert.rejects(fs.lstat(`${ROOT_DIR}/${mirror}`), { code: "ENOENT" }, mirror);
+  }
+  await assert.rejects(fs.lstat("/repo/.loopy_loop/traces"), { code: "ENOENT" });
+  assert.deepEqual(await listRootSessionIds(fs, "/repo"), [session.sessionId]);
+});
+
+test("session.json records the layout, machine fields and hashes of the frozen files", async () => {
+  const fs = await newRepo();
+  const session = await newRoot(fs);
+  const manifest = parseSessionManifest(await readJson(fs, `${ROOT_DIR}/session.json`), "x");
+  assert.equal(manifest.schema_version, 2);
+  if (manifest.schema_version !== 2) return;
+  assert.deepEqual(manifest, session.manifest);
+  assert.equal(manifest.layout, "folded");
+  assert.equal(manifest.root_session_id, session.sessionId);
+  assert.equal(manifest.parent_session_id, null);
+  assert.equal(manifest.depth, 0);
+  assert.equal(manifest.created_at, "2026-04-19T14:30:22Z");
+  assert.match(manifest.session_uuid ?? "", /^[0-9a-f]{32}$/);
+  const goalBytes = new TextEncoder().encode("Ship the ultimate memory program");
+  assert.equal(manifest.goal_hash, sha256Ref(goalBytes));
+  assert.equal(
+    manifest.goal_contract_hash,
+    sha256Ref(await fs.readFile(`${ROOT_DIR}/goal_contract.json`)),
+  );
+  assert.equal(
+    manifest.workflow_contract_hash,
+    sha256Ref(await fs.readFile(`${ROOT_DIR}/workflow_contract.json`)),
+  );
+  assert.deepEqual(
+    await readJson(fs, `${ROOT_DIR}/workflow_contract.json`),
+    CONTRACTS.workflowContract,
+  );
+  assert.deepEqual(
+    await readJson(fs, `${ROOT_DIR}/harness_capability_roster.json`),
+    CONTRACTS.harnessCapabilityRoster,
+  );
+});
+
+test("the scaffold's records are valid and neutral", async () => {
+  const fs = await newRepo();
+  await newRoot(fs);
+  assert.deepEqual(await readJson(fs, `${ROOT_DIR}/control.json`), {
+    state: "running",
+    reason: "session active",
+    stop_reason: null,
+    schema_version: 1,
+  });
+  const state = parseSessionState(await readJson(fs, `${ROOT_DIR}/state.json`), "state.json");
+  assert.equal(state.status, "running");
+  assert.equal(state.current_task, null);
+  assert.equal(state.active_child_session_id, null);
+  assert.deepEqual(await readJson(fs, `${ROOT_DIR}/children.json`), {
+    schema_version: 2,
+    parent_session_id: "001_ship-the-ultimate-memory-program",
+    revision: 0,
+    children: [],
+  });
+  const handoff = parseHandoff(await readJson(fs, `${ROOT_DIR}/project_state/handoff.json`), "h");
+  assert.equal(handoff.revision, 0);
+  assert.equal(handoff.producer, null);
+  const contract = parseGoalContract(await readJson(fs, `${ROOT_DIR}/goal_contract.json`), "g");
+  assert.equal(contract.goal, "Ship the ultimate memory program");
+  assert.equal(contract.terminal_blocker_policy_ref, "workflow:main");
+  assert.equal(contract.origin_request_id, null);
+});
+
+test("the spine files carry their headings and the goal", async () => {
+  const fs = await newRepo();
+  await newRoot(fs, "Ship the\nultimate program  ");
+  const dir = "/repo/.loopy_loop/sessions/001_ship-the-ultimate-program";
+  const plan = await readText(fs, `${dir}/project_state/plan.md`);
+  assert.match(plan, /^# Layer Plan\n\n- Revision: 0\n- Layer goal: Ship the ultimate program\n/);
+  assert.match(plan, /\| ID \| Outcome \| Status \| Dependencies \| Evidence \|/);
+  assert.match(plan, /No leaf or child outcome is selected yet\./);
+  assert.match(await readText(fs, `${dir}/project_state/current_state.md`), /^# Current State\n/);
+  assert.match(await readText(fs, `${dir}/project_state/eval_state.md`), /^# Evaluation State\n/);
+  assert.equal(await readText(fs, `${dir}/project_state/finished.md`), "# Finished Work\n");
+  assert.equal(await readText(fs, `${dir}/goal.md`), "Ship the\nultimate program\n");
+  assert.equal(await readText(fs, `${dir}/.gitignore`), SESSION_GITIGNORE);
+  assert.ok(SESSION_GITIGNORE.split("\n").includes("raw/"));
+  assert.equal(await readText(fs, `${dir}/events.jsonl`), "");
+  assert.equal(await readText(fs, `${dir}/inputs/user_updates.jsonl`), "");
+});
+
+test("an empty goal writes no goal.md and names the plan's goal by its hash", async () => {
+  const fs = await newRepo();
+  const session = await newRoot(fs, "");
+  assert.equal(session.sessionId, "001_session");
+  await assert.rejects(fs.lstat(`${session.dir}/goal.md`), { code: "ENOENT" });
+  const plan = await readText(fs, `${session.dir}/project_state/plan.md`);
+  assert.ok(plan.includes(`- Layer goal: ${session.manifest.goal_hash}`));
+});
+
+test("session files are private: 0600 files and 0700 directories", async () => {
+  const fs = await newRepo();
+  const session = await newRoot(fs);
+  for (const [path, kind] of Object.entries(fs.snapshotTree(session.dir))) {
+    if (kind.startsWith("dir")) assert.ok(kind.startsWith("dir 700"), `${path}: ${kind}`);
+    else assert.ok(kind.startsWith("file 600"), `${path}: ${kind}`);
+  }
+});
+
+test("creation is deterministic with an injected clock and uuid source", async () => {
+  const a = await newRepo();
+  const b = await newRepo();
+  await newRoot(a);
+  await newRoot(b);
+  assert.deepEqual(a.snapshotTree("/repo"), b.snapshotTree("/repo"));
+});
+
+test("a second root session takes the next ordinal", async () => {
+  const fs = await newRepo();
+  await newRoot(fs);
+  const second = await newRoot(fs, "Write the docs");
+  assert.equal(second.sessionId, "002_write-the-docs");
+});
+
+test("ensureRepository writes repository.json once and adds the raw line to .gitignore once", async () => {
+  const fs = await newRepo();
+  await writeText(fs, "/repo/.gitignore", "node_modules/");
+  await fs.chmod("/repo/.gitignore", 0o644);
+  const first = await ensureRepository(fs, "/repo", deterministic());
+  const second = await ensureRepository(fs, "/repo", deterministic());
+  assert.deepEqual(second, first);
+  assert.match(first.repository_id, /^[0-9a-f]{32}$/);
+  assert.equal(
+    await readText(fs, "/repo/.gitignore"),
+    `node_modules/\n${REPO_GITIGNORE_RAW_LINE}\n`,
+  );
+  assert.equal(REPO_GITIGNORE_RAW_LINE, ".loopy_loop/sessions/**/raw/");
+  // The repository's own file keeps its mode.
+  assert.equal((await fs.stat("/repo/.gitignore")).mode, 0o644);
+});
+
+test("a malformed repository.json is a typed error naming the file", async () => {
+  const fs = await newRepo();
+  await fs.mkdir("/repo/.loopy_loop");
+  await writeJson(fs, "/repo/.loopy_loop/repository.json", { schema_version: 1 });
+  await assert.rejects(ensureRepository(fs, "/repo"), (error: unknown) => {
+    assert.ok(error instanceof LayoutRecordError);
+    assert.equal(error.file, "/repo/.loopy_loop/repository.json");
+    assert.equal(error.path, "repository_id");
+    return true;
+  });
+});
+
+test("the layout is read from session.json, never from the directory name", async () => {
+  const fs = await newRepo();
+  // A readable name with a legacy v1 manifest is a mirror session.
+  await fs.mkdir("/repo/s/001_readable-name", { recursive: true });
+  await writeJson(fs, "/repo/s/001_readable-name/session.json", {
+    session_id: "001_readable-name",
+    goal_hash: "71393ee22450",
+    workflow_set: "main",
+    parent_session_id: null,
+    created_at: "2026-04-19T14:30:22Z",
+  });
+  assert.equal(await readSessionLayout(fs, "/repo/s/001_readable-name"), "mirror");
+  // A legacy name with a folded manifest is folded.
+  const legacy = "20260419_143022_71393ee22450_ab12cd34";
+  const session = await newRoot(fs);
+  const manifest = await readJson(fs, `${session.dir}/session.json`);
+  await fs.mkdir(`/repo/s/${legacy}`);
+  await writeJson(fs, `/repo/s/${legacy}/session.json`, {
+    ...manifest,
+    session_id: legacy,
+    root_session_id: legacy,
+  });
+  assert.equal(await readSessionLayout(fs, `/repo/s/${legacy}`), "folded");
+  assert.equal(
+    (await openSessionPaths(fs, `/repo/s/${legacy}`)).gitReceiptsDir,
+    `/repo/s/${legacy}/receipts`,
+  );
+  // A missing manifest is an error, never a guess.
+  await fs.mkdir("/repo/s/002_empty");
+  await assert.rejects(readSessionLayout(fs, "/repo/s/002_empty"), { code: "ENOENT" });
+});
+
+test("a crash at any step of root creation leaves no session directory or a complete one", async () => {
+  const baseline = await newRepo();
+  baseline.syncAll();
+  let completed = false;
+  for (let n = 1; !completed; n++) {
+    const fs = baseline.clone();
+    fs.crashAfter(n);
+    try {
+      await createRootSession(fs, {
+        repoRoot: "/repo",
+        goal: "Crash me",
+        ...CONTRACTS,
+        ...deterministic(),
+      });
+      completed = true;
+    } catch (error) {
+      if (!(error instanceof SimulatedCrash)) throw error;
+    }
+    for (const seed of [1, 2, 3]) {
+      const recovered = fs.crash(seed);
+      const ids = await listRootSessionIds(recovered, "/repo");
+      if (completed) assert.deepEqual(ids, ["001_crash-me"], `n=${n} seed=${seed}`);
+      for (const id of ids) {
+        const dir = `/repo/.loopy_loop/sessions/${id}`;
+        assert.deepEqual(await missingScaffoldEntries(recovered, dir, "root"), [], `n=${n}`);
+        const manifest = await readJson(recovered, `${dir}/session.json`);
+        assert.equal(manifest.session_id, id);
+      }
+      // Creating again after the crash works and never collides with leftovers.
+      const again = await createRootSession(recovered, {
+        repoRoot: "/repo",
+        goal: "Crash me",
+        ...CONTRACTS,
+      });
+      assert.deepEqual(await missingScaffoldEntries(recovered, again.dir, "root"), []);
+    }
+  }
+});

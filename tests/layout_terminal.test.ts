@@ -1,0 +1,305 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import type { MemoryFs } from "../adapters/memory.ts";
+import {
+  type Handoff,
+  type HandoffExpectation,
+  LayoutRecordError,
+  observeHandoff,
+  parseHandoff,
+  readControl,
+  readHandoff,
+  readTerminalControl,
+  type SessionPaths,
+  SessionStateError,
+  sha256Ref,
+  writeSessionOutcome,
+} from "../layout.ts";
+import { newRepo, newRoot, readJson, writeJson, writeText } from "./layout_fixtures.ts";
+
+const ROOT_ID = "001_ship-the-ultimate-memory-program";
+
+async function setup(): Promise<{ fs: MemoryFs; paths: SessionPaths; goal: string }> {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  return { fs, paths: root.paths, goal: root.manifest.goal_hash };
+}
+
+function handoffAt(goal: string, revision: number, extra: Partial<Handoff> = {}): Handoff {
+  return {
+    schema_version: 1,
+    session_id: ROOT_ID,
+    goal_sha256: goal,
+    revision,
+    producer: { workflow_id: "outer", attempt_id: "a26" },
+    summary: `Revision ${revision}`,
+    accepted_outcomes: [],
+    open_work: [],
+    risks: [],
+    decision_refs: [],
+    evidence_refs: [],
+    delivery_refs: [],
+    eval_refs: [],
+    updated_at: "2026-04-19T15:00:00Z",
+    ...extra,
+  };
+}
+
+const goalMet = {
+  schema_version: 3,
+  state: "stopped",
+  stop_reason: "goal_met",
+  control_id: "done-1",
+  reason: "Every outcome is accepted",
+  created_at: "2026-04-19T15:00:00Z",
+  producer: { session_id: ROOT_ID, workflow_id: "outer", attempt_id: "a26" },
+  evidence_refs: ["session:/project_state/finished.md"],
+};
+const current = {
+  sessionId: ROOT_ID,
+  workflowId: "outer",
+  attemptId: "a26",
+  completionRole: "outer",
+};
+
+test("the revision-zero scaffold handoff counts as missing", async () => {
+  const { fs, paths, goal } = await setup();
+  const seen = await observeHandoff(fs, paths, {
+    sessionId: ROOT_ID,
+    goalSha256: goal,
+    storedRevision: 0,
+    storedSha256: null,
+  });
+  assert.equal(seen.status, "missing");
+  await fs.remove(paths.handoffJson);
+  assert.equal(
+    (await observeHandoff(fs, paths, {
+      sessionId: ROOT_ID,
+      goalSha256: goal,
+      storedRevision: 0,
+      storedSha256: null,
+    }))
+      .status,
+    "missing",
+  );
+});
+
+test("observeHandoff tells valid, invalid and non-monotonic handoffs apart", async () => {
+  const { fs, paths, goal } = await setup();
+  const expect: HandoffExpectation = {
+    sessionId: ROOT_ID,
+    goalSha256: goal,
+    storedRevision: 2,
+    storedSha256: `sha256:${"0".repeat(64)}`,
+    handoffOwner: "outer",
+    currentAttemptId: "a26",
+    knownAttemptIds: ["a20"],
+  };
+  const observe = async (value: unknown, overrides: Partial<HandoffExpectation> = {}) => {
+    if (typeof value === "string") await writeText(fs, paths.handoffJson, value);
+    else await writeJson(fs, paths.handoffJson, value);
+    return await observeHandoff(fs, paths, { ...expect, ...overrides });
+  };
+  const valid = await observe(handoffAt(goal, 3));
+  assert.equal(valid.status, "valid");
+  assert.equal(valid.revision, 3);
+  assert.equal(valid.sha256, sha256Ref(await fs.readFile(paths.handoffJson)));
+
+  assert.equal((await observe("{not json")).status, "invalid");
+  assert.equal((await observe({ ...handoffAt(goal, 3), extra: 1 })).status, "invalid");
+  assert.equal((await observe(handoffAt(goal, 3, { session_id: "002_other" }))).status, "invalid");
+  assert.equal((await observe(handoffAt(`sha256:${"1".repeat(64)}`, 3))).status, "invalid");
+  assert.equal(
+    (await observe(handoffAt(goal, 3, { producer: { workflow_id: "eval", attempt_id: "a26" } })))
+      .status,
+    "invalid",
+  );
+  assert.equal(
+    (await observe(handoffAt(goal, 3, { producer: { workflow_id: "outer", attempt_id: "zz" } })))
+      .status,
+    "invalid",
+  );
+  assert.equal((await observe(handoffAt(goal, 1))).status, "non_monotonic");
+  assert.equal((await observe(handoffAt(goal, 2))).status, "non_monotonic");
+  const same = await observe(handoffAt(goal, 2));
+  assert.equal(
+    (await observe(handoffAt(goal, 2), { storedSha256: same.sha256 })).status,
+    "valid",
+    "an unchanged handoff at the stored revision is valid",
+  );
+});
+
+test("a provenance-only re-stamp by the current attempt keeps the handoff valid", async () => {
+  const { fs, paths, goal } = await setup();
+  const stored = handoffAt(goal, 4, { producer: { workflow_id: "outer", attempt_id: "a20" } });
+  await writeJson(fs, paths.handoffJson, stored);
+  const storedSha256 = sha256Ref(await fs.readFile(paths.handoffJson));
+  const restamped = handoffAt(goal, 4, { updated_at: "2026-04-19T16:00:00Z" });
+  await writeJson(fs, paths.handoffJson, restamped);
+  const expect: HandoffExpectation = {
+    sessionId: ROOT_ID,
+    goalSha256: goal,
+    storedRevision: 4,
+    storedSha256,
+    storedHandoff: parseHandoff(stored, "stored"),
+    currentAttemptId: "a26",
+    knownAttemptIds: ["a20"],
+  };
+  assert.equal((await observeHandoff(fs, paths, expect)).status, "valid");
+  // A changed summary at the same revision is not a re-stamp.
+  await writeJson(fs, paths.handoffJson, { ...restamped, summary: "rewritten" });
+  assert.equal((await observeHandoff(fs, paths, expect)).status, "non_monotonic");
+  // Going back in time is not a re-stamp either.
+  await writeJson(fs, paths.handoffJson, { ...restamped, updated_at: "2026-04-19T14:00:00Z" });
+  assert.equal((await observeHandoff(fs, paths, expect)).status, "non_monotonic");
+});
+
+test("a malformed control.json is a typed error naming the file and field", async () => {
+  const { fs, paths } = await setup();
+  await writeJson(fs, paths.controlJson, { ...goalMet, producer: { session_id: ROOT_ID } });
+  await assert.rejects(readControl(fs, paths), (error: unknown) => {
+    assert.ok(error instanceof LayoutRecordError);
+    assert.equal(error.file, paths.controlJson);
+    assert.equal(error.path, "producer.workflow_id");
+    return true;
+  });
+  await writeText(fs, paths.controlJson, "{");
+  await assert.rejects(readControl(fs, paths), (error: unknown) => {
+    assert.ok(error instanceof LayoutRecordError);
+    assert.equal(error.file, paths.controlJson);
+    assert.equal(error.path, "");
+    return true;
+  });
+});
+
+test("readTerminalControl accepts only a record from the exact current attempt", async () => {
+  const { fs, paths } = await setup();
+  assert.equal(await readTerminalControl(fs, paths, current), undefined);
+  await writeJson(fs, paths.controlJson, goalMet);
+  const accepted = await readTerminalControl(fs, paths, current);
+  assert.equal(accepted?.record.control_id, "done-1");
+  assert.equal(accepted?.sha256, sha256Ref(await fs.readFile(paths.controlJson)));
+  await assert.rejects(
+    readTerminalControl(fs, paths, { ...current, attemptId: "a27" }),
+    (error: unknown) => error instanceof LayoutRecordError && error.path === "producer.attempt_id",
+  );
+  await writeJson(fs, paths.controlJson, {
+    state: "stopped",
+    stop_reason: "max_turns",
+    schema_version: 1,
+  });
+  await assert.rejects(
+    readTerminalControl(fs, paths, current),
+    (error: unknown) => error instanceof LayoutRecordError && error.path === "schema_version",
+  );
+});
+
+test("a malformed or stale handoff never overrides an authentic completion", async () => {
+  const { fs, paths, goal } = await setup();
+  await writeJson(fs, paths.controlJson, goalMet);
+  const control = await readTerminalControl(fs, paths, current);
+  for (const bad of ["{torn", JSON.stringify(handoffAt(goal, 1))]) {
+    await writeText(fs, paths.handoffJson, bad);
+    const handoff = await observeHandoff(fs, paths, {
+      sessionId: ROOT_ID,
+      goalSha256: goal,
+      storedRevision: 2,
+      storedSha256: `sha256:${"0".repeat(64)}`,
+    });
+    assert.notEqual(handoff.status, "valid");
+    const outcome = await writeSessionOutcome(fs, paths, {
+      sessionId: ROOT_ID,
+      rootSessionId: ROOT_ID,
+      goalSha256: goal,
+      terminalStatus: "goal_met",
+      stopReason: "goal_met",
+      terminalStateRevision: 9,
+      terminalAt: "2026-04-19T15:00:01Z",
+      control,
+      handoff,
+      evalRefs: [],
+    });
+    assert.equal(outcome.terminal_status, "goal_met");
+    assert.equal(outcome.stop_reason, "goal_met");
+    assert.deepEqual(outcome.fallback_summary, { source: "control_reason", text: goalMet.reason });
+    assert.equal(outcome.handoff.status, handoff.status);
+    assert.equal(outcome.handoff.revision, null);
+    assert.deepEqual(outcome.control, { ref: "session:/control.json", sha256: control?.sha256 });
+    assert.deepEqual(outcome.evidence_refs, ["session:/project_state/finished.md"]);
+    assert.deepEqual(outcome.trace_seal_refs, []);
+    assert.deepEqual(await readJson(fs, paths.sessionOutcomeJson), outcome);
+  }
+});
+
+test("a valid handoff is bound into the outcome without a fallback", async () => {
+  const { fs, paths, goal } = await setup();
+  await writeJson(fs, paths.controlJson, goalMet);
+  const control = await readTerminalControl(fs, paths, current);
+  await writeJson(fs, paths.handoffJson, handoffAt(goal, 3));
+  const handoff = await observeHandoff(fs, paths, {
+    sessionId: ROOT_ID,
+    goalSha256: goal,
+    storedRevision: 2,
+    storedSha256: null,
+  });
+  const outcome = await writeSessionOutcome(fs, paths, {
+    sessionId: ROOT_ID,
+    rootSessionId: ROOT_ID,
+    goalSha256: goal,
+    terminalStatus: "goal_met",
+    stopReason: "goal_met",
+    terminalStateRevision: 9,
+    terminalAt: "2026-04-19T15:00:01Z",
+    control,
+    handoff,
+    deliveryRefs: [
+      "session:/receipts/0026_outer_delivery.json",
+      "session:/receipts/0026_outer_delivery.json",
+    ],
+  });
+  assert.equal(outcome.handoff.status, "valid");
+  assert.equal(outcome.handoff.revision, 3);
+  assert.equal(outcome.fallback_summary, undefined);
+  assert.deepEqual(outcome.delivery_refs, ["session:/receipts/0026_outer_delivery.json"]);
+});
+
+test("a completion without its accepted control is refused; an engine stop falls back to its reason", async () => {
+  const { fs, paths, goal } = await setup();
+  const handoff = await observeHandoff(fs, paths, {
+    sessionId: ROOT_ID,
+    goalSha256: goal,
+    storedRevision: 0,
+    storedSha256: null,
+  });
+  const base = {
+    sessionId: ROOT_ID,
+    rootSessionId: ROOT_ID,
+    goalSha256: goal,
+    terminalStateRevision: 4,
+    terminalAt: "2026-04-19T15:00:01Z",
+    handoff,
+  };
+  await assert.rejects(
+    writeSessionOutcome(fs, paths, { ...base, terminalStatus: "goal_met", stopReason: "goal_met" }),
+    SessionStateError,
+  );
+  const outcome = await writeSessionOutcome(fs, paths, {
+    ...base,
+    terminalStatus: "max_turns",
+    stopReason: "max_turns",
+  });
+  assert.equal(outcome.control, null);
+  assert.deepEqual(outcome.fallback_summary, { source: "engine_stop_reason", text: "max_turns" });
+});
+
+test("a malformed handoff.json read directly is a typed error naming the file and field", async () => {
+  const { fs, paths, goal } = await setup();
+  assert.equal((await readHandoff(fs, paths)).record.revision, 0);
+  await writeJson(fs, paths.handoffJson, { ...handoffAt(goal, 2), accepted_outcomes: "all" });
+  await assert.rejects(readHandoff(fs, paths), (error: unknown) => {
+    assert.ok(error instanceof LayoutRecordError);
+    assert.equal(error.file, paths.handoffJson);
+    assert.equal(error.path, "accepted_outcomes");
+    return true;
+  });
+});
