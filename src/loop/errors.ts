@@ -78,7 +78,7 @@ export class ToolPairingError extends SessionFormatError {
   readonly messageIndex: number;
   /** Creates a pairing error at `messageIndex`. */
   constructor(message: string, messageIndex: number, options: SessionFormatErrorOptions = {}) {
-    super(message, { path: options.path ?? `messages[${messageIndex}]`, ...options });
+    super(message, { ...options, path: options.path ?? `messages[${messageIndex}]` });
     this.messageIndex = messageIndex;
   }
 }

@@ -1,0 +1,139 @@
+/**
+ * Internal helpers shared by the record validators: JSON paths, plain-object tests and the
+ * conversion of the first valibot issue into a `SessionFormatError`.
+ *
+ * @module
+ */
+import * as v from "valibot";
+import { SessionFormatError } from "../errors.ts";
+import type { RecordLocation } from "./types.ts";
+
+/** A non-null object that is not an array. */
+export function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/** A safe integer that is zero or more. */
+export function isSafeNonNegative(value: unknown): value is number {
+  return Number.isSafeInteger(value) && (value as number) >= 0;
+}
+
+/** True when a string has at least one non-whitespace character. */
+export function hasVisibleText(value: string): boolean {
+  return value.trim() !== "";
+}
+
+const IDENTIFIER = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
+
+/** Appends an object key or an array index to a JSON path: `a.b`, `a[3]`, `a["x-y"]`. */
+export function childPath(base: string, key: string | number): string {
+  if (typeof key === "number") return `${base}[${key}]`;
+  if (IDENTIFIER.test(key)) return base === "" ? key : `${base}.${key}`;
+  return `${base}[${JSON.stringify(key)}]`;
+}
+
+/** Throws a `SessionFormatError` for `what` (the record kind) at `path`, showing `value`. */
+export function fail(
+  what: string,
+  detail: string,
+  location: RecordLocation,
+  path: string,
+  value: unknown,
+): never {
+  throw new SessionFormatError(`${what}: ${detail}`, {
+    ...(location.file === undefined ? {} : { file: location.file }),
+    path,
+    value,
+  });
+}
+
+/** Throws a `SessionFormatError` for a required field that is absent. */
+export function failMissing(what: string, location: RecordLocation, path: string): never {
+  throw new SessionFormatError(`${what}: missing required field`, {
+    ...(location.file === undefined ? {} : { file: location.file }),
+    path,
+  });
+}
+
+function issuePath(base: string, issue: v.BaseIssue<unknown>): string {
+  let path = base;
+  for (const item of issue.path ?? []) {
+    const key = item.key;
+    path = childPath(path, typeof key === "number" ? key : String(key));
+  }
+  return path;
+}
+
+function isMissingKey(issue: v.BaseIssue<unknown>): boolean {
+  const last = issue.path?.[issue.path.length - 1];
+  if (last === undefined || last.type !== "object" || issue.input !== undefined) return false;
+  const parent = last.input;
+  return isRecord(parent) && !(String(last.key) in parent);
+}
+
+/**
+ * Runs `schema` on `value` and turns the first issue into a `SessionFormatError` that names
+ * the JSON path below `location.path` and the offending value.
+ */
+export function checkSchema(
+  schema: v.GenericSchema<unknown, unknown>,
+  value: unknown,
+  what: string,
+  location: RecordLocation,
+): void {
+  const result = v.safeParse(schema, value, { abortEarly: true });
+  if (result.success) return;
+  const issue = result.issues[0];
+  const path = issuePath(location.path ?? "", issue);
+  if (isMissingKey(issue)) failMissing(what, location, path);
+  const detail = issue.kind === "schema" ? `expected ${issue.expected ?? "a valid value"}` : issue
+    .message;
+  fail(what, detail, location, path, issue.input);
+}
+
+/** A field of a record that breaks a rule spanning several of its fields. */
+export interface RuleViolation {
+  /** The field to blame (its JSON path is reported). */
+  readonly field: string;
+  /** What is wrong, naming the fields involved. */
+  readonly detail: string;
+}
+
+/**
+ * A valibot action for a rule across fields of one record: runs `rule` on the already typed
+ * record and reports its violation at the blamed field's path.
+ */
+export function recordRule<T extends object>(
+  rule: (record: T) => RuleViolation | undefined,
+): v.RawCheckAction<T> {
+  return v.rawCheck<T>(({ dataset, addIssue }) => {
+    if (!dataset.typed) return;
+    const violation = rule(dataset.value);
+    if (violation === undefined) return;
+    const record = dataset.value as Record<string, unknown>;
+    const value = record[violation.field];
+    addIssue({
+      message: violation.detail,
+      input: value,
+      path: [{ type: "object", origin: "value", input: record, key: violation.field, value }],
+    });
+  });
+}
+
+/** A number schema for a safe integer of `min` or more; `name` appears in messages. */
+export function safeIntegerSchema(
+  name: string,
+  min = 0,
+): v.SchemaWithPipe<
+  readonly [
+    v.NumberSchema<undefined>,
+    v.SafeIntegerAction<number, string>,
+    v.MinValueAction<number, number, string>,
+  ]
+> {
+  return v.pipe(
+    v.number(),
+    v.safeInteger(`${name} must be a safe integer`),
+    v.minValue(min, `${name} must be ${min} or more`),
+  );
+}

@@ -1,0 +1,193 @@
+/**
+ * Session titles: normalization, validation and the fallback title derived from the first
+ * eligible user message when no title is stored. Reading never writes the fallback to disk;
+ * these functions are pure.
+ *
+ * @module
+ */
+import * as v from "valibot";
+import type { Message, RecordSchema, SessionTitle, TitleInput, TitleSource } from "./types.ts";
+import { checkSchema } from "./_validation.ts";
+
+/** The UTF-8 byte limit of a stored title. */
+export const TITLE_MAX_BYTES = 120;
+/** The UTF-8 byte limit of a fallback title. */
+export const FALLBACK_TITLE_MAX_BYTES = 96;
+/** The number of words a fallback title keeps. */
+export const FALLBACK_TITLE_WORDS = 8;
+
+/** Every title source. */
+export const TITLE_SOURCES: readonly TitleSource[] = Object.freeze(["fallback", "model", "user"]);
+
+// Terminal escapes: OSC (ESC ] ... BEL or ESC \) and CSI (ESC [ params intermediates final).
+// deno-lint-ignore no-control-regex
+const OSC = /\u001b\][\s\S]*?(?:\u0007|\u001b\\)/g;
+// deno-lint-ignore no-control-regex
+const CSI = /\u001b\[[0-?]*[ -/]*[@-~]/g;
+// C0 controls except tab/newline/carriage return (whitespace is collapsed later), DEL and C1,
+// zero-width and bidirectional formatting characters, word joiners and the byte order mark.
+const INVISIBLE =
+  // deno-lint-ignore no-control-regex
+  /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]/g;
+
+function utf8Length(codePoint: number): number {
+  return codePoint < 0x80 ? 1 : codePoint < 0x800 ? 2 : codePoint < 0x10000 ? 3 : 4;
+}
+
+/**
+ * Normalizes title text: removes terminal escape sequences and invisible or control
+ * characters, collapses whitespace runs to one space, trims, then keeps whole code points up
+ * to `maxBytes` UTF-8 bytes and trims again.
+ *
+ * @param text The raw text.
+ * @param maxBytes The UTF-8 byte limit; default 120.
+ * @returns The normalized text, possibly empty.
+ *
+ * @example
+ * ```ts
+ * import { normalizeTitle } from "./title.ts";
+ * normalizeTitle("\u001b[31m Hello\n world\u001b[0m"); // "Hello world"
+ * ```
+ */
+export function normalizeTitle(text: string, maxBytes: number = TITLE_MAX_BYTES): string {
+  const clean = text
+    .replace(OSC, "")
+    .replace(CSI, "")
+    .replace(INVISIBLE, "")
+    .replace(/\s+/g, " ")
+    .trim();
+  let bytes = 0;
+  let end = 0;
+  for (const character of clean) {
+    bytes += utf8Length(character.codePointAt(0) ?? 0);
+    if (bytes > maxBytes) break;
+    end += character.length;
+  }
+  return end === clean.length ? clean : clean.slice(0, end).trim();
+}
+
+function isStrictlyIncreasing(values: readonly number[]): boolean {
+  for (let i = 1; i < values.length; i++) {
+    if ((values[i] as number) <= (values[i - 1] as number)) return false;
+  }
+  return true;
+}
+
+/**
+ * The schema of a stored title: non-empty `text` that `normalizeTitle` leaves unchanged (so at
+ * most 120 UTF-8 bytes, no control characters, no edge or doubled whitespace), a known
+ * `source`, strictly increasing non-negative safe-integer `messageIndices` (empty allowed) and
+ * an optional `model` with string `provider` and `id`. Extra fields pass through.
+ */
+export const SessionTitleSchema: RecordSchema<SessionTitle> = v.looseObject({
+  text: v.pipe(
+    v.string(),
+    v.check(
+      (text) => text !== "" && normalizeTitle(text) === text,
+      "text must be non-empty normalized text (no control characters, no edge or doubled whitespace, at most 120 UTF-8 bytes)",
+    ),
+  ),
+  source: v.picklist(TITLE_SOURCES),
+  messageIndices: v.pipe(
+    v.array(
+      v.pipe(
+        v.number(),
+        v.safeInteger("message index must be a safe integer"),
+        v.minValue(0, "message index must not be negative"),
+      ),
+    ),
+    v.check((indices) => isStrictlyIncreasing(indices), "message indices must strictly increase"),
+  ),
+  model: v.optional(v.looseObject({ provider: v.string(), id: v.string() })),
+});
+
+/** True when `value` is a valid stored title (see `SessionTitleSchema`). */
+export function isValidTitle(value: unknown): value is SessionTitle {
+  return v.is(SessionTitleSchema, value);
+}
+
+/** Options of `parseSessionTitle`. */
+export interface ParseSessionTitleOptions {
+  /** The file the title came from, when known. */
+  readonly file?: string | undefined;
+  /** The JSON path of the title; default `"title"`. */
+  readonly path?: string | undefined;
+}
+
+/**
+ * Validates a title and returns it (the same object).
+ *
+ * @param value The title to check.
+ * @param options Where the value came from, for error reports.
+ * @returns `value`, typed.
+ * @throws {SessionFormatError} Naming the offending field, such as `header.title.text`.
+ */
+export function parseSessionTitle(
+  value: unknown,
+  options: ParseSessionTitleOptions = {},
+): SessionTitle {
+  checkSchema(SessionTitleSchema, value, "Invalid session title", {
+    file: options.file,
+    path: options.path ?? "title",
+  });
+  return value as SessionTitle;
+}
+
+/**
+ * The text a message contributes to title derivation: a user message's string content, or its
+ * text blocks joined with `\n` (images are ignored). `undefined` for other roles.
+ */
+export function titleTextOf(message: Message): string | undefined {
+  if (message.role !== "user") return undefined;
+  if (typeof message.content === "string") return message.content;
+  let text: string | undefined;
+  for (const block of message.content) {
+    if (block.type === "text") text = text === undefined ? block.text : `${text}\n${block.text}`;
+  }
+  return text ?? "";
+}
+
+/** Every eligible user message (its text normalizes to something non-empty), in order. */
+export function titleInputs(messages: readonly Message[]): TitleInput[] {
+  const inputs: TitleInput[] = [];
+  messages.forEach((message, index) => {
+    const text = titleTextOf(message);
+    if (text !== undefined && normalizeTitle(text) !== "") inputs.push({ index, text });
+  });
+  return inputs;
+}
+
+/**
+ * The fallback title of one eligible message: its first eight words, normalized to at most 96
+ * UTF-8 bytes, with source `"fallback"` and the message's index.
+ */
+export function fallbackTitleOf(input: TitleInput): SessionTitle {
+  const words = normalizeTitle(input.text, FALLBACK_TITLE_MAX_BYTES)
+    .split(" ")
+    .slice(0, FALLBACK_TITLE_WORDS)
+    .join(" ");
+  return {
+    text: normalizeTitle(words, FALLBACK_TITLE_MAX_BYTES),
+    source: "fallback",
+    messageIndices: [input.index],
+  };
+}
+
+/**
+ * The fallback title of a history: derived from the first eligible user message, or
+ * `undefined` when there is none. Computed on read and never stored.
+ *
+ * @example
+ * ```ts
+ * import { fallbackTitle } from "./title.ts";
+ * fallbackTitle([{ role: "user", content: "Fix the failing build please", timestamp: 0 }]);
+ * // { text: "Fix the failing build please", source: "fallback", messageIndices: [0] }
+ * ```
+ */
+export function fallbackTitle(messages: readonly Message[]): SessionTitle | undefined {
+  for (let index = 0; index < messages.length; index++) {
+    const text = titleTextOf(messages[index] as Message);
+    if (text !== undefined && normalizeTitle(text) !== "") return fallbackTitleOf({ index, text });
+  }
+  return undefined;
+}

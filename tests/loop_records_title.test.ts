@@ -1,0 +1,154 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import {
+  fallbackTitle,
+  fallbackTitleOf,
+  isValidTitle,
+  type Message,
+  normalizeTitle,
+  parseSessionTitle,
+  titleInputs,
+  titleTextOf,
+} from "../src/loop/records/mod.ts";
+import { assistant, throwsAt, user } from "./loop_records_fixtures.ts";
+
+const bytes = (text: string) => new TextEncoder().encode(text).length;
+
+test("normalizeTitle removes terminal escapes, controls and invisible characters", () => {
+  assert.equal(normalizeTitle("\u001b[31m Hello\n world\u001b[0m\u202e"), "Hello world");
+  assert.equal(normalizeTitle("\u001b]0;hidden\u0007Visible"), "Visible");
+  assert.equal(normalizeTitle("\u001b]8;;http://x\u001b\\link\u001b]8;;\u001b\\"), "link");
+  assert.equal(normalizeTitle("a\u0000b\u0007c\u007fd\u0085e\u009ff"), "abcdef");
+  assert.equal(normalizeTitle("\ufeffzero\u200bwidth\u200f\u2060join\u206f"), "zerowidthjoin");
+  assert.equal(normalizeTitle("bidi\u202aembed\u202e"), "bidiembed");
+});
+
+test("normalizeTitle collapses whitespace and trims", () => {
+  assert.equal(normalizeTitle("  many \t\r\n  spaces\u00a0\u3000here  "), "many spaces here");
+  assert.equal(normalizeTitle(" \n "), "");
+});
+
+test("normalizeTitle keeps whole code points within the byte limit", () => {
+  assert.equal(normalizeTitle("你好🙂", 8), "你好");
+  assert.equal(normalizeTitle("你好🙂", 10), "你好🙂");
+  assert.equal(normalizeTitle("ab cd", 3), "ab");
+  assert.equal(normalizeTitle("abc", 0), "");
+  const long = "é".repeat(100);
+  const cut = normalizeTitle(long);
+  assert.equal(cut, "é".repeat(60));
+  assert.equal(bytes(cut), 120);
+});
+
+test("a valid title has normalized text, a known source and increasing indices", () => {
+  assert.equal(isValidTitle({ text: "Task", source: "user", messageIndices: [] }), true);
+  assert.equal(isValidTitle({ text: "Task", source: "model", messageIndices: [0, 3, 9] }), true);
+  assert.equal(
+    isValidTitle({ text: "Task", source: "fallback", messageIndices: [0], extra: 1 }),
+    true,
+  );
+  assert.equal(isValidTitle({ text: "x".repeat(120), source: "user", messageIndices: [] }), true);
+  for (
+    const bad of [
+      { text: "Task", source: "model", messageIndices: [2, 0] },
+      { text: "Task", source: "model", messageIndices: [1, 1] },
+      { text: "Task", source: "model", messageIndices: [-1] },
+      { text: "Task", source: "model", messageIndices: [1.5] },
+      { text: "Task", source: "model", messageIndices: "0" },
+      { text: "Task", source: "model" },
+      { text: "", source: "user", messageIndices: [] },
+      { text: " Task", source: "user", messageIndices: [] },
+      { text: "Ta  sk", source: "user", messageIndices: [] },
+      { text: "Ta\nsk", source: "user", messageIndices: [] },
+      { text: "Ta\u0007sk", source: "user", messageIndices: [] },
+      { text: "x".repeat(121), source: "user", messageIndices: [] },
+      { text: 5, source: "user", messageIndices: [] },
+      { text: "Task", source: "auto", messageIndices: [] },
+      null,
+      "Task",
+      [],
+    ]
+  ) {
+    assert.equal(isValidTitle(bad), false, JSON.stringify(bad));
+  }
+});
+
+test("a title's model identity is optional but needs string provider and id", () => {
+  const base = { text: "T", source: "model", messageIndices: [0] };
+  assert.equal(isValidTitle({ ...base, model: { provider: "p", id: "m" } }), true);
+  assert.equal(isValidTitle({ ...base, model: { provider: "p" } }), false);
+  assert.equal(isValidTitle({ ...base, model: { provider: 1, id: "m" } }), false);
+  assert.equal(isValidTitle({ ...base, model: null }), false);
+});
+
+test("parseSessionTitle names the offending field", () => {
+  const base = { text: "T", source: "model", messageIndices: [0] };
+  assert.equal(parseSessionTitle(base), base);
+  throwsAt(() => parseSessionTitle({ ...base, text: "T " }), "title.text");
+  throwsAt(() => parseSessionTitle({ ...base, source: "x" }), "title.source");
+  throwsAt(() => parseSessionTitle({ ...base, messageIndices: [3, 1] }), "title.messageIndices");
+  throwsAt(
+    () => parseSessionTitle({ ...base, messageIndices: [0, -1] }),
+    "title.messageIndices[1]",
+  );
+  throwsAt(() => parseSessionTitle({ ...base, model: { provider: "p", id: 2 } }), "title.model.id");
+  const error = throwsAt(
+    () => parseSessionTitle(7, { file: "f", path: "header.title" }),
+    "header.title",
+  );
+  assert.equal(error.file, "f");
+});
+
+test("titleTextOf reads a user message's text and ignores images", () => {
+  assert.equal(titleTextOf(user("plain") as unknown as Message), "plain");
+  assert.equal(
+    titleTextOf(user([
+      { type: "text", text: "one" },
+      { type: "image", data: "AA==", mimeType: "image/png" },
+      { type: "text", text: "two" },
+    ]) as unknown as Message),
+    "one\ntwo",
+  );
+  assert.equal(
+    titleTextOf(user([{ type: "image", data: "", mimeType: "" }]) as unknown as Message),
+    "",
+  );
+  assert.equal(titleTextOf(assistant() as unknown as Message), undefined);
+});
+
+test("titleInputs lists eligible user messages with their raw text", () => {
+  const messages = [
+    user([{ type: "image", data: "", mimeType: "image/png" }]),
+    assistant(),
+    user("  \n "),
+    user("  First   real\nquestion "),
+    user("second"),
+  ] as unknown as Message[];
+  assert.deepEqual(titleInputs(messages), [
+    { index: 3, text: "  First   real\nquestion " },
+    { index: 4, text: "second" },
+  ]);
+});
+
+test("the fallback title keeps the first eight words of the first eligible message", () => {
+  const messages = [
+    user([{ type: "image", data: "", mimeType: "image/png" }]),
+    user("one two three four five six seven eight nine"),
+  ] as unknown as Message[];
+  const before = structuredClone(messages);
+  const title = fallbackTitle(messages);
+  assert.deepEqual(title, {
+    text: "one two three four five six seven eight",
+    source: "fallback",
+    messageIndices: [1],
+  });
+  assert.equal(isValidTitle(title), true);
+  assert.deepEqual(messages, before);
+});
+
+test("the fallback title is at most 96 bytes and undefined without an eligible message", () => {
+  const title = fallbackTitleOf({ index: 0, text: "word".repeat(40) + " tail" });
+  assert.ok(bytes(title.text) <= 96);
+  assert.equal(title.text, "word".repeat(24));
+  assert.equal(fallbackTitle([assistant(), user(" ")] as unknown as Message[]), undefined);
+  assert.equal(fallbackTitle([]), undefined);
+});
