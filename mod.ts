@@ -33,7 +33,90 @@
  */
 export * from "./src/port/mod.ts";
 export * from "./src/loop/errors.ts";
-export * from "./src/loop/records/mod.ts";
+// Record types and validators (the valibot schemas stay internal: their types are valibot's).
+export type {
+  AssistantContentBlock,
+  AssistantMessage,
+  CompactionCheckpoint,
+  ContentBlock,
+  ImageContent,
+  LoadedSkill,
+  Message,
+  MessageRole,
+  ModelEffort,
+  ModelRef,
+  PermissionPreset,
+  PromptTiming,
+  RecordLocation,
+  RuntimeContextSnapshot,
+  SessionHeader,
+  SessionTitle,
+  StopReason,
+  SummaryUsage,
+  SystemPromptCheckpoint,
+  TextContent,
+  ThinkingContent,
+  TitleInput,
+  TitleModel,
+  TitleSource,
+  ToolCall,
+  ToolResultContentBlock,
+  ToolResultMessage,
+  Usage,
+  UserContentBlock,
+  UserMessage,
+} from "./src/loop/records/types.ts";
+export { ID_PATTERN, isSessionId } from "./src/loop/records/ids.ts";
+export {
+  DEFAULT_PERMISSION_PRESET,
+  isModelEffort,
+  isPermissionPreset,
+  MODEL_EFFORTS,
+  parseModelRef,
+  type ParseModelRefOptions,
+  PERMISSION_PRESETS,
+} from "./src/loop/records/model.ts";
+export {
+  FALLBACK_TITLE_MAX_BYTES,
+  FALLBACK_TITLE_WORDS,
+  fallbackTitle,
+  fallbackTitleOf,
+  isValidTitle,
+  normalizeTitle,
+  parseSessionTitle,
+  type ParseSessionTitleOptions,
+  TITLE_MAX_BYTES,
+  TITLE_SOURCES,
+  titleInputs,
+  titleTextOf,
+} from "./src/loop/records/title.ts";
+export {
+  MessageValidator,
+  type MessageValidatorOptions,
+  STOP_REASONS,
+  validateMessages,
+  type ValidateMessagesOptions,
+  withToolDisplayName,
+} from "./src/loop/records/messages.ts";
+export { validatePromptTimings } from "./src/loop/records/timings.ts";
+export { validateRuntimeContexts } from "./src/loop/records/runtime_context.ts";
+export { validateCompactions } from "./src/loop/records/compaction.ts";
+export {
+  SECTION_NAME_PATTERN,
+  validateSystemPromptCheckpoints,
+} from "./src/loop/records/system_prompt.ts";
+export {
+  isAbsolutePath,
+  isCanonicalIsoTimestamp,
+  isSupportedHeader,
+  newSessionHeader,
+  type NewSessionHeaderInput,
+  parseSessionHeader,
+  SESSION_FORMAT,
+  SESSION_HEADER_VERSION,
+  validateSessionMetadata,
+  type ValidateSessionMetadataOptions,
+} from "./src/loop/records/header.ts";
 export {
   type CommitContext,
   DEFAULT_PAGE_ROUNDS,
@@ -52,11 +135,47 @@ export {
   INDEX_FILE,
   INDEX_FORMAT,
   INDEX_VERSION,
-  META_FILE,
   MESSAGES_FILE,
-  STORAGE_FORMAT,
-  STORAGE_VERSION,
+  META_FILE,
   type RoundEntry,
   type RoundIndex,
+  STORAGE_FORMAT,
+  STORAGE_VERSION,
   type StorageMeta,
 } from "./src/loop/storage.ts";
+export {
+  acquireWriterLock,
+  COLLECTION_LOCK_FILE,
+  HeldLock,
+  type LockFileState,
+  type LockRecord,
+  type LockState,
+  type ProcessProbe,
+  type StoreContext,
+  WRITER_LOCK_FILE,
+} from "./src/loop/lock.ts";
+export {
+  LEGACY_EXTENSION,
+  legacySessionId,
+  type LegacySummary,
+  type MigrationResult,
+  type ReadLegacyOptions,
+  readLegacySession,
+} from "./src/loop/legacy.ts";
+export {
+  comparePinnedFirst,
+  compareSessions,
+  type ListFailure,
+  type ListOptions,
+  type ListResult,
+  type SessionInfo,
+} from "./src/loop/discovery.ts";
+export {
+  ARCHIVE_FILE,
+  type ArchiveHost,
+  type DeleteOptions,
+  SessionArchive,
+  SessionNotArchivedError,
+} from "./src/loop/archive.ts";
+export { type CompactionResult } from "./src/loop/compaction.ts";
+export { type CleanupReport } from "./src/loop/maintenance.ts";
