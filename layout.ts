@@ -11,6 +11,12 @@
  * (`session:/…`, `repo:/…`, `root:/…`, `parent:/…`, `session:<id>:/…`) to confined paths,
  * runs the child request lifecycle crash-safely, and reads `events.jsonl` tolerantly.
  *
+ * Maintenance: `pruneRaw` deletes raw attempt directories (and, on request, the legacy mirror
+ * trace tree) crash-safely and never the durable tree. Sessions of the legacy mirror layout load
+ * with the same API; their traces are listed, inspected and verified against their seals
+ * (`listTraces`, `inspectTrace`, `verifyTrace`, `checkTraceSeals`), and `trace:<manifest_id>:/…`
+ * references resolve through the manifests.
+ *
  * @example Create a root session, request a child, and resolve a reference in it
  * ```ts
  * import {
@@ -95,3 +101,16 @@ export * from "./src/layout/attempts.ts";
 export * from "./src/layout/receipts.ts";
 export * from "./src/layout/terminal.ts";
 export * from "./src/layout/child_requests.ts";
+export {
+  chainKind,
+  findLoopyRoot,
+  type LoopyRoot,
+  openLoopyRoot,
+  PRUNING_PREFIX,
+  type SessionDirEntry,
+  type SessionDirWalk,
+  walkSessionDirs,
+  type WalkSkip,
+} from "./src/layout/loopy_root.ts";
+export * from "./src/layout/traces.ts";
+export * from "./src/layout/prune.ts";

@@ -184,3 +184,73 @@ export class UnknownSessionError extends LayoutError {
     this.sessionId = sessionId;
   }
 }
+
+/** A `.loopy_loop` directory that cannot be operated on: not named so, not a directory, a symlink. */
+export class LoopyRootError extends LayoutError {
+  /** The path given as the `.loopy_loop` directory. */
+  readonly path: string;
+  /** Creates a root error for `path`. */
+  constructor(path: string, message: string) {
+    super(`${message} (at '${path}')`);
+    this.path = path;
+  }
+}
+
+/** An option value outside its documented range (a negative age, a malformed session id). */
+export class LayoutOptionError extends LayoutError {
+  /** The option's name (`olderThanDays`). */
+  readonly option: string;
+  /** The value given. */
+  readonly value: unknown;
+  /** Creates an option error. */
+  constructor(option: string, value: unknown, message: string) {
+    super(`${message}: ${option}=${quote(String(value))}`);
+    this.option = option;
+    this.value = value;
+  }
+}
+
+/** Why a mirror trace could not be looked up. */
+export type TraceLookupReason =
+  /** No manifest has the id, and no manifest is at the path. */
+  | "not_found"
+  /** More than one manifest has the id. */
+  | "ambiguous"
+  /** The path is outside `.loopy_loop/traces/`. */
+  | "outside"
+  /** The path names neither a trace directory nor a `trace_manifest.json`. */
+  | "not_a_manifest"
+  /** A component of the path, or the manifest itself, is a symlink. */
+  | "symlink";
+
+/** A mirror trace reference (manifest id, attempt id or path) that names no single trace. */
+export class TraceLookupError extends LayoutError {
+  /** The reference as given. */
+  readonly reference: string;
+  /** Why the lookup failed. */
+  readonly reason: TraceLookupReason;
+  /** Creates a lookup error. */
+  constructor(reference: string, reason: TraceLookupReason, message: string) {
+    super(`${message}: ${quote(reference)}`);
+    this.reference = reference;
+    this.reason = reason;
+  }
+}
+
+/**
+ * A sealed mirror trace whose bytes or seal do not match: a file's hash or size differs from the
+ * inventory, a listed file is missing or is not a regular file, a file is not in the inventory,
+ * the manifest is malformed (a `../` path), or the seal receipt contradicts the manifest.
+ */
+export class TraceIntegrityError extends LayoutError {
+  /** The file at fault (the trace member, the manifest, or the seal receipt), absolute. */
+  readonly file: string;
+  /** The trace's manifest. */
+  readonly manifestPath: string;
+  /** Creates an integrity error about `file`. */
+  constructor(file: string, manifestPath: string, message: string) {
+    super(`${message} (in '${file}')`);
+    this.file = file;
+    this.manifestPath = manifestPath;
+  }
+}

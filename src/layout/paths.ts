@@ -171,6 +171,8 @@ export class SessionPaths {
   readonly traceSealsDir: string;
   /** `harness_outputs/` (mirror only). */
   readonly harnessOutputsDir: string;
+  /** `eval_readiness/` (mirror sessions below protocol 3 only). */
+  readonly evalReadinessDir: string;
 
   /** Builds the paths of the session at `dir` with the recorded `layout`. */
   constructor(dir: string, layout: SessionLayout) {
@@ -220,6 +222,7 @@ export class SessionPaths {
     this.childrenDir = at(CHILDREN_DIRNAME);
     this.traceSealsDir = at("trace_seals");
     this.harnessOutputsDir = at("harness_outputs");
+    this.evalReadinessDir = at("eval_readiness");
   }
 
   /** `children/<childId>`. */
@@ -260,6 +263,11 @@ export class SessionPaths {
   /** The delivery receipt `name` (in `receipts/` when folded). */
   deliveryReceipt(name: string): string {
     return join(this.deliveryReceiptsDir, name);
+  }
+
+  /** `trace_seals/<attemptId>.json`: a mirror attempt's seal receipt. */
+  traceSealReceipt(attemptId: string): string {
+    return join(this.traceSealsDir, `${attemptId}.json`);
   }
 
   /** The paths of one attempt's iteration (`iterations/<NNNN>_<workflow>`). */

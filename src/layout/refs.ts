@@ -19,15 +19,25 @@
 import type { FileSystem } from "../port/fs.ts";
 import { NotFound } from "../port/errors.ts";
 import { join, relativeWithin } from "../port/path.ts";
-import { LogicalReferenceError, TopologyError } from "./errors.ts";
+import { LayoutRecordError, LogicalReferenceError, TopologyError } from "./errors.ts";
 import { decodeJson } from "./json_io.ts";
-import { repositoryPaths, type SessionLayout } from "./paths.ts";
+import { chainKind, PRUNING_PREFIX } from "./loopy_root.ts";
+import { mirrorAttemptTraceDir, repositoryPaths, type SessionLayout } from "./paths.ts";
 import {
   formatLogicalReference,
   type ParsedReference,
   parseLogicalReference,
 } from "./ref_grammar.ts";
+import { recordedTraces, scanTraceManifests, traceManifestId } from "./traces.ts";
 import { loadSessionTree, type SessionNode, type SessionTree } from "./tree.ts";
+
+/**
+ * Whether a resolved target is there: `present`, `absent`, or `pruned` — absent inside prunable
+ * raw output (a session's `raw/<NNNN>_<workflow>/…`, or a mirror trace that durable records name
+ * but the traces tree no longer holds). A pruned target is not an error of the session: the
+ * durable tree that cites it is intact.
+ */
+export type ReferenceStatus = "present" | "absent" | "pruned";
 
 /** A resolved logical reference. */
 export interface ResolvedReference {
@@ -43,6 +53,8 @@ export interface ResolvedReference {
   readonly exists: boolean;
   /** The target's kind when it exists (never `symlink`: links are refused). */
   readonly kind: "file" | "directory" | "other" | undefined;
+  /** `present`, `absent`, or `pruned` (absent in prunable raw output); see `ReferenceStatus`. */
+  readonly status: ReferenceStatus;
 }
 
 /** Options of `LogicalReferenceResolver.forSession`. */
@@ -118,16 +130,24 @@ export class LogicalReferenceResolver {
 
   /**
    * Resolves a reference to a confined absolute path. An absent target is not an error: the
-   * result says `exists: false` (a pruned raw directory, a file not written yet). Refusals are
-   * `LogicalReferenceError`s; a symlink planted on the path is refused (reason `symlink`).
+   * result says `exists: false`, with `status: "pruned"` when it lies in prunable raw output (a
+   * session's `raw/<NNNN>_<workflow>/…`, or a mirror trace that was pruned) and `"absent"`
+   * otherwise (a file not written yet). Refusals are `LogicalReferenceError`s; a symlink planted
+   * on the path is refused (reason `symlink`).
    */
   async resolve(reference: string): Promise<ResolvedReference> {
     const parsed = parseLogicalReference(reference);
     const scope = await this.#scope(parsed);
+    const segments = parsed.segments;
+    // Inside a session's raw/ everything below raw/<entry> is prunable; an entry a prune has
+    // renamed away (`.pruning-*`) is already gone.
+    const inRaw = scope.canonicalScope === "session" && segments[0] === "raw" &&
+      segments.length >= 2;
+    const renamedAway = inRaw && (segments[1] ?? "").startsWith(PRUNING_PREFIX);
     let path = scope.root;
-    let exists = true;
-    let kind: ResolvedReference["kind"] = "directory";
-    for (const [index, segment] of parsed.segments.entries()) {
+    let exists = !renamedAway && scope.exists;
+    let kind: ResolvedReference["kind"] = exists ? "directory" : undefined;
+    for (const [index, segment] of segments.entries()) {
       path = join(path, segment);
       if (!exists) continue;
       let found: string;
@@ -146,7 +166,7 @@ export class LogicalReferenceResolver {
           `Logical reference passes through a symlink at ${path}`,
         );
       }
-      const last = index === parsed.segments.length - 1;
+      const last = index === segments.length - 1;
       if (!last && found !== "directory") {
         exists = false;
         kind = undefined;
@@ -154,7 +174,8 @@ export class LogicalReferenceResolver {
       }
       kind = found === "file" || found === "directory" ? found : "other";
     }
-    const relative = parsed.segments.join("/");
+    const relative = segments.join("/");
+    const prunable = inRaw || scope.pruned;
     return {
       reference,
       canonical: formatLogicalReference(scope.canonicalScope, scope.canonicalId, relative),
@@ -162,6 +183,7 @@ export class LogicalReferenceResolver {
       scopeRoot: scope.root,
       exists,
       kind,
+      status: exists ? "present" : prunable ? "pruned" : "absent",
     };
   }
 
@@ -242,18 +264,38 @@ export class LogicalReferenceResolver {
     readonly root: string;
     readonly canonicalScope: "repo" | "session" | "trace";
     readonly canonicalId: string | undefined;
+    readonly exists: boolean;
+    readonly pruned: boolean;
   }> {
     if (parsed.scope === "trace") {
       this.#requireMirror(parsed);
-      const root = await this.#traceRoot(parsed);
-      return { root, canonicalScope: "trace", canonicalId: parsed.id };
+      const trace = await this.#traceRoot(parsed);
+      return {
+        root: trace.dir,
+        canonicalScope: "trace",
+        canonicalId: parsed.id,
+        exists: !trace.pruned,
+        pruned: trace.pruned,
+      };
     }
     const node = this.#sessionScope(parsed);
     if (node === undefined) {
-      return { root: this.tree.repoRoot, canonicalScope: "repo", canonicalId: undefined };
+      return {
+        root: this.tree.repoRoot,
+        canonicalScope: "repo",
+        canonicalId: undefined,
+        exists: true,
+        pruned: false,
+      };
     }
     await this.#checkChain(parsed.reference, node.dir);
-    return { root: node.dir, canonicalScope: "session", canonicalId: node.sessionId };
+    return {
+      root: node.dir,
+      canonicalScope: "session",
+      canonicalId: node.sessionId,
+      exists: true,
+      pruned: false,
+    };
   }
 
   /** Refuses a symlink (or a non-directory) anywhere between the repository root and `dir`. */
@@ -283,8 +325,14 @@ export class LogicalReferenceResolver {
     }
   }
 
-  /** The directory of trace manifest `id` of this tree (mirror sessions only). */
-  async #traceRoot(parsed: ParsedReference): Promise<string> {
+  /**
+   * The directory of trace manifest `id` of this tree (mirror sessions only), found through the
+   * manifests under `.loopy_loop/traces/<root>/`. Unreadable manifests are skipped; a symlinked
+   * manifest is refused; two manifests with the id are a `TopologyError`. When no manifest has
+   * the id but a session of the tree records it (a seal receipt or an iteration's
+   * `trace_ref.json`), the trace was pruned: its conventional directory is returned as pruned.
+   */
+  async #traceRoot(parsed: ParsedReference): Promise<{ dir: string; pruned: boolean }> {
     const id = parsed.id ?? "";
     const traces = repositoryPaths(this.tree.repoRoot).tracesRoot;
     let kind: string | undefined;
@@ -302,13 +350,23 @@ export class LogicalReferenceResolver {
     }
     const tracesRoot = join(traces, this.tree.rootSessionId);
     const found: string[] = [];
-    if (kind === "directory") await this.#walkManifests(parsed.reference, tracesRoot, id, found);
-    if (found.length === 0) {
-      throw new LogicalReferenceError(
-        parsed.reference,
-        "unknown_trace",
-        "Logical reference names no trace manifest of this tree",
-      );
+    for (const location of await scanTraceManifests(this.fs, tracesRoot)) {
+      if (location.manifestKind === "symlink") {
+        throw new LogicalReferenceError(
+          parsed.reference,
+          "symlink",
+          `Trace manifest is a symlink at ${location.manifestPath}`,
+        );
+      }
+      if (location.manifestKind !== "file") continue;
+      let manifest: unknown;
+      try {
+        manifest = decodeJson(await this.fs.readFile(location.manifestPath), location.manifestPath);
+      } catch (error) {
+        if (error instanceof LayoutRecordError) continue;
+        throw error;
+      }
+      if (traceManifestId(manifest) === id) found.push(location.traceDir);
     }
     if (found.length > 1) {
       throw new TopologyError(
@@ -316,43 +374,33 @@ export class LogicalReferenceResolver {
         `Duplicate trace manifest id ${JSON.stringify(id)}`,
       );
     }
-    return found[0] ?? tracesRoot;
-  }
-
-  async #walkManifests(reference: string, dir: string, id: string, found: string[]): Promise<void> {
-    let entries;
-    try {
-      entries = await this.fs.readDir(dir);
-    } catch (error) {
-      if (error instanceof NotFound) return;
-      throw error;
-    }
-    for (const entry of entries) {
-      const path = join(dir, entry.name);
-      if (entry.kind === "directory") {
-        await this.#walkManifests(reference, path, id, found);
-      } else if (entry.name === "trace_manifest.json") {
-        if (entry.kind === "symlink") {
-          throw new LogicalReferenceError(
-            reference,
-            "symlink",
-            `Trace manifest is a symlink at ${path}`,
-          );
-        }
-        const manifestId = traceManifestId(decodeJson(await this.fs.readFile(path), path));
-        if (manifestId === id) found.push(dir);
+    const dir = found[0];
+    if (dir !== undefined) return { dir, pruned: false };
+    for (const node of this.tree.nodes.values()) {
+      if (node.layout !== "mirror") continue;
+      const recorded = (await recordedTraces(this.fs, node.dir, node.sessionId)).find((trace) =>
+        trace.manifestId === id
+      );
+      if (recorded === undefined) continue;
+      const conventional = mirrorAttemptTraceDir(
+        this.tree.repoRoot,
+        this.tree.rootSessionId,
+        recorded.sessionId,
+        recorded.attemptId,
+      );
+      if ((await chainKind(this.fs, traces, conventional)) === "symlink") {
+        throw new LogicalReferenceError(
+          parsed.reference,
+          "symlink",
+          `The pruned trace's directory passes through a symlink at ${conventional}`,
+        );
       }
+      return { dir: conventional, pruned: true };
     }
+    throw new LogicalReferenceError(
+      parsed.reference,
+      "unknown_trace",
+      "Logical reference names no trace manifest of this tree",
+    );
   }
-}
-
-/** The id of a mirror trace manifest: the first of trace_manifest_id, manifest_id, trace_id, attempt_id. */
-function traceManifestId(value: unknown): string | undefined {
-  if (typeof value !== "object" || value === null) return undefined;
-  const record = value as Record<string, unknown>;
-  for (const key of ["trace_manifest_id", "manifest_id", "trace_id", "attempt_id"]) {
-    const id = record[key];
-    if (typeof id === "string") return id;
-  }
-  return undefined;
 }

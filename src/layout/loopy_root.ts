@@ -1,0 +1,204 @@
+/**
+ * The `.loopy_loop/` directory of a repository: finding it from any directory below the
+ * repository (the way git finds `.git`), checking it before maintenance touches anything in it,
+ * and walking the session directories it holds without following a symlink.
+ *
+ * @module
+ */
+import type { FileSystem } from "../port/fs.ts";
+import { NotFound } from "../port/errors.ts";
+import { basename, dirname, isAbsolute, join, relativeWithin } from "../port/path.ts";
+import { LoopyRootError } from "./errors.ts";
+import { CHILDREN_DIRNAME, LOOPY_DIRNAME, repositoryPaths, STAGING_PREFIX } from "./paths.ts";
+
+/** The prefix of an entry a prune has renamed away and not yet removed; readers treat it as gone. */
+export const PRUNING_PREFIX: string = ".pruning-";
+
+/** The checked paths of a `.loopy_loop/` directory. */
+export interface LoopyRoot {
+  /** The canonical `.loopy_loop/` directory. */
+  readonly loopyDir: string;
+  /** The repository root (its parent). */
+  readonly repoRoot: string;
+  /** `.loopy_loop/sessions/`. */
+  readonly sessionsDir: string;
+  /** `.loopy_loop/traces/` (mirror layout). */
+  readonly tracesDir: string;
+  /** `.loopy_loop/trace_finalization_outbox/` (mirror layout). */
+  readonly outboxDir: string;
+}
+
+async function kindOf(fs: FileSystem, path: string): Promise<string | undefined> {
+  try {
+    return (await fs.lstat(path)).kind;
+  } catch (error) {
+    if (error instanceof NotFound) return undefined;
+    throw error;
+  }
+}
+
+/**
+ * The kind of `path` (at or below `base`), checking every component from `base` down with
+ * `lstat`: `symlink` when any component is a link, `undefined` when `path` is not below `base`
+ * or a component is missing or not a directory.
+ */
+export async function chainKind(
+  fs: FileSystem,
+  base: string,
+  path: string,
+): Promise<string | undefined> {
+  const relative = relativeWithin(base, path);
+  if (relative === undefined) return undefined;
+  let current = base;
+  let kind = await kindOf(fs, base);
+  for (const segment of relative === "" ? [] : relative.split("/")) {
+    if (kind !== "directory") return kind === "symlink" ? "symlink" : undefined;
+    current = join(current, segment);
+    kind = await kindOf(fs, current);
+  }
+  return kind;
+}
+
+/**
+ * Finds the `.loopy_loop/` directory of the repository containing `startDir`: `startDir` itself
+ * and then each parent in turn, like git finds `.git`. Returns the canonical path of the first
+ * `.loopy_loop` directory found, or `undefined` when no ancestor has one. A `.loopy_loop` that is
+ * a symlink is refused (`LoopyRootError`): maintenance never works through a link.
+ *
+ * @example Find the repository's `.loopy_loop/` from a nested directory
+ * ```ts
+ * import { findLoopyRoot } from "@loop/sessions/layout";
+ * import { MemoryFs } from "@loop/sessions/memory";
+ *
+ * const fs = new MemoryFs();
+ * await fs.mkdir("/repo/.loopy_loop/sessions", { recursive: true });
+ * await fs.mkdir("/repo/src/deep", { recursive: true });
+ * if ((await findLoopyRoot(fs, "/repo/src/deep")) !== "/repo/.loopy_loop") {
+ *   throw new Error("unexpected result");
+ * }
+ * ```
+ */
+export async function findLoopyRoot(fs: FileSystem, startDir: string): Promise<string | undefined> {
+  if (!isAbsolute(startDir)) {
+    throw new LoopyRootError(startDir, "The start directory must be an absolute path");
+  }
+  let dir = await fs.realPath(startDir);
+  for (;;) {
+    const candidate = join(dir, LOOPY_DIRNAME);
+    const kind = await kindOf(fs, candidate);
+    if (kind === "symlink") {
+      throw new LoopyRootError(candidate, "The .loopy_loop directory is a symlink");
+    }
+    if (kind === "directory") return candidate;
+    const parent = dirname(dir);
+    if (parent === dir) return undefined;
+    dir = parent;
+  }
+}
+
+/**
+ * Checks a `.loopy_loop/` directory before maintenance works in it: the path must be absolute,
+ * named `.loopy_loop`, a real directory (not a symlink). Returns its canonical paths; everything
+ * maintenance removes is built from these by joining names read from directory listings, so
+ * nothing outside `.loopy_loop/` can be reached.
+ */
+export async function openLoopyRoot(fs: FileSystem, loopyDir: string): Promise<LoopyRoot> {
+  if (!isAbsolute(loopyDir)) {
+    throw new LoopyRootError(loopyDir, "The .loopy_loop directory must be an absolute path");
+  }
+  if (basename(loopyDir) !== LOOPY_DIRNAME) {
+    throw new LoopyRootError(loopyDir, `The directory is not named ${LOOPY_DIRNAME}`);
+  }
+  const kind = await kindOf(fs, loopyDir);
+  if (kind === undefined) throw new LoopyRootError(loopyDir, "The directory does not exist");
+  if (kind === "symlink") throw new LoopyRootError(loopyDir, "The directory is a symlink");
+  if (kind !== "directory") throw new LoopyRootError(loopyDir, "The path is not a directory");
+  const repoRoot = await fs.realPath(dirname(loopyDir));
+  const paths = repositoryPaths(repoRoot);
+  return {
+    loopyDir: paths.loopyDir,
+    repoRoot,
+    sessionsDir: paths.sessionsRoot,
+    tracesDir: paths.tracesRoot,
+    outboxDir: paths.traceFinalizationOutbox,
+  };
+}
+
+/** A session directory found by `walkSessionDirs`. */
+export interface SessionDirEntry {
+  /** The session id (the directory's name). */
+  readonly sessionId: string;
+  /** The session directory. */
+  readonly dir: string;
+  /** The id of the top-level session of its tree. */
+  readonly rootSessionId: string;
+  /** The physical parent's id, `null` for a top-level session. */
+  readonly parentSessionId: string | null;
+}
+
+/** A path a walk did not enter, and why. */
+export interface WalkSkip {
+  /** The path. */
+  readonly path: string;
+  /** Always `symlink`: a walk never follows a link. */
+  readonly reason: "symlink";
+}
+
+/** What `walkSessionDirs` found. */
+export interface SessionDirWalk {
+  /** Every session directory, parents before their children, in name order. */
+  readonly sessions: readonly SessionDirEntry[];
+  /** Symlinks met where a session directory, a manifest or `children/` would be. */
+  readonly skipped: readonly WalkSkip[];
+}
+
+/**
+ * Lists every session directory under `.loopy_loop/sessions/` (top-level sessions and, through
+ * `children/`, their descendants) without parsing a manifest and without following a symlink:
+ * a directory counts when it holds a regular `session.json`. Staging and other dot entries are
+ * not sessions. This is the tolerant walk of maintenance; `loadSessionTree` is the validating one.
+ */
+export async function walkSessionDirs(
+  fs: FileSystem,
+  sessionsDir: string,
+): Promise<SessionDirWalk> {
+  const sessions: SessionDirEntry[] = [];
+  const skipped: WalkSkip[] = [];
+  const visit = async (
+    dir: string,
+    rootSessionId: string,
+    parentSessionId: string | null,
+  ): Promise<void> => {
+    const manifest = await kindOf(fs, join(dir, "session.json"));
+    if (manifest === "symlink") {
+      skipped.push({ path: join(dir, "session.json"), reason: "symlink" });
+      return;
+    }
+    if (manifest !== "file") return;
+    const sessionId = basename(dir);
+    sessions.push({ sessionId, dir, rootSessionId, parentSessionId });
+    const childrenDir = join(dir, CHILDREN_DIRNAME);
+    const children = await kindOf(fs, childrenDir);
+    if (children === "symlink") {
+      skipped.push({ path: childrenDir, reason: "symlink" });
+      return;
+    }
+    if (children !== "directory") return;
+    for (const entry of await fs.readDir(childrenDir)) {
+      if (entry.name.startsWith(".") || entry.name.startsWith(STAGING_PREFIX)) continue;
+      const childDir = join(childrenDir, entry.name);
+      if (entry.kind === "symlink") skipped.push({ path: childDir, reason: "symlink" });
+      else if (entry.kind === "directory") await visit(childDir, rootSessionId, sessionId);
+    }
+  };
+  const top = await kindOf(fs, sessionsDir);
+  if (top === "symlink") skipped.push({ path: sessionsDir, reason: "symlink" });
+  if (top !== "directory") return { sessions, skipped };
+  for (const entry of await fs.readDir(sessionsDir)) {
+    if (entry.name.startsWith(".")) continue;
+    const dir = join(sessionsDir, entry.name);
+    if (entry.kind === "symlink") skipped.push({ path: dir, reason: "symlink" });
+    else if (entry.kind === "directory") await visit(dir, entry.name, null);
+  }
+  return { sessions, skipped };
+}

@@ -1,0 +1,633 @@
+/**
+ * `prune-raw`: deletes prunable mechanical noise and never the durable tree.
+ *
+ * What is prunable:
+ * - the raw attempt directories of sessions, `<session>/raw/<NNNN>_<workflow>/` (every session,
+ *   or one session and its descendants), optionally only those whose own modification time is
+ *   older than a number of days;
+ * - with `legacyTraces`, the historical mirror tree `.loopy_loop/traces/` (each root's tree, or
+ *   with a session, `traces/<root>/sessions/<id>/` of the session and its descendants) and the
+ *   entries of `.loopy_loop/trace_finalization_outbox/`.
+ *
+ * What is kept and reported: a symlink anywhere (never followed, never removed), a raw entry that
+ * is not a directory or not named `<NNNN>_<workflow>`, an entry newer than the age limit, the raw
+ * directory of the attempt a session is running (status `running` with that iteration as its
+ * current task; a mirror session's traces while it runs), and a session's raw output when its
+ * `state.json` cannot be read (nobody can tell what is running).
+ *
+ * Crash safety: deleting a directory tree is not atomic, so each entry is first renamed to a
+ * hidden sibling `.pruning-<random>-<name>` in the same directory, the directory is fsynced, and
+ * only then the renamed tree is removed. After a crash an entry is either present and whole or
+ * gone; a `.pruning-*` leftover counts as gone for every reader and the next prune removes it.
+ *
+ * @module
+ */
+import type { FileSystem } from "../port/fs.ts";
+import { NotFound } from "../port/errors.ts";
+import { join } from "../port/path.ts";
+import { LayoutOptionError, LayoutRecordError } from "./errors.ts";
+import { isSafeId } from "./ids.ts";
+import { readRecord } from "./json_io.ts";
+import {
+  chainKind,
+  type LoopyRoot,
+  openLoopyRoot,
+  PRUNING_PREFIX,
+  type SessionDirEntry,
+  walkSessionDirs,
+} from "./loopy_root.ts";
+import { iterationName } from "./paths.ts";
+import { parseSessionState } from "./records.ts";
+import { loadSessionTree, type SessionTree } from "./tree.ts";
+
+/** What a pruned entry was. */
+export type PruneKind =
+  /** A raw attempt directory `<session>/raw/<NNNN>_<workflow>/`. */
+  | "raw_attempt"
+  /** A `.pruning-*` leftover of an interrupted prune. */
+  | "pruning_leftover"
+  /** A mirror trace tree (`traces/<root>/` or `traces/<root>/sessions/<id>/`). */
+  | "legacy_traces"
+  /** An entry of `trace_finalization_outbox/`. */
+  | "finalization_outbox";
+
+/** Why an entry was kept. */
+export type PruneSkipReason =
+  /** The entry (or the directory holding it) is a symlink: never followed, never removed. */
+  | "symlink"
+  /** A raw entry named like an attempt directory is not a directory. */
+  | "not_a_directory"
+  /** A raw entry is not named `<NNNN>_<workflow>`. */
+  | "unrecognized_name"
+  /** The entry's own modification time is within the age limit. */
+  | "too_recent"
+  /** The session is running this attempt (or, for mirror traces, an attempt of the tree). */
+  | "running_attempt"
+  /** The session's `state.json` cannot be read, so what is running is unknown. */
+  | "state_unreadable"
+  /** The entry disappeared while pruning (another prune removed it). */
+  | "vanished";
+
+/** An entry that was (or, in a dry run, would be) removed. */
+export interface PrunedEntry {
+  /** The entry's path (absolute). */
+  readonly path: string;
+  /** The bytes of the regular files in it. */
+  readonly bytes: number;
+  /** What it was. */
+  readonly kind: PruneKind;
+  /** The session it belonged to, when known. */
+  readonly sessionId: string | null;
+}
+
+/** An entry that was kept, and why. */
+export interface PruneSkip {
+  /** The entry's path (absolute). */
+  readonly path: string;
+  /** Why it was kept. */
+  readonly reason: PruneSkipReason;
+  /** The reason in words. */
+  readonly detail: string;
+}
+
+/** What `pruneRaw` did (or, with `dryRun`, would do). */
+export interface PruneReport {
+  /** The entries removed, in the order they were planned. */
+  readonly removed: readonly PrunedEntry[];
+  /** The entries kept, with the reason. */
+  readonly skipped: readonly PruneSkip[];
+  /** `removed.length`. */
+  readonly count: number;
+  /** The total bytes removed. */
+  readonly bytes: number;
+  /** True when nothing was changed. */
+  readonly dryRun: boolean;
+}
+
+/** Options of `pruneRaw`. */
+export interface PruneRawOptions {
+  /** Remove only entries whose own modification time is at least this many days old. */
+  readonly olderThanDays?: number | undefined;
+  /** Prune only this session and its descendants. */
+  readonly sessionId?: string | undefined;
+  /** Also remove the mirror layout's `traces/` tree and finalization outbox. */
+  readonly legacyTraces?: boolean | undefined;
+  /** Plan and report without changing anything. */
+  readonly dryRun?: boolean | undefined;
+  /** The clock the age limit is measured from; default `() => new Date()`. */
+  readonly now?: (() => Date) | undefined;
+  /**
+   * Called while removing: first with `(0, total)`, then after each planned entry is handled
+   * (removed, or found gone). Not called by a dry run.
+   */
+  readonly onProgress?: ((done: number, total: number) => void) | undefined;
+}
+
+/** A raw attempt directory name: an iteration of four or more digits, `_`, a workflow id. */
+const RAW_ATTEMPT_NAME = /^\d{4,}_[A-Za-z0-9][A-Za-z0-9_.-]*$/;
+const DAY_MS = 86_400_000;
+
+interface Target {
+  readonly path: string;
+  readonly parent: string;
+  readonly name: string;
+  readonly kind: PruneKind;
+  readonly sessionId: string | null;
+  readonly isDirectory: boolean;
+  readonly bytes: number;
+}
+
+/** What a session's `state.json` says is running. */
+type RunningState =
+  | { readonly readable: true; readonly running: string | undefined }
+  | { readonly readable: false; readonly detail: string };
+
+class Planner {
+  readonly targets: Target[] = [];
+  readonly skipped: PruneSkip[] = [];
+  readonly #states = new Map<string, RunningState>();
+
+  readonly fs: FileSystem;
+  readonly cutoffMs: number | undefined;
+
+  constructor(fs: FileSystem, cutoffMs: number | undefined) {
+    this.fs = fs;
+    this.cutoffMs = cutoffMs;
+  }
+
+  skip(path: string, reason: PruneSkipReason, detail: string): void {
+    this.skipped.push({ path, reason, detail });
+  }
+
+  async add(
+    parent: string,
+    name: string,
+    kind: PruneKind,
+    sessionId: string | null,
+    isDirectory: boolean,
+  ): Promise<void> {
+    const path = join(parent, name);
+    let bytes: number;
+    try {
+      bytes = await treeBytes(this.fs, path, isDirectory);
+    } catch (error) {
+      if (!(error instanceof NotFound)) throw error;
+      this.skip(path, "vanished", "The entry disappeared while pruning was planned");
+      return;
+    }
+    this.targets.push({ path, parent, name, kind, sessionId, isDirectory, bytes });
+  }
+
+  /** True when the entry passes the age limit; otherwise records the skip. */
+  async oldEnough(path: string): Promise<boolean> {
+    if (this.cutoffMs === undefined) return true;
+    let mtimeMs: number;
+    try {
+      mtimeMs = (await this.fs.lstat(path)).mtimeMs;
+    } catch (error) {
+      if (!(error instanceof NotFound)) throw error;
+      this.skip(path, "vanished", "The entry disappeared while pruning was planned");
+      return false;
+    }
+    if (mtimeMs > this.cutoffMs) {
+      this.skip(path, "too_recent", "Modified more recently than the age limit");
+      return false;
+    }
+    return true;
+  }
+
+  async state(dir: string): Promise<RunningState> {
+    const cached = this.#states.get(dir);
+    if (cached !== undefined) return cached;
+    const state = await readRunningState(this.fs, dir);
+    this.#states.set(dir, state);
+    return state;
+  }
+}
+
+async function kindOf(fs: FileSystem, path: string): Promise<string | undefined> {
+  try {
+    return (await fs.lstat(path)).kind;
+  } catch (error) {
+    if (error instanceof NotFound) return undefined;
+    throw error;
+  }
+}
+
+/** The bytes of the regular files at or below `path`, never following a link. */
+async function treeBytes(fs: FileSystem, path: string, isDirectory: boolean): Promise<number> {
+  if (!isDirectory) return (await fs.lstat(path)).size;
+  let total = 0;
+  for (const entry of await fs.readDir(path)) {
+    const child = join(path, entry.name);
+    if (entry.kind === "directory") total += await treeBytes(fs, child, true);
+    else if (entry.kind === "file") total += (await fs.lstat(child)).size;
+  }
+  return total;
+}
+
+/** Reads what a session is running; an unreadable state is reported, not guessed. */
+async function readRunningState(fs: FileSystem, dir: string): Promise<RunningState> {
+  const file = join(dir, "state.json");
+  const kind = await kindOf(fs, file);
+  if (kind === undefined) return { readable: true, running: undefined };
+  if (kind !== "file") {
+    return { readable: false, detail: `state.json is not a regular file (${kind})` };
+  }
+  let state;
+  try {
+    state = (await readRecord(fs, file, parseSessionState)).record;
+  } catch (error) {
+    if (!(error instanceof LayoutRecordError)) throw error;
+    return { readable: false, detail: error.message };
+  }
+  const task = state.current_task;
+  const running = state.status === "running" && task != null
+    ? iterationName(task.iteration, task.workflow_id)
+    : undefined;
+  return { readable: true, running };
+}
+
+async function planRawDir(planner: Planner, session: SessionDirEntry): Promise<void> {
+  const fs = planner.fs;
+  const rawDir = join(session.dir, "raw");
+  const kind = await kindOf(fs, rawDir);
+  if (kind === undefined) return;
+  if (kind === "symlink") {
+    planner.skip(rawDir, "symlink", "The raw directory is a symlink; it is not followed");
+    return;
+  }
+  if (kind !== "directory") {
+    planner.skip(rawDir, "not_a_directory", "The raw path is not a directory");
+    return;
+  }
+  const state = await planner.state(session.dir);
+  for (const entry of await fs.readDir(rawDir)) {
+    const path = join(rawDir, entry.name);
+    if (entry.kind === "symlink") {
+      planner.skip(path, "symlink", "A symlink in raw/ is never followed or removed");
+    } else if (entry.name.startsWith(PRUNING_PREFIX)) {
+      await planner.add(
+        rawDir,
+        entry.name,
+        "pruning_leftover",
+        session.sessionId,
+        isDir(entry.kind),
+      );
+    } else if (!RAW_ATTEMPT_NAME.test(entry.name)) {
+      planner.skip(path, "unrecognized_name", "Not named like a raw attempt directory");
+    } else if (entry.kind !== "directory") {
+      planner.skip(
+        path,
+        "not_a_directory",
+        `Named like a raw attempt directory but a ${entry.kind}`,
+      );
+    } else if (!state.readable) {
+      planner.skip(path, "state_unreadable", state.detail);
+    } else if (state.running === entry.name) {
+      planner.skip(path, "running_attempt", "The session is running this attempt");
+    } else if (await planner.oldEnough(path)) {
+      await planner.add(rawDir, entry.name, "raw_attempt", session.sessionId, true);
+    }
+  }
+}
+
+function isDir(kind: string): boolean {
+  return kind === "directory";
+}
+
+/** Whether any of `sessions` runs an attempt (or cannot tell); records the skip of `path`. */
+async function keptForRunning(
+  planner: Planner,
+  path: string,
+  sessions: readonly SessionDirEntry[],
+): Promise<boolean> {
+  for (const session of sessions) {
+    const state = await planner.state(session.dir);
+    if (!state.readable) {
+      planner.skip(path, "state_unreadable", `${session.sessionId}: ${state.detail}`);
+      return true;
+    }
+    if (state.running !== undefined) {
+      planner.skip(
+        path,
+        "running_attempt",
+        `Session ${session.sessionId} is running attempt ${state.running}`,
+      );
+      return true;
+    }
+  }
+  return false;
+}
+
+/** Checks a maintenance directory: absent (false), a real directory (true), else reported. */
+async function usableDir(planner: Planner, base: string, dir: string): Promise<boolean> {
+  const kind = await chainKind(planner.fs, base, dir);
+  if (kind === undefined) return false;
+  if (kind === "symlink") {
+    planner.skip(dir, "symlink", "A symlink is never followed");
+    return false;
+  }
+  if (kind !== "directory") {
+    planner.skip(dir, "not_a_directory", "Expected a directory");
+    return false;
+  }
+  return true;
+}
+
+async function planLegacyTraces(
+  planner: Planner,
+  root: LoopyRoot,
+  sessions: readonly SessionDirEntry[],
+  subtree: ReadonlySet<string> | undefined,
+): Promise<void> {
+  const fs = planner.fs;
+  if (await usableDir(planner, root.loopyDir, root.tracesDir)) {
+    for (const entry of await fs.readDir(root.tracesDir)) {
+      const path = join(root.tracesDir, entry.name);
+      if (entry.kind === "symlink") {
+        planner.skip(path, "symlink", "A symlink in traces/ is never followed or removed");
+        continue;
+      }
+      if (entry.name.startsWith(PRUNING_PREFIX)) {
+        await planner.add(root.tracesDir, entry.name, "pruning_leftover", null, isDir(entry.kind));
+        continue;
+      }
+      const treeSessions = sessions.filter((session) => session.rootSessionId === entry.name);
+      if (subtree === undefined) {
+        const kept = (await keptForRunning(planner, path, treeSessions)) ||
+          !(await planner.oldEnough(path));
+        if (!kept) {
+          const rootId = treeSessions.length > 0 ? entry.name : null;
+          await planner.add(root.tracesDir, entry.name, "legacy_traces", rootId, isDir(entry.kind));
+          continue;
+        }
+      }
+      if (entry.kind !== "directory") continue;
+      // The root's tree is kept: clean leftovers in it, and with a session, prune its part.
+      const sessionsDir = join(path, "sessions");
+      if ((await chainKind(fs, root.tracesDir, sessionsDir)) !== "directory") continue;
+      for (const child of await fs.readDir(sessionsDir)) {
+        const childPath = join(sessionsDir, child.name);
+        if (child.kind === "symlink") {
+          if (subtree?.has(child.name)) {
+            planner.skip(childPath, "symlink", "A symlink in traces/ is never followed or removed");
+          }
+          continue;
+        }
+        if (child.name.startsWith(PRUNING_PREFIX)) {
+          await planner.add(sessionsDir, child.name, "pruning_leftover", null, isDir(child.kind));
+          continue;
+        }
+        if (subtree === undefined || !subtree.has(child.name)) continue;
+        const owners = sessions.filter((session) => session.sessionId === child.name);
+        if (await keptForRunning(planner, childPath, owners)) continue;
+        if (await planner.oldEnough(childPath)) {
+          await planner.add(
+            sessionsDir,
+            child.name,
+            "legacy_traces",
+            child.name,
+            isDir(child.kind),
+          );
+        }
+      }
+    }
+  }
+  if (await usableDir(planner, root.loopyDir, root.outboxDir)) {
+    for (const entry of await fs.readDir(root.outboxDir)) {
+      const path = join(root.outboxDir, entry.name);
+      if (entry.kind === "symlink") {
+        planner.skip(path, "symlink", "A symlink in the outbox is never followed or removed");
+        continue;
+      }
+      if (entry.name.startsWith(PRUNING_PREFIX)) {
+        await planner.add(root.outboxDir, entry.name, "pruning_leftover", null, isDir(entry.kind));
+        continue;
+      }
+      // Outbox records are named `<session>--<attempt>--<kind>.json`.
+      const owner = entry.name.split("--")[0] ?? "";
+      if (subtree !== undefined && !subtree.has(owner)) continue;
+      await planner.add(
+        root.outboxDir,
+        entry.name,
+        "finalization_outbox",
+        subtree === undefined ? null : owner,
+        isDir(entry.kind),
+      );
+    }
+  }
+}
+
+function subtreeOf(tree: SessionTree, sessionId: string): SessionDirEntry[] {
+  const out: SessionDirEntry[] = [];
+  const visit = (id: string): void => {
+    const node = tree.require(id);
+    out.push({
+      sessionId: node.sessionId,
+      dir: node.dir,
+      rootSessionId: node.rootSessionId,
+      parentSessionId: node.parentSessionId,
+    });
+    for (const child of node.childIds) visit(child);
+  };
+  visit(sessionId);
+  return out;
+}
+
+function validateOptions(options: PruneRawOptions): number | undefined {
+  const days = options.olderThanDays;
+  if (days !== undefined && (typeof days !== "number" || !Number.isFinite(days) || days < 0)) {
+    throw new LayoutOptionError(
+      "olderThanDays",
+      days,
+      "olderThanDays must be a non-negative number",
+    );
+  }
+  const sessionId = options.sessionId;
+  if (sessionId !== undefined && (typeof sessionId !== "string" || !isSafeId(sessionId))) {
+    throw new LayoutOptionError("sessionId", sessionId, "sessionId must be a safe session id");
+  }
+  if (days === undefined) return undefined;
+  const now = (options.now ?? (() => new Date()))().getTime();
+  if (!Number.isFinite(now)) {
+    throw new LayoutOptionError("now", now, "now must return a valid date");
+  }
+  return now - days * DAY_MS;
+}
+
+/**
+ * Prunes raw attempt output under a `.loopy_loop/` directory (see the module doc for what is
+ * removed and what is kept) and reports every entry removed (path, bytes, kind) and every entry
+ * kept with the reason. With `dryRun` nothing changes and the report is the same plan.
+ *
+ * Never touched: anything outside `.loopy_loop/`, any symlink or anything behind one, and the
+ * durable tree of every session (manifests, state, receipts, `project_state/`, `iterations/`):
+ * after pruning every logical reference in it still resolves, a reference into a pruned raw
+ * directory with `status: "pruned"`. `loopyRoot` is the `.loopy_loop/` directory
+ * (`findLoopyRoot`). A `sessionId` that no valid tree holds is an `UnknownSessionError`; a
+ * negative age a `LayoutOptionError`. A filesystem failure propagates as the port's error; what
+ * was already removed stays removed and a rerun completes the rest.
+ *
+ * @example Prune a session's finished attempts
+ * ```ts
+ * import { createAttemptArtifacts, createRootSession, pruneRaw } from "@loop/sessions/layout";
+ * import { MemoryFs } from "@loop/sessions/memory";
+ *
+ * const fs = new MemoryFs();
+ * await fs.mkdir("/repo");
+ * const session = await createRootSession(fs, {
+ *   repoRoot: "/repo",
+ *   goal: "Write the docs",
+ *   workflowSet: "main",
+ *   workflowContract: {},
+ *   workflowRoster: {},
+ *   harnessCapabilityRoster: {},
+ * });
+ * await createAttemptArtifacts(fs, session.paths, {
+ *   iteration: 1,
+ *   workflowId: "outer",
+ *   attemptId: "a1b2c3d4e5f6",
+ * }, { prompt: "Write the docs", pathsMap: {} });
+ *
+ * const plan = await pruneRaw(fs, "/repo/.loopy_loop", { dryRun: true });
+ * if (plan.count !== 1 || plan.removed[0]?.kind !== "raw_attempt") throw new Error("unexpected");
+ * const done = await pruneRaw(fs, "/repo/.loopy_loop");
+ * if (done.count !== 1 || (await fs.readDir(session.paths.rawDir)).length !== 0) {
+ *   throw new Error("unexpected result");
+ * }
+ * ```
+ */
+export async function pruneRaw(
+  fs: FileSystem,
+  loopyRoot: string,
+  options: PruneRawOptions = {},
+): Promise<PruneReport> {
+  const cutoffMs = validateOptions(options);
+  const root = await openLoopyRoot(fs, loopyRoot);
+  const planner = new Planner(fs, cutoffMs);
+  let sessions: readonly SessionDirEntry[];
+  let subtree: ReadonlySet<string> | undefined;
+  if (options.sessionId !== undefined) {
+    const tree = await loadSessionTree(fs, root.repoRoot, options.sessionId);
+    sessions = subtreeOf(tree, options.sessionId);
+    subtree = new Set(sessions.map((session) => session.sessionId));
+  } else {
+    const walk = await walkSessionDirs(fs, root.sessionsDir);
+    sessions = walk.sessions;
+    for (const link of walk.skipped) {
+      planner.skip(link.path, "symlink", "A symlink in the session tree is never followed");
+    }
+  }
+  for (const session of sessions) await planRawDir(planner, session);
+  if (options.legacyTraces === true) await planLegacyTraces(planner, root, sessions, subtree);
+
+  if (options.dryRun === true) {
+    return report(planner.targets, planner.skipped, true);
+  }
+  const removed = await execute(fs, root, planner, options.onProgress);
+  return report(removed, planner.skipped, false);
+}
+
+function report(
+  removed: readonly Target[],
+  skipped: readonly PruneSkip[],
+  dryRun: boolean,
+): PruneReport {
+  const entries = removed.map((target): PrunedEntry => ({
+    path: target.path,
+    bytes: target.bytes,
+    kind: target.kind,
+    sessionId: target.sessionId,
+  }));
+  return {
+    removed: entries,
+    skipped,
+    count: entries.length,
+    bytes: entries.reduce((sum, entry) => sum + entry.bytes, 0),
+    dryRun,
+  };
+}
+
+function hiddenName(name: string): string {
+  const random = globalThis.crypto.randomUUID().replace(/-/g, "").slice(0, 8);
+  return `${PRUNING_PREFIX}${random}-${name.slice(0, 200)}`;
+}
+
+/**
+ * Removes the planned entries, one parent directory at a time: rename every directory to a
+ * hidden sibling, fsync the parent, remove the renamed trees and files, fsync the parent again.
+ */
+async function execute(
+  fs: FileSystem,
+  root: LoopyRoot,
+  planner: Planner,
+  onProgress: ((done: number, total: number) => void) | undefined,
+): Promise<Target[]> {
+  const total = planner.targets.length;
+  let done = 0;
+  const handled = (count: number): void => {
+    done += count;
+    onProgress?.(done, total);
+  };
+  onProgress?.(0, total);
+  const byParent = new Map<string, Target[]>();
+  for (const target of planner.targets) {
+    const group = byParent.get(target.parent);
+    if (group === undefined) byParent.set(target.parent, [target]);
+    else group.push(target);
+  }
+  const removed: Target[] = [];
+  for (const [parent, targets] of byParent) {
+    // The parent is checked again right before it is changed: no link may have appeared on the
+    // way to it since the plan was made.
+    const parentKind = await chainKind(fs, root.loopyDir, parent);
+    if (parentKind !== "directory") {
+      for (const target of targets) {
+        planner.skip(
+          target.path,
+          parentKind === "symlink" ? "symlink" : "vanished",
+          "The directory holding the entry changed while pruning",
+        );
+      }
+      handled(targets.length);
+      continue;
+    }
+    const staged: { readonly target: Target; readonly at: string }[] = [];
+    let renamedAny = false;
+    for (const target of targets) {
+      if (target.kind === "pruning_leftover" || !target.isDirectory) {
+        staged.push({ target, at: target.path });
+        continue;
+      }
+      const at = join(parent, hiddenName(target.name));
+      try {
+        await fs.rename(target.path, at);
+      } catch (error) {
+        if (!(error instanceof NotFound)) throw error;
+        planner.skip(target.path, "vanished", "The entry disappeared before it was removed");
+        handled(1);
+        continue;
+      }
+      renamedAny = true;
+      staged.push({ target, at });
+    }
+    // The renames are durable before any byte of the trees goes: a crash leaves each entry whole
+    // at its name, or hidden.
+    if (renamedAny) await fs.syncDir(parent);
+    for (const { target, at } of staged) {
+      try {
+        await fs.remove(at, { recursive: true });
+      } catch (error) {
+        if (!(error instanceof NotFound)) throw error;
+        planner.skip(target.path, "vanished", "The entry disappeared before it was removed");
+        handled(1);
+        continue;
+      }
+      removed.push(target);
+      handled(1);
+    }
+    if (staged.length > 0) await fs.syncDir(parent);
+  }
+  return removed;
+}

@@ -1,0 +1,1130 @@
+/**
+ * Mirror-layout traces, read and verified, never rewritten. Sessions created before the folded
+ * layout keep their raw attempt output in a parallel tree,
+ * `.loopy_loop/traces/<root>/sessions/<session>/attempts/<attempt_id>/`, each attempt with a
+ * `trace_manifest.json`. Sealing froze the attempt's bytes into the manifest's hashed inventory
+ * and anchored the manifest in the session as `trace_seals/<attempt_id>.json`.
+ *
+ * This module lists those traces with their integrity (`not_finalized`, `verified`, `failed`),
+ * inspects one (the manifest plus the observed integrity, file by file), verifies one (a
+ * mismatch is a `TraceIntegrityError` naming the file), and checks a session's seal receipts.
+ * Nothing here writes. Walks never follow a symlink; an inventory path that is absolute or uses
+ * `..` is reported as a manifest error and never read.
+ *
+ * The inventory root hash is the engine's: SHA-256 over the inventory as compact JSON with
+ * sorted keys and every non-ASCII character escaped (`json.dumps(sort_keys=True,
+ * separators=(",", ":"))`), which is exact for inventories of strings and integers.
+ *
+ * @module
+ */
+import * as v from "valibot";
+import type { FileSystem } from "../port/fs.ts";
+import { NotFound } from "../port/errors.ts";
+import { basename, dirname, isAbsolute, join, normalize, relativeWithin } from "../port/path.ts";
+import { portableSha256, type Sha256Factory, sha256Hex } from "../port/sha256.ts";
+import {
+  LayoutRecordError,
+  LoopyRootError,
+  TraceIntegrityError,
+  TraceLookupError,
+} from "./errors.ts";
+import { isSafeId, isSessionId } from "./ids.ts";
+import { decodeJson, parseWithSchema } from "./json_io.ts";
+import { chainKind, openLoopyRoot, PRUNING_PREFIX, walkSessionDirs } from "./loopy_root.ts";
+import type { JsonObject } from "./json_io.ts";
+import { mirrorAttemptTraceDir, SessionPaths } from "./paths.ts";
+import { loadSessionTree } from "./tree.ts";
+
+/** The name of a mirror attempt's manifest. */
+export const TRACE_MANIFEST_FILENAME: string = "trace_manifest.json";
+
+/** The integrity of a trace: not sealed yet, sealed and intact, or sealed and broken. */
+export type TraceIntegrityStatus = "not_finalized" | "verified" | "failed";
+
+/** The lifecycles of a finalized (sealed) trace. */
+const FINALIZED = new Set(["sealed", "incomplete"]);
+
+const SHA256 = /^sha256:[0-9a-f]{64}$/;
+
+// ---------------------------------------------------------------------------------------------
+// Records
+
+/** A trace seal receipt `trace_seals/<attempt_id>.json` of a mirror session. */
+export interface TraceSealReceipt {
+  /** Always 1. */
+  readonly schema_version: 1;
+  /** The sealed manifest's id (`trace-<attempt_id>`). */
+  readonly manifest_id: string;
+  /** The session the attempt belongs to. */
+  readonly session_id: string;
+  /** The attempt. */
+  readonly attempt_id: string;
+  /** `sha256:` of the manifest file's bytes. */
+  readonly manifest_sha256: string;
+  /** `sha256:` of the inventory (see `traceInventoryRootSha256`). */
+  readonly inventory_root_sha256: string;
+  /** The manifest's lifecycle when sealed (`sealed` or `incomplete`). */
+  readonly lifecycle: string;
+  /** When it was sealed. */
+  readonly sealed_at: string | null;
+}
+
+const TraceSealSchema: v.GenericSchema<unknown, TraceSealReceipt> = v.looseObject({
+  schema_version: v.literal(1),
+  manifest_id: v.pipe(v.string(), v.check(isSafeId, "Expected a safe id")),
+  session_id: v.pipe(v.string(), v.check(isSessionId, "Expected a session id")),
+  attempt_id: v.pipe(v.string(), v.check(isSafeId, "Expected a safe id")),
+  manifest_sha256: v.pipe(v.string(), v.regex(SHA256, "Expected sha256:<64 lowercase hex>")),
+  inventory_root_sha256: v.pipe(v.string(), v.regex(SHA256, "Expected sha256:<64 lowercase hex>")),
+  lifecycle: v.string(),
+  sealed_at: v.nullable(v.string()),
+});
+
+/** Validates a trace seal receipt. */
+export function parseTraceSealReceipt(value: unknown, file: string): TraceSealReceipt {
+  return parseWithSchema(TraceSealSchema, value, file, "trace seal receipt");
+}
+
+/**
+ * The id of a mirror trace manifest, read the way the engine reads it: the first string among
+ * `trace_manifest_id`, `manifest_id`, `trace_id`, `attempt_id`; `undefined` when there is none.
+ */
+export function traceManifestId(value: unknown): string | undefined {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return undefined;
+  const record = value as Record<string, unknown>;
+  for (const key of ["trace_manifest_id", "manifest_id", "trace_id", "attempt_id"]) {
+    const id = record[key];
+    if (typeof id === "string") return id;
+  }
+  return undefined;
+}
+
+/** Compares two strings by Unicode code point (the order Python sorts keys in). */
+function compareCodePoints(a: string, b: string): number {
+  const left = [...a];
+  const right = [...b];
+  const length = Math.min(left.length, right.length);
+  for (let i = 0; i < length; i++) {
+    const x = left[i]?.codePointAt(0) ?? 0;
+    const y = right[i]?.codePointAt(0) ?? 0;
+    if (x !== y) return x - y;
+  }
+  return left.length - right.length;
+}
+
+function asciiJsonString(text: string): string {
+  return JSON.stringify(text).replace(
+    /[\u007f-\uffff]/g,
+    (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, "0")}`,
+  );
+}
+
+/** Compact JSON with sorted keys and non-ASCII escaped, as the engine hashes it. */
+function engineCanonicalJson(value: unknown): string {
+  if (value === null || typeof value === "boolean") return String(value);
+  if (typeof value === "number") return Number.isFinite(value) ? String(value) : "null";
+  if (typeof value === "string") return asciiJsonString(value);
+  if (Array.isArray(value)) return `[${value.map(engineCanonicalJson).join(",")}]`;
+  if (typeof value === "object") {
+    const record = value as Record<string, unknown>;
+    const keys = Object.keys(record).sort(compareCodePoints);
+    return `{${keys.map((key) => `${asciiJsonString(key)}:${engineCanonicalJson(record[key])}`)}}`;
+  }
+  return "null";
+}
+
+/**
+ * `sha256:` of a manifest's inventory as the seal receipt binds it: the inventory serialized as
+ * compact JSON with sorted keys and every non-ASCII character escaped as `\uXXXX`.
+ */
+export function traceInventoryRootSha256(
+  inventory: unknown,
+  factory: Sha256Factory = portableSha256,
+): string {
+  return `sha256:${sha256Hex(new TextEncoder().encode(engineCanonicalJson(inventory)), factory)}`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Locating traces
+
+/** Where a trace manifest was found. */
+export interface TraceLocation {
+  /** The trace directory (the attempt's directory in the mirror tree). */
+  readonly traceDir: string;
+  /** Its `trace_manifest.json`. */
+  readonly manifestPath: string;
+  /** The manifest entry's own kind (`symlink` manifests are never read). */
+  readonly manifestKind: "file" | "directory" | "symlink" | "other";
+}
+
+/**
+ * Finds every trace manifest below `dir` (normally `.loopy_loop/traces/` or one root's part of
+ * it), in path order. A directory holding a `trace_manifest.json` is a trace; the walk does not
+ * look inside it. Symlinked directories are not entered and entries a prune renamed away
+ * (`.pruning-*`) are gone.
+ */
+export async function scanTraceManifests(
+  fs: FileSystem,
+  dir: string,
+): Promise<TraceLocation[]> {
+  const found: TraceLocation[] = [];
+  const visit = async (current: string): Promise<void> => {
+    let entries;
+    try {
+      entries = await fs.readDir(current);
+    } catch (error) {
+      if (error instanceof NotFound) return;
+      throw error;
+    }
+    const manifest = entries.find((entry) => entry.name === TRACE_MANIFEST_FILENAME);
+    if (manifest !== undefined) {
+      found.push({
+        traceDir: current,
+        manifestPath: join(current, TRACE_MANIFEST_FILENAME),
+        manifestKind: manifest.kind,
+      });
+      return;
+    }
+    for (const entry of entries) {
+      if (entry.kind !== "directory" || entry.name.startsWith(PRUNING_PREFIX)) continue;
+      await visit(join(current, entry.name));
+    }
+  };
+  try {
+    if ((await fs.lstat(dir)).kind !== "directory") return found;
+  } catch (error) {
+    if (error instanceof NotFound) return found;
+    throw error;
+  }
+  await visit(dir);
+  return found;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Integrity
+
+/** A listed file whose bytes do not match the inventory. */
+export interface TraceFileMismatch {
+  /** The trace-relative path. */
+  readonly path: string;
+  /** The hash the inventory lists. */
+  readonly expected_sha256: string;
+  /** The size the inventory lists. */
+  readonly expected_size: number;
+  /** The observed hash, when the file could be read. */
+  readonly actual_sha256?: string;
+  /** The observed size, when the file could be read. */
+  readonly actual_size?: number;
+  /** Why the file could not be compared (a symlink, not a regular file). */
+  readonly error?: string;
+}
+
+/** The verdict on one file the inventory lists. */
+export interface TraceFileCheck {
+  /** The trace-relative path. */
+  readonly path: string;
+  /** `ok`, `modified` (other bytes), `missing`, or `not_a_file` (a symlink or a directory). */
+  readonly status: "ok" | "modified" | "missing" | "not_a_file";
+  /** The hash the inventory lists. */
+  readonly expected_sha256: string;
+  /** The observed hash (`null` when missing or not a file). */
+  readonly actual_sha256: string | null;
+}
+
+/**
+ * What a trace's seal receipt says: `verified` (the receipt matches the manifest), `mismatch`,
+ * `missing` (the session exists but has no receipt), or `not_required` (an active trace, or a
+ * trace with no session to anchor in).
+ */
+export type TraceSealStatus = "verified" | "mismatch" | "missing" | "not_required";
+
+/** What the seal receipt of a finalized trace says about its manifest. */
+export interface TraceSealObservation {
+  /** The seal status; see `TraceSealStatus`. */
+  readonly status: TraceSealStatus;
+  /** The receipt's path, when the session could be located. */
+  readonly receipt_path: string | null;
+  /** What does not match. */
+  readonly errors: readonly string[];
+}
+
+/**
+ * The observed integrity of a trace, in the engine's JSON shape (`observed_integrity`), plus the
+ * per-file verdicts and the seal observation.
+ */
+export interface TraceIntegrityReport {
+  /** The overall status. */
+  readonly status: TraceIntegrityStatus;
+  /** Files the inventory lists. */
+  readonly expected_file_count: number;
+  /** Files found in the trace directory (the manifest excluded). */
+  readonly actual_file_count: number;
+  /** Files present but not listed. */
+  readonly added: readonly string[];
+  /** Files listed but absent. */
+  readonly removed: readonly string[];
+  /** Listed files whose bytes, size or kind differ. */
+  readonly modified: readonly TraceFileMismatch[];
+  /** Problems of the manifest itself, seal problems included. */
+  readonly manifest_errors: readonly string[];
+  /** Every listed file's verdict, in inventory order. */
+  readonly files: readonly TraceFileCheck[];
+  /** The seal receipt observation. */
+  readonly seal: TraceSealObservation;
+}
+
+/** Options of the trace readers. */
+export interface TraceReadOptions {
+  /** SHA-256 implementation; default the portable one. */
+  readonly sha256?: Sha256Factory | undefined;
+}
+
+/** Session directories by id, for locating seal receipts (`undefined` entry: ambiguous id). */
+type SessionDirIndex = ReadonlyMap<string, string | undefined>;
+
+async function sessionDirIndex(fs: FileSystem, sessionsDir: string): Promise<SessionDirIndex> {
+  const index = new Map<string, string | undefined>();
+  for (const session of (await walkSessionDirs(fs, sessionsDir)).sessions) {
+    index.set(session.sessionId, index.has(session.sessionId) ? undefined : session.dir);
+  }
+  return index;
+}
+
+async function lstatKind(fs: FileSystem, path: string): Promise<string | undefined> {
+  try {
+    return (await fs.lstat(path)).kind;
+  } catch (error) {
+    if (error instanceof NotFound) return undefined;
+    throw error;
+  }
+}
+
+const HASH_CHUNK = 1 << 20;
+
+/** Size and `sha256:` of a regular file, read in chunks. */
+async function hashFile(
+  fs: FileSystem,
+  path: string,
+  factory: Sha256Factory,
+): Promise<{ readonly size: number; readonly sha256: string }> {
+  const handle = await fs.open(path);
+  try {
+    const hash = factory();
+    let size = 0;
+    for (;;) {
+      const chunk = await handle.read(size, HASH_CHUNK);
+      if (chunk.length === 0) break;
+      hash.update(chunk);
+      size += chunk.length;
+      if (chunk.length < HASH_CHUNK) break;
+    }
+    return { size, sha256: `sha256:${hash.digestHex()}` };
+  } finally {
+    await handle.close();
+  }
+}
+
+/** A valid trace-relative member path: relative, no empty, `.` or `..` segment, no backslash. */
+function isMemberPath(path: string): boolean {
+  if (path === "" || isAbsolute(path) || path.includes("\\") || path.includes("\u0000")) {
+    return false;
+  }
+  return path.split("/").every((segment) => segment !== "" && segment !== "." && segment !== "..");
+}
+
+interface ExpectedFile {
+  readonly size: number;
+  readonly sha256: string;
+}
+
+function validatedInventory(
+  manifest: Record<string, unknown>,
+): { expected: Map<string, ExpectedFile>; errors: string[] } {
+  const expected = new Map<string, ExpectedFile>();
+  const errors: string[] = [];
+  const inventory = manifest.inventory;
+  if (!Array.isArray(inventory)) return { expected, errors: ["manifest inventory is not a list"] };
+  for (const [index, item] of inventory.entries()) {
+    const label = `inventory[${index}]`;
+    if (typeof item !== "object" || item === null || Array.isArray(item)) {
+      errors.push(`${label} is not an object`);
+      continue;
+    }
+    const record = item as Record<string, unknown>;
+    const path = record.path;
+    if (typeof path !== "string" || path === "") {
+      errors.push(`${label}.path is not a non-empty string`);
+      continue;
+    }
+    if (!isMemberPath(path) || path === TRACE_MANIFEST_FILENAME) {
+      errors.push(`${label}.path is not a valid trace-relative member: ${JSON.stringify(path)}`);
+      continue;
+    }
+    if (expected.has(path)) {
+      errors.push(`manifest inventory repeats path ${JSON.stringify(path)}`);
+      continue;
+    }
+    const size = record.size;
+    const sha256 = record.sha256;
+    if (typeof size !== "number" || !Number.isSafeInteger(size) || size < 0) {
+      errors.push(`${label}.size is not a non-negative integer`);
+      continue;
+    }
+    if (typeof sha256 !== "string" || !SHA256.test(sha256)) {
+      errors.push(`${label}.sha256 is not a canonical SHA-256 digest`);
+      continue;
+    }
+    expected.set(path, { size, sha256 });
+  }
+  return { expected, errors };
+}
+
+type Observed = { readonly size: number; readonly sha256: string } | { readonly error: string };
+
+/** Every file below the trace directory (the manifest excluded), never following a link. */
+async function observeTraceFiles(
+  fs: FileSystem,
+  traceDir: string,
+  factory: Sha256Factory,
+): Promise<Map<string, Observed>> {
+  const observed = new Map<string, Observed>();
+  const visit = async (dir: string, prefix: string): Promise<void> => {
+    for (const entry of await fs.readDir(dir)) {
+      const relative = prefix === "" ? entry.name : `${prefix}/${entry.name}`;
+      if (relative === TRACE_MANIFEST_FILENAME) continue;
+      const path = join(dir, entry.name);
+      if (entry.kind === "directory") await visit(path, relative);
+      else if (entry.kind === "symlink") {
+        observed.set(relative, { error: "path is a symbolic link" });
+      } else if (entry.kind !== "file") {
+        observed.set(relative, { error: "path is not a regular file" });
+      } else observed.set(relative, await hashFile(fs, path, factory));
+    }
+  };
+  await visit(traceDir, "");
+  return observed;
+}
+
+async function observeSeal(
+  fs: FileSystem,
+  manifestPath: string,
+  manifest: Record<string, unknown>,
+  sessions: SessionDirIndex,
+  factory: Sha256Factory,
+): Promise<TraceSealObservation> {
+  const identity = manifest.identity;
+  if (typeof identity !== "object" || identity === null || Array.isArray(identity)) {
+    return {
+      status: "mismatch",
+      receipt_path: null,
+      errors: ["finalized trace identity is invalid"],
+    };
+  }
+  const sessionId = (identity as Record<string, unknown>).session_id;
+  const attemptId = (identity as Record<string, unknown>).attempt_id;
+  if (
+    typeof sessionId !== "string" || typeof attemptId !== "string" || !isSafeId(sessionId) ||
+    !isSafeId(attemptId)
+  ) {
+    return {
+      status: "mismatch",
+      receipt_path: null,
+      errors: ["finalized trace identity cannot locate its seal receipt"],
+    };
+  }
+  if (!sessions.has(sessionId)) {
+    // A trace with no session plane (a legacy or unit-created trace) has nothing to anchor in.
+    return { status: "not_required", receipt_path: null, errors: [] };
+  }
+  const sessionDir = sessions.get(sessionId);
+  if (sessionDir === undefined) {
+    return {
+      status: "mismatch",
+      receipt_path: null,
+      errors: [`session id ${JSON.stringify(sessionId)} is ambiguous; its seal cannot be located`],
+    };
+  }
+  const receiptPath = new SessionPaths(sessionDir, "mirror").traceSealReceipt(attemptId);
+  const kind = await lstatKind(fs, receiptPath);
+  if (kind === undefined) {
+    return {
+      status: "missing",
+      receipt_path: receiptPath,
+      errors: ["finalized trace has no compact seal receipt"],
+    };
+  }
+  if (kind !== "file") {
+    return {
+      status: "mismatch",
+      receipt_path: receiptPath,
+      errors: [`trace seal receipt is not a regular file (${kind})`],
+    };
+  }
+  let receipt: Record<string, unknown>;
+  try {
+    const value = decodeJson(await fs.readFile(receiptPath), receiptPath);
+    if (typeof value !== "object" || value === null || Array.isArray(value)) {
+      throw new LayoutRecordError(receiptPath, "Trace seal receipt is not a JSON object");
+    }
+    receipt = value as Record<string, unknown>;
+  } catch (error) {
+    if (!(error instanceof LayoutRecordError)) throw error;
+    return {
+      status: "mismatch",
+      receipt_path: receiptPath,
+      errors: ["trace seal receipt is unreadable"],
+    };
+  }
+  if (receipt.schema_version !== 1) {
+    return {
+      status: "mismatch",
+      receipt_path: receiptPath,
+      errors: ["trace seal receipt schema is invalid"],
+    };
+  }
+  const expected: Record<string, unknown> = {
+    manifest_id: manifest.manifest_id,
+    session_id: sessionId,
+    attempt_id: attemptId,
+    manifest_sha256: (await hashFile(fs, manifestPath, factory)).sha256,
+    inventory_root_sha256: traceInventoryRootSha256(manifest.inventory, factory),
+    lifecycle: manifest.lifecycle,
+    sealed_at: manifest.sealed_at,
+  };
+  const errors: string[] = [];
+  for (const [key, value] of Object.entries(expected)) {
+    if (receipt[key] !== value) errors.push(`trace seal receipt field '${key}' does not match`);
+  }
+  return {
+    status: errors.length === 0 ? "verified" : "mismatch",
+    receipt_path: receiptPath,
+    errors,
+  };
+}
+
+const NOT_FINALIZED: TraceIntegrityReport = {
+  status: "not_finalized",
+  expected_file_count: 0,
+  actual_file_count: 0,
+  added: [],
+  removed: [],
+  modified: [],
+  manifest_errors: [],
+  files: [],
+  seal: { status: "not_required", receipt_path: null, errors: [] },
+};
+
+/** Compares a trace's files with its manifest's inventory and its seal receipt. */
+async function verifyIntegrity(
+  fs: FileSystem,
+  location: TraceLocation,
+  manifest: Record<string, unknown>,
+  sessions: SessionDirIndex,
+  factory: Sha256Factory,
+): Promise<TraceIntegrityReport> {
+  if (typeof manifest.lifecycle !== "string" || !FINALIZED.has(manifest.lifecycle)) {
+    return NOT_FINALIZED;
+  }
+  const { expected, errors } = validatedInventory(manifest);
+  if (typeof manifest.sealed_at !== "string" || manifest.sealed_at === "") {
+    errors.push("finalized trace has no sealed_at timestamp");
+  }
+  const seal = await observeSeal(fs, location.manifestPath, manifest, sessions, factory);
+  errors.push(...seal.errors);
+  const observed = await observeTraceFiles(fs, location.traceDir, factory);
+  const added = [...observed.keys()].filter((path) => !expected.has(path)).sort();
+  const removed = [...expected.keys()].filter((path) => !observed.has(path)).sort();
+  const modified: TraceFileMismatch[] = [];
+  const files: TraceFileCheck[] = [];
+  for (const [path, want] of expected) {
+    const seen = observed.get(path);
+    if (seen === undefined) {
+      files.push({ path, status: "missing", expected_sha256: want.sha256, actual_sha256: null });
+      continue;
+    }
+    if ("error" in seen) {
+      modified.push({
+        path,
+        expected_sha256: want.sha256,
+        expected_size: want.size,
+        error: seen.error,
+      });
+      files.push({ path, status: "not_a_file", expected_sha256: want.sha256, actual_sha256: null });
+      continue;
+    }
+    const same = seen.size === want.size && seen.sha256 === want.sha256;
+    if (!same) {
+      modified.push({
+        path,
+        expected_sha256: want.sha256,
+        actual_sha256: seen.sha256,
+        expected_size: want.size,
+        actual_size: seen.size,
+      });
+    }
+    files.push({
+      path,
+      status: same ? "ok" : "modified",
+      expected_sha256: want.sha256,
+      actual_sha256: seen.sha256,
+    });
+  }
+  modified.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+  const clean = added.length === 0 && removed.length === 0 && modified.length === 0 &&
+    errors.length === 0;
+  return {
+    status: clean ? "verified" : "failed",
+    expected_file_count: expected.size,
+    actual_file_count: observed.size,
+    added,
+    removed,
+    modified,
+    manifest_errors: errors,
+    files,
+    seal,
+  };
+}
+
+/** Reads a manifest as a JSON object; a symlink is refused, bad JSON is a `LayoutRecordError`. */
+async function readManifestObject(
+  fs: FileSystem,
+  location: TraceLocation,
+): Promise<Record<string, unknown>> {
+  if (location.manifestKind !== "file") {
+    throw new LayoutRecordError(
+      location.manifestPath,
+      `Trace manifest is not a regular file (${location.manifestKind})`,
+    );
+  }
+  const value = decodeJson(await fs.readFile(location.manifestPath), location.manifestPath);
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new LayoutRecordError(location.manifestPath, "Trace manifest is not a JSON object");
+  }
+  return value as Record<string, unknown>;
+}
+
+// ---------------------------------------------------------------------------------------------
+// traces list / inspect / verify
+
+/** One trace of `listTraces`. */
+export interface TraceListEntry {
+  /** The manifest id (`trace-<attempt_id>`), `null` when the manifest is unreadable. */
+  readonly manifestId: string | null;
+  /** The recorded lifecycle (`active`, `sealed`, `incomplete`), `null` when unreadable. */
+  readonly lifecycle: string | null;
+  /** The observed integrity; an unreadable manifest is `failed`. */
+  readonly integrity: TraceIntegrityStatus;
+  /** The seal receipt's status, `null` when the manifest is unreadable. */
+  readonly seal: TraceSealStatus | null;
+  /** The session the attempt belongs to (`identity.session_id`). */
+  readonly sessionId: string | null;
+  /** The attempt's workflow (`identity.workflow_id`). */
+  readonly workflowId: string | null;
+  /** The attempt (`identity.attempt_id`). */
+  readonly attemptId: string | null;
+  /** The manifest (absolute). */
+  readonly manifestPath: string;
+  /** The trace directory (absolute). */
+  readonly traceDir: string;
+  /** Why the integrity failed, in words (empty when it did not). */
+  readonly problems: readonly string[];
+}
+
+function identityField(manifest: Record<string, unknown>, key: string): string | null {
+  const identity = manifest.identity;
+  if (typeof identity !== "object" || identity === null) return null;
+  const value = (identity as Record<string, unknown>)[key];
+  return typeof value === "string" ? value : null;
+}
+
+function problemsOf(report: TraceIntegrityReport): string[] {
+  return [
+    ...report.manifest_errors,
+    ...report.modified.map((item) =>
+      `modified: ${item.path}${item.error ? ` (${item.error})` : ""}`
+    ),
+    ...report.removed.map((path) => `removed: ${path}`),
+    ...report.added.map((path) => `added: ${path}`),
+  ];
+}
+
+/**
+ * Lists every trace manifest under `.loopy_loop/traces/` with its lifecycle and observed
+ * integrity (each listed file hashed, each seal receipt checked), in path order. An unreadable
+ * manifest is listed as `failed` with the reason; nothing is followed through a symlink and
+ * nothing is written. `loopyRoot` is the `.loopy_loop/` directory (see `findLoopyRoot`).
+ *
+ * @example List the traces of a repository without any
+ * ```ts
+ * import { listTraces } from "@loop/sessions/layout";
+ * import { MemoryFs } from "@loop/sessions/memory";
+ *
+ * const fs = new MemoryFs();
+ * await fs.mkdir("/repo/.loopy_loop/sessions", { recursive: true });
+ * if ((await listTraces(fs, "/repo/.loopy_loop")).length !== 0) throw new Error("unexpected");
+ * ```
+ */
+export async function listTraces(
+  fs: FileSystem,
+  loopyRoot: string,
+  options: TraceReadOptions = {},
+): Promise<TraceListEntry[]> {
+  const root = await openLoopyRoot(fs, loopyRoot);
+  await requireRealTracesDir(fs, root.tracesDir);
+  const factory = options.sha256 ?? portableSha256;
+  const sessions = await sessionDirIndex(fs, root.sessionsDir);
+  const out: TraceListEntry[] = [];
+  for (const location of await scanTraceManifests(fs, root.tracesDir)) {
+    let manifest: Record<string, unknown>;
+    try {
+      manifest = await readManifestObject(fs, location);
+    } catch (error) {
+      if (!(error instanceof LayoutRecordError)) throw error;
+      out.push({
+        manifestId: null,
+        lifecycle: null,
+        integrity: "failed",
+        seal: null,
+        sessionId: null,
+        workflowId: null,
+        attemptId: null,
+        manifestPath: location.manifestPath,
+        traceDir: location.traceDir,
+        problems: [error.message],
+      });
+      continue;
+    }
+    const report = await verifyIntegrity(fs, location, manifest, sessions, factory);
+    out.push({
+      manifestId: typeof manifest.manifest_id === "string" ? manifest.manifest_id : null,
+      lifecycle: typeof manifest.lifecycle === "string" ? manifest.lifecycle : null,
+      integrity: report.status,
+      seal: report.seal.status,
+      sessionId: identityField(manifest, "session_id"),
+      workflowId: identityField(manifest, "workflow_id"),
+      attemptId: identityField(manifest, "attempt_id"),
+      manifestPath: location.manifestPath,
+      traceDir: location.traceDir,
+      problems: problemsOf(report),
+    });
+  }
+  return out;
+}
+
+async function requireRealTracesDir(fs: FileSystem, tracesDir: string): Promise<void> {
+  if ((await lstatKind(fs, tracesDir)) === "symlink") {
+    throw new LoopyRootError(tracesDir, "The traces directory is a symlink");
+  }
+}
+
+/** One trace, inspected: the manifest as recorded plus its observed integrity. */
+export interface TraceInspection {
+  /** The manifest (absolute). */
+  readonly manifestPath: string;
+  /** The trace directory (absolute). */
+  readonly traceDir: string;
+  /** The manifest as recorded (its `inventory` lists every sealed file). */
+  readonly manifest: JsonObject;
+  /** The overall integrity (`observedIntegrity.status`). */
+  readonly integrity: TraceIntegrityStatus;
+  /** The observed integrity, file by file. */
+  readonly observedIntegrity: TraceIntegrityReport;
+}
+
+/**
+ * Finds one trace by manifest id (`trace-<attempt_id>`), attempt id, or path. A reference with a
+ * `/` is a path (absolute, or relative to the repository root) naming a trace directory or its
+ * `trace_manifest.json` inside `.loopy_loop/traces/`; anything else is an id. Unreadable
+ * manifests never match an id. Throws `TraceLookupError` (`not_found`, `ambiguous`, `outside`,
+ * `not_a_manifest`, `symlink`).
+ */
+export async function locateTrace(
+  fs: FileSystem,
+  loopyRoot: string,
+  reference: string,
+): Promise<TraceLocation> {
+  const root = await openLoopyRoot(fs, loopyRoot);
+  await requireRealTracesDir(fs, root.tracesDir);
+  if (reference.includes("/")) {
+    return await locateByPath(fs, root.repoRoot, root.tracesDir, reference);
+  }
+  const byId: TraceLocation[] = [];
+  const byAttempt: TraceLocation[] = [];
+  for (const location of await scanTraceManifests(fs, root.tracesDir)) {
+    if (location.manifestKind !== "file") continue;
+    let manifest: Record<string, unknown>;
+    try {
+      manifest = await readManifestObject(fs, location);
+    } catch (error) {
+      if (error instanceof LayoutRecordError) continue;
+      throw error;
+    }
+    if (traceManifestId(manifest) === reference) byId.push(location);
+    else if (identityField(manifest, "attempt_id") === reference) byAttempt.push(location);
+  }
+  const matches = byId.length > 0 ? byId : byAttempt;
+  if (matches.length === 0) {
+    throw new TraceLookupError(reference, "not_found", "Trace manifest not found");
+  }
+  if (matches.length > 1) {
+    throw new TraceLookupError(
+      reference,
+      "ambiguous",
+      `Trace manifest id is ambiguous (${matches.map((m) => m.manifestPath).join(", ")})`,
+    );
+  }
+  return matches[0] as TraceLocation;
+}
+
+async function locateByPath(
+  fs: FileSystem,
+  repoRoot: string,
+  tracesDir: string,
+  reference: string,
+): Promise<TraceLocation> {
+  const path = isAbsolute(reference) ? normalize(reference) : join(repoRoot, reference);
+  const relative = relativeWithin(tracesDir, path);
+  if (relative === undefined || relative === "") {
+    throw new TraceLookupError(
+      reference,
+      "outside",
+      "Trace path is outside this repository's trace root",
+    );
+  }
+  let current = tracesDir;
+  let kind: string | undefined = "directory";
+  for (const segment of relative.split("/")) {
+    current = join(current, segment);
+    kind = await lstatKind(fs, current);
+    if (kind === undefined) {
+      throw new TraceLookupError(reference, "not_found", "Trace manifest not found");
+    }
+    if (kind === "symlink") {
+      throw new TraceLookupError(
+        reference,
+        "symlink",
+        `Trace path passes through a symlink at ${current}`,
+      );
+    }
+  }
+  if (kind === "directory") {
+    const manifestPath = join(path, TRACE_MANIFEST_FILENAME);
+    const manifestKind = await lstatKind(fs, manifestPath);
+    if (manifestKind === "symlink") {
+      throw new TraceLookupError(reference, "symlink", "Trace manifest is a symlink");
+    }
+    if (manifestKind !== "file") {
+      throw new TraceLookupError(
+        reference,
+        "not_a_manifest",
+        `Trace path must name a trace directory or ${TRACE_MANIFEST_FILENAME}`,
+      );
+    }
+    return { traceDir: path, manifestPath, manifestKind: "file" };
+  }
+  if (basename(path) !== TRACE_MANIFEST_FILENAME || kind !== "file") {
+    throw new TraceLookupError(
+      reference,
+      "not_a_manifest",
+      `Trace path must name a trace directory or ${TRACE_MANIFEST_FILENAME}`,
+    );
+  }
+  return { traceDir: dirname(path), manifestPath: path, manifestKind: "file" };
+}
+
+/**
+ * Inspects one trace (see `locateTrace` for the reference forms): returns the manifest as
+ * recorded and its observed integrity, with every listed file hashed. Mismatches are reported,
+ * not thrown; a `../` or absolute inventory path is a manifest error and is never read. A
+ * manifest that is not a JSON object is a `LayoutRecordError` naming it.
+ */
+export async function inspectTrace(
+  fs: FileSystem,
+  loopyRoot: string,
+  reference: string,
+  options: TraceReadOptions = {},
+): Promise<TraceInspection> {
+  const location = await locateTrace(fs, loopyRoot, reference);
+  const root = await openLoopyRoot(fs, loopyRoot);
+  const manifest = await readManifestObject(fs, location);
+  const sessions = await sessionDirIndex(fs, root.sessionsDir);
+  const observedIntegrity = await verifyIntegrity(
+    fs,
+    location,
+    manifest,
+    sessions,
+    options.sha256 ?? portableSha256,
+  );
+  return {
+    manifestPath: location.manifestPath,
+    traceDir: location.traceDir,
+    manifest: manifest as JsonObject,
+    integrity: observedIntegrity.status,
+    observedIntegrity,
+  };
+}
+
+/**
+ * Verifies one sealed trace and its seal: returns the report when it is `verified` (or
+ * `not_finalized`: an active trace has no seal yet), and throws `TraceIntegrityError` naming the
+ * file at fault otherwise — the first modified, missing or unlisted member, else the manifest
+ * when it is malformed (a `../` inventory path), else the seal receipt when it contradicts the
+ * manifest.
+ */
+export async function verifyTrace(
+  fs: FileSystem,
+  loopyRoot: string,
+  reference: string,
+  options: TraceReadOptions = {},
+): Promise<TraceIntegrityReport> {
+  const inspection = await inspectTrace(fs, loopyRoot, reference, options);
+  const report = inspection.observedIntegrity;
+  if (report.status !== "failed") return report;
+  const manifestPath = inspection.manifestPath;
+  const at = (path: string): string => join(inspection.traceDir, path);
+  const modified = report.modified[0];
+  if (modified !== undefined) {
+    const detail = modified.error ??
+      `expected ${modified.expected_sha256} (${modified.expected_size} bytes), found ` +
+        `${modified.actual_sha256} (${modified.actual_size} bytes)`;
+    throw new TraceIntegrityError(
+      at(modified.path),
+      manifestPath,
+      `Sealed trace file changed: ${detail}`,
+    );
+  }
+  const removed = report.removed[0];
+  if (removed !== undefined) {
+    throw new TraceIntegrityError(at(removed), manifestPath, "Sealed trace file is missing");
+  }
+  const added = report.added[0];
+  if (added !== undefined) {
+    throw new TraceIntegrityError(at(added), manifestPath, "File is not in the sealed inventory");
+  }
+  const manifestError = report.manifest_errors.find((error) => !report.seal.errors.includes(error));
+  const sealError = report.seal.errors[0];
+  if (manifestError === undefined && sealError !== undefined && report.seal.receipt_path !== null) {
+    throw new TraceIntegrityError(report.seal.receipt_path, manifestPath, sealError);
+  }
+  throw new TraceIntegrityError(
+    manifestPath,
+    manifestPath,
+    manifestError ?? sealError ?? "Trace manifest is malformed",
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Seal receipts of a session
+
+/** The check of one seal receipt of a mirror session. */
+export interface TraceSealCheck {
+  /** The receipt (`trace_seals/<attempt_id>.json`). */
+  readonly sealPath: string;
+  /** The manifest id it seals, when readable. */
+  readonly manifestId: string | null;
+  /** The attempt it seals, when readable. */
+  readonly attemptId: string | null;
+  /**
+   * `verified` (trace intact and seal matching), `failed` (see `problems`), `trace_absent` (the
+   * trace directory is gone: pruned, or never there), or `invalid` (the receipt itself is
+   * malformed, a symlink, misnamed or names another session).
+   */
+  readonly status: "verified" | "failed" | "trace_absent" | "invalid";
+  /** Where the sealed trace is (or was). */
+  readonly traceDir: string | null;
+  /** What is wrong, in words. */
+  readonly problems: readonly string[];
+}
+
+/** Options of `checkTraceSeals`. */
+export interface CheckTraceSealsOptions extends TraceReadOptions {
+  /** The session whose `trace_seals/` to check. */
+  readonly sessionId: string;
+}
+
+/**
+ * Checks every seal receipt in a mirror session's `trace_seals/`: each must be a valid receipt
+ * named after its attempt and naming this session; its trace
+ * (`.loopy_loop/traces/<root>/sessions/<session>/attempts/<attempt>/`) is verified against the
+ * receipt and its inventory. A seal whose trace is gone is reported as `trace_absent` (traces are
+ * prunable), never followed elsewhere. Nothing is written.
+ */
+export async function checkTraceSeals(
+  fs: FileSystem,
+  loopyRoot: string,
+  options: CheckTraceSealsOptions,
+): Promise<TraceSealCheck[]> {
+  const root = await openLoopyRoot(fs, loopyRoot);
+  await requireRealTracesDir(fs, root.tracesDir);
+  const tree = await loadSessionTree(fs, root.repoRoot, options.sessionId);
+  const node = tree.require(options.sessionId);
+  const factory = options.sha256 ?? portableSha256;
+  const sealsDir = new SessionPaths(node.dir, node.layout).traceSealsDir;
+  const kind = await lstatKind(fs, sealsDir);
+  if (kind === undefined) return [];
+  if (kind !== "directory") {
+    return [{
+      sealPath: sealsDir,
+      manifestId: null,
+      attemptId: null,
+      status: "invalid",
+      traceDir: null,
+      problems: [`trace_seals is not a directory (${kind})`],
+    }];
+  }
+  const sessions = await sessionDirIndex(fs, root.sessionsDir);
+  const out: TraceSealCheck[] = [];
+  for (const entry of await fs.readDir(sealsDir)) {
+    if (!entry.name.endsWith(".json") || entry.name.startsWith(".")) continue;
+    const sealPath = join(sealsDir, entry.name);
+    const invalid = (problem: string, seal?: TraceSealReceipt): TraceSealCheck => ({
+      sealPath,
+      manifestId: seal?.manifest_id ?? null,
+      attemptId: seal?.attempt_id ?? null,
+      status: "invalid",
+      traceDir: null,
+      problems: [problem],
+    });
+    if (entry.kind !== "file") {
+      out.push(invalid(`seal receipt is not a regular file (${entry.kind})`));
+      continue;
+    }
+    let seal: TraceSealReceipt;
+    try {
+      seal = parseTraceSealReceipt(decodeJson(await fs.readFile(sealPath), sealPath), sealPath);
+    } catch (error) {
+      if (!(error instanceof LayoutRecordError)) throw error;
+      out.push(invalid(error.message));
+      continue;
+    }
+    if (entry.name !== `${seal.attempt_id}.json`) {
+      out.push(invalid("seal receipt is not named after its attempt", seal));
+      continue;
+    }
+    if (seal.session_id !== node.sessionId) {
+      out.push(invalid("seal receipt names another session", seal));
+      continue;
+    }
+    const traceDir = mirrorAttemptTraceDir(
+      root.repoRoot,
+      tree.rootSessionId,
+      node.sessionId,
+      seal.attempt_id,
+    );
+    const present = await chainKind(fs, root.tracesDir, traceDir);
+    if (present === "symlink") {
+      out.push({ ...invalid("the sealed trace's path passes through a symlink", seal), traceDir });
+      continue;
+    }
+    const manifestPath = join(traceDir, TRACE_MANIFEST_FILENAME);
+    const manifestKind = present === "directory" ? await lstatKind(fs, manifestPath) : undefined;
+    if (manifestKind === undefined) {
+      out.push({
+        sealPath,
+        manifestId: seal.manifest_id,
+        attemptId: seal.attempt_id,
+        status: "trace_absent",
+        traceDir,
+        problems: [],
+      });
+      continue;
+    }
+    const location: TraceLocation = {
+      traceDir,
+      manifestPath,
+      manifestKind: manifestKind === "file" || manifestKind === "directory" ||
+          manifestKind === "symlink"
+        ? manifestKind
+        : "other",
+    };
+    let manifest: Record<string, unknown>;
+    try {
+      manifest = await readManifestObject(fs, location);
+    } catch (error) {
+      if (!(error instanceof LayoutRecordError)) throw error;
+      out.push({
+        sealPath,
+        manifestId: seal.manifest_id,
+        attemptId: seal.attempt_id,
+        status: "failed",
+        traceDir,
+        problems: [error.message],
+      });
+      continue;
+    }
+    const report = await verifyIntegrity(fs, location, manifest, sessions, factory);
+    const problems = problemsOf(report);
+    if (report.status === "not_finalized") problems.push("the sealed trace's manifest is active");
+    out.push({
+      sealPath,
+      manifestId: seal.manifest_id,
+      attemptId: seal.attempt_id,
+      status: problems.length === 0 ? "verified" : "failed",
+      traceDir,
+      problems,
+    });
+  }
+  return out;
+}
+
+/** A trace known from a session's durable records (its seals and its iterations' trace refs). */
+export interface RecordedTrace {
+  /** The manifest id. */
+  readonly manifestId: string;
+  /** The session the attempt belongs to. */
+  readonly sessionId: string;
+  /** The attempt. */
+  readonly attemptId: string;
+}
+
+/**
+ * The traces a mirror session's durable records name: each `trace_seals/*.json` receipt and each
+ * `iterations/*\/trace_ref.json` with a manifest id. Unreadable records and symlinks are skipped
+ * (these are hints for telling a pruned trace from an unknown one, never a source of paths
+ * outside the conventional mirror location).
+ */
+export async function recordedTraces(
+  fs: FileSystem,
+  sessionDir: string,
+  sessionId: string,
+): Promise<RecordedTrace[]> {
+  const out: RecordedTrace[] = [];
+  const readObject = async (path: string): Promise<Record<string, unknown> | undefined> => {
+    if ((await lstatKind(fs, path)) !== "file") return undefined;
+    try {
+      const value = decodeJson(await fs.readFile(path), path);
+      return typeof value === "object" && value !== null && !Array.isArray(value)
+        ? value as Record<string, unknown>
+        : undefined;
+    } catch (error) {
+      if (error instanceof LayoutRecordError) return undefined;
+      throw error;
+    }
+  };
+  const add = (record: Record<string, unknown> | undefined): void => {
+    const manifestId = record?.manifest_id;
+    const attemptId = record?.attempt_id;
+    if (
+      typeof manifestId === "string" && typeof attemptId === "string" && isSafeId(manifestId) &&
+      isSafeId(attemptId)
+    ) {
+      out.push({ manifestId, sessionId, attemptId });
+    }
+  };
+  for (
+    const [dirName, fileName] of [["trace_seals", undefined], ["iterations", "trace_ref.json"]]
+  ) {
+    const dir = join(sessionDir, dirName as string);
+    if ((await lstatKind(fs, dir)) !== "directory") continue;
+    for (const entry of await fs.readDir(dir)) {
+      if (fileName === undefined) {
+        if (entry.kind === "file" && entry.name.endsWith(".json")) {
+          add(await readObject(join(dir, entry.name)));
+        }
+      } else if (entry.kind === "directory") {
+        add(await readObject(join(dir, entry.name, fileName)));
+      }
+    }
+  }
+  return out;
+}

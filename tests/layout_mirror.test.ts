@@ -1,0 +1,275 @@
+// The legacy mirror layout end to end: mirror sessions load with the same API as folded ones
+// (the layout read from session.json), their references resolve (trace: through the manifests),
+// and prune-raw treats the mirror tree as the layout rules say, keeping every durable file.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import type { MemoryFs } from "../adapters/memory.ts";
+import { NotFound } from "../src/port/errors.ts";
+import {
+  checkTraceSeals,
+  findWorkingSession,
+  isSessionId,
+  listTraces,
+  loadSessionTree,
+  LogicalReferenceError,
+  LogicalReferenceResolver,
+  openSessionPaths,
+  parseSessionOutcome,
+  pruneRaw,
+  readRecord,
+  readSessionState,
+  readTraceRef,
+  sessionIdForm,
+} from "../layout.ts";
+import { newRepo, writeJson } from "./layout_fixtures.ts";
+import {
+  buildMirrorTree,
+  CHILD_ATTEMPT,
+  MIRROR_CHILD_ID,
+  MIRROR_ROOT_ID,
+  type MirrorTree,
+  ROOT_ATTEMPTS,
+} from "./fixtures/mirror_tree.ts";
+import { collectReferences } from "./fixtures/references.ts";
+
+async function mirror(): Promise<{ fs: MemoryFs; tree: MirrorTree }> {
+  const fs = await newRepo();
+  return { fs, tree: await buildMirrorTree(fs) };
+}
+
+async function stopRoot(fs: MemoryFs, tree: MirrorTree): Promise<void> {
+  await writeJson(fs, `${tree.rootDir}/state.json`, {
+    schema_version: 2,
+    session_id: MIRROR_ROOT_ID,
+    status: "stopped",
+    current_task: null,
+  });
+}
+
+/** The live tree without `.loopy_loop/traces/` and the outbox: what a prune must never touch. */
+function durable(fs: MemoryFs): Record<string, string> {
+  return Object.fromEntries(
+    Object.entries(fs.snapshotTree("/")).filter(([key]) =>
+      !key.startsWith("repo/.loopy_loop/traces/") &&
+      !key.startsWith("repo/.loopy_loop/trace_finalization_outbox/")
+    ),
+  );
+}
+
+async function resolveAllCited(
+  fs: MemoryFs,
+  tree: MirrorTree,
+): Promise<Map<string, string>> {
+  const statuses = new Map<string, string>();
+  for (
+    const [sessionId, dir] of [[MIRROR_ROOT_ID, tree.rootDir], [MIRROR_CHILD_ID, tree.childDir]]
+  ) {
+    const resolver = await LogicalReferenceResolver.forSession(fs, {
+      repoRoot: tree.repoRoot,
+      sessionId: sessionId as string,
+    });
+    for (const { ref } of await collectReferences(fs, dir as string)) {
+      statuses.set(`${sessionId} ${ref}`, (await resolver.resolve(ref)).status);
+    }
+  }
+  return statuses;
+}
+
+/** What a cited reference resolves to: the child's outcome records its handoff as missing. */
+function expectedStatus(ref: string, tracesPruned: boolean): string {
+  if (ref === `${MIRROR_CHILD_ID} session:/project_state/handoff.json`) return "absent";
+  return tracesPruned && ref.includes(" trace:") ? "pruned" : "present";
+}
+
+test("mirror sessions load with the same API as folded ones, the layout read from session.json", async () => {
+  const { fs, tree } = await mirror();
+  assert.equal(sessionIdForm(MIRROR_ROOT_ID), "legacy");
+  assert.ok(isSessionId(MIRROR_CHILD_ID));
+  const loaded = await loadSessionTree(fs, tree.repoRoot, MIRROR_CHILD_ID);
+  assert.equal(loaded.rootSessionId, MIRROR_ROOT_ID);
+  // The root records "mirror"; the child's v2 manifest has no layout field, which means mirror.
+  assert.equal(loaded.require(MIRROR_ROOT_ID).layout, "mirror");
+  assert.equal(loaded.require(MIRROR_CHILD_ID).layout, "mirror");
+  assert.equal(loaded.require(MIRROR_CHILD_ID).depth, 1);
+
+  const paths = await openSessionPaths(fs, tree.rootDir);
+  assert.equal(paths.layout, "mirror");
+  assert.equal(paths.gitReceiptsDir, `${tree.rootDir}/git_receipts`);
+  assert.equal(paths.deliveryReceiptsDir, `${tree.rootDir}/delivery_receipts`);
+  for (const dir of [paths.harnessOutputsDir, paths.evalReadinessDir, paths.traceSealsDir]) {
+    assert.equal((await fs.lstat(dir)).kind, "directory", dir);
+  }
+  assert.equal(
+    (await fs.lstat(paths.traceSealReceipt(ROOT_ATTEMPTS.first.attemptId))).kind,
+    "file",
+  );
+  await assert.rejects(fs.lstat(paths.rawDir), NotFound, "a mirror session has no raw/");
+  const first = ROOT_ATTEMPTS.first;
+  const attempt = paths.attempt(first.iteration, first.workflowId);
+  assert.ok(
+    (await fs.lstat(attempt.gitReceipt("after", first.attemptId))).kind === "file",
+    "the hash-keyed git receipt is where the mirror paths say",
+  );
+  assert.deepEqual(await readTraceRef(fs, attempt), {
+    schema_version: 1,
+    manifest_id: `trace-${first.attemptId}`,
+    manifest_ref: `trace:trace-${first.attemptId}:/trace_manifest.json`,
+    attempt_id: first.attemptId,
+  });
+  const state = await readSessionState(fs, tree.rootDir);
+  assert.equal(state.current_task?.attempt_id, ROOT_ATTEMPTS.active.attemptId);
+  const working = await findWorkingSession(fs, loaded);
+  assert.equal(working?.node.sessionId, MIRROR_ROOT_ID);
+  const outcome = await readRecord(
+    fs,
+    `${tree.childDir}/session_outcome.json`,
+    (value, file) => parseSessionOutcome(value, file, "mirror"),
+  );
+  assert.deepEqual(outcome.record.trace_seal_refs, [
+    `session:/trace_seals/${CHILD_ATTEMPT.attemptId}.json`,
+  ]);
+  // The same outcome is refused as a folded session's: folded sessions have no trace seals.
+  await assert.rejects(
+    readRecord(fs, `${tree.childDir}/session_outcome.json`, parseSessionOutcome),
+  );
+});
+
+test("every reference a mirror session cites resolves, trace: references through the manifests", async () => {
+  const { fs, tree } = await mirror();
+  const statuses = await resolveAllCited(fs, tree);
+  assert.ok(statuses.size >= 8, `the fixture cites references: ${[...statuses.keys()]}`);
+  for (const [ref, status] of statuses) assert.equal(status, expectedStatus(ref, false), ref);
+  const first = ROOT_ATTEMPTS.first.attemptId;
+  assert.ok(statuses.has(`${MIRROR_ROOT_ID} trace:trace-${first}:/eval/report.json`));
+  assert.ok(statuses.has(`${MIRROR_ROOT_ID} session:/git_receipts/git-after-${first}.json`));
+  assert.ok(
+    statuses.has(`${MIRROR_CHILD_ID} session:/trace_seals/${CHILD_ATTEMPT.attemptId}.json`),
+  );
+  // A child reaches its own traces (all traces of a tree share the root's part of traces/).
+  const child = await LogicalReferenceResolver.forSession(fs, {
+    repoRoot: tree.repoRoot,
+    sessionId: MIRROR_CHILD_ID,
+  });
+  const report = await child.resolve(`trace:trace-${CHILD_ATTEMPT.attemptId}:/eval/report.json`);
+  assert.equal(report.path, `${tree.traceDir(CHILD_ATTEMPT.attemptId)}/eval/report.json`);
+});
+
+test("prune without legacy traces leaves a mirror repository untouched", async () => {
+  const { fs, tree } = await mirror();
+  await stopRoot(fs, tree);
+  const before = fs.snapshotTree("/");
+  const report = await pruneRaw(fs, tree.loopyRoot);
+  assert.equal(report.count, 0);
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("legacy traces of a running tree are kept; the outbox is emptied", async () => {
+  const { fs, tree } = await mirror();
+  const before = durable(fs);
+  const report = await pruneRaw(fs, tree.loopyRoot, { legacyTraces: true });
+  const rootTraces = `${tree.tracesDir}/${MIRROR_ROOT_ID}`;
+  assert.equal(report.skipped.find((skip) => skip.path === rootTraces)?.reason, "running_attempt");
+  assert.deepEqual(
+    report.removed.map((entry) => entry.kind),
+    ["finalization_outbox", "finalization_outbox"],
+  );
+  assert.deepEqual(await fs.readDir(tree.outboxDir), []);
+  assert.equal((await listTraces(fs, tree.loopyRoot)).length, 4);
+  assert.deepEqual(durable(fs), before);
+});
+
+test("pruning legacy traces keeps the durable tree, and its trace references resolve as pruned", async () => {
+  const { fs, tree } = await mirror();
+  await stopRoot(fs, tree);
+  const before = durable(fs);
+  const plan = await pruneRaw(fs, tree.loopyRoot, { legacyTraces: true, dryRun: true });
+  const report = await pruneRaw(fs, tree.loopyRoot, { legacyTraces: true });
+  assert.deepEqual(report.removed, plan.removed);
+  assert.deepEqual(
+    report.removed.map((entry) => [entry.kind, entry.path]),
+    [
+      ["legacy_traces", `${tree.tracesDir}/${MIRROR_ROOT_ID}`],
+      ...(plan.removed.slice(1).map((entry) => ["finalization_outbox", entry.path])),
+    ],
+  );
+  assert.ok(report.bytes > 1000);
+  assert.deepEqual(await fs.readDir(tree.tracesDir), []);
+  assert.deepEqual(durable(fs), before);
+
+  const statuses = await resolveAllCited(fs, tree);
+  for (const [ref, status] of statuses) {
+    assert.equal(status, expectedStatus(ref, true), ref);
+  }
+  // Even the active attempt's trace, which has no seal, is known from its trace_ref.json.
+  const root = await LogicalReferenceResolver.forSession(fs, {
+    repoRoot: tree.repoRoot,
+    sessionId: MIRROR_ROOT_ID,
+  });
+  const active = await root.resolve(
+    `trace:trace-${ROOT_ATTEMPTS.active.attemptId}:/harness/run.json`,
+  );
+  assert.deepEqual([active.status, active.path], [
+    "pruned",
+    `${tree.traceDir(ROOT_ATTEMPTS.active.attemptId)}/harness/run.json`,
+  ]);
+  // An id no durable record names is still unknown.
+  await assert.rejects(
+    root.resolve("trace:trace-000000000000:/eval/report.json"),
+    (error: unknown) => error instanceof LogicalReferenceError && error.reason === "unknown_trace",
+  );
+  const seals = await checkTraceSeals(fs, tree.loopyRoot, { sessionId: MIRROR_ROOT_ID });
+  assert.deepEqual(seals.map((seal) => seal.status), ["trace_absent", "trace_absent"]);
+  assert.deepEqual(await listTraces(fs, tree.loopyRoot), []);
+});
+
+test("pruning one session's legacy traces removes only its part of the traces tree", async () => {
+  const { fs, tree } = await mirror();
+  const report = await pruneRaw(fs, tree.loopyRoot, {
+    legacyTraces: true,
+    sessionId: MIRROR_CHILD_ID,
+  });
+  const childTraces = `${tree.tracesDir}/${MIRROR_ROOT_ID}/sessions/${MIRROR_CHILD_ID}`;
+  assert.deepEqual(report.removed.map((entry) => [entry.kind, entry.path, entry.sessionId]), [
+    ["legacy_traces", childTraces, MIRROR_CHILD_ID],
+    [
+      "finalization_outbox",
+      `${tree.outboxDir}/${MIRROR_CHILD_ID}--${CHILD_ATTEMPT.attemptId}--abandoned.json`,
+      MIRROR_CHILD_ID,
+    ],
+  ]);
+  const listed = await listTraces(fs, tree.loopyRoot);
+  assert.deepEqual(
+    listed.map((entry) => [entry.sessionId, entry.integrity]),
+    [
+      [MIRROR_ROOT_ID, "verified"],
+      [MIRROR_ROOT_ID, "verified"],
+      [MIRROR_ROOT_ID, "not_finalized"],
+    ],
+  );
+  assert.equal((await fs.readDir(tree.outboxDir)).length, 1);
+});
+
+test("the age limit and symlinks apply to legacy trees too", async () => {
+  const { fs, tree } = await mirror();
+  await stopRoot(fs, tree);
+  const now = Date.parse("2026-05-01T00:00:00Z");
+  await fs.utime(`${tree.tracesDir}/${MIRROR_ROOT_ID}`, now - 86_400_000);
+  await fs.mkdir("/outside/traces", { recursive: true });
+  await fs.symlink("/outside/traces", `${tree.tracesDir}/elsewhere`);
+  await fs.symlink("/outside/traces", `${tree.outboxDir}/linked--x--finished.json`);
+  const report = await pruneRaw(fs, tree.loopyRoot, {
+    legacyTraces: true,
+    olderThanDays: 2,
+    now: () => new Date(now),
+  });
+  const reasons = Object.fromEntries(report.skipped.map((skip) => [skip.path, skip.reason]));
+  assert.equal(reasons[`${tree.tracesDir}/${MIRROR_ROOT_ID}`], "too_recent");
+  assert.equal(reasons[`${tree.tracesDir}/elsewhere`], "symlink");
+  assert.equal(reasons[`${tree.outboxDir}/linked--x--finished.json`], "symlink");
+  // The outbox ignores the age limit, as the engine's does; links stay.
+  assert.deepEqual(
+    (await fs.readDir(tree.outboxDir)).map((entry) => entry.name),
+    ["linked--x--finished.json"],
+  );
+  assert.ok((await fs.lstat("/outside/traces")).kind === "directory");
+});

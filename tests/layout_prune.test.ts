@@ -1,0 +1,344 @@
+// prune-raw over the folded layout: what is removed, what is kept and why, the durable tree and
+// every reference in it after pruning, the age and session filters, hostile trees, dry runs.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import type { MemoryFs } from "../adapters/memory.ts";
+import {
+  createAttemptArtifacts,
+  findLoopyRoot,
+  LayoutOptionError,
+  LogicalReferenceResolver,
+  LoopyRootError,
+  pruneRaw,
+  type PruneReport,
+  PRUNING_PREFIX,
+  readTraceRef,
+  type ResolvedReference,
+  UnknownSessionError,
+} from "../layout.ts";
+import { deterministic, newRepo, writeJson, writeText } from "./layout_fixtures.ts";
+import { buildFoldedTree, type FoldedTree } from "./fixtures/folded_tree.ts";
+import { collectReferences } from "./fixtures/references.ts";
+
+const DAY = 86_400_000;
+
+async function folded(): Promise<{ fs: MemoryFs; tree: FoldedTree }> {
+  const fs = await newRepo();
+  return { fs, tree: await buildFoldedTree(fs) };
+}
+
+async function exists(fs: MemoryFs, path: string): Promise<boolean> {
+  try {
+    await fs.lstat(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The live tree minus everything below a session's `raw/`: the durable tree. */
+function durable(snapshot: Record<string, string>): Record<string, string> {
+  return Object.fromEntries(
+    Object.entries(snapshot).filter(([path]) => !/(^|\/)raw\/./.test(path)),
+  );
+}
+
+/** Sums the sizes of the regular files below `dir` from a `snapshotTree` of `/`. */
+async function bytesBelow(fs: MemoryFs, dir: string): Promise<number> {
+  let total = 0;
+  const visit = async (path: string): Promise<void> => {
+    for (const entry of await fs.readDir(path)) {
+      const child = `${path}/${entry.name}`;
+      if (entry.kind === "directory") await visit(child);
+      else if (entry.kind === "file") total += (await fs.readFile(child)).length;
+    }
+  };
+  await visit(dir);
+  return total;
+}
+
+function removedPaths(report: PruneReport): string[] {
+  return report.removed.map((entry) => entry.path).sort();
+}
+
+function skippedFor(report: PruneReport, path: string): string | undefined {
+  return report.skipped.find((skip) => skip.path === path)?.reason;
+}
+
+test("prune removes every finished raw attempt directory, keeps raw/ itself and the running attempt", async () => {
+  const { fs, tree } = await folded();
+  const expectedBytes = (await Promise.all(tree.prunable.map((dir) => bytesBelow(fs, dir))))
+    .reduce((a, b) => a + b, 0);
+  const report = await pruneRaw(fs, tree.loopyRoot);
+  assert.deepEqual(removedPaths(report), [...tree.prunable].sort());
+  assert.ok(report.removed.every((entry) => entry.kind === "raw_attempt"));
+  assert.equal(report.count, tree.prunable.length);
+  assert.equal(report.bytes, expectedBytes);
+  assert.ok(report.bytes > 0);
+  assert.equal(report.dryRun, false);
+  for (const dir of tree.prunable) assert.equal(await exists(fs, dir), false, dir);
+  assert.deepEqual(await fs.readDir(tree.root.rawDir), []);
+  assert.ok(await exists(fs, `${tree.running}/eval/report.json`));
+  assert.equal(skippedFor(report, tree.running), "running_attempt");
+  // Nothing is left behind under a hidden name.
+  const leftovers = Object.keys(fs.snapshotTree("/")).filter((p) => p.includes(PRUNING_PREFIX));
+  assert.deepEqual(leftovers, []);
+});
+
+test("a dry run reports the same plan as the prune and changes nothing", async () => {
+  const { fs, tree } = await folded();
+  const before = fs.snapshotTree("/");
+  const plan = await pruneRaw(fs, tree.loopyRoot, { dryRun: true });
+  assert.deepEqual(fs.snapshotTree("/"), before);
+  assert.equal(plan.dryRun, true);
+  const progress: string[] = [];
+  const done = await pruneRaw(fs, tree.loopyRoot, {
+    onProgress: (count, total) => progress.push(`${count}/${total}`),
+  });
+  assert.deepEqual(progress, ["0/4", "1/4", "2/4", "3/4", "4/4"]);
+  assert.deepEqual(done.removed, plan.removed);
+  assert.deepEqual(done.skipped, plan.skipped);
+  assert.deepEqual([done.count, done.bytes], [plan.count, plan.bytes]);
+  const again = await pruneRaw(fs, tree.loopyRoot, { dryRun: true });
+  assert.equal(again.count, 0, "a second prune has nothing left to remove");
+});
+
+test("the durable tree is untouched and every reference it cites still resolves after pruning", async () => {
+  const { fs, tree } = await folded();
+  const before = durable(fs.snapshotTree("/"));
+  await pruneRaw(fs, tree.loopyRoot);
+  assert.deepEqual(durable(fs.snapshotTree("/")), before);
+
+  const statuses = new Map<string, ResolvedReference["status"]>();
+  for (const [sessionId, dir] of [[tree.rootId, tree.root.dir], [tree.childId, tree.child.dir]]) {
+    const resolver = await LogicalReferenceResolver.forSession(fs, {
+      repoRoot: tree.repoRoot,
+      sessionId: sessionId as string,
+    });
+    const cited = await collectReferences(fs, dir as string);
+    assert.ok(cited.length > 5, "the fixture cites references");
+    for (const { file, ref } of cited) {
+      const resolved = await resolver.resolve(ref);
+      const inRaw = /^session:\/raw\/\d{4}_[a-z]+(\/|$)/.test(ref);
+      const running = sessionId === tree.childId && ref.startsWith("session:/raw/0002_leaf");
+      const expected = running ? "present" : inRaw ? "pruned" : "present";
+      assert.equal(resolved.status, expected, `${ref} cited in ${file}`);
+      assert.equal(resolved.exists, expected === "present", ref);
+      statuses.set(`${sessionId} ${ref}`, resolved.status);
+    }
+  }
+  // The citations that matter most are among them.
+  assert.equal(statuses.get(`${tree.rootId} session:/raw/0002_outer/eval/report.json`), "pruned");
+  assert.equal(
+    statuses.get(`${tree.rootId} session:/iterations/0002_outer/acceptance-audit.md`),
+    "present",
+  );
+  assert.equal(statuses.get(`${tree.rootId} session:/eval_receipts/ev-0002.json`), "present");
+  // trace_ref.json still names its raw directory; the resolver says it was pruned.
+  const traceRef = await readTraceRef(fs, tree.root.attempt(1, "outer"));
+  assert.ok("raw_dir_ref" in traceRef);
+  const root = await LogicalReferenceResolver.forSession(fs, {
+    repoRoot: tree.repoRoot,
+    sessionId: tree.rootId,
+  });
+  const raw = await root.resolve(traceRef.raw_dir_ref);
+  assert.deepEqual([raw.exists, raw.status], [false, "pruned"]);
+  // A plain absent durable file is absent, not pruned.
+  assert.equal((await root.resolve("session:/iterations/0001_outer/missing.md")).status, "absent");
+});
+
+test("the age limit measures each entry's own modification time", async () => {
+  const { fs, tree } = await folded();
+  const now = Date.parse("2026-05-01T00:00:00Z");
+  const [first, second, third, childFirst] = tree.prunable as [string, string, string, string];
+  await fs.utime(first, now - 10 * DAY);
+  await fs.utime(childFirst, now - 6 * DAY);
+  // Old contents do not make a recently modified entry old.
+  await fs.utime(second, now - 1 * DAY);
+  await fs.utime(`${second}/eval/report.json`, now - 30 * DAY);
+  await fs.utime(third, now - 4 * DAY);
+  await fs.utime(tree.running, now - 30 * DAY);
+  const report = await pruneRaw(fs, tree.loopyRoot, {
+    olderThanDays: 5,
+    now: () => new Date(now),
+  });
+  assert.deepEqual(removedPaths(report), [first, childFirst].sort());
+  assert.equal(skippedFor(report, second), "too_recent");
+  assert.equal(skippedFor(report, third), "too_recent");
+  assert.equal(skippedFor(report, tree.running), "running_attempt");
+  const zero = await pruneRaw(fs, tree.loopyRoot, { olderThanDays: 0, now: () => new Date(now) });
+  assert.deepEqual(removedPaths(zero), [second, third].sort());
+});
+
+test("a session filter prunes only that session and its descendants", async () => {
+  const { fs, tree } = await folded();
+  const childOnly = await pruneRaw(fs, tree.loopyRoot, { sessionId: tree.childId });
+  assert.deepEqual(removedPaths(childOnly), [`${tree.child.rawDir}/0001_leaf`]);
+  for (const dir of tree.prunable.slice(0, 3)) assert.ok(await exists(fs, dir), dir);
+  const fresh = await folded();
+  const withDescendants = await pruneRaw(fresh.fs, fresh.tree.loopyRoot, {
+    sessionId: fresh.tree.rootId,
+  });
+  assert.deepEqual(removedPaths(withDescendants), [...fresh.tree.prunable].sort());
+  await assert.rejects(
+    pruneRaw(fs, tree.loopyRoot, { sessionId: "404_missing" }),
+    UnknownSessionError,
+  );
+});
+
+test("hostile raw entries are reported and never followed", async () => {
+  const { fs, tree } = await folded();
+  await fs.mkdir("/outside/dir", { recursive: true });
+  await writeText(fs, "/outside/dir/secret.txt", "secret");
+  await writeText(fs, "/outside/file.txt", "file");
+  const raw = tree.root.rawDir;
+  // A symlink named like a raw attempt directory, pointing outside.
+  await fs.symlink("/outside/dir", `${raw}/0009_outer`);
+  // A file named like a raw attempt directory, and an entry that is not an attempt at all.
+  await writeText(fs, `${raw}/0010_outer`, "not a directory");
+  await fs.mkdir(`${raw}/scratch`);
+  // A symlink inside an attempt that is pruned: the link goes, its target stays.
+  await fs.symlink("/outside/file.txt", `${tree.prunable[0]}/harness/link.txt`);
+  // The child's whole raw/ replaced by a link to a directory outside.
+  await fs.remove(`${tree.child.rawDir}`, { recursive: true });
+  await fs.symlink("/outside", tree.child.rawDir);
+  // A symlinked session directory next to the real ones.
+  await fs.mkdir("/elsewhere/777_fake/raw/0001_outer", { recursive: true });
+  await writeJson(fs, "/elsewhere/777_fake/session.json", { session_id: "777_fake" });
+  await fs.symlink("/elsewhere/777_fake", `${tree.loopyRoot}/sessions/777_fake`);
+  const outsideBefore = fs.snapshotTree("/outside");
+  const elsewhereBefore = fs.snapshotTree("/elsewhere");
+  fs.resetCounter();
+
+  const report = await pruneRaw(fs, tree.loopyRoot);
+  assert.equal(skippedFor(report, `${raw}/0009_outer`), "symlink");
+  assert.equal(skippedFor(report, `${raw}/0010_outer`), "not_a_directory");
+  assert.equal(skippedFor(report, `${raw}/scratch`), "unrecognized_name");
+  assert.equal(skippedFor(report, tree.child.rawDir), "symlink");
+  assert.equal(skippedFor(report, `${tree.loopyRoot}/sessions/777_fake`), "symlink");
+  assert.deepEqual(removedPaths(report), tree.prunable.slice(0, 3).sort());
+  assert.deepEqual(fs.snapshotTree("/outside"), outsideBefore);
+  assert.deepEqual(fs.snapshotTree("/elsewhere"), elsewhereBefore);
+  assert.equal((await fs.lstat(`${raw}/0009_outer`)).kind, "symlink");
+  assert.equal((await fs.lstat(`${raw}/0010_outer`)).kind, "file");
+  // Nothing outside .loopy_loop/ was renamed or removed.
+  assert.ok(fs.operationLog.some((op) => op.op === "remove"));
+  for (const op of fs.operationLog) {
+    if (op.op === "remove" || op.op === "rename") {
+      assert.ok(op.path.startsWith(`${tree.loopyRoot}/`), `${op.op} ${op.path}`);
+    }
+  }
+});
+
+test("a session whose state cannot be read keeps all its raw output", async () => {
+  const { fs, tree } = await folded();
+  await writeText(fs, tree.child.stateJson, "{ not json");
+  const report = await pruneRaw(fs, tree.loopyRoot);
+  assert.deepEqual(removedPaths(report), tree.prunable.slice(0, 3).sort());
+  assert.equal(skippedFor(report, `${tree.child.rawDir}/0001_leaf`), "state_unreadable");
+  assert.equal(skippedFor(report, tree.running), "state_unreadable");
+  // Once the session stops, its last attempt is no longer protected.
+  await writeJson(fs, tree.child.stateJson, { schema_version: 2, status: "stopped" });
+  const after = await pruneRaw(fs, tree.loopyRoot);
+  assert.deepEqual(removedPaths(after), [`${tree.child.rawDir}/0001_leaf`, tree.running].sort());
+});
+
+test("bad options and a wrong root are refused before anything is touched", async () => {
+  const { fs, tree } = await folded();
+  const before = fs.snapshotTree("/");
+  for (const olderThanDays of [-1, Number.NaN, Number.POSITIVE_INFINITY]) {
+    await assert.rejects(pruneRaw(fs, tree.loopyRoot, { olderThanDays }), LayoutOptionError);
+  }
+  for (const sessionId of ["../escape", "", "a/b"]) {
+    await assert.rejects(pruneRaw(fs, tree.loopyRoot, { sessionId }), LayoutOptionError);
+  }
+  await assert.rejects(pruneRaw(fs, tree.repoRoot), LoopyRootError);
+  await assert.rejects(pruneRaw(fs, ".loopy_loop"), LoopyRootError);
+  await fs.mkdir("/other");
+  await fs.symlink(tree.loopyRoot, "/other/.loopy_loop");
+  await assert.rejects(pruneRaw(fs, "/other/.loopy_loop"), LoopyRootError);
+  await fs.remove("/other/.loopy_loop");
+  const after = fs.snapshotTree("/");
+  delete after["other"];
+  assert.deepEqual(after, before);
+});
+
+test("a leftover of an interrupted prune is gone for readers and removed by the next prune", async () => {
+  const { fs, tree } = await folded();
+  const leftover = `${tree.root.rawDir}/${PRUNING_PREFIX}1a2b3c4d-0001_outer`;
+  await fs.rename(tree.prunable[0] as string, leftover);
+  const resolver = await LogicalReferenceResolver.forSession(fs, {
+    repoRoot: tree.repoRoot,
+    sessionId: tree.rootId,
+  });
+  const hidden = await resolver.resolve(
+    `session:/raw/${PRUNING_PREFIX}1a2b3c4d-0001_outer/eval/report.json`,
+  );
+  assert.deepEqual([hidden.exists, hidden.status], [false, "pruned"]);
+  assert.equal((await resolver.resolve("session:/raw/0001_outer")).status, "pruned");
+  const report = await pruneRaw(fs, tree.loopyRoot, { sessionId: tree.rootId });
+  const entry = report.removed.find((item) => item.path === leftover);
+  assert.equal(entry?.kind, "pruning_leftover");
+  assert.equal(await exists(fs, leftover), false);
+});
+
+test("findLoopyRoot walks up to the nearest .loopy_loop directory like git finds .git", async () => {
+  const fs = await newRepo();
+  await fs.mkdir("/repo/.loopy_loop/sessions", { recursive: true });
+  await fs.mkdir("/repo/packages/app/src", { recursive: true });
+  assert.equal(await findLoopyRoot(fs, "/repo/packages/app/src"), "/repo/.loopy_loop");
+  assert.equal(await findLoopyRoot(fs, "/repo"), "/repo/.loopy_loop");
+  await fs.mkdir("/repo/packages/app/.loopy_loop");
+  assert.equal(await findLoopyRoot(fs, "/repo/packages/app/src"), "/repo/packages/app/.loopy_loop");
+  await fs.mkdir("/plain/dir", { recursive: true });
+  assert.equal(await findLoopyRoot(fs, "/plain/dir"), undefined);
+  await fs.symlink("/repo/.loopy_loop", "/plain/.loopy_loop");
+  await assert.rejects(findLoopyRoot(fs, "/plain/dir"), LoopyRootError);
+  await assert.rejects(findLoopyRoot(fs, "relative/dir"), LoopyRootError);
+});
+
+test("pruning thousands of raw directories costs the same filesystem work per directory", async () => {
+  const counts: number[] = [];
+  let tenThousand: PruneReport | undefined;
+  for (const n of [1_000, 4_000, 10_000]) {
+    const fs = await newRepo();
+    const tree = await buildFoldedTree(fs);
+    const raw = tree.root.rawDir;
+    for (let i = 10; i < 10 + n; i++) {
+      const dir = `${raw}/${String(i).padStart(5, "0")}_outer`;
+      await fs.mkdir(dir);
+      await fs.writeFile(`${dir}/run.json`, new Uint8Array(8));
+    }
+    fs.resetCounter();
+    const report = await pruneRaw(fs, tree.loopyRoot, { sessionId: tree.rootId });
+    counts.push(fs.operationCount / n);
+    assert.equal(report.count, n + 3 + 1);
+    if (n === 10_000) tenThousand = report;
+  }
+  const [small, , large] = counts as [number, number, number];
+  assert.ok(large < small * 1.2, `operations per directory grew: ${counts.join(", ")}`);
+  assert.ok((tenThousand?.bytes ?? 0) >= 80_000);
+});
+
+test("a new attempt can be created where a pruned one was", async () => {
+  const { fs, tree } = await folded();
+  await pruneRaw(fs, tree.loopyRoot);
+  const again = await createAttemptArtifacts(fs, tree.root, {
+    iteration: 4,
+    workflowId: "outer",
+    attemptId: "a00000000004",
+  }, { prompt: "Next\n", pathsMap: {}, ...deterministic() });
+  assert.ok(await exists(fs, `${again.paths.rawDir}/eval`));
+  const report = await pruneRaw(fs, tree.loopyRoot, { dryRun: true });
+  assert.deepEqual(removedPaths(report), [again.paths.rawDir]);
+});
+
+test("two prunes running at once remove each directory once and never fail on each other", async () => {
+  const { fs, tree } = await folded();
+  const [a, b] = await Promise.all([pruneRaw(fs, tree.loopyRoot), pruneRaw(fs, tree.loopyRoot)]);
+  const removed = [...removedPaths(a), ...removedPaths(b)].sort();
+  assert.deepEqual(removed, [...tree.prunable].sort(), "each directory is reported removed once");
+  for (const dir of tree.prunable) assert.equal(await exists(fs, dir), false, dir);
+  const leftovers = Object.keys(fs.snapshotTree("/")).filter((p) => p.includes(PRUNING_PREFIX));
+  assert.deepEqual(leftovers, []);
+});

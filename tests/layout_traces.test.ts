@@ -1,0 +1,338 @@
+// traces list / inspect / verify over the legacy mirror layout: integrity status per manifest,
+// per-file hash verification, seal receipts, hostile manifests and lookups.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import type { MemoryFs } from "../adapters/memory.ts";
+import {
+  checkTraceSeals,
+  inspectTrace,
+  LayoutRecordError,
+  listTraces,
+  locateTrace,
+  LogicalReferenceResolver,
+  TraceIntegrityError,
+  traceInventoryRootSha256,
+  TraceLookupError,
+  type TraceLookupReason,
+  verifyTrace,
+} from "../layout.ts";
+import { newRepo, readJson, writeJson, writeText } from "./layout_fixtures.ts";
+import {
+  buildMirrorTree,
+  CHILD_ATTEMPT,
+  MIRROR_CHILD_ID,
+  MIRROR_ROOT_ID,
+  type MirrorTree,
+  ROOT_ATTEMPTS,
+} from "./fixtures/mirror_tree.ts";
+
+const FIRST = ROOT_ATTEMPTS.first.attemptId;
+
+async function mirror(): Promise<{ fs: MemoryFs; tree: MirrorTree }> {
+  const fs = await newRepo();
+  return { fs, tree: await buildMirrorTree(fs) };
+}
+
+function lookupFails(reason: TraceLookupReason) {
+  return (error: unknown): boolean => {
+    assert.ok(error instanceof TraceLookupError, String(error));
+    assert.equal(error.reason, reason, error.message);
+    return true;
+  };
+}
+
+function integrityFails(file: string) {
+  return (error: unknown): boolean => {
+    assert.ok(error instanceof TraceIntegrityError, String(error));
+    assert.equal(error.file, file, error.message);
+    return true;
+  };
+}
+
+test("the inventory root hash is the engine's sorted-key, ASCII-escaped compact JSON hash", () => {
+  // Expected values computed with Python: hashlib.sha256(json.dumps(inventory, sort_keys=True,
+  // separators=(",", ":")).encode()).hexdigest().
+  const inventory = [
+    {
+      path: "eval/report.json",
+      sha256: `sha256:${"a".repeat(64)}`,
+      size: 12,
+      media_type: "application/json",
+    },
+    {
+      path: "harness/caf\u00e9 \u{1F600}\u007f.txt",
+      sha256: `sha256:${"b".repeat(64)}`,
+      size: 0,
+      media_type: "text/plain",
+    },
+  ];
+  assert.equal(
+    traceInventoryRootSha256(inventory),
+    "sha256:87c2524ed568d6f3eff09387696f18ccdf96e4d27684cb7d16fffdef868bf7a1",
+  );
+  assert.equal(
+    traceInventoryRootSha256([]),
+    "sha256:4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945",
+  );
+});
+
+test("traces list shows every manifest with its lifecycle, integrity, session and workflow", async () => {
+  const { fs, tree } = await mirror();
+  const listed = await listTraces(fs, tree.loopyRoot);
+  assert.deepEqual(
+    listed.map((entry) => [
+      entry.manifestId,
+      entry.lifecycle,
+      entry.integrity,
+      entry.seal,
+      entry.sessionId,
+      entry.workflowId,
+      entry.manifestPath,
+    ]),
+    [
+      ROOT_ATTEMPTS.second,
+      ROOT_ATTEMPTS.first,
+      ROOT_ATTEMPTS.active,
+      CHILD_ATTEMPT,
+    ].map((attempt) => {
+      const sealed = attempt !== ROOT_ATTEMPTS.active;
+      const session = attempt === CHILD_ATTEMPT ? MIRROR_CHILD_ID : MIRROR_ROOT_ID;
+      return [
+        `trace-${attempt.attemptId}`,
+        sealed ? "sealed" : "active",
+        sealed ? "verified" : "not_finalized",
+        sealed ? "verified" : "not_required",
+        session,
+        attempt.workflowId,
+        `${tree.traceDir(attempt.attemptId)}/trace_manifest.json`,
+      ];
+    }),
+  );
+  assert.ok(listed.every((entry) => entry.problems.length === 0));
+  const empty = await newRepo();
+  await empty.mkdir("/repo/.loopy_loop");
+  assert.deepEqual(await listTraces(empty, "/repo/.loopy_loop"), []);
+});
+
+test("traces inspect finds a trace by manifest id, attempt id or path and verifies every listed file", async () => {
+  const { fs, tree } = await mirror();
+  const dir = tree.traceDir(FIRST);
+  const byId = await inspectTrace(fs, tree.loopyRoot, `trace-${FIRST}`);
+  assert.equal(byId.manifestPath, `${dir}/trace_manifest.json`);
+  assert.deepEqual(byId.manifest, await readJson(fs, `${dir}/trace_manifest.json`));
+  const integrity = byId.observedIntegrity;
+  assert.equal(integrity.status, "verified");
+  assert.equal(byId.integrity, "verified");
+  assert.equal(integrity.expected_file_count, 11);
+  assert.equal(integrity.actual_file_count, 11);
+  assert.equal(integrity.files.length, 11);
+  assert.ok(integrity.files.every((file) => file.status === "ok"));
+  assert.equal(integrity.seal.status, "verified");
+  assert.equal(integrity.seal.receipt_path, `${tree.rootDir}/trace_seals/${FIRST}.json`);
+  for (const reference of [FIRST, dir, `${dir}/trace_manifest.json`, dir.slice("/repo/".length)]) {
+    assert.equal((await locateTrace(fs, tree.loopyRoot, reference)).traceDir, dir, reference);
+  }
+  const active = await verifyTrace(fs, tree.loopyRoot, ROOT_ATTEMPTS.active.attemptId);
+  assert.equal(active.status, "not_finalized");
+});
+
+test("a changed, missing or unlisted file fails verification, and the error names the file", async () => {
+  const { fs, tree } = await mirror();
+  const dir = tree.traceDir(FIRST);
+  await writeJson(fs, `${dir}/eval/report.json`, { passed: 0, failed: 4 });
+  const inspected = await inspectTrace(fs, tree.loopyRoot, `trace-${FIRST}`);
+  const modified = inspected.observedIntegrity.modified;
+  assert.equal(inspected.integrity, "failed");
+  assert.deepEqual(modified.map((item) => item.path), ["eval/report.json"]);
+  assert.notEqual(modified[0]?.actual_sha256, modified[0]?.expected_sha256);
+  assert.equal(
+    inspected.observedIntegrity.files.find((file) => file.path === "eval/report.json")?.status,
+    "modified",
+  );
+  await assert.rejects(
+    verifyTrace(fs, tree.loopyRoot, `trace-${FIRST}`),
+    integrityFails(`${dir}/eval/report.json`),
+  );
+  const listed = await listTraces(fs, tree.loopyRoot);
+  assert.equal(listed.find((entry) => entry.attemptId === FIRST)?.integrity, "failed");
+
+  const second = tree.traceDir(ROOT_ATTEMPTS.second.attemptId);
+  await fs.remove(`${second}/harness/run.json`);
+  await assert.rejects(
+    verifyTrace(fs, tree.loopyRoot, ROOT_ATTEMPTS.second.attemptId),
+    integrityFails(`${second}/harness/run.json`),
+  );
+  const child = tree.traceDir(CHILD_ATTEMPT.attemptId);
+  await writeText(fs, `${child}/agents/extra.log`, "written after sealing");
+  await assert.rejects(
+    verifyTrace(fs, tree.loopyRoot, CHILD_ATTEMPT.attemptId),
+    integrityFails(`${child}/agents/extra.log`),
+  );
+  // A listed file replaced by a symlink is not followed.
+  await fs.remove(`${child}/agents/extra.log`);
+  await fs.remove(`${child}/eval/report.json`);
+  await fs.symlink("/etc/passwd", `${child}/eval/report.json`);
+  const linked = await inspectTrace(fs, tree.loopyRoot, CHILD_ATTEMPT.attemptId);
+  assert.equal(linked.observedIntegrity.modified[0]?.error, "path is a symbolic link");
+});
+
+test("a manifest listing ../ or absolute paths is reported and nothing it names is read", async () => {
+  const { fs, tree } = await mirror();
+  const dir = tree.traceDir(FIRST);
+  const manifestPath = `${dir}/trace_manifest.json`;
+  const manifest = await readJson(fs, manifestPath);
+  const escape = `../../../../../sessions/${MIRROR_ROOT_ID}/state.json`;
+  const hash = `sha256:${"0".repeat(64)}`;
+  await writeJson(fs, manifestPath, {
+    ...manifest,
+    inventory: [
+      ...(manifest.inventory as unknown[]),
+      { path: escape, sha256: hash, size: 1, media_type: "application/json" },
+      { path: "/etc/passwd", sha256: hash, size: 1, media_type: "text/plain" },
+      { path: "eval//report.json", sha256: hash, size: 1, media_type: "text/plain" },
+    ],
+  });
+  fs.resetCounter();
+  const inspected = await inspectTrace(fs, tree.loopyRoot, `trace-${FIRST}`);
+  const errors = inspected.observedIntegrity.manifest_errors;
+  assert.ok(errors.some((error) => error.includes(JSON.stringify(escape))), errors.join("; "));
+  assert.ok(errors.some((error) => error.includes('"/etc/passwd"')), errors.join("; "));
+  assert.ok(errors.some((error) => error.includes('"eval//report.json"')), errors.join("; "));
+  assert.equal(inspected.observedIntegrity.status, "failed");
+  const touched = new Set(fs.operationLog.map((op) => op.path));
+  assert.equal(touched.has(`${tree.rootDir}/state.json`), false);
+  assert.equal(touched.has("/etc/passwd"), false);
+  await assert.rejects(
+    verifyTrace(fs, tree.loopyRoot, `trace-${FIRST}`),
+    integrityFails(manifestPath),
+  );
+});
+
+test("a seal receipt that contradicts its manifest, or is missing, fails verification", async () => {
+  const { fs, tree } = await mirror();
+  const receipt = `${tree.rootDir}/trace_seals/${FIRST}.json`;
+  const seal = await readJson(fs, receipt);
+  await writeJson(fs, receipt, { ...seal, manifest_sha256: `sha256:${"1".repeat(64)}` });
+  const inspected = await inspectTrace(fs, tree.loopyRoot, FIRST);
+  assert.equal(inspected.observedIntegrity.seal.status, "mismatch");
+  assert.deepEqual(inspected.observedIntegrity.seal.errors, [
+    "trace seal receipt field 'manifest_sha256' does not match",
+  ]);
+  await assert.rejects(verifyTrace(fs, tree.loopyRoot, FIRST), integrityFails(receipt));
+  // Editing the manifest (here: its lifecycle) breaks the seal's manifest hash.
+  await writeJson(fs, receipt, seal);
+  assert.equal((await verifyTrace(fs, tree.loopyRoot, FIRST)).status, "verified");
+  const manifestPath = `${tree.traceDir(FIRST)}/trace_manifest.json`;
+  await writeJson(fs, manifestPath, {
+    ...(await readJson(fs, manifestPath)),
+    lifecycle: "incomplete",
+  });
+  await assert.rejects(verifyTrace(fs, tree.loopyRoot, FIRST), integrityFails(receipt));
+  await fs.remove(receipt);
+  const missing = await inspectTrace(fs, tree.loopyRoot, FIRST);
+  assert.equal(missing.observedIntegrity.seal.status, "missing");
+  assert.equal(missing.observedIntegrity.status, "failed");
+});
+
+test("checkTraceSeals verifies each seal and reports one for a missing attempt or a foreign one", async () => {
+  const { fs, tree } = await mirror();
+  const seals = `${tree.rootDir}/trace_seals`;
+  const good = await checkTraceSeals(fs, tree.loopyRoot, { sessionId: MIRROR_ROOT_ID });
+  assert.deepEqual(good.map((check) => [check.attemptId, check.status]), [
+    [ROOT_ATTEMPTS.second.attemptId, "verified"],
+    [FIRST, "verified"],
+  ]);
+  const seal = await readJson(fs, `${seals}/${FIRST}.json`);
+  // A seal for an attempt that has no trace.
+  await writeJson(fs, `${seals}/ffffffffffff.json`, {
+    ...seal,
+    attempt_id: "ffffffffffff",
+    manifest_id: "trace-ffffffffffff",
+  });
+  // A copy under another attempt's name, one naming another session, and a symlinked one.
+  await writeJson(fs, `${seals}/aaaaaaaaaaaa.json`, seal);
+  await writeJson(fs, `${seals}/bbbbbbbbbbbb.json`, {
+    ...seal,
+    attempt_id: "bbbbbbbbbbbb",
+    session_id: MIRROR_CHILD_ID,
+  });
+  await fs.symlink(`${seals}/${FIRST}.json`, `${seals}/cccccccccccc.json`);
+  await writeText(fs, `${seals}/dddddddddddd.json`, "{ torn");
+  const checks = await checkTraceSeals(fs, tree.loopyRoot, { sessionId: MIRROR_ROOT_ID });
+  const status = Object.fromEntries(
+    checks.map((check) => [check.sealPath.split("/").at(-1), check.status]),
+  );
+  assert.deepEqual(status, {
+    [`${ROOT_ATTEMPTS.second.attemptId}.json`]: "verified",
+    [`${FIRST}.json`]: "verified",
+    "aaaaaaaaaaaa.json": "invalid",
+    "bbbbbbbbbbbb.json": "invalid",
+    "cccccccccccc.json": "invalid",
+    "dddddddddddd.json": "invalid",
+    "ffffffffffff.json": "trace_absent",
+  });
+  // The resolver treats the sealed-but-absent trace as pruned rather than unknown.
+  const resolver = await LogicalReferenceResolver.forSession(fs, {
+    repoRoot: tree.repoRoot,
+    sessionId: MIRROR_ROOT_ID,
+  });
+  assert.equal(
+    (await resolver.resolve("trace:trace-ffffffffffff:/eval/report.json")).status,
+    "pruned",
+  );
+});
+
+test("lookups that name no single trace are typed errors", async () => {
+  const { fs, tree } = await mirror();
+  await assert.rejects(
+    locateTrace(fs, tree.loopyRoot, "trace-000000000000"),
+    lookupFails("not_found"),
+  );
+  await assert.rejects(locateTrace(fs, tree.loopyRoot, "/etc/passwd"), lookupFails("outside"));
+  await assert.rejects(locateTrace(fs, tree.loopyRoot, "../outside/x"), lookupFails("outside"));
+  await assert.rejects(locateTrace(fs, tree.loopyRoot, tree.tracesDir), lookupFails("outside"));
+  await assert.rejects(
+    locateTrace(fs, tree.loopyRoot, `${tree.tracesDir}/${MIRROR_ROOT_ID}/sessions`),
+    lookupFails("not_a_manifest"),
+  );
+  await assert.rejects(
+    locateTrace(fs, tree.loopyRoot, `${tree.traceDir(FIRST)}/eval/report.json`),
+    lookupFails("not_a_manifest"),
+  );
+  await assert.rejects(
+    locateTrace(fs, tree.loopyRoot, `${tree.tracesDir}/nowhere/trace_manifest.json`),
+    lookupFails("not_found"),
+  );
+  // A symlinked trace directory inside traces/ is neither listed nor inspected through.
+  const linked = `${tree.tracesDir}/${MIRROR_ROOT_ID}/sessions/${MIRROR_ROOT_ID}/attempts/linked`;
+  await fs.symlink(tree.traceDir(FIRST), linked);
+  await assert.rejects(locateTrace(fs, tree.loopyRoot, linked), lookupFails("symlink"));
+  assert.equal((await listTraces(fs, tree.loopyRoot)).length, 4);
+  // Two manifests with one id.
+  const copy = `${tree.tracesDir}/${MIRROR_ROOT_ID}/sessions/${MIRROR_ROOT_ID}/attempts/copy`;
+  await fs.mkdir(copy);
+  await fs.writeFile(
+    `${copy}/trace_manifest.json`,
+    await fs.readFile(`${tree.traceDir(FIRST)}/trace_manifest.json`),
+  );
+  await assert.rejects(locateTrace(fs, tree.loopyRoot, `trace-${FIRST}`), lookupFails("ambiguous"));
+});
+
+test("an unreadable or symlinked manifest is listed as failed, and lookups skip unreadable ones", async () => {
+  const { fs, tree } = await mirror();
+  const attempts = `${tree.tracesDir}/${MIRROR_ROOT_ID}/sessions/${MIRROR_ROOT_ID}/attempts`;
+  await fs.mkdir(`${attempts}/torn`);
+  await writeText(fs, `${attempts}/torn/trace_manifest.json`, '{"manifest_id": "trace-torn"');
+  await fs.mkdir(`${attempts}/linked`);
+  await fs.symlink("/etc/manifest.json", `${attempts}/linked/trace_manifest.json`);
+  const listed = await listTraces(fs, tree.loopyRoot);
+  const failed = listed.filter((entry) => entry.manifestId === null);
+  assert.deepEqual(failed.map((entry) => [entry.traceDir, entry.integrity]), [
+    [`${attempts}/linked`, "failed"],
+    [`${attempts}/torn`, "failed"],
+  ]);
+  assert.ok(failed.every((entry) => entry.problems.length === 1));
+  await assert.rejects(locateTrace(fs, tree.loopyRoot, "trace-torn"), lookupFails("not_found"));
+  await assert.rejects(inspectTrace(fs, tree.loopyRoot, `${attempts}/torn`), LayoutRecordError);
+  assert.equal((await verifyTrace(fs, tree.loopyRoot, FIRST)).status, "verified");
+});
