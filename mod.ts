@@ -179,3 +179,13 @@ export {
 } from "./src/loop/archive.ts";
 export { type CompactionResult } from "./src/loop/compaction.ts";
 export { type CleanupReport } from "./src/loop/maintenance.ts";
+export {
+  type FindingSeverity,
+  type SalvageOptions,
+  type SalvageResult,
+  salvageSession,
+  type VerifyFinding,
+  type VerifyOptions,
+  type VerifyReport,
+  verifySession,
+} from "./src/loop/verify.ts";

@@ -1,0 +1,95 @@
+/**
+ * A small argument parser for the command line: positionals, `--flag`, `--name value` and
+ * `--name=value`. Unknown flags are usage errors.
+ *
+ * @module
+ */
+
+/** A usage error: the command line does not fit the command (exit code 2). */
+export class UsageError extends Error {
+  /** Creates a usage error. */
+  constructor(message: string) {
+    super(message);
+    this.name = "UsageError";
+  }
+}
+
+/** How a command's flags are declared: `true` for a boolean flag, `"value"` for a flag taking a value. */
+export type FlagSpec = Readonly<Record<string, "boolean" | "value" | "values">>;
+
+/** Parsed arguments. */
+export interface ParsedArgs {
+  /** Positional arguments in order. */
+  readonly positionals: string[];
+  /** Boolean flags that were given. */
+  readonly flags: ReadonlySet<string>;
+  /** Value flags (the last value wins), and repeated ones in `lists`. */
+  readonly values: ReadonlyMap<string, string>;
+  /** Every value of a `"values"` flag. */
+  readonly lists: ReadonlyMap<string, string[]>;
+}
+
+/** Parses `args` against `spec`; `--help`/`-h` is always accepted as a boolean flag `help`. */
+export function parseArgs(args: readonly string[], spec: FlagSpec): ParsedArgs {
+  const positionals: string[] = [];
+  const flags = new Set<string>();
+  const values = new Map<string, string>();
+  const lists = new Map<string, string[]>();
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i] as string;
+    if (arg === "--") {
+      positionals.push(...args.slice(i + 1));
+      break;
+    }
+    if (arg === "-h" || arg === "--help") {
+      flags.add("help");
+      continue;
+    }
+    if (!arg.startsWith("--") || arg === "-") {
+      if (arg.startsWith("-") && arg !== "-" && !/^-\d/.test(arg)) {
+        throw new UsageError(`unknown option '${arg}'`);
+      }
+      positionals.push(arg);
+      continue;
+    }
+    const eq = arg.indexOf("=");
+    const name = arg.slice(2, eq < 0 ? undefined : eq);
+    const kind = spec[name];
+    if (kind === undefined) throw new UsageError(`unknown option '--${name}'`);
+    if (kind === "boolean") {
+      if (eq >= 0) throw new UsageError(`option '--${name}' takes no value`);
+      flags.add(name);
+      continue;
+    }
+    let value: string | undefined;
+    if (eq >= 0) value = arg.slice(eq + 1);
+    else {
+      value = args[i + 1];
+      i++;
+    }
+    if (value === undefined) throw new UsageError(`option '--${name}' needs a value`);
+    values.set(name, value);
+    if (kind === "values") lists.set(name, [...(lists.get(name) ?? []), value]);
+  }
+  return { positionals, flags, values, lists };
+}
+
+/** Parses a non-negative number option (integers only when `integer`). */
+export function numberOption(
+  parsed: ParsedArgs,
+  name: string,
+  integer: boolean,
+): number | undefined {
+  const raw = parsed.values.get(name);
+  if (raw === undefined) return undefined;
+  const value = Number(raw);
+  if (
+    raw.trim() === "" || !Number.isFinite(value) || value < 0 ||
+    (integer && !Number.isSafeInteger(value))
+  ) {
+    throw new UsageError(
+      `--${name} must be a non-negative ${integer ? "integer" : "number"}, got '${raw}'`,
+    );
+  }
+  return value;
+}

@@ -1,0 +1,307 @@
+/**
+ * `layout …`, `prune-raw` and `traces …` commands over the `.loopy_loop/` tree of a repository,
+ * found by walking up from the current directory like git finds `.git`.
+ *
+ * @module
+ */
+import { dirname, join, resolve } from "../port/path.ts";
+import { LOOPY_DIRNAME } from "../layout/paths.ts";
+import { sessionPhase } from "../layout/records.ts";
+import {
+  findWorkingSession,
+  listRootSessionIds,
+  loadSessionTree,
+  readSessionState,
+  type SessionNode,
+  type SessionTree,
+} from "../layout/tree.ts";
+import { LogicalReferenceResolver } from "../layout/refs.ts";
+import { pruneRaw } from "../layout/prune.ts";
+import { findLoopyRoot } from "../layout/loopy_root.ts";
+import { inspectTrace, listTraces } from "../layout/traces.ts";
+import { numberOption, parseArgs, UsageError } from "./args.ts";
+import { type CliIo, formatBytes, printJson, Progress, table } from "./output.ts";
+
+const HELP: Readonly<Record<string, string>> = {
+  tree: `Usage: loop-sessions layout tree [ROOT] [--json]
+
+Prints each root session's recursive tree with its status; '*' marks the deepest live session,
+the only one that receives work.`,
+  show: `Usage: loop-sessions layout show <session id> [--json]
+
+Shows a session's manifest, layout, depth, parent, status and children.`,
+  resolve: `Usage: loop-sessions layout resolve <logical ref> [--session ID] [--json]
+
+Resolves repo:/, session:/, root:/, parent:/, session:<id>:/ or trace:<manifest>:/ references to a
+confined path. --session names the current session (default: the working session when only one
+tree exists).`,
+  "prune-raw":
+    `Usage: loop-sessions prune-raw [--older-than DAYS] [--session ID] [--legacy-traces] [--dry-run] [--json]
+
+Deletes raw attempt directories (raw/<NNNN>_<workflow>/) of folded sessions; never the durable
+tree. --legacy-traces also removes the historical .loopy_loop/traces/ mirror and its outbox.
+--dry-run prints the plan and changes nothing.`,
+  traces: `Usage: loop-sessions traces list [--json]
+       loop-sessions traces inspect <attempt or manifest id> [--json]
+
+Lists legacy mirror-layout trace manifests with their seal status, or shows one manifest's
+inventory with every file's hash verified.`,
+};
+
+/** A copy of `value` with object keys sorted, for stable JSON like the engine prints. */
+function sortKeys(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(sortKeys);
+  if (value === null || typeof value !== "object") return value;
+  return Object.fromEntries(
+    Object.keys(value as Record<string, unknown>).sort().map((
+      k,
+    ) => [k, sortKeys((value as Record<string, unknown>)[k])]),
+  );
+}
+
+/** Finds the repository root: the nearest directory from `start` upward holding `.loopy_loop/`. */
+export async function findRepoRoot(io: CliIo, start: string): Promise<string> {
+  const loopyRoot = await findLoopyRoot(io.fs, start);
+  if (loopyRoot === undefined) {
+    throw new UsageError(
+      `no ${LOOPY_DIRNAME}/ directory in '${start}' or any parent; run from inside a repository`,
+    );
+  }
+  return dirname(loopyRoot);
+}
+
+function helpOr(io: CliIo, key: string, parsed: { flags: ReadonlySet<string> }): boolean {
+  if (!parsed.flags.has("help")) return false;
+  io.out((HELP[key] ?? "") + "\n");
+  return true;
+}
+
+interface TreeLine {
+  readonly id: string;
+  readonly depth: number;
+  readonly status: string;
+  readonly phase: string;
+  readonly layout: string;
+  readonly working: boolean;
+}
+
+async function treeLines(io: CliIo, tree: SessionTree): Promise<TreeLine[]> {
+  const working = await findWorkingSession(io.fs, tree);
+  const lines: TreeLine[] = [];
+  const visit = async (node: SessionNode): Promise<void> => {
+    let status = "unknown";
+    let phase = "unknown";
+    try {
+      const state = await readSessionState(io.fs, node.dir);
+      status = state.status;
+      phase = sessionPhase(state);
+    } catch (error) {
+      if (!(error instanceof Error)) throw error;
+      status = `invalid state.json (${error.message})`;
+    }
+    lines.push({
+      id: node.sessionId,
+      depth: node.depth,
+      status,
+      phase,
+      layout: node.layout,
+      working: working?.node.sessionId === node.sessionId,
+    });
+    for (const child of node.childIds) {
+      const childNode = tree.get(child);
+      if (childNode !== undefined) await visit(childNode);
+    }
+  };
+  await visit(tree.root);
+  return lines;
+}
+
+/** Runs `layout <subcommand> …`; returns the exit code. */
+export async function runLayout(io: CliIo, args: readonly string[]): Promise<number> {
+  const [sub, ...rest] = args;
+  if (sub === undefined || sub === "help" || sub === "--help" || sub === "-h") {
+    io.out(`Usage: loop-sessions layout <tree|show|resolve> [options]\n`);
+    return sub === undefined ? 2 : 0;
+  }
+  if (sub === "tree") {
+    const parsed = parseArgs(rest, { json: "boolean" });
+    if (helpOr(io, "tree", parsed)) return 0;
+    if (parsed.positionals.length > 1) throw new UsageError("layout tree takes at most one ROOT");
+    const repoRoot = await findRepoRoot(io, io.cwd);
+    const roots = parsed.positionals.length === 1
+      ? parsed.positionals
+      : await listRootSessionIds(io.fs, repoRoot);
+    const trees: { root: string; sessions: TreeLine[] }[] = [];
+    for (const root of roots) {
+      const tree = await loadSessionTree(io.fs, repoRoot, root);
+      trees.push({ root: tree.rootSessionId, sessions: await treeLines(io, tree) });
+    }
+    if (parsed.flags.has("json")) printJson(io, { repoRoot, trees });
+    else {
+      if (trees.length === 0) io.out("No sessions found.\n");
+      for (const tree of trees) {
+        for (const line of tree.sessions) {
+          io.out(
+            `${line.working ? "*" : " "} ${"  ".repeat(line.depth)}${line.id}  ${line.status}${
+              line.layout === "mirror" ? " (mirror)" : ""
+            }\n`,
+          );
+        }
+      }
+    }
+    return 0;
+  }
+  if (sub === "show") {
+    const parsed = parseArgs(rest, { json: "boolean" });
+    if (helpOr(io, "show", parsed)) return 0;
+    const [id] = parsed.positionals;
+    if (id === undefined || parsed.positionals.length > 1) {
+      throw new UsageError("layout show takes one <session id>");
+    }
+    const repoRoot = await findRepoRoot(io, io.cwd);
+    const tree = await loadSessionTree(io.fs, repoRoot, id);
+    const node = tree.require(id);
+    const state = await readSessionState(io.fs, node.dir);
+    const result = {
+      sessionId: node.sessionId,
+      dir: node.dir,
+      layout: node.layout,
+      depth: node.depth,
+      parentSessionId: node.parentSessionId,
+      rootSessionId: node.rootSessionId,
+      status: state.status,
+      phase: sessionPhase(state),
+      children: node.childIds,
+      manifest: node.manifest,
+    };
+    if (parsed.flags.has("json")) printJson(io, result);
+    else {
+      const rows: [string, string][] = [
+        ["session", result.sessionId],
+        ["dir", result.dir],
+        ["layout", result.layout],
+        ["depth", String(result.depth)],
+        ["parent", result.parentSessionId ?? "-"],
+        ["root", result.rootSessionId],
+        ["status", `${result.status} (${result.phase})`],
+        ["children", result.children.length === 0 ? "-" : result.children.join(", ")],
+      ];
+      io.out(rows.map(([k, v]) => `${k.padEnd(8)}  ${v}`).join("\n") + "\n");
+    }
+    return 0;
+  }
+  if (sub === "resolve") {
+    const parsed = parseArgs(rest, { session: "value", json: "boolean" });
+    if (helpOr(io, "resolve", parsed)) return 0;
+    const [reference] = parsed.positionals;
+    if (reference === undefined || parsed.positionals.length > 1) {
+      throw new UsageError("layout resolve takes one <logical ref>");
+    }
+    const repoRoot = await findRepoRoot(io, io.cwd);
+    let sessionId = parsed.values.get("session");
+    if (sessionId === undefined) {
+      const roots = await listRootSessionIds(io.fs, repoRoot);
+      if (roots.length !== 1) {
+        throw new UsageError(`pass --session: the repository has ${roots.length} session trees`);
+      }
+      const tree = await loadSessionTree(io.fs, repoRoot, roots[0] as string);
+      sessionId = (await findWorkingSession(io.fs, tree))?.node.sessionId ?? tree.rootSessionId;
+    }
+    const resolver = await LogicalReferenceResolver.forSession(io.fs, { repoRoot, sessionId });
+    const resolved = await resolver.resolve(reference);
+    if (parsed.flags.has("json")) printJson(io, { sessionId, ...resolved });
+    else io.out(`${resolved.path}${resolved.exists ? "" : " (absent)"}\n`);
+    return 0;
+  }
+  throw new UsageError(`unknown command 'layout ${sub}'`);
+}
+
+/** Runs `prune-raw …`; returns the exit code. */
+export async function runPruneRaw(io: CliIo, args: readonly string[]): Promise<number> {
+  const parsed = parseArgs(args, {
+    "older-than": "value",
+    session: "value",
+    "legacy-traces": "boolean",
+    "dry-run": "boolean",
+    json: "boolean",
+  });
+  if (helpOr(io, "prune-raw", parsed)) return 0;
+  if (parsed.positionals.length > 0) {
+    throw new UsageError("prune-raw takes no positional arguments");
+  }
+  const olderThanDays = numberOption(parsed, "older-than", false);
+  const sessionId = parsed.values.get("session");
+  const repoRoot = await findRepoRoot(io, io.cwd);
+  const json = parsed.flags.has("json");
+  const progress = new Progress(io, "pruning", json);
+  const report = await pruneRaw(io.fs, join(repoRoot, LOOPY_DIRNAME), {
+    ...(olderThanDays === undefined ? {} : { olderThanDays }),
+    ...(sessionId === undefined ? {} : { sessionId }),
+    legacyTraces: parsed.flags.has("legacy-traces"),
+    dryRun: parsed.flags.has("dry-run"),
+    now: () => new Date(io.now()),
+    onProgress: (done: number, total: number) => progress.update(done, total),
+  });
+  progress.end();
+  if (json) {
+    printJson(io, report);
+    return 0;
+  }
+  const verb = report.dryRun ? "would remove" : "removed";
+  for (const item of report.removed) io.out(`${verb} ${item.path} (${formatBytes(item.bytes)})\n`);
+  for (const item of report.skipped) io.out(`skipped ${item.path}: ${item.reason}\n`);
+  io.out(
+    `${report.dryRun ? "would prune" : "pruned"} ${report.count} raw attempt dir(s), ${
+      formatBytes(report.bytes)
+    }\n`,
+  );
+  return 0;
+}
+
+/** Runs `traces list|inspect …`; returns the exit code. */
+export async function runTraces(io: CliIo, args: readonly string[]): Promise<number> {
+  const [sub, ...rest] = args;
+  const parsed = parseArgs(rest, { json: "boolean" });
+  if (sub === undefined || sub === "--help" || sub === "-h" || parsed.flags.has("help")) {
+    io.out(HELP.traces + "\n");
+    return sub === undefined ? 2 : 0;
+  }
+  const repoRoot = await findRepoRoot(io, io.cwd);
+  const loopyRoot = join(repoRoot, LOOPY_DIRNAME);
+  if (sub === "list") {
+    if (parsed.positionals.length > 0) {
+      throw new UsageError("traces list takes no positional arguments");
+    }
+    const traces = await listTraces(io.fs, loopyRoot);
+    if (parsed.flags.has("json")) printJson(io, traces);
+    else if (traces.length === 0) io.out("No traces found.\n");
+    else {
+      io.out(table(
+        ["MANIFEST", "LIFECYCLE", "INTEGRITY", "SESSION", "WORKFLOW", "PATH"],
+        traces.map((t) =>
+          [t.manifestId, t.lifecycle, t.integrity, t.sessionId, t.workflowId, t.manifestPath].map((
+            cell,
+          ) => cell ?? "-")
+        ),
+      ));
+    }
+    return 0;
+  }
+  if (sub === "inspect") {
+    const [ref] = parsed.positionals;
+    if (ref === undefined || parsed.positionals.length > 1) {
+      throw new UsageError("traces inspect takes one <attempt or manifest id>");
+    }
+    const inspection = await inspectTrace(
+      io.fs,
+      loopyRoot,
+      ref.includes("/") ? resolve(io.cwd, ref) : ref,
+    );
+    printJson(
+      io,
+      sortKeys({ ...inspection.manifest, observed_integrity: inspection.observedIntegrity }),
+    );
+    return inspection.integrity === "failed" ? 1 : 0;
+  }
+  throw new UsageError(`unknown command 'traces ${sub}'`);
+}

@@ -1,0 +1,111 @@
+/**
+ * The command line of `@loop/sessions`: inspect, verify, migrate and maintain Loop session
+ * stores (`~/.loop`) and folded session trees (`.loopy_loop/`). `runCli` is runtime-neutral;
+ * `bin.ts` wires it to Deno or Node.
+ *
+ * Exit codes: 0 success, 1 findings (corruption, failures), 2 usage errors.
+ *
+ * @module
+ */
+import { FsError, PermissionDenied } from "../port/errors.ts";
+import { SessionError } from "../loop/errors.ts";
+import { LayoutError } from "../layout/errors.ts";
+import { parseArgs, UsageError } from "./args.ts";
+import type { CliIo } from "./output.ts";
+import { runSessions } from "./sessions.ts";
+import { runLayout, runPruneRaw, runTraces } from "./layout.ts";
+
+export type { CliIo } from "./output.ts";
+
+/** The version printed by `--version`. */
+export const CLI_VERSION = "0.1.0";
+
+/** The top-level help text. */
+export const MAIN_HELP =
+  `loop-sessions ${CLI_VERSION}: inspect and maintain coding-agent session stores
+
+Usage: loop-sessions [--data-dir DIR] <command> [options]
+
+Loop session store (default ~/.loop, or $LOOP_DATA_DIR, or --data-dir):
+  sessions list [--cwd DIR | --dir COLLECTION | --all-workspaces] [--fast] [--json]
+  sessions show <id|path> [--json]
+  sessions history <id|path> [--before N] [--json]
+  sessions verify [<id|path> | --all] [--json]
+  sessions migrate [<path> | --all] [--dry-run] [--json]
+  sessions archive|restore|delete <id...>
+  sessions compact <id|path>
+  sessions salvage <id|path> --to <collection dir>
+
+Folded session layout (.loopy_loop/ found by walking up from the current directory):
+  layout tree [ROOT] [--json]
+  layout show <session id> [--json]
+  layout resolve <logical ref> [--session ID] [--json]
+  prune-raw [--older-than DAYS] [--session ID] [--legacy-traces] [--dry-run] [--json]
+  traces list [--json]
+  traces inspect <attempt or manifest id> [--json]
+
+Every command takes --help. Exit codes: 0 ok, 1 findings, 2 usage.
+`;
+
+/** Runs the command line with `args` (without the program name); returns the exit code. */
+export async function runCli(args: readonly string[], io: CliIo): Promise<number> {
+  try {
+    let dataDir: string | undefined;
+    let rest = [...args];
+    while (rest[0]?.startsWith("--data-dir")) {
+      const first = rest[0];
+      if (first.includes("=")) {
+        dataDir = first.slice("--data-dir=".length);
+        rest = rest.slice(1);
+      } else {
+        dataDir = rest[1];
+        if (dataDir === undefined) throw new UsageError("option '--data-dir' needs a value");
+        rest = rest.slice(2);
+      }
+    }
+    const [command, ...tail] = rest;
+    switch (command) {
+      case undefined:
+        io.err(MAIN_HELP);
+        return 2;
+      case "help":
+      case "--help":
+      case "-h":
+        io.out(MAIN_HELP);
+        return 0;
+      case "--version":
+        io.out(`${CLI_VERSION}\n`);
+        return 0;
+      case "sessions":
+        return await runSessions(io, tail, dataDir);
+      case "layout":
+        return await runLayout(io, tail);
+      case "prune-raw":
+        return await runPruneRaw(io, tail);
+      case "traces":
+        return await runTraces(io, tail);
+      default:
+        parseArgs([command], {});
+        throw new UsageError(`unknown command '${command}'`);
+    }
+  } catch (error) {
+    return report(io, error);
+  }
+}
+
+/** Prints one line for a failure and returns its exit code. */
+function report(io: CliIo, error: unknown): number {
+  if (error instanceof UsageError) {
+    io.err(`usage error: ${error.message}\nRun 'loop-sessions --help' for the commands.\n`);
+    return 2;
+  }
+  if (error instanceof PermissionDenied) {
+    io.err(`error: permission denied: ${error.path}; check the file's owner and mode\n`);
+    return 1;
+  }
+  if (error instanceof SessionError || error instanceof FsError || error instanceof LayoutError) {
+    io.err(`error: ${(error as Error).message}\n`);
+    return 1;
+  }
+  throw error;
+}

@@ -1,0 +1,84 @@
+/**
+ * Output helpers of the command line: the runtime-neutral `CliIo`, aligned tables, JSON and a
+ * progress line that only appears on a terminal.
+ *
+ * @module
+ */
+import type { FileSystem } from "../port/fs.ts";
+import type { Sha256Factory } from "../port/sha256.ts";
+import type { ProcessProbe } from "../loop/lock.ts";
+
+/** What a command needs from the runtime. */
+export interface CliIo {
+  /** The filesystem (the runtime's own adapter). */
+  readonly fs: FileSystem;
+  /** The SHA-256 factory (native where the runtime has one). */
+  readonly sha256: Sha256Factory;
+  /** The process probe for writer locks, when the runtime has one. */
+  readonly process?: ProcessProbe;
+  /** Writes to standard output. */
+  readonly out: (text: string) => void;
+  /** Writes to standard error. */
+  readonly err: (text: string) => void;
+  /** True when standard error is a terminal (progress lines are shown only then). */
+  readonly errIsTerminal: boolean;
+  /** Reads an environment variable. */
+  readonly env: (name: string) => string | undefined;
+  /** The current working directory (absolute). */
+  readonly cwd: string;
+  /** The clock, in Unix milliseconds. */
+  readonly now: () => number;
+}
+
+/** Formats rows as an aligned table with a header row. */
+export function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  const line = (cells: readonly string[]): string =>
+    cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i] as number))).join("  ")
+      .trimEnd();
+  return [line(header), ...rows.map(line)].join("\n") + "\n";
+}
+
+/** Writes `value` as indented JSON with a trailing newline. */
+export function printJson(io: CliIo, value: unknown): void {
+  io.out(JSON.stringify(value, null, 2) + "\n");
+}
+
+/** A progress line on standard error, shown only on a terminal and never with `--json`. */
+export class Progress {
+  readonly #io: CliIo;
+  readonly #enabled: boolean;
+  readonly #label: string;
+  #shown = false;
+
+  /** Creates a progress line for `label`; disabled unless stderr is a terminal and not `json`. */
+  constructor(io: CliIo, label: string, json: boolean) {
+    this.#io = io;
+    this.#label = label;
+    this.#enabled = io.errIsTerminal && !json;
+  }
+
+  /** Shows `done` of `total`. */
+  update(done: number, total: number): void {
+    if (!this.#enabled) return;
+    this.#shown = true;
+    this.#io.err(`\r${this.#label} ${done}/${total}`);
+  }
+
+  /** Clears the line. */
+  end(): void {
+    if (this.#shown) this.#io.err("\r\x1b[K");
+  }
+}
+
+/** Formats a byte count (`1.5 MiB`). */
+export function formatBytes(bytes: number): string {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit++;
+  }
+  return unit === 0 ? `${bytes} B` : `${value.toFixed(1)} ${units[unit]}`;
+}
