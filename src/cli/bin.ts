@@ -12,6 +12,9 @@
 import type { CliIo } from "./output.ts";
 import { runCli } from "./main.ts";
 
+export type { CliIo } from "./output.ts";
+export { runCli } from "./main.ts";
+
 interface DenoLike {
   readonly args: string[];
   cwd(): string;

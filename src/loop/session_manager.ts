@@ -46,7 +46,6 @@ import {
   type SessionHeader,
   type SessionTitle,
   type SystemPromptCheckpoint,
-  titleTextOf,
   validateSessionMetadata,
 } from "./records/mod.ts";
 import {
@@ -228,6 +227,11 @@ export interface SessionManagerInit {
   readonly readOnly?: boolean;
   /** Called once by `close()` after the manager released its resources (e.g. a writer lock). */
   readonly onClose?: () => Promise<void>;
+  /**
+   * Called before the first write, once the session directory exists (e.g. to take a writer
+   * lock inside it); a rejection fails that write, and the next write calls it again.
+   */
+  readonly beforeFirstWrite?: () => Promise<void>;
 }
 
 /**
@@ -241,6 +245,7 @@ export class SessionManager {
   readonly #collectionDir: string;
   readonly #readOnly: boolean;
   readonly #onClose: (() => Promise<void>) | undefined;
+  #beforeFirstWrite: (() => Promise<void>) | undefined;
   readonly #queue = new SerialQueue();
   #committed: Committed;
   #pending: PendingCommit | undefined;
@@ -264,6 +269,7 @@ export class SessionManager {
     this.#collectionDir = init.collectionDir;
     this.#readOnly = init.readOnly === true;
     this.#onClose = init.onClose;
+    this.#beforeFirstWrite = init.beforeFirstWrite;
     this.#committed = committed;
     if (!this.#readOnly) claimWriter(this.#fs, this.#dir, this);
   }
@@ -827,6 +833,10 @@ export class SessionManager {
     const durability = this.#context.durability;
     await ensurePrivateDir(this.#fs, this.#collectionDir, durability);
     await ensurePrivateDir(this.#fs, this.#dir, durability);
+    if (this.#beforeFirstWrite !== undefined) {
+      await this.#beforeFirstWrite();
+      this.#beforeFirstWrite = undefined;
+    }
     for (const name of [META_FILE, INDEX_FILE]) {
       try {
         await this.#fs.chmod(join(this.#dir, name), PRIVATE_FILE_MODE);
