@@ -24,6 +24,7 @@
  * @module
  */
 import { createHash, type Hash } from "node:crypto";
+import process from "node:process";
 import type {
   DirEntry,
   EntryKind,
@@ -46,6 +47,7 @@ import {
   PermissionDenied,
 } from "../src/port/errors.ts";
 import type { Sha256, Sha256Factory } from "../src/port/sha256.ts";
+import type { ProcessProbe } from "../src/loop/lock.ts";
 
 /** Codes with which a platform refuses to open or fsync a directory (documented no-op). */
 const DIR_SYNC_REFUSALS: ReadonlySet<string> = new Set(["EISDIR", "EINVAL", "EPERM", "EBADF"]);
@@ -404,3 +406,31 @@ class NativeSha256 implements Sha256 {
  * pure-TypeScript default on large histories.
  */
 export const denoSha256: Sha256Factory = (): Sha256 => new NativeSha256(createHash("sha256"));
+
+/**
+ * The process probe of the Deno adapter, for cross-process session locks
+ * (`new SessionStore({ fs: denoFs(), process: denoProcessProbe() })`): `Deno.pid`,
+ * `Deno.hostname()` (needs `--allow-sys=hostname`), and liveness by signal 0 through
+ * `node:process` (Deno's own `Deno.kill` has no signal 0): EPERM means alive but not ours, ESRCH
+ * means gone.
+ *
+ * @returns A probe of this process and host.
+ */
+export function denoProcessProbe(): ProcessProbe {
+  return { pid: Deno.pid, host: Deno.hostname(), isAlive: isProcessAlive };
+}
+
+/** True when a process with `pid` exists on this host (signal 0 sends nothing). */
+function isProcessAlive(pid: number): boolean {
+  // 0 and negative pids address process groups, never one process.
+  if (!Number.isSafeInteger(pid) || pid <= 0) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    const code = codeOf(error);
+    if (code === "EPERM") return true;
+    if (code === "ESRCH") return false;
+    throw mapError(error, "kill", String(pid));
+  }
+}

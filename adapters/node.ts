@@ -31,7 +31,8 @@ import { constants } from "node:fs";
 import * as fsp from "node:fs/promises";
 import type { Stats } from "node:fs";
 import type { FileHandle as NativeHandle } from "node:fs/promises";
-import { homedir } from "node:os";
+import { homedir, hostname } from "node:os";
+import process from "node:process";
 import { createHash, type Hash } from "node:crypto";
 import type {
   DirEntry,
@@ -55,6 +56,7 @@ import {
   PermissionDenied,
 } from "../src/port/errors.ts";
 import type { Sha256, Sha256Factory } from "../src/port/sha256.ts";
+import type { ProcessProbe } from "../src/loop/lock.ts";
 
 /** Codes with which a platform refuses to open or fsync a directory (documented no-op). */
 const DIR_SYNC_REFUSALS: ReadonlySet<string> = new Set(["EISDIR", "EINVAL", "EPERM", "EBADF"]);
@@ -404,3 +406,30 @@ class NodeSha256 implements Sha256 {
  * Much faster than the portable default on large histories; runs on Node, Deno and Bun.
  */
 export const nodeSha256: Sha256Factory = (): Sha256 => new NodeSha256(createHash("sha256"));
+
+/**
+ * The process probe of the Node adapter, for cross-process session locks
+ * (`new SessionStore({ fs: nodeFs(), process: nodeProcessProbe() })`): `process.pid`,
+ * `os.hostname()`, and liveness by `process.kill(pid, 0)` (EPERM means alive but not ours,
+ * ESRCH means gone). Also works on Deno and Bun through their Node compatibility.
+ *
+ * @returns A probe of this process and host.
+ */
+export function nodeProcessProbe(): ProcessProbe {
+  return { pid: process.pid, host: hostname(), isAlive: isProcessAlive };
+}
+
+/** True when a process with `pid` exists on this host (signal 0 sends nothing). */
+function isProcessAlive(pid: number): boolean {
+  // 0 and negative pids address process groups, never one process.
+  if (!Number.isSafeInteger(pid) || pid <= 0) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    const code = codeOf(error);
+    if (code === "EPERM") return true;
+    if (code === "ESRCH") return false;
+    throw mapError(error, "kill", String(pid));
+  }
+}

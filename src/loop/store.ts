@@ -1,9 +1,41 @@
 /**
  * `SessionStore`: where Loop sessions live on a filesystem, and the entry point to create, open,
- * list, archive and delete them.
+ * list, archive, delete, compact and clean them up.
  *
  * ```
  * <agentDir>/sessions/<workspace-hash>/<session-id>/{meta.json, messages.jsonl, index.json}
+ * <agentDir>/sessions/<workspace-hash>/<session-id>.jsonl     legacy v2 session or its backup
+ * <agentDir>/sessions/<workspace-hash>/archive.json           archive membership
+ * ```
+ *
+ * A collection is one such directory: the workspace collection of a cwd, or an explicit
+ * `sessionDir` (for example a global collection of independent chats that keep their own cwd).
+ *
+ * **Locks.** With a `process` probe (`nodeProcessProbe()` / `denoProcessProbe()`), a writable
+ * session holds `<session>/writer.lock` so a second process gets `SessionLockedError`, and
+ * structural changes of a collection (migration, archive membership, delete, compaction,
+ * cleanup) hold `<collection>/.collection.lock`. Without a probe both are enforced inside this
+ * process only, and the store assumes no other process writes its agent directory.
+ *
+ * @example List sessions for a picker, fast, without being blocked by a damaged one
+ * ```ts
+ * import { SessionStore } from "@loop/sessions";
+ * import { MemoryFs } from "@loop/sessions/memory";
+ *
+ * const fs = new MemoryFs();
+ * await fs.mkdir("/work/app", { recursive: true });
+ * const store = new SessionStore({ fs, agentDir: "/home/me/.loop" });
+ * const session = await store.create("/work/app");
+ * await session.commit([{ role: "user", content: "Fix the build", timestamp: 1 }]);
+ * await session.close();
+ *
+ * const { sessions, failures } = await store.listDetailed("/work/app", undefined, {
+ *   fast: true,
+ *   pinnedFirst: true,
+ * });
+ * if (sessions[0]?.title?.text !== "Fix the build" || failures.length !== 0) {
+ *   throw new Error("unexpected listing");
+ * }
  * ```
  *
  * @module
@@ -13,15 +45,41 @@ import { portableSha256, type Sha256Factory } from "../port/sha256.ts";
 import type { Durability } from "../port/durable.ts";
 import { basename, dirname, isAbsolute, join, normalize } from "../port/path.ts";
 import { NotFound } from "../port/errors.ts";
+import { ensurePrivateDir } from "../port/durable.ts";
 import {
   InvalidArgumentError,
   SessionCwdError,
   SessionFormatError,
   SessionNotFoundError,
 } from "./errors.ts";
-import { newSessionHeader } from "./records/mod.ts";
-import { type SessionContext, SessionManager } from "./session_manager.ts";
+import { isSessionId, newSessionHeader } from "./records/mod.ts";
+import { SessionManager } from "./session_manager.ts";
 import { META_FILE } from "./storage.ts";
+import {
+  acquireWriterLock,
+  DEFAULT_COLLECTION_LOCK_WAIT_MS,
+  type HeldLock,
+  type ProcessProbe,
+  type StoreContext,
+  withCollectionLock,
+} from "./lock.ts";
+import { LEGACY_EXTENSION, legacySessionId, migrateLegacySession } from "./legacy.ts";
+import {
+  discoverSessions,
+  FallbackTitleCache,
+  findSessions,
+  type ListOptions,
+  type ListResult,
+  type SessionInfo,
+} from "./discovery.ts";
+import { type ArchiveHost, SessionArchive } from "./archive.ts";
+import {
+  type CompactionResult,
+  compactSession,
+  removeLegacyBackup,
+  stagingSessionId,
+} from "./compaction.ts";
+import { cleanupCollection, type CleanupReport, recoverLeftovers } from "./maintenance.ts";
 
 /** Options of `SessionStore`. */
 export interface SessionStoreOptions {
@@ -43,6 +101,14 @@ export interface SessionStoreOptions {
    * fsyncs but keeps the write order: a resolved save survives a crash of the process.
    */
   readonly durability?: Durability;
+  /**
+   * The process probe that enables cross-process locks (`nodeProcessProbe()` from
+   * `@loop/sessions/node`, `denoProcessProbe()` from `@loop/sessions/deno`). Without it, writer
+   * and collection locks hold inside this process only.
+   */
+  readonly process?: ProcessProbe;
+  /** How long a structural operation waits for another process's collection lock; default 10 s. */
+  readonly collectionLockWaitMs?: number;
 }
 
 /** Options of `SessionStore.open`. */
@@ -70,7 +136,9 @@ export class SessionStore {
   readonly agentDir: string;
   /** The explicit collection directory, when configured. */
   readonly sessionDir: string | undefined;
-  readonly #context: SessionContext;
+  readonly #context: StoreContext;
+  readonly #archive: SessionArchive;
+  readonly #titles = new FallbackTitleCache();
 
   /** Creates a store. Fails with `InvalidArgumentError` when no agent directory can be determined. */
   constructor(options: SessionStoreOptions) {
@@ -98,12 +166,37 @@ export class SessionStore {
       sha256: options.sha256 ?? portableSha256,
       now: options.now ?? Date.now,
       durability: options.durability ?? "full",
+      probe: options.process,
+      collectionLockWaitMs: options.collectionLockWaitMs ?? DEFAULT_COLLECTION_LOCK_WAIT_MS,
     };
+    const host: ArchiveHost = {
+      context: this.#context,
+      resolve: async (cwd) => {
+        if (cwd === undefined) return { collection: this.#configuredCollection(), cwd: undefined };
+        const canonical = await this.canonicalCwd(cwd);
+        return {
+          collection: this.sessionDir ??
+            join(this.agentDir, "sessions", workspaceHash(canonical, this.#context.sha256)),
+          cwd: canonical,
+        };
+      },
+      exclusive: (collection, task, create) => this.#exclusive(collection, task, { create }),
+      find: (collection, cwd, ids) => findSessions(this.#context, collection, cwd, ids),
+    };
+    this.#archive = new SessionArchive(host);
   }
 
-  /** The store's context (filesystem, hashing, clock, durability), for companion modules. */
-  get context(): SessionContext {
+  /** The store's context (filesystem, hashing, clock, durability, probe), for companion modules. */
+  get context(): StoreContext {
     return this.#context;
+  }
+
+  /**
+   * Archive membership and staged deletion per collection. An undefined cwd means the configured
+   * `sessionDir` (rejected with `InvalidArgumentError` when none is configured).
+   */
+  get archive(): SessionArchive {
+    return this.#archive;
   }
 
   /** The canonical form of `cwd` (every symlink resolved); it must be an existing directory. */
@@ -149,46 +242,92 @@ export class SessionStore {
       cwd: canonical,
       now: new Date(this.#context.now()).toISOString(),
     });
+    const dir = join(collectionDir, id);
+    let lock: HeldLock | undefined;
     return SessionManager.createDraft({
       context: this.#context,
-      dir: join(collectionDir, id),
+      dir,
       collectionDir,
+      beforeFirstWrite: async () => {
+        lock = await acquireWriterLock(this.#context, dir);
+      },
+      onClose: async () => {
+        await lock?.release();
+      },
     }, header);
   }
 
   /**
-   * Opens a session with full validation: a session directory, its meta.json, or (migrating it)
-   * a legacy version-2 `<id>.jsonl` file.
+   * Opens a session with full validation: a session directory, its meta.json, or a legacy
+   * version-2 `<id>.jsonl` file. A legacy file is migrated first (also for a read-only open),
+   * unless its published directory `<id>/` exists: a valid one is opened instead, an invalid one
+   * fails (never falling back to the stale backup). A writable open takes the writer lock, which
+   * `close()` releases.
    */
   async open(path: string, options: OpenSessionOptions = {}): Promise<SessionManager> {
     if (!isAbsolute(path)) {
       throw new InvalidArgumentError("path", `Session path must be absolute: '${path}'`);
     }
     const normalized = normalize(path);
+    const readOnly = options.readOnly === true;
+    if (basename(normalized).endsWith(LEGACY_EXTENSION)) {
+      return await this.#openLegacy(normalized, readOnly);
+    }
     const dir = basename(normalized) === META_FILE ? dirname(normalized) : normalized;
+    return await this.#openDirectory(dir, readOnly);
+  }
+
+  async #openLegacy(path: string, readOnly: boolean): Promise<SessionManager> {
+    const id = legacySessionId(basename(path));
+    if (id === undefined) {
+      throw new SessionFormatError("A legacy session file must be named <session id>.jsonl", {
+        file: path,
+      });
+    }
+    const collection = dirname(path);
+    const dir = join(collection, id);
+    await this.#exclusive(collection, async () => {
+      try {
+        const info = await this.fs.lstat(dir);
+        if (info.kind !== "directory") {
+          throw new SessionFormatError(
+            "Published session path is not a directory (symlinks are refused)",
+            { file: dir },
+          );
+        }
+        return; // Published: the directory takes precedence over its backup.
+      } catch (error) {
+        if (!(error instanceof NotFound)) throw error;
+      }
+      try {
+        await this.fs.lstat(path);
+      } catch (error) {
+        if (error instanceof NotFound) {
+          throw new SessionNotFoundError(`No session at '${path}'`, { file: path, cause: error });
+        }
+        throw error;
+      }
+      await migrateLegacySession(this.#context, path);
+    });
+    return await this.#openDirectory(dir, readOnly);
+  }
+
+  async #openDirectory(dir: string, readOnly: boolean): Promise<SessionManager> {
+    await this.#checkSessionDirectory(dir, true);
+    const lock = readOnly ? undefined : await acquireWriterLock(this.#context, dir);
+    let manager: SessionManager;
     try {
-      const info = await this.fs.lstat(dir);
-      if (info.kind !== "directory") {
-        throw new SessionFormatError("Session path is not a directory (symlinks are refused)", {
-          file: dir,
-        });
-      }
-      await this.fs.lstat(join(dir, META_FILE));
+      manager = await SessionManager.open({
+        context: this.#context,
+        dir,
+        collectionDir: dirname(dir),
+        readOnly,
+        ...(lock === undefined ? {} : { onClose: () => lock.release() }),
+      });
     } catch (error) {
-      if (error instanceof NotFound) {
-        throw new SessionNotFoundError(`No session at '${path}': meta.json not found`, {
-          file: join(dir, META_FILE),
-          cause: error,
-        });
-      }
+      await lock?.release();
       throw error;
     }
-    const manager = await SessionManager.open({
-      context: this.#context,
-      dir,
-      collectionDir: dirname(dir),
-      readOnly: options.readOnly === true,
-    });
     if (manager.id !== basename(dir)) {
       await manager.close();
       throw new SessionFormatError("Session id does not match its directory name", {
@@ -198,5 +337,170 @@ export class SessionStore {
       });
     }
     return manager;
+  }
+
+  /**
+   * Checks that `dir` is a real directory with a meta.json. A missing session directory may be
+   * mid-compaction after a crash: leftovers are recovered once (`recover`) before giving up.
+   */
+  async #checkSessionDirectory(dir: string, recover: boolean): Promise<void> {
+    try {
+      const info = await this.fs.lstat(dir);
+      if (info.kind !== "directory") {
+        throw new SessionFormatError("Session path is not a directory (symlinks are refused)", {
+          file: dir,
+        });
+      }
+      await this.fs.lstat(join(dir, META_FILE));
+    } catch (error) {
+      if (!(error instanceof NotFound)) throw error;
+      if (recover && await this.#hasStaging(dir)) {
+        await this.#exclusive(dirname(dir), () => Promise.resolve());
+        return await this.#checkSessionDirectory(dir, false);
+      }
+      throw new SessionNotFoundError(`No session at '${dir}': meta.json not found`, {
+        file: join(dir, META_FILE),
+        cause: error,
+      });
+    }
+  }
+
+  /** True when the collection of session directory `dir` holds a staging directory for it. */
+  async #hasStaging(dir: string): Promise<boolean> {
+    const id = basename(dir);
+    if (!isSessionId(id)) return false;
+    let entries;
+    try {
+      entries = await this.fs.readDir(dirname(dir));
+    } catch (error) {
+      if (error instanceof NotFound) return false;
+      throw error;
+    }
+    return entries.some((entry) => stagingSessionId(entry.name) === id);
+  }
+
+  /**
+   * Runs `task` under the collection lock after recovering the collection's leftovers (see
+   * `maintenance.ts`). Returns undefined without running `task` when the collection does not
+   * exist and `create` is false; with `create` the collection is created (0700).
+   */
+  async #exclusive<T>(
+    collection: string,
+    task: () => Promise<T>,
+    options: { readonly create?: boolean } = {},
+  ): Promise<T> {
+    if (options.create === true) {
+      await ensurePrivateDir(this.fs, collection, this.#context.durability);
+    } else {
+      try {
+        await this.fs.lstat(collection);
+      } catch (error) {
+        if (error instanceof NotFound) return await task();
+        throw error;
+      }
+    }
+    return await withCollectionLock(this.#context, collection, async () => {
+      await recoverLeftovers(this.#context, collection);
+      return await task();
+    });
+  }
+
+  #configuredCollection(): string {
+    if (this.sessionDir === undefined) {
+      throw new InvalidArgumentError(
+        "sessionDir",
+        "A collection directory is required when cwd is undefined; pass sessionDir or configure the store's sessionDir",
+      );
+    }
+    return this.sessionDir;
+  }
+
+  async #collectionOf(
+    cwd: string | undefined,
+    sessionDir: string | undefined,
+  ): Promise<{ collection: string; cwd: string | undefined }> {
+    if (sessionDir !== undefined && !isAbsolute(sessionDir)) {
+      throw new InvalidArgumentError("sessionDir", `sessionDir must be absolute: '${sessionDir}'`);
+    }
+    const canonical = cwd === undefined ? undefined : await this.canonicalCwd(cwd);
+    const collection = sessionDir !== undefined
+      ? normalize(sessionDir)
+      : canonical !== undefined && this.sessionDir === undefined
+      ? join(this.agentDir, "sessions", workspaceHash(canonical, this.#context.sha256))
+      : this.#configuredCollection();
+    return { collection, cwd: canonical };
+  }
+
+  /**
+   * Lists sessions, newest activity first: with a `cwd`, the sessions recorded for that canonical
+   * working directory in its collection (`sessionDir` argument, else the configured `sessionDir`,
+   * else the workspace collection); with an undefined `cwd`, every supported session of the
+   * explicit collection `sessionDir` (or the configured one; `InvalidArgumentError` without
+   * either). Never migrates or modifies anything. Throws the first failure (invalid JSON, invalid
+   * metadata, corruption, read errors); unsupported formats are skipped. Use `listDetailed` to get
+   * failures beside the sessions, and `{ fast: true }` in session pickers.
+   */
+  async list(
+    cwd?: string,
+    sessionDir?: string,
+    options: ListOptions = {},
+  ): Promise<SessionInfo[]> {
+    const result = await this.listDetailed(cwd, sessionDir, options);
+    const failure = result.failures[0];
+    if (failure !== undefined) throw failure.error;
+    return result.sessions;
+  }
+
+  /**
+   * Like `list`, but never throws for a single session: each session (or archive.json) that
+   * cannot be listed is returned in `failures` with its typed error.
+   */
+  async listDetailed(
+    cwd?: string,
+    sessionDir?: string,
+    options: ListOptions = {},
+  ): Promise<ListResult> {
+    const { collection, cwd: canonical } = await this.#collectionOf(cwd, sessionDir);
+    return await discoverSessions(this.#context, collection, canonical, options, this.#titles);
+  }
+
+  /**
+   * Compacts a session (a directory or its meta.json) so messages.jsonl holds only the committed
+   * generation: staged, atomic, crash-safe, with the same generation. Never automatic. Refuses a
+   * session open for writing.
+   */
+  async compact(path: string): Promise<CompactionResult> {
+    const dir = this.#sessionDirOf(path);
+    await this.#checkSessionDirectory(dir, true);
+    return await this.#exclusive(dirname(dir), () => compactSession(this.#context, dir));
+  }
+
+  /**
+   * Removes the legacy backup `<id>.jsonl` of a migrated session (a directory or its meta.json)
+   * after validating the directory like an open. Returns false when there is no backup. Never
+   * automatic.
+   */
+  async removeLegacyBackup(path: string): Promise<boolean> {
+    const dir = this.#sessionDirOf(path);
+    await this.#checkSessionDirectory(dir, true);
+    return await this.#exclusive(dirname(dir), () => removeLegacyBackup(this.#context, dir));
+  }
+
+  /**
+   * Maintenance of a collection (same resolution as `list`): rolls back or finishes interrupted
+   * compactions and deletes, removes staging leftovers and temp files, and stale locks of
+   * sessions no writer holds.
+   */
+  async cleanup(cwd?: string, sessionDir?: string): Promise<CleanupReport> {
+    const { collection } = await this.#collectionOf(cwd, sessionDir);
+    return await this.#exclusive(collection, () => cleanupCollection(this.#context, collection));
+  }
+
+  #sessionDirOf(path: string): string {
+    if (!isAbsolute(path)) {
+      throw new InvalidArgumentError("path", `Session path must be absolute: '${path}'`);
+    }
+    const normalized = normalize(path);
+    return basename(normalized) === META_FILE ? dirname(normalized) : normalized;
   }
 }

@@ -1,0 +1,125 @@
+// Fast listing against its floor: 1,000 sessions of ~1 MB each, listed with `{ fast: true }`,
+// against reading their 1,000 meta.json files raw (readdir + one readFile each, no parse).
+//
+//   npx deno@2.9.6 bench -A bench/store_list_bench.ts
+//   LIST_SESSIONS=200 LIST_ADAPTER=node npx deno@2.9.6 bench -A bench/store_list_bench.ts
+//
+// The summary of each group prints how many times slower than its baseline (the floor) each
+// case is; the target for the fast list is within 3x. In the "fallback title" group sessions have
+// no stored title: a cold listing reads each session's first user message for its fallback title,
+// a repeated listing by the same store reuses the titles it derived (same generation). In the
+// "stored title" group only meta.json and index.json are read.
+import { join } from "../src/port/path.ts";
+import { type FileSystem, SessionStore, type Sha256Factory } from "../mod.ts";
+import { denoFs, denoSha256 } from "../adapters/deno.ts";
+import { nodeFs, nodeSha256 } from "../adapters/node.ts";
+import { syntheticHistory } from "./data.ts";
+
+const SESSIONS = Number(Deno.env.get("LIST_SESSIONS") ?? 1000);
+const MESSAGES_PER_SESSION = 950; // ~1 MB of messages.jsonl with the synthetic shape
+const node = Deno.env.get("LIST_ADAPTER") === "node";
+const fs: FileSystem = node ? nodeFs() : denoFs();
+const sha256: Sha256Factory = node ? nodeSha256 : denoSha256;
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+const root = await Deno.makeTempDir({ prefix: "loop-list-bench-" });
+const cwd = join(root, "work");
+await fs.mkdir(cwd, { recursive: true });
+
+/** Builds a collection of `SESSIONS` copies of one ~1 MB session (fresh ids), titled or not. */
+async function buildCollection(name: string, titled: boolean): Promise<string> {
+  const collection = join(root, name);
+  const store = new SessionStore({
+    fs,
+    sha256,
+    agentDir: join(root, "agent"),
+    sessionDir: collection,
+    durability: "ordered",
+  });
+  const session = await store.create(cwd);
+  await session.commit(syntheticHistory(MESSAGES_PER_SESSION, 1));
+  if (titled) {
+    await session.setTitle({ text: "A stored title", source: "user", messageIndices: [] });
+  }
+  await session.close();
+  const dir = session.getSessionPath();
+  const log = await fs.readFile(join(dir, "messages.jsonl"));
+  const index = await fs.readFile(join(dir, "index.json"));
+  const meta = JSON.parse(decoder.decode(await fs.readFile(join(dir, "meta.json"))));
+  for (let i = 1; i < SESSIONS; i++) {
+    const id = globalThis.crypto.randomUUID();
+    const copy = join(collection, id);
+    await fs.mkdir(copy, { mode: 0o700 });
+    await fs.writeFile(join(copy, "messages.jsonl"), log, { mode: 0o600 });
+    await fs.writeFile(join(copy, "index.json"), index, { mode: 0o600 });
+    const copyMeta = { ...meta, header: { ...meta.header, id } };
+    await fs.writeFile(join(copy, "meta.json"), encoder.encode(JSON.stringify(copyMeta) + "\n"), {
+      mode: 0o600,
+    });
+  }
+  return collection;
+}
+
+const fallback = await buildCollection("fallback", false);
+const titled = await buildCollection("titled", true);
+/** A store whose derived-title cache is warm after its first listing (a picker refreshing). */
+const warm = new SessionStore({ fs, sha256, agentDir: join(root, "agent") });
+
+async function rawMetaReads(collection: string): Promise<void> {
+  for (const entry of await fs.readDir(collection)) {
+    await fs.readFile(join(collection, entry.name, "meta.json"));
+  }
+}
+
+async function fastList(store: SessionStore, collection: string): Promise<void> {
+  const sessions = await store.list(undefined, collection, { fast: true });
+  if (sessions.length !== SESSIONS) throw new Error(`listed ${sessions.length} sessions`);
+}
+
+/** A fresh store per listing: nothing derived is cached (the first listing of a process). */
+function coldStore(): SessionStore {
+  return new SessionStore({ fs, sha256, agentDir: join(root, "agent") });
+}
+
+Deno.bench({
+  name: `read ${SESSIONS} meta.json raw (floor)`,
+  group: "fallback title",
+  baseline: true,
+  async fn() {
+    await rawMetaReads(fallback);
+  },
+});
+Deno.bench({
+  name: `fast list, cold (${SESSIONS} sessions of ~1 MB, fallback titles)`,
+  group: "fallback title",
+  async fn() {
+    await fastList(coldStore(), fallback);
+  },
+});
+Deno.bench({
+  name: `fast list, repeated (${SESSIONS} sessions of ~1 MB, fallback titles)`,
+  group: "fallback title",
+  async fn() {
+    await fastList(warm, fallback);
+  },
+});
+Deno.bench({
+  name: `read ${SESSIONS} meta.json raw (floor) `,
+  group: "stored title",
+  baseline: true,
+  async fn() {
+    await rawMetaReads(titled);
+  },
+});
+Deno.bench({
+  name: `fast list, cold (${SESSIONS} sessions of ~1 MB, stored titles)`,
+  group: "stored title",
+  async fn() {
+    await fastList(coldStore(), titled);
+  },
+});
+
+globalThis.addEventListener("unload", () => {
+  Deno.removeSync(root, { recursive: true });
+});

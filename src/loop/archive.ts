@@ -1,0 +1,508 @@
+/**
+ * Archive membership and staged deletion, per collection (`SessionStore.archive`).
+ *
+ * ## Membership
+ *
+ * `<collection>/archive.json` is a JSON array of session ids (36 characters of `[a-f0-9-]`),
+ * written as compact JSON and a newline by atomic replace. A missing file is the empty set; any
+ * other content is a `SessionFormatError` naming the file. Archiving and restoring change only
+ * this file: the session's three files and any legacy backup are never touched, and history saves
+ * never touch membership.
+ *
+ * ## Delete
+ *
+ * `delete(cwd, ids, { archivedOnly = true })` removes whole sessions: the session directory, any
+ * legacy backup `<id>.jsonl` and any companion trace files (collection entries named
+ * `<id>.<anything>`). Under the collection lock:
+ *
+ * 1. every id must be listed in the collection (for the cwd, when given) and, by default,
+ *    archived; a session open for writing is refused (`SessionBusyError` / `SessionLockedError`);
+ * 2. a private staging directory `<collection>/.delete-<uuid>` (0700) is created and its journal
+ *    `intent.json` (the ids, the entry names in move order, the ids that were archived) is
+ *    written durably;
+ * 3. companions, then the legacy backup, then the session directory are renamed into it — a
+ *    crash midway never leaves a backup listed in place of its directory;
+ * 4. the membership change is written, then the `committed` marker: **the commit point**;
+ * 5. the staged entries are removed, the journal last.
+ *
+ * A failure before the commit point moves everything back (the directory first) and restores
+ * membership. After a crash, the next structural operation in the collection (or
+ * `SessionStore.cleanup`) reads the journal: with `committed` it finishes the removal, without it
+ * it rolls back. Each session is therefore either fully present or fully gone, and after a
+ * successful delete nothing of it can reappear.
+ *
+ * @module
+ */
+import type { FileSystem } from "../port/fs.ts";
+import { FsError, NotFound } from "../port/errors.ts";
+import {
+  atomicReplace,
+  PRIVATE_DIR_MODE,
+  PRIVATE_FILE_MODE,
+  readIfExists,
+} from "../port/durable.ts";
+import { join } from "../port/path.ts";
+import {
+  CorruptSessionError,
+  InvalidArgumentError,
+  preview,
+  SessionError,
+  type SessionErrorOptions,
+  SessionFormatError,
+  SessionNotFoundError,
+} from "./errors.ts";
+import { isSessionId } from "./records/mod.ts";
+import { acquireWriterLock, type HeldLock, type StoreContext } from "./lock.ts";
+import type { ListResult } from "./discovery.ts";
+import { LEGACY_EXTENSION } from "./legacy.ts";
+
+/** The file name of a collection's archive membership. */
+export const ARCHIVE_FILE = "archive.json";
+/** The name prefix of delete staging directories. */
+export const DELETE_PREFIX = ".delete-";
+/** The journal of a delete, inside its staging directory. */
+export const DELETE_INTENT_FILE = "intent.json";
+/** The commit marker of a delete, inside its staging directory. */
+export const DELETE_COMMITTED_FILE = "committed";
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+/** `delete` was asked to remove a session that is not archived (with `archivedOnly`). */
+export class SessionNotArchivedError extends SessionError {
+  /** The session id. */
+  readonly id: string;
+  /** Creates the error for session `id`. */
+  constructor(id: string, options: SessionErrorOptions = {}) {
+    super(
+      `Session is not archived: ${id}; archive it first or pass { archivedOnly: false }`,
+      options,
+    );
+    this.id = id;
+  }
+}
+
+/** Parses archive.json content. */
+export function parseArchiveMembership(bytes: Uint8Array, file: string): string[] {
+  let value: unknown;
+  try {
+    value = JSON.parse(decoder.decode(bytes));
+  } catch (error) {
+    throw new SessionFormatError(`Invalid session archive: ${(error as Error).message}`, {
+      file,
+      cause: error,
+    });
+  }
+  if (!Array.isArray(value)) {
+    throw new SessionFormatError("Invalid session archive: expected a JSON array of session ids", {
+      file,
+      path: "",
+      value,
+    });
+  }
+  value.forEach((id, index) => {
+    if (!isSessionId(id)) {
+      throw new SessionFormatError("Invalid session archive: not a session id", {
+        file,
+        path: `[${index}]`,
+        value: id,
+      });
+    }
+  });
+  return [...new Set(value as string[])];
+}
+
+/** The archived ids of `collection` in insertion order (empty when archive.json is missing). */
+export async function readArchiveMembership(
+  fs: FileSystem,
+  collection: string,
+): Promise<string[]> {
+  const file = join(collection, ARCHIVE_FILE);
+  const bytes = await readIfExists(fs, file);
+  return bytes === undefined ? [] : parseArchiveMembership(bytes, file);
+}
+
+/** Replaces archive.json of `collection` with `ids` (compact JSON and a newline). */
+export async function writeArchiveMembership(
+  context: StoreContext,
+  collection: string,
+  ids: readonly string[],
+): Promise<void> {
+  await atomicReplace(
+    context.fs,
+    join(collection, ARCHIVE_FILE),
+    encoder.encode(JSON.stringify(ids) + "\n"),
+    { durability: context.durability },
+  );
+}
+
+/** What `SessionArchive` needs from its store. */
+export interface ArchiveHost {
+  /** The store context. */
+  readonly context: StoreContext;
+  /**
+   * The collection for `cwd` (the configured `sessionDir`, else the workspace collection) and the
+   * canonical cwd filter; with undefined cwd the configured `sessionDir` (else
+   * `InvalidArgumentError`) and no filter.
+   */
+  resolve(cwd: string | undefined): Promise<{ collection: string; cwd: string | undefined }>;
+  /**
+   * Runs `task` under the collection lock, after recovering leftovers. With `create` a missing
+   * collection is created first; without it, `task` runs unlocked when there is no collection.
+   */
+  exclusive<T>(collection: string, task: () => Promise<T>, create: boolean): Promise<T>;
+  /** Reads the sessions `ids` of the collection (fast mode, failures collected). */
+  find(collection: string, cwd: string | undefined, ids: readonly string[]): Promise<ListResult>;
+}
+
+/** Options of `SessionArchive.delete`. */
+export interface DeleteOptions {
+  /** Refuse sessions that are not archived; default true. */
+  readonly archivedOnly?: boolean;
+}
+
+function checkIds(ids: readonly string[], what: string): string[] {
+  if (!Array.isArray(ids)) {
+    throw new InvalidArgumentError("ids", `${what}: expected an array of ids`);
+  }
+  for (const id of ids) {
+    if (!isSessionId(id)) throw new InvalidArgumentError("ids", `${what}: ${preview(id)}`);
+  }
+  return [...new Set(ids)];
+}
+
+/**
+ * Archive membership and deletion of sessions, per collection. An undefined `cwd` means the
+ * store's configured `sessionDir` (rejected with `InvalidArgumentError` when there is none).
+ */
+export class SessionArchive {
+  readonly #host: ArchiveHost;
+
+  /** Creates the archive of a store; use `SessionStore.archive`. */
+  constructor(host: ArchiveHost) {
+    this.#host = host;
+  }
+
+  /**
+   * Archives (`archived` true) or restores sessions: adds or removes the ids idempotently,
+   * keeping insertion order. Only archive.json changes. Rejects an invalid id before anything.
+   */
+  async set(cwd: string | undefined, ids: readonly string[], archived: boolean): Promise<void> {
+    const selected = checkIds(ids, "Invalid archived session ID");
+    if (typeof archived !== "boolean") {
+      throw new InvalidArgumentError("archived", `Invalid archived state: ${preview(archived)}`);
+    }
+    const { collection } = await this.#host.resolve(cwd);
+    const context = this.#host.context;
+    await this.#host.exclusive(collection, async () => {
+      const current = await readArchiveMembership(context.fs, collection);
+      const members = new Set(current);
+      for (const id of selected) {
+        if (archived) members.add(id);
+        else members.delete(id);
+      }
+      const next = [...members];
+      if (next.length === current.length && next.every((id, i) => id === current[i])) return;
+      await writeArchiveMembership(context, collection, next);
+    }, archived);
+  }
+
+  /** True when `id` is archived in the collection. */
+  async isArchived(cwd: string | undefined, id: string): Promise<boolean> {
+    checkIds([id], "Invalid archived session ID");
+    const { collection } = await this.#host.resolve(cwd);
+    return (await readArchiveMembership(this.#host.context.fs, collection)).includes(id);
+  }
+
+  /** The archived ids of the collection, in insertion order. */
+  async list(cwd: string | undefined): Promise<string[]> {
+    const { collection } = await this.#host.resolve(cwd);
+    return await readArchiveMembership(this.#host.context.fs, collection);
+  }
+
+  /**
+   * Deletes sessions with everything that belongs to them (see the module doc). Every id must be
+   * listed in the collection (`SessionNotFoundError`) and, unless `archivedOnly` is false,
+   * archived (`SessionNotArchivedError`). With an undefined cwd, a session that cannot be read
+   * (corrupt) may be deleted too.
+   */
+  async delete(
+    cwd: string | undefined,
+    ids: readonly string[],
+    options: DeleteOptions = {},
+  ): Promise<void> {
+    const selected = checkIds(ids, "Invalid session id");
+    const archivedOnly = options.archivedOnly !== false;
+    const resolved = await this.#host.resolve(cwd);
+    const { collection } = resolved;
+    const context = this.#host.context;
+    if (selected.length === 0) return;
+    await this.#host.exclusive(collection, async () => {
+      const members = await readArchiveMembership(context.fs, collection);
+      const found = await this.#host.find(collection, resolved.cwd, selected);
+      const listed = new Set(found.sessions.map((s) => s.id));
+      const failed = new Map(found.failures.map((f) => [f.id, f.error]));
+      for (const id of selected) {
+        const failure = failed.get(id);
+        // A storage fault is never mistaken for absence; an unreadable session may be deleted
+        // from an explicit collection, where no cwd has to be checked.
+        if (failure instanceof FsError) throw failure;
+        if (!listed.has(id) && !(failure !== undefined && resolved.cwd === undefined)) {
+          throw new SessionNotFoundError(`Session not found in project: ${id}`, {
+            file: join(collection, id),
+            cause: failure,
+          });
+        }
+        if (archivedOnly && !members.includes(id)) {
+          throw new SessionNotArchivedError(id, { file: join(collection, ARCHIVE_FILE) });
+        }
+      }
+      await deleteStaged(context, collection, selected, members);
+    }, false);
+  }
+}
+
+/** The journal of a delete. */
+interface DeleteIntent {
+  readonly operation: "delete";
+  readonly ids: readonly string[];
+  /** Entry names of the collection, in move order. */
+  readonly entries: readonly string[];
+  /** The ids of the delete that were archived. */
+  readonly archived: readonly string[];
+  /** The whole membership before the delete (its order is restored on rollback). */
+  readonly membersBefore: readonly string[];
+}
+
+/** The collection entries of session `id`, in move order: companions, legacy backup, directory. */
+function entriesOf(names: readonly string[], id: string): string[] {
+  const companions = names.filter((name) =>
+    name.startsWith(id + ".") && name !== id + LEGACY_EXTENSION
+  );
+  const out = [...companions];
+  if (names.includes(id + LEGACY_EXTENSION)) out.push(id + LEGACY_EXTENSION);
+  if (names.includes(id)) out.push(id);
+  return out;
+}
+
+async function writeDurably(context: StoreContext, path: string, data: Uint8Array): Promise<void> {
+  const handle = await context.fs.open(path, {
+    createNew: true,
+    write: true,
+    mode: PRIVATE_FILE_MODE,
+  });
+  try {
+    await handle.write(data);
+    if (context.durability === "full") await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+async function deleteStaged(
+  context: StoreContext,
+  collection: string,
+  ids: readonly string[],
+  members: readonly string[],
+): Promise<void> {
+  const fs = context.fs;
+  const full = context.durability === "full";
+  const listing = await fs.readDir(collection);
+  const names = listing.map((entry) => entry.name);
+  const directories = new Set(
+    listing.filter((entry) => entry.kind === "directory").map((entry) => entry.name),
+  );
+  const locks: HeldLock[] = [];
+  try {
+    for (const id of ids) {
+      if (directories.has(id)) locks.push(await acquireWriterLock(context, join(collection, id)));
+    }
+  } catch (error) {
+    for (const lock of locks) await lock.release();
+    throw error;
+  }
+  const intent: DeleteIntent = {
+    operation: "delete",
+    ids,
+    entries: ids.flatMap((id) => entriesOf(names, id)),
+    archived: ids.filter((id) => members.includes(id)),
+    membersBefore: members,
+  };
+  const staging = join(collection, DELETE_PREFIX + globalThis.crypto.randomUUID());
+  let committed = false;
+  try {
+    await fs.mkdir(staging, { mode: PRIVATE_DIR_MODE });
+    await fs.chmod(staging, PRIVATE_DIR_MODE);
+    await writeDurably(
+      context,
+      join(staging, DELETE_INTENT_FILE),
+      encoder.encode(JSON.stringify(intent) + "\n"),
+    );
+    if (full) {
+      await fs.syncDir(staging);
+      await fs.syncDir(collection);
+    }
+    for (const name of intent.entries) await fs.rename(join(collection, name), join(staging, name));
+    if (full) {
+      await fs.syncDir(collection);
+      await fs.syncDir(staging);
+    }
+    const remaining = members.filter((id) => !ids.includes(id));
+    if (remaining.length !== members.length) {
+      await writeArchiveMembership(context, collection, remaining);
+    }
+    await writeDurably(context, join(staging, DELETE_COMMITTED_FILE), new Uint8Array(0));
+    if (full) await fs.syncDir(staging);
+    committed = true;
+  } catch (error) {
+    // Before the commit point: everything goes back (a failing rollback leaves the journal for
+    // recovery, which rolls back the same way).
+    try {
+      await rollBackDeletion(context, collection, staging, intent);
+      for (const lock of locks) await lock.release();
+    } catch {
+      for (const lock of locks) lock.forget();
+    }
+    throw error;
+  } finally {
+    if (committed) { for (const lock of locks) lock.forget(); }
+  }
+  await finishDeletion(context, collection, staging, intent.entries);
+}
+
+/** Moves staged entries back (the directory first), restores membership, removes the staging. */
+async function rollBackDeletion(
+  context: StoreContext,
+  collection: string,
+  staging: string,
+  intent: DeleteIntent,
+): Promise<void> {
+  const fs = context.fs;
+  const full = context.durability === "full";
+  let moved = false;
+  for (const name of [...intent.entries].reverse()) {
+    const from = join(staging, name);
+    try {
+      await fs.lstat(from);
+    } catch (error) {
+      if (error instanceof NotFound) continue;
+      throw error;
+    }
+    try {
+      await fs.lstat(join(collection, name));
+      throw new CorruptSessionError(
+        `Cannot restore a staged deletion: '${name}' exists again in the collection; the staged copy is kept in '${staging}'`,
+        { file: from },
+      );
+    } catch (error) {
+      if (!(error instanceof NotFound)) throw error;
+    }
+    await fs.rename(from, join(collection, name));
+    moved = true;
+  }
+  if (moved && full) await fs.syncDir(collection);
+  if (intent.archived.length > 0) {
+    const current = await readArchiveMembership(fs, collection);
+    if (intent.archived.some((id) => !current.includes(id))) {
+      // Put the ids back where they were: original order, then anything added since.
+      const restored = intent.membersBefore.filter((id) =>
+        current.includes(id) || intent.archived.includes(id)
+      );
+      for (const id of current) if (!restored.includes(id)) restored.push(id);
+      await writeArchiveMembership(context, collection, restored);
+    }
+  }
+  await removeStagingDir(context, staging, []);
+  if (full) await fs.syncDir(collection);
+}
+
+/** Removes the staged entries, then the journal and marker, then the staging directory. */
+async function finishDeletion(
+  context: StoreContext,
+  collection: string,
+  staging: string,
+  entries: readonly string[],
+): Promise<void> {
+  await removeStagingDir(context, staging, entries);
+  if (context.durability === "full") await context.fs.syncDir(collection);
+}
+
+async function removeStagingDir(
+  context: StoreContext,
+  staging: string,
+  entries: readonly string[],
+): Promise<void> {
+  const fs = context.fs;
+  for (const name of [...entries, DELETE_INTENT_FILE, DELETE_COMMITTED_FILE]) {
+    try {
+      await fs.remove(join(staging, name), { recursive: true });
+    } catch (error) {
+      if (!(error instanceof NotFound)) throw error;
+    }
+  }
+  await fs.remove(staging, { recursive: true });
+}
+
+function parseIntent(bytes: Uint8Array): DeleteIntent | undefined {
+  let value: unknown;
+  try {
+    value = JSON.parse(decoder.decode(bytes));
+  } catch {
+    return undefined;
+  }
+  if (typeof value !== "object" || value === null) return undefined;
+  const record = value as Record<string, unknown>;
+  const ids = record.ids;
+  const entries = record.entries;
+  const archived = record.archived;
+  const membersBefore = record.membersBefore;
+  const strings = (v: unknown): v is string[] =>
+    Array.isArray(v) && v.every((x) => typeof x === "string");
+  if (
+    record.operation !== "delete" || !strings(ids) || !strings(entries) || !strings(archived) ||
+    !strings(membersBefore) || !ids.every(isSessionId) || !archived.every(isSessionId) ||
+    !membersBefore.every(isSessionId)
+  ) return undefined;
+  // Entry names come back into the collection on rollback: only names of the journal's sessions.
+  const ownName = (name: string): boolean =>
+    ids.some((id) => name === id || name.startsWith(id + ".")) && !name.includes("/");
+  if (!entries.every(ownName)) return undefined;
+  return { operation: "delete", ids, entries, archived, membersBefore };
+}
+
+/**
+ * Recovers the delete staging directory `name` of `collection` after a crash: finishes a committed
+ * delete, rolls back an uncommitted one, removes one that never staged anything. A journal that
+ * cannot be read while entries were staged is reported (`CorruptSessionError`) and left alone.
+ */
+export async function recoverDeletion(
+  context: StoreContext,
+  collection: string,
+  name: string,
+): Promise<"finished" | "restored" | "removed"> {
+  const fs = context.fs;
+  const staging = join(collection, name);
+  const bytes = await readIfExists(fs, join(staging, DELETE_INTENT_FILE));
+  const intent = bytes === undefined ? undefined : parseIntent(bytes);
+  const committed = (await readIfExists(fs, join(staging, DELETE_COMMITTED_FILE))) !== undefined;
+  if (intent === undefined) {
+    const staged = (await fs.readDir(staging)).filter((entry) =>
+      entry.name !== DELETE_INTENT_FILE && entry.name !== DELETE_COMMITTED_FILE
+    );
+    if (staged.length > 0 && !committed) {
+      throw new CorruptSessionError(
+        "A staged deletion has entries but no readable journal; it was left for inspection",
+        { file: join(staging, DELETE_INTENT_FILE) },
+      );
+    }
+    await removeStagingDir(context, staging, staged.map((entry) => entry.name));
+    if (context.durability === "full") await fs.syncDir(collection);
+    return committed ? "finished" : "removed";
+  }
+  if (committed) {
+    await finishDeletion(context, collection, staging, intent.entries);
+    return "finished";
+  }
+  await rollBackDeletion(context, collection, staging, intent);
+  return "restored";
+}

@@ -1,0 +1,407 @@
+/**
+ * Explicit space reclamation, never automatic: **generation compaction** rewrites a session so
+ * `messages.jsonl` holds only its committed generation, and **legacy backup removal** deletes the
+ * `<id>.jsonl` a migration left behind once the published directory is valid.
+ *
+ * ## Compaction, step by step
+ *
+ * 1. The committed range is copied (in chunks, hashed on the way: the checksum must equal the
+ *    generation, which the compacted session keeps) into `<collection>/.staging-<id>-<r>/session/`
+ *    beside a meta.json with `start` 0 and a fresh index.json; everything is made durable.
+ * 2. `<id>/` is renamed to `<staging>/previous`, then `<staging>/session` to `<id>/`; the
+ *    collection is fsynced.
+ * 3. The staging directory (with the previous bytes) is removed.
+ *
+ * The existence of `<staging>/previous` is the journal: it exists only once the session directory
+ * was moved there. A crash between the two renames of step 2 leaves no `<id>/` for a moment:
+ * discovery lists the
+ * session from `<staging>/previous` meanwhile, and recovery (the next structural operation in the
+ * collection, or `SessionStore.cleanup`) renames `previous` back. A staging directory whose
+ * `<id>/` exists is simply removed. So a reader always sees the old or the compacted session, with
+ * the same messages and generation.
+ *
+ * Compaction takes the session's writer lock: a session open for writing (here or in a live
+ * process) is refused. Readers holding the session open should reopen it afterwards.
+ *
+ * @module
+ */
+import { NotFound } from "../port/errors.ts";
+import { PRIVATE_DIR_MODE, PRIVATE_FILE_MODE } from "../port/durable.ts";
+import { basename, dirname, join } from "../port/path.ts";
+import { CorruptSessionError, SessionFormatError } from "./errors.ts";
+import {
+  encodeRoundIndex,
+  encodeStorageMeta,
+  INDEX_FILE,
+  INDEX_FORMAT,
+  INDEX_VERSION,
+  indexMatches,
+  MESSAGES_FILE,
+  META_FILE,
+  readRoundIndex,
+  readStorageMeta,
+  type RoundEntry,
+  type StorageMeta,
+} from "./storage.ts";
+import { SessionManager } from "./session_manager.ts";
+import { acquireWriterLock, isLockFileName, type StoreContext } from "./lock.ts";
+import { LEGACY_EXTENSION, STAGING_PREFIX, stagingName } from "./legacy.ts";
+import { isSessionId } from "./records/mod.ts";
+
+/** The staged new session directory inside a compaction's staging directory. */
+export const COMPACTION_SESSION = "session";
+/** Where a compaction moves the previous session directory (see discovery). */
+export const COMPACTION_PREVIOUS = "previous";
+const COPY_CHUNK = 4 * 1024 * 1024;
+const decoder = new TextDecoder();
+
+/** What `compactSession` did. */
+export interface CompactionResult {
+  /** False when messages.jsonl already held exactly the committed generation. */
+  readonly compacted: boolean;
+  /** The session directory. */
+  readonly dir: string;
+  /** The size of messages.jsonl before. */
+  readonly bytesBefore: number;
+  /** The size of messages.jsonl after. */
+  readonly bytesAfter: number;
+  /** The committed generation (unchanged by compaction). */
+  readonly generation: string;
+}
+
+async function sizeOf(context: StoreContext, path: string): Promise<number> {
+  try {
+    return (await context.fs.lstat(path)).size;
+  } catch (error) {
+    if (error instanceof NotFound) return 0;
+    throw error;
+  }
+}
+
+async function writeNewFile(context: StoreContext, path: string, data: Uint8Array): Promise<void> {
+  const handle = await context.fs.open(path, {
+    createNew: true,
+    write: true,
+    mode: PRIVATE_FILE_MODE,
+  });
+  try {
+    await handle.write(data);
+    if (context.durability === "full") await handle.sync();
+  } finally {
+    await handle.close();
+  }
+  await context.fs.chmod(path, PRIVATE_FILE_MODE);
+}
+
+/** Splits byte chunks into lines, tracking each line's offset (relative to the first chunk). */
+class LineSplitter {
+  #carry: Uint8Array[] = [];
+  #carryLength = 0;
+  #offset = 0;
+
+  /** Calls `onLine` for every line completed by `chunk`. */
+  push(chunk: Uint8Array, onLine: (bytes: Uint8Array, offset: number) => void): void {
+    let start = 0;
+    for (;;) {
+      const newline = chunk.indexOf(10, start);
+      if (newline < 0) break;
+      let bytes = chunk.subarray(start, newline);
+      if (this.#carryLength > 0) {
+        const joined = new Uint8Array(this.#carryLength + bytes.length);
+        let at = 0;
+        for (const piece of this.#carry) {
+          joined.set(piece, at);
+          at += piece.length;
+        }
+        joined.set(bytes, at);
+        bytes = joined;
+        this.#carry = [];
+        this.#carryLength = 0;
+      }
+      onLine(bytes, this.#offset);
+      this.#offset += bytes.length + 1;
+      start = newline + 1;
+    }
+    if (start < chunk.length) {
+      const rest = chunk.subarray(start);
+      this.#carry.push(rest);
+      this.#carryLength += rest.length;
+    }
+  }
+
+  /** True when bytes after the last newline are pending. */
+  get hasPartialLine(): boolean {
+    return this.#carryLength > 0;
+  }
+}
+
+/**
+ * Copies the committed range of `dir` to `target` (a new file), verifying the generation and the
+ * line count; returns the user rounds (`knownRounds` from a matching index, or rebuilt from the
+ * lines).
+ */
+async function copyCommitted(
+  context: StoreContext,
+  dir: string,
+  meta: StorageMeta,
+  target: string,
+  knownRounds: readonly RoundEntry[] | undefined,
+): Promise<RoundEntry[]> {
+  const fs = context.fs;
+  const file = join(dir, MESSAGES_FILE);
+  const hash = context.sha256();
+  const rounds: RoundEntry[] = knownRounds === undefined ? [] : [...knownRounds];
+  const splitter = new LineSplitter();
+  let lines = 0;
+  const onLine = (bytes: Uint8Array, offset: number): void => {
+    if (knownRounds === undefined) {
+      let role: unknown;
+      try {
+        role = (JSON.parse(decoder.decode(bytes)) as { role?: unknown } | null)?.role;
+      } catch (error) {
+        throw new CorruptSessionError("Committed message line is not valid JSON", {
+          file,
+          offset: meta.start + offset,
+          messageIndex: lines,
+          cause: error,
+        });
+      }
+      if (role === "user") rounds.push({ messageIndex: lines, byteOffset: offset });
+    }
+    lines++;
+  };
+  const source = await fs.open(file);
+  try {
+    const out = await fs.open(target, { createNew: true, write: true, mode: PRIVATE_FILE_MODE });
+    try {
+      let position = 0;
+      while (position < meta.bytes) {
+        const length = Math.min(COPY_CHUNK, meta.bytes - position);
+        const chunk = await source.read(meta.start + position, length);
+        if (chunk.length !== length) {
+          throw new CorruptSessionError("Message log ended inside its committed range", {
+            file,
+            offset: meta.start + position + chunk.length,
+          });
+        }
+        hash.update(chunk);
+        splitter.push(chunk, onLine);
+        await out.write(chunk);
+        position += length;
+      }
+      if (splitter.hasPartialLine || lines !== meta.messageCount) {
+        throw new CorruptSessionError(
+          `Committed range holds ${lines} complete lines but its metadata claims ${meta.messageCount}; the session was not compacted`,
+          { file },
+        );
+      }
+      const actual = hash.digestHex();
+      if (actual !== meta.generation) {
+        throw new CorruptSessionError(
+          `Checksum mismatch: committed message bytes hash to ${actual}, metadata says ${meta.generation}; the session was not compacted`,
+          { file },
+        );
+      }
+      if (context.durability === "full") await out.sync();
+    } finally {
+      await out.close();
+    }
+  } finally {
+    await source.close();
+  }
+  await fs.chmod(target, PRIVATE_FILE_MODE);
+  return rounds;
+}
+
+/** Names a compaction may leave behind in a session directory: locks and temp files. */
+function isDisposable(name: string): boolean {
+  return isLockFileName(name) || (name.startsWith(".") && name.endsWith(".tmp"));
+}
+
+const KNOWN_FILES: ReadonlySet<string> = new Set([META_FILE, MESSAGES_FILE, INDEX_FILE]);
+
+/**
+ * Compacts the session directory `dir` (see the module doc). The caller holds the collection
+ * lock and has recovered leftovers; this takes the session's writer lock itself.
+ *
+ * @throws {SessionBusyError} When this process has the session open for writing.
+ * @throws {SessionLockedError} When a live process has it open for writing.
+ * @throws {CorruptSessionError} When the committed range does not match its metadata (nothing
+ * changes).
+ * @throws {SessionFormatError} When the directory holds entries compaction does not know.
+ */
+export async function compactSession(
+  context: StoreContext,
+  dir: string,
+): Promise<CompactionResult> {
+  const fs = context.fs;
+  const collection = dirname(dir);
+  const id = basename(dir);
+  const lock = await acquireWriterLock(context, dir);
+  try {
+    const meta = await readStorageMeta(fs, dir);
+    for (const entry of await fs.readDir(dir)) {
+      if (KNOWN_FILES.has(entry.name) && entry.kind === "file") continue;
+      if (isDisposable(entry.name)) continue;
+      throw new SessionFormatError(
+        "Session directory holds an entry compaction does not know; move it away first",
+        { file: join(dir, entry.name) },
+      );
+    }
+    const messagesPath = join(dir, MESSAGES_FILE);
+    const bytesBefore = await sizeOf(context, messagesPath);
+    if (meta.start === 0 && bytesBefore === meta.bytes) {
+      return {
+        compacted: false,
+        dir,
+        bytesBefore,
+        bytesAfter: bytesBefore,
+        generation: meta.generation,
+      };
+    }
+    const index = await readRoundIndex(fs, dir);
+    const known = index !== undefined && indexMatches(index, meta) ? index.rounds : undefined;
+    const staging = join(collection, stagingName(id));
+    const session = join(staging, COMPACTION_SESSION);
+    await fs.mkdir(staging, { mode: PRIVATE_DIR_MODE });
+    try {
+      await fs.chmod(staging, PRIVATE_DIR_MODE);
+      await fs.mkdir(session, { mode: PRIVATE_DIR_MODE });
+      await fs.chmod(session, PRIVATE_DIR_MODE);
+      const rounds = await copyCommitted(context, dir, meta, join(session, MESSAGES_FILE), known);
+      const compacted: StorageMeta = { ...meta, start: 0 };
+      await writeNewFile(context, join(session, META_FILE), encodeStorageMeta(compacted));
+      await writeNewFile(
+        context,
+        join(session, INDEX_FILE),
+        encodeRoundIndex({
+          format: INDEX_FORMAT,
+          version: INDEX_VERSION,
+          generation: meta.generation,
+          start: 0,
+          bytes: meta.bytes,
+          messageCount: meta.messageCount,
+          rounds,
+        }),
+      );
+      if (context.durability === "full") {
+        await fs.syncDir(session);
+        await fs.syncDir(staging);
+      }
+      await fs.rename(dir, join(staging, COMPACTION_PREVIOUS));
+      await fs.rename(session, dir);
+      if (context.durability === "full") {
+        await fs.syncDir(collection);
+        await fs.syncDir(staging);
+      }
+    } catch (error) {
+      // Before the swap the session is untouched; midway, recovery renames `previous` back.
+      await recoverStaging(context, collection, basename(staging)).catch(() => undefined);
+      throw error;
+    }
+    await removeStaging(context, staging);
+    if (context.durability === "full") await fs.syncDir(collection);
+    return {
+      compacted: true,
+      dir,
+      bytesBefore,
+      bytesAfter: meta.bytes,
+      generation: meta.generation,
+    };
+  } finally {
+    await lock.release();
+  }
+}
+
+/** Removes a staging directory, its previous session copy first and its journal last. */
+async function removeStaging(context: StoreContext, staging: string): Promise<void> {
+  const fs = context.fs;
+  for (const name of [COMPACTION_PREVIOUS, COMPACTION_SESSION]) {
+    try {
+      await fs.remove(join(staging, name), { recursive: true });
+    } catch (error) {
+      if (!(error instanceof NotFound)) throw error;
+    }
+  }
+  await fs.remove(staging, { recursive: true });
+}
+
+/** The session id a staging directory name is for, or undefined. */
+export function stagingSessionId(name: string): string | undefined {
+  if (!name.startsWith(STAGING_PREFIX)) return undefined;
+  const id = name.slice(STAGING_PREFIX.length, STAGING_PREFIX.length + 36);
+  return isSessionId(id) && name.charAt(STAGING_PREFIX.length + 36) === "-" ? id : undefined;
+}
+
+async function exists(context: StoreContext, path: string): Promise<boolean> {
+  try {
+    await context.fs.lstat(path);
+    return true;
+  } catch (error) {
+    if (error instanceof NotFound) return false;
+    throw error;
+  }
+}
+
+/**
+ * Recovers the staging directory `name` of `collection` (migration or compaction leftover):
+ * an interrupted compaction whose session directory is missing gets its previous directory
+ * renamed back; every other staging directory is removed. Returns what it did.
+ */
+export async function recoverStaging(
+  context: StoreContext,
+  collection: string,
+  name: string,
+): Promise<"removed" | "restored"> {
+  const fs = context.fs;
+  const staging = join(collection, name);
+  const id = stagingSessionId(name);
+  const previous = join(staging, COMPACTION_PREVIOUS);
+  if (
+    id !== undefined && !(await exists(context, join(collection, id))) &&
+    await exists(context, join(previous, META_FILE))
+  ) {
+    await fs.rename(previous, join(collection, id));
+    if (context.durability === "full") await fs.syncDir(collection);
+    await removeStaging(context, staging);
+    if (context.durability === "full") await fs.syncDir(collection);
+    return "restored";
+  }
+  await removeStaging(context, staging);
+  if (context.durability === "full") await fs.syncDir(collection);
+  return "removed";
+}
+
+/**
+ * Removes the legacy backup `<collection>/<id>.jsonl` of the session directory `dir` once the
+ * directory is valid (fully validated like an open). Returns false when there is no backup. The
+ * caller holds the collection lock.
+ *
+ * @throws Whatever opening `dir` throws: an invalid directory keeps its backup.
+ */
+export async function removeLegacyBackup(context: StoreContext, dir: string): Promise<boolean> {
+  const fs = context.fs;
+  const collection = dirname(dir);
+  const legacy = join(collection, basename(dir) + LEGACY_EXTENSION);
+  try {
+    const info = await fs.lstat(legacy);
+    if (info.kind !== "file") {
+      throw new SessionFormatError("Legacy backup is not a regular file; it was left alone", {
+        file: legacy,
+      });
+    }
+  } catch (error) {
+    if (error instanceof NotFound) return false;
+    throw error;
+  }
+  const manager = await SessionManager.open({
+    context,
+    dir,
+    collectionDir: collection,
+    readOnly: true,
+  });
+  await manager.close();
+  await fs.remove(legacy);
+  if (context.durability === "full") await fs.syncDir(collection);
+  return true;
+}

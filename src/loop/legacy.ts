@@ -1,0 +1,560 @@
+/**
+ * Legacy version-2 single-file sessions: `<collection>/<id>.jsonl`, line 1 the version-2 header,
+ * every further line one message. They stay readable, and an explicit open migrates them.
+ *
+ * Reading follows the version-2 reader: the whole file is trimmed, split on `\n` and every line is
+ * parsed as JSON, so a blank line inside the file (or an empty file) is invalid JSON while leading
+ * and trailing blank lines are not. Checks run in the version-2 order: the header's format and
+ * version (`UnsupportedSessionError`), its fields (`SessionFormatError`), the recorded cwd
+ * (`SessionCwdError`), then every message and the metadata that depends on the history.
+ *
+ * **Migration** (`migrateLegacySession`) validates the file completely while streaming it, once,
+ * in chunks: each message is re-serialized exactly like `SessionManager` writes it
+ * (`JSON.stringify(message)` and `\n`), hashed incrementally into the generation, and written to
+ * `messages.jsonl` in a private staging directory `<collection>/.staging-<id>-<random>` beside
+ * `meta.json` (start 0) and `index.json`. The staging directory is made durable and renamed to
+ * `<collection>/<id>/`; the legacy file is never modified and stays as a backup. A crash at any
+ * point leaves the legacy file intact and the published directory either absent or complete;
+ * staging leftovers are skipped by readers and removed by the next migration or cleanup.
+ *
+ * The caller (the store) holds the collection lock and has removed leftovers before migrating.
+ *
+ * @module
+ */
+import type { FileHandle, FileSystem } from "../port/fs.ts";
+import { NotFound } from "../port/errors.ts";
+import { PRIVATE_DIR_MODE, PRIVATE_FILE_MODE } from "../port/durable.ts";
+import { basename, dirname, join } from "../port/path.ts";
+import { SessionCwdError, SessionFormatError } from "./errors.ts";
+import {
+  fallbackTitleOf,
+  isSessionId,
+  type Message,
+  type MessageRole,
+  MessageValidator,
+  parseSessionHeader,
+  type SessionHeader,
+  type SessionTitle,
+  titleTextOf,
+  validateSessionMetadata,
+} from "./records/mod.ts";
+import {
+  encodeRoundIndex,
+  encodeStorageMeta,
+  INDEX_FILE,
+  INDEX_FORMAT,
+  INDEX_VERSION,
+  MESSAGES_FILE,
+  META_FILE,
+  type RoundEntry,
+  STORAGE_FORMAT,
+  STORAGE_VERSION,
+  type StorageMeta,
+} from "./storage.ts";
+import type { StoreContext } from "./lock.ts";
+
+/** The file extension of a legacy version-2 session. */
+export const LEGACY_EXTENSION = ".jsonl";
+/** The name prefix of staging directories (migration and compaction). */
+export const STAGING_PREFIX = ".staging-";
+
+/** Bytes read from a legacy file at a time. */
+const READ_CHUNK = 4 * 1024 * 1024;
+/** Output bytes gathered before one write to the staged log. */
+const WRITE_BATCH = 4 * 1024 * 1024;
+
+const decoder = new TextDecoder("utf-8", { ignoreBOM: true });
+const encoder = new TextEncoder();
+const NEWLINE = 10;
+
+/** The session id of a legacy file name `<id>.jsonl`, or undefined for any other name. */
+export function legacySessionId(name: string): string | undefined {
+  if (!name.endsWith(LEGACY_EXTENSION)) return undefined;
+  const id = name.slice(0, -LEGACY_EXTENSION.length);
+  return isSessionId(id) ? id : undefined;
+}
+
+/** A fresh staging directory name for session `id`. */
+export function stagingName(id: string): string {
+  return `${STAGING_PREFIX}${id}-${globalThis.crypto.randomUUID().slice(0, 8)}`;
+}
+
+/** What reading a legacy file learned. */
+export interface LegacySummary {
+  /** The parsed header (without `runTimings`, `unread` read as false when missing). */
+  readonly header: SessionHeader;
+  /** The number of messages. */
+  readonly messageCount: number;
+  /** The number of user messages. */
+  readonly userMessageCount: number;
+  /** The fallback title of the first eligible user message, when there is one. */
+  readonly fallbackTitle: SessionTitle | undefined;
+}
+
+/** Options of `readLegacySession`. */
+export interface ReadLegacyOptions {
+  /**
+   * Validate everything (messages, pairing, metadata against the history, the recorded cwd);
+   * default true. With false only the header is validated and the messages are parsed for their
+   * roles and the fallback title (the fast listing mode).
+   */
+  readonly validate?: boolean;
+}
+
+/** Complete lines of a file: their bytes (newlines included) and the same bytes decoded once. */
+interface LineBatch {
+  /** Whole lines, each ending with a newline except a last line at the end of the file. */
+  readonly bytes: Uint8Array;
+  /** `bytes` decoded (a newline is never part of a multi-byte sequence, so lines line up). */
+  readonly text: string;
+}
+
+/**
+ * Reads a file in chunks of whole lines. The next chunk is already being read while the caller
+ * processes the current one. The last line may lack its newline.
+ */
+class LineReader {
+  readonly #handle: FileHandle;
+  #position = 0;
+  #carry: Uint8Array[] = [];
+  #carryLength = 0;
+  #done = false;
+  #prefetch: Promise<Uint8Array> | undefined;
+
+  constructor(handle: FileHandle) {
+    this.#handle = handle;
+  }
+
+  #read(): Promise<Uint8Array> {
+    const read = this.#handle.read(this.#position, READ_CHUNK);
+    // Observed here too, so a read abandoned after a failure is not an unhandled rejection.
+    read.catch(() => undefined);
+    return read;
+  }
+
+  /** The next batch of complete lines (possibly empty), or undefined after the end. */
+  async next(): Promise<LineBatch | undefined> {
+    if (this.#done) return undefined;
+    const chunk = await (this.#prefetch ?? this.#read());
+    this.#position += chunk.length;
+    this.#prefetch = chunk.length === 0 ? undefined : this.#read();
+    if (chunk.length === 0) {
+      this.#done = true;
+      const bytes = this.#takeCarry(new Uint8Array(0));
+      return { bytes, text: decoder.decode(bytes) };
+    }
+    const last = chunk.lastIndexOf(NEWLINE);
+    if (last < 0) {
+      this.#carry.push(chunk);
+      this.#carryLength += chunk.length;
+      return { bytes: new Uint8Array(0), text: "" };
+    }
+    const bytes = this.#takeCarry(chunk.subarray(0, last + 1));
+    if (last + 1 < chunk.length) {
+      this.#carry.push(chunk.subarray(last + 1));
+      this.#carryLength = chunk.length - last - 1;
+    }
+    return { bytes, text: decoder.decode(bytes) };
+  }
+
+  #takeCarry(last: Uint8Array): Uint8Array {
+    if (this.#carryLength === 0) return last;
+    const out = new Uint8Array(this.#carryLength + last.length);
+    let offset = 0;
+    for (const piece of this.#carry) {
+      out.set(piece, offset);
+      offset += piece.length;
+    }
+    out.set(last, offset);
+    this.#carry = [];
+    this.#carryLength = 0;
+    return out;
+  }
+}
+
+function isBlank(text: string): boolean {
+  // Fast path: a record line starts with its opening brace.
+  return text.charCodeAt(0) !== 123 && text.trim() === "";
+}
+
+function parseLine(text: string, file: string, path: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (error) {
+    throw new SessionFormatError(`Invalid JSON: ${(error as Error).message}`, {
+      file,
+      path,
+      cause: error,
+    });
+  }
+}
+
+/** Receives each message of a legacy file, in order, with its decoded line. */
+interface MessageSink {
+  /** Called for every message; `bytes` is the raw line (without the newline). */
+  message(message: Message, text: string, bytes: Uint8Array, index: number): void;
+  /** Called after every chunk (for batched writes). */
+  flush(): Promise<void>;
+}
+
+/** The outcome of streaming a legacy file. */
+interface LegacyScan extends LegacySummary {
+  readonly roles: MessageRole[];
+}
+
+/**
+ * Streams the legacy file at `path`: the header is validated (and the cwd checked when
+ * validating) before any message is parsed; every message is handed to `sink`.
+ */
+async function scanLegacy(
+  fs: FileSystem,
+  path: string,
+  validate: boolean,
+  beforeMessages: (header: SessionHeader) => Promise<void>,
+  sink: MessageSink | undefined,
+): Promise<LegacyScan> {
+  const handle = await fs.open(path);
+  try {
+    const reader = new LineReader(handle);
+    let header: SessionHeader | undefined;
+    let index = 0;
+    let userMessageCount = 0;
+    let title: SessionTitle | undefined;
+    let blankAt: number | undefined;
+    /** A last line that parsed only after trimming: valid only if nothing follows it. */
+    let trimmedError: unknown;
+    const roles: MessageRole[] = [];
+    const validator = validate ? new MessageValidator({ file: path }) : undefined;
+    for (;;) {
+      const batch = await reader.next();
+      if (batch === undefined) break;
+      const chunk = batch.bytes;
+      const chunkText = batch.text;
+      let byteAt = 0;
+      let textAt = 0;
+      while (byteAt < chunk.length) {
+        let byteEnd = chunk.indexOf(NEWLINE, byteAt);
+        if (byteEnd < 0) byteEnd = chunk.length;
+        let textEnd = chunkText.indexOf("\n", textAt);
+        if (textEnd < 0) textEnd = chunkText.length;
+        const bytes = chunk.subarray(byteAt, byteEnd);
+        const text = chunkText.slice(textAt, textEnd);
+        byteAt = byteEnd + 1;
+        textAt = textEnd + 1;
+        if (isBlank(text)) {
+          if (header !== undefined && blankAt === undefined) blankAt = index;
+          continue;
+        }
+        if (header === undefined) {
+          const value = parseLine(text.trim(), path, "header");
+          header = parseSessionHeader(value, { file: path, path: "header" });
+          await beforeMessages(header);
+          continue;
+        }
+        const where = `messages[${index}]`;
+        if (trimmedError !== undefined) throw trimmedError;
+        if (blankAt !== undefined) {
+          throw new SessionFormatError(
+            "Invalid JSON: a blank line inside a session file is not a record",
+            { file: path, path: `messages[${blankAt}]` },
+          );
+        }
+        let value: unknown;
+        try {
+          value = JSON.parse(text);
+        } catch (error) {
+          // The version-2 reader trims the whole file, so the last line may end in any whitespace.
+          const trimmed = text.trimEnd();
+          if (trimmed === text) throw parseError(error, path, where);
+          value = parseLine(trimmed, path, where);
+          trimmedError = parseError(error, path, where);
+        }
+        if (validator !== undefined) validator.push(value, index);
+        else if (
+          typeof value !== "object" || value === null ||
+          typeof (value as { role?: unknown }).role !== "string"
+        ) {
+          throw new SessionFormatError("Invalid session message: expected an object with a role", {
+            file: path,
+            path: where,
+          });
+        }
+        const message = value as Message;
+        roles.push(message.role);
+        if (message.role === "user") {
+          userMessageCount++;
+          if (title === undefined) {
+            const titleText = titleTextOf(message);
+            // Empty exactly when the text normalizes to nothing (the message is not eligible).
+            const candidate = titleText === undefined
+              ? undefined
+              : fallbackTitleOf({ index, text: titleText });
+            if (candidate !== undefined && candidate.text !== "") title = candidate;
+          }
+        }
+        sink?.message(message, text, bytes, index);
+        index++;
+      }
+      await sink?.flush();
+    }
+    if (header === undefined) {
+      throw new SessionFormatError("Invalid JSON: the session file is empty", {
+        file: path,
+        path: "header",
+      });
+    }
+    if (validator !== undefined) {
+      validator.finish();
+      validateSessionMetadata(header, roles, { file: path });
+    }
+    return { header, messageCount: index, userMessageCount, fallbackTitle: title, roles };
+  } finally {
+    await handle.close();
+  }
+}
+
+function parseError(error: unknown, file: string, path: string): SessionFormatError {
+  return new SessionFormatError(`Invalid JSON: ${(error as Error).message}`, {
+    file,
+    path,
+    cause: error,
+  });
+}
+
+/** Checks that a header's recorded cwd still exists as a directory. */
+export async function checkSessionCwd(fs: FileSystem, header: SessionHeader, file: string) {
+  const cwd = header.cwd;
+  try {
+    const info = await fs.stat(cwd);
+    if (info.kind !== "directory") {
+      throw new SessionCwdError(cwd, `Session cwd is not a directory: '${cwd}'`, { file });
+    }
+  } catch (error) {
+    if (error instanceof NotFound) {
+      throw new SessionCwdError(
+        cwd,
+        `Session cwd no longer exists: '${cwd}'; restore the directory to open the session`,
+        { file, cause: error },
+      );
+    }
+    throw error;
+  }
+}
+
+function checkIdMatches(header: SessionHeader, path: string): void {
+  const id = legacySessionId(basename(path));
+  if (header.id !== id) {
+    throw new SessionFormatError("Session id does not match its file name", {
+      file: path,
+      path: "header.id",
+      value: header.id,
+    });
+  }
+}
+
+/**
+ * Reads a legacy version-2 session without modifying anything: by default with the complete
+ * validation of an open (messages, pairing, metadata, cwd); with `validate: false` only the
+ * header is validated (the fast listing mode).
+ *
+ * @throws {UnsupportedSessionError} For a header of another format or version.
+ * @throws {SessionFormatError} For invalid JSON, a blank inner line, invalid fields or messages.
+ * @throws {SessionCwdError} When validating and the recorded cwd is gone.
+ */
+export async function readLegacySession(
+  fs: FileSystem,
+  path: string,
+  options: ReadLegacyOptions = {},
+): Promise<LegacySummary> {
+  const validate = options.validate !== false;
+  const scan = await scanLegacy(fs, path, validate, async (header) => {
+    checkIdMatches(header, path);
+    if (validate) await checkSessionCwd(fs, header, path);
+  }, undefined);
+  return {
+    header: scan.header,
+    messageCount: scan.messageCount,
+    userMessageCount: scan.userMessageCount,
+    fallbackTitle: scan.fallbackTitle,
+  };
+}
+
+/** The result of `migrateLegacySession`. */
+export interface MigrationResult {
+  /** The published session directory `<collection>/<id>`. */
+  readonly dir: string;
+  /** The storage metadata that was published. */
+  readonly meta: StorageMeta;
+}
+
+/** Builds `messages.jsonl` in the staging directory while the legacy file streams in. */
+class StagedLog implements MessageSink {
+  readonly #context: StoreContext;
+  readonly #path: string;
+  #handle: FileHandle | undefined;
+  readonly #hash;
+  #pieces: Uint8Array[] = [];
+  #pending = 0;
+  /** The write in flight: the next batch is prepared while it runs. */
+  #writing: Promise<void> = Promise.resolve();
+  /** Bytes written or pending so far: the offset of the next line. */
+  bytes = 0;
+  readonly rounds: RoundEntry[] = [];
+
+  constructor(context: StoreContext, path: string) {
+    this.#context = context;
+    this.#path = path;
+    this.#hash = context.sha256();
+  }
+
+  async open(): Promise<void> {
+    this.#handle = await this.#context.fs.open(this.#path, {
+      createNew: true,
+      write: true,
+      mode: PRIVATE_FILE_MODE,
+    });
+  }
+
+  message(message: Message, text: string, bytes: Uint8Array, index: number): void {
+    const line = JSON.stringify(message);
+    // Lines written by the version-2 writer are already in this form: reuse their bytes.
+    const out = line === text ? bytes : encoder.encode(line);
+    if (message.role === "user") this.rounds.push({ messageIndex: index, byteOffset: this.bytes });
+    this.#pieces.push(out);
+    this.#pending += out.length + 1;
+    this.bytes += out.length + 1;
+  }
+
+  async flush(force = false): Promise<void> {
+    if (this.#pending === 0 || (!force && this.#pending < WRITE_BATCH)) return;
+    const batch = new Uint8Array(this.#pending);
+    let offset = 0;
+    for (const piece of this.#pieces) {
+      batch.set(piece, offset);
+      offset += piece.length;
+      batch[offset++] = NEWLINE;
+    }
+    this.#pieces = [];
+    this.#pending = 0;
+    this.#hash.update(batch);
+    await this.#writing;
+    const writing = (this.#handle as FileHandle).write(batch);
+    writing.catch(() => undefined); // awaited by the next flush or finish
+    this.#writing = writing;
+  }
+
+  /** Writes what is pending, syncs (under full durability) and closes; returns the generation. */
+  async finish(): Promise<string> {
+    await this.flush(true);
+    const handle = this.#handle as FileHandle;
+    this.#handle = undefined;
+    try {
+      await this.#writing;
+      if (this.#context.durability === "full") await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    return this.#hash.digestHex();
+  }
+
+  async abandon(): Promise<void> {
+    const handle = this.#handle;
+    this.#handle = undefined;
+    await this.#writing.catch(() => undefined);
+    await handle?.close().catch(() => undefined);
+  }
+}
+
+async function writeNewFile(context: StoreContext, path: string, data: Uint8Array): Promise<void> {
+  const handle = await context.fs.open(path, {
+    createNew: true,
+    write: true,
+    mode: PRIVATE_FILE_MODE,
+  });
+  try {
+    await handle.write(data);
+    if (context.durability === "full") await handle.sync();
+  } finally {
+    await handle.close();
+  }
+  await context.fs.chmod(path, PRIVATE_FILE_MODE);
+}
+
+/**
+ * Migrates the legacy session file `legacyPath` to `<collection>/<id>/` (see the module doc).
+ * The legacy file must be a regular file named `<id>.jsonl` whose header id is `<id>`; the
+ * target directory must not exist. On any failure the staging directory is removed (a removal
+ * that fails too leaves a leftover for cleanup) and the error propagates; nothing else changes.
+ *
+ * @throws {UnsupportedSessionError} For a header of another format or version (nothing written).
+ * @throws {SessionFormatError} For an invalid file (nothing published).
+ * @throws {SessionCwdError} When the recorded cwd is gone (nothing written).
+ */
+export async function migrateLegacySession(
+  context: StoreContext,
+  legacyPath: string,
+): Promise<MigrationResult> {
+  const fs = context.fs;
+  const collection = dirname(legacyPath);
+  const id = legacySessionId(basename(legacyPath));
+  if (id === undefined) {
+    throw new SessionFormatError("A legacy session file must be named <session id>.jsonl", {
+      file: legacyPath,
+    });
+  }
+  const info = await fs.lstat(legacyPath);
+  if (info.kind !== "file") {
+    throw new SessionFormatError(
+      "Legacy session path is not a regular file (symlinks and directories are refused)",
+      { file: legacyPath },
+    );
+  }
+  const dir = join(collection, id);
+  const staging = join(collection, stagingName(id));
+  const log = new StagedLog(context, join(staging, MESSAGES_FILE));
+  let created = false;
+  try {
+    const scan = await scanLegacy(fs, legacyPath, true, async (header) => {
+      checkIdMatches(header, legacyPath);
+      await checkSessionCwd(fs, header, legacyPath);
+      await fs.mkdir(staging, { mode: PRIVATE_DIR_MODE });
+      created = true;
+      await fs.chmod(staging, PRIVATE_DIR_MODE);
+      await log.open();
+    }, log);
+    const generation = await log.finish();
+    await fs.chmod(join(staging, MESSAGES_FILE), PRIVATE_FILE_MODE);
+    const meta: StorageMeta = {
+      format: STORAGE_FORMAT,
+      version: STORAGE_VERSION,
+      header: scan.header,
+      generation,
+      start: 0,
+      bytes: log.bytes,
+      messageCount: scan.messageCount,
+    };
+    await writeNewFile(context, join(staging, META_FILE), encodeStorageMeta(meta));
+    await writeNewFile(
+      context,
+      join(staging, INDEX_FILE),
+      encodeRoundIndex({
+        format: INDEX_FORMAT,
+        version: INDEX_VERSION,
+        generation,
+        start: 0,
+        bytes: log.bytes,
+        messageCount: scan.messageCount,
+        rounds: log.rounds,
+      }),
+    );
+    if (context.durability === "full") await fs.syncDir(staging);
+    await fs.rename(staging, dir);
+    created = false;
+    if (context.durability === "full") await fs.syncDir(collection);
+    return { dir, meta };
+  } catch (error) {
+    await log.abandon();
+    if (created) await fs.remove(staging, { recursive: true }).catch(() => undefined);
+    throw error;
+  }
+}

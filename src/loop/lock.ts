@@ -1,0 +1,494 @@
+/**
+ * Locks of the Loop session store: the **writer lock** of one session directory and the
+ * **collection lock** that serializes structural changes of a collection (migration, archive
+ * membership, delete, compaction, cleanup).
+ *
+ * Inside one process both are plain in-memory registrations, keyed by filesystem and path. Across
+ * processes they are files, but only when the store has a `ProcessProbe` (a runtime capability the
+ * adapters provide: `nodeProcessProbe()`, `denoProcessProbe()`); without one, a store assumes it
+ * is the only process writing its agent directory.
+ *
+ * ## The lock file
+ *
+ * `<session dir>/writer.lock` (or `<collection>/.collection.lock`) is created exclusively with
+ * mode 0600 and holds one JSON object: `{"pid", "host", "startedAt", "token"}`. A lock is *live*
+ * while its holder may still run: another host (which cannot be probed), a pid the probe reports
+ * alive, or a token this very process holds. It is *stale* when its pid is dead on this host, or
+ * when it names this process's pid with a token this process does not hold (a leftover of an
+ * earlier process that had the same pid). A lock file that cannot be parsed is given a short
+ * grace period (its writer may be between create and write) and is stale after it.
+ *
+ * ## Taking over a stale lock
+ *
+ * Two processes may find the same stale lock at once. The takeover is claimed by creating the
+ * marker `<lock>.takeover-<stale token>` exclusively: only one racer can create it. The winner
+ * checks that the lock still holds the stale token, removes it, creates its own lock exclusively
+ * (which can still lose to a third process that never saw the stale lock — that process then
+ * holds the lock legitimately) and removes the marker. A marker whose own holder died is removed
+ * by the next racer. Lock files are never fsynced: a lock only matters while its holder lives,
+ * and after a power loss every holder is gone.
+ *
+ * @module
+ */
+import type { FileSystem } from "../port/fs.ts";
+import { AlreadyExists, NotFound } from "../port/errors.ts";
+import { PRIVATE_FILE_MODE } from "../port/durable.ts";
+import { join } from "../port/path.ts";
+import { SessionBusyError, SessionLockedError } from "./errors.ts";
+import type { SessionContext } from "./session_manager.ts";
+
+/** The file name of a session's writer lock. */
+export const WRITER_LOCK_FILE = "writer.lock";
+/** The file name of a collection's lock (hidden: discovery skips names starting with `.`). */
+export const COLLECTION_LOCK_FILE = ".collection.lock";
+
+/** How long an unparsable lock file may be mid-write before it counts as stale, in ms. */
+const UNPARSABLE_GRACE_MS = 50;
+/** Poll interval while waiting for a collection lock held by another process, in ms. */
+const COLLECTION_POLL_MS = 20;
+/** Default wait for a collection lock held by another process, in ms. */
+export const DEFAULT_COLLECTION_LOCK_WAIT_MS = 10_000;
+
+/**
+ * What a store needs to know about processes to coordinate with other processes: its own pid and
+ * host name, and whether a pid on this host is alive. Adapters provide one (`nodeProcessProbe()`,
+ * `denoProcessProbe()`); tests can fake several processes on one filesystem.
+ */
+export interface ProcessProbe {
+  /** This process's id. */
+  readonly pid: number;
+  /** This host's name (locks of other hosts are never probed, only respected). */
+  readonly host: string;
+  /** True when a process with `pid` exists on this host (a process we may not signal is alive). */
+  isAlive(pid: number): boolean;
+}
+
+/** The store context shared by the store's companion modules: session context plus a probe. */
+export interface StoreContext extends SessionContext {
+  /** The process probe; undefined means no cross-process locking. */
+  readonly probe: ProcessProbe | undefined;
+  /** How long to wait for a collection lock held by another process, in ms. */
+  readonly collectionLockWaitMs: number;
+}
+
+/** The content of a lock file. */
+export interface LockRecord {
+  /** The holder's process id. */
+  readonly pid: number;
+  /** The holder's host name. */
+  readonly host: string;
+  /** When the lock was taken (ISO). */
+  readonly startedAt: string;
+  /** A random token naming this acquisition. */
+  readonly token: string;
+}
+
+/** What a lock file says: nothing there, a live holder, or a stale leftover. */
+export type LockFileState =
+  | { readonly kind: "free" }
+  | { readonly kind: "live"; readonly record: LockRecord | undefined }
+  | { readonly kind: "stale"; readonly record: LockRecord | undefined };
+
+/** What `inspectLock` finds at a lock path: the file's state, or a holder in this process. */
+export type LockState = LockFileState | { readonly kind: "held-here" };
+
+/** Tokens of every file lock this process holds (process-wide: any filesystem, any store). */
+const heldTokens = new Set<string>();
+/** In-process registrations: filesystem → lock path → token. */
+const registrations = new WeakMap<FileSystem, Map<string, string>>();
+/** In-process wait queues of collection locks: filesystem → lock path → tail promise. */
+const queues = new WeakMap<FileSystem, Map<string, Promise<void>>>();
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+const TOKEN_SHAPE = /^[0-9a-f-]{1,64}$/;
+
+function registry(fs: FileSystem): Map<string, string> {
+  let map = registrations.get(fs);
+  if (map === undefined) {
+    map = new Map();
+    registrations.set(fs, map);
+  }
+  return map;
+}
+
+/** True when this process holds the lock at `lockPath` on `fs` (writer or collection lock). */
+export function isHeldInProcess(fs: FileSystem, lockPath: string): boolean {
+  return registry(fs).has(lockPath);
+}
+
+/** Parses lock file bytes; undefined when they are not a lock record. */
+export function parseLockRecord(bytes: Uint8Array): LockRecord | undefined {
+  let value: unknown;
+  try {
+    value = JSON.parse(decoder.decode(bytes));
+  } catch {
+    return undefined;
+  }
+  if (typeof value !== "object" || value === null) return undefined;
+  const record = value as Record<string, unknown>;
+  if (
+    !Number.isSafeInteger(record.pid) || typeof record.host !== "string" ||
+    typeof record.startedAt !== "string" || typeof record.token !== "string"
+  ) return undefined;
+  return record as unknown as LockRecord;
+}
+
+async function readLockBytes(fs: FileSystem, path: string): Promise<Uint8Array | undefined> {
+  try {
+    return await fs.readFile(path);
+  } catch (error) {
+    if (error instanceof NotFound) return undefined;
+    throw error;
+  }
+}
+
+function isLive(record: LockRecord, probe: ProcessProbe): boolean {
+  if (record.host !== probe.host) return true;
+  if (record.pid === probe.pid) return heldTokens.has(record.token);
+  return probe.isAlive(record.pid);
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/**
+ * Reads the lock at `lockPath` and says whether it is free, held by this process, held by a live
+ * process, or stale. Without a probe, only in-process registrations count (a file is "stale").
+ */
+export async function inspectLock(
+  context: StoreContext,
+  lockPath: string,
+): Promise<LockState> {
+  if (isHeldInProcess(context.fs, lockPath)) return { kind: "held-here" };
+  return await inspectLockFile(context, lockPath);
+}
+
+/** Like `inspectLock`, for the lock file alone (in-process registrations are not consulted). */
+async function inspectLockFile(
+  context: StoreContext,
+  lockPath: string,
+): Promise<LockFileState> {
+  const bytes = await readLockBytes(context.fs, lockPath);
+  if (bytes === undefined) return { kind: "free" };
+  const probe = context.probe;
+  if (probe === undefined) return { kind: "stale", record: parseLockRecord(bytes) };
+  let record = parseLockRecord(bytes);
+  if (record === undefined) {
+    await sleep(UNPARSABLE_GRACE_MS);
+    const again = await readLockBytes(context.fs, lockPath);
+    if (again === undefined) return { kind: "free" };
+    record = parseLockRecord(again);
+    if (record === undefined) return { kind: "stale", record: undefined };
+  }
+  return isLive(record, probe) ? { kind: "live", record } : { kind: "stale", record };
+}
+
+/** A lock this process holds; `release()` gives it up (idempotent). */
+export class HeldLock {
+  /** The lock file path. */
+  readonly path: string;
+  /** The token of this acquisition. */
+  readonly token: string;
+  readonly #fs: FileSystem;
+  readonly #file: boolean;
+  #released = false;
+
+  /** Wraps an acquisition; use `acquireWriterLock` / `withCollectionLock`. */
+  constructor(fs: FileSystem, path: string, token: string, file: boolean) {
+    this.#fs = fs;
+    this.path = path;
+    this.token = token;
+    this.#file = file;
+  }
+
+  /** True once released. */
+  get released(): boolean {
+    return this.#released;
+  }
+
+  /**
+   * Releases the lock: removes the lock file when it still holds this token (a lock file that
+   * moved away with its directory, or was replaced, is left alone) and drops the registration.
+   */
+  async release(): Promise<void> {
+    if (this.#released) return;
+    this.#released = true;
+    try {
+      if (this.#file) {
+        const bytes = await readLockBytes(this.#fs, this.path);
+        if (bytes !== undefined && parseLockRecord(bytes)?.token === this.token) {
+          await this.#fs.remove(this.path);
+        }
+      }
+    } finally {
+      heldTokens.delete(this.token);
+      const map = registry(this.#fs);
+      if (map.get(this.path) === this.token) map.delete(this.path);
+    }
+  }
+
+  /** Drops the registration without touching any file (the file went away with its directory). */
+  forget(): void {
+    this.#released = true;
+    heldTokens.delete(this.token);
+    const map = registry(this.#fs);
+    if (map.get(this.path) === this.token) map.delete(this.path);
+  }
+}
+
+/** Creates the lock file exclusively; false when something is already there. */
+async function createLockFile(
+  fs: FileSystem,
+  path: string,
+  record: LockRecord,
+): Promise<boolean> {
+  let handle;
+  try {
+    handle = await fs.open(path, { createNew: true, write: true, mode: PRIVATE_FILE_MODE });
+  } catch (error) {
+    if (error instanceof AlreadyExists) return false;
+    throw error;
+  }
+  try {
+    await handle.write(encoder.encode(JSON.stringify(record) + "\n"));
+  } catch (error) {
+    await handle.close().catch(() => undefined);
+    await fs.remove(path).catch(() => undefined);
+    throw error;
+  }
+  await handle.close();
+  return true;
+}
+
+/**
+ * Removes the stale lock holding `staleToken` (or an unparsable stale lock when `staleToken` is
+ * undefined) under an exclusive takeover marker. Returns when the lock file is gone or no longer
+ * holds the stale token; another process may have taken the lock meanwhile.
+ */
+async function removeStaleLock(
+  context: StoreContext,
+  lockPath: string,
+  staleToken: string | undefined,
+  own: LockRecord,
+): Promise<void> {
+  const fs = context.fs;
+  // The token comes from a file: only a token of the shape this library writes names the marker.
+  const tag = staleToken !== undefined && TOKEN_SHAPE.test(staleToken) ? staleToken : "other";
+  const marker = `${lockPath}.takeover-${tag}`;
+  if (!(await createLockFile(fs, marker, own))) {
+    // Another process is taking over the same stale lock, or died doing it.
+    const bytes = await readLockBytes(fs, marker);
+    if (bytes === undefined) return;
+    const holder = parseLockRecord(bytes);
+    const probe = context.probe as ProcessProbe;
+    if (holder !== undefined && isLive(holder, probe)) return;
+    await fs.remove(marker).catch((error: unknown) => {
+      if (!(error instanceof NotFound)) throw error;
+    });
+    return;
+  }
+  try {
+    const bytes = await readLockBytes(fs, lockPath);
+    if (bytes === undefined) return;
+    const current = parseLockRecord(bytes);
+    if (current?.token !== staleToken) return;
+    await fs.remove(lockPath);
+  } finally {
+    await fs.remove(marker).catch((error: unknown) => {
+      if (!(error instanceof NotFound)) throw error;
+    });
+  }
+}
+
+/** A few attempts at the file lock, taking over stale locks; reports a live holder. */
+async function tryFileLock(
+  context: StoreContext,
+  lockPath: string,
+  own: LockRecord,
+): Promise<{ taken: true } | { taken: false; holder: LockRecord | undefined }> {
+  for (let attempt = 0; attempt < 4; attempt++) {
+    if (await createLockFile(context.fs, lockPath, own)) return { taken: true };
+    const state = await inspectLockFile(context, lockPath);
+    if (state.kind === "free") continue;
+    if (state.kind === "live") return { taken: false, holder: state.record };
+    await removeStaleLock(context, lockPath, state.record?.token, own);
+  }
+  const state = await inspectLockFile(context, lockPath);
+  return { taken: false, holder: state.kind === "live" ? state.record : undefined };
+}
+
+function newRecord(context: StoreContext, probe: ProcessProbe): LockRecord {
+  return {
+    pid: probe.pid,
+    host: probe.host,
+    startedAt: new Date(context.now()).toISOString(),
+    token: globalThis.crypto.randomUUID(),
+  };
+}
+
+function lockedError(lockPath: string, holder: LockRecord | undefined): SessionLockedError {
+  const who = holder === undefined
+    ? "another process"
+    : `process ${holder.pid} on host ${JSON.stringify(holder.host)} (since ${holder.startedAt})`;
+  return new SessionLockedError(
+    `Session is being written by ${who}; close it there first, or open it read-only`,
+    { file: lockPath, pid: holder?.pid, host: holder?.host },
+  );
+}
+
+/**
+ * Takes the writer lock of the session directory `dir`: fails at once with `SessionBusyError`
+ * when this process already holds it, or `SessionLockedError` when a live process does. A stale
+ * lock is taken over. Without a probe only the in-process registration is made.
+ */
+export async function acquireWriterLock(context: StoreContext, dir: string): Promise<HeldLock> {
+  const lockPath = join(dir, WRITER_LOCK_FILE);
+  const map = registry(context.fs);
+  if (map.has(lockPath)) {
+    throw new SessionBusyError(
+      "Session is already open for writing in this process; close() the other SessionManager first",
+      { file: lockPath },
+    );
+  }
+  const probe = context.probe;
+  if (probe === undefined) {
+    const token = globalThis.crypto.randomUUID();
+    map.set(lockPath, token);
+    return new HeldLock(context.fs, lockPath, token, false);
+  }
+  const own = newRecord(context, probe);
+  // Registered before the file exists, so a concurrent call in this process fails fast.
+  map.set(lockPath, own.token);
+  heldTokens.add(own.token);
+  try {
+    const result = await tryFileLock(context, lockPath, own);
+    if (!result.taken) throw lockedError(lockPath, result.holder);
+  } catch (error) {
+    heldTokens.delete(own.token);
+    if (map.get(lockPath) === own.token) map.delete(lockPath);
+    throw error;
+  }
+  return new HeldLock(context.fs, lockPath, own.token, true);
+}
+
+/**
+ * Runs `task` holding the collection lock of `collection`: callers in this process wait their
+ * turn; with a probe, a live lock of another process is waited for up to
+ * `context.collectionLockWaitMs` (then `SessionLockedError`), and a stale one is taken over.
+ * The collection directory must exist.
+ */
+export async function withCollectionLock<T>(
+  context: StoreContext,
+  collection: string,
+  task: () => Promise<T>,
+): Promise<T> {
+  const fs = context.fs;
+  const lockPath = join(collection, COLLECTION_LOCK_FILE);
+  let tails = queues.get(fs);
+  if (tails === undefined) {
+    tails = new Map();
+    queues.set(fs, tails);
+  }
+  const previous = tails.get(lockPath) ?? Promise.resolve();
+  let done!: () => void;
+  const mine = new Promise<void>((resolve) => {
+    done = resolve;
+  });
+  const tail = previous.then(() => mine);
+  tails.set(lockPath, tail);
+  await previous;
+  try {
+    const held = await takeCollectionLock(context, lockPath);
+    try {
+      return await task();
+    } finally {
+      await held.release();
+    }
+  } finally {
+    done();
+    if (tails.get(lockPath) === tail) tails.delete(lockPath);
+  }
+}
+
+async function takeCollectionLock(context: StoreContext, lockPath: string): Promise<HeldLock> {
+  const map = registry(context.fs);
+  const probe = context.probe;
+  if (probe === undefined) {
+    const token = globalThis.crypto.randomUUID();
+    map.set(lockPath, token);
+    return new HeldLock(context.fs, lockPath, token, false);
+  }
+  const own = newRecord(context, probe);
+  heldTokens.add(own.token);
+  const deadline = context.now() + context.collectionLockWaitMs;
+  try {
+    for (;;) {
+      const result = await tryFileLock(context, lockPath, own);
+      if (result.taken) break;
+      if (context.now() >= deadline) {
+        throw new SessionLockedError(
+          `Session collection is locked by ${
+            result.holder === undefined ? "another process" : `process ${result.holder.pid}`
+          }; try again when its operation finished`,
+          { file: lockPath, pid: result.holder?.pid, host: result.holder?.host },
+        );
+      }
+      await sleep(COLLECTION_POLL_MS);
+    }
+  } catch (error) {
+    heldTokens.delete(own.token);
+    throw error;
+  }
+  map.set(lockPath, own.token);
+  return new HeldLock(context.fs, lockPath, own.token, true);
+}
+
+/**
+ * Refuses with `SessionBusyError` / `SessionLockedError` when the session directory `dir` is
+ * held by a writer (in this process, or a live process). A stale lock is not an obstacle.
+ */
+export async function assertNotLocked(context: StoreContext, dir: string): Promise<void> {
+  const lockPath = join(dir, WRITER_LOCK_FILE);
+  const state = await inspectLock(context, lockPath);
+  if (state.kind === "held-here") {
+    throw new SessionBusyError(
+      "Session is open for writing in this process; close() its SessionManager first",
+      { file: lockPath },
+    );
+  }
+  if (state.kind === "live") throw lockedError(lockPath, state.record);
+}
+
+/** True when `name` is a lock file or a takeover marker (never session data). */
+export function isLockFileName(name: string): boolean {
+  return name === WRITER_LOCK_FILE || name.startsWith(`${WRITER_LOCK_FILE}.takeover-`) ||
+    name === COLLECTION_LOCK_FILE || name.startsWith(`${COLLECTION_LOCK_FILE}.takeover-`);
+}
+
+/**
+ * Removes the stale lock file and stale takeover markers in `dir` (a session directory or a
+ * collection). Returns the removed paths. Live locks are left alone.
+ */
+export async function removeStaleLocks(
+  context: StoreContext,
+  dir: string,
+  names: readonly string[],
+): Promise<string[]> {
+  const removed: string[] = [];
+  for (const name of names) {
+    if (!isLockFileName(name)) continue;
+    const path = join(dir, name);
+    if (name === COLLECTION_LOCK_FILE) continue; // held by the caller during cleanup
+    const state = await inspectLock(context, path);
+    if (state.kind !== "stale") continue;
+    try {
+      await context.fs.remove(path);
+      removed.push(path);
+    } catch (error) {
+      if (!(error instanceof NotFound)) throw error;
+    }
+  }
+  return removed;
+}

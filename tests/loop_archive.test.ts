@@ -1,0 +1,399 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs } from "../adapters/memory.ts";
+import {
+  InvalidArgumentError,
+  SessionBusyError,
+  SessionFormatError,
+  SessionLockedError,
+  SessionNotFoundError,
+} from "../src/loop/errors.ts";
+import { SessionStore, workspaceHash } from "../src/loop/store.ts";
+import type { SessionManager } from "../src/loop/session_manager.ts";
+import { SessionNotArchivedError } from "../src/loop/archive.ts";
+import type { ProcessProbe } from "../src/loop/lock.ts";
+import type { Message } from "../src/loop/records/mod.ts";
+import { crashAtEveryOperation, failAtEveryOperation } from "./_crash.ts";
+import { assistant, conversation, user } from "./_fixtures.ts";
+
+const CWD = "/work/project";
+const OTHER = "/work/other";
+const AGENT = "/home/user/.loop";
+const COLLECTION = `${AGENT}/sessions/${workspaceHash(CWD)}`;
+const GLOBAL = "/data/chats";
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+function storeOn(fs: MemoryFs, extra: { sessionDir?: string; process?: ProcessProbe } = {}) {
+  return new SessionStore({ fs, agentDir: AGENT, ...extra });
+}
+
+async function setup(): Promise<{ fs: MemoryFs; store: SessionStore }> {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  await fs.mkdir(OTHER, { recursive: true });
+  return { fs, store: storeOn(fs) };
+}
+
+async function saved(store: SessionStore, history: Message[], cwd = CWD): Promise<SessionManager> {
+  const session = await store.create(cwd);
+  await session.commit(history);
+  await session.close();
+  return session;
+}
+
+async function archiveJson(fs: MemoryFs, collection = COLLECTION): Promise<string> {
+  return decoder.decode(await fs.readFile(`${collection}/archive.json`));
+}
+
+function probe(pid: number, alive: Set<number>): ProcessProbe {
+  return { pid, host: "test-host", isAlive: (other) => alive.has(other) };
+}
+
+/**
+ * The same filesystem seen by another process: a distinct object, so this process's in-memory
+ * lock registrations (keyed by filesystem) do not apply to it; only lock files do.
+ */
+function otherProcessView(fs: MemoryFs): MemoryFs {
+  return new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+}
+
+test("set() archives and restores by membership only, in insertion order, idempotently", async () => {
+  const { fs, store } = await setup();
+  const a = await saved(store, [user("a")]);
+  const b = await saved(store, [user("b")]);
+  const sessionsBefore = fs.snapshotTree(a.getSessionPath());
+  await store.archive.set(CWD, [b.id, a.id], true);
+  assert.equal(await archiveJson(fs), JSON.stringify([b.id, a.id]) + "\n");
+  assert.equal((await fs.stat(`${COLLECTION}/archive.json`)).mode, 0o600);
+  await store.archive.set(CWD, [a.id, b.id], true);
+  assert.equal(await archiveJson(fs), JSON.stringify([b.id, a.id]) + "\n");
+  assert.equal(await store.archive.isArchived(CWD, a.id), true);
+  await store.archive.set(CWD, [b.id], false);
+  await store.archive.set(CWD, [b.id], false);
+  assert.deepEqual(await store.archive.list(CWD), [a.id]);
+  assert.equal(await store.archive.isArchived(CWD, b.id), false);
+  assert.deepEqual(fs.snapshotTree(a.getSessionPath()), sessionsBefore);
+  const listed = await store.list(CWD, undefined, { fast: true });
+  assert.deepEqual(
+    listed.map((s) => [s.id, s.archived]).sort(),
+    [[a.id, true], [b.id, false]].sort(),
+  );
+});
+
+test("set() rejects an invalid id or state before writing anything", async () => {
+  const { fs, store } = await setup();
+  const a = await saved(store, [user("a")]);
+  const before = fs.snapshotTree(AGENT);
+  await assert.rejects(store.archive.set(CWD, [a.id, "../escape"], true), InvalidArgumentError);
+  await assert.rejects(store.archive.set(CWD, [a.id.toUpperCase()], true), InvalidArgumentError);
+  await assert.rejects(
+    store.archive.set(CWD, [a.id], "yes" as unknown as boolean),
+    InvalidArgumentError,
+  );
+  await assert.rejects(store.archive.isArchived(CWD, "x"), InvalidArgumentError);
+  assert.deepEqual(fs.snapshotTree(AGENT), before);
+});
+
+test("a missing archive.json is empty; an invalid one is a typed error", async () => {
+  const { fs, store } = await setup();
+  const a = await saved(store, [user("a")]);
+  assert.deepEqual(await store.archive.list(CWD), []);
+  for (const content of ["{}", '["short"]', "[1]", "not json"]) {
+    await fs.writeFile(`${COLLECTION}/archive.json`, encoder.encode(content));
+    await assert.rejects(store.archive.isArchived(CWD, a.id), SessionFormatError, content);
+    await assert.rejects(store.archive.set(CWD, [a.id], true), SessionFormatError, content);
+  }
+});
+
+test("history saves preserve archive membership", async () => {
+  const { store } = await setup();
+  const a = await saved(store, conversation(1));
+  await store.archive.set(CWD, [a.id], true);
+  const session = await store.open(a.getSessionPath());
+  await session.commit([...session.messages, user("more"), assistant("ok")]);
+  await session.setPinned(true);
+  await session.close();
+  assert.equal(await store.archive.isArchived(CWD, a.id), true);
+});
+
+test("an undefined cwd means the configured sessionDir, and is refused without one", async () => {
+  const { fs, store } = await setup();
+  await assert.rejects(store.archive.set(undefined, [], true), InvalidArgumentError);
+  await assert.rejects(store.archive.delete(undefined, []), InvalidArgumentError);
+  const global = storeOn(fs, { sessionDir: GLOBAL });
+  const here = await saved(global, [user("here")], CWD);
+  const there = await saved(global, [user("there")], OTHER);
+  await global.archive.set(undefined, [here.id, there.id], true);
+  assert.equal(await archiveJson(fs, GLOBAL), JSON.stringify([here.id, there.id]) + "\n");
+  await global.archive.delete(undefined, [there.id]);
+  assert.deepEqual((await global.list()).map((s) => s.id), [here.id]);
+  assert.deepEqual(await global.archive.list(undefined), [here.id]);
+});
+
+test("delete() removes the directory, the legacy backup and trace companions together", async () => {
+  const { fs, store } = await setup();
+  const keep = await saved(store, [user("keep")]);
+  const legacyId = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  const head = {
+    format: "loop-session",
+    version: 2,
+    id: legacyId,
+    cwd: CWD,
+    createdAt: "2025-01-01T00:00:00.000Z",
+    updatedAt: "2025-01-01T00:00:00.000Z",
+    permissionPreset: "read-only",
+  };
+  await fs.writeFile(
+    `${COLLECTION}/${legacyId}.jsonl`,
+    encoder.encode([head, user("old")].map((r) => JSON.stringify(r)).join("\n") + "\n"),
+  );
+  await (await store.open(`${COLLECTION}/${legacyId}.jsonl`)).close();
+  await fs.writeFile(`${COLLECTION}/${legacyId}.trace.jsonl`, encoder.encode("{}\n"));
+  await store.archive.set(CWD, [legacyId, keep.id], true);
+  const keepTree = fs.snapshotTree(keep.getSessionPath());
+  await store.archive.delete(CWD, [legacyId, legacyId]);
+  const names = (await fs.readDir(COLLECTION)).map((e) => e.name);
+  assert.deepEqual(names.sort(), ["archive.json", keep.id].sort());
+  assert.equal(await archiveJson(fs), JSON.stringify([keep.id]) + "\n");
+  assert.deepEqual((await store.list(CWD)).map((s) => s.id), [keep.id]);
+  assert.deepEqual(fs.snapshotTree(keep.getSessionPath()), keepTree);
+});
+
+test("delete() deletes only archived sessions unless archivedOnly is false", async () => {
+  const { fs, store } = await setup();
+  const a = await saved(store, [user("a")]);
+  const before = fs.snapshotTree(AGENT);
+  await assert.rejects(store.archive.delete(CWD, [a.id]), SessionNotArchivedError);
+  assert.deepEqual(fs.snapshotTree(AGENT), before);
+  await store.archive.delete(CWD, [a.id], { archivedOnly: false });
+  assert.deepEqual(await store.list(CWD), []);
+});
+
+test("delete() refuses ids not listed for the cwd", async () => {
+  const { fs } = await setup();
+  const shared = storeOn(fs, { sessionDir: GLOBAL });
+  const there = await saved(shared, [user("there")], OTHER);
+  await shared.archive.set(CWD, [there.id], true);
+  await assert.rejects(shared.archive.delete(CWD, [there.id]), SessionNotFoundError);
+  await assert.rejects(
+    shared.archive.delete(CWD, ["ffffffff-ffff-ffff-ffff-ffffffffffff"]),
+    SessionNotFoundError,
+  );
+  await assert.rejects(shared.archive.delete(CWD, ["../../etc"]), InvalidArgumentError);
+  await shared.archive.delete(OTHER, [there.id]);
+  assert.deepEqual(await shared.list(undefined), []);
+});
+
+test("delete() with an undefined cwd can remove a session that no longer reads", async () => {
+  const { fs } = await setup();
+  const shared = storeOn(fs, { sessionDir: GLOBAL });
+  const broken = await saved(shared, [user("broken")]);
+  await fs.writeFile(broken.getSessionFile(), encoder.encode("{"));
+  await shared.archive.set(undefined, [broken.id], true);
+  await shared.archive.delete(undefined, [broken.id]);
+  assert.deepEqual((await shared.listDetailed()).failures, []);
+  assert.deepEqual(await shared.archive.list(undefined), []);
+});
+
+test("delete() refuses a session open for writing, here or in a live process", async () => {
+  const { fs } = await setup();
+  const alive = new Set([100, 200]);
+  const mine = storeOn(fs, { process: probe(100, alive) });
+  const theirs = storeOn(otherProcessView(fs), { process: probe(200, alive) });
+  const a = await saved(mine, [user("a")]);
+  await mine.archive.set(CWD, [a.id], true);
+  const writer = await mine.open(a.getSessionPath());
+  await assert.rejects(mine.archive.delete(CWD, [a.id]), SessionBusyError);
+  await assert.rejects(theirs.archive.delete(CWD, [a.id]), SessionLockedError);
+  assert.equal((await mine.list(CWD)).length, 1);
+  // The writing process dies: its lock is stale and no longer protects the session.
+  alive.delete(100);
+  await theirs.archive.delete(CWD, [a.id]);
+  assert.deepEqual(await theirs.list(CWD), []);
+  await writer.close();
+});
+
+/** The collection as a tree, without temp files. */
+function collectionTree(fs: MemoryFs): Record<string, string> {
+  return fs.snapshotTree(COLLECTION);
+}
+
+async function deleteBaseline(): Promise<{
+  baseline: MemoryFs;
+  target: string;
+  keep: string;
+  history: Message[];
+  before: Record<string, string>;
+  after: Record<string, string>;
+}> {
+  const { fs, store } = await setup();
+  const history = conversation(2);
+  const target = await saved(store, history);
+  const keep = await saved(store, [user("keep")]);
+  await fs.writeFile(
+    `${COLLECTION}/${target.id}.jsonl`,
+    encoder.encode(
+      [{
+        format: "loop-session",
+        version: 2,
+        id: target.id,
+        cwd: CWD,
+        createdAt: "2025-01-01T00:00:00.000Z",
+        updatedAt: "2025-01-01T00:00:00.000Z",
+        permissionPreset: "read-only",
+      }, user("stale backup")].map((r) => JSON.stringify(r)).join("\n") + "\n",
+    ),
+    { mode: 0o600 },
+  );
+  await fs.writeFile(`${COLLECTION}/${target.id}.trace.jsonl`, encoder.encode("{}\n"), {
+    mode: 0o600,
+  });
+  await store.archive.set(CWD, [target.id, keep.id], true);
+  fs.syncAll();
+  const before = collectionTree(fs);
+  const done = fs.clone();
+  await storeOn(done).archive.delete(CWD, [target.id]);
+  return {
+    baseline: fs,
+    target: target.id,
+    keep: keep.id,
+    history,
+    before,
+    after: collectionTree(done),
+  };
+}
+
+/** Checks a state right after a crash or fault: the target is fully present or fully gone. */
+async function checkAllOrNothing(
+  fs: MemoryFs,
+  target: string,
+  history: Message[],
+  label: string,
+): Promise<boolean> {
+  const listed = await storeOn(fs).list(CWD);
+  const entry = listed.find((s) => s.id === target);
+  assert.equal(listed.filter((s) => s.id !== target).length, 1, `${label}: other session lost`);
+  if (entry === undefined) return false;
+  assert.equal(entry.storage, "directory", `${label}: the legacy backup resurfaced`);
+  const reader = await storeOn(fs).open(entry.path, { readOnly: true });
+  assert.deepEqual(reader.messages, history, label);
+  return true;
+}
+
+test("case 9: a crash at every step of delete leaves each session fully present or fully gone", async () => {
+  const { baseline, target, history, before, after } = await deleteBaseline();
+  const points = await crashAtEveryOperation({
+    baseline,
+    run: async (fs) => {
+      await storeOn(fs).archive.delete(CWD, [target]);
+    },
+    check: async (recovered, { resolved, n, seed }) => {
+      const label = `crash after op ${n}, seed ${seed}`;
+      const present = await checkAllOrNothing(recovered, target, history, label);
+      if (resolved) assert.equal(present, false, label);
+      await storeOn(recovered).cleanup(CWD);
+      checkBeforeOrAfter(collectionTree(recovered), { before, after, present, resolved, label });
+      // The store stays usable: the remaining sessions can be deleted too.
+      await storeOn(recovered).archive.delete(
+        CWD,
+        (await storeOn(recovered).list(CWD)).map((s) => s.id),
+        {
+          archivedOnly: false,
+        },
+      );
+      assert.deepEqual(await storeOn(recovered).list(CWD), [], label);
+    },
+  });
+  assert.ok(points > 15, `only ${points} crash points`);
+});
+
+/**
+ * After recovery the collection equals the before-state or the after-state: the after-state when
+ * the delete resolved, the before-state when the session was still listed (nothing committed).
+ */
+function checkBeforeOrAfter(
+  tree: Record<string, string>,
+  expected: {
+    before: Record<string, string>;
+    after: Record<string, string>;
+    present: boolean;
+    resolved: boolean;
+    label: string;
+  },
+): void {
+  const { before, after, present, resolved, label } = expected;
+  if (resolved) assert.deepEqual(tree, after, label);
+  else if (present) assert.deepEqual(tree, before, label);
+  else {
+    assert.ok(
+      isDeepEqual(tree, after) || isDeepEqual(tree, before),
+      `${label}: neither before nor after: ${JSON.stringify(Object.keys(tree))}`,
+    );
+  }
+}
+
+function isDeepEqual(a: unknown, b: unknown): boolean {
+  try {
+    assert.deepEqual(a, b);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+for (const error of ["EIO", "ENOSPC"] as const) {
+  for (const persistent of [false, true]) {
+    test(
+      `case 6, 9: ${error} (${
+        persistent ? "persistent" : "transient"
+      }) at every step of delete fails cleanly or succeeds`,
+      async () => {
+        const { baseline, target, history, before, after } = await deleteBaseline();
+        await failAtEveryOperation({
+          baseline,
+          error,
+          persistent,
+          run: (fs) => storeOn(fs).archive.delete(CWD, [target]),
+          check: async (fs, { resolved, n }) => {
+            const label = `${error} at op ${n}`;
+            const reached = fs.operationCount >= n;
+            if (resolved) {
+              assert.equal(reached, false, `${label}: a fault fired but delete resolved`);
+            }
+            const present = await checkAllOrNothing(fs, target, history, label);
+            // A transient fault before the commit point is rolled back at once.
+            if (!persistent && present) assert.deepEqual(collectionTree(fs), before, label);
+            await storeOn(fs).cleanup(CWD);
+            checkBeforeOrAfter(collectionTree(fs), { before, after, present, resolved, label });
+          },
+        });
+      },
+    );
+  }
+}
+
+test("a crash at every step of restore keeps the old or the new membership and the files", async () => {
+  const { fs: baseline, store } = await setup();
+  const a = await saved(store, conversation(1));
+  await store.archive.set(CWD, [a.id], true);
+  baseline.syncAll();
+  const files = baseline.snapshotTree(a.getSessionPath());
+  await crashAtEveryOperation({
+    baseline,
+    run: (fs) => storeOn(fs).archive.set(CWD, [a.id], false),
+    check: async (recovered, { resolved, n, seed }) => {
+      const label = `crash after op ${n}, seed ${seed}`;
+      const archived = await storeOn(recovered).archive.isArchived(CWD, a.id);
+      if (resolved) assert.equal(archived, false, label);
+      assert.deepEqual(recovered.snapshotTree(a.getSessionPath()), files, label);
+      await storeOn(recovered).archive.set(CWD, [a.id], !archived);
+      assert.equal(await storeOn(recovered).archive.isArchived(CWD, a.id), !archived, label);
+    },
+  });
+});

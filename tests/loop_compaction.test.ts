@@ -1,0 +1,306 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs } from "../adapters/memory.ts";
+import { sha256Hex } from "../src/port/sha256.ts";
+import {
+  CorruptSessionError,
+  SessionBusyError,
+  SessionFormatError,
+  SessionNotFoundError,
+} from "../src/loop/errors.ts";
+import { SessionStore, workspaceHash } from "../src/loop/store.ts";
+import type { SessionManager } from "../src/loop/session_manager.ts";
+import type { Message } from "../src/loop/records/mod.ts";
+import { crashAtEveryOperation, failAtEveryOperation } from "./_crash.ts";
+import { assistant, conversation, user } from "./_fixtures.ts";
+
+const CWD = "/work/project";
+const AGENT = "/home/user/.loop";
+const COLLECTION = `${AGENT}/sessions/${workspaceHash(CWD)}`;
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+function storeOn(fs: MemoryFs): SessionStore {
+  return new SessionStore({ fs, agentDir: AGENT });
+}
+
+async function json(fs: MemoryFs, path: string): Promise<Record<string, unknown>> {
+  return JSON.parse(decoder.decode(await fs.readFile(path)));
+}
+
+/** A session whose log holds an old generation before the committed one. */
+async function replaced(): Promise<{
+  fs: MemoryFs;
+  store: SessionStore;
+  session: SessionManager;
+  history: Message[];
+}> {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = storeOn(fs);
+  const session = await store.create(CWD);
+  const first = conversation(3);
+  await session.commit(first);
+  const history = [user("edited first question"), ...first.slice(1), user("more"), assistant("ok")];
+  await session.commit(history);
+  await session.close();
+  return { fs, store, session, history };
+}
+
+test("compaction leaves only the committed generation, with the same checksum", async () => {
+  const { fs, store, session, history } = await replaced();
+  const dir = session.getSessionPath();
+  const metaBefore = await json(fs, `${dir}/meta.json`);
+  assert.ok((metaBefore.start as number) > 0);
+  const logBefore = await fs.readFile(`${dir}/messages.jsonl`);
+  const committed = logBefore.subarray(
+    metaBefore.start as number,
+    (metaBefore.start as number) + (metaBefore.bytes as number),
+  );
+  const result = await store.compact(session.getSessionFile());
+  assert.deepEqual(result, {
+    compacted: true,
+    dir,
+    bytesBefore: logBefore.length,
+    bytesAfter: committed.length,
+    generation: metaBefore.generation,
+  });
+  assert.deepEqual(await fs.readFile(`${dir}/messages.jsonl`), committed);
+  const meta = await json(fs, `${dir}/meta.json`);
+  assert.deepEqual(meta, { ...metaBefore, start: 0 });
+  assert.equal(metaBefore.generation, sha256Hex(committed));
+  const index = await json(fs, `${dir}/index.json`);
+  assert.equal(index.start, 0);
+  assert.equal(index.generation, metaBefore.generation);
+  assert.deepEqual((await fs.readDir(COLLECTION)).map((e) => e.name), [session.id]);
+  assert.equal((await fs.stat(dir)).mode, 0o700);
+  for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
+    assert.equal((await fs.stat(`${dir}/${name}`)).mode, 0o600, name);
+  }
+  const reopened = await store.open(dir);
+  assert.deepEqual(reopened.messages, history);
+  const page = await reopened.readHistory();
+  assert.equal(page.revision, metaBefore.generation);
+  const more = [...history, user("after compaction"), assistant("fine")];
+  await reopened.commit(more);
+  await reopened.close();
+  assert.deepEqual((await store.open(dir, { readOnly: true })).messages, more);
+});
+
+test("the rebuilt index equals the one SessionManager publishes for the same history", async () => {
+  const { fs, store, session, history } = await replaced();
+  const dir = session.getSessionPath();
+  await fs.remove(`${dir}/index.json`);
+  await store.compact(dir);
+  const fresh = await store.create(CWD);
+  await fresh.commit(history);
+  await fresh.close();
+  const expected = await json(fs, `${fresh.getSessionPath()}/index.json`);
+  assert.deepEqual(await json(fs, `${dir}/index.json`), expected);
+});
+
+test("a crash tail past a committed range at offset 0 is dropped by compaction", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = storeOn(fs);
+  const session = await store.create(CWD);
+  await session.commit(conversation(2));
+  await session.close();
+  const log = `${session.getSessionPath()}/messages.jsonl`;
+  const handle = await fs.open(log, { append: true });
+  await handle.write(encoder.encode('{"role":"user","content":"uncommit'));
+  await handle.close();
+  const result = await store.compact(session.getSessionPath());
+  assert.equal(result.compacted, true);
+  assert.equal(result.bytesAfter, (await fs.stat(log)).size);
+  assert.ok(result.bytesBefore > result.bytesAfter);
+});
+
+test("an already compact session is left untouched", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = storeOn(fs);
+  const session = await store.create(CWD);
+  await session.commit(conversation(2));
+  await session.close();
+  const before = fs.snapshotTree(AGENT);
+  const result = await store.compact(session.getSessionPath());
+  assert.equal(result.compacted, false);
+  assert.deepEqual(fs.snapshotTree(AGENT), before);
+});
+
+test("compaction refuses a checksum mismatch, unknown entries and an open writer", async () => {
+  const { fs, store, session } = await replaced();
+  const dir = session.getSessionPath();
+  const before = fs.snapshotTree(AGENT);
+  const writer = await store.open(dir);
+  await assert.rejects(store.compact(dir), SessionBusyError);
+  await writer.close();
+  assert.deepEqual(fs.snapshotTree(AGENT), before);
+
+  await fs.writeFile(`${dir}/notes.txt`, encoder.encode("mine"));
+  await assert.rejects(store.compact(dir), SessionFormatError);
+  await fs.remove(`${dir}/notes.txt`);
+
+  const log = await fs.readFile(`${dir}/messages.jsonl`);
+  const text = decoder.decode(log);
+  const at = text.lastIndexOf("more");
+  log[at] = "M".charCodeAt(0);
+  await fs.writeFile(`${dir}/messages.jsonl`, log);
+  const damaged = fs.snapshotTree(AGENT);
+  await assert.rejects(store.compact(dir), CorruptSessionError);
+  assert.deepEqual(fs.snapshotTree(AGENT), damaged);
+  await assert.rejects(
+    store.compact(`${COLLECTION}/ffffffff-ffff-ffff-ffff-ffffffffffff`),
+    SessionNotFoundError,
+  );
+});
+
+test("removeLegacyBackup() removes the backup only once the directory is valid", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  await fs.mkdir(COLLECTION, { recursive: true });
+  const id = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  const legacy = `${COLLECTION}/${id}.jsonl`;
+  const head = {
+    format: "loop-session",
+    version: 2,
+    id,
+    cwd: CWD,
+    createdAt: "2025-01-01T00:00:00.000Z",
+    updatedAt: "2025-01-01T00:00:00.000Z",
+    permissionPreset: "read-only",
+  };
+  await fs.writeFile(
+    legacy,
+    encoder.encode([head, user("q")].map((r) => JSON.stringify(r)).join("\n")),
+  );
+  const store = storeOn(fs);
+  await (await store.open(legacy)).close();
+  const dir = `${COLLECTION}/${id}`;
+  const meta = await fs.readFile(`${dir}/meta.json`);
+  await fs.writeFile(`${dir}/meta.json`, encoder.encode("{"));
+  await assert.rejects(store.removeLegacyBackup(dir), SessionFormatError);
+  assert.equal((await fs.lstat(legacy)).kind, "file");
+  await fs.writeFile(`${dir}/meta.json`, meta);
+  assert.equal(await store.removeLegacyBackup(dir), true);
+  await assert.rejects(fs.lstat(legacy));
+  assert.equal(await store.removeLegacyBackup(dir), false);
+  assert.deepEqual((await store.open(dir, { readOnly: true })).messages.length, 1);
+});
+
+/** A session with a replacement generation and a legacy backup, made durable. */
+async function compactionBaseline(): Promise<{
+  baseline: MemoryFs;
+  dir: string;
+  id: string;
+  history: Message[];
+  generation: string;
+}> {
+  const { fs, session, history } = await replaced();
+  const id = session.id;
+  await fs.writeFile(
+    `${COLLECTION}/${id}.jsonl`,
+    encoder.encode(
+      [{
+        format: "loop-session",
+        version: 2,
+        id,
+        cwd: CWD,
+        createdAt: "2025-01-01T00:00:00.000Z",
+        updatedAt: "2025-01-01T00:00:00.000Z",
+        permissionPreset: "read-only",
+      }, user("stale backup")].map((r) => JSON.stringify(r)).join("\n") + "\n",
+    ),
+  );
+  fs.syncAll();
+  const generation = (await json(fs, session.getSessionFile())).generation as string;
+  return { baseline: fs, dir: session.getSessionPath(), id, history, generation };
+}
+
+/** The session reads the same everywhere; after cleanup, no leftovers remain. */
+async function checkCompactionState(
+  fs: MemoryFs,
+  expected: { dir: string; id: string; history: Message[]; generation: string },
+  label: string,
+): Promise<void> {
+  for (const fast of [false, true]) {
+    const listed = await storeOn(fs).list(CWD, undefined, { fast });
+    assert.equal(listed.length, 1, `${label}: listed ${listed.length}`);
+    assert.equal(listed[0]?.storage, "directory", `${label}: the legacy backup resurfaced`);
+    assert.equal(listed[0]?.messageCount, expected.history.length, label);
+  }
+  // An open right after the crash recovers an interrupted swap by itself.
+  const reader = await storeOn(fs).open(expected.dir, { readOnly: true });
+  assert.deepEqual(reader.messages, expected.history, label);
+  assert.equal(reader.getStorageInfo()?.generation, expected.generation, label);
+  await storeOn(fs).cleanup(CWD);
+  const names = (await fs.readDir(COLLECTION)).map((e) => e.name).sort();
+  assert.deepEqual(names, [expected.id, `${expected.id}.jsonl`], `${label}: leftovers`);
+  const writer = await storeOn(fs).open(expected.dir);
+  await writer.commit([...expected.history, user("still writable")]);
+  await writer.close();
+}
+
+test("a crash at every step of compaction keeps the session readable with the same generation", async () => {
+  const expected = await compactionBaseline();
+  const points = await crashAtEveryOperation({
+    baseline: expected.baseline,
+    run: async (fs) => {
+      await storeOn(fs).compact(expected.dir);
+    },
+    check: async (recovered, { resolved, n, seed }) => {
+      const label = `crash after op ${n}, seed ${seed}`;
+      if (resolved) {
+        const meta = await json(recovered, `${expected.dir}/meta.json`);
+        assert.equal(meta.start, 0, label);
+      }
+      await checkCompactionState(recovered, expected, label);
+    },
+  });
+  assert.ok(points > 20, `only ${points} crash points`);
+});
+
+for (const error of ["EIO", "ENOSPC"] as const) {
+  for (const persistent of [false, true]) {
+    test(
+      `${error} (${
+        persistent ? "persistent" : "transient"
+      }) at every step of compaction fails cleanly or succeeds`,
+      async () => {
+        const expected = await compactionBaseline();
+        await failAtEveryOperation({
+          baseline: expected.baseline,
+          error,
+          persistent,
+          run: (fs) => storeOn(fs).compact(expected.dir),
+          check: async (fs, { resolved, n }) => {
+            const label = `${error} at op ${n}`;
+            if (resolved) {
+              assert.ok(fs.operationCount < n, `${label}: a fault fired but it resolved`);
+            }
+            await checkCompactionState(fs, expected, label);
+          },
+        });
+      },
+    );
+  }
+}
+
+test("a crash at every step of legacy backup removal keeps the session and the backup or not", async () => {
+  const expected = await compactionBaseline();
+  await crashAtEveryOperation({
+    baseline: expected.baseline,
+    run: async (fs) => {
+      await storeOn(fs).removeLegacyBackup(expected.dir);
+    },
+    check: async (recovered, { resolved, n, seed }) => {
+      const label = `crash after op ${n}, seed ${seed}`;
+      const names = (await recovered.readDir(COLLECTION)).map((e) => e.name).sort();
+      if (resolved) assert.deepEqual(names, [expected.id], label);
+      else assert.ok(names.includes(expected.id), label);
+      const reader = await storeOn(recovered).open(expected.dir, { readOnly: true });
+      assert.deepEqual(reader.messages, expected.history, label);
+    },
+  });
+});

@@ -1,0 +1,498 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs } from "../adapters/memory.ts";
+import type { FileHandle, FileSystem } from "../src/port/fs.ts";
+import {
+  CorruptSessionError,
+  InvalidArgumentError,
+  SessionFormatError,
+} from "../src/loop/errors.ts";
+import { SessionStore, workspaceHash } from "../src/loop/store.ts";
+import type { SessionManager } from "../src/loop/session_manager.ts";
+import type { Message } from "../src/loop/records/mod.ts";
+import { comparePinnedFirst, compareSessions, type SessionInfo } from "../src/loop/discovery.ts";
+import { assistant, conversation, user } from "./_fixtures.ts";
+
+const CWD = "/work/project";
+const OTHER = "/work/other";
+const AGENT = "/home/user/.loop";
+const COLLECTION = `${AGENT}/sessions/${workspaceHash(CWD)}`;
+const GLOBAL = "/data/chats";
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+interface Clock {
+  t: number;
+}
+
+async function setup(
+  options: { sessionDir?: string } = {},
+): Promise<{ fs: MemoryFs; store: SessionStore; clock: Clock }> {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  await fs.mkdir(OTHER, { recursive: true });
+  const clock = { t: Date.parse("2026-02-01T00:00:00.000Z") };
+  const store = new SessionStore({ fs, agentDir: AGENT, now: () => clock.t, ...options });
+  return { fs, store, clock };
+}
+
+async function saved(
+  store: SessionStore,
+  clock: Clock,
+  history: Message[],
+  cwd = CWD,
+): Promise<SessionManager> {
+  clock.t += 60_000;
+  const session = await store.create(cwd);
+  await session.commit(history);
+  await session.close();
+  return session;
+}
+
+function legacyFile(id: string, cwd: string, messages: readonly Message[], version = 2): string {
+  const head = {
+    format: "loop-session",
+    version,
+    id,
+    cwd,
+    createdAt: "2025-01-01T00:00:00.000Z",
+    updatedAt: "2025-01-01T00:00:00.000Z",
+    permissionPreset: "read-only",
+  };
+  return [head, ...messages].map((r) => JSON.stringify(r)).join("\n") + "\n";
+}
+
+/** A filesystem that records every byte read (readFile and handle reads), by path. */
+function recording(fs: MemoryFs): { fs: FileSystem; reads: { path: string; bytes: number }[] } {
+  const reads: { path: string; bytes: number }[] = [];
+  const wrapped = new Proxy(fs, {
+    get(target, prop) {
+      if (prop === "readFile") {
+        return async (path: string) => {
+          const bytes = await target.readFile(path);
+          reads.push({ path, bytes: bytes.length });
+          return bytes;
+        };
+      }
+      if (prop === "open") {
+        return async (path: string, options?: Parameters<FileSystem["open"]>[1]) => {
+          const handle = await target.open(path, options);
+          const counted: FileHandle = {
+            read: async (offset, length) => {
+              const bytes = await handle.read(offset, length);
+              reads.push({ path, bytes: bytes.length });
+              return bytes;
+            },
+            write: (data) => handle.write(data),
+            truncate: (length) => handle.truncate(length),
+            sync: () => handle.sync(),
+            stat: () => handle.stat(),
+            close: () => handle.close(),
+          };
+          return counted;
+        };
+      }
+      const value = Reflect.get(target, prop, target);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+  return { fs: wrapped, reads };
+}
+
+test("list(cwd) lists both layouts, each session once, newest activity first", async () => {
+  const { fs, store, clock } = await setup();
+  const a = await saved(store, clock, conversation(2, "a"));
+  const b = await saved(store, clock, [user("second session"), assistant("ok")]);
+  const legacyId = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  await fs.writeFile(
+    `${COLLECTION}/${legacyId}.jsonl`,
+    encoder.encode(legacyFile(legacyId, CWD, [user("old one")])),
+  );
+  // A migrated session's backup is not listed beside its directory.
+  const migratedId = "1b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  await fs.writeFile(
+    `${COLLECTION}/${migratedId}.jsonl`,
+    encoder.encode(legacyFile(migratedId, CWD, [user("migrated")])),
+  );
+  await (await store.open(`${COLLECTION}/${migratedId}.jsonl`)).close();
+  const listed = await store.list(CWD);
+  assert.deepEqual(
+    listed.map((s) => s.id),
+    [b.id, a.id, migratedId, legacyId].sort((x, y) => {
+      const order = [b.id, a.id];
+      const ix = order.indexOf(x);
+      const iy = order.indexOf(y);
+      return (ix < 0 ? 2 : ix) - (iy < 0 ? 2 : iy) || y.localeCompare(x);
+    }),
+  );
+  const first = listed[0] as SessionInfo;
+  assert.equal(first.path, b.getSessionFile());
+  assert.equal(first.storage, "directory");
+  assert.equal(first.messageCount, 2);
+  assert.equal(first.userMessageCount, 1);
+  assert.equal(first.title?.text, "second session");
+  assert.equal(first.title?.source, "fallback");
+  assert.deepEqual(first.header.title, first.title);
+  assert.equal(first.unread, true);
+  assert.equal(first.pinned, false);
+  assert.equal(first.archived, false);
+  const legacy = listed.find((s) => s.id === legacyId) as SessionInfo;
+  assert.equal(legacy.storage, "legacy");
+  assert.equal(legacy.path, `${COLLECTION}/${legacyId}.jsonl`);
+  const migrated = listed.find((s) => s.id === migratedId) as SessionInfo;
+  assert.equal(migrated.storage, "directory");
+});
+
+test("list(undefined, sessionDir) lists an explicit collection without the cwd filter", async () => {
+  const { store, clock } = await setup({ sessionDir: GLOBAL });
+  const here = await saved(store, clock, [user("here")], CWD);
+  const there = await saved(store, clock, [user("there")], OTHER);
+  const all = await store.list(undefined, GLOBAL);
+  assert.deepEqual(all.map((s) => s.id), [there.id, here.id]);
+  assert.deepEqual(all.map((s) => s.cwd), [OTHER, CWD]);
+  assert.deepEqual((await store.list()).map((s) => s.id), [there.id, here.id]);
+  assert.deepEqual((await store.list(CWD)).map((s) => s.id), [here.id]);
+  assert.deepEqual((await store.list(OTHER, GLOBAL)).map((s) => s.id), [there.id]);
+});
+
+test("list(undefined) needs a collection directory", async () => {
+  const { store } = await setup();
+  await assert.rejects(store.list(), InvalidArgumentError);
+  await assert.rejects(store.list(undefined, "relative/dir"), InvalidArgumentError);
+  assert.deepEqual(await store.list(undefined, "/no/such/collection"), []);
+});
+
+test("unsupported formats and versions are skipped without modification", async () => {
+  const { fs, store, clock } = await setup();
+  const good = await saved(store, clock, [user("good")]);
+  const v3 = "2b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  await fs.writeFile(`${COLLECTION}/${v3}.jsonl`, encoder.encode(legacyFile(v3, CWD, [], 3)));
+  const futureDir = "3b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  await fs.mkdir(`${COLLECTION}/${futureDir}`);
+  await fs.writeFile(
+    `${COLLECTION}/${futureDir}/meta.json`,
+    encoder.encode(JSON.stringify({ format: "loop-session", version: 4 })),
+  );
+  const foreign = "4b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  await fs.writeFile(
+    `${COLLECTION}/${foreign}.jsonl`,
+    encoder.encode(JSON.stringify({ format: "other-tool", version: 2 }) + "\n"),
+  );
+  const before = fs.snapshotTree(AGENT);
+  for (const fast of [false, true]) {
+    const result = await store.listDetailed(CWD, undefined, { fast });
+    assert.deepEqual(result.sessions.map((s) => s.id), [good.id]);
+    assert.deepEqual(result.failures, []);
+  }
+  assert.deepEqual(fs.snapshotTree(AGENT), before);
+});
+
+test("invalid JSON, invalid metadata and corruption are reported as typed failures", async () => {
+  const { fs, store, clock } = await setup();
+  const good = await saved(store, clock, [user("good")]);
+  const badJson = await saved(store, clock, [user("bad json")]);
+  await fs.writeFile(badJson.getSessionFile(), encoder.encode("{nope"));
+  const badMeta = await saved(store, clock, [user("bad meta")]);
+  const meta = JSON.parse(decoder.decode(await fs.readFile(badMeta.getSessionFile())));
+  meta.header.pinnedAt = "yesterday";
+  await fs.writeFile(badMeta.getSessionFile(), encoder.encode(JSON.stringify(meta)));
+  const corrupt = await saved(store, clock, [user("corrupt")]);
+  const log = `${corrupt.getSessionPath()}/messages.jsonl`;
+  const bytes = await fs.readFile(log);
+  const at = decoder.decode(bytes).indexOf("corrupt");
+  bytes[at] = 0x43; // "Corrupt": still valid JSON, but the checksum no longer matches
+  await fs.writeFile(log, bytes);
+  const legacyId = "5b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  await fs.writeFile(`${COLLECTION}/${legacyId}.jsonl`, encoder.encode("{broken\n"));
+  const before = fs.snapshotTree(AGENT);
+
+  // list() throws the first failure in collection order (by id): one of the typed errors.
+  await assert.rejects(
+    store.list(CWD),
+    (error) => error instanceof SessionFormatError || error instanceof CorruptSessionError,
+  );
+  const full = await store.listDetailed(CWD);
+  assert.deepEqual(full.sessions.map((s) => s.id), [good.id]);
+  const byId = new Map(full.failures.map((f) => [f.id, f.error]));
+  assert.ok(byId.get(badJson.id) instanceof SessionFormatError);
+  assert.ok(byId.get(badMeta.id) instanceof SessionFormatError);
+  assert.ok(byId.get(corrupt.id) instanceof CorruptSessionError);
+  assert.ok(byId.get(legacyId) instanceof SessionFormatError);
+  assert.equal(full.failures.length, 4);
+  // Fast mode trusts the committed range, so only the unreadable files fail there.
+  const fast = await store.listDetailed(CWD, undefined, { fast: true });
+  assert.deepEqual(fast.sessions.map((s) => s.id).sort(), [good.id, corrupt.id].sort());
+  assert.equal(fast.failures.length, 3);
+  assert.deepEqual(fs.snapshotTree(AGENT), before);
+});
+
+test("hostile names in a collection are skipped and never followed", async () => {
+  const { fs, store, clock } = await setup();
+  const good = await saved(store, clock, [user("good")]);
+  const elsewhere = await saved(store, clock, [user("elsewhere")], OTHER);
+  const elsewhereCollection = elsewhere.getSessionDir();
+  const linkId = "6b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  await fs.symlink(elsewhere.getSessionPath(), `${COLLECTION}/${linkId}`);
+  await fs.symlink(`${elsewhereCollection}/x.jsonl`, `${COLLECTION}/${linkId}.jsonl`);
+  const dirId = "7b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  await fs.mkdir(`${COLLECTION}/${dirId}.jsonl`);
+  const fileId = "8b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  await fs.writeFile(`${COLLECTION}/${fileId}`, encoder.encode("not a directory"));
+  await fs.mkdir(`${COLLECTION}/not-a-uuid`);
+  await fs.writeFile(`${COLLECTION}/NOTES.jsonl`, encoder.encode("{}\n"));
+  await fs.writeFile(
+    `${COLLECTION}/9B8F2F9E-3C1D-4A5B-9E6F-7A8B9C0D1E2F.jsonl`,
+    encoder.encode(legacyFile("9b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f", CWD, [user("upper")])),
+  );
+  await fs.mkdir(`${COLLECTION}/.delete-0000`);
+  const result = await store.listDetailed(undefined, COLLECTION);
+  assert.deepEqual(result.sessions.map((s) => s.id), [good.id]);
+  assert.deepEqual(result.failures, []);
+});
+
+test("fast mode gives the same listing as the full mode for valid sessions", async () => {
+  const { fs, store, clock } = await setup();
+  const a = await saved(store, clock, conversation(5));
+  await saved(store, clock, [
+    {
+      role: "user",
+      content: [{ type: "image", data: "AAAA", mimeType: "image/png" }],
+      timestamp: 1,
+    } as Message,
+    assistant("saw an image"),
+    user("now a text question"),
+  ]);
+  const titled = await saved(store, clock, [user("untitled text")]);
+  const manager = await store.open(titled.getSessionPath());
+  await manager.setTitle({ text: "Stored title", source: "user", messageIndices: [] });
+  await manager.setPinned(true);
+  await manager.close();
+  const archived = await saved(store, clock, [user("archived one")]);
+  await store.archive.set(CWD, [archived.id], true);
+  const legacyId = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  await fs.writeFile(
+    `${COLLECTION}/${legacyId}.jsonl`,
+    encoder.encode(legacyFile(legacyId, CWD, conversation(2))),
+  );
+  const full = await store.list(CWD);
+  const fast = await store.list(CWD, undefined, { fast: true });
+  assert.deepEqual(fast, full);
+  assert.equal(full.length, 5);
+  const image = full.find((s) => s.userMessageCount === 2) as SessionInfo;
+  assert.deepEqual(image.title, {
+    text: "now a text question",
+    source: "fallback",
+    messageIndices: [2],
+  });
+  const pinned = full.find((s) => s.id === titled.id) as SessionInfo;
+  assert.equal(pinned.title?.text, "Stored title");
+  assert.equal(pinned.pinned, true);
+  assert.equal(full.find((s) => s.id === archived.id)?.archived, true);
+  assert.equal(full.find((s) => s.id === a.id)?.userMessageCount, 5);
+});
+
+test("fast mode reads only meta.json and index.json, plus the first user message for a title", async () => {
+  const { fs, store, clock } = await setup();
+  const sessions: SessionManager[] = [];
+  for (let i = 0; i < 5; i++) sessions.push(await saved(store, clock, conversation(200, `s${i}`)));
+  const titled = sessions[0] as SessionManager;
+  const manager = await store.open(titled.getSessionPath());
+  await manager.setTitle({ text: "Named", source: "user", messageIndices: [] });
+  await manager.close();
+  const { fs: watched, reads } = recording(fs);
+  const fastStore = new SessionStore({ fs: watched, agentDir: AGENT });
+  const listed = await fastStore.list(CWD, undefined, { fast: true });
+  assert.equal(listed.length, 5);
+  for (const session of sessions) {
+    const log = `${session.getSessionPath()}/messages.jsonl`;
+    const logBytes = reads.filter((r) => r.path === log).reduce((sum, r) => sum + r.bytes, 0);
+    const size = (await fs.stat(log)).size;
+    if (session === titled) assert.equal(logBytes, 0);
+    else assert.ok(logBytes <= 1024 && size > 100_000, `${logBytes} of ${size} bytes read`);
+  }
+  const files = new Set(reads.map((r) => r.path.split("/").pop()));
+  assert.deepEqual([...files].sort(), ["index.json", "messages.jsonl", "meta.json"]);
+});
+
+test("fast mode with a stale index that covers a prefix scans only the unindexed tail", async () => {
+  const { fs, store, clock } = await setup();
+  const history = conversation(100);
+  const session = await saved(store, clock, history);
+  const indexPath = `${session.getSessionPath()}/index.json`;
+  const staleIndex = await fs.readFile(indexPath);
+  const writer = await store.open(session.getSessionPath());
+  const more = [...history, user("tail one"), assistant("a"), user("tail two"), assistant("b")];
+  await writer.commit(more);
+  await writer.close();
+  await fs.writeFile(indexPath, staleIndex);
+  const log = `${session.getSessionPath()}/messages.jsonl`;
+  const before = fs.snapshotTree(AGENT);
+  const { fs: watched, reads } = recording(fs);
+  const listed = await new SessionStore({ fs: watched, agentDir: AGENT }).list(CWD, undefined, {
+    fast: true,
+  });
+  assert.equal(listed[0]?.userMessageCount, 102);
+  assert.equal(listed[0]?.messageCount, more.length);
+  const tail = (await fs.stat(log)).size - JSON.parse(decoder.decode(staleIndex)).bytes;
+  const logBytes = reads.filter((r) => r.path === log).reduce((sum, r) => sum + r.bytes, 0);
+  assert.ok(logBytes <= tail + 1 + 1024, `${logBytes} bytes read for a ${tail}-byte tail`);
+  assert.deepEqual(fs.snapshotTree(AGENT), before);
+});
+
+for (const damage of ["missing", "malformed", "another generation"] as const) {
+  test(`fast mode with a ${damage} index scans the committed range and writes nothing`, async () => {
+    const { fs, store, clock } = await setup();
+    const history = conversation(7);
+    const session = await saved(store, clock, history);
+    const indexPath = `${session.getSessionPath()}/index.json`;
+    if (damage === "missing") await fs.remove(indexPath);
+    else if (damage === "malformed") await fs.writeFile(indexPath, encoder.encode("[1,2"));
+    else {
+      const index = JSON.parse(decoder.decode(await fs.readFile(indexPath)));
+      index.start = 5;
+      await fs.writeFile(indexPath, encoder.encode(JSON.stringify(index)));
+    }
+    const before = fs.snapshotTree(AGENT);
+    const listed = await store.list(CWD, undefined, { fast: true });
+    assert.equal(listed[0]?.userMessageCount, 7);
+    assert.equal(listed[0]?.title?.text, "r0 question ✓");
+    assert.deepEqual(fs.snapshotTree(AGENT), before);
+  });
+}
+
+test("a session directory that never committed is skipped; listing modifies nothing", async () => {
+  const { fs, store, clock } = await setup();
+  const good = await saved(store, clock, [user("good")]);
+  await fs.mkdir(`${COLLECTION}/ab8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f`);
+  const before = fs.snapshotTree(AGENT);
+  assert.deepEqual((await store.list(CWD)).map((s) => s.id), [good.id]);
+  assert.deepEqual(fs.snapshotTree(AGENT), before);
+});
+
+test("an invalid archive.json fails list() and is reported by listDetailed()", async () => {
+  const { fs, store, clock } = await setup();
+  const good = await saved(store, clock, [user("good")]);
+  await fs.writeFile(`${COLLECTION}/archive.json`, encoder.encode('["not-an-id"]\n'));
+  await assert.rejects(store.list(CWD), SessionFormatError);
+  const result = await store.listDetailed(CWD, undefined, { fast: true });
+  assert.deepEqual(result.sessions.map((s) => s.id), [good.id]);
+  assert.equal(result.failures[0]?.path, `${COLLECTION}/archive.json`);
+});
+
+test("pinned sessions can be put on top; ties fall back to activity then id", async () => {
+  const { store, clock } = await setup();
+  const older = await saved(store, clock, [user("older")]);
+  const newer = await saved(store, clock, [user("newer")]);
+  const manager = await store.open(older.getSessionPath());
+  await manager.setPinned(true);
+  await manager.close();
+  assert.deepEqual((await store.list(CWD)).map((s) => s.id), [newer.id, older.id]);
+  const pinnedFirst = await store.list(CWD, undefined, { fast: true, pinnedFirst: true });
+  assert.deepEqual(pinnedFirst.map((s) => s.id), [older.id, newer.id]);
+  const [a, b] = pinnedFirst as [SessionInfo, SessionInfo];
+  assert.ok(comparePinnedFirst(a, b) < 0);
+  assert.ok(compareSessions(a, b) > 0);
+  const tie = { ...b, id: "ffffffff-ffff-ffff-ffff-ffffffffffff" };
+  assert.ok(compareSessions(tie, b) < 0);
+});
+
+test("listing a legacy session in fast mode skips message validation but not the header", async () => {
+  const { fs, store } = await setup();
+  await fs.mkdir(COLLECTION, { recursive: true });
+  const id = "cb8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  const unpaired = [user("q"), assistant("calling", [{ id: "c1", name: "read" }])];
+  await fs.writeFile(`${COLLECTION}/${id}.jsonl`, encoder.encode(legacyFile(id, CWD, unpaired)));
+  await assert.rejects(store.list(CWD), SessionFormatError);
+  const fast = await store.list(CWD, undefined, { fast: true });
+  assert.equal(fast[0]?.messageCount, 2);
+  assert.equal(fast[0]?.userMessageCount, 1);
+});
+
+test("the index text parser accepts exactly what the index schema accepts", async () => {
+  const { parseRoundIndexText } = await import("../src/loop/discovery.ts");
+  const { encodeRoundIndex, RoundIndexSchema } = await import("../src/loop/storage.ts");
+  const v = await import("valibot");
+  const fc = (await import("fast-check")).default;
+  const count = fc.nat({ max: Number.MAX_SAFE_INTEGER });
+  const index = fc.record({
+    format: fc.constant("loop-session-index" as const),
+    version: fc.constant(1 as const),
+    generation: fc.stringMatching(/^[0-9a-f]{64}$/),
+    start: count,
+    bytes: count,
+    messageCount: count,
+    rounds: fc.array(fc.record({ messageIndex: count, byteOffset: count }), { maxLength: 20 }),
+  });
+  fc.assert(fc.property(index, (generated) => {
+    const value = JSON.parse(JSON.stringify(generated));
+    const text = decoder.decode(encodeRoundIndex(value));
+    assert.deepEqual(parseRoundIndexText(text), value);
+    // The same index in another JSON layout goes through JSON.parse and reads the same.
+    assert.deepEqual(parseRoundIndexText(JSON.stringify(value, null, 1)), value);
+  }));
+  const samples = [
+    "",
+    "{",
+    "[]",
+    '{"format":"loop-session-index","version":1}',
+    '{"format":"loop-session-index","version":1,"generation":"' + "a".repeat(64) +
+    '","start":0,"bytes":01,"messageCount":0,"rounds":[]}',
+    '{"format":"loop-session-index","version":1,"generation":"' + "a".repeat(64) +
+    '","start":0,"bytes":1,"messageCount":0,"rounds":[{"messageIndex":-1,"byteOffset":0}]}',
+    '{"format":"loop-session-index","version":2,"generation":"' + "a".repeat(64) +
+    '","start":0,"bytes":1,"messageCount":0,"rounds":[]}',
+    '{"format":"loop-session-index","version":1,"generation":"' + "a".repeat(64) +
+    '","start":0,"bytes":1,"messageCount":0,"rounds":[{"messageIndex":1.5,"byteOffset":0}]}',
+  ];
+  for (const text of samples) {
+    let expected: unknown;
+    try {
+      const result = v.safeParse(RoundIndexSchema, JSON.parse(text));
+      expected = result.success ? result.output : undefined;
+    } catch {
+      expected = undefined;
+    }
+    assert.deepEqual(parseRoundIndexText(text), expected, text);
+  }
+});
+
+test("a repeated fast listing reuses derived titles until the generation changes", async () => {
+  const { fs, clock } = await setup();
+  const { fs: watched, reads } = recording(fs);
+  const store = new SessionStore({ fs: watched, agentDir: AGENT, now: () => clock.t });
+  const session = await saved(store, clock, conversation(3, "first"));
+  const log = `${session.getSessionPath()}/messages.jsonl`;
+  const logReads = () => reads.filter((r) => r.path === log).length;
+  assert.equal(
+    (await store.list(CWD, undefined, { fast: true }))[0]?.title?.text,
+    "first0 question ✓",
+  );
+  const afterFirst = logReads();
+  assert.ok(afterFirst > 0);
+  assert.equal(
+    (await store.list(CWD, undefined, { fast: true }))[0]?.title?.text,
+    "first0 question ✓",
+  );
+  assert.equal(logReads(), afterFirst);
+  const writer = await store.open(session.getSessionPath());
+  await writer.commit([user("renamed by a new first message"), ...writer.messages.slice(1)]);
+  await writer.close();
+  const listed = await store.list(CWD, undefined, { fast: true });
+  assert.equal(listed[0]?.title?.text, "renamed by a new first message");
+  assert.deepEqual(listed, await store.list(CWD));
+});
+
+test("metadata that lies about its message count is reported in both modes", async () => {
+  const { fs, store, clock } = await setup();
+  const session = await saved(store, clock, conversation(3));
+  const meta = JSON.parse(decoder.decode(await fs.readFile(session.getSessionFile())));
+  meta.messageCount += 2;
+  await fs.writeFile(session.getSessionFile(), encoder.encode(JSON.stringify(meta) + "\n"));
+  const before = fs.snapshotTree(AGENT);
+  for (const fast of [false, true]) {
+    const result = await store.listDetailed(CWD, undefined, { fast });
+    assert.deepEqual(result.sessions, [], `fast: ${fast}`);
+    assert.ok(result.failures[0]?.error instanceof CorruptSessionError, `fast: ${fast}`);
+  }
+  assert.deepEqual(fs.snapshotTree(AGENT), before);
+});

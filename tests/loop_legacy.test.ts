@@ -1,0 +1,360 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs } from "../adapters/memory.ts";
+import { sha256Hex } from "../src/port/sha256.ts";
+import {
+  SessionCwdError,
+  SessionFormatError,
+  SessionNotFoundError,
+  UnsupportedSessionError,
+} from "../src/loop/errors.ts";
+import { SessionStore, workspaceHash } from "../src/loop/store.ts";
+import type { Message } from "../src/loop/records/mod.ts";
+import { migrateLegacySession, readLegacySession } from "../src/loop/legacy.ts";
+import { crashAtEveryOperation, failAtEveryOperation } from "./_crash.ts";
+import { assistant, conversation, toolResult, user } from "./_fixtures.ts";
+
+const CWD = "/work/project";
+const AGENT = "/home/user/.loop";
+const COLLECTION = `${AGENT}/sessions/${workspaceHash(CWD)}`;
+const ID = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+const LEGACY = `${COLLECTION}/${ID}.jsonl`;
+const DIR = `${COLLECTION}/${ID}`;
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+function header(overrides: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    format: "loop-session",
+    version: 2,
+    id: ID,
+    cwd: CWD,
+    createdAt: "2025-06-01T10:00:00.000Z",
+    updatedAt: "2025-06-02T11:00:00.000Z",
+    unread: true,
+    permissionPreset: "workspace-write",
+    ...overrides,
+  };
+}
+
+function legacyText(head: unknown, messages: readonly unknown[]): string {
+  return [head, ...messages].map((record) => JSON.stringify(record)).join("\n") + "\n";
+}
+
+async function setup(
+  text: string = legacyText(header(), conversation(3)),
+): Promise<{ fs: MemoryFs; store: SessionStore }> {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  await fs.mkdir(COLLECTION, { recursive: true });
+  await fs.writeFile(LEGACY, encoder.encode(text), { mode: 0o600 });
+  fs.syncAll();
+  return { fs, store: new SessionStore({ fs, agentDir: AGENT }) };
+}
+
+function snapshot(fs: MemoryFs): Record<string, string> {
+  return fs.snapshotTree(AGENT);
+}
+
+test("open() of a legacy file publishes the three-file directory and keeps the file as a backup", async () => {
+  const history = conversation(3);
+  const text = legacyText(header({ runTimings: [{ obsolete: true }] }), history);
+  const { fs, store } = await setup(text);
+  const session = await store.open(LEGACY);
+  assert.deepEqual(session.messages, history);
+  assert.equal(session.getSessionFile(), `${DIR}/meta.json`);
+  assert.equal(session.getHeader().permissionPreset, "workspace-write");
+  assert.equal(session.getHeader().unread, true);
+  assert.equal("runTimings" in session.getHeader(), false);
+  await session.close();
+  assert.equal(decoder.decode(await fs.readFile(LEGACY)), text);
+  const names = (await fs.readDir(DIR)).map((e) => e.name);
+  assert.deepEqual(names, ["index.json", "messages.jsonl", "meta.json"]);
+  const log = await fs.readFile(`${DIR}/messages.jsonl`);
+  assert.equal(decoder.decode(log), history.map((m) => JSON.stringify(m)).join("\n") + "\n");
+  const meta = JSON.parse(decoder.decode(await fs.readFile(`${DIR}/meta.json`)));
+  assert.equal(meta.version, 3);
+  assert.equal(meta.start, 0);
+  assert.equal(meta.bytes, log.length);
+  assert.equal(meta.messageCount, history.length);
+  assert.equal(meta.generation, sha256Hex(log));
+  assert.equal(meta.header.updatedAt, "2025-06-02T11:00:00.000Z");
+  const tree = snapshot(fs);
+  assert.equal(tree[`sessions/${workspaceHash(CWD)}/${ID}`], "dir 700");
+  assert.equal(
+    tree[`sessions/${workspaceHash(CWD)}/${ID}/meta.json`]?.startsWith("file 600"),
+    true,
+  );
+});
+
+test("migration writes the same bytes as SessionManager for the same history", async () => {
+  const history = conversation(4);
+  const { fs, store } = await setup(legacyText(header(), history));
+  const migrated = await store.open(LEGACY);
+  await migrated.close();
+  const native = await store.create(CWD);
+  await native.commit(history);
+  await native.close();
+  for (const name of ["messages.jsonl", "index.json"]) {
+    assert.deepEqual(
+      await fs.readFile(`${DIR}/${name}`),
+      await fs.readFile(`${native.getSessionPath()}/${name}`),
+      name,
+    );
+  }
+});
+
+test("a migrated session keeps working: saves append and a reopen sees them", async () => {
+  const history = conversation(2);
+  const { store } = await setup(legacyText(header(), history));
+  const session = await store.open(LEGACY);
+  const more = [...history, user("after migration"), assistant("fine")];
+  await session.commit(more);
+  await session.close();
+  const reopened = await store.open(DIR, { readOnly: true });
+  assert.deepEqual(reopened.messages, more);
+});
+
+test("a valid published directory takes precedence over its legacy backup", async () => {
+  const history = conversation(2);
+  const { fs, store } = await setup(legacyText(header(), history));
+  const session = await store.open(LEGACY);
+  const newer = [...history, user("newer")];
+  await session.commit(newer);
+  await session.close();
+  const before = snapshot(fs);
+  const again = await store.open(LEGACY, { readOnly: true });
+  assert.deepEqual(again.messages, newer);
+  assert.deepEqual(snapshot(fs), before);
+});
+
+test("an invalid published directory is an error, never a fallback to the stale backup", async () => {
+  const { fs, store } = await setup();
+  const session = await store.open(LEGACY);
+  await session.close();
+  await fs.writeFile(`${DIR}/meta.json`, encoder.encode("{not json"));
+  await assert.rejects(store.open(LEGACY), SessionFormatError);
+  const { sessions, failures } = await store.listDetailed(CWD);
+  assert.deepEqual(sessions, []);
+  assert.equal(failures.length, 1);
+  assert.equal(failures[0]?.id, ID);
+  assert.ok(failures[0]?.error instanceof SessionFormatError);
+  await fs.remove(`${DIR}/meta.json`);
+  await assert.rejects(store.open(LEGACY), SessionNotFoundError);
+  assert.equal((await store.listDetailed(CWD)).failures.length, 1);
+});
+
+test("an unsupported legacy version is rejected on open and nothing is written", async () => {
+  const { fs, store } = await setup(legacyText(header({ version: 3 }), conversation(1)));
+  const before = snapshot(fs);
+  await assert.rejects(store.open(LEGACY), UnsupportedSessionError);
+  assert.deepEqual(snapshot(fs), before);
+});
+
+for (
+  const [name, text, error] of [
+    [
+      "a blank line inside the file",
+      legacyText(header(), [user("a")]) + "\n" + JSON.stringify(assistant("b")) + "\n",
+      SessionFormatError,
+    ],
+    ["an empty file", "", SessionFormatError],
+    [
+      "invalid JSON in a message",
+      legacyText(header(), [user("a")]) + "{oops\n",
+      SessionFormatError,
+    ],
+    [
+      "an unmatched tool result",
+      legacyText(header(), [user("a"), toolResult("nope", "read")]),
+      SessionFormatError,
+    ],
+    [
+      "invalid metadata",
+      legacyText(header({ pinnedAt: "2026-01-01" }), [user("a")]),
+      SessionFormatError,
+    ],
+    [
+      "a header id that differs from the file name",
+      legacyText(header({ id: "1b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f" }), [user("a")]),
+      SessionFormatError,
+    ],
+    [
+      "a cwd that no longer exists",
+      legacyText(header({ cwd: "/gone" }), [user("a")]),
+      SessionCwdError,
+    ],
+  ] as const
+) {
+  test(`migration rejects ${name} and leaves no directory or staging behind`, async () => {
+    const { fs, store } = await setup(text);
+    const before = snapshot(fs);
+    await assert.rejects(store.open(LEGACY), error);
+    assert.deepEqual(snapshot(fs), before);
+  });
+}
+
+test("leading and trailing blank lines, CRLF and a header-only file are read like version 2", async () => {
+  const history = [user("one"), assistant("two")];
+  const body = history.map((m) => JSON.stringify(m) + "\r\n").join("");
+  const { store } = await setup("\n \n" + JSON.stringify(header()) + "\r\n" + body + "\n\n  \n");
+  const session = await store.open(LEGACY);
+  assert.deepEqual(session.messages, history);
+  await session.close();
+
+  const empty = await setup(JSON.stringify(header()));
+  const summary = await readLegacySession(empty.fs, LEGACY);
+  assert.equal(summary.messageCount, 0);
+  const opened = await empty.store.open(LEGACY);
+  assert.deepEqual(opened.messages, []);
+  assert.equal(opened.getStorageInfo()?.bytes, 0);
+});
+
+test("non-canonical JSON lines are re-serialized; the generation covers the written bytes", async () => {
+  const message = user("spaced");
+  const spaced = JSON.stringify(message, null, 0).replace(/,"/g, ', "');
+  const { fs, store } = await setup(JSON.stringify(header()) + "\n" + spaced + "\n");
+  const session = await store.open(LEGACY);
+  assert.deepEqual(session.messages, [message]);
+  await session.close();
+  const log = await fs.readFile(`${DIR}/messages.jsonl`);
+  assert.equal(decoder.decode(log), JSON.stringify(message) + "\n");
+  const meta = JSON.parse(decoder.decode(await fs.readFile(`${DIR}/meta.json`)));
+  assert.equal(meta.generation, sha256Hex(log));
+});
+
+test("a history larger than one read chunk streams through migration intact", async () => {
+  const big = "x".repeat(5 * 1024 * 1024);
+  const history: Message[] = [user("start"), assistant(big), user("é ✓ end"), assistant("ok")];
+  const { fs, store } = await setup(legacyText(header(), history));
+  const session = await store.open(LEGACY);
+  assert.deepEqual(session.messages, history);
+  await session.close();
+  const index = JSON.parse(decoder.decode(await fs.readFile(`${DIR}/index.json`)));
+  const log = await fs.readFile(`${DIR}/messages.jsonl`);
+  assert.deepEqual(index.rounds.map((r: { messageIndex: number }) => r.messageIndex), [0, 2]);
+  const second = index.rounds[1].byteOffset as number;
+  assert.equal(decoder.decode(log.subarray(second, second + 16)), '{"role":"user","');
+});
+
+test("hostile legacy names are refused without following them", async () => {
+  const { fs, store } = await setup();
+  const other = "1b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  await fs.symlink(LEGACY, `${COLLECTION}/${other}.jsonl`);
+  await assert.rejects(store.open(`${COLLECTION}/${other}.jsonl`), SessionFormatError);
+  const third = "2b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  await fs.mkdir(`${COLLECTION}/${third}.jsonl`);
+  await assert.rejects(store.open(`${COLLECTION}/${third}.jsonl`), SessionFormatError);
+  await fs.writeFile(`${COLLECTION}/notes.jsonl`, encoder.encode(legacyText(header(), [])));
+  await assert.rejects(store.open(`${COLLECTION}/notes.jsonl`), SessionFormatError);
+  await assert.rejects(store.open(`${COLLECTION}/../x.jsonl`), SessionFormatError);
+  // A symlink planted where the published directory goes is refused too.
+  await fs.symlink("/elsewhere", DIR);
+  await assert.rejects(store.open(LEGACY), SessionFormatError);
+  assert.equal((await fs.lstat(DIR)).kind, "symlink");
+});
+
+test("listing never migrates a legacy session", async () => {
+  const { fs, store } = await setup();
+  const before = snapshot(fs);
+  const full = await store.list(CWD);
+  const fast = await store.list(CWD, undefined, { fast: true });
+  assert.equal(full.length, 1);
+  assert.equal(full[0]?.storage, "legacy");
+  assert.equal(full[0]?.path, LEGACY);
+  assert.deepEqual(fast, full);
+  assert.deepEqual(snapshot(fs), before);
+});
+
+test("staging leftovers are ignored by readers and removed by the next migration", async () => {
+  const { fs, store } = await setup();
+  const leftover = `${COLLECTION}/.staging-${ID}-deadbeef`;
+  await fs.mkdir(leftover);
+  await fs.writeFile(`${leftover}/messages.jsonl`, encoder.encode("partial"));
+  assert.equal((await store.list(CWD)).length, 1);
+  const session = await store.open(LEGACY);
+  await session.close();
+  await assert.rejects(fs.lstat(leftover));
+  assert.equal((await store.list(CWD)).length, 1);
+});
+
+test("migrateLegacySession refuses a file whose name is not a session id", async () => {
+  const { fs, store } = await setup();
+  await fs.writeFile(`${COLLECTION}/x.jsonl`, encoder.encode(legacyText(header(), [])));
+  await assert.rejects(
+    migrateLegacySession(store.context, `${COLLECTION}/x.jsonl`),
+    SessionFormatError,
+  );
+});
+
+async function checkMigrationState(fs: MemoryFs, text: string, history: Message[], label: string) {
+  assert.equal(decoder.decode(await fs.readFile(LEGACY)), text, `${label}: legacy file changed`);
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  let published = true;
+  try {
+    await fs.lstat(DIR);
+  } catch {
+    published = false;
+  }
+  if (published) {
+    const reader = await store.open(DIR, { readOnly: true });
+    assert.deepEqual(reader.messages, history, `${label}: published directory incomplete`);
+  }
+  const listed = await store.list(CWD);
+  assert.equal(listed.length, 1, `${label}: listed ${listed.length} sessions`);
+  assert.equal(listed[0]?.messageCount, history.length, label);
+  // The next explicit open finishes the job and cleans the staging leftovers.
+  const session = await store.open(LEGACY);
+  assert.deepEqual(session.messages, history, label);
+  await session.close();
+  const leftovers = (await fs.readDir(COLLECTION)).filter((e) => e.name.startsWith("."));
+  assert.deepEqual(leftovers, [], `${label}: leftovers after the next migration`);
+}
+
+test("case 8: a crash at every step of migration leaves the legacy file intact and the directory absent or complete", async () => {
+  const history = conversation(3);
+  const text = legacyText(header(), history);
+  const { fs: baseline } = await setup(text);
+  const points = await crashAtEveryOperation({
+    baseline,
+    run: async (fs) => {
+      const session = await new SessionStore({ fs, agentDir: AGENT }).open(LEGACY);
+      await session.close();
+    },
+    check: async (recovered, { resolved, n, seed }) => {
+      const label = `crash after op ${n}, seed ${seed}`;
+      if (resolved) assert.ok((await recovered.lstat(`${DIR}/meta.json`)).kind === "file", label);
+      await checkMigrationState(recovered, text, history, label);
+    },
+  });
+  assert.ok(points > 10, `only ${points} crash points`);
+});
+
+for (const error of ["EIO", "ENOSPC"] as const) {
+  for (const persistent of [false, true]) {
+    test(
+      `case 6, 8: ${error} (${
+        persistent ? "persistent" : "transient"
+      }) at every step of migration fails cleanly`,
+      async () => {
+        const history = conversation(2);
+        const text = legacyText(header(), history);
+        const { fs: baseline } = await setup(text);
+        await failAtEveryOperation({
+          baseline,
+          error,
+          persistent,
+          run: async (fs) => {
+            const session = await new SessionStore({ fs, agentDir: AGENT }).open(LEGACY);
+            await session.close();
+          },
+          check: async (fs, { resolved, n }) => {
+            const label = `${error} at op ${n}`;
+            if (resolved) assert.ok((await fs.lstat(`${DIR}/meta.json`)).kind === "file", label);
+            await checkMigrationState(fs, text, history, label);
+          },
+        });
+      },
+    );
+  }
+}

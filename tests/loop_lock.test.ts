@@ -1,0 +1,335 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { hostname } from "node:os";
+import process from "node:process";
+import { MemoryFs } from "../adapters/memory.ts";
+import { nodeProcessProbe } from "../adapters/node.ts";
+import type { FileSystem } from "../src/port/fs.ts";
+import { SessionBusyError, SessionLockedError } from "../src/loop/errors.ts";
+import { SessionStore, workspaceHash } from "../src/loop/store.ts";
+import type { SessionManager } from "../src/loop/session_manager.ts";
+import {
+  acquireWriterLock,
+  COLLECTION_LOCK_FILE,
+  type ProcessProbe,
+  type StoreContext,
+  withCollectionLock,
+  WRITER_LOCK_FILE,
+} from "../src/loop/lock.ts";
+import { conversation, user } from "./_fixtures.ts";
+
+const CWD = "/work/project";
+const AGENT = "/home/user/.loop";
+const COLLECTION = `${AGENT}/sessions/${workspaceHash(CWD)}`;
+const HOST = "test-host";
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+function probe(pid: number, alive: Set<number>, host = HOST): ProcessProbe {
+  return { pid, host, isAlive: (other) => alive.has(other) };
+}
+
+/** The same filesystem seen by another process (in-memory registrations do not carry over). */
+function view(fs: FileSystem, delay?: () => number): FileSystem {
+  return new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (typeof value !== "function") return value;
+      if (delay === undefined) return value.bind(target);
+      return async (...args: unknown[]) => {
+        await new Promise((resolve) => setTimeout(resolve, delay()));
+        return await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+      };
+    },
+  });
+}
+
+function storeAs(fs: FileSystem, pid: number, alive: Set<number>, host = HOST): SessionStore {
+  return new SessionStore({ fs: view(fs), agentDir: AGENT, process: probe(pid, alive, host) });
+}
+
+async function setup(): Promise<{ fs: MemoryFs; alive: Set<number>; session: SessionManager }> {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const alive = new Set([100, 200]);
+  const session = await storeAs(fs, 100, alive).create(CWD);
+  await session.commit(conversation(1));
+  await session.close();
+  return { fs, alive, session };
+}
+
+async function lockRecord(fs: FileSystem, dir: string): Promise<Record<string, unknown>> {
+  return JSON.parse(decoder.decode(await fs.readFile(`${dir}/${WRITER_LOCK_FILE}`)));
+}
+
+async function writeLock(fs: FileSystem, dir: string, content: unknown): Promise<void> {
+  const text = typeof content === "string" ? content : JSON.stringify(content);
+  await fs.writeFile(`${dir}/${WRITER_LOCK_FILE}`, encoder.encode(text), { mode: 0o600 });
+}
+
+test("a writable open holds writer.lock with pid, host and start time; close() releases it", async () => {
+  const { fs, alive, session } = await setup();
+  const dir = session.getSessionPath();
+  await assert.rejects(fs.lstat(`${dir}/${WRITER_LOCK_FILE}`));
+  const writer = await storeAs(fs, 100, alive).open(dir);
+  const record = await lockRecord(fs, dir);
+  assert.equal(record.pid, 100);
+  assert.equal(record.host, HOST);
+  assert.equal(typeof record.startedAt, "string");
+  assert.equal((await fs.stat(`${dir}/${WRITER_LOCK_FILE}`)).mode, 0o600);
+  await writer.close();
+  await assert.rejects(fs.lstat(`${dir}/${WRITER_LOCK_FILE}`));
+});
+
+test("a second process gets SessionLockedError; read-only opens need no lock", async () => {
+  const { fs, alive, session } = await setup();
+  const dir = session.getSessionPath();
+  const writer = await storeAs(fs, 100, alive).open(dir);
+  const other = storeAs(fs, 200, alive);
+  const error = await other.open(dir).then(() => undefined, (e: unknown) => e);
+  assert.ok(error instanceof SessionLockedError);
+  assert.equal(error.pid, 100);
+  assert.equal(error.host, HOST);
+  const reader = await other.open(dir, { readOnly: true });
+  assert.deepEqual(reader.messages, writer.messages);
+  await writer.commit([...writer.messages, user("more")]);
+  await writer.close();
+  const next = await other.open(dir);
+  assert.equal((await lockRecord(fs, dir)).pid, 200);
+  await next.close();
+});
+
+test("in one process a second writer is SessionBusyError, with or without a probe", async () => {
+  const { fs, alive, session } = await setup();
+  const dir = session.getSessionPath();
+  const store = storeAs(fs, 100, alive);
+  const writer = await store.open(dir);
+  await assert.rejects(store.open(dir), SessionBusyError);
+  await writer.close();
+  const plain = new SessionStore({ fs, agentDir: AGENT });
+  const unlocked = await plain.open(dir);
+  await assert.rejects(fs.lstat(`${dir}/${WRITER_LOCK_FILE}`));
+  await assert.rejects(plain.open(dir), SessionBusyError);
+  await unlocked.close();
+});
+
+test("a stale lock of a dead process on this host is taken over", async () => {
+  const { fs, alive, session } = await setup();
+  const dir = session.getSessionPath();
+  await writeLock(fs, dir, {
+    pid: 999,
+    host: HOST,
+    startedAt: "2020-01-01T00:00:00.000Z",
+    token: "t",
+  });
+  const writer = await storeAs(fs, 200, alive).open(dir);
+  assert.equal((await lockRecord(fs, dir)).pid, 200);
+  await writer.close();
+  const names = (await fs.readDir(dir)).map((e) => e.name);
+  assert.deepEqual(names, ["index.json", "messages.jsonl", "meta.json"]);
+});
+
+test("a lock of another host is respected even when its pid is unknown here", async () => {
+  const { fs, alive, session } = await setup();
+  const dir = session.getSessionPath();
+  await writeLock(fs, dir, { pid: 999, host: "elsewhere", startedAt: "x", token: "t" });
+  await assert.rejects(storeAs(fs, 200, alive).open(dir), SessionLockedError);
+});
+
+test("a leftover lock with this process's pid but a foreign token is stale", async () => {
+  const { fs, alive, session } = await setup();
+  const dir = session.getSessionPath();
+  await writeLock(fs, dir, { pid: 200, host: HOST, startedAt: "x", token: "not-ours" });
+  const writer = await storeAs(fs, 200, alive).open(dir);
+  await writer.close();
+});
+
+test("an unparsable lock file is stale after a short grace period", async () => {
+  const { fs, alive, session } = await setup();
+  const dir = session.getSessionPath();
+  await writeLock(fs, dir, "");
+  const writer = await storeAs(fs, 200, alive).open(dir);
+  assert.equal((await lockRecord(fs, dir)).pid, 200);
+  await writer.close();
+});
+
+test("racing takeovers of one stale lock leave exactly one writer", async () => {
+  const { fs, session } = await setup();
+  const dir = session.getSessionPath();
+  let seed = 7;
+  const random = (): number => {
+    seed = (seed * 1103515245 + 12345) % 2147483648;
+    return seed / 2147483648;
+  };
+  for (let round = 0; round < 25; round++) {
+    const alive = new Set([300, 400, 500]);
+    await writeLock(fs, dir, { pid: 999, host: HOST, startedAt: "x", token: `stale${round}` });
+    const contenders = [300, 400, 500].map((pid) =>
+      new SessionStore({
+        fs: view(fs, () => Math.floor(random() * 3)),
+        agentDir: AGENT,
+        process: probe(pid, alive),
+      })
+    );
+    const results = await Promise.allSettled(contenders.map((store) => store.open(dir)));
+    const winners = results.filter((r) => r.status === "fulfilled");
+    assert.equal(winners.length, 1, `round ${round}: ${winners.length} writers`);
+    for (const r of results) {
+      if (r.status === "rejected") {
+        assert.ok(r.reason instanceof SessionLockedError, String(r.reason));
+      }
+    }
+    const holder = (await lockRecord(fs, dir)).pid;
+    assert.ok([300, 400, 500].includes(holder as number));
+    await (winners[0] as PromiseFulfilledResult<SessionManager>).value.close();
+    const leftovers = (await fs.readDir(dir)).filter((e) => e.name.includes("lock"));
+    assert.deepEqual(leftovers, [], `round ${round}`);
+  }
+});
+
+test("a takeover marker left by a dead process does not block the lock forever", async () => {
+  const { fs, alive, session } = await setup();
+  const dir = session.getSessionPath();
+  await writeLock(fs, dir, { pid: 999, host: HOST, startedAt: "x", token: "dead-beef" });
+  await fs.writeFile(
+    `${dir}/${WRITER_LOCK_FILE}.takeover-dead-beef`,
+    encoder.encode(JSON.stringify({ pid: 998, host: HOST, startedAt: "x", token: "taker" })),
+  );
+  const writer = await storeAs(fs, 200, alive).open(dir);
+  await writer.close();
+  assert.deepEqual((await fs.readDir(dir)).filter((e) => e.name.includes("lock")), []);
+});
+
+test("create() takes the lock at its first write and close() releases it", async () => {
+  const { fs, alive } = await setup();
+  const store = storeAs(fs, 100, alive);
+  const session = await store.create(CWD);
+  await session.setPinned(true);
+  await assert.rejects(fs.lstat(session.getSessionPath()));
+  await session.commit([user("first")]);
+  assert.equal((await lockRecord(fs, session.getSessionPath())).pid, 100);
+  await assert.rejects(storeAs(fs, 200, alive).open(session.getSessionPath()), SessionLockedError);
+  await session.close();
+  await assert.rejects(fs.lstat(`${session.getSessionPath()}/${WRITER_LOCK_FILE}`));
+});
+
+test("a held lock does not upset listing, and compaction refuses a live writer", async () => {
+  const { fs, alive, session } = await setup();
+  const dir = session.getSessionPath();
+  const mine = storeAs(fs, 100, alive);
+  const writer = await mine.open(dir);
+  const replaced = [user("replaced")];
+  await writer.commit(replaced);
+  const other = storeAs(fs, 200, alive);
+  for (const fast of [false, true]) {
+    assert.deepEqual((await other.list(CWD, undefined, { fast })).map((s) => s.id), [session.id]);
+  }
+  await assert.rejects(other.compact(dir), SessionLockedError);
+  await assert.rejects(mine.compact(dir), SessionBusyError);
+  await writer.close();
+  const result = await other.compact(dir);
+  assert.equal(result.compacted, true);
+  assert.deepEqual((await other.open(dir, { readOnly: true })).messages, replaced);
+});
+
+test("the collection lock is waited for, then refused; a stale one is taken over", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(COLLECTION, { recursive: true });
+  const alive = new Set([100, 200]);
+  const lock = `${COLLECTION}/${COLLECTION_LOCK_FILE}`;
+  const holder = { pid: 100, host: HOST, startedAt: "x", token: "held" };
+  await fs.writeFile(lock, encoder.encode(JSON.stringify(holder)));
+  const context = (pid: number, waitMs: number): StoreContext => ({
+    ...new SessionStore({ fs: view(fs), agentDir: AGENT }).context,
+    probe: probe(pid, alive),
+    collectionLockWaitMs: waitMs,
+  });
+  await assert.rejects(
+    withCollectionLock(context(200, 40), COLLECTION, () => Promise.resolve()),
+    SessionLockedError,
+  );
+  setTimeout(() => void fs.remove(lock), 30);
+  let ran = false;
+  await withCollectionLock(context(200, 2000), COLLECTION, () => {
+    ran = true;
+    return Promise.resolve();
+  });
+  assert.equal(ran, true);
+  await fs.writeFile(lock, encoder.encode(JSON.stringify({ ...holder, pid: 999 })));
+  await withCollectionLock(context(200, 0), COLLECTION, async () => {
+    assert.equal(JSON.parse(decoder.decode(await fs.readFile(lock))).pid, 200);
+  });
+  await assert.rejects(fs.lstat(lock));
+});
+
+test("the collection lock serializes callers in one process instead of refusing them", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(COLLECTION, { recursive: true });
+  const context = new SessionStore({ fs, agentDir: AGENT }).context;
+  const order: string[] = [];
+  const task = (name: string) => async () => {
+    order.push(`${name} in`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    order.push(`${name} out`);
+  };
+  await Promise.all([
+    withCollectionLock(context, COLLECTION, task("a")),
+    withCollectionLock(context, COLLECTION, task("b")),
+  ]);
+  assert.deepEqual(order, ["a in", "a out", "b in", "b out"]);
+});
+
+test("cleanup() removes stale locks and markers and keeps live ones", async () => {
+  const { fs, alive, session } = await setup();
+  const dir = session.getSessionPath();
+  await writeLock(fs, dir, { pid: 999, host: HOST, startedAt: "x", token: "dead" });
+  await fs.writeFile(`${dir}/${WRITER_LOCK_FILE}.takeover-dead`, encoder.encode("{}"));
+  await fs.writeFile(`${dir}/.meta.json.abc.tmp`, encoder.encode("partial"));
+  const report = await storeAs(fs, 200, alive).cleanup(CWD);
+  assert.deepEqual(
+    report.removed.map((p) => p.slice(dir.length + 1)).sort(),
+    [".meta.json.abc.tmp", WRITER_LOCK_FILE, `${WRITER_LOCK_FILE}.takeover-dead`].sort(),
+  );
+  const writer = await storeAs(fs, 100, alive).open(dir);
+  await fs.writeFile(`${dir}/.index.json.def.tmp`, encoder.encode("in flight"));
+  await storeAs(fs, 200, alive).cleanup(CWD);
+  assert.equal((await lockRecord(fs, dir)).pid, 100);
+  assert.equal((await fs.lstat(`${dir}/.index.json.def.tmp`)).kind, "file");
+  await writer.close();
+});
+
+test("acquireWriterLock without a probe only registers in this process", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/s", { recursive: true });
+  const context = new SessionStore({ fs, agentDir: AGENT }).context;
+  const held = await acquireWriterLock(context, "/s");
+  await assert.rejects(acquireWriterLock(context, "/s"), SessionBusyError);
+  assert.deepEqual(await fs.readDir("/s"), []);
+  await held.release();
+  await (await acquireWriterLock(context, "/s")).release();
+});
+
+test("nodeProcessProbe reports this process alive and an exited one dead", () => {
+  const node = nodeProcessProbe();
+  assert.equal(node.pid, process.pid);
+  assert.equal(node.host, hostname());
+  assert.equal(node.isAlive(process.pid), true);
+  assert.equal(node.isAlive(0), false);
+  assert.equal(node.isAlive(-1), false);
+  const child = spawnSync("node", ["-e", "process.stdout.write(String(process.pid))"]);
+  const exited = Number(child.stdout.toString());
+  assert.ok(Number.isSafeInteger(exited) && exited > 0);
+  assert.equal(node.isAlive(exited), false);
+});
+
+test("a crafted token in a stale lock never becomes a path", async () => {
+  const { fs, alive, session } = await setup();
+  const dir = session.getSessionPath();
+  await writeLock(fs, dir, { pid: 999, host: HOST, startedAt: "x", token: "../../../escape" });
+  const writer = await storeAs(fs, 200, alive).open(dir);
+  await writer.close();
+  assert.deepEqual((await fs.readDir(dir)).filter((e) => e.name.includes("lock")), []);
+  await assert.rejects(fs.lstat(`${AGENT}/escape`));
+  assert.deepEqual((await fs.readDir(AGENT)).map((e) => e.name), ["sessions"]);
+});
