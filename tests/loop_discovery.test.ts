@@ -409,7 +409,7 @@ test("listing a legacy session in fast mode skips message validation but not the
 });
 
 test("the index text parser accepts exactly what the index schema accepts", async () => {
-  const { parseRoundIndexText } = await import("../src/loop/discovery.ts");
+  const { parseRoundIndexText } = await import("../src/loop/storage.ts");
   const { encodeRoundIndex, RoundIndexSchema } = await import("../src/loop/storage.ts");
   const v = await import("valibot");
   const fc = (await import("fast-check")).default;

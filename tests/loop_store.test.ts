@@ -647,3 +647,42 @@ test("index.json is republished once it lags by eight rounds", async () => {
   assert.equal((index.rounds as unknown[]).length, 9);
   assert.equal(index.generation, (await readJson(fs, session.getSessionFile())).generation);
 });
+
+test("opening for writing and closing without a write modifies nothing", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(3));
+  await session.close();
+  await fs.remove(`${session.getSessionPath()}/index.json`);
+  const before = fs.snapshotTree();
+  const reopened = await store.open(session.getSessionPath());
+  await reopened.close();
+  assert.deepEqual(fs.snapshotTree(), before);
+});
+
+test("a last line written in another JSON layout is not mistaken for an edit", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  const history = [user("q"), assistant("a")];
+  await session.commit(history);
+  await session.close();
+  // Rewrite the committed bytes with the same messages in an indented layout (as another writer
+  // could have), keeping meta.json consistent.
+  const dir = session.getSessionPath();
+  const text = history.map((m) => JSON.stringify(m, null, 1).replaceAll("\n", "")).join("\n") +
+    "\n";
+  const bytes = new TextEncoder().encode(text);
+  await fs.writeFile(`${dir}/messages.jsonl`, bytes);
+  const meta = await readJson(fs, `${dir}/meta.json`);
+  await fs.writeFile(
+    `${dir}/meta.json`,
+    new TextEncoder().encode(
+      JSON.stringify({ ...meta, bytes: bytes.length, generation: sha256Hex(bytes) }),
+    ),
+  );
+  const reopened = await store.open(dir);
+  await reopened.commit([...reopened.messages, user("next")]);
+  const after = await readJson(fs, `${dir}/meta.json`);
+  assert.equal(after.start, 0, "appended to the same generation");
+  assert.equal(after.messageCount, 3);
+});

@@ -57,12 +57,10 @@ import {
 } from "./records/mod.ts";
 import {
   forEachCommittedLine,
-  INDEX_FILE,
-  INDEX_FORMAT,
-  INDEX_VERSION,
   indexMatches,
   MESSAGES_FILE,
   META_FILE,
+  readRoundIndex,
   readStorageMeta,
   type RoundEntry,
   type RoundIndex,
@@ -461,7 +459,6 @@ async function fullSummary(context: StoreContext, dir: string): Promise<Summary>
 
 const decoder = new TextDecoder();
 const USER_ROLE = '"role":"user"';
-const SHA256_HEX = /^[0-9a-f]{64}$/;
 
 /** The fast summary of a version-3 directory: meta.json, index.json and what they point to. */
 export async function fastSummary(
@@ -473,7 +470,7 @@ export async function fastSummary(
   // Both files are read at once; a missing or unusable index is just not used.
   const [meta, index] = await Promise.all([
     readStorageMeta(fs, dir),
-    readIndexQuickly(fs, dir),
+    readRoundIndex(fs, dir),
   ]);
   if (meta.messageCount === 0) {
     return { header: meta.header, messageCount: 0, userMessageCount: 0, fallbackTitle: undefined };
@@ -521,113 +518,6 @@ async function fastCounts(
     }
   }
   return await scanCommitted(context, dir, meta, needTitle);
-}
-
-/**
- * Reads index.json like `readRoundIndex`, with the same rules checked by hand (a schema library
- * costs more than the read itself on an index of a few hundred rounds). Undefined when missing,
- * unparsable or not an index.
- */
-async function readIndexQuickly(fs: FileSystem, dir: string): Promise<RoundIndex | undefined> {
-  let bytes: Uint8Array;
-  try {
-    bytes = await fs.readFile(join(dir, INDEX_FILE));
-  } catch (error) {
-    if (error instanceof NotFound) return undefined;
-    throw error;
-  }
-  return parseRoundIndexText(decoder.decode(bytes));
-}
-
-/**
- * Parses index.json text with the rules of `RoundIndexSchema`: the canonical form that
- * `encodeRoundIndex` writes is scanned without building an object per round, anything else is
- * parsed as JSON and checked by hand. Undefined when the text is not a valid index.
- */
-export function parseRoundIndexText(text: string): RoundIndex | undefined {
-  const scanned = scanCanonicalIndex(text);
-  if (scanned !== undefined) return scanned;
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-  if (typeof value !== "object" || value === null) return undefined;
-  const index = value as Record<string, unknown>;
-  const count = (x: unknown): boolean => Number.isSafeInteger(x) && (x as number) >= 0;
-  if (
-    index.format !== INDEX_FORMAT || index.version !== INDEX_VERSION ||
-    typeof index.generation !== "string" || !SHA256_HEX.test(index.generation) ||
-    !count(index.start) || !count(index.bytes) || !count(index.messageCount) ||
-    !Array.isArray(index.rounds)
-  ) return undefined;
-  for (const round of index.rounds as unknown[]) {
-    if (typeof round !== "object" || round === null) return undefined;
-    const entry = round as Record<string, unknown>;
-    if (!count(entry.messageIndex) || !count(entry.byteOffset)) return undefined;
-  }
-  return index as unknown as RoundIndex;
-}
-
-const INDEX_HEAD =
-  /^\{"format":"loop-session-index","version":1,"generation":"([0-9a-f]{64})","start":(0|[1-9]\d{0,15}),"bytes":(0|[1-9]\d{0,15}),"messageCount":(0|[1-9]\d{0,15}),"rounds":\[/;
-const ROUND_KEY = '{"messageIndex":';
-const OFFSET_KEY = ',"byteOffset":';
-
-/** Reads a decimal safe integer at `at`; returns [value, next position] or undefined. */
-function readCount(text: string, at: number): [number, number] | undefined {
-  let value = 0;
-  let i = at;
-  for (; i < text.length; i++) {
-    const digit = text.charCodeAt(i) - 48;
-    if (digit < 0 || digit > 9) break;
-    if (i > at && value === 0) return undefined; // a leading zero
-    value = value * 10 + digit;
-  }
-  return i === at || !Number.isSafeInteger(value) ? undefined : [value, i];
-}
-
-/**
- * Reads an index in exactly the form `encodeRoundIndex` writes (compact JSON, fixed key order)
- * without building an object per round; undefined for any other text (the caller then parses it
- * as JSON). Equivalent to `JSON.parse` plus the schema for the texts it accepts.
- */
-function scanCanonicalIndex(text: string): RoundIndex | undefined {
-  const head = INDEX_HEAD.exec(text);
-  if (head === null) return undefined;
-  const rounds: RoundEntry[] = [];
-  let at = head[0].length;
-  if (text.charCodeAt(at) !== 93 /* ] */) {
-    for (;;) {
-      if (!text.startsWith(ROUND_KEY, at)) return undefined;
-      const messageIndex = readCount(text, at + ROUND_KEY.length);
-      if (messageIndex === undefined || !text.startsWith(OFFSET_KEY, messageIndex[1])) {
-        return undefined;
-      }
-      const byteOffset = readCount(text, messageIndex[1] + OFFSET_KEY.length);
-      if (byteOffset === undefined || text.charCodeAt(byteOffset[1]) !== 125 /* } */) {
-        return undefined;
-      }
-      rounds.push({ messageIndex: messageIndex[0], byteOffset: byteOffset[0] });
-      at = byteOffset[1] + 1;
-      const next = text.charCodeAt(at);
-      if (next === 93) break;
-      if (next !== 44 /* , */) return undefined;
-      at++;
-    }
-  }
-  const rest = text.slice(at);
-  if (rest !== "]}\n" && rest !== "]}") return undefined;
-  return {
-    format: INDEX_FORMAT,
-    version: INDEX_VERSION,
-    generation: head[1] as string,
-    start: Number(head[2]),
-    bytes: Number(head[3]),
-    messageCount: Number(head[4]),
-    rounds,
-  };
 }
 
 /** True when `index` describes an earlier, shorter state of the same committed generation chain. */

@@ -258,6 +258,8 @@ export class SessionManager {
    */
   #indexed: IndexCoverage | undefined;
   #permissionsEnforced = false;
+  /** True once this manager published anything (close() then brings index.json up to date). */
+  #wrote = false;
   #closed = false;
   /** A state whose publication failed midway: it may or may not be on disk. */
   #attempt: Committed | undefined;
@@ -353,6 +355,9 @@ export class SessionManager {
     validateSessionMetadata(meta.header, roles, { file: metaFile });
     await checkCwd(fs, meta.header.cwd, metaFile);
     const rounds = roundsOf(roles, offsets, 0);
+    // Compare the last message with its canonical serialization, whatever bytes a legacy writer
+    // or a migration left: an unchanged message must not look edited.
+    if (messages.length > 0) lastLine = JSON.stringify(messages[messages.length - 1]);
     return new SessionManager(init, {
       meta,
       header: meta.header,
@@ -1143,6 +1148,7 @@ export class SessionManager {
     await this.#publishMeta(next.meta as StorageMeta);
     this.#committed = next;
     this.#attempt = undefined;
+    this.#wrote = true;
   }
 
   /**
@@ -1187,7 +1193,7 @@ export class SessionManager {
       this.#closed = true;
       try {
         if (
-          !this.#readOnly && this.#committed.meta !== undefined &&
+          !this.#readOnly && this.#wrote && this.#committed.meta !== undefined &&
           this.#indexed?.count !== this.#committed.count &&
           this.#pending === undefined
         ) {
