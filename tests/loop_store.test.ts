@@ -686,3 +686,133 @@ test("a last line written in another JSON layout is not mistaken for an edit", a
   assert.equal(after.start, 0, "appended to the same generation");
   assert.equal(after.messageCount, 3);
 });
+
+test("append() adds messages to the saved history like a complete-history commit", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.append([user("q"), assistant("calling", [{ id: "c9", name: "read" }])]).then(
+    () => assert.fail("unfinished tool calls must reject"),
+    (error) => assert.ok(error instanceof SessionFormatError),
+  );
+  const first = user("first");
+  await session.append([first]); // a draft is saved whole
+  const history = [first];
+  const more = [assistant("calling", [{ id: "c1", name: "read" }]), toolResult("c1", "read")];
+  await session.append(more);
+  history.push(...more);
+  assert.deepEqual(await saved(store, session), history);
+  const log = await fs.readFile(`${session.getSessionPath()}/messages.jsonl`);
+  assert.equal(
+    new TextDecoder().decode(log),
+    history.map((m) => JSON.stringify(m)).join("\n") + "\n",
+  );
+  assert.equal(session.unread, true);
+  await assert.rejects(session.append([toolResult("c1", "read")]), SessionFormatError);
+  assert.deepEqual(session.messages, history);
+});
+
+test("append() keeps a failed save pending for flush()", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit([user("a")]);
+  fs.failAt(fs.operationCount + 2, { error: "EIO", persistent: true });
+  await assert.rejects(session.append([assistant("b")]));
+  fs.clearFaults();
+  await assert.rejects(session.append([user("c")]), PendingSaveError);
+  await session.flush();
+  assert.equal((await saved(store, session)).length, 2);
+});
+
+test("a symlink planted at messages.jsonl is refused: nothing is read or written through it", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  const history = [user("q"), assistant("a")];
+  await session.commit(history);
+  await session.close();
+  const log = `${session.getSessionPath()}/messages.jsonl`;
+  const bytes = await fs.readFile(log);
+  const victim = new Uint8Array([...bytes, ...new TextEncoder().encode("PRECIOUS\n")]);
+  await fs.writeFile("/victim.txt", victim, { mode: 0o644 });
+  await fs.remove(log);
+  await fs.symlink("/victim.txt", log);
+  await assert.rejects(store.open(session.getSessionPath()), SessionFormatError);
+  assert.deepEqual(await fs.readFile("/victim.txt"), victim);
+  assert.equal((await fs.stat("/victim.txt")).mode, 0o644);
+});
+
+test("metadata arguments of the wrong type and unserializable messages reject with typed errors", async () => {
+  const { store } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(1);
+  await session.commit(history, [{ userTurn: 0, content: "ctx", timestamp: 1 }] as never);
+  for (const bad of [{}, null, ""]) {
+    await assert.rejects(session.commit(history, bad as never), SessionFormatError);
+    await assert.rejects(session.commit(history, undefined, bad as never), SessionFormatError);
+  }
+  await assert.rejects(
+    session.commit(history, undefined, undefined, "x" as never),
+    SessionFormatError,
+  );
+  assert.equal(session.getRuntimeContexts().length, 1, "stored metadata is kept");
+  const cyclic = user("loop") as unknown as Record<string, unknown>;
+  cyclic.self = cyclic;
+  await assert.rejects(session.commit([...history, cyclic as never]), SessionFormatError);
+  assert.equal(session.hasPendingSave, false);
+});
+
+test("a replacement that changes only a user message does not set unread", async () => {
+  const { store } = await setup();
+  const session = await store.create(CWD);
+  const history = [user("q"), assistant("a"), user("q2"), assistant("a2")];
+  await session.commit(history);
+  await session.markRead(4);
+  await session.commit([user("q edited"), ...history.slice(1)]);
+  assert.equal(session.unread, false);
+  await session.commit([user("q edited"), assistant("a changed"), ...history.slice(2)]);
+  assert.equal(session.unread, true);
+});
+
+test("a pin whose directory fsync failed does not take effect with a later write", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(1);
+  await session.commit(history);
+  fs.failAt(fs.operationCount + 1, { ops: ["syncDir"] });
+  await assert.rejects(session.setPinned(true));
+  fs.clearFaults();
+  assert.equal(session.getHeader().pinnedAt, undefined);
+  await session.commit([...history, user("more")]);
+  assert.equal(session.getHeader().pinnedAt, undefined);
+  const reopened = await store.open(session.getSessionPath(), { readOnly: true });
+  assert.equal(reopened.getHeader().pinnedAt, undefined);
+});
+
+test("a retried save never moves updatedAt backwards", async () => {
+  const { fs, store, now } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(1);
+  await session.commit(history);
+  now.t += 1000;
+  fs.failAt(fs.operationCount + 2, { error: "EIO", persistent: true });
+  await assert.rejects(session.commit([...history, user("q")]));
+  fs.clearFaults();
+  now.t += 1000;
+  await session.setModel({ provider: "p", id: "m" });
+  const modelTime = session.getHeader().updatedAt;
+  await session.flush();
+  assert.equal(session.getHeader().updatedAt, modelTime);
+});
+
+test("setPermissionPreset() validates and stores the preset; metadata writes fix every file's mode", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  await session.close();
+  const dir = session.getSessionPath();
+  await fs.chmod(`${dir}/messages.jsonl`, 0o644);
+  const reopened = await store.open(dir);
+  await reopened.setPermissionPreset("workspace-write");
+  assert.equal(reopened.getHeader().permissionPreset, "workspace-write");
+  assert.equal((await fs.stat(`${dir}/messages.jsonl`)).mode, 0o600);
+  await assert.rejects(reopened.setPermissionPreset("root" as never), InvalidArgumentError);
+});

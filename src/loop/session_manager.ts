@@ -35,18 +35,24 @@ import {
 import {
   type CompactionCheckpoint,
   fallbackTitle,
+  isPermissionPreset,
   type Message,
   type MessageRole,
   MessageValidator,
   type ModelRef,
   parseModelRef,
   parseSessionTitle,
+  type PermissionPreset,
   type PromptTiming,
   type RuntimeContextSnapshot,
   type SessionHeader,
   type SessionTitle,
   type SystemPromptCheckpoint,
+  validateCompactions,
+  validatePromptTimings,
+  validateRuntimeContexts,
   validateSessionMetadata,
+  validateSystemPromptCheckpoints,
 } from "./records/mod.ts";
 import {
   encodeRoundIndex,
@@ -263,6 +269,8 @@ export class SessionManager {
   #closed = false;
   /** A state whose publication failed midway: it may or may not be on disk. */
   #attempt: Committed | undefined;
+  /** True when `#attempt` changed only the header (a pin, title, model or read receipt). */
+  #attemptIsMetadata = false;
 
   private constructor(init: SessionManagerInit, committed: Committed) {
     this.#fs = init.context.fs;
@@ -296,6 +304,8 @@ export class SessionManager {
    */
   static async open(init: SessionManagerInit): Promise<SessionManager> {
     const { fs, sha256 } = init.context;
+    await isRegularFile(fs, join(init.dir, META_FILE));
+    await isRegularFile(fs, join(init.dir, MESSAGES_FILE));
     const meta = await readStorageMeta(fs, init.dir);
     const metaFile = join(init.dir, META_FILE);
     const messagesFile = join(init.dir, MESSAGES_FILE);
@@ -477,6 +487,12 @@ export class SessionManager {
    * Saves the complete history. Appends only new messages; a changed or shortened history is
    * written as a new generation. Omitted optional arguments keep the stored metadata; given
    * arrays replace it (an empty array removes the field). Rejects while a save is pending.
+   *
+   * Saved messages are recognized by identity: pass the same objects again (or equal new ones).
+   * To change an earlier message, pass a new object in its place; the manager keeps the objects
+   * it was given, so mutating a saved message in place is not seen as a change, except for the
+   * last saved message, which is also compared by value (hosts may finish it in place). The
+   * identity check costs about 2 ns per saved message; `append()` skips it.
    */
   commit(
     messages: readonly Message[],
@@ -530,6 +546,43 @@ export class SessionManager {
     });
   }
 
+  /**
+   * Appends `messages` to the saved history: the same protocol and guarantees as `commit()` with
+   * the complete history, at a cost that depends only on the new messages (`commit()` also
+   * checks every earlier message by identity, about 2 ns each). Optional arguments work as in
+   * `commit()`. Rejects while a save is pending.
+   */
+  append(
+    messages: readonly Message[],
+    runtimeContexts?: readonly RuntimeContextSnapshot[],
+    promptTimings?: readonly PromptTiming[],
+    context?: CommitContext,
+  ): Promise<void> {
+    if (!Array.isArray(messages)) {
+      return Promise.reject(
+        new SessionFormatError("Invalid session messages: expected an array", {
+          path: "messages",
+          value: messages,
+        }),
+      );
+    }
+    if (this.#committed.meta === undefined) {
+      // A draft has no saved history to append to yet: save it whole.
+      return this.commit([...this.messages, ...messages], runtimeContexts, promptTimings, context);
+    }
+    const at = this.#context.now();
+    const tail = messages.slice();
+    return this.#write("append", async () => {
+      if (this.#pending !== undefined) {
+        throw new PendingSaveError("append", { file: this.getSessionFile() });
+      }
+      const base = this.#committed.count;
+      await this.#apply(
+        this.#prepare(tail, runtimeContexts, promptTimings, context, at, undefined, base),
+      );
+    });
+  }
+
   /** True when a commit can be prepared synchronously against the settled committed state. */
   #canPrepareNow(): boolean {
     return !this.#queue.busy && this.#pending === undefined && this.#attempt === undefined &&
@@ -548,24 +601,33 @@ export class SessionManager {
     context: CommitContext | undefined,
     at: number,
     retryUnread?: boolean,
+    base = 0,
   ): PreparedCommit {
+    // `messages` holds the history from global index `base` on; the first `base` messages are the
+    // committed ones (`append()` passes base = the committed count and only the new messages).
     const committed = this.#committed;
     const { arrays, count } = committed;
     const messagesFile = join(this.#dir, MESSAGES_FILE);
-    let common = 0;
-    const limit = Math.min(messages.length, count);
+    const metaFile = join(this.#dir, META_FILE);
+    // The metadata first (its shape; its anchors once the history is known), then the messages.
+    checkMetadataShapes(runtimeContexts, promptTimings, context, metaFile);
+    const total = base + messages.length;
+    let common = base;
+    const limit = Math.min(total, count);
     const stored = arrays.messages;
-    while (common < limit && messages[common] === stored[common]) common++;
+    while (common < limit && messages[common - base] === stored[common]) common++;
     if (common < limit) {
       // Not the same objects: compare by value from there on.
       while (
-        common < limit && JSON.stringify(messages[common]) === JSON.stringify(stored[common])
+        common < limit &&
+        JSON.stringify(messages[common - base]) === JSON.stringify(stored[common])
       ) {
         common++;
       }
     }
     if (
-      common === count && count > 0 && JSON.stringify(messages[count - 1]) !== committed.lastLine
+      base < count && common === count && count > 0 &&
+      JSON.stringify(messages[count - 1 - base]) !== committed.lastLine
     ) {
       common = count - 1;
     }
@@ -590,21 +652,26 @@ export class SessionManager {
     const lines: string[] = [];
     let offset = next.offsets[next.offsets.length - 1] as number;
     let unread = retryUnread ?? committed.header.unread ?? false;
-    for (let i = first; i < messages.length; i++) {
-      const message = messages[i] as Message;
+    for (let i = first; i < total; i++) {
+      const message = messages[i - base] as Message;
       validator.push(message, i);
-      const line = JSON.stringify(message);
+      const line = serializeMessage(message, i, messagesFile);
       lines.push(line);
       next.messages.push(message);
       next.roles.push(message.role);
       if (message.role === "user") next.rounds.push({ messageIndex: i, byteOffset: offset });
-      else if (retryUnread === undefined && i >= common) unread = true;
+      else if (
+        retryUnread === undefined && i >= common &&
+        (i >= count || line !== JSON.stringify(stored[i]))
+      ) {
+        // New output: past the saved history, or a saved message that changed.
+        unread = true;
+      }
       offset += byteLength(line) + 1;
       next.offsets.push(offset);
     }
     validator.clone().finish();
     const header = this.#headerWith(committed.header, runtimeContexts, promptTimings, context);
-    const metaFile = join(this.#dir, META_FILE);
     if (appendOnly) {
       // Appending keeps every stored anchor valid; only arrays the caller passed need checking.
       const only = {
@@ -632,7 +699,7 @@ export class SessionManager {
     }
     const kind: PreparedCommit["kind"] = committed.meta === undefined && next.rounds.length === 0
       ? "draft"
-      : appendOnly && messages.length === count
+      : appendOnly && total === count
       ? "metadata"
       : appendOnly
       ? "append"
@@ -646,12 +713,12 @@ export class SessionManager {
       unread,
       bytes: lines.length === 0 ? new Uint8Array(0) : encoder.encode(lines.join("\n") + "\n"),
       arrays: next,
-      count: messages.length,
+      count: total,
       roundCount: next.rounds.length,
       validator,
       lastLine: lines.length > 0
         ? lines[lines.length - 1]
-        : messages.length === 0
+        : total === 0
         ? undefined
         : committed.lastLine,
     };
@@ -685,7 +752,7 @@ export class SessionManager {
         prepared.promptTimings,
         prepared.context,
       ),
-      updatedAt: prepared.updatedAt,
+      updatedAt: laterTime(prepared.updatedAt, committed.header.updatedAt),
       unread: prepared.unread,
     } as SessionHeader;
     const history = {
@@ -773,6 +840,7 @@ export class SessionManager {
     if (this.#log === undefined) {
       let created = false;
       try {
+        if (!(await isRegularFile(this.#fs, path))) throw new NotFound("open", path);
         this.#log = await this.#fs.open(path, { append: true });
       } catch (error) {
         if (!(error instanceof NotFound) || meta !== undefined && meta.bytes > 0) {
@@ -842,12 +910,9 @@ export class SessionManager {
       await this.#beforeFirstWrite();
       this.#beforeFirstWrite = undefined;
     }
-    for (const name of [META_FILE, INDEX_FILE]) {
-      try {
-        await this.#fs.chmod(join(this.#dir, name), PRIVATE_FILE_MODE);
-      } catch (error) {
-        if (!(error instanceof NotFound)) throw error;
-      }
+    for (const name of [META_FILE, MESSAGES_FILE, INDEX_FILE]) {
+      const path = join(this.#dir, name);
+      if (await isRegularFile(this.#fs, path)) await this.#fs.chmod(path, PRIVATE_FILE_MODE);
     }
     this.#permissionsEnforced = true;
   }
@@ -961,7 +1026,15 @@ export class SessionManager {
    */
   async #ensureIndex(meta: StorageMeta): Promise<void> {
     if (this.#indexed !== undefined && this.#indexed.start === meta.start) return;
-    const onDisk = await readRoundIndex(this.#fs, this.#dir);
+    let onDisk: RoundIndex | undefined;
+    try {
+      if (await isRegularFile(this.#fs, join(this.#dir, INDEX_FILE))) {
+        onDisk = await readRoundIndex(this.#fs, this.#dir);
+      }
+    } catch (error) {
+      // A planted link is never read; the rebuild below replaces it (rename replaces the link).
+      if (!(error instanceof SessionFormatError)) throw error;
+    }
     if (onDisk !== undefined && this.#coversPrefix(onDisk, meta)) {
       this.#indexed = {
         start: onDisk.start,
@@ -1123,6 +1196,26 @@ export class SessionManager {
     });
   }
 
+  /**
+   * Stores the permission preset (`read-only`, `workspace-write` or `danger-full-access`),
+   * updating `updatedAt`. An invalid value rejects with `InvalidArgumentError`.
+   */
+  setPermissionPreset(preset: PermissionPreset): Promise<void> {
+    if (!isPermissionPreset(preset)) {
+      return Promise.reject(
+        new InvalidArgumentError("preset", `Invalid permission preset: ${JSON.stringify(preset)}`),
+      );
+    }
+    const at = this.#context.now();
+    return this.#write("setPermissionPreset", async () => {
+      await this.#publishHeader({
+        ...this.#committed.header,
+        permissionPreset: preset,
+        updatedAt: new Date(at).toISOString(),
+      });
+    });
+  }
+
   async #publishHeader(header: SessionHeader): Promise<void> {
     const meta = this.#committed.meta;
     if (meta === undefined) {
@@ -1130,11 +1223,10 @@ export class SessionManager {
       return;
     }
     await this.#ensureDirectory();
-    await this.#publish({
-      ...this.#committed,
-      meta: { ...this.#committed.meta as StorageMeta, header },
-      header,
-    });
+    await this.#publish(
+      { ...this.#committed, meta: { ...this.#committed.meta as StorageMeta, header }, header },
+      true,
+    );
   }
 
   /**
@@ -1143,8 +1235,9 @@ export class SessionManager {
    * before a failed directory fsync): the attempt is kept and `#reconcile` settles it before
    * the next write.
    */
-  async #publish(next: Committed): Promise<void> {
+  async #publish(next: Committed, metadataOnly = false): Promise<void> {
     this.#attempt = next;
+    this.#attemptIsMetadata = metadataOnly;
     await this.#publishMeta(next.meta as StorageMeta);
     this.#committed = next;
     this.#attempt = undefined;
@@ -1168,7 +1261,14 @@ export class SessionManager {
     }
     const committed = this.#committed.meta;
     if (onDisk !== undefined && sameMeta(onDisk, attempt.meta as StorageMeta)) {
-      this.#committed = attempt;
+      if (this.#attemptIsMetadata && committed !== undefined) {
+        // A failed pin, title, model or read receipt must not take effect later: restore the
+        // accepted header (the caller was told the write failed and may retry it).
+        await this.#publishMeta(committed);
+      } else {
+        // Appended history became visible: readers may see it, so it is adopted (never cut).
+        this.#committed = attempt;
+      }
     } else if (
       !(onDisk === undefined && committed === undefined) &&
       !(onDisk !== undefined && committed !== undefined && sameMeta(onDisk, committed))
@@ -1303,6 +1403,74 @@ export function pageBounds(
   }
   const first = k - DEFAULT_PAGE_ROUNDS;
   return [first <= 0 ? 0 : roundStart(first), end];
+}
+
+/** The later of two ISO times (a retried save never moves `updatedAt` backwards). */
+function laterTime(candidate: string, current: string): string {
+  const existing = Date.parse(current);
+  return Number.isFinite(existing) && existing > Date.parse(candidate) ? current : candidate;
+}
+
+/** Serializes one message line; a value JSON cannot represent is a format error, not a crash. */
+function serializeMessage(message: Message, index: number, file: string): string {
+  try {
+    return JSON.stringify(message);
+  } catch (error) {
+    throw new SessionFormatError(`Message cannot be serialized: ${(error as Error).message}`, {
+      file,
+      path: `messages[${index}]`,
+      cause: error,
+    });
+  }
+}
+
+/**
+ * Checks the metadata arrays a commit passes before anything else (rules: "It validates the
+ * metadata first"): each must be an array of records of the right shape. Their anchors in the
+ * history are checked once the history is validated.
+ */
+function checkMetadataShapes(
+  runtimeContexts: unknown,
+  promptTimings: unknown,
+  context: CommitContext | undefined,
+  file: string,
+): void {
+  if (context !== undefined && (typeof context !== "object" || context === null)) {
+    throw new SessionFormatError("Invalid commit context: expected an object", {
+      file,
+      path: "context",
+      value: context,
+    });
+  }
+  validateRuntimeContexts(runtimeContexts, undefined, { file, path: "header.runtimeContexts" });
+  validatePromptTimings(promptTimings, undefined, { file, path: "header.promptTimings" });
+  validateCompactions(context?.compactions, undefined, { file, path: "header.compactions" });
+  validateSystemPromptCheckpoints(context?.systemPromptCheckpoints, undefined, {
+    file,
+    path: "header.systemPromptCheckpoints",
+  });
+}
+
+/**
+ * True when `path` is a regular file, false when it does not exist. Anything else (a symlink, a
+ * directory) is refused with a `SessionFormatError`: session files are never read or written
+ * through a link.
+ */
+async function isRegularFile(fs: FileSystem, path: string): Promise<boolean> {
+  let kind: string;
+  try {
+    kind = (await fs.lstat(path)).kind;
+  } catch (error) {
+    if (error instanceof NotFound) return false;
+    throw error;
+  }
+  if (kind !== "file") {
+    throw new SessionFormatError(
+      `Session file is a ${kind}, not a regular file; refusing to read or write through it`,
+      { file: path },
+    );
+  }
+  return true;
 }
 
 async function checkCwd(fs: FileSystem, cwd: string, file: string): Promise<void> {
