@@ -311,3 +311,31 @@ test("traces list and traces inspect read the legacy mirror layout", () => {
   assert.ok("observed_integrity" in JSON.parse(inspect.out));
   assert.equal(cli(["traces", "inspect", "trace-nope"], { cwd: mirrorRepo }).code, 1);
 });
+
+test("sessions show and history read a legacy file in place without migrating it", async () => {
+  const fs = nodeFs();
+  const collection = join(base, "legacy-only");
+  await fs.mkdir(collection, { recursive: true });
+  const id = "1a1a1a1a-2b2b-4c4c-8d8d-3e3e3e3e3e3e";
+  const header = {
+    format: "loop-session",
+    version: 2,
+    id,
+    cwd: await fs.realPath(workA),
+    createdAt: "2026-01-01T00:00:00.000Z",
+    updatedAt: "2026-01-01T00:00:00.000Z",
+    permissionPreset: "read-only",
+  };
+  const file = join(collection, `${id}.jsonl`);
+  writeFileSync(
+    file,
+    [header, user("old q"), assistant("old a")].map((l) => JSON.stringify(l)).join("\n") + "\n",
+  );
+  const show = cli(["sessions", "show", file, "--json"]);
+  assert.equal(show.code, 0, show.err);
+  assert.equal(JSON.parse(show.out).legacy, true);
+  const history = cli(["sessions", "history", file]);
+  assert.equal(history.code, 0, history.err);
+  assert.match(history.out, /messages 0\.\.2 of 2/);
+  assert.deepEqual((await fs.readDir(collection)).map((e) => e.name), [`${id}.jsonl`]);
+});

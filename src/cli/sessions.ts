@@ -11,7 +11,8 @@ import { SessionStore } from "../loop/store.ts";
 import type { SessionInfo } from "../loop/discovery.ts";
 import { readStorageMeta } from "../loop/storage.ts";
 import { salvageSession, type VerifyReport, verifySession } from "../loop/verify.ts";
-import { legacySessionId } from "../loop/legacy.ts";
+import { legacySessionId, readLegacySession } from "../loop/legacy.ts";
+import { type HistoryPage, pageBounds } from "../loop/session_manager.ts";
 import type { Message } from "../loop/records/mod.ts";
 import { numberOption, parseArgs, UsageError } from "./args.ts";
 import { type CliIo, formatBytes, printJson, Progress, table } from "./output.ts";
@@ -312,23 +313,48 @@ async function show(io: CliIo, flags: StoreFlags, args: readonly string[]): Prom
   const path = await locate(io, flags.agentDir, target);
   const { collection, id } = splitTarget(path);
   const store = storeFor(io, flags, collection);
-  const session = await store.open(path, { readOnly: true });
-  const header = session.getHeader();
-  const storage = session.getStorageInfo();
-  const messages = session.messages;
   const archived = await store.archive.isArchived(undefined, id);
-  const result = {
-    id,
-    path: session.getSessionPath(),
-    header,
-    messageCount: messages.length,
-    userMessageCount: messages.filter((m) => m.role === "user").length,
-    storage: storage ?? null,
-    unread: session.unread,
-    pinnedAt: header.pinnedAt ?? null,
-    archived,
-  };
-  await session.close();
+  let result;
+  if (path.endsWith(".jsonl")) {
+    // A legacy version-2 file: read it in place (opening it would migrate it).
+    const legacy = await readLegacySession(io.fs, path);
+    const header = legacy.fallbackTitle !== undefined && !legacy.header.title
+      ? { ...legacy.header, title: legacy.fallbackTitle }
+      : legacy.header;
+    result = {
+      id,
+      path,
+      header,
+      messageCount: legacy.messageCount,
+      userMessageCount: legacy.userMessageCount,
+      storage: null,
+      legacy: true,
+      unread: header.unread ?? false,
+      pinnedAt: header.pinnedAt ?? null,
+      archived,
+    };
+  } else {
+    const session = await store.open(path, { readOnly: true });
+    try {
+      const header = session.getHeader();
+      const messages = session.messages;
+      result = {
+        id,
+        path: session.getSessionPath(),
+        header,
+        messageCount: messages.length,
+        userMessageCount: messages.filter((m) => m.role === "user").length,
+        storage: session.getStorageInfo() ?? null,
+        legacy: false,
+        unread: session.unread,
+        pinnedAt: header.pinnedAt ?? null,
+        archived,
+      };
+    } finally {
+      await session.close();
+    }
+  }
+  const { header, storage } = result;
   if (parsed.flags.has("json")) {
     printJson(io, result);
     return 0;
@@ -353,10 +379,13 @@ async function show(io: CliIo, flags: StoreFlags, args: readonly string[]): Prom
     ],
     ["permission", header.permissionPreset],
     ["messages", `${result.messageCount} (${result.userMessageCount} from the user)`],
-    ["generation", storage?.generation ?? "-"],
+    [
+      "generation",
+      storage?.generation ?? (result.legacy ? "legacy version-2 file (migrates on open)" : "-"),
+    ],
     [
       "committed",
-      storage === undefined
+      storage === null
         ? "-"
         : `bytes ${storage.start}..${storage.start + storage.bytes} (${
           formatBytes(storage.bytes)
@@ -380,10 +409,10 @@ async function history(io: CliIo, flags: StoreFlags, args: readonly string[]): P
   }
   const before = numberOption(parsed, "before", true);
   const path = await locate(io, flags.agentDir, target);
-  const store = storeFor(io, flags, splitTarget(path).collection);
-  const session = await store.open(path, { readOnly: true });
-  try {
-    const page = await session.readHistory(before);
+  const page = path.endsWith(".jsonl")
+    ? await legacyPage(io, path, before)
+    : await committedPage(storeFor(io, flags, splitTarget(path).collection), path, before);
+  {
     if (parsed.flags.has("json")) {
       printJson(io, page);
       return 0;
@@ -394,9 +423,39 @@ async function history(io: CliIo, flags: StoreFlags, args: readonly string[]): P
     });
     if (page.start > 0) io.out(`earlier: --before ${page.start}\n`);
     return 0;
+  }
+}
+
+async function committedPage(
+  store: SessionStore,
+  path: string,
+  before: number | undefined,
+): Promise<HistoryPage> {
+  const session = await store.open(path, { readOnly: true });
+  try {
+    return await session.readHistory(before);
   } finally {
     await session.close();
   }
+}
+
+/** A history page of a legacy version-2 file, read in place (validated first, never migrated). */
+async function legacyPage(
+  io: CliIo,
+  path: string,
+  before: number | undefined,
+): Promise<HistoryPage> {
+  await readLegacySession(io.fs, path);
+  const lines = new TextDecoder().decode(await io.fs.readFile(path)).trim().split("\n").slice(1);
+  const messages = lines.map((line) => JSON.parse(line) as Message);
+  const starts = messages.flatMap((m, i) => (m.role === "user" ? [i] : []));
+  const [start, end] = pageBounds(
+    (k) => starts[k] as number,
+    starts.length,
+    messages.length,
+    before,
+  );
+  return { messages: messages.slice(start, end), start, end, total: messages.length, revision: "" };
 }
 
 function printReport(io: CliIo, report: VerifyReport): void {
