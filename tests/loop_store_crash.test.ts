@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
-import { SessionNotFoundError } from "../src/loop/errors.ts";
+import { CorruptSessionError, SessionNotFoundError } from "../src/loop/errors.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { crashAtEveryOperation, failAtEveryOperation } from "./_crash.ts";
 import { assistant, conversation, user } from "./_fixtures.ts";
@@ -293,3 +293,25 @@ function isEqual(a: unknown, b: unknown): boolean {
     return false;
   }
 }
+
+test("property: random byte damage inside the committed range is always detected", async () => {
+  const fc = (await import("fast-check")).default;
+  const history = conversation(3);
+  const { fs: baseline, dir } = await baselineWith(history);
+  const log = await baseline.readFile(`${dir}/messages.jsonl`);
+  await fc.assert(
+    fc.asyncProperty(
+      fc.integer({ min: 0, max: log.length - 1 }),
+      fc.integer({ min: 1, max: 255 }),
+      async (offset, flip) => {
+        const fs = baseline.clone();
+        const damaged = log.slice();
+        damaged[offset] = (damaged[offset] as number) ^ flip;
+        await fs.writeFile(`${dir}/messages.jsonl`, damaged);
+        await assert.rejects(storeOn(fs).open(dir, { readOnly: true }), CorruptSessionError);
+        assert.deepEqual(await fs.readFile(`${dir}/messages.jsonl`), damaged, "nothing repaired");
+      },
+    ),
+    { numRuns: 200 },
+  );
+});
