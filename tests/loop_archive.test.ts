@@ -1,7 +1,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { MemoryFs } from "../adapters/memory.ts";
+import { MemoryFs, SimulatedCrash } from "../adapters/memory.ts";
 import {
+  CorruptSessionError,
   InvalidArgumentError,
   SessionBusyError,
   SessionFormatError,
@@ -11,6 +12,7 @@ import {
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
 import { SessionNotArchivedError } from "../src/loop/archive.ts";
+import type { SessionInfo } from "../src/loop/discovery.ts";
 import type { ProcessProbe } from "../src/loop/lock.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { crashAtEveryOperation, failAtEveryOperation } from "./_crash.ts";
@@ -231,6 +233,8 @@ async function deleteBaseline(): Promise<{
   history: Message[];
   before: Record<string, string>;
   after: Record<string, string>;
+  listedBefore: Listings;
+  listedAfter: Listings;
 }> {
   const { fs, store } = await setup();
   const history = conversation(2);
@@ -257,6 +261,7 @@ async function deleteBaseline(): Promise<{
   await store.archive.set(CWD, [target.id, keep.id], true);
   fs.syncAll();
   const before = collectionTree(fs);
+  const listedBefore = await listings(fs);
   const done = fs.clone();
   await storeOn(done).archive.delete(CWD, [target.id]);
   return {
@@ -266,28 +271,86 @@ async function deleteBaseline(): Promise<{
     history,
     before,
     after: collectionTree(done),
+    listedBefore,
+    listedAfter: await listings(done),
   };
 }
 
-/** Checks a state right after a crash or fault: the target is fully present or fully gone. */
-async function checkAllOrNothing(
+/** What both listing modes show. */
+interface Listings {
+  readonly full: SessionInfo[];
+  readonly fast: SessionInfo[];
+}
+
+/** Lists the collection in both modes and checks that listing modified nothing. */
+async function listings(fs: MemoryFs, label = ""): Promise<Listings> {
+  const tree = fs.snapshotTree("/");
+  const store = storeOn(fs);
+  const result = {
+    full: await store.list(CWD),
+    fast: await store.list(CWD, undefined, { fast: true }),
+  };
+  assert.deepEqual(fs.snapshotTree("/"), tree, `${label}: listing modified the filesystem`);
+  return result;
+}
+
+/** Whether entries of session `id` wait in a delete staging directory, and its commit marker. */
+function stagedDeletes(fs: MemoryFs, id: string): { staged: boolean; committed: boolean } {
+  const names = Object.keys(collectionTree(fs));
+  return {
+    staged: names.some((name) => /^\.delete-[^/]+\/([^/]+)$/.exec(name)?.[1]?.startsWith(id)),
+    committed: names.some((name) => /^\.delete-[^/]+\/committed$/.test(name)),
+  };
+}
+
+/**
+ * The strict case-9 invariant on a state right after a crash or fault, before any recovery: both
+ * listing modes show exactly the before-listing, or (only once the commit marker exists, or
+ * everything is finished) exactly the after-listing; listing writes nothing; a read-only open
+ * agrees with the listing and writes nothing either. Returns true when the target is present.
+ */
+async function checkStrict(
   fs: MemoryFs,
-  target: string,
-  history: Message[],
-  label: string,
+  expected: {
+    target: string;
+    history: Message[];
+    listedBefore: Listings;
+    listedAfter: Listings;
+    label: string;
+  },
 ): Promise<boolean> {
-  const listed = await storeOn(fs).list(CWD);
-  const entry = listed.find((s) => s.id === target);
-  assert.equal(listed.filter((s) => s.id !== target).length, 1, `${label}: other session lost`);
-  if (entry === undefined) return false;
-  assert.equal(entry.storage, "directory", `${label}: the legacy backup resurfaced`);
-  const reader = await storeOn(fs).open(entry.path, { readOnly: true });
-  assert.deepEqual(reader.messages, history, label);
-  return true;
+  const { target, history, listedBefore, listedAfter, label } = expected;
+  const listed = await listings(fs, label);
+  const present = listed.full.some((s) => s.id === target);
+  const { staged, committed } = stagedDeletes(fs, target);
+  const path = listedBefore.full.find((s) => s.id === target)?.path as string;
+  const tree = fs.snapshotTree("/");
+  if (present) {
+    assert.equal(committed, false, `${label}: listed after the commit point`);
+    assert.deepEqual(listed, listedBefore, `${label}: not listed exactly as before`);
+    const reader = await storeOn(fs).open(path, { readOnly: true });
+    assert.deepEqual(reader.messages, history, label);
+    await reader.close();
+  } else {
+    assert.ok(committed || !staged, `${label}: gone while staged without the commit marker`);
+    assert.deepEqual(listed, listedAfter, `${label}: not listed exactly as after`);
+    await assert.rejects(storeOn(fs).open(path, { readOnly: true }), SessionNotFoundError, label);
+  }
+  assert.deepEqual(
+    fs.snapshotTree("/"),
+    tree,
+    `${label}: a read-only open modified the filesystem`,
+  );
+  return present;
 }
 
 test("case 9: a crash at every step of delete leaves each session fully present or fully gone", async () => {
-  const { baseline, target, history, before, after } = await deleteBaseline();
+  const { baseline, target, history, before, after, listedBefore, listedAfter } =
+    await deleteBaseline();
+  // Once every seed shows the session gone (the marker is durable), it never comes back.
+  let goneForGood: number | undefined;
+  let goneHere = true;
+  let point = -1;
   const points = await crashAtEveryOperation({
     baseline,
     run: async (fs) => {
@@ -295,10 +358,36 @@ test("case 9: a crash at every step of delete leaves each session fully present 
     },
     check: async (recovered, { resolved, n, seed }) => {
       const label = `crash after op ${n}, seed ${seed}`;
-      const present = await checkAllOrNothing(recovered, target, history, label);
+      if (n !== point) {
+        if (goneHere && point >= 0) goneForGood ??= point;
+        point = n;
+        goneHere = true;
+      }
+      const present = await checkStrict(recovered, {
+        target,
+        history,
+        listedBefore,
+        listedAfter,
+        label,
+      });
+      if (present) goneHere = false;
       if (resolved) assert.equal(present, false, label);
+      if (goneForGood !== undefined) {
+        assert.equal(present, false, `${label}: back after being gone at op ${goneForGood}`);
+      }
+      if (present && seed !== undefined && seed % 2 === 1) {
+        // A writer opening it recovers the collection first: the delete is rolled back.
+        const writer = await storeOn(recovered).open(
+          listedBefore.full.find((s) => s.id === target)?.path as string,
+        );
+        assert.deepEqual(writer.messages, history, label);
+        await writer.close();
+        assert.deepEqual(await listings(recovered, label), listedBefore, label);
+      }
       await storeOn(recovered).cleanup(CWD);
-      checkBeforeOrAfter(collectionTree(recovered), { before, after, present, resolved, label });
+      // Never missing, then back: recovery keeps exactly what the listing showed.
+      assert.deepEqual(collectionTree(recovered), present ? before : after, label);
+      assert.deepEqual(await listings(recovered, label), present ? listedBefore : listedAfter);
       // The store stays usable: the remaining sessions can be deleted too.
       await storeOn(recovered).archive.delete(
         CWD,
@@ -311,41 +400,97 @@ test("case 9: a crash at every step of delete leaves each session fully present 
     },
   });
   assert.ok(points > 15, `only ${points} crash points`);
+  assert.ok(goneForGood !== undefined, "the delete never committed");
 });
 
 /**
- * After recovery the collection equals the before-state or the after-state: the after-state when
- * the delete resolved, the before-state when the session was still listed (nothing committed).
+ * The state a process crash leaves at the last crash point where the target's directory waits in
+ * the delete staging directory without (`committed` false) or with the commit marker.
  */
-function checkBeforeOrAfter(
-  tree: Record<string, string>,
-  expected: {
-    before: Record<string, string>;
-    after: Record<string, string>;
-    present: boolean;
-    resolved: boolean;
-    label: string;
-  },
-): void {
-  const { before, after, present, resolved, label } = expected;
-  if (resolved) assert.deepEqual(tree, after, label);
-  else if (present) assert.deepEqual(tree, before, label);
-  else {
-    assert.ok(
-      isDeepEqual(tree, after) || isDeepEqual(tree, before),
-      `${label}: neither before nor after: ${JSON.stringify(Object.keys(tree))}`,
-    );
+async function interruptedDelete(committed: boolean): Promise<{
+  fs: MemoryFs;
+  staging: string;
+  base: Awaited<ReturnType<typeof deleteBaseline>>;
+}> {
+  const base = await deleteBaseline();
+  let found: { fs: MemoryFs; staging: string } | undefined;
+  for (let n = 0;; n++) {
+    const fs = base.baseline.clone();
+    fs.crashAfter(n);
+    try {
+      await storeOn(fs).archive.delete(CWD, [base.target]);
+    } catch (error) {
+      if (!(error instanceof SimulatedCrash) && !fs.crashTriggered) throw error;
+    }
+    const crashed = fs.crash({ tailMode: "whole", extraJournal: "all" });
+    const names = Object.keys(collectionTree(crashed));
+    const staged = names.find((name) => name.endsWith(`/${base.target}`));
+    const marked = stagedDeletes(crashed, base.target).committed;
+    if (staged !== undefined && marked === committed) {
+      found = { fs: crashed, staging: `${COLLECTION}/${staged.split("/")[0]}` };
+    }
+    if (!fs.crashTriggered) break;
   }
+  assert.ok(found !== undefined, "no such crash state");
+  return { ...found, base };
 }
 
-function isDeepEqual(a: unknown, b: unknown): boolean {
-  try {
-    assert.deepEqual(a, b);
-    return true;
-  } catch {
-    return false;
+test("an uncommitted delete did not happen: listed and read in place, rolled back by a writer", async () => {
+  const { fs, staging, base } = await interruptedDelete(false);
+  const { target, history, listedBefore } = base;
+  // The membership change is already written; only the marker is missing.
+  assert.ok(!(await archiveJson(fs)).includes(target));
+  const tree = fs.snapshotTree("/");
+  assert.deepEqual(await listings(fs), listedBefore);
+  assert.equal(listedBefore.full.find((s) => s.id === target)?.archived, true);
+  const path = `${COLLECTION}/${target}/meta.json`;
+  const reader = await storeOn(fs).open(path, { readOnly: true });
+  assert.deepEqual(reader.messages, history);
+  assert.equal(reader.getSessionPath(), `${staging}/${target}`);
+  await reader.close();
+  assert.deepEqual(fs.snapshotTree("/"), tree);
+  const writer = await storeOn(fs).open(path);
+  assert.equal(writer.getSessionPath(), `${COLLECTION}/${target}`);
+  await writer.commit([...history, user("still here")]);
+  await writer.close();
+  assert.ok(!Object.keys(collectionTree(fs)).some((name) => name.startsWith(".delete-")));
+  assert.equal(await storeOn(fs).archive.isArchived(CWD, target), true);
+  assert.equal(
+    (await storeOn(fs).list(CWD)).find((s) => s.id === target)?.messageCount,
+    history.length + 1,
+  );
+});
+
+test("a committed delete is gone for listing and open before any recovery ran", async () => {
+  const { fs, base } = await interruptedDelete(true);
+  const tree = fs.snapshotTree("/");
+  assert.deepEqual(await listings(fs), base.listedAfter);
+  const path = `${COLLECTION}/${base.target}/meta.json`;
+  await assert.rejects(storeOn(fs).open(path, { readOnly: true }), SessionNotFoundError);
+  await assert.rejects(storeOn(fs).open(path), SessionNotFoundError);
+  assert.deepEqual(fs.snapshotTree("/"), tree);
+  await storeOn(fs).cleanup(CWD);
+  assert.deepEqual(collectionTree(fs), base.after);
+});
+
+test("an uncommitted delete with an unreadable journal is reported, not hidden", async () => {
+  const { fs, staging, base } = await interruptedDelete(false);
+  await fs.writeFile(`${staging}/intent.json`, encoder.encode("{"));
+  const tree = fs.snapshotTree("/");
+  for (const fast of [false, true]) {
+    const result = await storeOn(fs).listDetailed(CWD, undefined, { fast });
+    assert.deepEqual(result.sessions.map((s) => s.id), [base.keep]);
+    assert.equal(result.failures.length, 1);
+    assert.equal(result.failures[0]?.id, base.target);
+    assert.equal(result.failures[0]?.path, `${staging}/intent.json`);
+    assert.ok(result.failures[0]?.error instanceof CorruptSessionError);
   }
-}
+  await assert.rejects(storeOn(fs).list(CWD), CorruptSessionError);
+  const path = `${COLLECTION}/${base.target}/meta.json`;
+  await assert.rejects(storeOn(fs).open(path, { readOnly: true }), CorruptSessionError);
+  await assert.rejects(storeOn(fs).open(path), CorruptSessionError);
+  assert.deepEqual(fs.snapshotTree("/"), tree);
+});
 
 for (const error of ["EIO", "ENOSPC"] as const) {
   for (const persistent of [false, true]) {
@@ -354,7 +499,8 @@ for (const error of ["EIO", "ENOSPC"] as const) {
         persistent ? "persistent" : "transient"
       }) at every step of delete fails cleanly or succeeds`,
       async () => {
-        const { baseline, target, history, before, after } = await deleteBaseline();
+        const { baseline, target, history, before, after, listedBefore, listedAfter } =
+          await deleteBaseline();
         await failAtEveryOperation({
           baseline,
           error,
@@ -366,11 +512,18 @@ for (const error of ["EIO", "ENOSPC"] as const) {
             if (resolved) {
               assert.equal(reached, false, `${label}: a fault fired but delete resolved`);
             }
-            const present = await checkAllOrNothing(fs, target, history, label);
+            const present = await checkStrict(fs, {
+              target,
+              history,
+              listedBefore,
+              listedAfter,
+              label,
+            });
+            if (resolved) assert.equal(present, false, label);
             // A transient fault before the commit point is rolled back at once.
             if (!persistent && present) assert.deepEqual(collectionTree(fs), before, label);
             await storeOn(fs).cleanup(CWD);
-            checkBeforeOrAfter(collectionTree(fs), { before, after, present, resolved, label });
+            assert.deepEqual(collectionTree(fs), present ? before : after, label);
           },
         });
       },

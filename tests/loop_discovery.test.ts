@@ -360,6 +360,161 @@ for (const damage of ["missing", "malformed", "another generation"] as const) {
   });
 }
 
+/** A damage to an index.json that otherwise matches its meta.json (or covers a prefix of it). */
+interface IndexDamage {
+  readonly name: string;
+  readonly stale?: boolean;
+  readonly damage: (
+    index: { rounds: { messageIndex: number; byteOffset: number }[] },
+    lines: string[],
+  ) => void;
+}
+
+const INDEX_DAMAGES: readonly IndexDamage[] = [
+  {
+    name: "a first round off its line start",
+    damage: (index) => void (index.rounds[0]!.byteOffset = 1),
+  },
+  { name: "no rounds", damage: (index) => void (index.rounds = []) },
+  {
+    name: "a first round at an assistant line",
+    damage: (index, lines) =>
+      void (index.rounds[0] = { messageIndex: 1, byteOffset: (lines[0] as string).length + 1 }),
+  },
+  {
+    name: "an extra round packed closer than lines can be",
+    damage: (index) => {
+      const first = index.rounds[0] as { messageIndex: number; byteOffset: number };
+      index.rounds.splice(1, 0, {
+        messageIndex: first.messageIndex + 1,
+        byteOffset: first.byteOffset + 1,
+      });
+    },
+  },
+  {
+    name: "a stale prefix whose first round is off its line start",
+    stale: true,
+    damage: (index) => void (index.rounds[0]!.byteOffset = 1),
+  },
+];
+
+for (const { name, stale, damage } of INDEX_DAMAGES) {
+  test(`fast mode with ${name} in index.json falls back to a read-only scan`, async () => {
+    const { fs, store, clock } = await setup();
+    const history = conversation(6);
+    const session = await saved(store, clock, history);
+    const indexPath = `${session.getSessionPath()}/index.json`;
+    if (stale === true) {
+      const staleIndex = await fs.readFile(indexPath);
+      const writer = await store.open(session.getSessionPath());
+      await writer.commit([...history, user("tail"), assistant("ok")]);
+      await writer.close();
+      await fs.writeFile(indexPath, staleIndex);
+    }
+    const index = JSON.parse(decoder.decode(await fs.readFile(indexPath)));
+    const log = decoder.decode(await fs.readFile(`${session.getSessionPath()}/messages.jsonl`));
+    damage(index, log.split("\n"));
+    await fs.writeFile(indexPath, encoder.encode(JSON.stringify(index)));
+    const before = fs.snapshotTree(AGENT);
+    const full = await store.listDetailed(CWD);
+    const fast = await store.listDetailed(CWD, undefined, { fast: true });
+    assert.deepEqual(fast, full);
+    assert.deepEqual(fast.failures, []);
+    assert.equal(fast.sessions[0]?.userMessageCount, stale === true ? 7 : 6);
+    assert.equal(fast.sessions[0]?.title?.text, "r0 question ✓");
+    assert.deepEqual(fs.snapshotTree(AGENT), before);
+    // With a stored title no line is read: these damages still never give wrong counts.
+    const titled = await store.open(session.getSessionPath());
+    await titled.setTitle({ text: "Stored", source: "user", messageIndices: [] });
+    await titled.close();
+    await fs.writeFile(indexPath, encoder.encode(JSON.stringify(index)));
+    const withTitle = await store.listDetailed(CWD, undefined, { fast: true });
+    assert.deepEqual(withTitle, await store.listDetailed(CWD));
+    assert.equal(withTitle.sessions[0]?.title?.text, "Stored");
+  });
+}
+
+test("list(cwd) keeps sessions whose recorded cwd resolves to it, and skips vanished ones", async () => {
+  const { fs, store, clock } = await setup({ sessionDir: GLOBAL });
+  // A project recorded under /work/old was moved; /work/old now links to its new place.
+  await fs.mkdir("/work/old", { recursive: true });
+  const moved = await saved(store, clock, [user("moved")], "/work/old");
+  const here = await saved(store, clock, [user("here")], CWD);
+  await fs.rename("/work/old", "/work/new");
+  await fs.symlink("/work/new", "/work/old");
+  // A session whose cwd no longer exists matches nothing and fails nothing.
+  await fs.mkdir("/work/gone", { recursive: true });
+  await saved(store, clock, [user("gone")], "/work/gone");
+  await fs.remove("/work/gone", { recursive: true });
+  // Legacy sessions may record a path through a symlink.
+  const legacyIds = [
+    "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f",
+    "1b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f",
+  ];
+  for (const id of legacyIds) {
+    await fs.writeFile(
+      `${GLOBAL}/${id}.jsonl`,
+      encoder.encode(legacyFile(id, "/work/old", [user("legacy")])),
+    );
+  }
+  let realPaths = 0;
+  const counting = new Proxy(fs, {
+    get(target, prop) {
+      if (prop === "realPath") {
+        return (path: string) => {
+          realPaths++;
+          return target.realPath(path);
+        };
+      }
+      const value = Reflect.get(target, prop, target);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+  const watched = new SessionStore({ fs: counting, agentDir: AGENT, sessionDir: GLOBAL });
+  const before = fs.snapshotTree("/");
+  for (const fast of [false, true]) {
+    for (const cwd of ["/work/new", "/work/old"]) {
+      realPaths = 0;
+      const result = await watched.listDetailed(cwd, undefined, { fast });
+      assert.deepEqual(
+        result.sessions.map((s) => s.id).sort(),
+        [moved.id, ...legacyIds].sort(),
+        `${cwd}, fast: ${fast}`,
+      );
+      assert.deepEqual(result.failures, [], `${cwd}, fast: ${fast}`);
+      // The listing cwd, then each distinct recorded cwd once (/work/old, /work/project and, in
+      // fast mode only, /work/gone: the full mode's validation finds it missing first).
+      assert.equal(realPaths, 1 + (fast ? 3 : 2), `${cwd}, fast: ${fast}`);
+    }
+    const mine = await watched.listDetailed(CWD, undefined, { fast });
+    assert.deepEqual(mine.sessions.map((s) => s.id), [here.id]);
+    assert.deepEqual(mine.failures, []);
+  }
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("the list is sorted by updatedAt as a string, then by id, both descending", async () => {
+  const { fs, store } = await setup();
+  await fs.mkdir(COLLECTION, { recursive: true });
+  // By time the first is later; by string the second is (the order of the version-2 list).
+  const sessions = [
+    ["0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f", "2026-01-01T00:30:00.000Z"],
+    ["1b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f", "2026-01-01T01:00:00.000+02:00"],
+    ["2b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f", "2026-01-01T00:30:00.000Z"],
+  ] as const;
+  for (const [id, updatedAt] of sessions) {
+    const text = legacyFile(id, CWD, [user(id)]).replace(
+      '"updatedAt":"2025-01-01T00:00:00.000Z"',
+      `"updatedAt":"${updatedAt}"`,
+    );
+    await fs.writeFile(`${COLLECTION}/${id}.jsonl`, encoder.encode(text));
+  }
+  const expected = [sessions[1][0], sessions[2][0], sessions[0][0]];
+  for (const fast of [false, true]) {
+    assert.deepEqual((await store.list(CWD, undefined, { fast })).map((s) => s.id), expected);
+  }
+});
+
 test("a session directory that never committed is skipped; listing modifies nothing", async () => {
   const { fs, store, clock } = await setup();
   const good = await saved(store, clock, [user("good")]);

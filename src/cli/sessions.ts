@@ -313,7 +313,6 @@ async function show(io: CliIo, flags: StoreFlags, args: readonly string[]): Prom
   const path = await locate(io, flags.agentDir, target);
   const { collection, id } = splitTarget(path);
   const store = storeFor(io, flags, collection);
-  const archived = await store.archive.isArchived(undefined, id);
   let result;
   if (path.endsWith(".jsonl")) {
     // A legacy version-2 file: read it in place (opening it would migrate it).
@@ -331,7 +330,7 @@ async function show(io: CliIo, flags: StoreFlags, args: readonly string[]): Prom
       legacy: true,
       unread: header.unread ?? false,
       pinnedAt: header.pinnedAt ?? null,
-      archived,
+      archived: false,
     };
   } else {
     const session = await store.open(path, { readOnly: true });
@@ -348,12 +347,15 @@ async function show(io: CliIo, flags: StoreFlags, args: readonly string[]): Prom
         legacy: false,
         unread: session.unread,
         pinnedAt: header.pinnedAt ?? null,
-        archived,
+        archived: false,
       };
     } finally {
       await session.close();
     }
   }
+  // Membership is read once the target is known to be a session (its id is then valid).
+  result.archived = await store.archive.isArchived(undefined, id);
+  const archived = result.archived;
   const { header, storage } = result;
   if (parsed.flags.has("json")) {
     printJson(io, result);

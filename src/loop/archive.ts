@@ -31,6 +31,12 @@
  * it rolls back. Each session is therefore either fully present or fully gone, and after a
  * successful delete nothing of it can reappear.
  *
+ * Readers never wait for that recovery and never run it: until the `committed` marker exists, a
+ * delete **did not happen** for them. Discovery lists a staged session from inside the staging
+ * directory, with the archive membership a rollback would restore, and a read-only
+ * `SessionStore.open` reads it there (`inspectDeletion`); a writable open recovers first. Once
+ * the marker exists the staged sessions are gone for everyone.
+ *
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
@@ -54,7 +60,7 @@ import {
 import { isSessionId } from "./records/mod.ts";
 import { acquireWriterLock, type HeldLock, type StoreContext } from "./lock.ts";
 import type { ListResult } from "./discovery.ts";
-import { LEGACY_EXTENSION } from "./legacy.ts";
+import { LEGACY_EXTENSION, legacySessionId } from "./legacy.ts";
 
 /** The file name of a collection's archive membership. */
 export const ARCHIVE_FILE = "archive.json";
@@ -468,6 +474,89 @@ function parseIntent(bytes: Uint8Array): DeleteIntent | undefined {
     ids.some((id) => name === id || name.startsWith(id + ".")) && !name.includes("/");
   if (!entries.every(ownName)) return undefined;
   return { operation: "delete", ids, entries, archived, membersBefore };
+}
+
+/** The session an entry of a collection belongs to: `<id>`, `<id>.jsonl` or `<id>.<anything>`. */
+function sessionIdOfEntry(name: string): string | undefined {
+  const id = name.slice(0, 36);
+  if (!isSessionId(id)) return undefined;
+  return name.length === 36 || name.charAt(36) === "." ? id : undefined;
+}
+
+/** An uncommitted delete as readers see it: what a rollback would put back (`inspectDeletion`). */
+export interface StagedDeletion {
+  /** The staging directory. */
+  readonly dir: string;
+  /** The staged session directories still to be put back, by session id. */
+  readonly directories: ReadonlyMap<string, string>;
+  /** The staged legacy files (`<id>.jsonl`) still to be put back, by session id. */
+  readonly legacy: ReadonlyMap<string, string>;
+  /** The ids a rollback puts back into archive membership. */
+  readonly archived: readonly string[];
+  /**
+   * Set when entries are staged but the journal cannot be read: recovery refuses such a staging
+   * directory with this error, and readers report it for every id in `ids` (the maps are empty).
+   */
+  readonly error: CorruptSessionError | undefined;
+  /** The ids of every staged entry. */
+  readonly ids: readonly string[];
+}
+
+/**
+ * Reads the delete staging directory `name` of `collection` without changing anything, for readers
+ * that must see an uncommitted delete as not happened (see the module doc). Undefined when the
+ * delete committed (the `committed` marker exists: its sessions are gone), when the directory is
+ * gone, or when it stages nothing. Only entries the journal names are reported, like a rollback
+ * only moves those back.
+ */
+export async function inspectDeletion(
+  fs: FileSystem,
+  collection: string,
+  name: string,
+): Promise<StagedDeletion | undefined> {
+  const staging = join(collection, name);
+  let listing;
+  try {
+    listing = await fs.readDir(staging);
+  } catch (error) {
+    if (error instanceof NotFound) return undefined;
+    throw error;
+  }
+  if (listing.some((entry) => entry.name === DELETE_COMMITTED_FILE)) return undefined;
+  const staged = listing.filter((entry) => entry.name !== DELETE_INTENT_FILE);
+  if (staged.length === 0) return undefined;
+  const ids = [
+    ...new Set(staged.flatMap((entry) => {
+      const id = sessionIdOfEntry(entry.name);
+      return id === undefined ? [] : [id];
+    })),
+  ];
+  const bytes = await readIfExists(fs, join(staging, DELETE_INTENT_FILE));
+  const intent = bytes === undefined ? undefined : parseIntent(bytes);
+  if (intent === undefined) {
+    return {
+      dir: staging,
+      directories: new Map(),
+      legacy: new Map(),
+      archived: [],
+      error: new CorruptSessionError(
+        "A staged deletion has entries but no readable journal; it was left for inspection",
+        { file: join(staging, DELETE_INTENT_FILE) },
+      ),
+      ids,
+    };
+  }
+  const directories = new Map<string, string>();
+  const legacy = new Map<string, string>();
+  for (const entry of staged) {
+    if (!intent.entries.includes(entry.name)) continue;
+    if (entry.kind === "directory" && isSessionId(entry.name)) {
+      directories.set(entry.name, join(staging, entry.name));
+    } else if (entry.kind === "file" && legacySessionId(entry.name) !== undefined) {
+      legacy.set(legacySessionId(entry.name) as string, join(staging, entry.name));
+    }
+  }
+  return { dir: staging, directories, legacy, archived: intent.archived, error: undefined, ids };
 }
 
 /**

@@ -9,8 +9,13 @@
  *   published directory `<id>/` takes precedence, and an **invalid published directory is
  *   reported**, never replaced by its stale backup;
  * - `archive.json` — archive membership; names starting with `.` — staging, delete and temporary
- *   leftovers, and locks: skipped (a compaction interrupted between its two renames is listed
- *   from its staged previous directory, so the session never disappears).
+ *   leftovers, and locks: skipped, with two exceptions so that a session never disappears while
+ *   an operation on it is interrupted (or still running in another process): a compaction
+ *   interrupted between its two renames is listed from its staged previous directory, and a
+ *   delete that has not committed (`.delete-<uuid>` without its `committed` marker) **did not
+ *   happen**: its staged sessions are listed from inside the staging directory, with the archive
+ *   membership its rollback restores. A committed delete's sessions are gone. Recovery itself is
+ *   left to the next structural operation; listing only reads.
  *
  * Everything else is skipped without being read: symlinks (even named like a session), a
  * directory named like a legacy file, a file named like a session directory, other names. Files
@@ -24,25 +29,52 @@
  * session, each a typed `SessionError` or `FsError`); `SessionStore.list` throws the first one
  * and `SessionStore.listDetailed` returns them, so a picker is never blocked by one bad session.
  *
+ * ## The cwd filter and the order
+ *
+ * With a `cwd` (canonical), a session is kept only when the real path of its recorded cwd equals
+ * it (`realpath(header.cwd) === realpath(cwd)`; each distinct recorded cwd is resolved once per
+ * listing). A recorded cwd that no longer exists, or is not a directory, does not match: such a
+ * session is skipped, never reported, in both modes. Sessions are sorted by `updatedAt`
+ * descending, then by id descending, both by plain string comparison.
+ *
  * ## Modes
  *
  * The default mode validates complete histories, exactly like an open (checksum, every message,
  * metadata against the history, the recorded cwd). The **fast mode** (`{ fast: true }`) is the
  * one a session picker should use: per session it reads meta.json and index.json, plus the first
  * user message when a fallback title is needed, so its cost grows with the number of sessions,
- * not with their history size. A stale index that covers a prefix of the same committed range
- * costs a scan of the unindexed tail only; a missing or unusable index costs one scan of the
- * committed range. Fast mode trusts the committed range (it does not verify the checksum or the
- * messages) and does not check that the recorded cwd still exists. Legacy files have no index:
- * they are read whole in both modes (fast mode skips message validation).
+ * not with their history size. Legacy files have no index: they are read whole in both modes
+ * (fast mode skips message validation).
+ *
+ * What fast mode trusts, exactly (index.json is derived data, so it is checked before use):
+ *
+ * - **meta.json**: the header, the committed range and the message count are taken as stored;
+ *   the messages and the checksum of the committed range are not verified while the index is
+ *   used, and the recorded cwd is not checked to be a directory (the cwd filter resolves it).
+ * - **index.json**, only when it matches meta.json (same generation, start, bytes and message
+ *   count) **and** its rounds fit: strictly increasing message indices below the message count
+ *   and strictly increasing byte offsets inside the range (so no more rounds than messages), at
+ *   least two bytes per line between them (a line is never empty), and at least one round when
+ *   there are messages. Then the number of rounds is taken as the user message count without
+ *   reading the log.
+ * - **the rounds' lines**, read only for a fallback title (no stored title, none cached for the
+ *   generation): in order until one yields a title, each must start a line (offset 0, or the byte
+ *   before it is `"\n"`), end inside the committed range and parse as a user message.
+ *
+ * Any inconsistency found on the way makes that session fall back to a scan of its committed
+ * range (read-only, checksum verified) for its counts and title: a damaged index never causes a
+ * failure or wrong counts that the checks above can see. A stale index that covers a prefix of
+ * the same committed range (and passes the same checks) costs a scan of the unindexed tail only;
+ * a missing or unusable index costs one scan of the committed range.
  *
  * @module
  */
 import type { FileHandle, FileSystem } from "../port/fs.ts";
-import { FsError, NotFound } from "../port/errors.ts";
+import { FsError, NotADirectory, NotFound } from "../port/errors.ts";
 import { dirname, join } from "../port/path.ts";
 import {
   CorruptSessionError,
+  SessionCwdError,
   SessionError,
   SessionNotFoundError,
   UnsupportedSessionError,
@@ -69,7 +101,13 @@ import {
 import { SessionManager } from "./session_manager.ts";
 import type { StoreContext } from "./lock.ts";
 import { LEGACY_EXTENSION, legacySessionId, readLegacySession } from "./legacy.ts";
-import { ARCHIVE_FILE, readArchiveMembership } from "./archive.ts";
+import {
+  ARCHIVE_FILE,
+  DELETE_INTENT_FILE,
+  DELETE_PREFIX,
+  inspectDeletion,
+  readArchiveMembership,
+} from "./archive.ts";
 import { COMPACTION_PREVIOUS, stagingSessionId } from "./compaction.ts";
 
 /** One listed session. */
@@ -135,19 +173,24 @@ export interface ListResult {
   readonly failures: ListFailure[];
 }
 
-/** Newest activity first, then by id (descending), like the version-2 list. */
-export function compareSessions(a: SessionInfo, b: SessionInfo): number {
-  const ta = Date.parse(a.updatedAt);
-  const tb = Date.parse(b.updatedAt);
-  if (ta !== tb && Number.isFinite(ta) && Number.isFinite(tb)) return tb - ta;
-  return b.updatedAt.localeCompare(a.updatedAt) || b.id.localeCompare(a.id);
+/** Descending plain string order (UTF-16 code units, like `<`), not a locale order. */
+function descending(a: string, b: string): number {
+  return a === b ? 0 : a < b ? 1 : -1;
 }
 
-/** Pinned sessions first (latest pin first), then `compareSessions`. */
+/**
+ * `updatedAt` descending, then id descending, both by plain string comparison, like the
+ * version-2 list (`updatedAt` is not parsed: two spellings of one instant still have an order).
+ */
+export function compareSessions(a: SessionInfo, b: SessionInfo): number {
+  return descending(a.updatedAt, b.updatedAt) || descending(a.id, b.id);
+}
+
+/** Pinned sessions first (latest pin first, by string comparison), then `compareSessions`. */
 export function comparePinnedFirst(a: SessionInfo, b: SessionInfo): number {
   if (a.pinned !== b.pinned) return a.pinned ? -1 : 1;
   if (a.pinned && a.pinnedAt !== b.pinnedAt) {
-    return (b.pinnedAt ?? "").localeCompare(a.pinnedAt ?? "");
+    return descending(a.pinnedAt ?? "", b.pinnedAt ?? "");
   }
   return compareSessions(a, b);
 }
@@ -163,10 +206,11 @@ interface Summary {
 /** One session to read. */
 interface Candidate {
   readonly id: string;
-  /** Where to read it from. */
+  /** Where to read it from (or why it cannot be read). */
   readonly source:
     | { readonly kind: "directory"; readonly dir: string; readonly hasBackup: boolean }
-    | { readonly kind: "legacy"; readonly file: string };
+    | { readonly kind: "legacy"; readonly file: string }
+    | { readonly kind: "failed"; readonly error: SessionError };
   /** The path a caller opens. */
   readonly path: string;
 }
@@ -195,7 +239,9 @@ async function mapLimit<T, R>(
 
 /**
  * The candidates of a collection listing, from its directory entries: one per session id, the
- * published directory before its legacy backup (see the module doc).
+ * published directory before its legacy backup, and sessions of interrupted operations from their
+ * staging directories (see the module doc). `archived` holds the ids an uncommitted delete's
+ * rollback puts back into archive membership.
  */
 async function candidatesOf(
   fs: FileSystem,
@@ -204,17 +250,19 @@ async function candidatesOf(
 ): Promise<{
   candidates: Candidate[];
   hasArchive: boolean;
+  archived: string[];
 }> {
   let entries;
   try {
     entries = await fs.readDir(collection);
   } catch (error) {
-    if (error instanceof NotFound) return { candidates: [], hasArchive: false };
+    if (error instanceof NotFound) return { candidates: [], hasArchive: false, archived: [] };
     throw error;
   }
   const dirs = new Set<string>();
   const legacy = new Set<string>();
   const staged = new Map<string, string[]>();
+  const deletions: string[] = [];
   let hasArchive = false;
   for (const entry of entries) {
     const name = entry.name;
@@ -222,38 +270,75 @@ async function candidatesOf(
     else if (entry.kind === "directory" && stagingSessionId(name) !== undefined) {
       const id = stagingSessionId(name) as string;
       staged.set(id, [...(staged.get(id) ?? []), name]);
-    } else if (entry.kind === "directory" && isSessionId(name)) dirs.add(name);
+    } else if (entry.kind === "directory" && name.startsWith(DELETE_PREFIX)) deletions.push(name);
+    else if (entry.kind === "directory" && isSessionId(name)) dirs.add(name);
     else if (entry.kind === "file") {
       const id = legacySessionId(name);
       if (id !== undefined) legacy.add(id);
     }
   }
+  // Uncommitted deletes did not happen: their staged sessions are listed from where they wait.
+  const deletedDirs = new Map<string, string>();
+  const deletedLegacy = new Map<string, string>();
+  const unreadable = new Map<string, { error: SessionError; file: string }>();
+  const archived: string[] = [];
+  for (const name of deletions.sort()) {
+    const deletion = await inspectDeletion(fs, collection, name);
+    if (deletion === undefined) continue;
+    if (deletion.error !== undefined) {
+      const failure = { error: deletion.error, file: join(deletion.dir, DELETE_INTENT_FILE) };
+      for (const id of deletion.ids) if (!unreadable.has(id)) unreadable.set(id, failure);
+      continue;
+    }
+    for (const [id, dir] of deletion.directories) {
+      if (!deletedDirs.has(id)) deletedDirs.set(id, dir);
+    }
+    for (const [id, file] of deletion.legacy) {
+      if (!deletedLegacy.has(id)) deletedLegacy.set(id, file);
+    }
+    archived.push(...deletion.archived);
+  }
   const candidates: Candidate[] = [];
-  const ids = [...new Set([...dirs, ...legacy, ...staged.keys()])].sort();
+  const ids = [
+    ...new Set([
+      ...dirs,
+      ...legacy,
+      ...staged.keys(),
+      ...deletedDirs.keys(),
+      ...deletedLegacy.keys(),
+      ...unreadable.keys(),
+    ]),
+  ].sort();
   for (const id of ids) {
     if (only !== undefined && !only.has(id)) continue;
+    const hasBackup = legacy.has(id) || deletedLegacy.has(id);
+    const path = join(collection, id, META_FILE);
     if (dirs.has(id)) {
-      const dir = join(collection, id);
       candidates.push({
         id,
-        source: { kind: "directory", dir, hasBackup: legacy.has(id) },
-        path: join(dir, META_FILE),
+        source: { kind: "directory", dir: join(collection, id), hasBackup },
+        path,
       });
       continue;
     }
     const previous = await compactionPrevious(fs, collection, staged.get(id) ?? []);
+    const deleted = deletedDirs.get(id);
+    const failed = unreadable.get(id);
+    const file = join(collection, id + LEGACY_EXTENSION);
     if (previous !== undefined) {
-      candidates.push({
-        id,
-        source: { kind: "directory", dir: previous, hasBackup: legacy.has(id) },
-        path: join(collection, id, META_FILE),
-      });
+      candidates.push({ id, source: { kind: "directory", dir: previous, hasBackup }, path });
+    } else if (deleted !== undefined) {
+      candidates.push({ id, source: { kind: "directory", dir: deleted, hasBackup }, path });
+    } else if (failed !== undefined) {
+      candidates.push({ id, source: { kind: "failed", error: failed.error }, path: failed.file });
     } else if (legacy.has(id)) {
-      const file = join(collection, id + LEGACY_EXTENSION);
       candidates.push({ id, source: { kind: "legacy", file }, path: file });
+    } else if (deletedLegacy.has(id)) {
+      const stagedFile = deletedLegacy.get(id) as string;
+      candidates.push({ id, source: { kind: "legacy", file: stagedFile }, path: file });
     }
   }
-  return { candidates, hasArchive };
+  return { candidates, hasArchive, archived };
 }
 
 /** The previous directory of an interrupted compaction (its session dir is missing), if any. */
@@ -349,7 +434,7 @@ async function readCollection(
 ): Promise<ListResult> {
   const fs = context.fs;
   const fast = options.fast === true;
-  const { candidates, hasArchive } = await candidatesOf(fs, collection, only);
+  const { candidates, hasArchive, archived: restored } = await candidatesOf(fs, collection, only);
   const failures: ListFailure[] = [];
   let archived = new Set<string>();
   if (hasArchive && only === undefined) {
@@ -360,12 +445,19 @@ async function readCollection(
       failures.push({ path: join(collection, ARCHIVE_FILE), id: undefined, error });
     }
   }
+  if (only === undefined) { for (const id of restored) archived.add(id); }
+  const matchesCwd = cwd === undefined ? undefined : cwdMatcher(fs, cwd);
   const concurrency = options.concurrency ?? (fast ? 32 : 4);
   const read = await mapLimit(candidates, concurrency, async (candidate) => {
     try {
-      return { candidate, summary: await summarize(context, candidate, fast, titles) };
+      const summary = await summarize(context, candidate, fast, titles);
+      if (summary === undefined) return undefined;
+      if (matchesCwd !== undefined && !(await matchesCwd(summary.header.cwd))) return undefined;
+      return { candidate, summary };
     } catch (error) {
       if (error instanceof UnsupportedSessionError) return undefined;
+      // A recorded cwd that is gone or not a directory cannot match an existing cwd.
+      if (error instanceof SessionCwdError && matchesCwd !== undefined) return undefined;
       if (!isReportable(error)) throw error;
       return { candidate, error };
     }
@@ -377,13 +469,35 @@ async function readCollection(
       failures.push({ path: item.candidate.path, id: item.candidate.id, error: item.error });
       continue;
     }
-    const { candidate, summary } = item;
-    if (summary === undefined) continue;
-    if (cwd !== undefined && summary.header.cwd !== cwd) continue;
-    sessions.push(infoOf(candidate, summary, archived.has(candidate.id)));
+    sessions.push(infoOf(item.candidate, item.summary, archived.has(item.candidate.id)));
   }
   sessions.sort(options.pinnedFirst === true ? comparePinnedFirst : compareSessions);
   return { sessions, failures };
+}
+
+/**
+ * The cwd filter of one listing: true when the real path of a recorded cwd is `canonical`. Each
+ * distinct recorded cwd is resolved once; one that no longer exists (or runs through a file) does
+ * not match. Other storage errors are reported for the session.
+ */
+function cwdMatcher(fs: FileSystem, canonical: string): (recorded: string) => Promise<boolean> {
+  const cache = new Map<string, Promise<boolean>>();
+  return (recorded) => {
+    // A canonical path is its own real path.
+    if (recorded === canonical) return Promise.resolve(true);
+    let match = cache.get(recorded);
+    if (match === undefined) {
+      match = fs.realPath(recorded).then(
+        (real) => real === canonical,
+        (error: unknown) => {
+          if (error instanceof NotFound || error instanceof NotADirectory) return false;
+          throw error;
+        },
+      );
+      cache.set(recorded, match);
+    }
+    return match;
+  };
 }
 
 function infoOf(candidate: Candidate, summary: Summary, archived: boolean): SessionInfo {
@@ -398,7 +512,7 @@ function infoOf(candidate: Candidate, summary: Summary, archived: boolean): Sess
     createdAt: header.createdAt,
     updatedAt: header.updatedAt,
     path: candidate.path,
-    storage: candidate.source.kind,
+    storage: candidate.source.kind === "legacy" ? "legacy" : "directory",
     messageCount: summary.messageCount,
     userMessageCount: summary.userMessageCount,
     pinned: header.pinnedAt !== undefined,
@@ -416,6 +530,7 @@ async function summarize(
   titles: FallbackTitleCache | undefined,
 ): Promise<Summary | undefined> {
   const source = candidate.source;
+  if (source.kind === "failed") throw source.error;
   if (source.kind === "legacy") {
     return await readLegacySession(context.fs, source.file, { validate: !fast });
   }
@@ -483,7 +598,11 @@ export async function fastSummary(
   return summary;
 }
 
-/** Counts (and, when asked, the fallback title) from the index, its tail, or a full scan. */
+/**
+ * Counts (and, when asked, the fallback title) from the index, its tail, or a full scan. The index
+ * is used only when it matches (or covers a prefix of) the committed range and its rounds fit;
+ * any inconsistency found while reading through it falls back to the full scan.
+ */
 async function fastCounts(
   context: StoreContext,
   dir: string,
@@ -492,32 +611,56 @@ async function fastCounts(
   needTitle: boolean,
 ): Promise<Summary> {
   const fs = context.fs;
-  if (index !== undefined && indexMatches(index, meta)) {
+  if (index !== undefined && indexMatches(index, meta) && roundsFit(index)) {
     const title = needTitle ? await titleFromRounds(fs, dir, meta, index.rounds) : undefined;
-    return {
-      header: meta.header,
-      messageCount: meta.messageCount,
-      userMessageCount: index.rounds.length,
-      fallbackTitle: title,
-    };
-  }
-  if (index !== undefined && coversPrefix(index, meta)) {
+    if (title !== INCONSISTENT) {
+      return {
+        header: meta.header,
+        messageCount: meta.messageCount,
+        userMessageCount: index.rounds.length,
+        fallbackTitle: title,
+      };
+    }
+  } else if (index !== undefined && coversPrefix(index, meta) && roundsFit(index)) {
     const tail = await scanTail(fs, dir, meta, index);
-    if (tail !== undefined) {
-      let title: SessionTitle | undefined;
-      if (needTitle) {
-        title = await titleFromRounds(fs, dir, meta, index.rounds);
-        title ??= tail.title;
-      }
+    const title = tail !== undefined && needTitle
+      ? await titleFromRounds(fs, dir, meta, index.rounds)
+      : undefined;
+    if (tail !== undefined && title !== INCONSISTENT) {
       return {
         header: meta.header,
         messageCount: meta.messageCount,
         userMessageCount: index.rounds.length + tail.users,
-        fallbackTitle: title,
+        fallbackTitle: needTitle ? title ?? tail.title : undefined,
       };
     }
   }
   return await scanCommitted(context, dir, meta, needTitle);
+}
+
+/** The fewest bytes a committed line takes: one JSON character and its newline. */
+const MIN_LINE_BYTES = 2;
+
+/**
+ * True when the rounds of an index (already checked to be strictly increasing inside its range)
+ * fit its counts: no more rounds than messages, at least one round when there are messages (a
+ * history without a user message is rare enough to be confirmed by a scan), and room for at
+ * least `MIN_LINE_BYTES` per line before, between and after them.
+ */
+function roundsFit(index: RoundIndex): boolean {
+  const rounds = index.rounds;
+  if (rounds.length > index.messageCount) return false;
+  if (index.messageCount > 0 && rounds.length === 0) return false;
+  let messageIndex = 0;
+  let byteOffset = 0;
+  for (const round of rounds) {
+    if (round.byteOffset - byteOffset < MIN_LINE_BYTES * (round.messageIndex - messageIndex)) {
+      return false;
+    }
+    messageIndex = round.messageIndex;
+    byteOffset = round.byteOffset;
+  }
+  return index.bytes - byteOffset >= MIN_LINE_BYTES * (index.messageCount - messageIndex);
 }
 
 /** True when `index` describes an earlier, shorter state of the same committed generation chain. */
@@ -588,37 +731,32 @@ function titleOf(message: Message, index: number): SessionTitle | undefined {
   return title.text === "" ? undefined : title;
 }
 
-/** Reads the rounds' user messages in order until one yields a fallback title. */
+/** What `titleFromRounds` returns when the index does not point at user message lines. */
+const INCONSISTENT: unique symbol = Symbol("inconsistent index");
+
+/**
+ * Reads the rounds' user messages in order until one yields a fallback title. Each must start a
+ * line inside the committed range and parse as a user message; `INCONSISTENT` otherwise.
+ */
 async function titleFromRounds(
   fs: FileSystem,
   dir: string,
   meta: StorageMeta,
   rounds: readonly RoundEntry[],
-): Promise<SessionTitle | undefined> {
+): Promise<SessionTitle | undefined | typeof INCONSISTENT> {
   if (rounds.length === 0) return undefined;
-  const file = join(dir, MESSAGES_FILE);
-  const handle = await fs.open(file);
+  const handle = await fs.open(join(dir, MESSAGES_FILE));
   try {
     for (const round of rounds) {
-      const line = await readLineAt(handle, meta, round.byteOffset, file);
+      const line = await readLineAt(handle, meta, round.byteOffset);
+      if (line === undefined) return INCONSISTENT;
       let message: Message;
       try {
         message = JSON.parse(line) as Message;
-      } catch (error) {
-        throw new CorruptSessionError("Committed user message is not valid JSON", {
-          file,
-          offset: meta.start + round.byteOffset,
-          messageIndex: round.messageIndex,
-          cause: error,
-        });
+      } catch {
+        return INCONSISTENT;
       }
-      if (message?.role !== "user") {
-        throw new CorruptSessionError("The round index does not point at a user message", {
-          file,
-          offset: meta.start + round.byteOffset,
-          messageIndex: round.messageIndex,
-        });
-      }
+      if (message?.role !== "user") return INCONSISTENT;
       const title = titleOf(message, round.messageIndex);
       if (title !== undefined) return title;
     }
@@ -628,39 +766,36 @@ async function titleFromRounds(
   }
 }
 
-/** Reads the committed line starting at range-relative `offset`. */
+/**
+ * Reads the committed line starting at range-relative `offset`; undefined when `offset` is not at
+ * a line start (offset 0, or the byte before it is a newline) or the line does not end inside the
+ * committed range (a short read included: the full scan then reports what is wrong).
+ */
 async function readLineAt(
   handle: FileHandle,
   meta: StorageMeta,
   offset: number,
-  file: string,
-): Promise<string> {
+): Promise<string | undefined> {
   const end = meta.bytes;
   let size = 1024;
   const pieces: Uint8Array[] = [];
-  let position = offset;
+  // From the byte before the line, which must be the previous line's newline.
+  let skip = offset === 0 ? 0 : 1;
+  let position = offset - skip;
   for (;;) {
     const length = Math.min(size, end - position);
-    if (length <= 0) {
-      throw new CorruptSessionError("Committed user message has no line end", {
-        file,
-        offset: meta.start + offset,
-      });
-    }
+    if (length <= skip) return undefined;
     const chunk = await handle.read(meta.start + position, length);
-    if (chunk.length !== length) {
-      throw new CorruptSessionError("Message log ended inside its committed range", {
-        file,
-        offset: meta.start + position + chunk.length,
-      });
-    }
-    const newline = chunk.indexOf(10);
+    if (chunk.length !== length) return undefined;
+    if (skip === 1 && chunk[0] !== 10) return undefined;
+    const newline = chunk.indexOf(10, skip);
     if (newline >= 0) {
-      pieces.push(chunk.subarray(0, newline));
+      pieces.push(chunk.subarray(skip, newline));
       break;
     }
-    pieces.push(chunk);
+    pieces.push(chunk.subarray(skip));
     position += chunk.length;
+    skip = 0;
     size = Math.min(size * 4, 4 * 1024 * 1024);
   }
   if (pieces.length === 1) return decoder.decode(pieces[0]);

@@ -49,6 +49,7 @@ import { ensurePrivateDir } from "../port/durable.ts";
 import {
   InvalidArgumentError,
   SessionCwdError,
+  type SessionError,
   SessionFormatError,
   SessionNotFoundError,
 } from "./errors.ts";
@@ -72,7 +73,7 @@ import {
   type ListResult,
   type SessionInfo,
 } from "./discovery.ts";
-import { type ArchiveHost, SessionArchive } from "./archive.ts";
+import { type ArchiveHost, DELETE_PREFIX, inspectDeletion, SessionArchive } from "./archive.ts";
 import {
   type CompactionResult,
   compactSession,
@@ -263,6 +264,11 @@ export class SessionStore {
    * unless its published directory `<id>/` exists: a valid one is opened instead, an invalid one
    * fails (never falling back to the stale backup). A writable open takes the writer lock, which
    * `close()` releases.
+   *
+   * A session whose delete has not committed (interrupted, or running in another process) is
+   * still there: a writable open first recovers the collection (rolling the delete back), while
+   * a read-only open reads the staged copy in place and writes nothing (its `getSessionPath()`
+   * is then the staged directory).
    */
   async open(path: string, options: OpenSessionOptions = {}): Promise<SessionManager> {
     if (!isAbsolute(path)) {
@@ -313,13 +319,13 @@ export class SessionStore {
   }
 
   async #openDirectory(dir: string, readOnly: boolean): Promise<SessionManager> {
-    await this.#checkSessionDirectory(dir, true);
+    const source = await this.#checkSessionDirectory(dir, readOnly ? "read" : "write");
     const lock = readOnly ? undefined : await acquireWriterLock(this.#context, dir);
     let manager: SessionManager;
     try {
       manager = await SessionManager.open({
         context: this.#context,
-        dir,
+        dir: source,
         collectionDir: dirname(dir),
         readOnly,
         ...(lock === undefined ? {} : { onClose: () => lock.release() }),
@@ -331,7 +337,7 @@ export class SessionStore {
     if (manager.id !== basename(dir)) {
       await manager.close();
       throw new SessionFormatError("Session id does not match its directory name", {
-        file: join(dir, META_FILE),
+        file: join(source, META_FILE),
         path: "header.id",
         value: manager.id,
       });
@@ -340,10 +346,13 @@ export class SessionStore {
   }
 
   /**
-   * Checks that `dir` is a real directory with a meta.json. A missing session directory may be
-   * mid-compaction after a crash: leftovers are recovered once (`recover`) before giving up.
+   * Checks that `dir` is a real directory with a meta.json and returns the directory to read. A
+   * missing session directory may be mid-compaction or mid-delete (after a crash, or in another
+   * process). With `"write"` the collection's leftovers are recovered once before giving up; with
+   * `"read"` an uncommitted delete's staged copy is returned as is (nothing is written), and a
+   * compaction's leftovers are recovered like for a writer; with `"none"` nothing is tried.
    */
-  async #checkSessionDirectory(dir: string, recover: boolean): Promise<void> {
+  async #checkSessionDirectory(dir: string, recover: "write" | "read" | "none"): Promise<string> {
     try {
       const info = await this.fs.lstat(dir);
       if (info.kind !== "directory") {
@@ -352,11 +361,17 @@ export class SessionStore {
         });
       }
       await this.fs.lstat(join(dir, META_FILE));
+      return dir;
     } catch (error) {
       if (!(error instanceof NotFound)) throw error;
-      if (recover && await this.#hasStaging(dir)) {
-        await this.#exclusive(dirname(dir), () => Promise.resolve());
-        return await this.#checkSessionDirectory(dir, false);
+      if (recover !== "none") {
+        const staging = await this.#staging(dir);
+        if (recover === "read" && staging.deleted !== undefined) return staging.deleted;
+        if (recover === "read" && staging.error !== undefined) throw staging.error;
+        if (staging.compaction || staging.deleted !== undefined || staging.error !== undefined) {
+          await this.#exclusive(dirname(dir), () => Promise.resolve());
+          return await this.#checkSessionDirectory(dir, "none");
+        }
       }
       throw new SessionNotFoundError(`No session at '${dir}': meta.json not found`, {
         file: join(dir, META_FILE),
@@ -365,18 +380,53 @@ export class SessionStore {
     }
   }
 
-  /** True when the collection of session directory `dir` holds a staging directory for it. */
-  async #hasStaging(dir: string): Promise<boolean> {
+  /**
+   * What the staging directories of the collection of session directory `dir` hold of it:
+   * `compaction` when a compaction staging directory is for it, `deleted` the staged copy of an
+   * uncommitted delete (see `inspectDeletion`), `error` when an uncommitted delete staged it but
+   * its journal cannot be read (recovery refuses it with that error).
+   */
+  async #staging(dir: string): Promise<{
+    compaction: boolean;
+    deleted: string | undefined;
+    error: SessionError | undefined;
+  }> {
     const id = basename(dir);
-    if (!isSessionId(id)) return false;
+    const none = { compaction: false, deleted: undefined, error: undefined };
+    if (!isSessionId(id)) return none;
+    const collection = dirname(dir);
     let entries;
     try {
-      entries = await this.fs.readDir(dirname(dir));
+      entries = await this.fs.readDir(collection);
+    } catch (error) {
+      if (error instanceof NotFound) return none;
+      throw error;
+    }
+    let compaction = false;
+    let error: SessionError | undefined;
+    for (const entry of entries) {
+      if (entry.kind !== "directory") continue;
+      if (stagingSessionId(entry.name) === id) compaction = true;
+      else if (entry.name.startsWith(DELETE_PREFIX)) {
+        const deletion = await inspectDeletion(this.fs, collection, entry.name);
+        if (deletion === undefined) continue;
+        if (deletion.error !== undefined && deletion.ids.includes(id)) error ??= deletion.error;
+        const staged = deletion.directories.get(id);
+        if (staged !== undefined && await this.#hasMeta(staged)) {
+          return { compaction, deleted: staged, error: undefined };
+        }
+      }
+    }
+    return { compaction, deleted: undefined, error };
+  }
+
+  async #hasMeta(dir: string): Promise<boolean> {
+    try {
+      return (await this.fs.lstat(join(dir, META_FILE))).kind === "file";
     } catch (error) {
       if (error instanceof NotFound) return false;
       throw error;
     }
-    return entries.some((entry) => stagingSessionId(entry.name) === id);
   }
 
   /**
@@ -471,7 +521,7 @@ export class SessionStore {
    */
   async compact(path: string): Promise<CompactionResult> {
     const dir = this.#sessionDirOf(path);
-    await this.#checkSessionDirectory(dir, true);
+    await this.#checkSessionDirectory(dir, "write");
     return await this.#exclusive(dirname(dir), () => compactSession(this.#context, dir));
   }
 
@@ -482,7 +532,7 @@ export class SessionStore {
    */
   async removeLegacyBackup(path: string): Promise<boolean> {
     const dir = this.#sessionDirOf(path);
-    await this.#checkSessionDirectory(dir, true);
+    await this.#checkSessionDirectory(dir, "write");
     return await this.#exclusive(dirname(dir), () => removeLegacyBackup(this.#context, dir));
   }
 
