@@ -651,3 +651,45 @@ test("metadata that lies about its message count is reported in both modes", asy
   }
   assert.deepEqual(fs.snapshotTree(AGENT), before);
 });
+
+test("fast listing reads a few KiB of a large index whatever the history's length", async () => {
+  const { fs, store, clock } = await setup();
+  const big = await saved(store, clock, conversation(2500, "b"));
+  const indexPath = `${big.getSessionPath()}/index.json`;
+  assert.ok((await fs.stat(indexPath)).size > 64 * 1024);
+  const { fs: counted, reads } = recording(fs);
+  const fast = await new SessionStore({ fs: counted, agentDir: AGENT }).list(CWD, undefined, {
+    fast: true,
+  });
+  const full = await store.list(CWD);
+  assert.equal(fast[0]?.userMessageCount, full[0]?.userMessageCount);
+  assert.equal(fast[0]?.userMessageCount, 2500);
+  assert.deepEqual(fast[0]?.title, full[0]?.title);
+  const indexBytes = reads.filter((r) => r.path === indexPath).reduce((n, r) => n + r.bytes, 0);
+  assert.ok(indexBytes <= 4096, `read ${indexBytes} bytes of index.json`);
+  const logBytes = reads.filter((r) => r.path.endsWith("messages.jsonl")).reduce(
+    (n, r) => n + r.bytes,
+    0,
+  );
+  assert.ok(logBytes < 4096, `read ${logBytes} bytes of the log`);
+});
+
+test("fast listing of a large index that lags, or whose head lies, still counts right", async () => {
+  const { fs, store, clock } = await setup();
+  const big = await saved(store, clock, conversation(2500, "c"));
+  const reopened = await store.open(big.getSessionPath());
+  const history = reopened.messages;
+  history.push(user("one more"), assistant("ok"));
+  await reopened.commit(history); // a small lag: index.json stays a valid prefix
+  const lagging = await store.list(CWD, undefined, { fast: true });
+  assert.equal(lagging[0]?.userMessageCount, 2501);
+  await reopened.close();
+  const indexPath = `${big.getSessionPath()}/index.json`;
+  const text = decoder.decode(await fs.readFile(indexPath));
+  await fs.writeFile(
+    indexPath,
+    encoder.encode(text.replace(/"roundCount":\d+/, '"roundCount":99999')),
+  );
+  const lying = await store.list(CWD, undefined, { fast: true });
+  assert.equal(lying[0]?.userMessageCount, 2501);
+});

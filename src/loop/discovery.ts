@@ -89,13 +89,17 @@ import {
 } from "./records/mod.ts";
 import {
   forEachCommittedLine,
+  INDEX_FORMAT,
+  INDEX_VERSION,
   indexMatches,
   MESSAGES_FILE,
   META_FILE,
+  readIndexHead,
   readRoundIndex,
   readStorageMeta,
   type RoundEntry,
   type RoundIndex,
+  type RoundIndexHead,
   type StorageMeta,
 } from "./storage.ts";
 import { SessionManager } from "./session_manager.ts";
@@ -583,16 +587,18 @@ export async function fastSummary(
 ): Promise<Summary> {
   const fs = context.fs;
   // Both files are read at once; a missing or unusable index is just not used.
-  const [meta, index] = await Promise.all([
+  const [meta, indexRead] = await Promise.all([
     readStorageMeta(fs, dir),
-    readRoundIndex(fs, dir),
+    readIndexHead(fs, dir),
   ]);
   if (meta.messageCount === 0) {
     return { header: meta.header, messageCount: 0, userMessageCount: 0, fallbackTitle: undefined };
   }
   const cached = meta.header.title ? null : titles?.get(dir, meta.generation);
   const needTitle = !meta.header.title && cached === undefined;
-  const summary = await fastCounts(context, dir, meta, index, needTitle);
+  const summary = indexRead !== undefined && "head" in indexRead
+    ? await fastCountsFromHead(context, dir, meta, indexRead.head, needTitle)
+    : await fastCounts(context, dir, meta, indexRead?.index, needTitle);
   if (cached !== undefined && cached !== null) return { ...summary, fallbackTitle: cached };
   if (needTitle) titles?.set(dir, meta.generation, summary.fallbackTitle);
   return summary;
@@ -636,6 +642,62 @@ async function fastCounts(
     }
   }
   return await scanCommitted(context, dir, meta, needTitle);
+}
+
+/**
+ * Counts from the head of a large index (its counts and first round), so a listing reads the same
+ * few bytes however long the history is. The head is used only when it matches (or covers a
+ * prefix of) the committed range and its counts fit; the first round must point at a user line.
+ * When the first user message yields no title, the whole index is read; any inconsistency falls
+ * back to `fastCounts` with the whole index, which itself falls back to the full scan.
+ */
+async function fastCountsFromHead(
+  context: StoreContext,
+  dir: string,
+  meta: StorageMeta,
+  head: RoundIndexHead,
+  needTitle: boolean,
+): Promise<Summary> {
+  const fs = context.fs;
+  const fits = head.roundCount <= head.messageCount &&
+    (head.messageCount === 0 || head.roundCount > 0) &&
+    head.bytes >= MIN_LINE_BYTES * head.messageCount &&
+    (head.roundCount === 0 || head.firstRound !== undefined);
+  const matches = head.generation === meta.generation && head.start === meta.start &&
+    head.bytes === meta.bytes && head.messageCount === meta.messageCount;
+  const prefix = !matches && head.start === meta.start && head.bytes > 0 &&
+    head.bytes < meta.bytes && head.messageCount < meta.messageCount;
+  const whole = async (): Promise<Summary> =>
+    await fastCounts(context, dir, meta, await readRoundIndex(fs, dir), needTitle);
+  if (!fits || !(matches || prefix)) return await whole();
+  const tail = prefix
+    ? await scanTail(fs, dir, meta, {
+      format: INDEX_FORMAT,
+      version: INDEX_VERSION,
+      generation: head.generation,
+      start: head.start,
+      bytes: head.bytes,
+      messageCount: head.messageCount,
+      rounds: [],
+    })
+    : { users: 0, title: undefined };
+  if (tail === undefined) return await whole();
+  let title: SessionTitle | undefined;
+  if (needTitle && head.firstRound !== undefined) {
+    const first = await titleFromRounds(fs, dir, meta, [head.firstRound]);
+    if (first === INCONSISTENT) return await whole();
+    // No eligible text in the first user message: later rounds are needed, from the whole index.
+    if (first === undefined) return await whole();
+    title = first;
+  } else if (needTitle) {
+    title = tail.title;
+  }
+  return {
+    header: meta.header,
+    messageCount: meta.messageCount,
+    userMessageCount: head.roundCount + tail.users,
+    fallbackTitle: title,
+  };
 }
 
 /** The fewest bytes a committed line takes: one JSON character and its newline. */

@@ -96,16 +96,26 @@ export const StorageMetaSchema: v.GenericSchema<unknown, StorageEnvelope> = v.ob
   messageCount: byteCount,
 });
 
-/** The valibot schema of index.json. */
-export const RoundIndexSchema: v.GenericSchema<unknown, RoundIndex> = v.object({
-  format: v.literal(INDEX_FORMAT),
-  version: v.literal(INDEX_VERSION),
-  generation: v.pipe(v.string(), v.regex(SHA256_HEX)),
-  start: byteCount,
-  bytes: byteCount,
-  messageCount: byteCount,
-  rounds: v.array(v.object({ messageIndex: byteCount, byteOffset: byteCount })),
-});
+/**
+ * The valibot schema of index.json. `roundCount` (written by this library before `rounds`, so
+ * that a reader learns the count from the first bytes of the file) must equal `rounds.length`.
+ */
+export const RoundIndexSchema: v.GenericSchema<unknown, RoundIndex> = v.pipe(
+  v.object({
+    format: v.literal(INDEX_FORMAT),
+    version: v.literal(INDEX_VERSION),
+    generation: v.pipe(v.string(), v.regex(SHA256_HEX)),
+    start: byteCount,
+    bytes: byteCount,
+    messageCount: byteCount,
+    roundCount: v.optional(byteCount),
+    rounds: v.array(v.object({ messageIndex: byteCount, byteOffset: byteCount })),
+  }),
+  v.check(
+    (index) => index.roundCount === undefined || index.roundCount === index.rounds.length,
+    "roundCount must equal the number of rounds",
+  ),
+);
 
 /** The JSON path of the first valibot issue, in `a.b[2].c` form. */
 export function issuePath(issue: v.BaseIssue<unknown>, prefix = ""): string {
@@ -178,9 +188,24 @@ export function encodeStorageMeta(meta: StorageMeta): Uint8Array {
   return encoder.encode(JSON.stringify(meta) + "\n");
 }
 
-/** Serializes index.json (compact JSON and a trailing newline). */
+/**
+ * Serializes index.json (compact JSON and a trailing newline) in a fixed key order with
+ * `roundCount` before the rounds: `readIndexHead` reads the counts from the first bytes.
+ */
 export function encodeRoundIndex(index: RoundIndex): Uint8Array {
-  return encoder.encode(JSON.stringify(index) + "\n");
+  const { format, version, generation, start, bytes, messageCount, rounds } = index;
+  return encoder.encode(
+    JSON.stringify({
+      format,
+      version,
+      generation,
+      start,
+      bytes,
+      messageCount,
+      roundCount: rounds.length,
+      rounds,
+    }) + "\n",
+  );
 }
 
 /**
@@ -196,6 +221,80 @@ export async function readRoundIndex(fs: FileSystem, dir: string): Promise<Round
     throw error;
   }
   return parseRoundIndexText(new TextDecoder().decode(bytes));
+}
+
+/** The counts at the start of index.json, and its first round when it is in the first bytes. */
+export interface RoundIndexHead {
+  /** The generation the index was built for. */
+  readonly generation: string;
+  /** The committed range start the index was built for. */
+  readonly start: number;
+  /** The committed byte length the index covers. */
+  readonly bytes: number;
+  /** The number of messages the index covers. */
+  readonly messageCount: number;
+  /** The number of user rounds the index lists. */
+  readonly roundCount: number;
+  /** The first round, when it lies in the bytes read. */
+  readonly firstRound: RoundEntry | undefined;
+}
+
+/** Indexes up to this size are read and checked whole; larger ones by their head only. */
+export const INDEX_HEAD_LIMIT = 64 * 1024;
+const HEAD_BYTES = 4096;
+
+/**
+ * Reads index.json for a listing: a small index (up to `INDEX_HEAD_LIMIT`) whole, a larger one
+ * by its first bytes only (the counts and the first round), so reading the index costs the same
+ * whatever the history's size. Undefined when the file is missing or not of this library's form.
+ */
+export async function readIndexHead(
+  fs: FileSystem,
+  dir: string,
+): Promise<{ readonly index: RoundIndex } | { readonly head: RoundIndexHead } | undefined> {
+  let handle;
+  try {
+    handle = await fs.open(join(dir, INDEX_FILE));
+  } catch (error) {
+    if (error instanceof NotFound) return undefined;
+    throw error;
+  }
+  try {
+    const size = (await handle.stat()).size;
+    if (size <= INDEX_HEAD_LIMIT) {
+      const index = parseRoundIndexText(new TextDecoder().decode(await handle.read(0, size)));
+      return index === undefined ? undefined : { index };
+    }
+    const text = new TextDecoder().decode(await handle.read(0, HEAD_BYTES));
+    const head = INDEX_HEAD.exec(text);
+    if (head === null) {
+      const index = parseRoundIndexText(new TextDecoder().decode(await handle.read(0, size)));
+      return index === undefined ? undefined : { index };
+    }
+    let firstRound: RoundEntry | undefined;
+    const at = head[0].length;
+    if (text.startsWith(ROUND_KEY, at)) {
+      const messageIndex = readCount(text, at + ROUND_KEY.length);
+      if (messageIndex !== undefined && text.startsWith(OFFSET_KEY, messageIndex[1])) {
+        const byteOffset = readCount(text, messageIndex[1] + OFFSET_KEY.length);
+        if (byteOffset !== undefined && text.charCodeAt(byteOffset[1]) === 125 /* } */) {
+          firstRound = { messageIndex: messageIndex[0], byteOffset: byteOffset[0] };
+        }
+      }
+    }
+    return {
+      head: {
+        generation: head[1] as string,
+        start: Number(head[2]),
+        bytes: Number(head[3]),
+        messageCount: Number(head[4]),
+        roundCount: Number(head[5]),
+        firstRound,
+      },
+    };
+  } finally {
+    await handle.close();
+  }
 }
 
 /**
@@ -219,7 +318,8 @@ export function parseRoundIndexText(text: string): RoundIndex | undefined {
     index.format !== INDEX_FORMAT || index.version !== INDEX_VERSION ||
     typeof index.generation !== "string" || !SHA256_HEX.test(index.generation) ||
     !count(index.start) || !count(index.bytes) || !count(index.messageCount) ||
-    !Array.isArray(index.rounds)
+    !Array.isArray(index.rounds) ||
+    (index.roundCount !== undefined && index.roundCount !== index.rounds.length)
   ) return undefined;
   for (const round of index.rounds as unknown[]) {
     if (typeof round !== "object" || round === null) return undefined;
@@ -230,7 +330,7 @@ export function parseRoundIndexText(text: string): RoundIndex | undefined {
 }
 
 const INDEX_HEAD =
-  /^\{"format":"loop-session-index","version":1,"generation":"([0-9a-f]{64})","start":(0|[1-9]\d{0,15}),"bytes":(0|[1-9]\d{0,15}),"messageCount":(0|[1-9]\d{0,15}),"rounds":\[/;
+  /^\{"format":"loop-session-index","version":1,"generation":"([0-9a-f]{64})","start":(0|[1-9]\d{0,15}),"bytes":(0|[1-9]\d{0,15}),"messageCount":(0|[1-9]\d{0,15}),"roundCount":(0|[1-9]\d{0,15}),"rounds":\[/;
 const ROUND_KEY = '{"messageIndex":';
 const OFFSET_KEY = ',"byteOffset":';
 
@@ -278,6 +378,7 @@ function scanCanonicalIndex(text: string): RoundIndex | undefined {
   }
   const rest = text.slice(at);
   if (rest !== "]}\n" && rest !== "]}") return undefined;
+  if (rounds.length !== Number(head[5])) return undefined;
   return {
     format: INDEX_FORMAT,
     version: INDEX_VERSION,
