@@ -886,7 +886,7 @@ async function scanCommitted(
     if (bad !== undefined) return;
     let message: Message;
     try {
-      message = JSON.parse(decoder.decode(line.bytes)) as Message;
+      message = JSON.parse(line.text) as Message;
     } catch (error) {
       bad = { index: line.index, offset: line.offset, error };
       return;

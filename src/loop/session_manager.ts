@@ -318,7 +318,7 @@ export class SessionManager {
     const summary = await forEachCommittedLine(fs, init.dir, meta, { sha256 }, (line) => {
       if (firstError !== undefined) return;
       try {
-        const text = decoder.decode(line.bytes);
+        const text = line.text;
         let message: unknown;
         try {
           message = JSON.parse(text);

@@ -32,6 +32,7 @@ export const INDEX_VERSION = 1;
 
 const SHA256_HEX = /^[0-9a-f]{64}$/;
 const encoder = new TextEncoder();
+const decoder = new TextDecoder();
 
 /** The parsed content of meta.json. */
 export interface StorageMeta {
@@ -419,6 +420,8 @@ export interface CommittedLine {
   readonly offset: number;
   /** The line's bytes, without the newline. Valid only during the callback. */
   readonly bytes: Uint8Array;
+  /** The line decoded as UTF-8 (decoded once per chunk, not per line). */
+  readonly text: string;
 }
 
 /** Options of `forEachCommittedLine`. */
@@ -493,6 +496,11 @@ export async function forEachCommittedLine(
       const data = carry.length === 0 ? chunk : concat(carry, chunk);
       const dataOffset = carry.length === 0 ? position : carryOffset;
       let lineStart = 0;
+      // Decode every complete line of the chunk at once (a newline byte never occurs inside a
+      // multi-byte UTF-8 sequence, so the decoded lines match the byte lines one to one).
+      const last = data.lastIndexOf(10);
+      const texts = last < 0 ? [] : decoder.decode(data.subarray(0, last)).split("\n");
+      let textIndex = 0;
       for (;;) {
         const newline = data.indexOf(10, lineStart);
         if (newline < 0) break;
@@ -506,6 +514,7 @@ export async function forEachCommittedLine(
           index: lines,
           offset: dataOffset + lineStart,
           bytes: data.subarray(lineStart, newline),
+          text: texts[textIndex++] as string,
         });
         lines++;
         lineStart = newline + 1;
