@@ -591,7 +591,7 @@ test("atomicReplace() under a crash at every operation leaves exactly the old or
       outcomes.add(text);
     },
   );
-  assert.equal(steps, 7, "open, write, sync, close, chmod, rename, syncDir");
+  assert.equal(steps, 6, "open, write, sync, close, rename, syncDir");
   assert.deepEqual([...outcomes].sort(), ["new contents, longer", "old contents"]);
 });
 

@@ -43,7 +43,8 @@ export function tempNameFor(path: string): string {
 }
 
 /**
- * Replaces `path` with `data` atomically: an exclusive temp file in the same directory, written,
+ * Replaces `path` with `data` atomically: an exclusive temp file in the same directory (created
+ * with `mode`, so the published file never has wider bits, whatever the old one had), written,
  * fsynced, renamed over the target, then the directory fsynced. A reader sees the old bytes or
  * the new ones, never a mix. On failure the temp file is removed and the error rethrown. A
  * symlink planted at the temp name makes the exclusive create fail; nothing is written through it.
@@ -66,7 +67,8 @@ export async function atomicReplace(
     } finally {
       await handle.close();
     }
-    await fs.chmod(temp, mode);
+    // No chmod: the temp file was created exclusively by this call with `mode`, and a umask can
+    // only clear bits, never widen them.
     await fs.rename(temp, path);
     renamed = true;
   } catch (error) {

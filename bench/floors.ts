@@ -1,0 +1,231 @@
+/**
+ * Floors: the least work an operation must physically do on a filesystem, measured beside our
+ * operation in the same process. `Floors` is the interface the cases call; `portFloors` does the
+ * work through the `FileSystem` port (for the memory adapter, where the port is the runtime),
+ * and `bench/floors_node.ts` does it with `node:fs/promises` directly (the Node adapter's calls,
+ * on Node and on Deno).
+ *
+ * @module
+ */
+import type { Durability, FileSystem, Sha256Factory } from "../mod.ts";
+import { dirname, join } from "../src/port/path.ts";
+import { concat } from "../src/loop/storage.ts";
+import type { Subject } from "./harness.ts";
+
+/** A message log with a held append handle and a small metadata file beside it. */
+export interface CommitFloor {
+  /**
+   * Appends `line` (fsynced under `"full"`), then replaces the metadata file with `meta` by
+   * atomic replace: exclusive temp file, write, fsync, rename, directory fsync (no fsyncs under
+   * `"ordered"`).
+   */
+  commit(line: Uint8Array, meta: Uint8Array): Promise<void>;
+  /** Closes the append handle. */
+  close(): Promise<void>;
+}
+
+/** One file to write into a staged directory. */
+export interface StagedFile {
+  /** The file name inside the directory. */
+  readonly name: string;
+  /** The bytes. */
+  readonly data: Uint8Array;
+}
+
+/** The floors of every benchmark case. */
+export interface Floors {
+  /** What the floors run on, for the report. */
+  readonly name: string;
+  /** Opens a commit floor over `dir/messages.jsonl` and `dir/meta.json` (created if missing). */
+  commitLog(dir: string, durability: Durability): Promise<CommitFloor>;
+  /** Replaces `path` with `data` atomically (fsyncs under `"full"`). */
+  atomicReplace(path: string, data: Uint8Array, durability: Durability): Promise<void>;
+  /**
+   * Reads `length` bytes at `start` of `path`, hashes them with native SHA-256 and `JSON.parse`s
+   * every line. Returns the number of lines.
+   */
+  readAndParse(path: string, start: number, length: number): Promise<number>;
+  /** One positioned read of `length` bytes at `offset`, then `JSON.parse` of each line. */
+  readRange(path: string, offset: number, length: number): Promise<number>;
+  /**
+   * Writes `files` into a new `stagingDir`, fsyncs them and the directory, renames it to
+   * `finalDir` and fsyncs the parent (no fsyncs under `"ordered"`).
+   */
+  stagedPublish(
+    stagingDir: string,
+    finalDir: string,
+    files: readonly StagedFile[],
+    durability: Durability,
+  ): Promise<void>;
+  /** Removes `path` and everything below it. */
+  removeTree(path: string): Promise<void>;
+  /**
+   * Lists the session directories of `collection` (names not starting with `.`) and reads and
+   * parses each one's meta.json; with `full`, also reads, hashes and parses each one's
+   * messages.jsonl. Eight sessions at a time. Returns the number of sessions.
+   */
+  listCollection(collection: string, full: boolean): Promise<number>;
+  /**
+   * The single filesystem calls a commit is made of, as measurable subjects working in `dir`
+   * (when the floors run on a real runtime), so the report can show what each costs on this disk.
+   */
+  primitives?(dir: string): Promise<DiskPrimitives>;
+}
+
+/** Single filesystem calls to measure, and how to release what they hold. */
+export interface DiskPrimitives {
+  /** Each call, named. */
+  readonly subjects: readonly { readonly name: string; readonly subject: Subject }[];
+  /** Closes held handles. */
+  close(): Promise<void>;
+}
+
+/** Runs `task` over `items`, `limit` at a time. */
+export async function eachLimited<T>(
+  items: readonly T[],
+  limit: number,
+  task: (item: T) => Promise<unknown>,
+): Promise<void> {
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < items.length) await task(items[next++] as T);
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+}
+
+const decoder = new TextDecoder();
+
+/** `JSON.parse`s every newline-terminated line of `text`; returns the line count. */
+export function parseLines(text: string): number {
+  let count = 0;
+  let start = 0;
+  for (;;) {
+    const end = text.indexOf("\n", start);
+    if (end < 0) break;
+    JSON.parse(text.slice(start, end));
+    count++;
+    start = end + 1;
+  }
+  return count;
+}
+
+/** Bytes read at a time by the streaming floors (as the store reads the committed range). */
+export const FLOOR_CHUNK = 4 * 1024 * 1024;
+
+/**
+ * Reads `length` bytes at `start` in `FLOOR_CHUNK` pieces through `read`, feeds every piece to
+ * `hash`, decodes each run of complete lines once and `JSON.parse`s every line. Returns the
+ * number of lines.
+ */
+export async function streamLines(
+  read: (offset: number, length: number) => Promise<Uint8Array>,
+  start: number,
+  length: number,
+  hash: (bytes: Uint8Array) => void,
+): Promise<number> {
+  let count = 0;
+  let carry: Uint8Array | undefined;
+  for (let position = 0; position < length; position += FLOOR_CHUNK) {
+    const chunk = await read(start + position, Math.min(FLOOR_CHUNK, length - position));
+    hash(chunk);
+    const last = chunk.lastIndexOf(10);
+    if (last < 0) {
+      carry = carry === undefined ? chunk : concat(carry, chunk);
+      continue;
+    }
+    const lines = chunk.subarray(0, last + 1);
+    count += parseLines(decoder.decode(carry === undefined ? lines : concat(carry, lines)));
+    carry = chunk.subarray(last + 1);
+  }
+  return count;
+}
+
+let tempCounter = 0;
+
+/** A temp name beside `path` for the floors' atomic replace. */
+export function floorTempName(path: string): string {
+  tempCounter++;
+  return `${path}.floor${tempCounter}.tmp`;
+}
+
+/** Floors done through the `FileSystem` port (the memory adapter's own "runtime calls"). */
+export function portFloors(fs: FileSystem, sha256: Sha256Factory): Floors {
+  const replace = async (path: string, data: Uint8Array, durability: Durability) => {
+    const temp = floorTempName(path);
+    const handle = await fs.open(temp, { createNew: true, write: true, mode: 0o600 });
+    await handle.write(data);
+    if (durability === "full") await handle.sync();
+    await handle.close();
+    await fs.rename(temp, path);
+    if (durability === "full") await fs.syncDir(dirname(path));
+  };
+  return {
+    name: "FileSystem port",
+    async commitLog(dir, durability) {
+      const log = await fs.open(join(dir, "messages.jsonl"), { append: true, create: true });
+      const meta = join(dir, "meta.json");
+      return {
+        async commit(line, bytes) {
+          await log.write(line);
+          if (durability === "full") await log.sync();
+          await replace(meta, bytes, durability);
+        },
+        close: () => log.close(),
+      };
+    },
+    atomicReplace: replace,
+    async readAndParse(path, start, length) {
+      const handle = await fs.open(path);
+      try {
+        const hash = sha256();
+        const lines = await streamLines(
+          (offset, size) => handle.read(offset, size),
+          start,
+          length,
+          (bytes) => hash.update(bytes),
+        );
+        hash.digestHex();
+        return lines;
+      } finally {
+        await handle.close();
+      }
+    },
+    async readRange(path, offset, length) {
+      const handle = await fs.open(path);
+      const bytes = await handle.read(offset, length);
+      await handle.close();
+      return parseLines(decoder.decode(bytes));
+    },
+    async stagedPublish(stagingDir, finalDir, files, durability) {
+      await fs.mkdir(stagingDir, { mode: 0o700 });
+      for (const file of files) {
+        const handle = await fs.open(join(stagingDir, file.name), {
+          createNew: true,
+          write: true,
+          mode: 0o600,
+        });
+        await handle.write(file.data);
+        if (durability === "full") await handle.sync();
+        await handle.close();
+      }
+      if (durability === "full") await fs.syncDir(stagingDir);
+      await fs.rename(stagingDir, finalDir);
+      if (durability === "full") await fs.syncDir(dirname(finalDir));
+    },
+    removeTree: (path) => fs.remove(path, { recursive: true }),
+    async listCollection(collection, full) {
+      const names = (await fs.readDir(collection))
+        .filter((entry) => entry.kind === "directory" && !entry.name.startsWith("."))
+        .map((entry) => entry.name);
+      await eachLimited(names, 8, async (name) => {
+        JSON.parse(decoder.decode(await fs.readFile(join(collection, name, "meta.json"))));
+        if (full) {
+          const bytes = await fs.readFile(join(collection, name, "messages.jsonl"));
+          sha256().update(bytes).digestHex();
+          parseLines(decoder.decode(bytes));
+        }
+      });
+      return names.length;
+    },
+  };
+}

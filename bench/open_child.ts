@@ -1,0 +1,40 @@
+/**
+ * A child process for the memory figures: opens one session (full validation, read-only) with
+ * the Node adapter and native hashing, then prints its peak resident memory (`VmHWM`) as JSON.
+ * With `--baseline` it loads the same modules and opens nothing.
+ *
+ * Usage: `deno run -A bench/open_child.ts <session-dir | --baseline>` (or `node --import tsx`).
+ *
+ * @module
+ */
+import { readFileSync } from "node:fs";
+import process from "node:process";
+import { SessionStore } from "../mod.ts";
+import { nodeFs, nodeSha256 } from "../adapters/node.ts";
+import { runMain } from "./runtime.ts";
+
+function statusKb(field: string): number {
+  const status = readFileSync("/proc/self/status", "utf8");
+  const match = new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(status);
+  return match === null ? NaN : Number(match[1]);
+}
+
+async function main(): Promise<void> {
+  const target = process.argv[2];
+  let messages = 0;
+  if (target !== undefined && target !== "--baseline") {
+    const store = new SessionStore({
+      fs: nodeFs(),
+      sha256: nodeSha256,
+      agentDir: "/nonexistent-agent-dir",
+    });
+    const session = await store.open(target, { readOnly: true });
+    messages = session.getStorageInfo()?.messageCount ?? 0;
+    await session.close();
+  }
+  process.stdout.write(
+    JSON.stringify({ peakKb: statusKb("VmHWM"), rssKb: statusKb("VmRSS"), messages }),
+  );
+}
+
+runMain(main);
