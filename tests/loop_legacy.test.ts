@@ -210,17 +210,22 @@ test("leading and trailing blank lines, CRLF and a header-only file are read lik
   assert.equal(opened.getStorageInfo()?.bytes, 0);
 });
 
-test("non-canonical JSON lines are re-serialized; the generation covers the written bytes", async () => {
+test("non-canonical JSON lines keep their bytes; the generation covers them and saves append", async () => {
   const message = user("spaced");
   const spaced = JSON.stringify(message, null, 0).replace(/,"/g, ', "');
   const { fs, store } = await setup(JSON.stringify(header()) + "\n" + spaced + "\n");
   const session = await store.open(LEGACY);
   assert.deepEqual(session.messages, [message]);
-  await session.close();
   const log = await fs.readFile(`${DIR}/messages.jsonl`);
-  assert.equal(decoder.decode(log), JSON.stringify(message) + "\n");
+  assert.equal(decoder.decode(log), spaced + "\n");
   const meta = JSON.parse(decoder.decode(await fs.readFile(`${DIR}/meta.json`)));
   assert.equal(meta.generation, sha256Hex(log));
+  // The unchanged message is not mistaken for an edit: the next save appends.
+  await session.commit([...session.messages, user("next")]);
+  const after = JSON.parse(decoder.decode(await fs.readFile(`${DIR}/meta.json`)));
+  assert.equal(after.start, 0);
+  assert.equal(after.messageCount, 2);
+  await session.close();
 });
 
 test("a history larger than one read chunk streams through migration intact", async () => {

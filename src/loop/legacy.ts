@@ -64,7 +64,6 @@ const READ_CHUNK = 4 * 1024 * 1024;
 const WRITE_BATCH = 4 * 1024 * 1024;
 
 const decoder = new TextDecoder("utf-8", { ignoreBOM: true });
-const encoder = new TextEncoder();
 const NEWLINE = 10;
 
 /** The session id of a legacy file name `<id>.jsonl`, or undefined for any other name. */
@@ -415,10 +414,14 @@ class StagedLog implements MessageSink {
     });
   }
 
-  message(message: Message, text: string, bytes: Uint8Array, index: number): void {
-    const line = JSON.stringify(message);
-    // Lines written by the version-2 writer are already in this form: reuse their bytes.
-    const out = line === text ? bytes : encoder.encode(line);
+  message(message: Message, _text: string, bytes: Uint8Array, index: number): void {
+    // The validated line's own bytes are kept when they are one bare JSON object (the
+    // version-2 writer's output): the session manager compares messages by value, not by byte
+    // layout, and re-serializing 50 MB would cost as much as parsing it. A line with surrounding
+    // whitespace (CRLF files) is written in canonical form.
+    const out = bytes[0] === 0x7b && bytes[bytes.length - 1] === 0x7d
+      ? bytes
+      : new TextEncoder().encode(JSON.stringify(message));
     if (message.role === "user") this.rounds.push({ messageIndex: index, byteOffset: this.bytes });
     this.#pieces.push(out);
     this.#pending += out.length + 1;
