@@ -428,7 +428,7 @@ export interface CommittedLine {
 export interface CommittedRangeOptions {
   /** The SHA-256 factory used to verify the generation. */
   readonly sha256: Sha256Factory;
-  /** Bytes read at a time; bounds memory for huge histories. */
+  /** Bytes read at a time (default 1 MiB); bounds memory for huge histories. */
   readonly chunkSize?: number;
 }
 
@@ -467,7 +467,7 @@ export async function forEachCommittedLine(
     checkGeneration(hash, meta, file);
     return { hash, lines: 0 };
   }
-  const chunkSize = options.chunkSize ?? 4 * 1024 * 1024;
+  const chunkSize = options.chunkSize ?? 1024 * 1024;
   const handle = await openMessages(fs, file);
   let lines = 0;
   try {
