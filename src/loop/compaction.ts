@@ -26,7 +26,7 @@
  * @module
  */
 import { NotFound } from "../port/errors.ts";
-import { PRIVATE_DIR_MODE, PRIVATE_FILE_MODE } from "../port/durable.ts";
+import { PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, writeNewFile } from "../port/durable.ts";
 import { basename, dirname, join } from "../port/path.ts";
 import { CorruptSessionError, SessionFormatError } from "./errors.ts";
 import {
@@ -76,21 +76,6 @@ async function sizeOf(context: StoreContext, path: string): Promise<number> {
     if (error instanceof NotFound) return 0;
     throw error;
   }
-}
-
-async function writeNewFile(context: StoreContext, path: string, data: Uint8Array): Promise<void> {
-  const handle = await context.fs.open(path, {
-    createNew: true,
-    write: true,
-    mode: PRIVATE_FILE_MODE,
-  });
-  try {
-    await handle.write(data);
-    if (context.durability === "full") await handle.sync();
-  } finally {
-    await handle.close();
-  }
-  await context.fs.chmod(path, PRIVATE_FILE_MODE);
 }
 
 /** Splits byte chunks into lines, tracking each line's offset (relative to the first chunk). */
@@ -270,9 +255,11 @@ export async function compactSession(
       await fs.chmod(session, PRIVATE_DIR_MODE);
       const rounds = await copyCommitted(context, dir, meta, join(session, MESSAGES_FILE), known);
       const compacted: StorageMeta = { ...meta, start: 0 };
-      await writeNewFile(context, join(session, META_FILE), encodeStorageMeta(compacted));
+      await writeNewFile(context.fs, join(session, META_FILE), encodeStorageMeta(compacted), {
+        durability: context.durability,
+      });
       await writeNewFile(
-        context,
+        context.fs,
         join(session, INDEX_FILE),
         encodeRoundIndex({
           format: INDEX_FORMAT,
@@ -283,6 +270,7 @@ export async function compactSession(
           messageCount: meta.messageCount,
           rounds,
         }),
+        { durability: context.durability },
       );
       if (context.durability === "full") {
         await fs.syncDir(session);

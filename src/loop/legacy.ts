@@ -23,7 +23,7 @@
  */
 import type { FileHandle, FileSystem } from "../port/fs.ts";
 import { NotFound } from "../port/errors.ts";
-import { PRIVATE_DIR_MODE, PRIVATE_FILE_MODE } from "../port/durable.ts";
+import { PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, writeNewFile } from "../port/durable.ts";
 import { basename, dirname, join } from "../port/path.ts";
 import { SessionCwdError, SessionFormatError } from "./errors.ts";
 import {
@@ -468,21 +468,6 @@ class StagedLog implements MessageSink {
   }
 }
 
-async function writeNewFile(context: StoreContext, path: string, data: Uint8Array): Promise<void> {
-  const handle = await context.fs.open(path, {
-    createNew: true,
-    write: true,
-    mode: PRIVATE_FILE_MODE,
-  });
-  try {
-    await handle.write(data);
-    if (context.durability === "full") await handle.sync();
-  } finally {
-    await handle.close();
-  }
-  await context.fs.chmod(path, PRIVATE_FILE_MODE);
-}
-
 /**
  * Migrates the legacy session file `legacyPath` to `<collection>/<id>/` (see the module doc).
  * The legacy file must be a regular file named `<id>.jsonl` whose header id is `<id>`; the
@@ -536,9 +521,11 @@ export async function migrateLegacySession(
       bytes: log.bytes,
       messageCount: scan.messageCount,
     };
-    await writeNewFile(context, join(staging, META_FILE), encodeStorageMeta(meta));
+    await writeNewFile(context.fs, join(staging, META_FILE), encodeStorageMeta(meta), {
+      durability: context.durability,
+    });
     await writeNewFile(
-      context,
+      context.fs,
       join(staging, INDEX_FILE),
       encodeRoundIndex({
         format: INDEX_FORMAT,
@@ -549,6 +536,7 @@ export async function migrateLegacySession(
         messageCount: scan.messageCount,
         rounds: log.rounds,
       }),
+      { durability: context.durability },
     );
     if (context.durability === "full") await fs.syncDir(staging);
     await fs.rename(staging, dir);

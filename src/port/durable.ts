@@ -144,6 +144,36 @@ async function ensureDirExists(
   if (durability === "full") await fs.syncDir(parent);
 }
 
+/** Options of `writeNewFile`. */
+export interface WriteNewFileOptions {
+  /** Mode of the new file; default `0o600` (also set by chmod, in case of a umask). */
+  readonly mode?: number;
+  /** Durability; with `"full"` the file's bytes are fsynced (its directory entry is not). */
+  readonly durability?: Durability;
+}
+
+/**
+ * Creates `path` exclusively (failing with `AlreadyExists` when anything is there, a symlink
+ * included), writes `data`, fsyncs it under `"full"` durability, closes it and sets its mode.
+ * The caller makes the directory entry durable (a staged directory is synced as a whole).
+ */
+export async function writeNewFile(
+  fs: FileSystem,
+  path: string,
+  data: Uint8Array,
+  options: WriteNewFileOptions = {},
+): Promise<void> {
+  const mode = options.mode ?? PRIVATE_FILE_MODE;
+  const handle = await fs.open(path, { createNew: true, write: true, mode });
+  try {
+    await handle.write(data);
+    if ((options.durability ?? "full") === "full") await handle.sync();
+  } finally {
+    await handle.close();
+  }
+  await fs.chmod(path, mode);
+}
+
 /** Options of `durableAppend`. */
 export interface DurableAppendOptions {
   /** Mode of the file when created; default `0o600`. */

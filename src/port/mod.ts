@@ -43,4 +43,6 @@ export {
   type StagedPublishOptions,
   syncTree,
   tempNameFor,
+  writeNewFile,
+  type WriteNewFileOptions,
 } from "./durable.ts";

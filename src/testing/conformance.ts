@@ -3,7 +3,7 @@
  * adapter (memory, Node, Deno, or a user's own) and registers one test per check, so every
  * misbehaviour of an adapter is reported at once.
  *
- * The suite takes the test registrar as a parameter (`node:test`'s `test`, `Deno.test`, or any
+ * The suite takes the test registrar as a parameter (`node:test`'s `test`, Deno's `test` function, or any
  * function of the same shape) and asserts with its own `ConformanceFailure`, so it carries no
  * runtime import.
  *
@@ -44,7 +44,7 @@ export interface FileSystemFixture {
 }
 
 /**
- * Registers one test. Compatible with `test` from `node:test` and with `Deno.test`; the test
+ * Registers one test. Compatible with `test` from `node:test` and with Deno's `test` function; the test
  * function resolves when the check passes and rejects with the failure otherwise.
  */
 export type TestRegistrar = (name: string, fn: () => Promise<void>) => unknown;
@@ -53,7 +53,7 @@ export type TestRegistrar = (name: string, fn: () => Promise<void>) => unknown;
 export interface TestFileSystemOptions {
   /** The adapter's name, prefixed to every test name (`"nodeFs"`). */
   readonly name: string;
-  /** The test registrar (`test` from `node:test`, or `Deno.test`). */
+  /** The test registrar (`test` from `node:test`, or Deno's `test` function). */
   readonly test: TestRegistrar;
   /** Creates a fresh fixture for each check. */
   setup(): Promise<FileSystemFixture> | FileSystemFixture;
