@@ -23,8 +23,6 @@
  *
  * @module
  */
-import { createHash, type Hash } from "node:crypto";
-import process from "node:process";
 import type {
   DirEntry,
   EntryKind,
@@ -46,7 +44,8 @@ import {
   NotFound,
   PermissionDenied,
 } from "../src/port/errors.ts";
-import type { Sha256, Sha256Factory } from "../src/port/sha256.ts";
+import type { Sha256Factory } from "../src/port/sha256.ts";
+import { nodeProcessProbe, nodeSha256 } from "./node.ts";
 import type { ProcessProbe } from "../src/loop/lock.ts";
 
 /** Codes with which a platform refuses to open or fsync a directory (documented no-op). */
@@ -383,29 +382,12 @@ export function denoFs(): FileSystem {
   return new DenoFileSystem();
 }
 
-class NativeSha256 implements Sha256 {
-  readonly #hash: Hash;
-  constructor(hash: Hash) {
-    this.#hash = hash;
-  }
-  update(data: Uint8Array): Sha256 {
-    this.#hash.update(data);
-    return this;
-  }
-  clone(): Sha256 {
-    return new NativeSha256(this.#hash.copy());
-  }
-  digestHex(): string {
-    return this.#hash.copy().digest("hex");
-  }
-}
-
 /**
  * Native incremental SHA-256 for Deno. Deno implements `node:crypto` natively, so this uses
  * `createHash("sha256")` (cloned with `copy()`), which is much faster than the portable
  * pure-TypeScript default on large histories.
  */
-export const denoSha256: Sha256Factory = (): Sha256 => new NativeSha256(createHash("sha256"));
+export const denoSha256: Sha256Factory = nodeSha256;
 
 /**
  * The process probe of the Deno adapter, for cross-process session locks
@@ -417,20 +399,5 @@ export const denoSha256: Sha256Factory = (): Sha256 => new NativeSha256(createHa
  * @returns A probe of this process and host.
  */
 export function denoProcessProbe(): ProcessProbe {
-  return { pid: Deno.pid, host: Deno.hostname(), isAlive: isProcessAlive };
-}
-
-/** True when a process with `pid` exists on this host (signal 0 sends nothing). */
-function isProcessAlive(pid: number): boolean {
-  // 0 and negative pids address process groups, never one process.
-  if (!Number.isSafeInteger(pid) || pid <= 0) return false;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    const code = codeOf(error);
-    if (code === "EPERM") return true;
-    if (code === "ESRCH") return false;
-    throw mapError(error, "kill", String(pid));
-  }
+  return { pid: Deno.pid, host: Deno.hostname(), isAlive: nodeProcessProbe().isAlive };
 }
