@@ -500,14 +500,7 @@ export class SessionManager {
     promptTimings?: readonly PromptTiming[],
     context?: CommitContext,
   ): Promise<void> {
-    if (!Array.isArray(messages)) {
-      return Promise.reject(
-        new SessionFormatError("Invalid session messages: expected an array", {
-          path: "messages",
-          value: messages,
-        }),
-      );
-    }
+    if (!Array.isArray(messages)) return Promise.reject(notAnArray(messages));
     const at = this.#context.now();
     if (this.#canPrepareNow()) {
       // Nothing is queued: validate and serialize now, so the caller may reuse its array at once
@@ -558,14 +551,7 @@ export class SessionManager {
     promptTimings?: readonly PromptTiming[],
     context?: CommitContext,
   ): Promise<void> {
-    if (!Array.isArray(messages)) {
-      return Promise.reject(
-        new SessionFormatError("Invalid session messages: expected an array", {
-          path: "messages",
-          value: messages,
-        }),
-      );
-    }
+    if (!Array.isArray(messages)) return Promise.reject(notAnArray(messages));
     if (this.#committed.meta === undefined) {
       // A draft has no saved history to append to yet: save it whole.
       return this.commit([...this.messages, ...messages], runtimeContexts, promptTimings, context);
@@ -1403,6 +1389,14 @@ export function pageBounds(
   }
   const first = k - DEFAULT_PAGE_ROUNDS;
   return [first <= 0 ? 0 : roundStart(first), end];
+}
+
+/** The error for a history argument that is not an array. */
+function notAnArray(messages: unknown): SessionFormatError {
+  return new SessionFormatError("Invalid session messages: expected an array", {
+    path: "messages",
+    value: messages,
+  });
 }
 
 /** The later of two ISO times (a retried save never moves `updatedAt` backwards). */

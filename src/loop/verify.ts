@@ -29,6 +29,7 @@ import {
   validateSystemPromptCheckpoints,
 } from "./records/mod.ts";
 import {
+  concat,
   encodeRoundIndex,
   encodeStorageMeta,
   INDEX_FILE,
@@ -151,7 +152,7 @@ async function scanRange(
       const chunk = await handle.read(position, Math.min(chunkSize, end - position));
       if (chunk.length === 0) break;
       hash.update(chunk);
-      const data = carry.length === 0 ? chunk : join2(carry, chunk);
+      const data = carry.length === 0 ? chunk : concat(carry, chunk);
       const dataOffset = carry.length === 0 ? position - meta.start : carryOffset;
       let lineStart = 0;
       for (;;) {
@@ -208,13 +209,6 @@ async function scanRange(
     lines,
     fileSize,
   };
-}
-
-function join2(a: Uint8Array, b: Uint8Array): Uint8Array {
-  const out = new Uint8Array(a.length + b.length);
-  out.set(a, 0);
-  out.set(b, a.length);
-  return out;
 }
 
 /**

@@ -68,24 +68,7 @@ export const CONFORMANCE_CHECK_NAMES: readonly string[] = CHECKS.map((c) => c.na
  *
  * @param options The adapter's name, the test registrar and the fixture factory.
  *
- * @example Running the suite over the in-memory adapter with `node:test`
- * ```ts ignore
- * import { test } from "node:test";
- * import { MemoryFs } from "@loop/sessions/memory";
- * import { testFileSystem } from "@loop/sessions/testing";
- *
- * let next = 0;
- * testFileSystem({
- *   name: "MemoryFs",
- *   test,
- *   async setup() {
- *     const fs = new MemoryFs();
- *     const root = `/conformance-${next++}`;
- *     await fs.mkdir(root);
- *     return { fs, root, cleanup: () => fs.remove(root, { recursive: true }) };
- *   },
- * });
- * ```
+ * See the `@loop/sessions/testing` entry point for examples with `node:test` and without a runner.
  */
 export function testFileSystem(options: TestFileSystemOptions): void {
   for (const entry of CHECKS) {
