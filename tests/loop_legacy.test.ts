@@ -1,5 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import fc from "fast-check";
 import { MemoryFs } from "../adapters/memory.ts";
 import { sha256Hex } from "../src/port/sha256.ts";
 import {
@@ -226,6 +227,62 @@ test("non-canonical JSON lines keep their bytes; the generation covers them and 
   assert.equal(after.start, 0);
   assert.equal(after.messageCount, 2);
   await session.close();
+});
+
+test("migration keeps each bare line's bytes and writes any other line canonically", async () => {
+  // Any mix of line forms, and a last line with or without its newline: messages.jsonl holds
+  // exactly the bare lines' own bytes or the canonical form, the generation and the rounds match.
+  const unicode = conversation(6);
+  // Pure ASCII too: then every byte is one character and lines are found in the text alone.
+  const ascii = JSON.parse(JSON.stringify(unicode).replace(/[^\x00-\x7f]/g, "?")) as Message[];
+  const form = fc.constantFrom("bare", "spaced", "crlf", "leading space");
+  await fc.assert(
+    fc.asyncProperty(
+      fc.array(form, { minLength: unicode.length, maxLength: unicode.length }),
+      fc.boolean(),
+      fc.boolean(),
+      async (forms, lastNewline, isAscii) => {
+        const history = isAscii ? ascii : unicode;
+        const lines = history.map((message, i) => {
+          const json = JSON.stringify(message);
+          switch (forms[i]) {
+            case "spaced":
+              return { text: json.replace(/,"/g, ', "'), stored: json.replace(/,"/g, ', "') };
+            case "crlf":
+              return { text: json + "\r", stored: json };
+            case "leading space":
+              return { text: " " + json, stored: json };
+            default:
+              return { text: json, stored: json };
+          }
+        });
+        // A spaced line is still one bare object: its bytes are kept as they are.
+        let text = JSON.stringify(header()) + "\n" + lines.map((l) => l.text).join("\n");
+        if (lastNewline) text += "\n";
+        const { fs, store } = await setup(text);
+        const session = await store.open(LEGACY);
+        assert.deepEqual(session.messages, history);
+        await session.close();
+        const log = await fs.readFile(`${DIR}/messages.jsonl`);
+        const expected = lines.map((l) => l.stored + "\n").join("");
+        assert.equal(decoder.decode(log), expected);
+        const meta = JSON.parse(decoder.decode(await fs.readFile(`${DIR}/meta.json`)));
+        assert.equal(meta.generation, sha256Hex(log));
+        assert.equal(meta.bytes, log.length);
+        const index = JSON.parse(decoder.decode(await fs.readFile(`${DIR}/index.json`)));
+        for (const round of index.rounds as { messageIndex: number; byteOffset: number }[]) {
+          const at = expected.split("\n").slice(0, round.messageIndex).join("\n").length;
+          assert.equal(
+            round.byteOffset,
+            round.messageIndex === 0 ? 0 : encoder.encode(
+              expected.slice(0, at + 1),
+            ).length,
+          );
+        }
+      },
+    ),
+    { numRuns: 40 },
+  );
 });
 
 test("a history larger than one read chunk streams through migration intact", async () => {

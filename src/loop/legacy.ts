@@ -9,9 +9,10 @@
  * (`SessionCwdError`), then every message and the metadata that depends on the history.
  *
  * **Migration** (`migrateLegacySession`) validates the file completely while streaming it, once,
- * in chunks: each message is re-serialized exactly like `SessionManager` writes it
- * (`JSON.stringify(message)` and `\n`), hashed incrementally into the generation, and written to
- * `messages.jsonl` in a private staging directory `<collection>/.staging-<id>-<random>` beside
+ * in chunks: a line that is one bare JSON object keeps its own bytes, any other line (surrounding
+ * whitespace, a CRLF ending) is written the way `SessionManager` writes a message
+ * (`JSON.stringify(message)`); each is followed by `\n`, hashed incrementally into the
+ * generation, and written to `messages.jsonl` in a private staging directory `<collection>/.staging-<id>-<random>` beside
  * `meta.json` (start 0) and `index.json`. The staging directory is made durable and renamed to
  * `<collection>/<id>/`; the legacy file is never modified and stays as a backup. A crash at any
  * point leaves the legacy file intact and the published directory either absent or complete;
@@ -60,11 +61,47 @@ export const STAGING_PREFIX = ".staging-";
 
 /** Bytes read from a legacy file at a time. */
 const READ_CHUNK = 4 * 1024 * 1024;
-/** Output bytes gathered before one write to the staged log. */
-const WRITE_BATCH = 4 * 1024 * 1024;
+/** Output bytes gathered before they are written to the staged log. */
+const WRITE_BATCH = 1024 * 1024;
+/** Output pieces smaller than this are copied together into one write. */
+const SMALL_PIECE = 64 * 1024;
 
 const decoder = new TextDecoder("utf-8", { ignoreBOM: true });
 const NEWLINE = 10;
+const NEWLINE_BYTES = new Uint8Array([NEWLINE]);
+const encoder = new TextEncoder();
+
+/** `pieces` as writes: runs of small pieces copied together, large pieces as they are. */
+function coalesce(pieces: readonly Uint8Array[]): Uint8Array[] {
+  const writes: Uint8Array[] = [];
+  let group: Uint8Array[] = [];
+  let groupLength = 0;
+  const close = (): void => {
+    if (group.length === 1) writes.push(group[0] as Uint8Array);
+    else if (group.length > 1) {
+      const out = new Uint8Array(groupLength);
+      let offset = 0;
+      for (const piece of group) {
+        out.set(piece, offset);
+        offset += piece.length;
+      }
+      writes.push(out);
+    }
+    group = [];
+    groupLength = 0;
+  };
+  for (const piece of pieces) {
+    if (piece.length >= SMALL_PIECE) {
+      close();
+      writes.push(piece);
+    } else {
+      group.push(piece);
+      groupLength += piece.length;
+    }
+  }
+  close();
+  return writes;
+}
 
 /** The session id of a legacy file name `<id>.jsonl`, or undefined for any other name. */
 export function legacySessionId(name: string): string | undefined {
@@ -188,10 +225,13 @@ function parseLine(text: string, file: string, path: string): unknown {
   }
 }
 
-/** Receives each message of a legacy file, in order, with its decoded line. */
+/** Receives each message of a legacy file, in order, with where its line lies. */
 interface MessageSink {
-  /** Called for every message; `bytes` is the raw line (without the newline). */
-  message(message: Message, text: string, bytes: Uint8Array, index: number): void;
+  /**
+   * Called for every message; its raw line is `chunk.subarray(start, end)` (without the newline,
+   * which is `chunk[end]` unless the line ends the file).
+   */
+  message(message: Message, chunk: Uint8Array, start: number, end: number, index: number): void;
   /** Called after every chunk (for batched writes). */
   flush(): Promise<void>;
 }
@@ -229,14 +269,20 @@ async function scanLegacy(
       if (batch === undefined) break;
       const chunk = batch.bytes;
       const chunkText = batch.text;
+      // Every byte decoded to one UTF-16 unit (ASCII, or an invalid byte to U+FFFD): the text's
+      // newlines are at the same offsets as the bytes', so the bytes need no second search.
+      const aligned = chunk.length === chunkText.length;
       let byteAt = 0;
       let textAt = 0;
       while (byteAt < chunk.length) {
-        let byteEnd = chunk.indexOf(NEWLINE, byteAt);
-        if (byteEnd < 0) byteEnd = chunk.length;
         let textEnd = chunkText.indexOf("\n", textAt);
         if (textEnd < 0) textEnd = chunkText.length;
-        const bytes = chunk.subarray(byteAt, byteEnd);
+        let byteEnd = textEnd;
+        if (!aligned) {
+          byteEnd = chunk.indexOf(NEWLINE, byteAt);
+          if (byteEnd < 0) byteEnd = chunk.length;
+        }
+        const lineStart = byteAt;
         const text = chunkText.slice(textAt, textEnd);
         byteAt = byteEnd + 1;
         textAt = textEnd + 1;
@@ -291,7 +337,7 @@ async function scanLegacy(
             if (candidate !== undefined && candidate.text !== "") title = candidate;
           }
         }
-        sink?.message(message, text, bytes, index);
+        sink?.message(message, chunk, lineStart, byteEnd, index);
         index++;
       }
       await sink?.flush();
@@ -392,8 +438,11 @@ class StagedLog implements MessageSink {
   readonly #path: string;
   #handle: FileHandle | undefined;
   readonly #hash;
+  /** Output pieces not yet written, newlines included. */
   #pieces: Uint8Array[] = [];
   #pending = 0;
+  /** Consecutive verbatim lines of one chunk, gathered as one piece: `chunk[start..end)`. */
+  #run: { chunk: Uint8Array; start: number; end: number } | undefined;
   /** The write in flight: the next batch is prepared while it runs. */
   #writing: Promise<void> = Promise.resolve();
   /** Bytes written or pending so far: the offset of the next line. */
@@ -414,34 +463,56 @@ class StagedLog implements MessageSink {
     });
   }
 
-  message(message: Message, _text: string, bytes: Uint8Array, index: number): void {
+  message(message: Message, chunk: Uint8Array, start: number, end: number, index: number): void {
+    if (message.role === "user") this.rounds.push({ messageIndex: index, byteOffset: this.bytes });
     // The validated line's own bytes are kept when they are one bare JSON object (the
     // version-2 writer's output): the session manager compares messages by value, not by byte
-    // layout, and re-serializing 50 MB would cost as much as parsing it. A line with surrounding
-    // whitespace (CRLF files) is written in canonical form.
-    const out = bytes[0] === 0x7b && bytes[bytes.length - 1] === 0x7d
-      ? bytes
-      : new TextEncoder().encode(JSON.stringify(message));
-    if (message.role === "user") this.rounds.push({ messageIndex: index, byteOffset: this.bytes });
+    // layout, and re-serializing 50 MB would cost as much as parsing it. Consecutive such lines
+    // are written straight from the chunk they were read in, newlines and all, without a copy. A
+    // line with surrounding whitespace (CRLF files) is written in canonical form.
+    if (end > start && chunk[start] === 0x7b && chunk[end - 1] === 0x7d) {
+      const run = this.#run;
+      if (run !== undefined && run.chunk === chunk && run.end + 1 === start) run.end = end;
+      else {
+        this.#closeRun();
+        this.#run = { chunk, start, end };
+      }
+      this.#pending += end - start + 1;
+      this.bytes += end - start + 1;
+      return;
+    }
+    this.#closeRun();
+    const out = encoder.encode(JSON.stringify(message) + "\n");
     this.#pieces.push(out);
-    this.#pending += out.length + 1;
-    this.bytes += out.length + 1;
+    this.#pending += out.length;
+    this.bytes += out.length;
+  }
+
+  #closeRun(): void {
+    const run = this.#run;
+    if (run === undefined) return;
+    this.#run = undefined;
+    if (run.end < run.chunk.length) {
+      // The newline after the run's last line is in the chunk.
+      this.#pieces.push(run.chunk.subarray(run.start, run.end + 1));
+    } else {
+      this.#pieces.push(run.chunk.subarray(run.start, run.end), NEWLINE_BYTES);
+    }
   }
 
   async flush(force = false): Promise<void> {
+    this.#closeRun();
     if (this.#pending === 0 || (!force && this.#pending < WRITE_BATCH)) return;
-    const batch = new Uint8Array(this.#pending);
-    let offset = 0;
-    for (const piece of this.#pieces) {
-      batch.set(piece, offset);
-      offset += piece.length;
-      batch[offset++] = NEWLINE;
-    }
+    const pieces = this.#pieces;
     this.#pieces = [];
     this.#pending = 0;
-    this.#hash.update(batch);
+    const writes = coalesce(pieces);
+    for (const piece of writes) this.#hash.update(piece);
     await this.#writing;
-    const writing = (this.#handle as FileHandle).write(batch);
+    const handle = this.#handle as FileHandle;
+    const writing = (async () => {
+      for (const piece of writes) await handle.write(piece);
+    })();
     writing.catch(() => undefined); // awaited by the next flush or finish
     this.#writing = writing;
   }
