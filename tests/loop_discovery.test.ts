@@ -1,5 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import fc from "fast-check";
 import { MemoryFs } from "../adapters/memory.ts";
 import type { FileHandle, FileSystem } from "../src/port/fs.ts";
 import {
@@ -11,6 +12,7 @@ import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { comparePinnedFirst, compareSessions, type SessionInfo } from "../src/loop/discovery.ts";
+import { encodeRoundIndex, indexSizeBound } from "../src/loop/storage.ts";
 import { assistant, conversation, user } from "./_fixtures.ts";
 
 const CWD = "/work/project";
@@ -692,4 +694,57 @@ test("fast listing of a large index that lags, or whose head lies, still counts 
   );
   const lying = await store.list(CWD, undefined, { fast: true });
   assert.equal(lying[0]?.userMessageCount, 2501);
+});
+
+test("fast listing reads a small index.json in one call and a large one by its head", async () => {
+  const { fs, store, clock } = await setup();
+  const small = await saved(store, clock, conversation(20, "s"));
+  const big = await saved(store, clock, conversation(2500, "b"));
+  const calls: string[] = [];
+  const watched = new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (typeof value !== "function") return value;
+      return (...args: unknown[]) => {
+        const path = String(args[0]);
+        if (path.endsWith("/index.json")) calls.push(`${String(prop)} ${path}`);
+        return value.apply(target, args);
+      };
+    },
+  });
+  const listed = await new SessionStore({ fs: watched, agentDir: AGENT }).list(CWD, undefined, {
+    fast: true,
+  });
+  assert.deepEqual(listed.map((s) => s.userMessageCount).sort((a, b) => a - b), [20, 2500]);
+  assert.deepEqual(calls.sort(), [
+    `open ${big.getSessionPath()}/index.json`,
+    `readFile ${small.getSessionPath()}/index.json`,
+  ]);
+});
+
+test("indexSizeBound is never below the size of an index written for those counts", () => {
+  const state = fc.integer({ min: 1, max: 5000 }).chain((messageCount) =>
+    fc.record({
+      messageCount: fc.constant(messageCount),
+      bytes: fc.integer({ min: 2 * messageCount, max: Number.MAX_SAFE_INTEGER }),
+      users: fc.integer({ min: 0, max: messageCount }),
+    })
+  );
+  fc.assert(fc.property(state, ({ messageCount, bytes, users }) => {
+    // The worst case for those counts: the largest indices and offsets the range allows.
+    const rounds = Array.from({ length: users }, (_, i) => ({
+      messageIndex: messageCount - users + i,
+      byteOffset: bytes - 2 * (users - i),
+    }));
+    const encoded = encodeRoundIndex({
+      format: "loop-session-index",
+      version: 1,
+      generation: "f".repeat(64),
+      start: Number.MAX_SAFE_INTEGER,
+      bytes,
+      messageCount,
+      rounds,
+    });
+    assert.ok(encoded.length <= indexSizeBound(messageCount, bytes));
+  }));
 });

@@ -51,15 +51,20 @@
  * - **meta.json**: the header, the committed range and the message count are taken as stored;
  *   the messages and the checksum of the committed range are not verified while the index is
  *   used, and the recorded cwd is not checked to be a directory (the cwd filter resolves it).
- * - **index.json**, only when it matches meta.json (same generation, start, bytes and message
- *   count) **and** its rounds fit: strictly increasing message indices below the message count
- *   and strictly increasing byte offsets inside the range (so no more rounds than messages), at
- *   least two bytes per line between them (a line is never empty), and at least one round when
- *   there are messages. Then the number of rounds is taken as the user message count without
- *   reading the log.
+ * - **index.json's head**: the counts at its start (generation, start, bytes, message count,
+ *   round count) and its first round, only when the counts match meta.json (same generation,
+ *   start, bytes and message count) **and** fit: no more rounds than messages, at least one round
+ *   when there are messages, at least two bytes per line (a line is never empty), and the first
+ *   round given. Then the round count is taken as the user message count without reading the
+ *   log. The rounds after the first are not read by a listing (a page read checks the whole index
+ *   before it uses it), so listing reads the same few bytes of index.json whatever the history's
+ *   length: a small index in one call, a large one by its first 4 KiB.
  * - **the rounds' lines**, read only for a fallback title (no stored title, none cached for the
- *   generation): in order until one yields a title, each must start a line (offset 0, or the byte
- *   before it is `"\n"`), end inside the committed range and parse as a user message.
+ *   generation): the first round's line must start a line (offset 0, or the byte before it is
+ *   `"\n"`), end inside the committed range and parse as a user message; when it yields no title,
+ *   the whole index is read and checked (strictly increasing message indices below the message
+ *   count, strictly increasing byte offsets inside the range, the lines fitting between them) and
+ *   the later rounds' lines are read in order, with the same checks, until one yields a title.
  *
  * Any inconsistency found on the way makes that session fall back to a scan of its committed
  * range (read-only, checksum verified) for its counts and title: a damaged index never causes a
@@ -94,7 +99,7 @@ import {
   indexMatches,
   MESSAGES_FILE,
   META_FILE,
-  readIndexHead,
+  readListingIndex,
   readRoundIndex,
   readStorageMeta,
   type RoundEntry,
@@ -586,14 +591,13 @@ export async function fastSummary(
   titles?: FallbackTitleCache,
 ): Promise<Summary> {
   const fs = context.fs;
-  // Both files are read at once; a missing or unusable index is just not used.
-  const [meta, indexRead] = await Promise.all([
-    readStorageMeta(fs, dir),
-    readIndexHead(fs, dir),
-  ]);
+  const meta = await readStorageMeta(fs, dir);
   if (meta.messageCount === 0) {
     return { header: meta.header, messageCount: 0, userMessageCount: 0, fallbackTitle: undefined };
   }
+  // The committed counts bound the index's size: a small one is read whole in one call, a large
+  // one by its head. A missing or unusable index is just not used.
+  const indexRead = await readListingIndex(fs, dir, meta);
   const cached = meta.header.title ? null : titles?.get(dir, meta.generation);
   const needTitle = !meta.header.title && cached === undefined;
   const summary = indexRead !== undefined && "head" in indexRead

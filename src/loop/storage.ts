@@ -245,9 +245,49 @@ export const INDEX_HEAD_LIMIT = 64 * 1024;
 const HEAD_BYTES = 4096;
 
 /**
- * Reads index.json for a listing: a small index (up to `INDEX_HEAD_LIMIT`) whole, a larger one
- * by its first bytes only (the counts and the first round), so reading the index costs the same
- * whatever the history's size. Undefined when the file is missing or not of this library's form.
+ * The largest index.json `encodeRoundIndex` can write for a committed range of `messageCount`
+ * messages in `bytes` bytes: its fixed fields and at most one round per message, each
+ * `{"messageIndex":…,"byteOffset":…},` with as many digits as those counts have.
+ */
+export function indexSizeBound(messageCount: number, bytes: number): number {
+  const digits = (n: number): number => String(n).length;
+  return 256 + messageCount * (32 + digits(messageCount) + digits(bytes));
+}
+
+/**
+ * Reads index.json for a listing of the committed state `meta`, as its head: the counts and the
+ * first round, which the canonical form puts first (a file not in that form is parsed whole).
+ * When an index of this library's form for that state fits in `INDEX_HEAD_LIMIT` (see
+ * `indexSizeBound`) the file is read in one call, otherwise by its first bytes
+ * (`readIndexHead`), so reading the index costs the same whatever the history's size. Undefined
+ * when the file is missing or not of this library's form.
+ */
+export async function readListingIndex(
+  fs: FileSystem,
+  dir: string,
+  meta: Pick<StorageMeta, "messageCount" | "bytes">,
+): Promise<{ readonly index: RoundIndex } | { readonly head: RoundIndexHead } | undefined> {
+  if (indexSizeBound(meta.messageCount, meta.bytes) > INDEX_HEAD_LIMIT) {
+    return await readIndexHead(fs, dir);
+  }
+  let bytes: Uint8Array;
+  try {
+    bytes = await fs.readFile(join(dir, INDEX_FILE));
+  } catch (error) {
+    if (error instanceof NotFound) return undefined;
+    throw error;
+  }
+  const text = new TextDecoder().decode(bytes);
+  const head = indexHeadOf(text);
+  if (head !== undefined) return { head };
+  const index = parseRoundIndexText(text);
+  return index === undefined ? undefined : { index };
+}
+
+/**
+ * Reads index.json by its first bytes: its counts and, when it lies in those bytes, its first
+ * round (the canonical form puts them first). A head not in the canonical form makes the whole
+ * file be read and parsed. Undefined when the file is missing or not of this library's form.
  */
 export async function readIndexHead(
   fs: FileSystem,
@@ -261,41 +301,42 @@ export async function readIndexHead(
     throw error;
   }
   try {
-    const size = (await handle.stat()).size;
-    if (size <= INDEX_HEAD_LIMIT) {
-      const index = parseRoundIndexText(new TextDecoder().decode(await handle.read(0, size)));
-      return index === undefined ? undefined : { index };
-    }
-    const text = new TextDecoder().decode(await handle.read(0, HEAD_BYTES));
-    const head = INDEX_HEAD.exec(text);
-    if (head === null) {
-      const index = parseRoundIndexText(new TextDecoder().decode(await handle.read(0, size)));
-      return index === undefined ? undefined : { index };
-    }
-    let firstRound: RoundEntry | undefined;
-    const at = head[0].length;
-    if (text.startsWith(ROUND_KEY, at)) {
-      const messageIndex = readCount(text, at + ROUND_KEY.length);
-      if (messageIndex !== undefined && text.startsWith(OFFSET_KEY, messageIndex[1])) {
-        const byteOffset = readCount(text, messageIndex[1] + OFFSET_KEY.length);
-        if (byteOffset !== undefined && text.charCodeAt(byteOffset[1]) === 125 /* } */) {
-          firstRound = { messageIndex: messageIndex[0], byteOffset: byteOffset[0] };
-        }
-      }
-    }
-    return {
-      head: {
-        generation: head[1] as string,
-        start: Number(head[2]),
-        bytes: Number(head[3]),
-        messageCount: Number(head[4]),
-        roundCount: Number(head[5]),
-        firstRound,
-      },
-    };
+    const first = await handle.read(0, HEAD_BYTES);
+    const head = indexHeadOf(new TextDecoder().decode(first));
+    if (head !== undefined) return { head };
+    const whole = first.length < HEAD_BYTES
+      ? first
+      : await handle.read(0, (await handle.stat()).size);
+    const index = parseRoundIndexText(new TextDecoder().decode(whole));
+    return index === undefined ? undefined : { index };
   } finally {
     await handle.close();
   }
+}
+
+/** The head of index.json text in the canonical form, or undefined for any other text. */
+function indexHeadOf(text: string): RoundIndexHead | undefined {
+  const head = INDEX_HEAD.exec(text);
+  if (head === null) return undefined;
+  let firstRound: RoundEntry | undefined;
+  const at = head[0].length;
+  if (text.startsWith(ROUND_KEY, at)) {
+    const messageIndex = readCount(text, at + ROUND_KEY.length);
+    if (messageIndex !== undefined && text.startsWith(OFFSET_KEY, messageIndex[1])) {
+      const byteOffset = readCount(text, messageIndex[1] + OFFSET_KEY.length);
+      if (byteOffset !== undefined && text.charCodeAt(byteOffset[1]) === 125 /* } */) {
+        firstRound = { messageIndex: messageIndex[0], byteOffset: byteOffset[0] };
+      }
+    }
+  }
+  return {
+    generation: head[1] as string,
+    start: Number(head[2]),
+    bytes: Number(head[3]),
+    messageCount: Number(head[4]),
+    roundCount: Number(head[5]),
+    firstRound,
+  };
 }
 
 /**
