@@ -129,11 +129,21 @@ class DenoFileHandle implements FileHandle {
   #position = 0;
   /** Reads seek the shared file cursor, so calls on one handle run one at a time. */
   #queue: Promise<unknown> = Promise.resolve();
+  /** Where the file cursor is, when known: a read or write there needs no seek first. */
+  #cursor: number | undefined = 0;
 
   constructor(file: Deno.FsFile, path: string, append: boolean) {
     this.#file = file;
     this.#path = path;
     this.#append = append;
+  }
+
+  /** Moves the file cursor to `offset` unless it is known to be there. */
+  async #seek(offset: number): Promise<void> {
+    if (this.#cursor === offset) return;
+    this.#cursor = undefined; // unknown until the seek completes
+    await this.#file.seek(offset, Deno.SeekMode.Start);
+    this.#cursor = offset;
   }
 
   #serial<T>(syscall: string, run: () => Promise<T>): Promise<T> {
@@ -146,12 +156,14 @@ class DenoFileHandle implements FileHandle {
     return this.#serial("read", async () => {
       const buffer = new Uint8Array(length);
       if (length === 0) return buffer;
-      await this.#file.seek(offset, Deno.SeekMode.Start);
+      await this.#seek(offset);
       let filled = 0;
       while (filled < length) {
+        this.#cursor = undefined; // unknown if the call fails
         const count = await this.#file.read(buffer.subarray(filled));
         if (count === null || count === 0) break;
         filled += count;
+        this.#cursor = offset + filled;
       }
       return filled === length ? buffer : buffer.slice(0, filled);
     });
@@ -159,11 +171,14 @@ class DenoFileHandle implements FileHandle {
 
   write(data: Uint8Array): Promise<void> {
     return this.#serial("write", async () => {
-      // An append handle writes at the end whatever the cursor (O_APPEND).
-      if (!this.#append) await this.#file.seek(this.#position, Deno.SeekMode.Start);
+      // An append handle writes at the end whatever the cursor (O_APPEND), leaving it there.
+      if (this.#append) this.#cursor = undefined;
+      else await this.#seek(this.#position);
       let written = 0;
       while (written < data.length) {
+        this.#cursor = undefined; // unknown if the call fails
         written += await this.#file.write(data.subarray(written));
+        if (!this.#append) this.#cursor = this.#position + written;
       }
       if (!this.#append) this.#position += written;
     });

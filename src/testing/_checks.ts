@@ -337,6 +337,37 @@ export const CHECKS: readonly Check[] = [
     },
   },
   {
+    name: "reads and writes in any order see the bytes written before them",
+    async run(f) {
+      const path = at(f, "file");
+      // Each step lands where a cursor left by the step before would mislead a careless adapter.
+      await withHandle(f.fs, path, { createNew: true, write: true }, async (handle) => {
+        await handle.write(bytes("0123"));
+        checkBytes(await handle.read(4, 4), "", "read at the write position");
+        checkBytes(await handle.read(2, 2), "23", "read(2, 2) after a write");
+        await handle.write(bytes("45"));
+        checkBytes(await handle.read(0, 6), "012345", "read(0, 6) after a read and a write");
+        checkBytes(await handle.read(6, 1), "", "read where the last read ended");
+        await handle.write(bytes("6"));
+        checkBytes(await handle.read(6, 1), "6", "read(6, 1) where the last read ended");
+        await handle.truncate(3);
+        checkBytes(await handle.read(0, 10), "012", "read after truncate(3)");
+        await handle.write(bytes("7")); // the write position moved back to the new length
+        checkBytes(await handle.read(3, 5), "7", "read after truncate and write");
+      });
+      checkBytes(await f.fs.readFile(path), "0127", "file after truncate and write");
+      await withHandle(f.fs, path, { append: true }, async (handle) => {
+        checkBytes(await handle.read(0, 3), "012", "read(0, 3) of an append handle");
+        await handle.write(bytes("8"));
+        checkBytes(await handle.read(3, 10), "78", "read after an append");
+        await handle.write(bytes("9"));
+        checkBytes(await handle.read(0, 3), "012", "read(0, 3) after appends");
+        checkBytes(await handle.read(5, 1), "9", "read(5, 1) after appends");
+      });
+      checkBytes(await f.fs.readFile(path), "012789", "file after appends");
+    },
+  },
+  {
     name: "handle stat() reports the kind and size of the open file",
     async run(f) {
       const path = at(f, "file");
