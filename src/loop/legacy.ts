@@ -12,11 +12,12 @@
  * in chunks: a line that is one bare JSON object keeps its own bytes, any other line (surrounding
  * whitespace, a CRLF ending) is written the way `SessionManager` writes a message
  * (`JSON.stringify(message)`); each is followed by `\n`, hashed incrementally into the
- * generation, and written to `messages.jsonl` in a private staging directory `<collection>/.staging-<id>-<random>` beside
- * `meta.json` (start 0) and `index.json`. The staging directory is made durable and renamed to
- * `<collection>/<id>/`; the legacy file is never modified and stays as a backup. A crash at any
- * point leaves the legacy file intact and the published directory either absent or complete;
- * staging leftovers are skipped by readers and removed by the next migration or cleanup.
+ * generation, and written to `messages.jsonl` in a private staging directory
+ * `<collection>/.staging-<id>-<random>` beside `meta.json` (start 0) and `index.json`. The
+ * staging directory is made durable and renamed to `<collection>/<id>/`; the legacy file is never
+ * modified and stays as a backup. A crash at any point leaves the legacy file intact and the
+ * published directory either absent or complete; staging leftovers are skipped by readers and
+ * removed by the next migration or cleanup.
  *
  * The caller (the store) holds the collection lock and has removed leftovers before migrating.
  *
