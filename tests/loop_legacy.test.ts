@@ -11,7 +11,7 @@ import {
 } from "../src/loop/errors.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import type { Message } from "../src/loop/records/mod.ts";
-import { migrateLegacySession, readLegacySession } from "../src/loop/legacy.ts";
+import { LineReader, migrateLegacySession, readLegacySession } from "../src/loop/legacy.ts";
 import { crashAtEveryOperation, failAtEveryOperation } from "./_crash.ts";
 import { assistant, conversation, toolResult, user } from "./_fixtures.ts";
 
@@ -282,6 +282,37 @@ test("migration keeps each bare line's bytes and writes any other line canonical
       },
     ),
     { numRuns: 40 },
+  );
+});
+
+test("the line reader hands on whole lines, in order, whatever the chunk size", async () => {
+  const piece = fc.constantFrom("a", "é", "\n", "{}", "✓", "\n\n", "xyz");
+  await fc.assert(
+    fc.asyncProperty(
+      fc.array(piece, { maxLength: 40 }),
+      fc.integer({ min: 1, max: 9 }),
+      async (pieces, chunkSize) => {
+        const bytes = encoder.encode(pieces.join(""));
+        const fs = new MemoryFs();
+        await fs.writeFile("/file", bytes);
+        const handle = await fs.open("/file");
+        const reader = new LineReader(handle, chunkSize);
+        const batches: Uint8Array[] = [];
+        for (let batch = await reader.next(); batch !== undefined; batch = await reader.next()) {
+          batches.push(batch);
+        }
+        await handle.close();
+        const joined = batches.flatMap((b) => [...b]);
+        assert.deepEqual(joined, [...bytes]);
+        // Every batch but the one holding the file's end ends at a line end.
+        let seen = 0;
+        for (const batch of batches) {
+          seen += batch.length;
+          if (batch.length > 0 && seen < bytes.length) assert.equal(batch[batch.length - 1], 10);
+        }
+      },
+    ),
+    { numRuns: 300 },
   );
 });
 

@@ -138,60 +138,72 @@ export interface ReadLegacyOptions {
   readonly validate?: boolean;
 }
 
-/** Complete lines of a file: their bytes (newlines included) and the same bytes decoded once. */
-interface LineBatch {
-  /** Whole lines, each ending with a newline except a last line at the end of the file. */
-  readonly bytes: Uint8Array;
-  /** `bytes` decoded (a newline is never part of a multi-byte sequence, so lines line up). */
-  readonly text: string;
-}
-
 /**
- * Reads a file in chunks of whole lines. The next chunk is already being read while the caller
- * processes the current one. The last line may lack its newline.
+ * Reads a file in batches of whole lines. The next chunk is already being read while the caller
+ * processes the current one. The last line may lack its newline. A line cut by the end of a chunk
+ * is completed as a batch of its own, so the rest of a chunk is handed on without a copy.
  */
-class LineReader {
+export class LineReader {
   readonly #handle: FileHandle;
+  readonly #chunkSize: number;
   #position = 0;
   #carry: Uint8Array[] = [];
   #carryLength = 0;
+  /** Whole lines of the last chunk, after the batch that completed the carried line. */
+  #rest: Uint8Array | undefined;
   #done = false;
   #prefetch: Promise<Uint8Array> | undefined;
 
-  constructor(handle: FileHandle) {
+  /** Reads `handle` from its start, `chunkSize` bytes at a time. */
+  constructor(handle: FileHandle, chunkSize: number = READ_CHUNK) {
     this.#handle = handle;
+    this.#chunkSize = chunkSize;
   }
 
   #read(): Promise<Uint8Array> {
-    const read = this.#handle.read(this.#position, READ_CHUNK);
+    const read = this.#handle.read(this.#position, this.#chunkSize);
     // Observed here too, so a read abandoned after a failure is not an unhandled rejection.
     read.catch(() => undefined);
     return read;
   }
 
-  /** The next batch of complete lines (possibly empty), or undefined after the end. */
-  async next(): Promise<LineBatch | undefined> {
+  /**
+   * The next batch of complete lines (possibly empty), each ending with a newline except a last
+   * line at the end of the file; undefined after the end.
+   */
+  async next(): Promise<Uint8Array | undefined> {
+    const rest = this.#rest;
+    if (rest !== undefined) {
+      this.#rest = undefined;
+      return rest;
+    }
     if (this.#done) return undefined;
     const chunk = await (this.#prefetch ?? this.#read());
     this.#position += chunk.length;
     this.#prefetch = chunk.length === 0 ? undefined : this.#read();
     if (chunk.length === 0) {
       this.#done = true;
-      const bytes = this.#takeCarry(new Uint8Array(0));
-      return { bytes, text: decoder.decode(bytes) };
+      return this.#takeCarry(new Uint8Array(0));
     }
     const last = chunk.lastIndexOf(NEWLINE);
     if (last < 0) {
       this.#carry.push(chunk);
       this.#carryLength += chunk.length;
-      return { bytes: new Uint8Array(0), text: "" };
+      return new Uint8Array(0);
     }
-    const bytes = this.#takeCarry(chunk.subarray(0, last + 1));
+    let lines: Uint8Array;
+    if (this.#carryLength > 0) {
+      const first = chunk.indexOf(NEWLINE);
+      lines = this.#takeCarry(chunk.subarray(0, first + 1));
+      if (first < last) this.#rest = chunk.subarray(first + 1, last + 1);
+    } else {
+      lines = chunk.subarray(0, last + 1);
+    }
     if (last + 1 < chunk.length) {
       this.#carry.push(chunk.subarray(last + 1));
       this.#carryLength = chunk.length - last - 1;
     }
-    return { bytes, text: decoder.decode(bytes) };
+    return lines;
   }
 
   #takeCarry(last: Uint8Array): Uint8Array {
@@ -266,27 +278,18 @@ async function scanLegacy(
     const roles: MessageRole[] = [];
     const validator = validate ? new MessageValidator({ file: path }) : undefined;
     for (;;) {
-      const batch = await reader.next();
-      if (batch === undefined) break;
-      const chunk = batch.bytes;
-      const chunkText = batch.text;
-      // Every byte decoded to one UTF-16 unit (ASCII, or an invalid byte to U+FFFD): the text's
-      // newlines are at the same offsets as the bytes', so the bytes need no second search.
-      const aligned = chunk.length === chunkText.length;
+      const chunk = await reader.next();
+      if (chunk === undefined) break;
       let byteAt = 0;
-      let textAt = 0;
       while (byteAt < chunk.length) {
-        let textEnd = chunkText.indexOf("\n", textAt);
-        if (textEnd < 0) textEnd = chunkText.length;
-        let byteEnd = textEnd;
-        if (!aligned) {
-          byteEnd = chunk.indexOf(NEWLINE, byteAt);
-          if (byteEnd < 0) byteEnd = chunk.length;
-        }
+        let byteEnd = chunk.indexOf(NEWLINE, byteAt);
+        if (byteEnd < 0) byteEnd = chunk.length;
         const lineStart = byteAt;
-        const text = chunkText.slice(textAt, textEnd);
+        // Each line is decoded alone (a newline is never part of a multi-byte sequence): a line
+        // of ASCII then becomes a one-byte string, which decodes and parses faster than a slice
+        // of a chunk that holds any other character.
+        const text = decoder.decode(chunk.subarray(byteAt, byteEnd));
         byteAt = byteEnd + 1;
-        textAt = textEnd + 1;
         if (isBlank(text)) {
           if (header !== undefined && blankAt === undefined) blankAt = index;
           continue;
