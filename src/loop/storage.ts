@@ -461,7 +461,7 @@ export interface CommittedLine {
   readonly offset: number;
   /** The line's bytes, without the newline. Valid only during the callback. */
   readonly bytes: Uint8Array;
-  /** The line decoded as UTF-8 (decoded once per chunk, not per line). */
+  /** The line decoded as UTF-8. */
   readonly text: string;
 }
 
@@ -524,6 +524,19 @@ export async function forEachCommittedLine(
     let carry: Uint8Array = new Uint8Array(0);
     let carryOffset = 0;
     let position = 0;
+    const emit = (bytes: Uint8Array, offset: number): void => {
+      if (lines >= meta.messageCount) {
+        throw new CorruptSessionError(
+          `Message log holds more lines than the ${meta.messageCount} its metadata commits`,
+          { file, offset: meta.start + offset, messageIndex: lines },
+        );
+      }
+      // Each line is decoded alone (a newline byte never occurs inside a multi-byte UTF-8
+      // sequence): a line of ASCII then becomes a one-byte string, which decodes and parses
+      // faster than a slice of a chunk that holds any other character.
+      onLine({ index: lines, offset, bytes, text: decoder.decode(bytes) });
+      lines++;
+    };
     while (position < meta.bytes) {
       const length = Math.min(chunkSize, meta.bytes - position);
       const chunk = await handle.read(meta.start + position, length);
@@ -534,34 +547,26 @@ export async function forEachCommittedLine(
         });
       }
       hash.update(chunk);
-      const data = carry.length === 0 ? chunk : concat(carry, chunk);
-      const dataOffset = carry.length === 0 ? position : carryOffset;
       let lineStart = 0;
-      // Decode every complete line of the chunk at once (a newline byte never occurs inside a
-      // multi-byte UTF-8 sequence, so the decoded lines match the byte lines one to one).
-      const last = data.lastIndexOf(10);
-      const texts = last < 0 ? [] : decoder.decode(data.subarray(0, last)).split("\n");
-      let textIndex = 0;
-      for (;;) {
-        const newline = data.indexOf(10, lineStart);
-        if (newline < 0) break;
-        if (lines >= meta.messageCount) {
-          throw new CorruptSessionError(
-            `Message log holds more lines than the ${meta.messageCount} its metadata commits`,
-            { file, offset: meta.start + dataOffset + lineStart, messageIndex: lines },
-          );
+      if (carry.length > 0) {
+        // Only the line cut by the chunk boundary is copied together, never the whole chunk.
+        const first = chunk.indexOf(10);
+        if (first < 0) {
+          carry = concat(carry, chunk);
+          position += length;
+          continue;
         }
-        onLine({
-          index: lines,
-          offset: dataOffset + lineStart,
-          bytes: data.subarray(lineStart, newline),
-          text: texts[textIndex++] as string,
-        });
-        lines++;
+        emit(concat(carry, chunk.subarray(0, first)), carryOffset);
+        lineStart = first + 1;
+      }
+      for (;;) {
+        const newline = chunk.indexOf(10, lineStart);
+        if (newline < 0) break;
+        emit(chunk.subarray(lineStart, newline), position + lineStart);
         lineStart = newline + 1;
       }
-      carry = data.subarray(lineStart);
-      carryOffset = dataOffset + lineStart;
+      carry = chunk.subarray(lineStart);
+      carryOffset = position + lineStart;
       position += length;
     }
     if (carry.length > 0) {

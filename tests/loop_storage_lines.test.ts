@@ -1,0 +1,88 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import fc from "fast-check";
+import { MemoryFs } from "../adapters/memory.ts";
+import { portableSha256, sha256Hex } from "../src/port/sha256.ts";
+import { CorruptSessionError } from "../src/loop/errors.ts";
+import { forEachCommittedLine, type StorageMeta } from "../src/loop/storage.ts";
+
+const DIR = "/session";
+const encoder = new TextEncoder();
+
+/** Writes `before + range + after` as messages.jsonl and returns meta for the committed range. */
+async function logWith(
+  fs: MemoryFs,
+  before: string,
+  range: string,
+  after: string,
+  messageCount: number,
+): Promise<StorageMeta> {
+  const rangeBytes = encoder.encode(range);
+  await fs.writeFile(`${DIR}/messages.jsonl`, encoder.encode(before + range + after));
+  return {
+    format: "loop-session",
+    version: 3,
+    header: {} as StorageMeta["header"],
+    generation: sha256Hex(rangeBytes),
+    start: encoder.encode(before).length,
+    bytes: rangeBytes.length,
+    messageCount,
+  };
+}
+
+const lineText = fc.array(fc.constantFrom("a", "é", "{}", "✓", "😀", "xyz", " "), {
+  minLength: 1,
+  maxLength: 6,
+}).map((parts) => parts.join(""));
+
+test("the committed range streams line by line, with offsets and text, whatever the chunk size", async () => {
+  await fc.assert(
+    fc.asyncProperty(
+      fc.array(lineText, { maxLength: 12 }),
+      fc.integer({ min: 1, max: 9 }),
+      fc.string({ maxLength: 5 }),
+      async (texts, chunkSize, tail) => {
+        const fs = new MemoryFs();
+        await fs.mkdir(DIR);
+        const range = texts.map((t) => t + "\n").join("");
+        // Bytes before the range (an older generation) and after it (an uncommitted tail).
+        const meta = await logWith(fs, "old line\n", range, tail, texts.length);
+        const seen: { index: number; offset: number; text: string; bytes: number[] }[] = [];
+        const summary = await forEachCommittedLine(
+          fs,
+          DIR,
+          meta,
+          { sha256: portableSha256, chunkSize },
+          (line) => seen.push({ ...line, bytes: [...line.bytes] }),
+        );
+        assert.equal(summary.lines, texts.length);
+        let offset = 0;
+        texts.forEach((text, index) => {
+          const bytes = encoder.encode(text);
+          assert.deepEqual(seen[index], { index, offset, text, bytes: [...bytes] });
+          offset += bytes.length + 1;
+        });
+      },
+    ),
+    { numRuns: 300 },
+  );
+});
+
+test("a committed range that does not end with a newline, or holds more lines, is corrupt", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(DIR);
+  for (const chunkSize of [1, 3, 1024]) {
+    const unterminated = await logWith(fs, "", "one\ntwo", "", 2);
+    await assert.rejects(
+      forEachCommittedLine(fs, DIR, unterminated, { sha256: portableSha256, chunkSize }, () => {}),
+      (error: unknown) =>
+        error instanceof CorruptSessionError && /do not end with a newline/.test(error.message),
+    );
+    const extra = await logWith(fs, "", "one\ntwo\nthree\n", "", 2);
+    await assert.rejects(
+      forEachCommittedLine(fs, DIR, extra, { sha256: portableSha256, chunkSize }, () => {}),
+      (error: unknown) =>
+        error instanceof CorruptSessionError && /more lines than the 2/.test(error.message),
+    );
+  }
+});
