@@ -9,11 +9,13 @@ import {
   SessionBusyError,
   SessionCwdError,
   SessionFormatError,
+  SessionNotFoundError,
   StaleRevisionError,
   UnsupportedSessionError,
 } from "../src/loop/errors.ts";
+import { NotFound } from "../src/port/errors.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
-import type { SessionManager } from "../src/loop/session_manager.ts";
+import { SessionManager } from "../src/loop/session_manager.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { assistant, conversation, toolResult, user } from "./_fixtures.ts";
 
@@ -815,4 +817,111 @@ test("setPermissionPreset() validates and stores the preset; metadata writes fix
   assert.equal(reopened.getHeader().permissionPreset, "workspace-write");
   assert.equal((await fs.stat(`${dir}/messages.jsonl`)).mode, 0o600);
   await assert.rejects(reopened.setPermissionPreset("root" as never), InvalidArgumentError);
+});
+
+test("a full open checks each session file once, reads meta.json once and lists nothing", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(2));
+  await session.close();
+  const dir = session.getSessionPath();
+  for (const readOnly of [true, false]) {
+    fs.resetCounter();
+    const opened = await store.open(dir, { readOnly });
+    const log = fs.operationLog.map((record) => `${record.op} ${record.path}`);
+    await opened.close();
+    const label = readOnly ? "read-only" : "writable";
+    const lstats = log.filter((entry) => entry.startsWith("lstat "));
+    assert.deepEqual(
+      [...lstats].sort(),
+      [`lstat ${dir}`, `lstat ${dir}/messages.jsonl`, `lstat ${dir}/meta.json`],
+      label,
+    );
+    assert.deepEqual(log.filter((entry) => entry.startsWith("readFile ")), [
+      `readFile ${dir}/meta.json`,
+    ], label);
+    assert.deepEqual(log.filter((entry) => entry.startsWith("readDir ")), [], label);
+    assert.deepEqual(log.filter((entry) => entry.startsWith("stat ")), [`stat ${CWD}`], label);
+    assert.ok(log.length <= 9, `${label}: ${log.join(", ")}`);
+  }
+});
+
+test("read-only and writable opens refuse a symlinked session directory or meta.json", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  await session.close();
+  const dir = session.getSessionPath();
+  await fs.rename(dir, "/elsewhere");
+  await fs.symlink("/elsewhere", dir);
+  for (const readOnly of [true, false]) {
+    await assert.rejects(store.open(dir, { readOnly }), SessionFormatError);
+    await assert.rejects(
+      SessionManager.open({ context: store.context, dir, collectionDir: "/", readOnly: true }),
+      SessionFormatError,
+    );
+  }
+  await fs.remove(dir);
+  await fs.rename("/elsewhere", dir);
+  const meta = `${dir}/meta.json`;
+  await fs.rename(meta, "/meta-elsewhere.json");
+  await fs.symlink("/meta-elsewhere.json", meta);
+  for (const readOnly of [true, false]) {
+    await assert.rejects(store.open(dir, { readOnly }), SessionFormatError);
+  }
+  await fs.remove(meta);
+  await fs.rename("/meta-elsewhere.json", meta);
+  const reopened = await store.open(dir, { readOnly: true });
+  assert.equal(reopened.messages.length, 2);
+  await reopened.close();
+});
+
+test("opening a missing session rejects with SessionNotFoundError; SessionManager.open with meta.json's NotFound", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  await session.close();
+  const dir = session.getSessionPath();
+  const missing = `${session.getSessionDir()}/00000000-0000-4000-8000-000000000000`;
+  for (const readOnly of [true, false]) {
+    await assert.rejects(store.open(missing, { readOnly }), SessionNotFoundError);
+  }
+  await fs.remove(`${dir}/meta.json`);
+  for (const readOnly of [true, false]) {
+    await assert.rejects(store.open(dir, { readOnly }), SessionNotFoundError);
+  }
+  for (const target of [dir, missing]) {
+    await assert.rejects(
+      SessionManager.open({
+        context: store.context,
+        dir: target,
+        collectionDir: "/",
+        readOnly: true,
+      }),
+      (error: unknown) => {
+        assert.ok(error instanceof NotFound);
+        assert.equal(error.path, `${target}/meta.json`);
+        return true;
+      },
+    );
+  }
+});
+
+test("a non-message in place of a saved message is a change, rejected before anything is written", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(2);
+  await session.commit(history);
+  const before = fs.snapshotTree?.();
+  for (const bad of [Number.NaN, -0, null, "text"]) {
+    await assert.rejects(session.commit([bad as never, ...history.slice(1)]), SessionFormatError);
+    await assert.rejects(
+      session.commit([...history.slice(0, 2), bad as never, ...history.slice(3)]),
+      SessionFormatError,
+    );
+  }
+  assert.deepEqual(fs.snapshotTree?.(), before);
+  assert.equal(session.hasPendingSave, false);
+  await session.commit([...history, user("more")]);
+  assert.equal((await saved(store, session)).length, history.length + 1);
 });

@@ -54,7 +54,7 @@ import {
   SessionNotFoundError,
 } from "./errors.ts";
 import { isSessionId, newSessionHeader } from "./records/mod.ts";
-import { SessionManager } from "./session_manager.ts";
+import { checkSessionFiles, openCheckedSession, SessionManager } from "./session_manager.ts";
 import { META_FILE } from "./storage.ts";
 import {
   acquireWriterLock,
@@ -319,11 +319,21 @@ export class SessionStore {
   }
 
   async #openDirectory(dir: string, readOnly: boolean): Promise<SessionManager> {
-    const source = await this.#checkSessionDirectory(dir, readOnly ? "read" : "write");
+    // The directory and its files are checked once, in one round trip (`checkSessionFiles`); a
+    // missing session is then looked for by `#checkSessionDirectory` (an uncommitted delete's
+    // staged copy, a compaction's leftovers), which finds it or throws `SessionNotFoundError`.
+    let source = dir;
+    try {
+      await checkSessionFiles(this.fs, dir);
+    } catch (error) {
+      if (!(error instanceof NotFound)) throw error;
+      source = await this.#checkSessionDirectory(dir, readOnly ? "read" : "write");
+      await checkSessionFiles(this.fs, source);
+    }
     const lock = readOnly ? undefined : await acquireWriterLock(this.#context, dir);
     let manager: SessionManager;
     try {
-      manager = await SessionManager.open({
+      manager = await openCheckedSession({
         context: this.#context,
         dir: source,
         collectionDir: dirname(dir),
@@ -337,7 +347,7 @@ export class SessionStore {
     if (manager.id !== basename(dir)) {
       await manager.close();
       throw new SessionFormatError("Session id does not match its directory name", {
-        file: join(source, META_FILE),
+        file: manager.getSessionFile(),
         path: "header.id",
         value: manager.id,
       });
@@ -354,13 +364,19 @@ export class SessionStore {
    */
   async #checkSessionDirectory(dir: string, recover: "write" | "read" | "none"): Promise<string> {
     try {
-      const info = await this.fs.lstat(dir);
-      if (info.kind !== "directory") {
+      // Both in one round trip (lstat opens nothing, so nothing is read through a link), judged
+      // in order: the directory first.
+      const [info, meta] = await Promise.allSettled([
+        this.fs.lstat(dir),
+        this.fs.lstat(join(dir, META_FILE)),
+      ]);
+      if (info.status === "rejected") throw info.reason;
+      if (info.value.kind !== "directory") {
         throw new SessionFormatError("Session path is not a directory (symlinks are refused)", {
           file: dir,
         });
       }
-      await this.fs.lstat(join(dir, META_FILE));
+      if (meta.status === "rejected") throw meta.reason;
       return dir;
     } catch (error) {
       if (!(error instanceof NotFound)) throw error;
