@@ -68,7 +68,7 @@ test("the committed range streams line by line, with offsets and text, whatever 
   );
 });
 
-test("a committed range that does not end with a newline, or holds more lines, is corrupt", async () => {
+test("a committed range that is cut short, does not end with a newline or holds more lines is corrupt", async () => {
   const fs = new MemoryFs();
   await fs.mkdir(DIR);
   for (const chunkSize of [1, 3, 1024]) {
@@ -77,6 +77,16 @@ test("a committed range that does not end with a newline, or holds more lines, i
       forEachCommittedLine(fs, DIR, unterminated, { sha256: portableSha256, chunkSize }, () => {}),
       (error: unknown) =>
         error instanceof CorruptSessionError && /do not end with a newline/.test(error.message),
+    );
+    const short = await logWith(fs, "old\n", "one\ntwo\n", "", 2);
+    await fs.writeFile(`${DIR}/messages.jsonl`, encoder.encode("old\none\ntw"));
+    await assert.rejects(
+      forEachCommittedLine(fs, DIR, short, { sha256: portableSha256, chunkSize }, () => {}),
+      (error: unknown) =>
+        error instanceof CorruptSessionError && error.offset === 10 &&
+        /shorter than its committed range \(10 bytes, committed range ends at 12\)/.test(
+          error.message,
+        ),
     );
     const extra = await logWith(fs, "", "one\ntwo\nthree\n", "", 2);
     await assert.rejects(

@@ -512,15 +512,6 @@ export async function forEachCommittedLine(
   const handle = await openMessages(fs, file);
   let lines = 0;
   try {
-    const size = (await handle.stat()).size;
-    if (size < meta.start + meta.bytes) {
-      throw new CorruptSessionError(
-        `Message log is shorter than its committed range (${size} bytes, committed range ends at ${
-          meta.start + meta.bytes
-        }); the session is damaged and was not modified`,
-        { file, offset: size },
-      );
-    }
     let carry: Uint8Array = new Uint8Array(0);
     let carryOffset = 0;
     let position = 0;
@@ -541,10 +532,14 @@ export async function forEachCommittedLine(
       const length = Math.min(chunkSize, meta.bytes - position);
       const chunk = await handle.read(meta.start + position, length);
       if (chunk.length !== length) {
-        throw new CorruptSessionError("Message log ended inside its committed range", {
-          file,
-          offset: meta.start + position + chunk.length,
-        });
+        // A short read is the end of the file (no stat first: one call fewer per open).
+        const size = meta.start + position + chunk.length;
+        throw new CorruptSessionError(
+          `Message log is shorter than its committed range (${size} bytes, committed range ends at ${
+            meta.start + meta.bytes
+          }); the session is damaged and was not modified`,
+          { file, offset: size },
+        );
       }
       hash.update(chunk);
       let lineStart = 0;
