@@ -48,8 +48,8 @@ Deno.bench({
   name: `read and write its bytes once (floor, ${label})`,
   group: "migration",
   baseline: true,
-  n: 5,
-  warmup: 1,
+  n: 12,
+  warmup: 2,
   async fn(b) {
     const copy = join(collection, "floor-copy");
     await fs.remove(copy).catch(() => undefined);
@@ -66,8 +66,8 @@ Deno.bench({
 Deno.bench({
   name: `migrate the legacy file (${label})`,
   group: "migration",
-  n: 5,
-  warmup: 1,
+  n: 12,
+  warmup: 2,
   async fn(b) {
     await fs.remove(published, { recursive: true }).catch(() => undefined);
     b.start();

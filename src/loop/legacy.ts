@@ -521,9 +521,14 @@ class StagedLog implements MessageSink {
     this.#writing = writing;
   }
 
-  /** Writes what is pending, syncs (under full durability) and closes; returns the generation. */
-  async finish(): Promise<string> {
+  /** Hands what is pending to the file and returns the generation; `close()` completes it. */
+  async end(): Promise<string> {
     await this.flush(true);
+    return this.#hash.digestHex();
+  }
+
+  /** Waits for the writes, syncs (under full durability) and closes. */
+  async close(): Promise<void> {
     const handle = this.#handle as FileHandle;
     this.#handle = undefined;
     try {
@@ -532,7 +537,6 @@ class StagedLog implements MessageSink {
     } finally {
       await handle.close();
     }
-    return this.#hash.digestHex();
   }
 
   async abandon(): Promise<void> {
@@ -585,8 +589,7 @@ export async function migrateLegacySession(
       await fs.chmod(staging, PRIVATE_DIR_MODE);
       await log.open();
     }, log);
-    const generation = await log.finish();
-    await fs.chmod(join(staging, MESSAGES_FILE), PRIVATE_FILE_MODE);
+    const generation = await log.end();
     const meta: StorageMeta = {
       format: STORAGE_FORMAT,
       version: STORAGE_VERSION,
@@ -596,23 +599,26 @@ export async function migrateLegacySession(
       bytes: log.bytes,
       messageCount: scan.messageCount,
     };
-    await writeNewFile(context.fs, join(staging, META_FILE), encodeStorageMeta(meta), {
-      durability: context.durability,
+    const index = encodeRoundIndex({
+      format: INDEX_FORMAT,
+      version: INDEX_VERSION,
+      generation,
+      start: 0,
+      bytes: log.bytes,
+      messageCount: scan.messageCount,
+      rounds: log.rounds,
     });
-    await writeNewFile(
-      context.fs,
-      join(staging, INDEX_FILE),
-      encodeRoundIndex({
-        format: INDEX_FORMAT,
-        version: INDEX_VERSION,
-        generation,
-        start: 0,
-        bytes: log.bytes,
-        messageCount: scan.messageCount,
-        rounds: log.rounds,
+    // The three files are independent until the rename: the log's last writes and fsync run
+    // beside meta.json's and index.json's; all are durable before the directory is published.
+    const files = await Promise.allSettled([
+      log.close(),
+      fs.chmod(join(staging, MESSAGES_FILE), PRIVATE_FILE_MODE),
+      writeNewFile(fs, join(staging, META_FILE), encodeStorageMeta(meta), {
+        durability: context.durability,
       }),
-      { durability: context.durability },
-    );
+      writeNewFile(fs, join(staging, INDEX_FILE), index, { durability: context.durability }),
+    ]);
+    for (const file of files) if (file.status === "rejected") throw file.reason;
     if (context.durability === "full") await fs.syncDir(staging);
     await fs.rename(staging, dir);
     created = false;
