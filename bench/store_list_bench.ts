@@ -1,5 +1,6 @@
 // Fast listing against its floor: 1,000 sessions of ~1 MB each, listed with `{ fast: true }`,
-// against reading their 1,000 meta.json files raw (readdir + one readFile each, no parse).
+// against reading their 1,000 meta.json files raw (readdir + one readFile each, no parse), 32 at a
+// time like the listing (the floor) and one after another (for comparison).
 //
 //   npx deno@2.9.6 bench -A bench/store_list_bench.ts
 //   LIST_SESSIONS=200 LIST_ADAPTER=node npx deno@2.9.6 bench -A bench/store_list_bench.ts
@@ -66,10 +67,20 @@ const titled = await buildCollection("titled", true);
 /** A store whose derived-title cache is warm after its first listing (a picker refreshing). */
 const warm = new SessionStore({ fs, sha256, agentDir: join(root, "agent") });
 
-async function rawMetaReads(collection: string): Promise<void> {
-  for (const entry of await fs.readDir(collection)) {
-    await fs.readFile(join(collection, entry.name, "meta.json"));
-  }
+/** How many meta.json files the floor reads at once: the fast list's default concurrency. */
+const FLOOR_CONCURRENCY = 32;
+
+/** Reads every session's meta.json raw, `concurrency` files at a time. */
+async function rawMetaReads(collection: string, concurrency = FLOOR_CONCURRENCY): Promise<void> {
+  const entries = await fs.readDir(collection);
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < entries.length) {
+      const entry = entries[next++] as (typeof entries)[number];
+      await fs.readFile(join(collection, entry.name, "meta.json"));
+    }
+  };
+  await Promise.all(Array.from({ length: concurrency }, worker));
 }
 
 async function fastList(store: SessionStore, collection: string): Promise<void> {
@@ -83,11 +94,18 @@ function coldStore(): SessionStore {
 }
 
 Deno.bench({
-  name: `read ${SESSIONS} meta.json raw (floor)`,
+  name: `read ${SESSIONS} meta.json raw, ${FLOOR_CONCURRENCY} at a time (floor)`,
   group: "fallback title",
   baseline: true,
   async fn() {
     await rawMetaReads(fallback);
+  },
+});
+Deno.bench({
+  name: `read ${SESSIONS} meta.json raw, one after another`,
+  group: "fallback title",
+  async fn() {
+    await rawMetaReads(fallback, 1);
   },
 });
 Deno.bench({
@@ -105,11 +123,18 @@ Deno.bench({
   },
 });
 Deno.bench({
-  name: `read ${SESSIONS} meta.json raw (floor) `,
+  name: `read ${SESSIONS} meta.json raw, ${FLOOR_CONCURRENCY} at a time (floor) `,
   group: "stored title",
   baseline: true,
   async fn() {
     await rawMetaReads(titled);
+  },
+});
+Deno.bench({
+  name: `read ${SESSIONS} meta.json raw, one after another `,
+  group: "stored title",
+  async fn() {
+    await rawMetaReads(titled, 1);
   },
 });
 Deno.bench({
