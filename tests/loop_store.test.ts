@@ -14,6 +14,7 @@ import {
   UnsupportedSessionError,
 } from "../src/loop/errors.ts";
 import { NotFound } from "../src/port/errors.ts";
+import type { FileSystem } from "../src/port/fs.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import { SessionManager } from "../src/loop/session_manager.ts";
 import type { Message } from "../src/loop/records/mod.ts";
@@ -924,4 +925,76 @@ test("a non-message in place of a saved message is a change, rejected before any
   assert.equal(session.hasPendingSave, false);
   await session.commit([...history, user("more")]);
   assert.equal((await saved(store, session)).length, history.length + 1);
+});
+
+test("every handle an open makes is closed, whether the open succeeds or fails", async () => {
+  const { fs } = await setup();
+  let open = 0;
+  const watched: FileSystem = new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (prop !== "open") return typeof value === "function" ? value.bind(target) : value;
+      return async (...args: Parameters<FileSystem["open"]>) => {
+        const handle = await target.open(...args);
+        open++;
+        return {
+          read: (offset: number, length: number) => handle.read(offset, length),
+          write: (data: Uint8Array) => handle.write(data),
+          truncate: (length: number) => handle.truncate(length),
+          sync: () => handle.sync(),
+          stat: () => handle.stat(),
+          close: async () => {
+            open--;
+            await handle.close();
+          },
+        };
+      };
+    },
+  });
+  const store = new SessionStore({ fs: watched, agentDir: AGENT });
+  const session = await store.create(CWD);
+  await session.commit(conversation(2));
+  await session.close();
+  const dir = session.getSessionPath();
+  const metaPath = `${dir}/meta.json`;
+  const logPath = `${dir}/messages.jsonl`;
+  const meta = await fs.readFile(metaPath);
+  const log = await fs.readFile(logPath);
+  const cases: [string, () => Promise<void>, (new (...a: never[]) => Error) | undefined][] = [
+    ["a valid session", async () => {}, undefined],
+    [
+      "meta.json that is not JSON",
+      () => fs.writeFile(metaPath, new TextEncoder().encode("{")),
+      SessionFormatError,
+    ],
+    [
+      "meta.json of another version",
+      () =>
+        fs.writeFile(
+          metaPath,
+          new TextEncoder().encode(text.decode(meta).replace('"version":3', '"version":4')),
+        ),
+      UnsupportedSessionError,
+    ],
+    [
+      "a missing log that meta.json commits bytes of",
+      () => fs.remove(logPath),
+      CorruptSessionError,
+    ],
+    ["a log cut short", () => fs.writeFile(logPath, log.subarray(0, 10)), CorruptSessionError],
+  ];
+  for (const [name, damage, expected] of cases) {
+    await fs.writeFile(metaPath, meta);
+    await fs.writeFile(logPath, log);
+    await damage();
+    for (const readOnly of [true, false]) {
+      open = 0;
+      const opening = store.open(dir, { readOnly });
+      if (expected === undefined) await (await opening).close();
+      else await assert.rejects(opening, expected, name);
+      // Let a handle closed in the background settle.
+      await new Promise((resolve) => setTimeout(resolve, 0));
+      assert.equal(open, 0, `${name} (${readOnly ? "read-only" : "writable"}): handles left open`);
+    }
+  }
 });

@@ -360,7 +360,17 @@ export class SessionManager {
     const { fs, sha256 } = init.context;
     const metaFile = join(init.dir, META_FILE);
     const messagesFile = join(init.dir, MESSAGES_FILE);
-    const meta = await readStorageMeta(fs, init.dir);
+    // The log (already checked to be a regular file or missing) opens while meta.json is read;
+    // its outcome is judged only once meta.json says bytes are committed.
+    const opening = fs.open(messagesFile);
+    opening.catch(() => undefined);
+    let meta: StorageMeta;
+    try {
+      meta = await readStorageMeta(fs, init.dir);
+    } catch (error) {
+      opening.then((handle) => handle.close(), () => undefined).catch(() => undefined);
+      throw error;
+    }
     // The cwd check runs beside the log read; its outcome is judged after the history's, in the
     // same order as ever.
     const cwdChecked = checkCwd(fs, meta.header.cwd, metaFile);
@@ -371,7 +381,7 @@ export class SessionManager {
     const validator = new MessageValidator({ file: messagesFile });
     let lastLine: string | undefined;
     let firstError: { error: unknown; offset: number; index: number } | undefined;
-    const summary = await forEachCommittedLine(fs, init.dir, meta, { sha256 }, (line) => {
+    const summary = await forEachCommittedLine(fs, init.dir, meta, { sha256, opening }, (line) => {
       if (firstError !== undefined) return;
       try {
         const text = line.text;

@@ -7,7 +7,7 @@
  * @module
  */
 import * as v from "valibot";
-import type { FileSystem } from "../port/fs.ts";
+import type { FileHandle, FileSystem } from "../port/fs.ts";
 import { NotFound } from "../port/errors.ts";
 import type { Sha256, Sha256Factory } from "../port/sha256.ts";
 import { join } from "../port/path.ts";
@@ -471,6 +471,11 @@ export interface CommittedRangeOptions {
   readonly sha256: Sha256Factory;
   /** Bytes read at a time (default 1 MiB); bounds memory for huge histories. */
   readonly chunkSize?: number;
+  /**
+   * messages.jsonl already being opened by the caller (read-only), so the open overlaps reading
+   * meta.json; this function then owns the handle and closes it. By default it opens the file.
+   */
+  readonly opening?: Promise<FileHandle>;
 }
 
 /** What `forEachCommittedLine` learned about the committed range. */
@@ -497,6 +502,8 @@ export async function forEachCommittedLine(
   const file = join(dir, MESSAGES_FILE);
   const hash = options.sha256();
   if (meta.bytes === 0) {
+    // Nothing committed: a log opened early is not needed (and may be missing).
+    options.opening?.then((handle) => handle.close(), () => undefined).catch(() => undefined);
     if (meta.messageCount !== 0) {
       throw new CorruptSessionError(
         `Session metadata claims ${meta.messageCount} messages in an empty range`,
@@ -509,7 +516,7 @@ export async function forEachCommittedLine(
     return { hash, lines: 0 };
   }
   const chunkSize = options.chunkSize ?? 1024 * 1024;
-  const handle = await openMessages(fs, file);
+  const handle = await openMessages(fs, file, options.opening);
   let lines = 0;
   try {
     let carry: Uint8Array = new Uint8Array(0);
@@ -594,9 +601,13 @@ function checkGeneration(hash: Sha256, meta: StorageMeta, file: string): void {
   }
 }
 
-async function openMessages(fs: FileSystem, file: string) {
+async function openMessages(
+  fs: FileSystem,
+  file: string,
+  opening: Promise<FileHandle> | undefined,
+): Promise<FileHandle> {
   try {
-    return await fs.open(file);
+    return await (opening ?? fs.open(file));
   } catch (error) {
     if (error instanceof NotFound) {
       throw new CorruptSessionError("Message log is missing but metadata commits messages", {
