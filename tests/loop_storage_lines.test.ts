@@ -88,11 +88,37 @@ test("a committed range that is cut short, does not end with a newline or holds 
           error.message,
         ),
     );
+    // A file that ends before the range even starts names its real size.
+    await fs.writeFile(`${DIR}/messages.jsonl`, encoder.encode("ol"));
+    await assert.rejects(
+      forEachCommittedLine(fs, DIR, short, { sha256: portableSha256, chunkSize }, () => {}),
+      (error: unknown) =>
+        error instanceof CorruptSessionError && error.offset === 2 &&
+        /\(2 bytes, committed range ends at 12\)/.test(error.message),
+    );
     const extra = await logWith(fs, "", "one\ntwo\nthree\n", "", 2);
     await assert.rejects(
       forEachCommittedLine(fs, DIR, extra, { sha256: portableSha256, chunkSize }, () => {}),
       (error: unknown) =>
         error instanceof CorruptSessionError && /more lines than the 2/.test(error.message),
     );
+  }
+});
+
+test("a line is its exact characters: a leading BOM is kept and a long line spans many chunks", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(DIR);
+  const long = "x".repeat(50);
+  const meta = await logWith(fs, "", "\uFEFF{}\n" + long + "\nend\n", "", 3);
+  for (const chunkSize of [1, 4, 7, 64]) {
+    const texts: string[] = [];
+    await forEachCommittedLine(
+      fs,
+      DIR,
+      meta,
+      { sha256: portableSha256, chunkSize },
+      (line) => texts.push(line.text),
+    );
+    assert.deepEqual(texts, ["\uFEFF{}", long, "end"], `chunk size ${chunkSize}`);
   }
 });

@@ -58,7 +58,8 @@
  *   round given. Then the round count is taken as the user message count without reading the
  *   log. The rounds after the first are not read by a listing (a page read checks the whole index
  *   before it uses it), so listing reads the same few bytes of index.json whatever the history's
- *   length: a small index in one call, a large one by its first 4 KiB.
+ *   length: a small index in one call, a large one by its first 4 KiB. An index.json that is not a
+ *   regular file (a planted link, a device) is never read: it counts as unusable.
  * - **the rounds' lines**, read only for a fallback title (no stored title, none cached for the
  *   generation): the first round's line must start a line (offset 0, or the byte before it is
  *   `"\n"`), end inside the committed range and parse as a user message; when it yields no title,
@@ -591,13 +592,19 @@ export async function fastSummary(
   titles?: FallbackTitleCache,
 ): Promise<Summary> {
   const fs = context.fs;
-  const meta = await readStorageMeta(fs, dir);
+  // Both files at once, judged in order (meta.json first). A small index is read whole in one
+  // call, a large one by its head; a missing or unusable index is just not used.
+  const [metaRead, indexSettled] = await Promise.allSettled([
+    readStorageMeta(fs, dir),
+    readListingIndex(fs, dir),
+  ]);
+  if (metaRead.status === "rejected") throw metaRead.reason;
+  const meta = metaRead.value;
   if (meta.messageCount === 0) {
     return { header: meta.header, messageCount: 0, userMessageCount: 0, fallbackTitle: undefined };
   }
-  // The committed counts bound the index's size: a small one is read whole in one call, a large
-  // one by its head. A missing or unusable index is just not used.
-  const indexRead = await readListingIndex(fs, dir, meta);
+  if (indexSettled.status === "rejected") throw indexSettled.reason;
+  const indexRead = indexSettled.value;
   const cached = meta.header.title ? null : titles?.get(dir, meta.generation);
   const needTitle = !meta.header.title && cached === undefined;
   const summary = indexRead !== undefined && "head" in indexRead

@@ -33,6 +33,8 @@ export const INDEX_VERSION = 1;
 const SHA256_HEX = /^[0-9a-f]{64}$/;
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
+/** Decodes a committed line to exactly its characters (a leading BOM is kept, not dropped). */
+const lineDecoder = new TextDecoder("utf-8", { ignoreBOM: true });
 
 /** The parsed content of meta.json. */
 export interface StorageMeta {
@@ -245,34 +247,25 @@ export const INDEX_HEAD_LIMIT = 64 * 1024;
 const HEAD_BYTES = 4096;
 
 /**
- * The largest index.json `encodeRoundIndex` can write for a committed range of `messageCount`
- * messages in `bytes` bytes: its fixed fields and at most one round per message, each
- * `{"messageIndex":…,"byteOffset":…},` with as many digits as those counts have.
- */
-export function indexSizeBound(messageCount: number, bytes: number): number {
-  const digits = (n: number): number => String(n).length;
-  return 256 + messageCount * (32 + digits(messageCount) + digits(bytes));
-}
-
-/**
- * Reads index.json for a listing of the committed state `meta`, as its head: the counts and the
- * first round, which the canonical form puts first (a file not in that form is parsed whole).
- * When an index of this library's form for that state fits in `INDEX_HEAD_LIMIT` (see
- * `indexSizeBound`) the file is read in one call, otherwise by its first bytes
- * (`readIndexHead`), so reading the index costs the same whatever the history's size. Undefined
- * when the file is missing or not of this library's form.
+ * Reads index.json for a listing, as its head: the counts and the first round, which the
+ * canonical form puts first (a file not in that form is parsed whole). The file is looked at
+ * first (`lstat`): anything but a regular file (a planted link, a device, a directory) is never
+ * read and counts as unusable; one of up to `INDEX_HEAD_LIMIT` bytes is read in one call, a larger
+ * one by its first bytes (`readIndexHead`), so reading the index costs the same whatever the
+ * history's size. Undefined when the file is missing, not a regular file or not of this
+ * library's form.
  */
 export async function readListingIndex(
   fs: FileSystem,
   dir: string,
-  meta: Pick<StorageMeta, "messageCount" | "bytes">,
 ): Promise<{ readonly index: RoundIndex } | { readonly head: RoundIndexHead } | undefined> {
-  if (indexSizeBound(meta.messageCount, meta.bytes) > INDEX_HEAD_LIMIT) {
-    return await readIndexHead(fs, dir);
-  }
+  const path = join(dir, INDEX_FILE);
   let bytes: Uint8Array;
   try {
-    bytes = await fs.readFile(join(dir, INDEX_FILE));
+    const info = await fs.lstat(path);
+    if (info.kind !== "file") return undefined;
+    if (info.size > INDEX_HEAD_LIMIT) return await readIndexHead(fs, dir);
+    bytes = await fs.readFile(path);
   } catch (error) {
     if (error instanceof NotFound) return undefined;
     throw error;
@@ -519,7 +512,9 @@ export async function forEachCommittedLine(
   const handle = await openMessages(fs, file, options.opening);
   let lines = 0;
   try {
-    let carry: Uint8Array = new Uint8Array(0);
+    /** The start of a line cut by chunk boundaries, in pieces (never copied until it ends). */
+    let carry: Uint8Array[] = [];
+    let carryLength = 0;
     let carryOffset = 0;
     let position = 0;
     const emit = (bytes: Uint8Array, offset: number): void => {
@@ -532,15 +527,16 @@ export async function forEachCommittedLine(
       // Each line is decoded alone (a newline byte never occurs inside a multi-byte UTF-8
       // sequence): a line of ASCII then becomes a one-byte string, which decodes and parses
       // faster than a slice of a chunk that holds any other character.
-      onLine({ index: lines, offset, bytes, text: decoder.decode(bytes) });
+      onLine({ index: lines, offset, bytes, text: lineDecoder.decode(bytes) });
       lines++;
     };
     while (position < meta.bytes) {
       const length = Math.min(chunkSize, meta.bytes - position);
       const chunk = await handle.read(meta.start + position, length);
       if (chunk.length !== length) {
-        // A short read is the end of the file (no stat first: one call fewer per open).
-        const size = meta.start + position + chunk.length;
+        // A short read is the end of the file (no stat up front: one call fewer per open); the
+        // file may end before the range starts, so its size is asked for here.
+        const size = (await handle.stat()).size;
         throw new CorruptSessionError(
           `Message log is shorter than its committed range (${size} bytes, committed range ends at ${
             meta.start + meta.bytes
@@ -550,15 +546,19 @@ export async function forEachCommittedLine(
       }
       hash.update(chunk);
       let lineStart = 0;
-      if (carry.length > 0) {
+      if (carryLength > 0) {
         // Only the line cut by the chunk boundary is copied together, never the whole chunk.
         const first = chunk.indexOf(10);
         if (first < 0) {
-          carry = concat(carry, chunk);
+          carry.push(chunk);
+          carryLength += chunk.length;
           position += length;
           continue;
         }
-        emit(concat(carry, chunk.subarray(0, first)), carryOffset);
+        carry.push(chunk.subarray(0, first));
+        emit(joinPieces(carry, carryLength + first), carryOffset);
+        carry = [];
+        carryLength = 0;
         lineStart = first + 1;
       }
       for (;;) {
@@ -567,11 +567,14 @@ export async function forEachCommittedLine(
         emit(chunk.subarray(lineStart, newline), position + lineStart);
         lineStart = newline + 1;
       }
-      carry = chunk.subarray(lineStart);
-      carryOffset = position + lineStart;
+      if (lineStart < chunk.length) {
+        carry = [chunk.subarray(lineStart)];
+        carryLength = chunk.length - lineStart;
+        carryOffset = position + lineStart;
+      }
       position += length;
     }
-    if (carry.length > 0) {
+    if (carryLength > 0) {
       throw new CorruptSessionError("Committed message bytes do not end with a newline", {
         file,
         offset: meta.start + carryOffset,
@@ -617,6 +620,18 @@ async function openMessages(
     }
     throw error;
   }
+}
+
+/** The `length` bytes of `pieces`, in order, in one array. */
+function joinPieces(pieces: readonly Uint8Array[], length: number): Uint8Array {
+  if (pieces.length === 1) return pieces[0] as Uint8Array;
+  const out = new Uint8Array(length);
+  let offset = 0;
+  for (const piece of pieces) {
+    out.set(piece, offset);
+    offset += piece.length;
+  }
+  return out;
 }
 
 /** Concatenates two byte arrays. */

@@ -46,7 +46,8 @@ import {
   type StorageMeta,
 } from "./storage.ts";
 
-const decoder = new TextDecoder();
+/** Decodes a committed line to exactly its characters (a leading BOM is kept, not dropped). */
+const decoder = new TextDecoder("utf-8", { ignoreBOM: true });
 const encoder = new TextEncoder();
 
 /** The severity of a verification finding. */
