@@ -9,8 +9,13 @@ export function isAbsolute(path: string): boolean {
   return path.startsWith("/");
 }
 
+/** A path holding any of these (`//`, a `.` or `..` segment, a trailing `/`) needs work. */
+const NEEDS_NORMALIZING = /\/\/|(?:^|\/)\.{1,2}(?:\/|$)|.\/$/;
+
 /** Collapses `.`, `..`, repeated and trailing slashes. Keeps a leading `/`. */
 export function normalize(path: string): string {
+  // Most paths the core builds are normalized already: they come back as they are.
+  if (path !== "" && !NEEDS_NORMALIZING.test(path)) return path;
   const absolute = isAbsolute(path);
   const out: string[] = [];
   for (const part of path.split("/")) {

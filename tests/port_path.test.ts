@@ -1,0 +1,52 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import fc from "fast-check";
+import { basename, dirname, join, normalize } from "../src/port/path.ts";
+
+/** The segment-by-segment algorithm, applied to every path (the reference for the fast path). */
+function reference(path: string): string {
+  const absolute = path.startsWith("/");
+  const out: string[] = [];
+  for (const part of path.split("/")) {
+    if (part === "" || part === ".") continue;
+    if (part === "..") {
+      if (out.length > 0 && out[out.length - 1] !== "..") out.pop();
+      else if (!absolute) out.push("..");
+      continue;
+    }
+    out.push(part);
+  }
+  const joined = out.join("/");
+  if (absolute) return "/" + joined;
+  return joined === "" ? "." : joined;
+}
+
+test("normalize() agrees with the segment-by-segment algorithm on any path", () => {
+  const segment = fc.constantFrom("a", "b.c", ".", "..", "", "...", ".hidden", "x..", "..y");
+  const path = fc.tuple(fc.boolean(), fc.array(segment, { maxLength: 6 }), fc.boolean()).map((
+    [absolute, parts, trailing],
+  ) => (absolute ? "/" : "") + parts.join("/") + (trailing ? "/" : ""));
+  fc.assert(
+    fc.property(path, (p) => {
+      assert.equal(normalize(p), reference(p), JSON.stringify(p));
+      assert.equal(normalize(normalize(p)), normalize(p));
+    }),
+    { numRuns: 2000 },
+  );
+});
+
+test("normalize(), join(), dirname() and basename() on the paths the store builds", () => {
+  assert.equal(normalize(""), ".");
+  assert.equal(normalize("/"), "/");
+  assert.equal(normalize("/a/b/"), "/a/b");
+  assert.equal(normalize("/a//b/./c/../d"), "/a/b/d");
+  assert.equal(normalize("../a"), "../a");
+  assert.equal(normalize("/.."), "/");
+  assert.equal(
+    join("/home/user/.loop", "sessions", "x", "meta.json"),
+    "/home/user/.loop/sessions/x/meta.json",
+  );
+  assert.equal(join("/a/", "/b"), "/a/b");
+  assert.equal(dirname("/a/b/meta.json"), "/a/b");
+  assert.equal(basename("/a/b/meta.json/"), "meta.json");
+});
