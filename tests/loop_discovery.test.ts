@@ -714,12 +714,15 @@ test("fast listing reads a small index.json in one call and a large one by its h
     fast: true,
   });
   assert.deepEqual(listed.map((s) => s.userMessageCount).sort((a, b) => a - b), [20, 2500]);
-  assert.deepEqual(calls.sort(), [
-    `lstat ${big.getSessionPath()}/index.json`,
-    `lstat ${small.getSessionPath()}/index.json`,
-    `open ${big.getSessionPath()}/index.json`,
-    `readFile ${small.getSessionPath()}/index.json`,
-  ]);
+  assert.deepEqual(
+    calls.sort(),
+    [
+      `lstat ${big.getSessionPath()}/index.json`,
+      `lstat ${small.getSessionPath()}/index.json`,
+      `open ${big.getSessionPath()}/index.json`,
+      `readFile ${small.getSessionPath()}/index.json`,
+    ].sort(),
+  );
 });
 
 test("fast listing never reads an index.json that is not a regular file", async () => {
