@@ -289,6 +289,10 @@ export class SessionManager {
   readonly #fs: FileSystem;
   readonly #context: SessionContext;
   readonly #dir: string;
+  /** `meta.json` in the session directory. */
+  readonly #metaFile: string;
+  /** `messages.jsonl` in the session directory. */
+  readonly #messagesFile: string;
   readonly #collectionDir: string;
   readonly #readOnly: boolean;
   readonly #onClose: (() => Promise<void>) | undefined;
@@ -317,6 +321,8 @@ export class SessionManager {
     this.#fs = init.context.fs;
     this.#context = init.context;
     this.#dir = init.dir;
+    this.#metaFile = join(init.dir, META_FILE);
+    this.#messagesFile = join(init.dir, MESSAGES_FILE);
     this.#collectionDir = init.collectionDir;
     this.#readOnly = init.readOnly === true;
     this.#onClose = init.onClose;
@@ -520,7 +526,7 @@ export class SessionManager {
 
   /** The path of meta.json. */
   getSessionFile(): string {
-    return join(this.#dir, META_FILE);
+    return this.#metaFile;
   }
 
   /** The collection directory that holds this session's directory. */
@@ -659,8 +665,8 @@ export class SessionManager {
     // committed ones (`append()` passes base = the committed count and only the new messages).
     const committed = this.#committed;
     const { arrays, count } = committed;
-    const messagesFile = join(this.#dir, MESSAGES_FILE);
-    const metaFile = join(this.#dir, META_FILE);
+    const messagesFile = this.#messagesFile;
+    const metaFile = this.#metaFile;
     // The metadata first (its shape; its anchors once the history is known), then the messages.
     checkMetadataShapes(runtimeContexts, promptTimings, context, metaFile);
     const total = base + messages.length;
@@ -888,7 +894,7 @@ export class SessionManager {
   async #prepareLogEnd(): Promise<number> {
     const meta = this.#committed.meta;
     const end = meta === undefined ? 0 : meta.start + meta.bytes;
-    const path = join(this.#dir, MESSAGES_FILE);
+    const path = this.#messagesFile;
     if (this.#log === undefined) {
       let created = false;
       try {
@@ -970,7 +976,7 @@ export class SessionManager {
   }
 
   async #publishMeta(meta: StorageMeta): Promise<void> {
-    await atomicReplace(this.#fs, join(this.#dir, META_FILE), encodeStorageMeta(meta), {
+    await atomicReplace(this.#fs, this.#metaFile, encodeStorageMeta(meta), {
       durability: this.#context.durability,
     });
   }
@@ -1125,7 +1131,7 @@ export class SessionManager {
     const offsets = this.#committed.arrays.offsets;
     const from = offsets[start] as number;
     const to = offsets[end] as number;
-    const file = join(this.#dir, MESSAGES_FILE);
+    const file = this.#messagesFile;
     const handle = await this.#fs.open(file);
     let bytes: Uint8Array;
     try {
