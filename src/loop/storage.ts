@@ -32,7 +32,6 @@ export const INDEX_VERSION = 1;
 
 const SHA256_HEX = /^[0-9a-f]{64}$/;
 const encoder = new TextEncoder();
-const decoder = new TextDecoder();
 /** Decodes a committed line to exactly its characters (a leading BOM is kept, not dropped). */
 const lineDecoder = new TextDecoder("utf-8", { ignoreBOM: true });
 
