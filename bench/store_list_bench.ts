@@ -93,21 +93,30 @@ function coldStore(): SessionStore {
   return new SessionStore({ fs, sha256, agentDir: join(root, "agent") });
 }
 
-Deno.bench({
-  name: `read ${SESSIONS} meta.json raw, ${FLOOR_CONCURRENCY} at a time (floor)`,
-  group: "fallback title",
-  baseline: true,
-  async fn() {
-    await rawMetaReads(fallback);
-  },
-});
-Deno.bench({
-  name: `read ${SESSIONS} meta.json raw, one after another`,
-  group: "fallback title",
-  async fn() {
-    await rawMetaReads(fallback, 1);
-  },
-});
+/**
+ * The floors of a group over `collection`: its meta.json files read raw 32 at a time (the
+ * baseline), and one after another for comparison. Deno needs bench names unique across groups,
+ * hence `suffix`.
+ */
+function floors(group: string, collection: string, suffix: string): void {
+  Deno.bench({
+    name: `read ${SESSIONS} meta.json raw, ${FLOOR_CONCURRENCY} at a time (floor)${suffix}`,
+    group,
+    baseline: true,
+    async fn() {
+      await rawMetaReads(collection);
+    },
+  });
+  Deno.bench({
+    name: `read ${SESSIONS} meta.json raw, one after another${suffix}`,
+    group,
+    async fn() {
+      await rawMetaReads(collection, 1);
+    },
+  });
+}
+
+floors("fallback title", fallback, "");
 Deno.bench({
   name: `fast list, cold (${SESSIONS} sessions of ~1 MB, fallback titles)`,
   group: "fallback title",
@@ -122,21 +131,7 @@ Deno.bench({
     await fastList(warm, fallback);
   },
 });
-Deno.bench({
-  name: `read ${SESSIONS} meta.json raw, ${FLOOR_CONCURRENCY} at a time (floor) `,
-  group: "stored title",
-  baseline: true,
-  async fn() {
-    await rawMetaReads(titled);
-  },
-});
-Deno.bench({
-  name: `read ${SESSIONS} meta.json raw, one after another `,
-  group: "stored title",
-  async fn() {
-    await rawMetaReads(titled, 1);
-  },
-});
+floors("stored title", titled, " ");
 Deno.bench({
   name: `fast list, cold (${SESSIONS} sessions of ~1 MB, stored titles)`,
   group: "stored title",
