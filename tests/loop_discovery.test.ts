@@ -1,5 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import fc from "fast-check";
 import { MemoryFs } from "../adapters/memory.ts";
 import type { FileHandle, FileSystem } from "../src/port/fs.ts";
 import {
@@ -11,6 +12,7 @@ import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { comparePinnedFirst, compareSessions, type SessionInfo } from "../src/loop/discovery.ts";
+import { encodeRoundIndex, indexSizeBound } from "../src/loop/storage.ts";
 import { assistant, conversation, user } from "./_fixtures.ts";
 
 const CWD = "/work/project";
@@ -717,8 +719,6 @@ test("fast listing reads a small index.json in one call and a large one by its h
   assert.deepEqual(
     calls.sort(),
     [
-      `lstat ${big.getSessionPath()}/index.json`,
-      `lstat ${small.getSessionPath()}/index.json`,
       `open ${big.getSessionPath()}/index.json`,
       `readFile ${small.getSessionPath()}/index.json`,
     ].sort(),
@@ -752,4 +752,51 @@ test("fast listing never reads an index.json that is not a regular file", async 
   assert.equal(fast[0]?.userMessageCount, 3);
   assert.equal(fast[0]?.title?.text, "l0 question ✓");
   assert.deepEqual(fs.snapshotTree(AGENT), before);
+});
+
+test("fast and full listings refuse a meta.json or messages.jsonl that is a link alike", async () => {
+  for (const file of ["meta.json", "messages.jsonl"]) {
+    const { fs, store, clock } = await setup();
+    const session = await saved(store, clock, conversation(2, "k"));
+    const path = `${session.getSessionPath()}/${file}`;
+    await fs.rename(path, `/planted-${file}`);
+    await fs.symlink(`/planted-${file}`, path);
+    const before = fs.snapshotTree(AGENT);
+    const fast = await store.listDetailed(CWD, undefined, { fast: true });
+    const full = await store.listDetailed(CWD);
+    for (const result of [fast, full]) {
+      assert.deepEqual(result.sessions, [], file);
+      assert.equal(result.failures.length, 1, file);
+      assert.ok(result.failures[0]?.error instanceof SessionFormatError, file);
+      assert.equal((result.failures[0]?.error as SessionFormatError).file, path);
+    }
+    assert.deepEqual(fs.snapshotTree(AGENT), before);
+  }
+});
+
+test("indexSizeBound is never below the size of an index written for those counts", () => {
+  const state = fc.integer({ min: 1, max: 5000 }).chain((messageCount) =>
+    fc.record({
+      messageCount: fc.constant(messageCount),
+      bytes: fc.integer({ min: 2 * messageCount, max: Number.MAX_SAFE_INTEGER }),
+      users: fc.integer({ min: 0, max: messageCount }),
+    })
+  );
+  fc.assert(fc.property(state, ({ messageCount, bytes, users }) => {
+    // The worst case for those counts: the largest indices and offsets the range allows.
+    const rounds = Array.from({ length: users }, (_, i) => ({
+      messageIndex: messageCount - users + i,
+      byteOffset: bytes - 2 * (users - i),
+    }));
+    const encoded = encodeRoundIndex({
+      format: "loop-session-index",
+      version: 1,
+      generation: "f".repeat(64),
+      start: Number.MAX_SAFE_INTEGER,
+      bytes,
+      messageCount,
+      rounds,
+    });
+    assert.ok(encoded.length <= indexSizeBound(messageCount, bytes));
+  }));
 });

@@ -58,8 +58,12 @@
  *   round given. Then the round count is taken as the user message count without reading the
  *   log. The rounds after the first are not read by a listing (a page read checks the whole index
  *   before it uses it), so listing reads the same few bytes of index.json whatever the history's
- *   length: a small index in one call, a large one by its first 4 KiB. An index.json that is not a
- *   regular file (a planted link, a device) is never read: it counts as unusable.
+ *   length: a small index in one call, a large one by its first 4 KiB (the committed counts bound
+ *   the size of a well-formed index). An index.json that is not a regular file (a planted link, a
+ *   device) is never read: it counts as unusable.
+ *
+ * Before reading, fast mode lists the session directory (links not followed): like an open, it
+ * refuses a meta.json or messages.jsonl that is not a regular file (`SessionFormatError`).
  * - **the rounds' lines**, read only for a fallback title (no stored title, none cached for the
  *   generation): the first round's line must start a line (offset 0, or the byte before it is
  *   `"\n"`), end inside the committed range and parse as a user message; when it yields no title,
@@ -75,7 +79,7 @@
  *
  * @module
  */
-import type { FileHandle, FileSystem } from "../port/fs.ts";
+import type { EntryKind, FileHandle, FileSystem } from "../port/fs.ts";
 import { FsError, NotADirectory, NotFound } from "../port/errors.ts";
 import { dirname, join } from "../port/path.ts";
 import {
@@ -95,6 +99,7 @@ import {
 } from "./records/mod.ts";
 import {
   forEachCommittedLine,
+  INDEX_FILE,
   INDEX_FORMAT,
   INDEX_VERSION,
   indexMatches,
@@ -103,6 +108,7 @@ import {
   readListingIndex,
   readRoundIndex,
   readStorageMeta,
+  refuseIrregularFile,
   type RoundEntry,
   type RoundIndex,
   type RoundIndexHead,
@@ -592,19 +598,31 @@ export async function fastSummary(
   titles?: FallbackTitleCache,
 ): Promise<Summary> {
   const fs = context.fs;
-  // Both files at once, judged in order (meta.json first). A small index is read whole in one
-  // call, a large one by its head; a missing or unusable index is just not used.
-  const [metaRead, indexSettled] = await Promise.allSettled([
-    readStorageMeta(fs, dir),
-    readListingIndex(fs, dir),
-  ]);
-  if (metaRead.status === "rejected") throw metaRead.reason;
-  const meta = metaRead.value;
+  // The directory's entries first, as they are (links not followed): the session files must be
+  // regular files, as for an open, and index.json is read only when it is one.
+  const metaPath = join(dir, META_FILE);
+  let kinds: Map<string, EntryKind>;
+  try {
+    kinds = new Map((await fs.readDir(dir)).map((entry) => [entry.name, entry.kind]));
+  } catch (error) {
+    // A directory that vanished since the collection was read has no meta.json either.
+    if (error instanceof NotFound) throw new NotFound("readdir", metaPath, { cause: error });
+    throw error;
+  }
+  const metaKind = kinds.get(META_FILE);
+  if (metaKind === undefined) throw new NotFound("readdir", metaPath);
+  refuseIrregularFile(metaKind, metaPath);
+  const logKind = kinds.get(MESSAGES_FILE);
+  if (logKind !== undefined) refuseIrregularFile(logKind, join(dir, MESSAGES_FILE));
+  const meta = await readStorageMeta(fs, dir);
   if (meta.messageCount === 0) {
     return { header: meta.header, messageCount: 0, userMessageCount: 0, fallbackTitle: undefined };
   }
-  if (indexSettled.status === "rejected") throw indexSettled.reason;
-  const indexRead = indexSettled.value;
+  // The committed counts bound a well-formed index's size: a small one is read whole in one
+  // call, a large one by its head. A missing or unusable index is just not used.
+  const indexRead = kinds.get(INDEX_FILE) === "file"
+    ? await readListingIndex(fs, dir, meta)
+    : undefined;
   const cached = meta.header.title ? null : titles?.get(dir, meta.generation);
   const needTitle = !meta.header.title && cached === undefined;
   const summary = indexRead !== undefined && "head" in indexRead

@@ -66,6 +66,7 @@ import {
   META_FILE,
   readRoundIndex,
   readStorageMeta,
+  refuseIrregularFile,
   type RoundEntry,
   type RoundIndex,
   STORAGE_FORMAT,
@@ -145,7 +146,7 @@ export async function checkSessionFiles(fs: FileSystem, dir: string): Promise<vo
     throw dirInfo.reason;
   }
   if (metaInfo.status === "rejected") throw metaInfo.reason;
-  judgeKind(metaInfo.value.kind, metaFile);
+  refuseIrregularFile(metaInfo.value.kind, metaFile);
   isRegularFileInfo(logInfo, messagesFile);
 }
 
@@ -1549,7 +1550,7 @@ async function isRegularFile(fs: FileSystem, path: string): Promise<boolean> {
     if (error instanceof NotFound) return false;
     throw error;
   }
-  judgeKind(kind, path);
+  refuseIrregularFile(kind, path);
   return true;
 }
 
@@ -1559,18 +1560,8 @@ function isRegularFileInfo(info: PromiseSettledResult<FileInfo>, path: string): 
     if (info.reason instanceof NotFound) return false;
     throw info.reason;
   }
-  judgeKind(info.value.kind, path);
+  refuseIrregularFile(info.value.kind, path);
   return true;
-}
-
-/** Refuses a session file that is not a regular file (see `isRegularFile`). */
-function judgeKind(kind: EntryKind, path: string): void {
-  if (kind !== "file") {
-    throw new SessionFormatError(
-      `Session file is a ${kind}, not a regular file; refusing to read or write through it`,
-      { file: path },
-    );
-  }
 }
 
 async function checkCwd(fs: FileSystem, cwd: string, file: string): Promise<void> {

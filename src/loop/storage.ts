@@ -7,7 +7,7 @@
  * @module
  */
 import * as v from "valibot";
-import type { FileHandle, FileSystem } from "../port/fs.ts";
+import type { EntryKind, FileHandle, FileSystem } from "../port/fs.ts";
 import { NotFound } from "../port/errors.ts";
 import type { Sha256, Sha256Factory } from "../port/sha256.ts";
 import { join } from "../port/path.ts";
@@ -185,6 +185,21 @@ export async function readStorageMeta(fs: FileSystem, dir: string): Promise<Stor
   return parseStorageMeta(parseJsonText(new TextDecoder().decode(bytes), file), file);
 }
 
+/**
+ * Refuses a session file whose own kind (`lstat`, or a directory entry) is not a regular file: a
+ * symlink, a directory, a device or a FIFO is never read or written through.
+ *
+ * @throws {SessionFormatError} Naming the file and its kind.
+ */
+export function refuseIrregularFile(kind: EntryKind, path: string): void {
+  if (kind !== "file") {
+    throw new SessionFormatError(
+      `Session file is a ${kind}, not a regular file; refusing to read or write through it`,
+      { file: path },
+    );
+  }
+}
+
 /** Serializes meta.json (compact JSON and a trailing newline). */
 export function encodeStorageMeta(meta: StorageMeta): Uint8Array {
   return encoder.encode(JSON.stringify(meta) + "\n");
@@ -246,25 +261,34 @@ export const INDEX_HEAD_LIMIT = 64 * 1024;
 const HEAD_BYTES = 4096;
 
 /**
- * Reads index.json for a listing, as its head: the counts and the first round, which the
- * canonical form puts first (a file not in that form is parsed whole). The file is looked at
- * first (`lstat`): anything but a regular file (a planted link, a device, a directory) is never
- * read and counts as unusable; one of up to `INDEX_HEAD_LIMIT` bytes is read in one call, a larger
- * one by its first bytes (`readIndexHead`), so reading the index costs the same whatever the
- * history's size. Undefined when the file is missing, not a regular file or not of this
- * library's form.
+ * The largest index.json `encodeRoundIndex` can write for a committed range of `messageCount`
+ * messages in `bytes` bytes: its fixed fields and at most one round per message, each
+ * `{"messageIndex":…,"byteOffset":…},` with as many digits as those counts have.
+ */
+export function indexSizeBound(messageCount: number, bytes: number): number {
+  const digits = (n: number): number => String(n).length;
+  return 256 + messageCount * (32 + digits(messageCount) + digits(bytes));
+}
+
+/**
+ * Reads index.json, known to be a regular file, for a listing of the committed state `meta`, as
+ * its head: the counts and the first round, which the canonical form puts first (a file not in
+ * that form is parsed whole). When an index of this library's form for that state fits in
+ * `INDEX_HEAD_LIMIT` (see `indexSizeBound`) the file is read in one call, otherwise by its first
+ * bytes (`readIndexHead`), so reading the index costs the same whatever the history's size.
+ * Undefined when the file is missing or not of this library's form.
  */
 export async function readListingIndex(
   fs: FileSystem,
   dir: string,
+  meta: Pick<StorageMeta, "messageCount" | "bytes">,
 ): Promise<{ readonly index: RoundIndex } | { readonly head: RoundIndexHead } | undefined> {
-  const path = join(dir, INDEX_FILE);
+  if (indexSizeBound(meta.messageCount, meta.bytes) > INDEX_HEAD_LIMIT) {
+    return await readIndexHead(fs, dir);
+  }
   let bytes: Uint8Array;
   try {
-    const info = await fs.lstat(path);
-    if (info.kind !== "file") return undefined;
-    if (info.size > INDEX_HEAD_LIMIT) return await readIndexHead(fs, dir);
-    bytes = await fs.readFile(path);
+    bytes = await fs.readFile(join(dir, INDEX_FILE));
   } catch (error) {
     if (error instanceof NotFound) return undefined;
     throw error;
