@@ -506,7 +506,9 @@ export interface CommittedRangeSummary {
  * Streams the committed range of messages.jsonl line by line, hashing as it goes, and checks it
  * against meta: the file must hold the whole range, the bytes must end with a newline, the line
  * count must equal `messageCount` and the SHA-256 must equal `generation`. Any mismatch is a
- * `CorruptSessionError` naming the file. Bytes past the committed range are never read.
+ * `CorruptSessionError` naming the file. Bytes past the committed range are never read. A log
+ * cut short is found where the reads reach its end, so the lines before that point have already
+ * been handed to `onLine`: callers keep nothing until this resolves.
  */
 export async function forEachCommittedLine(
   fs: FileSystem,
