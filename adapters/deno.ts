@@ -34,74 +34,36 @@ import type {
   RemoveOptions,
   WriteFileOptions,
 } from "../src/port/fs.ts";
-import {
-  AlreadyExists,
-  FsError,
-  FsIoError,
-  IsADirectory,
-  NotADirectory,
-  NotEmpty,
-  NotFound,
-  PermissionDenied,
-} from "../src/port/errors.ts";
+import type { FsError } from "../src/port/errors.ts";
+import { IsADirectory, NotEmpty } from "../src/port/errors.ts";
 import type { Sha256Factory } from "../src/port/sha256.ts";
 import { nodeProcessProbe, nodeSha256 } from "./node.ts";
 import type { ProcessProbe } from "../src/loop/lock.ts";
+import { callMapped, codeOf, DIR_SYNC_REFUSALS, mapNativeError } from "./_errors.ts";
 
-/** Codes with which a platform refuses to open or fsync a directory (documented no-op). */
-const DIR_SYNC_REFUSALS: ReadonlySet<string> = new Set(["EISDIR", "EINVAL", "EPERM", "EBADF"]);
-
-function codeOf(error: unknown): string | undefined {
-  if (typeof error !== "object" || error === null) return undefined;
-  const code = (error as { code?: unknown }).code;
-  return typeof code === "string" ? code : undefined;
+/** The POSIX code of a Deno error: its `code`, or the one its class stands for. */
+function denoCode(error: unknown): string | undefined {
+  const code = codeOf(error);
+  if (code !== undefined) return code;
+  if (error instanceof Deno.errors.NotFound) return "ENOENT";
+  if (error instanceof Deno.errors.AlreadyExists) return "EEXIST";
+  if (error instanceof Deno.errors.NotADirectory) return "ENOTDIR";
+  if (error instanceof Deno.errors.IsADirectory) return "EISDIR";
+  if (error instanceof Error && /directory not empty/i.test(error.message)) return "ENOTEMPTY";
+  if (error instanceof Deno.errors.PermissionDenied || error instanceof Deno.errors.NotCapable) {
+    return "EACCES";
+  }
+  return undefined;
 }
 
 /** Maps a native error of `syscall` on `path` to the port's typed error. */
 function mapError(error: unknown, syscall: string, path: string): FsError {
-  if (error instanceof FsError) return error;
-  const code = codeOf(error);
-  const options = { cause: error };
-  if (code === "ENOENT" || error instanceof Deno.errors.NotFound) {
-    return new NotFound(syscall, path, options);
-  }
-  if (code === "EEXIST" || error instanceof Deno.errors.AlreadyExists) {
-    return new AlreadyExists(syscall, path, options);
-  }
-  if (code === "ENOTDIR" || error instanceof Deno.errors.NotADirectory) {
-    return new NotADirectory(syscall, path, options);
-  }
-  if (code === "EISDIR" || error instanceof Deno.errors.IsADirectory) {
-    return new IsADirectory(syscall, path, options);
-  }
-  if (
-    code === "ENOTEMPTY" ||
-    (code === undefined && error instanceof Error && /directory not empty/i.test(error.message))
-  ) {
-    return new NotEmpty(syscall, path, options);
-  }
-  if (
-    code === "EACCES" || code === "EPERM" || error instanceof Deno.errors.PermissionDenied ||
-    error instanceof Deno.errors.NotCapable
-  ) {
-    return new PermissionDenied(syscall, path, { cause: error, code: code ?? "EACCES" });
-  }
-  return new FsIoError(
-    code ?? "EIO",
-    syscall,
-    path,
-    error instanceof Error ? error.message : "I/O error",
-    options,
-  );
+  return mapNativeError(error, syscall, path, denoCode(error));
 }
 
 /** Runs a native call and maps whatever it throws. */
-async function call<T>(syscall: string, path: string, run: () => Promise<T>): Promise<T> {
-  try {
-    return await run();
-  } catch (error) {
-    throw mapError(error, syscall, path);
-  }
+function call<T>(syscall: string, path: string, run: () => Promise<T>): Promise<T> {
+  return callMapped(mapError, syscall, path, run);
 }
 
 function kindOf(info: Deno.FileInfo | Deno.DirEntry): EntryKind {

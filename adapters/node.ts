@@ -45,65 +45,20 @@ import type {
   RemoveOptions,
   WriteFileOptions,
 } from "../src/port/fs.ts";
-import {
-  AlreadyExists,
-  FsError,
-  FsIoError,
-  IsADirectory,
-  NotADirectory,
-  NotEmpty,
-  NotFound,
-  PermissionDenied,
-} from "../src/port/errors.ts";
+import type { FsError } from "../src/port/errors.ts";
+import { IsADirectory, NotEmpty } from "../src/port/errors.ts";
 import type { Sha256, Sha256Factory } from "../src/port/sha256.ts";
 import type { ProcessProbe } from "../src/loop/lock.ts";
-
-/** Codes with which a platform refuses to open or fsync a directory (documented no-op). */
-const DIR_SYNC_REFUSALS: ReadonlySet<string> = new Set(["EISDIR", "EINVAL", "EPERM", "EBADF"]);
-
-function codeOf(error: unknown): string | undefined {
-  if (typeof error !== "object" || error === null) return undefined;
-  const code = (error as { code?: unknown }).code;
-  return typeof code === "string" ? code : undefined;
-}
+import { callMapped, codeOf, DIR_SYNC_REFUSALS, mapNativeError } from "./_errors.ts";
 
 /** Maps a native error of `syscall` on `path` to the port's typed error. */
 function mapError(error: unknown, syscall: string, path: string): FsError {
-  if (error instanceof FsError) return error;
-  const code = codeOf(error);
-  const options = { cause: error };
-  switch (code) {
-    case "ENOENT":
-      return new NotFound(syscall, path, options);
-    case "EEXIST":
-      return new AlreadyExists(syscall, path, options);
-    case "ENOTDIR":
-      return new NotADirectory(syscall, path, options);
-    case "EISDIR":
-      return new IsADirectory(syscall, path, options);
-    case "ENOTEMPTY":
-      return new NotEmpty(syscall, path, options);
-    case "EACCES":
-    case "EPERM":
-      return new PermissionDenied(syscall, path, { cause: error, code });
-    default:
-      return new FsIoError(
-        code ?? "EIO",
-        syscall,
-        path,
-        error instanceof Error ? error.message : "I/O error",
-        options,
-      );
-  }
+  return mapNativeError(error, syscall, path);
 }
 
 /** Runs a native call and maps whatever it throws. */
-async function call<T>(syscall: string, path: string, run: () => Promise<T>): Promise<T> {
-  try {
-    return await run();
-  } catch (error) {
-    throw mapError(error, syscall, path);
-  }
+function call<T>(syscall: string, path: string, run: () => Promise<T>): Promise<T> {
+  return callMapped(mapError, syscall, path, run);
 }
 
 function kindOf(stats: Stats): EntryKind {
