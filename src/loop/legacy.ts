@@ -41,11 +41,13 @@ import {
   validateSessionMetadata,
 } from "./records/mod.ts";
 import {
+  decodeLine,
   encodeRoundIndex,
   encodeStorageMeta,
   INDEX_FILE,
   INDEX_FORMAT,
   INDEX_VERSION,
+  joinBytes,
   MESSAGES_FILE,
   META_FILE,
   type RoundEntry,
@@ -67,7 +69,6 @@ const WRITE_BATCH = 1024 * 1024;
 /** Output pieces smaller than this are copied together into one write. */
 const SMALL_PIECE = 64 * 1024;
 
-const decoder = new TextDecoder("utf-8", { ignoreBOM: true });
 const NEWLINE = 10;
 const NEWLINE_BYTES = new Uint8Array([NEWLINE]);
 const encoder = new TextEncoder();
@@ -78,16 +79,7 @@ function coalesce(pieces: readonly Uint8Array[]): Uint8Array[] {
   let group: Uint8Array[] = [];
   let groupLength = 0;
   const close = (): void => {
-    if (group.length === 1) writes.push(group[0] as Uint8Array);
-    else if (group.length > 1) {
-      const out = new Uint8Array(groupLength);
-      let offset = 0;
-      for (const piece of group) {
-        out.set(piece, offset);
-        offset += piece.length;
-      }
-      writes.push(out);
-    }
+    if (group.length > 0) writes.push(joinBytes(group, groupLength));
     group = [];
     groupLength = 0;
   };
@@ -208,13 +200,7 @@ export class LineReader {
 
   #takeCarry(last: Uint8Array): Uint8Array {
     if (this.#carryLength === 0) return last;
-    const out = new Uint8Array(this.#carryLength + last.length);
-    let offset = 0;
-    for (const piece of this.#carry) {
-      out.set(piece, offset);
-      offset += piece.length;
-    }
-    out.set(last, offset);
+    const out = joinBytes([...this.#carry, last], this.#carryLength + last.length);
     this.#carry = [];
     this.#carryLength = 0;
     return out;
@@ -285,10 +271,8 @@ async function scanLegacy(
         let byteEnd = chunk.indexOf(NEWLINE, byteAt);
         if (byteEnd < 0) byteEnd = chunk.length;
         const lineStart = byteAt;
-        // Each line is decoded alone (a newline is never part of a multi-byte sequence): a line
-        // of ASCII then becomes a one-byte string, which decodes and parses faster than a slice
-        // of a chunk that holds any other character.
-        const text = decoder.decode(chunk.subarray(byteAt, byteEnd));
+        // Each line is decoded alone (a newline is never part of a multi-byte sequence).
+        const text = decodeLine(chunk.subarray(byteAt, byteEnd));
         byteAt = byteEnd + 1;
         if (isBlank(text)) {
           if (header !== undefined && blankAt === undefined) blankAt = index;

@@ -32,8 +32,16 @@ export const INDEX_VERSION = 1;
 
 const SHA256_HEX = /^[0-9a-f]{64}$/;
 const encoder = new TextEncoder();
-/** Decodes a committed line to exactly its characters (a leading BOM is kept, not dropped). */
 const lineDecoder = new TextDecoder("utf-8", { ignoreBOM: true });
+
+/**
+ * Decodes one line of a session file (without its newline) to exactly its characters: a leading
+ * BOM is kept, not dropped, and invalid UTF-8 becomes U+FFFD. A line of ASCII becomes a one-byte
+ * string, which parses faster than a slice of a larger decoded text.
+ */
+export function decodeLine(bytes: Uint8Array): string {
+  return lineDecoder.decode(bytes);
+}
 
 /** The parsed content of meta.json. */
 export interface StorageMeta {
@@ -549,10 +557,8 @@ export async function forEachCommittedLine(
           { file, offset: meta.start + offset, messageIndex: lines },
         );
       }
-      // Each line is decoded alone (a newline byte never occurs inside a multi-byte UTF-8
-      // sequence): a line of ASCII then becomes a one-byte string, which decodes and parses
-      // faster than a slice of a chunk that holds any other character.
-      onLine({ index: lines, offset, bytes, text: lineDecoder.decode(bytes) });
+      // Each line is decoded alone (a newline never occurs inside a multi-byte sequence).
+      onLine({ index: lines, offset, bytes, text: decodeLine(bytes) });
       lines++;
     };
     while (position < meta.bytes) {
@@ -581,7 +587,7 @@ export async function forEachCommittedLine(
           continue;
         }
         carry.push(chunk.subarray(0, first));
-        emit(joinPieces(carry, carryLength + first), carryOffset);
+        emit(joinBytes(carry, carryLength + first), carryOffset);
         carry = [];
         carryLength = 0;
         lineStart = first + 1;
@@ -647,8 +653,14 @@ async function openMessages(
   }
 }
 
-/** The `length` bytes of `pieces`, in order, in one array. */
-function joinPieces(pieces: readonly Uint8Array[], length: number): Uint8Array {
+/**
+ * `pieces` in order in one array (`length` is their total size). A single piece is returned as
+ * it is, without a copy.
+ */
+export function joinBytes(
+  pieces: readonly Uint8Array[],
+  length: number = pieces.reduce((sum, piece) => sum + piece.length, 0),
+): Uint8Array {
   if (pieces.length === 1) return pieces[0] as Uint8Array;
   const out = new Uint8Array(length);
   let offset = 0;
@@ -656,13 +668,5 @@ function joinPieces(pieces: readonly Uint8Array[], length: number): Uint8Array {
     out.set(piece, offset);
     offset += piece.length;
   }
-  return out;
-}
-
-/** Concatenates two byte arrays. */
-export function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
-  const out = new Uint8Array(a.length + b.length);
-  out.set(a, 0);
-  out.set(b, a.length);
   return out;
 }

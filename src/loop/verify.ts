@@ -29,13 +29,14 @@ import {
   validateSystemPromptCheckpoints,
 } from "./records/mod.ts";
 import {
-  concat,
+  decodeLine,
   encodeRoundIndex,
   encodeStorageMeta,
   INDEX_FILE,
   INDEX_FORMAT,
   INDEX_VERSION,
   indexMatches,
+  joinBytes,
   MESSAGES_FILE,
   META_FILE,
   readRoundIndex,
@@ -46,8 +47,6 @@ import {
   type StorageMeta,
 } from "./storage.ts";
 
-/** Decodes a committed line to exactly its characters (a leading BOM is kept, not dropped). */
-const decoder = new TextDecoder("utf-8", { ignoreBOM: true });
 const encoder = new TextEncoder();
 
 /** The severity of a verification finding. */
@@ -153,7 +152,7 @@ async function scanRange(
       const chunk = await handle.read(position, Math.min(chunkSize, end - position));
       if (chunk.length === 0) break;
       hash.update(chunk);
-      const data = carry.length === 0 ? chunk : concat(carry, chunk);
+      const data = carry.length === 0 ? chunk : joinBytes([carry, chunk]);
       const dataOffset = carry.length === 0 ? position - meta.start : carryOffset;
       let lineStart = 0;
       for (;;) {
@@ -164,7 +163,7 @@ async function scanRange(
           try {
             let value: unknown;
             try {
-              value = JSON.parse(decoder.decode(data.subarray(lineStart, newline)));
+              value = JSON.parse(decodeLine(data.subarray(lineStart, newline)));
             } catch (error) {
               throw new SessionFormatError(`invalid JSON (${(error as Error).message})`, {
                 path: `messages[${lines}]`,
