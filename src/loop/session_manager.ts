@@ -12,7 +12,7 @@
  *
  * @module
  */
-import type { EntryKind, FileHandle, FileInfo, FileSystem } from "../port/fs.ts";
+import type { FileHandle, FileInfo, FileSystem } from "../port/fs.ts";
 import { NotFound } from "../port/errors.ts";
 import type { Sha256, Sha256Factory } from "../port/sha256.ts";
 import {
@@ -55,6 +55,7 @@ import {
   validateSystemPromptCheckpoints,
 } from "./records/mod.ts";
 import {
+  closeWhenOpened,
   encodeRoundIndex,
   encodeStorageMeta,
   forEachCommittedLine,
@@ -375,7 +376,7 @@ export class SessionManager {
     try {
       meta = await readStorageMeta(fs, init.dir);
     } catch (error) {
-      opening.then((handle) => handle.close(), () => undefined).catch(() => undefined);
+      closeWhenOpened(opening);
       throw error;
     }
     // The cwd check runs beside the log read; its outcome is judged after the history's, in the
@@ -1543,15 +1544,8 @@ function checkMetadataShapes(
  * through a link.
  */
 async function isRegularFile(fs: FileSystem, path: string): Promise<boolean> {
-  let kind: EntryKind;
-  try {
-    kind = (await fs.lstat(path)).kind;
-  } catch (error) {
-    if (error instanceof NotFound) return false;
-    throw error;
-  }
-  refuseIrregularFile(kind, path);
-  return true;
+  const [info] = await Promise.allSettled([fs.lstat(path)]);
+  return isRegularFileInfo(info, path);
 }
 
 /** `isRegularFile` for an lstat already settled. */

@@ -529,7 +529,7 @@ export async function forEachCommittedLine(
   const hash = options.sha256();
   if (meta.bytes === 0) {
     // Nothing committed: a log opened early is not needed (and may be missing).
-    options.opening?.then((handle) => handle.close(), () => undefined).catch(() => undefined);
+    if (options.opening !== undefined) closeWhenOpened(options.opening);
     if (meta.messageCount !== 0) {
       throw new CorruptSessionError(
         `Session metadata claims ${meta.messageCount} messages in an empty range`,
@@ -633,6 +633,14 @@ function checkGeneration(hash: Sha256, meta: StorageMeta, file: string): void {
       { file },
     );
   }
+}
+
+/**
+ * Closes a handle still being opened, in the background, once it is open; a failed open or close
+ * is nobody's error (the handle was never going to be used).
+ */
+export function closeWhenOpened(opening: Promise<FileHandle>): void {
+  opening.then((handle) => handle.close(), () => undefined).catch(() => undefined);
 }
 
 async function openMessages(
