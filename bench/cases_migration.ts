@@ -8,7 +8,7 @@
 import { type Message, newSessionHeader } from "../mod.ts";
 import { migrateLegacySession } from "../src/loop/legacy.ts";
 import { join } from "../src/port/path.ts";
-import { concat } from "../src/loop/storage.ts";
+import { joinBytes } from "../src/loop/storage.ts";
 import { syntheticHistory } from "./data.ts";
 import { BenchError, measurePair } from "./harness.ts";
 import { count, type GlobalCase } from "./context.ts";
@@ -30,7 +30,7 @@ export const migrationCase: GlobalCase = {
       const id = globalThis.crypto.randomUUID();
       const header = newSessionHeader({ id, cwd: ctx.cwd, now: new Date(0).toISOString() });
       const body = encoder.encode(history.map((m) => JSON.stringify(m)).join("\n") + "\n");
-      const file = concat(encoder.encode(JSON.stringify(header) + "\n"), body);
+      const file = joinBytes([encoder.encode(JSON.stringify(header) + "\n"), body]);
       const legacyPath = join(collection, `${id}.jsonl`);
       await fs.writeFile(legacyPath, file, { mode: 0o600 });
       const published = join(collection, id);

@@ -9,7 +9,7 @@
  */
 import type { Durability, FileSystem, Sha256Factory } from "../mod.ts";
 import { dirname, join } from "../src/port/path.ts";
-import { concat } from "../src/loop/storage.ts";
+import { joinBytes } from "../src/loop/storage.ts";
 import type { Subject } from "./harness.ts";
 
 /** A message log with a held append handle and a small metadata file beside it. */
@@ -130,11 +130,11 @@ export async function streamLines(
     hash(chunk);
     const last = chunk.lastIndexOf(10);
     if (last < 0) {
-      carry = carry === undefined ? chunk : concat(carry, chunk);
+      carry = carry === undefined ? chunk : joinBytes([carry, chunk]);
       continue;
     }
     const lines = chunk.subarray(0, last + 1);
-    count += parseLines(decoder.decode(carry === undefined ? lines : concat(carry, lines)));
+    count += parseLines(decoder.decode(carry === undefined ? lines : joinBytes([carry, lines])));
     carry = chunk.subarray(last + 1);
   }
   return count;
