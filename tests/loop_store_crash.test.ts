@@ -173,6 +173,11 @@ for (const error of ["EIO", "ENOSPC"] as const) {
           const seen = await reopenHistory(fs, dir);
           assert.ok(isEqual(seen, before) || isEqual(seen, after), label);
           assert.equal(session.hasPendingSave, true, label);
+          if (!persistent) {
+            // The meta.json staged beside the log write is removed when either of them fails.
+            const left = (await fs.readDir(dir)).map((entry) => entry.name);
+            assert.deepEqual(left.filter((name) => name.endsWith(".tmp")), [], label);
+          }
           await session.flush();
           assert.deepEqual(await reopenHistory(fs, dir), after, label);
           // And the session still saves after the fault clears.

@@ -8,7 +8,7 @@ import {
   type TailMode,
 } from "../adapters/memory.ts";
 import { FsIoError, NotFound, PermissionDenied } from "../src/port/errors.ts";
-import { atomicReplace } from "../src/port/durable.ts";
+import { atomicReplace, stageReplace } from "../src/port/durable.ts";
 import { dirname } from "../src/port/path.ts";
 import type { FileSystem } from "../src/port/fs.ts";
 
@@ -593,6 +593,45 @@ test("atomicReplace() under a crash at every operation leaves exactly the old or
   );
   assert.equal(steps, 6, "open, write, sync, close, rename, syncDir");
   assert.deepEqual([...outcomes].sort(), ["new contents, longer", "old contents"]);
+});
+
+test("stageReplace() keeps the target old until publish; discard leaves only the old bytes", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/store");
+  await fs.writeFile("/store/meta.json", bytes("old"));
+  fs.syncAll();
+  const names = async () => (await fs.readDir("/store")).map((entry) => entry.name);
+
+  const kept = await stageReplace(fs, "/store/meta.json", bytes("new"));
+  assert.equal(new TextDecoder().decode(await fs.readFile("/store/meta.json")), "old");
+  assert.equal((await names()).length, 2, "the staged temp file sits beside the target");
+  // Staged under full durability: a crash now loses no byte of it, and the target is still old.
+  const crashed = fs.clone().crash({ seed: 3, tailMode: "none", extraJournal: "none" });
+  assert.equal(new TextDecoder().decode(await crashed.readFile("/store/meta.json")), "old");
+  await kept.publish();
+  assert.equal(new TextDecoder().decode(await fs.readFile("/store/meta.json")), "new");
+  assert.deepEqual(await names(), ["meta.json"]);
+  await assert.rejects(kept.publish(), NotFound, "a staged replacement publishes once");
+
+  const dropped = await stageReplace(fs, "/store/meta.json", bytes("newer"));
+  await dropped.discard();
+  await dropped.discard();
+  assert.deepEqual(await names(), ["meta.json"]);
+  assert.equal(new TextDecoder().decode(await fs.readFile("/store/meta.json")), "new");
+  await assert.rejects(dropped.publish(), NotFound, "a discarded replacement cannot be published");
+  assert.equal(new TextDecoder().decode(await fs.readFile("/store/meta.json")), "new");
+});
+
+test("stageReplace() removes its temp file when the write or sync fails", async () => {
+  for (const op of ["write", "sync", "close"] as const) {
+    const fs = new MemoryFs();
+    await fs.mkdir("/store");
+    await fs.writeFile("/store/meta.json", bytes("old"));
+    fs.failAt(fs.operationCount + 1, { ops: [op] });
+    await assert.rejects(stageReplace(fs, "/store/meta.json", bytes("new")), FsIoError, op);
+    fs.clearFaults();
+    assert.deepEqual((await fs.readDir("/store")).map((entry) => entry.name), ["meta.json"], op);
+  }
 });
 
 /** atomicReplace without the file fsync: the bug the simulator must catch. */

@@ -20,6 +20,8 @@ import {
   type Durability,
   ensurePrivateDir,
   PRIVATE_FILE_MODE,
+  type StagedReplace,
+  stageReplace,
 } from "../port/durable.ts";
 import { join } from "../port/path.ts";
 import {
@@ -828,8 +830,8 @@ export class SessionManager {
       return;
     }
     try {
-      const { meta, hash } = await this.#appendGeneration(prepared, header);
-      await this.#publish({ ...history, meta, header, hash });
+      const { meta, hash, staged } = await this.#appendGeneration(prepared, header);
+      await this.#publish({ ...history, meta, header, hash }, false, staged);
       this.#pending = undefined;
     } catch (error) {
       this.#pending = {
@@ -846,29 +848,26 @@ export class SessionManager {
   }
 
   /**
-   * Makes the prepared message bytes durable in the log (after dropping any uncommitted tail) and
-   * returns the metadata that commits them. Publishes nothing.
+   * Writes the prepared message bytes to the log (after dropping any uncommitted tail) and, at
+   * the same time, stages the meta.json that commits them; returns when both are complete
+   * (fsynced under full durability). Publishes nothing: the caller renames the staged meta.json
+   * in. The two writes are independent until that rename, which is the commit point, so running
+   * them concurrently keeps every crash state of the sequential order: an uncommitted log tail
+   * (cut by the next write) and an unreachable temp file (ignored by readers).
    */
   async #appendGeneration(
     prepared: PreparedCommit,
     header: SessionHeader,
-  ): Promise<{ meta: StorageMeta; hash: Sha256 }> {
+  ): Promise<{ meta: StorageMeta; hash: Sha256; staged: StagedReplace }> {
     const committed = this.#committed;
     await this.#ensureDirectory();
     let start = committed.meta?.start ?? 0;
     let bytes = committed.meta?.bytes ?? 0;
     let hash = committed.hash;
+    let written: Promise<void> | undefined;
     if (prepared.kind !== "metadata") {
       const end = await this.#prepareLogEnd();
-      try {
-        const log = this.#log as FileHandle;
-        await log.write(prepared.bytes);
-        if (this.#context.durability === "full") await log.sync();
-        this.#logSize = end + prepared.bytes.length;
-      } catch (error) {
-        await this.#dropLog();
-        throw error;
-      }
+      written = this.#writeLog(prepared.bytes, end);
       if (prepared.kind === "append") {
         hash = committed.hash.clone().update(prepared.bytes);
         bytes += prepared.bytes.length;
@@ -889,7 +888,29 @@ export class SessionManager {
       bytes,
       messageCount: prepared.count,
     };
-    return { meta, hash };
+    const staging = stageReplace(this.#fs, this.#metaFile, encodeStorageMeta(meta), {
+      durability: this.#context.durability,
+    });
+    const [log, stage] = await Promise.allSettled([written, staging]);
+    if (log.status === "rejected") {
+      if (stage.status === "fulfilled") await stage.value.discard();
+      throw log.reason;
+    }
+    if (stage.status === "rejected") throw stage.reason;
+    return { meta, hash, staged: stage.value };
+  }
+
+  /** Appends `data` to the log at the committed end `end` and, under full durability, syncs it. */
+  async #writeLog(data: Uint8Array, end: number): Promise<void> {
+    try {
+      const log = this.#log as FileHandle;
+      await log.write(data);
+      if (this.#context.durability === "full") await log.sync();
+      this.#logSize = end + data.length;
+    } catch (error) {
+      await this.#dropLog();
+      throw error;
+    }
   }
 
   /** Opens the log if needed, and truncates an uncommitted tail. Returns the committed end. */
@@ -1295,10 +1316,15 @@ export class SessionManager {
    * before a failed directory fsync): the attempt is kept and `#reconcile` settles it before
    * the next write.
    */
-  async #publish(next: Committed, metadataOnly = false): Promise<void> {
+  async #publish(
+    next: Committed,
+    metadataOnly = false,
+    staged?: StagedReplace,
+  ): Promise<void> {
     this.#attempt = next;
     this.#attemptIsMetadata = metadataOnly;
-    await this.#publishMeta(next.meta as StorageMeta);
+    if (staged !== undefined) await staged.publish();
+    else await this.#publishMeta(next.meta as StorageMeta);
     this.#committed = next;
     this.#attempt = undefined;
     this.#wrote = true;

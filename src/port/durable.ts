@@ -55,11 +55,42 @@ export async function atomicReplace(
   data: Uint8Array,
   options: AtomicReplaceOptions = {},
 ): Promise<void> {
+  const staged = await stageReplace(fs, path, data, options);
+  await staged.publish();
+}
+
+/**
+ * An atomic replace whose new content is complete (written, and fsynced under `"full"`
+ * durability) but not yet visible: `publish()` renames it over the target, `discard()` removes it.
+ */
+export interface StagedReplace {
+  /**
+   * Renames the staged file over the target (the commit point), then, under `"full"` durability,
+   * fsyncs the directory. If the rename fails the staged file is removed and the error rethrown;
+   * if only the directory fsync fails, the new content is already visible. Once published or
+   * discarded, a staged replacement rejects another publish with `NotFound`.
+   */
+  publish(): Promise<void>;
+  /** Removes the staged file; the target is untouched. Never rejects. */
+  discard(): Promise<void>;
+}
+
+/**
+ * The first half of `atomicReplace`: writes `data` to an exclusive temp file beside `path` and,
+ * under `"full"` durability, fsyncs it, without publishing it. Lets a caller prepare the new
+ * content while other writes that must precede the publication are still in flight. On failure
+ * the temp file is removed and the error rethrown.
+ */
+export async function stageReplace(
+  fs: FileSystem,
+  path: string,
+  data: Uint8Array,
+  options: AtomicReplaceOptions = {},
+): Promise<StagedReplace> {
   const durability = options.durability ?? "full";
   const mode = options.mode ?? PRIVATE_FILE_MODE;
   const temp = tempNameFor(path);
   const handle = await fs.open(temp, { createNew: true, write: true, mode });
-  let renamed = false;
   try {
     try {
       await handle.write(data);
@@ -67,15 +98,34 @@ export async function atomicReplace(
     } finally {
       await handle.close();
     }
-    // No chmod: the temp file was created exclusively by this call with `mode`, and a umask can
-    // only clear bits, never widen them.
-    await fs.rename(temp, path);
-    renamed = true;
   } catch (error) {
-    if (!renamed) await removeQuietly(fs, temp);
+    await removeQuietly(fs, temp);
     throw error;
   }
-  if (durability === "full" && options.skipDirSync !== true) await fs.syncDir(dirname(path));
+  // No chmod: the temp file was created exclusively by this call with `mode`, and a umask can
+  // only clear bits, never widen them.
+  let settled = false;
+  return {
+    async publish(): Promise<void> {
+      // A second publish, or one after discard, finds no staged file, as the rename would.
+      if (settled) throw new NotFound("rename", temp);
+      settled = true;
+      try {
+        await fs.rename(temp, path);
+      } catch (error) {
+        await removeQuietly(fs, temp);
+        throw error;
+      }
+      if (durability === "full" && options.skipDirSync !== true) {
+        await fs.syncDir(dirname(path));
+      }
+    },
+    async discard(): Promise<void> {
+      if (settled) return;
+      settled = true;
+      await removeQuietly(fs, temp);
+    },
+  };
 }
 
 /** Removes `path` if present; a failure to remove a leftover is not the caller's error. */
