@@ -208,9 +208,18 @@ test("invalid history is rejected before anything is written", async () => {
   await session.commit(conversation(1));
   const logPath = `${session.getSessionPath()}/messages.jsonl`;
   const before = await fs.readFile(logPath);
+  const names = async () => (await fs.readDir(session.getSessionPath())).map((e) => e.name);
+  const files = await names();
   const bad = [...conversation(1, "x"), assistant("call", [{ id: "c1", name: "read" }])];
   await assert.rejects(session.commit(bad), SessionFormatError);
   assert.deepEqual(await fs.readFile(logPath), before);
+  // The temp file of the next meta.json, created while the history was checked, is gone.
+  assert.deepEqual(await names(), files);
+  await assert.rejects(
+    session.append([assistant("call", [{ id: "c1", name: "read" }])]),
+    SessionFormatError,
+  );
+  assert.deepEqual(await names(), files);
   assert.equal(session.hasPendingSave, false);
 });
 

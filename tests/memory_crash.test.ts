@@ -8,7 +8,7 @@ import {
   type TailMode,
 } from "../adapters/memory.ts";
 import { FsIoError, NotFound, PermissionDenied } from "../src/port/errors.ts";
-import { atomicReplace, stageReplace } from "../src/port/durable.ts";
+import { atomicReplace, beginReplace, stageReplace } from "../src/port/durable.ts";
 import { dirname } from "../src/port/path.ts";
 import type { FileSystem } from "../src/port/fs.ts";
 
@@ -632,6 +632,49 @@ test("stageReplace() removes its temp file when the write or sync fails", async 
     fs.clearFaults();
     assert.deepEqual((await fs.readDir("/store")).map((entry) => entry.name), ["meta.json"], op);
   }
+});
+
+test("beginReplace() creates the temp file at once; discard before stage closes and removes it", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/store");
+  await fs.writeFile("/store/meta.json", bytes("old"));
+  const names = async () => (await fs.readDir("/store")).map((entry) => entry.name);
+  const before = fs.operationCount;
+  const pending = beginReplace(fs, "/store/meta.json");
+  assert.equal(fs.operationCount, before + 1, "the exclusive create is issued by the call");
+  assert.equal((await names()).length, 2);
+  await pending.discard();
+  await pending.discard();
+  assert.deepEqual(await names(), ["meta.json"]);
+  await assert.rejects(pending.stage(bytes("new")), NotFound, "a discarded replace stages nothing");
+  assert.deepEqual(await names(), ["meta.json"]);
+  assert.equal(new TextDecoder().decode(await fs.readFile("/store/meta.json")), "old");
+
+  const staged = beginReplace(fs, "/store/meta.json");
+  const replace = await staged.stage(bytes("new"));
+  await assert.rejects(staged.stage(bytes("again")), NotFound, "a replace stages once");
+  await staged.discard(); // no effect once staged: the staged file is the caller's
+  assert.equal((await names()).length, 2);
+  await replace.publish();
+  assert.deepEqual(await names(), ["meta.json"]);
+  assert.equal(new TextDecoder().decode(await fs.readFile("/store/meta.json")), "new");
+});
+
+test("beginReplace() reports a failed create from stage, and discard then has nothing to remove", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/store");
+  await fs.writeFile("/store/meta.json", bytes("old"));
+  fs.failAt(fs.operationCount + 1, { ops: ["open"], error: "ENOSPC" });
+  const failed = beginReplace(fs, "/store/meta.json");
+  await assert.rejects(failed.stage(bytes("new")), FsIoError);
+  fs.clearFaults();
+  assert.deepEqual((await fs.readDir("/store")).map((entry) => entry.name), ["meta.json"]);
+
+  fs.failAt(fs.operationCount + 1, { ops: ["open"] });
+  const dropped = beginReplace(fs, "/store/meta.json");
+  await dropped.discard(); // the rejected create is not an unhandled rejection
+  fs.clearFaults();
+  assert.deepEqual((await fs.readDir("/store")).map((entry) => entry.name), ["meta.json"]);
 });
 
 /** atomicReplace without the file fsync: the bug the simulator must catch. */

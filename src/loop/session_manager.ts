@@ -17,8 +17,10 @@ import { NotFound } from "../port/errors.ts";
 import type { Sha256, Sha256Factory } from "../port/sha256.ts";
 import {
   atomicReplace,
+  beginReplace,
   type Durability,
   ensurePrivateDir,
+  type PendingReplace,
   PRIVATE_FILE_MODE,
   type StagedReplace,
   stageReplace,
@@ -580,14 +582,20 @@ export class SessionManager {
     const at = this.#context.now();
     if (this.#canPrepareNow()) {
       // Nothing is queued: validate and serialize now, so the caller may reuse its array at once
-      // without the cost of copying the whole history.
+      // without the cost of copying the whole history. The temp file of the next meta.json is
+      // created meanwhile.
+      const replace = this.#beginMetaReplace();
       let prepared: PreparedCommit;
       try {
         prepared = this.#prepare(messages, runtimeContexts, promptTimings, context, at);
       } catch (error) {
-        return Promise.reject(error);
+        // Rejected before anything was written: the temp file is gone when the caller hears.
+        return (async () => {
+          await replace?.discard();
+          throw error;
+        })();
       }
-      return this.#write("commit", () => this.#apply(prepared));
+      return this.#settle(replace, this.#write("commit", () => this.#apply(prepared, replace)));
     }
     const snapshot = messages.slice();
     return this.#write("commit", async () => {
@@ -634,15 +642,39 @@ export class SessionManager {
     }
     const at = this.#context.now();
     const tail = messages.slice();
-    return this.#write("append", async () => {
-      if (this.#pending !== undefined) {
-        throw new PendingSaveError("append", { file: this.getSessionFile() });
-      }
-      const base = this.#committed.count;
-      await this.#apply(
-        this.#prepare(tail, runtimeContexts, promptTimings, context, at, undefined, base),
-      );
-    });
+    const replace = this.#canPrepareNow() ? this.#beginMetaReplace() : undefined;
+    return this.#settle(
+      replace,
+      this.#write("append", async () => {
+        if (this.#pending !== undefined) {
+          throw new PendingSaveError("append", { file: this.getSessionFile() });
+        }
+        const base = this.#committed.count;
+        await this.#apply(
+          this.#prepare(tail, runtimeContexts, promptTimings, context, at, undefined, base),
+          replace,
+        );
+      }),
+    );
+  }
+
+  /**
+   * Starts creating the temp file of the next meta.json, so the create overlaps preparing the
+   * commit. Only for a saved session (its directory exists) under no pending save.
+   */
+  #beginMetaReplace(): PendingReplace | undefined {
+    if (this.#committed.meta === undefined || this.#pending !== undefined) return undefined;
+    return beginReplace(this.#fs, this.#metaFile, { durability: this.#context.durability });
+  }
+
+  /** `write`, after which `replace`'s temp file is removed unless the write published it. */
+  async #settle(replace: PendingReplace | undefined, write: Promise<void>): Promise<void> {
+    if (replace === undefined) return await write;
+    try {
+      await write;
+    } finally {
+      await replace.discard();
+    }
   }
 
   /** True when a commit can be prepared synchronously against the settled committed state. */
@@ -805,7 +837,7 @@ export class SessionManager {
     return header as unknown as SessionHeader;
   }
 
-  async #apply(prepared: PreparedCommit): Promise<void> {
+  async #apply(prepared: PreparedCommit, replace?: PendingReplace): Promise<void> {
     const committed = this.#committed;
     const header = {
       ...this.#headerWith(
@@ -830,7 +862,7 @@ export class SessionManager {
       return;
     }
     try {
-      const { meta, hash, staged } = await this.#appendGeneration(prepared, header);
+      const { meta, hash, staged } = await this.#appendGeneration(prepared, header, replace);
       await this.#publish({ ...history, meta, header, hash }, false, staged);
       this.#pending = undefined;
     } catch (error) {
@@ -858,6 +890,7 @@ export class SessionManager {
   async #appendGeneration(
     prepared: PreparedCommit,
     header: SessionHeader,
+    replace?: PendingReplace,
   ): Promise<{ meta: StorageMeta; hash: Sha256; staged: StagedReplace }> {
     const committed = this.#committed;
     await this.#ensureDirectory();
@@ -888,9 +921,10 @@ export class SessionManager {
       bytes,
       messageCount: prepared.count,
     };
-    const staging = stageReplace(this.#fs, this.#metaFile, encodeStorageMeta(meta), {
-      durability: this.#context.durability,
-    });
+    const data = encodeStorageMeta(meta);
+    const staging = replace !== undefined
+      ? replace.stage(data)
+      : stageReplace(this.#fs, this.#metaFile, data, { durability: this.#context.durability });
     const [log, stage] = await Promise.allSettled([written, staging]);
     if (log.status === "rejected") {
       if (stage.status === "fulfilled") await stage.value.discard();

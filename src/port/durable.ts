@@ -11,7 +11,7 @@
  *
  * @module
  */
-import type { FileSystem } from "./fs.ts";
+import type { FileHandle, FileSystem } from "./fs.ts";
 import { AlreadyExists, NotFound } from "./errors.ts";
 import { basename, dirname, join } from "./path.ts";
 
@@ -81,49 +81,116 @@ export interface StagedReplace {
  * content while other writes that must precede the publication are still in flight. On failure
  * the temp file is removed and the error rethrown.
  */
-export async function stageReplace(
+export function stageReplace(
   fs: FileSystem,
   path: string,
   data: Uint8Array,
   options: AtomicReplaceOptions = {},
 ): Promise<StagedReplace> {
+  return beginReplace(fs, path, options).stage(data);
+}
+
+/**
+ * An atomic replace whose temp file is being created before its content is known, so the create
+ * overlaps the work that computes the content. Exactly one of `stage` or `discard` settles it.
+ */
+export interface PendingReplace {
+  /**
+   * Writes `data` to the temp file, fsyncs it under `"full"` durability and closes it; the
+   * result publishes it. On failure (including a failed create) the temp file is removed and the
+   * error rethrown. A second call rejects with `NotFound`.
+   */
+  stage(data: Uint8Array): Promise<StagedReplace>;
+  /**
+   * Closes and removes the temp file unless it was published; the target is untouched. Safe to
+   * call at any time and more than once; never rejects.
+   */
+  discard(): Promise<void>;
+}
+
+/**
+ * Starts an atomic replace of `path` before its content is known: the exclusive create of the
+ * temp file beside `path` begins at once (its failure surfaces from `stage`). The caller must
+ * settle the result with `stage` (then publish or discard the staged file) or `discard`.
+ */
+export function beginReplace(
+  fs: FileSystem,
+  path: string,
+  options: AtomicReplaceOptions = {},
+): PendingReplace {
   const durability = options.durability ?? "full";
   const mode = options.mode ?? PRIVATE_FILE_MODE;
   const temp = tempNameFor(path);
-  const handle = await fs.open(temp, { createNew: true, write: true, mode });
-  try {
-    try {
-      await handle.write(data);
-      if (durability === "full") await handle.sync();
-    } finally {
-      await handle.close();
-    }
-  } catch (error) {
-    await removeQuietly(fs, temp);
-    throw error;
-  }
-  // No chmod: the temp file was created exclusively by this call with `mode`, and a umask can
-  // only clear bits, never widen them.
+  const opening = fs.open(temp, { createNew: true, write: true, mode });
+  // Observed here, so a create that fails before `stage` or `discard` is not an unhandled rejection.
+  opening.catch(() => undefined);
+  /** True once the temp file was published, discarded, or handed to a stage. */
+  let claimed = false;
+  /** True once nothing of the temp file can remain: published or removed. */
   let settled = false;
+  /** The closing of the handle, once started. */
+  let closing: Promise<void> | undefined;
+  const close = (handle: FileHandle): Promise<void> => (closing ??= handle.close());
+  const remove = async (): Promise<void> => {
+    if (settled) return;
+    settled = true;
+    await removeQuietly(fs, temp);
+  };
   return {
-    async publish(): Promise<void> {
-      // A second publish, or one after discard, finds no staged file, as the rename would.
-      if (settled) throw new NotFound("rename", temp);
-      settled = true;
+    async stage(data: Uint8Array): Promise<StagedReplace> {
+      // A second stage, or one after discard, finds no temp file to write, as a write would.
+      if (claimed) throw new NotFound("open", temp);
+      claimed = true;
+      const handle = await opening; // a failed create left no file
       try {
-        await fs.rename(temp, path);
+        try {
+          await handle.write(data);
+          if (durability === "full") await handle.sync();
+        } finally {
+          await close(handle);
+        }
       } catch (error) {
-        await removeQuietly(fs, temp);
+        await remove();
         throw error;
       }
-      if (durability === "full" && options.skipDirSync !== true) {
-        await fs.syncDir(dirname(path));
-      }
+      // No chmod: the temp file was created exclusively by this call with `mode`, and a umask can
+      // only clear bits, never widen them.
+      let done = false;
+      return {
+        async publish(): Promise<void> {
+          // A second publish, or one after discard, finds no staged file, as the rename would.
+          if (done || settled) throw new NotFound("rename", temp);
+          done = true;
+          try {
+            await fs.rename(temp, path);
+            settled = true;
+          } catch (error) {
+            await remove();
+            throw error;
+          }
+          if (durability === "full" && options.skipDirSync !== true) {
+            await fs.syncDir(dirname(path));
+          }
+        },
+        async discard(): Promise<void> {
+          if (done) return;
+          done = true;
+          await remove();
+        },
+      };
     },
     async discard(): Promise<void> {
-      if (settled) return;
-      settled = true;
-      await removeQuietly(fs, temp);
+      if (claimed) return;
+      claimed = true;
+      let handle: FileHandle;
+      try {
+        handle = await opening;
+      } catch {
+        settled = true; // the create failed: there is no temp file
+        return;
+      }
+      await close(handle).catch(() => undefined);
+      await remove();
     },
   };
 }
