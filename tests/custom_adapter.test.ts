@@ -49,3 +49,33 @@ test("a commit through the instrumented adapter fsyncs the log, meta.json and th
   assert.equal(metrics.syncs - before.syncs >= 3, true);
   assert.equal((metrics.calls["rename"] ?? 0) - (before.calls["rename"] ?? 0) >= 1, true);
 });
+
+test("an adapter whose open throws instead of rejecting fails a commit with a rejected promise", async () => {
+  const memory = new MemoryFs();
+  await memory.mkdir("/work/project", { recursive: true });
+  let refuse = false;
+  const fs = new Proxy(memory, {
+    get(target, property) {
+      const value = Reflect.get(target, property, target);
+      if (property !== "open") return typeof value === "function" ? value.bind(target) : value;
+      return (path: string, options?: object) => {
+        if (refuse && path.endsWith(".tmp")) throw new Error(`refused: ${path}`);
+        return target.open(path, options);
+      };
+    },
+  });
+  const store = new SessionStore({ fs, agentDir: "/home/user/.loop" });
+  const session = await store.create("/work/project");
+  await session.commit([user("first")]);
+  refuse = true;
+  let committing: Promise<void> | undefined;
+  assert.doesNotThrow(() => {
+    committing = session.commit([user("first"), user("second")]);
+  });
+  await assert.rejects(committing as Promise<void>, /refused/);
+  assert.equal(session.hasPendingSave, true);
+  refuse = false;
+  await session.flush();
+  const reopened = await store.open(session.getSessionPath(), { readOnly: true });
+  assert.deepEqual(reopened.messages.map((message) => message.content), ["first", "second"]);
+});

@@ -213,7 +213,9 @@ test("invalid history is rejected before anything is written", async () => {
   const bad = [...conversation(1, "x"), assistant("call", [{ id: "c1", name: "read" }])];
   await assert.rejects(session.commit(bad), SessionFormatError);
   assert.deepEqual(await fs.readFile(logPath), before);
-  // The temp file of the next meta.json, created while the history was checked, is gone.
+  // The temp file of the next meta.json, created while the history was checked, is removed
+  // before the session's next operation runs.
+  await session.flush();
   assert.deepEqual(await names(), files);
   await assert.rejects(
     session.append([assistant("call", [{ id: "c1", name: "read" }])]),
@@ -221,6 +223,34 @@ test("invalid history is rejected before anything is written", async () => {
   );
   assert.deepEqual(await names(), files);
   assert.equal(session.hasPendingSave, false);
+});
+
+test("a commit that fails before writing settles, and cleans up, before the next queued call", async () => {
+  const { fs, store } = await setup();
+  const created = await store.create(CWD);
+  const history = conversation(1);
+  await created.commit(history);
+  await created.close();
+  const dir = created.getSessionPath();
+  const session = await store.open(dir);
+  // The log vanishes behind the session's back: the next save fails before writing anything.
+  await fs.remove(`${dir}/messages.jsonl`);
+  const names = async () => (await fs.readDir(dir)).map((entry) => entry.name).sort();
+  const files = await names();
+  const order: string[] = [];
+  const outcome = (label: string) =>
+    [
+      () => order.push(`${label} resolved`),
+      (error: unknown) => order.push(`${label} ${(error as Error).name}`),
+    ] as const;
+  const first = session.commit([...history, user("one")]).then(...outcome("first"));
+  const second = session.commit([...history, user("one"), user("two")]).then(
+    ...outcome("second"),
+  );
+  const closed = session.close().then(() => order.push("closed"));
+  await Promise.all([first, second, closed]);
+  assert.deepEqual(order, ["first CorruptSessionError", "second PendingSaveError", "closed"]);
+  assert.deepEqual(await names(), files, "no temp file is left once close() resolves");
 });
 
 test("a failed save stays pending, blocks new commits, and flush() retries the same snapshot", async () => {

@@ -589,13 +589,12 @@ export class SessionManager {
       try {
         prepared = this.#prepare(messages, runtimeContexts, promptTimings, context, at);
       } catch (error) {
-        // Rejected before anything was written: the temp file is gone when the caller hears.
-        return (async () => {
-          await replace?.discard();
-          throw error;
-        })();
+        // Rejected before anything was written. The temp file is removed before the session's
+        // next operation runs.
+        if (replace !== undefined) void this.#queue.run(() => replace.discard());
+        return Promise.reject(error);
       }
-      return this.#settle(replace, this.#write("commit", () => this.#apply(prepared, replace)));
+      return this.#write("commit", () => this.#apply(prepared, replace), replace);
     }
     const snapshot = messages.slice();
     return this.#write("commit", async () => {
@@ -643,19 +642,16 @@ export class SessionManager {
     const at = this.#context.now();
     const tail = messages.slice();
     const replace = this.#canPrepareNow() ? this.#beginMetaReplace() : undefined;
-    return this.#settle(
-      replace,
-      this.#write("append", async () => {
-        if (this.#pending !== undefined) {
-          throw new PendingSaveError("append", { file: this.getSessionFile() });
-        }
-        const base = this.#committed.count;
-        await this.#apply(
-          this.#prepare(tail, runtimeContexts, promptTimings, context, at, undefined, base),
-          replace,
-        );
-      }),
-    );
+    return this.#write("append", async () => {
+      if (this.#pending !== undefined) {
+        throw new PendingSaveError("append", { file: this.getSessionFile() });
+      }
+      const base = this.#committed.count;
+      await this.#apply(
+        this.#prepare(tail, runtimeContexts, promptTimings, context, at, undefined, base),
+        replace,
+      );
+    }, replace);
   }
 
   /**
@@ -665,16 +661,6 @@ export class SessionManager {
   #beginMetaReplace(): PendingReplace | undefined {
     if (this.#committed.meta === undefined || this.#pending !== undefined) return undefined;
     return beginReplace(this.#fs, this.#metaFile, { durability: this.#context.durability });
-  }
-
-  /** `write`, after which `replace`'s temp file is removed unless the write published it. */
-  async #settle(replace: PendingReplace | undefined, write: Promise<void>): Promise<void> {
-    if (replace === undefined) return await write;
-    try {
-      await write;
-    } finally {
-      await replace.discard();
-    }
   }
 
   /** True when a commit can be prepared synchronously against the settled committed state. */
@@ -1437,16 +1423,24 @@ export class SessionManager {
     }
   }
 
-  #write<T>(operation: string, task: () => Promise<T>): Promise<T> {
+  /**
+   * Runs `task` in the session's write queue. `replace`, a meta.json replace begun for the task,
+   * is discarded (unless the task published it) before the queue moves on, whatever happens.
+   */
+  #write<T>(operation: string, task: () => Promise<T>, replace?: PendingReplace): Promise<T> {
     return this.#queue.run(async () => {
-      this.#assertOpen();
-      if (this.#readOnly) {
-        throw new SessionError(`Session was opened read-only; ${operation} is not allowed`, {
-          file: this.getSessionFile(),
-        });
+      try {
+        this.#assertOpen();
+        if (this.#readOnly) {
+          throw new SessionError(`Session was opened read-only; ${operation} is not allowed`, {
+            file: this.getSessionFile(),
+          });
+        }
+        await this.#reconcile();
+        return await task();
+      } finally {
+        await replace?.discard();
       }
-      await this.#reconcile();
-      return await task();
     });
   }
 }

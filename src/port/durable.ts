@@ -121,7 +121,8 @@ export function beginReplace(
   const durability = options.durability ?? "full";
   const mode = options.mode ?? PRIVATE_FILE_MODE;
   const temp = tempNameFor(path);
-  const opening = fs.open(temp, { createNew: true, write: true, mode });
+  // Called from an async function, so an adapter that throws instead of rejecting still rejects.
+  const opening = (async () => await fs.open(temp, { createNew: true, write: true, mode }))();
   // Observed here, so a create that fails before `stage` or `discard` is not an unhandled rejection.
   opening.catch(() => undefined);
   /** True once the temp file was published, discarded, or handed to a stage. */
