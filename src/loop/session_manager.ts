@@ -8,6 +8,11 @@
  * 3. meta.json is published by atomic replace, and only then does the commit resolve;
  * 4. index.json is published after that, best effort: a failure never rolls back the commit.
  *
+ * Steps 2 and 3 overlap where nothing depends on the order: the new meta.json's temp file is
+ * created while the history is checked, and written and fsynced while the log write and its
+ * fsync run. Its rename, the commit point, waits for both. A crash before the rename leaves an
+ * uncommitted log tail and an unreachable temp file, as the sequential order would.
+ *
  * Every history and metadata write goes through one serial queue.
  *
  * @module
