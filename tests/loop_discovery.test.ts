@@ -639,6 +639,43 @@ test("a repeated fast listing reuses derived titles until the generation changes
   assert.deepEqual(listed, await store.list(CWD));
 });
 
+test("a repeated fast listing reads only each directory and meta.json until the generation changes", async () => {
+  const { fs, clock } = await setup();
+  const { fs: watched, reads } = recording(fs);
+  const store = new SessionStore({ fs: watched, agentDir: AGENT, now: () => clock.t });
+  const titled = await saved(store, clock, conversation(4, "titled"));
+  const writer = await store.open(titled.getSessionPath());
+  await writer.setTitle({ text: "Stored", source: "user", messageIndices: [] });
+  await writer.close();
+  const derived = await saved(store, clock, conversation(3, "derived"));
+  const readOf = (name: string) => reads.filter((r) => r.path.endsWith(`/${name}`)).length;
+  const first = await store.list(CWD, undefined, { fast: true });
+  assert.deepEqual(first.map((info) => info.userMessageCount).sort(), [3, 4]);
+  const indexReads = readOf("index.json");
+  const logReads = readOf("messages.jsonl");
+  assert.equal(indexReads, 2);
+  const metaReads = readOf("meta.json");
+  const again = await store.list(CWD, undefined, { fast: true });
+  assert.deepEqual(again, first);
+  assert.equal(readOf("index.json"), indexReads, "no index.json is read again");
+  assert.equal(readOf("messages.jsonl"), logReads, "no message is read again");
+  assert.equal(readOf("meta.json"), metaReads + 2, "meta.json is read every time");
+  // A new generation is read anew, and its counts are right.
+  const next = await store.open(derived.getSessionPath());
+  await next.commit([...next.messages, user("one more")]);
+  await next.close();
+  const after = await store.list(CWD, undefined, { fast: true });
+  assert.equal(readOf("index.json"), indexReads + 1);
+  assert.deepEqual(after, await store.list(CWD));
+  assert.equal(after.find((info) => info.id === derived.id)?.userMessageCount, 4);
+  // What is remembered never hides a session file planted as a link: the directory is listed.
+  await fs.remove(`${titled.getSessionPath()}/messages.jsonl`);
+  await fs.symlink("/elsewhere", `${titled.getSessionPath()}/messages.jsonl`);
+  const result = await store.listDetailed(CWD, undefined, { fast: true });
+  assert.deepEqual(result.sessions.map((info) => info.id), [derived.id]);
+  assert.ok(result.failures[0]?.error instanceof SessionFormatError);
+});
+
 test("metadata that lies about its message count is reported in both modes", async () => {
   const { fs, store, clock } = await setup();
   const session = await saved(store, clock, conversation(3));

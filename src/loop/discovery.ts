@@ -64,8 +64,8 @@
  *
  * Before reading, fast mode lists the session directory (links not followed): like an open, it
  * refuses a meta.json or messages.jsonl that is not a regular file (`SessionFormatError`).
- * - **the rounds' lines**, read only for a fallback title (no stored title, none cached for the
- *   generation): the first round's line must start a line (offset 0, or the byte before it is
+ * - **the rounds' lines**, read only for a fallback title (no stored title, none remembered for
+ *   the generation): the first round's line must start a line (offset 0, or the byte before it is
  *   `"\n"`), end inside the committed range and parse as a user message; when it yields no title,
  *   the whole index is read and checked (strictly increasing message indices below the message
  *   count, strictly increasing byte offsets inside the range, the lines fitting between them) and
@@ -76,6 +76,11 @@
  * failure or wrong counts that the checks above can see. A stale index that covers a prefix of
  * the same committed range (and passes the same checks) costs a scan of the unindexed tail only;
  * a missing or unusable index costs one scan of the committed range.
+ *
+ * A store remembers what its fast listings derived beyond meta.json (the user-message count and
+ * the fallback title) for each session's committed generation and message count. A repeated fast
+ * listing by the same store (a picker refreshing) then reads, for a session whose meta.json names
+ * the same generation, only its directory and meta.json.
  *
  * @module
  */
@@ -384,19 +389,29 @@ export async function discoverSessions(
   collection: string,
   cwd: string | undefined,
   options: ListOptions = {},
-  titles?: FallbackTitleCache,
+  cache?: ListingCache,
 ): Promise<ListResult> {
-  return await readCollection(context, collection, cwd, options, undefined, titles);
+  return await readCollection(context, collection, cwd, options, undefined, cache);
+}
+
+/** What a fast listing derived for one committed state of a session. */
+interface Derived {
+  /** The number of user messages. */
+  readonly userMessageCount: number;
+  /** The fallback title (`null`: none); undefined when it was not derived (a stored title). */
+  readonly title: SessionTitle | null | undefined;
 }
 
 /**
- * Fallback titles derived by fast listings, keyed by session directory and committed generation.
- * The generation is the SHA-256 of the whole committed range, so an unchanged generation has an
- * unchanged first user message: a repeated listing (a picker refreshing) reads no message. Bounded;
- * the oldest entries go first. `SessionStore` keeps one per store.
+ * What fast listings derived beyond meta.json (the user-message count from index.json, the
+ * fallback title from the first user message), keyed by session directory, committed generation
+ * and message count. The generation is the SHA-256 of the whole committed range, so an unchanged
+ * generation has unchanged messages: a repeated listing (a picker refreshing) reads only each
+ * session's directory and meta.json. Bounded; the oldest entries go first. `SessionStore` keeps
+ * one per store.
  */
-export class FallbackTitleCache {
-  readonly #entries = new Map<string, SessionTitle | null>();
+export class ListingCache {
+  readonly #entries = new Map<string, Derived>();
   readonly #limit: number;
 
   /** Creates a cache of at most `limit` entries (default 4096). */
@@ -404,16 +419,20 @@ export class FallbackTitleCache {
     this.#limit = limit;
   }
 
-  /** The cached title (`null`: none), or undefined when unknown. */
-  get(dir: string, generation: string): SessionTitle | null | undefined {
-    return this.#entries.get(`${generation}:${dir}`);
+  /** What was derived for `dir` at the committed state `meta`, or undefined when unknown. */
+  get(dir: string, meta: Pick<StorageMeta, "generation" | "messageCount">): Derived | undefined {
+    return this.#entries.get(`${meta.generation}:${meta.messageCount}:${dir}`);
   }
 
-  /** Remembers the fallback title (or its absence) of `dir` at `generation`. */
-  set(dir: string, generation: string, title: SessionTitle | undefined): void {
-    const key = `${generation}:${dir}`;
+  /** Remembers what was derived for `dir` at the committed state `meta`. */
+  set(
+    dir: string,
+    meta: Pick<StorageMeta, "generation" | "messageCount">,
+    derived: Derived,
+  ): void {
+    const key = `${meta.generation}:${meta.messageCount}:${dir}`;
     this.#entries.delete(key);
-    this.#entries.set(key, title ?? null);
+    this.#entries.set(key, derived);
     if (this.#entries.size > this.#limit) {
       const oldest = this.#entries.keys().next().value;
       if (oldest !== undefined) this.#entries.delete(oldest);
@@ -446,7 +465,7 @@ async function readCollection(
   cwd: string | undefined,
   options: ListOptions,
   only: ReadonlySet<string> | undefined,
-  titles?: FallbackTitleCache,
+  cache?: ListingCache,
 ): Promise<ListResult> {
   const fs = context.fs;
   const fast = options.fast === true;
@@ -466,7 +485,7 @@ async function readCollection(
   const concurrency = options.concurrency ?? (fast ? 32 : 4);
   const read = await mapLimit(candidates, concurrency, async (candidate) => {
     try {
-      const summary = await summarize(context, candidate, fast, titles);
+      const summary = await summarize(context, candidate, fast, cache);
       if (summary === undefined) return undefined;
       if (matchesCwd !== undefined && !(await matchesCwd(summary.header.cwd))) return undefined;
       return { candidate, summary };
@@ -543,7 +562,7 @@ async function summarize(
   context: StoreContext,
   candidate: Candidate,
   fast: boolean,
-  titles: FallbackTitleCache | undefined,
+  cache: ListingCache | undefined,
 ): Promise<Summary | undefined> {
   const source = candidate.source;
   if (source.kind === "failed") throw source.error;
@@ -552,7 +571,7 @@ async function summarize(
   }
   try {
     return fast
-      ? await fastSummary(context, source.dir, titles)
+      ? await fastSummary(context, source.dir, cache)
       : await fullSummary(context, source.dir);
   } catch (error) {
     // Only a missing meta.json itself means "never committed"; anything else is a failure.
@@ -595,7 +614,7 @@ const USER_ROLE = '"role":"user"';
 export async function fastSummary(
   context: StoreContext,
   dir: string,
-  titles?: FallbackTitleCache,
+  cache?: ListingCache,
 ): Promise<Summary> {
   const fs = context.fs;
   // The directory's entries first, as they are (links not followed): the session files must be
@@ -618,18 +637,28 @@ export async function fastSummary(
   if (meta.messageCount === 0) {
     return { header: meta.header, messageCount: 0, userMessageCount: 0, fallbackTitle: undefined };
   }
+  const needTitle = !meta.header.title;
+  const known = cache?.get(dir, meta);
+  if (known !== undefined && (!needTitle || known.title !== undefined)) {
+    return {
+      header: meta.header,
+      messageCount: meta.messageCount,
+      userMessageCount: known.userMessageCount,
+      fallbackTitle: needTitle ? known.title ?? undefined : undefined,
+    };
+  }
   // The committed counts bound a well-formed index's size: a small one is read whole in one
   // call, a large one by its head. A missing or unusable index is just not used.
   const indexRead = kinds.get(INDEX_FILE) === "file"
     ? await readListingIndex(fs, dir, meta)
     : undefined;
-  const cached = meta.header.title ? null : titles?.get(dir, meta.generation);
-  const needTitle = !meta.header.title && cached === undefined;
   const summary = indexRead !== undefined && "head" in indexRead
     ? await fastCountsFromHead(context, dir, meta, indexRead.head, needTitle)
     : await fastCounts(context, dir, meta, indexRead?.index, needTitle);
-  if (cached !== undefined && cached !== null) return { ...summary, fallbackTitle: cached };
-  if (needTitle) titles?.set(dir, meta.generation, summary.fallbackTitle);
+  cache?.set(dir, meta, {
+    userMessageCount: summary.userMessageCount,
+    title: needTitle ? summary.fallbackTitle ?? null : known?.title,
+  });
   return summary;
 }
 

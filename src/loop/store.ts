@@ -67,8 +67,8 @@ import {
 import { LEGACY_EXTENSION, legacySessionId, migrateLegacySession } from "./legacy.ts";
 import {
   discoverSessions,
-  FallbackTitleCache,
   findSessions,
+  ListingCache,
   type ListOptions,
   type ListResult,
   type SessionInfo,
@@ -139,7 +139,7 @@ export class SessionStore {
   readonly sessionDir: string | undefined;
   readonly #context: StoreContext;
   readonly #archive: SessionArchive;
-  readonly #titles = new FallbackTitleCache();
+  readonly #listingCache = new ListingCache();
 
   /** Creates a store. Fails with `InvalidArgumentError` when no agent directory can be determined. */
   constructor(options: SessionStoreOptions) {
@@ -527,7 +527,13 @@ export class SessionStore {
     options: ListOptions = {},
   ): Promise<ListResult> {
     const { collection, cwd: canonical } = await this.#collectionOf(cwd, sessionDir);
-    return await discoverSessions(this.#context, collection, canonical, options, this.#titles);
+    return await discoverSessions(
+      this.#context,
+      collection,
+      canonical,
+      options,
+      this.#listingCache,
+    );
   }
 
   /**
