@@ -676,6 +676,46 @@ test("a repeated fast listing reads only each directory and meta.json until the 
   assert.ok(result.failures[0]?.error instanceof SessionFormatError);
 });
 
+test("a repeated fast listing reports what a first listing would after meta.json or the index changes", async () => {
+  const { fs, store, clock } = await setup();
+  const session = await saved(store, clock, conversation(3, "kept"));
+  const dir = session.getSessionPath();
+  const fresh = () =>
+    new SessionStore({ fs, agentDir: AGENT }).listDetailed(CWD, undefined, { fast: true });
+  const summary = (result: Awaited<ReturnType<typeof fresh>>) => ({
+    sessions: result.sessions,
+    failures: result.failures.map((f) => [f.id, f.error.constructor.name]),
+  });
+  const first = await store.listDetailed(CWD, undefined, { fast: true });
+  assert.equal(first.sessions[0]?.userMessageCount, 3);
+  // A title handed out can be changed by its caller without changing the next listing.
+  (first.sessions[0]?.title as { text: string }).text = "changed by the caller";
+  assert.equal(
+    (await store.list(CWD, undefined, { fast: true }))[0]?.title?.text,
+    "kept0 question ✓",
+  );
+  // meta.json rewritten with the same generation and count but another committed range.
+  const meta = JSON.parse(decoder.decode(await fs.readFile(session.getSessionFile())));
+  meta.bytes -= 3;
+  await fs.writeFile(session.getSessionFile(), encoder.encode(JSON.stringify(meta) + "\n"));
+  const shrunk = await store.listDetailed(CWD, undefined, { fast: true });
+  assert.deepEqual(summary(shrunk), summary(await fresh()));
+  assert.ok(shrunk.failures[0]?.error instanceof CorruptSessionError);
+  meta.bytes += 3;
+  await fs.writeFile(session.getSessionFile(), encoder.encode(JSON.stringify(meta) + "\n"));
+  const restored = await store.listDetailed(CWD, undefined, { fast: true });
+  assert.deepEqual(summary(restored), summary(await fresh()));
+  assert.deepEqual(restored.failures, []);
+  // Without index.json a listing scans the committed range, so damage there is reported.
+  await fs.remove(`${dir}/index.json`);
+  const log = await fs.readFile(`${dir}/messages.jsonl`);
+  log[5] = log[5] === 0x61 ? 0x62 : 0x61;
+  await fs.writeFile(`${dir}/messages.jsonl`, log);
+  const damaged = await store.listDetailed(CWD, undefined, { fast: true });
+  assert.deepEqual(summary(damaged), summary(await fresh()));
+  assert.ok(damaged.failures[0]?.error instanceof CorruptSessionError);
+});
+
 test("metadata that lies about its message count is reported in both modes", async () => {
   const { fs, store, clock } = await setup();
   const session = await saved(store, clock, conversation(3));

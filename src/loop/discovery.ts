@@ -78,9 +78,12 @@
  * a missing or unusable index costs one scan of the committed range.
  *
  * A store remembers what its fast listings derived beyond meta.json (the user-message count and
- * the fallback title) for each session's committed generation and message count. A repeated fast
- * listing by the same store (a picker refreshing) then reads, for a session whose meta.json names
- * the same generation, only its directory and meta.json.
+ * the fallback title) for each session's committed state (generation, start, bytes, message
+ * count). A repeated fast listing by the same store (a picker refreshing) then reads, for a
+ * session whose meta.json names the same state and whose index.json is still a regular file, only
+ * its directory and meta.json. It trusts what it derived as a first listing trusted the index: a
+ * later change of index.json, or of the committed bytes, that leaves meta.json as it was is not
+ * seen until the committed state changes (a full listing or an open verifies everything).
  *
  * @module
  */
@@ -402,37 +405,55 @@ interface Derived {
   readonly title: SessionTitle | null | undefined;
 }
 
+/** The committed state a `Derived` belongs to: meta.json's committed range and count. */
+type CommittedState = Pick<StorageMeta, "generation" | "start" | "bytes" | "messageCount">;
+
 /**
  * What fast listings derived beyond meta.json (the user-message count from index.json, the
- * fallback title from the first user message), keyed by session directory, committed generation
- * and message count. The generation is the SHA-256 of the whole committed range, so an unchanged
- * generation has unchanged messages: a repeated listing (a picker refreshing) reads only each
- * session's directory and meta.json. Bounded; the oldest entries go first. `SessionStore` keeps
- * one per store.
+ * fallback title from the first user message), per session directory, for the committed state
+ * it was derived from: generation, start, bytes and message count. The generation is the SHA-256
+ * of the whole committed range, so the same state has the same messages: a repeated listing (a
+ * picker refreshing) reads only each session's directory and meta.json. One entry per directory,
+ * at most `limit` of them; the least recently used goes first. `SessionStore` keeps one per store.
  */
 export class ListingCache {
-  readonly #entries = new Map<string, Derived>();
+  readonly #entries = new Map<
+    string,
+    { readonly state: CommittedState; readonly derived: Derived }
+  >();
   readonly #limit: number;
 
-  /** Creates a cache of at most `limit` entries (default 4096). */
-  constructor(limit = 4096) {
+  /** Creates a cache of at most `limit` sessions (default 16,384). */
+  constructor(limit = 16_384) {
     this.#limit = limit;
   }
 
   /** What was derived for `dir` at the committed state `meta`, or undefined when unknown. */
-  get(dir: string, meta: Pick<StorageMeta, "generation" | "messageCount">): Derived | undefined {
-    return this.#entries.get(`${meta.generation}:${meta.messageCount}:${dir}`);
+  get(dir: string, meta: CommittedState): Derived | undefined {
+    const entry = this.#entries.get(dir);
+    if (entry === undefined) return undefined;
+    const state = entry.state;
+    if (
+      state.generation !== meta.generation || state.start !== meta.start ||
+      state.bytes !== meta.bytes || state.messageCount !== meta.messageCount
+    ) {
+      return undefined;
+    }
+    this.#entries.delete(dir);
+    this.#entries.set(dir, entry);
+    return entry.derived;
   }
 
   /** Remembers what was derived for `dir` at the committed state `meta`. */
-  set(
-    dir: string,
-    meta: Pick<StorageMeta, "generation" | "messageCount">,
-    derived: Derived,
-  ): void {
-    const key = `${meta.generation}:${meta.messageCount}:${dir}`;
-    this.#entries.delete(key);
-    this.#entries.set(key, derived);
+  set(dir: string, meta: CommittedState, derived: Derived): void {
+    const state = {
+      generation: meta.generation,
+      start: meta.start,
+      bytes: meta.bytes,
+      messageCount: meta.messageCount,
+    };
+    this.#entries.delete(dir);
+    this.#entries.set(dir, { state, derived });
     if (this.#entries.size > this.#limit) {
       const oldest = this.#entries.keys().next().value;
       if (oldest !== undefined) this.#entries.delete(oldest);
@@ -638,26 +659,32 @@ export async function fastSummary(
     return { header: meta.header, messageCount: 0, userMessageCount: 0, fallbackTitle: undefined };
   }
   const needTitle = !meta.header.title;
-  const known = cache?.get(dir, meta);
+  // Only while index.json is there: without it a listing scans (and so checks) the committed
+  // range, and a repeated listing must find what a first one would.
+  const hasIndex = kinds.get(INDEX_FILE) === "file";
+  const known = hasIndex ? cache?.get(dir, meta) : undefined;
   if (known !== undefined && (!needTitle || known.title !== undefined)) {
     return {
       header: meta.header,
       messageCount: meta.messageCount,
       userMessageCount: known.userMessageCount,
-      fallbackTitle: needTitle ? known.title ?? undefined : undefined,
+      // A copy: a caller changing the title it was given does not change later listings.
+      fallbackTitle: needTitle && known.title !== null && known.title !== undefined
+        ? structuredClone(known.title)
+        : undefined,
     };
   }
   // The committed counts bound a well-formed index's size: a small one is read whole in one
   // call, a large one by its head. A missing or unusable index is just not used.
-  const indexRead = kinds.get(INDEX_FILE) === "file"
-    ? await readListingIndex(fs, dir, meta)
-    : undefined;
+  const indexRead = hasIndex ? await readListingIndex(fs, dir, meta) : undefined;
   const summary = indexRead !== undefined && "head" in indexRead
     ? await fastCountsFromHead(context, dir, meta, indexRead.head, needTitle)
     : await fastCounts(context, dir, meta, indexRead?.index, needTitle);
   cache?.set(dir, meta, {
     userMessageCount: summary.userMessageCount,
-    title: needTitle ? summary.fallbackTitle ?? null : known?.title,
+    title: needTitle
+      ? (summary.fallbackTitle === undefined ? null : structuredClone(summary.fallbackTitle))
+      : known?.title,
   });
   return summary;
 }
