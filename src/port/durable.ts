@@ -1,6 +1,7 @@
 /**
- * Durability recipes, implemented once over the port: atomic replace, durable append, private
- * directories and staged directory publish. Every recipe takes a `Durability` mode:
+ * Durability recipes, implemented once over the port: atomic replace (in one call, or begun and
+ * staged while the writes it must follow are still running), durable append, private directories
+ * and staged directory publish. Every recipe takes a `Durability` mode:
  *
  * - `"full"` (default): every step that a later step depends on is fsynced (file data before the
  *   rename that publishes it, directory entries after creates and renames). A resolved call
