@@ -1,5 +1,6 @@
 /**
- * The Node adapter: the filesystem port over `node:fs/promises`, and native SHA-256 over
+ * The Node adapter: the filesystem port over `node:fs` (its promise API, and the callback
+ * `readFile`, which reads a small file about three times faster), and native SHA-256 over
  * `node:crypto`. It runs on Node, and also on Deno and Bun through their Node compatibility.
  *
  * Native errors are mapped to the port's typed errors (`NotFound`, `AlreadyExists`, ...), with
@@ -27,7 +28,7 @@
  *
  * @module
  */
-import { constants } from "node:fs";
+import { constants, readFile as readFileCallback } from "node:fs";
 import * as fsp from "node:fs/promises";
 import type { Stats } from "node:fs";
 import type { FileHandle as NativeHandle } from "node:fs/promises";
@@ -189,7 +190,15 @@ class NodeFileSystem implements FileSystem {
   }
 
   readFile(path: string): Promise<Uint8Array> {
-    return call("read", path, async () => plainBytes(await fsp.readFile(path)));
+    // The callback form: the runtime drives open, fstat, read and close itself, about three
+    // times faster than `fs/promises` on small files (meta.json, index.json), in Node and Deno.
+    return call("read", path, () =>
+      new Promise<Uint8Array>((resolve, reject) => {
+        readFileCallback(path, (error, data) => {
+          if (error === null) resolve(plainBytes(data));
+          else reject(error);
+        });
+      }));
   }
 
   writeFile(path: string, data: Uint8Array, options: WriteFileOptions = {}): Promise<void> {

@@ -1,10 +1,12 @@
 /**
  * The floors done directly with `node:fs/promises` and `node:crypto`: the calls the Node adapter
- * itself makes, without the port, the store or any validation. Runs on Node and on Deno.
+ * itself makes, without the port, the store or any validation. Whole files are read with the
+ * callback `readFile`, as the adapter reads them (much faster than `fs/promises` on small files).
+ * Runs on Node and on Deno.
  *
  * @module
  */
-import { constants } from "node:fs";
+import { constants, readFile as readFileCallback } from "node:fs";
 import * as fsp from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { dirname, join } from "node:path";
@@ -32,6 +34,13 @@ async function replace(path: string, data: Uint8Array, durability: Durability): 
   }
   await fsp.rename(temp, path);
   if (durability === "full") await syncDirectory(dirname(path));
+}
+
+/** Reads a whole file with the callback `readFile`, as the adapter does. */
+function readWhole(path: string): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    readFileCallback(path, (error, data) => (error === null ? resolve(data) : reject(error)));
+  });
 }
 
 /** Reads `length` bytes at `offset` (fewer only at the end of the file). */
@@ -62,7 +71,7 @@ async function readAt(path: string, offset: number, length: number): Promise<Buf
 /** Floors over `node:fs/promises` and native `node:crypto` hashing. */
 export function nodeFloors(): Floors {
   return {
-    name: "node:fs/promises + node:crypto",
+    name: "node:fs + node:crypto",
     async commitLog(dir, durability) {
       const log = await fsp.open(join(dir, "messages.jsonl"), "a", 0o600);
       const meta = join(dir, "meta.json");
@@ -171,9 +180,9 @@ export function nodeFloors(): Floors {
         .filter((entry) => entry.isDirectory() && !entry.name.startsWith("."))
         .map((entry) => entry.name);
       await eachLimited(names, 8, async (name) => {
-        JSON.parse(await fsp.readFile(join(collection, name, "meta.json"), "utf8"));
+        JSON.parse((await readWhole(join(collection, name, "meta.json"))).toString("utf8"));
         if (full) {
-          const bytes = await fsp.readFile(join(collection, name, "messages.jsonl"));
+          const bytes = await readWhole(join(collection, name, "messages.jsonl"));
           createHash("sha256").update(bytes).digest("hex");
           parseLines(bytes.toString("utf8"));
         }
