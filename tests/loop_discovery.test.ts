@@ -802,6 +802,27 @@ test("fast listing reads a small index.json in one call and a large one by its h
   );
 });
 
+test("fast listing uses a valid index.json written in another form, without reading the log", async () => {
+  const { fs, store, clock } = await setup();
+  const session = await saved(store, clock, conversation(30, "p"));
+  const manager = await store.open(session.getSessionPath());
+  await manager.setTitle({ text: "Named", source: "user", messageIndices: [] });
+  await manager.close();
+  // The same index, pretty-printed with its keys in another order: not the canonical head.
+  const indexPath = `${session.getSessionPath()}/index.json`;
+  const index = JSON.parse(new TextDecoder().decode(await fs.readFile(indexPath)));
+  const { rounds, roundCount, ...rest } = index;
+  const other = { rounds, ...rest, roundCount };
+  await fs.writeFile(indexPath, new TextEncoder().encode(JSON.stringify(other, null, 2)));
+  const { fs: watched, reads } = recording(fs);
+  const listed = await new SessionStore({ fs: watched, agentDir: AGENT }).list(CWD, undefined, {
+    fast: true,
+  });
+  assert.equal(listed[0]?.userMessageCount, 30);
+  assert.equal(listed[0]?.messageCount, session.messages.length);
+  assert.deepEqual(reads.filter((r) => r.path.endsWith("/messages.jsonl")), []);
+});
+
 test("fast listing never reads an index.json that is not a regular file", async () => {
   const { fs, store, clock } = await setup();
   const session = await saved(store, clock, conversation(3, "l"));

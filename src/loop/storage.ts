@@ -301,10 +301,10 @@ export async function readListingIndex(
     if (error instanceof NotFound) return undefined;
     throw error;
   }
-  const text = new TextDecoder().decode(bytes);
-  const head = indexHeadOf(text);
+  // The head is in the first bytes of the canonical form: decode only those for it.
+  const head = indexHeadOf(new TextDecoder().decode(bytes.subarray(0, HEAD_BYTES)));
   if (head !== undefined) return { head };
-  const index = parseRoundIndexText(text);
+  const index = parseRoundIndexText(new TextDecoder().decode(bytes));
   return index === undefined ? undefined : { index };
 }
 
