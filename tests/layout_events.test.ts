@@ -102,3 +102,42 @@ test("a line with a record of the wrong shape is skipped with its reason", async
   assert.equal(scan.events.length, 0);
   assert.match(scan.skipped[0]?.reason ?? "", /session_id/);
 });
+
+test("an event appended after a crash tore the last line is read back, in every tail mode", async () => {
+  // One id sequence for every append: each event gets its own event_id.
+  const options = deterministic();
+  const base = new MemoryFs();
+  await base.mkdir("/s");
+  await appendEvents(base, FILE, "001_demo", [{ type: "first" }], options);
+  base.syncAll();
+  // The operation number of the second append's write, found on a dry run.
+  const dry = base.clone();
+  const before = dry.operationLog.length;
+  await appendEvents(dry, FILE, "001_demo", [{ type: "torn" }], options);
+  const write = dry.operationLog.slice(before).find((o) => o.op === "write");
+  assert.ok(write !== undefined);
+  for (const tailMode of ["short", "zeros", "garbage", "whole"] as const) {
+    for (const seed of [1, 2, 3]) {
+      const fs = base.clone();
+      fs.crashAfter(write.number); // written, not fsynced
+      await appendEvents(fs, FILE, "001_demo", [{ type: "torn" }], options).catch(() => {});
+      const recovered = fs.crash({ seed, tailMode });
+      await appendEvents(recovered, FILE, "001_demo", [{ type: "after" }], options);
+      const types = (await readEvents(recovered, FILE)).map((e) => e.type);
+      assert.equal(types[0], "first", `${tailMode}/${seed}`);
+      assert.equal(types.at(-1), "after", `${tailMode}/${seed}: ${JSON.stringify(types)}`);
+      // Nothing was removed: the torn bytes are still there, on a line of their own.
+      const text = new TextDecoder().decode(await recovered.readFile(FILE));
+      assert.ok(text.endsWith("\n"), `${tailMode}/${seed}`);
+    }
+  }
+});
+
+test("an append to a file whose last line is complete adds no blank line", async () => {
+  const fs = await fsWith(`${line("aaaaaaaaaaaa")}\n`);
+  await appendEvents(fs, FILE, "001_demo", [{ type: "next" }], deterministic());
+  const lines = new TextDecoder().decode(await fs.readFile(FILE)).split("\n");
+  assert.equal(lines.length, 3); // two records and the empty string after the last newline
+  assert.equal(lines[2], "");
+  assert.ok(lines.every((l, i) => i === 2 || l.length > 0));
+});

@@ -1,7 +1,9 @@
 /**
  * `events.jsonl`: a best-effort observability stream appended after state commits. Scheduling
  * and recovery never read it; they use `state.json`. Each record is appended in one write and
- * fsynced before the next, so a crash can only tear the last line.
+ * fsynced before the next, so a crash can only tear the last line, and the next append starts a
+ * new line after the torn one (a newline is written first when the file does not end with one),
+ * so an event appended after a crash is never lost in the torn bytes.
  *
  * The reader is tolerant by contract: it skips blank, torn, undecodable and invalid lines
  * (reporting them through `scanEvents`), tolerates gaps, and keeps the first record of each

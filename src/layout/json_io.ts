@@ -166,7 +166,8 @@ export async function freezeBytes(
 
 /**
  * Appends one compact JSON record plus `\n` to a JSONL file in a single write, then fsyncs it
- * (and its directory when the file was created).
+ * (and its directory when the file was created). A torn last line left by a crash stays a line
+ * of its own: the record starts a new line.
  */
 export async function appendJsonl(
   fs: FileSystem,
@@ -174,7 +175,10 @@ export async function appendJsonl(
   value: unknown,
   durability: Durability = "full",
 ): Promise<void> {
-  await durableAppend(fs, file, encoder.encode(`${JSON.stringify(value)}\n`), { durability });
+  await durableAppend(fs, file, encoder.encode(`${JSON.stringify(value)}\n`), {
+    durability,
+    lines: true,
+  });
 }
 
 /** True when two byte arrays hold the same bytes. */

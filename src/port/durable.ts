@@ -299,12 +299,19 @@ export interface DurableAppendOptions {
   readonly mode?: number;
   /** Durability of the append; default `"full"`. */
   readonly durability?: Durability;
+  /**
+   * The file holds newline-terminated lines (JSONL): when it does not end with a newline (a
+   * record torn by a crash), a newline is written first, in the same write, so the torn bytes
+   * stay a line of their own and the new record starts a line. Nothing is removed.
+   */
+  readonly lines?: boolean;
 }
 
 /**
  * Appends `data` to `path` (creating it with a private mode) and fsyncs it; when the file was
  * created, its directory entry is fsynced too. One write per call, so a record is appended whole
- * or, after a crash, as a torn last line that tolerant readers skip.
+ * or, after a crash, as a torn last line that tolerant readers skip (with `lines`, the next
+ * append never joins that torn line).
  */
 export async function durableAppend(
   fs: FileSystem,
@@ -327,13 +334,24 @@ export async function durableAppend(
     created = true;
   }
   try {
-    await handle.write(data);
+    let bytes = data;
+    if (options.lines === true && !created) {
+      const size = (await handle.stat()).size;
+      if (size > 0 && (await handle.read(size - 1, 1))[0] !== NEWLINE) {
+        bytes = new Uint8Array(data.length + 1);
+        bytes[0] = NEWLINE;
+        bytes.set(data, 1);
+      }
+    }
+    await handle.write(bytes);
     if (durability === "full") await handle.sync();
   } finally {
     await handle.close();
   }
   if (created && durability === "full") await fs.syncDir(dirname(path));
 }
+
+const NEWLINE = 0x0a;
 
 /** Options of `stagedPublish`. */
 export interface StagedPublishOptions {
