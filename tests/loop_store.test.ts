@@ -753,6 +753,24 @@ test("append() adds messages to the saved history like a complete-history commit
   assert.deepEqual(session.messages, history);
 });
 
+test("append() right after a draft's first commit, not awaited, keeps what that commit saves", async () => {
+  const { store } = await setup();
+  // A first user message, then the answer appended before the first save ran.
+  const session = await store.create(CWD);
+  const question = user("first question");
+  const answer = assistant("answer");
+  await Promise.all([session.commit([question]), session.append([answer])]);
+  assert.deepEqual(session.messages, [question, answer]);
+  assert.deepEqual(await saved(store, session), [question, answer]);
+  // A greeting kept as a draft (no user round, no file yet), then a user message appended.
+  const greeted = await store.create(CWD);
+  const greeting = assistant("hello");
+  const ask = user("a question");
+  await Promise.all([greeted.commit([greeting]), greeted.append([ask])]);
+  assert.deepEqual(greeted.messages, [greeting, ask]);
+  assert.deepEqual(await saved(store, greeted), [greeting, ask]);
+});
+
 test("append() keeps a failed save pending for flush()", async () => {
   const { fs, store } = await setup();
   const session = await store.create(CWD);

@@ -631,7 +631,10 @@ export class SessionManager {
    * Appends `messages` to the saved history: the same protocol and guarantees as `commit()` with
    * the complete history, at a cost that depends only on the new messages (`commit()` also
    * checks every earlier message by identity, a few nanoseconds each). Optional arguments work as
-   * in `commit()`. Rejects while a save is pending.
+   * in `commit()`. Rejects while a save is pending. The history appended to is the one saved when
+   * this call's turn in the write queue comes, so saves queued before it are kept. Earlier
+   * messages are not looked at: a saved message finished in place (which `commit()` notices for
+   * the last one) is saved by `commit()`, not by `append()`.
    */
   append(
     messages: readonly Message[],
@@ -640,10 +643,6 @@ export class SessionManager {
     context?: CommitContext,
   ): Promise<void> {
     if (!Array.isArray(messages)) return Promise.reject(notAnArray(messages));
-    if (this.#committed.meta === undefined) {
-      // A draft has no saved history to append to yet: save it whole.
-      return this.commit([...this.messages, ...messages], runtimeContexts, promptTimings, context);
-    }
     const at = this.#context.now();
     const tail = messages.slice();
     const replace = this.#canPrepareNow() ? this.#beginMetaReplace() : undefined;
@@ -651,11 +650,27 @@ export class SessionManager {
       if (this.#pending !== undefined) {
         throw new PendingSaveError("append", { file: this.getSessionFile() });
       }
-      const base = this.#committed.count;
-      await this.#apply(
-        this.#prepare(tail, runtimeContexts, promptTimings, context, at, undefined, base),
-        replace,
-      );
+      // What is appended to is known only now, after every save queued before this one ran.
+      const committed = this.#committed;
+      const prepared = committed.meta === undefined
+        // A draft has no saved history to append to yet: it is saved whole.
+        ? this.#prepare(
+          [...this.#committedMessages(), ...tail],
+          runtimeContexts,
+          promptTimings,
+          context,
+          at,
+        )
+        : this.#prepare(
+          tail,
+          runtimeContexts,
+          promptTimings,
+          context,
+          at,
+          undefined,
+          committed.count,
+        );
+      await this.#apply(prepared, replace);
     }, replace);
   }
 
