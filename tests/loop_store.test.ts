@@ -847,6 +847,54 @@ test("a pin whose directory fsync failed does not take effect with a later write
   assert.equal(reopened.getHeader().pinnedAt, undefined);
 });
 
+test("a failed pin or read receipt whose meta.json landed is undone at once, and at close", async () => {
+  for (const change of ["pin", "read"] as const) {
+    const { fs, store } = await setup();
+    const session = await store.create(CWD);
+    const history = conversation(1);
+    await session.commit(history);
+    const write = () =>
+      change === "pin" ? session.setPinned(true) : session.markRead(history.length);
+    // The rename lands, the directory fsync fails: the write is rejected.
+    fs.failAt(fs.operationCount + 1, { ops: ["syncDir"] });
+    await assert.rejects(write());
+    fs.clearFaults();
+    const seen = async () => {
+      const reader = await store.open(session.getSessionPath(), { readOnly: true });
+      return change === "pin" ? reader.getHeader().pinnedAt : reader.getHeader().unread;
+    };
+    // Readers never see the rejected change, neither now nor after close().
+    assert.equal(await seen(), change === "pin" ? undefined : true, `${change}: right after`);
+    await session.close();
+    assert.equal(await seen(), change === "pin" ? undefined : true, `${change}: after close`);
+  }
+  // When the undo itself fails, close() settles it.
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  fs.failAt(fs.operationCount + 1, { ops: ["syncDir"], persistent: true });
+  await assert.rejects(session.setPinned(true));
+  fs.clearFaults();
+  await session.close();
+  const reopened = await store.open(session.getSessionPath(), { readOnly: true });
+  assert.equal(reopened.getHeader().pinnedAt, undefined);
+});
+
+test("readHistory() refuses a link planted at messages.jsonl after the session was opened", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit([user("q"), assistant("a")]);
+  const log = `${session.getSessionPath()}/messages.jsonl`;
+  const bytes = await fs.readFile(log);
+  await fs.writeFile("/victim.txt", bytes, { mode: 0o644 });
+  const reader = await store.open(session.getSessionPath(), { readOnly: true });
+  await fs.remove(log);
+  await fs.symlink("/victim.txt", log);
+  for (const manager of [session, reader]) {
+    await assert.rejects(manager.readHistory(), SessionFormatError);
+  }
+});
+
 test("a retried save never moves updatedAt backwards", async () => {
   const { fs, store, now } = await setup();
   const session = await store.create(CWD);

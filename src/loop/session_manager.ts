@@ -1195,6 +1195,8 @@ export class SessionManager {
     const from = offsets[start] as number;
     const to = offsets[end] as number;
     const file = this.#messagesFile;
+    // Never through a link planted at the log since the session was opened.
+    if (!(await isRegularFile(this.#fs, file))) throw new NotFound("open", file);
     const handle = await this.#fs.open(file);
     let bytes: Uint8Array;
     try {
@@ -1363,8 +1365,15 @@ export class SessionManager {
   ): Promise<void> {
     this.#attempt = next;
     this.#attemptIsMetadata = metadataOnly;
-    if (staged !== undefined) await staged.publish();
-    else await this.#publishMeta(next.meta as StorageMeta);
+    try {
+      if (staged !== undefined) await staged.publish();
+      else await this.#publishMeta(next.meta as StorageMeta);
+    } catch (error) {
+      // A metadata write the caller is told failed must not be seen by readers in the meantime:
+      // it is undone now when possible (else before the next write, or at close).
+      if (metadataOnly) await this.#reconcile().catch(() => undefined);
+      throw error;
+    }
     this.#committed = next;
     this.#attempt = undefined;
     this.#wrote = true;
@@ -1381,7 +1390,9 @@ export class SessionManager {
     if (attempt === undefined) return;
     let onDisk: StorageMeta | undefined;
     try {
-      onDisk = await readStorageMeta(this.#fs, this.#dir);
+      if (await isRegularFile(this.#fs, this.#metaFile)) {
+        onDisk = await readStorageMeta(this.#fs, this.#dir);
+      }
     } catch (error) {
       if (!(error instanceof NotFound)) throw error;
     }
@@ -1429,6 +1440,9 @@ export class SessionManager {
             // Derived data: rebuilt on the next page read.
           }
         }
+        // A failed write whose meta.json may have landed is settled as the next write would: a
+        // rejected metadata change is undone (best effort: it stays the attempt if this fails).
+        if (!this.#readOnly) await this.#reconcile().catch(() => undefined);
         await this.#dropLog();
       } finally {
         if (!this.#readOnly) releaseWriter(this.#fs, this.#dir, this);
