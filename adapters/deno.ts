@@ -353,11 +353,17 @@ class DenoFileSystem implements FileSystem {
  * `syncDir` is a no-op where the platform cannot fsync a directory; every native error is
  * mapped to the port's typed errors with the native error as `cause`.
  *
+ * Every call returns the same instance: the real filesystem is one, and the in-process writer
+ * slots and locks of every store are keyed by their `FileSystem`, so two stores of one process
+ * given `denoFs()` refuse a second writer of a session to each other.
+ *
  * @returns A `FileSystem` backed by the real filesystem, within Deno's granted permissions.
  */
 export function denoFs(): FileSystem {
-  return new DenoFileSystem();
+  return shared;
 }
+
+const shared: FileSystem = new DenoFileSystem();
 
 /**
  * Native incremental SHA-256 for Deno. Deno implements `node:crypto` natively, so this uses

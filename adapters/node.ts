@@ -342,11 +342,17 @@ class NodeFileSystem implements FileSystem {
  * `syncDir` is a no-op where the platform cannot fsync a directory; every native error is
  * mapped to the port's typed errors with the native error as `cause`.
  *
+ * Every call returns the same instance: the real filesystem is one, and the in-process writer
+ * slots and locks of every store are keyed by their `FileSystem`, so two stores of one process
+ * given `nodeFs()` refuse a second writer of a session to each other.
+ *
  * @returns A `FileSystem` backed by the real filesystem of the running process.
  */
 export function nodeFs(): FileSystem {
-  return new NodeFileSystem();
+  return shared;
 }
+
+const shared: FileSystem = new NodeFileSystem();
 
 class NodeSha256 implements Sha256 {
   readonly #hash: Hash;

@@ -1,7 +1,10 @@
 // The Deno adapter's process probe (Deno only: it uses Deno.pid and Deno.hostname()).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { denoProcessProbe } from "../adapters/deno.ts";
+import { denoFs, denoProcessProbe } from "../adapters/deno.ts";
+import { SessionBusyError } from "../src/loop/errors.ts";
+import { SessionStore } from "../src/loop/store.ts";
+import { conversation } from "./_fixtures.ts";
 
 test("denoProcessProbe reports this process alive and an exited one dead", async () => {
   const probe = denoProcessProbe();
@@ -18,4 +21,23 @@ test("denoProcessProbe reports this process alive and an exited one dead", async
   const exited = Number(new TextDecoder().decode(output.stdout).trim());
   assert.ok(Number.isSafeInteger(exited) && exited > 0);
   assert.equal(probe.isAlive(exited), false);
+});
+
+test("two stores of one process, each given denoFs(), refuse a second writer to each other", async () => {
+  assert.equal(denoFs(), denoFs());
+  const base = await Deno.makeTempDir({ prefix: "loop-two-stores-" });
+  try {
+    const cwd = `${base}/work`;
+    await denoFs().mkdir(cwd, { recursive: true });
+    const first = new SessionStore({ fs: denoFs(), agentDir: `${base}/agent` });
+    const second = new SessionStore({ fs: denoFs(), agentDir: `${base}/agent` });
+    const writer = await first.create(cwd);
+    await writer.commit(conversation(1));
+    await assert.rejects(second.open(writer.getSessionPath()), SessionBusyError);
+    await writer.close();
+    const next = await second.open(writer.getSessionPath());
+    await next.close();
+  } finally {
+    await Deno.remove(base, { recursive: true });
+  }
 });

@@ -1,10 +1,12 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { hostname } from "node:os";
+import { hostname, tmpdir } from "node:os";
+import { mkdtemp, rm } from "node:fs/promises";
+import { join } from "node:path";
 import process from "node:process";
 import { MemoryFs } from "../adapters/memory.ts";
-import { nodeProcessProbe } from "../adapters/node.ts";
+import { nodeFs, nodeProcessProbe } from "../adapters/node.ts";
 import type { FileSystem } from "../src/port/fs.ts";
 import { SessionBusyError, SessionLockedError } from "../src/loop/errors.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
@@ -332,4 +334,23 @@ test("a crafted token in a stale lock never becomes a path", async () => {
   assert.deepEqual((await fs.readDir(dir)).filter((e) => e.name.includes("lock")), []);
   await assert.rejects(fs.lstat(`${AGENT}/escape`));
   assert.deepEqual((await fs.readDir(AGENT)).map((e) => e.name), ["sessions"]);
+});
+
+test("two stores of one process, each given nodeFs(), refuse a second writer to each other", async () => {
+  assert.equal(nodeFs(), nodeFs());
+  const base = await mkdtemp(join(tmpdir(), "loop-two-stores-"));
+  try {
+    const cwd = join(base, "work");
+    await nodeFs().mkdir(cwd, { recursive: true });
+    const first = new SessionStore({ fs: nodeFs(), agentDir: join(base, "agent") });
+    const second = new SessionStore({ fs: nodeFs(), agentDir: join(base, "agent") });
+    const writer = await first.create(cwd);
+    await writer.commit(conversation(1));
+    await assert.rejects(second.open(writer.getSessionPath()), SessionBusyError);
+    await writer.close();
+    const next = await second.open(writer.getSessionPath());
+    await next.close();
+  } finally {
+    await rm(base, { recursive: true, force: true });
+  }
 });
