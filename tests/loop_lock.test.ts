@@ -354,3 +354,35 @@ test("two stores of one process, each given nodeFs(), refuse a second writer to 
     await rm(base, { recursive: true, force: true });
   }
 });
+
+test("cleanup() never removes a writer lock that another process took over after it looked", async () => {
+  const { fs, alive, session } = await setup();
+  const dir = session.getSessionPath();
+  await writeLock(fs, dir, { pid: 999, host: HOST, startedAt: "x", token: "dead" });
+  // Process 300 runs cleanup; just before it starts removing the stale lock, process 200 takes
+  // the lock over and starts writing.
+  let writer: SessionManager | undefined;
+  const cleaner = new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (typeof value !== "function") return value;
+      return async (...args: unknown[]) => {
+        const path = String(args[0]);
+        if (writer === undefined && path.includes(`${WRITER_LOCK_FILE}.takeover-`)) {
+          writer = await storeAs(fs, 200, alive).open(dir);
+        }
+        return await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+      };
+    },
+  });
+  alive.add(300);
+  const cleanup = new SessionStore({ fs: cleaner, agentDir: AGENT, process: probe(300, alive) });
+  const report = await cleanup.cleanup(CWD);
+  assert.ok(writer !== undefined);
+  assert.equal(report.removed.some((p) => p.endsWith(`/${WRITER_LOCK_FILE}`)), false);
+  assert.equal((await lockRecord(fs, dir)).pid, 200);
+  // So a third process is refused while 200 writes.
+  await assert.rejects(storeAs(fs, 100, alive).open(dir), SessionLockedError);
+  await writer.commit([...writer.messages, user("from 200")]);
+  await writer.close();
+});

@@ -42,8 +42,12 @@ export const WRITER_LOCK_FILE = "writer.lock";
 /** The file name of a collection's lock (hidden: discovery skips names starting with `.`). */
 export const COLLECTION_LOCK_FILE = ".collection.lock";
 
-/** How long an unparsable lock file may be mid-write before it counts as stale, in ms. */
-const UNPARSABLE_GRACE_MS = 50;
+/**
+ * How long an unparsable lock file or takeover marker may be mid-write (created, its record not
+ * written yet) before it counts as stale, in ms. Generous: judging a live holder stale lets two
+ * writers in, while an unparsable file left by a crash only delays the next writer this long.
+ */
+const UNPARSABLE_GRACE_MS = 1000;
 /** Poll interval while waiting for a collection lock held by another process, in ms. */
 const COLLECTION_POLL_MS = 20;
 /** Default wait for a collection lock held by another process, in ms. */
@@ -272,22 +276,22 @@ async function removeStaleLock(
   lockPath: string,
   staleToken: string | undefined,
   own: LockRecord,
+  removed: string[] = [],
 ): Promise<void> {
   const fs = context.fs;
   // The token comes from a file: only a token of the shape this library writes names the marker.
   const tag = staleToken !== undefined && TOKEN_SHAPE.test(staleToken) ? staleToken : "other";
   const marker = `${lockPath}.takeover-${tag}`;
-  if (!(await createLockFile(fs, marker, own))) {
-    // Another process is taking over the same stale lock, or died doing it.
-    const bytes = await readLockBytes(fs, marker);
-    if (bytes === undefined) return;
-    const holder = parseLockRecord(bytes);
-    const probe = context.probe as ProcessProbe;
-    if (holder !== undefined && isLive(holder, probe)) return;
-    await fs.remove(marker).catch((error: unknown) => {
-      if (!(error instanceof NotFound)) throw error;
-    });
-    return;
+  let created = await createLockFile(fs, marker, own);
+  if (!created) {
+    // Another process is taking over the same stale lock, or died doing it. Its marker may be
+    // caught between its create and its write: it is dead only if it stays unreadable. A dead
+    // marker is removed and the takeover tried once more.
+    const state = await inspectLockFile(context, marker);
+    if (state.kind !== "stale") return;
+    if (await removeIfHolding(fs, marker, state.record?.token)) removed.push(marker);
+    created = await createLockFile(fs, marker, own);
+    if (!created) return;
   }
   try {
     const bytes = await readLockBytes(fs, lockPath);
@@ -295,10 +299,31 @@ async function removeStaleLock(
     const current = parseLockRecord(bytes);
     if (current?.token !== staleToken) return;
     await fs.remove(lockPath);
+    removed.push(lockPath);
   } finally {
-    await fs.remove(marker).catch((error: unknown) => {
-      if (!(error instanceof NotFound)) throw error;
-    });
+    // Only this takeover's own marker: another process may have judged it dead and replaced it.
+    await removeIfHolding(fs, marker, own.token);
+  }
+}
+
+/**
+ * Removes the lock file or marker at `path` when it still holds `token` (or, for `undefined`,
+ * is still unparsable); anything else there now belongs to someone else and is left alone.
+ * True when this call removed it.
+ */
+async function removeIfHolding(
+  fs: FileSystem,
+  path: string,
+  token: string | undefined,
+): Promise<boolean> {
+  const bytes = await readLockBytes(fs, path);
+  if (bytes === undefined || parseLockRecord(bytes)?.token !== token) return false;
+  try {
+    await fs.remove(path);
+    return true;
+  } catch (error) {
+    if (!(error instanceof NotFound)) throw error;
+    return false;
   }
 }
 
@@ -483,6 +508,17 @@ export async function removeStaleLocks(
     if (name === COLLECTION_LOCK_FILE) continue; // held by the caller during cleanup
     const state = await inspectLock(context, path);
     if (state.kind !== "stale") continue;
+    const probe = context.probe;
+    if (probe !== undefined && name === WRITER_LOCK_FILE) {
+      // Under the takeover protocol, and only while it still holds the stale token: a writer
+      // may have taken the stale lock over since it was inspected.
+      await removeStaleLock(context, path, state.record?.token, newRecord(context, probe), removed);
+      continue;
+    }
+    if (probe !== undefined) {
+      if (await removeIfHolding(context.fs, path, state.record?.token)) removed.push(path);
+      continue;
+    }
     try {
       await context.fs.remove(path);
       removed.push(path);
