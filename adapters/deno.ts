@@ -83,6 +83,9 @@ function toInfo(info: Deno.FileInfo): FileInfo {
   };
 }
 
+/** Reads longer than this are first clamped to the file's size. */
+const LARGE_READ = 64 * 1024 * 1024;
+
 class DenoFileHandle implements FileHandle {
   readonly #file: Deno.FsFile;
   readonly #path: string;
@@ -116,18 +119,23 @@ class DenoFileHandle implements FileHandle {
 
   read(offset: number, length: number): Promise<Uint8Array> {
     return this.#serial("read", async () => {
-      const buffer = new Uint8Array(length);
-      if (length === 0) return buffer;
+      let want = length;
+      if (want > LARGE_READ) {
+        // A length taken from a file's metadata may lie: never allocate past the end of the file.
+        want = Math.max(0, Math.min(want, (await this.#file.stat()).size - offset));
+      }
+      const buffer = new Uint8Array(want);
+      if (want === 0) return buffer;
       await this.#seek(offset);
       let filled = 0;
-      while (filled < length) {
+      while (filled < want) {
         this.#cursor = undefined; // unknown if the call fails
         const count = await this.#file.read(buffer.subarray(filled));
         if (count === null || count === 0) break;
         filled += count;
         this.#cursor = offset + filled;
       }
-      return filled === length ? buffer : buffer.slice(0, filled);
+      return filled === want ? buffer : buffer.slice(0, filled);
     });
   }
 

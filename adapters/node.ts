@@ -97,6 +97,11 @@ function openFlags(options: OpenOptions): number {
   return flags;
 }
 
+/** Reads longer than this are first clamped to the file's size. */
+const LARGE_READ = 64 * 1024 * 1024;
+/** The most one read call asks for (the runtime refuses lengths past 2 GiB). */
+const MAX_READ_CALL = 1024 * 1024 * 1024;
+
 class NodeFileHandle implements FileHandle {
   readonly #handle: NativeHandle;
   readonly #path: string;
@@ -112,19 +117,24 @@ class NodeFileHandle implements FileHandle {
 
   read(offset: number, length: number): Promise<Uint8Array> {
     return call("read", this.#path, async () => {
-      const buffer = new Uint8Array(length);
+      let want = length;
+      if (want > LARGE_READ) {
+        // A length taken from a file's metadata may lie: never allocate past the end of the file.
+        want = Math.max(0, Math.min(want, (await this.#handle.stat()).size - offset));
+      }
+      const buffer = new Uint8Array(want);
       let filled = 0;
-      while (filled < length) {
+      while (filled < want) {
         const { bytesRead } = await this.#handle.read(
           buffer,
           filled,
-          length - filled,
+          Math.min(want - filled, MAX_READ_CALL),
           offset + filled,
         );
         if (bytesRead === 0) break;
         filled += bytesRead;
       }
-      return filled === length ? buffer : buffer.slice(0, filled);
+      return filled === want ? buffer : buffer.slice(0, filled);
     });
   }
 

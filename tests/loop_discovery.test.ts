@@ -1,7 +1,11 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { MemoryFs } from "../adapters/memory.ts";
+import { nodeFs } from "../adapters/node.ts";
 import type { FileHandle, FileSystem } from "../src/port/fs.ts";
 import {
   CorruptSessionError,
@@ -897,4 +901,29 @@ test("indexSizeBound is never below the size of an index written for those count
     });
     assert.ok(encoded.length <= indexSizeBound(messageCount, bytes));
   }));
+});
+
+test("a meta.json that claims gigabytes is reported as corrupt on the real filesystem", async () => {
+  const base = await mkdtemp(join(tmpdir(), "loop-liar-"));
+  try {
+    const cwd = join(base, "work");
+    await nodeFs().mkdir(cwd, { recursive: true });
+    const store = new SessionStore({ fs: nodeFs(), agentDir: join(base, "agent") });
+    const session = await store.create(cwd);
+    const first = user("hello");
+    await session.commit([first]);
+    await session.commit([first, user("again")]); // index.json now covers a prefix of what follows
+    await session.close();
+    const metaPath = join(session.getSessionPath(), "meta.json");
+    for (const bytes of [3_000_000_000, 1e15]) {
+      const meta = JSON.parse(await readFile(metaPath, "utf8"));
+      await writeFile(metaPath, JSON.stringify({ ...meta, bytes, messageCount: 3 }) + "\n");
+      for (const fast of [true, false]) {
+        const fresh = new SessionStore({ fs: nodeFs(), agentDir: join(base, "agent") });
+        await assert.rejects(fresh.list(cwd, undefined, { fast }), CorruptSessionError);
+      }
+    }
+  } finally {
+    await rm(base, { recursive: true, force: true });
+  }
 });

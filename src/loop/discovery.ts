@@ -839,6 +839,9 @@ async function scanTail(
   const handle = await fs.open(join(dir, MESSAGES_FILE));
   let bytes: Uint8Array;
   try {
+    // A log shorter than the committed range is left to the full scan, which reports it; a
+    // lying meta.json never sizes a read beyond the file.
+    if (meta.start + meta.bytes > (await handle.stat()).size) return undefined;
     // One byte before the tail: the indexed prefix must end with a newline.
     bytes = await handle.read(meta.start + index.bytes - 1, meta.bytes - index.bytes + 1);
   } finally {

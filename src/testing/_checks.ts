@@ -322,6 +322,19 @@ export const CHECKS: readonly Check[] = [
     },
   },
   {
+    name: "read() of a length far past the end of a small file returns its bytes",
+    async run(f) {
+      // A length taken from lying metadata: the read must neither allocate it nor fail.
+      const path = at(f, "file");
+      await f.fs.writeFile(path, bytes("0123456789"));
+      await withHandle(f.fs, path, {}, async (handle) => {
+        checkBytes(await handle.read(0, 2 ** 33), "0123456789", "read(0, 2 ** 33)");
+        checkBytes(await handle.read(4, 3_000_000_000), "456789", "read(4, 3e9)");
+        checkBytes(await handle.read(20, 2 ** 33), "", "read(20, 2 ** 33)");
+      });
+    },
+  },
+  {
     name: "write() writes sequentially and read() does not move the write position",
     async run(f) {
       const path = at(f, "file");
