@@ -23,8 +23,9 @@ import {
   writeJsonAtomic,
 } from "./json_io.ts";
 import { type LayoutWriteOptions, resolveWriteOptions } from "./options.ts";
-import { type AttemptPaths, RAW_SUBAREAS, type SessionPaths } from "./paths.ts";
+import { type AttemptPaths, RAW_SUBAREAS, requireFolded, type SessionPaths } from "./paths.ts";
 import { type FoldedTraceRef, type MirrorTraceRef, parseTraceRef } from "./records.ts";
+import { confined } from "./no_links.ts";
 
 /** Which attempt: iteration, workflow and attempt id. */
 export interface AttemptIdentity {
@@ -73,6 +74,7 @@ export async function createAttemptArtifacts(
   attempt: AttemptIdentity,
   options: CreateAttemptOptions,
 ): Promise<AttemptArtifacts> {
+  fs = confined(fs, session.dir);
   if (session.layout !== "folded") {
     throw new UnsupportedLayoutError(session.dir, "Mirror sessions are read-only in this library");
   }
@@ -119,6 +121,8 @@ export async function writeAttemptResult(
   result: JsonObject,
   options: LayoutWriteOptions = {},
 ): Promise<void> {
+  requireFolded(paths.session);
+  fs = confined(fs, paths.session.dir);
   await writeJsonAtomic(fs, paths.resultJson, result, resolveWriteOptions(options).durability);
 }
 
@@ -127,6 +131,7 @@ export async function readTraceRef(
   fs: FileSystem,
   paths: AttemptPaths,
 ): Promise<FoldedTraceRef | MirrorTraceRef> {
+  fs = confined(fs, paths.session.dir);
   const layout = paths.session.layout;
   return (await readRecord(
     fs,

@@ -51,7 +51,7 @@ import {
   type ResolvedWriteOptions,
   resolveWriteOptions,
 } from "./options.ts";
-import type { SessionPaths } from "./paths.ts";
+import { LOOPY_DIRNAME, requireFolded, type SessionPaths } from "./paths.ts";
 import {
   type ChildOutcome,
   type ChildRecord,
@@ -72,6 +72,7 @@ import { LogicalReferenceResolver } from "./refs.ts";
 import { createChildSession, type InputToFreeze, type SessionContracts } from "./scaffold.ts";
 import { updateSessionState } from "./state.ts";
 import { loadSessionTree, readSessionState, type SessionNode, type SessionTree } from "./tree.ts";
+import { confined } from "./no_links.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Ledger
@@ -82,6 +83,7 @@ export async function readChildrenLedger(
   paths: SessionPaths,
   sessionId: string,
 ): Promise<ChildrenLedger> {
+  fs = confined(fs, paths.dir);
   const { record } = await readRecord(fs, paths.childrenJson, parseChildrenLedger);
   if (record.parent_session_id !== sessionId) {
     throw new LayoutRecordError(paths.childrenJson, "children.json belongs to another session", {
@@ -136,6 +138,7 @@ export async function publishChildRequest(
   request: ChildRequest,
   options: PublishChildRequestOptions = {},
 ): Promise<PublishedRequest> {
+  fs = confined(fs, paths.dir);
   if (paths.layout !== "folded") {
     throw new UnsupportedLayoutError(paths.dir, "Child requests are published in folded sessions");
   }
@@ -156,6 +159,7 @@ export async function listPendingChildRequests(
   fs: FileSystem,
   paths: SessionPaths,
 ): Promise<string[]> {
+  fs = confined(fs, paths.dir);
   return (await readDirIfExists(fs, paths.childRequestsPendingDir))
     .filter((e) => e.kind === "file" && e.name.endsWith(".json") && !e.name.startsWith("."))
     .map((e) => e.name);
@@ -247,6 +251,7 @@ export async function processNextChildRequest(
   fs: FileSystem,
   options: ProcessChildRequestOptions,
 ): Promise<ChildRequestResult | undefined> {
+  fs = confined(fs, join(options.repoRoot, LOOPY_DIRNAME));
   const resolved = resolveWriteOptions(options);
   const tree = await loadSessionTree(fs, options.repoRoot, options.parentSessionId);
   const parent = tree.require(options.parentSessionId);
@@ -651,10 +656,12 @@ export async function recordChildOutcome(
   fs: FileSystem,
   options: RecordChildOutcomeOptions,
 ): Promise<ChildOutcome> {
+  fs = confined(fs, join(options.repoRoot, LOOPY_DIRNAME));
   const resolved = resolveWriteOptions(options);
   const tree = await loadSessionTree(fs, options.repoRoot, options.parentSessionId);
   const parent = tree.require(options.parentSessionId);
   const paths = tree.paths(parent.sessionId);
+  requireFolded(paths);
   const state = await readSessionState(fs, parent.dir);
   const childId = state.active_child_session_id;
   if (childId == null) {
@@ -717,6 +724,7 @@ export async function readChildOutcome(
   paths: SessionPaths,
   requestId: string,
 ): Promise<ChildOutcome | undefined> {
+  fs = confined(fs, paths.dir);
   return (await readRecordIfExists(fs, paths.childOutcome(requestId), parseChildOutcome))?.record;
 }
 
@@ -745,8 +753,10 @@ export async function recordParentAcceptance(
   fs: FileSystem,
   options: RecordParentAcceptanceOptions,
 ): Promise<ParentAcceptance> {
+  fs = confined(fs, options.paths.dir);
   const resolved = resolveWriteOptions(options);
   const paths = options.paths;
+  requireFolded(paths);
   const outcome = await readRecord(
     fs,
     paths.childOutcome(options.requestId),

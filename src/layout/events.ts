@@ -17,6 +17,7 @@ import { LayoutRecordError } from "./errors.ts";
 import { appendJsonl, type JsonObject, utcSeconds } from "./json_io.ts";
 import { type EventRecord, parseEventRecord } from "./records.ts";
 import { type LayoutWriteOptions, resolveWriteOptions } from "./options.ts";
+import { confined } from "./no_links.ts";
 
 /** An event to append. */
 export interface NewEvent {
@@ -38,6 +39,7 @@ export async function appendEvents(
   events: readonly NewEvent[],
   options: LayoutWriteOptions = {},
 ): Promise<EventRecord[]> {
+  fs = confined(fs, file);
   const resolved = resolveWriteOptions(options);
   const ts = utcSeconds(resolved.now());
   const records: EventRecord[] = events.map((event) =>
@@ -79,6 +81,7 @@ const decoder = new TextDecoder("utf-8", { fatal: true });
  * other filesystem errors propagate. Reading never modifies the file.
  */
 export async function scanEvents(fs: FileSystem, file: string): Promise<EventScan> {
+  fs = confined(fs, file);
   const bytes = await readIfExists(fs, file);
   const events: EventRecord[] = [];
   const skipped: SkippedEventLine[] = [];
@@ -150,5 +153,6 @@ export async function scanEvents(fs: FileSystem, file: string): Promise<EventSca
  * ```
  */
 export async function readEvents(fs: FileSystem, file: string): Promise<EventRecord[]> {
+  fs = confined(fs, file);
   return (await scanEvents(fs, file)).events;
 }

@@ -12,6 +12,7 @@ import { readDirIfExists } from "../port/durable.ts";
 import { join } from "../port/path.ts";
 import { SessionIdError } from "./errors.ts";
 import { CHILDREN_DIRNAME, LOOPY_DIRNAME, SESSIONS_DIRNAME } from "./paths.ts";
+import { confined } from "./no_links.ts";
 
 /** Minimum digits of a root session's ordinal (`001_…`); ordinals past 999 simply grow wider. */
 export const ROOT_ORDINAL_WIDTH = 3;
@@ -103,6 +104,7 @@ export function formatSessionId(ordinal: number, width: number, slug: string): s
  * reused. Hidden entries (`.staging-*`, temp files) and legacy timestamp ids never count.
  */
 export async function nextOrdinal(fs: FileSystem, scopeDir: string): Promise<number> {
+  fs = confined(fs, scopeDir);
   let highest = 0;
   for (const entry of await readDirIfExists(fs, scopeDir)) {
     if (entry.name.startsWith(".") || LEGACY_PREFIX.test(entry.name)) continue;
@@ -159,6 +161,10 @@ export async function createSessionId(
   fs: FileSystem,
   input: RootSessionIdInput | ChildSessionIdInput,
 ): Promise<string> {
+  fs = confined(
+    fs,
+    "parentSessionDir" in input ? input.parentSessionDir : join(input.repoRoot, LOOPY_DIRNAME),
+  );
   if ("parentSessionDir" in input) {
     const scope = join(input.parentSessionDir, CHILDREN_DIRNAME);
     let ordinal = await nextOrdinal(fs, scope);

@@ -17,6 +17,7 @@ import type { FileSystem } from "../port/fs.ts";
 import { atomicReplace, type Durability, durableAppend, readIfExists } from "../port/durable.ts";
 import { portableSha256, type Sha256Factory, sha256Hex } from "../port/sha256.ts";
 import { ImmutableArtifactError, LayoutRecordError } from "./errors.ts";
+import { confined } from "./no_links.ts";
 
 /** A JSON value. */
 export type JsonValue =
@@ -116,6 +117,7 @@ export async function readRecord<T>(
   parse: RecordParser<T>,
   factory: Sha256Factory = portableSha256,
 ): Promise<ReadRecord<T>> {
+  fs = confined(fs, file);
   const bytes = await fs.readFile(file);
   return { record: parse(decodeJson(bytes, file), file), bytes, sha256: sha256Ref(bytes, factory) };
 }
@@ -127,6 +129,7 @@ export async function readRecordIfExists<T>(
   parse: RecordParser<T>,
   factory: Sha256Factory = portableSha256,
 ): Promise<ReadRecord<T> | undefined> {
+  fs = confined(fs, file);
   const bytes = await readIfExists(fs, file);
   if (bytes === undefined) return undefined;
   return { record: parse(decodeJson(bytes, file), file), bytes, sha256: sha256Ref(bytes, factory) };
@@ -139,6 +142,7 @@ export async function writeJsonAtomic(
   value: unknown,
   durability: Durability = "full",
 ): Promise<Uint8Array> {
+  fs = confined(fs, file);
   const bytes = encodeJson(value);
   await atomicReplace(fs, file, bytes, { durability });
   return bytes;
@@ -155,6 +159,7 @@ export async function freezeBytes(
   bytes: Uint8Array,
   durability: Durability = "full",
 ): Promise<boolean> {
+  fs = confined(fs, file);
   const existing = await readIfExists(fs, file);
   if (existing !== undefined) {
     if (bytesEqual(existing, bytes)) return false;
@@ -175,6 +180,7 @@ export async function appendJsonl(
   value: unknown,
   durability: Durability = "full",
 ): Promise<void> {
+  fs = confined(fs, file);
   await durableAppend(fs, file, encoder.encode(`${JSON.stringify(value)}\n`), {
     durability,
     lines: true,

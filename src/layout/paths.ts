@@ -11,7 +11,7 @@
  * @module
  */
 import { join } from "../port/path.ts";
-import { LayoutError } from "./errors.ts";
+import { LayoutError, UnsupportedLayoutError } from "./errors.ts";
 
 /** The layout a session was created with, as recorded in its `session.json`. */
 export type SessionLayout = "folded" | "mirror";
@@ -410,4 +410,16 @@ export function mirrorAttemptTraceDir(
     "attempts",
     attemptId,
   );
+}
+
+/**
+ * Refuses a write to a mirror session: this library reads the legacy mirror layout but writes
+ * only folded sessions.
+ *
+ * @throws {UnsupportedLayoutError} For a mirror session.
+ */
+export function requireFolded(session: SessionPaths): void {
+  if (session.layout !== "folded") {
+    throw new UnsupportedLayoutError(session.dir, "Mirror sessions are read-only in this library");
+  }
 }

@@ -12,10 +12,10 @@ import type { FileSystem } from "../port/fs.ts";
 import { NotFound } from "../port/errors.ts";
 import { atomicReplace, ensurePrivateDir } from "../port/durable.ts";
 import { join } from "../port/path.ts";
-import { LayoutRecordError, UnsupportedLayoutError } from "./errors.ts";
+import { LayoutRecordError } from "./errors.ts";
 import { readRecord, utcSeconds, writeJsonAtomic } from "./json_io.ts";
 import { type LayoutWriteOptions, resolveWriteOptions } from "./options.ts";
-import type { GitPhase, SessionPaths } from "./paths.ts";
+import { type GitPhase, requireFolded, type SessionPaths } from "./paths.ts";
 import {
   type EvalAcceptance,
   type GitReceipt,
@@ -24,12 +24,7 @@ import {
   parseGitReceipt,
 } from "./records.ts";
 import type { AttemptIdentity } from "./attempts.ts";
-
-function requireFolded(session: SessionPaths): void {
-  if (session.layout !== "folded") {
-    throw new UnsupportedLayoutError(session.dir, "Mirror sessions are read-only in this library");
-  }
-}
+import { confined } from "./no_links.ts";
 
 /** What a git boundary receipt records. */
 export interface GitBoundary {
@@ -68,6 +63,7 @@ export async function writeGitReceipt(
   boundary: GitBoundary,
   options: LayoutWriteOptions = {},
 ): Promise<WrittenGitReceipt> {
+  fs = confined(fs, session.dir);
   requireFolded(session);
   const resolved = resolveWriteOptions(options);
   const durability = resolved.durability;
@@ -138,6 +134,7 @@ export async function acceptEvalReceipt(
   evalId: string,
   options: AcceptEvalReceiptOptions,
 ): Promise<EvalAcceptance> {
+  fs = confined(fs, session.dir);
   requireFolded(session);
   const resolved = resolveWriteOptions(options);
   const file = session.evalReceipt(evalId);

@@ -31,6 +31,7 @@ import {
   writeJsonAtomic,
 } from "./json_io.ts";
 import {
+  LOOPY_DIRNAME,
   REPO_GITIGNORE_RAW_LINE,
   repositoryPaths,
   SESSION_GITIGNORE,
@@ -52,6 +53,7 @@ import {
   type ResolvedWriteOptions,
   resolveWriteOptions,
 } from "./options.ts";
+import { confined } from "./no_links.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Repository
@@ -192,6 +194,7 @@ export async function missingScaffoldEntries(
   sessionDir: string,
   kind: "root" | "child",
 ): Promise<string[]> {
+  fs = confined(fs, sessionDir);
   const missing: string[] = [];
   const files = [...SCAFFOLD_FILES, ...(kind === "root" ? ROOT_ONLY_FILES : CHILD_ONLY_FILES)];
   for (
@@ -491,6 +494,7 @@ export async function removeStagingLeftovers(
   scopeDir: string,
   sessionId?: string,
 ): Promise<string[]> {
+  fs = confined(fs, scopeDir);
   const prefix = sessionId === undefined ? STAGING_PREFIX : `${STAGING_PREFIX}${sessionId}-`;
   const removed: string[] = [];
   for (const entry of await readDirIfExists(fs, scopeDir)) {
@@ -546,6 +550,7 @@ export async function createRootSession(
   fs: FileSystem,
   options: CreateRootSessionOptions,
 ): Promise<CreatedSession> {
+  fs = confined(fs, join(options.repoRoot, LOOPY_DIRNAME));
   const resolved = resolveWriteOptions(options);
   await ensureRepository(fs, options.repoRoot, options);
   const sessionId = await createSessionId(fs, { repoRoot: options.repoRoot, goal: options.goal });
@@ -596,6 +601,7 @@ export async function createChildSession(
   fs: FileSystem,
   options: CreateChildSessionOptions,
 ): Promise<CreatedSession> {
+  fs = confined(fs, options.parentDir);
   const resolved = resolveWriteOptions(options);
   const parent = new SessionPaths(options.parentDir, "folded");
   const request = options.request;

@@ -10,6 +10,7 @@ import { join } from "../port/path.ts";
 import { decodeJson, type JsonObject, writeJsonAtomic } from "./json_io.ts";
 import { parseSessionState, type SessionState } from "./records.ts";
 import { LayoutRecordError } from "./errors.ts";
+import { confined } from "./no_links.ts";
 
 /** What the initial `state.json` of a new session binds. */
 export interface InitialStateInput {
@@ -77,6 +78,7 @@ export async function updateSessionState(
   change: (state: Record<string, unknown>, current: SessionState) => boolean | void,
   options: UpdateStateOptions,
 ): Promise<SessionState> {
+  fs = confined(fs, sessionDir);
   const file = join(sessionDir, "state.json");
   const raw = decodeJson(await fs.readFile(file), file);
   const current = parseSessionState(raw, file);

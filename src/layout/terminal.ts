@@ -10,7 +10,7 @@
  */
 import type { FileSystem } from "../port/fs.ts";
 import { readIfExists } from "../port/durable.ts";
-import { LayoutRecordError, SessionStateError } from "./errors.ts";
+import { LayoutRecordError, SessionStateError, TopologyError } from "./errors.ts";
 import {
   decodeJson,
   jsonEqual,
@@ -20,7 +20,7 @@ import {
   writeJsonAtomic,
 } from "./json_io.ts";
 import { type LayoutWriteOptions, resolveWriteOptions } from "./options.ts";
-import type { SessionPaths } from "./paths.ts";
+import { requireFolded, type SessionPaths } from "./paths.ts";
 import {
   assertTerminalControlMatches,
   type ControlRecord,
@@ -36,12 +36,14 @@ import {
   type TerminalControl,
   type TerminalControlExpectation,
 } from "./records.ts";
+import { confined } from "./no_links.ts";
 
 /** Reads and validates `control.json` (a typed error names the file and field when malformed). */
 export async function readControl(
   fs: FileSystem,
   paths: SessionPaths,
 ): Promise<ReadRecord<ControlRecord>> {
+  fs = confined(fs, paths.dir);
   return await readRecord(fs, paths.controlJson, parseControlRecord);
 }
 
@@ -55,6 +57,7 @@ export async function readTerminalControl(
   paths: SessionPaths,
   expected: TerminalControlExpectation,
 ): Promise<ReadRecord<TerminalControl> | undefined> {
+  fs = confined(fs, paths.dir);
   const read = await readControl(fs, paths);
   const control = read.record;
   if (control.state === "running") return undefined;
@@ -78,6 +81,7 @@ export async function readHandoff(
   fs: FileSystem,
   paths: SessionPaths,
 ): Promise<ReadRecord<Handoff>> {
+  fs = confined(fs, paths.dir);
   return await readRecord(fs, paths.handoffJson, parseHandoff);
 }
 
@@ -127,8 +131,22 @@ export async function observeHandoff(
   paths: SessionPaths,
   expected: HandoffExpectation,
 ): Promise<HandoffObservation> {
+  fs = confined(fs, paths.dir);
   const file = paths.handoffJson;
-  const bytes = await readIfExists(fs, file);
+  let bytes: Uint8Array | undefined;
+  try {
+    bytes = await readIfExists(fs, file);
+  } catch (error) {
+    // A handoff planted as a link is agent output like any other: invalid, and never read.
+    if (!(error instanceof TopologyError)) throw error;
+    return {
+      status: "invalid",
+      handoff: undefined,
+      sha256: null,
+      revision: null,
+      diagnosis: error.message,
+    };
+  }
   const observe = (
     status: HandoffStatus,
     handoff: Handoff | undefined,
@@ -232,6 +250,8 @@ export async function writeSessionOutcome(
   paths: SessionPaths,
   input: SessionOutcomeInput,
 ): Promise<SessionOutcome> {
+  requireFolded(paths);
+  fs = confined(fs, paths.dir);
   const control = input.control;
   if (
     (input.stopReason === "goal_met" || input.stopReason === "unresolvable_error") &&

@@ -38,6 +38,7 @@ import {
   sessionPhase,
   type SessionState,
 } from "./records.ts";
+import { confined } from "./no_links.ts";
 
 /** One validated session of a tree. */
 export interface SessionNode {
@@ -367,6 +368,7 @@ export async function loadSessionTree(
 
 /** Reads and validates a session's `state.json`. */
 export async function readSessionState(fs: FileSystem, sessionDir: string): Promise<SessionState> {
+  fs = confined(fs, sessionDir);
   return (await readRecord(fs, join(sessionDir, "state.json"), parseSessionState)).record;
 }
 

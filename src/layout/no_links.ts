@@ -1,0 +1,156 @@
+/**
+ * Session trees are partly written by agents, so a symlink can be planted at any directory or file
+ * inside one (RELIABILITY.md case 13). `confined(fs, path)` is the filesystem every layout
+ * operation works through: for a path inside the repository's `.loopy_loop/` it checks each
+ * component from `.loopy_loop/` down with `lstat` before the call, and refuses a symlink with a
+ * `TopologyError` naming it, so nothing is read, written, moved or removed through a link. The
+ * last component is checked too when the call would follow it (`open`, `readFile`, `writeFile`,
+ * `stat`, `readDir`, `chmod`, `utime`, `syncDir`, `realPath`) or would fail on it (`mkdir`);
+ * `lstat`, `rename`, `remove`, `symlink` and `readLink` never follow it, so a planted link itself
+ * can still be inspected or removed. Paths outside `.loopy_loop/` are passed through unchanged.
+ *
+ * The checks run just before each call: a link swapped in between a check and the call is not
+ * caught (the port has no call that opens without following links). `.loopy_loop/` itself is
+ * checked by `findLoopyRoot` and by the scaffold.
+ *
+ * @module
+ */
+import type {
+  DirEntry,
+  FileHandle,
+  FileInfo,
+  FileSystem,
+  MkdirOptions,
+  OpenOptions,
+  RemoveOptions,
+  WriteFileOptions,
+} from "../port/fs.ts";
+import { NotFound } from "../port/errors.ts";
+import { join, normalize, relativeWithin } from "../port/path.ts";
+import { TopologyError } from "./errors.ts";
+import { LOOPY_DIRNAME } from "./paths.ts";
+
+/** The `.loopy_loop` directory `path` lies in (or is), or undefined. */
+function loopyDirOf(path: string): string | undefined {
+  const full = normalize(path);
+  const marker = `/${LOOPY_DIRNAME}`;
+  const at = full.indexOf(`${marker}/`);
+  if (at >= 0) return full.slice(0, at + marker.length);
+  return full.endsWith(marker) ? full : undefined;
+}
+
+class LinkRefusingFs implements FileSystem {
+  readonly inner: FileSystem;
+  readonly root: string;
+
+  constructor(inner: FileSystem, root: string) {
+    this.inner = inner;
+    this.root = root;
+  }
+
+  /**
+   * Refuses `path` when a component below the root, up to its parent (and the path itself when
+   * `last`), is a symlink. A missing component ends the check: what follows does not exist yet.
+   */
+  async check(path: string, last: boolean): Promise<void> {
+    const relative = relativeWithin(this.root, path);
+    if (relative === undefined || relative === "") return;
+    const segments = relative.split("/");
+    const end = last ? segments.length : segments.length - 1;
+    let current = this.root;
+    for (let i = 0; i < end; i++) {
+      current = join(current, segments[i] as string);
+      let kind: string;
+      try {
+        kind = (await this.inner.lstat(current)).kind;
+      } catch (error) {
+        if (error instanceof NotFound) return;
+        throw error;
+      }
+      if (kind === "symlink") {
+        throw new TopologyError(current, "A session tree may not contain a symlink");
+      }
+      if (kind !== "directory") return; // the call itself reports a file used as a directory
+    }
+  }
+
+  async open(path: string, options?: OpenOptions): Promise<FileHandle> {
+    await this.check(path, true);
+    return await this.inner.open(path, options);
+  }
+  async readFile(path: string): Promise<Uint8Array> {
+    await this.check(path, true);
+    return await this.inner.readFile(path);
+  }
+  async writeFile(path: string, data: Uint8Array, options?: WriteFileOptions): Promise<void> {
+    await this.check(path, true);
+    return await this.inner.writeFile(path, data, options);
+  }
+  async rename(from: string, to: string): Promise<void> {
+    await this.check(from, false);
+    await this.check(to, false);
+    return await this.inner.rename(from, to);
+  }
+  async remove(path: string, options?: RemoveOptions): Promise<void> {
+    await this.check(path, false);
+    return await this.inner.remove(path, options);
+  }
+  async mkdir(path: string, options?: MkdirOptions): Promise<void> {
+    await this.check(path, true); // a link where the directory should be is named as such
+    return await this.inner.mkdir(path, options);
+  }
+  async readDir(path: string): Promise<DirEntry[]> {
+    await this.check(path, true);
+    return await this.inner.readDir(path);
+  }
+  async stat(path: string): Promise<FileInfo> {
+    await this.check(path, true);
+    return await this.inner.stat(path);
+  }
+  async lstat(path: string): Promise<FileInfo> {
+    await this.check(path, false);
+    return await this.inner.lstat(path);
+  }
+  async realPath(path: string): Promise<string> {
+    await this.check(path, true);
+    return await this.inner.realPath(path);
+  }
+  async chmod(path: string, mode: number): Promise<void> {
+    await this.check(path, true);
+    return await this.inner.chmod(path, mode);
+  }
+  async symlink(target: string, path: string): Promise<void> {
+    await this.check(path, false);
+    return await this.inner.symlink(target, path);
+  }
+  async readLink(path: string): Promise<string> {
+    await this.check(path, false);
+    return await this.inner.readLink(path);
+  }
+  async syncDir(path: string): Promise<void> {
+    await this.check(path, true);
+    return await this.inner.syncDir(path);
+  }
+  async utime(path: string, mtimeMs: number): Promise<void> {
+    await this.check(path, true);
+    return await this.inner.utime(path, mtimeMs);
+  }
+  homeDir(): string | undefined {
+    return this.inner.homeDir?.();
+  }
+}
+
+/**
+ * The filesystem a layout operation on `path` (a session directory or a file in one) works
+ * through: `fs` seen through the link checks of this module, rooted at the `.loopy_loop/`
+ * directory that contains `path`. `fs` itself when `path` is not inside a `.loopy_loop/`, or when
+ * `fs` is already such a view of the same root.
+ */
+export function confined(fs: FileSystem, path: string): FileSystem {
+  const root = loopyDirOf(path);
+  if (root === undefined) return fs;
+  if (fs instanceof LinkRefusingFs) {
+    return fs.root === root ? fs : new LinkRefusingFs(fs.inner, root);
+  }
+  return new LinkRefusingFs(fs, root);
+}

@@ -1,0 +1,148 @@
+// RELIABILITY.md case 13 for the folded layout: a symlink planted anywhere inside a session tree
+// (agents write parts of it) is refused by every writer and reader; nothing outside is read,
+// written, moved or removed. Mirror sessions are never written.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs } from "../adapters/memory.ts";
+import { AlreadyExists } from "../src/port/errors.ts";
+import {
+  createAttemptArtifacts,
+  createRootSession,
+  observeHandoff,
+  openSessionPaths,
+  processNextChildRequest,
+  publishChildRequest,
+  readControl,
+  TopologyError,
+  UnsupportedLayoutError,
+  writeAttemptResult,
+  writeGitReceipt,
+} from "../layout.ts";
+import { childRequest, CONTRACTS, deterministic, newRepo } from "./layout_fixtures.ts";
+import { buildMirrorTree } from "./fixtures/mirror_tree.ts";
+
+const encoder = new TextEncoder();
+
+async function setup() {
+  const fs = new MemoryFs();
+  await fs.mkdir("/repo");
+  await fs.mkdir("/outside");
+  const root = await createRootSession(fs, {
+    repoRoot: "/repo",
+    goal: "alpha",
+    ...CONTRACTS,
+    ...deterministic(),
+  });
+  return { fs, root };
+}
+
+/** Replaces the directory `dir` by a link to `/outside`. */
+async function plant(fs: MemoryFs, dir: string): Promise<void> {
+  await fs.remove(dir, { recursive: true });
+  await fs.symlink("/outside", dir);
+}
+
+async function outside(fs: MemoryFs): Promise<Record<string, string>> {
+  const out: Record<string, string> = {};
+  for (const entry of await fs.readDir("/outside")) {
+    out[entry.name] = new TextDecoder().decode(await fs.readFile(`/outside/${entry.name}`));
+  }
+  return out;
+}
+
+test("processing child requests never moves or removes files through a linked pending/", async () => {
+  for (const content of ['{"name":"precious"}', JSON.stringify(childRequest("r"))]) {
+    const { fs, root } = await setup();
+    await fs.writeFile("/outside/r.json", encoder.encode(content));
+    await plant(fs, root.paths.childRequestsPendingDir);
+    const options = { repoRoot: "/repo", parentSessionId: root.sessionId, ...deterministic() };
+    await assert.rejects(processNextChildRequest(fs, options), TopologyError);
+    assert.deepEqual(await outside(fs), { "r.json": content });
+  }
+});
+
+test("a linked accepted/ or rejected/ is refused before anything is written through it", async () => {
+  for (const which of ["accepted", "rejected"] as const) {
+    const { fs, root } = await setup();
+    if (which === "accepted") await publishChildRequest(fs, root.paths, childRequest("r"));
+    else await fs.writeFile(root.paths.pendingRequest("bad"), encoder.encode("{torn"));
+    await plant(
+      fs,
+      which === "accepted"
+        ? root.paths.childRequestsAcceptedDir
+        : root.paths.childRequestsRejectedDir,
+    );
+    const options = { repoRoot: "/repo", parentSessionId: root.sessionId, ...deterministic() };
+    await assert.rejects(processNextChildRequest(fs, options), TopologyError);
+    assert.deepEqual(await outside(fs), {}, which);
+  }
+});
+
+test("publishing, attempt artifacts and git receipts refuse a linked directory", async () => {
+  const attempt = { iteration: 1, workflowId: "outer", attemptId: "a1" };
+  const cases = [
+    {
+      dir: (p: Awaited<ReturnType<typeof setup>>["root"]["paths"]) => p.childRequestsPendingDir,
+      run: (fs: MemoryFs, p: Awaited<ReturnType<typeof setup>>["root"]["paths"]) =>
+        publishChildRequest(fs, p, childRequest("r")),
+    },
+    {
+      dir: (p: Awaited<ReturnType<typeof setup>>["root"]["paths"]) => p.rawDir,
+      run: (fs: MemoryFs, p: Awaited<ReturnType<typeof setup>>["root"]["paths"]) =>
+        createAttemptArtifacts(fs, p, attempt, { prompt: "p", pathsMap: {} }),
+    },
+    {
+      dir: (p: Awaited<ReturnType<typeof setup>>["root"]["paths"]) => p.gitReceiptsDir,
+      run: (fs: MemoryFs, p: Awaited<ReturnType<typeof setup>>["root"]["paths"]) =>
+        writeGitReceipt(fs, p, "001_alpha", attempt, "after", {
+          head: null,
+          branch: null,
+          dirty: null,
+        }),
+    },
+  ];
+  for (const [i, { dir, run }] of cases.entries()) {
+    const { fs, root } = await setup();
+    await plant(fs, dir(root.paths));
+    // Refused as a link (or, by the private-directory check, as something that is not one).
+    await assert.rejects(
+      run(fs, root.paths),
+      (error) => error instanceof TopologyError || error instanceof AlreadyExists,
+      `case ${i}`,
+    );
+    assert.deepEqual(await outside(fs), {}, `case ${i}`);
+  }
+});
+
+test("agent-written control.json and handoff.json planted as links are never read through", async () => {
+  const { fs, root } = await setup();
+  await fs.writeFile("/outside/secret.json", encoder.encode('{"state":"SECRET-TOKEN"}'));
+  await fs.remove(root.paths.controlJson);
+  await fs.symlink("/outside/secret.json", root.paths.controlJson);
+  await assert.rejects(readControl(fs, root.paths), TopologyError);
+  await fs.remove(root.paths.handoffJson);
+  await fs.symlink("/outside/secret.json", root.paths.handoffJson);
+  const observed = await observeHandoff(fs, root.paths, {
+    sessionId: root.sessionId,
+    goalSha256: "sha256:x",
+    storedRevision: 0,
+    storedSha256: null,
+  });
+  assert.equal(observed.status, "invalid");
+  assert.equal(observed.sha256, null);
+  assert.ok(!(observed.diagnosis ?? "").includes("SECRET"));
+});
+
+test("a mirror session is never written", async () => {
+  const fs = await newRepo();
+  const tree = await buildMirrorTree(fs);
+  const paths = await openSessionPaths(fs, tree.rootDir);
+  assert.equal(paths.layout, "mirror");
+  const result = `${tree.rootDir}/iterations/0001_outer/result.json`;
+  const before = await fs.readFile(result);
+  await assert.rejects(
+    writeAttemptResult(fs, paths.attempt(1, "outer"), { ok: true }),
+    UnsupportedLayoutError,
+  );
+  assert.deepEqual(await fs.readFile(result), before);
+});
