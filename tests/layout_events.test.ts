@@ -141,3 +141,18 @@ test("an append to a file whose last line is complete adds no blank line", async
   assert.equal(lines[2], "");
   assert.ok(lines.every((l, i) => i === 2 || l.length > 0));
 });
+
+test("an append after one whose new file's directory fsync failed makes the file durable", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/s");
+  fs.syncAll();
+  const options = deterministic();
+  // The first append creates events.jsonl; its directory fsync fails once.
+  fs.failAt(fs.operationCount + 1, { ops: ["syncDir"] });
+  await assert.rejects(appendEvents(fs, FILE, "001_demo", [{ type: "first" }], options));
+  fs.clearFaults();
+  await appendEvents(fs, FILE, "001_demo", [{ type: "second" }], options);
+  // A power loss keeps what was fsynced: both records (the file's entry too).
+  const after = fs.crash({ seed: 0, tailMode: "none", extraJournal: "none" });
+  assert.deepEqual((await readEvents(after, FILE)).map((e) => e.type), ["first", "second"]);
+});

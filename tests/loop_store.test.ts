@@ -800,6 +800,28 @@ test("a symlink planted at messages.jsonl is refused: nothing is read or written
   assert.equal((await fs.stat("/victim.txt")).mode, 0o644);
 });
 
+test("a link planted at index.json never blocks a save and is replaced, never followed", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  const history = [user("q"), assistant("a")];
+  await session.commit(history);
+  await session.close();
+  const index = `${session.getSessionPath()}/index.json`;
+  const victim = new TextEncoder().encode("PRECIOUS\n");
+  await fs.writeFile("/victim.txt", victim, { mode: 0o644 });
+  await fs.remove(index);
+  await fs.symlink("/victim.txt", index);
+  const writer = await store.open(session.getSessionPath());
+  history.push(user("more"));
+  await writer.commit(history);
+  assert.equal(writer.hasPendingSave, false);
+  assert.equal((await writer.readHistory()).total, 3);
+  await writer.close();
+  assert.equal((await fs.lstat(index)).kind, "file");
+  assert.deepEqual(await fs.readFile("/victim.txt"), victim);
+  assert.equal((await fs.stat("/victim.txt")).mode, 0o644);
+});
+
 test("metadata arguments of the wrong type and unserializable messages reject with typed errors", async () => {
   const { store } = await setup();
   const session = await store.create(CWD);

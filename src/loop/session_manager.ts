@@ -1031,9 +1031,19 @@ export class SessionManager {
       await this.#beforeFirstWrite();
       this.#beforeFirstWrite = undefined;
     }
-    for (const name of [META_FILE, MESSAGES_FILE, INDEX_FILE]) {
+    for (const name of [META_FILE, MESSAGES_FILE]) {
       const path = join(this.#dir, name);
       if (await isRegularFile(this.#fs, path)) await this.#fs.chmod(path, PRIVATE_FILE_MODE);
+    }
+    // index.json is derived and only ever replaced by rename (which replaces a planted link
+    // itself): anything there but a regular file is left for that rename, never a reason to refuse
+    // a save, and never followed.
+    const index = join(this.#dir, INDEX_FILE);
+    const [indexInfo] = await Promise.allSettled([this.#fs.lstat(index)]);
+    if (indexInfo.status === "fulfilled" && indexInfo.value.kind === "file") {
+      await this.#fs.chmod(index, PRIVATE_FILE_MODE);
+    } else if (indexInfo.status === "rejected" && !(indexInfo.reason instanceof NotFound)) {
+      throw indexInfo.reason;
     }
     this.#permissionsEnforced = true;
   }

@@ -26,7 +26,11 @@ export const PRIVATE_DIR_MODE = 0o700;
 
 /** Options of `atomicReplace`. */
 export interface AtomicReplaceOptions {
-  /** Mode of the published file; default `0o600`. Enforced with chmod, not only at create. */
+  /**
+   * Mode of the published file; default `0o600`. Given at the temp file's exclusive create (a
+   * umask can only clear bits), so the published file never has wider bits than this, whatever
+   * the replaced file had.
+   */
   readonly mode?: number;
   /** Durability of the replace; default `"full"`. */
   readonly durability?: Durability;
@@ -103,8 +107,9 @@ export interface PendingReplace {
    */
   stage(data: Uint8Array): Promise<StagedReplace>;
   /**
-   * Closes and removes the temp file unless it was published; the target is untouched. Safe to
-   * call at any time and more than once; never rejects.
+   * Before `stage`: closes and removes the temp file; the target is untouched. Once `stage` was
+   * called, the temp file belongs to the `StagedReplace` it returns (discard that one) and this
+   * does nothing. Safe to call at any time and more than once; never rejects.
    */
   discard(): Promise<void>;
 }
@@ -348,8 +353,21 @@ export async function durableAppend(
   } finally {
     await handle.close();
   }
-  if (created && durability === "full") await fs.syncDir(dirname(path));
+  if (durability !== "full") return;
+  if (!created && !undurableEntries.has(path)) return;
+  try {
+    await fs.syncDir(dirname(path));
+    undurableEntries.delete(path);
+  } catch (error) {
+    // The call fails (its file may or may not survive a crash); the next append to the file
+    // makes the entry durable before it resolves, as this one would have.
+    undurableEntries.add(path);
+    throw error;
+  }
 }
+
+/** Files created by a failed `durableAppend` whose directory entry may not be durable yet. */
+const undurableEntries = new Set<string>();
 
 const NEWLINE = 0x0a;
 
