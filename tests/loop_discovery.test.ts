@@ -6,6 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { MemoryFs } from "../adapters/memory.ts";
 import { nodeFs } from "../adapters/node.ts";
+import { NotFound } from "../src/port/errors.ts";
 import type { FileHandle, FileSystem } from "../src/port/fs.ts";
 import {
   CorruptSessionError,
@@ -926,4 +927,54 @@ test("a meta.json that claims gigabytes is reported as corrupt on the real files
   } finally {
     await rm(base, { recursive: true, force: true });
   }
+});
+
+test("listing reports what an open refuses: a copied directory, a link where a session was published", async () => {
+  const { fs, store, clock } = await setup();
+  const session = await saved(store, clock, conversation(2, "a"));
+  const copy = "3b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  const copyDir = `${COLLECTION}/${copy}`;
+  await fs.mkdir(copyDir);
+  for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
+    await fs.writeFile(
+      `${copyDir}/${name}`,
+      await fs.readFile(`${session.getSessionPath()}/${name}`),
+    );
+  }
+  // A legacy backup whose published path is a link to another session's directory.
+  const migrated = "5c9a3f0e-1d2b-4c3d-8e4f-5a6b7c8d9e0f";
+  await fs.writeFile(
+    `${COLLECTION}/${migrated}.jsonl`,
+    new TextEncoder().encode(legacyFile(migrated, CWD, [user("stale")])),
+  );
+  await fs.symlink(session.getSessionPath(), `${COLLECTION}/${migrated}`);
+  const tree = fs.snapshotTree("/");
+  for (const fast of [false, true]) {
+    const result = await store.listDetailed(CWD, undefined, { fast });
+    assert.deepEqual(result.sessions.map((s) => s.id), [session.id], `fast=${fast}`);
+    const failed = new Map(result.failures.map((f) => [f.id, f.error]));
+    assert.ok(failed.get(copy) instanceof SessionFormatError, `fast=${fast}: the copy`);
+    assert.ok(failed.get(migrated) instanceof SessionFormatError, `fast=${fast}: the link`);
+    await assert.rejects(store.open(copyDir), SessionFormatError);
+  }
+  assert.deepEqual(fs.snapshotTree("/"), tree);
+});
+
+test("a link planted as an interrupted compaction's previous directory is never followed", async () => {
+  const { fs, store, clock } = await setup();
+  const outside = new SessionStore({ fs, agentDir: "/elsewhere/.loop" });
+  const secret = await outside.create(CWD);
+  await secret.commit([user("outside this agent directory")]);
+  await secret.close();
+  const mine = await saved(store, clock, [user("mine")]);
+  const id = "4b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  await fs.mkdir(`${COLLECTION}/.staging-${id}-abcd1234`);
+  await fs.symlink(secret.getSessionPath(), `${COLLECTION}/.staging-${id}-abcd1234/previous`);
+  for (const fast of [false, true]) {
+    const listed = await store.list(CWD, undefined, { fast });
+    assert.deepEqual(listed.map((s) => s.id), [mine.id], `fast=${fast}`);
+  }
+  await store.cleanup(CWD);
+  assert.equal((await fs.lstat(secret.getSessionPath())).kind, "directory");
+  await assert.rejects(fs.lstat(`${COLLECTION}/${id}`), NotFound);
 });

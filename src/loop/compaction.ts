@@ -347,7 +347,7 @@ export async function recoverStaging(
   const previous = join(staging, COMPACTION_PREVIOUS);
   if (
     id !== undefined && !(await exists(context, join(collection, id))) &&
-    await exists(context, join(previous, META_FILE))
+    await isRealDirectory(context, previous) && await exists(context, join(previous, META_FILE))
   ) {
     await fs.rename(previous, join(collection, id));
     if (context.durability === "full") await fs.syncDir(collection);
@@ -358,6 +358,16 @@ export async function recoverStaging(
   await removeStaging(context, staging);
   if (context.durability === "full") await fs.syncDir(collection);
   return "removed";
+}
+
+/** True when `path` is a directory itself (a link planted there is never followed or moved). */
+async function isRealDirectory(context: StoreContext, path: string): Promise<boolean> {
+  try {
+    return (await context.fs.lstat(path)).kind === "directory";
+  } catch (error) {
+    if (error instanceof NotFound) return false;
+    throw error;
+  }
 }
 
 /**

@@ -94,6 +94,7 @@ import {
   CorruptSessionError,
   SessionCwdError,
   SessionError,
+  SessionFormatError,
   SessionNotFoundError,
   UnsupportedSessionError,
 } from "./errors.ts";
@@ -284,6 +285,7 @@ async function candidatesOf(
     throw error;
   }
   const dirs = new Set<string>();
+  const notDirs = new Set<string>();
   const legacy = new Set<string>();
   const staged = new Map<string, string[]>();
   const deletions: string[] = [];
@@ -296,6 +298,7 @@ async function candidatesOf(
       staged.set(id, [...(staged.get(id) ?? []), name]);
     } else if (entry.kind === "directory" && name.startsWith(DELETE_PREFIX)) deletions.push(name);
     else if (entry.kind === "directory" && isSessionId(name)) dirs.add(name);
+    else if (isSessionId(name)) notDirs.add(name); // a link or a file where a directory belongs
     else if (entry.kind === "file") {
       const id = legacySessionId(name);
       if (id !== undefined) legacy.add(id);
@@ -345,6 +348,16 @@ async function candidatesOf(
       });
       continue;
     }
+    if (notDirs.has(id) && hasBackup) {
+      // As for an open: what is published is refused, and the stale backup is not listed instead.
+      const dir = join(collection, id);
+      const error = new SessionFormatError(
+        "Published session path is not a directory (symlinks are refused)",
+        { file: dir },
+      );
+      candidates.push({ id, source: { kind: "failed", error }, path: dir });
+      continue;
+    }
     const previous = await compactionPrevious(fs, collection, staged.get(id) ?? []);
     const deleted = deletedDirs.get(id);
     const failed = unreadable.get(id);
@@ -374,6 +387,8 @@ async function compactionPrevious(
   for (const name of stagingNames) {
     const previous = join(collection, name, COMPACTION_PREVIOUS);
     try {
+      // The directory itself first: a link planted there is never followed.
+      if ((await fs.lstat(previous)).kind !== "directory") continue;
       const info = await fs.lstat(join(previous, META_FILE));
       if (info.kind === "file") return previous;
     } catch (error) {
@@ -591,9 +606,18 @@ async function summarize(
     return await readLegacySession(context.fs, source.file, { validate: !fast });
   }
   try {
-    return fast
+    const summary = fast
       ? await fastSummary(context, source.dir, cache)
       : await fullSummary(context, source.dir);
+    if (summary.header.id !== candidate.id) {
+      // As for an open: a directory holding another session (a copy) is not that session.
+      throw new SessionFormatError("Session id does not match its directory name", {
+        file: join(source.dir, META_FILE),
+        path: "header.id",
+        value: summary.header.id,
+      });
+    }
+    return summary;
   } catch (error) {
     // Only a missing meta.json itself means "never committed"; anything else is a failure.
     if (!(error instanceof NotFound) || error.path !== join(source.dir, META_FILE)) throw error;
