@@ -7,12 +7,17 @@ import { MemoryFs } from "../adapters/memory.ts";
 import { AlreadyExists } from "../src/port/errors.ts";
 import {
   createAttemptArtifacts,
+  createChildSession,
   createRootSession,
+  LayoutError,
   observeHandoff,
   openSessionPaths,
   processNextChildRequest,
   publishChildRequest,
+  readChildOutcome,
   readControl,
+  SessionIdError,
+  sha256Ref,
   TopologyError,
   UnsupportedLayoutError,
   writeAttemptResult,
@@ -145,4 +150,33 @@ test("a mirror session is never written", async () => {
     UnsupportedLayoutError,
   );
   assert.deepEqual(await fs.readFile(result), before);
+});
+
+test("ids given to the API never name a path outside their directory", async () => {
+  const { fs, root } = await setup();
+  const request = childRequest("r");
+  const bytes = encoder.encode(JSON.stringify(request));
+  await assert.rejects(
+    createChildSession(fs, {
+      parentDir: root.dir,
+      parentSessionId: root.sessionId,
+      rootSessionId: root.sessionId,
+      parentDepth: 0,
+      sessionId: "../../../../../../../outside/evil",
+      request,
+      requestBytes: bytes,
+      inputs: [],
+      harnessCapabilityRosterSha256: sha256Ref(bytes),
+      ...CONTRACTS,
+    }),
+    SessionIdError,
+  );
+  assert.deepEqual(await outside(fs), {});
+  fs.resetCounter();
+  for (const bad of ["../../../../../outside/x", "", ".", "..", "a/b", "/abs"]) {
+    await assert.rejects(readChildOutcome(fs, root.paths, bad), LayoutError, JSON.stringify(bad));
+    assert.throws(() => root.paths.pendingRequest(bad), LayoutError);
+    assert.throws(() => root.paths.childDir(bad), LayoutError);
+  }
+  assert.deepEqual(fs.operationLog, [], "refused before any filesystem call");
 });

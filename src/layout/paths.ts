@@ -13,6 +13,20 @@
 import { join } from "../port/path.ts";
 import { LayoutError, UnsupportedLayoutError } from "./errors.ts";
 
+/** One safe path component: `[A-Za-z0-9][A-Za-z0-9_.-]*` (no separator, never `.` or `..`). */
+const SAFE_COMPONENT = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
+
+/**
+ * `value` when it is one safe path component; anything else (a separator, `..`, an empty or
+ * absolute name) is refused before it can name a path outside its directory.
+ */
+function component(value: string, what: string): string {
+  if (typeof value !== "string" || !SAFE_COMPONENT.test(value)) {
+    throw new LayoutError(`The ${what} is not a safe file name: ${JSON.stringify(value)}`);
+  }
+  return value;
+}
+
 /** The layout a session was created with, as recorded in its `session.json`. */
 export type SessionLayout = "folded" | "mirror";
 
@@ -227,47 +241,47 @@ export class SessionPaths {
 
   /** `children/<childId>`. */
   childDir(childId: string): string {
-    return join(this.childrenDir, childId);
+    return join(this.childrenDir, component(childId, "child session id"));
   }
 
   /** `child_requests/pending/<requestId>.json`. */
   pendingRequest(requestId: string): string {
-    return join(this.childRequestsPendingDir, `${requestId}.json`);
+    return join(this.childRequestsPendingDir, `${component(requestId, "request id")}.json`);
   }
 
   /** `child_requests/accepted/<requestId>.json`. */
   acceptedRequest(requestId: string): string {
-    return join(this.childRequestsAcceptedDir, `${requestId}.json`);
+    return join(this.childRequestsAcceptedDir, `${component(requestId, "request id")}.json`);
   }
 
   /** `child_outcomes/<requestId>.json`. */
   childOutcome(requestId: string): string {
-    return join(this.childOutcomesDir, `${requestId}.json`);
+    return join(this.childOutcomesDir, `${component(requestId, "request id")}.json`);
   }
 
   /** `parent_acceptance/<requestId>.json`. */
   parentAcceptance(requestId: string): string {
-    return join(this.parentAcceptanceDir, `${requestId}.json`);
+    return join(this.parentAcceptanceDir, `${component(requestId, "request id")}.json`);
   }
 
   /** `eval_receipts/<evalId>.json`. */
   evalReceipt(evalId: string): string {
-    return join(this.evalReceiptsDir, `${evalId}.json`);
+    return join(this.evalReceiptsDir, `${component(evalId, "eval id")}.json`);
   }
 
   /** `eval_receipts/accepted/<evalId>.json`: the engine-owned acceptance sidecar. */
   evalAcceptedSidecar(evalId: string): string {
-    return join(this.evalReceiptsAcceptedDir, `${evalId}.json`);
+    return join(this.evalReceiptsAcceptedDir, `${component(evalId, "eval id")}.json`);
   }
 
   /** The delivery receipt `name` (in `receipts/` when folded). */
   deliveryReceipt(name: string): string {
-    return join(this.deliveryReceiptsDir, name);
+    return join(this.deliveryReceiptsDir, component(name, "receipt name"));
   }
 
   /** `trace_seals/<attemptId>.json`: a mirror attempt's seal receipt. */
   traceSealReceipt(attemptId: string): string {
-    return join(this.traceSealsDir, `${attemptId}.json`);
+    return join(this.traceSealsDir, `${component(attemptId, "attempt id")}.json`);
   }
 
   /** The paths of one attempt's iteration (`iterations/<NNNN>_<workflow>`). */

@@ -20,7 +20,7 @@ import {
 } from "../port/durable.ts";
 import { join } from "../port/path.ts";
 import { LayoutError } from "./errors.ts";
-import { createSessionId } from "./ids.ts";
+import { assertSessionId, createSessionId } from "./ids.ts";
 import {
   encodeJson,
   encodeText,
@@ -601,6 +601,7 @@ export async function createChildSession(
   fs: FileSystem,
   options: CreateChildSessionOptions,
 ): Promise<CreatedSession> {
+  assertSessionId(options.sessionId);
   fs = confined(fs, options.parentDir);
   const resolved = resolveWriteOptions(options);
   const parent = new SessionPaths(options.parentDir, "folded");
