@@ -71,6 +71,9 @@ test("the grammar refuses traversal, absolute paths, NUL, empty segments and lon
     "no-marker",
     `session:/${"a".repeat(256)}`,
     `session:/${"a/".repeat(2100)}a`,
+    // Lengths are the filesystem's: UTF-8 bytes, not characters.
+    `session:/${"é".repeat(128)}`,
+    `session:/${"ü/".repeat(1400)}a`,
   ];
   for (const reference of grammar) {
     assert.throws(() => parseLogicalReference(reference), refusal("grammar"), reference);
@@ -90,6 +93,11 @@ test("the grammar refuses traversal, absolute paths, NUL, empty segments and lon
   for (const reference of scopes) {
     assert.throws(() => parseLogicalReference(reference), refusal("unknown_scope"), reference);
   }
+});
+
+test("a segment of 255 UTF-8 bytes is accepted and one of 256 is not", () => {
+  assert.equal(parseLogicalReference(`session:/${"é".repeat(127)}a`).segments.length, 1);
+  assert.throws(() => parseLogicalReference(`session:/${"é".repeat(128)}`), refusal("grammar"));
 });
 
 test("any reference the grammar accepts has only plain segments", () => {

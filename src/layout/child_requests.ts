@@ -22,7 +22,7 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
-import { NotFound } from "../port/errors.ts";
+import { FsError, IsADirectory, NotADirectory, NotFound } from "../port/errors.ts";
 import { atomicReplace, readDirIfExists, readIfExists } from "../port/durable.ts";
 import { join } from "../port/path.ts";
 import {
@@ -30,6 +30,7 @@ import {
   LayoutRecordError,
   LogicalReferenceError,
   SessionStateError,
+  TopologyError,
   UnsupportedLayoutError,
 } from "./errors.ts";
 import { appendEvents } from "./events.ts";
@@ -419,12 +420,26 @@ async function admit(
       }
       inputs.push({ sourceRef: target.canonical, bytes: await fs.readFile(target.path) });
     } catch (error) {
-      if (!(error instanceof LogicalReferenceError)) throw error;
-      return { reason: error.message, field, abandoned: existing };
+      // What the reference names is the request's fault (a refused reference, a name too long
+      // for the filesystem, a file used as a directory, a link): the request is rejected. A
+      // storage fault (EIO, ENOSPC, ...) propagates and leaves the request pending for a retry.
+      if (
+        !(error instanceof LogicalReferenceError || error instanceof TopologyError ||
+          isReferenceFault(error))
+      ) throw error;
+      return { reason: (error as Error).message, field, abandoned: existing };
     }
   }
   return { request, existing, build: { contracts, inputs } };
 }
+
+/** A filesystem error caused by the path a reference names rather than by the storage. */
+function isReferenceFault(error: unknown): boolean {
+  return error instanceof NotADirectory || error instanceof IsADirectory ||
+    (error instanceof FsError && REFERENCE_FAULT_CODES.has(error.code));
+}
+
+const REFERENCE_FAULT_CODES: ReadonlySet<string> = new Set(["ENAMETOOLONG", "ELOOP"]);
 
 async function isDirectory(fs: FileSystem, path: string): Promise<boolean> {
   try {

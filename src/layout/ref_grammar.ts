@@ -30,10 +30,17 @@ export interface ParsedReference {
   readonly segments: readonly string[];
 }
 
-/** Longest accepted reference, in characters. */
+/** Longest accepted reference, in UTF-8 bytes (a path the filesystem can take). */
 export const MAX_REFERENCE_LENGTH = 4096;
-/** Longest accepted path segment, in characters. */
+/** Longest accepted path segment, in UTF-8 bytes (a file name the filesystem can take). */
 export const MAX_SEGMENT_LENGTH = 255;
+
+const encoder = new TextEncoder();
+
+/** The UTF-8 length of `text` (never less than its length in UTF-16 units). */
+function utf8Length(text: string): number {
+  return encoder.encode(text).length;
+}
 
 const IMPLICIT = new Set(["repo", "session", "root", "parent"]);
 const SAFE_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
@@ -57,7 +64,7 @@ export function parseLogicalReference(reference: string): ParsedReference {
   if (typeof reference !== "string" || reference === "") {
     throw new LogicalReferenceError(String(reference), "grammar", "Logical reference is empty");
   }
-  if (reference.length > MAX_REFERENCE_LENGTH) {
+  if (reference.length > MAX_REFERENCE_LENGTH || utf8Length(reference) > MAX_REFERENCE_LENGTH) {
     throw new LogicalReferenceError(reference, "grammar", "Logical reference is too long");
   }
   if (FORBIDDEN.test(reference)) {
@@ -103,7 +110,7 @@ export function parseLogicalReference(reference: string): ParsedReference {
         "Logical reference path has an empty, '.' or '..' segment",
       );
     }
-    if (segment.length > MAX_SEGMENT_LENGTH) {
+    if (utf8Length(segment) > MAX_SEGMENT_LENGTH) {
       throw new LogicalReferenceError(
         reference,
         "grammar",
