@@ -108,11 +108,23 @@ class NodeFileHandle implements FileHandle {
   readonly #append: boolean;
   /** The write position of a non-append handle; tracked here so reads never move it. */
   #position = 0;
+  /**
+   * Writes, truncations, syncs and the close run one after another, in call order, as on the
+   * other adapters: two writes issued without waiting never land at the same position, and a
+   * sync covers every write issued before it. Positioned reads run at once.
+   */
+  #queue: Promise<unknown> = Promise.resolve();
 
   constructor(handle: NativeHandle, path: string, append: boolean) {
     this.#handle = handle;
     this.#path = path;
     this.#append = append;
+  }
+
+  #serial<T>(syscall: string, run: () => Promise<T>): Promise<T> {
+    const result = this.#queue.then(() => call(syscall, this.#path, run));
+    this.#queue = result.then(() => undefined, () => undefined);
+    return result;
   }
 
   read(offset: number, length: number): Promise<Uint8Array> {
@@ -139,7 +151,7 @@ class NodeFileHandle implements FileHandle {
   }
 
   write(data: Uint8Array): Promise<void> {
-    return call("write", this.#path, async () => {
+    return this.#serial("write", async () => {
       let written = 0;
       while (written < data.length) {
         // An append handle writes at the end whatever the position (O_APPEND).
@@ -157,14 +169,14 @@ class NodeFileHandle implements FileHandle {
   }
 
   truncate(length: number): Promise<void> {
-    return call("truncate", this.#path, async () => {
+    return this.#serial("truncate", async () => {
       await this.#handle.truncate(length);
       if (this.#position > length) this.#position = length;
     });
   }
 
   sync(): Promise<void> {
-    return call("fsync", this.#path, () => this.#handle.sync());
+    return this.#serial("fsync", () => this.#handle.sync());
   }
 
   stat(): Promise<FileInfo> {
@@ -172,7 +184,7 @@ class NodeFileHandle implements FileHandle {
   }
 
   close(): Promise<void> {
-    return call("close", this.#path, () => this.#handle.close());
+    return this.#serial("close", () => this.#handle.close());
   }
 }
 

@@ -335,6 +335,28 @@ export const CHECKS: readonly Check[] = [
     },
   },
   {
+    name: "writes and truncations issued without waiting apply in call order",
+    async run(f) {
+      const path = at(f, "file");
+      await withHandle(f.fs, path, { create: true, write: true }, async (handle) => {
+        await Promise.all([
+          handle.write(bytes("aaaa")),
+          handle.write(bytes("bb")),
+          handle.write(bytes("c")),
+        ]);
+      });
+      checkBytes(await f.fs.readFile(path), "aaaabbc", "three writes issued at once");
+      await withHandle(f.fs, path, { write: true, truncate: true }, async (handle) => {
+        await Promise.all([
+          handle.write(bytes("ab")),
+          handle.truncate(1),
+          handle.write(bytes("c")),
+        ]);
+      });
+      checkBytes(await f.fs.readFile(path), "ac", "write, truncate, write issued at once");
+    },
+  },
+  {
     name: "write() writes sequentially and read() does not move the write position",
     async run(f) {
       const path = at(f, "file");
