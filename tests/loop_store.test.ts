@@ -2,6 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { sha256Hex } from "../src/port/sha256.ts";
+import { dirname } from "../src/port/path.ts";
 import {
   CorruptSessionError,
   InvalidArgumentError,
@@ -1122,6 +1123,29 @@ test("every handle an open makes is closed, whether the open succeeds or fails",
       // Let a handle closed in the background settle.
       await new Promise((resolve) => setTimeout(resolve, 0));
       assert.equal(open, 0, `${name} (${readOnly ? "read-only" : "writable"}): handles left open`);
+    }
+  }
+});
+
+test("a session inside a private staging or delete directory is never opened by that path", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  await session.close();
+  const collection = dirname(session.getSessionPath());
+  for (const stage of [".delete-0123", `.staging-${session.id}-abcd`]) {
+    const copy = `${collection}/${stage}/${session.id}`;
+    await fs.mkdir(copy, { recursive: true });
+    for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
+      await fs.writeFile(
+        `${copy}/${name}`,
+        await fs.readFile(`${session.getSessionPath()}/${name}`),
+      );
+    }
+    for (const path of [copy, `${copy}/meta.json`]) {
+      for (const readOnly of [false, true]) {
+        await assert.rejects(store.open(path, { readOnly }), InvalidArgumentError);
+      }
     }
   }
 });

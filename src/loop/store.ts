@@ -276,6 +276,17 @@ export class SessionStore {
     }
     const normalized = normalize(path);
     const readOnly = options.readOnly === true;
+    // Staging, delete and compaction directories (`.`-names) are private to the operations that
+    // made them: a session inside one is reached through its collection path, never directly.
+    const inside = basename(
+      dirname(basename(normalized) === META_FILE ? dirname(normalized) : normalized),
+    );
+    if (inside.startsWith(".")) {
+      throw new InvalidArgumentError(
+        "path",
+        `Session path is inside a private staging directory: '${path}'; open it by its collection path`,
+      );
+    }
     if (basename(normalized).endsWith(LEGACY_EXTENSION)) {
       return await this.#openLegacy(normalized, readOnly);
     }
