@@ -211,6 +211,21 @@ test("leading and trailing blank lines, CRLF and a header-only file are read lik
   assert.equal(opened.getStorageInfo()?.bytes, 0);
 });
 
+test("a header line with trailing non-JSON whitespace is valid only when nothing follows it", async () => {
+  // The version-2 reader trims the whole file, then parses each line: U+00A0 after the header
+  // is trimmed away only at the end of the file.
+  const alone = await setup(JSON.stringify(header()) + "\u00a0\n");
+  assert.equal((await readLegacySession(alone.fs, LEGACY)).messageCount, 0);
+  const followed = await setup(
+    JSON.stringify(header()) + "\u00a0\n" + JSON.stringify(user("hi")) + "\n",
+  );
+  const before = snapshot(followed.fs);
+  await assert.rejects(readLegacySession(followed.fs, LEGACY), SessionFormatError);
+  await assert.rejects(followed.store.open(LEGACY), SessionFormatError);
+  await assert.rejects(followed.store.list(CWD), SessionFormatError);
+  assert.deepEqual(snapshot(followed.fs), before);
+});
+
 test("non-canonical JSON lines keep their bytes; the generation covers them and saves append", async () => {
   const message = user("spaced");
   const spaced = JSON.stringify(message, null, 0).replace(/,"/g, ', "');

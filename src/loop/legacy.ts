@@ -279,7 +279,18 @@ async function scanLegacy(
           continue;
         }
         if (header === undefined) {
-          const value = parseLine(text.trim(), path, "header");
+          // The version-2 reader trims the whole file: the header line loses its leading
+          // whitespace, and its trailing whitespace only when nothing follows it.
+          const start = text.trimStart();
+          let value: unknown;
+          try {
+            value = JSON.parse(start);
+          } catch (error) {
+            const trimmed = start.trimEnd();
+            if (trimmed === start) throw parseError(error, path, "header");
+            value = parseLine(trimmed, path, "header");
+            trimmedError = parseError(error, path, "header");
+          }
           header = parseSessionHeader(value, { file: path, path: "header" });
           await beforeMessages(header);
           continue;
