@@ -519,9 +519,27 @@ async function readCollection(
   if (only === undefined) { for (const id of restored) archived.add(id); }
   const matchesCwd = cwd === undefined ? undefined : cwdMatcher(fs, cwd);
   const concurrency = options.concurrency ?? (fast ? 32 : 4);
-  const read = await mapLimit(candidates, concurrency, async (candidate) => {
+  const read = await mapLimit(candidates, concurrency, async (first) => {
+    let candidate = first;
     try {
-      const summary = await summarize(context, candidate, fast, cache);
+      let summary: Summary | undefined;
+      try {
+        summary = await summarize(context, candidate, fast, cache);
+      } catch (error) {
+        if (!mayHaveMoved(candidate, error)) throw error;
+        const again = await lookAgain(fs, collection, candidate);
+        if (again === undefined) throw error;
+        candidate = again;
+        summary = await summarize(context, candidate, fast, cache);
+      }
+      if (summary === undefined && mayHaveMoved(candidate, undefined)) {
+        // No meta.json: never committed, or moved aside by a delete or compaction meanwhile.
+        const again = await lookAgain(fs, collection, candidate);
+        if (again !== undefined) {
+          candidate = again;
+          summary = await summarize(context, candidate, fast, cache);
+        }
+      }
       if (summary === undefined) return undefined;
       if (matchesCwd !== undefined && !(await matchesCwd(summary.header.cwd))) return undefined;
       return { candidate, summary };
@@ -544,6 +562,36 @@ async function readCollection(
   }
   sessions.sort(options.pinnedFirst === true ? comparePinnedFirst : compareSessions);
   return { sessions, failures };
+}
+
+/**
+ * True when reading a session directory failed (or found no meta.json, for `error` undefined) in a
+ * way a delete or a compaction running meanwhile would cause: its directory moved aside between
+ * the collection's listing and the read, or swapped between reading meta.json and the log.
+ */
+function mayHaveMoved(candidate: Candidate, error: unknown): boolean {
+  if (candidate.source.kind !== "directory") return false;
+  return error === undefined || error instanceof NotFound || error instanceof CorruptSessionError ||
+    error instanceof SessionNotFoundError;
+}
+
+/**
+ * The candidate for `candidate`'s session as the collection holds it now, when that differs from
+ * `candidate` (its directory moved into a delete's or a compaction's staging, or back); undefined
+ * when it is the same or gone. A session is never lost by a listing racing an operation.
+ */
+async function lookAgain(
+  fs: FileSystem,
+  collection: string,
+  candidate: Candidate,
+): Promise<Candidate | undefined> {
+  const now = (await candidatesOf(fs, collection, new Set([candidate.id]))).candidates[0];
+  if (now === undefined) return undefined;
+  const same = now.source.kind === candidate.source.kind &&
+    (now.source.kind !== "directory" || candidate.source.kind !== "directory" ||
+      now.source.dir === candidate.source.dir);
+  // The same directory again: one more read tells a swap (compaction) from a real failure.
+  return same && now.source.kind !== "directory" ? undefined : now;
 }
 
 /**
