@@ -180,3 +180,30 @@ test("ids given to the API never name a path outside their directory", async () 
   }
   assert.deepEqual(fs.operationLog, [], "refused before any filesystem call");
 });
+
+test("root sessions created at once in one repository get distinct ordinals", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/repo");
+  const created = await Promise.all(
+    ["alpha", "beta", "alpha"].map((goal) =>
+      createRootSession(fs, { repoRoot: "/repo", goal, ...CONTRACTS })
+    ),
+  );
+  const ordinals = created.map((c) => c.sessionId.split("_")[0]);
+  assert.equal(new Set(ordinals).size, 3, ordinals.join(" "));
+});
+
+test("two publications of one request id at once: one is published, the other refused", async () => {
+  const { fs, root } = await setup();
+  const first = { ...childRequest("r"), goal: "first body" };
+  const second = { ...childRequest("r"), goal: "second body" };
+  const results = await Promise.allSettled([
+    publishChildRequest(fs, root.paths, first),
+    publishChildRequest(fs, root.paths, second),
+  ]);
+  assert.deepEqual(results.map((r) => r.status), ["fulfilled", "rejected"]);
+  const onDisk = JSON.parse(
+    new TextDecoder().decode(await fs.readFile(root.paths.pendingRequest("r"))),
+  );
+  assert.equal(onDisk.goal, "first body");
+});

@@ -74,6 +74,7 @@ import { createChildSession, type InputToFreeze, type SessionContracts } from ".
 import { updateSessionState } from "./state.ts";
 import { loadSessionTree, readSessionState, type SessionNode, type SessionTree } from "./tree.ts";
 import { confined } from "./no_links.ts";
+import { serialized } from "./serial.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Ledger
@@ -145,13 +146,20 @@ export async function publishChildRequest(
   }
   const file = paths.pendingRequest(request.request_id);
   parseChildRequest(request, file);
-  for (const taken of [file, paths.acceptedRequest(request.request_id)]) {
-    if ((await readIfExists(fs, taken)) !== undefined) {
-      throw new ChildRequestError(taken, request.request_id, "Child request id is already in use");
-    }
-  }
   const bytes = encodeJson(request);
-  await atomicReplace(fs, file, bytes, { durability: options.durability ?? "full" });
+  // The check and the publication run before another publication in this session checks.
+  await serialized(paths.childRequestsDir, async () => {
+    for (const taken of [file, paths.acceptedRequest(request.request_id)]) {
+      if ((await readIfExists(fs, taken)) !== undefined) {
+        throw new ChildRequestError(
+          taken,
+          request.request_id,
+          "Child request id is already in use",
+        );
+      }
+    }
+    await atomicReplace(fs, file, bytes, { durability: options.durability ?? "full" });
+  });
   return { file, sha256: sha256Ref(bytes), bytes };
 }
 

@@ -54,6 +54,7 @@ import {
   resolveWriteOptions,
 } from "./options.ts";
 import { confined } from "./no_links.ts";
+import { serialized } from "./serial.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Repository
@@ -553,8 +554,19 @@ export async function createRootSession(
   fs = confined(fs, join(options.repoRoot, LOOPY_DIRNAME));
   const resolved = resolveWriteOptions(options);
   await ensureRepository(fs, options.repoRoot, options);
+  const sessionsRoot = repositoryPaths(options.repoRoot).sessionsRoot;
+  // The ordinal is chosen and published before another creation in this repository chooses.
+  return await serialized(sessionsRoot, () => createRoot(fs, options, sessionsRoot, resolved));
+}
+
+async function createRoot(
+  fs: FileSystem,
+  options: CreateRootSessionOptions,
+  sessionsRoot: string,
+  resolved: ResolvedWriteOptions,
+): Promise<CreatedSession> {
   const sessionId = await createSessionId(fs, { repoRoot: options.repoRoot, goal: options.goal });
-  return await buildAndPublish(fs, repositoryPaths(options.repoRoot).sessionsRoot, {
+  return await buildAndPublish(fs, sessionsRoot, {
     sessionId,
     rootSessionId: sessionId,
     parentSessionId: null,
