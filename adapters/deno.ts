@@ -53,6 +53,9 @@ function denoCode(error: unknown): string | undefined {
   if (error instanceof Deno.errors.PermissionDenied || error instanceof Deno.errors.NotCapable) {
     return "EACCES";
   }
+  // A closed handle; an invalid argument is not a disk fault.
+  if (error instanceof Deno.errors.BadResource) return "EBADF";
+  if (error instanceof TypeError || error instanceof RangeError) return "EINVAL";
   return undefined;
 }
 
@@ -190,9 +193,18 @@ class DenoFileSystem implements FileSystem {
         append,
         create,
         createNew,
-        truncate: options.truncate === true,
+        // Deno refuses `truncate` with `append`: the file is truncated right after the open.
+        truncate: options.truncate === true && !append,
         ...(options.mode === undefined ? {} : { mode: options.mode }),
       });
+      if (options.truncate === true && append) {
+        try {
+          await file.truncate(0);
+        } catch (error) {
+          file.close();
+          throw error;
+        }
+      }
       if (!write) {
         // POSIX lets a directory be opened read-only; the port refuses it.
         let isDirectory: boolean;

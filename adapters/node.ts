@@ -93,7 +93,8 @@ function openFlags(options: OpenOptions): number {
   if (options.append === true) flags |= constants.O_APPEND;
   if (options.create === true || options.createNew === true) flags |= constants.O_CREAT;
   if (options.createNew === true) flags |= constants.O_EXCL;
-  if (options.truncate === true) flags |= constants.O_TRUNC;
+  // With append, the file is truncated right after the open (Deno's Node layer refuses both).
+  if (options.truncate === true && options.append !== true) flags |= constants.O_TRUNC;
   return flags;
 }
 
@@ -193,6 +194,14 @@ class NodeFileSystem implements FileSystem {
     return call("open", path, async () => {
       const flags = openFlags(options);
       const handle = await fsp.open(path, flags, options.mode ?? 0o666);
+      if (options.truncate === true && options.append === true) {
+        try {
+          await handle.truncate(0);
+        } catch (error) {
+          await handle.close();
+          throw error;
+        }
+      }
       if (flags === constants.O_RDONLY) {
         // POSIX lets a directory be opened read-only; the port refuses it.
         let isDirectory: boolean;

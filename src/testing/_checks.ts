@@ -335,6 +335,17 @@ export const CHECKS: readonly Check[] = [
     },
   },
   {
+    name: "open() with append and truncate empties the file and appends",
+    async run(f) {
+      const path = at(f, "file");
+      await f.fs.writeFile(path, bytes("old content"));
+      await withHandle(f.fs, path, { append: true, truncate: true }, async (handle) => {
+        await handle.write(bytes("new"));
+      });
+      checkBytes(await f.fs.readFile(path), "new", "file after append + truncate");
+    },
+  },
+  {
     name: "writes and truncations issued without waiting apply in call order",
     async run(f) {
       const path = at(f, "file");
