@@ -550,3 +550,38 @@ test("a crash at every step of restore keeps the old or the new membership and t
     },
   });
 });
+
+test("a rollback interrupted after its moves but before membership: every reader still says archived", async () => {
+  const { fs, store } = await setup();
+  const kept = await saved(store, conversation(1));
+  const gone = await saved(store, conversation(1));
+  await store.archive.set(CWD, [kept.id, gone.id], true);
+  // The state a crash leaves when a delete of `gone` was rolled back up to its membership: the
+  // session is back in the collection, its journal is there, archive.json no longer lists it.
+  const staging = `${COLLECTION}/.delete-0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f`;
+  await fs.mkdir(staging);
+  await fs.writeFile(
+    `${staging}/intent.json`,
+    encoder.encode(JSON.stringify({
+      operation: "delete",
+      ids: [gone.id],
+      entries: [gone.id],
+      archived: [gone.id],
+      membersBefore: [kept.id, gone.id],
+    })),
+  );
+  await fs.writeFile(
+    `${COLLECTION}/archive.json`,
+    encoder.encode(JSON.stringify([kept.id]) + "\n"),
+  );
+  const listed = await store.list(CWD);
+  assert.deepEqual(
+    listed.filter((s) => s.archived).map((s) => s.id).sort(),
+    [kept.id, gone.id].sort(),
+  );
+  assert.equal(await store.archive.isArchived(CWD, gone.id), true);
+  assert.deepEqual(await store.archive.list(CWD), [kept.id, gone.id]);
+  await store.cleanup(CWD); // finishes the rollback: the membership is written back
+  assert.deepEqual(await store.archive.list(CWD), [kept.id, gone.id]);
+  await assert.rejects(fs.lstat(staging));
+});

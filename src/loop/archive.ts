@@ -213,17 +213,23 @@ export class SessionArchive {
     }, archived);
   }
 
-  /** True when `id` is archived in the collection. */
+  /**
+   * True when `id` is archived in the collection (as listings report it: a delete that has not
+   * committed did not happen, so the membership its rollback restores counts).
+   */
   async isArchived(cwd: string | undefined, id: string): Promise<boolean> {
     checkIds([id], "Invalid archived session ID");
     const { collection } = await this.#host.resolve(cwd);
-    return (await readArchiveMembership(this.#host.context.fs, collection)).includes(id);
+    return (await effectiveMembership(this.#host.context.fs, collection)).includes(id);
   }
 
-  /** The archived ids of the collection, in insertion order. */
+  /**
+   * The archived ids of the collection, in insertion order (then those an uncommitted delete's
+   * rollback restores, as listings report them).
+   */
   async list(cwd: string | undefined): Promise<string[]> {
     const { collection } = await this.#host.resolve(cwd);
-    return await readArchiveMembership(this.#host.context.fs, collection);
+    return await effectiveMembership(this.#host.context.fs, collection);
   }
 
   /**
@@ -524,7 +530,21 @@ export async function inspectDeletion(
   }
   if (listing.some((entry) => entry.name === DELETE_COMMITTED_FILE)) return undefined;
   const staged = listing.filter((entry) => entry.name !== DELETE_INTENT_FILE);
-  if (staged.length === 0) return undefined;
+  if (staged.length === 0) {
+    // Nothing staged (yet, or any more: a rollback moved everything back): the membership its
+    // rollback restores still counts.
+    const journal = await readIfExists(fs, join(staging, DELETE_INTENT_FILE));
+    const pending = journal === undefined ? undefined : parseIntent(journal);
+    if (pending === undefined || pending.archived.length === 0) return undefined;
+    return {
+      dir: staging,
+      directories: new Map(),
+      legacy: new Map(),
+      archived: pending.archived,
+      error: undefined,
+      ids: [],
+    };
+  }
   const ids = [
     ...new Set(staged.flatMap((entry) => {
       const id = sessionIdOfEntry(entry.name);
@@ -557,6 +577,27 @@ export async function inspectDeletion(
     }
   }
   return { dir: staging, directories, legacy, archived: intent.archived, error: undefined, ids };
+}
+
+/** archive.json's membership, then the ids the rollback of an uncommitted delete restores. */
+async function effectiveMembership(fs: FileSystem, collection: string): Promise<string[]> {
+  const members = await readArchiveMembership(fs, collection);
+  let entries;
+  try {
+    entries = await fs.readDir(collection);
+  } catch (error) {
+    if (error instanceof NotFound) return members;
+    throw error;
+  }
+  const names = entries
+    .filter((entry) => entry.kind === "directory" && entry.name.startsWith(DELETE_PREFIX))
+    .map((entry) => entry.name)
+    .sort();
+  for (const name of names) {
+    const deletion = await inspectDeletion(fs, collection, name);
+    for (const id of deletion?.archived ?? []) if (!members.includes(id)) members.push(id);
+  }
+  return members;
 }
 
 /**
