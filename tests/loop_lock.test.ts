@@ -8,6 +8,7 @@ import process from "node:process";
 import { MemoryFs } from "../adapters/memory.ts";
 import { nodeFs, nodeProcessProbe } from "../adapters/node.ts";
 import type { FileSystem } from "../src/port/fs.ts";
+import { FsIoError } from "../src/port/errors.ts";
 import { SessionBusyError, SessionLockedError } from "../src/loop/errors.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
@@ -385,4 +386,34 @@ test("cleanup() never removes a writer lock that another process took over after
   await assert.rejects(storeAs(fs, 100, alive).open(dir), SessionLockedError);
   await writer.commit([...writer.messages, user("from 200")]);
   await writer.close();
+});
+
+test("an operation whose collection lock cannot be removed afterwards still succeeds; the lock is taken over", async () => {
+  const { fs, alive, session } = await setup();
+  const store = storeAs(fs, 200, alive);
+  await store.archive.set(CWD, [session.id], true);
+  // The removal of the collection lock after the delete fails once.
+  const lock = `${COLLECTION}/${COLLECTION_LOCK_FILE}`;
+  let failed = false;
+  const flaky = new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (typeof value !== "function") return value;
+      return async (...args: unknown[]) => {
+        if (prop === "remove" && args[0] === lock && !failed) {
+          failed = true;
+          throw new FsIoError("EIO", "remove", lock, "injected");
+        }
+        return await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+      };
+    },
+  });
+  const deleting = new SessionStore({ fs: flaky, agentDir: AGENT, process: probe(200, alive) });
+  await deleting.archive.delete(CWD, [session.id]);
+  assert.equal(failed, true);
+  assert.deepEqual(await storeAs(fs, 200, alive).list(CWD), []);
+  // The leftover lock names this process and a token it no longer holds: its next operation
+  // takes it over (another process sees a live holder until this one does so, or exits).
+  await storeAs(fs, 200, alive).archive.set(CWD, [], true);
+  await assert.rejects(fs.lstat(lock));
 });

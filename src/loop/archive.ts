@@ -452,7 +452,12 @@ async function removeStagingDir(
       if (!(error instanceof NotFound)) throw error;
     }
   }
-  await fs.remove(staging, { recursive: true });
+  try {
+    await fs.remove(staging, { recursive: true });
+  } catch (error) {
+    // A staging directory whose create failed was never there.
+    if (!(error instanceof NotFound)) throw error;
+  }
 }
 
 function parseIntent(bytes: Uint8Array): DeleteIntent | undefined {

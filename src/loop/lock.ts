@@ -262,7 +262,12 @@ async function createLockFile(
     await fs.remove(path).catch(() => undefined);
     throw error;
   }
-  await handle.close();
+  try {
+    await handle.close();
+  } catch (error) {
+    await fs.remove(path).catch(() => undefined);
+    throw error;
+  }
   return true;
 }
 
@@ -429,7 +434,9 @@ export async function withCollectionLock<T>(
     try {
       return await task();
     } finally {
-      await held.release();
+      // The operation's outcome stands either way: a lock file that cannot be removed now is
+      // stale once this process no longer holds its token, and the next writer takes it over.
+      await held.release().catch(() => undefined);
     }
   } finally {
     done();
