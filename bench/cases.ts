@@ -107,6 +107,7 @@ const pageCase: SizeCase = {
   async run(ctx, fx) {
     const session = await ctx.store("full").open(fx.sessionDir, { readOnly: true });
     const file = join(fx.sessionDir, "messages.jsonl");
+    const range = await ctx.env.floors.openRange(file);
     try {
       for (const [op, before] of [[OP.pageDefault, undefined], [OP.pageDeep, deepBoundary(fx)]]) {
         const page = await session.readHistory(before as number | undefined);
@@ -114,7 +115,7 @@ const pageCase: SizeCase = {
         const length = (fx.offsets[page.end] as number) - from;
         const stats = await measurePair(
           { run: () => session.readHistory(before as number | undefined) },
-          { run: () => ctx.env.floors.readRange(file, from, length) },
+          { run: () => range.read(from, length) },
           ctx.planFor(0.1),
         );
         ctx.row({
@@ -126,10 +127,11 @@ const pageCase: SizeCase = {
           bytes: length,
           note: `${page.end - page.start} msgs, ${
             count(length)
-          } B; floor: one positioned read + parse`,
+          } B; floor: one positioned read on the open file + parse`,
         });
       }
     } finally {
+      await range.close();
       await session.close();
     }
   },

@@ -32,6 +32,14 @@ export interface StagedFile {
   readonly data: Uint8Array;
 }
 
+/** A file held open for range reads (see `Floors.openRange`). */
+export interface RangeFloor {
+  /** One positioned read of `length` bytes at `offset`, then `JSON.parse` of each line. */
+  read(offset: number, length: number): Promise<number>;
+  /** Closes the file. */
+  close(): Promise<void>;
+}
+
 /** The floors of every benchmark case. */
 export interface Floors {
   /** What the floors run on, for the report. */
@@ -45,8 +53,11 @@ export interface Floors {
    * every line. Returns the number of lines.
    */
   readAndParse(path: string, start: number, length: number): Promise<number>;
-  /** One positioned read of `length` bytes at `offset`, then `JSON.parse` of each line. */
-  readRange(path: string, offset: number, length: number): Promise<number>;
+  /**
+   * Opens `path` for range reads: each `read` is one positioned read of `length` bytes at
+   * `offset` on the open file, then `JSON.parse` of each line (a page reader keeps its file open).
+   */
+  openRange(path: string): Promise<RangeFloor>;
   /**
    * Writes `files` into a new `stagingDir`, fsyncs them and the directory, renames it to
    * `finalDir` and fsyncs the parent (no fsyncs under `"ordered"`).
@@ -190,11 +201,13 @@ export function portFloors(fs: FileSystem, sha256: Sha256Factory): Floors {
         await handle.close();
       }
     },
-    async readRange(path, offset, length) {
+    async openRange(path) {
       const handle = await fs.open(path);
-      const bytes = await handle.read(offset, length);
-      await handle.close();
-      return parseLines(decoder.decode(bytes));
+      return {
+        read: async (offset, length) =>
+          parseLines(decoder.decode(await handle.read(offset, length))),
+        close: () => handle.close(),
+      };
     },
     async stagedPublish(stagingDir, finalDir, files, durability) {
       await fs.mkdir(stagingDir, { mode: 0o700 });

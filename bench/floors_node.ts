@@ -59,15 +59,6 @@ async function readFully(
   return buffer.subarray(0, filled);
 }
 
-async function readAt(path: string, offset: number, length: number): Promise<Buffer> {
-  const handle = await fsp.open(path, "r");
-  try {
-    return await readFully(handle, offset, length);
-  } finally {
-    await handle.close();
-  }
-}
-
 /** Floors over `node:fs/promises` and native `node:crypto` hashing. */
 export function nodeFloors(): Floors {
   return {
@@ -101,8 +92,13 @@ export function nodeFloors(): Floors {
         await handle.close();
       }
     },
-    async readRange(path, offset, length) {
-      return parseLines((await readAt(path, offset, length)).toString("utf8"));
+    async openRange(path) {
+      const handle = await fsp.open(path, "r");
+      return {
+        read: async (offset, length) =>
+          parseLines((await readFully(handle, offset, length)).toString("utf8")),
+        close: () => handle.close(),
+      };
     },
     async stagedPublish(stagingDir, finalDir, files, durability) {
       await fsp.mkdir(stagingDir, { mode: 0o700 });

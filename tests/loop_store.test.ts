@@ -467,7 +467,6 @@ test("readHistory() reads only the page's byte range of the log", async () => {
   const { fs, store } = await setup();
   const session = await store.create(CWD);
   await session.commit(conversation(40));
-  await session.readHistory();
   const logPath = `${session.getSessionPath()}/messages.jsonl`;
   const size = (await fs.stat(logPath)).size;
   const reads: number[] = [];
@@ -487,9 +486,33 @@ test("readHistory() reads only the page's byte range of the log", async () => {
     assert.notEqual(path, logPath, "page reads must not read the whole log");
     return await readFile(path);
   };
+  await session.readHistory(); // the first page also loads the index
+  reads.length = 0;
   await session.readHistory();
   assert.equal(reads.length, 1);
   assert.ok((reads[0] as number) < size / 5);
+});
+
+test("page reads keep the log they opened: a link planted later is never read through", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(4);
+  await session.commit(history);
+  await session.close();
+  const reader = await store.open(session.getSessionPath(), { readOnly: true });
+  const first = await reader.readHistory();
+  const log = `${session.getSessionPath()}/messages.jsonl`;
+  const bytes = await fs.readFile(log);
+  await fs.writeFile("/victim.txt", new Uint8Array(bytes.length).fill(120), { mode: 0o644 });
+  await fs.rename(log, `${log}.moved`);
+  await fs.symlink("/victim.txt", log);
+  assert.deepEqual(await reader.readHistory(), first);
+  await reader.close();
+  // Closed: a new manager checks the path again.
+  await assert.rejects(
+    store.open(session.getSessionPath(), { readOnly: true }),
+    SessionFormatError,
+  );
 });
 
 test("unsaved drafts and pending snapshots page their in-memory messages", async () => {

@@ -312,6 +312,11 @@ export class SessionManager {
   #committed: Committed;
   #pending: PendingCommit | undefined;
   #log: FileHandle | undefined;
+  /**
+   * The log opened for page reads (after checking it is a regular file), kept until `close()`:
+   * later pages read the same file whatever is planted at its path meanwhile.
+   */
+  #reader: Promise<FileHandle> | undefined;
   /** The messages.jsonl size, when known exactly (after our own successful writes). */
   #logSize: number | undefined;
   /**
@@ -1009,6 +1014,33 @@ export class SessionManager {
     return end;
   }
 
+  /** The log handle of page reads, opened on the first page read (never through a link). */
+  #readHandle(): Promise<FileHandle> {
+    if (this.#reader === undefined) {
+      const file = this.#messagesFile;
+      const opening = (async () => {
+        if (!(await isRegularFile(this.#fs, file))) throw new NotFound("open", file);
+        return await this.#fs.open(file);
+      })();
+      this.#reader = opening;
+      opening.catch(() => {
+        if (this.#reader === opening) this.#reader = undefined;
+      });
+    }
+    return this.#reader;
+  }
+
+  async #dropReader(): Promise<void> {
+    const reader = this.#reader;
+    this.#reader = undefined;
+    if (reader === undefined) return;
+    try {
+      await (await reader).close();
+    } catch {
+      // Not opened, or already unusable: nothing left to release.
+    }
+  }
+
   async #dropLog(): Promise<void> {
     const log = this.#log;
     this.#log = undefined;
@@ -1205,14 +1237,13 @@ export class SessionManager {
     const from = offsets[start] as number;
     const to = offsets[end] as number;
     const file = this.#messagesFile;
-    // Never through a link planted at the log since the session was opened.
-    if (!(await isRegularFile(this.#fs, file))) throw new NotFound("open", file);
-    const handle = await this.#fs.open(file);
+    const handle = await this.#readHandle();
     let bytes: Uint8Array;
     try {
       bytes = await handle.read(meta.start + from, to - from);
-    } finally {
-      await handle.close();
+    } catch (error) {
+      await this.#dropReader(); // the next page opens the log again
+      throw error;
     }
     if (bytes.length !== to - from) {
       throw new CorruptSessionError("Message log ended inside its committed range", {
@@ -1431,8 +1462,9 @@ export class SessionManager {
   // Lifecycle
 
   /**
-   * Waits for queued writes, publishes a lagging index, closes the log handle and releases the
-   * writer slot. A pending save stays unsaved: call `flush()` first to keep it.
+   * Waits for queued writes, publishes a lagging index, closes the log handles (the writer's, and
+   * the one page reads keep open from their first page, also in a read-only manager) and releases
+   * the writer slot. A pending save stays unsaved: call `flush()` first to keep it.
    */
   close(): Promise<void> {
     return this.#queue.run(async () => {
@@ -1454,6 +1486,7 @@ export class SessionManager {
         // rejected metadata change is undone (best effort: it stays the attempt if this fails).
         if (!this.#readOnly) await this.#reconcile().catch(() => undefined);
         await this.#dropLog();
+        await this.#dropReader();
       } finally {
         if (!this.#readOnly) releaseWriter(this.#fs, this.#dir, this);
         await this.#onClose?.();
