@@ -40,6 +40,30 @@ function gate(): { wait: Promise<void>; open: () => void } {
   return { wait, open };
 }
 
+/**
+ * A store of the listing process: after its first read of the collection it opens `read` and
+ * waits for `resume`, so another process can act between the listing's steps.
+ */
+function pausedLister(
+  fs: FileSystem,
+  read: { open: () => void },
+  resume: { wait: Promise<void> },
+): SessionStore {
+  let first = true;
+  return new SessionStore({
+    fs: view(fs, {
+      after: async (method, args) => {
+        if (method === "readDir" && args[0] === COLLECTION && first) {
+          first = false;
+          read.open();
+          await resume.wait;
+        }
+      },
+    }),
+    agentDir: AGENT,
+  });
+}
+
 async function setup(withBackup: boolean) {
   const fs = new MemoryFs();
   await fs.mkdir(CWD, { recursive: true });
@@ -102,20 +126,8 @@ for (const withBackup of [false, true]) {
         }),
         agentDir: AGENT,
       });
-      // The listing process: reads the collection just before the delete stages the session.
-      let first = true;
-      const lister = new SessionStore({
-        fs: view(fs, {
-          after: async (method, args) => {
-            if (method === "readDir" && args[0] === COLLECTION && first) {
-              first = false;
-              listerRead.open();
-              await staged.wait;
-            }
-          },
-        }),
-        agentDir: AGENT,
-      });
+      // The listing process reads the collection, then waits for the other process.
+      const lister = pausedLister(fs, listerRead, staged);
       const deleting = deleter.archive.delete(CWD, [id]).then(
         () => "resolved",
         (e) => `rejected ${(e as Error).name}`,
@@ -159,19 +171,8 @@ test("listing while a compaction swaps the directory in another process", async 
     }),
     agentDir: AGENT,
   });
-  let first = true;
-  const lister = new SessionStore({
-    fs: view(fs, {
-      after: async (method, args) => {
-        if (method === "readDir" && args[0] === COLLECTION && first) {
-          first = false;
-          listerRead.open();
-          await swapped.wait;
-        }
-      },
-    }),
-    agentDir: AGENT,
-  });
+  // The listing process reads the collection, then waits for the other process.
+  const lister = pausedLister(fs, listerRead, swapped);
   const compacting = compactor.compact(`${COLLECTION}/${id}`);
   await new Promise((r) => setTimeout(r, 0));
   const result = await lister.listDetailed(CWD, undefined, { fast: true });
