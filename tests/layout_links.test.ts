@@ -1,6 +1,6 @@
 // RELIABILITY.md case 13 for the folded layout: a symlink planted anywhere inside a session tree
 // (agents write parts of it) is refused by every writer and reader; nothing outside is read,
-// written, moved or removed. Mirror sessions are never written.
+// written, moved or removed.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
@@ -10,8 +10,8 @@ import {
   createChildSession,
   createRootSession,
   LayoutError,
+  LayoutRecordError,
   observeHandoff,
-  openSessionPaths,
   processNextChildRequest,
   publishChildRequest,
   readChildOutcome,
@@ -19,12 +19,9 @@ import {
   SessionIdError,
   sha256Ref,
   TopologyError,
-  UnsupportedLayoutError,
-  writeAttemptResult,
   writeGitReceipt,
 } from "../layout.ts";
-import { childRequest, CONTRACTS, deterministic, newRepo } from "./layout_fixtures.ts";
-import { buildMirrorTree } from "./fixtures/mirror_tree.ts";
+import { childRequest, CONTRACTS, deterministic } from "./layout_fixtures.ts";
 
 const encoder = new TextEncoder();
 
@@ -138,20 +135,6 @@ test("agent-written control.json and handoff.json planted as links are never rea
   assert.ok(!(observed.diagnosis ?? "").includes("SECRET"));
 });
 
-test("a mirror session is never written", async () => {
-  const fs = await newRepo();
-  const tree = await buildMirrorTree(fs);
-  const paths = await openSessionPaths(fs, tree.rootDir);
-  assert.equal(paths.layout, "mirror");
-  const result = `${tree.rootDir}/iterations/0001_outer/result.json`;
-  const before = await fs.readFile(result);
-  await assert.rejects(
-    writeAttemptResult(fs, paths.attempt(1, "outer"), { ok: true }),
-    UnsupportedLayoutError,
-  );
-  assert.deepEqual(await fs.readFile(result), before);
-});
-
 test("ids given to the API never name a path outside their directory", async () => {
   const { fs, root } = await setup();
   const request = childRequest("r");
@@ -206,4 +189,27 @@ test("two publications of one request id at once: one is published, the other re
     new TextDecoder().decode(await fs.readFile(root.paths.pendingRequest("r"))),
   );
   assert.equal(onDisk.goal, "first body");
+});
+
+test("a link at events.jsonl leaves the event out; an acceptance that committed still returns", async () => {
+  const { fs, root } = await setup();
+  await publishChildRequest(fs, root.paths, childRequest("r"));
+  await fs.remove(root.paths.eventsJsonl);
+  await fs.symlink("/outside/events.jsonl", root.paths.eventsJsonl);
+  const options = { repoRoot: "/repo", parentSessionId: root.sessionId, ...deterministic() };
+  const result = await processNextChildRequest(fs, options);
+  assert.equal(result?.kind, "accepted");
+  assert.deepEqual(await outside(fs), {});
+  assert.equal(await processNextChildRequest(fs, options), undefined);
+});
+
+test("a request with an unsafe id is refused as a record error naming request_id", async () => {
+  const { fs, root } = await setup();
+  for (const bad of ["../x", "a/b", ""]) {
+    await assert.rejects(
+      publishChildRequest(fs, root.paths, { ...childRequest("r"), request_id: bad }),
+      (error) => error instanceof LayoutRecordError && error.path === "request_id",
+      JSON.stringify(bad),
+    );
+  }
 });

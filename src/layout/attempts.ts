@@ -23,7 +23,7 @@ import {
   writeJsonAtomic,
 } from "./json_io.ts";
 import { type LayoutWriteOptions, resolveWriteOptions } from "./options.ts";
-import { type AttemptPaths, RAW_SUBAREAS, requireFolded, type SessionPaths } from "./paths.ts";
+import { type AttemptPaths, RAW_SUBAREAS, type SessionPaths } from "./paths.ts";
 import { type FoldedTraceRef, type MirrorTraceRef, parseTraceRef } from "./records.ts";
 import { confined } from "./no_links.ts";
 
@@ -121,7 +121,6 @@ export async function writeAttemptResult(
   result: JsonObject,
   options: LayoutWriteOptions = {},
 ): Promise<void> {
-  requireFolded(paths.session);
   fs = confined(fs, paths.session.dir);
   await writeJsonAtomic(fs, paths.resultJson, result, resolveWriteOptions(options).durability);
 }

@@ -33,7 +33,7 @@ import {
   TopologyError,
   UnsupportedLayoutError,
 } from "./errors.ts";
-import { appendEvents } from "./events.ts";
+import { appendEvents, type NewEvent } from "./events.ts";
 import { createSessionId } from "./ids.ts";
 import {
   bytesEqual,
@@ -52,7 +52,7 @@ import {
   type ResolvedWriteOptions,
   resolveWriteOptions,
 } from "./options.ts";
-import { LOOPY_DIRNAME, requireFolded, type SessionPaths } from "./paths.ts";
+import { LOOPY_DIRNAME, type SessionPaths } from "./paths.ts";
 import {
   type ChildOutcome,
   type ChildRecord,
@@ -144,8 +144,9 @@ export async function publishChildRequest(
   if (paths.layout !== "folded") {
     throw new UnsupportedLayoutError(paths.dir, "Child requests are published in folded sessions");
   }
+  // The request first: its id is reported as a record field before it names any path.
+  parseChildRequest(request, join(paths.childRequestsPendingDir, "request.json"));
   const file = paths.pendingRequest(request.request_id);
-  parseChildRequest(request, file);
   const bytes = encodeJson(request);
   // The check and the publication run before another publication in this session checks.
   await serialized(paths.childRequestsDir, async () => {
@@ -252,9 +253,9 @@ interface Admission {
  * interrupted acceptance with the same child id. Returns `undefined` when nothing is pending.
  *
  * Throws `SessionStateError` (and leaves the request pending) when the parent cannot dispatch
- * now: it is terminal, executing an attempt, or already waiting for another live child. A
- * failure of the `child_started` event append, which comes after the commit point, is reported
- * too; the acceptance stands and a rerun finds nothing left to do.
+ * now: it is terminal, executing an attempt, or already waiting for another live child. The
+ * `child_started` event is appended after the commit point, best effort: a failure to append it
+ * (`events.jsonl` is an observability stream) leaves the event out and still returns the result.
  */
 export async function processNextChildRequest(
   fs: FileSystem,
@@ -342,6 +343,25 @@ export async function processNextChildRequest(
     );
   }
   return await accept(fs, tree, parent, paths, ledger, file, bytes, sha256, verdict, resolved);
+}
+
+/**
+ * Appends an event once the operation has committed: `events.jsonl` is a best-effort stream that
+ * scheduling never reads, so a failure to append (a storage fault, a link planted at the file)
+ * does not fail an operation whose effects are already durable; the event is simply missing.
+ */
+async function appendEventAfterCommit(
+  fs: FileSystem,
+  file: string,
+  sessionId: string,
+  event: NewEvent,
+  options: ResolvedWriteOptions,
+): Promise<void> {
+  try {
+    await appendEvents(fs, file, sessionId, [event], options);
+  } catch (error) {
+    if (!(error instanceof FsError || error instanceof TopologyError)) throw error;
+  }
 }
 
 function requestIdOf(bytes: Uint8Array, file: string): string | null {
@@ -538,10 +558,10 @@ async function accept(
   // The commit point: the request leaves pending only now that everything above is durable.
   await fs.remove(file);
   if (options.durability === "full") await fs.syncDir(paths.childRequestsPendingDir);
-  await appendEvents(fs, paths.eventsJsonl, parent.sessionId, [{
+  await appendEventAfterCommit(fs, paths.eventsJsonl, parent.sessionId, {
     type: "child_started",
     payload: { request_id: id, child_session_id: childId },
-  }], options);
+  }, options);
   return { kind: "accepted", requestId: id, childSessionId: childId, childDir, sha256 };
 }
 
@@ -684,7 +704,6 @@ export async function recordChildOutcome(
   const tree = await loadSessionTree(fs, options.repoRoot, options.parentSessionId);
   const parent = tree.require(options.parentSessionId);
   const paths = tree.paths(parent.sessionId);
-  requireFolded(paths);
   const state = await readSessionState(fs, parent.dir);
   const childId = state.active_child_session_id;
   if (childId == null) {
@@ -734,10 +753,10 @@ export async function recordChildOutcome(
   await updateSessionState(fs, parent.dir, (next) => {
     next.active_child_session_id = null;
   }, { updatedAt: now, durability: resolved.durability });
-  await appendEvents(fs, paths.eventsJsonl, parent.sessionId, [{
+  await appendEventAfterCommit(fs, paths.eventsJsonl, parent.sessionId, {
     type: "child_finished",
     payload: { request_id: record.request_id, child_session_id: childId, status },
-  }], resolved);
+  }, resolved);
   return childOutcome;
 }
 
@@ -779,7 +798,6 @@ export async function recordParentAcceptance(
   fs = confined(fs, options.paths.dir);
   const resolved = resolveWriteOptions(options);
   const paths = options.paths;
-  requireFolded(paths);
   const outcome = await readRecord(
     fs,
     paths.childOutcome(options.requestId),

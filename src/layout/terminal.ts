@@ -20,7 +20,7 @@ import {
   writeJsonAtomic,
 } from "./json_io.ts";
 import { type LayoutWriteOptions, resolveWriteOptions } from "./options.ts";
-import { requireFolded, type SessionPaths } from "./paths.ts";
+import type { SessionPaths } from "./paths.ts";
 import {
   assertTerminalControlMatches,
   type ControlRecord,
@@ -250,7 +250,6 @@ export async function writeSessionOutcome(
   paths: SessionPaths,
   input: SessionOutcomeInput,
 ): Promise<SessionOutcome> {
-  requireFolded(paths);
   fs = confined(fs, paths.dir);
   const control = input.control;
   if (
