@@ -914,16 +914,20 @@ test("a failed pin or read receipt whose meta.json landed is undone at once, and
     await session.close();
     assert.equal(await seen(), change === "pin" ? undefined : true, `${change}: after close`);
   }
-  // When the undo itself fails, close() settles it.
+  // When the undo itself fails before its rename, close() settles it.
   const { fs, store } = await setup();
   const session = await store.create(CWD);
   await session.commit(conversation(1));
-  fs.failAt(fs.operationCount + 1, { ops: ["syncDir"], persistent: true });
+  const start = fs.operationCount;
+  fs.failAt(start + 1, { ops: ["syncDir"] }); // the pin's rename lands, its fsync fails
+  fs.failAt(start + 2, { ops: ["open"], persistent: true }); // so does every undo's temp file
   await assert.rejects(session.setPinned(true));
   fs.clearFaults();
+  const pinned = async () =>
+    (await store.open(session.getSessionPath(), { readOnly: true })).getHeader().pinnedAt;
+  assert.notEqual(await pinned(), undefined, "the undo failed: the pin is still on disk");
   await session.close();
-  const reopened = await store.open(session.getSessionPath(), { readOnly: true });
-  assert.equal(reopened.getHeader().pinnedAt, undefined);
+  assert.equal(await pinned(), undefined);
 });
 
 test("readHistory() refuses a link planted at messages.jsonl after the session was opened", async () => {
@@ -1171,4 +1175,17 @@ test("a session inside a private staging or delete directory is never opened by 
       }
     }
   }
+});
+
+test("a collection whose own name starts with a dot opens like any other", async () => {
+  const { fs } = await setup();
+  const store = new SessionStore({ fs, agentDir: AGENT, sessionDir: `${CWD}/.sessions` });
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  await session.close();
+  const [listed] = await store.list(CWD);
+  assert.ok(listed !== undefined);
+  const reopened = await store.open(listed.path);
+  assert.equal(reopened.messages.length, session.messages.length);
+  await reopened.close();
 });

@@ -64,7 +64,12 @@ import {
   type StoreContext,
   withCollectionLock,
 } from "./lock.ts";
-import { LEGACY_EXTENSION, legacySessionId, migrateLegacySession } from "./legacy.ts";
+import {
+  LEGACY_EXTENSION,
+  legacySessionId,
+  migrateLegacySession,
+  STAGING_PREFIX,
+} from "./legacy.ts";
 import {
   discoverSessions,
   findSessions,
@@ -276,12 +281,12 @@ export class SessionStore {
     }
     const normalized = normalize(path);
     const readOnly = options.readOnly === true;
-    // Staging, delete and compaction directories (`.`-names) are private to the operations that
-    // made them: a session inside one is reached through its collection path, never directly.
+    // Staging, delete and compaction directories are private to the operations that made them: a
+    // session inside one is reached through its collection path, never directly.
     const inside = basename(
       dirname(basename(normalized) === META_FILE ? dirname(normalized) : normalized),
     );
-    if (inside.startsWith(".")) {
+    if (inside.startsWith(STAGING_PREFIX) || inside.startsWith(DELETE_PREFIX)) {
       throw new InvalidArgumentError(
         "path",
         `Session path is inside a private staging directory: '${path}'; open it by its collection path`,
