@@ -417,3 +417,41 @@ test("an operation whose collection lock cannot be removed afterwards still succ
   await storeAs(fs, 200, alive).archive.set(CWD, [], true);
   await assert.rejects(fs.lstat(lock));
 });
+
+test("an open in the process that runs cleanup never ends with cleanup removing its lock", async () => {
+  const { fs, alive, session } = await setup();
+  const dir = session.getSessionPath();
+  const lock = `${dir}/${WRITER_LOCK_FILE}`;
+  await writeLock(fs, dir, { pid: 999, host: HOST, startedAt: "x", token: "dead" });
+  alive.add(300);
+  // Process 300 cleans up; when its takeover has read the stale lock back, it opens the session.
+  const opener = new SessionStore({ fs, agentDir: AGENT, process: probe(300, alive) });
+  let marker = false;
+  let opened: SessionManager | Error | undefined;
+  const hooked = new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (typeof value !== "function") return value;
+      return async (...args: unknown[]) => {
+        const path = String(args[0]);
+        if (prop === "open" && path.includes(`${WRITER_LOCK_FILE}.takeover-`)) marker = true;
+        const result = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+        if (prop === "readFile" && path === lock && marker && opened === undefined) {
+          opened = await opener.open(dir).catch((error: Error) => error);
+        }
+        return result;
+      };
+    },
+  });
+  await new SessionStore({ fs: hooked, agentDir: AGENT, process: probe(300, alive) }).cleanup(CWD);
+  assert.ok(opened !== undefined);
+  if (opened instanceof Error) {
+    // Refused while cleanup held the takeover: safe, and the next open succeeds.
+    assert.ok(opened instanceof SessionLockedError, String(opened));
+    opened = await opener.open(dir);
+  }
+  // The writer holds a lock file another process respects.
+  assert.equal((await lockRecord(fs, dir)).pid, 300);
+  await assert.rejects(storeAs(fs, 100, alive).open(dir), SessionLockedError);
+  await (opened as SessionManager).close();
+});

@@ -303,6 +303,12 @@ async function removeStaleLock(
     if (bytes === undefined) return;
     const current = parseLockRecord(bytes);
     if (current?.token !== staleToken) return;
+    if (staleToken === undefined) {
+      // An unparsable lock may be a writer's, created and not yet written since it was judged:
+      // it is removed only if it stays unparsable through the grace period again.
+      const again = await inspectLockFile(context, lockPath);
+      if (again.kind !== "stale" || again.record !== undefined) return;
+    }
     await fs.remove(lockPath);
     removed.push(lockPath);
   } finally {
@@ -518,8 +524,15 @@ export async function removeStaleLocks(
     const probe = context.probe;
     if (probe !== undefined && name === WRITER_LOCK_FILE) {
       // Under the takeover protocol, and only while it still holds the stale token: a writer
-      // may have taken the stale lock over since it was inspected.
-      await removeStaleLock(context, path, state.record?.token, newRecord(context, probe), removed);
+      // may have taken the stale lock over since it was inspected. The marker's token is held
+      // meanwhile, so a takeover in this process too sees the marker as live.
+      const own = newRecord(context, probe);
+      heldTokens.add(own.token);
+      try {
+        await removeStaleLock(context, path, state.record?.token, own, removed);
+      } finally {
+        heldTokens.delete(own.token);
+      }
       continue;
     }
     if (probe !== undefined) {
