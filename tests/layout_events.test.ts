@@ -156,3 +156,19 @@ test("an append after one whose new file's directory fsync failed makes the file
   const after = fs.crash({ seed: 0, tailMode: "none", extraJournal: "none" });
   assert.deepEqual((await readEvents(after, FILE)).map((e) => e.type), ["first", "second"]);
 });
+
+test("a created events file whose write, sync or close failed is made durable by the next append", async () => {
+  for (const op of ["write", "sync", "close"] as const) {
+    const fs = new MemoryFs();
+    await fs.mkdir("/s");
+    fs.syncAll();
+    const options = deterministic();
+    fs.failAt(fs.operationCount + 1, { ops: [op] });
+    await assert.rejects(appendEvents(fs, FILE, "001_demo", [{ type: "first" }], options), op);
+    fs.clearFaults();
+    await appendEvents(fs, FILE, "001_demo", [{ type: "second" }], options);
+    const after = fs.crash({ seed: 1, tailMode: "none", extraJournal: "none" });
+    const types = (await readEvents(after, FILE)).map((e) => e.type);
+    assert.ok(types.includes("second"), `${op}: the resolved append was lost`);
+  }
+});

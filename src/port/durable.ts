@@ -337,6 +337,9 @@ export async function durableAppend(
       mode: options.mode ?? PRIVATE_FILE_MODE,
     });
     created = true;
+    // Until its directory is synced, the new file's entry may not survive a crash: whichever
+    // append gets there first (this one, or the next after a failure) syncs it.
+    undurableEntries.add(path);
   }
   try {
     let bytes = data;
@@ -353,17 +356,14 @@ export async function durableAppend(
   } finally {
     await handle.close();
   }
-  if (durability !== "full") return;
-  if (!created && !undurableEntries.has(path)) return;
-  try {
-    await fs.syncDir(dirname(path));
-    undurableEntries.delete(path);
-  } catch (error) {
-    // The call fails (its file may or may not survive a crash); the next append to the file
-    // makes the entry durable before it resolves, as this one would have.
-    undurableEntries.add(path);
-    throw error;
+  if (durability !== "full") {
+    if (created) undurableEntries.delete(path); // nothing is synced in this mode
+    return;
   }
+  if (!undurableEntries.has(path)) return;
+  // On failure the entry stays pending: the next append to the file syncs the directory.
+  await fs.syncDir(dirname(path));
+  undurableEntries.delete(path);
 }
 
 /** Files created by a failed `durableAppend` whose directory entry may not be durable yet. */
