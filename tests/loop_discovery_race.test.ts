@@ -224,3 +224,71 @@ for (const fastMode of [false, true]) {
     );
   });
 }
+
+for (const commits of [false, true]) {
+  for (const fast of [false, true]) {
+    test(
+      `a never-migrated legacy session: listing (fast ${fast}) races a delete that ${
+        commits ? "commits" : "rolls back"
+      }`,
+      async () => {
+        const fs = new MemoryFs();
+        await fs.mkdir(COLLECTION, { recursive: true });
+        await fs.mkdir(CWD, { recursive: true });
+        const id = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+        await fs.writeFile(
+          `${COLLECTION}/${id}.jsonl`,
+          encoder.encode(
+            [{
+              format: "loop-session",
+              version: 2,
+              id,
+              cwd: CWD,
+              createdAt: "2025-01-01T00:00:00.000Z",
+              updatedAt: "2025-01-01T00:00:00.000Z",
+              permissionPreset: "read-only",
+            }, ...conversation(1)].map((r) => JSON.stringify(r)).join("\n") + "\n",
+          ),
+        );
+        const store = new SessionStore({ fs, agentDir: AGENT });
+        const keep = await store.create(CWD);
+        await keep.commit([user("keep")]);
+        await keep.close();
+        await store.archive.set(CWD, [id], true);
+        const staged = gate();
+        const listed = gate();
+        const listerRead = gate();
+        const deleter = new SessionStore({
+          fs: view(fs, {
+            before: async (method, args) => {
+              if (method === "rename" && String(args[1]).includes("/.delete-")) {
+                await listerRead.wait;
+              }
+              if (method === "open" && String(args[0]).endsWith("/committed")) {
+                staged.open();
+                if (!commits) {
+                  await listed.wait;
+                  throw new FsIoError("EIO", "open", String(args[0]), "injected");
+                }
+              }
+            },
+          }),
+          agentDir: AGENT,
+        });
+        const deleting = deleter.archive.delete(CWD, [id]).then(() => "resolved", () => "rejected");
+        // The listing reads the collection, then waits until the delete staged (and, when it
+        // commits, finished).
+        const resume = commits
+          ? { wait: staged.wait.then(() => deleting).then(() => undefined) }
+          : staged;
+        const lister = pausedLister(fs, listerRead, resume);
+        await new Promise((resolve) => setTimeout(resolve, 0));
+        const result = await lister.listDetailed(CWD, undefined, { fast });
+        listed.open();
+        assert.equal(await deleting, commits ? "resolved" : "rejected");
+        assert.deepEqual(result.failures, []);
+        assert.equal(result.sessions.some((s) => s.id === id), !commits);
+      },
+    );
+  }
+}

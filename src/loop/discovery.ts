@@ -528,14 +528,15 @@ async function readCollection(
       } catch (error) {
         if (!mayHaveMoved(candidate, error)) throw error;
         const again = await lookAgain(fs, collection, candidate);
-        if (again === undefined) throw error;
+        if (again === "gone") return undefined; // deleted meanwhile: not listed, not a failure
+        if (again === "same") throw error;
         candidate = again;
         summary = await summarize(context, candidate, fast, cache);
       }
       if (summary === undefined && mayHaveMoved(candidate, undefined)) {
         // No meta.json: never committed, or moved aside by a delete or compaction meanwhile.
         const again = await lookAgain(fs, collection, candidate);
-        if (again !== undefined) {
+        if (typeof again === "object") {
           candidate = again;
           summary = await summarize(context, candidate, fast, cache);
         }
@@ -570,28 +571,35 @@ async function readCollection(
  * the collection's listing and the read, or swapped between reading meta.json and the log.
  */
 function mayHaveMoved(candidate: Candidate, error: unknown): boolean {
-  if (candidate.source.kind !== "directory") return false;
+  const source = candidate.source;
+  // A legacy file that vanished may have moved into a delete's staging (and may come back).
+  if (source.kind === "legacy") return error instanceof NotFound && error.path === source.file;
+  if (source.kind !== "directory") return false;
   return error === undefined || error instanceof NotFound || error instanceof CorruptSessionError ||
     error instanceof SessionNotFoundError;
 }
 
 /**
- * The candidate for `candidate`'s session as the collection holds it now, when that differs from
- * `candidate` (its directory moved into a delete's or a compaction's staging, or back); undefined
- * when it is the same or gone. A session is never lost by a listing racing an operation.
+ * `candidate`'s session as the collection holds it now: a candidate to read again (its files moved
+ * into a delete's or a compaction's staging, or back; the same directory too, since one more read
+ * tells a compaction's swap from a real failure), `"same"` for the same legacy file or failure,
+ * or `"gone"` when the session is no longer there (a delete committed meanwhile). A session is
+ * never lost, or failed, by a listing racing an operation.
  */
 async function lookAgain(
   fs: FileSystem,
   collection: string,
   candidate: Candidate,
-): Promise<Candidate | undefined> {
+): Promise<Candidate | "same" | "gone"> {
   const now = (await candidatesOf(fs, collection, new Set([candidate.id]))).candidates[0];
-  if (now === undefined) return undefined;
-  const same = now.source.kind === candidate.source.kind &&
-    (now.source.kind !== "directory" || candidate.source.kind !== "directory" ||
-      now.source.dir === candidate.source.dir);
-  // The same directory again: one more read tells a swap (compaction) from a real failure.
-  return same && now.source.kind !== "directory" ? undefined : now;
+  if (now === undefined) return "gone";
+  const before = candidate.source;
+  const after = now.source;
+  if (after.kind === "directory") return now;
+  const same =
+    (after.kind === "legacy" && before.kind === "legacy" && after.file === before.file) ||
+    (after.kind === "failed" && before.kind === "failed");
+  return same ? "same" : now;
 }
 
 /**
