@@ -78,3 +78,15 @@ export async function callMapped<T>(
     throw map(error, syscall, path);
   }
 }
+
+/**
+ * Refuses an offset or a length that is not a non-negative safe integer, as every adapter does
+ * (`EINVAL`): Node would take a negative position as "the current position".
+ */
+export function checkReadRange(path: string, offset: number, length: number): void {
+  for (const value of [offset, length]) {
+    if (!Number.isSafeInteger(value) || value < 0) {
+      throw new FsIoError("EINVAL", "read", path, `Invalid offset or length ${value}`);
+    }
+  }
+}

@@ -39,7 +39,13 @@ import { IsADirectory, NotEmpty } from "../src/port/errors.ts";
 import type { Sha256Factory } from "../src/port/sha256.ts";
 import { nodeProcessProbe, nodeSha256 } from "./node.ts";
 import type { ProcessProbe } from "../src/loop/lock.ts";
-import { callMapped, codeOf, DIR_SYNC_REFUSALS, mapNativeError } from "./_errors.ts";
+import {
+  callMapped,
+  checkReadRange,
+  codeOf,
+  DIR_SYNC_REFUSALS,
+  mapNativeError,
+} from "./_errors.ts";
 
 /** The POSIX code of a Deno error: its `code`, or the one its class stands for. */
 function denoCode(error: unknown): string | undefined {
@@ -122,6 +128,7 @@ class DenoFileHandle implements FileHandle {
 
   read(offset: number, length: number): Promise<Uint8Array> {
     return this.#serial("read", async () => {
+      checkReadRange(this.#path, offset, length);
       let want = length;
       if (want > LARGE_READ) {
         // A length taken from a file's metadata may lie: never allocate past the end of the file.

@@ -50,7 +50,13 @@ import type { FsError } from "../src/port/errors.ts";
 import { IsADirectory, NotEmpty } from "../src/port/errors.ts";
 import type { Sha256, Sha256Factory } from "../src/port/sha256.ts";
 import type { ProcessProbe } from "../src/loop/lock.ts";
-import { callMapped, codeOf, DIR_SYNC_REFUSALS, mapNativeError } from "./_errors.ts";
+import {
+  callMapped,
+  checkReadRange,
+  codeOf,
+  DIR_SYNC_REFUSALS,
+  mapNativeError,
+} from "./_errors.ts";
 
 /** Maps a native error of `syscall` on `path` to the port's typed error. */
 function mapError(error: unknown, syscall: string, path: string): FsError {
@@ -130,6 +136,7 @@ class NodeFileHandle implements FileHandle {
 
   read(offset: number, length: number): Promise<Uint8Array> {
     return call("read", this.#path, async () => {
+      checkReadRange(this.#path, offset, length);
       let want = length;
       if (want > LARGE_READ) {
         // A length taken from a file's metadata may lie: never allocate past the end of the file.

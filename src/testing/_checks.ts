@@ -8,6 +8,7 @@ import type { FileHandle, FileSystem, OpenOptions } from "../port/fs.ts";
 import {
   AlreadyExists,
   FsError,
+  FsIoError,
   IsADirectory,
   NotADirectory,
   NotEmpty,
@@ -318,6 +319,25 @@ export const CHECKS: readonly Check[] = [
         checkBytes(await handle.read(10, 4), "", "read(10, 4)");
         checkBytes(await handle.read(1000, 4), "", "read(1000, 4)");
         checkBytes(await handle.read(3, 0), "", "read(3, 0)");
+      });
+    },
+  },
+  {
+    name: "read() with a negative or fractional offset or length fails with EINVAL",
+    async run(f) {
+      const path = at(f, "file");
+      await f.fs.writeFile(path, bytes("0123456789"));
+      await withHandle(f.fs, path, {}, async (handle) => {
+        for (const [offset, length] of [[-1, 4], [0, -1], [1.5, 2], [0, Number.NaN]]) {
+          const error = await checkRejects(
+            () => handle.read(offset as number, length as number),
+            FsIoError,
+            `read(${offset}, ${length})`,
+          );
+          if (error.code !== "EINVAL") {
+            throw new ConformanceFailure(`read(${offset}, ${length}): code ${error.code}`);
+          }
+        }
       });
     },
   },
