@@ -40,6 +40,22 @@ function gate(): { wait: Promise<void>; open: () => void } {
   return { wait, open };
 }
 
+/** A version-2 session file of one exchange, recorded for `CWD`. */
+function legacyFile(id: string): Uint8Array {
+  const header = {
+    format: "loop-session",
+    version: 2,
+    id,
+    cwd: CWD,
+    createdAt: "2025-01-01T00:00:00.000Z",
+    updatedAt: "2025-01-01T00:00:00.000Z",
+    permissionPreset: "read-only",
+  };
+  return encoder.encode(
+    [header, ...conversation(1)].map((r) => JSON.stringify(r)).join("\n") + "\n",
+  );
+}
+
 /**
  * A store of the listing process: after its first read of the collection it opens `read` and
  * waits for `resume`, so another process can act between the listing's steps.
@@ -73,20 +89,7 @@ async function setup(withBackup: boolean) {
     id = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
     await fs.mkdir(COLLECTION, { recursive: true });
     const legacy = `${COLLECTION}/${id}.jsonl`;
-    await fs.writeFile(
-      legacy,
-      encoder.encode(
-        [{
-          format: "loop-session",
-          version: 2,
-          id,
-          cwd: CWD,
-          createdAt: "2025-01-01T00:00:00.000Z",
-          updatedAt: "2025-01-01T00:00:00.000Z",
-          permissionPreset: "read-only",
-        }, ...conversation(1)].map((r) => JSON.stringify(r)).join("\n") + "\n",
-      ),
-    );
+    await fs.writeFile(legacy, legacyFile(id));
     const s = await store.open(legacy); // migrates; the legacy file stays as backup
     await s.close();
   } else {
@@ -236,20 +239,7 @@ for (const commits of [false, true]) {
         await fs.mkdir(COLLECTION, { recursive: true });
         await fs.mkdir(CWD, { recursive: true });
         const id = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
-        await fs.writeFile(
-          `${COLLECTION}/${id}.jsonl`,
-          encoder.encode(
-            [{
-              format: "loop-session",
-              version: 2,
-              id,
-              cwd: CWD,
-              createdAt: "2025-01-01T00:00:00.000Z",
-              updatedAt: "2025-01-01T00:00:00.000Z",
-              permissionPreset: "read-only",
-            }, ...conversation(1)].map((r) => JSON.stringify(r)).join("\n") + "\n",
-          ),
-        );
+        await fs.writeFile(`${COLLECTION}/${id}.jsonl`, legacyFile(id));
         const store = new SessionStore({ fs, agentDir: AGENT });
         const keep = await store.create(CWD);
         await keep.commit([user("keep")]);
