@@ -11,7 +11,12 @@ import {
 } from "../src/loop/errors.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import type { Message } from "../src/loop/records/mod.ts";
-import { LineReader, migrateLegacySession, readLegacySession } from "../src/loop/legacy.ts";
+import {
+  LineReader,
+  migrateLegacySession,
+  type MigrationPacing,
+  readLegacySession,
+} from "../src/loop/legacy.ts";
 import { crashAtEveryOperation, failAtEveryOperation } from "./_crash.ts";
 import { assistant, conversation, toolResult, user } from "./_fixtures.ts";
 
@@ -437,6 +442,121 @@ test("case 8: a crash at every step of migration leaves the legacy file intact a
   });
   assert.ok(points > 10, `only ${points} crash points`);
 });
+
+/** A pacing that makes a small file cross every read, write and background-sync boundary. */
+const SMALL_PACING: MigrationPacing = { readChunk: 256, writeBatch: 512, syncEvery: 1024 };
+
+/** The operations of `fs` on the staged log of a migration, in order. */
+function stagedLogOps(fs: MemoryFs): string[] {
+  return fs.operationLog
+    .filter((record) =>
+      record.path.includes("/.staging-") && record.path.endsWith("/messages.jsonl")
+    )
+    .map((record) => record.op);
+}
+
+test("migration syncs the staged log behind its writes under full durability and publishes the same files", async () => {
+  const history = conversation(40);
+  const { fs: baseline } = await setup(legacyText(header(), history));
+  const paced = baseline.clone();
+  const plain = baseline.clone();
+  paced.resetCounter();
+  await migrateLegacySession(new SessionStore({ fs: paced, agentDir: AGENT }).context, LEGACY, {
+    ...SMALL_PACING,
+  });
+  await migrateLegacySession(new SessionStore({ fs: plain, agentDir: AGENT }).context, LEGACY);
+  assert.deepEqual(paced.snapshotTree(DIR), plain.snapshotTree(DIR));
+  const ops = stagedLogOps(paced);
+  const lastWrite = ops.lastIndexOf("write");
+  const syncsBehind = ops.slice(0, lastWrite).filter((op) => op === "sync").length;
+  assert.ok(syncsBehind >= 2, `background syncs before the last write: ${ops.join(",")}`);
+  assert.ok(ops.lastIndexOf("sync") > lastWrite, `a sync after the last write: ${ops.join(",")}`);
+  const session = await new SessionStore({ fs: paced, agentDir: AGENT }).open(DIR, {
+    readOnly: true,
+  });
+  assert.deepEqual(session.messages, history);
+  await session.close();
+});
+
+test("migration in ordered durability never syncs the staged log", async () => {
+  const { fs } = await setup(legacyText(header(), conversation(40)));
+  fs.resetCounter();
+  const store = new SessionStore({ fs, agentDir: AGENT, durability: "ordered" });
+  await migrateLegacySession(store.context, LEGACY, SMALL_PACING);
+  const ops = stagedLogOps(fs);
+  assert.ok(ops.filter((op) => op === "write").length > 5, ops.join(","));
+  assert.ok(!ops.includes("sync"), ops.join(","));
+});
+
+test("a failed background sync fails the migration even when the final sync would succeed", async () => {
+  const history = conversation(40);
+  const text = legacyText(header(), history);
+  const { fs } = await setup(text);
+  // One transient EIO on the first sync: the background sync of the staged log.
+  fs.failAt(1, { error: "EIO", ops: ["sync"] });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  await assert.rejects(
+    migrateLegacySession(store.context, LEGACY, SMALL_PACING),
+    /Input\/output error \(injected\): sync .*messages\.jsonl/,
+  );
+  fs.clearFaults();
+  await assert.rejects(fs.lstat(DIR));
+  const leftovers = (await fs.readDir(COLLECTION)).filter((e) => e.name.startsWith("."));
+  assert.deepEqual(leftovers, []);
+  await checkMigrationState(fs, text, history, "after a failed background sync");
+});
+
+test("case 8: a crash at every step of a paced migration (background syncs) leaves the legacy file intact and the directory absent or complete", async () => {
+  const history = conversation(12);
+  const text = legacyText(header(), history);
+  const { fs: baseline } = await setup(text);
+  const points = await crashAtEveryOperation({
+    baseline,
+    run: async (fs) => {
+      const store = new SessionStore({ fs, agentDir: AGENT });
+      await migrateLegacySession(store.context, LEGACY, SMALL_PACING);
+    },
+    check: async (recovered, { resolved, n, seed }) => {
+      const label = `crash after op ${n}, seed ${seed}`;
+      if (resolved) assert.ok((await recovered.lstat(`${DIR}/meta.json`)).kind === "file", label);
+      await checkMigrationState(recovered, text, history, label);
+    },
+    seeds: [0, 3],
+  });
+  assert.ok(points > 20, `only ${points} crash points`);
+});
+
+for (const persistent of [false, true]) {
+  test(
+    `case 6, 8: EIO (${
+      persistent ? "persistent" : "transient"
+    }) at every step of a paced migration fails cleanly`,
+    async () => {
+      const history = conversation(12);
+      const text = legacyText(header(), history);
+      const { fs: baseline } = await setup(text);
+      await failAtEveryOperation({
+        baseline,
+        error: "EIO",
+        persistent,
+        run: async (fs) => {
+          const store = new SessionStore({ fs, agentDir: AGENT });
+          await migrateLegacySession(store.context, LEGACY, SMALL_PACING);
+        },
+        check: async (fs, { resolved, n }) => {
+          const label = `EIO at op ${n}`;
+          if (resolved) assert.ok((await fs.lstat(`${DIR}/meta.json`)).kind === "file", label);
+          else if (!persistent) {
+            // A transient fault leaves the removal of the staging directory free to succeed.
+            const leftovers = (await fs.readDir(COLLECTION)).filter((e) => e.name.startsWith("."));
+            assert.deepEqual(leftovers, [], `${label}: leftovers`);
+          }
+          await checkMigrationState(fs, text, history, label);
+        },
+      });
+    },
+  );
+}
 
 for (const error of ["EIO", "ENOSPC"] as const) {
   for (const persistent of [false, true]) {

@@ -13,8 +13,11 @@
  * whitespace, a CRLF ending) is written the way `SessionManager` writes a message
  * (`JSON.stringify(message)`); each is followed by `\n`, hashed incrementally into the
  * generation, and written to `messages.jsonl` in a private staging directory
- * `<collection>/.staging-<id>-<random>` beside `meta.json` (start 0) and `index.json`. The
- * staging directory is made durable and renamed to `<collection>/<id>/`; the legacy file is never
+ * `<collection>/.staging-<id>-<random>` beside `meta.json` (start 0) and `index.json`. Reads,
+ * parsing and writes overlap (one read ahead, one write behind); under full durability a second
+ * handle on the staged log is synced every 8 MiB while the scan goes on, so the device writes back
+ * as the file grows and the final fsync (always made, on the writing handle) has only the last
+ * bytes left. The staging directory is made durable and renamed to `<collection>/<id>/`; the legacy file is never
  * modified and stays as a backup. A crash at any point leaves the legacy file intact and the
  * published directory either absent or complete; staging leftovers are skipped by readers and
  * removed by the next migration or cleanup.
@@ -62,10 +65,27 @@ export const LEGACY_EXTENSION = ".jsonl";
 /** The name prefix of staging directories (migration and compaction). */
 export const STAGING_PREFIX = ".staging-";
 
-/** Bytes read from a legacy file at a time. */
-const READ_CHUNK = 4 * 1024 * 1024;
-/** Output bytes gathered before they are written to the staged log. */
-const WRITE_BATCH = 1024 * 1024;
+/**
+ * The sizes that pace a migration's pipeline. The defaults suit sessions of any size; tests pass
+ * small ones so that a small file crosses every boundary many times.
+ */
+export interface MigrationPacing {
+  /** Bytes read from the legacy file at a time. */
+  readonly readChunk: number;
+  /** Output bytes gathered before they are written to the staged log. */
+  readonly writeBatch: number;
+  /** Bytes written to the staged log between background syncs (full durability only). */
+  readonly syncEvery: number;
+}
+
+/** The default pacing: 4 MiB reads, 1 MiB writes, a background sync every 8 MiB. */
+export const MIGRATION_PACING: MigrationPacing = {
+  readChunk: 4 * 1024 * 1024,
+  writeBatch: 1024 * 1024,
+  syncEvery: 8 * 1024 * 1024,
+};
+/** Bytes read from a legacy file at a time (listing and plain reads). */
+const READ_CHUNK = MIGRATION_PACING.readChunk;
 /** Output pieces smaller than this are copied together into one write. */
 const SMALL_PIECE = 64 * 1024;
 
@@ -250,10 +270,11 @@ async function scanLegacy(
   validate: boolean,
   beforeMessages: (header: SessionHeader) => Promise<void>,
   sink: MessageSink | undefined,
+  readChunk: number = READ_CHUNK,
 ): Promise<LegacyScan> {
   const handle = await fs.open(path);
   try {
-    const reader = new LineReader(handle);
+    const reader = new LineReader(handle, readChunk);
     let header: SessionHeader | undefined;
     let index = 0;
     let userMessageCount = 0;
@@ -444,13 +465,24 @@ class StagedLog implements MessageSink {
   #run: { chunk: Uint8Array; start: number; end: number } | undefined;
   /** The write in flight: the next batch is prepared while it runs. */
   #writing: Promise<void> = Promise.resolve();
+  /** A second handle on the staged log, synced in the background while the scan goes on. */
+  #syncHandle: FileHandle | undefined;
+  /** The background sync in flight, if any (it never rejects: see `#syncFailure`). */
+  #syncing: Promise<void> | undefined;
+  /** The first failure of a background sync. */
+  #syncFailure: { readonly error: unknown } | undefined;
+  /** Bytes handed to writes since the last background sync started. */
+  #unsynced = 0;
   /** Bytes written or pending so far: the offset of the next line. */
   bytes = 0;
   readonly rounds: RoundEntry[] = [];
 
-  constructor(context: StoreContext, path: string) {
+  readonly #pacing: MigrationPacing;
+
+  constructor(context: StoreContext, path: string, pacing: MigrationPacing) {
     this.#context = context;
     this.#path = path;
+    this.#pacing = pacing;
     this.#hash = context.sha256();
   }
 
@@ -460,6 +492,9 @@ class StagedLog implements MessageSink {
       write: true,
       mode: PRIVATE_FILE_MODE,
     });
+    if (this.#context.durability === "full") {
+      this.#syncHandle = await this.#context.fs.open(this.#path, { write: true });
+    }
   }
 
   message(message: Message, chunk: Uint8Array, start: number, end: number, index: number): void {
@@ -501,7 +536,8 @@ class StagedLog implements MessageSink {
 
   async flush(force = false): Promise<void> {
     this.#closeRun();
-    if (this.#pending === 0 || (!force && this.#pending < WRITE_BATCH)) return;
+    if (this.#pending === 0 || (!force && this.#pending < this.#pacing.writeBatch)) return;
+    if (this.#syncFailure !== undefined) throw this.#syncFailure.error;
     const pieces = this.#pieces;
     this.#pieces = [];
     this.#pending = 0;
@@ -514,6 +550,31 @@ class StagedLog implements MessageSink {
     })();
     writing.catch(() => undefined); // awaited by the next flush or finish
     this.#writing = writing;
+    this.#unsynced += writes.reduce((total, piece) => total + piece.length, 0);
+    this.#syncBehind(writing);
+  }
+
+  /**
+   * Under full durability, starts a sync of what is written so far through the second handle
+   * once `syncEvery` bytes have gone to the file since the last one, unless one is in flight:
+   * the device writes back while the scan parses, and the final sync (on the writing handle,
+   * always made) has only the last bytes left. A failure is kept and rethrown: after a failed
+   * fsync a later one may succeed without the lost pages being written.
+   */
+  #syncBehind(writing: Promise<void>): void {
+    const syncHandle = this.#syncHandle;
+    if (syncHandle === undefined || this.#syncing !== undefined) return;
+    if (this.#unsynced < this.#pacing.syncEvery) return;
+    this.#unsynced = 0;
+    this.#syncing = writing.then(() => syncHandle.sync()).then(
+      () => {
+        this.#syncing = undefined;
+      },
+      (error) => {
+        this.#syncFailure ??= { error };
+        this.#syncing = undefined;
+      },
+    );
   }
 
   /** Hands what is pending to the file and returns the generation; `close()` completes it. */
@@ -526,19 +587,31 @@ class StagedLog implements MessageSink {
   async close(): Promise<void> {
     const handle = this.#handle as FileHandle;
     this.#handle = undefined;
+    const syncHandle = this.#syncHandle;
+    this.#syncHandle = undefined;
     try {
       await this.#writing;
+      await this.#syncing;
+      if (this.#syncFailure !== undefined) throw this.#syncFailure.error;
       if (this.#context.durability === "full") await handle.sync();
     } finally {
-      await handle.close();
+      try {
+        await handle.close();
+      } finally {
+        await syncHandle?.close();
+      }
     }
   }
 
   async abandon(): Promise<void> {
     const handle = this.#handle;
     this.#handle = undefined;
+    const syncHandle = this.#syncHandle;
+    this.#syncHandle = undefined;
     await this.#writing.catch(() => undefined);
+    await this.#syncing;
     await handle?.close().catch(() => undefined);
+    await syncHandle?.close().catch(() => undefined);
   }
 }
 
@@ -555,6 +628,7 @@ class StagedLog implements MessageSink {
 export async function migrateLegacySession(
   context: StoreContext,
   legacyPath: string,
+  pacing: MigrationPacing = MIGRATION_PACING,
 ): Promise<MigrationResult> {
   const fs = context.fs;
   const collection = dirname(legacyPath);
@@ -573,17 +647,24 @@ export async function migrateLegacySession(
   }
   const dir = join(collection, id);
   const staging = join(collection, stagingName(id));
-  const log = new StagedLog(context, join(staging, MESSAGES_FILE));
+  const log = new StagedLog(context, join(staging, MESSAGES_FILE), pacing);
   let created = false;
   try {
-    const scan = await scanLegacy(fs, legacyPath, true, async (header) => {
-      checkIdMatches(header, legacyPath);
-      await checkSessionCwd(fs, header, legacyPath);
-      await fs.mkdir(staging, { mode: PRIVATE_DIR_MODE });
-      created = true;
-      await fs.chmod(staging, PRIVATE_DIR_MODE);
-      await log.open();
-    }, log);
+    const scan = await scanLegacy(
+      fs,
+      legacyPath,
+      true,
+      async (header) => {
+        checkIdMatches(header, legacyPath);
+        await checkSessionCwd(fs, header, legacyPath);
+        await fs.mkdir(staging, { mode: PRIVATE_DIR_MODE });
+        created = true;
+        await fs.chmod(staging, PRIVATE_DIR_MODE);
+        await log.open();
+      },
+      log,
+      pacing.readChunk,
+    );
     const generation = await log.end();
     const meta: StorageMeta = {
       format: STORAGE_FORMAT,
