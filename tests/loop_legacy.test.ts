@@ -1,4 +1,7 @@
 import { test } from "node:test";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { MemoryFs } from "../adapters/memory.ts";
@@ -17,7 +20,9 @@ import {
   type MigrationPacing,
   readLegacySession,
 } from "../src/loop/legacy.ts";
+import { nodeFs, nodeSha256 } from "../adapters/node.ts";
 import { crashAtEveryOperation, failAtEveryOperation } from "./_crash.ts";
+import { pacedMigrationOnRealFs } from "./_migrate_real.ts";
 import { assistant, conversation, toolResult, user } from "./_fixtures.ts";
 
 const CWD = "/work/project";
@@ -586,3 +591,12 @@ for (const error of ["EIO", "ENOSPC"] as const) {
     );
   }
 }
+
+test("a paced migration on the Node adapter syncs behind its writes and publishes every byte", async () => {
+  const base = await mkdtemp(join(tmpdir(), "loop-migrate-"));
+  try {
+    await pacedMigrationOnRealFs(nodeFs(), nodeSha256, base);
+  } finally {
+    await rm(base, { recursive: true, force: true });
+  }
+});
