@@ -878,6 +878,91 @@ test("a replacement that changes only a user message does not set unread", async
   assert.equal(session.unread, true);
 });
 
+test("completing the last saved assistant message in place sets unread (new completed output)", async () => {
+  const { store } = await setup();
+  const session = await store.create(CWD);
+  const reply = assistant("partial");
+  const history = [user("q"), reply];
+  await session.commit(history);
+  assert.equal(await session.markRead(2), true);
+  const before = session.getStorageInfo()?.generation;
+  // The host streams into the same object and saves the same array.
+  (reply as unknown as { content: { text: string }[] }).content[0]!.text = "partial, then complete";
+  await session.commit(history);
+  assert.notEqual(session.getStorageInfo()?.generation, before);
+  assert.equal(session.unread, true);
+  assert.deepEqual(await saved(store, session), history);
+});
+
+test("a read-only manager's page reads never look at index.json, so its faults cannot fail them", async () => {
+  const { fs, store } = await setup();
+  const writer = await store.create(CWD);
+  const history = conversation(6);
+  await writer.commit(history);
+  await writer.close();
+  const index = `${writer.getSessionPath()}/index.json`;
+  await fs.writeFile(index, new TextEncoder().encode("{ stale"));
+  const reader = await store.open(writer.getSessionPath(), { readOnly: true });
+  fs.resetCounter();
+  // Every readFile fails: a page read uses the log by a handle, never readFile.
+  fs.failAt(1, { ops: ["readFile"], persistent: true });
+  const page = await reader.readHistory();
+  const again = await reader.readHistory();
+  fs.clearFaults();
+  assert.deepEqual(page.messages, history.slice(page.start));
+  assert.deepEqual(again, page);
+  assert.ok(
+    fs.operationLog.every((record) => !record.path.endsWith("/index.json")),
+    fs.operationLog.map((record) => `${record.op} ${record.path}`).join("; "),
+  );
+  assert.equal(text.decode(await fs.readFile(index)), "{ stale");
+  await reader.close();
+});
+
+test("a writable manager serves a page when index.json cannot be read, and rebuilds it", async () => {
+  const { fs, store } = await setup();
+  const writer = await store.create(CWD);
+  const history = conversation(6);
+  await writer.commit(history);
+  await writer.close();
+  const session = await store.open(writer.getSessionPath());
+  const index = `${writer.getSessionPath()}/index.json`;
+  const built = text.decode(await fs.readFile(index));
+  await fs.writeFile(index, new TextEncoder().encode("{ stale"));
+  // One I/O error on reading index.json: the page is served and the index rebuilt anyway.
+  fs.failAt(fs.operationCount + 1, { ops: ["readFile"] });
+  const page = await session.readHistory();
+  fs.clearFaults();
+  assert.deepEqual(page.messages, history.slice(page.start));
+  assert.equal(text.decode(await fs.readFile(index)), built);
+  await session.close();
+});
+
+test("a page read of a session whose log went missing reports corruption, as an open does", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(2));
+  await fs.remove(`${session.getSessionPath()}/messages.jsonl`);
+  await assert.rejects(session.readHistory(), CorruptSessionError);
+  await session.close();
+  await assert.rejects(store.open(session.getSessionPath()), CorruptSessionError);
+});
+
+test("readHistory() takes -0 as the boundary 0 and refuses null and a non-string revision", async () => {
+  const { store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(4));
+  const empty = await session.readHistory(-0);
+  assert.ok(Object.is(empty.end, 0) && Object.is(empty.start, 0));
+  await assert.rejects(session.readHistory(null as unknown as number), InvalidArgumentError);
+  await assert.rejects(
+    session.readHistory(undefined, 123 as unknown as string),
+    InvalidArgumentError,
+  );
+  const draft = await store.create(CWD);
+  await assert.rejects(draft.readHistory(undefined, 7 as unknown as string), InvalidArgumentError);
+});
+
 test("a pin whose directory fsync failed does not take effect with a later write", async () => {
   const { fs, store } = await setup();
   const session = await store.create(CWD);

@@ -767,9 +767,12 @@ export class SessionManager {
       if (message.role === "user") next.rounds.push({ messageIndex: i, byteOffset: offset });
       else if (
         retryUnread === undefined && i >= common &&
-        (i >= count || line !== JSON.stringify(stored[i]))
+        (i >= count ||
+          line !== (i === count - 1 ? committed.lastLine : JSON.stringify(stored[i])))
       ) {
-        // New output: past the saved history, or a saved message that changed.
+        // New output: past the saved history, or a saved message that changed. The last saved
+        // message is compared with its saved line: a host may complete it in place, and then the
+        // stored object is the caller's, already changed.
         unread = true;
       }
       offset += byteLength(line) + 1;
@@ -1019,8 +1022,20 @@ export class SessionManager {
     if (this.#reader === undefined) {
       const file = this.#messagesFile;
       const opening = (async () => {
-        if (!(await isRegularFile(this.#fs, file))) throw new NotFound("open", file);
-        return await this.#fs.open(file);
+        try {
+          if (!(await isRegularFile(this.#fs, file))) throw new NotFound("open", file);
+          return await this.#fs.open(file);
+        } catch (error) {
+          // As at open: a log missing beside the metadata that commits it is corruption (a
+          // session directory removed as a whole is simply not found).
+          if (error instanceof NotFound && await isRegularFile(this.#fs, this.#metaFile)) {
+            throw new CorruptSessionError("Message log is missing but metadata commits messages", {
+              file,
+              cause: error,
+            });
+          }
+          throw error;
+        }
       })();
       this.#reader = opening;
       opening.catch(() => {
@@ -1137,11 +1152,24 @@ export class SessionManager {
    * A page of history: by default the latest three user rounds. `before` is an exclusive global
    * message index on a user-round boundary (or the total); `revision` rejects with
    * `StaleRevisionError` when the committed generation changed. Reads only the page's byte range
-   * of the log; a missing, malformed or stale index.json is rebuilt first.
+   * of the log. A writable manager rebuilds a missing, malformed or stale index.json first (a
+   * failed rebuild is retried by the next page read and never fails the page); a read-only one
+   * never reads or writes it (its pages come from the offsets read at open).
+   *
+   * @throws {InvalidArgumentError} For `before` not a safe integer on a round boundary in
+   *   `[0, total]`, or a `revision` that is not a string.
+   * @throws {StaleRevisionError} When `revision` is not the committed generation.
+   * @throws {CorruptSessionError} When the log is missing or shorter than the committed range.
    */
   readHistory(before?: number, revision?: string): Promise<HistoryPage> {
     return this.#queue.run(async () => {
       this.#assertOpen();
+      if (revision !== undefined && typeof revision !== "string") {
+        throw new InvalidArgumentError(
+          "revision",
+          `Invalid history revision: expected a string, got ${typeof revision}`,
+        );
+      }
       const meta = this.#committed.meta;
       if (this.#pending !== undefined || meta === undefined) {
         const messages = this.#pending?.messages ?? this.#committedMessages();
@@ -1188,15 +1216,18 @@ export class SessionManager {
    * same generation start (what a commit leaves between republications) is usable.
    */
   async #ensureIndex(meta: StorageMeta): Promise<void> {
+    // Pages are served from the offsets held in memory: the index on disk matters only to other
+    // readers, and a read-only manager can neither rebuild it nor needs to read it.
+    if (this.#readOnly) return;
     if (this.#indexed !== undefined && this.#indexed.start === meta.start) return;
     let onDisk: RoundIndex | undefined;
     try {
       if (await isRegularFile(this.#fs, join(this.#dir, INDEX_FILE))) {
         onDisk = await readRoundIndex(this.#fs, this.#dir);
       }
-    } catch (error) {
-      // A planted link is never read; the rebuild below replaces it (rename replaces the link).
-      if (!(error instanceof SessionFormatError)) throw error;
+    } catch {
+      // Unreadable (a planted link, malformed, an I/O error): rebuilt below, and the page is
+      // served either way (the rename replaces a link, never writes through it).
     }
     if (onDisk !== undefined && this.#coversPrefix(onDisk, meta)) {
       this.#indexed = {
@@ -1207,7 +1238,6 @@ export class SessionManager {
       };
       return;
     }
-    if (this.#readOnly) return;
     try {
       await this.#publishIndex();
     } catch {
@@ -1589,7 +1619,8 @@ export function pageBounds(
   total: number,
   before: number | undefined,
 ): [number, number] {
-  const end = before ?? total;
+  // Only `undefined` asks for the latest page; `-0` is the boundary 0.
+  const end = before === undefined ? total : before === 0 ? 0 : before;
   if (!Number.isSafeInteger(end) || end < 0 || end > total) {
     throw new InvalidArgumentError(
       "before",
