@@ -87,6 +87,23 @@ test("compaction leaves only the committed generation, with the same checksum", 
   assert.deepEqual((await store.open(dir, { readOnly: true })).messages, more);
 });
 
+test("a read-only manager opened before a compaction pages the history it verified", async () => {
+  const { store, session, history } = await replaced();
+  const reader = await store.open(session.getSessionPath(), { readOnly: true });
+  const result = await store.compact(session.getSessionFile());
+  assert.equal(result.compacted, true);
+  // Every page, from the latest back to the first, is the verified history (no reopen needed).
+  const pages: Message[][] = [];
+  let page = await reader.readHistory();
+  pages.unshift(page.messages);
+  while (page.start > 0) {
+    page = await reader.readHistory(page.start, page.revision);
+    pages.unshift(page.messages);
+  }
+  assert.deepEqual(pages.flat(), history);
+  await reader.close();
+});
+
 test("the rebuilt index equals the one SessionManager publishes for the same history", async () => {
   const { fs, store, session, history } = await replaced();
   const dir = session.getSessionPath();

@@ -403,7 +403,14 @@ export class SessionManager {
     const validator = new MessageValidator({ file: messagesFile });
     let lastLine: string | undefined;
     let firstError: { error: unknown; offset: number; index: number } | undefined;
-    const summary = await forEachCommittedLine(fs, init.dir, meta, { sha256, opening }, (line) => {
+    // A read-only manager keeps the log it verified: its pages read that file, even after a
+    // compaction elsewhere publishes a new log (a writer's lock keeps compaction away instead).
+    const keepOpen = init.readOnly === true;
+    const summary = await forEachCommittedLine(fs, init.dir, meta, {
+      sha256,
+      opening,
+      keepOpen,
+    }, (line) => {
       if (firstError !== undefined) return;
       try {
         const text = line.text;
@@ -447,16 +454,21 @@ export class SessionManager {
       }
       throw error;
     });
-    if (firstError !== undefined) throw firstError.error;
-    validator.finish();
+    try {
+      if (firstError !== undefined) throw firstError.error;
+      validator.finish();
+      validateSessionMetadata(meta.header, roles, { file: metaFile });
+      await cwdChecked;
+    } catch (error) {
+      await summary.handle?.close().catch(() => undefined);
+      throw error;
+    }
     offsets.push(meta.bytes);
-    validateSessionMetadata(meta.header, roles, { file: metaFile });
-    await cwdChecked;
     const rounds = roundsOf(roles, offsets, 0);
     // Compare the last message with its canonical serialization, whatever bytes a legacy writer
     // or a migration left: an unchanged message must not look edited.
     if (messages.length > 0) lastLine = JSON.stringify(messages[messages.length - 1]);
-    return new SessionManager(init, {
+    const manager = new SessionManager(init, {
       meta,
       header: meta.header,
       arrays: { messages, roles, offsets, rounds },
@@ -466,6 +478,8 @@ export class SessionManager {
       validator,
       lastLine,
     });
+    if (summary.handle !== undefined) manager.#reader = Promise.resolve(summary.handle);
+    return manager;
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -1017,7 +1031,10 @@ export class SessionManager {
     return end;
   }
 
-  /** The log handle of page reads, opened on the first page read (never through a link). */
+  /**
+   * The log handle of page reads: the one a read-only manager's open verified, or for a writer
+   * the log opened on the first page read (never through a link).
+   */
   #readHandle(): Promise<FileHandle> {
     if (this.#reader === undefined) {
       const file = this.#messagesFile;

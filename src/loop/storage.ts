@@ -500,6 +500,11 @@ export interface CommittedRangeOptions {
    * meta.json; this function then owns the handle and closes it. By default it opens the file.
    */
   readonly opening?: Promise<FileHandle>;
+  /**
+   * Keep the log open after a successful read and hand it back as `handle` (the caller closes
+   * it); on failure it is closed as always.
+   */
+  readonly keepOpen?: boolean;
 }
 
 /** What `forEachCommittedLine` learned about the committed range. */
@@ -508,6 +513,8 @@ export interface CommittedRangeSummary {
   readonly hash: Sha256;
   /** The number of lines read. */
   readonly lines: number;
+  /** The log, still open, when `keepOpen` was asked and bytes are committed. */
+  readonly handle?: FileHandle;
 }
 
 /**
@@ -544,6 +551,7 @@ export async function forEachCommittedLine(
   const chunkSize = options.chunkSize ?? 1024 * 1024;
   const handle = await openMessages(fs, file, options.opening);
   let lines = 0;
+  let kept = false;
   try {
     /** The start of a line cut by chunk boundaries, in pieces (never copied until it ends). */
     let carry: Uint8Array[] = [];
@@ -612,17 +620,18 @@ export async function forEachCommittedLine(
         messageIndex: lines,
       });
     }
+    if (lines !== meta.messageCount) {
+      throw new CorruptSessionError(
+        `Message log holds ${lines} committed lines but its metadata claims ${meta.messageCount}`,
+        { file, messageIndex: lines },
+      );
+    }
+    checkGeneration(hash, meta, file);
+    kept = options.keepOpen === true;
   } finally {
-    await handle.close();
+    if (!kept) await handle.close();
   }
-  if (lines !== meta.messageCount) {
-    throw new CorruptSessionError(
-      `Message log holds ${lines} committed lines but its metadata claims ${meta.messageCount}`,
-      { file, messageIndex: lines },
-    );
-  }
-  checkGeneration(hash, meta, file);
-  return { hash, lines };
+  return kept ? { hash, lines, handle } : { hash, lines };
 }
 
 function checkGeneration(hash: Sha256, meta: StorageMeta, file: string): void {
