@@ -36,7 +36,9 @@ export async function pacedMigrationOnRealFs(
   });
   assert.equal(meta.messageCount, history.length);
   const logSyncs = syncs.filter((path) => path.endsWith("messages.jsonl")).length;
-  assert.ok(logSyncs >= 3, `staged log synced ${logSyncs} times`);
+  // At least one sync behind the writes (the first always starts; later ones are skipped while
+  // one is in flight, so their number depends on the disk) and the final one.
+  assert.ok(logSyncs >= 2, `staged log synced ${logSyncs} times`);
   // Every message line kept its bytes, in order, and nothing else was written.
   const log = new TextDecoder().decode(await fs.readFile(join(dir, "messages.jsonl")));
   assert.equal(log, lines.slice(1).join(""));

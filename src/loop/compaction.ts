@@ -25,10 +25,11 @@
  *
  * @module
  */
+import type { EntryKind } from "../port/fs.ts";
 import { NotFound } from "../port/errors.ts";
 import { PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, writeNewFile } from "../port/durable.ts";
 import { basename, dirname, join } from "../port/path.ts";
-import { CorruptSessionError, SessionFormatError } from "./errors.ts";
+import { CorruptSessionError, SessionFormatError, SessionNotFoundError } from "./errors.ts";
 import {
   encodeRoundIndex,
   encodeStorageMeta,
@@ -155,7 +156,18 @@ async function copyCommitted(
     }
     lines++;
   };
-  const source = await fs.open(file);
+  let source;
+  try {
+    source = await fs.open(file);
+  } catch (error) {
+    if (error instanceof NotFound) {
+      throw new CorruptSessionError("Message log is missing but metadata commits messages", {
+        file,
+        cause: error,
+      });
+    }
+    throw error;
+  }
   try {
     const out = await fs.open(target, { createNew: true, write: true, mode: PRIVATE_FILE_MODE });
     try {
@@ -198,9 +210,10 @@ async function copyCommitted(
   return rounds;
 }
 
-/** Names a compaction may leave behind in a session directory: locks and temp files. */
-function isDisposable(name: string): boolean {
-  return isLockFileName(name) || (name.startsWith(".") && name.endsWith(".tmp"));
+/** Entries a compaction may leave behind in a session directory: lock and temp files. */
+function isDisposable(name: string, kind: EntryKind): boolean {
+  return kind === "file" &&
+    (isLockFileName(name) || (name.startsWith(".") && name.endsWith(".tmp")));
 }
 
 const KNOWN_FILES: ReadonlySet<string> = new Set([META_FILE, MESSAGES_FILE, INDEX_FILE]);
@@ -224,14 +237,29 @@ export async function compactSession(
   const id = basename(dir);
   const lock = await acquireWriterLock(context, dir);
   try {
-    const meta = await readStorageMeta(fs, dir);
-    for (const entry of await fs.readDir(dir)) {
+    // Every entry is judged by its own kind (links not followed) before anything is read, so
+    // nothing is read through a link or a FIFO.
+    const entries = await fs.readDir(dir);
+    for (const entry of entries) {
       if (KNOWN_FILES.has(entry.name) && entry.kind === "file") continue;
-      if (isDisposable(entry.name)) continue;
+      if (isDisposable(entry.name, entry.kind)) continue;
       throw new SessionFormatError(
         "Session directory holds an entry compaction does not know; move it away first",
         { file: join(dir, entry.name) },
       );
+    }
+    if (!entries.some((entry) => entry.name === META_FILE)) {
+      throw new SessionNotFoundError(`No session at '${dir}': meta.json not found`, {
+        file: join(dir, META_FILE),
+      });
+    }
+    const meta = await readStorageMeta(fs, dir);
+    if (meta.header.id !== id) {
+      throw new SessionFormatError("Session id does not match its directory name", {
+        file: join(dir, META_FILE),
+        path: "header.id",
+        value: meta.header.id,
+      });
     }
     const messagesPath = join(dir, MESSAGES_FILE);
     const bytesBefore = await sizeOf(context, messagesPath);
@@ -335,25 +363,39 @@ async function exists(context: StoreContext, path: string): Promise<boolean> {
  * Recovers the staging directory `name` of `collection` (migration or compaction leftover):
  * an interrupted compaction whose session directory is missing gets its previous directory
  * renamed back; every other staging directory is removed. Returns what it did.
+ *
+ * A staging directory that holds a previous session (a real directory with a meta.json) is
+ * removed only when the session directory it was swapped with is in place (a real directory
+ * with a meta.json): when something else is there (a link, a file, a directory without
+ * meta.json), or the staging name names no session, the previous session may be the only copy,
+ * so the staging directory is left as it is (`"kept"`) for a person to look at.
  */
 export async function recoverStaging(
   context: StoreContext,
   collection: string,
   name: string,
-): Promise<"removed" | "restored"> {
+): Promise<"removed" | "restored" | "kept"> {
   const fs = context.fs;
   const staging = join(collection, name);
   const id = stagingSessionId(name);
   const previous = join(staging, COMPACTION_PREVIOUS);
-  if (
-    id !== undefined && !(await exists(context, join(collection, id))) &&
-    await isRealDirectory(context, previous) && await exists(context, join(previous, META_FILE))
-  ) {
-    await fs.rename(previous, join(collection, id));
-    if (context.durability === "full") await fs.syncDir(collection);
-    await removeStaging(context, staging);
-    if (context.durability === "full") await fs.syncDir(collection);
-    return "restored";
+  const holdsPrevious = await isRealDirectory(context, previous) &&
+    await exists(context, join(previous, META_FILE));
+  if (holdsPrevious) {
+    if (id === undefined) return "kept";
+    const target = join(collection, id);
+    if (!(await exists(context, target))) {
+      await fs.rename(previous, target);
+      if (context.durability === "full") await fs.syncDir(collection);
+      await removeStaging(context, staging);
+      if (context.durability === "full") await fs.syncDir(collection);
+      return "restored";
+    }
+    if (
+      !(await isRealDirectory(context, target) && await exists(context, join(target, META_FILE)))
+    ) {
+      return "kept";
+    }
   }
   await removeStaging(context, staging);
   if (context.durability === "full") await fs.syncDir(collection);
@@ -399,6 +441,14 @@ export async function removeLegacyBackup(context: StoreContext, dir: string): Pr
     readOnly: true,
   });
   await manager.close();
+  // The directory must be this backup's session, as an open requires: a copy of another
+  // session published under this id leaves the backup as the only copy of its own.
+  if (manager.id !== basename(dir)) {
+    throw new SessionFormatError(
+      "Session id does not match its directory name; the legacy backup was left alone",
+      { file: manager.getSessionFile(), path: "header.id", value: manager.id },
+    );
+  }
   await fs.remove(legacy);
   if (context.durability === "full") await fs.syncDir(collection);
   return true;

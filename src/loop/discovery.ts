@@ -977,6 +977,10 @@ async function titleFromRounds(
   if (rounds.length === 0) return undefined;
   const handle = await fs.open(join(dir, MESSAGES_FILE));
   try {
+    // A log shorter than the committed range is not the one meta.json describes (a compaction
+    // swapped the directory since meta.json was read, or damage): its lines at these offsets
+    // could be other messages, so nothing is taken from it.
+    if ((await handle.stat()).size < meta.start + meta.bytes) return INCONSISTENT;
     for (const round of rounds) {
       const line = await readLineAt(handle, meta, round.byteOffset);
       if (line === undefined) return INCONSISTENT;

@@ -11,14 +11,23 @@
  * `recoverLeftovers` does this for the collection level and runs, under the collection lock,
  * before every structural operation (migration, archive membership, delete, compaction, legacy
  * backup removal). `cleanupCollection` (`SessionStore.cleanup`) also visits every session
- * directory that no writer holds, removing `.*.tmp` files and stale writer locks.
+ * directory that no writer holds, removing its `.*.tmp` files and stale lock files while it holds
+ * the session's writer lock (so no save can start meanwhile).
  *
  * @module
  */
 import { NotFound } from "../port/errors.ts";
 import { join } from "../port/path.ts";
 import { isSessionId } from "./records/mod.ts";
-import { inspectLock, removeStaleLocks, type StoreContext, WRITER_LOCK_FILE } from "./lock.ts";
+import {
+  acquireWriterLock,
+  inspectLock,
+  isLockFileName,
+  removeStaleLocks,
+  type StoreContext,
+  WRITER_LOCK_FILE,
+} from "./lock.ts";
+import { SessionBusyError, SessionLockedError } from "./errors.ts";
 import { DELETE_PREFIX, recoverDeletion } from "./archive.ts";
 import { recoverStaging } from "./compaction.ts";
 import { STAGING_PREFIX } from "./legacy.ts";
@@ -31,6 +40,12 @@ export interface CleanupReport {
   readonly restored: string[];
   /** Committed deletes whose staged content was removed. */
   readonly finished: string[];
+  /**
+   * Staging directories left in place: they hold a session's previous directory while something
+   * other than a session directory is where it belongs (or their name names no session), so they
+   * may hold its only copy. Look at them by hand.
+   */
+  readonly kept: string[];
 }
 
 function isTempName(name: string): boolean {
@@ -46,7 +61,12 @@ export async function recoverLeftovers(
   collection: string,
 ): Promise<CleanupReport> {
   const fs = context.fs;
-  const report = { removed: [] as string[], restored: [] as string[], finished: [] as string[] };
+  const report = {
+    removed: [] as string[],
+    restored: [] as string[],
+    finished: [] as string[],
+    kept: [] as string[],
+  };
   let entries;
   try {
     entries = await fs.readDir(collection);
@@ -59,7 +79,9 @@ export async function recoverLeftovers(
     const path = join(collection, entry.name);
     if (entry.kind === "directory" && entry.name.startsWith(STAGING_PREFIX)) {
       const outcome = await recoverStaging(context, collection, entry.name);
-      (outcome === "restored" ? report.restored : report.removed).push(path);
+      report[outcome === "restored" ? "restored" : outcome === "kept" ? "kept" : "removed"].push(
+        path,
+      );
     } else if (entry.kind === "directory" && entry.name.startsWith(DELETE_PREFIX)) {
       const outcome = await recoverDeletion(context, collection, entry.name);
       (outcome === "restored"
@@ -97,22 +119,83 @@ export async function cleanupCollection(
   report.removed.push(...await removeStaleLocks(context, collection, entries.map((e) => e.name)));
   for (const entry of entries) {
     if (entry.kind !== "directory" || !isSessionId(entry.name)) continue;
-    const dir = join(collection, entry.name);
-    const state = await inspectLock(context, join(dir, WRITER_LOCK_FILE));
-    if (state.kind === "held-here" || state.kind === "live") continue;
-    const names = (await fs.readDir(dir)).map((e) => e.name);
-    let removedFiles = false;
-    for (const name of names) {
-      if (!isTempName(name)) continue;
-      await fs.remove(join(dir, name), { recursive: true });
-      report.removed.push(join(dir, name));
-      removedFiles = true;
-    }
-    const locks = await removeStaleLocks(context, dir, names);
-    report.removed.push(...locks);
-    if ((removedFiles || locks.length > 0) && context.durability === "full") {
-      await fs.syncDir(dir);
-    }
+    await cleanupSession(context, join(collection, entry.name), report.removed);
   }
   return report;
+}
+
+/**
+ * Removes the `.*.tmp` files and stale lock files of the session directory `dir`, holding its
+ * writer lock meanwhile (a stale one is taken over, and reported removed): a writer that opens
+ * the session meanwhile waits for nothing and loses nothing, because it cannot open it until the
+ * lock is released. A session held by a writer (here or live elsewhere) is skipped.
+ */
+async function cleanupSession(
+  context: StoreContext,
+  dir: string,
+  removed: string[],
+): Promise<void> {
+  const fs = context.fs;
+  const lockPath = join(dir, WRITER_LOCK_FILE);
+  const before = await inspectLock(context, lockPath);
+  if (before.kind === "held-here" || before.kind === "live") return;
+  // The lock files there now: a takeover of a stale writer lock may remove its stale marker
+  // itself, and that is reported too.
+  const lockFiles = await listLockFiles(context, dir);
+  let lock;
+  try {
+    lock = await acquireWriterLock(context, dir);
+  } catch (error) {
+    // Taken meanwhile, or the directory went away: nothing of it to clean.
+    if (
+      error instanceof SessionBusyError || error instanceof SessionLockedError ||
+      error instanceof NotFound
+    ) return;
+    throw error;
+  }
+  let changed = false;
+  try {
+    const entries = await fs.readDir(dir);
+    for (const entry of entries) {
+      if (entry.kind !== "file" || !isTempName(entry.name)) continue;
+      await fs.remove(join(dir, entry.name));
+      removed.push(join(dir, entry.name));
+      changed = true;
+    }
+    const others = entries.map((e) => e.name).filter((name) => name !== WRITER_LOCK_FILE);
+    const locks = await removeStaleLocks(context, dir, others);
+    removed.push(...locks);
+    changed ||= locks.length > 0;
+    if (before.kind === "stale" && context.probe === undefined) {
+      // Without a probe the lock is only registered in this process: the stale file stays
+      // until removed here.
+      await fs.remove(lockPath).catch((error) => {
+        if (!(error instanceof NotFound)) throw error;
+      });
+    }
+  } finally {
+    await lock.release();
+  }
+  if (before.kind === "stale") {
+    removed.push(lockPath);
+    changed = true;
+  }
+  const left = new Set(await listLockFiles(context, dir));
+  for (const name of lockFiles) {
+    const path = join(dir, name);
+    if (name === WRITER_LOCK_FILE || left.has(name) || removed.includes(path)) continue;
+    removed.push(path);
+    changed = true;
+  }
+  if (changed && context.durability === "full") await fs.syncDir(dir);
+}
+
+/** The names of the lock files (and takeover markers) in `dir`; none when it is gone. */
+async function listLockFiles(context: StoreContext, dir: string): Promise<string[]> {
+  try {
+    return (await context.fs.readDir(dir)).map((e) => e.name).filter(isLockFileName);
+  } catch (error) {
+    if (error instanceof NotFound) return [];
+    throw error;
+  }
 }

@@ -47,6 +47,7 @@ import { basename, dirname, isAbsolute, join, normalize } from "../port/path.ts"
 import { NotFound } from "../port/errors.ts";
 import { ensurePrivateDir } from "../port/durable.ts";
 import {
+  CorruptSessionError,
   InvalidArgumentError,
   SessionCwdError,
   type SessionError,
@@ -281,17 +282,7 @@ export class SessionStore {
     }
     const normalized = normalize(path);
     const readOnly = options.readOnly === true;
-    // Staging, delete and compaction directories are private to the operations that made them: a
-    // session inside one is reached through its collection path, never directly.
-    const inside = basename(
-      dirname(basename(normalized) === META_FILE ? dirname(normalized) : normalized),
-    );
-    if (inside.startsWith(STAGING_PREFIX) || inside.startsWith(DELETE_PREFIX)) {
-      throw new InvalidArgumentError(
-        "path",
-        `Session path is inside a private staging directory: '${path}'; open it by its collection path`,
-      );
-    }
+    refusePrivatePath(path, normalized);
     if (basename(normalized).endsWith(LEGACY_EXTENSION)) {
       return await this.#openLegacy(normalized, readOnly);
     }
@@ -334,7 +325,30 @@ export class SessionStore {
     return await this.#openDirectory(dir, readOnly);
   }
 
-  async #openDirectory(dir: string, readOnly: boolean): Promise<SessionManager> {
+  async #openDirectory(
+    dir: string,
+    readOnly: boolean,
+    retried = false,
+  ): Promise<SessionManager> {
+    try {
+      return await this.#openDirectoryOnce(dir, readOnly);
+    } catch (error) {
+      // A compaction (here or in another process) swaps the whole directory: an open that read
+      // meta.json and the log on either side of the swap sees a log that does not match, or a
+      // file gone. It tries once more: a writer first waits for the collection (the compaction
+      // holds its lock) and lets recovery finish or roll back an interrupted one; a read-only
+      // open writes nothing and just looks again (a missing directory then finds a compaction's
+      // leftovers as it always does). A session really damaged fails the same way again, and
+      // that error is the one reported.
+      if (retried || !(error instanceof CorruptSessionError || error instanceof NotFound)) {
+        throw error;
+      }
+      if (!readOnly) await this.#exclusive(dirname(dir), () => Promise.resolve());
+      return await this.#openDirectory(dir, readOnly, true);
+    }
+  }
+
+  async #openDirectoryOnce(dir: string, readOnly: boolean): Promise<SessionManager> {
     // The directory and its files are checked once, in one round trip (`checkSessionFiles`); a
     // missing session is then looked for by `#checkSessionDirectory` (an uncommitted delete's
     // staged copy, a compaction's leftovers), which finds it or throws `SessionNotFoundError`.
@@ -469,7 +483,7 @@ export class SessionStore {
   async #exclusive<T>(
     collection: string,
     task: () => Promise<T>,
-    options: { readonly create?: boolean } = {},
+    options: { readonly create?: boolean; readonly recover?: boolean } = {},
   ): Promise<T> {
     if (options.create === true) {
       await ensurePrivateDir(this.fs, collection, this.#context.durability);
@@ -482,7 +496,7 @@ export class SessionStore {
       }
     }
     return await withCollectionLock(this.#context, collection, async () => {
-      await recoverLeftovers(this.#context, collection);
+      if (options.recover !== false) await recoverLeftovers(this.#context, collection);
       return await task();
     });
   }
@@ -560,7 +574,11 @@ export class SessionStore {
   async compact(path: string): Promise<CompactionResult> {
     const dir = this.#sessionDirOf(path);
     await this.#checkSessionDirectory(dir, "write");
-    return await this.#exclusive(dirname(dir), () => compactSession(this.#context, dir));
+    return await this.#exclusive(dirname(dir), async () => {
+      // Again under the lock: a delete queued before this call may have removed it meanwhile.
+      await this.#checkSessionDirectory(dir, "none");
+      return await compactSession(this.#context, dir);
+    });
   }
 
   /**
@@ -571,7 +589,10 @@ export class SessionStore {
   async removeLegacyBackup(path: string): Promise<boolean> {
     const dir = this.#sessionDirOf(path);
     await this.#checkSessionDirectory(dir, "write");
-    return await this.#exclusive(dirname(dir), () => removeLegacyBackup(this.#context, dir));
+    return await this.#exclusive(dirname(dir), async () => {
+      await this.#checkSessionDirectory(dir, "none");
+      return await removeLegacyBackup(this.#context, dir);
+    });
   }
 
   /**
@@ -581,14 +602,48 @@ export class SessionStore {
    */
   async cleanup(cwd?: string, sessionDir?: string): Promise<CleanupReport> {
     const { collection } = await this.#collectionOf(cwd, sessionDir);
-    return await this.#exclusive(collection, () => cleanupCollection(this.#context, collection));
+    // The recovery is cleanup's own work here, so its report is the one returned.
+    return await this.#exclusive(
+      collection,
+      () => cleanupCollection(this.#context, collection),
+      { recover: false },
+    );
   }
 
+  /**
+   * The session directory of `path` (a directory or its meta.json) for an operation that
+   * rewrites or removes part of it: it must be absolute, named by a session id (the name its
+   * recovery goes by), and not inside a private staging or delete directory.
+   */
   #sessionDirOf(path: string): string {
     if (!isAbsolute(path)) {
       throw new InvalidArgumentError("path", `Session path must be absolute: '${path}'`);
     }
     const normalized = normalize(path);
-    return basename(normalized) === META_FILE ? dirname(normalized) : normalized;
+    refusePrivatePath(path, normalized);
+    const dir = basename(normalized) === META_FILE ? dirname(normalized) : normalized;
+    if (!isSessionId(basename(dir))) {
+      throw new InvalidArgumentError(
+        "path",
+        `Session directory must be named by its session id: '${path}'`,
+      );
+    }
+    return dir;
+  }
+}
+
+/**
+ * Refuses a session path inside a staging, delete or compaction directory: those are private to
+ * the operations that made them, and a session inside one is reached through its collection path.
+ */
+function refusePrivatePath(path: string, normalized: string): void {
+  const inside = basename(
+    dirname(basename(normalized) === META_FILE ? dirname(normalized) : normalized),
+  );
+  if (inside.startsWith(STAGING_PREFIX) || inside.startsWith(DELETE_PREFIX)) {
+    throw new InvalidArgumentError(
+      "path",
+      `Session path is inside a private staging directory: '${path}'; open it by its collection path`,
+    );
   }
 }

@@ -1,0 +1,342 @@
+// Compaction, legacy backup removal and cleanup against what runs beside them: a listing, an
+// open, a writer, a delete; and against paths and planted entries they must refuse.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs, SimulatedCrash } from "../adapters/memory.ts";
+import type { FileSystem } from "../src/port/fs.ts";
+import {
+  CorruptSessionError,
+  InvalidArgumentError,
+  SessionFormatError,
+  SessionNotFoundError,
+} from "../src/loop/errors.ts";
+import { SessionStore, workspaceHash } from "../src/loop/store.ts";
+import type { Message } from "../src/loop/records/mod.ts";
+import { assistant, conversation, user } from "./_fixtures.ts";
+
+const CWD = "/work/project";
+const AGENT = "/home/user/.loop";
+const COLLECTION = `${AGENT}/sessions/${workspaceHash(CWD)}`;
+const encoder = new TextEncoder();
+
+function storeOn(fs: FileSystem): SessionStore {
+  return new SessionStore({ fs, agentDir: AGENT });
+}
+
+/** `fs` with hooks run before and after every call (to pause one caller at a chosen point). */
+function view(
+  fs: FileSystem,
+  hooks: {
+    before?: (method: string, args: unknown[]) => Promise<void> | void;
+    after?: (method: string, args: unknown[]) => Promise<void> | void;
+  },
+): FileSystem {
+  return new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (typeof value !== "function") return value;
+      return async (...args: unknown[]) => {
+        await hooks.before?.(String(prop), args);
+        const result = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+        await hooks.after?.(String(prop), args);
+        return result;
+      };
+    },
+  });
+}
+
+function gate(): { wait: Promise<void>; open: () => void } {
+  let open!: () => void;
+  const wait = new Promise<void>((resolve) => (open = resolve));
+  return { wait, open };
+}
+
+/** A session whose log holds an old generation before the committed one (start > 0). */
+async function replaced(
+  fs: MemoryFs,
+  history: Message[] = [user("edited first"), ...conversation(3).slice(1), user("more")],
+): Promise<{ dir: string; id: string; history: Message[] }> {
+  const session = await storeOn(fs).create(CWD);
+  await session.commit(conversation(3));
+  await session.commit(history);
+  await session.close();
+  return { dir: session.getSessionPath(), id: session.id, history };
+}
+
+async function freshFs(): Promise<MemoryFs> {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  return fs;
+}
+
+function legacyBytes(id: string, messages: Message[]): Uint8Array {
+  const header = {
+    format: "loop-session",
+    version: 2,
+    id,
+    cwd: CWD,
+    createdAt: "2025-01-01T00:00:00.000Z",
+    updatedAt: "2025-01-01T00:00:00.000Z",
+    permissionPreset: "read-only",
+  };
+  return encoder.encode([header, ...messages].map((r) => JSON.stringify(r)).join("\n") + "\n");
+}
+
+test("removeLegacyBackup keeps the backup when the directory under its id holds another session", async () => {
+  const fs = await freshFs();
+  const store = storeOn(fs);
+  const a = await store.create(CWD);
+  await a.commit(conversation(2));
+  await a.close();
+  const idB = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  const legacyB = `${COLLECTION}/${idB}.jsonl`;
+  await fs.writeFile(legacyB, legacyBytes(idB, [user("B's only copy")]));
+  await fs.mkdir(`${COLLECTION}/${idB}`, { mode: 0o700 });
+  for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
+    await fs.writeFile(
+      `${COLLECTION}/${idB}/${name}`,
+      await fs.readFile(`${a.getSessionPath()}/${name}`),
+    );
+  }
+  await assert.rejects(store.removeLegacyBackup(`${COLLECTION}/${idB}`), SessionFormatError);
+  assert.equal((await fs.lstat(legacyB)).kind, "file");
+});
+
+test("compact and removeLegacyBackup refuse private directories and names that are no session id", async () => {
+  const fs = await freshFs();
+  const { dir, id } = await replaced(fs);
+  await fs.mkdir(`${COLLECTION}/.delete-x`, { mode: 0o700 });
+  await fs.rename(dir, `${COLLECTION}/.delete-x/${id}`);
+  await fs.mkdir(`${COLLECTION}/my-copy`);
+  const before = fs.snapshotTree("/");
+  const store = storeOn(fs);
+  for (
+    const path of [
+      `${COLLECTION}/.delete-x/${id}`,
+      `${COLLECTION}/.delete-x/${id}/meta.json`,
+      `${COLLECTION}/.staging-${id}-ab/session`,
+      `${COLLECTION}/my-copy`,
+    ]
+  ) {
+    await assert.rejects(store.compact(path), InvalidArgumentError, path);
+    await assert.rejects(store.removeLegacyBackup(path), InvalidArgumentError, path);
+  }
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("compaction never reads meta.json through a link planted there", async () => {
+  const fs = await freshFs();
+  const { dir } = await replaced(fs);
+  await fs.mkdir("/outside", { recursive: true });
+  await fs.rename(`${dir}/meta.json`, "/outside/meta.json");
+  await fs.symlink("/outside/meta.json", `${dir}/meta.json`);
+  fs.resetCounter();
+  await assert.rejects(storeOn(fs).compact(dir), SessionFormatError);
+  const reads = fs.operationLog.filter((r) => r.op === "readFile" || r.op === "open");
+  assert.ok(!reads.some((r) => r.path === `${dir}/meta.json`), "meta.json read through the link");
+});
+
+test("compaction of a session whose log is missing reports corruption, as an open does", async () => {
+  const fs = await freshFs();
+  const { dir } = await replaced(fs);
+  await fs.remove(`${dir}/messages.jsonl`);
+  const store = storeOn(fs);
+  await assert.rejects(store.open(dir, { readOnly: true }), CorruptSessionError);
+  await assert.rejects(store.compact(dir), CorruptSessionError);
+});
+
+for (const op of ["compact", "removeLegacyBackup"] as const) {
+  test(`${op} queued behind a delete of the same session reports it not found`, async () => {
+    const fs = await freshFs();
+    const deleteStarted = gate();
+    let dir = "";
+    let armed = false;
+    const shared = view(fs, {
+      after: async (method, args) => {
+        if (method === "mkdir" && String(args[0]).includes("/.delete-")) deleteStarted.open();
+        if (armed && method === "lstat" && args[0] === `${dir}/meta.json`) {
+          armed = false;
+          await deleteStarted.wait; // its check passed; the delete now holds the lock
+        }
+      },
+    });
+    const store = storeOn(shared);
+    const session = await store.create(CWD);
+    await session.commit(conversation(1));
+    await session.commit([user("x"), ...conversation(1).slice(1)]);
+    await session.close();
+    await store.archive.set(CWD, [session.id], true);
+    dir = session.getSessionPath();
+    armed = true;
+    const other = store[op](dir);
+    other.catch(() => undefined);
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    await store.archive.delete(CWD, [session.id]);
+    await assert.rejects(other, SessionNotFoundError);
+  });
+}
+
+test("a fast listing racing a compaction never takes a title from the compacted log at old offsets", async () => {
+  const fs = await freshFs();
+  const store = storeOn(fs);
+  const session = await store.create(CWD);
+  await session.commit([user("q1"), assistant("r1")]);
+  // The new generation's first lines have the old ones' lengths: the old offsets land on lines.
+  await session.commit([
+    user("q2"),
+    assistant("r2"),
+    user("Title B"),
+    assistant("x"),
+    ...conversation(6),
+  ]);
+  await session.close();
+  const dir = session.getSessionPath();
+  const swapped = gate();
+  let armed = true;
+  const lister = storeOn(view(fs, {
+    before: async (method, args) => {
+      if (armed && method === "open" && args[0] === `${dir}/messages.jsonl`) {
+        armed = false;
+        await swapped.wait;
+      }
+    },
+  }));
+  const listing = lister.listDetailed(CWD, undefined, { fast: true });
+  await new Promise((resolve) => setTimeout(resolve, 10));
+  assert.equal((await storeOn(fs).compact(dir)).compacted, true);
+  swapped.open();
+  const result = await listing;
+  assert.deepEqual(result.failures, []);
+  assert.equal(result.sessions[0]?.title?.text, "q2");
+});
+
+for (const point of ["after the swap", "between the renames"] as const) {
+  test(`a read-only open whose meta.json read lands ${point} of a compaction sees one session`, async () => {
+    const fs = await freshFs();
+    const { dir, history } = await replaced(fs);
+    const paused = gate();
+    const release = gate();
+    let armed = true;
+    const shared = view(fs, {
+      before: async (method, args) => {
+        if (armed && method === "readFile" && args[0] === `${dir}/meta.json`) {
+          armed = false;
+          paused.open();
+          await release.wait;
+        }
+        if (
+          point === "between the renames" && method === "rename" &&
+          String(args[0]).endsWith("/session")
+        ) {
+          release.open();
+          await new Promise((resolve) => setTimeout(resolve, 20));
+        }
+      },
+    });
+    const store = storeOn(shared);
+    const opening = store.open(dir, { readOnly: true });
+    await paused.wait;
+    const compacting = store.compact(dir);
+    if (point === "after the swap") {
+      await compacting;
+      release.open();
+    }
+    const reader = await opening;
+    await compacting;
+    assert.deepEqual(reader.messages, history);
+    await reader.close();
+  });
+}
+
+test("cleanup reports the collection leftovers it removed", async () => {
+  const fs = await freshFs();
+  const store = storeOn(fs);
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  await session.close();
+  const staging = `${COLLECTION}/.staging-${session.id}-deadbeef`;
+  await fs.mkdir(staging);
+  await fs.writeFile(`${staging}/messages.jsonl`, new Uint8Array(3));
+  await fs.writeFile(`${COLLECTION}/.archive.json.abc.tmp`, new Uint8Array(1));
+  const report = await store.cleanup(CWD);
+  assert.deepEqual(report.removed.sort(), [staging, `${COLLECTION}/.archive.json.abc.tmp`].sort());
+  const names = (await fs.readDir(COLLECTION)).map((e) => e.name);
+  assert.ok(!names.includes(`.staging-${session.id}-deadbeef`));
+});
+
+test("cleanup never removes the temp file of a save that starts while it runs", async () => {
+  const fs = await freshFs();
+  const first = await storeOn(fs).create(CWD);
+  await first.commit(conversation(1));
+  await first.close();
+  const dir = first.getSessionPath();
+  const tmpCreated = gate();
+  const cleanupDone = gate();
+  let armCleanup = true;
+  let armWriter = false;
+  const shared = view(fs, {
+    before: async (method, args) => {
+      // Cleanup has judged the session free and is about to look into it.
+      if (armCleanup && method === "readDir" && args[0] === dir) {
+        armCleanup = false;
+        await tmpCreated.wait;
+      }
+      // The writer's meta.json temp file exists; it is renamed only after cleanup finished.
+      if (armWriter && method === "rename" && String(args[0]).endsWith(".tmp")) {
+        armWriter = false;
+        await cleanupDone.wait;
+      }
+    },
+    after: (method, args) => {
+      const path = String(args[0]);
+      if (method === "open" && path.startsWith(`${dir}/.`) && path.endsWith(".tmp")) {
+        tmpCreated.open();
+      }
+    },
+  });
+  const store = storeOn(shared);
+  const cleaning = store.cleanup(CWD).finally(() => cleanupDone.open());
+  await new Promise((resolve) => setTimeout(resolve, 10));
+  const writer = await store.open(dir);
+  armWriter = true;
+  await writer.commit([...conversation(1), user("next")]);
+  await cleaning;
+  await writer.close();
+  assert.equal((await storeOn(fs).open(dir, { readOnly: true })).messages.length, 3);
+});
+
+test("recovery keeps an interrupted compaction's previous session when something else took its place", async () => {
+  const fs = await freshFs();
+  const { dir, history } = await replaced(fs);
+  fs.syncAll();
+  const probe = fs.clone();
+  probe.resetCounter();
+  await storeOn(probe).compact(dir);
+  const n = probe.operationLog.find((r) => r.op === "rename" && r.to?.endsWith("/previous"))!
+    .number;
+  for (const planted of ["link", "file", "empty directory"] as const) {
+    const crashed = fs.clone();
+    crashed.resetCounter();
+    crashed.crashAfter(n);
+    await assert.rejects(storeOn(crashed).compact(dir), SimulatedCrash);
+    const recovered = crashed.crash({ seed: 0, tailMode: "whole", extraJournal: "all" });
+    if (planted === "link") {
+      await recovered.mkdir("/elsewhere", { recursive: true });
+      await recovered.symlink("/elsewhere", dir);
+    } else if (planted === "file") await recovered.writeFile(dir, new Uint8Array(1));
+    else await recovered.mkdir(dir);
+    const report = await storeOn(recovered).cleanup(CWD);
+    const staging = (await recovered.readDir(COLLECTION)).find((e) =>
+      e.name.startsWith(".staging-")
+    );
+    assert.ok(staging !== undefined, `${planted}: the previous session was removed`);
+    assert.deepEqual(report.kept, [`${COLLECTION}/${staging.name}`], planted);
+    // Once the planted entry is gone, the next recovery puts the session back.
+    await recovered.remove(dir);
+    const again = await storeOn(recovered).cleanup(CWD);
+    assert.deepEqual(again.restored, [`${COLLECTION}/${staging.name}`], planted);
+    const reader = await storeOn(recovered).open(dir, { readOnly: true });
+    assert.deepEqual(reader.messages, history, planted);
+    await reader.close();
+  }
+});
