@@ -12,10 +12,16 @@
  * runs the child request lifecycle crash-safely, and reads `events.jsonl` tolerantly.
  *
  * Maintenance: `pruneRaw` deletes raw attempt directories (and, on request, the legacy mirror
- * trace tree) crash-safely and never the durable tree. Sessions of the legacy mirror layout load
- * with the same API; their traces are listed, inspected and verified against their seals
- * (`listTraces`, `inspectTrace`, `verifyTrace`, `checkTraceSeals`), and `trace:<manifest_id>:/…`
- * references resolve through the manifests.
+ * trace tree) crash-safely and never the durable tree, nor the raw output of a running (or newer)
+ * attempt. Sessions of the legacy mirror layout load with the same API and a running one finishes
+ * under its own layout (state, events, results, outcome with its `trace_seal_refs`); their traces
+ * are listed, inspected and verified against their seals (`listTraces`, `inspectTrace`,
+ * `verifyTrace`, `checkTraceSeals`) and never rewritten, and `trace:<manifest_id>:/…` references
+ * resolve through the manifests.
+ *
+ * Records that are final stay final: a git receipt and an eval acceptance sidecar are written
+ * once, a finished or sealed attempt's `result.json` is not rewritten, and an archived rejected
+ * request or its receipt is never overwritten (each refusal is a typed error naming the file).
  *
  * @example Create a root session, request a child, and resolve a reference in it
  * ```ts

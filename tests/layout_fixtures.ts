@@ -1,6 +1,7 @@
 // Shared fixtures of the layout tests: a repository on the memory filesystem, a deterministic
 // clock and uuid source, and small builders. Not a test file itself.
 import { MemoryFs } from "../adapters/memory.ts";
+import type { FileSystem } from "../src/port/fs.ts";
 import {
   type ChildRequest,
   type CreatedSession,
@@ -94,4 +95,65 @@ export async function patchState(
 ): Promise<void> {
   const state = await readJson(fs, `${sessionDir}/state.json`);
   await writeJson(fs, `${sessionDir}/state.json`, { ...state, ...patch });
+}
+
+const ASYNC_FS_METHODS: ReadonlySet<string> = new Set([
+  "open",
+  "readFile",
+  "writeFile",
+  "rename",
+  "remove",
+  "mkdir",
+  "readDir",
+  "stat",
+  "lstat",
+  "realPath",
+  "chmod",
+  "symlink",
+  "readLink",
+  "syncDir",
+  "utime",
+]);
+
+/** A filesystem view that stops once, right after a chosen call, until the test releases it. */
+export interface PausingFs {
+  /** The view to hand to the operation under test. */
+  readonly fs: FileSystem;
+  /** Resolves when the chosen call has returned and the operation is paused. */
+  readonly paused: Promise<void>;
+  /** Lets the paused operation continue. */
+  release(): void;
+}
+
+/**
+ * Wraps `fs` so that the first call for which `when(method, path)` holds pauses right after it
+ * returns (its result is kept) until `release()` is called: a deterministic interleaving of an
+ * operation with whatever the test does meanwhile (another process, the engine).
+ */
+export function pauseAfter(
+  fs: MemoryFs,
+  when: (method: string, path: string) => boolean,
+): PausingFs {
+  let release!: () => void;
+  const gate = new Promise<void>((resolve) => (release = resolve));
+  let reached!: () => void;
+  const paused = new Promise<void>((resolve) => (reached = resolve));
+  let done = false;
+  const view = new Proxy(fs, {
+    get(target, property) {
+      const value = Reflect.get(target, property, target);
+      if (typeof value !== "function") return value;
+      if (!ASYNC_FS_METHODS.has(String(property))) return value.bind(target);
+      return async (...args: unknown[]) => {
+        const out = await value.apply(target, args);
+        if (!done && when(String(property), String(args[0]))) {
+          done = true;
+          reached();
+          await gate;
+        }
+        return out;
+      };
+    },
+  }) as unknown as FileSystem;
+  return { fs: view, paused, release };
 }

@@ -9,23 +9,34 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
-import { atomicReplace, ensurePrivateDir } from "../port/durable.ts";
+import { NotFound } from "../port/errors.ts";
+import { atomicReplace, ensurePrivateDir, readIfExists } from "../port/durable.ts";
 import { join } from "../port/path.ts";
-import { LayoutError, UnsupportedLayoutError } from "./errors.ts";
+import { ImmutableArtifactError, LayoutError } from "./errors.ts";
 import {
+  bytesEqual,
   encodeJson,
   encodeText,
   freezeBytes,
   type JsonObject,
   type JsonValue,
   readRecord,
+  readRecordIfExists,
   sha256Ref,
   writeJsonAtomic,
 } from "./json_io.ts";
 import { type LayoutWriteOptions, resolveWriteOptions } from "./options.ts";
-import { type AttemptPaths, RAW_SUBAREAS, type SessionPaths } from "./paths.ts";
-import { type FoldedTraceRef, type MirrorTraceRef, parseTraceRef } from "./records.ts";
+import { type AttemptPaths, RAW_SUBAREAS, requireFolded, type SessionPaths } from "./paths.ts";
+import {
+  type FoldedTraceRef,
+  type MirrorTraceRef,
+  parseAttemptPathsMap,
+  parseAttemptResult,
+  parseSessionState,
+  parseTraceRef,
+} from "./records.ts";
 import { confined } from "./no_links.ts";
+import { serialized } from "./serial.ts";
 
 /** Which attempt: iteration, workflow and attempt id. */
 export interface AttemptIdentity {
@@ -66,7 +77,12 @@ const SNAPSHOT_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
 /**
  * Creates the durable iteration directory and the raw directory (with every subarea) of an
  * attempt in a folded session, and writes `prompt.txt`, `paths.json`, `trace_ref.json` and the
- * workflow snapshot. Mirror sessions are read-only here (`UnsupportedLayoutError`).
+ * workflow snapshot. Mirror sessions get no new folded artifacts (`UnsupportedLayoutError`).
+ *
+ * Everything is checked before the first write: the iteration, the workflow id and the attempt
+ * id (each one safe path component; an invalid one is a `LayoutRecordError` naming
+ * `trace_ref.json` and the field), the `trace_ref.json` record against its own reader's schema,
+ * and every snapshot file name.
  */
 export async function createAttemptArtifacts(
   fs: FileSystem,
@@ -75,12 +91,36 @@ export async function createAttemptArtifacts(
   options: CreateAttemptOptions,
 ): Promise<AttemptArtifacts> {
   fs = confined(fs, session.dir);
-  if (session.layout !== "folded") {
-    throw new UnsupportedLayoutError(session.dir, "Mirror sessions are read-only in this library");
-  }
+  requireFolded(session);
   const resolved = resolveWriteOptions(options);
   const durability = resolved.durability;
   const paths = session.attempt(attempt.iteration, attempt.workflowId);
+  const traceRef = parseTraceRef(
+    {
+      schema_version: 1,
+      raw_dir: paths.rawRelative,
+      raw_dir_ref: paths.rawRef,
+      attempt_id: attempt.attemptId,
+      iteration: attempt.iteration,
+      workflow_id: attempt.workflowId,
+    },
+    paths.traceRefJson,
+    "folded",
+  ) as FoldedTraceRef;
+  parseAttemptPathsMap(options.pathsMap, paths.pathsJson);
+  const snapshot = options.snapshot ?? {};
+  const snapshotFiles: { readonly name: string; readonly bytes: Uint8Array }[] = [];
+  for (const [name, value] of Object.entries(snapshot)) {
+    if (!SNAPSHOT_NAME.test(name)) {
+      throw new LayoutError(`Snapshot file name is not a safe name: ${JSON.stringify(name)}`);
+    }
+    snapshotFiles.push({
+      name,
+      bytes: typeof value === "string" ? encodeText(value) : encodeJson(value),
+    });
+  }
+  const snapshotDir = paths.snapshotDir(traceRef.attempt_id);
+
   await ensurePrivateDir(fs, paths.iterationDir, durability);
   await ensurePrivateDir(fs, paths.rawDir, durability);
   for (const subarea of RAW_SUBAREAS) {
@@ -88,33 +128,29 @@ export async function createAttemptArtifacts(
   }
   await atomicReplace(fs, paths.promptTxt, encodeText(options.prompt), { durability });
   await writeJsonAtomic(fs, paths.pathsJson, options.pathsMap, durability);
-  const traceRef: FoldedTraceRef = {
-    schema_version: 1,
-    raw_dir: paths.rawRelative,
-    raw_dir_ref: paths.rawRef,
-    attempt_id: attempt.attemptId,
-    iteration: attempt.iteration,
-    workflow_id: attempt.workflowId,
-  };
   await writeJsonAtomic(fs, paths.traceRefJson, traceRef, durability);
   const snapshotHashes: Record<string, string> = {};
-  const snapshot = options.snapshot ?? {};
-  if (Object.keys(snapshot).length > 0) {
-    const dir = paths.snapshotDir(attempt.attemptId);
-    await ensurePrivateDir(fs, dir, durability);
-    for (const [name, value] of Object.entries(snapshot)) {
-      if (!SNAPSHOT_NAME.test(name)) {
-        throw new LayoutError(`Snapshot file name is not a safe name: ${JSON.stringify(name)}`);
-      }
-      const bytes = typeof value === "string" ? encodeText(value) : encodeJson(value);
-      await freezeBytes(fs, join(dir, name), bytes, durability);
+  if (snapshotFiles.length > 0) {
+    await ensurePrivateDir(fs, snapshotDir, durability);
+    for (const { name, bytes } of snapshotFiles) {
+      await freezeBytes(fs, join(snapshotDir, name), bytes, durability);
       snapshotHashes[name] = sha256Ref(bytes, resolved.sha256);
     }
   }
   return { paths, traceRef, snapshotHashes };
 }
 
-/** Writes an attempt's compact, recovery-critical `result.json` atomically. */
+/**
+ * Writes an attempt's compact, recovery-critical `result.json` atomically, in either layout (a
+ * running mirror session finishes under its own layout).
+ *
+ * The first write is always allowed, and writing the same bytes again does nothing. Rewriting it
+ * with other contents is allowed only while the attempt is still running — the session's
+ * `state.json` is `running` with this attempt (iteration, workflow and, when `trace_ref.json`
+ * names one, attempt id) as its current task — and, in a mirror session, only while the
+ * attempt's trace is not sealed (`trace_seals/<attempt_id>.json`). Otherwise the result of a
+ * finished or sealed attempt is final: `ImmutableArtifactError` naming `result.json`.
+ */
 export async function writeAttemptResult(
   fs: FileSystem,
   paths: AttemptPaths,
@@ -122,7 +158,52 @@ export async function writeAttemptResult(
   options: LayoutWriteOptions = {},
 ): Promise<void> {
   fs = confined(fs, paths.session.dir);
-  await writeJsonAtomic(fs, paths.resultJson, result, resolveWriteOptions(options).durability);
+  const file = paths.resultJson;
+  parseAttemptResult(result, file);
+  const bytes = encodeJson(result);
+  await serialized(file, async () => {
+    const existing = await readIfExists(fs, file);
+    if (existing !== undefined) {
+      if (bytesEqual(existing, bytes)) return;
+      await requireRunningAttempt(fs, paths, file);
+    }
+    await atomicReplace(fs, file, bytes, { durability: resolveWriteOptions(options).durability });
+  });
+}
+
+/** Refuses (`ImmutableArtifactError`) unless the attempt of `paths` is running and not sealed. */
+async function requireRunningAttempt(
+  fs: FileSystem,
+  paths: AttemptPaths,
+  file: string,
+): Promise<void> {
+  const session = paths.session;
+  const traceRef = await readRecordIfExists(
+    fs,
+    paths.traceRefJson,
+    (value, at) => parseTraceRef(value, at, session.layout),
+  );
+  const attemptId = traceRef?.record.attempt_id;
+  if (session.layout === "mirror" && attemptId !== undefined) {
+    const seal = session.traceSealReceipt(attemptId);
+    if (await entryExists(fs, seal)) {
+      throw new ImmutableArtifactError(
+        file,
+        `The attempt's trace is sealed (${seal}); its result is final`,
+      );
+    }
+  }
+  const state = await readRecordIfExists(fs, session.stateJson, parseSessionState);
+  const task = state?.record.current_task;
+  const running = state?.record.status === "running" && task != null &&
+    task.iteration === paths.iteration && task.workflow_id === paths.workflowId &&
+    (attemptId === undefined || task.attempt_id === attemptId);
+  if (!running) {
+    throw new ImmutableArtifactError(
+      file,
+      "The attempt has finished (it is not the session's running task); its result is final",
+    );
+  }
 }
 
 /** Reads and validates an attempt's `trace_ref.json` for the session's layout. */
@@ -138,4 +219,14 @@ export async function readTraceRef(
     (value, file) => parseTraceRef(value, file, layout),
   ))
     .record;
+}
+
+async function entryExists(fs: FileSystem, path: string): Promise<boolean> {
+  try {
+    await fs.lstat(path);
+    return true;
+  } catch (error) {
+    if (error instanceof NotFound) return false;
+    throw error;
+  }
 }

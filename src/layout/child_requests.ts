@@ -65,10 +65,12 @@ import {
   parseChildrenLedger,
   parseChildRequest,
   parseParentAcceptance,
+  parseRejectedRequestReceipt,
   parseSessionOutcome,
   type RejectedRequestReceipt,
   sessionPhase,
 } from "./records.ts";
+import { isLogicalReference } from "./ref_grammar.ts";
 import { LogicalReferenceResolver } from "./refs.ts";
 import { createChildSession, type InputToFreeze, type SessionContracts } from "./scaffold.ts";
 import { updateSessionState } from "./state.ts";
@@ -148,8 +150,8 @@ export async function publishChildRequest(
   parseChildRequest(request, join(paths.childRequestsPendingDir, "request.json"));
   const file = paths.pendingRequest(request.request_id);
   const bytes = encodeJson(request);
-  // The check and the publication run before another publication in this session checks.
-  await serialized(paths.childRequestsDir, async () => {
+  // The check and the publication run before another operation on this parent's requests.
+  await serialized(childLifecycleKey(paths), async () => {
     for (const taken of [file, paths.acceptedRequest(request.request_id)]) {
       if ((await readIfExists(fs, taken)) !== undefined) {
         throw new ChildRequestError(
@@ -256,6 +258,12 @@ interface Admission {
  * now: it is terminal, executing an attempt, or already waiting for another live child. The
  * `child_started` event is appended after the commit point, best effort: a failure to append it
  * (`events.jsonl` is an observability stream) leaves the event out and still returns the result.
+ *
+ * Concurrent calls on one parent in this process run one after another (with
+ * `publishChildRequest`, `recordChildOutcome` and `recordParentAcceptance` on the same parent),
+ * and each reads the pending requests, the ledger and the state afresh: a second caller sees
+ * the first one's result (the request is no longer pending), so one request never yields two
+ * children. Processes do not coordinate: one engine process runs a repository.
  */
 export async function processNextChildRequest(
   fs: FileSystem,
@@ -263,10 +271,32 @@ export async function processNextChildRequest(
 ): Promise<ChildRequestResult | undefined> {
   fs = confined(fs, join(options.repoRoot, LOOPY_DIRNAME));
   const resolved = resolveWriteOptions(options);
+  const located = await loadSessionTree(fs, options.repoRoot, options.parentSessionId);
+  // Everything below reads and writes the parent's pending requests, ledger and state: it runs
+  // after every other child-lifecycle operation on this parent has settled, and reads afresh.
+  return await serialized(
+    childLifecycleKey(located.paths(options.parentSessionId)),
+    () => processNext(fs, options, resolved),
+  );
+}
+
+/**
+ * The in-process serialization key of a parent's child lifecycle (publishing, accepting or
+ * rejecting a request, recording a child's outcome, recording the parent's acceptance).
+ */
+function childLifecycleKey(paths: SessionPaths): string {
+  return paths.childRequestsDir;
+}
+
+async function processNext(
+  fs: FileSystem,
+  options: ProcessChildRequestOptions,
+  resolved: ResolvedWriteOptions,
+): Promise<ChildRequestResult | undefined> {
   const tree = await loadSessionTree(fs, options.repoRoot, options.parentSessionId);
   const parent = tree.require(options.parentSessionId);
   if (parent.layout !== "folded") {
-    throw new UnsupportedLayoutError(parent.dir, "Mirror sessions are read-only in this library");
+    throw new UnsupportedLayoutError(parent.dir, "Child requests are processed in folded sessions");
   }
   const paths = tree.paths(parent.sessionId);
   const pending = await listPendingChildRequests(fs, paths);
@@ -442,6 +472,13 @@ async function admit(
       if (!target.exists || target.kind !== "file") {
         return {
           reason: `Declared input ${ref} is absent or not a file`,
+          field,
+          abandoned: existing,
+        };
+      }
+      if (!isLogicalReference(target.canonical)) {
+        return {
+          reason: `Declared input ${ref} has no tree-wide reference short enough to record`,
           field,
           abandoned: existing,
         };
@@ -630,22 +667,25 @@ async function reject(
   requestId: string | null,
   options: ResolvedWriteOptions,
 ): Promise<RejectedChildRequest> {
-  const archived = await archiveName(fs, paths, name, sha256);
-  const archivedFile = join(paths.childRequestsRejectedDir, archived);
-  const receiptFile = `${archivedFile}.receipt.json`;
-  const receipt: RejectedRequestReceipt = {
-    schema_version: 1,
-    kind: "child_request_rejected",
-    request_file: name,
-    archived_file: archived,
-    request_id: requestId,
-    original_sha256: sha256,
-    reason: rejection.reason,
-    field: rejection.field === "" ? null : rejection.field,
-    rejected_at: utcSeconds(options.now()),
-  };
-  // The receipt is durable before the request moves, so an archived request always has one.
-  await writeJsonAtomic(fs, receiptFile, receipt, options.durability);
+  const slot = await archiveSlot(fs, paths, name, sha256);
+  const archivedFile = join(paths.childRequestsRejectedDir, slot.archived);
+  const receiptFile = join(paths.childRequestsRejectedDir, receiptName(slot.archived));
+  let receipt = slot.leftover;
+  if (receipt === undefined) {
+    receipt = parseRejectedRequestReceipt({
+      schema_version: 1,
+      kind: "child_request_rejected",
+      request_file: name,
+      archived_file: slot.archived,
+      request_id: requestId,
+      original_sha256: sha256,
+      reason: rejection.reason,
+      field: rejection.field === "" ? null : rejection.field,
+      rejected_at: utcSeconds(options.now()),
+    }, receiptFile);
+    // The receipt is durable before the request moves, so an archived request always has one.
+    await writeJsonAtomic(fs, receiptFile, receipt, options.durability);
+  }
   await fs.rename(join(paths.childRequestsPendingDir, name), archivedFile);
   if (options.durability === "full") {
     await fs.syncDir(paths.childRequestsRejectedDir);
@@ -654,25 +694,75 @@ async function reject(
   return { kind: "rejected", receipt, archivedFile, receiptFile };
 }
 
+const RECEIPT_SUFFIX = ".receipt.json";
+
+/** The receipt name of an archived request: `<archived name>.receipt.json`. */
+function receiptName(archived: string): string {
+  return `${archived}${RECEIPT_SUFFIX}`;
+}
+
 /**
- * A free name in `rejected/`: the original name, else `<stem>.<first 8 hex of its sha256><ext>`
- * (then `-2`, `-3`, ...). Deterministic, so a rerun after a crash reuses the same name.
+ * Where a rejected request is archived: the first candidate name whose archive slot is free and
+ * whose receipt slot (`<name>.receipt.json`) is free too — or holds the receipt of this very
+ * rejection, written before a crash interrupted it (it is reused, not rewritten). Archive names
+ * never end with `.receipt.json`, so an archived request can never take a receipt's name.
+ * Candidates: the original name, then `<stem>.<first 8 hex of its sha256><ext>`, then
+ * `-2`, `-3`, ... Deterministic, so a rerun after a crash finds the same slot. Nothing is
+ * overwritten.
  */
-async function archiveName(
+async function archiveSlot(
   fs: FileSystem,
   paths: SessionPaths,
   name: string,
   sha256: string,
-): Promise<string> {
+): Promise<{ readonly archived: string; readonly leftover: RejectedRequestReceipt | undefined }> {
   const dot = name.lastIndexOf(".");
   const stem = dot > 0 ? name.slice(0, dot) : name;
   const ext = dot > 0 ? name.slice(dot) : "";
-  const candidates = [name, `${stem}.${sha256.slice(7, 15)}${ext}`];
-  for (let i = 2;; i++) {
-    const candidate = candidates.shift() ?? `${stem}.${sha256.slice(7, 15)}-${i}${ext}`;
-    if ((await readIfExists(fs, join(paths.childRequestsRejectedDir, candidate))) === undefined) {
-      return candidate;
-    }
+  const hex = sha256.slice(7, 15);
+  const candidates = [name, `${stem}.${hex}${ext}`];
+  for (let i = 0;; i++) {
+    const candidate = candidates[i] ?? `${stem}.${hex}-${i - candidates.length + 2}${ext}`;
+    if (candidate.endsWith(RECEIPT_SUFFIX)) continue;
+    const dir = paths.childRequestsRejectedDir;
+    if ((await entryKind(fs, join(dir, candidate))) !== undefined) continue;
+    const receiptFile = join(dir, receiptName(candidate));
+    const receiptKind = await entryKind(fs, receiptFile);
+    if (receiptKind === undefined) return { archived: candidate, leftover: undefined };
+    if (receiptKind !== "file") continue;
+    const leftover = await ownLeftoverReceipt(fs, receiptFile, name, candidate, sha256);
+    if (leftover !== undefined) return { archived: candidate, leftover };
+  }
+}
+
+/** The receipt at `file` when it is a valid receipt of archiving `name` (with `sha256`) there. */
+async function ownLeftoverReceipt(
+  fs: FileSystem,
+  file: string,
+  name: string,
+  archived: string,
+  sha256: string,
+): Promise<RejectedRequestReceipt | undefined> {
+  let receipt: RejectedRequestReceipt;
+  try {
+    const bytes = await fs.readFile(file);
+    receipt = parseRejectedRequestReceipt(decodeJson(bytes, file), file);
+  } catch (error) {
+    if (error instanceof LayoutRecordError) return undefined;
+    throw error;
+  }
+  return receipt.request_file === name && receipt.archived_file === archived &&
+      receipt.original_sha256 === sha256
+    ? receipt
+    : undefined;
+}
+
+async function entryKind(fs: FileSystem, path: string): Promise<string | undefined> {
+  try {
+    return (await fs.lstat(path)).kind;
+  } catch (error) {
+    if (error instanceof NotFound) return undefined;
+    throw error;
   }
 }
 
@@ -693,7 +783,9 @@ export interface RecordChildOutcomeOptions extends LayoutWriteOptions {
  * hash, the ledger entry takes the child's terminal status, and the parent's
  * `active_child_session_id` is cleared so the parent resumes. The parent's control and status
  * are never touched: a child's `goal_met` does not complete its parent. Every step is
- * repeatable, so rerunning after an interruption completes the same record.
+ * repeatable, so rerunning after an interruption completes the same record. Serialized with the
+ * other child-lifecycle operations on the same parent (see `processNextChildRequest`). Works
+ * for a mirror parent too: a running mirror session finishes under its own layout.
  */
 export async function recordChildOutcome(
   fs: FileSystem,
@@ -701,6 +793,18 @@ export async function recordChildOutcome(
 ): Promise<ChildOutcome> {
   fs = confined(fs, join(options.repoRoot, LOOPY_DIRNAME));
   const resolved = resolveWriteOptions(options);
+  const located = await loadSessionTree(fs, options.repoRoot, options.parentSessionId);
+  return await serialized(
+    childLifecycleKey(located.paths(options.parentSessionId)),
+    () => recordOutcome(fs, options, resolved),
+  );
+}
+
+async function recordOutcome(
+  fs: FileSystem,
+  options: RecordChildOutcomeOptions,
+  resolved: ResolvedWriteOptions,
+): Promise<ChildOutcome> {
   const tree = await loadSessionTree(fs, options.repoRoot, options.parentSessionId);
   const parent = tree.require(options.parentSessionId);
   const paths = tree.paths(parent.sessionId);
@@ -736,7 +840,12 @@ export async function recordChildOutcome(
     session_outcome_sha256: outcome.sha256,
   };
   const outcomeFile = paths.childOutcome(record.request_id);
-  await freezeBytes(fs, outcomeFile, encodeJson(childOutcome), resolved.durability);
+  await freezeBytes(
+    fs,
+    outcomeFile,
+    encodeJson(parseChildOutcome(childOutcome, outcomeFile)),
+    resolved.durability,
+  );
   const now = utcSeconds(resolved.now());
   const outcomeRef = `session:/child_outcomes/${record.request_id}.json`;
   const status = outcome.record.terminal_status;
@@ -789,13 +898,24 @@ export interface RecordParentAcceptanceOptions extends LayoutWriteOptions {
 /**
  * Records the parent orchestrator's decision about a child's outcome in
  * `parent_acceptance/<request_id>.json`, bound to the child outcome record by reference and
- * hash. The child outcome must have been recorded first.
+ * hash. The child outcome must have been recorded first. Serialized with the other
+ * child-lifecycle operations on the same parent; works for a mirror parent too.
  */
 export async function recordParentAcceptance(
   fs: FileSystem,
   options: RecordParentAcceptanceOptions,
 ): Promise<ParentAcceptance> {
   fs = confined(fs, options.paths.dir);
+  return await serialized(
+    childLifecycleKey(options.paths),
+    () => recordAcceptance(fs, options),
+  );
+}
+
+async function recordAcceptance(
+  fs: FileSystem,
+  options: RecordParentAcceptanceOptions,
+): Promise<ParentAcceptance> {
   const resolved = resolveWriteOptions(options);
   const paths = options.paths;
   const outcome = await readRecord(

@@ -113,14 +113,25 @@ export class SessionIdError extends LayoutError {
   }
 }
 
-/** An immutable artifact exists with contents that contradict the value being frozen. */
+/**
+ * An immutable artifact exists with contents that contradict the value being frozen, or a
+ * record that is final (a sealed or finished attempt's result, a written receipt, a bound
+ * acceptance sidecar) was asked to change.
+ */
 export class ImmutableArtifactError extends LayoutError {
   /** The absolute path of the artifact. */
   readonly file: string;
-  /** Creates an immutable-artifact error for `file`. */
-  constructor(file: string, message = "Immutable artifact contradicts its existing contents") {
-    super(`${message} (in '${file}')`);
+  /** The JSON path of the first field that would change (`attempt_id`), when known; else `""`. */
+  readonly path: string;
+  /** Creates an immutable-artifact error for `file` (and the field `path`, when known). */
+  constructor(
+    file: string,
+    message = "Immutable artifact contradicts its existing contents",
+    path = "",
+  ) {
+    super(`${message}${path === "" ? "" : ` at ${path}`} (in '${file}')`);
     this.file = file;
+    this.path = path;
   }
 }
 

@@ -99,21 +99,68 @@ export function formatSessionId(ordinal: number, width: number, slug: string): s
 }
 
 /**
- * The next ordinal of a scope directory: one more than the highest `<digits>_` prefix among its
- * entries (files included, any number of digits), 1 for a missing or empty scope. Gaps are never
- * reused. Hidden entries (`.staging-*`, temp files) and legacy timestamp ids never count.
+ * The prefix of an ordinal reservation: `<sessions dir>/.ordinal-<NNN>`, an empty file created
+ * exclusively by a root session's creator before it builds the session, and removed once the
+ * session is published. Its exclusive creation is what makes a root ordinal unique across
+ * processes; readers ignore it like every other dot entry.
  */
-export async function nextOrdinal(fs: FileSystem, scopeDir: string): Promise<number> {
+export const ORDINAL_RESERVATION_PREFIX: string = ".ordinal-";
+
+const RESERVATION = /^\.ordinal-(\d+)$/;
+
+/** The reservation file name of `ordinal` (zero-padded to at least `width` digits). */
+export function ordinalReservationName(ordinal: number, width: number): string {
+  if (!Number.isSafeInteger(ordinal) || ordinal < 1) {
+    throw new SessionIdError(String(ordinal), "Session ordinal must be a positive integer");
+  }
+  return `${ORDINAL_RESERVATION_PREFIX}${String(ordinal).padStart(width, "0")}`;
+}
+
+/** What `highestOrdinal` counts. */
+export interface HighestOrdinalOptions {
+  /** Count ordinal reservations (`.ordinal-<NNN>`) too; default true. */
+  readonly reservations?: boolean | undefined;
+  /** A reservation name not to count (the caller's own). */
+  readonly except?: string | undefined;
+}
+
+/**
+ * The highest ordinal taken in a scope directory, 0 for a missing or empty scope: the
+ * `<digits>_` prefix of every entry (files included, any number of digits) and, unless turned
+ * off, every ordinal reservation. Other hidden entries (`.staging-*`, temp files) and legacy
+ * timestamp ids never count.
+ */
+export async function highestOrdinal(
+  fs: FileSystem,
+  scopeDir: string,
+  options: HighestOrdinalOptions = {},
+): Promise<number> {
   fs = confined(fs, scopeDir);
   let highest = 0;
   for (const entry of await readDirIfExists(fs, scopeDir)) {
-    if (entry.name.startsWith(".") || LEGACY_PREFIX.test(entry.name)) continue;
-    const match = ORDINAL_PREFIX.exec(entry.name);
+    let match: RegExpExecArray | null;
+    if (entry.name.startsWith(".")) {
+      if (options.reservations === false || entry.name === options.except) continue;
+      match = RESERVATION.exec(entry.name);
+    } else {
+      if (LEGACY_PREFIX.test(entry.name)) continue;
+      match = ORDINAL_PREFIX.exec(entry.name);
+    }
     if (match === null) continue;
     const ordinal = Number(match[1]);
     if (Number.isSafeInteger(ordinal) && ordinal > highest) highest = ordinal;
   }
-  return highest + 1;
+  return highest;
+}
+
+/**
+ * The next ordinal of a scope directory: one more than the highest `<digits>_` prefix among its
+ * entries (files included, any number of digits) and its ordinal reservations, 1 for a missing
+ * or empty scope. Gaps are never reused. Other hidden entries (`.staging-*`, temp files) and
+ * legacy timestamp ids never count.
+ */
+export async function nextOrdinal(fs: FileSystem, scopeDir: string): Promise<number> {
+  return (await highestOrdinal(fs, scopeDir)) + 1;
 }
 
 /** Input of `createSessionId` for a root session. */
@@ -139,8 +186,12 @@ export interface ChildSessionIdInput {
 
 /**
  * Derives a new session id, once, at creation: `NNN_<slug>` for a root, `NN_<slug>` for a child.
- * The ordinal alone makes the id unique within its scope. No lock is taken: the creator publishes
- * the session directory with a rename that fails when the name is already taken.
+ * The ordinal alone makes the id unique within its scope. This only computes the id: it takes
+ * no lock and reserves nothing, so two callers can get the same ordinal (with different slugs,
+ * which a rename would not catch). `createRootSession` makes root ordinals unique across
+ * processes with an exclusive reservation (`ORDINAL_RESERVATION_PREFIX`); child ids are derived
+ * under the parent's serialized child lifecycle and recorded in its ledger before the child is
+ * built (one engine process runs a repository).
  *
  * @example A root id and a child id
  * ```ts

@@ -5,8 +5,14 @@
  *
  * - Folded (every new session): raw attempt noise under `raw/<NNNN>_<workflow>/`, git and
  *   delivery receipts in `receipts/`.
- * - Mirror (legacy, read-only here): raw traces in `.loopy_loop/traces/<root>/sessions/<id>/…`,
- *   receipts in `git_receipts/` and `delivery_receipts/`, seals in `trace_seals/`.
+ * - Mirror (legacy): raw traces in `.loopy_loop/traces/<root>/sessions/<id>/…`, receipts in
+ *   `git_receipts/` and `delivery_receipts/`, seals in `trace_seals/`. A running mirror session
+ *   finishes under its own layout (state, events, results, outcomes are still written), but the
+ *   folded-only writers (attempt artifacts, git receipts, eval acceptance, child requests) refuse
+ *   it, and nothing here rewrites its traces or seals.
+ *
+ * Every helper that takes an id (attempt, child session, request, eval, receipt name, subarea)
+ * refuses one that is not a single safe path component, before any path is built from it.
  *
  * @module
  */
@@ -304,15 +310,23 @@ export function iterationName(iteration: number, workflowId: string): string {
   return `${String(iteration).padStart(4, "0")}_${workflowId}`;
 }
 
-/** The git receipt file name of an attempt (`0026_outer_git_after.json` when folded). */
+/**
+ * The git receipt file name of an attempt (`0026_outer_git_after.json` when folded,
+ * `git-after-<attempt_id>.json` when mirror). The phase, the iteration, the workflow id and the
+ * attempt id are all checked (the attempt id must be one safe path component in both layouts).
+ */
 export function gitReceiptFilename(
   layout: SessionLayout,
   phase: GitPhase,
   attempt: { readonly iteration: number; readonly workflowId: string; readonly attemptId: string },
 ): string {
+  if (phase !== "before" && phase !== "after") {
+    throw new LayoutError(`Git receipt phase must be before or after: ${JSON.stringify(phase)}`);
+  }
+  const attemptId = component(attempt.attemptId, "attempt id");
   return layout === "folded"
     ? `${iterationName(attempt.iteration, attempt.workflowId)}_git_${phase}.json`
-    : `git-${phase}-${attempt.attemptId}.json`;
+    : `git-${phase}-${attemptId}.json`;
 }
 
 /** Paths of one attempt: the durable iteration directory and, when folded, its raw directory. */
@@ -372,12 +386,12 @@ export class AttemptPaths {
 
   /** `iterations/<NNNN>_<workflow>/workflow_snapshot/<attemptId>/`. */
   snapshotDir(attemptId: string): string {
-    return join(this.workflowSnapshotDir, attemptId);
+    return join(this.workflowSnapshotDir, component(attemptId, "attempt id"));
   }
 
   /** `raw/<NNNN>_<workflow>/<subarea>/`. */
   rawSubarea(subarea: string): string {
-    return join(this.rawDir, subarea);
+    return join(this.rawDir, component(subarea, "raw subarea"));
   }
 
   /** `session:/raw/<NNNN>_<workflow>/eval/report.json`: the raw eval report of this attempt. */
@@ -418,17 +432,19 @@ export function mirrorAttemptTraceDir(
 ): string {
   return join(
     repositoryPaths(repoRoot).tracesRoot,
-    rootSessionId,
+    component(rootSessionId, "root session id"),
     "sessions",
-    sessionId,
+    component(sessionId, "session id"),
     "attempts",
-    attemptId,
+    component(attemptId, "attempt id"),
   );
 }
 
 /**
- * Refuses a write to a mirror session: this library reads the legacy mirror layout but writes
- * only folded sessions.
+ * Refuses a folded-only write (attempt artifacts, git receipts, eval acceptance) to a mirror
+ * session: this library never creates mirror-layout artifacts. A mirror session still finishes
+ * under its own layout through the writers that apply to both layouts (state, events, results,
+ * outcomes).
  *
  * @throws {UnsupportedLayoutError} For a mirror session.
  */

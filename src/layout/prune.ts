@@ -12,8 +12,12 @@
  * What is kept and reported: a symlink anywhere (never followed, never removed), a raw entry that
  * is not a directory or not named `<NNNN>_<workflow>`, an entry newer than the age limit, the raw
  * directory of the attempt a session is running (status `running` with that iteration as its
- * current task; a mirror session's traces while it runs), and a session's raw output when its
- * `state.json` cannot be read (nobody can tell what is running).
+ * current task) and every raw directory at or above that iteration (a newer attempt, or one
+ * being set up), a mirror session's traces while it runs, and a session's raw output when its
+ * `state.json` cannot be read (nobody can tell what is running). What runs is read when the plan
+ * is made and read again right before each entry is moved aside (in this process, serialized
+ * with `updateSessionState` of that session), so an attempt that started after the plan keeps
+ * its raw output.
  *
  * Crash safety: deleting a directory tree is not atomic, so each entry is first renamed to a
  * hidden sibling `.pruning-<random>-<name>` in the same directory, the directory is fsynced, and
@@ -39,6 +43,7 @@ import {
 import { iterationName } from "./paths.ts";
 import { parseSessionState } from "./records.ts";
 import { loadSessionTree, type SessionTree } from "./tree.ts";
+import { serialized } from "./serial.ts";
 
 /** What a pruned entry was. */
 export type PruneKind =
@@ -127,6 +132,14 @@ export interface PruneRawOptions {
 const RAW_ATTEMPT_NAME = /^\d{4,}_[A-Za-z0-9][A-Za-z0-9_.-]*$/;
 const DAY_MS = 86_400_000;
 
+/**
+ * What must still not be running when a planned entry is removed: a raw attempt directory of one
+ * session, or a mirror trace tree of sessions that must all be idle.
+ */
+type Guard =
+  | { readonly kind: "raw"; readonly sessionDir: string }
+  | { readonly kind: "idle"; readonly sessions: readonly SessionDirEntry[] };
+
 interface Target {
   readonly path: string;
   readonly parent: string;
@@ -135,11 +148,19 @@ interface Target {
   readonly sessionId: string | null;
   readonly isDirectory: boolean;
   readonly bytes: number;
+  readonly guard: Guard | undefined;
 }
 
-/** What a session's `state.json` says is running. */
+/**
+ * What a session's `state.json` says is running: the running task's raw directory name and
+ * iteration (a session that is not `running`, or has no current task, runs nothing).
+ */
 type RunningState =
-  | { readonly readable: true; readonly running: string | undefined }
+  | {
+    readonly readable: true;
+    readonly running: string | undefined;
+    readonly iteration: number | undefined;
+  }
   | { readonly readable: false; readonly detail: string };
 
 class Planner {
@@ -165,6 +186,7 @@ class Planner {
     kind: PruneKind,
     sessionId: string | null,
     isDirectory: boolean,
+    guard?: Guard,
   ): Promise<void> {
     const path = join(parent, name);
     let bytes: number;
@@ -175,7 +197,7 @@ class Planner {
       this.skip(path, "vanished", "The entry disappeared while pruning was planned");
       return;
     }
-    this.targets.push({ path, parent, name, kind, sessionId, isDirectory, bytes });
+    this.targets.push({ path, parent, name, kind, sessionId, isDirectory, bytes, guard });
   }
 
   /** True when the entry passes the age limit; otherwise records the skip. */
@@ -230,7 +252,7 @@ async function treeBytes(fs: FileSystem, path: string, isDirectory: boolean): Pr
 async function readRunningState(fs: FileSystem, dir: string): Promise<RunningState> {
   const file = join(dir, "state.json");
   const kind = await kindOf(fs, file);
-  if (kind === undefined) return { readable: true, running: undefined };
+  if (kind === undefined) return { readable: true, running: undefined, iteration: undefined };
   if (kind !== "file") {
     return { readable: false, detail: `state.json is not a regular file (${kind})` };
   }
@@ -241,11 +263,37 @@ async function readRunningState(fs: FileSystem, dir: string): Promise<RunningSta
     if (!(error instanceof LayoutRecordError)) throw error;
     return { readable: false, detail: error.message };
   }
-  const task = state.current_task;
-  const running = state.status === "running" && task != null
-    ? iterationName(task.iteration, task.workflow_id)
-    : undefined;
-  return { readable: true, running };
+  const task = state.status === "running" ? state.current_task : undefined;
+  if (task == null) return { readable: true, running: undefined, iteration: undefined };
+  return {
+    readable: true,
+    running: iterationName(task.iteration, task.workflow_id),
+    iteration: task.iteration,
+  };
+}
+
+/**
+ * Why the raw attempt directory `name` must be kept under `state`, or `undefined` when it may go:
+ * the state cannot be read, or the entry is the running attempt's, or its iteration is at or
+ * above the running attempt's (a newer attempt, or one being set up).
+ */
+function keepRawEntry(
+  state: RunningState,
+  name: string,
+): { readonly reason: PruneSkipReason; readonly detail: string } | undefined {
+  if (!state.readable) return { reason: "state_unreadable", detail: state.detail };
+  if (state.running === undefined || state.iteration === undefined) return undefined;
+  if (state.running === name) {
+    return { reason: "running_attempt", detail: "The session is running this attempt" };
+  }
+  const iteration = Number(name.slice(0, name.indexOf("_")));
+  if (iteration >= state.iteration) {
+    return {
+      reason: "running_attempt",
+      detail: `At or above the iteration of the running attempt ${state.running}`,
+    };
+  }
+  return undefined;
 }
 
 async function planRawDir(planner: Planner, session: SessionDirEntry): Promise<void> {
@@ -282,12 +330,16 @@ async function planRawDir(planner: Planner, session: SessionDirEntry): Promise<v
         "not_a_directory",
         `Named like a raw attempt directory but a ${entry.kind}`,
       );
-    } else if (!state.readable) {
-      planner.skip(path, "state_unreadable", state.detail);
-    } else if (state.running === entry.name) {
-      planner.skip(path, "running_attempt", "The session is running this attempt");
-    } else if (await planner.oldEnough(path)) {
-      await planner.add(rawDir, entry.name, "raw_attempt", session.sessionId, true);
+    } else {
+      const kept = keepRawEntry(state, entry.name);
+      if (kept !== undefined) {
+        planner.skip(path, kept.reason, kept.detail);
+      } else if (await planner.oldEnough(path)) {
+        await planner.add(rawDir, entry.name, "raw_attempt", session.sessionId, true, {
+          kind: "raw",
+          sessionDir: session.dir,
+        });
+      }
     }
   }
 }
@@ -296,28 +348,36 @@ function isDir(kind: string): boolean {
   return kind === "directory";
 }
 
+/** Why `sessions` keep a mirror trace tree (one runs an attempt, or cannot tell), if they do. */
+async function busySession(
+  sessions: readonly SessionDirEntry[],
+  stateOf: (dir: string) => Promise<RunningState>,
+): Promise<{ readonly reason: PruneSkipReason; readonly detail: string } | undefined> {
+  for (const session of sessions) {
+    const state = await stateOf(session.dir);
+    if (!state.readable) {
+      return { reason: "state_unreadable", detail: `${session.sessionId}: ${state.detail}` };
+    }
+    if (state.running !== undefined) {
+      return {
+        reason: "running_attempt",
+        detail: `Session ${session.sessionId} is running attempt ${state.running}`,
+      };
+    }
+  }
+  return undefined;
+}
+
 /** Whether any of `sessions` runs an attempt (or cannot tell); records the skip of `path`. */
 async function keptForRunning(
   planner: Planner,
   path: string,
   sessions: readonly SessionDirEntry[],
 ): Promise<boolean> {
-  for (const session of sessions) {
-    const state = await planner.state(session.dir);
-    if (!state.readable) {
-      planner.skip(path, "state_unreadable", `${session.sessionId}: ${state.detail}`);
-      return true;
-    }
-    if (state.running !== undefined) {
-      planner.skip(
-        path,
-        "running_attempt",
-        `Session ${session.sessionId} is running attempt ${state.running}`,
-      );
-      return true;
-    }
-  }
-  return false;
+  const busy = await busySession(sessions, (dir) => planner.state(dir));
+  if (busy === undefined) return false;
+  planner.skip(path, busy.reason, busy.detail);
+  return true;
 }
 
 /** Checks a maintenance directory: absent (false), a real directory (true), else reported. */
@@ -359,7 +419,14 @@ async function planLegacyTraces(
           !(await planner.oldEnough(path));
         if (!kept) {
           const rootId = treeSessions.length > 0 ? entry.name : null;
-          await planner.add(root.tracesDir, entry.name, "legacy_traces", rootId, isDir(entry.kind));
+          await planner.add(
+            root.tracesDir,
+            entry.name,
+            "legacy_traces",
+            rootId,
+            isDir(entry.kind),
+            { kind: "idle", sessions: treeSessions },
+          );
           continue;
         }
       }
@@ -389,6 +456,7 @@ async function planLegacyTraces(
             "legacy_traces",
             child.name,
             isDir(child.kind),
+            { kind: "idle", sessions: owners },
           );
         }
       }
@@ -596,21 +664,32 @@ async function execute(
     const staged: { readonly target: Target; readonly at: string }[] = [];
     let renamedAny = false;
     for (const target of targets) {
-      if (target.kind === "pruning_leftover" || !target.isDirectory) {
-        staged.push({ target, at: target.path });
-        continue;
-      }
-      const at = join(parent, hiddenName(target.name));
-      try {
-        await fs.rename(target.path, at);
-      } catch (error) {
-        if (!(error instanceof NotFound)) throw error;
-        planner.skip(target.path, "vanished", "The entry disappeared before it was removed");
-        handled(1);
-        continue;
-      }
-      renamedAny = true;
-      staged.push({ target, at });
+      // What runs is read again right before the entry is moved aside: an attempt may have
+      // started since the plan was made, and the raw output of the running (or a newer)
+      // attempt is never removed.
+      const step = await guarded(target, async (): Promise<"moved" | "kept" | "vanished"> => {
+        const kept = await keptNow(fs, target);
+        if (kept !== undefined) {
+          planner.skip(target.path, kept.reason, kept.detail);
+          return "kept";
+        }
+        if (target.kind === "pruning_leftover" || !target.isDirectory) {
+          staged.push({ target, at: target.path });
+          return "moved";
+        }
+        const at = join(parent, hiddenName(target.name));
+        try {
+          await fs.rename(target.path, at);
+        } catch (error) {
+          if (!(error instanceof NotFound)) throw error;
+          planner.skip(target.path, "vanished", "The entry disappeared before it was removed");
+          return "vanished";
+        }
+        renamedAny = true;
+        staged.push({ target, at });
+        return "moved";
+      });
+      if (step !== "moved") handled(1);
     }
     // The renames are durable before any byte of the trees goes: a crash leaves each entry whole
     // at its name, or hidden.
@@ -630,4 +709,28 @@ async function execute(
     if (staged.length > 0) await fs.syncDir(parent);
   }
   return removed;
+}
+
+/**
+ * Runs `step` for `target`; for a raw attempt directory, serialized with this process's updates
+ * of the session's `state.json` (`updateSessionState`), so the state read inside `step` stays
+ * current until the entry is moved aside.
+ */
+async function guarded<T>(target: Target, step: () => Promise<T>): Promise<T> {
+  const guard = target.guard;
+  if (guard?.kind !== "raw") return await step();
+  return await serialized(join(guard.sessionDir, "state.json"), step);
+}
+
+/** Why `target` must be kept according to the current state of its session(s), if it must. */
+async function keptNow(
+  fs: FileSystem,
+  target: Target,
+): Promise<{ readonly reason: PruneSkipReason; readonly detail: string } | undefined> {
+  const guard = target.guard;
+  if (guard === undefined) return undefined;
+  if (guard.kind === "raw") {
+    return keepRawEntry(await readRunningState(fs, guard.sessionDir), target.name);
+  }
+  return await busySession(guard.sessions, (dir) => readRunningState(fs, dir));
 }

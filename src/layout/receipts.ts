@@ -12,8 +12,14 @@ import type { FileSystem } from "../port/fs.ts";
 import { NotFound } from "../port/errors.ts";
 import { atomicReplace, ensurePrivateDir } from "../port/durable.ts";
 import { join } from "../port/path.ts";
-import { LayoutRecordError } from "./errors.ts";
-import { readRecord, utcSeconds, writeJsonAtomic } from "./json_io.ts";
+import { ImmutableArtifactError, LayoutRecordError } from "./errors.ts";
+import {
+  jsonEqual,
+  readRecord,
+  readRecordIfExists,
+  utcSeconds,
+  writeJsonAtomic,
+} from "./json_io.ts";
 import { type LayoutWriteOptions, resolveWriteOptions } from "./options.ts";
 import { type GitPhase, requireFolded, type SessionPaths } from "./paths.ts";
 import {
@@ -25,6 +31,7 @@ import {
 } from "./records.ts";
 import type { AttemptIdentity } from "./attempts.ts";
 import { confined } from "./no_links.ts";
+import { serialized } from "./serial.ts";
 
 /** What a git boundary receipt records. */
 export interface GitBoundary {
@@ -53,6 +60,13 @@ export interface WrittenGitReceipt {
 /**
  * Writes an attempt's git receipt `receipts/<NNNN>_<workflow>_git_<phase>.json` (and its verbose
  * raw output, when given) in a folded session.
+ *
+ * The attempt identity and the whole receipt are validated before anything is written (an
+ * invalid attempt id writes neither the raw files nor the receipt). A receipt is written once:
+ * writing it again for the same attempt with the same contents (everything but `created_at`)
+ * returns the existing receipt and writes nothing; a different attempt or other contents is an
+ * `ImmutableArtifactError` naming the receipt and the first field that would change (an eval
+ * acceptance binds the receipt by hash).
  */
 export async function writeGitReceipt(
   fs: FileSystem,
@@ -68,24 +82,11 @@ export async function writeGitReceipt(
   const resolved = resolveWriteOptions(options);
   const durability = resolved.durability;
   const paths = session.attempt(attempt.iteration, attempt.workflowId);
-  let rawStatusRef: string | null = null;
-  let rawDiffRef: string | null = null;
-  if (boundary.rawStatus !== undefined || boundary.rawDiff !== undefined) {
-    await ensurePrivateDir(fs, paths.rawSubarea("git"), durability);
-  }
-  if (boundary.rawStatus !== undefined) {
-    const name = `${phase}-status.jsonl`;
-    await atomicReplace(fs, join(paths.rawSubarea("git"), name), boundary.rawStatus, {
-      durability,
-    });
-    rawStatusRef = `${paths.rawRef}/git/${name}`;
-  }
-  if (boundary.rawDiff !== undefined) {
-    const name = `${phase}-diff.patch`;
-    await atomicReplace(fs, join(paths.rawSubarea("git"), name), boundary.rawDiff, { durability });
-    rawDiffRef = `${paths.rawRef}/git/${name}`;
-  }
-  const receipt: GitReceipt = {
+  const file = paths.gitReceipt(phase, attempt.attemptId);
+  const ref = paths.gitReceiptRef(phase, attempt.attemptId);
+  const statusName = `${phase}-status.jsonl`;
+  const diffName = `${phase}-diff.patch`;
+  const receipt = parseGitReceipt({
     schema_version: 1,
     kind: "git_receipt",
     phase,
@@ -98,14 +99,54 @@ export async function writeGitReceipt(
     dirty: boundary.dirty,
     status_path: null,
     diff_path: null,
-    raw_status_ref: rawStatusRef,
-    raw_diff_ref: rawDiffRef,
+    raw_status_ref: boundary.rawStatus === undefined ? null : `${paths.rawRef}/git/${statusName}`,
+    raw_diff_ref: boundary.rawDiff === undefined ? null : `${paths.rawRef}/git/${diffName}`,
     created_at: utcSeconds(resolved.now()),
-  };
-  const file = paths.gitReceipt(phase, attempt.attemptId);
-  await ensurePrivateDir(fs, session.gitReceiptsDir, durability);
-  await writeJsonAtomic(fs, file, parseGitReceipt(receipt, file), durability);
-  return { file, ref: paths.gitReceiptRef(phase, attempt.attemptId), receipt };
+  }, file);
+  return await serialized(file, async () => {
+    const existing = await readRecordIfExists(fs, file, parseGitReceipt);
+    if (existing !== undefined) {
+      const changed = firstDifference(existing.record, receipt, ["created_at"]);
+      if (changed === undefined) return { file, ref, receipt: existing.record };
+      throw new ImmutableArtifactError(
+        file,
+        "A git receipt is written once; it cannot be rewritten for another attempt or with " +
+          "other contents",
+        changed,
+      );
+    }
+    const gitDir = paths.rawSubarea("git");
+    if (boundary.rawStatus !== undefined || boundary.rawDiff !== undefined) {
+      await ensurePrivateDir(fs, gitDir, durability);
+    }
+    if (boundary.rawStatus !== undefined) {
+      await atomicReplace(fs, join(gitDir, statusName), boundary.rawStatus, { durability });
+    }
+    if (boundary.rawDiff !== undefined) {
+      await atomicReplace(fs, join(gitDir, diffName), boundary.rawDiff, { durability });
+    }
+    await ensurePrivateDir(fs, session.gitReceiptsDir, durability);
+    await writeJsonAtomic(fs, file, receipt, durability);
+    return { file, ref, receipt };
+  });
+}
+
+/**
+ * The first top-level field (in `next`'s key order, then `previous`'s) whose JSON value differs
+ * between two records, ignoring `ignored`; `undefined` when they are equal.
+ */
+function firstDifference(
+  previous: object,
+  next: object,
+  ignored: readonly string[],
+): string | undefined {
+  const a = previous as Record<string, unknown>;
+  const b = next as Record<string, unknown>;
+  for (const key of new Set([...Object.keys(b), ...Object.keys(a)])) {
+    if (ignored.includes(key)) continue;
+    if (!jsonEqual(a[key], b[key])) return key;
+  }
+  return undefined;
 }
 
 /** The logical reference of a delivery receipt (`session:/receipts/<name>` when folded). */
@@ -119,14 +160,26 @@ export function deliveryReceiptRef(session: SessionPaths, name: string): string 
 export interface AcceptEvalReceiptOptions extends LayoutWriteOptions {
   /** The session the receipt belongs to. */
   readonly sessionId: string;
+  /**
+   * The session's current attempt (the one the engine is finishing). When given, a receipt
+   * produced by any other attempt is refused before a sidecar is written; the engine passes it
+   * (the seed: only a receipt from the current attempt is sealed).
+   */
+  readonly currentAttempt?: AttemptIdentity | undefined;
 }
 
 /**
  * Accepts `eval_receipts/<evalId>.json` of a folded session: the receipt must be valid, name
  * this session, cite exactly the producing attempt's raw report
  * (`session:/raw/<NNNN>_<workflow>/eval/report.json`, which must exist) and that attempt's
- * git-after receipt (which must exist and name the same attempt). Writes and returns the
+ * git-after receipt (which must exist and name the same attempt), and, when `currentAttempt` is
+ * given, be produced by that attempt. Writes and returns the
  * sidecar `eval_receipts/accepted/<evalId>.json` binding the receipt's hash.
+ *
+ * The sidecar is written once: accepting the same receipt bytes again returns the existing
+ * sidecar (also after the attempt finished), and a receipt edited after its acceptance (or one
+ * now bound to another git receipt) is an `ImmutableArtifactError` naming the sidecar and the
+ * first field that would change.
  */
 export async function acceptEvalReceipt(
   fs: FileSystem,
@@ -196,9 +249,48 @@ export async function acceptEvalReceipt(
     git_receipt_sha256: git.sha256,
     accepted_at: utcSeconds(resolved.now()),
   }, sidecarFile);
-  await ensurePrivateDir(fs, session.evalReceiptsAcceptedDir, resolved.durability);
-  await writeJsonAtomic(fs, sidecarFile, sidecar, resolved.durability);
-  return sidecar;
+  return await serialized(sidecarFile, async () => {
+    const existing = await readRecordIfExists(fs, sidecarFile, parseEvalAcceptance);
+    if (existing !== undefined) {
+      // Accepted once: the sidecar binds these exact bytes and never changes. Accepting the same
+      // bytes again (a rerun after a crash) returns it, even once the attempt has finished.
+      const changed = firstDifference(existing.record, sidecar, ["accepted_at"]);
+      if (changed === undefined) return existing.record;
+      throw new ImmutableArtifactError(
+        sidecarFile,
+        "The eval receipt was already accepted with other contents; an acceptance never changes",
+        changed,
+      );
+    }
+    // Only a receipt of the current attempt is sealed.
+    const current = options.currentAttempt;
+    if (current !== undefined) {
+      if (producer.attempt_id !== current.attemptId) {
+        fail(
+          "Only a receipt produced by the current attempt is accepted",
+          "producer.attempt_id",
+          producer.attempt_id,
+        );
+      }
+      if (producer.workflow_id !== current.workflowId) {
+        fail(
+          "Only a receipt produced by the current attempt is accepted",
+          "producer.workflow_id",
+          producer.workflow_id,
+        );
+      }
+      if (producer.iteration !== current.iteration) {
+        fail(
+          "Only a receipt produced by the current attempt is accepted",
+          "producer.iteration",
+          producer.iteration,
+        );
+      }
+    }
+    await ensurePrivateDir(fs, session.evalReceiptsAcceptedDir, resolved.durability);
+    await writeJsonAtomic(fs, sidecarFile, sidecar, resolved.durability);
+    return sidecar;
+  });
 }
 
 async function isFile(fs: FileSystem, path: string): Promise<boolean> {

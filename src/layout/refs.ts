@@ -22,12 +22,13 @@ import { join, relativeWithin } from "../port/path.ts";
 import { LayoutRecordError, LogicalReferenceError, TopologyError } from "./errors.ts";
 import { decodeJson } from "./json_io.ts";
 import { chainKind, PRUNING_PREFIX } from "./loopy_root.ts";
-import { mirrorAttemptTraceDir, repositoryPaths, type SessionLayout } from "./paths.ts";
 import {
-  formatLogicalReference,
-  type ParsedReference,
-  parseLogicalReference,
-} from "./ref_grammar.ts";
+  LOOPY_DIRNAME,
+  mirrorAttemptTraceDir,
+  repositoryPaths,
+  type SessionLayout,
+} from "./paths.ts";
+import { type LogicalScope, type ParsedReference, parseLogicalReference } from "./ref_grammar.ts";
 import { recordedTraces, scanTraceManifests, traceManifestId } from "./traces.ts";
 import { loadSessionTree, type SessionNode, type SessionTree } from "./tree.ts";
 
@@ -43,7 +44,12 @@ export type ReferenceStatus = "present" | "absent" | "pruned";
 export interface ResolvedReference {
   /** The reference as given. */
   readonly reference: string;
-  /** The same target named from anywhere in the tree: `repo:/…`, `session:<id>:/…` or `trace:<id>:/…`. */
+  /**
+   * The same target named from anywhere in the tree, identical for every spelling of it:
+   * `session:<id>:/…` of the deepest session of the tree that physically contains the target,
+   * else `repo:/…` (or `trace:<id>:/…`). It may be longer than the reference given (whose
+   * length alone is limited).
+   */
   readonly canonical: string;
   /** The confined absolute path. */
   readonly path: string;
@@ -136,16 +142,15 @@ export class LogicalReferenceResolver {
    * on the path is refused (reason `symlink`).
    */
   async resolve(reference: string): Promise<ResolvedReference> {
+    // The length limits apply to the text the caller passed, never to a derived spelling.
     const parsed = parseLogicalReference(reference);
     const scope = await this.#scope(parsed);
     const segments = parsed.segments;
-    // Inside a session's raw/ everything below raw/<entry> is prunable; an entry a prune has
-    // renamed away (`.pruning-*`) is already gone.
-    const inRaw = scope.canonicalScope === "session" && segments[0] === "raw" &&
-      segments.length >= 2;
-    const renamedAway = inRaw && (segments[1] ?? "").startsWith(PRUNING_PREFIX);
+    // Classified by where the target physically is, so every spelling of it (repo:/…,
+    // session:/children/<id>/…, session:<id>:/…, root:/…, parent:/…) gets the same answer.
+    const place = this.#place(join(scope.root, ...segments), scope);
     let path = scope.root;
-    let exists = !renamedAway && scope.exists;
+    let exists = !place.renamedAway && scope.exists;
     let kind: ResolvedReference["kind"] = exists ? "directory" : undefined;
     for (const [index, segment] of segments.entries()) {
       path = join(path, segment);
@@ -174,16 +179,75 @@ export class LogicalReferenceResolver {
       }
       kind = found === "file" || found === "directory" ? found : "other";
     }
-    const relative = segments.join("/");
-    const prunable = inRaw || scope.pruned;
     return {
       reference,
-      canonical: formatLogicalReference(scope.canonicalScope, scope.canonicalId, relative),
+      canonical: place.canonical,
       path,
       scopeRoot: scope.root,
       exists,
       kind,
-      status: exists ? "present" : prunable ? "pruned" : "absent",
+      status: exists ? "present" : place.prunable ? "pruned" : "absent",
+    };
+  }
+
+  /**
+   * Where the absolute `path` (at or below the scope's root) physically is: the deepest session
+   * of the tree whose directory contains it, else the repository (or the trace, for `trace:`).
+   * Gives the canonical reference, whether the target lies in prunable raw output (a session's
+   * `raw/<entry>/…`, the mirror `traces/` tree or its outbox), and whether a prune has renamed
+   * it away (`.pruning-*` where prune renames entries: such an entry is already gone). Pure.
+   */
+  #place(
+    path: string,
+    scope: {
+      readonly canonicalScope: string;
+      readonly canonicalId: string | undefined;
+      readonly root: string;
+      readonly pruned: boolean;
+    },
+  ): { readonly canonical: string; readonly prunable: boolean; readonly renamedAway: boolean } {
+    if (scope.canonicalScope === "trace") {
+      return {
+        canonical: canonicalReference(
+          "trace",
+          scope.canonicalId,
+          relativeWithin(scope.root, path) ?? "",
+        ),
+        prunable: scope.pruned,
+        renamedAway: false,
+      };
+    }
+    let owner: SessionNode | undefined;
+    let ownerRelative = "";
+    for (const node of this.tree.nodes.values()) {
+      const relative = relativeWithin(node.dir, path);
+      if (relative === undefined) continue;
+      if (owner === undefined || node.dir.length > owner.dir.length) {
+        owner = node;
+        ownerRelative = relative;
+      }
+    }
+    if (owner !== undefined) {
+      const inside = ownerRelative === "" ? [] : ownerRelative.split("/");
+      const inRaw = inside[0] === "raw" && inside.length >= 2;
+      return {
+        canonical: canonicalReference("session", owner.sessionId, ownerRelative),
+        prunable: inRaw,
+        renamedAway: inRaw && (inside[1] ?? "").startsWith(PRUNING_PREFIX),
+      };
+    }
+    const relative = relativeWithin(this.tree.repoRoot, path) ?? "";
+    const segments = relative === "" ? [] : relative.split("/");
+    // The mirror traces tree and its outbox hold only prunable output; prune renames entries
+    // aside as `.pruning-*` in `traces/`, `traces/<root>/sessions/` and the outbox.
+    const mirror = segments[0] === LOOPY_DIRNAME && segments.length >= 3 &&
+      (segments[1] === "traces" || segments[1] === "trace_finalization_outbox");
+    const renamed = (index: number): boolean => (segments[index] ?? "").startsWith(PRUNING_PREFIX);
+    return {
+      canonical: canonicalReference("repo", undefined, relative),
+      prunable: mirror,
+      renamedAway: mirror &&
+        (renamed(2) || (segments[1] === "traces" && segments[3] === "sessions" && renamed(4))),
     };
   }
 
@@ -197,8 +261,11 @@ export class LogicalReferenceResolver {
   }
 
   /**
-   * The same reference named so it means the same target from any session of the tree:
-   * `repo:/…` stays, session-relative scopes become `session:<id>:/…`. Touches no file.
+   * The same reference named so it means the same target from any session of the tree, the
+   * same way `resolve` names it: a target inside a session of the tree becomes
+   * `session:<id>:/…` of the deepest session that physically contains it (whatever the
+   * spelling: `repo:/…`, `session:/children/<id>/…`, `root:/…`, `parent:/…`), anything else
+   * `repo:/…`. Touches no file. The canonical form may be longer than the reference given.
    */
   canonicalize(reference: string): string {
     const parsed = parseLogicalReference(reference);
@@ -207,10 +274,13 @@ export class LogicalReferenceResolver {
       return reference;
     }
     const node = this.#sessionScope(parsed);
-    const relative = parsed.segments.join("/");
-    return node === undefined
-      ? formatLogicalReference("repo", undefined, relative)
-      : formatLogicalReference("session", node.sessionId, relative);
+    const root = node === undefined ? this.tree.repoRoot : node.dir;
+    return this.#place(join(root, ...parsed.segments), {
+      canonicalScope: node === undefined ? "repo" : "session",
+      canonicalId: node?.sessionId,
+      root,
+      pruned: false,
+    }).canonical;
   }
 
   #requireMirror(parsed: ParsedReference): void {
@@ -403,4 +473,18 @@ export class LogicalReferenceResolver {
       "Logical reference names no trace manifest of this tree",
     );
   }
+}
+
+/**
+ * Formats a canonical reference from parts that are already valid (a scope id and the segments
+ * of a reference that passed the grammar, or of a path below a validated directory). Unlike
+ * `formatLogicalReference` it does not apply the length limit: that limit is for the text a
+ * caller passes, and a canonical spelling can be longer than it.
+ */
+function canonicalReference(
+  scope: LogicalScope,
+  id: string | undefined,
+  relativePath: string,
+): string {
+  return id === undefined ? `${scope}:/${relativePath}` : `${scope}:${id}:/${relativePath}`;
 }

@@ -7,7 +7,7 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
-import { NotFound } from "../port/errors.ts";
+import { AlreadyExists, FsError, NotFound } from "../port/errors.ts";
 import {
   atomicReplace,
   type Durability,
@@ -20,7 +20,15 @@ import {
 } from "../port/durable.ts";
 import { join } from "../port/path.ts";
 import { LayoutError } from "./errors.ts";
-import { assertSessionId, createSessionId } from "./ids.ts";
+import {
+  assertSessionId,
+  formatSessionId,
+  highestOrdinal,
+  nextOrdinal,
+  ordinalReservationName,
+  ROOT_ORDINAL_WIDTH,
+  slugify,
+} from "./ids.ts";
 import {
   encodeJson,
   encodeText,
@@ -43,7 +51,14 @@ import {
   type ChildRequest,
   type FrozenInput,
   NEUTRAL_CONTROL,
+  parseChildrenLedger,
+  parseControlRecord,
+  parseGoalContract,
+  parseHandoff,
+  parseParentManifest,
   parseRepositoryRecord,
+  parseSessionManifest,
+  parseSessionState,
   type RepositoryRecord,
   type SessionManifest,
 } from "./records.ts";
@@ -76,11 +91,11 @@ export async function ensureRepository(
   await ensureGitignoreLine(fs, paths.gitignore, REPO_GITIGNORE_RAW_LINE, resolved.durability);
   const existing = await readRecordIfExists(fs, paths.repositoryJson, parseRepositoryRecord);
   if (existing !== undefined) return existing.record;
-  const record: RepositoryRecord = {
+  const record = parseRepositoryRecord({
     schema_version: 1,
     repository_id: resolved.uuidHex(),
     created_at: utcSeconds(resolved.now()),
-  };
+  }, paths.repositoryJson);
   await writeJsonAtomic(fs, paths.repositoryJson, record, resolved.durability);
   return record;
 }
@@ -339,7 +354,7 @@ async function writeScaffold(
     inputs: frozen,
     created_at: createdAt,
   };
-  const goalContractBytes = encodeJson(goalContract);
+  const goalContractBytes = encodeJson(parseGoalContract(goalContract, paths.goalContractJson));
   await writeNew(fs, paths.goalContractJson, goalContractBytes);
   const contractBytes = encodeJson(spec.contracts.workflowContract);
   await writeNew(fs, paths.workflowContractJson, contractBytes);
@@ -375,41 +390,44 @@ async function writeScaffold(
     origin,
     created_at: createdAt,
   };
-  await writeNew(fs, paths.sessionJson, encodeJson(manifest));
-  if (spec.parentSessionId !== null) {
-    await writeNew(
-      fs,
-      paths.parentJson,
-      encodeJson({
-        schema_version: 1,
-        parent_session_id: spec.parentSessionId,
-        parent_relative_path: "../..",
-        created_at: createdAt,
-      }),
-    );
-  }
   await writeNew(
     fs,
-    paths.stateJson,
-    encodeJson(initialSessionState({
-      sessionId: spec.sessionId,
-      rootSessionId: spec.rootSessionId,
-      createdAt,
-      workflowContract: spec.contracts.workflowContract,
-      workflowContractSha256: hash(contractBytes),
-      workflowRosterSha256: hash(rosterBytes),
-      harnessCapabilityRosterSha256: harnessSha256,
-    })),
+    paths.sessionJson,
+    encodeJson(parseSessionManifest(manifest, paths.sessionJson)),
   );
+  if (spec.parentSessionId !== null) {
+    const parentManifest = parseParentManifest({
+      schema_version: 1,
+      parent_session_id: spec.parentSessionId,
+      parent_relative_path: "../..",
+      created_at: createdAt,
+    }, paths.parentJson);
+    await writeNew(fs, paths.parentJson, encodeJson(parentManifest));
+  }
+  const state = initialSessionState({
+    sessionId: spec.sessionId,
+    rootSessionId: spec.rootSessionId,
+    createdAt,
+    workflowContract: spec.contracts.workflowContract,
+    workflowContractSha256: hash(contractBytes),
+    workflowRosterSha256: hash(rosterBytes),
+    harnessCapabilityRosterSha256: harnessSha256,
+  });
+  parseSessionState(state, paths.stateJson);
+  await writeNew(fs, paths.stateJson, encodeJson(state));
   await writeNew(fs, paths.gitignore, encodeText(SESSION_GITIGNORE));
   await writeNew(fs, paths.eventsJsonl, new Uint8Array());
   if (spec.goal !== "") await writeNew(fs, paths.goalMd, encodeText(`${spec.goal.trimEnd()}\n`));
-  await writeNew(fs, paths.controlJson, encodeJson(NEUTRAL_CONTROL));
   await writeNew(
     fs,
-    paths.childrenJson,
-    encodeJson({ schema_version: 2, parent_session_id: spec.sessionId, revision: 0, children: [] }),
+    paths.controlJson,
+    encodeJson(parseControlRecord(NEUTRAL_CONTROL, paths.controlJson)),
   );
+  const ledger = parseChildrenLedger(
+    { schema_version: 2, parent_session_id: spec.sessionId, revision: 0, children: [] },
+    paths.childrenJson,
+  );
+  await writeNew(fs, paths.childrenJson, encodeJson(ledger));
   const layerGoal = spec.goal.trim() === ""
     ? goalHash
     : spec.goal.trim().split(/\r\n|\r|\n/).join(" ");
@@ -420,7 +438,7 @@ async function writeScaffold(
   await writeNew(
     fs,
     paths.handoffJson,
-    encodeJson({
+    encodeJson(parseHandoff({
       schema_version: 1,
       session_id: spec.sessionId,
       goal_sha256: goalHash,
@@ -435,7 +453,7 @@ async function writeScaffold(
       delivery_refs: [],
       eval_refs: [],
       updated_at: createdAt,
-    }),
+    }, paths.handoffJson)),
   );
   await writeNew(fs, paths.userUpdatesJsonl, new Uint8Array());
   return manifest;
@@ -524,7 +542,10 @@ export interface CreateRootSessionOptions
 /**
  * Creates a root session under `.loopy_loop/sessions/` with every file and directory of the
  * folded layout, after making sure the repository files exist. The id (`NNN_<slug>`) is derived
- * here, once.
+ * here, once. Its ordinal is unique across processes too: it is reserved first by creating
+ * `.loopy_loop/sessions/.ordinal-<NNN>` exclusively (a creator that loses the race chooses the
+ * next ordinal), and the reservation is removed once the session is published. A reservation
+ * left by a crash is a hidden entry every reader ignores; it only leaves a gap in the ordinals.
  *
  * @example Create a root session on the memory filesystem
  * ```ts
@@ -565,21 +586,66 @@ async function createRoot(
   sessionsRoot: string,
   resolved: ResolvedWriteOptions,
 ): Promise<CreatedSession> {
-  const sessionId = await createSessionId(fs, { repoRoot: options.repoRoot, goal: options.goal });
-  return await buildAndPublish(fs, sessionsRoot, {
-    sessionId,
-    rootSessionId: sessionId,
-    parentSessionId: null,
-    depth: 0,
-    goal: options.goal,
-    layerKind: options.layerKind ?? "work",
-    criteria: options,
-    contracts: options,
-    harnessCapabilityRoster: options.harnessCapabilityRoster,
-    harnessCapabilityRosterSha256: undefined,
-    origin: options.origin ?? { kind: "operator" },
-    child: undefined,
-  }, resolved);
+  await ensurePrivateDir(fs, sessionsRoot, resolved.durability);
+  const slug = slugify(options.goal);
+  for (let attempts = 0;; attempts++) {
+    if (attempts >= MAX_ORDINAL_ATTEMPTS) {
+      throw new LayoutError(
+        `Could not reserve a root session ordinal in ${sessionsRoot} after ${attempts} attempts`,
+      );
+    }
+    // The ordinal is reserved with an exclusive create: of several creators (in any process)
+    // that chose the same ordinal, exactly one creates its reservation; the others choose again.
+    const ordinal = await nextOrdinal(fs, sessionsRoot);
+    const reservation = ordinalReservationName(ordinal, ROOT_ORDINAL_WIDTH);
+    const reservationPath = join(sessionsRoot, reservation);
+    try {
+      await fs.writeFile(reservationPath, new Uint8Array(), {
+        mode: PRIVATE_FILE_MODE,
+        createNew: true,
+      });
+    } catch (error) {
+      if (error instanceof AlreadyExists) continue;
+      throw error;
+    }
+    try {
+      // A creator that reserved this ordinal, published its session and released the
+      // reservation between our scan and our reservation is visible now: choose again.
+      const published = await highestOrdinal(fs, sessionsRoot, { reservations: false });
+      if (published >= ordinal) continue;
+      const sessionId = formatSessionId(ordinal, ROOT_ORDINAL_WIDTH, slug);
+      return await buildAndPublish(fs, sessionsRoot, {
+        sessionId,
+        rootSessionId: sessionId,
+        parentSessionId: null,
+        depth: 0,
+        goal: options.goal,
+        layerKind: options.layerKind ?? "work",
+        criteria: options,
+        contracts: options,
+        harnessCapabilityRoster: options.harnessCapabilityRoster,
+        harnessCapabilityRosterSha256: undefined,
+        origin: options.origin ?? { kind: "operator" },
+        child: undefined,
+      }, resolved);
+    } finally {
+      // Once the session is published its directory holds the ordinal; before that (a failure)
+      // the ordinal is simply skipped. A reservation left by a crash only leaves a gap.
+      await removeReservation(fs, reservationPath);
+    }
+  }
+}
+
+/** How many ordinals a root creation tries before giving up (each lost race costs one). */
+const MAX_ORDINAL_ATTEMPTS = 1000;
+
+async function removeReservation(fs: FileSystem, path: string): Promise<void> {
+  try {
+    await fs.remove(path);
+  } catch (error) {
+    // A reservation that stays only makes the next creator skip its ordinal.
+    if (!(error instanceof FsError)) throw error;
+  }
 }
 
 /** Options of `createChildSession`. */

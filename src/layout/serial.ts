@@ -1,9 +1,13 @@
 /**
- * In-process serialization of layout operations that must not interleave on one directory: two
- * root sessions created at once in one repository would both pick the same ordinal, and two
- * publications of one request id would both pass the "already in use" check. Operations on the
- * same key run one after another in call order; other keys are not delayed. Processes do not
- * coordinate through this (the layout's engine runs one process per repository).
+ * In-process serialization of layout operations that must not interleave on one directory or
+ * file: the child lifecycle of one parent (two publications of one request id would both pass
+ * the "already in use" check; two acceptances of one request would create two children), the
+ * read-modify-write of one `state.json`, the write-once receipts and sidecars, and root session
+ * creation in one repository. Operations on the same key run one after another in call order;
+ * other keys are not delayed. A task must not wait for another task on its own key (that never
+ * settles). Processes do not coordinate through this (the layout's engine runs one process per
+ * repository); the one cross-process guarantee, unique root ordinals, comes from an exclusive
+ * file creation (see `createRootSession`).
  *
  * @module
  */

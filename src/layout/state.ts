@@ -11,6 +11,7 @@ import { decodeJson, type JsonObject, writeJsonAtomic } from "./json_io.ts";
 import { parseSessionState, type SessionState } from "./records.ts";
 import { LayoutRecordError } from "./errors.ts";
 import { confined } from "./no_links.ts";
+import { serialized } from "./serial.ts";
 
 /** What the initial `state.json` of a new session binds. */
 export interface InitialStateInput {
@@ -71,6 +72,11 @@ export interface UpdateStateOptions {
  * Reads `state.json`, validates it, lets `change` edit a copy of the raw object (unknown fields
  * kept), bumps `state_revision` and `updated_at`, validates the result and replaces the file
  * atomically. Returns the new state. A `change` that returns `false` leaves the file untouched.
+ *
+ * Updates of one session's state in this process run one after another (each reads the state
+ * the previous one wrote), so two concurrent read-modify-writes never lose an update. `change`
+ * must not itself update the same session's state. Works on both layouts: a running mirror
+ * session finishes under its own layout.
  */
 export async function updateSessionState(
   fs: FileSystem,
@@ -80,24 +86,26 @@ export async function updateSessionState(
 ): Promise<SessionState> {
   fs = confined(fs, sessionDir);
   const file = join(sessionDir, "state.json");
-  const raw = decodeJson(await fs.readFile(file), file);
-  const current = parseSessionState(raw, file);
-  const next: Record<string, unknown> = { ...(raw as Record<string, unknown>) };
-  if (change(next, current) === false) return current;
-  const revision = current.state_revision ?? 0;
-  next.state_revision = revision + 1;
-  next.updated_at = options.updatedAt;
-  let validated: SessionState;
-  try {
-    validated = parseSessionState(next, file);
-  } catch (error) {
-    if (!(error instanceof LayoutRecordError)) throw error;
-    throw new LayoutRecordError(file, `Refusing to write an invalid state: ${error.message}`, {
-      path: error.path,
-      value: error.value,
-      cause: error,
-    });
-  }
-  await writeJsonAtomic(fs, file, next, options.durability);
-  return validated;
+  return await serialized(file, async () => {
+    const raw = decodeJson(await fs.readFile(file), file);
+    const current = parseSessionState(raw, file);
+    const next: Record<string, unknown> = { ...(raw as Record<string, unknown>) };
+    if (change(next, current) === false) return current;
+    const revision = current.state_revision ?? 0;
+    next.state_revision = revision + 1;
+    next.updated_at = options.updatedAt;
+    let validated: SessionState;
+    try {
+      validated = parseSessionState(next, file);
+    } catch (error) {
+      if (!(error instanceof LayoutRecordError)) throw error;
+      throw new LayoutRecordError(file, `Refusing to write an invalid state: ${error.message}`, {
+        path: error.path,
+        value: error.value,
+        cause: error,
+      });
+    }
+    await writeJsonAtomic(fs, file, next, options.durability);
+    return validated;
+  });
 }

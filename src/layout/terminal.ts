@@ -9,7 +9,7 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
-import { readIfExists } from "../port/durable.ts";
+import { readDirIfExists, readIfExists } from "../port/durable.ts";
 import { LayoutRecordError, SessionStateError, TopologyError } from "./errors.ts";
 import {
   decodeJson,
@@ -243,7 +243,12 @@ export interface SessionOutcomeInput extends LayoutWriteOptions {
  * Writes `session_outcome.json` after a terminal transition. The status and stop reason come
  * from the transition (the control record for goal_met and unresolvable_error); the handoff is
  * recorded as observed, and when it is not valid a fallback summary (the control's reason, else
- * the engine's stop reason) stands in for it. A folded outcome has no trace seals.
+ * the engine's stop reason) stands in for it.
+ *
+ * A folded outcome has no trace seals and cites no `trace:` reference and no
+ * `delivery_receipts/` path (a `LayoutRecordError` naming the field). A mirror session finishes
+ * under its own layout: its outcome's `trace_seal_refs` lists every seal receipt in
+ * `trace_seals/` (`session:/trace_seals/<attempt_id>.json`, sorted), as the engine does.
  */
 export async function writeSessionOutcome(
   fs: FileSystem,
@@ -292,7 +297,7 @@ export async function writeSessionOutcome(
     ]),
     delivery_refs: dedupe(input.deliveryRefs ?? []),
     eval_refs: dedupe([...(control?.record.eval_receipt_refs ?? []), ...(input.evalRefs ?? [])]),
-    trace_seal_refs: [],
+    trace_seal_refs: paths.layout === "folded" ? [] : await traceSealRefs(fs, paths),
     created_at: input.terminalAt,
   };
   const validated = parseSessionOutcome(outcome, paths.sessionOutcomeJson, paths.layout);
@@ -304,3 +309,14 @@ export async function writeSessionOutcome(
   );
   return validated;
 }
+
+/** `session:/trace_seals/<name>` of every seal receipt of a mirror session, sorted by name. */
+async function traceSealRefs(fs: FileSystem, paths: SessionPaths): Promise<string[]> {
+  return (await readDirIfExists(fs, paths.traceSealsDir))
+    .filter((entry) => entry.kind === "file" && SEAL_RECEIPT_NAME.test(entry.name))
+    .map((entry) => entry.name)
+    .sort()
+    .map((name) => `session:/trace_seals/${name}`);
+}
+
+const SEAL_RECEIPT_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]*\.json$/;

@@ -1,0 +1,514 @@
+// What the layout writes stays where it belongs and stays what it was: ids are checked before
+// anything is written, archived requests and their receipts are never overwritten, receipts and
+// acceptance sidecars are written once, a folded outcome cites no mirror-only reference, and a
+// finished (or sealed) attempt's result is final while a running mirror session still finishes.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import type { MemoryFs } from "../adapters/memory.ts";
+import {
+  acceptEvalReceipt,
+  type AttemptIdentity,
+  createAttemptArtifacts,
+  ImmutableArtifactError,
+  LayoutError,
+  LayoutRecordError,
+  mirrorAttemptTraceDir,
+  observeHandoff,
+  openSessionPaths,
+  parseRejectedRequestReceipt,
+  parseSessionOutcome,
+  processNextChildRequest,
+  readTraceRef,
+  type SessionOutcomeInput,
+  SessionPaths,
+  sha256Ref,
+  writeAttemptResult,
+  writeGitReceipt,
+  writeSessionOutcome,
+} from "../layout.ts";
+import {
+  deterministic,
+  newRepo,
+  newRoot,
+  patchState,
+  readJson,
+  writeJson,
+} from "./layout_fixtures.ts";
+import { buildMirrorTree, MIRROR_ROOT_ID, ROOT_ATTEMPTS } from "./fixtures/mirror_tree.ts";
+
+const ATTEMPT: AttemptIdentity = { iteration: 26, workflowId: "outer", attemptId: "97521a5ed6b7" };
+const encoder = new TextEncoder();
+
+async function setup(): Promise<{ fs: MemoryFs; paths: SessionPaths; sessionId: string }> {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  return { fs, paths: root.paths, sessionId: root.sessionId };
+}
+
+function recordError(path: string, file?: string) {
+  return (error: unknown): boolean => {
+    assert.ok(error instanceof LayoutRecordError, String(error));
+    assert.equal(error.path, path, error.message);
+    if (file !== undefined) assert.equal(error.file, file);
+    return true;
+  };
+}
+
+function immutable(file: string, path?: string) {
+  return (error: unknown): boolean => {
+    assert.ok(error instanceof ImmutableArtifactError, String(error));
+    assert.equal(error.file, file);
+    if (path !== undefined) assert.equal(error.path, path, error.message);
+    return true;
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Ids are checked before anything is written
+
+const HOSTILE_ATTEMPT_IDS = ["../../../../../../../escaped", "..", "a/b", "bad id", ""];
+
+test("an attempt id that is not one safe component is refused before any attempt artifact is written", async () => {
+  for (const attemptId of HOSTILE_ATTEMPT_IDS) {
+    const { fs, paths } = await setup();
+    const before = fs.snapshotTree("/");
+    await assert.rejects(
+      createAttemptArtifacts(fs, paths, { iteration: 1, workflowId: "outer", attemptId }, {
+        prompt: "p",
+        pathsMap: {},
+        snapshot: { "assignment.json": { pwned: true } },
+      }),
+      recordError("attempt_id", paths.attempt(1, "outer").traceRefJson),
+    );
+    assert.deepEqual(fs.snapshotTree("/"), before, attemptId);
+  }
+});
+
+test("a snapshot file name is checked before anything is written", async () => {
+  const { fs, paths } = await setup();
+  const before = fs.snapshotTree("/");
+  await assert.rejects(
+    createAttemptArtifacts(fs, paths, ATTEMPT, {
+      prompt: "p",
+      pathsMap: {},
+      snapshot: { "ok.json": 1, "../escape": 2 },
+    }),
+    LayoutError,
+  );
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("the trace_ref.json an attempt writes is one its own reader accepts", async () => {
+  const { fs, paths } = await setup();
+  const created = await createAttemptArtifacts(fs, paths, ATTEMPT, { prompt: "p", pathsMap: {} });
+  assert.deepEqual(await readTraceRef(fs, created.paths), created.traceRef);
+});
+
+test("a git receipt with an invalid attempt id writes neither raw output nor a receipt", async () => {
+  for (const attemptId of HOSTILE_ATTEMPT_IDS) {
+    const { fs, paths, sessionId } = await setup();
+    const before = fs.snapshotTree("/");
+    await assert.rejects(
+      writeGitReceipt(
+        fs,
+        paths,
+        sessionId,
+        { iteration: 3, workflowId: "outer", attemptId },
+        "after",
+        {
+          head: null,
+          branch: null,
+          dirty: null,
+          rawStatus: encoder.encode("{}\n"),
+          rawDiff: encoder.encode("diff\n"),
+        },
+      ),
+      LayoutError,
+    );
+    assert.deepEqual(fs.snapshotTree("/"), before, attemptId);
+  }
+});
+
+test("a git receipt naming an invalid session id is refused before any write", async () => {
+  const { fs, paths } = await setup();
+  const before = fs.snapshotTree("/");
+  await assert.rejects(
+    writeGitReceipt(fs, paths, "../other", ATTEMPT, "after", {
+      head: null,
+      branch: null,
+      dirty: null,
+      rawStatus: encoder.encode("{}\n"),
+    }),
+    recordError("session_id"),
+  );
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("every path helper that takes an id refuses one that is not a safe component", () => {
+  const folded = new SessionPaths("/repo/.loopy_loop/sessions/001_a", "folded");
+  const mirror = new SessionPaths("/repo/.loopy_loop/sessions/001_a", "mirror");
+  const attempt = folded.attempt(1, "outer");
+  for (const bad of ["..", "../x", "a/b", "", "."]) {
+    assert.throws(() => attempt.snapshotDir(bad), LayoutError, `snapshotDir ${bad}`);
+    assert.throws(() => attempt.rawSubarea(bad), LayoutError, `rawSubarea ${bad}`);
+    assert.throws(() => attempt.gitReceipt("after", bad), LayoutError, `folded gitReceipt ${bad}`);
+    assert.throws(
+      () => mirror.attempt(1, "outer").gitReceipt("after", bad),
+      LayoutError,
+      `mirror gitReceipt ${bad}`,
+    );
+    assert.throws(() => mirrorAttemptTraceDir("/repo", bad, "s", "a"), LayoutError);
+    assert.throws(() => mirrorAttemptTraceDir("/repo", "r", bad, "a"), LayoutError);
+    assert.throws(() => mirrorAttemptTraceDir("/repo", "r", "s", bad), LayoutError);
+  }
+});
+
+// ---------------------------------------------------------------------------------------------
+// 4. Rejected requests and their receipts are never overwritten
+
+async function reject(fs: MemoryFs, sessionId: string) {
+  const result = await processNextChildRequest(fs, {
+    repoRoot: "/repo",
+    parentSessionId: sessionId,
+    ...deterministic(),
+  });
+  assert.equal(result?.kind, "rejected");
+  return result;
+}
+
+/** Every archived request in rejected/ has exactly one receipt naming it with its hash. */
+async function assertArchive(fs: MemoryFs, paths: SessionPaths, originals: Uint8Array[]) {
+  const names = (await fs.readDir(paths.childRequestsRejectedDir)).map((entry) => entry.name);
+  const receipts = names.filter((name) => name.endsWith(".receipt.json"));
+  const archived = names.filter((name) => !name.endsWith(".receipt.json"));
+  assert.equal(receipts.length, archived.length, names.join(", "));
+  const hashes = originals.map((bytes) => sha256Ref(bytes)).sort();
+  const seen: string[] = [];
+  for (const name of archived) {
+    const file = `${paths.childRequestsRejectedDir}/${name}`;
+    const receipt = parseRejectedRequestReceipt(
+      await readJson(fs, `${file}.receipt.json`),
+      `${file}.receipt.json`,
+    );
+    assert.equal(receipt.archived_file, name);
+    assert.equal(receipt.original_sha256, sha256Ref(await fs.readFile(file)), name);
+    seen.push(receipt.original_sha256);
+  }
+  assert.deepEqual(seen.sort(), hashes);
+}
+
+test("a rejection never overwrites an archived request named like a receipt", async () => {
+  const { fs, paths, sessionId } = await setup();
+  const first = encoder.encode('{"first request": "original bytes, invalid"}');
+  const second = encoder.encode('{"second": true}');
+  await fs.writeFile(`${paths.childRequestsPendingDir}/a.json.receipt.json`, first);
+  const one = await reject(fs, sessionId);
+  // An archive name never ends with .receipt.json, so it can never take a receipt's name.
+  assert.ok(one?.kind === "rejected" && !one.archivedFile.endsWith(".receipt.json"));
+  assert.deepEqual(await fs.readFile(one.archivedFile), first);
+  await fs.writeFile(`${paths.childRequestsPendingDir}/a.json`, second);
+  const two = await reject(fs, sessionId);
+  assert.ok(two?.kind === "rejected");
+  assert.deepEqual(await fs.readFile(one.archivedFile), first);
+  assert.deepEqual(await fs.readFile(two.archivedFile), second);
+  await assertArchive(fs, paths, [first, second]);
+});
+
+test("a rejection picks a name whose archive and receipt are both free", async () => {
+  const { fs, paths, sessionId } = await setup();
+  // Left by an older version: an archived request under a receipt's name, and a stray receipt.
+  const planted = encoder.encode('{"planted": "archived request"}');
+  const stray = encoder.encode('{"stray": "receipt"}');
+  await fs.writeFile(`${paths.childRequestsRejectedDir}/a.json.receipt.json`, planted);
+  const bytes = encoder.encode('{"not": "a request"}');
+  const hex = sha256Ref(bytes).slice(7, 15);
+  await fs.writeFile(`${paths.childRequestsRejectedDir}/a.${hex}.json.receipt.json`, stray);
+  await fs.writeFile(`${paths.childRequestsPendingDir}/a.json`, bytes);
+  const result = await reject(fs, sessionId);
+  assert.ok(result?.kind === "rejected");
+  assert.equal(result.archivedFile, `${paths.childRequestsRejectedDir}/a.${hex}-2.json`);
+  assert.deepEqual(
+    await fs.readFile(`${paths.childRequestsRejectedDir}/a.json.receipt.json`),
+    planted,
+  );
+  assert.deepEqual(
+    await fs.readFile(`${paths.childRequestsRejectedDir}/a.${hex}.json.receipt.json`),
+    stray,
+  );
+  assert.deepEqual(await fs.readFile(result.archivedFile), bytes);
+  assert.equal((await readJson(fs, result.receiptFile)).original_sha256, sha256Ref(bytes));
+});
+
+test("a receipt left by an interrupted rejection of the same request is reused, not rewritten", async () => {
+  const { fs, paths, sessionId } = await setup();
+  const bytes = encoder.encode("{torn json");
+  await fs.writeFile(`${paths.childRequestsPendingDir}/a.json`, bytes);
+  const receiptFile = `${paths.childRequestsRejectedDir}/a.json.receipt.json`;
+  const leftover = {
+    schema_version: 1,
+    kind: "child_request_rejected",
+    request_file: "a.json",
+    archived_file: "a.json",
+    request_id: null,
+    original_sha256: sha256Ref(bytes),
+    reason: "File is not valid JSON",
+    field: null,
+    rejected_at: "2026-04-19T10:00:00Z",
+  };
+  await writeJson(fs, receiptFile, leftover);
+  const before = await fs.readFile(receiptFile);
+  const result = await reject(fs, sessionId);
+  assert.ok(result?.kind === "rejected");
+  assert.equal(result.archivedFile, `${paths.childRequestsRejectedDir}/a.json`);
+  assert.deepEqual(await fs.readFile(receiptFile), before);
+  assert.deepEqual(result.receipt, leftover);
+});
+
+// ---------------------------------------------------------------------------------------------
+// 5. Git receipts and eval acceptance sidecars are written once
+
+const BOUNDARY = { head: "c0ffee", branch: "main", dirty: false } as const;
+
+test("a git receipt is never rewritten for another attempt or with other contents", async () => {
+  const { fs, paths, sessionId } = await setup();
+  const written = await writeGitReceipt(fs, paths, sessionId, ATTEMPT, "after", {
+    ...BOUNDARY,
+    rawDiff: encoder.encode("diff 1\n"),
+  }, deterministic());
+  const bytes = await fs.readFile(written.file);
+  const diff = `${paths.dir}/raw/0026_outer/git/after-diff.patch`;
+  // The same receipt again (a rerun, at another time) changes nothing and returns the original.
+  const later = { ...deterministic(), now: () => new Date("2026-04-20T00:00:00Z") };
+  const again = await writeGitReceipt(fs, paths, sessionId, ATTEMPT, "after", {
+    ...BOUNDARY,
+    rawDiff: encoder.encode("diff 1\n"),
+  }, later);
+  assert.deepEqual(again.receipt, written.receipt);
+  assert.deepEqual(await fs.readFile(written.file), bytes);
+  // Another attempt of the same iteration, or other contents: refused, nothing rewritten.
+  await assert.rejects(
+    writeGitReceipt(fs, paths, sessionId, { ...ATTEMPT, attemptId: "ffffffffffff" }, "after", {
+      ...BOUNDARY,
+      rawDiff: encoder.encode("diff 2\n"),
+    }),
+    immutable(written.file, "attempt_id"),
+  );
+  await assert.rejects(
+    writeGitReceipt(fs, paths, sessionId, ATTEMPT, "after", { ...BOUNDARY, dirty: true }),
+    immutable(written.file, "dirty"),
+  );
+  assert.deepEqual(await fs.readFile(written.file), bytes);
+  assert.equal(new TextDecoder().decode(await fs.readFile(diff)), "diff 1\n");
+});
+
+async function evalReady(): Promise<{ fs: MemoryFs; paths: SessionPaths; sessionId: string }> {
+  const ready = await setup();
+  const { fs, paths, sessionId } = ready;
+  await createAttemptArtifacts(fs, paths, ATTEMPT, { prompt: "p", pathsMap: {} });
+  await writeJson(fs, `${paths.dir}/raw/0026_outer/eval/report.json`, { failures: 3 });
+  await writeGitReceipt(fs, paths, sessionId, ATTEMPT, "after", BOUNDARY);
+  return ready;
+}
+
+async function writeEvalReceipt(
+  fs: MemoryFs,
+  paths: SessionPaths,
+  sessionId: string,
+  verdict: string,
+  attemptId = ATTEMPT.attemptId,
+): Promise<void> {
+  await writeJson(fs, paths.evalReceipt("ev-1"), {
+    schema_version: 1,
+    eval_id: "ev-1",
+    verdict,
+    producer: { session_id: sessionId, workflow_id: "outer", attempt_id: attemptId, iteration: 26 },
+    raw_report_refs: ["session:/raw/0026_outer/eval/report.json"],
+    git_receipt_ref: "session:/receipts/0026_outer_git_after.json",
+    created_at: "2026-04-19T15:00:00Z",
+  });
+}
+
+test("an accepted eval receipt edited afterwards is not accepted again; the sidecar never changes", async () => {
+  const { fs, paths, sessionId } = await evalReady();
+  await writeEvalReceipt(fs, paths, sessionId, "fail");
+  const options = { sessionId, currentAttempt: ATTEMPT, ...deterministic() };
+  const first = await acceptEvalReceipt(fs, paths, "ev-1", options);
+  const sidecar = paths.evalAcceptedSidecar("ev-1");
+  const sealed = await fs.readFile(sidecar);
+  // Accepting the same bytes again returns the same acceptance, even once the attempt finished.
+  const later = { sessionId, ...deterministic(), now: () => new Date("2026-04-21T00:00:00Z") };
+  assert.deepEqual(await acceptEvalReceipt(fs, paths, "ev-1", later), first);
+  await writeEvalReceipt(fs, paths, sessionId, "pass");
+  await assert.rejects(
+    acceptEvalReceipt(fs, paths, "ev-1", options),
+    immutable(sidecar, "receipt_sha256"),
+  );
+  assert.deepEqual(await fs.readFile(sidecar), sealed);
+});
+
+test("with the current attempt given, a receipt of another attempt is refused before any write", async () => {
+  const { fs, paths, sessionId } = await evalReady();
+  await writeEvalReceipt(fs, paths, sessionId, "pass");
+  await assert.rejects(
+    acceptEvalReceipt(fs, paths, "ev-1", {
+      sessionId,
+      currentAttempt: { ...ATTEMPT, attemptId: "0123456789ab", iteration: 27 },
+    }),
+    recordError("producer.attempt_id", paths.evalReceipt("ev-1")),
+  );
+  await assert.rejects(fs.lstat(paths.evalAcceptedSidecar("ev-1")), { code: "ENOENT" });
+});
+
+// ---------------------------------------------------------------------------------------------
+// 7. A folded outcome cites no trace: reference and no delivery_receipts/ path
+
+function outcomeInput(sessionId: string, goalSha256: string): SessionOutcomeInput {
+  return {
+    sessionId,
+    rootSessionId: sessionId,
+    goalSha256,
+    terminalStatus: "failed",
+    stopReason: "max_turns",
+    terminalStateRevision: 3,
+    terminalAt: "2026-04-19T15:00:00Z",
+    handoff: {
+      status: "missing",
+      handoff: undefined,
+      sha256: null,
+      revision: null,
+      diagnosis: "x",
+    },
+  };
+}
+
+test("a folded session_outcome.json refuses trace: refs and delivery_receipts/ refs", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  const id = root.sessionId;
+  const base = outcomeInput(id, root.manifest.goal_hash);
+  const refused: [Partial<SessionOutcomeInput>, string][] = [
+    [{ evidenceRefs: ["trace:trace-97521a5ed6b7:/eval/report.json"] }, "evidence_refs[0]"],
+    [
+      { evalRefs: ["session:/eval_receipts/a.json", "trace:t-1:/eval/report.json"] },
+      "eval_refs[1]",
+    ],
+    [{ deliveryRefs: [`session:${id}:/delivery_receipts/delivery-1.json`] }, "delivery_refs[0]"],
+    [{ deliveryRefs: ["session:/delivery_receipts/delivery-1.json"] }, "delivery_refs[0]"],
+    [{ deliveryRefs: ["root:/delivery_receipts/d.json"] }, "delivery_refs[0]"],
+    [{ deliveryRefs: ["session:/children/01_a/delivery_receipts/d.json"] }, "delivery_refs[0]"],
+    [
+      { deliveryRefs: [`repo:/.loopy_loop/sessions/${id}/delivery_receipts/d.json`] },
+      "delivery_refs[0]",
+    ],
+    [
+      { evidenceRefs: [`repo:/.loopy_loop/traces/${id}/sessions/${id}/attempts/a/x.json`] },
+      "evidence_refs[0]",
+    ],
+  ];
+  for (const [override, path] of refused) {
+    await assert.rejects(
+      writeSessionOutcome(fs, root.paths, { ...base, ...override }),
+      recordError(path, root.paths.sessionOutcomeJson),
+    );
+    await assert.rejects(fs.lstat(root.paths.sessionOutcomeJson), { code: "ENOENT" });
+  }
+  const written = await writeSessionOutcome(fs, root.paths, {
+    ...base,
+    evidenceRefs: ["session:/raw/0001_outer/eval/report.json", "repo:/docs/delivery_receipts.md"],
+    deliveryRefs: ["session:/receipts/delivery-1.json"],
+  });
+  assert.deepEqual(written.delivery_refs, ["session:/receipts/delivery-1.json"]);
+  // The same references are a mirror session's own.
+  const mirrorOutcome = { ...(await readJson(fs, root.paths.sessionOutcomeJson)) };
+  mirrorOutcome.evidence_refs = ["trace:trace-97521a5ed6b7:/eval/report.json"];
+  mirrorOutcome.delivery_refs = ["session:/delivery_receipts/d.json"];
+  parseSessionOutcome(mirrorOutcome, "session_outcome.json", "mirror");
+  assert.throws(
+    () => parseSessionOutcome(mirrorOutcome, "session_outcome.json", "folded"),
+    recordError("evidence_refs[0]"),
+  );
+});
+
+// ---------------------------------------------------------------------------------------------
+// 9. Results are final once an attempt finished (or its trace is sealed); mirror sessions finish
+
+test("a finished attempt's result.json is final; the running attempt's may be rewritten", async () => {
+  const { fs, paths } = await setup();
+  const created = await createAttemptArtifacts(fs, paths, ATTEMPT, { prompt: "p", pathsMap: {} });
+  await patchState(fs, paths.dir, {
+    current_task: { workflow_id: "outer", iteration: 26, attempt_id: ATTEMPT.attemptId },
+  });
+  await writeAttemptResult(fs, created.paths, { status: "running" });
+  await writeAttemptResult(fs, created.paths, { status: "succeeded" });
+  await patchState(fs, paths.dir, { current_task: null });
+  // The same result again is fine; another one is refused and the file keeps its bytes.
+  await writeAttemptResult(fs, created.paths, { status: "succeeded" });
+  await assert.rejects(
+    writeAttemptResult(fs, created.paths, { status: "failed" }),
+    immutable(created.paths.resultJson),
+  );
+  assert.deepEqual(await readJson(fs, created.paths.resultJson), { status: "succeeded" });
+  // A result that is not a JSON object is refused before anything is written.
+  await assert.rejects(
+    writeAttemptResult(fs, paths.attempt(27, "outer"), [1, 2] as never),
+    recordError(""),
+  );
+});
+
+test("a sealed mirror attempt's result.json is final; a running mirror session still finishes", async () => {
+  const fs = await newRepo();
+  const tree = await buildMirrorTree(fs);
+  const paths = await openSessionPaths(fs, tree.rootDir);
+  assert.equal(paths.layout, "mirror");
+  const sealed = paths.attempt(ROOT_ATTEMPTS.first.iteration, ROOT_ATTEMPTS.first.workflowId);
+  const before = await fs.readFile(sealed.resultJson);
+  await assert.rejects(writeAttemptResult(fs, sealed, { ok: true }), immutable(sealed.resultJson));
+  assert.deepEqual(await fs.readFile(sealed.resultJson), before);
+  // Sealed stays final even if the state (wrongly) names the attempt as running.
+  await patchState(fs, tree.rootDir, {
+    current_task: {
+      workflow_id: "outer",
+      iteration: ROOT_ATTEMPTS.first.iteration,
+      attempt_id: ROOT_ATTEMPTS.first.attemptId,
+    },
+  });
+  await assert.rejects(writeAttemptResult(fs, sealed, { ok: true }), immutable(sealed.resultJson));
+  // The running (unsealed) attempt writes its result under its own layout.
+  await patchState(fs, tree.rootDir, {
+    current_task: {
+      workflow_id: "outer",
+      iteration: ROOT_ATTEMPTS.active.iteration,
+      attempt_id: ROOT_ATTEMPTS.active.attemptId,
+    },
+  });
+  const active = paths.attempt(ROOT_ATTEMPTS.active.iteration, ROOT_ATTEMPTS.active.workflowId);
+  await writeAttemptResult(fs, active, { status: "succeeded" });
+  assert.deepEqual(await readJson(fs, active.resultJson), { status: "succeeded" });
+});
+
+test("a mirror session's outcome references the seal receipts in its trace_seals/", async () => {
+  const fs = await newRepo();
+  const tree = await buildMirrorTree(fs);
+  const paths = await openSessionPaths(fs, tree.rootDir);
+  const goal = String((await readJson(fs, paths.sessionJson)).goal_hash);
+  const outcome = await writeSessionOutcome(fs, paths, {
+    ...outcomeInput(MIRROR_ROOT_ID, goal),
+    handoff: await observeHandoff(fs, paths, {
+      sessionId: MIRROR_ROOT_ID,
+      goalSha256: goal,
+      storedRevision: 0,
+      storedSha256: null,
+    }),
+  });
+  const expected = [ROOT_ATTEMPTS.first.attemptId, ROOT_ATTEMPTS.second.attemptId].sort().map((
+    id,
+  ) => `session:/trace_seals/${id}.json`);
+  assert.deepEqual(outcome.trace_seal_refs, expected);
+  assert.deepEqual((await readJson(fs, paths.sessionOutcomeJson)).trace_seal_refs, expected);
+  const bad = { ...(await readJson(fs, paths.sessionOutcomeJson)) };
+  bad.trace_seal_refs = ["session:/trace_seals/../x.json"];
+  assert.throws(
+    () => parseSessionOutcome(bad, "session_outcome.json", "mirror"),
+    recordError("trace_seal_refs[0]"),
+  );
+});

@@ -1,0 +1,270 @@
+// Interleavings the layout must survive: a prune that planned before an attempt started, two
+// child-request processings (or outcome recordings, or state updates) of one parent at once, and
+// two creators of root sessions in one repository that do not share a process.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs } from "../adapters/memory.ts";
+import {
+  createAttemptArtifacts,
+  createRootSession,
+  ordinalReservationName,
+  processNextChildRequest,
+  pruneRaw,
+  readChildrenLedger,
+  readSessionState,
+  recordChildOutcome,
+  SessionStateError,
+  updateSessionState,
+} from "../layout.ts";
+import {
+  childRequest,
+  CONTRACTS,
+  deterministic,
+  newRepo,
+  newRoot,
+  patchState,
+  pauseAfter,
+  writeJson,
+} from "./layout_fixtures.ts";
+
+const SESSIONS = "/repo/.loopy_loop/sessions";
+const LOOPY = "/repo/.loopy_loop";
+const AT = "2026-04-19T15:00:00Z";
+
+async function exists(fs: { lstat(path: string): Promise<unknown> }, path: string) {
+  return await fs.lstat(path).then(() => true, () => false);
+}
+
+// ---------------------------------------------------------------------------------------------
+// prune-raw against an attempt that starts while it runs
+
+test("prune reads the state again before moving an entry: an attempt started after the plan keeps its raw output", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  const first = { iteration: 1, workflowId: "outer", attemptId: "a00000000001" };
+  await createAttemptArtifacts(fs, root.paths, first, { prompt: "p", pathsMap: {} });
+  // The session is idle when the prune reads its state (attempt 1 finished).
+  const pausing = pauseAfter(
+    fs,
+    (method, path) => method === "readFile" && path.endsWith("/state.json"),
+  );
+  const prune = pruneRaw(pausing.fs, LOOPY);
+  await pausing.paused;
+  // Meanwhile the engine dispatches attempt 2: it commits the task and creates the raw directory.
+  await updateSessionState(fs, root.dir, (state) => {
+    state.current_task = { workflow_id: "outer", iteration: 2, attempt_id: "a00000000002" };
+  }, { updatedAt: AT });
+  await createAttemptArtifacts(
+    fs,
+    root.paths,
+    { iteration: 2, workflowId: "outer", attemptId: "a00000000002" },
+    { prompt: "p", pathsMap: {} },
+  );
+  pausing.release();
+  const report = await prune;
+  assert.ok(await exists(fs, `${root.paths.rawDir}/0002_outer`), "the running attempt's raw dir");
+  assert.deepEqual(report.removed.map((entry) => entry.path), [`${root.paths.rawDir}/0001_outer`]);
+  assert.deepEqual(
+    report.skipped.map((skip) => [skip.path, skip.reason]),
+    [[`${root.paths.rawDir}/0002_outer`, "running_attempt"]],
+  );
+});
+
+test("prune keeps every raw directory at or above the running attempt's iteration", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  for (const iteration of [1, 2, 3]) {
+    await createAttemptArtifacts(
+      fs,
+      root.paths,
+      { iteration, workflowId: "outer", attemptId: `a0000000000${iteration}` },
+      { prompt: "p", pathsMap: {} },
+    );
+  }
+  await patchState(fs, root.dir, {
+    current_task: { workflow_id: "outer", iteration: 2, attempt_id: "a00000000002" },
+  });
+  const report = await pruneRaw(fs, LOOPY);
+  assert.deepEqual(report.removed.map((entry) => entry.path), [`${root.paths.rawDir}/0001_outer`]);
+  assert.deepEqual(
+    report.skipped.map((skip) => [skip.path.split("/").pop(), skip.reason]),
+    [["0002_outer", "running_attempt"], ["0003_outer", "running_attempt"]],
+  );
+  assert.ok(await exists(fs, `${root.paths.rawDir}/0003_outer`));
+  // Once the session is terminal nothing runs and everything goes.
+  await patchState(fs, root.dir, { status: "stopped", current_task: null });
+  assert.equal((await pruneRaw(fs, LOOPY)).count, 2);
+});
+
+// ---------------------------------------------------------------------------------------------
+// One parent, two operations at once (one process)
+
+test("two processings of one parent's request at once make one child and lose no ledger entry", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  await writeJson(fs, root.paths.pendingRequest("alpha"), childRequest("alpha"));
+  const options = { repoRoot: "/repo", parentSessionId: root.sessionId, ...deterministic() };
+  const results = await Promise.all([
+    processNextChildRequest(fs, options),
+    processNextChildRequest(fs, options),
+  ]);
+  // The second caller sees the first one's result: nothing is pending any more.
+  assert.deepEqual(results.map((result) => result?.kind), ["accepted", undefined]);
+  const ledger = await readChildrenLedger(fs, root.paths, root.sessionId);
+  assert.deepEqual(
+    ledger.children.map((child) => [child.session_id, child.request_id, child.status]),
+    [["01_alpha", "alpha", "running"]],
+  );
+  assert.deepEqual((await fs.readDir(root.paths.childrenDir)).map((entry) => entry.name), [
+    "01_alpha",
+  ]);
+  assert.equal((await readSessionState(fs, root.dir)).active_child_session_id, "01_alpha");
+});
+
+test("a processing that read the ledger first still runs after the one that commits first", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  await writeJson(fs, root.paths.pendingRequest("alpha"), childRequest("alpha"));
+  await writeJson(fs, root.paths.pendingRequest("beta"), childRequest("beta"));
+  const options = { repoRoot: "/repo", parentSessionId: root.sessionId, ...deterministic() };
+  const pausing = pauseAfter(
+    fs,
+    (method, path) => method === "readFile" && path.endsWith("children.json"),
+  );
+  const slow = processNextChildRequest(pausing.fs, options);
+  const fast = processNextChildRequest(fs, options);
+  await pausing.paused;
+  pausing.release();
+  const settled = await Promise.allSettled([slow, fast]);
+  // Whichever runs first accepts alpha; the parent then waits for its child, so the other finds
+  // it suspended (a typed error) and beta stays pending.
+  const accepted = settled.filter((r) => r.status === "fulfilled" && r.value?.kind === "accepted");
+  const refused = settled.filter((r) =>
+    r.status === "rejected" && r.reason instanceof SessionStateError
+  );
+  assert.equal(accepted.length, 1, JSON.stringify(settled));
+  assert.equal(refused.length, 1, JSON.stringify(settled));
+  const ledger = await readChildrenLedger(fs, root.paths, root.sessionId);
+  assert.deepEqual(ledger.children.map((child) => child.request_id), ["alpha"]);
+  assert.ok(await exists(fs, root.paths.pendingRequest("beta")));
+});
+
+test("two recordings of one child's outcome at once record it once; the second is a typed refusal", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  await writeJson(fs, root.paths.pendingRequest("alpha"), childRequest("alpha"));
+  const options = { repoRoot: "/repo", parentSessionId: root.sessionId, ...deterministic() };
+  await processNextChildRequest(fs, options);
+  const childDir = root.paths.childDir("01_alpha");
+  await patchState(fs, childDir, { status: "max_turns", terminal_state_revision: 1 });
+  await writeJson(fs, `${childDir}/session_outcome.json`, {
+    schema_version: 1,
+    session_id: "01_alpha",
+    root_session_id: root.sessionId,
+    goal_sha256: `sha256:${"a".repeat(64)}`,
+    lifecycle: "terminal",
+    terminal_status: "max_turns",
+    stop_reason: "max_turns",
+    terminal_state_revision: 1,
+    control: null,
+    handoff: {
+      status: "missing",
+      ref: "session:/project_state/handoff.json",
+      sha256: null,
+      revision: null,
+    },
+    fallback_summary: { source: "engine_stop_reason", text: "max_turns" },
+    evidence_refs: [],
+    delivery_refs: [],
+    eval_refs: [],
+    trace_seal_refs: [],
+    created_at: AT,
+  });
+  const before = (await readSessionState(fs, root.dir)).state_revision ?? 0;
+  const [a, b] = await Promise.allSettled([
+    recordChildOutcome(fs, options),
+    recordChildOutcome(fs, options),
+  ]);
+  assert.equal(a.status, "fulfilled");
+  assert.ok(b.status === "rejected" && b.reason instanceof SessionStateError, String(b));
+  const ledger = await readChildrenLedger(fs, root.paths, root.sessionId);
+  assert.deepEqual(ledger.children.map((child) => child.status), ["max_turns"]);
+  const state = await readSessionState(fs, root.dir);
+  assert.equal(state.active_child_session_id, null);
+  assert.equal(state.state_revision, before + 1);
+});
+
+test("concurrent state updates of one session never lose an update", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  const bump = () =>
+    updateSessionState(fs, root.dir, (state) => {
+      state.counter = (typeof state.counter === "number" ? state.counter : 0) + 1;
+    }, { updatedAt: AT });
+  await Promise.all([bump(), bump(), bump(), bump()]);
+  const state = await readSessionState(fs, root.dir);
+  assert.equal(state.counter, 4);
+  assert.equal(state.state_revision, 4);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Root ordinals across processes
+
+const rootOptions = (goal: string) => ({
+  repoRoot: "/repo",
+  goal,
+  ...CONTRACTS,
+  ...deterministic(),
+});
+
+test("a root ordinal reserved by another creator is skipped", async () => {
+  const fs = await newRepo();
+  await fs.mkdir(SESSIONS, { recursive: true });
+  const pausing = pauseAfter(fs, (method, path) => method === "readDir" && path === SESSIONS);
+  const creation = createRootSession(pausing.fs, rootOptions("alpha"));
+  await pausing.paused;
+  // Another process (which this process's in-memory serialization cannot see) reserves 1.
+  await fs.writeFile(`${SESSIONS}/${ordinalReservationName(1, 3)}`, new Uint8Array(), {
+    createNew: true,
+  });
+  pausing.release();
+  assert.equal((await creation).sessionId, "002_alpha");
+  assert.deepEqual((await fs.readDir(SESSIONS)).map((entry) => entry.name).sort(), [
+    ".ordinal-001",
+    "002_alpha",
+  ]);
+});
+
+test("a root ordinal another creator published between our scan and our reservation is skipped", async () => {
+  const fs = await newRepo();
+  await fs.mkdir(SESSIONS, { recursive: true });
+  const pausing = pauseAfter(fs, (method, path) => method === "readDir" && path === SESSIONS);
+  const creation = createRootSession(pausing.fs, rootOptions("alpha"));
+  await pausing.paused;
+  // Another process reserved 1, published 001_beta and released its reservation meanwhile.
+  // (Built in another repository: a creation in this one waits for the paused one.)
+  const other = new MemoryFs();
+  await other.mkdir("/elsewhere");
+  await createRootSession(other, { ...rootOptions("beta"), repoRoot: "/elsewhere" });
+  await fs.mkdir(`${SESSIONS}/001_beta`);
+  await fs.writeFile(
+    `${SESSIONS}/001_beta/session.json`,
+    await other.readFile("/elsewhere/.loopy_loop/sessions/001_beta/session.json"),
+  );
+  pausing.release();
+  assert.equal((await creation).sessionId, "002_alpha");
+  assert.deepEqual((await fs.readDir(SESSIONS)).map((entry) => entry.name).sort(), [
+    "001_beta",
+    "002_alpha",
+  ]);
+});
+
+test("root sessions created one after another leave no reservation behind", async () => {
+  const fs = await newRepo();
+  await newRoot(fs, "first goal");
+  await newRoot(fs, "second goal");
+  assert.deepEqual((await fs.readDir(SESSIONS)).map((entry) => entry.name).sort(), [
+    "001_first-goal",
+    "002_second-goal",
+  ]);
+});
