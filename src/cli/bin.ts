@@ -22,6 +22,35 @@ interface DenoLike {
   readonly env: { get(name: string): string | undefined };
   readonly stdout: { writeSync(data: Uint8Array): number };
   readonly stderr: { writeSync(data: Uint8Array): number; isTerminal(): boolean };
+  readonly errors: { readonly BrokenPipe: new (...args: never[]) => Error };
+}
+
+/** The slice of `node:fs` the Node output needs. */
+interface NodeWrite {
+  writeSync(fd: number, data: Uint8Array, offset: number, length: number): number;
+}
+
+/**
+ * Writes all of `data` to file descriptor `fd` with Node's `writeSync`, which may write part of
+ * it, or fail with EAGAIN, when the descriptor is a non-blocking pipe: the rest is written after
+ * a short wait. Returns false when the reader is gone (EPIPE).
+ */
+function nodeWriteAll(fs: NodeWrite, fd: number, data: Uint8Array): boolean {
+  let offset = 0;
+  let wait: Int32Array | undefined;
+  while (offset < data.length) {
+    try {
+      offset += fs.writeSync(fd, data, offset, data.length - offset);
+    } catch (error) {
+      const code = (error as { code?: unknown }).code;
+      if (code === "EPIPE") return false;
+      if (code !== "EAGAIN") throw error;
+      // The pipe is full: wait for the reader (a blocking wait, as a blocking write would).
+      wait ??= new Int32Array(new SharedArrayBuffer(4));
+      Atomics.wait(wait, 0, 0, 2);
+    }
+  }
+  return true;
 }
 
 /** Builds the runtime's `CliIo` and the program arguments. */
@@ -30,18 +59,30 @@ export async function runtimeIo(): Promise<
 > {
   const deno = (globalThis as { Deno?: DenoLike }).Deno;
   const encoder = new TextEncoder();
+  // Once a reader is gone (`loop-sessions … | head`), later output to it is dropped quietly.
+  const gone = new Set<string>();
   if (deno !== undefined) {
     const { denoFs, denoSha256, denoProcessProbe } = await import("../../adapters/deno.ts");
-    const writeAll = (sink: { writeSync(data: Uint8Array): number }, text: string): void => {
+    const writeAll = (
+      name: string,
+      sink: { writeSync(data: Uint8Array): number },
+      text: string,
+    ): void => {
+      if (gone.has(name)) return;
       let data = encoder.encode(text);
-      while (data.length > 0) data = data.subarray(sink.writeSync(data));
+      try {
+        while (data.length > 0) data = data.subarray(sink.writeSync(data));
+      } catch (error) {
+        if (!(error instanceof deno.errors.BrokenPipe)) throw error;
+        gone.add(name);
+      }
     };
     const io: CliIo = {
       fs: denoFs(),
       sha256: denoSha256,
       process: denoProcessProbe(),
-      out: (text) => writeAll(deno.stdout, text),
-      err: (text) => writeAll(deno.stderr, text),
+      out: (text) => writeAll("stdout", deno.stdout, text),
+      err: (text) => writeAll("stderr", deno.stderr, text),
       errIsTerminal: deno.stderr.isTerminal(),
       env: (name) => {
         try {
@@ -57,13 +98,17 @@ export async function runtimeIo(): Promise<
   }
   const { nodeFs, nodeSha256, nodeProcessProbe } = await import("../../adapters/node.ts");
   const process = await import("node:process");
-  const { writeSync } = await import("node:fs");
+  const fs: NodeWrite = await import("node:fs");
+  const writeAll = (fd: number, text: string): void => {
+    const name = String(fd);
+    if (!gone.has(name) && !nodeWriteAll(fs, fd, encoder.encode(text))) gone.add(name);
+  };
   const io: CliIo = {
     fs: nodeFs(),
     sha256: nodeSha256,
     process: nodeProcessProbe(),
-    out: (text) => void writeSync(1, text),
-    err: (text) => void writeSync(2, text),
+    out: (text) => writeAll(1, text),
+    err: (text) => writeAll(2, text),
     errIsTerminal: process.stderr.isTTY === true,
     env: (name) => process.env[name],
     cwd: process.cwd(),
@@ -78,17 +123,33 @@ export async function main(): Promise<void> {
   exit(await runCli(args, io));
 }
 
-// No top-level await: under Node the file may be loaded as CommonJS.
-if ((import.meta as { main?: boolean }).main === true || isNodeEntry()) {
-  main().catch((error: unknown) => {
+// No top-level await: under Node the file may be loaded as CommonJS. The command line runs only
+// when this very file is the program (Deno's `import.meta.main`, or Node's entry script resolving
+// to this file); importing it never runs anything.
+if ((import.meta as { main?: boolean }).main === true) {
+  void main();
+} else {
+  isNodeEntry().then((entry) => entry ? main() : undefined).catch((error: unknown) => {
     throw error;
   });
 }
 
-function isNodeEntry(): boolean {
+/** True under Node when the entry script (`process.argv[1]`) is this file, by real path. */
+async function isNodeEntry(): Promise<boolean> {
+  if ((globalThis as { Deno?: unknown }).Deno !== undefined) return false;
   const process = (globalThis as { process?: { argv?: string[] } }).process;
   const entry = process?.argv?.[1];
-  if (entry === undefined || (globalThis as { Deno?: unknown }).Deno !== undefined) return false;
-  return import.meta.url.endsWith(entry.replace(/\\/g, "/")) ||
-    import.meta.url.endsWith("/bin.ts") && entry.endsWith("bin.ts");
+  if (entry === undefined || !import.meta.url.startsWith("file:")) return false;
+  const { realpathSync } = await import("node:fs");
+  const { fileURLToPath } = await import("node:url");
+  const real = (path: string): string | undefined => {
+    try {
+      return realpathSync(path);
+    } catch {
+      return undefined;
+    }
+  };
+  const self = real(fileURLToPath(import.meta.url));
+  // Node also runs `bin` for an entry named without its extension.
+  return self !== undefined && [entry, `${entry}.ts`].some((path) => real(path) === self);
 }

@@ -120,8 +120,14 @@ async function treeLines(io: CliIo, tree: SessionTree): Promise<TreeLine[]> {
 export async function runLayout(io: CliIo, args: readonly string[]): Promise<number> {
   const [sub, ...rest] = args;
   if (sub === undefined || sub === "help" || sub === "--help" || sub === "-h") {
-    io.out(`Usage: loop-sessions layout <tree|show|resolve> [options]\n`);
-    return sub === undefined ? 2 : 0;
+    const help = `Usage: loop-sessions layout <tree|show|resolve> [options]\n`;
+    // A missing command is a usage error, like a missing top-level command: help on stderr, 2.
+    if (sub === undefined) {
+      io.err(help);
+      return 2;
+    }
+    io.out(help);
+    return 0;
   }
   if (sub === "tree") {
     const parsed = parseArgs(rest, { json: "boolean" });
@@ -262,9 +268,14 @@ export async function runPruneRaw(io: CliIo, args: readonly string[]): Promise<n
 export async function runTraces(io: CliIo, args: readonly string[]): Promise<number> {
   const [sub, ...rest] = args;
   const parsed = parseArgs(rest, { json: "boolean" });
-  if (sub === undefined || sub === "--help" || sub === "-h" || parsed.flags.has("help")) {
+  if (sub === undefined) {
+    // A missing command is a usage error, like a missing top-level command: help on stderr, 2.
+    io.err(HELP.traces + "\n");
+    return 2;
+  }
+  if (sub === "--help" || sub === "-h" || parsed.flags.has("help")) {
     io.out(HELP.traces + "\n");
-    return sub === undefined ? 2 : 0;
+    return 0;
   }
   const repoRoot = await findRepoRoot(io, io.cwd);
   const loopyRoot = join(repoRoot, LOOPY_DIRNAME);

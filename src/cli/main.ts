@@ -32,9 +32,9 @@ Loop session store (default ~/.loop, or $LOOP_DATA_DIR, or --data-dir):
   sessions history <id|path> [--before N] [--json]
   sessions verify [<id|path> | --all] [--json]
   sessions migrate [<path> | --all] [--dry-run] [--json]
-  sessions archive|restore|delete <id...>
-  sessions compact <id|path>
-  sessions salvage <id|path> --to <collection dir>
+  sessions archive|restore|delete <id|path...> [--dir COLLECTION] [--include-unarchived] [--json]
+  sessions compact <id|path> [--json]
+  sessions salvage <id|path> --to <collection dir> [--json]
 
 Folded session layout (.loopy_loop/ found by walking up from the current directory):
   layout tree [ROOT] [--json]
@@ -52,9 +52,10 @@ export async function runCli(args: readonly string[], io: CliIo): Promise<number
   try {
     let dataDir: string | undefined;
     let rest = [...args];
-    while (rest[0]?.startsWith("--data-dir")) {
+    // Only `--data-dir DIR` and `--data-dir=DIR` (another option is an unknown one, below).
+    while (rest[0] === "--data-dir" || rest[0]?.startsWith("--data-dir=")) {
       const first = rest[0];
-      if (first.includes("=")) {
+      if (first !== "--data-dir") {
         dataDir = first.slice("--data-dir=".length);
         rest = rest.slice(1);
       } else {
@@ -62,6 +63,8 @@ export async function runCli(args: readonly string[], io: CliIo): Promise<number
         if (dataDir === undefined) throw new UsageError("option '--data-dir' needs a value");
         rest = rest.slice(2);
       }
+      // An explicit empty value (an unset shell variable) never falls back to ~/.loop.
+      if (dataDir === "") throw new UsageError("option '--data-dir' needs a non-empty value");
     }
     const [command, ...tail] = rest;
     switch (command) {

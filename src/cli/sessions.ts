@@ -5,19 +5,27 @@
  * @module
  */
 import { NotFound } from "../port/errors.ts";
-import { basename, dirname, isAbsolute, join, resolve } from "../port/path.ts";
-import { SessionNotFoundError } from "../loop/errors.ts";
+import type { EntryKind } from "../port/fs.ts";
+import { basename, dirname, isAbsolute, join, normalize, resolve } from "../port/path.ts";
+import { InvalidArgumentError, SessionFormatError, SessionNotFoundError } from "../loop/errors.ts";
 import { SessionStore } from "../loop/store.ts";
-import type { SessionInfo } from "../loop/discovery.ts";
-import { readStorageMeta } from "../loop/storage.ts";
+import { findSessions, type ListFailure, type SessionInfo } from "../loop/discovery.ts";
+import { META_FILE, readStorageMeta } from "../loop/storage.ts";
 import { salvageSession, type VerifyReport, verifySession } from "../loop/verify.ts";
-import { legacySessionId, readLegacySession } from "../loop/legacy.ts";
+import {
+  LEGACY_EXTENSION,
+  legacySessionId,
+  readLegacySession,
+  STAGING_PREFIX,
+} from "../loop/legacy.ts";
+import { DELETE_PREFIX, inspectDeletion } from "../loop/archive.ts";
+import { COMPACTION_PREVIOUS, stagingSessionId } from "../loop/compaction.ts";
+import type { StoreContext } from "../loop/lock.ts";
+import { isSessionId } from "../loop/records/mod.ts";
 import { type HistoryPage, pageBounds } from "../loop/session_manager.ts";
 import type { Message } from "../loop/records/mod.ts";
 import { numberOption, parseArgs, UsageError } from "./args.ts";
 import { type CliIo, formatBytes, printJson, Progress, table } from "./output.ts";
-
-const UUID_NAME = /^[a-f0-9-]{36}$/;
 
 /** Help text of every `sessions` subcommand. */
 export const SESSIONS_HELP: Readonly<Record<string, string>> = {
@@ -42,18 +50,26 @@ Never modifies anything; points at the first bad byte and message.`,
 
 Migrates legacy version-2 <id>.jsonl sessions to version-3 directories. The original file is
 kept unchanged as a backup. --dry-run lists what would migrate.`,
-  archive: `Usage: loop-sessions sessions archive <id...>
+  archive: `Usage: loop-sessions sessions archive <id|path...> [--dir COLLECTION] [--json]
 
-Marks sessions archived in their collection. Touches no session file.`,
-  restore: `Usage: loop-sessions sessions restore <id...>
+Marks sessions archived in their collection. Touches no session file. A session is named by its
+id or by its path in a collection of the store (<data dir>/sessions/<collection>/), or of the
+collection given with --dir.`,
+  restore: `Usage: loop-sessions sessions restore <id|path...> [--dir COLLECTION] [--json]
 
-Removes sessions from their collection's archive.`,
-  delete: `Usage: loop-sessions sessions delete <id...> [--include-unarchived]
+Removes sessions from their collection's archive (sessions named as for archive).`,
+  delete:
+    `Usage: loop-sessions sessions delete <id|path...> [--include-unarchived] [--dir COLLECTION] [--json]
 
-Deletes archived sessions (directory, legacy backup and companions) through a staged delete.`,
+Deletes archived sessions (directory, legacy backup and companions) through a staged delete.
+Only sessions the store recognizes, in a collection of the store (<data dir>/sessions/<collection>/)
+or in the collection given with --dir, are deleted; anything else is refused before anything is
+removed.`,
   compact: `Usage: loop-sessions sessions compact <id|path> [--json]
 
-Rewrites messages.jsonl to hold only the committed generation (staged and atomic).`,
+Rewrites messages.jsonl to hold only the committed generation (staged and atomic). When it holds
+nothing else already, nothing is rewritten and the committed range is verified instead: exit code
+1 when it is corrupt.`,
   salvage: `Usage: loop-sessions sessions salvage <id|path> --to <collection dir> [--json]
 
 Exports the longest valid prefix of a damaged session into a new session under the given
@@ -87,11 +103,15 @@ function storeFor(io: CliIo, flags: StoreFlags, sessionDir?: string): SessionSto
 }
 
 async function exists(io: CliIo, path: string): Promise<boolean> {
+  return (await kindOf(io, path)) !== undefined;
+}
+
+/** The kind of the entry at `path` (links not followed), or undefined when there is none. */
+async function kindOf(io: CliIo, path: string): Promise<EntryKind | undefined> {
   try {
-    await io.fs.lstat(path);
-    return true;
+    return (await io.fs.lstat(path)).kind;
   } catch (error) {
-    if (error instanceof NotFound) return false;
+    if (error instanceof NotFound) return undefined;
     throw error;
   }
 }
@@ -109,50 +129,216 @@ async function collections(io: CliIo, agentDir: string): Promise<string[]> {
   }
 }
 
-/**
- * Resolves `<id|path>` to what `SessionStore.open` takes: an absolute or relative path to a
- * session directory, meta.json or legacy file, or a session id searched in every collection.
- */
-async function locate(io: CliIo, agentDir: string, target: string): Promise<string> {
-  if (target.includes("/") || target.endsWith(".jsonl") || target === "." || target === "..") {
-    const path = resolve(io.cwd, target);
-    if (!(await exists(io, path))) {
-      throw new SessionNotFoundError(`No session at '${path}': the path does not exist`);
-    }
-    return path;
+/** A session as the store finds it in its collection. */
+type Located =
+  | {
+    readonly kind: "directory";
+    readonly collection: string;
+    readonly id: string;
+    /** The session's path in its collection: what `SessionStore.open` and `compact` take. */
+    readonly dir: string;
+    /** Where its files are: `dir`, or the copy an interrupted delete or compaction staged. */
+    readonly source: string;
   }
-  if (!UUID_NAME.test(target)) {
+  | {
+    readonly kind: "legacy";
+    readonly collection: string;
+    readonly id: string;
+    /** The version-2 file read in place (the collection's, or one an uncommitted delete staged). */
+    readonly file: string;
+  };
+
+/** What looking a session id up in one collection found. */
+interface Lookup {
+  /** Where the session is; undefined when the collection holds no such session. */
+  readonly located: Located | undefined;
+  /** True when the store's listing lists the session. */
+  readonly listed: boolean;
+  /** The store listing's failure for the session, when it cannot be listed. */
+  readonly failure: ListFailure | undefined;
+}
+
+/**
+ * The copy of session `id` that an interrupted compaction (its previous directory) or an
+ * uncommitted delete (its staged directory or legacy file) holds, looked for like the store's
+ * listing does when `<id>/` is missing. Reads only.
+ */
+async function stagedCopy(
+  io: CliIo,
+  collection: string,
+  id: string,
+): Promise<{ dir?: string; file?: string }> {
+  let entries;
+  try {
+    entries = await io.fs.readDir(collection);
+  } catch (error) {
+    if (error instanceof NotFound) return {};
+    throw error;
+  }
+  const names = entries.filter((e) => e.kind === "directory").map((e) => e.name).sort();
+  const hasMeta = async (dir: string): Promise<boolean> =>
+    (await kindOf(io, dir)) === "directory" && (await kindOf(io, join(dir, META_FILE))) === "file";
+  for (const name of names) {
+    if (stagingSessionId(name) !== id) continue;
+    const previous = join(collection, name, COMPACTION_PREVIOUS);
+    if (await hasMeta(previous)) return { dir: previous };
+  }
+  let file: string | undefined;
+  for (const name of names) {
+    if (!name.startsWith(DELETE_PREFIX)) continue;
+    const deletion = await inspectDeletion(io.fs, collection, name);
+    const dir = deletion?.directories.get(id);
+    if (dir !== undefined && await hasMeta(dir)) return { dir };
+    file ??= deletion?.legacy.get(id);
+  }
+  return file === undefined ? {} : { file };
+}
+
+/**
+ * Looks session `id` up in `collection` by the store's rules: the published directory `<id>/`
+ * (whatever it is: opening or verifying it judges it, an invalid one is an error and never
+ * replaced by its legacy backup), else a copy staged by an interrupted compaction or delete, else
+ * the legacy file `<id>.jsonl`. The store's listing (`findSessions`) says whether the session is
+ * listed or failed. Reads only.
+ */
+async function lookup(
+  io: CliIo,
+  context: StoreContext,
+  collection: string,
+  id: string,
+): Promise<Lookup> {
+  const dir = join(collection, id);
+  const file = join(collection, id + LEGACY_EXTENSION);
+  const found = await findSessions(context, collection, undefined, [id]);
+  const listed = found.sessions.length > 0;
+  const failure = found.failures[0];
+  const directory = (source: string): Located => ({
+    kind: "directory",
+    collection,
+    id,
+    dir,
+    source,
+  });
+  const legacy = (path: string): Located => ({ kind: "legacy", collection, id, file: path });
+  if ((await kindOf(io, dir)) !== undefined) return { located: directory(dir), listed, failure };
+  const staged = await stagedCopy(io, collection, id);
+  let located: Located | undefined;
+  if (staged.dir !== undefined) located = directory(staged.dir);
+  else if (failure !== undefined && failure.path !== file) throw failure.error;
+  else if ((await kindOf(io, file)) === "file") located = legacy(file);
+  else if (staged.file !== undefined) located = legacy(staged.file);
+  return { located, listed, failure };
+}
+
+function isPathTarget(target: string): boolean {
+  return target.includes("/") || target.endsWith(LEGACY_EXTENSION) || target === "." ||
+    target === "..";
+}
+
+/**
+ * Resolves `<id|path>` the way the store does. A path names a session directory, its meta.json or
+ * a legacy `<id>.jsonl` file, and is looked up in its collection (so the backup of a migrated
+ * session resolves to its directory); an id is searched in `within` (default: every collection of
+ * the data directory) and must be found in exactly one.
+ */
+async function locateTarget(
+  io: CliIo,
+  flags: StoreFlags,
+  target: string,
+  within?: readonly string[],
+): Promise<Lookup & { readonly located: Located; readonly path: string }> {
+  const context = storeFor(io, flags).context;
+  if (isPathTarget(target)) {
+    let path = resolve(io.cwd, target);
+    if (basename(path) === META_FILE) path = dirname(path);
+    const name = basename(path);
+    const collection = dirname(path);
+    const inside = basename(collection);
+    if (inside.startsWith(STAGING_PREFIX) || inside.startsWith(DELETE_PREFIX)) {
+      throw new InvalidArgumentError(
+        "path",
+        `Session path is inside a private staging directory: '${path}'; name the session by its id or its collection path`,
+      );
+    }
+    const isFile = name.endsWith(LEGACY_EXTENSION);
+    const id = isFile ? legacySessionId(name) : name;
+    if (id === undefined) {
+      throw new SessionFormatError("A legacy session file must be named <session id>.jsonl", {
+        file: path,
+      });
+    }
+    const kind = await kindOf(io, path);
+    if (!isSessionId(id)) {
+      if (kind === undefined) {
+        throw new SessionNotFoundError(`No session at '${path}': the path does not exist`);
+      }
+      // Not named like a session: opened as given, which says what is wrong with it.
+      const located: Located = { kind: "directory", collection, id, dir: path, source: path };
+      return { located, listed: false, failure: undefined, path };
+    }
+    if (
+      isFile && kind !== undefined && kind !== "file" && !(await exists(io, join(collection, id)))
+    ) {
+      throw new SessionFormatError(
+        "Legacy session file is not a regular file (links are refused)",
+        {
+          file: path,
+        },
+      );
+    }
+    const found = await lookup(io, context, collection, id);
+    if (found.located === undefined) {
+      throw new SessionNotFoundError(
+        `No session at '${path}'${kind === undefined ? ": the path does not exist" : ""}`,
+      );
+    }
+    return { ...found, located: found.located, path };
+  }
+  if (!isSessionId(target)) {
     throw new UsageError(`'${target}' is neither a session id (a lowercase UUID) nor a path`);
   }
-  const found: string[] = [];
-  for (const collection of await collections(io, agentDir)) {
-    if (await exists(io, join(collection, target, "meta.json"))) {
-      found.push(join(collection, target));
-    } else if (await exists(io, join(collection, `${target}.jsonl`))) {
-      found.push(join(collection, `${target}.jsonl`));
-    }
+  const found: (Lookup & { readonly located: Located })[] = [];
+  for (const collection of within ?? await collections(io, flags.agentDir)) {
+    const result = await lookup(io, context, collection, target);
+    if (result.located !== undefined) found.push({ ...result, located: result.located });
   }
-  if (found.length === 0) {
+  const first = found[0];
+  if (first === undefined) {
     throw new SessionNotFoundError(
-      `No session with id ${target} under '${
-        join(agentDir, "sessions")
-      }'; pass a path or --data-dir`,
+      within === undefined
+        ? `No session with id ${target} under '${
+          join(flags.agentDir, "sessions")
+        }'; pass a path or --data-dir`
+        : `No session with id ${target} in '${within.join("', '")}'`,
     );
   }
   if (found.length > 1) {
     throw new UsageError(
-      `Session id ${target} exists in several collections; pass a path: ${found.join(", ")}`,
+      `Session id ${target} exists in several collections; pass a path: ${
+        found.map((f) => f.located.collection).join(", ")
+      }`,
     );
   }
-  return found[0] as string;
+  return {
+    ...first,
+    path: first.located.kind === "legacy" ? first.located.file : first.located.dir,
+  };
 }
 
-/** The session directory (or legacy file) and its collection for a located target. */
-function splitTarget(path: string): { dir: string; collection: string; id: string } {
-  const normalized = basename(path) === "meta.json" ? dirname(path) : path;
-  const name = basename(normalized);
-  const id = legacySessionId(name) ?? name;
-  return { dir: normalized, collection: dirname(normalized), id };
+/** Resolves `<id|path>` to the session the store finds there (see `locateTarget`). */
+async function locate(io: CliIo, flags: StoreFlags, target: string): Promise<Located> {
+  return (await locateTarget(io, flags, target)).located;
+}
+
+/** Refuses a session directory that is not a real directory (a link is never read through). */
+async function realDirectory(io: CliIo, dir: string): Promise<string> {
+  const kind = await kindOf(io, dir);
+  if (kind !== undefined && kind !== "directory") {
+    throw new SessionFormatError("Session path is not a directory (symlinks are refused)", {
+      file: dir,
+    });
+  }
+  return dir;
 }
 
 function infoRow(info: SessionInfo): string[] {
@@ -199,12 +385,16 @@ export async function runSessions(
 ): Promise<number> {
   const [sub, ...rest] = args;
   if (sub === undefined || sub === "help" || sub === "--help" || sub === "-h") {
-    io.out(
-      `Usage: loop-sessions sessions <command> [options]\n\nCommands: ${
-        Object.keys(SESSIONS_HELP).join(", ")
-      }\nRun 'loop-sessions sessions <command> --help' for details.\n`,
-    );
-    return sub === undefined ? 2 : 0;
+    const help = `Usage: loop-sessions sessions <command> [options]\n\nCommands: ${
+      Object.keys(SESSIONS_HELP).join(", ")
+    }\nRun 'loop-sessions sessions <command> --help' for details.\n`;
+    // A missing command is a usage error, like a missing top-level command: help on stderr, 2.
+    if (sub === undefined) {
+      io.err(help);
+      return 2;
+    }
+    io.out(help);
+    return 0;
   }
   const help = SESSIONS_HELP[sub];
   if (help === undefined) throw new UsageError(`unknown command 'sessions ${sub}'`);
@@ -310,12 +500,14 @@ async function show(io: CliIo, flags: StoreFlags, args: readonly string[]): Prom
   if (target === undefined || parsed.positionals.length > 1) {
     throw new UsageError("sessions show takes one <id|path>");
   }
-  const path = await locate(io, flags.agentDir, target);
-  const { collection, id } = splitTarget(path);
+  const located = await locate(io, flags, target);
+  const { collection, id } = located;
   const store = storeFor(io, flags, collection);
   let result;
-  if (path.endsWith(".jsonl")) {
-    // A legacy version-2 file: read it in place (opening it would migrate it).
+  if (located.kind === "legacy") {
+    // A legacy version-2 file (no <id>/ is published): read it in place (opening it would
+    // migrate it).
+    const path = located.file;
     const legacy = await readLegacySession(io.fs, path);
     const header = legacy.fallbackTitle !== undefined && !legacy.header.title
       ? { ...legacy.header, title: legacy.fallbackTitle }
@@ -333,7 +525,7 @@ async function show(io: CliIo, flags: StoreFlags, args: readonly string[]): Prom
       archived: false,
     };
   } else {
-    const session = await store.open(path, { readOnly: true });
+    const session = await store.open(located.dir, { readOnly: true });
     try {
       const header = session.getHeader();
       const messages = session.messages;
@@ -410,10 +602,10 @@ async function history(io: CliIo, flags: StoreFlags, args: readonly string[]): P
     throw new UsageError("sessions history takes one <id|path>");
   }
   const before = numberOption(parsed, "before", true);
-  const path = await locate(io, flags.agentDir, target);
-  const page = path.endsWith(".jsonl")
-    ? await legacyPage(io, path, before)
-    : await committedPage(storeFor(io, flags, splitTarget(path).collection), path, before);
+  const located = await locate(io, flags, target);
+  const page = located.kind === "legacy"
+    ? await legacyPage(io, located.file, before)
+    : await committedPage(storeFor(io, flags, located.collection), located.dir, before);
   {
     if (parsed.flags.has("json")) {
       printJson(io, page);
@@ -488,7 +680,7 @@ async function verify(io: CliIo, flags: StoreFlags, args: readonly string[]): Pr
     if (parsed.positionals.length > 0) throw new UsageError("pass either <id|path> or --all");
     for (const collection of await collections(io, flags.agentDir)) {
       for (const entry of await io.fs.readDir(collection)) {
-        if (entry.kind === "directory" && UUID_NAME.test(entry.name)) {
+        if (entry.kind === "directory" && isSessionId(entry.name)) {
           dirs.push(join(collection, entry.name));
         }
       }
@@ -498,13 +690,14 @@ async function verify(io: CliIo, flags: StoreFlags, args: readonly string[]): Pr
     if (target === undefined || parsed.positionals.length > 1) {
       throw new UsageError("sessions verify takes one <id|path> or --all");
     }
-    const path = await locate(io, flags.agentDir, target);
-    if (path.endsWith(".jsonl")) {
+    const located = await locate(io, flags, target);
+    if (located.kind === "legacy") {
       throw new UsageError(
-        `'${path}' is a legacy version-2 file; migrate it first, or verify its directory`,
+        `'${located.file}' is a legacy version-2 file; migrate it first, or verify its directory`,
       );
     }
-    dirs.push(splitTarget(path).dir);
+    // Verified where the store reads it; a link planted at the session folder is refused.
+    dirs.push(await realDirectory(io, located.source));
   }
   const progress = new Progress(io, "verifying", json);
   const reports: VerifyReport[] = [];
@@ -526,7 +719,7 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
   if (wantsHelp(io, "migrate", parsed)) return 0;
   const json = parsed.flags.has("json");
   const dryRun = parsed.flags.has("dry-run");
-  const files: string[] = [];
+  const files: { path: string; published: boolean }[] = [];
   if (parsed.flags.has("all")) {
     if (parsed.positionals.length > 0) throw new UsageError("pass either <path> or --all");
     for (const collection of await collections(io, flags.agentDir)) {
@@ -534,7 +727,7 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
         if (entry.kind !== "file" || legacySessionId(entry.name) === undefined) continue;
         const id = legacySessionId(entry.name) as string;
         if (await exists(io, join(collection, id))) continue; // Already migrated: the backup stays.
-        files.push(join(collection, entry.name));
+        files.push({ path: join(collection, entry.name), published: false });
       }
     }
   } else {
@@ -542,29 +735,40 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
     if (target === undefined || parsed.positionals.length > 1) {
       throw new UsageError("sessions migrate takes one <path> or --all");
     }
-    const path = await locate(io, flags.agentDir, target);
-    if (!path.endsWith(".jsonl")) {
-      throw new UsageError(`'${path}' is not a legacy <id>.jsonl session file`);
+    const located = await locate(io, flags, target);
+    const file = join(located.collection, located.id + LEGACY_EXTENSION);
+    if (located.kind === "legacy") files.push({ path: file, published: false });
+    else if (located.source === located.dir && (await kindOf(io, file)) === "file") {
+      // The backup of a migrated session: its published directory is what the store opens.
+      files.push({ path: file, published: true });
+    } else {
+      throw new UsageError(`'${located.dir}' is not a legacy <id>.jsonl session file`);
     }
-    files.push(path);
   }
-  const results: { path: string; migratedTo?: string; error?: string }[] = [];
+  const results: { path: string; migratedTo?: string; alreadyMigrated: boolean; error?: string }[] =
+    [];
   const progress = new Progress(io, "migrating", json);
-  for (const [i, file] of files.entries()) {
+  for (const [i, { path: file, published }] of files.entries()) {
     progress.update(i, files.length);
     if (dryRun) {
       results.push({
         path: file,
         migratedTo: join(dirname(file), legacySessionId(basename(file)) as string),
+        alreadyMigrated: published,
       });
       continue;
     }
     try {
+      // Opening validates a published directory (an invalid one fails) or migrates the file.
       const session = await storeFor(io, flags, dirname(file)).open(file, { readOnly: true });
-      results.push({ path: file, migratedTo: session.getSessionPath() });
+      results.push({
+        path: file,
+        migratedTo: session.getSessionPath(),
+        alreadyMigrated: published,
+      });
       await session.close();
     } catch (error) {
-      results.push({ path: file, error: (error as Error).message });
+      results.push({ path: file, alreadyMigrated: published, error: (error as Error).message });
     }
   }
   progress.end();
@@ -573,10 +777,48 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
     if (files.length === 0) io.out("No legacy sessions to migrate.\n");
     for (const r of results) {
       if (r.error !== undefined) io.out(`failed   ${r.path}: ${r.error}\n`);
-      else io.out(`${dryRun ? "would migrate" : "migrated"} ${r.path} -> ${r.migratedTo}\n`);
+      else if (r.alreadyMigrated) {
+        io.out(`already migrated ${r.path} -> ${r.migratedTo} (nothing to do)\n`);
+      } else io.out(`${dryRun ? "would migrate" : "migrated"} ${r.path} -> ${r.migratedTo}\n`);
     }
   }
   return results.some((r) => r.error !== undefined) ? 1 : 0;
+}
+
+/** True when `collection` is one of the data directory's collections, or the explicit one. */
+async function inScope(
+  io: CliIo,
+  flags: StoreFlags,
+  collection: string,
+  explicit: string | undefined,
+): Promise<boolean> {
+  const same = async (a: string, b: string): Promise<boolean> => {
+    if (normalize(a) === normalize(b)) return true;
+    try {
+      return (await io.fs.realPath(a)) === (await io.fs.realPath(b));
+    } catch (error) {
+      if (error instanceof NotFound) return false;
+      throw error;
+    }
+  };
+  if (explicit !== undefined) return await same(collection, explicit);
+  // A collection is a real directory directly under <data dir>/sessions/, as listings find them.
+  if (basename(collection).startsWith(".")) return false;
+  if ((await kindOf(io, collection)) !== "directory") return false;
+  return await same(dirname(collection), join(flags.agentDir, "sessions"));
+}
+
+/**
+ * True when the store recognizes the session it found: its listing lists it, or reports it as
+ * damaged while it is a real session directory with a meta.json or a legacy file.
+ */
+async function recognized(io: CliIo, found: Lookup & { located: Located }): Promise<boolean> {
+  if (found.listed) return true;
+  if (found.failure === undefined) return false; // Not a session, or of an unsupported format.
+  const located = found.located;
+  if (located.kind === "legacy") return true;
+  return (await kindOf(io, located.source)) === "directory" &&
+    (await kindOf(io, join(located.source, META_FILE))) === "file";
 }
 
 async function membership(
@@ -587,17 +829,47 @@ async function membership(
 ): Promise<number> {
   const parsed = parseArgs(
     args,
-    sub === "delete" ? { "include-unarchived": "boolean", json: "boolean" } : { json: "boolean" },
+    sub === "delete"
+      ? { "include-unarchived": "boolean", dir: "value", json: "boolean" }
+      : { dir: "value", json: "boolean" },
   );
   if (wantsHelp(io, sub, parsed)) return 0;
   if (parsed.positionals.length === 0) {
-    throw new UsageError(`sessions ${sub} takes at least one <id>`);
+    throw new UsageError(`sessions ${sub} takes at least one <id|path>`);
   }
+  const dir = parsed.values.get("dir");
+  if (dir === "") throw new UsageError("option '--dir' needs a non-empty value");
+  const explicit = dir === undefined ? undefined : resolve(io.cwd, dir);
+  // Every target is checked before anything changes: a session the store recognizes, in one of
+  // its collections (or the explicit one). Nothing else is ever archived or deleted.
   const byCollection = new Map<string, string[]>();
   for (const target of parsed.positionals) {
-    const { collection, id } = splitTarget(await locate(io, flags.agentDir, target));
+    const found = await locateTarget(
+      io,
+      flags,
+      target,
+      explicit === undefined ? undefined : [explicit],
+    );
+    const { collection, id } = found.located;
+    if (!(await inScope(io, flags, collection, explicit))) {
+      throw new UsageError(
+        `'${found.path}' is not in ${
+          explicit === undefined
+            ? `a collection of the store ('${join(flags.agentDir, "sessions")}/<collection>/')`
+            : `the collection '${explicit}'`
+        }; nothing was changed (name a session by its id, or its collection with --dir)`,
+      );
+    }
+    if (!(await recognized(io, found))) {
+      const why = found.failure === undefined ? "" : `: ${found.failure.error.message}`;
+      throw new SessionNotFoundError(
+        `'${found.path}' is not a session the store recognizes${why}; nothing was changed`,
+      );
+    }
     byCollection.set(collection, [...(byCollection.get(collection) ?? []), id]);
   }
+  const action = sub === "archive" ? "archived" : sub === "restore" ? "restored" : "deleted";
+  const done: { id: string; collection: string }[] = [];
   for (const [collection, ids] of byCollection) {
     const store = storeFor(io, flags, collection);
     if (sub === "delete") {
@@ -607,12 +879,10 @@ async function membership(
     } else {
       await store.archive.set(undefined, ids, sub === "archive");
     }
-    for (const id of ids) {
-      io.out(
-        `${sub === "archive" ? "archived" : sub === "restore" ? "restored" : "deleted"} ${id}\n`,
-      );
-    }
+    done.push(...[...new Set(ids)].map((id) => ({ id, collection })));
   }
+  if (parsed.flags.has("json")) printJson(io, { action, sessions: done });
+  else for (const { id } of done) io.out(`${action} ${id}\n`);
   return 0;
 }
 
@@ -623,12 +893,42 @@ async function compact(io: CliIo, flags: StoreFlags, args: readonly string[]): P
   if (target === undefined || parsed.positionals.length > 1) {
     throw new UsageError("sessions compact takes one <id|path>");
   }
-  const path = await locate(io, flags.agentDir, target);
-  const { dir, collection } = splitTarget(path);
-  const result = await storeFor(io, flags, collection).compact(dir);
-  if (parsed.flags.has("json")) printJson(io, result);
-  else io.out(`compacted ${dir}\n`);
-  return 0;
+  const located = await locate(io, flags, target);
+  if (located.kind === "legacy") {
+    throw new UsageError(
+      `'${located.file}' is a legacy version-2 file; migrate it first, then compact its directory`,
+    );
+  }
+  const result = await storeFor(io, flags, located.collection).compact(located.dir);
+  const json = parsed.flags.has("json");
+  if (result.compacted) {
+    if (json) printJson(io, { ...result, ok: true });
+    else {
+      io.out(
+        `compacted ${result.dir}: messages.jsonl ${formatBytes(result.bytesBefore)} -> ${
+          formatBytes(result.bytesAfter)
+        }\n`,
+      );
+    }
+    return 0;
+  }
+  // Nothing was rewritten, so nothing was read: verify the committed range instead.
+  const report = await verifySession(io.fs, await realDirectory(io, result.dir), {
+    sha256: io.sha256,
+  });
+  const errors = report.findings.filter((f) => f.severity === "error");
+  if (json) printJson(io, { ...result, ok: report.ok, findings: errors });
+  else if (report.ok) {
+    io.out(
+      `not compacted: ${result.dir} already holds only the committed generation (${
+        formatBytes(result.bytesAfter)
+      })\n`,
+    );
+  } else {
+    io.out(`not compacted: ${result.dir} is corrupt\n`);
+    for (const finding of errors) io.err(`error: ${finding.message} (in '${finding.file}')\n`);
+  }
+  return report.ok ? 0 : 1;
 }
 
 async function salvage(io: CliIo, flags: StoreFlags, args: readonly string[]): Promise<number> {
@@ -639,8 +939,15 @@ async function salvage(io: CliIo, flags: StoreFlags, args: readonly string[]): P
   if (target === undefined || parsed.positionals.length > 1 || to === undefined) {
     throw new UsageError("sessions salvage takes one <id|path> and --to <collection dir>");
   }
-  const path = await locate(io, flags.agentDir, target);
-  const { dir } = splitTarget(path);
+  if (to === "") throw new UsageError("option '--to' needs a non-empty value");
+  const located = await locate(io, flags, target);
+  if (located.kind === "legacy") {
+    throw new UsageError(
+      `'${located.file}' is a legacy version-2 file; migrate it first, then salvage its directory`,
+    );
+  }
+  // Read where the store reads it; a link planted at the session folder is refused.
+  const dir = await realDirectory(io, located.source);
   await readStorageMeta(io.fs, dir);
   const toCollection = isAbsolute(to) ? to : resolve(io.cwd, to);
   const result = await salvageSession(io.fs, dir, { sha256: io.sha256, toCollection, now: io.now });
