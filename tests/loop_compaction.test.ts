@@ -104,6 +104,21 @@ test("a read-only manager opened before a compaction pages the history it verifi
   await reader.close();
 });
 
+test("a read-only manager keeps its verified log after a failed page read, also across a compaction", async () => {
+  const { fs, store, session, history } = await replaced();
+  const reader = await store.open(session.getSessionPath(), { readOnly: true });
+  const first = await reader.readHistory();
+  // One transient read error, then a compaction publishes a new log at the same path.
+  fs.failAt(fs.operationCount + 1, { ops: ["read"] });
+  await assert.rejects(reader.readHistory(first.start, first.revision));
+  fs.clearFaults();
+  assert.equal((await store.compact(session.getSessionFile())).compacted, true);
+  const earlier = await reader.readHistory(first.start, first.revision);
+  assert.deepEqual([...earlier.messages, ...first.messages], history.slice(earlier.start));
+  assert.deepEqual(earlier.messages, history.slice(earlier.start, earlier.end));
+  await reader.close();
+});
+
 test("the rebuilt index equals the one SessionManager publishes for the same history", async () => {
   const { fs, store, session, history } = await replaced();
   const dir = session.getSessionPath();

@@ -314,7 +314,18 @@ test("recovery keeps an interrupted compaction's previous session when something
   await storeOn(probe).compact(dir);
   const n = probe.operationLog.find((r) => r.op === "rename" && r.to?.endsWith("/previous"))!
     .number;
-  for (const planted of ["link", "file", "empty directory"] as const) {
+  const other = await storeOn(fs).create(CWD);
+  await other.commit(conversation(1, "other"));
+  await other.close();
+  const plants = [
+    "link",
+    "file",
+    "empty directory",
+    "another session's copy",
+    "a directory whose meta.json is a link",
+    "a directory whose meta.json is a directory",
+  ] as const;
+  for (const planted of plants) {
     const crashed = fs.clone();
     crashed.resetCounter();
     crashed.crashAfter(n);
@@ -324,7 +335,21 @@ test("recovery keeps an interrupted compaction's previous session when something
       await recovered.mkdir("/elsewhere", { recursive: true });
       await recovered.symlink("/elsewhere", dir);
     } else if (planted === "file") await recovered.writeFile(dir, new Uint8Array(1));
-    else await recovered.mkdir(dir);
+    else {
+      await recovered.mkdir(dir);
+      if (planted === "another session's copy") {
+        for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
+          await recovered.writeFile(
+            `${dir}/${name}`,
+            await recovered.readFile(`${other.getSessionPath()}/${name}`),
+          );
+        }
+      } else if (planted === "a directory whose meta.json is a link") {
+        await recovered.symlink("/nowhere", `${dir}/meta.json`);
+      } else if (planted === "a directory whose meta.json is a directory") {
+        await recovered.mkdir(`${dir}/meta.json`);
+      }
+    }
     const report = await storeOn(recovered).cleanup(CWD);
     const staging = (await recovered.readDir(COLLECTION)).find((e) =>
       e.name.startsWith(".staging-")
@@ -332,11 +357,57 @@ test("recovery keeps an interrupted compaction's previous session when something
     assert.ok(staging !== undefined, `${planted}: the previous session was removed`);
     assert.deepEqual(report.kept, [`${COLLECTION}/${staging.name}`], planted);
     // Once the planted entry is gone, the next recovery puts the session back.
-    await recovered.remove(dir);
+    await recovered.remove(dir, { recursive: true });
     const again = await storeOn(recovered).cleanup(CWD);
     assert.deepEqual(again.restored, [`${COLLECTION}/${staging.name}`], planted);
     const reader = await storeOn(recovered).open(dir, { readOnly: true });
     assert.deepEqual(reader.messages, history, planted);
     await reader.close();
   }
+});
+
+test("a read-only open of a session caught between a compaction's renames reads its previous directory and writes nothing", async () => {
+  const fs = await freshFs();
+  const { dir, history } = await replaced(fs);
+  fs.syncAll();
+  const probe = fs.clone();
+  probe.resetCounter();
+  await storeOn(probe).compact(dir);
+  const n = probe.operationLog.find((r) => r.op === "rename" && r.to?.endsWith("/previous"))!
+    .number;
+  const crashed = fs.clone();
+  crashed.resetCounter();
+  crashed.crashAfter(n);
+  await assert.rejects(storeOn(crashed).compact(dir), SimulatedCrash);
+  const recovered = crashed.crash({ seed: 0, tailMode: "whole", extraJournal: "all" });
+  const before = recovered.snapshotTree("/");
+  const reader = await storeOn(recovered).open(dir, { readOnly: true });
+  assert.deepEqual(reader.messages, history);
+  assert.deepEqual((await reader.readHistory(0)).messages, []);
+  await reader.close();
+  assert.deepEqual(recovered.snapshotTree("/"), before);
+  // A writer puts the previous directory back first.
+  const writer = await storeOn(recovered).open(dir);
+  assert.deepEqual(writer.messages, history);
+  assert.equal(writer.getSessionPath(), dir);
+  await writer.close();
+});
+
+test("a writer open of a damaged session reports the damage, not a failure of the collection it waited for", async () => {
+  const fs = await freshFs();
+  const { dir } = await replaced(fs);
+  const log = await fs.readFile(`${dir}/messages.jsonl`);
+  log[log.length - 3] = log[log.length - 3] === 0x61 ? 0x62 : 0x61;
+  await fs.writeFile(`${dir}/messages.jsonl`, log);
+  // A staged delete with entries but no journal: recovering the collection fails.
+  const staged = `${COLLECTION}/.delete-00000000-0000-4000-8000-000000000000`;
+  await fs.mkdir(staged);
+  await fs.writeFile(`${staged}/something`, new Uint8Array(1));
+  const store = storeOn(fs);
+  await assert.rejects(store.open(dir, { readOnly: true }), CorruptSessionError);
+  await assert.rejects(store.open(dir), (error) => {
+    assert.ok(error instanceof CorruptSessionError, String(error));
+    assert.equal(error.file, `${dir}/messages.jsonl`);
+    return true;
+  });
 });

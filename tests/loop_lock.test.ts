@@ -455,3 +455,73 @@ test("an open in the process that runs cleanup never ends with cleanup removing 
   await assert.rejects(storeAs(fs, 100, alive).open(dir), SessionLockedError);
   await (opened as SessionManager).close();
 });
+
+test("cleanup locks a session only to remove its temp files, and a writer of its process waits for it", async () => {
+  const { fs, alive, session } = await setup();
+  const dir = session.getSessionPath();
+  await session.close();
+  let pause: { reached: () => void; release: Promise<void> } | undefined;
+  let listings = 0;
+  const paused: FileSystem = new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (typeof value !== "function") return value;
+      return async (...args: unknown[]) => {
+        // The second listing of the session directory is the one under cleanup's hold.
+        if (prop === "readDir" && args[0] === dir && pause !== undefined && ++listings === 2) {
+          pause.reached();
+          await pause.release;
+        }
+        return await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+      };
+    },
+  });
+  const store = new SessionStore({ fs: paused, agentDir: AGENT, process: probe(200, alive) });
+  // Nothing to remove: cleanup takes no lock, and an open meanwhile goes through.
+  const [report, writer] = await Promise.all([store.cleanup(CWD), store.open(dir)]);
+  assert.deepEqual(report.removed, []);
+  await writer.close();
+  // A temp file left by a crash: cleanup holds the lock while it removes it; an open of this
+  // process started meanwhile waits for it, then opens.
+  await fs.writeFile(`${dir}/.meta.json.abc.tmp`, encoder.encode("partial"));
+  let release!: () => void;
+  const reached = new Promise<void>((resolve) => {
+    pause = { reached: resolve, release: new Promise<void>((done) => (release = done)) };
+  });
+  const cleaning = store.cleanup(CWD);
+  await reached;
+  assert.equal(
+    JSON.parse(decoder.decode(await fs.readFile(`${dir}/${WRITER_LOCK_FILE}`))).pid,
+    200,
+  );
+  const opening = store.open(dir);
+  await new Promise((resolve) => setTimeout(resolve, 5));
+  release();
+  assert.deepEqual((await cleaning).removed, [`${dir}/.meta.json.abc.tmp`]);
+  const opened = await opening;
+  await opened.close();
+});
+
+test("cleanup removes its own hold of a session's lock even when the first removal fails", async () => {
+  const { fs, alive, session } = await setup();
+  const dir = session.getSessionPath();
+  await session.close();
+  await fs.writeFile(`${dir}/.meta.json.abc.tmp`, encoder.encode("partial"));
+  const probeFs = fs.clone();
+  probeFs.resetCounter();
+  await storeAs(probeFs, 300, new Set([...alive, 300])).cleanup(CWD);
+  const removals = probeFs.operationLog.filter((r) =>
+    r.op === "remove" && r.path === `${dir}/${WRITER_LOCK_FILE}`
+  );
+  assert.equal(removals.length, 1);
+  alive.add(300);
+  fs.resetCounter();
+  fs.failAt(removals[0]!.number, { error: "EIO" });
+  const report = await storeAs(fs, 300, alive).cleanup(CWD);
+  fs.clearFaults();
+  assert.deepEqual(report.removed, [`${dir}/.meta.json.abc.tmp`]);
+  await assert.rejects(fs.lstat(`${dir}/${WRITER_LOCK_FILE}`));
+  // Another live process can write the session at once.
+  const writer = await storeAs(fs, 200, alive).open(dir);
+  await writer.close();
+});

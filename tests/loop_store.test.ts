@@ -866,7 +866,7 @@ test("metadata arguments of the wrong type and unserializable messages reject wi
   assert.equal(session.hasPendingSave, false);
 });
 
-test("a replacement that changes only a user message does not set unread", async () => {
+test("a replacement of saved messages does not set unread; newly appended output does", async () => {
   const { store } = await setup();
   const session = await store.create(CWD);
   const history = [user("q"), assistant("a"), user("q2"), assistant("a2")];
@@ -875,23 +875,41 @@ test("a replacement that changes only a user message does not set unread", async
   await session.commit([user("q edited"), ...history.slice(1)]);
   assert.equal(session.unread, false);
   await session.commit([user("q edited"), assistant("a changed"), ...history.slice(2)]);
+  // A changed saved message is not newly appended output.
+  assert.equal(session.unread, false);
+  await session.commit([user("q edited"), assistant("a changed"), ...history.slice(2), user("q3")]);
+  assert.equal(session.unread, false);
+  await session.commit([
+    user("q edited"),
+    assistant("a changed"),
+    ...history.slice(2),
+    user("q3"),
+    assistant("a3"),
+  ]);
   assert.equal(session.unread, true);
 });
 
-test("completing the last saved assistant message in place sets unread (new completed output)", async () => {
+test("unread follows newly appended output only: rewriting saved messages never sets it", async () => {
   const { store } = await setup();
   const session = await store.create(CWD);
   const reply = assistant("partial");
   const history = [user("q"), reply];
   await session.commit(history);
+  assert.equal(session.unread, true);
   assert.equal(await session.markRead(2), true);
   const before = session.getStorageInfo()?.generation;
-  // The host streams into the same object and saves the same array.
+  // Completed in place and saved again: a new generation, but nothing was appended.
   (reply as unknown as { content: { text: string }[] }).content[0]!.text = "partial, then complete";
   await session.commit(history);
   assert.notEqual(session.getStorageInfo()?.generation, before);
-  assert.equal(session.unread, true);
+  assert.equal(session.unread, false);
   assert.deepEqual(await saved(store, session), history);
+  // An earlier assistant message replaced by a new object: not appended either.
+  await session.commit([user("q"), assistant("other answer")]);
+  assert.equal(session.unread, false);
+  // A replacement that also appends output: unread.
+  await session.commit([user("q edited"), assistant("a"), user("q2"), assistant("a2")]);
+  assert.equal(session.unread, true);
 });
 
 test("a read-only manager's page reads never look at index.json, so its faults cannot fail them", async () => {

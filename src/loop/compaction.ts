@@ -366,9 +366,10 @@ async function exists(context: StoreContext, path: string): Promise<boolean> {
  *
  * A staging directory that holds a previous session (a real directory with a meta.json) is
  * removed only when the session directory it was swapped with is in place (a real directory
- * with a meta.json): when something else is there (a link, a file, a directory without
- * meta.json), or the staging name names no session, the previous session may be the only copy,
- * so the staging directory is left as it is (`"kept"`) for a person to look at.
+ * whose meta.json is a regular file naming the session): when something else is there (a link,
+ * a file, a directory without a readable meta.json, another session's copy), or the staging name
+ * names no session, the previous session may be the only copy, so the staging directory is left
+ * as it is (`"kept"`) for a person to look at.
  */
 export async function recoverStaging(
   context: StoreContext,
@@ -391,15 +392,26 @@ export async function recoverStaging(
       if (context.durability === "full") await fs.syncDir(collection);
       return "restored";
     }
-    if (
-      !(await isRealDirectory(context, target) && await exists(context, join(target, META_FILE)))
-    ) {
-      return "kept";
-    }
+    if (!(await holdsSession(context, target, id))) return "kept";
   }
   await removeStaging(context, staging);
   if (context.durability === "full") await fs.syncDir(collection);
   return "removed";
+}
+
+/**
+ * True when `dir` is a real directory whose meta.json is a regular file naming session `id`: the
+ * compacted session is in place. Anything else there (a link, a file, another session's copy,
+ * an unreadable meta.json) is not.
+ */
+async function holdsSession(context: StoreContext, dir: string, id: string): Promise<boolean> {
+  if (!(await isRealDirectory(context, dir))) return false;
+  try {
+    if ((await context.fs.lstat(join(dir, META_FILE))).kind !== "file") return false;
+    return (await readStorageMeta(context.fs, dir)).header.id === id;
+  } catch {
+    return false;
+  }
 }
 
 /** True when `path` is a directory itself (a link planted there is never followed or moved). */

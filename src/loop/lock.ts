@@ -100,6 +100,13 @@ export type LockState = LockFileState | { readonly kind: "held-here" };
 const heldTokens = new Set<string>();
 /** In-process registrations: filesystem → lock path → token. */
 const registrations = new WeakMap<FileSystem, Map<string, string>>();
+/**
+ * Brief holds of writer locks (maintenance): filesystem → lock path → a promise settled when the
+ * hold is released. A writer of this process waits for one instead of being refused.
+ */
+const briefHolds = new WeakMap<FileSystem, Map<string, Promise<void>>>();
+/** What to run when a lock is released (the end of a brief hold). */
+const releaseHooks = new WeakMap<HeldLock, () => void>();
 /** In-process wait queues of collection locks: filesystem → lock path → tail promise. */
 const queues = new WeakMap<FileSystem, Map<string, Promise<void>>>();
 
@@ -230,6 +237,7 @@ export class HeldLock {
       heldTokens.delete(this.token);
       const map = registry(this.#fs);
       if (map.get(this.path) === this.token) map.delete(this.path);
+      releaseHooks.get(this)?.();
     }
   }
 
@@ -322,7 +330,7 @@ async function removeStaleLock(
  * is still unparsable); anything else there now belongs to someone else and is left alone.
  * True when this call removed it.
  */
-async function removeIfHolding(
+export async function removeIfHolding(
   fs: FileSystem,
   path: string,
   token: string | undefined,
@@ -377,10 +385,41 @@ function lockedError(lockPath: string, holder: LockRecord | undefined): SessionL
 /**
  * Takes the writer lock of the session directory `dir`: fails at once with `SessionBusyError`
  * when this process already holds it, or `SessionLockedError` when a live process does. A stale
- * lock is taken over. Without a probe only the in-process registration is made.
+ * lock is taken over. Without a probe only the in-process registration is made. A `brief` hold
+ * (maintenance) is waited for by the other writers of this process rather than refused.
  */
-export async function acquireWriterLock(context: StoreContext, dir: string): Promise<HeldLock> {
+export async function acquireWriterLock(
+  context: StoreContext,
+  dir: string,
+  options: { readonly brief?: boolean } = {},
+): Promise<HeldLock> {
   const lockPath = join(dir, WRITER_LOCK_FILE);
+  const holds = briefHolds.get(context.fs);
+  for (let hold = holds?.get(lockPath); hold !== undefined; hold = holds?.get(lockPath)) {
+    await hold;
+  }
+  const held = await takeWriterLock(context, lockPath);
+  if (options.brief === true) {
+    let map = briefHolds.get(context.fs);
+    if (map === undefined) {
+      map = new Map();
+      briefHolds.set(context.fs, map);
+    }
+    const brief = map;
+    brief.set(
+      lockPath,
+      new Promise<void>((resolve) => {
+        releaseHooks.set(held, () => {
+          brief.delete(lockPath);
+          resolve();
+        });
+      }),
+    );
+  }
+  return held;
+}
+
+async function takeWriterLock(context: StoreContext, lockPath: string): Promise<HeldLock> {
   const map = registry(context.fs);
   if (map.has(lockPath)) {
     throw new SessionBusyError(

@@ -23,6 +23,7 @@ import {
   acquireWriterLock,
   inspectLock,
   isLockFileName,
+  removeIfHolding,
   removeStaleLocks,
   type StoreContext,
   WRITER_LOCK_FILE,
@@ -125,10 +126,12 @@ export async function cleanupCollection(
 }
 
 /**
- * Removes the `.*.tmp` files and stale lock files of the session directory `dir`, holding its
- * writer lock meanwhile (a stale one is taken over, and reported removed): a writer that opens
- * the session meanwhile waits for nothing and loses nothing, because it cannot open it until the
- * lock is released. A session held by a writer (here or live elsewhere) is skipped.
+ * Removes the `.*.tmp` files and stale lock files of the session directory `dir`; a session held
+ * by a writer (here or live elsewhere) is skipped. Stale lock files are removed under the
+ * takeover protocol (see `removeStaleLocks`). Temp files are removed only while cleanup holds the
+ * session's writer lock (briefly: a writer opening it in this process meanwhile waits; one in
+ * another process sees it held for that moment), so the temp file of a save that starts
+ * meanwhile is never removed. A session with nothing to remove is not locked at all.
  */
 async function cleanupSession(
   context: StoreContext,
@@ -139,12 +142,23 @@ async function cleanupSession(
   const lockPath = join(dir, WRITER_LOCK_FILE);
   const before = await inspectLock(context, lockPath);
   if (before.kind === "held-here" || before.kind === "live") return;
-  // The lock files there now: a takeover of a stale writer lock may remove its stale marker
-  // itself, and that is reported too.
-  const lockFiles = await listLockFiles(context, dir);
+  let entries;
+  try {
+    entries = await fs.readDir(dir);
+  } catch (error) {
+    if (error instanceof NotFound) return;
+    throw error;
+  }
+  const lockFiles = entries.map((e) => e.name).filter(isLockFileName);
+  if (!entries.some((entry) => entry.kind === "file" && isTempName(entry.name))) {
+    const locks = await removeStaleLocks(context, dir, lockFiles);
+    removed.push(...locks);
+    if (locks.length > 0 && context.durability === "full") await fs.syncDir(dir);
+    return;
+  }
   let lock;
   try {
-    lock = await acquireWriterLock(context, dir);
+    lock = await acquireWriterLock(context, dir, { brief: true });
   } catch (error) {
     // Taken meanwhile, or the directory went away: nothing of it to clean.
     if (
@@ -155,14 +169,13 @@ async function cleanupSession(
   }
   let changed = false;
   try {
-    const entries = await fs.readDir(dir);
-    for (const entry of entries) {
+    for (const entry of await fs.readDir(dir)) {
       if (entry.kind !== "file" || !isTempName(entry.name)) continue;
       await fs.remove(join(dir, entry.name));
       removed.push(join(dir, entry.name));
       changed = true;
     }
-    const others = entries.map((e) => e.name).filter((name) => name !== WRITER_LOCK_FILE);
+    const others = lockFiles.filter((name) => name !== WRITER_LOCK_FILE);
     const locks = await removeStaleLocks(context, dir, others);
     removed.push(...locks);
     changed ||= locks.length > 0;
@@ -174,12 +187,19 @@ async function cleanupSession(
       });
     }
   } finally {
-    await lock.release();
+    // Released whatever happened; a removal that fails is tried once more, and a lock file
+    // that still cannot be removed is stale once this process is gone (the other sessions are
+    // still cleaned).
+    const held = lock;
+    await held.release().catch(async () => {
+      await removeIfHolding(fs, lockPath, held.token).catch(() => undefined);
+    });
   }
   if (before.kind === "stale") {
     removed.push(lockPath);
     changed = true;
   }
+  // A takeover of a stale writer lock removes its stale marker itself: reported too.
   const left = new Set(await listLockFiles(context, dir));
   for (const name of lockFiles) {
     const path = join(dir, name);

@@ -779,14 +779,10 @@ export class SessionManager {
       next.messages.push(message);
       next.roles.push(message.role);
       if (message.role === "user") next.rounds.push({ messageIndex: i, byteOffset: offset });
-      else if (
-        retryUnread === undefined && i >= common &&
-        (i >= count ||
-          line !== (i === count - 1 ? committed.lastLine : JSON.stringify(stored[i])))
-      ) {
-        // New output: past the saved history, or a saved message that changed. The last saved
-        // message is compared with its saved line: a host may complete it in place, and then the
-        // stored object is the caller's, already changed.
+      else if (retryUnread === undefined && i >= count) {
+        // Newly appended output: a message past the saved history that is not a user message
+        // (the seed's rule, as the version-2 writer applies it: `messages.slice(saved.length)`).
+        // A saved message rewritten in place or replaced is not new output.
         unread = true;
       }
       offset += byteLength(line) + 1;
@@ -1289,7 +1285,10 @@ export class SessionManager {
     try {
       bytes = await handle.read(meta.start + from, to - from);
     } catch (error) {
-      await this.#dropReader(); // the next page opens the log again
+      // A writer's next page opens the log again (its lock keeps compaction away, so the path
+      // still names the log it verified). A read-only manager keeps its handle: the path may
+      // name a compacted log by now, whose offsets are not the ones it holds.
+      if (!this.#readOnly) await this.#dropReader();
       throw error;
     }
     if (bytes.length !== to - from) {

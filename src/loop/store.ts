@@ -81,6 +81,7 @@ import {
 } from "./discovery.ts";
 import { type ArchiveHost, DELETE_PREFIX, inspectDeletion, SessionArchive } from "./archive.ts";
 import {
+  COMPACTION_PREVIOUS,
   type CompactionResult,
   compactSession,
   removeLegacyBackup,
@@ -271,10 +272,12 @@ export class SessionStore {
    * fails (never falling back to the stale backup). A writable open takes the writer lock, which
    * `close()` releases.
    *
-   * A session whose delete has not committed (interrupted, or running in another process) is
-   * still there: a writable open first recovers the collection (rolling the delete back), while
-   * a read-only open reads the staged copy in place and writes nothing (its `getSessionPath()`
-   * is then the staged directory).
+   * A session whose delete or compaction has not finished (interrupted, or running in another
+   * process) is still there: a writable open first recovers the collection (rolling the delete
+   * back, or putting the previous directory back), while a read-only open reads the staged copy
+   * or the previous directory in place and writes nothing (its `getSessionPath()` is then that
+   * directory). An open that raced a compaction's swap (a log that does not match the metadata
+   * it read, or a file gone) is tried once more.
    */
   async open(path: string, options: OpenSessionOptions = {}): Promise<SessionManager> {
     if (!isAbsolute(path)) {
@@ -343,7 +346,15 @@ export class SessionStore {
       if (retried || !(error instanceof CorruptSessionError || error instanceof NotFound)) {
         throw error;
       }
-      if (!readOnly) await this.#exclusive(dirname(dir), () => Promise.resolve());
+      if (!readOnly) {
+        try {
+          await this.#exclusive(dirname(dir), () => Promise.resolve());
+        } catch {
+          // The collection could not be waited for or recovered: the open's own error is the
+          // one to report.
+          throw error;
+        }
+      }
       return await this.#openDirectory(dir, readOnly, true);
     }
   }
@@ -389,8 +400,8 @@ export class SessionStore {
    * Checks that `dir` is a real directory with a meta.json and returns the directory to read. A
    * missing session directory may be mid-compaction or mid-delete (after a crash, or in another
    * process). With `"write"` the collection's leftovers are recovered once before giving up; with
-   * `"read"` an uncommitted delete's staged copy is returned as is (nothing is written), and a
-   * compaction's leftovers are recovered like for a writer; with `"none"` nothing is tried.
+   * `"read"` an uncommitted delete's staged copy or an interrupted compaction's previous
+   * directory is returned as is (nothing is written); with `"none"` nothing is tried.
    */
   async #checkSessionDirectory(dir: string, recover: "write" | "read" | "none"): Promise<string> {
     try {
@@ -412,9 +423,15 @@ export class SessionStore {
       if (!(error instanceof NotFound)) throw error;
       if (recover !== "none") {
         const staging = await this.#staging(dir);
-        if (recover === "read" && staging.deleted !== undefined) return staging.deleted;
-        if (recover === "read" && staging.error !== undefined) throw staging.error;
-        if (staging.compaction || staging.deleted !== undefined || staging.error !== undefined) {
+        if (recover === "read") {
+          // Read in place, writing nothing: an uncommitted delete's staged copy, or the previous
+          // directory of a compaction caught between its renames (or interrupted there).
+          if (staging.deleted !== undefined) return staging.deleted;
+          if (staging.error !== undefined) throw staging.error;
+          if (staging.previous !== undefined) return staging.previous;
+        } else if (
+          staging.compaction || staging.deleted !== undefined || staging.error !== undefined
+        ) {
           await this.#exclusive(dirname(dir), () => Promise.resolve());
           return await this.#checkSessionDirectory(dir, "none");
         }
@@ -434,11 +451,12 @@ export class SessionStore {
    */
   async #staging(dir: string): Promise<{
     compaction: boolean;
+    previous: string | undefined;
     deleted: string | undefined;
     error: SessionError | undefined;
   }> {
     const id = basename(dir);
-    const none = { compaction: false, deleted: undefined, error: undefined };
+    const none = { compaction: false, previous: undefined, deleted: undefined, error: undefined };
     if (!isSessionId(id)) return none;
     const collection = dirname(dir);
     let entries;
@@ -449,21 +467,36 @@ export class SessionStore {
       throw error;
     }
     let compaction = false;
+    let previous: string | undefined;
     let error: SessionError | undefined;
     for (const entry of entries) {
       if (entry.kind !== "directory") continue;
-      if (stagingSessionId(entry.name) === id) compaction = true;
-      else if (entry.name.startsWith(DELETE_PREFIX)) {
+      if (stagingSessionId(entry.name) === id) {
+        compaction = true;
+        const candidate = join(collection, entry.name, COMPACTION_PREVIOUS);
+        if (previous === undefined && await this.#isRealDirectory(candidate)) {
+          if (await this.#hasMeta(candidate)) previous = candidate;
+        }
+      } else if (entry.name.startsWith(DELETE_PREFIX)) {
         const deletion = await inspectDeletion(this.fs, collection, entry.name);
         if (deletion === undefined) continue;
         if (deletion.error !== undefined && deletion.ids.includes(id)) error ??= deletion.error;
         const staged = deletion.directories.get(id);
         if (staged !== undefined && await this.#hasMeta(staged)) {
-          return { compaction, deleted: staged, error: undefined };
+          return { compaction, previous, deleted: staged, error: undefined };
         }
       }
     }
-    return { compaction, deleted: undefined, error };
+    return { compaction, previous, deleted: undefined, error };
+  }
+
+  async #isRealDirectory(path: string): Promise<boolean> {
+    try {
+      return (await this.fs.lstat(path)).kind === "directory";
+    } catch (error) {
+      if (error instanceof NotFound) return false;
+      throw error;
+    }
   }
 
   async #hasMeta(dir: string): Promise<boolean> {
