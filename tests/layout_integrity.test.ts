@@ -18,6 +18,7 @@ import {
   parseRejectedRequestReceipt,
   parseSessionOutcome,
   processNextChildRequest,
+  pruneRaw,
   readTraceRef,
   type SessionOutcomeInput,
   SessionPaths,
@@ -243,6 +244,9 @@ test("a receipt left by an interrupted rejection of the same request is reused, 
   const { fs, paths, sessionId } = await setup();
   const bytes = encoder.encode("{torn json");
   await fs.writeFile(`${paths.childRequestsPendingDir}/a.json`, bytes);
+  // The reason this request is rejected for (found on a copy of the repository).
+  const probe = await reject(fs.clone(), sessionId);
+  assert.ok(probe?.kind === "rejected");
   const receiptFile = `${paths.childRequestsRejectedDir}/a.json.receipt.json`;
   const leftover = {
     schema_version: 1,
@@ -251,8 +255,8 @@ test("a receipt left by an interrupted rejection of the same request is reused, 
     archived_file: "a.json",
     request_id: null,
     original_sha256: sha256Ref(bytes),
-    reason: "File is not valid JSON",
-    field: null,
+    reason: probe.receipt.reason,
+    field: probe.receipt.field,
     rejected_at: "2026-04-19T10:00:00Z",
   };
   await writeJson(fs, receiptFile, leftover);
@@ -262,6 +266,106 @@ test("a receipt left by an interrupted rejection of the same request is reused, 
   assert.equal(result.archivedFile, `${paths.childRequestsRejectedDir}/a.json`);
   assert.deepEqual(await fs.readFile(receiptFile), before);
   assert.deepEqual(result.receipt, leftover);
+});
+
+test("a leftover receipt of the same request that gives another reason is replaced by the rerun's", async () => {
+  const { fs, paths, sessionId } = await setup();
+  // An interrupted rejection (e.g. against the parent's previous attempt) wrote its receipt;
+  // the request is still pending, and the rerun rejects it for another reason.
+  const bytes = encoder.encode(JSON.stringify({
+    schema_version: 3,
+    request_id: "phase-0",
+    goal: "Deliver phase-0",
+    origin: { parent_attempt_id: "attempt000001" },
+  }));
+  await fs.writeFile(`${paths.childRequestsPendingDir}/phase-0.json`, bytes);
+  const receiptFile = `${paths.childRequestsRejectedDir}/phase-0.json.receipt.json`;
+  const stale = {
+    schema_version: 1,
+    kind: "child_request_rejected",
+    request_file: "phase-0.json",
+    archived_file: "phase-0.json",
+    request_id: "phase-0",
+    original_sha256: sha256Ref(bytes),
+    reason: "origin.parent_attempt_id is not the parent's latest successful attempt (attemptAAAA)",
+    field: "origin.parent_attempt_id",
+    rejected_at: "2026-04-19T10:00:00Z",
+  };
+  for (
+    const [leftover, expectedParentAttemptId, field] of [
+      // Another reason for the same field ...
+      [stale, "attemptBBBB", "origin.parent_attempt_id"],
+      // ... and another field.
+      [stale, undefined, "workflow_set"],
+    ] as const
+  ) {
+    const copy = fs.clone();
+    await writeJson(copy, receiptFile, leftover);
+    const result = await processNextChildRequest(copy, {
+      repoRoot: "/repo",
+      parentSessionId: sessionId,
+      expectedParentAttemptId,
+      resolveWorkflow: field === "workflow_set" ? () => undefined : undefined,
+      ...deterministic(),
+    });
+    assert.ok(result?.kind === "rejected");
+    assert.equal(result.archivedFile, `${paths.childRequestsRejectedDir}/phase-0.json`);
+    assert.equal(result.receiptFile, receiptFile);
+    assert.equal(result.receipt.field, field);
+    if (field === "origin.parent_attempt_id") assert.match(result.receipt.reason, /attemptBBBB/);
+    assert.notEqual(result.receipt.reason, stale.reason);
+    // The receipt on disk is the rerun's, and it is the only one.
+    assert.deepEqual(
+      parseRejectedRequestReceipt(await readJson(copy, receiptFile), receiptFile),
+      result.receipt,
+    );
+    await assertArchive(copy, paths, [bytes]);
+  }
+});
+
+test("a leftover receipt of a request the rerun accepts is removed before the acceptance commits", async () => {
+  const { fs, paths, sessionId } = await setup();
+  const bytes = encoder.encode(JSON.stringify({
+    schema_version: 3,
+    request_id: "phase-0",
+    goal: "Deliver phase-0",
+    origin: { parent_attempt_id: "attempt000001" },
+  }));
+  await fs.writeFile(`${paths.childRequestsPendingDir}/phase-0.json`, bytes);
+  const receipt = (archived: string) => ({
+    schema_version: 1,
+    kind: "child_request_rejected",
+    request_file: "phase-0.json",
+    archived_file: archived,
+    request_id: "phase-0",
+    original_sha256: sha256Ref(bytes),
+    reason: "origin.parent_attempt_id is not the parent's latest successful attempt (attemptAAAA)",
+    field: "origin.parent_attempt_id",
+    rejected_at: "2026-04-19T10:00:00Z",
+  });
+  // Another request's archive and receipt take the first slot; the interrupted rejection of
+  // this one wrote its receipt in the second.
+  const hex = sha256Ref(bytes).slice(7, 15);
+  const dir = paths.childRequestsRejectedDir;
+  await fs.writeFile(`${dir}/phase-0.json`, encoder.encode("{}"));
+  await writeJson(fs, `${dir}/phase-0.json.receipt.json`, {
+    ...receipt("phase-0.json"),
+    original_sha256: sha256Ref(encoder.encode("{}")),
+  });
+  const before = await fs.readFile(`${dir}/phase-0.json.receipt.json`);
+  await writeJson(fs, `${dir}/phase-0.${hex}.json.receipt.json`, receipt(`phase-0.${hex}.json`));
+  const result = await processNextChildRequest(fs, {
+    repoRoot: "/repo",
+    parentSessionId: sessionId,
+    expectedParentAttemptId: "attempt000001",
+    ...deterministic(),
+  });
+  assert.equal(result?.kind, "accepted");
+  assert.deepEqual((await fs.readDir(dir)).map((entry) => entry.name), [
+    "phase-0.json",
+    "phase-0.json.receipt.json",
+  ]);
+  assert.deepEqual(await fs.readFile(`${dir}/phase-0.json.receipt.json`), before);
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -346,6 +450,30 @@ test("an accepted eval receipt edited afterwards is not accepted again; the side
   assert.deepEqual(await fs.readFile(sidecar), sealed);
 });
 
+test("re-accepting an accepted eval receipt after prune-raw removed the raw report returns the sidecar", async () => {
+  const { fs, paths, sessionId } = await evalReady();
+  await writeEvalReceipt(fs, paths, sessionId, "pass");
+  const options = { sessionId, currentAttempt: ATTEMPT, ...deterministic() };
+  const first = await acceptEvalReceipt(fs, paths, "ev-1", options);
+  const sidecar = paths.evalAcceptedSidecar("ev-1");
+  const sealed = await fs.readFile(sidecar);
+  // The attempt finished; prune-raw removes its raw output (the report the receipt cites).
+  await patchState(fs, paths.dir, { current_task: null });
+  const pruned = await pruneRaw(fs, "/repo/.loopy_loop");
+  assert.deepEqual(pruned.removed.map((entry) => entry.path), [`${paths.dir}/raw/0026_outer`]);
+  // The same bytes again (an engine rerun after a crash): the existing acceptance, unchanged.
+  const later = { sessionId, ...deterministic(), now: () => new Date("2026-04-21T00:00:00Z") };
+  assert.deepEqual(await acceptEvalReceipt(fs, paths, "ev-1", later), first);
+  assert.deepEqual(await fs.readFile(sidecar), sealed);
+  // An edited receipt is still refused, and the sidecar keeps its bytes.
+  await writeEvalReceipt(fs, paths, sessionId, "fail");
+  await assert.rejects(
+    acceptEvalReceipt(fs, paths, "ev-1", later),
+    recordError("raw_report_refs[0]", paths.evalReceipt("ev-1")),
+  );
+  assert.deepEqual(await fs.readFile(sidecar), sealed);
+});
+
 test("with the current attempt given, a receipt of another attempt is refused before any write", async () => {
   const { fs, paths, sessionId } = await evalReady();
   await writeEvalReceipt(fs, paths, sessionId, "pass");
@@ -360,7 +488,7 @@ test("with the current attempt given, a receipt of another attempt is refused be
 });
 
 // ---------------------------------------------------------------------------------------------
-// 7. A folded outcome cites no trace: reference and no delivery_receipts/ path
+// 7. A folded outcome cites no trace: reference and no folded session's delivery_receipts/
 
 function outcomeInput(sessionId: string, goalSha256: string): SessionOutcomeInput {
   return {
@@ -395,7 +523,7 @@ test("a folded session_outcome.json refuses trace: refs and delivery_receipts/ r
     [{ deliveryRefs: [`session:${id}:/delivery_receipts/delivery-1.json`] }, "delivery_refs[0]"],
     [{ deliveryRefs: ["session:/delivery_receipts/delivery-1.json"] }, "delivery_refs[0]"],
     [{ deliveryRefs: ["root:/delivery_receipts/d.json"] }, "delivery_refs[0]"],
-    [{ deliveryRefs: ["session:/children/01_a/delivery_receipts/d.json"] }, "delivery_refs[0]"],
+    [{ deliveryRefs: ["session:/delivery_receipts"] }, "delivery_refs[0]"],
     [
       { deliveryRefs: [`repo:/.loopy_loop/sessions/${id}/delivery_receipts/d.json`] },
       "delivery_refs[0]",
@@ -418,14 +546,15 @@ test("a folded session_outcome.json refuses trace: refs and delivery_receipts/ r
     deliveryRefs: ["session:/receipts/delivery-1.json"],
   });
   assert.deepEqual(written.delivery_refs, ["session:/receipts/delivery-1.json"]);
-  // The same references are a mirror session's own.
+  // The same references are a mirror session's own. Reading never judges what a record cites:
+  // the engine itself writes delivery_receipts/ references in folded sessions.
   const mirrorOutcome = { ...(await readJson(fs, root.paths.sessionOutcomeJson)) };
   mirrorOutcome.evidence_refs = ["trace:trace-97521a5ed6b7:/eval/report.json"];
   mirrorOutcome.delivery_refs = ["session:/delivery_receipts/d.json"];
   parseSessionOutcome(mirrorOutcome, "session_outcome.json", "mirror");
-  assert.throws(
-    () => parseSessionOutcome(mirrorOutcome, "session_outcome.json", "folded"),
-    recordError("evidence_refs[0]"),
+  assert.deepEqual(
+    parseSessionOutcome(mirrorOutcome, "session_outcome.json", "folded").delivery_refs,
+    ["session:/delivery_receipts/d.json"],
   );
 });
 

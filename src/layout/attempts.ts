@@ -36,7 +36,7 @@ import {
   parseTraceRef,
 } from "./records.ts";
 import { confined } from "./no_links.ts";
-import { serialized } from "./serial.ts";
+import { serializedOn } from "./serial.ts";
 
 /** Which attempt: iteration, workflow and attempt id. */
 export interface AttemptIdentity {
@@ -161,7 +161,7 @@ export async function writeAttemptResult(
   const file = paths.resultJson;
   parseAttemptResult(result, file);
   const bytes = encodeJson(result);
-  await serialized(file, async () => {
+  await serializedOn(fs, file, async () => {
     const existing = await readIfExists(fs, file);
     if (existing !== undefined) {
       if (bytesEqual(existing, bytes)) return;

@@ -24,7 +24,7 @@
 import type { FileSystem } from "../port/fs.ts";
 import { FsError, IsADirectory, NotADirectory, NotFound } from "../port/errors.ts";
 import { atomicReplace, readDirIfExists, readIfExists } from "../port/durable.ts";
-import { join } from "../port/path.ts";
+import { basename, join } from "../port/path.ts";
 import {
   ChildRequestError,
   LayoutRecordError,
@@ -76,7 +76,7 @@ import { createChildSession, type InputToFreeze, type SessionContracts } from ".
 import { updateSessionState } from "./state.ts";
 import { loadSessionTree, readSessionState, type SessionNode, type SessionTree } from "./tree.ts";
 import { confined } from "./no_links.ts";
-import { serialized } from "./serial.ts";
+import { serializedOn } from "./serial.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Ledger
@@ -151,7 +151,7 @@ export async function publishChildRequest(
   const file = paths.pendingRequest(request.request_id);
   const bytes = encodeJson(request);
   // The check and the publication run before another operation on this parent's requests.
-  await serialized(childLifecycleKey(paths), async () => {
+  await serializedOn(fs, childLifecycleKey(paths), async () => {
     for (const taken of [file, paths.acceptedRequest(request.request_id)]) {
       if ((await readIfExists(fs, taken)) !== undefined) {
         throw new ChildRequestError(
@@ -274,15 +274,17 @@ export async function processNextChildRequest(
   const located = await loadSessionTree(fs, options.repoRoot, options.parentSessionId);
   // Everything below reads and writes the parent's pending requests, ledger and state: it runs
   // after every other child-lifecycle operation on this parent has settled, and reads afresh.
-  return await serialized(
+  return await serializedOn(
+    fs,
     childLifecycleKey(located.paths(options.parentSessionId)),
     () => processNext(fs, options, resolved),
   );
 }
 
 /**
- * The in-process serialization key of a parent's child lifecycle (publishing, accepting or
- * rejecting a request, recording a child's outcome, recording the parent's acceptance).
+ * The directory whose canonical serialization key (see `serializedOn`) orders a parent's child
+ * lifecycle (publishing, accepting or rejecting a request, recording a child's outcome,
+ * recording the parent's acceptance), however the caller spelled the repository.
  */
 function childLifecycleKey(paths: SessionPaths): string {
   return paths.childRequestsDir;
@@ -592,6 +594,15 @@ async function accept(
     state.active_child_session_id = childId;
   }, { updatedAt: now, durability: options.durability });
 
+  // A receipt an interrupted rejection of this very request left behind (the rerun accepts it,
+  // e.g. against the parent's newer attempt) names an archive that will never exist.
+  const name = basename(file);
+  const slot = await archiveSlot(fs, paths, name, sha256);
+  if (slot.leftover !== undefined) {
+    await fs.remove(join(paths.childRequestsRejectedDir, receiptName(slot.archived)));
+    if (options.durability === "full") await fs.syncDir(paths.childRequestsRejectedDir);
+  }
+
   // The commit point: the request leaves pending only now that everything above is durable.
   await fs.remove(file);
   if (options.durability === "full") await fs.syncDir(paths.childRequestsPendingDir);
@@ -667,10 +678,14 @@ async function reject(
   requestId: string | null,
   options: ResolvedWriteOptions,
 ): Promise<RejectedChildRequest> {
+  const field = rejection.field === "" ? null : rejection.field;
   const slot = await archiveSlot(fs, paths, name, sha256);
   const archivedFile = join(paths.childRequestsRejectedDir, slot.archived);
   const receiptFile = join(paths.childRequestsRejectedDir, receiptName(slot.archived));
-  let receipt = slot.leftover;
+  // A leftover receipt of an interrupted rejection is reused only when it gives this reason.
+  let receipt = slot.leftover?.reason === rejection.reason && slot.leftover.field === field
+    ? slot.leftover
+    : undefined;
   if (receipt === undefined) {
     receipt = parseRejectedRequestReceipt({
       schema_version: 1,
@@ -680,10 +695,12 @@ async function reject(
       request_id: requestId,
       original_sha256: sha256,
       reason: rejection.reason,
-      field: rejection.field === "" ? null : rejection.field,
+      field,
       rejected_at: utcSeconds(options.now()),
     }, receiptFile);
     // The receipt is durable before the request moves, so an archived request always has one.
+    // It replaces (atomically) a receipt an interrupted rejection left for another reason: the
+    // archive slot is still empty, so that receipt was never final.
     await writeJsonAtomic(fs, receiptFile, receipt, options.durability);
   }
   await fs.rename(join(paths.childRequestsPendingDir, name), archivedFile);
@@ -703,8 +720,11 @@ function receiptName(archived: string): string {
 
 /**
  * Where a rejected request is archived: the first candidate name whose archive slot is free and
- * whose receipt slot (`<name>.receipt.json`) is free too — or holds the receipt of this very
- * rejection, written before a crash interrupted it (it is reused, not rewritten). Archive names
+ * whose receipt slot (`<name>.receipt.json`) is free too — or holds the receipt an interrupted
+ * rejection of this very request (same file name, slot and hash) wrote before a crash, returned
+ * as `leftover`. Its archive slot is still empty, so that receipt is not final: a rejection
+ * reuses it when it gives the same reason and field and replaces it (atomically) otherwise, and
+ * an acceptance removes it. Archive names
  * never end with `.receipt.json`, so an archived request can never take a receipt's name.
  * Candidates: the original name, then `<stem>.<first 8 hex of its sha256><ext>`, then
  * `-2`, `-3`, ... Deterministic, so a rerun after a crash finds the same slot. Nothing is
@@ -735,7 +755,10 @@ async function archiveSlot(
   }
 }
 
-/** The receipt at `file` when it is a valid receipt of archiving `name` (with `sha256`) there. */
+/**
+ * The receipt at `file` when it is a valid receipt of archiving `name` (with `sha256`) there,
+ * whatever reason it gives.
+ */
 async function ownLeftoverReceipt(
   fs: FileSystem,
   file: string,
@@ -794,7 +817,8 @@ export async function recordChildOutcome(
   fs = confined(fs, join(options.repoRoot, LOOPY_DIRNAME));
   const resolved = resolveWriteOptions(options);
   const located = await loadSessionTree(fs, options.repoRoot, options.parentSessionId);
-  return await serialized(
+  return await serializedOn(
+    fs,
     childLifecycleKey(located.paths(options.parentSessionId)),
     () => recordOutcome(fs, options, resolved),
   );
@@ -906,7 +930,8 @@ export async function recordParentAcceptance(
   options: RecordParentAcceptanceOptions,
 ): Promise<ParentAcceptance> {
   fs = confined(fs, options.paths.dir);
-  return await serialized(
+  return await serializedOn(
+    fs,
     childLifecycleKey(options.paths),
     () => recordAcceptance(fs, options),
   );

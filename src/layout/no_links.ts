@@ -25,18 +25,40 @@ import type {
   RemoveOptions,
   WriteFileOptions,
 } from "../port/fs.ts";
-import { NotFound } from "../port/errors.ts";
-import { join, normalize, relativeWithin } from "../port/path.ts";
+import { FsError, NotFound } from "../port/errors.ts";
+import { dirname, join, normalize, relativeWithin } from "../port/path.ts";
 import { TopologyError } from "./errors.ts";
 import { LOOPY_DIRNAME } from "./paths.ts";
 
 /** The `.loopy_loop` directory `path` lies in (or is), or undefined. */
-function loopyDirOf(path: string): string | undefined {
+export function loopyDirOf(path: string): string | undefined {
   const full = normalize(path);
   const marker = `/${LOOPY_DIRNAME}`;
   const at = full.indexOf(`${marker}/`);
   if (at >= 0) return full.slice(0, at + marker.length);
   return full.endsWith(marker) ? full : undefined;
+}
+
+/**
+ * The canonical spelling of `path` (a directory or file of the layout), the same string for
+ * every spelling of it: inside a repository's `.loopy_loop/`, the repository root is resolved
+ * with `realPath` (it may be reached through symlinks; nothing below `.loopy_loop/` may be a
+ * link, so the rest of the path is kept as it is); elsewhere the parent directory is resolved.
+ * When that directory cannot be resolved (it does not exist, or the filesystem fails), the
+ * normalized path itself is returned: whatever uses it then fails on its own first access.
+ * In-process serialization keys (`serializedOn`) and the session tree's paths
+ * (`loadSessionTree`) are spelled this way.
+ */
+export async function canonicalPath(fs: FileSystem, path: string): Promise<string> {
+  const full = normalize(path);
+  const anchor = dirname(loopyDirOf(full) ?? full);
+  const below = relativeWithin(anchor, full) ?? "";
+  try {
+    return join(await fs.realPath(anchor), below);
+  } catch (error) {
+    if (error instanceof FsError) return full;
+    throw error;
+  }
 }
 
 class LinkRefusingFs implements FileSystem {

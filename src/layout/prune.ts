@@ -43,7 +43,7 @@ import {
 import { iterationName } from "./paths.ts";
 import { parseSessionState } from "./records.ts";
 import { loadSessionTree, type SessionTree } from "./tree.ts";
-import { serialized } from "./serial.ts";
+import { serializedOn } from "./serial.ts";
 
 /** What a pruned entry was. */
 export type PruneKind =
@@ -667,7 +667,7 @@ async function execute(
       // What runs is read again right before the entry is moved aside: an attempt may have
       // started since the plan was made, and the raw output of the running (or a newer)
       // attempt is never removed.
-      const step = await guarded(target, async (): Promise<"moved" | "kept" | "vanished"> => {
+      const step = await guarded(fs, target, async (): Promise<"moved" | "kept" | "vanished"> => {
         const kept = await keptNow(fs, target);
         if (kept !== undefined) {
           planner.skip(target.path, kept.reason, kept.detail);
@@ -716,10 +716,14 @@ async function execute(
  * of the session's `state.json` (`updateSessionState`), so the state read inside `step` stays
  * current until the entry is moved aside.
  */
-async function guarded<T>(target: Target, step: () => Promise<T>): Promise<T> {
+async function guarded<T>(
+  fs: FileSystem,
+  target: Target,
+  step: () => Promise<T>,
+): Promise<T> {
   const guard = target.guard;
   if (guard?.kind !== "raw") return await step();
-  return await serialized(join(guard.sessionDir, "state.json"), step);
+  return await serializedOn(fs, join(guard.sessionDir, "state.json"), step);
 }
 
 /** Why `target` must be kept according to the current state of its session(s), if it must. */

@@ -31,7 +31,7 @@ import {
 } from "./records.ts";
 import type { AttemptIdentity } from "./attempts.ts";
 import { confined } from "./no_links.ts";
-import { serialized } from "./serial.ts";
+import { serializedOn } from "./serial.ts";
 
 /** What a git boundary receipt records. */
 export interface GitBoundary {
@@ -103,7 +103,7 @@ export async function writeGitReceipt(
     raw_diff_ref: boundary.rawDiff === undefined ? null : `${paths.rawRef}/git/${diffName}`,
     created_at: utcSeconds(resolved.now()),
   }, file);
-  return await serialized(file, async () => {
+  return await serializedOn(fs, file, async () => {
     const existing = await readRecordIfExists(fs, file, parseGitReceipt);
     if (existing !== undefined) {
       const changed = firstDifference(existing.record, receipt, ["created_at"]);
@@ -177,8 +177,9 @@ export interface AcceptEvalReceiptOptions extends LayoutWriteOptions {
  * sidecar `eval_receipts/accepted/<evalId>.json` binding the receipt's hash.
  *
  * The sidecar is written once: accepting the same receipt bytes again returns the existing
- * sidecar (also after the attempt finished), and a receipt edited after its acceptance (or one
- * now bound to another git receipt) is an `ImmutableArtifactError` naming the sidecar and the
+ * sidecar before the raw report and the git receipt are looked at (also after the attempt
+ * finished and prune-raw removed its raw output), and a receipt edited after its acceptance (or
+ * one now bound to another git receipt) is an `ImmutableArtifactError` naming the sidecar and the
  * first field that would change.
  */
 export async function acceptEvalReceipt(
@@ -211,9 +212,6 @@ export async function acceptEvalReceipt(
       receipt.raw_report_refs,
     );
   }
-  if (!(await isFile(fs, join(attempt.rawDir, "eval", "report.json")))) {
-    fail("The producing attempt's raw eval report is absent", "raw_report_refs[0]", expectedReport);
-  }
   const expectedGit = attempt.gitReceiptRef("after", producer.attempt_id);
   if (receipt.git_receipt_ref !== expectedGit) {
     fail(
@@ -222,44 +220,53 @@ export async function acceptEvalReceipt(
       receipt.git_receipt_ref,
     );
   }
-  const gitFile = attempt.gitReceipt("after", producer.attempt_id);
-  let git;
-  try {
-    git = await readRecord(fs, gitFile, parseGitReceipt, resolved.sha256);
-  } catch (error) {
-    if (!(error instanceof NotFound)) throw error;
-    return fail(
-      "The producing attempt's git-after receipt is absent",
-      "git_receipt_ref",
-      expectedGit,
-    );
-  }
-  if (git.record.attempt_id !== producer.attempt_id || git.record.phase !== "after") {
-    fail("The git receipt belongs to another attempt", "git_receipt_ref", expectedGit);
-  }
   const sidecarFile = session.evalAcceptedSidecar(evalId);
-  const sidecar = parseEvalAcceptance({
-    schema_version: 1,
-    eval_id: evalId,
-    receipt_ref: `session:/eval_receipts/${evalId}.json`,
-    receipt_sha256: sha256,
-    producer,
-    raw_report_refs: receipt.raw_report_refs,
-    git_receipt_ref: receipt.git_receipt_ref,
-    git_receipt_sha256: git.sha256,
-    accepted_at: utcSeconds(resolved.now()),
-  }, sidecarFile);
-  return await serialized(sidecarFile, async () => {
+  return await serializedOn(fs, sidecarFile, async () => {
     const existing = await readRecordIfExists(fs, sidecarFile, parseEvalAcceptance);
+    if (existing !== undefined && existing.record.receipt_sha256 === sha256) {
+      // Accepted once, these exact bytes: the sidecar is returned as it is (a rerun after a
+      // crash), even once the attempt has finished and prune-raw removed its raw output.
+      return existing.record;
+    }
+    if (!(await isFile(fs, join(attempt.rawDir, "eval", "report.json")))) {
+      fail(
+        "The producing attempt's raw eval report is absent",
+        "raw_report_refs[0]",
+        expectedReport,
+      );
+    }
+    const gitFile = attempt.gitReceipt("after", producer.attempt_id);
+    let git;
+    try {
+      git = await readRecord(fs, gitFile, parseGitReceipt, resolved.sha256);
+    } catch (error) {
+      if (!(error instanceof NotFound)) throw error;
+      return fail(
+        "The producing attempt's git-after receipt is absent",
+        "git_receipt_ref",
+        expectedGit,
+      );
+    }
+    if (git.record.attempt_id !== producer.attempt_id || git.record.phase !== "after") {
+      fail("The git receipt belongs to another attempt", "git_receipt_ref", expectedGit);
+    }
+    const sidecar = parseEvalAcceptance({
+      schema_version: 1,
+      eval_id: evalId,
+      receipt_ref: `session:/eval_receipts/${evalId}.json`,
+      receipt_sha256: sha256,
+      producer,
+      raw_report_refs: receipt.raw_report_refs,
+      git_receipt_ref: receipt.git_receipt_ref,
+      git_receipt_sha256: git.sha256,
+      accepted_at: utcSeconds(resolved.now()),
+    }, sidecarFile);
     if (existing !== undefined) {
-      // Accepted once: the sidecar binds these exact bytes and never changes. Accepting the same
-      // bytes again (a rerun after a crash) returns it, even once the attempt has finished.
-      const changed = firstDifference(existing.record, sidecar, ["accepted_at"]);
-      if (changed === undefined) return existing.record;
+      // Accepted before with other bytes: the sidecar binds those and never changes.
       throw new ImmutableArtifactError(
         sidecarFile,
         "The eval receipt was already accepted with other contents; an acceptance never changes",
-        changed,
+        firstDifference(existing.record, sidecar, ["accepted_at"]) ?? "receipt_sha256",
       );
     }
     // Only a receipt of the current attempt is sealed.

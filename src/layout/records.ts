@@ -15,7 +15,7 @@ import { LayoutRecordError } from "./errors.ts";
 import { isSafeId, isSessionId } from "./ids.ts";
 import { parseWithSchema } from "./json_io.ts";
 import { iterationName, type SessionLayout } from "./paths.ts";
-import { isLogicalReference, parseLogicalReference } from "./ref_grammar.ts";
+import { isLogicalReference } from "./ref_grammar.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Shared field schemas
@@ -1162,7 +1162,11 @@ const SessionOutcomeSchema: v.GenericSchema<unknown, SessionOutcome> = v.looseOb
 
 /**
  * Validates `session_outcome.json`. A fallback summary is present exactly when the handoff is
- * not valid; with `layout: "folded"`, `trace_seal_refs` must be empty.
+ * not valid; with `layout: "folded"`, `trace_seal_refs` must be empty; with `layout: "mirror"`,
+ * each is `session:/trace_seals/<attempt_id>.json`. The other references are checked only by
+ * their grammar here: which targets a folded session may cite depends on the session that holds
+ * each target, and is decided when the outcome is written (`writeSessionOutcome`), never when it
+ * is read.
  */
 export function parseSessionOutcome(
   value: unknown,
@@ -1186,14 +1190,7 @@ export function parseSessionOutcome(
       outcome.trace_seal_refs,
     );
   }
-  if (layout === "folded") {
-    for (const field of ["evidence_refs", "delivery_refs", "eval_refs"] as const) {
-      outcome[field].forEach((ref, i) => {
-        const problem = foldedReferenceProblem(ref);
-        if (problem !== undefined) fail(file, problem, `${field}[${i}]`, ref);
-      });
-    }
-  } else {
+  if (layout === "mirror") {
     outcome.trace_seal_refs.forEach((ref, i) => {
       if (!TRACE_SEAL_REF.test(ref)) {
         fail(
@@ -1209,35 +1206,6 @@ export function parseSessionOutcome(
 }
 
 const TRACE_SEAL_REF = /^session:\/trace_seals\/[A-Za-z0-9][A-Za-z0-9_.-]*\.json$/;
-
-/**
- * Why a logical reference cannot be cited by a folded session, or `undefined` when it can. A
- * folded session has no `trace:` references (its raw output is cited as `session:/raw/…`), does
- * not cite the mirror trace tree (`repo:/.loopy_loop/traces/…`), and keeps delivery receipts in
- * `receipts/`, never in `delivery_receipts/` (two quirks of the engine this library does not
- * copy). `ref` must already follow the grammar.
- */
-export function foldedReferenceProblem(ref: string): string | undefined {
-  const parsed = parseLogicalReference(ref);
-  if (parsed.scope === "trace") {
-    return "A folded session has no trace: references; it cites session:/raw/<NNNN>_<workflow>/…";
-  }
-  let segments = parsed.segments;
-  if (parsed.scope === "repo") {
-    if (segments[0] !== ".loopy_loop") return undefined;
-    if (segments[1] === "traces" || segments[1] === "trace_finalization_outbox") {
-      return "A folded session does not cite the mirror trace tree";
-    }
-    if (segments[1] !== "sessions" || segments.length < 3) return undefined;
-    segments = segments.slice(3);
-  }
-  // Skip the nesting of child sessions (`children/<id>/…`) to the session-relative path.
-  while (segments[0] === "children" && segments.length > 2) segments = segments.slice(2);
-  if (segments[0] === "delivery_receipts") {
-    return "A folded session keeps delivery receipts in receipts/, not delivery_receipts/";
-  }
-  return undefined;
-}
 
 // ---------------------------------------------------------------------------------------------
 // iterations/<NNNN>_<workflow>/result.json

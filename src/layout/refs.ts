@@ -20,14 +20,17 @@ import type { FileSystem } from "../port/fs.ts";
 import { NotFound } from "../port/errors.ts";
 import { join, relativeWithin } from "../port/path.ts";
 import { LayoutRecordError, LogicalReferenceError, TopologyError } from "./errors.ts";
-import { decodeJson } from "./json_io.ts";
+import { decodeJson, readRecord } from "./json_io.ts";
 import { chainKind, PRUNING_PREFIX } from "./loopy_root.ts";
 import {
+  CHILDREN_DIRNAME,
   LOOPY_DIRNAME,
   mirrorAttemptTraceDir,
   repositoryPaths,
   type SessionLayout,
+  SESSIONS_DIRNAME,
 } from "./paths.ts";
+import { manifestLayout, parseSessionManifest } from "./records.ts";
 import { type LogicalScope, type ParsedReference, parseLogicalReference } from "./ref_grammar.ts";
 import { recordedTraces, scanTraceManifests, traceManifestId } from "./traces.ts";
 import { loadSessionTree, type SessionNode, type SessionTree } from "./tree.ts";
@@ -61,6 +64,20 @@ export interface ResolvedReference {
   readonly kind: "file" | "directory" | "other" | undefined;
   /** `present`, `absent`, or `pruned` (absent in prunable raw output); see `ReferenceStatus`. */
   readonly status: ReferenceStatus;
+}
+
+/** The session that physically holds a reference's target (see `LogicalReferenceResolver.holder`). */
+export interface ReferenceHolder {
+  /** The session's id (its directory's name). */
+  readonly sessionId: string;
+  /** The session directory. */
+  readonly dir: string;
+  /** The layout its `session.json` records. */
+  readonly layout: SessionLayout;
+  /** The target's path relative to the session directory (`""` for the directory itself). */
+  readonly relative: string;
+  /** True when the session is in the resolver's validated tree. */
+  readonly inTree: boolean;
 }
 
 /** Options of `LogicalReferenceResolver.forSession`. */
@@ -281,6 +298,83 @@ export class LogicalReferenceResolver {
       root,
       pruned: false,
     }).canonical;
+  }
+
+  /**
+   * The session that physically holds the target of `reference` (a `repo:/…` spelling of a
+   * session's file included), or `undefined` when no session does (a repository file, a mirror
+   * trace). The deepest session of this tree whose directory contains the target, as `resolve`
+   * and `canonicalize` classify it; for a target under `.loopy_loop/sessions/` outside this tree,
+   * the deepest directory on its way (a top-level session, then `children/<id>/` nesting) that
+   * holds a valid `session.json`, never passing a symlink. Refusals are those of `canonicalize`
+   * (`trace:` in a folded session, an unknown session id, `parent:/` at a root).
+   */
+  async holder(reference: string): Promise<ReferenceHolder | undefined> {
+    const parsed = parseLogicalReference(reference);
+    if (parsed.scope === "trace") {
+      this.#requireMirror(parsed);
+      return undefined;
+    }
+    const node = this.#sessionScope(parsed);
+    const path = join(node === undefined ? this.tree.repoRoot : node.dir, ...parsed.segments);
+    let owner: SessionNode | undefined;
+    for (const candidate of this.tree.nodes.values()) {
+      if (relativeWithin(candidate.dir, path) === undefined) continue;
+      if (owner === undefined || candidate.dir.length > owner.dir.length) owner = candidate;
+    }
+    if (owner !== undefined) {
+      return {
+        sessionId: owner.sessionId,
+        dir: owner.dir,
+        layout: owner.layout,
+        relative: relativeWithin(owner.dir, path) ?? "",
+        inTree: true,
+      };
+    }
+    // Another tree of the repository: its sessions are found the way the topology nests them.
+    const relative = relativeWithin(this.tree.repoRoot, path) ?? "";
+    const segments = relative === "" ? [] : relative.split("/");
+    if (segments[0] !== LOOPY_DIRNAME || segments[1] !== SESSIONS_DIRNAME) return undefined;
+    let found: ReferenceHolder | undefined;
+    let dir = join(this.tree.repoRoot, LOOPY_DIRNAME, SESSIONS_DIRNAME);
+    if ((await this.#kind(dir)) !== "directory") return undefined;
+    for (let index = 2; index < segments.length;) {
+      const name = segments[index] as string;
+      if (name.startsWith(".")) break;
+      dir = join(dir, name);
+      const layout = await this.#sessionLayoutAt(dir);
+      if (layout === undefined) break;
+      const rest = segments.slice(index + 1);
+      found = { sessionId: name, dir, layout, relative: rest.join("/"), inTree: false };
+      if (rest[0] !== CHILDREN_DIRNAME || rest.length < 2) break;
+      dir = join(dir, CHILDREN_DIRNAME);
+      if ((await this.#kind(dir)) !== "directory") break;
+      index += 2;
+    }
+    return found;
+  }
+
+  /** The kind of `path` itself (`lstat`), `undefined` when absent. */
+  async #kind(path: string): Promise<string | undefined> {
+    try {
+      return (await this.fs.lstat(path)).kind;
+    } catch (error) {
+      if (error instanceof NotFound) return undefined;
+      throw error;
+    }
+  }
+
+  /** The layout of the session at `dir` (a real directory with a valid `session.json`), if any. */
+  async #sessionLayoutAt(dir: string): Promise<SessionLayout | undefined> {
+    if ((await this.#kind(dir)) !== "directory") return undefined;
+    const manifest = join(dir, "session.json");
+    if ((await this.#kind(manifest)) !== "file") return undefined;
+    try {
+      return manifestLayout((await readRecord(this.fs, manifest, parseSessionManifest)).record);
+    } catch (error) {
+      if (error instanceof LayoutRecordError || error instanceof NotFound) return undefined;
+      throw error;
+    }
   }
 
   #requireMirror(parsed: ParsedReference): void {

@@ -69,7 +69,7 @@ import {
   resolveWriteOptions,
 } from "./options.ts";
 import { confined } from "./no_links.ts";
-import { serialized } from "./serial.ts";
+import { serializedOn } from "./serial.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Repository
@@ -577,7 +577,11 @@ export async function createRootSession(
   await ensureRepository(fs, options.repoRoot, options);
   const sessionsRoot = repositoryPaths(options.repoRoot).sessionsRoot;
   // The ordinal is chosen and published before another creation in this repository chooses.
-  return await serialized(sessionsRoot, () => createRoot(fs, options, sessionsRoot, resolved));
+  return await serializedOn(
+    fs,
+    sessionsRoot,
+    () => createRoot(fs, options, sessionsRoot, resolved),
+  );
 }
 
 async function createRoot(

@@ -9,8 +9,14 @@
  * repository); the one cross-process guarantee, unique root ordinals, comes from an exclusive
  * file creation (see `createRootSession`).
  *
+ * The layout's operations key by canonical path (`serializedOn`, `canonicalPath`): one session
+ * reached through two spellings of its repository (a symlinked checkout, macOS `/tmp` and
+ * `/private/tmp`) has one key, so callers that spell it differently are still serialized.
+ *
  * @module
  */
+import type { FileSystem } from "../port/fs.ts";
+import { canonicalPath } from "./no_links.ts";
 
 const chains = new Map<string, Promise<void>>();
 
@@ -28,4 +34,16 @@ export async function serialized<T>(key: string, task: () => Promise<T>): Promis
     release();
     if (chains.get(key) === tail) chains.delete(key);
   }
+}
+
+/**
+ * `serialized` keyed by the canonical path of `path` (see `canonicalPath`): every spelling of one
+ * directory or file shares one queue.
+ */
+export async function serializedOn<T>(
+  fs: FileSystem,
+  path: string,
+  task: () => Promise<T>,
+): Promise<T> {
+  return await serialized(await canonicalPath(fs, path), task);
 }

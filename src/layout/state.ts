@@ -11,7 +11,7 @@ import { decodeJson, type JsonObject, writeJsonAtomic } from "./json_io.ts";
 import { parseSessionState, type SessionState } from "./records.ts";
 import { LayoutRecordError } from "./errors.ts";
 import { confined } from "./no_links.ts";
-import { serialized } from "./serial.ts";
+import { serializedOn } from "./serial.ts";
 
 /** What the initial `state.json` of a new session binds. */
 export interface InitialStateInput {
@@ -74,7 +74,9 @@ export interface UpdateStateOptions {
  * atomically. Returns the new state. A `change` that returns `false` leaves the file untouched.
  *
  * Updates of one session's state in this process run one after another (each reads the state
- * the previous one wrote), so two concurrent read-modify-writes never lose an update. `change`
+ * the previous one wrote), so two concurrent read-modify-writes never lose an update, also when
+ * the callers spell the session directory differently (the repository reached through a
+ * symlink): they are ordered by the canonical path (see `canonicalPath`). `change`
  * must not itself update the same session's state. Works on both layouts: a running mirror
  * session finishes under its own layout.
  */
@@ -86,7 +88,7 @@ export async function updateSessionState(
 ): Promise<SessionState> {
   fs = confined(fs, sessionDir);
   const file = join(sessionDir, "state.json");
-  return await serialized(file, async () => {
+  return await serializedOn(fs, file, async () => {
     const raw = decodeJson(await fs.readFile(file), file);
     const current = parseSessionState(raw, file);
     const next: Record<string, unknown> = { ...(raw as Record<string, unknown>) };

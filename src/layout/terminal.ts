@@ -10,7 +10,14 @@
  */
 import type { FileSystem } from "../port/fs.ts";
 import { readDirIfExists, readIfExists } from "../port/durable.ts";
-import { LayoutRecordError, SessionStateError, TopologyError } from "./errors.ts";
+import { dirname } from "../port/path.ts";
+import {
+  LayoutRecordError,
+  LogicalReferenceError,
+  SessionStateError,
+  TopologyError,
+  UnknownSessionError,
+} from "./errors.ts";
 import {
   decodeJson,
   jsonEqual,
@@ -20,7 +27,7 @@ import {
   writeJsonAtomic,
 } from "./json_io.ts";
 import { type LayoutWriteOptions, resolveWriteOptions } from "./options.ts";
-import type { SessionPaths } from "./paths.ts";
+import { LOOPY_DIRNAME, type SessionPaths } from "./paths.ts";
 import {
   assertTerminalControlMatches,
   type ControlRecord,
@@ -36,7 +43,9 @@ import {
   type TerminalControl,
   type TerminalControlExpectation,
 } from "./records.ts";
-import { confined } from "./no_links.ts";
+import { canonicalPath, confined, loopyDirOf } from "./no_links.ts";
+import { LogicalReferenceResolver, type ReferenceHolder } from "./refs.ts";
+import { parseLogicalReference } from "./ref_grammar.ts";
 
 /** Reads and validates `control.json` (a typed error names the file and field when malformed). */
 export async function readControl(
@@ -245,8 +254,13 @@ export interface SessionOutcomeInput extends LayoutWriteOptions {
  * recorded as observed, and when it is not valid a fallback summary (the control's reason, else
  * the engine's stop reason) stands in for it.
  *
- * A folded outcome has no trace seals and cites no `trace:` reference and no
- * `delivery_receipts/` path (a `LayoutRecordError` naming the field). A mirror session finishes
+ * A folded outcome has no trace seals, and its evidence, delivery and eval references may not
+ * use the `trace:` scope, name the mirror trace tree (`.loopy_loop/traces/`, its outbox), or
+ * land in the `delivery_receipts/` of a folded session (folded delivery receipts live in
+ * `receipts/`): a `LayoutRecordError` naming the field, before anything is written. Which
+ * session holds a target is decided from the session tree, whatever the spelling
+ * (`LogicalReferenceResolver.holder`), so a mirror session's `delivery_receipts/` (a mirror
+ * parent's, an older mirror session's) may be cited. A mirror session finishes
  * under its own layout: its outcome's `trace_seal_refs` lists every seal receipt in
  * `trace_seals/` (`session:/trace_seals/<attempt_id>.json`, sorted), as the engine does.
  */
@@ -301,6 +315,7 @@ export async function writeSessionOutcome(
     created_at: input.terminalAt,
   };
   const validated = parseSessionOutcome(outcome, paths.sessionOutcomeJson, paths.layout);
+  if (paths.layout === "folded") await checkFoldedCitations(fs, paths, input.sessionId, validated);
   await writeJsonAtomic(
     fs,
     paths.sessionOutcomeJson,
@@ -308,6 +323,59 @@ export async function writeSessionOutcome(
     resolveWriteOptions(input).durability,
   );
   return validated;
+}
+
+/**
+ * Refuses (`LayoutRecordError` naming the field) a reference a folded session may not cite in
+ * its outcome (see `foldedCitationProblem`). The session tree is loaded only when a reference
+ * needs the session that holds its target; when the tree cannot be loaded, or is not the one of
+ * `paths`, nothing more is decided.
+ */
+async function checkFoldedCitations(
+  fs: FileSystem,
+  paths: SessionPaths,
+  sessionId: string,
+  outcome: SessionOutcome,
+): Promise<void> {
+  let resolver: Promise<LogicalReferenceResolver | undefined> | undefined;
+  const lazy = (): Promise<LogicalReferenceResolver | undefined> =>
+    resolver ??= resolverOf(fs, paths, sessionId);
+  for (const field of ["evidence_refs", "delivery_refs", "eval_refs"] as const) {
+    for (const [index, ref] of outcome[field].entries()) {
+      const problem = await foldedCitationProblem(ref, lazy);
+      if (problem !== undefined) {
+        throw new LayoutRecordError(paths.sessionOutcomeJson, problem, {
+          path: `${field}[${index}]`,
+          value: ref,
+        });
+      }
+    }
+  }
+}
+
+/** A resolver for `sessionId` of its validated tree, when that is the session at `paths.dir`. */
+async function resolverOf(
+  fs: FileSystem,
+  paths: SessionPaths,
+  sessionId: string,
+): Promise<LogicalReferenceResolver | undefined> {
+  const loopyDir = loopyDirOf(paths.dir);
+  if (loopyDir === undefined) return undefined;
+  let resolver: LogicalReferenceResolver;
+  try {
+    resolver = await LogicalReferenceResolver.forSession(fs, {
+      repoRoot: dirname(loopyDir),
+      sessionId,
+    });
+  } catch (error) {
+    if (
+      error instanceof UnknownSessionError || error instanceof TopologyError ||
+      error instanceof LayoutRecordError
+    ) return undefined;
+    throw error;
+  }
+  const same = resolver.current.dir === (await canonicalPath(fs, paths.dir));
+  return same ? resolver : undefined;
 }
 
 /** `session:/trace_seals/<name>` of every seal receipt of a mirror session, sorted by name. */
@@ -320,3 +388,61 @@ async function traceSealRefs(fs: FileSystem, paths: SessionPaths): Promise<strin
 }
 
 const SEAL_RECEIPT_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]*\.json$/;
+
+/**
+ * Why a folded session may not cite `reference` in its `session_outcome.json`, or `undefined`
+ * when it may. Only what can be decided for sure is refused (the seed: no `trace:` reference in
+ * a folded session, and folded delivery receipts live in `receipts/`):
+ *
+ * - the `trace:` scope;
+ * - a target in the mirror trace tree (`.loopy_loop/traces/`, `.loopy_loop/trace_finalization_outbox/`);
+ * - a target in the `delivery_receipts/` of a session whose `session.json` records the folded
+ *   layout, decided by the session that physically holds it (`LogicalReferenceResolver.holder`),
+ *   whatever the spelling.
+ *
+ * A mirror session's `delivery_receipts/` may be cited (a folded child of a mirror parent, a
+ * folded root citing an older mirror session). `resolver` is asked for (and may give
+ * `undefined`) only when the reference has a `delivery_receipts` component; a reference whose
+ * holder cannot be told (an unknown session id, `parent:/` at a root) is not refused here.
+ */
+async function foldedCitationProblem(
+  reference: string,
+  resolver: () => Promise<LogicalReferenceResolver | undefined>,
+): Promise<string | undefined> {
+  const parsed = parseLogicalReference(reference);
+  if (parsed.scope === "trace") {
+    return "A folded session has no trace: references; it cites session:/raw/<NNNN>_<workflow>/…";
+  }
+  const segments = parsed.segments;
+  if (
+    parsed.scope === "repo" && segments[0] === LOOPY_DIRNAME &&
+    (segments[1] === "traces" || segments[1] === "trace_finalization_outbox")
+  ) {
+    return "A folded session does not cite the mirror trace tree";
+  }
+  // The target's path relative to its session is a suffix of the reference's path: without a
+  // delivery_receipts component it cannot be in one.
+  if (!segments.includes("delivery_receipts")) return undefined;
+  // `session:/delivery_receipts/…` is in the (folded) citing session itself: no tree needed.
+  if (
+    parsed.scope === "session" && parsed.id === undefined && segments[0] === "delivery_receipts"
+  ) {
+    return DELIVERY_RECEIPTS_PROBLEM;
+  }
+  const found = await resolver();
+  if (found === undefined) return undefined;
+  let holder: ReferenceHolder | undefined;
+  try {
+    holder = await found.holder(reference);
+  } catch (error) {
+    if (error instanceof LogicalReferenceError) return undefined;
+    throw error;
+  }
+  if (holder?.layout === "folded" && holder.relative.split("/")[0] === "delivery_receipts") {
+    return DELIVERY_RECEIPTS_PROBLEM;
+  }
+  return undefined;
+}
+
+const DELIVERY_RECEIPTS_PROBLEM =
+  "A folded session keeps delivery receipts in receipts/, not delivery_receipts/";
