@@ -663,33 +663,46 @@ async function execute(
     }
     const staged: { readonly target: Target; readonly at: string }[] = [];
     let renamedAny = false;
-    for (const target of targets) {
-      // What runs is read again right before the entry is moved aside: an attempt may have
-      // started since the plan was made, and the raw output of the running (or a newer)
-      // attempt is never removed.
-      const step = await guarded(fs, target, async (): Promise<"moved" | "kept" | "vanished"> => {
-        const kept = await keptNow(fs, target);
-        if (kept !== undefined) {
-          planner.skip(target.path, kept.reason, kept.detail);
-          return "kept";
-        }
-        if (target.kind === "pruning_leftover" || !target.isDirectory) {
-          staged.push({ target, at: target.path });
-          return "moved";
-        }
-        const at = join(parent, hiddenName(target.name));
-        try {
-          await fs.rename(target.path, at);
-        } catch (error) {
-          if (!(error instanceof NotFound)) throw error;
-          planner.skip(target.path, "vanished", "The entry disappeared before it was removed");
-          return "vanished";
-        }
-        renamedAny = true;
-        staged.push({ target, at });
-        return "moved";
+    const moveAside = async (
+      target: Target,
+      kept: { readonly reason: PruneSkipReason; readonly detail: string } | undefined,
+    ): Promise<void> => {
+      if (kept !== undefined) {
+        planner.skip(target.path, kept.reason, kept.detail);
+        handled(1);
+        return;
+      }
+      if (target.kind === "pruning_leftover" || !target.isDirectory) {
+        staged.push({ target, at: target.path });
+        return;
+      }
+      const at = join(parent, hiddenName(target.name));
+      try {
+        await fs.rename(target.path, at);
+      } catch (error) {
+        if (!(error instanceof NotFound)) throw error;
+        planner.skip(target.path, "vanished", "The entry disappeared before it was removed");
+        handled(1);
+        return;
+      }
+      renamedAny = true;
+      staged.push({ target, at });
+    };
+    // What runs is read again right before entries are moved aside: an attempt may have started
+    // since the plan was made, and the raw output of the running (or a newer) attempt is never
+    // removed. The raw entries of one session are judged against one reading of its state, taken
+    // while this process's updates of that state wait (iterations only grow, so an attempt that
+    // starts meanwhile is newer than every entry that reading lets go).
+    const session = sameRawSession(targets);
+    if (session !== undefined) {
+      await guarded(fs, targets[0] as Target, async () => {
+        const state = await readRunningState(fs, session);
+        for (const target of targets) await moveAside(target, keepRawEntry(state, target.name));
       });
-      if (step !== "moved") handled(1);
+    } else {
+      for (const target of targets) {
+        await guarded(fs, target, async () => await moveAside(target, await keptNow(fs, target)));
+      }
     }
     // The renames are durable before any byte of the trees goes: a crash leaves each entry whole
     // at its name, or hidden.
@@ -709,6 +722,18 @@ async function execute(
     if (staged.length > 0) await fs.syncDir(parent);
   }
   return removed;
+}
+
+/** The session directory when every target is a raw attempt entry of that one session. */
+function sameRawSession(targets: readonly Target[]): string | undefined {
+  let session: string | undefined;
+  for (const target of targets) {
+    const guard = target.guard;
+    if (guard?.kind !== "raw") return undefined;
+    if (session !== undefined && session !== guard.sessionDir) return undefined;
+    session = guard.sessionDir;
+  }
+  return session;
 }
 
 /**
