@@ -8,6 +8,7 @@ import {
   CorruptSessionError,
   InvalidArgumentError,
   SessionFormatError,
+  SessionLockedError,
   SessionNotFoundError,
 } from "../src/loop/errors.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
@@ -410,4 +411,58 @@ test("a writer open of a damaged session reports the damage, not a failure of th
     assert.equal(error.file, `${dir}/messages.jsonl`);
     return true;
   });
+});
+
+test("a writer open that meets another process's compaction swap reports a typed error", async () => {
+  const fs = await freshFs();
+  const alive = new Set([200, 300]);
+  const probe = (pid: number) => ({ pid, host: "h", isAlive: (other: number) => alive.has(other) });
+  const first = await new SessionStore({ fs, agentDir: AGENT, process: probe(200) }).create(CWD);
+  await first.commit(conversation(1));
+  await first.close();
+  const dir = first.getSessionPath();
+  let armed = true;
+  const racing = view(fs, {
+    before: async (method, args) => {
+      if (armed && method === "open" && args[0] === `${dir}/writer.lock`) {
+        armed = false;
+        // Process 300, compacting under its collection lock, makes its first rename now.
+        await fs.writeFile(
+          `${COLLECTION}/.collection.lock`,
+          encoder.encode(JSON.stringify({ pid: 300, host: "h", startedAt: "x", token: "0-300" })),
+        );
+        await fs.mkdir(`${COLLECTION}/.staging-${first.id}-abcd`);
+        await fs.rename(dir, `${COLLECTION}/.staging-${first.id}-abcd/previous`);
+      }
+    },
+  });
+  const store = new SessionStore({
+    fs: racing,
+    agentDir: AGENT,
+    process: probe(200),
+    collectionLockWaitMs: 100,
+  });
+  await assert.rejects(store.open(dir), SessionLockedError);
+});
+
+test("a read-only open through the legacy backup of a migrated session writes nothing", async () => {
+  const fs = await freshFs();
+  const store = storeOn(fs);
+  const id = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  await fs.mkdir(COLLECTION, { recursive: true });
+  await fs.writeFile(`${COLLECTION}/${id}.jsonl`, legacyBytes(id, conversation(1)));
+  await (await store.open(`${COLLECTION}/${id}.jsonl`)).close(); // migrated
+  // Leftovers a recovery would act on: an archive temp file, another session mid-compaction.
+  const other = await store.create(CWD);
+  await other.commit(conversation(2, "y"));
+  await other.close();
+  const staging = `${COLLECTION}/.staging-${other.id}-abcd1234`;
+  await fs.mkdir(staging);
+  await fs.rename(other.getSessionPath(), `${staging}/previous`);
+  await fs.writeFile(`${COLLECTION}/.archive.json.x.tmp`, encoder.encode("{"));
+  const before = fs.snapshotTree("/");
+  const reader = await store.open(`${COLLECTION}/${id}.jsonl`, { readOnly: true });
+  assert.equal(reader.getSessionPath(), `${COLLECTION}/${id}`);
+  await reader.close();
+  assert.deepEqual(fs.snapshotTree("/"), before);
 });

@@ -525,3 +525,86 @@ test("cleanup removes its own hold of a session's lock even when the first remov
   const writer = await storeAs(fs, 200, alive).open(dir);
   await writer.close();
 });
+
+/** `fs` with `hook` awaited before every call (to pause or fail one call of one caller). */
+function hooked(
+  fs: FileSystem,
+  hook: (method: string, args: unknown[]) => Promise<void> | void,
+): FileSystem {
+  return new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (typeof value !== "function") return value;
+      return async (...args: unknown[]) => {
+        await hook(String(prop), args);
+        return await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+      };
+    },
+  });
+}
+
+test("a writer of the process waits for cleanup's hold also while cleanup is still taking it", async () => {
+  const { fs, alive, session } = await setup();
+  const dir = session.getSessionPath();
+  await session.close();
+  await fs.writeFile(`${dir}/.meta.json.abc.tmp`, encoder.encode("partial"));
+  let reached!: () => void;
+  const atCreate = new Promise<void>((resolve) => (reached = resolve));
+  let release!: () => void;
+  const gate = new Promise<void>((resolve) => (release = resolve));
+  let armed = true;
+  const paused = hooked(fs, async (method, args) => {
+    // Cleanup pauses as it creates the lock file of its hold.
+    if (armed && method === "open" && args[0] === `${dir}/${WRITER_LOCK_FILE}`) {
+      armed = false;
+      reached();
+      await gate;
+    }
+  });
+  const store = new SessionStore({ fs: paused, agentDir: AGENT, process: probe(200, alive) });
+  const cleaning = store.cleanup(CWD);
+  await atCreate;
+  const opening = store.open(dir);
+  await new Promise((resolve) => setTimeout(resolve, 5));
+  release();
+  assert.deepEqual((await cleaning).removed, [`${dir}/.meta.json.abc.tmp`]);
+  const writer = await opening;
+  await writer.close();
+});
+
+test("a lock removal retried after a failure never removes the lock a writer of the process took meanwhile", async () => {
+  const { fs, alive, session } = await setup();
+  const dir = session.getSessionPath();
+  await session.close();
+  alive.add(300);
+  const lockPath = `${dir}/${WRITER_LOCK_FILE}`;
+  await fs.writeFile(`${dir}/.meta.json.abc.tmp`, encoder.encode("partial"));
+  let reached!: () => void;
+  const atHold = new Promise<void>((resolve) => (reached = resolve));
+  let release!: () => void;
+  const gate = new Promise<void>((resolve) => (release = resolve));
+  let listings = 0;
+  let removes = 0;
+  const paused = hooked(fs, async (method, args) => {
+    if (method === "readDir" && args[0] === dir && ++listings === 2) {
+      reached();
+      await gate;
+    }
+    if (method === "remove" && args[0] === lockPath) {
+      removes++;
+      if (removes === 1) throw new FsIoError("EIO", "remove", lockPath, "EIO (injected)");
+      if (removes === 2) await new Promise((resolve) => setTimeout(resolve, 30));
+    }
+  });
+  const store = new SessionStore({ fs: paused, agentDir: AGENT, process: probe(200, alive) });
+  const cleaning = store.cleanup(CWD);
+  await atHold;
+  const opening = store.open(dir); // waits for the hold
+  await new Promise((resolve) => setTimeout(resolve, 5));
+  release();
+  await cleaning;
+  const writer = await opening;
+  assert.equal((await lockRecord(fs, dir)).pid, 200);
+  await assert.rejects(storeAs(fs, 300, alive).open(dir), SessionLockedError);
+  await writer.close();
+});

@@ -228,9 +228,12 @@ export class HeldLock {
     this.#released = true;
     try {
       if (this.#file) {
-        const bytes = await readLockBytes(this.#fs, this.path);
-        if (bytes !== undefined && parseLockRecord(bytes)?.token === this.token) {
-          await this.#fs.remove(this.path);
+        try {
+          await this.#removeOwnFile();
+        } catch {
+          // Once more, while the token is still held: a takeover in this process meanwhile sees
+          // the file as live, so the retry can only remove this lock's own file.
+          await this.#removeOwnFile();
         }
       }
     } finally {
@@ -238,6 +241,13 @@ export class HeldLock {
       const map = registry(this.#fs);
       if (map.get(this.path) === this.token) map.delete(this.path);
       releaseHooks.get(this)?.();
+    }
+  }
+
+  async #removeOwnFile(): Promise<void> {
+    const bytes = await readLockBytes(this.#fs, this.path);
+    if (bytes !== undefined && parseLockRecord(bytes)?.token === this.token) {
+      await this.#fs.remove(this.path);
     }
   }
 
@@ -394,29 +404,35 @@ export async function acquireWriterLock(
   options: { readonly brief?: boolean } = {},
 ): Promise<HeldLock> {
   const lockPath = join(dir, WRITER_LOCK_FILE);
-  const holds = briefHolds.get(context.fs);
+  let holds = briefHolds.get(context.fs);
   for (let hold = holds?.get(lockPath); hold !== undefined; hold = holds?.get(lockPath)) {
     await hold;
   }
-  const held = await takeWriterLock(context, lockPath);
-  if (options.brief === true) {
-    let map = briefHolds.get(context.fs);
-    if (map === undefined) {
-      map = new Map();
-      briefHolds.set(context.fs, map);
-    }
-    const brief = map;
-    brief.set(
-      lockPath,
-      new Promise<void>((resolve) => {
-        releaseHooks.set(held, () => {
-          brief.delete(lockPath);
-          resolve();
-        });
-      }),
-    );
+  if (options.brief !== true) return await takeWriterLock(context, lockPath);
+  // The hold is announced before the lock is taken, so a writer of this process that comes
+  // while it is being taken waits too; it ends when the lock is released, or at once when it
+  // could not be taken.
+  if (holds === undefined) {
+    holds = new Map();
+    briefHolds.set(context.fs, holds);
   }
-  return held;
+  const brief = holds;
+  let end!: () => void;
+  const hold = new Promise<void>((resolve) => {
+    end = () => {
+      if (brief.get(lockPath) === hold) brief.delete(lockPath);
+      resolve();
+    };
+  });
+  brief.set(lockPath, hold);
+  try {
+    const held = await takeWriterLock(context, lockPath);
+    releaseHooks.set(held, end);
+    return held;
+  } catch (error) {
+    end();
+    throw error;
+  }
 }
 
 async function takeWriterLock(context: StoreContext, lockPath: string): Promise<HeldLock> {

@@ -23,7 +23,6 @@ import {
   acquireWriterLock,
   inspectLock,
   isLockFileName,
-  removeIfHolding,
   removeStaleLocks,
   type StoreContext,
   WRITER_LOCK_FILE,
@@ -187,13 +186,10 @@ async function cleanupSession(
       });
     }
   } finally {
-    // Released whatever happened; a removal that fails is tried once more, and a lock file
-    // that still cannot be removed is stale once this process is gone (the other sessions are
-    // still cleaned).
-    const held = lock;
-    await held.release().catch(async () => {
-      await removeIfHolding(fs, lockPath, held.token).catch(() => undefined);
-    });
+    // Released whatever happened (`release` tries a failed removal once more); a lock file that
+    // still cannot be removed is stale once this process is gone, and the other sessions are
+    // still cleaned.
+    await lock.release().catch(() => undefined);
   }
   if (before.kind === "stale") {
     removed.push(lockPath);

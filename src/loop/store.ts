@@ -302,6 +302,11 @@ export class SessionStore {
     }
     const collection = dirname(path);
     const dir = join(collection, id);
+    if (readOnly && await this.#isRealDirectory(dir)) {
+      // Published already: a read-only open reads the directory and writes nothing (no lock, no
+      // recovery); only a migration needs the collection.
+      return await this.#openDirectory(dir, readOnly);
+    }
     await this.#exclusive(collection, async () => {
       try {
         const info = await this.fs.lstat(dir);
@@ -349,10 +354,11 @@ export class SessionStore {
       if (!readOnly) {
         try {
           await this.#exclusive(dirname(dir), () => Promise.resolve());
-        } catch {
-          // The collection could not be waited for or recovered: the open's own error is the
-          // one to report.
-          throw error;
+        } catch (waitError) {
+          // The collection could not be waited for or recovered. Damage found by the open is
+          // what to report; otherwise (a file gone under the open) the collection's own typed
+          // error says why (locked by another process, an unreadable journal).
+          throw error instanceof CorruptSessionError ? error : waitError;
         }
       }
       return await this.#openDirectory(dir, readOnly, true);
