@@ -14,6 +14,7 @@ import {
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { assistant, conversation, user } from "./_fixtures.ts";
+import { gate, hookedFs } from "./_hooks.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -22,34 +23,6 @@ const encoder = new TextEncoder();
 
 function storeOn(fs: FileSystem): SessionStore {
   return new SessionStore({ fs, agentDir: AGENT });
-}
-
-/** `fs` with hooks run before and after every call (to pause one caller at a chosen point). */
-function view(
-  fs: FileSystem,
-  hooks: {
-    before?: (method: string, args: unknown[]) => Promise<void> | void;
-    after?: (method: string, args: unknown[]) => Promise<void> | void;
-  },
-): FileSystem {
-  return new Proxy(fs, {
-    get(target, prop) {
-      const value = Reflect.get(target, prop, target);
-      if (typeof value !== "function") return value;
-      return async (...args: unknown[]) => {
-        await hooks.before?.(String(prop), args);
-        const result = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
-        await hooks.after?.(String(prop), args);
-        return result;
-      };
-    },
-  });
-}
-
-function gate(): { wait: Promise<void>; open: () => void } {
-  let open!: () => void;
-  const wait = new Promise<void>((resolve) => (open = resolve));
-  return { wait, open };
 }
 
 /** A session whose log holds an old generation before the committed one (start > 0). */
@@ -62,6 +35,23 @@ async function replaced(
   await session.commit(history);
   await session.close();
   return { dir: session.getSessionPath(), id: session.id, history };
+}
+
+/**
+ * A copy of `fs` (synced) recovered from a crash of `dir`'s compaction right after its first
+ * rename: the session directory is gone and its previous copy sits in the staging directory.
+ */
+async function crashedBetweenRenames(fs: MemoryFs, dir: string): Promise<MemoryFs> {
+  const probe = fs.clone();
+  probe.resetCounter();
+  await storeOn(probe).compact(dir);
+  const n = probe.operationLog.find((r) => r.op === "rename" && r.to?.endsWith("/previous"))!
+    .number;
+  const crashed = fs.clone();
+  crashed.resetCounter();
+  crashed.crashAfter(n);
+  await assert.rejects(storeOn(crashed).compact(dir), SimulatedCrash);
+  return crashed.crash({ seed: 0, tailMode: "whole", extraJournal: "all" });
 }
 
 async function freshFs(): Promise<MemoryFs> {
@@ -152,7 +142,7 @@ for (const op of ["compact", "removeLegacyBackup"] as const) {
     const deleteStarted = gate();
     let dir = "";
     let armed = false;
-    const shared = view(fs, {
+    const shared = hookedFs(fs, {
       after: async (method, args) => {
         if (method === "mkdir" && String(args[0]).includes("/.delete-")) deleteStarted.open();
         if (armed && method === "lstat" && args[0] === `${dir}/meta.json`) {
@@ -194,7 +184,7 @@ test("a fast listing racing a compaction never takes a title from the compacted 
   const dir = session.getSessionPath();
   const swapped = gate();
   let armed = true;
-  const lister = storeOn(view(fs, {
+  const lister = storeOn(hookedFs(fs, {
     before: async (method, args) => {
       if (armed && method === "open" && args[0] === `${dir}/messages.jsonl`) {
         armed = false;
@@ -218,7 +208,7 @@ for (const point of ["after the swap", "between the renames"] as const) {
     const paused = gate();
     const release = gate();
     let armed = true;
-    const shared = view(fs, {
+    const shared = hookedFs(fs, {
       before: async (method, args) => {
         if (armed && method === "readFile" && args[0] === `${dir}/meta.json`) {
           armed = false;
@@ -275,7 +265,7 @@ test("cleanup never removes the temp file of a save that starts while it runs", 
   const cleanupDone = gate();
   let armCleanup = true;
   let armWriter = false;
-  const shared = view(fs, {
+  const shared = hookedFs(fs, {
     before: async (method, args) => {
       // Cleanup has judged the session free and is about to look into it.
       if (armCleanup && method === "readDir" && args[0] === dir) {
@@ -310,11 +300,6 @@ test("recovery keeps an interrupted compaction's previous session when something
   const fs = await freshFs();
   const { dir, history } = await replaced(fs);
   fs.syncAll();
-  const probe = fs.clone();
-  probe.resetCounter();
-  await storeOn(probe).compact(dir);
-  const n = probe.operationLog.find((r) => r.op === "rename" && r.to?.endsWith("/previous"))!
-    .number;
   const other = await storeOn(fs).create(CWD);
   await other.commit(conversation(1, "other"));
   await other.close();
@@ -327,11 +312,7 @@ test("recovery keeps an interrupted compaction's previous session when something
     "a directory whose meta.json is a directory",
   ] as const;
   for (const planted of plants) {
-    const crashed = fs.clone();
-    crashed.resetCounter();
-    crashed.crashAfter(n);
-    await assert.rejects(storeOn(crashed).compact(dir), SimulatedCrash);
-    const recovered = crashed.crash({ seed: 0, tailMode: "whole", extraJournal: "all" });
+    const recovered = await crashedBetweenRenames(fs, dir);
     if (planted === "link") {
       await recovered.mkdir("/elsewhere", { recursive: true });
       await recovered.symlink("/elsewhere", dir);
@@ -371,16 +352,7 @@ test("a read-only open of a session caught between a compaction's renames reads 
   const fs = await freshFs();
   const { dir, history } = await replaced(fs);
   fs.syncAll();
-  const probe = fs.clone();
-  probe.resetCounter();
-  await storeOn(probe).compact(dir);
-  const n = probe.operationLog.find((r) => r.op === "rename" && r.to?.endsWith("/previous"))!
-    .number;
-  const crashed = fs.clone();
-  crashed.resetCounter();
-  crashed.crashAfter(n);
-  await assert.rejects(storeOn(crashed).compact(dir), SimulatedCrash);
-  const recovered = crashed.crash({ seed: 0, tailMode: "whole", extraJournal: "all" });
+  const recovered = await crashedBetweenRenames(fs, dir);
   const before = recovered.snapshotTree("/");
   const reader = await storeOn(recovered).open(dir, { readOnly: true });
   assert.deepEqual(reader.messages, history);
@@ -422,7 +394,7 @@ test("a writer open that meets another process's compaction swap reports a typed
   await first.close();
   const dir = first.getSessionPath();
   let armed = true;
-  const racing = view(fs, {
+  const racing = hookedFs(fs, {
     before: async (method, args) => {
       if (armed && method === "open" && args[0] === `${dir}/writer.lock`) {
         armed = false;

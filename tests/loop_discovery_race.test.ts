@@ -8,37 +8,12 @@ import type { FileSystem } from "../src/port/fs.ts";
 import { FsIoError } from "../src/port/errors.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import { conversation, user } from "./_fixtures.ts";
+import { gate, hookedFs } from "./_hooks.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
 const COLLECTION = `${AGENT}/sessions/${workspaceHash(CWD)}`;
 const encoder = new TextEncoder();
-
-interface Hooks {
-  before?: (method: string, args: unknown[]) => Promise<void> | void;
-  after?: (method: string, args: unknown[]) => Promise<void> | void;
-}
-
-function view(fs: FileSystem, hooks: Hooks = {}): FileSystem {
-  return new Proxy(fs, {
-    get(target, prop) {
-      const value = Reflect.get(target, prop, target);
-      if (typeof value !== "function") return value;
-      return async (...args: unknown[]) => {
-        await hooks.before?.(String(prop), args);
-        const result = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
-        await hooks.after?.(String(prop), args);
-        return result;
-      };
-    },
-  });
-}
-
-function gate(): { wait: Promise<void>; open: () => void } {
-  let open!: () => void;
-  const wait = new Promise<void>((r) => (open = r));
-  return { wait, open };
-}
 
 /** A version-2 session file of one exchange, recorded for `CWD`. */
 function legacyFile(id: string): Uint8Array {
@@ -67,7 +42,7 @@ function pausedLister(
 ): SessionStore {
   let first = true;
   return new SessionStore({
-    fs: view(fs, {
+    fs: hookedFs(fs, {
       after: async (method, args) => {
         if (method === "readDir" && args[0] === COLLECTION && first) {
           first = false;
@@ -117,7 +92,7 @@ for (const withBackup of [false, true]) {
       // The deleting process: after it staged the directory, it waits; then its commit-marker
       // write fails, so the delete rolls back (it never happened).
       const deleter = new SessionStore({
-        fs: view(fs, {
+        fs: hookedFs(fs, {
           before: async (method, args) => {
             if (method === "rename" && String(args[1]).includes("/.delete-")) await listerRead.wait;
             if (method === "open" && String(args[0]).endsWith("/committed")) {
@@ -161,7 +136,7 @@ test("listing while a compaction swaps the directory in another process", async 
   const listed = gate();
   const listerRead = gate();
   const compactor = new SessionStore({
-    fs: view(fs, {
+    fs: hookedFs(fs, {
       before: async (method, args) => {
         if (method === "rename" && String(args[1]).endsWith("/previous")) await listerRead.wait;
       },
@@ -194,7 +169,7 @@ for (const fastMode of [false, true]) {
     const metaRead = gate();
     const swapped = gate();
     const compactor = new SessionStore({
-      fs: view(fs, {
+      fs: hookedFs(fs, {
         before: async (method, args) => {
           if (method === "rename" && String(args[1]).endsWith("/previous")) await metaRead.wait;
         },
@@ -206,7 +181,7 @@ for (const fastMode of [false, true]) {
     });
     let first = true;
     const lister = new SessionStore({
-      fs: view(fs, {
+      fs: hookedFs(fs, {
         after: async (method, args) => {
           if (method === "readFile" && args[0] === `${COLLECTION}/${id}/meta.json` && first) {
             first = false;
@@ -249,7 +224,7 @@ for (const commits of [false, true]) {
         const listed = gate();
         const listerRead = gate();
         const deleter = new SessionStore({
-          fs: view(fs, {
+          fs: hookedFs(fs, {
             before: async (method, args) => {
               if (method === "rename" && String(args[1]).includes("/.delete-")) {
                 await listerRead.wait;

@@ -21,6 +21,7 @@ import {
   WRITER_LOCK_FILE,
 } from "../src/loop/lock.ts";
 import { conversation, user } from "./_fixtures.ts";
+import { hookedFs } from "./_hooks.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -462,18 +463,13 @@ test("cleanup locks a session only to remove its temp files, and a writer of its
   await session.close();
   let pause: { reached: () => void; release: Promise<void> } | undefined;
   let listings = 0;
-  const paused: FileSystem = new Proxy(fs, {
-    get(target, prop) {
-      const value = Reflect.get(target, prop, target);
-      if (typeof value !== "function") return value;
-      return async (...args: unknown[]) => {
-        // The second listing of the session directory is the one under cleanup's hold.
-        if (prop === "readDir" && args[0] === dir && pause !== undefined && ++listings === 2) {
-          pause.reached();
-          await pause.release;
-        }
-        return await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
-      };
+  const paused = hookedFs(fs, {
+    before: async (method, args) => {
+      // The second listing of the session directory is the one under cleanup's hold.
+      if (method === "readDir" && args[0] === dir && pause !== undefined && ++listings === 2) {
+        pause.reached();
+        await pause.release;
+      }
     },
   });
   const store = new SessionStore({ fs: paused, agentDir: AGENT, process: probe(200, alive) });
@@ -526,23 +522,6 @@ test("cleanup removes its own hold of a session's lock even when the first remov
   await writer.close();
 });
 
-/** `fs` with `hook` awaited before every call (to pause or fail one call of one caller). */
-function hooked(
-  fs: FileSystem,
-  hook: (method: string, args: unknown[]) => Promise<void> | void,
-): FileSystem {
-  return new Proxy(fs, {
-    get(target, prop) {
-      const value = Reflect.get(target, prop, target);
-      if (typeof value !== "function") return value;
-      return async (...args: unknown[]) => {
-        await hook(String(prop), args);
-        return await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
-      };
-    },
-  });
-}
-
 test("a writer of the process waits for cleanup's hold also while cleanup is still taking it", async () => {
   const { fs, alive, session } = await setup();
   const dir = session.getSessionPath();
@@ -553,13 +532,15 @@ test("a writer of the process waits for cleanup's hold also while cleanup is sti
   let release!: () => void;
   const gate = new Promise<void>((resolve) => (release = resolve));
   let armed = true;
-  const paused = hooked(fs, async (method, args) => {
-    // Cleanup pauses as it creates the lock file of its hold.
-    if (armed && method === "open" && args[0] === `${dir}/${WRITER_LOCK_FILE}`) {
-      armed = false;
-      reached();
-      await gate;
-    }
+  const paused = hookedFs(fs, {
+    before: async (method, args) => {
+      // Cleanup pauses as it creates the lock file of its hold.
+      if (armed && method === "open" && args[0] === `${dir}/${WRITER_LOCK_FILE}`) {
+        armed = false;
+        reached();
+        await gate;
+      }
+    },
   });
   const store = new SessionStore({ fs: paused, agentDir: AGENT, process: probe(200, alive) });
   const cleaning = store.cleanup(CWD);
@@ -585,16 +566,18 @@ test("a lock removal retried after a failure never removes the lock a writer of 
   const gate = new Promise<void>((resolve) => (release = resolve));
   let listings = 0;
   let removes = 0;
-  const paused = hooked(fs, async (method, args) => {
-    if (method === "readDir" && args[0] === dir && ++listings === 2) {
-      reached();
-      await gate;
-    }
-    if (method === "remove" && args[0] === lockPath) {
-      removes++;
-      if (removes === 1) throw new FsIoError("EIO", "remove", lockPath, "EIO (injected)");
-      if (removes === 2) await new Promise((resolve) => setTimeout(resolve, 30));
-    }
+  const paused = hookedFs(fs, {
+    before: async (method, args) => {
+      if (method === "readDir" && args[0] === dir && ++listings === 2) {
+        reached();
+        await gate;
+      }
+      if (method === "remove" && args[0] === lockPath) {
+        removes++;
+        if (removes === 1) throw new FsIoError("EIO", "remove", lockPath, "EIO (injected)");
+        if (removes === 2) await new Promise((resolve) => setTimeout(resolve, 30));
+      }
+    },
   });
   const store = new SessionStore({ fs: paused, agentDir: AGENT, process: probe(200, alive) });
   const cleaning = store.cleanup(CWD);

@@ -39,6 +39,7 @@ import {
   indexMatches,
   MESSAGES_FILE,
   META_FILE,
+  openMessages,
   readRoundIndex,
   readStorageMeta,
   type RoundEntry,
@@ -156,18 +157,7 @@ async function copyCommitted(
     }
     lines++;
   };
-  let source;
-  try {
-    source = await fs.open(file);
-  } catch (error) {
-    if (error instanceof NotFound) {
-      throw new CorruptSessionError("Message log is missing but metadata commits messages", {
-        file,
-        cause: error,
-      });
-    }
-    throw error;
-  }
+  const source = await openMessages(fs, file);
   try {
     const out = await fs.open(target, { createNew: true, write: true, mode: PRIVATE_FILE_MODE });
     try {

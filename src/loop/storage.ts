@@ -652,10 +652,16 @@ export function closeWhenOpened(opening: Promise<FileHandle>): void {
   opening.then((handle) => handle.close(), () => undefined).catch(() => undefined);
 }
 
-async function openMessages(
+/**
+ * Opens the message log `file` (or takes the open already started, `opening`) whose metadata
+ * commits bytes: a missing log is then corruption.
+ *
+ * @throws {CorruptSessionError} When the log is missing.
+ */
+export async function openMessages(
   fs: FileSystem,
   file: string,
-  opening: Promise<FileHandle> | undefined,
+  opening?: Promise<FileHandle>,
 ): Promise<FileHandle> {
   try {
     return await (opening ?? fs.open(file));

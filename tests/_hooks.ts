@@ -1,0 +1,34 @@
+// A filesystem seen through hooks (to pause or fail one call of one caller at a chosen point),
+// and a gate to hold a caller there: the races of the store's tests are staged with these.
+import type { FileSystem } from "../src/port/fs.ts";
+
+/** What runs before and after every call of a hooked filesystem. */
+export interface FsHooks {
+  /** Awaited before the call; throwing fails the call without running it. */
+  readonly before?: (method: string, args: unknown[]) => Promise<void> | void;
+  /** Awaited after the call resolved. */
+  readonly after?: (method: string, args: unknown[]) => Promise<void> | void;
+}
+
+/** `fs` with `hooks` run around every call (a separate object: in-process locks are not shared). */
+export function hookedFs(fs: FileSystem, hooks: FsHooks = {}): FileSystem {
+  return new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (typeof value !== "function") return value;
+      return async (...args: unknown[]) => {
+        await hooks.before?.(String(prop), args);
+        const result = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+        await hooks.after?.(String(prop), args);
+        return result;
+      };
+    },
+  });
+}
+
+/** A promise to wait on and the function that opens it. */
+export function gate(): { readonly wait: Promise<void>; readonly open: () => void } {
+  let open!: () => void;
+  const wait = new Promise<void>((resolve) => (open = resolve));
+  return { wait, open };
+}
