@@ -3,7 +3,16 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createRequire } from "node:module";
@@ -12,6 +21,7 @@ import process from "node:process";
 import { nodeFs } from "../adapters/node.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import { user } from "./_fixtures.ts";
+import { MAX_WRITE_WAIT_MS, writeFully } from "../src/cli/output.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const BIN = fileURLToPath(new URL("../src/cli/bin.ts", import.meta.url));
@@ -115,4 +125,74 @@ test("the documented launch runs the command line: the entry file by relative pa
   });
   assert.equal(linked.status, 0, linked.stderr);
   assert.equal(linked.stdout, relative.stdout);
+});
+
+test("a writer waiting for a stalled reader backs off exponentially, and starts over after a write", () => {
+  const again = Object.assign(new Error("EAGAIN"), { code: "EAGAIN" });
+  // 12 EAGAINs, 3 bytes, 10 EAGAINs, the rest.
+  const script: (number | Error)[] = [
+    ...Array(12).fill(again),
+    3,
+    ...Array(10).fill(again),
+    7,
+  ];
+  const waits: number[] = [];
+  const offsets: number[] = [];
+  const ok = writeFully(
+    (offset) => {
+      offsets.push(offset);
+      const step = script.shift();
+      if (step instanceof Error) throw step;
+      return step as number;
+    },
+    10,
+    (ms) => waits.push(ms),
+  );
+  assert.equal(ok, true);
+  assert.equal(MAX_WRITE_WAIT_MS, 100);
+  const backoff = [1, 2, 4, 8, 16, 32, 64, 100, 100, 100];
+  assert.deepEqual(waits, [...backoff, 100, 100, ...backoff]);
+  assert.equal(offsets.at(-1), 3);
+  // A reader that is gone ends the write quietly; any other failure is thrown.
+  const gone = Object.assign(new Error("EPIPE"), { code: "EPIPE" });
+  assert.equal(
+    writeFully(
+      () => {
+        throw gone;
+      },
+      1,
+      () => {},
+    ),
+    false,
+  );
+  const full = Object.assign(new Error("ENOSPC"), { code: "ENOSPC" });
+  assert.throws(() =>
+    writeFully(
+      () => {
+        throw full;
+      },
+      1,
+      () => {},
+    ), /ENOSPC/);
+});
+
+test("output that cannot be written (a full disk) is a one-line error and exit code 1", {
+  skip: !existsSync("/dev/full"),
+}, () => {
+  const full = openSync("/dev/full", "w");
+  try {
+    for (const args of [["--version"], ["sessions", "history", bigId, "--json"]]) {
+      const run = spawnSync(process.execPath, [...runtimeArgs(BIN), ...args], {
+        cwd: work,
+        env: env(),
+        encoding: "utf8",
+        stdio: ["ignore", full, "pipe"],
+      });
+      assert.equal(run.status, 1, run.stderr);
+      assert.match(run.stderr, /^error: cannot write to stdout: .*\n$/);
+      assert.equal(run.stderr.split("\n").length, 2, run.stderr);
+    }
+  } finally {
+    closeSync(full);
+  }
 });

@@ -359,3 +359,144 @@ test("a command group without its command is a usage error: help on stderr, exit
     assert.match(help.out, /^Usage: loop-sessions /);
   }
 });
+
+test("a delete over several collections checks every target first: nothing is deleted when one is not archived", async () => {
+  const first = await freshStore([conversation(1)]);
+  const second = await freshStore([conversation(1)]);
+  const [a, b] = [first.ids[0] as string, second.ids[0] as string];
+  assert.equal(cli(["sessions", "archive", a]).code, 0);
+  const before = [snapshot(first.collection), snapshot(second.collection)];
+  const run = cli(["sessions", "delete", a, b]);
+  assert.equal(run.code, 1, run.err);
+  assert.match(run.err, /not archived: .*archive\.json/);
+  assert.equal(run.out, "");
+  assert.deepEqual([snapshot(first.collection), snapshot(second.collection)], before);
+});
+
+test("one collection named two ways is one collection, and a repeated id is one session", async () => {
+  const { collection, ids } = await freshStore([conversation(1), conversation(1)]);
+  const [a, b] = ids as [string, string];
+  const alias = join(base, `alias-${counter++}`);
+  symlinkSync(join(agentDir, "sessions"), alias);
+  const aliased = join(alias, collection.split("/").pop() as string);
+  const archived = cli(["sessions", "archive", a, join(aliased, a), a, b, "--json"]);
+  assert.equal(archived.code, 0, archived.err);
+  assert.deepEqual(JSON.parse(archived.out).sessions.map((s: { id: string }) => s.id), [a, b]);
+  const run = cli(["sessions", "delete", a, join(aliased, a), b, b, "--json"]);
+  assert.equal(run.code, 0, run.err);
+  assert.deepEqual(JSON.parse(run.out), {
+    action: "deleted",
+    sessions: [{ id: a, collection }, { id: b, collection }],
+  });
+  assert.equal(existsSync(join(collection, a)), false);
+  assert.equal(existsSync(join(collection, b)), false);
+});
+
+test("a delete that fails in a later collection says what it already deleted", async () => {
+  const first = await freshStore([conversation(1)]);
+  const second = await freshStore([conversation(1)]);
+  const [a, b] = [first.ids[0] as string, second.ids[0] as string];
+  // A live writer (of another host, which is never probed) holds the second session.
+  const lock = {
+    pid: 1,
+    host: "another-host.invalid",
+    startedAt: "2026-01-01T00:00:00.000Z",
+    token: "0123456789abcdef0123456789abcdef",
+  };
+  writeFileSync(join(second.collection, b, "writer.lock"), JSON.stringify(lock));
+  const run = cli(["sessions", "delete", a, b, "--include-unarchived"]);
+  assert.equal(run.code, 1, run.err);
+  assert.equal(run.out, `deleted ${a}\n`);
+  assert.match(run.err, new RegExp(`not deleted: ${b}`));
+  assert.match(run.err, /^error: /m);
+  assert.equal(existsSync(join(first.collection, a)), false);
+  assert.equal(existsSync(join(second.collection, b)), true);
+  const third = await freshStore([conversation(1)]);
+  const c = third.ids[0] as string;
+  const json = cli(["sessions", "delete", c, b, "--include-unarchived", "--json"]);
+  assert.equal(json.code, 1, json.err);
+  const report = JSON.parse(json.out);
+  assert.deepEqual(report.sessions, [{ id: c, collection: third.collection }]);
+  assert.deepEqual(report.notDone, [b]);
+  assert.equal(report.error.collection, second.collection);
+});
+
+test("verify and salvage refuse a link planted at a session file", async () => {
+  for (const file of ["meta.json", "messages.jsonl"]) {
+    const { collection, ids } = await freshStore([conversation(1)]);
+    const id = ids[0] as string;
+    const moved = join(base, `moved-${counter++}-${file}`);
+    renameSync(join(collection, id, file), moved);
+    symlinkSync(moved, join(collection, id, file));
+    const verified = cli(["sessions", "verify", id]);
+    assert.equal(verified.code, 1, verified.out);
+    assert.match(verified.out, /CORRUPT/);
+    assert.match(verified.out, /symlink, not a regular file/);
+    const all = cli(["sessions", "verify", "--all", "--json"]);
+    assert.equal(all.code, 1, all.out);
+    const report = JSON.parse(all.out).find((r: { dir: string }) => r.dir.endsWith(id));
+    assert.equal(report.ok, false);
+    assert.equal(report.findings[0].file, join(collection, id, file));
+    const rescue = join(base, `rescue-${counter++}`);
+    const salvaged = cli(["sessions", "salvage", id, "--to", rescue]);
+    assert.equal(salvaged.code, 1, salvaged.out);
+    assert.match(salvaged.err, /^error: Session file is a symlink, not a regular file/);
+    assert.equal(existsSync(rescue), false);
+  }
+});
+
+test("archive, restore and delete refuse a private staging directory given as --dir", async () => {
+  const { collection, ids } = await freshStore([conversation(1)]);
+  const id = ids[0] as string;
+  // A delete that staged the session but did not commit.
+  const staging = join(collection, ".delete-10000000-0000-4000-8000-000000000000");
+  mkdirSync(staging);
+  writeFileSync(
+    join(staging, "intent.json"),
+    JSON.stringify({
+      operation: "delete",
+      ids: [id],
+      entries: [id],
+      archived: [],
+      membersBefore: [],
+    }) +
+      "\n",
+  );
+  renameSync(join(collection, id), join(staging, id));
+  const before = snapshot(collection);
+  for (const args of [["archive"], ["restore"], ["delete"], ["delete", "--include-unarchived"]]) {
+    for (const dir of [staging, `${staging}/`, join(collection, `.staging-${id}-abcdef12`)]) {
+      const run = cli(["sessions", ...args, id, "--dir", dir, "--json"]);
+      assert.equal(run.code, 2, `${args.join(" ")} ${dir}: ${run.out}`);
+      assert.equal(run.out, "");
+      assert.match(run.err, /private staging directory/);
+    }
+  }
+  assert.deepEqual(snapshot(collection), before);
+});
+
+test("archive, restore, delete and compact refuse '..' in a path: the kernel resolves it after links", async () => {
+  const { collection, ids } = await freshStore([conversation(1)]);
+  const id = ids[0] as string;
+  // C/link/../<id> is, for the kernel, a session of another collection.
+  const other = join(agentDir, "sessions", `other-${counter++}`);
+  mkdirSync(join(other, "sub"), { recursive: true });
+  cpSync(join(collection, id), join(other, id), { recursive: true });
+  symlinkSync(join(other, "sub"), join(collection, "link"));
+  const target = `${collection}/link/../${id}`;
+  const before = [snapshot(collection), snapshot(other)];
+  for (
+    const args of [
+      ["archive", target],
+      ["restore", target],
+      ["delete", target, "--include-unarchived"],
+      ["delete", id, "--dir", `${collection}/link/..`, "--include-unarchived"],
+      ["compact", target],
+    ]
+  ) {
+    const run = cli(["sessions", ...args]);
+    assert.equal(run.code, 2, `${args.join(" ")}: ${run.out}`);
+    assert.match(run.err, /'\.\.'/);
+  }
+  assert.deepEqual([snapshot(collection), snapshot(other)], before);
+});

@@ -115,3 +115,26 @@ test("salvageSession() stops before unanswered tool calls and drops metadata pas
   assert.equal(result.kept, 2);
   assert.deepEqual(result.droppedMetadata, ["runtimeContexts"]);
 });
+
+test("verifySession() and salvageSession() never read a session file through a link", async () => {
+  for (const file of ["meta.json", "messages.jsonl", "index.json"]) {
+    const { fs, dir } = await saved();
+    const moved = `/elsewhere/${file}`;
+    await fs.mkdir("/elsewhere", { recursive: true });
+    await fs.rename(`${dir}/${file}`, moved);
+    await fs.symlink(moved, `${dir}/${file}`);
+    const before = fs.snapshotTree();
+    const report = await verifySession(fs, dir, options);
+    assert.equal(report.ok, false, file);
+    assert.deepEqual(report.findings.map((f) => [f.severity, f.kind, f.file]), [
+      ["error", "file", `${dir}/${file}`],
+    ]);
+    assert.match(report.findings[0]?.message ?? "", /symlink, not a regular file/);
+    await assert.rejects(
+      salvageSession(fs, dir, { ...options, toCollection: "/rescue" }),
+      (error: Error) =>
+        error.name === "SessionFormatError" && error.message.includes(`${dir}/${file}`),
+    );
+    assert.deepEqual(fs.snapshotTree(), before, "neither modifies anything");
+  }
+});

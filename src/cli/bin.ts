@@ -9,7 +9,7 @@
  *
  * @module
  */
-import type { CliIo } from "./output.ts";
+import { type CliIo, OutputError, writeFully } from "./output.ts";
 import { runCli } from "./main.ts";
 
 export type { CliIo } from "./output.ts";
@@ -32,25 +32,11 @@ interface NodeWrite {
 
 /**
  * Writes all of `data` to file descriptor `fd` with Node's `writeSync`, which may write part of
- * it, or fail with EAGAIN, when the descriptor is a non-blocking pipe: the rest is written after
- * a short wait. Returns false when the reader is gone (EPIPE).
+ * it, or fail with EAGAIN, when the descriptor is a non-blocking pipe (see `writeFully`). Returns
+ * false when the reader is gone (EPIPE).
  */
 function nodeWriteAll(fs: NodeWrite, fd: number, data: Uint8Array): boolean {
-  let offset = 0;
-  let wait: Int32Array | undefined;
-  while (offset < data.length) {
-    try {
-      offset += fs.writeSync(fd, data, offset, data.length - offset);
-    } catch (error) {
-      const code = (error as { code?: unknown }).code;
-      if (code === "EPIPE") return false;
-      if (code !== "EAGAIN") throw error;
-      // The pipe is full: wait for the reader (a blocking wait, as a blocking write would).
-      wait ??= new Int32Array(new SharedArrayBuffer(4));
-      Atomics.wait(wait, 0, 0, 2);
-    }
-  }
-  return true;
+  return writeFully((offset) => fs.writeSync(fd, data, offset, data.length - offset), data.length);
 }
 
 /** Builds the runtime's `CliIo` and the program arguments. */
@@ -73,8 +59,9 @@ export async function runtimeIo(): Promise<
       try {
         while (data.length > 0) data = data.subarray(sink.writeSync(data));
       } catch (error) {
-        if (!(error instanceof deno.errors.BrokenPipe)) throw error;
+        // Nothing more is written to a stream that failed; a reader that is gone is no error.
         gone.add(name);
+        if (!(error instanceof deno.errors.BrokenPipe)) throw new OutputError(name, error);
       }
     };
     const io: CliIo = {
@@ -100,8 +87,17 @@ export async function runtimeIo(): Promise<
   const process = await import("node:process");
   const fs: NodeWrite = await import("node:fs");
   const writeAll = (fd: number, text: string): void => {
-    const name = String(fd);
-    if (!gone.has(name) && !nodeWriteAll(fs, fd, encoder.encode(text))) gone.add(name);
+    const name = fd === 1 ? "stdout" : "stderr";
+    if (gone.has(name)) return;
+    let written: boolean;
+    try {
+      written = nodeWriteAll(fs, fd, encoder.encode(text));
+    } catch (error) {
+      // Nothing more is written to a stream that failed (ENOSPC, EBADF…).
+      gone.add(name);
+      throw new OutputError(name, error);
+    }
+    if (!written) gone.add(name);
   };
   const io: CliIo = {
     fs: nodeFs(),
@@ -120,7 +116,15 @@ export async function runtimeIo(): Promise<
 /** Runs the command line for the current process and exits with its code. */
 export async function main(): Promise<void> {
   const { io, args, exit } = await runtimeIo();
-  exit(await runCli(args, io));
+  let code: number;
+  try {
+    code = await runCli(args, io);
+  } catch (error) {
+    // runCli reports an output failure on stderr; when stderr itself fails, nothing can be said.
+    if (!(error instanceof OutputError)) throw error;
+    code = 1;
+  }
+  exit(code);
 }
 
 // No top-level await: under Node the file may be loaded as CommonJS. The command line runs only

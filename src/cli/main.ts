@@ -11,7 +11,7 @@ import { FsError, PermissionDenied } from "../port/errors.ts";
 import { SessionError } from "../loop/errors.ts";
 import { LayoutError } from "../layout/errors.ts";
 import { parseArgs, UsageError } from "./args.ts";
-import type { CliIo } from "./output.ts";
+import { type CliIo, OutputError } from "./output.ts";
 import { runSessions } from "./sessions.ts";
 import { runLayout, runPruneRaw, runTraces } from "./layout.ts";
 
@@ -101,6 +101,10 @@ function report(io: CliIo, error: unknown): number {
   if (error instanceof UsageError) {
     io.err(`usage error: ${error.message}\nRun 'loop-sessions --help' for the commands.\n`);
     return 2;
+  }
+  if (error instanceof OutputError) {
+    io.err(`error: ${error.message}\n`);
+    return 1;
   }
   if (error instanceof PermissionDenied) {
     io.err(`error: permission denied: ${error.path}; check the file's owner and mode\n`);

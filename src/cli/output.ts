@@ -30,6 +30,21 @@ export interface CliIo {
   readonly now: () => number;
 }
 
+/**
+ * Output could not be written (other than to a reader that is gone, which is quiet): the disk is
+ * full (`> /dev/full`), the descriptor is closed… The command ends with a one-line error, exit 1.
+ */
+export class OutputError extends Error {
+  /** The stream: `stdout` or `stderr`. */
+  readonly stream: string;
+  /** Creates the error for `stream`, caused by `cause`. */
+  constructor(stream: string, cause: unknown) {
+    super(`cannot write to ${stream}: ${(cause as Error)?.message ?? String(cause)}`, { cause });
+    this.name = "OutputError";
+    this.stream = stream;
+  }
+}
+
 /** Formats rows as an aligned table with a header row. */
 export function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
@@ -81,4 +96,41 @@ export function formatBytes(bytes: number): string {
     unit++;
   }
   return unit === 0 ? `${bytes} B` : `${value.toFixed(1)} ${units[unit]}`;
+}
+
+/** The longest wait, in milliseconds, for a reader that takes nothing from a full pipe. */
+export const MAX_WRITE_WAIT_MS = 100;
+
+/** Blocks the thread for `ms` milliseconds (as a blocking write to a full pipe would). */
+function blockFor(ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
+
+/**
+ * Writes `length` bytes with `write(offset)`, which writes from `offset` on and returns how many
+ * bytes it wrote; it may write part of them, or fail with EAGAIN (a non-blocking pipe that is
+ * full): the rest is written after a wait for the reader, 1 ms first, doubled after each EAGAIN
+ * up to `MAX_WRITE_WAIT_MS`, and back to 1 ms once a write succeeds. Returns false when the reader
+ * is gone (EPIPE); any other error is thrown.
+ */
+export function writeFully(
+  write: (offset: number) => number,
+  length: number,
+  sleep: (ms: number) => void = blockFor,
+): boolean {
+  let offset = 0;
+  let delay = 1;
+  while (offset < length) {
+    try {
+      offset += write(offset);
+      delay = 1;
+    } catch (error) {
+      const code = (error as { code?: unknown }).code;
+      if (code === "EPIPE") return false;
+      if (code !== "EAGAIN") throw error;
+      sleep(delay);
+      delay = Math.min(delay * 2, MAX_WRITE_WAIT_MS);
+    }
+  }
+  return true;
 }

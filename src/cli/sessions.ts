@@ -10,7 +10,7 @@ import { basename, dirname, isAbsolute, join, normalize, resolve } from "../port
 import { InvalidArgumentError, SessionFormatError, SessionNotFoundError } from "../loop/errors.ts";
 import { SessionStore } from "../loop/store.ts";
 import { findSessions, type ListFailure, type SessionInfo } from "../loop/discovery.ts";
-import { META_FILE, readStorageMeta } from "../loop/storage.ts";
+import { META_FILE } from "../loop/storage.ts";
 import { salvageSession, type VerifyReport, verifySession } from "../loop/verify.ts";
 import {
   LEGACY_EXTENSION,
@@ -18,7 +18,12 @@ import {
   readLegacySession,
   STAGING_PREFIX,
 } from "../loop/legacy.ts";
-import { DELETE_PREFIX, inspectDeletion } from "../loop/archive.ts";
+import {
+  ARCHIVE_FILE,
+  DELETE_PREFIX,
+  inspectDeletion,
+  SessionNotArchivedError,
+} from "../loop/archive.ts";
 import { COMPACTION_PREVIOUS, stagingSessionId } from "../loop/compaction.ts";
 import type { StoreContext } from "../loop/lock.ts";
 import { isSessionId } from "../loop/records/mod.ts";
@@ -54,7 +59,8 @@ kept unchanged as a backup. --dry-run lists what would migrate.`,
 
 Marks sessions archived in their collection. Touches no session file. A session is named by its
 id or by its path in a collection of the store (<data dir>/sessions/<collection>/), or of the
-collection given with --dir.`,
+collection given with --dir. Paths with '..' and a --dir named with a leading '.' (the store's
+private staging directories) are refused.`,
   restore: `Usage: loop-sessions sessions restore <id|path...> [--dir COLLECTION] [--json]
 
 Removes sessions from their collection's archive (sessions named as for archive).`,
@@ -63,8 +69,9 @@ Removes sessions from their collection's archive (sessions named as for archive)
 
 Deletes archived sessions (directory, legacy backup and companions) through a staged delete.
 Only sessions the store recognizes, in a collection of the store (<data dir>/sessions/<collection>/)
-or in the collection given with --dir, are deleted; anything else is refused before anything is
-removed.`,
+or in the collection given with --dir, are deleted; anything else, or (without
+--include-unarchived) a session that is not archived, is refused before anything is removed. When
+a later collection still fails, what was already deleted is printed before the error (exit 1).`,
   compact: `Usage: loop-sessions sessions compact <id|path> [--json]
 
 Rewrites messages.jsonl to hold only the committed generation (staged and atomic). When it holds
@@ -821,6 +828,19 @@ async function recognized(io: CliIo, found: Lookup & { located: Located }): Prom
     (await kindOf(io, join(located.source, META_FILE))) === "file";
 }
 
+/**
+ * Refuses a `..` segment in a path that names what a command changes: the path is resolved as
+ * text, while the kernel resolves `..` after following a link (`C/link/../<id>` may be a session
+ * of another collection). Nothing is changed.
+ */
+function refuseParentSegments(sub: string, path: string): void {
+  if (path.split("/").includes("..")) {
+    throw new UsageError(
+      `sessions ${sub} does not take a path with '..' ('${path}'); name the session by its id or a path without '..'`,
+    );
+  }
+}
+
 async function membership(
   io: CliIo,
   flags: StoreFlags,
@@ -839,10 +859,21 @@ async function membership(
   }
   const dir = parsed.values.get("dir");
   if (dir === "") throw new UsageError("option '--dir' needs a non-empty value");
+  for (const path of [...parsed.positionals, ...(dir === undefined ? [] : [dir])]) {
+    refuseParentSegments(sub, path);
+  }
   const explicit = dir === undefined ? undefined : resolve(io.cwd, dir);
+  // A collection is never named with a leading dot: such names are the store's private staging
+  // directories (`.delete-*`, `.staging-*`), which only the store itself may change.
+  if (explicit !== undefined && basename(explicit).startsWith(".")) {
+    throw new UsageError(
+      `'${explicit}' is not a collection: a name starting with '.' is a private staging directory of the store; nothing was changed`,
+    );
+  }
   // Every target is checked before anything changes: a session the store recognizes, in one of
-  // its collections (or the explicit one). Nothing else is ever archived or deleted.
-  const byCollection = new Map<string, string[]>();
+  // its collections (or the explicit one). Nothing else is ever archived or deleted. Collections
+  // are told apart by their real path (one collection named two ways is one), ids by value.
+  const byCollection = new Map<string, { collection: string; ids: string[] }>();
   for (const target of parsed.positionals) {
     const found = await locateTarget(
       io,
@@ -866,22 +897,55 @@ async function membership(
         `'${found.path}' is not a session the store recognizes${why}; nothing was changed`,
       );
     }
-    byCollection.set(collection, [...(byCollection.get(collection) ?? []), id]);
+    const key = await io.fs.realPath(collection);
+    const entry = byCollection.get(key) ?? { collection, ids: [] };
+    if (!entry.ids.includes(id)) entry.ids.push(id);
+    byCollection.set(key, entry);
+  }
+  const archivedOnly = sub === "delete" && !parsed.flags.has("include-unarchived");
+  if (archivedOnly) {
+    // Every target must be archived before the first collection is touched.
+    for (const { collection, ids } of byCollection.values()) {
+      const archived = new Set(await storeFor(io, flags, collection).archive.list(undefined));
+      const missing = ids.find((id) => !archived.has(id));
+      if (missing !== undefined) {
+        throw new SessionNotArchivedError(missing, { file: join(collection, ARCHIVE_FILE) });
+      }
+    }
   }
   const action = sub === "archive" ? "archived" : sub === "restore" ? "restored" : "deleted";
+  const json = parsed.flags.has("json");
   const done: { id: string; collection: string }[] = [];
-  for (const [collection, ids] of byCollection) {
+  const groups = [...byCollection.values()];
+  for (const [i, { collection, ids }] of groups.entries()) {
     const store = storeFor(io, flags, collection);
-    if (sub === "delete") {
-      await store.archive.delete(undefined, ids, {
-        archivedOnly: !parsed.flags.has("include-unarchived"),
-      });
-    } else {
-      await store.archive.set(undefined, ids, sub === "archive");
+    try {
+      if (sub === "delete") await store.archive.delete(undefined, ids, { archivedOnly });
+      else await store.archive.set(undefined, ids, sub === "archive");
+    } catch (error) {
+      // What the earlier collections did stays done: say so before the error.
+      if (done.length > 0) {
+        const pending = groups.slice(i).flatMap((group) => group.ids);
+        if (json) {
+          printJson(io, {
+            action,
+            sessions: done,
+            notDone: pending,
+            error: { collection, message: (error as Error).message },
+          });
+        } else {
+          for (const { id } of done) io.out(`${action} ${id}\n`);
+          io.err(
+            `${action} ${done.length} session(s) before the failure in '${collection}'; ` +
+              `not ${action}: ${pending.join(", ")}\n`,
+          );
+        }
+      }
+      throw error;
     }
-    done.push(...[...new Set(ids)].map((id) => ({ id, collection })));
+    done.push(...ids.map((id) => ({ id, collection })));
   }
-  if (parsed.flags.has("json")) printJson(io, { action, sessions: done });
+  if (json) printJson(io, { action, sessions: done });
   else for (const { id } of done) io.out(`${action} ${id}\n`);
   return 0;
 }
@@ -893,6 +957,7 @@ async function compact(io: CliIo, flags: StoreFlags, args: readonly string[]): P
   if (target === undefined || parsed.positionals.length > 1) {
     throw new UsageError("sessions compact takes one <id|path>");
   }
+  refuseParentSegments("compact", target);
   const located = await locate(io, flags, target);
   if (located.kind === "legacy") {
     throw new UsageError(
@@ -947,8 +1012,8 @@ async function salvage(io: CliIo, flags: StoreFlags, args: readonly string[]): P
     );
   }
   // Read where the store reads it; a link planted at the session folder is refused.
+  // salvageSession refuses a session file that is not a regular file (never read through a link).
   const dir = await realDirectory(io, located.source);
-  await readStorageMeta(io.fs, dir);
   const toCollection = isAbsolute(to) ? to : resolve(io.cwd, to);
   const result = await salvageSession(io.fs, dir, { sha256: io.sha256, toCollection, now: io.now });
   if (parsed.flags.has("json")) printJson(io, result);

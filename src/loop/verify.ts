@@ -6,7 +6,7 @@
  *
  * @module
  */
-import type { FileSystem } from "../port/fs.ts";
+import type { EntryKind, FileSystem } from "../port/fs.ts";
 import { NotFound } from "../port/errors.ts";
 import type { Sha256Factory } from "../port/sha256.ts";
 import {
@@ -41,6 +41,7 @@ import {
   META_FILE,
   readRoundIndex,
   readStorageMeta,
+  refuseIrregularFile,
   type RoundEntry,
   STORAGE_FORMAT,
   STORAGE_VERSION,
@@ -56,7 +57,7 @@ export type FindingSeverity = "error" | "warning";
 export interface VerifyFinding {
   /** `"error"`: the session cannot be opened as is; `"warning"`: derived data to rebuild. */
   readonly severity: FindingSeverity;
-  /** A stable kind: `meta`, `short-log`, `checksum`, `line`, `count`, `metadata`, `cwd`, `index`. */
+  /** A stable kind: `file`, `meta`, `short-log`, `checksum`, `line`, `count`, `metadata`, `cwd`, `index`. */
   readonly kind: string;
   /** What was found, in a sentence. */
   readonly message: string;
@@ -211,11 +212,54 @@ async function scanRange(
   };
 }
 
+/** The files of a session directory that are read (and must be regular files). */
+const SESSION_FILES = [META_FILE, MESSAGES_FILE, INDEX_FILE];
+
+/**
+ * Why the session directory `dir` or one of its files cannot be read as is: the directory is not
+ * a directory itself (a symlink), or meta.json, messages.jsonl or index.json is not a regular file
+ * (a link, a directory, a FIFO…). The directory is listed, links are never followed, nothing is
+ * opened. A missing directory or file is no finding here (reading it reports it).
+ */
+async function irregularSessionFiles(
+  fs: FileSystem,
+  dir: string,
+): Promise<SessionFormatError[]> {
+  let kind: EntryKind;
+  try {
+    kind = (await fs.lstat(dir)).kind;
+  } catch (error) {
+    if (error instanceof NotFound) return [];
+    throw error;
+  }
+  if (kind !== "directory") {
+    return [
+      new SessionFormatError("Session path is not a directory (symlinks are refused)", {
+        file: dir,
+      }),
+    ];
+  }
+  const kinds = new Map((await fs.readDir(dir)).map((entry) => [entry.name, entry.kind]));
+  const errors: SessionFormatError[] = [];
+  for (const name of SESSION_FILES) {
+    const entryKind = kinds.get(name);
+    if (entryKind === undefined) continue;
+    try {
+      refuseIrregularFile(entryKind, join(dir, name));
+    } catch (error) {
+      if (!(error instanceof SessionFormatError)) throw error;
+      errors.push(error);
+    }
+  }
+  return errors;
+}
+
 /**
  * Checks a version-3 session directory: meta.json, the committed range (length, line count,
  * SHA-256, every message and the tool call pairing), the header's metadata rules, the cwd and
  * index.json. Reads only; reports every finding instead of throwing (storage errors other than
- * missing files still throw).
+ * missing files still throw). A directory that is not one itself, or a session file that is not a
+ * regular file (a symlink…), is an error finding (kind `file`) and nothing is read through it.
  */
 export async function verifySession(
   fs: FileSystem,
@@ -225,6 +269,17 @@ export async function verifySession(
   const metaFile = join(dir, META_FILE);
   const logFile = join(dir, MESSAGES_FILE);
   const findings: VerifyFinding[] = [];
+  // Nothing is read through a link: a session file that is not a regular file is an error, and
+  // the session is not read further (opening it refuses it too).
+  for (const error of await irregularSessionFiles(fs, dir)) {
+    findings.push({
+      severity: "error",
+      kind: "file",
+      message: error.message,
+      file: error.file ?? dir,
+    });
+  }
+  if (findings.length > 0) return { dir, ok: false, meta: undefined, validMessages: 0, findings };
   let meta: StorageMeta;
   try {
     meta = await readStorageMeta(fs, dir);
@@ -375,12 +430,18 @@ export interface SalvageResult {
  * Copies the longest valid prefix of the session in `dir` into a new session directory under
  * `toCollection` (built in a staging directory and renamed into place). The original is only
  * read. Metadata that refers past the kept prefix is dropped and listed.
+ *
+ * @throws {SessionFormatError} When `dir` is not a directory itself, or meta.json, messages.jsonl
+ * or index.json is not a regular file (nothing is read through a link).
  */
 export async function salvageSession(
   fs: FileSystem,
   dir: string,
   options: SalvageOptions,
 ): Promise<SalvageResult> {
+  // Nothing is read through a link (see `verifySession`).
+  const [irregular] = await irregularSessionFiles(fs, dir);
+  if (irregular !== undefined) throw irregular;
   const meta = await readStorageMeta(fs, dir);
   const scan = await scanRange(fs, join(dir, MESSAGES_FILE), meta, options.sha256);
   const kept = scan.closedPrefix;
