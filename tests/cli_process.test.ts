@@ -153,6 +153,11 @@ test("a writer waiting for a stalled reader backs off exponentially, and starts 
   const backoff = [1, 2, 4, 8, 16, 32, 64, 100, 100, 100];
   assert.deepEqual(waits, [...backoff, 100, 100, ...backoff]);
   assert.equal(offsets.at(-1), 3);
+  // A write that takes no bytes waits like EAGAIN instead of spinning.
+  const zeros: number[] = [0, 0, 0, 5];
+  const zeroWaits: number[] = [];
+  assert.equal(writeFully(() => zeros.shift() as number, 5, (ms) => zeroWaits.push(ms)), true);
+  assert.deepEqual(zeroWaits, [1, 2, 4]);
   // A reader that is gone ends the write quietly; any other failure is thrown.
   const gone = Object.assign(new Error("EPIPE"), { code: "EPIPE" });
   assert.equal(

@@ -117,7 +117,7 @@ test("salvageSession() stops before unanswered tool calls and drops metadata pas
 });
 
 test("verifySession() and salvageSession() never read a session file through a link", async () => {
-  for (const file of ["meta.json", "messages.jsonl", "index.json"]) {
+  for (const file of ["meta.json", "messages.jsonl"]) {
     const { fs, dir } = await saved();
     const moved = `/elsewhere/${file}`;
     await fs.mkdir("/elsewhere", { recursive: true });
@@ -137,4 +137,31 @@ test("verifySession() and salvageSession() never read a session file through a l
     );
     assert.deepEqual(fs.snapshotTree(), before, "neither modifies anything");
   }
+});
+
+test("a linked index.json is a warning: verify checks everything else, salvage ignores it", async () => {
+  const { fs, dir } = await saved();
+  await fs.mkdir("/elsewhere", { recursive: true });
+  await fs.rename(`${dir}/index.json`, "/elsewhere/index.json");
+  await fs.symlink("/elsewhere/index.json", `${dir}/index.json`);
+  // A damaged byte in the log: still found, the link notwithstanding.
+  const logPath = `${dir}/messages.jsonl`;
+  const log = await fs.readFile(logPath);
+  log[5] = log[5] === 0x61 ? 0x62 : 0x61;
+  await fs.writeFile(logPath, log);
+  fs.resetCounter();
+  const report = await verifySession(fs, dir, options);
+  assert.equal(report.ok, false);
+  const kinds = report.findings.map((f) => [f.severity, f.kind]);
+  assert.ok(
+    kinds.some(([severity, kind]) => severity === "error" && kind !== "file"),
+    String(kinds),
+  );
+  assert.deepEqual(kinds.filter(([, kind]) => kind === "index"), [["warning", "index"]]);
+  assert.ok(
+    fs.operationLog.every((r) => !(r.path === `${dir}/index.json` && r.op !== "lstat")),
+    "index.json was read through the link",
+  );
+  const result = await salvageSession(fs, dir, { ...options, toCollection: "/rescue" });
+  assert.ok(result.kept >= 0);
 });

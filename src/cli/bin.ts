@@ -22,7 +22,10 @@ interface DenoLike {
   readonly env: { get(name: string): string | undefined };
   readonly stdout: { writeSync(data: Uint8Array): number };
   readonly stderr: { writeSync(data: Uint8Array): number; isTerminal(): boolean };
-  readonly errors: { readonly BrokenPipe: new (...args: never[]) => Error };
+  readonly errors: {
+    readonly BrokenPipe: new (...args: never[]) => Error;
+    readonly WouldBlock: new (...args: never[]) => Error;
+  };
 }
 
 /** The slice of `node:fs` the Node output needs. */
@@ -55,13 +58,28 @@ export async function runtimeIo(): Promise<
       text: string,
     ): void => {
       if (gone.has(name)) return;
-      let data = encoder.encode(text);
+      const data = encoder.encode(text);
+      // Deno's errors carry no `code`: a full non-blocking pipe and a reader that went away are
+      // given theirs, so both runtimes wait and stop the same way (`writeFully`).
+      const write = (offset: number): number => {
+        try {
+          return sink.writeSync(data.subarray(offset));
+        } catch (error) {
+          if (error instanceof deno.errors.WouldBlock) {
+            throw Object.assign(error, { code: "EAGAIN" });
+          }
+          if (error instanceof deno.errors.BrokenPipe) {
+            throw Object.assign(error, { code: "EPIPE" });
+          }
+          throw error;
+        }
+      };
       try {
-        while (data.length > 0) data = data.subarray(sink.writeSync(data));
+        if (!writeFully(write, data.length)) gone.add(name);
       } catch (error) {
-        // Nothing more is written to a stream that failed; a reader that is gone is no error.
+        // Nothing more is written to a stream that failed.
         gone.add(name);
-        if (!(error instanceof deno.errors.BrokenPipe)) throw new OutputError(name, error);
+        throw new OutputError(name, error);
       }
     };
     const io: CliIo = {

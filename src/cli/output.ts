@@ -110,8 +110,9 @@ function blockFor(ms: number): void {
  * Writes `length` bytes with `write(offset)`, which writes from `offset` on and returns how many
  * bytes it wrote; it may write part of them, or fail with EAGAIN (a non-blocking pipe that is
  * full): the rest is written after a wait for the reader, 1 ms first, doubled after each EAGAIN
- * up to `MAX_WRITE_WAIT_MS`, and back to 1 ms once a write succeeds. Returns false when the reader
- * is gone (EPIPE); any other error is thrown.
+ * up to `MAX_WRITE_WAIT_MS`, and back to 1 ms once a write succeeds (a write of no bytes waits
+ * the same way). Errors are judged by their `code`: EPIPE (the reader is gone) returns false,
+ * EAGAIN waits, any other error is thrown.
  */
 export function writeFully(
   write: (offset: number) => number,
@@ -121,13 +122,20 @@ export function writeFully(
   let offset = 0;
   let delay = 1;
   while (offset < length) {
+    let written: number;
     try {
-      offset += write(offset);
-      delay = 1;
+      written = write(offset);
     } catch (error) {
       const code = (error as { code?: unknown }).code;
       if (code === "EPIPE") return false;
       if (code !== "EAGAIN") throw error;
+      written = 0;
+    }
+    if (written > 0) {
+      offset += written;
+      delay = 1;
+    } else {
+      // Nothing taken (EAGAIN, or a write of no bytes): wait for the reader.
       sleep(delay);
       delay = Math.min(delay * 2, MAX_WRITE_WAIT_MS);
     }

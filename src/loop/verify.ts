@@ -212,35 +212,40 @@ async function scanRange(
   };
 }
 
-/** The files of a session directory that are read (and must be regular files). */
-const SESSION_FILES = [META_FILE, MESSAGES_FILE, INDEX_FILE];
+/** The files of a session directory an open reads (and must be regular files). */
+const SESSION_FILES = [META_FILE, MESSAGES_FILE];
 
 /**
  * Why the session directory `dir` or one of its files cannot be read as is: the directory is not
- * a directory itself (a symlink), or meta.json, messages.jsonl or index.json is not a regular file
- * (a link, a directory, a FIFO…). The directory is listed, links are never followed, nothing is
- * opened. A missing directory or file is no finding here (reading it reports it).
+ * a directory itself (a symlink), or meta.json or messages.jsonl is not a regular file (a link, a
+ * directory, a FIFO…); and the kind of index.json (derived data: one that is not a regular file
+ * is never read, and the next page read replaces it). The directory is listed, links are never
+ * followed, nothing is opened. A missing directory or file is no finding here (reading it reports
+ * it).
  */
 async function irregularSessionFiles(
   fs: FileSystem,
   dir: string,
-): Promise<SessionFormatError[]> {
+): Promise<{ readonly errors: SessionFormatError[]; readonly indexKind?: EntryKind }> {
   let kind: EntryKind;
   try {
     kind = (await fs.lstat(dir)).kind;
   } catch (error) {
-    if (error instanceof NotFound) return [];
+    if (error instanceof NotFound) return { errors: [] };
     throw error;
   }
   if (kind !== "directory") {
-    return [
-      new SessionFormatError("Session path is not a directory (symlinks are refused)", {
-        file: dir,
-      }),
-    ];
+    return {
+      errors: [
+        new SessionFormatError("Session path is not a directory (symlinks are refused)", {
+          file: dir,
+        }),
+      ],
+    };
   }
   const kinds = new Map((await fs.readDir(dir)).map((entry) => [entry.name, entry.kind]));
   const errors: SessionFormatError[] = [];
+  const indexKind = kinds.get(INDEX_FILE);
   for (const name of SESSION_FILES) {
     const entryKind = kinds.get(name);
     if (entryKind === undefined) continue;
@@ -251,7 +256,7 @@ async function irregularSessionFiles(
       errors.push(error);
     }
   }
-  return errors;
+  return indexKind === undefined ? { errors } : { errors, indexKind };
 }
 
 /**
@@ -271,7 +276,8 @@ export async function verifySession(
   const findings: VerifyFinding[] = [];
   // Nothing is read through a link: a session file that is not a regular file is an error, and
   // the session is not read further (opening it refuses it too).
-  for (const error of await irregularSessionFiles(fs, dir)) {
+  const { errors: irregular, indexKind } = await irregularSessionFiles(fs, dir);
+  for (const error of irregular) {
     findings.push({
       severity: "error",
       kind: "file",
@@ -372,8 +378,18 @@ export async function verifySession(
       });
     }
   }
-  const index = await readRoundIndex(fs, dir);
-  if (index === undefined) {
+  const index = indexKind === undefined || indexKind === "file"
+    ? await readRoundIndex(fs, dir)
+    : undefined;
+  if (indexKind !== undefined && indexKind !== "file") {
+    findings.push({
+      severity: "warning",
+      kind: "index",
+      message:
+        `index.json is a ${indexKind}, not a regular file; it is not read, and the next page read replaces it`,
+      file: join(dir, INDEX_FILE),
+    });
+  } else if (index === undefined) {
     findings.push({
       severity: "warning",
       kind: "index",
@@ -440,7 +456,7 @@ export async function salvageSession(
   options: SalvageOptions,
 ): Promise<SalvageResult> {
   // Nothing is read through a link (see `verifySession`).
-  const [irregular] = await irregularSessionFiles(fs, dir);
+  const [irregular] = (await irregularSessionFiles(fs, dir)).errors;
   if (irregular !== undefined) throw irregular;
   const meta = await readStorageMeta(fs, dir);
   const scan = await scanRange(fs, join(dir, MESSAGES_FILE), meta, options.sha256);
