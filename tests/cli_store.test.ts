@@ -16,7 +16,7 @@ import {
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { createRequire } from "node:module";
 import { pathToFileURL } from "node:url";
 import process from "node:process";
@@ -463,9 +463,14 @@ test("archive, restore and delete refuse a private staging directory given as --
       "\n",
   );
   renameSync(join(collection, id), join(staging, id));
+  // A link with an ordinary name that leads to the staging directory.
+  const alias = join(dirname(collection), "alias-of-staging");
+  symlinkSync(staging, alias);
   const before = snapshot(collection);
   for (const args of [["archive"], ["restore"], ["delete"], ["delete", "--include-unarchived"]]) {
-    for (const dir of [staging, `${staging}/`, join(collection, `.staging-${id}-abcdef12`)]) {
+    for (
+      const dir of [staging, `${staging}/`, join(collection, `.staging-${id}-abcdef12`), alias]
+    ) {
       const run = cli(["sessions", ...args, id, "--dir", dir, "--json"]);
       assert.equal(run.code, 2, `${args.join(" ")} ${dir}: ${run.out}`);
       assert.equal(run.out, "");

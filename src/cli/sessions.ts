@@ -865,7 +865,10 @@ async function membership(
   const explicit = dir === undefined ? undefined : resolve(io.cwd, dir);
   // A collection is never named with a leading dot: such names are the store's private staging
   // directories (`.delete-*`, `.staging-*`), which only the store itself may change.
-  if (explicit !== undefined && basename(explicit).startsWith(".")) {
+  if (
+    explicit !== undefined &&
+    (basename(explicit).startsWith(".") || basename(await realOrSame(io, explicit)).startsWith("."))
+  ) {
     throw new UsageError(
       `'${explicit}' is not a collection: a name starting with '.' is a private staging directory of the store; nothing was changed`,
     );
@@ -1024,4 +1027,13 @@ async function salvage(io: CliIo, flags: StoreFlags, args: readonly string[]): P
     }
   }
   return 0;
+}
+
+/** The real path of `path` (links resolved), or `path` itself when it cannot be resolved. */
+async function realOrSame(io: CliIo, path: string): Promise<string> {
+  try {
+    return await io.fs.realPath(path);
+  } catch {
+    return path;
+  }
 }
