@@ -25,7 +25,7 @@
  *
  * @module
  */
-import type { EntryKind } from "../port/fs.ts";
+import type { EntryKind, FileSystem } from "../port/fs.ts";
 import { NotFound } from "../port/errors.ts";
 import { PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, writeNewFile } from "../port/durable.ts";
 import { basename, dirname, join } from "../port/path.ts";
@@ -33,6 +33,7 @@ import { CorruptSessionError, SessionFormatError, SessionNotFoundError } from ".
 import {
   encodeRoundIndex,
   encodeStorageMeta,
+  entryKind,
   INDEX_FILE,
   INDEX_FORMAT,
   INDEX_VERSION,
@@ -339,14 +340,18 @@ export function stagingSessionId(name: string): string | undefined {
   return isSessionId(id) && name.charAt(STAGING_PREFIX.length + 36) === "-" ? id : undefined;
 }
 
-async function exists(context: StoreContext, path: string): Promise<boolean> {
-  try {
-    await context.fs.lstat(path);
-    return true;
-  } catch (error) {
-    if (error instanceof NotFound) return false;
-    throw error;
-  }
+/**
+ * The previous directory `<staging>/previous` of an interrupted compaction when it is a real
+ * directory (a link planted there is never followed) holding a regular meta.json: a complete
+ * copy of the session to read in place.
+ */
+export async function previousSession(
+  fs: FileSystem,
+  staging: string,
+): Promise<string | undefined> {
+  const previous = join(staging, COMPACTION_PREVIOUS);
+  if (await entryKind(fs, previous) !== "directory") return undefined;
+  return await entryKind(fs, join(previous, META_FILE)) === "file" ? previous : undefined;
 }
 
 /**
@@ -370,12 +375,12 @@ export async function recoverStaging(
   const staging = join(collection, name);
   const id = stagingSessionId(name);
   const previous = join(staging, COMPACTION_PREVIOUS);
-  const holdsPrevious = await isRealDirectory(context, previous) &&
-    await exists(context, join(previous, META_FILE));
+  const holdsPrevious = await entryKind(fs, previous) === "directory" &&
+    await entryKind(fs, join(previous, META_FILE)) !== undefined;
   if (holdsPrevious) {
     if (id === undefined) return "kept";
     const target = join(collection, id);
-    if (!(await exists(context, target))) {
+    if (await entryKind(fs, target) === undefined) {
       await fs.rename(previous, target);
       if (context.durability === "full") await fs.syncDir(collection);
       await removeStaging(context, staging);
@@ -395,22 +400,12 @@ export async function recoverStaging(
  * an unreadable meta.json) is not.
  */
 async function holdsSession(context: StoreContext, dir: string, id: string): Promise<boolean> {
-  if (!(await isRealDirectory(context, dir))) return false;
   try {
-    if ((await context.fs.lstat(join(dir, META_FILE))).kind !== "file") return false;
+    if (await entryKind(context.fs, dir) !== "directory") return false;
+    if (await entryKind(context.fs, join(dir, META_FILE)) !== "file") return false;
     return (await readStorageMeta(context.fs, dir)).header.id === id;
   } catch {
     return false;
-  }
-}
-
-/** True when `path` is a directory itself (a link planted there is never followed or moved). */
-async function isRealDirectory(context: StoreContext, path: string): Promise<boolean> {
-  try {
-    return (await context.fs.lstat(path)).kind === "directory";
-  } catch (error) {
-    if (error instanceof NotFound) return false;
-    throw error;
   }
 }
 

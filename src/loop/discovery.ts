@@ -133,7 +133,7 @@ import {
   inspectDeletion,
   readArchiveMembership,
 } from "./archive.ts";
-import { COMPACTION_PREVIOUS, stagingSessionId } from "./compaction.ts";
+import { previousSession, stagingSessionId } from "./compaction.ts";
 
 /** One listed session. */
 export interface SessionInfo {
@@ -385,15 +385,8 @@ async function compactionPrevious(
   stagingNames: readonly string[],
 ): Promise<string | undefined> {
   for (const name of stagingNames) {
-    const previous = join(collection, name, COMPACTION_PREVIOUS);
-    try {
-      // The directory itself first: a link planted there is never followed.
-      if ((await fs.lstat(previous)).kind !== "directory") continue;
-      const info = await fs.lstat(join(previous, META_FILE));
-      if (info.kind === "file") return previous;
-    } catch (error) {
-      if (!(error instanceof NotFound)) throw error;
-    }
+    const previous = await previousSession(fs, join(collection, name));
+    if (previous !== undefined) return previous;
   }
   return undefined;
 }

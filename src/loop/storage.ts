@@ -194,6 +194,19 @@ export async function readStorageMeta(fs: FileSystem, dir: string): Promise<Stor
 }
 
 /**
+ * The kind of the entry at `path` itself (`lstat`: a link is reported as a link, never followed),
+ * or undefined when nothing is there.
+ */
+export async function entryKind(fs: FileSystem, path: string): Promise<EntryKind | undefined> {
+  try {
+    return (await fs.lstat(path)).kind;
+  } catch (error) {
+    if (error instanceof NotFound) return undefined;
+    throw error;
+  }
+}
+
+/**
  * Refuses a session file whose own kind (`lstat`, or a directory entry) is not a regular file: a
  * symlink, a directory, a device or a FIFO is never read or written through.
  *

@@ -56,7 +56,7 @@ import {
 } from "./errors.ts";
 import { isSessionId, newSessionHeader } from "./records/mod.ts";
 import { checkSessionFiles, openCheckedSession, SessionManager } from "./session_manager.ts";
-import { META_FILE } from "./storage.ts";
+import { entryKind, META_FILE } from "./storage.ts";
 import {
   acquireWriterLock,
   DEFAULT_COLLECTION_LOCK_WAIT_MS,
@@ -81,9 +81,9 @@ import {
 } from "./discovery.ts";
 import { type ArchiveHost, DELETE_PREFIX, inspectDeletion, SessionArchive } from "./archive.ts";
 import {
-  COMPACTION_PREVIOUS,
   type CompactionResult,
   compactSession,
+  previousSession,
   removeLegacyBackup,
   stagingSessionId,
 } from "./compaction.ts";
@@ -302,7 +302,7 @@ export class SessionStore {
     }
     const collection = dirname(path);
     const dir = join(collection, id);
-    if (readOnly && await this.#isRealDirectory(dir)) {
+    if (readOnly && await entryKind(this.fs, dir) === "directory") {
       // Published already: a read-only open reads the directory and writes nothing (no lock, no
       // recovery); only a migration needs the collection.
       return await this.#openDirectory(dir, readOnly);
@@ -479,39 +479,18 @@ export class SessionStore {
       if (entry.kind !== "directory") continue;
       if (stagingSessionId(entry.name) === id) {
         compaction = true;
-        const candidate = join(collection, entry.name, COMPACTION_PREVIOUS);
-        if (previous === undefined && await this.#isRealDirectory(candidate)) {
-          if (await this.#hasMeta(candidate)) previous = candidate;
-        }
+        previous ??= await previousSession(this.fs, join(collection, entry.name));
       } else if (entry.name.startsWith(DELETE_PREFIX)) {
         const deletion = await inspectDeletion(this.fs, collection, entry.name);
         if (deletion === undefined) continue;
         if (deletion.error !== undefined && deletion.ids.includes(id)) error ??= deletion.error;
         const staged = deletion.directories.get(id);
-        if (staged !== undefined && await this.#hasMeta(staged)) {
+        if (staged !== undefined && await entryKind(this.fs, join(staged, META_FILE)) === "file") {
           return { compaction, previous, deleted: staged, error: undefined };
         }
       }
     }
     return { compaction, previous, deleted: undefined, error };
-  }
-
-  async #isRealDirectory(path: string): Promise<boolean> {
-    try {
-      return (await this.fs.lstat(path)).kind === "directory";
-    } catch (error) {
-      if (error instanceof NotFound) return false;
-      throw error;
-    }
-  }
-
-  async #hasMeta(dir: string): Promise<boolean> {
-    try {
-      return (await this.fs.lstat(join(dir, META_FILE))).kind === "file";
-    } catch (error) {
-      if (error instanceof NotFound) return false;
-      throw error;
-    }
   }
 
   /**
