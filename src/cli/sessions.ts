@@ -5,12 +5,11 @@
  * @module
  */
 import { NotFound } from "../port/errors.ts";
-import type { EntryKind } from "../port/fs.ts";
 import { basename, dirname, isAbsolute, join, normalize, resolve } from "../port/path.ts";
 import { InvalidArgumentError, SessionFormatError, SessionNotFoundError } from "../loop/errors.ts";
 import { SessionStore } from "../loop/store.ts";
 import { findSessions, type ListFailure, type SessionInfo } from "../loop/discovery.ts";
-import { META_FILE } from "../loop/storage.ts";
+import { entryKind, META_FILE } from "../loop/storage.ts";
 import { salvageSession, type VerifyReport, verifySession } from "../loop/verify.ts";
 import {
   LEGACY_EXTENSION,
@@ -110,17 +109,7 @@ function storeFor(io: CliIo, flags: StoreFlags, sessionDir?: string): SessionSto
 }
 
 async function exists(io: CliIo, path: string): Promise<boolean> {
-  return (await kindOf(io, path)) !== undefined;
-}
-
-/** The kind of the entry at `path` (links not followed), or undefined when there is none. */
-async function kindOf(io: CliIo, path: string): Promise<EntryKind | undefined> {
-  try {
-    return (await io.fs.lstat(path)).kind;
-  } catch (error) {
-    if (error instanceof NotFound) return undefined;
-    throw error;
-  }
+  return (await entryKind(io.fs, path)) !== undefined;
 }
 
 /** The collection directories under `<agentDir>/sessions`. */
@@ -184,7 +173,8 @@ async function stagedCopy(
   }
   const names = entries.filter((e) => e.kind === "directory").map((e) => e.name).sort();
   const hasMeta = async (dir: string): Promise<boolean> =>
-    (await kindOf(io, dir)) === "directory" && (await kindOf(io, join(dir, META_FILE))) === "file";
+    (await entryKind(io.fs, dir)) === "directory" &&
+    (await entryKind(io.fs, join(dir, META_FILE))) === "file";
   for (const name of names) {
     if (stagingSessionId(name) !== id) continue;
     const previous = join(collection, name, COMPACTION_PREVIOUS);
@@ -227,12 +217,14 @@ async function lookup(
     source,
   });
   const legacy = (path: string): Located => ({ kind: "legacy", collection, id, file: path });
-  if ((await kindOf(io, dir)) !== undefined) return { located: directory(dir), listed, failure };
+  if ((await entryKind(io.fs, dir)) !== undefined) {
+    return { located: directory(dir), listed, failure };
+  }
   const staged = await stagedCopy(io, collection, id);
   let located: Located | undefined;
   if (staged.dir !== undefined) located = directory(staged.dir);
   else if (failure !== undefined && failure.path !== file) throw failure.error;
-  else if ((await kindOf(io, file)) === "file") located = legacy(file);
+  else if ((await entryKind(io.fs, file)) === "file") located = legacy(file);
   else if (staged.file !== undefined) located = legacy(staged.file);
   return { located, listed, failure };
 }
@@ -274,7 +266,7 @@ async function locateTarget(
         file: path,
       });
     }
-    const kind = await kindOf(io, path);
+    const kind = await entryKind(io.fs, path);
     if (!isSessionId(id)) {
       if (kind === undefined) {
         throw new SessionNotFoundError(`No session at '${path}': the path does not exist`);
@@ -339,7 +331,7 @@ async function locate(io: CliIo, flags: StoreFlags, target: string): Promise<Loc
 
 /** Refuses a session directory that is not a real directory (a link is never read through). */
 async function realDirectory(io: CliIo, dir: string): Promise<string> {
-  const kind = await kindOf(io, dir);
+  const kind = await entryKind(io.fs, dir);
   if (kind !== undefined && kind !== "directory") {
     throw new SessionFormatError("Session path is not a directory (symlinks are refused)", {
       file: dir,
@@ -745,7 +737,7 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
     const located = await locate(io, flags, target);
     const file = join(located.collection, located.id + LEGACY_EXTENSION);
     if (located.kind === "legacy") files.push({ path: file, published: false });
-    else if (located.source === located.dir && (await kindOf(io, file)) === "file") {
+    else if (located.source === located.dir && (await entryKind(io.fs, file)) === "file") {
       // The backup of a migrated session: its published directory is what the store opens.
       files.push({ path: file, published: true });
     } else {
@@ -811,7 +803,7 @@ async function inScope(
   if (explicit !== undefined) return await same(collection, explicit);
   // A collection is a real directory directly under <data dir>/sessions/, as listings find them.
   if (basename(collection).startsWith(".")) return false;
-  if ((await kindOf(io, collection)) !== "directory") return false;
+  if ((await entryKind(io.fs, collection)) !== "directory") return false;
   return await same(dirname(collection), join(flags.agentDir, "sessions"));
 }
 
@@ -824,8 +816,8 @@ async function recognized(io: CliIo, found: Lookup & { located: Located }): Prom
   if (found.failure === undefined) return false; // Not a session, or of an unsupported format.
   const located = found.located;
   if (located.kind === "legacy") return true;
-  return (await kindOf(io, located.source)) === "directory" &&
-    (await kindOf(io, join(located.source, META_FILE))) === "file";
+  return (await entryKind(io.fs, located.source)) === "directory" &&
+    (await entryKind(io.fs, join(located.source, META_FILE))) === "file";
 }
 
 /**
