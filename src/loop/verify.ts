@@ -32,6 +32,7 @@ import {
   decodeLine,
   encodeRoundIndex,
   encodeStorageMeta,
+  entryKind,
   INDEX_FILE,
   INDEX_FORMAT,
   INDEX_VERSION,
@@ -227,13 +228,8 @@ async function irregularSessionFiles(
   fs: FileSystem,
   dir: string,
 ): Promise<{ readonly errors: SessionFormatError[]; readonly indexKind?: EntryKind }> {
-  let kind: EntryKind;
-  try {
-    kind = (await fs.lstat(dir)).kind;
-  } catch (error) {
-    if (error instanceof NotFound) return { errors: [] };
-    throw error;
-  }
+  const kind = await entryKind(fs, dir);
+  if (kind === undefined) return { errors: [] };
   if (kind !== "directory") {
     return {
       errors: [
