@@ -38,6 +38,7 @@ import type { FsError } from "../src/port/errors.ts";
 import { IsADirectory, NotEmpty } from "../src/port/errors.ts";
 import type { Sha256Factory } from "../src/port/sha256.ts";
 import { nodeProcessProbe, nodeSha256 } from "./node.ts";
+import { readFileNoFollowNative } from "./_node_read.ts";
 import type { ProcessProbe } from "../src/loop/lock.ts";
 import {
   callMapped,
@@ -188,6 +189,16 @@ class DenoFileHandle implements FileHandle {
 }
 
 class DenoFileSystem implements FileSystem {
+  /**
+   * See `FileSystem.readFileNoFollow`. `Deno.open` cannot refuse a final symlink, so this one
+   * call goes through Deno's Node layer (`O_NOFOLLOW`), where the platform has the flag.
+   */
+  readonly readFileNoFollow?: (path: string) => Promise<Uint8Array>;
+
+  constructor() {
+    if (readFileNoFollowNative !== undefined) this.readFileNoFollow = readFileNoFollowNative;
+  }
+
   open(path: string, options: OpenOptions = {}): Promise<FileHandle> {
     return call("open", path, async () => {
       const createNew = options.createNew === true;
@@ -376,7 +387,8 @@ class DenoFileSystem implements FileSystem {
 /**
  * The filesystem port over the `Deno.*` file APIs.
  *
- * `open` and `readFile` follow symlinks, `lstat`, `readDir`, `rename` and `remove` never do;
+ * `open` and `readFile` follow symlinks, `lstat`, `readDir`, `rename` and `remove` never do,
+ * and `readFileNoFollow` (where the platform has `O_NOFOLLOW`) refuses a final one;
  * `syncDir` is a no-op where the platform cannot fsync a directory; every native error is
  * mapped to the port's typed errors with the native error as `cause`.
  *

@@ -103,6 +103,7 @@ export interface MemoryFsOptions {
 export type MemoryOperation =
   | "open"
   | "readFile"
+  | "readFileNoFollow"
   | "writeFile"
   | "rename"
   | "remove"
@@ -460,6 +461,26 @@ export class MemoryFs implements FileSystem {
   readFile(path: string): Promise<Uint8Array> {
     return this.#run("readFile", path, () => {
       const node = this.#existingFile("readFile", path);
+      return node.read(0, node.size);
+    });
+  }
+
+  /**
+   * Reads a whole file without following a final symlink: a link fails with `FsIoError` code
+   * `"ELOOP"`, a directory with `IsADirectory` (see `FileSystem.readFileNoFollow`).
+   */
+  readFileNoFollow(path: string): Promise<Uint8Array> {
+    return this.#run("readFileNoFollow", path, () => {
+      const node = this.#existing("readFileNoFollow", path, false);
+      if (node.kind === "symlink") {
+        throw new FsIoError(
+          "ELOOP",
+          "readFileNoFollow",
+          path,
+          "The last component of the path is a symlink",
+        );
+      }
+      if (node.kind !== "file") throw new IsADirectory("readFileNoFollow", path);
       return node.read(0, node.size);
     });
   }

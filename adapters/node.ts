@@ -28,7 +28,7 @@
  *
  * @module
  */
-import { constants, readFile as readFileCallback } from "node:fs";
+import { constants } from "node:fs";
 import * as fsp from "node:fs/promises";
 import type { Stats } from "node:fs";
 import type { FileHandle as NativeHandle } from "node:fs/promises";
@@ -57,6 +57,7 @@ import {
   DIR_SYNC_REFUSALS,
   mapNativeError,
 } from "./_errors.ts";
+import { readFileNative, readFileNoFollowNative } from "./_node_read.ts";
 
 /** Maps a native error of `syscall` on `path` to the port's typed error. */
 function mapError(error: unknown, syscall: string, path: string): FsError {
@@ -82,14 +83,6 @@ function toInfo(stats: Stats): FileInfo {
     mode: stats.mode & 0o777,
     mtimeMs: stats.mtimeMs,
   };
-}
-
-/** A plain `Uint8Array` over a Buffer's bytes, copied when the Buffer shares a pool. */
-function plainBytes(buffer: Uint8Array): Uint8Array {
-  if (buffer.byteOffset === 0 && buffer.byteLength === buffer.buffer.byteLength) {
-    return new Uint8Array(buffer.buffer, 0, buffer.byteLength);
-  }
-  return new Uint8Array(buffer);
 }
 
 function openFlags(options: OpenOptions): number {
@@ -197,6 +190,13 @@ class NodeFileHandle implements FileHandle {
 }
 
 class NodeFileSystem implements FileSystem {
+  /** See `FileSystem.readFileNoFollow`; offered where the platform has `O_NOFOLLOW`. */
+  readonly readFileNoFollow?: (path: string) => Promise<Uint8Array>;
+
+  constructor() {
+    if (readFileNoFollowNative !== undefined) this.readFileNoFollow = readFileNoFollowNative;
+  }
+
   open(path: string, options: OpenOptions = {}): Promise<FileHandle> {
     return call("open", path, async () => {
       const flags = openFlags(options);
@@ -230,13 +230,7 @@ class NodeFileSystem implements FileSystem {
   readFile(path: string): Promise<Uint8Array> {
     // The callback form: the runtime drives open, fstat, read and close itself, about three
     // times faster than `fs/promises` on small files (meta.json, index.json), in Node and Deno.
-    return call("read", path, () =>
-      new Promise<Uint8Array>((resolve, reject) => {
-        readFileCallback(path, (error, data) => {
-          if (error === null) resolve(plainBytes(data));
-          else reject(error);
-        });
-      }));
+    return readFileNative(path);
   }
 
   writeFile(path: string, data: Uint8Array, options: WriteFileOptions = {}): Promise<void> {
@@ -376,7 +370,8 @@ class NodeFileSystem implements FileSystem {
 /**
  * The filesystem port over `node:fs/promises`.
  *
- * `open` and `readFile` follow symlinks, `lstat`, `readDir`, `rename` and `remove` never do;
+ * `open` and `readFile` follow symlinks, `lstat`, `readDir`, `rename` and `remove` never do,
+ * and `readFileNoFollow` (offered where the platform has `O_NOFOLLOW`) refuses a final one;
  * `syncDir` is a no-op where the platform cannot fsync a directory; every native error is
  * mapped to the port's typed errors with the native error as `cause`.
  *

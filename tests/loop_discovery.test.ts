@@ -69,14 +69,36 @@ function legacyFile(id: string, cwd: string, messages: readonly Message[], versi
   return [head, ...messages].map((r) => JSON.stringify(r)).join("\n") + "\n";
 }
 
-/** A filesystem that records every byte read (readFile and handle reads), by path. */
-function recording(fs: MemoryFs): { fs: FileSystem; reads: { path: string; bytes: number }[] } {
+/**
+ * `fs` as a port without `readFileNoFollow`: fast listings then list each session directory to
+ * learn its files' kinds before reading them.
+ */
+function withoutNoFollow(fs: FileSystem): FileSystem {
+  return new Proxy(fs, {
+    get(target, prop) {
+      if (prop === "readFileNoFollow") return undefined;
+      const value = Reflect.get(target, prop, target);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+}
+
+/** The two ways a fast listing reads: no-follow reads (MemoryFs has them), or a listing first. */
+const READ_MODES = [
+  { name: "no-follow reads", port: (fs: FileSystem): FileSystem => fs },
+  { name: "a directory listing", port: withoutNoFollow },
+] as const;
+
+/** A filesystem that records every byte read (whole-file and handle reads), by path. */
+function recording(fs: FileSystem): { fs: FileSystem; reads: { path: string; bytes: number }[] } {
   const reads: { path: string; bytes: number }[] = [];
   const wrapped = new Proxy(fs, {
     get(target, prop) {
-      if (prop === "readFile") {
+      if (prop === "readFile" || prop === "readFileNoFollow") {
+        const read = Reflect.get(target, prop, target) as FileSystem["readFile"] | undefined;
+        if (read === undefined) return undefined;
         return async (path: string) => {
-          const bytes = await target.readFile(path);
+          const bytes = await read.call(target, path);
           reads.push({ path, bytes: bytes.length });
           return bytes;
         };
@@ -298,28 +320,65 @@ test("fast mode gives the same listing as the full mode for valid sessions", asy
   assert.equal(full.find((s) => s.id === a.id)?.userMessageCount, 5);
 });
 
-test("fast mode reads only meta.json and index.json, plus the first user message for a title", async () => {
-  const { fs, store, clock } = await setup();
-  const sessions: SessionManager[] = [];
-  for (let i = 0; i < 5; i++) sessions.push(await saved(store, clock, conversation(200, `s${i}`)));
-  const titled = sessions[0] as SessionManager;
-  const manager = await store.open(titled.getSessionPath());
-  await manager.setTitle({ text: "Named", source: "user", messageIndices: [] });
-  await manager.close();
-  const { fs: watched, reads } = recording(fs);
-  const fastStore = new SessionStore({ fs: watched, agentDir: AGENT });
-  const listed = await fastStore.list(CWD, undefined, { fast: true });
-  assert.equal(listed.length, 5);
-  for (const session of sessions) {
-    const log = `${session.getSessionPath()}/messages.jsonl`;
-    const logBytes = reads.filter((r) => r.path === log).reduce((sum, r) => sum + r.bytes, 0);
-    const size = (await fs.stat(log)).size;
-    if (session === titled) assert.equal(logBytes, 0);
-    else assert.ok(logBytes <= 1024 && size > 100_000, `${logBytes} of ${size} bytes read`);
-  }
-  const files = new Set(reads.map((r) => r.path.split("/").pop()));
-  assert.deepEqual([...files].sort(), ["index.json", "messages.jsonl", "meta.json"]);
-});
+for (const mode of READ_MODES) {
+  test(`fast mode reads only meta.json and index.json, plus the first user message for a title (${mode.name})`, async () => {
+    const { fs, store, clock } = await setup();
+    const sessions: SessionManager[] = [];
+    for (let i = 0; i < 5; i++) {
+      sessions.push(await saved(store, clock, conversation(200, `s${i}`)));
+    }
+    const titled = sessions[0] as SessionManager;
+    const manager = await store.open(titled.getSessionPath());
+    await manager.setTitle({ text: "Named", source: "user", messageIndices: [] });
+    await manager.close();
+    const { fs: recorded, reads } = recording(mode.port(fs));
+    const calls: string[] = [];
+    const watched = new Proxy(recorded, {
+      get(target, prop) {
+        const value = Reflect.get(target, prop, target);
+        if (typeof value !== "function") return value;
+        return (...args: unknown[]) => {
+          calls.push(`${String(prop)} ${String(args[0]).split("/").slice(-2).join("/")}`);
+          return value.apply(target, args);
+        };
+      },
+    });
+    const fastStore = new SessionStore({ fs: watched, agentDir: AGENT });
+    const listed = await fastStore.list(CWD, undefined, { fast: true });
+    assert.equal(listed.length, 5);
+    for (const session of sessions) {
+      const log = `${session.getSessionPath()}/messages.jsonl`;
+      const logBytes = reads.filter((r) => r.path === log).reduce((sum, r) => sum + r.bytes, 0);
+      const size = (await fs.stat(log)).size;
+      if (session === titled) assert.equal(logBytes, 0);
+      else assert.ok(logBytes <= 1024 && size > 100_000, `${logBytes} of ${size} bytes read`);
+    }
+    const files = new Set(reads.map((r) => r.path.split("/").pop()));
+    assert.deepEqual([...files].sort(), ["index.json", "messages.jsonl", "meta.json"]);
+    // What each session costs: with no-follow reads, the titled session is two reads and the
+    // others also check their log before reading the first user message from it.
+    const titledCalls = calls.filter((call) => call.includes(titled.id));
+    if (mode.name === "no-follow reads") {
+      assert.deepEqual(titledCalls, [
+        `readFileNoFollow ${titled.id}/meta.json`,
+        `readFileNoFollow ${titled.id}/index.json`,
+      ]);
+      const other = (sessions[1] as SessionManager).id;
+      assert.deepEqual(calls.filter((call) => call.includes(other)), [
+        `readFileNoFollow ${other}/meta.json`,
+        `readFileNoFollow ${other}/index.json`,
+        `lstat ${other}/messages.jsonl`,
+        `open ${other}/messages.jsonl`,
+      ]);
+    } else {
+      assert.deepEqual(titledCalls, [
+        `readDir ${workspaceHash(CWD)}/${titled.id}`,
+        `readFile ${titled.id}/meta.json`,
+        `readFile ${titled.id}/index.json`,
+      ]);
+    }
+  });
+}
 
 test("fast mode with a stale index that covers a prefix scans only the unindexed tail", async () => {
   const { fs, store, clock } = await setup();
@@ -644,40 +703,65 @@ test("a repeated fast listing reuses derived titles until the generation changes
   assert.deepEqual(listed, await store.list(CWD));
 });
 
-test("a repeated fast listing reads only each directory and meta.json until the generation changes", async () => {
+for (const mode of READ_MODES) {
+  test(`a repeated fast listing reads only meta.json until the generation changes (${mode.name})`, async () => {
+    const { fs, clock } = await setup();
+    const { fs: watched, reads } = recording(mode.port(fs));
+    const store = new SessionStore({ fs: watched, agentDir: AGENT, now: () => clock.t });
+    const titled = await saved(store, clock, conversation(4, "titled"));
+    const writer = await store.open(titled.getSessionPath());
+    await writer.setTitle({ text: "Stored", source: "user", messageIndices: [] });
+    await writer.close();
+    const derived = await saved(store, clock, conversation(3, "derived"));
+    const readOf = (name: string) => reads.filter((r) => r.path.endsWith(`/${name}`)).length;
+    const first = await store.list(CWD, undefined, { fast: true });
+    assert.deepEqual(first.map((info) => info.userMessageCount).sort(), [3, 4]);
+    const indexReads = readOf("index.json");
+    const logReads = readOf("messages.jsonl");
+    assert.equal(indexReads, 2);
+    const metaReads = readOf("meta.json");
+    const again = await store.list(CWD, undefined, { fast: true });
+    assert.deepEqual(again, first);
+    assert.equal(readOf("index.json"), indexReads, "no index.json is read again");
+    assert.equal(readOf("messages.jsonl"), logReads, "no message is read again");
+    assert.equal(readOf("meta.json"), metaReads + 2, "meta.json is read every time");
+    // A new generation is read anew, and its counts are right.
+    const next = await store.open(derived.getSessionPath());
+    await next.commit([...next.messages, user("one more")]);
+    await next.close();
+    const after = await store.list(CWD, undefined, { fast: true });
+    assert.equal(readOf("index.json"), indexReads + 1);
+    assert.deepEqual(after, await store.list(CWD));
+    assert.equal(after.find((info) => info.id === derived.id)?.userMessageCount, 4);
+    // What is remembered never hides a meta.json planted as a link, nor an index.json that is no
+    // longer a regular file (its counts are derived again, from the log).
+    const dir = titled.getSessionPath();
+    await fs.rename(`${dir}/index.json`, "/planted-index.json");
+    await fs.symlink("/planted-index.json", `${dir}/index.json`);
+    const unindexed = readOf("messages.jsonl");
+    assert.deepEqual(await store.list(CWD, undefined, { fast: true }), after);
+    assert.ok(readOf("messages.jsonl") > unindexed, "the log is scanned without its index");
+    await fs.rename(`${dir}/meta.json`, "/planted-meta.json");
+    await fs.symlink("/planted-meta.json", `${dir}/meta.json`);
+    const result = await store.listDetailed(CWD, undefined, { fast: true });
+    assert.deepEqual(result.sessions.map((info) => info.id), [derived.id]);
+    assert.ok(result.failures[0]?.error instanceof SessionFormatError);
+    assert.equal((result.failures[0]?.error as SessionFormatError).file, `${dir}/meta.json`);
+  });
+}
+
+test("a fast listing with a directory listing refuses a linked log it does not read", async () => {
   const { fs, clock } = await setup();
-  const { fs: watched, reads } = recording(fs);
-  const store = new SessionStore({ fs: watched, agentDir: AGENT, now: () => clock.t });
+  const store = new SessionStore({ fs: withoutNoFollow(fs), agentDir: AGENT, now: () => clock.t });
   const titled = await saved(store, clock, conversation(4, "titled"));
   const writer = await store.open(titled.getSessionPath());
   await writer.setTitle({ text: "Stored", source: "user", messageIndices: [] });
   await writer.close();
-  const derived = await saved(store, clock, conversation(3, "derived"));
-  const readOf = (name: string) => reads.filter((r) => r.path.endsWith(`/${name}`)).length;
-  const first = await store.list(CWD, undefined, { fast: true });
-  assert.deepEqual(first.map((info) => info.userMessageCount).sort(), [3, 4]);
-  const indexReads = readOf("index.json");
-  const logReads = readOf("messages.jsonl");
-  assert.equal(indexReads, 2);
-  const metaReads = readOf("meta.json");
-  const again = await store.list(CWD, undefined, { fast: true });
-  assert.deepEqual(again, first);
-  assert.equal(readOf("index.json"), indexReads, "no index.json is read again");
-  assert.equal(readOf("messages.jsonl"), logReads, "no message is read again");
-  assert.equal(readOf("meta.json"), metaReads + 2, "meta.json is read every time");
-  // A new generation is read anew, and its counts are right.
-  const next = await store.open(derived.getSessionPath());
-  await next.commit([...next.messages, user("one more")]);
-  await next.close();
-  const after = await store.list(CWD, undefined, { fast: true });
-  assert.equal(readOf("index.json"), indexReads + 1);
-  assert.deepEqual(after, await store.list(CWD));
-  assert.equal(after.find((info) => info.id === derived.id)?.userMessageCount, 4);
-  // What is remembered never hides a session file planted as a link: the directory is listed.
+  assert.equal((await store.list(CWD, undefined, { fast: true })).length, 1);
   await fs.remove(`${titled.getSessionPath()}/messages.jsonl`);
   await fs.symlink("/elsewhere", `${titled.getSessionPath()}/messages.jsonl`);
   const result = await store.listDetailed(CWD, undefined, { fast: true });
-  assert.deepEqual(result.sessions.map((info) => info.id), [derived.id]);
+  assert.deepEqual(result.sessions, []);
   assert.ok(result.failures[0]?.error instanceof SessionFormatError);
 });
 
@@ -778,34 +862,42 @@ test("fast listing of a large index that lags, or whose head lies, still counts 
   assert.equal(lying[0]?.userMessageCount, 2501);
 });
 
-test("fast listing reads a small index.json in one call and a large one by its head", async () => {
-  const { fs, store, clock } = await setup();
-  const small = await saved(store, clock, conversation(20, "s"));
-  const big = await saved(store, clock, conversation(2500, "b"));
-  const calls: string[] = [];
-  const watched = new Proxy(fs, {
-    get(target, prop) {
-      const value = Reflect.get(target, prop, target);
-      if (typeof value !== "function") return value;
-      return (...args: unknown[]) => {
-        const path = String(args[0]);
-        if (path.endsWith("/index.json")) calls.push(`${String(prop)} ${path}`);
-        return value.apply(target, args);
-      };
-    },
+for (const mode of READ_MODES) {
+  test(`fast listing reads a small index.json in one call and a large one by its head (${mode.name})`, async () => {
+    const { fs, store, clock } = await setup();
+    const small = await saved(store, clock, conversation(20, "s"));
+    const big = await saved(store, clock, conversation(2500, "b"));
+    const calls: string[] = [];
+    const port = mode.port(fs);
+    const watched = new Proxy(port, {
+      get(target, prop) {
+        const value = Reflect.get(target, prop, target);
+        if (typeof value !== "function") return value;
+        return (...args: unknown[]) => {
+          const path = String(args[0]);
+          if (path.endsWith("/index.json")) calls.push(`${String(prop)} ${path}`);
+          return value.apply(target, args);
+        };
+      },
+    });
+    const listed = await new SessionStore({ fs: watched, agentDir: AGENT }).list(CWD, undefined, {
+      fast: true,
+    });
+    assert.deepEqual(listed.map((s) => s.userMessageCount).sort((a, b) => a - b), [20, 2500]);
+    const expected = mode.name === "no-follow reads"
+      ? [
+        // A large index is read by its head, through a handle: its kind is checked first.
+        `lstat ${big.getSessionPath()}/index.json`,
+        `open ${big.getSessionPath()}/index.json`,
+        `readFileNoFollow ${small.getSessionPath()}/index.json`,
+      ]
+      : [
+        `open ${big.getSessionPath()}/index.json`,
+        `readFile ${small.getSessionPath()}/index.json`,
+      ];
+    assert.deepEqual(calls.sort(), expected.sort());
   });
-  const listed = await new SessionStore({ fs: watched, agentDir: AGENT }).list(CWD, undefined, {
-    fast: true,
-  });
-  assert.deepEqual(listed.map((s) => s.userMessageCount).sort((a, b) => a - b), [20, 2500]);
-  assert.deepEqual(
-    calls.sort(),
-    [
-      `open ${big.getSessionPath()}/index.json`,
-      `readFile ${small.getSessionPath()}/index.json`,
-    ].sort(),
-  );
-});
+}
 
 test("fast listing uses a valid index.json written in another form, without reading the log", async () => {
   const { fs, store, clock } = await setup();

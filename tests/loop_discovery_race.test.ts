@@ -159,48 +159,65 @@ test("listing while a compaction swaps the directory in another process", async 
   assert.ok(result.sessions.some((x) => x.id === id), "session missing during compaction");
 });
 
-for (const fastMode of [false, true]) {
-  test(`listing (fast ${fastMode}) while a compaction swaps the directory between its meta.json and log reads`, async () => {
-    const { fs, id } = await setup(false);
-    const store0 = new SessionStore({ fs, agentDir: AGENT });
-    const s = await store0.open(`${COLLECTION}/${id}`);
-    await s.commit([user("replaced"), ...conversation(3)]);
-    await s.close();
-    const metaRead = gate();
-    const swapped = gate();
-    const compactor = new SessionStore({
-      fs: hookedFs(fs, {
-        before: async (method, args) => {
-          if (method === "rename" && String(args[1]).endsWith("/previous")) await metaRead.wait;
+for (
+  const [fastMode, noFollow] of [[false, true], [true, true], [true, false]] as const
+) {
+  test(
+    `listing (fast ${fastMode}${
+      noFollow ? "" : ", a port without no-follow reads"
+    }) while a compaction swaps the directory between its meta.json and log reads`,
+    async () => {
+      const { fs, id } = await setup(false);
+      const store0 = new SessionStore({ fs, agentDir: AGENT });
+      const s = await store0.open(`${COLLECTION}/${id}`);
+      await s.commit([user("replaced"), ...conversation(3)]);
+      await s.close();
+      const metaRead = gate();
+      const swapped = gate();
+      const compactor = new SessionStore({
+        fs: hookedFs(fs, {
+          before: async (method, args) => {
+            if (method === "rename" && String(args[1]).endsWith("/previous")) await metaRead.wait;
+          },
+          after: (method, args) => {
+            if (method === "rename" && String(args[1]) === `${COLLECTION}/${id}`) swapped.open();
+          },
+        }),
+        agentDir: AGENT,
+      });
+      let first = true;
+      const port: FileSystem = noFollow ? fs : new Proxy(fs, {
+        get: (target, prop) => {
+          if (prop === "readFileNoFollow") return undefined;
+          const value = Reflect.get(target, prop, target);
+          return typeof value === "function" ? value.bind(target) : value;
         },
-        after: (method, args) => {
-          if (method === "rename" && String(args[1]) === `${COLLECTION}/${id}`) swapped.open();
-        },
-      }),
-      agentDir: AGENT,
-    });
-    let first = true;
-    const lister = new SessionStore({
-      fs: hookedFs(fs, {
-        after: async (method, args) => {
-          if (method === "readFile" && args[0] === `${COLLECTION}/${id}/meta.json` && first) {
-            first = false;
-            metaRead.open();
-            await swapped.wait;
-          }
-        },
-      }),
-      agentDir: AGENT,
-    });
-    const compacting = compactor.compact(`${COLLECTION}/${id}`);
-    const result = await lister.listDetailed(CWD, undefined, { fast: fastMode });
-    await compacting;
-    assert.deepEqual(
-      result.failures,
-      [],
-      "a healthy session reported as a failure during compaction",
-    );
-  });
+      });
+      const lister = new SessionStore({
+        fs: hookedFs(port, {
+          after: async (method, args) => {
+            if (
+              (method === "readFile" || method === "readFileNoFollow") &&
+              args[0] === `${COLLECTION}/${id}/meta.json` && first
+            ) {
+              first = false;
+              metaRead.open();
+              await swapped.wait;
+            }
+          },
+        }),
+        agentDir: AGENT,
+      });
+      const compacting = compactor.compact(`${COLLECTION}/${id}`);
+      const result = await lister.listDetailed(CWD, undefined, { fast: fastMode });
+      await compacting;
+      assert.deepEqual(
+        result.failures,
+        [],
+        "a healthy session reported as a failure during compaction",
+      );
+    },
+  );
 }
 
 for (const commits of [false, true]) {

@@ -62,8 +62,16 @@
  *   the size of a well-formed index). An index.json that is not a regular file (a planted link, a
  *   device) is never read: it counts as unusable.
  *
- * Before reading, fast mode lists the session directory (links not followed): like an open, it
- * refuses a meta.json or messages.jsonl that is not a regular file (`SessionFormatError`).
+ * Fast mode never reads through a link, and a FIFO planted as a session file cannot make it wait.
+ * Where the port has `readFileNoFollow` (the Node and Deno adapters on POSIX, `MemoryFs`), each
+ * of meta.json and index.json is read in one call that refuses a final symlink and opens without
+ * waiting: per session, a listing costs those two reads and nothing else. A meta.json that is not
+ * a regular file is refused as an open refuses it (`SessionFormatError`); an index.json that is
+ * not one is not used. messages.jsonl is checked to be a regular file (`lstat`) whenever it is
+ * read (a fallback title, a scan), and refused otherwise; a listing that does not read it (a
+ * stored title and a usable index) does not look at it, as it does not verify its checksum. A
+ * port without `readFileNoFollow` makes fast mode list each session directory first (links not
+ * followed) and refuse a meta.json or messages.jsonl that is not a regular file, read or not.
  * - **the rounds' lines**, read only for a fallback title (no stored title, none remembered for
  *   the generation): the first round's line must start a line (offset 0, or the byte before it is
  *   `"\n"`), end inside the committed range and parse as a user message; when it yields no title,
@@ -81,14 +89,14 @@
  * the fallback title) for each session's committed state (generation, start, bytes, message
  * count). A repeated fast listing by the same store (a picker refreshing) then reads, for a
  * session whose meta.json names the same state and whose index.json is still a regular file, only
- * its directory and meta.json. It trusts what it derived as a first listing trusted the index: a
+ * meta.json (and the kind of index.json, or the directory without `readFileNoFollow`). It trusts what it derived as a first listing trusted the index: a
  * later change of index.json, or of the committed bytes, that leaves meta.json as it was is not
  * seen until the committed state changes (a full listing or an open verifies everything).
  *
  * @module
  */
 import type { EntryKind, FileHandle, FileSystem } from "../port/fs.ts";
-import { FsError, NotADirectory, NotFound } from "../port/errors.ts";
+import { FsError, IsADirectory, NotADirectory, NotFound } from "../port/errors.ts";
 import { dirname, join } from "../port/path.ts";
 import {
   CorruptSessionError,
@@ -107,6 +115,8 @@ import {
   titleTextOf,
 } from "./records/mod.ts";
 import {
+  decodeStorageMeta,
+  entryKind,
   forEachCommittedLine,
   INDEX_FILE,
   INDEX_FORMAT,
@@ -421,7 +431,7 @@ type CommittedState = Pick<StorageMeta, "generation" | "start" | "bytes" | "mess
  * fallback title from the first user message), per session directory, for the committed state
  * it was derived from: generation, start, bytes and message count. The generation is the SHA-256
  * of the whole committed range, so the same state has the same messages: a repeated listing (a
- * picker refreshing) reads only each session's directory and meta.json. One entry per directory,
+ * picker refreshing) reads only each session's meta.json (and the kind of its index.json). One entry per directory,
  * at most `limit` of them; the least recently used goes first. `SessionStore` keeps one per store.
  */
 export class ListingCache {
@@ -711,9 +721,25 @@ export async function fastSummary(
   cache?: ListingCache,
 ): Promise<Summary> {
   const fs = context.fs;
+  const metaPath = join(dir, META_FILE);
+  const logPath = join(dir, MESSAGES_FILE);
+  if (fs.readFileNoFollow !== undefined) {
+    // One call per file that never goes through a link: no listing of the directory. The log is
+    // checked to be a regular file only when it is read.
+    const meta = await readMetaNoFollow(fs, metaPath);
+    if (meta !== undefined) {
+      const openLog = async (): Promise<FileHandle> => {
+        const kind = await entryKind(fs, logPath);
+        if (kind !== undefined) refuseIrregularFile(kind, logPath);
+
+        return await fs.open(logPath);
+      };
+      return await summarizeFrom(context, dir, meta, cache, undefined, openLog);
+    }
+    // Not a valid meta.json read that way: the listing below says why, exactly as without it.
+  }
   // The directory's entries first, as they are (links not followed): the session files must be
   // regular files, as for an open, and index.json is read only when it is one.
-  const metaPath = join(dir, META_FILE);
   let kinds: Map<string, EntryKind>;
   try {
     kinds = new Map((await fs.readDir(dir)).map((entry) => [entry.name, entry.kind]));
@@ -726,16 +752,86 @@ export async function fastSummary(
   if (metaKind === undefined) throw new NotFound("readdir", metaPath);
   refuseIrregularFile(metaKind, metaPath);
   const logKind = kinds.get(MESSAGES_FILE);
-  if (logKind !== undefined) refuseIrregularFile(logKind, join(dir, MESSAGES_FILE));
+  if (logKind !== undefined) refuseIrregularFile(logKind, logPath);
   const meta = await readStorageMeta(fs, dir);
+  return await summarizeFrom(
+    context,
+    dir,
+    meta,
+    cache,
+    kinds.get(INDEX_FILE) === "file",
+    () => fs.open(logPath),
+  );
+}
+
+/**
+ * meta.json read with `readFileNoFollow` and validated; undefined when it is not a regular file
+ * (the read refused a link or a directory, or a FIFO or socket failed or gave no valid record)
+ * or is not valid: the caller then lists the directory, which reports either exactly as a
+ * listing without no-follow reads does. Any other failure (I/O) is thrown.
+ */
+async function readMetaNoFollow(
+  fs: FileSystem,
+  metaPath: string,
+): Promise<StorageMeta | undefined> {
+  const read = fs.readFileNoFollow as (path: string) => Promise<Uint8Array>;
+  let bytes: Uint8Array;
+  try {
+    bytes = await read.call(fs, metaPath);
+  } catch (error) {
+    if (error instanceof IsADirectory) return undefined;
+    if (error instanceof FsError && NOT_A_FILE_CODES.has(error.code)) return undefined;
+    throw error;
+  }
+  try {
+    return decodeStorageMeta(bytes, metaPath);
+  } catch (error) {
+    if (error instanceof SessionError) return undefined;
+    throw error;
+  }
+}
+
+/**
+ * Codes of a no-follow read that mean "not a regular file": a final symlink (`ELOOP`; `EMLINK`
+ * on FreeBSD, `EFTYPE` on NetBSD), a FIFO opened without waiting (`EAGAIN`, `EWOULDBLOCK`), a
+ * socket (`ENXIO`).
+ */
+const NOT_A_FILE_CODES: ReadonlySet<string> = new Set([
+  "ELOOP",
+  "EMLINK",
+  "EFTYPE",
+  "EAGAIN",
+  "EWOULDBLOCK",
+  "ENXIO",
+]);
+
+/**
+ * The fast summary from a read meta.json. `indexIsFile` is what a listing of the directory said
+ * of index.json (undefined: not listed, its kind is checked as it is read); `openLog` opens the
+ * log only if it is a regular file.
+ */
+async function summarizeFrom(
+  context: StoreContext,
+  dir: string,
+  meta: StorageMeta,
+  cache: ListingCache | undefined,
+  indexIsFile: boolean | undefined,
+  openLog: () => Promise<FileHandle>,
+): Promise<Summary> {
+  const fs = context.fs;
   if (meta.messageCount === 0) {
     return { header: meta.header, messageCount: 0, userMessageCount: 0, fallbackTitle: undefined };
   }
   const needTitle = !meta.header.title;
   // Only while index.json is there: without it a listing scans (and so checks) the committed
   // range, and a repeated listing must find what a first one would.
-  const hasIndex = kinds.get(INDEX_FILE) === "file";
-  const known = hasIndex ? cache?.get(dir, meta) : undefined;
+  let known = indexIsFile === false ? undefined : cache?.get(dir, meta);
+  if (
+    known !== undefined && indexIsFile === undefined &&
+    (await entryKind(fs, join(dir, INDEX_FILE))) !== "file"
+  ) {
+    known = undefined;
+  }
   if (known !== undefined && (!needTitle || known.title !== undefined)) {
     return {
       header: meta.header,
@@ -749,10 +845,12 @@ export async function fastSummary(
   }
   // The committed counts bound a well-formed index's size: a small one is read whole in one
   // call, a large one by its head. A missing or unusable index is just not used.
-  const indexRead = hasIndex ? await readListingIndex(fs, dir, meta) : undefined;
+  const indexRead = indexIsFile === false
+    ? undefined
+    : await readListingIndex(fs, dir, meta, indexIsFile === true);
   const summary = indexRead !== undefined && "head" in indexRead
-    ? await fastCountsFromHead(context, dir, meta, indexRead.head, needTitle)
-    : await fastCounts(context, dir, meta, indexRead?.index, needTitle);
+    ? await fastCountsFromHead(context, dir, meta, indexRead.head, needTitle, openLog)
+    : await fastCounts(context, dir, meta, indexRead?.index, needTitle, openLog);
   cache?.set(dir, meta, {
     userMessageCount: summary.userMessageCount,
     title: needTitle
@@ -773,10 +871,10 @@ async function fastCounts(
   meta: StorageMeta,
   index: RoundIndex | undefined,
   needTitle: boolean,
+  openLog: () => Promise<FileHandle>,
 ): Promise<Summary> {
-  const fs = context.fs;
   if (index !== undefined && indexMatches(index, meta) && roundsFit(index)) {
-    const title = needTitle ? await titleFromRounds(fs, dir, meta, index.rounds) : undefined;
+    const title = needTitle ? await titleFromRounds(openLog, meta, index.rounds) : undefined;
     if (title !== INCONSISTENT) {
       return {
         header: meta.header,
@@ -786,9 +884,9 @@ async function fastCounts(
       };
     }
   } else if (index !== undefined && coversPrefix(index, meta) && roundsFit(index)) {
-    const tail = await scanTail(fs, dir, meta, index);
+    const tail = await scanTail(openLog, meta, index);
     const title = tail !== undefined && needTitle
-      ? await titleFromRounds(fs, dir, meta, index.rounds)
+      ? await titleFromRounds(openLog, meta, index.rounds)
       : undefined;
     if (tail !== undefined && title !== INCONSISTENT) {
       return {
@@ -799,7 +897,7 @@ async function fastCounts(
       };
     }
   }
-  return await scanCommitted(context, dir, meta, needTitle);
+  return await scanCommitted(context, dir, meta, needTitle, openLog);
 }
 
 /**
@@ -815,6 +913,7 @@ async function fastCountsFromHead(
   meta: StorageMeta,
   head: RoundIndexHead,
   needTitle: boolean,
+  openLog: () => Promise<FileHandle>,
 ): Promise<Summary> {
   const fs = context.fs;
   const fits = head.roundCount <= head.messageCount &&
@@ -826,10 +925,10 @@ async function fastCountsFromHead(
   const prefix = !matches && head.start === meta.start && head.bytes > 0 &&
     head.bytes < meta.bytes && head.messageCount < meta.messageCount;
   const whole = async (): Promise<Summary> =>
-    await fastCounts(context, dir, meta, await readRoundIndex(fs, dir), needTitle);
+    await fastCounts(context, dir, meta, await readRoundIndex(fs, dir), needTitle, openLog);
   if (!fits || !(matches || prefix)) return await whole();
   const tail = prefix
-    ? await scanTail(fs, dir, meta, {
+    ? await scanTail(openLog, meta, {
       format: INDEX_FORMAT,
       version: INDEX_VERSION,
       generation: head.generation,
@@ -842,7 +941,7 @@ async function fastCountsFromHead(
   if (tail === undefined) return await whole();
   let title: SessionTitle | undefined;
   if (needTitle && head.firstRound !== undefined) {
-    const first = await titleFromRounds(fs, dir, meta, [head.firstRound]);
+    const first = await titleFromRounds(openLog, meta, [head.firstRound]);
     if (first === INCONSISTENT) return await whole();
     // No eligible text in the first user message: later rounds are needed, from the whole index.
     if (first === undefined) return await whole();
@@ -904,12 +1003,11 @@ function coversPrefix(index: RoundIndex, meta: StorageMeta): boolean {
 
 /** Reads the unindexed tail; undefined when it does not line up with the index. */
 async function scanTail(
-  fs: FileSystem,
-  dir: string,
+  openLog: () => Promise<FileHandle>,
   meta: StorageMeta,
   index: RoundIndex,
 ): Promise<{ users: number; title: SessionTitle | undefined } | undefined> {
-  const handle = await fs.open(join(dir, MESSAGES_FILE));
+  const handle = await openLog();
   let bytes: Uint8Array;
   try {
     // A log shorter than the committed range is left to the full scan, which reports it; a
@@ -962,13 +1060,12 @@ const INCONSISTENT: unique symbol = Symbol("inconsistent index");
  * line inside the committed range and parse as a user message; `INCONSISTENT` otherwise.
  */
 async function titleFromRounds(
-  fs: FileSystem,
-  dir: string,
+  openLog: () => Promise<FileHandle>,
   meta: StorageMeta,
   rounds: readonly RoundEntry[],
 ): Promise<SessionTitle | undefined | typeof INCONSISTENT> {
   if (rounds.length === 0) return undefined;
-  const handle = await fs.open(join(dir, MESSAGES_FILE));
+  const handle = await openLog();
   try {
     // A log shorter than the committed range is not the one meta.json describes (a compaction
     // swapped the directory since meta.json was read, or damage): its lines at these offsets
@@ -1042,12 +1139,17 @@ async function scanCommitted(
   dir: string,
   meta: StorageMeta,
   needTitle: boolean,
+  openLog: () => Promise<FileHandle>,
 ): Promise<Summary> {
   let users = 0;
   let title: SessionTitle | undefined;
   let bad: { index: number; offset: number; error: unknown } | undefined;
   const file = join(dir, MESSAGES_FILE);
-  await forEachCommittedLine(context.fs, dir, meta, { sha256: context.sha256 }, (line) => {
+  // Nothing committed needs no log (it may be missing); otherwise the log is opened as checked.
+  const options = meta.bytes === 0
+    ? { sha256: context.sha256 }
+    : { sha256: context.sha256, opening: openLog() };
+  await forEachCommittedLine(context.fs, dir, meta, options, (line) => {
     if (bad !== undefined) return;
     let message: Message;
     try {

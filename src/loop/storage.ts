@@ -189,7 +189,11 @@ export function parseStorageMeta(value: unknown, file: string): StorageMeta {
 /** Reads and validates meta.json in `dir`. */
 export async function readStorageMeta(fs: FileSystem, dir: string): Promise<StorageMeta> {
   const file = join(dir, META_FILE);
-  const bytes = await fs.readFile(file);
+  return decodeStorageMeta(await fs.readFile(file), file);
+}
+
+/** Validates the bytes of meta.json read from `file`. */
+export function decodeStorageMeta(bytes: Uint8Array, file: string): StorageMeta {
   return parseStorageMeta(parseJsonText(new TextDecoder().decode(bytes), file), file);
 }
 
@@ -292,26 +296,40 @@ export function indexSizeBound(messageCount: number, bytes: number): number {
 }
 
 /**
- * Reads index.json, known to be a regular file, for a listing of the committed state `meta`, as
- * its head: the counts and the first round, which the canonical form puts first (a file not in
- * that form is parsed whole). When an index of this library's form for that state fits in
- * `INDEX_HEAD_LIMIT` (see `indexSizeBound`) the file is read in one call, otherwise by its first
- * bytes (`readIndexHead`), so reading the index costs the same whatever the history's size.
+ * Reads index.json for a listing of the committed state `meta`, as its head: the counts and the
+ * first round, which the canonical form puts first (a file not in that form is parsed whole).
+ * When an index of this library's form for that state fits in `INDEX_HEAD_LIMIT` (see
+ * `indexSizeBound`) the file is read in one call, otherwise by its first bytes
+ * (`readIndexHead`), so reading the index costs the same whatever the history's size.
  * Undefined when the file is missing or not of this library's form.
+ *
+ * Never read through a link: with `kindKnown` the caller has seen index.json to be a regular
+ * file (a directory listing); without it, a small index is read with `readFileNoFollow` when the
+ * port has it, and otherwise (and for a large index) its kind is checked first. A link, a
+ * directory or a FIFO there is not an index (undefined).
  */
 export async function readListingIndex(
   fs: FileSystem,
   dir: string,
   meta: Pick<StorageMeta, "messageCount" | "bytes">,
+  kindKnown = true,
 ): Promise<{ readonly index: RoundIndex } | { readonly head: RoundIndexHead } | undefined> {
-  if (indexSizeBound(meta.messageCount, meta.bytes) > INDEX_HEAD_LIMIT) {
-    return await readIndexHead(fs, dir);
+  const file = join(dir, INDEX_FILE);
+  const large = indexSizeBound(meta.messageCount, meta.bytes) > INDEX_HEAD_LIMIT;
+  const noFollow = !kindKnown && !large ? fs.readFileNoFollow?.bind(fs) : undefined;
+  if (!kindKnown && noFollow === undefined && (await entryKind(fs, file)) !== "file") {
+    return undefined;
   }
+  if (large) return await readIndexHead(fs, dir);
   let bytes: Uint8Array;
   try {
-    bytes = await fs.readFile(join(dir, INDEX_FILE));
+    bytes = noFollow !== undefined ? await noFollow(file) : await fs.readFile(file);
   } catch (error) {
     if (error instanceof NotFound) return undefined;
+    // A link, a directory or a FIFO that refused the read is just not an index; any other
+    // failure of a regular file is reported.
+    if (noFollow !== undefined && (await entryKind(fs, file)) !== "file") return undefined;
+
     throw error;
   }
   // The head is in the first bytes of the canonical form: decode only those for it.

@@ -105,6 +105,17 @@ export interface FileSystem {
   open(path: string, options?: OpenOptions): Promise<FileHandle>;
   /** Reads a whole file. */
   readFile(path: string): Promise<Uint8Array>;
+  /**
+   * Optional. Reads a whole file like `readFile`, in one call that never goes through a symlink
+   * in the last component of `path` and never waits on a FIFO or device (it is opened
+   * non-blocking). A final symlink fails with `FsIoError` code `"ELOOP"`, a directory with
+   * `IsADirectory`, a missing file with `NotFound`; a FIFO or device may fail or read as what it
+   * holds at once (a FIFO without a writer reads as empty). Callers that must not read through
+   * a link use it when present and otherwise check the entry's kind (`lstat`, `readDir`)
+   * before reading. An adapter offers it only where the platform can refuse the link in the
+   * open itself (`O_NOFOLLOW`).
+   */
+  readFileNoFollow?(path: string): Promise<Uint8Array>;
   /** Creates or truncates a file and writes `data` to it. Syncs nothing. */
   writeFile(path: string, data: Uint8Array, options?: WriteFileOptions): Promise<void>;
   /**

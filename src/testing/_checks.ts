@@ -612,6 +612,51 @@ export const CHECKS: readonly Check[] = [
     },
   },
 
+  // readFileNoFollow() (optional: checked only where the adapter offers it)
+  {
+    name:
+      "readFileNoFollow(), where offered, reads a file, refuses a final symlink and follows parent links",
+    needs: ["symlinks"],
+    async run(f) {
+      const read = f.fs.readFileNoFollow?.bind(f.fs);
+      if (read === undefined) return;
+      const dir = at(f, "dir");
+      const file = join(dir, "file");
+      await f.fs.mkdir(dir);
+      await f.fs.writeFile(file, bytes("regular"));
+      await f.fs.writeFile(at(f, "empty"), new Uint8Array(0));
+      checkBytes(await read(file), "regular", "readFileNoFollow of a file");
+      checkBytes(await read(at(f, "empty")), "", "readFileNoFollow of an empty file");
+      await f.fs.symlink(file, at(f, "link"));
+      const refused = await checkRejects(
+        () => read(at(f, "link")),
+        FsIoError,
+        "readFileNoFollow of a symlink to a file",
+      );
+      checkEqual(refused.code, "ELOOP", "the code of a refused final symlink");
+      await f.fs.symlink(at(f, "nowhere"), at(f, "dangling"));
+      const dangling = await checkRejects(
+        () => read(at(f, "dangling")),
+        FsIoError,
+        "readFileNoFollow of a dangling symlink",
+      );
+      checkEqual(dangling.code, "ELOOP", "the code of a refused dangling symlink");
+      await checkRejects(() => read(dir), IsADirectory, "readFileNoFollow of a directory");
+      await checkRejects(
+        () => read(at(f, "missing")),
+        NotFound,
+        "readFileNoFollow of a missing file",
+      );
+      // Only the last component is not followed: a linked parent directory is.
+      await f.fs.symlink(dir, at(f, "dir-link"));
+      checkBytes(
+        await read(at(f, "dir-link", "file")),
+        "regular",
+        "a file under a linked directory",
+      );
+    },
+  },
+
   // rename()
   {
     name: "rename() moves a file to a new name",

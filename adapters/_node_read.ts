@@ -1,0 +1,63 @@
+/**
+ * Whole-file reads over the callback `readFile` of `node:fs`, shared by the Node adapter and the
+ * Deno adapter's `readFileNoFollow` (through Deno's Node layer). Internal to the adapters.
+ *
+ * @module
+ */
+import { constants, readFile as readFileCallback } from "node:fs";
+import { callMapped, mapNativeError } from "./_errors.ts";
+
+/** A plain `Uint8Array` over a Buffer's bytes, copied when the Buffer shares a pool. */
+export function plainBytes(buffer: Uint8Array): Uint8Array {
+  if (buffer.byteOffset === 0 && buffer.byteLength === buffer.buffer.byteLength) {
+    return new Uint8Array(buffer.buffer, 0, buffer.byteLength);
+  }
+  return new Uint8Array(buffer);
+}
+
+/**
+ * Reads a whole file with the callback `readFile`, opened with `flags` when given: the runtime
+ * drives open, fstat, read and close itself, about three times faster than `fs/promises` on
+ * small files (meta.json, index.json), in Node and Deno. Errors are mapped to the port's.
+ */
+function readWith(path: string, flags: number | undefined): Promise<Uint8Array> {
+  return callMapped(
+    mapNativeError,
+    "read",
+    path,
+    () =>
+      new Promise<Uint8Array>((resolve, reject) => {
+        const done = (error: Error | null, data: Uint8Array): void => {
+          if (error === null) resolve(plainBytes(data));
+          else reject(error);
+        };
+        if (flags === undefined) readFileCallback(path, done);
+        // Node's types name `flag` a string, but it takes numeric flags as `open` does (Node and
+        // Deno): the only way to pass O_NOFOLLOW.
+        else readFileCallback(path, { flag: flags as unknown as string }, done);
+      }),
+  );
+}
+
+/** `FileSystem.readFile` over `node:fs`. */
+export function readFileNative(path: string): Promise<Uint8Array> {
+  return readWith(path, undefined);
+}
+
+/**
+ * The open flags of `readFileNoFollow`: read-only, refusing a final symlink (`ELOOP`), never
+ * waiting on a FIFO. Undefined where the platform lacks them (Windows).
+ */
+const NO_FOLLOW_READ: number | undefined =
+  typeof constants.O_NOFOLLOW === "number" && typeof constants.O_NONBLOCK === "number"
+    ? constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK
+    : undefined;
+
+/**
+ * `FileSystem.readFileNoFollow` over `node:fs`, where the platform has `O_NOFOLLOW` and
+ * `O_NONBLOCK`; undefined elsewhere (the adapters then leave the method out).
+ */
+export const readFileNoFollowNative: ((path: string) => Promise<Uint8Array>) | undefined =
+  NO_FOLLOW_READ === undefined
+    ? undefined
+    : (path: string): Promise<Uint8Array> => readWith(path, NO_FOLLOW_READ);

@@ -1,0 +1,156 @@
+// Fast listings on the real filesystem (nodeFs, on Node and on Deno's Node layer): session files
+// planted as a FIFO or a link are reported or passed over without hanging and without reading
+// through the link, exactly as a listing that lists each session directory first reports them.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdtemp, rename, rm, symlink } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import process from "node:process";
+import { nodeFs, nodeSha256 } from "../adapters/node.ts";
+import type { FileSystem } from "../src/port/fs.ts";
+import { SessionFormatError } from "../src/loop/errors.ts";
+import { SessionStore } from "../src/loop/store.ts";
+import type { ListResult } from "../src/loop/discovery.ts";
+import { conversation } from "./_fixtures.ts";
+
+const POSIX = process.platform !== "win32";
+
+/** `fs` without `readFileNoFollow`: listings then list each session directory before reading. */
+function withoutNoFollow(fs: FileSystem): FileSystem {
+  return new Proxy(fs, {
+    get(target, prop) {
+      if (prop === "readFileNoFollow") return undefined;
+      const value = Reflect.get(target, prop, target);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+}
+
+/** A collection holding one session of 6 messages, titled or not, on the real filesystem. */
+async function fixture(titled: boolean): Promise<{
+  root: string;
+  collection: string;
+  dir: string;
+  list: (fs: FileSystem) => Promise<ListResult>;
+}> {
+  const root = await mkdtemp(join(tmpdir(), "loop-fast-list-"));
+  const collection = join(root, "sessions");
+  const store = new SessionStore({
+    fs: nodeFs(),
+    sha256: nodeSha256,
+    agentDir: join(root, "agent"),
+    sessionDir: collection,
+  });
+  const session = await store.create(root);
+  await session.commit(conversation(3, "real"));
+  if (titled) await session.setTitle({ text: "Stored", source: "user", messageIndices: [] });
+  await session.close();
+  const list = (fs: FileSystem) =>
+    new SessionStore({ fs, sha256: nodeSha256, agentDir: join(root, "agent") })
+      .listDetailed(undefined, collection, { fast: true });
+  return { root, collection, dir: session.getSessionPath(), list };
+}
+
+/** Sessions and failures of a listing, comparable across the two ways of reading. */
+function summary(result: ListResult): unknown {
+  return {
+    sessions: result.sessions.map((s) => [s.id, s.userMessageCount, s.title?.text]),
+    failures: result.failures.map((f) => [
+      f.id,
+      f.error.constructor.name,
+      (f.error as SessionFormatError).file,
+    ]),
+  };
+}
+
+test("nodeFs offers readFileNoFollow on POSIX platforms", () => {
+  assert.equal(typeof nodeFs().readFileNoFollow === "function", POSIX);
+});
+
+if (POSIX) {
+  for (const titled of [true, false]) {
+    test(
+      `a fast listing reports a meta.json planted as a FIFO, without waiting on it (${
+        titled ? "stored title" : "fallback title"
+      })`,
+      async () => {
+        const { root, dir, list } = await fixture(titled);
+        try {
+          await rm(join(dir, "meta.json"));
+          execFileSync("mkfifo", [join(dir, "meta.json")]);
+          const result = await list(nodeFs());
+          assert.deepEqual(result.sessions, []);
+          assert.ok(result.failures[0]?.error instanceof SessionFormatError);
+          assert.match(result.failures[0].error.message, /not a regular file/);
+          assert.deepEqual(summary(result), summary(await list(withoutNoFollow(nodeFs()))));
+        } finally {
+          await rm(root, { recursive: true, force: true });
+        }
+      },
+    );
+
+    test(
+      `a fast listing passes over an index.json planted as a FIFO and scans the log (${
+        titled ? "stored title" : "fallback title"
+      })`,
+      async () => {
+        const { root, dir, list } = await fixture(titled);
+        try {
+          await rm(join(dir, "index.json"));
+          execFileSync("mkfifo", [join(dir, "index.json")]);
+          const result = await list(nodeFs());
+          assert.deepEqual(result.failures, []);
+          assert.equal(result.sessions[0]?.userMessageCount, 3);
+          assert.equal(result.sessions[0]?.title?.text, titled ? "Stored" : "real0 question ✓");
+          assert.deepEqual(summary(result), summary(await list(withoutNoFollow(nodeFs()))));
+        } finally {
+          await rm(root, { recursive: true, force: true });
+        }
+      },
+    );
+
+    test(
+      `a fast listing never reads meta.json or the log through a link (${
+        titled ? "stored title" : "fallback title"
+      })`,
+      async () => {
+        const { root, dir, list } = await fixture(titled);
+        try {
+          await rename(join(dir, "meta.json"), join(root, "planted-meta.json"));
+          await symlink(join(root, "planted-meta.json"), join(dir, "meta.json"));
+          const linkedMeta = await list(nodeFs());
+          assert.deepEqual(linkedMeta.sessions, []);
+          assert.equal(
+            (linkedMeta.failures[0]?.error as SessionFormatError).file,
+            join(dir, "meta.json"),
+          );
+          assert.deepEqual(summary(linkedMeta), summary(await list(withoutNoFollow(nodeFs()))));
+          await rm(join(dir, "meta.json"));
+          await rename(join(root, "planted-meta.json"), join(dir, "meta.json"));
+          // A linked log: refused whenever it would be read (a fallback title); a stored title
+          // needs no log read with no-follow reads, while a directory listing refuses it anyway.
+          await rename(join(dir, "messages.jsonl"), join(root, "planted.jsonl"));
+          await symlink(join(root, "planted.jsonl"), join(dir, "messages.jsonl"));
+          const linkedLog = await list(nodeFs());
+          if (titled) {
+            assert.deepEqual(linkedLog.failures, []);
+            assert.equal(linkedLog.sessions[0]?.title?.text, "Stored");
+          } else {
+            assert.deepEqual(linkedLog.sessions, []);
+            assert.equal(
+              (linkedLog.failures[0]?.error as SessionFormatError).file,
+              join(dir, "messages.jsonl"),
+            );
+          }
+          const listed = await list(withoutNoFollow(nodeFs()));
+          assert.deepEqual(listed.sessions, []);
+          assert.ok(listed.failures[0]?.error instanceof SessionFormatError);
+        } finally {
+          await rm(root, { recursive: true, force: true });
+        }
+      },
+    );
+  }
+}
