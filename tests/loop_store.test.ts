@@ -120,6 +120,46 @@ test("replacing an earlier message appends a complete new generation and keeps t
   assert.deepEqual(await saved(store, session), replaced);
 });
 
+test("a changed message at any position is seen, also across the identity scan's blocks of eight", async () => {
+  const { store } = await setup();
+  for (const rounds of [3, 4, 5, 6, 9]) {
+    const history = conversation(rounds);
+    for (let at = 0; at < history.length; at++) {
+      const session = await store.create(CWD);
+      await session.commit(history);
+      const start = session.getStorageInfo()?.start;
+      // The same content in a new object is not a change: nothing is rewritten.
+      const copied = history.map((message, i) => i === at ? structuredClone(message) : message);
+      const grown = [...copied, user("next")];
+      await session.commit(grown);
+      const appended = session.getStorageInfo();
+      assert.equal(
+        appended?.messageCount,
+        history.length + 1,
+        `copy at ${at} of ${history.length}`,
+      );
+      assert.equal(appended?.start, start, `appended in place after a copy at ${at}`);
+      // A new object with other content in its place is a change, whatever its position; every
+      // other message is the very object saved before.
+      const message = history[at] as Message;
+      const changed = [...grown];
+      changed[at] = { ...message, timestamp: message.timestamp + 1 } as Message;
+      await session.commit(changed);
+      assert.ok((session.getStorageInfo()?.start ?? 0) > (start ?? 0), `new generation at ${at}`);
+      assert.deepEqual(
+        await saved(store, session),
+        changed,
+        `change at ${at} of ${history.length}`,
+      );
+      // The very same objects again (every one of them the saved one now) change nothing.
+      const replaced = session.getStorageInfo();
+      await session.commit(changed);
+      assert.deepEqual(session.getStorageInfo(), replaced, `the same history again (${at})`);
+      await session.close();
+    }
+  }
+});
+
 test("truncating history switches the committed range to a shorter generation", async () => {
   const { store } = await setup();
   const session = await store.create(CWD);
