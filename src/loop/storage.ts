@@ -32,6 +32,8 @@ export const INDEX_VERSION = 1;
 
 const SHA256_HEX = /^[0-9a-f]{64}$/;
 const encoder = new TextEncoder();
+/** One decoder for every whole-buffer decode (no streaming state is kept between calls). */
+const decoder = new TextDecoder();
 const lineDecoder = new TextDecoder("utf-8", { ignoreBOM: true });
 
 /**
@@ -194,7 +196,7 @@ export async function readStorageMeta(fs: FileSystem, dir: string): Promise<Stor
 
 /** Validates the bytes of meta.json read from `file`. */
 export function decodeStorageMeta(bytes: Uint8Array, file: string): StorageMeta {
-  return parseStorageMeta(parseJsonText(new TextDecoder().decode(bytes), file), file);
+  return parseStorageMeta(parseJsonText(decoder.decode(bytes), file), file);
 }
 
 /**
@@ -262,7 +264,7 @@ export async function readRoundIndex(fs: FileSystem, dir: string): Promise<Round
     if (error instanceof NotFound) return undefined;
     throw error;
   }
-  return parseRoundIndexText(new TextDecoder().decode(bytes));
+  return parseRoundIndexText(decoder.decode(bytes));
 }
 
 /** The counts at the start of index.json, and its first round when it is in the first bytes. */
@@ -333,9 +335,9 @@ export async function readListingIndex(
     throw error;
   }
   // The head is in the first bytes of the canonical form: decode only those for it.
-  const head = indexHeadOf(new TextDecoder().decode(bytes.subarray(0, HEAD_BYTES)));
+  const head = indexHeadOf(decoder.decode(bytes.subarray(0, HEAD_BYTES)));
   if (head !== undefined) return { head };
-  const index = parseRoundIndexText(new TextDecoder().decode(bytes));
+  const index = parseRoundIndexText(decoder.decode(bytes));
   return index === undefined ? undefined : { index };
 }
 
@@ -357,12 +359,12 @@ export async function readIndexHead(
   }
   try {
     const first = await handle.read(0, HEAD_BYTES);
-    const head = indexHeadOf(new TextDecoder().decode(first));
+    const head = indexHeadOf(decoder.decode(first));
     if (head !== undefined) return { head };
     const whole = first.length < HEAD_BYTES
       ? first
       : await handle.read(0, (await handle.stat()).size);
-    const index = parseRoundIndexText(new TextDecoder().decode(whole));
+    const index = parseRoundIndexText(decoder.decode(whole));
     return index === undefined ? undefined : { index };
   } finally {
     await handle.close();
