@@ -5,7 +5,11 @@
  * @module
  */
 import { constants, readFile as readFileCallback } from "node:fs";
+import type { FsError } from "../src/port/errors.ts";
 import { callMapped, mapNativeError } from "./_errors.ts";
+
+/** Maps a native error of `syscall` on `path` to the port's typed error. */
+export type ErrorMapper = (error: unknown, syscall: string, path: string) => FsError;
 
 /** A plain `Uint8Array` over a Buffer's bytes, copied when the Buffer shares a pool. */
 export function plainBytes(buffer: Uint8Array): Uint8Array {
@@ -20,9 +24,13 @@ export function plainBytes(buffer: Uint8Array): Uint8Array {
  * drives open, fstat, read and close itself, about three times faster than `fs/promises` on
  * small files (meta.json, index.json), in Node and Deno. Errors are mapped to the port's.
  */
-function readWith(path: string, flags: number | undefined): Promise<Uint8Array> {
+function readWith(
+  path: string,
+  flags: number | undefined,
+  map: ErrorMapper = mapNativeError,
+): Promise<Uint8Array> {
   return callMapped(
-    mapNativeError,
+    map,
     "read",
     path,
     () =>
@@ -54,10 +62,14 @@ const NO_FOLLOW_READ: number | undefined =
     : undefined;
 
 /**
- * `FileSystem.readFileNoFollow` over `node:fs`, where the platform has `O_NOFOLLOW` and
- * `O_NONBLOCK`; undefined elsewhere (the adapters then leave the method out).
+ * `FileSystem.readFileNoFollow` over `node:fs` with the adapter's error mapping `map` (Deno's
+ * Node layer rejects a denied path with Deno's own error class), where the platform has
+ * `O_NOFOLLOW` and `O_NONBLOCK`; undefined elsewhere (the adapters then leave the method out).
  */
-export const readFileNoFollowNative: ((path: string) => Promise<Uint8Array>) | undefined =
-  NO_FOLLOW_READ === undefined
-    ? undefined
-    : (path: string): Promise<Uint8Array> => readWith(path, NO_FOLLOW_READ);
+export function readFileNoFollowNative(
+  map: ErrorMapper,
+): ((path: string) => Promise<Uint8Array>) | undefined {
+  const flags = NO_FOLLOW_READ;
+  if (flags === undefined) return undefined;
+  return (path: string): Promise<Uint8Array> => readWith(path, flags, map);
+}

@@ -196,7 +196,8 @@ class DenoFileSystem implements FileSystem {
   readonly readFileNoFollow?: (path: string) => Promise<Uint8Array>;
 
   constructor() {
-    if (readFileNoFollowNative !== undefined) this.readFileNoFollow = readFileNoFollowNative;
+    const noFollow = readFileNoFollowNative(mapError);
+    if (noFollow !== undefined) this.readFileNoFollow = noFollow;
   }
 
   open(path: string, options: OpenOptions = {}): Promise<FileHandle> {

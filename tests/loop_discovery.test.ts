@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { MemoryFs } from "../adapters/memory.ts";
 import { nodeFs } from "../adapters/node.ts";
-import { NotFound } from "../src/port/errors.ts";
+import { FsIoError, NotFound } from "../src/port/errors.ts";
 import type { FileHandle, FileSystem } from "../src/port/fs.ts";
 import {
   CorruptSessionError,
@@ -425,6 +425,67 @@ for (const damage of ["missing", "malformed", "another generation"] as const) {
     assert.deepEqual(fs.snapshotTree(AGENT), before);
   });
 }
+
+test("fast mode reads index.json once, also when its head sends it to the whole index", async () => {
+  const { fs, store, clock } = await setup();
+  const session = await saved(store, clock, conversation(7));
+  const indexPath = `${session.getSessionPath()}/index.json`;
+  // Another generation's index: its head does not match, so the whole index is looked at.
+  const index = JSON.parse(decoder.decode(await fs.readFile(indexPath)));
+  index.generation = "0".repeat(64);
+  await fs.writeFile(indexPath, encodeRoundIndex(index));
+  const calls: string[] = [];
+  const watched = new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (typeof value !== "function") return value;
+      return (...args: unknown[]) => {
+        if (args[0] === indexPath) calls.push(String(prop));
+        return value.apply(target, args);
+      };
+    },
+  });
+  const listed = await new SessionStore({ fs: watched, agentDir: AGENT }).list(CWD, undefined, {
+    fast: true,
+  });
+  assert.equal(listed[0]?.userMessageCount, 7);
+  assert.deepEqual(calls, ["readFileNoFollow"]);
+});
+
+test("fast mode does without an index.json a no-follow read finds busy, and reports its I/O errors", async () => {
+  const { fs, store, clock } = await setup();
+  const session = await saved(store, clock, conversation(4, "b"));
+  const indexPath = `${session.getSessionPath()}/index.json`;
+  const failing = (code: string) =>
+    new Proxy(fs, {
+      get(target, prop) {
+        if (prop === "readFileNoFollow") {
+          return (path: string) =>
+            path === indexPath
+              ? Promise.reject(new FsIoError(code, "read", path, "injected"))
+              : target.readFileNoFollow(path);
+        }
+        const value = Reflect.get(target, prop, target);
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+  // A lease held by another process: the open fails at once with EAGAIN instead of waiting.
+  const busy = await new SessionStore({ fs: failing("EAGAIN"), agentDir: AGENT }).listDetailed(
+    CWD,
+    undefined,
+    { fast: true },
+  );
+  assert.deepEqual(busy.failures, []);
+  assert.equal(busy.sessions[0]?.userMessageCount, 4);
+  assert.equal(busy.sessions[0]?.title?.text, "b0 question ✓");
+  const broken = await new SessionStore({ fs: failing("EIO"), agentDir: AGENT }).listDetailed(
+    CWD,
+    undefined,
+    { fast: true },
+  );
+  assert.deepEqual(broken.sessions, []);
+  assert.equal((broken.failures[0]?.error as FsIoError).code, "EIO");
+});
 
 /** A damage to an index.json that otherwise matches its meta.json (or covers a prefix of it). */
 interface IndexDamage {

@@ -72,6 +72,12 @@
  * stored title and a usable index) does not look at it, as it does not verify its checksum. A
  * port without `readFileNoFollow` makes fast mode list each session directory first (links not
  * followed) and refuse a meta.json or messages.jsonl that is not a regular file, read or not.
+ * Where the kind is checked by a call of its own (`lstat` before opening the log or a large
+ * index.json, or the listing without `readFileNoFollow`), a file swapped for a link or a FIFO
+ * between that check and the open, by a process that can write the session directory, is not
+ * excluded: the reads of meta.json and a small index.json with `readFileNoFollow` are the ones
+ * that check and read in one call. An index.json that such a read finds busy (`EAGAIN`, a lease
+ * held by another process) is not used, as if missing.
  * - **the rounds' lines**, read only for a fallback title (no stored title, none remembered for
  *   the generation): the first round's line must start a line (offset 0, or the byte before it is
  *   `"\n"`), end inside the committed range and parse as a user message; when it yields no title,
@@ -125,7 +131,6 @@ import {
   MESSAGES_FILE,
   META_FILE,
   readListingIndex,
-  readRoundIndex,
   readStorageMeta,
   refuseIrregularFile,
   type RoundEntry,
@@ -849,7 +854,15 @@ async function summarizeFrom(
     ? undefined
     : await readListingIndex(fs, dir, meta, indexIsFile === true);
   const summary = indexRead !== undefined && "head" in indexRead
-    ? await fastCountsFromHead(context, dir, meta, indexRead.head, needTitle, openLog)
+    ? await fastCountsFromHead(
+      context,
+      dir,
+      meta,
+      indexRead.head,
+      indexRead.whole,
+      needTitle,
+      openLog,
+    )
     : await fastCounts(context, dir, meta, indexRead?.index, needTitle, openLog);
   cache?.set(dir, meta, {
     userMessageCount: summary.userMessageCount,
@@ -912,10 +925,10 @@ async function fastCountsFromHead(
   dir: string,
   meta: StorageMeta,
   head: RoundIndexHead,
+  readWhole: () => Promise<RoundIndex | undefined>,
   needTitle: boolean,
   openLog: () => Promise<FileHandle>,
 ): Promise<Summary> {
-  const fs = context.fs;
   const fits = head.roundCount <= head.messageCount &&
     (head.messageCount === 0 || head.roundCount > 0) &&
     head.bytes >= MIN_LINE_BYTES * head.messageCount &&
@@ -925,7 +938,7 @@ async function fastCountsFromHead(
   const prefix = !matches && head.start === meta.start && head.bytes > 0 &&
     head.bytes < meta.bytes && head.messageCount < meta.messageCount;
   const whole = async (): Promise<Summary> =>
-    await fastCounts(context, dir, meta, await readRoundIndex(fs, dir), needTitle, openLog);
+    await fastCounts(context, dir, meta, await readWhole(), needTitle, openLog);
   if (!fits || !(matches || prefix)) return await whole();
   const tail = prefix
     ? await scanTail(openLog, meta, {

@@ -8,7 +8,7 @@
  */
 import * as v from "valibot";
 import type { EntryKind, FileHandle, FileSystem } from "../port/fs.ts";
-import { NotFound } from "../port/errors.ts";
+import { FsError, NotFound } from "../port/errors.ts";
 import type { Sha256, Sha256Factory } from "../port/sha256.ts";
 import { join } from "../port/path.ts";
 import { CorruptSessionError, SessionFormatError, UnsupportedSessionError } from "./errors.ts";
@@ -297,6 +297,15 @@ export function indexSizeBound(messageCount: number, bytes: number): number {
   return 256 + messageCount * (32 + digits(messageCount) + digits(bytes));
 }
 
+/** What a listing read of index.json found: its head (and how to read it whole), or all of it. */
+export type ListingIndex =
+  | { readonly index: RoundIndex }
+  | {
+    readonly head: RoundIndexHead;
+    /** The whole index, parsed from the bytes already read or read again the same way. */
+    readonly whole: () => Promise<RoundIndex | undefined>;
+  };
+
 /**
  * Reads index.json for a listing of the committed state `meta`, as its head: the counts and the
  * first round, which the canonical form puts first (a file not in that form is parsed whole).
@@ -305,38 +314,57 @@ export function indexSizeBound(messageCount: number, bytes: number): number {
  * (`readIndexHead`), so reading the index costs the same whatever the history's size.
  * Undefined when the file is missing or not of this library's form.
  *
- * Never read through a link: with `kindKnown` the caller has seen index.json to be a regular
- * file (a directory listing); without it, a small index is read with `readFileNoFollow` when the
- * port has it, and otherwise (and for a large index) its kind is checked first. A link, a
- * directory or a FIFO there is not an index (undefined).
+ * Not read through a link: with `kindKnown` the caller has seen index.json to be a regular file
+ * (a directory listing); without it, a small index is read with `readFileNoFollow` when the port
+ * has it (and read whole from those same bytes when asked), and otherwise (and for a large
+ * index's head) its kind is checked first. A link, a directory or a FIFO there is not an index
+ * (undefined), nor is a regular file that a no-follow read found busy (`EAGAIN`: a lease held by
+ * another process; the index is derived data, so the listing does without it instead of waiting).
  */
 export async function readListingIndex(
   fs: FileSystem,
   dir: string,
   meta: Pick<StorageMeta, "messageCount" | "bytes">,
   kindKnown = true,
-): Promise<{ readonly index: RoundIndex } | { readonly head: RoundIndexHead } | undefined> {
+): Promise<ListingIndex | undefined> {
   const file = join(dir, INDEX_FILE);
   const large = indexSizeBound(meta.messageCount, meta.bytes) > INDEX_HEAD_LIMIT;
-  const noFollow = !kindKnown && !large ? fs.readFileNoFollow?.bind(fs) : undefined;
-  if (!kindKnown && noFollow === undefined && (await entryKind(fs, file)) !== "file") {
+  const noFollow = kindKnown ? undefined : fs.readFileNoFollow?.bind(fs);
+  /** The whole file, never through a link when its kind is not known. */
+  const readWhole = async (): Promise<Uint8Array | undefined> => {
+    try {
+      return noFollow !== undefined ? await noFollow(file) : await fs.readFile(file);
+    } catch (error) {
+      if (error instanceof NotFound) return undefined;
+      if (noFollow === undefined) throw error;
+      // A link, a directory or a FIFO that refused the read is just not an index, nor is a busy
+      // file; any other failure of a regular file is reported.
+      if (error instanceof FsError && (error.code === "EAGAIN" || error.code === "EWOULDBLOCK")) {
+        return undefined;
+      }
+      if ((await entryKind(fs, file)) !== "file") return undefined;
+      throw error;
+    }
+  };
+  if (!kindKnown && (large || noFollow === undefined) && (await entryKind(fs, file)) !== "file") {
     return undefined;
   }
-  if (large) return await readIndexHead(fs, dir);
-  let bytes: Uint8Array;
-  try {
-    bytes = noFollow !== undefined ? await noFollow(file) : await fs.readFile(file);
-  } catch (error) {
-    if (error instanceof NotFound) return undefined;
-    // A link, a directory or a FIFO that refused the read is just not an index; any other
-    // failure of a regular file is reported.
-    if (noFollow !== undefined && (await entryKind(fs, file)) !== "file") return undefined;
-
-    throw error;
+  if (large) {
+    const read = await readIndexHead(fs, dir);
+    if (read === undefined || "index" in read) return read;
+    const whole = async (): Promise<RoundIndex | undefined> => {
+      const bytes = await readWhole();
+      return bytes === undefined ? undefined : parseRoundIndexText(decoder.decode(bytes));
+    };
+    return { head: read.head, whole };
   }
+  const bytes = await readWhole();
+  if (bytes === undefined) return undefined;
   // The head is in the first bytes of the canonical form: decode only those for it.
   const head = indexHeadOf(decoder.decode(bytes.subarray(0, HEAD_BYTES)));
-  if (head !== undefined) return { head };
+  if (head !== undefined) {
+    return { head, whole: () => Promise.resolve(parseRoundIndexText(decoder.decode(bytes))) };
+  }
   const index = parseRoundIndexText(decoder.decode(bytes));
   return index === undefined ? undefined : { index };
 }
