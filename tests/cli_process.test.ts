@@ -2,13 +2,16 @@
 // quietly, and only running the entry file itself runs it (importing it runs nothing).
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
+import { Buffer } from "node:buffer";
 import {
   closeSync,
+  constants,
   existsSync,
   mkdirSync,
   mkdtempSync,
   openSync,
+  readSync,
   rmSync,
   symlinkSync,
   writeFileSync,
@@ -73,6 +76,54 @@ test("output larger than a pipe's buffer reaches the reader whole", () => {
   assert.ok(run.stdout.length > BIG, `${run.stdout.length} bytes`);
   const page = JSON.parse(run.stdout);
   assert.equal(page.messages[0].content.length, BIG);
+});
+
+test("output to a non-blocking pipe whose reader stalls reaches it whole, on Node and on Deno", {
+  skip: process.platform === "win32",
+}, async () => {
+  // A FIFO opened non-blocking on both ends: the command's stdout is a non-blocking pipe (the
+  // flag belongs to the open file, which the command inherits), and nothing reads it for a while,
+  // so its writes meet a full pipe (EAGAIN) and must wait instead of failing or losing output.
+  const fifo = join(base, "stalled.fifo");
+  const made = spawnSync("mkfifo", [fifo]);
+  assert.equal(made.status, 0, String(made.stderr));
+  const reader = openSync(fifo, constants.O_RDONLY | constants.O_NONBLOCK);
+  const writer = openSync(fifo, constants.O_WRONLY | constants.O_NONBLOCK);
+  const child = spawn(process.execPath, [
+    ...runtimeArgs(BIN),
+    "sessions",
+    "history",
+    bigId,
+    "--json",
+  ], { cwd: work, env: env(), stdio: ["ignore", writer, "pipe"] });
+  closeSync(writer);
+  let stderr = "";
+  child.stderr?.on("data", (chunk) => (stderr += String(chunk)));
+  const exited = new Promise<number | null>((resolve) => child.on("close", resolve));
+  try {
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    const chunks: Buffer[] = [];
+    const buffer = Buffer.alloc(1024 * 1024);
+    for (;;) {
+      let read: number;
+      try {
+        read = readSync(reader, buffer, 0, buffer.length, null);
+      } catch (error) {
+        if ((error as { code?: unknown }).code !== "EAGAIN") throw error;
+        await new Promise((resolve) => setTimeout(resolve, 5));
+        continue;
+      }
+      if (read === 0) break; // every writer closed: the command is done
+      chunks.push(Buffer.from(buffer.subarray(0, read)));
+    }
+    assert.equal(await exited, 0, stderr);
+    const text = Buffer.concat(chunks).toString("utf8");
+    assert.ok(text.length > BIG, `${text.length} bytes`);
+    assert.equal(JSON.parse(text).messages[0].content.length, BIG);
+  } finally {
+    closeSync(reader);
+    child.kill();
+  }
 });
 
 test("a reader that goes away (| head) ends the command quietly", () => {
