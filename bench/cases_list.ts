@@ -83,7 +83,8 @@ async function measureLists(
       sizeLabel,
       ...stats,
       maxRatio: undefined,
-      note: `${note}; the same store again: reads each directory and meta.json; floor: readdir + ` +
+      note:
+        `${note}; the same store again: reads each meta.json and the kind of index.json; floor: readdir + ` +
         "read and parse each meta.json",
     });
   }
