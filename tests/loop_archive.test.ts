@@ -585,3 +585,65 @@ test("a rollback interrupted after its moves but before membership: every reader
   assert.deepEqual(await store.archive.list(CWD), [kept.id, gone.id]);
   await assert.rejects(fs.lstat(staging));
 });
+
+for (
+  const step of ["the marker's fsync", "the staging directory's fsync after the marker"] as const
+) {
+  test(`a delete failing at ${step} rolls back; a crash at any step of that rollback recovers to the state before`, async () => {
+    const { fs, store } = await setup();
+    const a = (await saved(store, conversation(2))).id;
+    const b = (await saved(store, conversation(3))).id;
+    const kept = (await saved(store, [user("kept")])).id;
+    await store.archive.set(CWD, [a, b, kept], true);
+    fs.syncAll();
+    const listed = async (view: MemoryFs) =>
+      (await storeOn(view).list(CWD)).map((s) => `${s.id}:${s.archived}`).sort();
+    const before = await listed(fs);
+    // The operation numbers of a clean delete: the marker's open, then the fsync that fails.
+    const probe = fs.clone();
+    probe.resetCounter();
+    await storeOn(probe).archive.delete(CWD, [a, b]);
+    const log = probe.operationLog;
+    const deleted = await listed(probe);
+    const marker = log.findIndex((r) => r.op === "open" && r.path.endsWith("/committed"));
+    assert.ok(marker > 0);
+    const failing = log.slice(marker).find((r) =>
+      step === "the marker's fsync"
+        ? r.op === "sync"
+        : r.op === "syncDir" && r.path.includes("/.delete-")
+    );
+    assert.ok(failing !== undefined);
+    let crashes = 0;
+    for (let extra = 0; extra < 60; extra++) {
+      const run = fs.clone();
+      run.resetCounter();
+      run.failAt(failing.number, { error: "EIO" });
+      run.crashAfter(failing.number + extra);
+      const outcome = await storeOn(run).archive.delete(CWD, [a, b]).then(
+        () => "resolved",
+        () => "rejected",
+      );
+      if (!run.crashTriggered) {
+        // No crash left to place: the rollback finished and the call reported the fault.
+        assert.equal(outcome, "rejected");
+        run.clearFaults();
+        assert.deepEqual(await listed(run), before);
+        break;
+      }
+      crashes++;
+      for (const seed of [0, 1, 2]) {
+        // Power lost: the marker may or may not have reached the disk before the rollback
+        // removed it, so the delete is done or undone, never half of it.
+        const after = run.crash({ seed });
+        await storeOn(after).cleanup(CWD);
+        const state = await listed(after);
+        assert.ok(
+          JSON.stringify(state) === JSON.stringify(before) ||
+            JSON.stringify(state) === JSON.stringify(deleted),
+          `crash ${extra} ops after the fault, seed ${seed}: ${JSON.stringify(state)}`,
+        );
+      }
+    }
+    assert.ok(crashes > 3, `${crashes} crash points in the rollback`);
+  });
+}

@@ -391,6 +391,16 @@ async function rollBackDeletion(
 ): Promise<void> {
   const fs = context.fs;
   const full = context.durability === "full";
+  // A commit marker left by a failure after its creation (its fsync, or the staging directory's,
+  // failed) says "committed" to readers and to recovery. It goes first, durably: a crash during
+  // this rollback is then rolled back by recovery too, never finished as a delete of the part
+  // already moved back. (Readers that looked while it was there saw the delete done.)
+  try {
+    await fs.remove(join(staging, DELETE_COMMITTED_FILE));
+    if (full) await fs.syncDir(staging);
+  } catch (error) {
+    if (!(error instanceof NotFound)) throw error;
+  }
   let moved = false;
   for (const name of [...intent.entries].reverse()) {
     const from = join(staging, name);
