@@ -17,6 +17,7 @@ import type { ProcessProbe } from "../src/loop/lock.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { crashAtEveryOperation, failAtEveryOperation } from "./_crash.ts";
 import { assistant, conversation, user } from "./_fixtures.ts";
+import { withoutNoFollow } from "./_hooks.ts";
 
 const CWD = "/work/project";
 const OTHER = "/work/other";
@@ -645,5 +646,42 @@ for (
       }
     }
     assert.ok(crashes > 3, `${crashes} crash points in the rollback`);
+  });
+}
+
+for (const planted of ["a link", "a directory"] as const) {
+  test(`archive.json planted as ${planted} is refused by the archive and reported by listings, never read`, async () => {
+    const { fs, store } = await setup();
+    const a = (await saved(store, conversation(2))).id;
+    const b = (await saved(store, conversation(1))).id;
+    const file = `${COLLECTION}/archive.json`;
+    if (planted === "a link") {
+      // A membership elsewhere naming a session: following it would archive (and let delete) it.
+      await fs.writeFile("/elsewhere.json", encoder.encode(JSON.stringify([a]) + "\n"));
+      await fs.symlink("/elsewhere.json", file);
+    } else {
+      await fs.mkdir(file);
+    }
+    for (const port of [fs, withoutNoFollow(fs)]) {
+      const view = new SessionStore({ fs: port, agentDir: AGENT });
+      await assert.rejects(view.archive.isArchived(CWD, a), SessionFormatError);
+      await assert.rejects(view.archive.set(CWD, [b], true), SessionFormatError);
+      await assert.rejects(view.archive.delete(CWD, [a]), SessionFormatError);
+      for (const fast of [false, true]) {
+        const listed = await view.listDetailed(CWD, undefined, { fast });
+        assert.deepEqual(
+          listed.sessions.map((s) => [s.id, s.archived]).sort(),
+          [
+            [a, false],
+            [b, false],
+          ].sort(),
+        );
+        assert.equal(listed.failures.length, 1);
+        assert.ok(listed.failures[0]?.error instanceof SessionFormatError);
+        assert.equal((listed.failures[0]?.error as SessionFormatError).file, file);
+      }
+    }
+    assert.equal((await fs.lstat(file)).kind, planted === "a link" ? "symlink" : "directory");
+    assert.equal((await fs.lstat(`${COLLECTION}/${a}`)).kind, "directory");
   });
 }

@@ -19,6 +19,7 @@ import type { Message } from "../src/loop/records/mod.ts";
 import { comparePinnedFirst, compareSessions, type SessionInfo } from "../src/loop/discovery.ts";
 import { encodeRoundIndex, indexSizeBound } from "../src/loop/storage.ts";
 import { assistant, conversation, user } from "./_fixtures.ts";
+import { withoutNoFollow } from "./_hooks.ts";
 
 const CWD = "/work/project";
 const OTHER = "/work/other";
@@ -67,20 +68,6 @@ function legacyFile(id: string, cwd: string, messages: readonly Message[], versi
     permissionPreset: "read-only",
   };
   return [head, ...messages].map((r) => JSON.stringify(r)).join("\n") + "\n";
-}
-
-/**
- * `fs` as a port without `readFileNoFollow`: fast listings then list each session directory to
- * learn its files' kinds before reading them.
- */
-function withoutNoFollow(fs: FileSystem): FileSystem {
-  return new Proxy(fs, {
-    get(target, prop) {
-      if (prop === "readFileNoFollow") return undefined;
-      const value = Reflect.get(target, prop, target);
-      return typeof value === "function" ? value.bind(target) : value;
-    },
-  });
 }
 
 /** The two ways a fast listing reads: no-follow reads (MemoryFs has them), or a listing first. */

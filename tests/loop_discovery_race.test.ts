@@ -8,7 +8,7 @@ import type { FileSystem } from "../src/port/fs.ts";
 import { FsIoError } from "../src/port/errors.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import { conversation, user } from "./_fixtures.ts";
-import { gate, hookedFs } from "./_hooks.ts";
+import { gate, hookedFs, withoutNoFollow } from "./_hooks.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -186,13 +186,7 @@ for (
         agentDir: AGENT,
       });
       let first = true;
-      const port: FileSystem = noFollow ? fs : new Proxy(fs, {
-        get: (target, prop) => {
-          if (prop === "readFileNoFollow") return undefined;
-          const value = Reflect.get(target, prop, target);
-          return typeof value === "function" ? value.bind(target) : value;
-        },
-      });
+      const port: FileSystem = noFollow ? fs : withoutNoFollow(fs);
       const lister = new SessionStore({
         fs: hookedFs(port, {
           after: async (method, args) => {

@@ -13,20 +13,10 @@ import type { FileSystem } from "../src/port/fs.ts";
 import { SessionFormatError } from "../src/loop/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import type { ListResult } from "../src/loop/discovery.ts";
+import { withoutNoFollow } from "./_hooks.ts";
 import { conversation } from "./_fixtures.ts";
 
 const POSIX = process.platform !== "win32";
-
-/** `fs` without `readFileNoFollow`: listings then list each session directory before reading. */
-function withoutNoFollow(fs: FileSystem): FileSystem {
-  return new Proxy(fs, {
-    get(target, prop) {
-      if (prop === "readFileNoFollow") return undefined;
-      const value = Reflect.get(target, prop, target);
-      return typeof value === "function" ? value.bind(target) : value;
-    },
-  });
-}
 
 /** A collection holding one session of 6 messages, titled or not, on the real filesystem. */
 async function fixture(titled: boolean): Promise<{
@@ -153,4 +143,27 @@ if (POSIX) {
       },
     );
   }
+
+  test("archive.json planted as a FIFO is refused and reported, without waiting on it", async () => {
+    const { root, collection, dir, list } = await fixture(true);
+    try {
+      const file = join(collection, "archive.json");
+      execFileSync("mkfifo", [file]);
+      const id = dir.split("/").pop() as string;
+      for (const fs of [nodeFs(), withoutNoFollow(nodeFs())]) {
+        const store = new SessionStore({
+          fs,
+          sha256: nodeSha256,
+          agentDir: join(root, "agent"),
+          sessionDir: collection,
+        });
+        await assert.rejects(store.archive.isArchived(undefined, id), SessionFormatError);
+        const listed = await list(fs);
+        assert.deepEqual(listed.sessions.map((s) => s.id), [id]);
+        assert.equal((listed.failures[0]?.error as SessionFormatError).file, file);
+      }
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
+  });
 }

@@ -61,6 +61,7 @@ import { isSessionId } from "./records/mod.ts";
 import { acquireWriterLock, type HeldLock, type StoreContext } from "./lock.ts";
 import type { ListResult } from "./discovery.ts";
 import { LEGACY_EXTENSION, legacySessionId } from "./legacy.ts";
+import { entryKind, refuseIrregularFile } from "./storage.ts";
 
 /** The file name of a collection's archive membership. */
 export const ARCHIVE_FILE = "archive.json";
@@ -118,14 +119,45 @@ export function parseArchiveMembership(bytes: Uint8Array, file: string): string[
   return [...new Set(value as string[])];
 }
 
-/** The archived ids of `collection` in insertion order (empty when archive.json is missing). */
+/**
+ * The archived ids of `collection` in insertion order (empty when archive.json is missing).
+ * archive.json is never read through a link, nor waited on as a FIFO: with `readFileNoFollow` in
+ * one call, otherwise after checking its kind. One that is not a regular file is refused.
+ *
+ * @throws {SessionFormatError} When archive.json is not a regular file or not a valid membership.
+ */
 export async function readArchiveMembership(
   fs: FileSystem,
   collection: string,
 ): Promise<string[]> {
   const file = join(collection, ARCHIVE_FILE);
-  const bytes = await readIfExists(fs, file);
-  return bytes === undefined ? [] : parseArchiveMembership(bytes, file);
+  /** Refuses what is not a regular file; false when nothing is there. */
+  const regular = async (): Promise<boolean> => {
+    const kind = await entryKind(fs, file);
+    if (kind !== undefined) refuseIrregularFile(kind, file);
+    return kind !== undefined;
+  };
+  if (fs.readFileNoFollow === undefined) {
+    if (!(await regular())) return [];
+    const bytes = await readIfExists(fs, file);
+    return bytes === undefined ? [] : parseArchiveMembership(bytes, file);
+  }
+  let bytes: Uint8Array;
+  try {
+    bytes = await fs.readFileNoFollow(file);
+  } catch (error) {
+    if (error instanceof NotFound) return [];
+    // A link, a directory or a FIFO is refused as such; a regular file's failure is reported.
+    if (!(await regular())) return [];
+    throw error;
+  }
+  try {
+    return parseArchiveMembership(bytes, file);
+  } catch (error) {
+    // A FIFO reads as what it holds at once (nothing, without a writer): named as what it is.
+    if (error instanceof SessionFormatError) await regular();
+    throw error;
+  }
 }
 
 /** Replaces archive.json of `collection` with `ids` (compact JSON and a newline). */

@@ -307,7 +307,8 @@ async function candidatesOf(
   let hasArchive = false;
   for (const entry of entries) {
     const name = entry.name;
-    if (name === ARCHIVE_FILE && entry.kind === "file") hasArchive = true;
+    // Any kind: one that is not a regular file is reported (never read), not ignored.
+    if (name === ARCHIVE_FILE) hasArchive = true;
     else if (entry.kind === "directory" && stagingSessionId(name) !== undefined) {
       const id = stagingSessionId(name) as string;
       staged.set(id, [...(staged.get(id) ?? []), name]);
