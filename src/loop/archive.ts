@@ -626,7 +626,10 @@ export async function inspectDeletion(
   return { dir: staging, directories, legacy, archived: intent.archived, error: undefined, ids };
 }
 
-/** archive.json's membership, then the ids the rollback of an uncommitted delete restores. */
+/**
+ * archive.json's membership, the ids the rollback of an uncommitted delete restores, and
+ * archive.json's membership once more (see below).
+ */
 async function effectiveMembership(fs: FileSystem, collection: string): Promise<string[]> {
   const members = await readArchiveMembership(fs, collection);
   let entries;
@@ -643,6 +646,11 @@ async function effectiveMembership(fs: FileSystem, collection: string): Promise<
   for (const name of names) {
     const deletion = await inspectDeletion(fs, collection, name);
     for (const id of deletion?.archived ?? []) if (!members.includes(id)) members.push(id);
+  }
+  // Read again: a rollback that finished meanwhile restored the membership it had taken away
+  // before removing its staging directory, so one of the two reads saw each archived id.
+  for (const id of await readArchiveMembership(fs, collection)) {
+    if (!members.includes(id)) members.push(id);
   }
   return members;
 }

@@ -526,6 +526,8 @@ async function readCollection(
     }
   }
   if (only === undefined) { for (const id of restored) archived.add(id); }
+  /** Archived ids of deletes found uncommitted by a second look (whole listings only). */
+  const restoredLater = only === undefined ? new Set<string>() : undefined;
   const matchesCwd = cwd === undefined ? undefined : cwdMatcher(fs, cwd);
   const concurrency = options.concurrency ?? (fast ? 32 : 4);
   const read = await mapLimit(candidates, concurrency, async (first) => {
@@ -536,7 +538,7 @@ async function readCollection(
         summary = await summarize(context, candidate, fast, cache);
       } catch (error) {
         if (!mayHaveMoved(candidate, error)) throw error;
-        const again = await lookAgain(fs, collection, candidate);
+        const again = await lookAgain(fs, collection, candidate, restoredLater);
         if (again === "gone") return undefined; // deleted meanwhile: not listed, not a failure
         if (again === "same") throw error;
         candidate = again;
@@ -544,7 +546,7 @@ async function readCollection(
       }
       if (summary === undefined && mayHaveMoved(candidate, undefined)) {
         // No meta.json: never committed, or moved aside by a delete or compaction meanwhile.
-        const again = await lookAgain(fs, collection, candidate);
+        const again = await lookAgain(fs, collection, candidate, restoredLater);
         if (typeof again === "object") {
           candidate = again;
           summary = await summarize(context, candidate, fast, cache);
@@ -568,7 +570,10 @@ async function readCollection(
       failures.push({ path: item.candidate.path, id: item.candidate.id, error: item.error });
       continue;
     }
-    sessions.push(infoOf(item.candidate, item.summary, archived.has(item.candidate.id)));
+    const id = item.candidate.id;
+    sessions.push(
+      infoOf(item.candidate, item.summary, archived.has(id) || restoredLater?.has(id) === true),
+    );
   }
   sessions.sort(options.pinnedFirst === true ? comparePinnedFirst : compareSessions);
   return { sessions, failures };
@@ -599,8 +604,13 @@ async function lookAgain(
   fs: FileSystem,
   collection: string,
   candidate: Candidate,
+  archived?: Set<string>,
 ): Promise<Candidate | "same" | "gone"> {
-  const now = (await candidatesOf(fs, collection, new Set([candidate.id]))).candidates[0];
+  const found = await candidatesOf(fs, collection, new Set([candidate.id]));
+  // A session found in an uncommitted delete's staging is archived if that delete found it so:
+  // the delete has already taken it out of archive.json, which this listing may have read since.
+  if (archived !== undefined) { for (const id of found.archived) archived.add(id); }
+  const now = found.candidates[0];
   if (now === undefined) return "gone";
   const before = candidate.source;
   const after = now.source;

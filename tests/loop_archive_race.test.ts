@@ -1,0 +1,137 @@
+// Readers racing a delete that stages an archived session, takes it out of archive.json and then
+// rolls back: the session is archived before, during and after, and every reader says so.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs } from "../adapters/memory.ts";
+import { FsIoError } from "../src/port/errors.ts";
+import { SessionStore, workspaceHash } from "../mod.ts";
+import { conversation, user } from "./_fixtures.ts";
+import { gate, hookedFs } from "./_hooks.ts";
+
+const CWD = "/work/project";
+const AGENT = "/home/user/.loop";
+const COLLECTION = `${AGENT}/sessions/${workspaceHash(CWD)}`;
+
+for (const fast of [false, true]) {
+  test(`listing (fast ${fast}) racing a rolled-back delete keeps archived: true`, async () => {
+    const fs = new MemoryFs();
+    await fs.mkdir(CWD, { recursive: true });
+    const store = new SessionStore({ fs, agentDir: AGENT });
+    const s = await store.create(CWD);
+    await s.commit(conversation(1));
+    await s.close();
+    const keep = await store.create(CWD);
+    await keep.commit([user("keep")]);
+    await keep.close();
+    await store.archive.set(CWD, [s.id], true);
+    const before = await store.list(CWD);
+    assert.equal(before.find((x) => x.id === s.id)?.archived, true);
+
+    const listerRead = gate();
+    const resume = gate();
+    const committedReached = gate();
+    let first = true;
+    const lister = new SessionStore({
+      fs: hookedFs(fs, {
+        after: async (method, args) => {
+          if (method === "readDir" && args[0] === COLLECTION && first) {
+            first = false;
+            listerRead.open();
+            await resume.wait;
+          }
+        },
+      }),
+      agentDir: AGENT,
+    });
+    const deleter = new SessionStore({
+      fs: hookedFs(fs, {
+        before: async (method, args) => {
+          if (method === "open" && String(args[0]).endsWith("/committed")) {
+            committedReached.open();
+            await listed.wait;
+            throw new FsIoError("EIO", "open", String(args[0]), "injected");
+          }
+        },
+      }),
+      agentDir: AGENT,
+    });
+    const listed = gate();
+    const listing = lister.listDetailed(CWD, undefined, { fast });
+    await listerRead.wait; // the listing read the collection before the delete began
+    const deleting = deleter.archive.delete(CWD, [s.id]).then(
+      () => "resolved",
+      (e) => `rejected ${e.name}`,
+    );
+    await committedReached.wait; // staged + membership written, marker not yet
+    resume.open();
+    const result = await listing;
+    listed.open();
+    assert.equal(await deleting, "rejected FsIoError");
+    const after = await store.list(CWD);
+    assert.equal(after.find((x) => x.id === s.id)?.archived, true, "after rollback: archived");
+    assert.deepEqual(result.failures, []);
+    const info = result.sessions.find((x) => x.id === s.id);
+    assert.ok(info !== undefined, "listed");
+    assert.equal(
+      info.archived,
+      true,
+      "racing listing reported archived:false for an archived session whose delete never happened",
+    );
+  });
+}
+
+test("isArchived racing a delete that rolls back says archived", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const s = await store.create(CWD);
+  await s.commit(conversation(1));
+  await s.close();
+  await store.archive.set(CWD, [s.id], true);
+  const readMembership = gate();
+  const rolledBack = gate();
+  let first = true;
+  const reader = new SessionStore({
+    fs: hookedFs(fs, {
+      after: async (method, args) => {
+        if (
+          (method === "readFile" || method === "readFileNoFollow") &&
+          String(args[0]).endsWith("/archive.json") && first
+        ) {
+          first = false;
+          readMembership.open();
+          await rolledBack.wait;
+        }
+      },
+    }),
+    agentDir: AGENT,
+  });
+  const membershipWritten = gate();
+  const deleter = new SessionStore({
+    fs: hookedFs(fs, {
+      before: async (method, args) => {
+        if (method === "open" && String(args[0]).endsWith("/committed")) {
+          membershipWritten.open();
+          await readMembership.wait;
+          throw new FsIoError("EIO", "open", String(args[0]), "injected");
+        }
+      },
+    }),
+    agentDir: AGENT,
+  });
+  const deleting = deleter.archive.delete(CWD, [s.id]).then(
+    () => "resolved",
+    (e) => `rejected ${e.name}`,
+  );
+  await membershipWritten.wait;
+  const asking = reader.archive.isArchived(CWD, s.id);
+  assert.equal(await deleting, "rejected FsIoError");
+  rolledBack.open();
+  const answer = await asking;
+  assert.equal(await store.archive.isArchived(CWD, s.id), true);
+  assert.equal(
+    answer,
+    true,
+    "isArchived said false for a session archived before, during and after",
+  );
+});
