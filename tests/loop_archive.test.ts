@@ -685,3 +685,37 @@ for (const planted of ["a link", "a directory"] as const) {
     assert.equal((await fs.lstat(`${COLLECTION}/${a}`)).kind, "directory");
   });
 }
+
+test("a staged delete whose journal cannot be read is kept and reported, and blocks nothing else", async () => {
+  const { fs, store } = await setup();
+  const victim = (await saved(store, conversation(1))).id;
+  const other = (await saved(store, conversation(2))).id;
+  const staging = `${COLLECTION}/.delete-00000000-0000-4000-8000-000000000000`;
+  await fs.mkdir(staging);
+  await fs.rename(`${COLLECTION}/${victim}`, `${staging}/${victim}`);
+  await fs.writeFile(`${staging}/intent.json`, encoder.encode('{"operation":"del'));
+  const kept = fs.snapshotTree(staging);
+  // Operations on other sessions of the collection go on.
+  await store.archive.set(CWD, [other], true);
+  assert.equal(await store.archive.isArchived(CWD, other), true);
+  assert.equal((await store.compact(`${COLLECTION}/${other}`)).compacted, false);
+  const report = await store.cleanup(CWD);
+  assert.deepEqual(report.kept, [staging]);
+  await store.archive.delete(CWD, [other]);
+  // The staged copy is untouched, and listings report its session as a failure.
+  assert.deepEqual(fs.snapshotTree(staging), kept);
+  const listed = await store.listDetailed(CWD);
+  assert.deepEqual(listed.sessions, []);
+  assert.deepEqual(listed.failures.map((f) => f.id), [victim]);
+  assert.ok(listed.failures[0]?.error instanceof CorruptSessionError);
+});
+
+test("archiving or restoring no ids changes nothing, not even a missing collection", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = storeOn(fs);
+  const before = fs.snapshotTree("/");
+  await store.archive.set(CWD, [], true);
+  await store.archive.set(CWD, [], false);
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});

@@ -231,6 +231,8 @@ export class SessionArchive {
       throw new InvalidArgumentError("archived", `Invalid archived state: ${preview(archived)}`);
     }
     const { collection } = await this.#host.resolve(cwd);
+    // No ids change nothing: no collection is created and no lock is taken for them.
+    if (selected.length === 0) return;
     const context = this.#host.context;
     await this.#host.exclusive(collection, async () => {
       const current = await readArchiveMembership(context.fs, collection);

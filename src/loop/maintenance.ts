@@ -27,7 +27,7 @@ import {
   type StoreContext,
   WRITER_LOCK_FILE,
 } from "./lock.ts";
-import { SessionBusyError, SessionLockedError } from "./errors.ts";
+import { CorruptSessionError, SessionBusyError, SessionLockedError } from "./errors.ts";
 import { DELETE_PREFIX, recoverDeletion } from "./archive.ts";
 import { recoverStaging } from "./compaction.ts";
 import { STAGING_PREFIX } from "./legacy.ts";
@@ -41,9 +41,10 @@ export interface CleanupReport {
   /** Committed deletes whose staged content was removed. */
   readonly finished: string[];
   /**
-   * Staging directories left in place: they hold a session's previous directory while something
-   * other than a session directory is where it belongs (or their name names no session), so they
-   * may hold its only copy. Look at them by hand.
+   * Staging directories left in place: a compaction's that holds a session's previous directory
+   * while something other than a session directory is where it belongs (or whose name names no
+   * session), and a delete's whose journal cannot be read while it holds staged entries. Either
+   * may hold a session's only copy. Look at them by hand.
    */
   readonly kept: string[];
 }
@@ -83,7 +84,17 @@ export async function recoverLeftovers(
         path,
       );
     } else if (entry.kind === "directory" && entry.name.startsWith(DELETE_PREFIX)) {
-      const outcome = await recoverDeletion(context, collection, entry.name);
+      let outcome: Awaited<ReturnType<typeof recoverDeletion>>;
+      try {
+        outcome = await recoverDeletion(context, collection, entry.name);
+      } catch (error) {
+        // A staged delete whose journal cannot be read (torn by a power loss under "ordered",
+        // or damaged) is left for inspection and reported: it must not stop every other
+        // operation of the collection. Listings report its sessions as failures.
+        if (!(error instanceof CorruptSessionError)) throw error;
+        report.kept.push(path);
+        continue;
+      }
       (outcome === "restored"
         ? report.restored
         : outcome === "finished"

@@ -439,7 +439,15 @@ export class SessionStore {
           staging.compaction || staging.deleted !== undefined || staging.error !== undefined
         ) {
           await this.#exclusive(dirname(dir), () => Promise.resolve());
-          return await this.#checkSessionDirectory(dir, "none");
+          try {
+            return await this.#checkSessionDirectory(dir, "none");
+          } catch (error) {
+            // Still staged by a delete whose journal cannot be read (recovery keeps it): say so.
+            if (error instanceof SessionNotFoundError && staging.error !== undefined) {
+              throw staging.error;
+            }
+            throw error;
+          }
         }
       }
       throw new SessionNotFoundError(`No session at '${dir}': meta.json not found`, {
