@@ -422,5 +422,11 @@ export const denoSha256: Sha256Factory = nodeSha256;
  * @returns A probe of this process and host.
  */
 export function denoProcessProbe(): ProcessProbe {
-  return { pid: Deno.pid, host: Deno.hostname(), isAlive: nodeProcessProbe().isAlive };
+  const node = nodeProcessProbe();
+  return {
+    pid: Deno.pid,
+    host: Deno.hostname(),
+    isAlive: node.isAlive,
+    ...(node.processStart === undefined ? {} : { processStart: node.processStart }),
+  };
 }

@@ -28,7 +28,7 @@
  *
  * @module
  */
-import { constants } from "node:fs";
+import { constants, readFileSync } from "node:fs";
 import * as fsp from "node:fs/promises";
 import type { Stats } from "node:fs";
 import type { FileHandle as NativeHandle } from "node:fs/promises";
@@ -420,7 +420,31 @@ export const nodeSha256: Sha256Factory = (): Sha256 => new NodeSha256(createHash
  * @returns A probe of this process and host.
  */
 export function nodeProcessProbe(): ProcessProbe {
-  return { pid: process.pid, host: hostname(), isAlive: isProcessAlive };
+  return {
+    pid: process.pid,
+    host: hostname(),
+    isAlive: isProcessAlive,
+    ...(process.platform === "linux" ? { processStart: linuxProcessStart } : {}),
+  };
+}
+
+/**
+ * The start time of process `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`): the
+ * same for every thread of the process, different for a later process that reuses the pid.
+ * Undefined when it cannot be read (the process is gone, or no procfs).
+ */
+function linuxProcessStart(pid: number): string | undefined {
+  if (!Number.isSafeInteger(pid) || pid <= 0) return undefined;
+  let text: string;
+  try {
+    text = readFileSync(`/proc/${pid}/stat`, "latin1");
+  } catch {
+    return undefined;
+  }
+  // The command name (field 2) is in parentheses and may hold spaces and parentheses itself.
+  const fields = text.slice(text.lastIndexOf(")") + 2).split(" ");
+  const start = fields[19]; // field 22; the fields after the name start at field 3
+  return start !== undefined && /^\d+$/.test(start) ? start : undefined;
 }
 
 /** True when a process with `pid` exists on this host (signal 0 sends nothing). */

@@ -591,3 +591,46 @@ test("a lock removal retried after a failure never removes the lock a writer of 
   await assert.rejects(storeAs(fs, 300, alive).open(dir), SessionLockedError);
   await writer.close();
 });
+
+test("a lock naming this process instance is live (another thread), an earlier instance's with this pid is stale", async () => {
+  const { fs, alive, session } = await setup();
+  const dir = session.getSessionPath();
+  // This process (pid 300) started at tick 500; pid 200 now runs as the instance started at 90.
+  const starts = new Map([[300, "500"], [200, "90"]]);
+  const withStarts: ProcessProbe = {
+    pid: 300,
+    host: HOST,
+    isAlive: (pid) => pid === 300 || alive.has(pid),
+    processStart: (pid) => starts.get(pid),
+  };
+  const store = new SessionStore({ fs: view(fs), agentDir: AGENT, process: withStarts });
+  const lock = (pid: number, processStart?: string) => ({
+    pid,
+    host: HOST,
+    startedAt: "2026-01-01T00:00:00.000Z",
+    token: "0123abcd-0000-4000-8000-000000000001",
+    ...(processStart === undefined ? {} : { processStart }),
+  });
+  const cases: { lock: ReturnType<typeof lock>; live: boolean; why: string }[] = [
+    { lock: lock(300, "500"), live: true, why: "this instance, a token another thread holds" },
+    { lock: lock(300, "420"), live: false, why: "an earlier process that had this pid" },
+    { lock: lock(300), live: false, why: "this pid without an identity (as before)" },
+    { lock: lock(200, "90"), live: true, why: "another live process, the same instance" },
+    { lock: lock(200, "70"), live: false, why: "another process now runs with that pid" },
+    { lock: lock(200), live: true, why: "a live pid without an identity" },
+  ];
+  for (const { lock: record, live, why } of cases) {
+    await writeLock(fs, dir, record);
+    if (live) {
+      await assert.rejects(store.open(dir), SessionLockedError, why);
+      assert.deepEqual(await lockRecord(fs, dir), record, why);
+    } else {
+      const writer = await store.open(dir);
+      const taken = await lockRecord(fs, dir);
+      assert.equal(taken.pid, 300, why);
+      assert.equal(taken.processStart, "500", why);
+      await writer.close();
+    }
+    await fs.remove(`${dir}/${WRITER_LOCK_FILE}`).catch(() => undefined);
+  }
+});

@@ -11,12 +11,16 @@
  * ## The lock file
  *
  * `<session dir>/writer.lock` (or `<collection>/.collection.lock`) is created exclusively with
- * mode 0600 and holds one JSON object: `{"pid", "host", "startedAt", "token"}`. A lock is *live*
- * while its holder may still run: another host (which cannot be probed), a pid the probe reports
- * alive, or a token this very process holds. It is *stale* when its pid is dead on this host, or
- * when it names this process's pid with a token this process does not hold (a leftover of an
- * earlier process that had the same pid). A lock file that cannot be parsed is given a short
- * grace period (its writer may be between create and write) and is stale after it.
+ * mode 0600 and holds one JSON object: `{"pid", "host", "startedAt", "token"}`, plus
+ * `"processStart"` where the probe can identify process instances (Linux). A lock is *live* while
+ * its holder may still run: another host (which cannot be probed), a pid the probe reports alive
+ * (and, with `processStart`, still the same process), a token this copy of the library holds, or
+ * this very process instance (another worker thread or copy of the library). It is *stale* when
+ * its pid is dead on this host, names another process instance than the one now running with
+ * that pid, or names this process's pid with a token it does not hold and no `processStart` to
+ * tell otherwise (then assumed a leftover of an earlier process that had the same pid). A lock
+ * file that cannot be parsed is given a short grace period (its writer may be between create and
+ * write) and is stale after it.
  *
  * ## Taking over a stale lock
  *
@@ -65,6 +69,14 @@ export interface ProcessProbe {
   readonly host: string;
   /** True when a process with `pid` exists on this host (a process we may not signal is alive). */
   isAlive(pid: number): boolean;
+  /**
+   * Optional: an identity of the running process instance with `pid` that no other process with
+   * that pid shares and every thread of it does (on Linux its start time since boot, from
+   * `/proc/<pid>/stat`), or undefined where the adapter cannot tell. With it, a lock that names
+   * this process's pid is recognized as held by another thread (a worker) or another copy of the
+   * library in this very process, and a lock whose pid was reused by another process as stale.
+   */
+  processStart?(pid: number): string | undefined;
 }
 
 /** The store context shared by the store's companion modules: session context plus a probe. */
@@ -85,6 +97,8 @@ export interface LockRecord {
   readonly startedAt: string;
   /** A random token naming this acquisition. */
   readonly token: string;
+  /** The holder's `ProcessProbe.processStart`, when its probe knew it. */
+  readonly processStart?: string;
 }
 
 /** What a lock file says: nothing there, a live holder, or a stale leftover. */
@@ -140,7 +154,8 @@ export function parseLockRecord(bytes: Uint8Array): LockRecord | undefined {
   const record = value as Record<string, unknown>;
   if (
     !Number.isSafeInteger(record.pid) || typeof record.host !== "string" ||
-    typeof record.startedAt !== "string" || typeof record.token !== "string"
+    typeof record.startedAt !== "string" || typeof record.token !== "string" ||
+    (record.processStart !== undefined && typeof record.processStart !== "string")
   ) return undefined;
   return record as unknown as LockRecord;
 }
@@ -156,8 +171,19 @@ async function readLockBytes(fs: FileSystem, path: string): Promise<Uint8Array |
 
 function isLive(record: LockRecord, probe: ProcessProbe): boolean {
   if (record.host !== probe.host) return true;
-  if (record.pid === probe.pid) return heldTokens.has(record.token);
-  return probe.isAlive(record.pid);
+  if (record.pid === probe.pid) {
+    if (heldTokens.has(record.token)) return true;
+    // Not held by this copy of the library: by another thread or copy of it in this very process
+    // (live) when the lock names this process instance; otherwise a leftover of an earlier
+    // process that had this pid. Without an identity to compare, the latter is assumed.
+    const mine = probe.processStart?.(probe.pid);
+    return mine !== undefined && record.processStart === mine;
+  }
+  if (!probe.isAlive(record.pid)) return false;
+  // Alive, unless the pid now belongs to another process than the one that took the lock.
+  if (record.processStart === undefined) return true;
+  const theirs = probe.processStart?.(record.pid);
+  return theirs === undefined || theirs === record.processStart;
 }
 
 function sleep(ms: number): Promise<void> {
@@ -374,11 +400,13 @@ async function tryFileLock(
 }
 
 function newRecord(context: StoreContext, probe: ProcessProbe): LockRecord {
+  const processStart = probe.processStart?.(probe.pid);
   return {
     pid: probe.pid,
     host: probe.host,
     startedAt: new Date(context.now()).toISOString(),
     token: globalThis.crypto.randomUUID(),
+    ...(processStart === undefined ? {} : { processStart }),
   };
 }
 
