@@ -9,7 +9,7 @@ import { MemoryFs } from "../adapters/memory.ts";
 import { nodeFs, nodeProcessProbe } from "../adapters/node.ts";
 import type { FileSystem } from "../src/port/fs.ts";
 import { FsIoError } from "../src/port/errors.ts";
-import { SessionBusyError, SessionLockedError } from "../src/loop/errors.ts";
+import { SessionBusyError, SessionFormatError, SessionLockedError } from "../src/loop/errors.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
 import {
@@ -21,7 +21,7 @@ import {
   WRITER_LOCK_FILE,
 } from "../src/loop/lock.ts";
 import { conversation, user } from "./_fixtures.ts";
-import { hookedFs } from "./_hooks.ts";
+import { gate, hookedFs, withoutNoFollow } from "./_hooks.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -437,7 +437,8 @@ test("an open in the process that runs cleanup never ends with cleanup removing 
         const path = String(args[0]);
         if (prop === "open" && path.includes(`${WRITER_LOCK_FILE}.takeover-`)) marker = true;
         const result = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
-        if (prop === "readFile" && path === lock && marker && opened === undefined) {
+        const read = prop === "readFile" || prop === "readFileNoFollow";
+        if (read && path === lock && marker && opened === undefined) {
           opened = await opener.open(dir).catch((error: Error) => error);
         }
         return result;
@@ -633,4 +634,110 @@ test("a lock naming this process instance is live (another thread), an earlier i
     }
     await fs.remove(`${dir}/${WRITER_LOCK_FILE}`).catch(() => undefined);
   }
+});
+
+for (const planted of ["a directory", "a dangling link", "a link to a live lock"] as const) {
+  test(`a writer.lock that is ${planted} is refused by name, never followed or removed; cleanup goes on`, async () => {
+    const { fs, alive, session } = await setup();
+    const dir = session.getSessionPath();
+    const lock = `${dir}/${WRITER_LOCK_FILE}`;
+    const other = await storeAs(fs, 100, alive).create(CWD);
+    await other.commit(conversation(1));
+    await other.close();
+    await fs.writeFile(`${other.getSessionPath()}/.meta.json.1.tmp`, encoder.encode("x"));
+    if (planted === "a directory") await fs.mkdir(lock);
+    else if (planted === "a dangling link") await fs.symlink("/nowhere", lock);
+    else {
+      await writeLock(fs, "/", { pid: 200, host: HOST, startedAt: "x", token: "live-token" });
+      await fs.symlink(`/${WRITER_LOCK_FILE}`, lock);
+    }
+    for (const port of [fs, withoutNoFollow(fs)]) {
+      const store = new SessionStore({
+        fs: view(port),
+        agentDir: AGENT,
+        process: probe(300, alive),
+      });
+      const refused = await store.open(dir).catch((error: unknown) => error);
+      assert.ok(refused instanceof SessionFormatError, String(refused));
+      assert.equal(refused.file, lock);
+      const reader = await store.open(dir, { readOnly: true });
+      await reader.close();
+      // Cleanup of the collection goes on past it: the other session's temp file is removed.
+      const report = await store.cleanup(CWD);
+      assert.ok(!report.removed.includes(lock));
+    }
+    assert.equal((await fs.lstat(lock)).kind, planted === "a directory" ? "directory" : "symlink");
+    assert.deepEqual(
+      (await fs.readDir(other.getSessionPath())).map((e) => e.name).filter((n) =>
+        n.endsWith(".tmp")
+      ),
+      [],
+    );
+  });
+}
+
+test("two contenders finding the same dead takeover marker: one writer, the other refused", async () => {
+  const { fs, alive, session } = await setup();
+  const dir = session.getSessionPath();
+  const lock = `${dir}/${WRITER_LOCK_FILE}`;
+  const marker = `${lock}.takeover-dead-beef`;
+  // A writer (999) died holding the lock; a takeover (998) died between its marker and its end.
+  await writeLock(fs, dir, { pid: 999, host: HOST, startedAt: "x", token: "dead-beef" });
+  await fs.writeFile(
+    marker,
+    encoder.encode(JSON.stringify({ pid: 998, host: HOST, startedAt: "x", token: "taker" })),
+  );
+  alive.add(300);
+  alive.add(400);
+  // The interleaving that let both through when a dead marker was removed by a plain read and
+  // remove: C reaches the marker's removal, B removes it, creates its own marker and reads the
+  // lock, then C removes B's marker, and each removes the lock the other took. A step the
+  // takeover no longer makes is waited for briefly, then skipped.
+  const step = (g: ReturnType<typeof gate>) =>
+    Promise.race([g.wait, new Promise((resolve) => setTimeout(resolve, 200))]);
+  const cAtMarker = gate(), bReadLock = gate(), cReadLock = gate(), bOpened = gate();
+  let bRemovedMarker = false, cRemovedMarker = false;
+  const isRead = (method: string) => method === "readFile" || method === "readFileNoFollow";
+  const fsB = hookedFs(fs, {
+    before: async (method, args) => {
+      if (method === "remove" && args[0] === marker && !bRemovedMarker) {
+        await step(cAtMarker);
+        bRemovedMarker = true;
+      }
+      if (method === "remove" && args[0] === lock) await step(cReadLock);
+    },
+    after: (method, args) => {
+      if (isRead(method) && args[0] === lock && bRemovedMarker) bReadLock.open();
+    },
+  });
+  const fsC = hookedFs(fs, {
+    before: async (method, args) => {
+      if (method === "remove" && args[0] === marker && !cRemovedMarker) {
+        cAtMarker.open();
+        await step(bReadLock);
+        cRemovedMarker = true;
+      }
+      if (method === "remove" && args[0] === lock) await step(bOpened);
+    },
+    after: (method, args) => {
+      if (isRead(method) && args[0] === lock && cRemovedMarker) cReadLock.open();
+    },
+  });
+  const b = new SessionStore({ fs: fsB, agentDir: AGENT, process: probe(300, alive) });
+  const c = new SessionStore({ fs: fsC, agentDir: AGENT, process: probe(400, alive) });
+  const results = await Promise.allSettled([
+    b.open(dir).then((writer) => {
+      bOpened.open();
+      return writer;
+    }),
+    c.open(dir),
+  ]);
+  const writers = results.filter((r) => r.status === "fulfilled");
+  assert.equal(writers.length, 1, JSON.stringify(results.map((r) => r.status)));
+  const refused = results.find((r) => r.status === "rejected") as PromiseRejectedResult;
+  assert.ok(refused.reason instanceof SessionLockedError, String(refused.reason));
+  const writer = (writers[0] as PromiseFulfilledResult<SessionManager>).value;
+  assert.ok([300, 400].includes((await lockRecord(fs, dir)).pid as number));
+  await writer.commit([...writer.messages, user("only writer")]);
+  await writer.close();
 });

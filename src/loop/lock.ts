@@ -38,7 +38,7 @@ import type { FileSystem } from "../port/fs.ts";
 import { AlreadyExists, NotFound } from "../port/errors.ts";
 import { PRIVATE_FILE_MODE } from "../port/durable.ts";
 import { join } from "../port/path.ts";
-import { SessionBusyError, SessionLockedError } from "./errors.ts";
+import { SessionBusyError, SessionFormatError, SessionLockedError } from "./errors.ts";
 import type { SessionContext } from "./session_manager.ts";
 
 /** The file name of a session's writer lock. */
@@ -160,11 +160,46 @@ export function parseLockRecord(bytes: Uint8Array): LockRecord | undefined {
   return record as unknown as LockRecord;
 }
 
+/**
+ * The bytes of the lock file or marker at `path`, undefined when there is none. Never read
+ * through a link nor waited on as a FIFO: with `readFileNoFollow` in one call, otherwise after
+ * checking the kind.
+ *
+ * @throws {SessionFormatError} When the entry is not a regular file (this library never makes
+ *   one): it is refused, never followed nor removed.
+ */
 async function readLockBytes(fs: FileSystem, path: string): Promise<Uint8Array | undefined> {
+  const refuseIrregular = async (): Promise<boolean> => {
+    let kind;
+    try {
+      kind = (await fs.lstat(path)).kind;
+    } catch (error) {
+      if (error instanceof NotFound) return false;
+      throw error;
+    }
+    if (kind !== "file") {
+      throw new SessionFormatError(
+        `Lock file is a ${kind}, not a regular file; remove it by hand if no writer uses it`,
+        { file: path },
+      );
+    }
+    return true;
+  };
   try {
-    return await fs.readFile(path);
+    if (fs.readFileNoFollow === undefined) {
+      if (!(await refuseIrregular())) return undefined;
+      return await fs.readFile(path);
+    }
+    const bytes = await fs.readFileNoFollow(path);
+    // Empty: a lock between its create and its write, or a FIFO (which reads as nothing).
+    if (bytes.length === 0 && !(await refuseIrregular())) return undefined;
+    return bytes;
   } catch (error) {
     if (error instanceof NotFound) return undefined;
+    // A link or a directory refused by the no-follow read is named as what it is.
+    if (!(error instanceof SessionFormatError) && fs.readFileNoFollow !== undefined) {
+      if (!(await refuseIrregular())) return undefined;
+    }
     throw error;
   }
 }
@@ -338,7 +373,9 @@ async function removeStaleLock(
     // marker is removed and the takeover tried once more.
     const state = await inspectLockFile(context, marker);
     if (state.kind !== "stale") return;
-    if (await removeIfHolding(fs, marker, state.record?.token)) removed.push(marker);
+    // Under the same protocol, one level down: a read-then-remove of the dead marker could
+    // remove a live one that another racer created in between, letting two takeovers proceed.
+    await removeStaleLock(context, marker, state.record?.token, own, removed);
     created = await createLockFile(fs, marker, own);
     if (!created) return;
   }
@@ -602,13 +639,21 @@ export async function removeStaleLocks(
     if (!isLockFileName(name)) continue;
     const path = join(dir, name);
     if (name === COLLECTION_LOCK_FILE) continue; // held by the caller during cleanup
-    const state = await inspectLock(context, path);
+    let state;
+    try {
+      state = await inspectLock(context, path);
+    } catch (error) {
+      // Not a regular file: never made by this library, left alone (writers refuse it).
+      if (error instanceof SessionFormatError) continue;
+      throw error;
+    }
     if (state.kind !== "stale") continue;
     const probe = context.probe;
-    if (probe !== undefined && name === WRITER_LOCK_FILE) {
+    if (probe !== undefined) {
       // Under the takeover protocol, and only while it still holds the stale token: a writer
-      // may have taken the stale lock over since it was inspected. The marker's token is held
-      // meanwhile, so a takeover in this process too sees the marker as live.
+      // may have taken the stale lock over since it was inspected, or a racer replaced a dead
+      // marker with its own. The marker's token is held meanwhile, so a takeover in this
+      // process too sees the marker as live.
       const own = newRecord(context, probe);
       heldTokens.add(own.token);
       try {
@@ -616,10 +661,6 @@ export async function removeStaleLocks(
       } finally {
         heldTokens.delete(own.token);
       }
-      continue;
-    }
-    if (probe !== undefined) {
-      if (await removeIfHolding(context.fs, path, state.record?.token)) removed.push(path);
       continue;
     }
     try {

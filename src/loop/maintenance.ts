@@ -27,7 +27,12 @@ import {
   type StoreContext,
   WRITER_LOCK_FILE,
 } from "./lock.ts";
-import { CorruptSessionError, SessionBusyError, SessionLockedError } from "./errors.ts";
+import {
+  CorruptSessionError,
+  SessionBusyError,
+  SessionFormatError,
+  SessionLockedError,
+} from "./errors.ts";
 import { DELETE_PREFIX, recoverDeletion } from "./archive.ts";
 import { recoverStaging } from "./compaction.ts";
 import { STAGING_PREFIX } from "./legacy.ts";
@@ -150,7 +155,15 @@ async function cleanupSession(
 ): Promise<void> {
   const fs = context.fs;
   const lockPath = join(dir, WRITER_LOCK_FILE);
-  const before = await inspectLock(context, lockPath);
+  let before;
+  try {
+    before = await inspectLock(context, lockPath);
+  } catch (error) {
+    // A lock entry that is not a regular file (never made by this library) is left alone, and
+    // so is its session: writers refuse it with the same error.
+    if (error instanceof SessionFormatError) return;
+    throw error;
+  }
   if (before.kind === "held-here" || before.kind === "live") return;
   let entries;
   try {
