@@ -600,3 +600,30 @@ test("a paced migration on the Node adapter syncs behind its writes and publishe
     await rm(base, { recursive: true, force: true });
   }
 });
+
+test("a legacy line holding bytes that are not UTF-8 is migrated in canonical form, so the log is valid UTF-8", async () => {
+  const history = conversation(2);
+  const lines = legacyText(header(), history).split("\n");
+  // "r0 question ✓" with an invalid byte sequence (0xff 0xc3) put inside its text.
+  const [before, after] = (lines[1] as string).split("question");
+  const bytes = new Uint8Array([
+    ...encoder.encode(`${lines[0]}\n${before}`),
+    0xff,
+    0xc3,
+    ...encoder.encode(`question${after}\n${lines.slice(2).join("\n")}`),
+  ]);
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  await fs.mkdir(COLLECTION, { recursive: true });
+  await fs.writeFile(LEGACY, bytes, { mode: 0o600 });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const migrated = await store.open(LEGACY);
+  const messages = migrated.messages;
+  await migrated.close();
+  assert.match(JSON.stringify(messages[0]), /\uFFFD/);
+  const log = await fs.readFile(`${DIR}/messages.jsonl`);
+  // Valid UTF-8 (a fatal decoder accepts it), and the bytes a fresh save of these messages writes.
+  new TextDecoder("utf-8", { fatal: true }).decode(log);
+  assert.equal(decoder.decode(log), messages.map((m) => JSON.stringify(m) + "\n").join(""));
+  assert.deepEqual(await fs.readFile(LEGACY), bytes);
+});

@@ -10,7 +10,7 @@
  *
  * **Migration** (`migrateLegacySession`) validates the file completely while streaming it, once,
  * in chunks: a line that is one bare JSON object keeps its own bytes, any other line (surrounding
- * whitespace, a CRLF ending) is written the way `SessionManager` writes a message
+ * whitespace, a CRLF ending, bytes that are not UTF-8) is written the way `SessionManager` writes a message
  * (`JSON.stringify(message)`); each is followed by `\n`, hashed incrementally into the
  * generation, and written to `messages.jsonl` in a private staging directory
  * `<collection>/.staging-<id>-<random>` beside `meta.json` (start 0) and `index.json`. Reads,
@@ -248,9 +248,18 @@ function parseLine(text: string, file: string, path: string): unknown {
 interface MessageSink {
   /**
    * Called for every message; its raw line is `chunk.subarray(start, end)` (without the newline,
-   * which is `chunk[end]` unless the line ends the file).
+   * which is `chunk[end]` unless the line ends the file). `replaced` is true when decoding the
+   * line replaced bytes that are not UTF-8 (or it holds U+FFFD itself): its bytes are then not
+   * the message's text.
    */
-  message(message: Message, chunk: Uint8Array, start: number, end: number, index: number): void;
+  message(
+    message: Message,
+    chunk: Uint8Array,
+    start: number,
+    end: number,
+    index: number,
+    replaced: boolean,
+  ): void;
   /** Called after every chunk (for batched writes). */
   flush(): Promise<void>;
 }
@@ -357,7 +366,7 @@ async function scanLegacy(
             if (candidate !== undefined && candidate.text !== "") title = candidate;
           }
         }
-        sink?.message(message, chunk, lineStart, byteEnd, index);
+        sink?.message(message, chunk, lineStart, byteEnd, index, text.includes("\uFFFD"));
         index++;
       }
       await sink?.flush();
@@ -497,14 +506,22 @@ class StagedLog implements MessageSink {
     }
   }
 
-  message(message: Message, chunk: Uint8Array, start: number, end: number, index: number): void {
+  message(
+    message: Message,
+    chunk: Uint8Array,
+    start: number,
+    end: number,
+    index: number,
+    replaced: boolean,
+  ): void {
     if (message.role === "user") this.rounds.push({ messageIndex: index, byteOffset: this.bytes });
     // The validated line's own bytes are kept when they are one bare JSON object (the
     // version-2 writer's output): the session manager compares messages by value, not by byte
     // layout, and re-serializing 50 MB would cost as much as parsing it. Consecutive such lines
     // are written straight from the chunk they were read in, newlines and all, without a copy. A
-    // line with surrounding whitespace (CRLF files) is written in canonical form.
-    if (end > start && chunk[start] === 0x7b && chunk[end - 1] === 0x7d) {
+    // line with surrounding whitespace (CRLF files), or bytes that are not UTF-8 (decoded to
+    // U+FFFD), is written in canonical form, so the log is always valid UTF-8.
+    if (!replaced && end > start && chunk[start] === 0x7b && chunk[end - 1] === 0x7d) {
       const run = this.#run;
       if (run !== undefined && run.chunk === chunk && run.end + 1 === start) run.end = end;
       else {
