@@ -12,6 +12,29 @@ const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
 const COLLECTION = `${AGENT}/sessions/${workspaceHash(CWD)}`;
 
+/**
+ * A store whose deletes stage their sessions and write the new membership, then fail to create
+ * the commit marker (and so roll back): `reached` opens there, and the failure waits for `hold`.
+ */
+function failingDeleter(
+  fs: MemoryFs,
+  reached: ReturnType<typeof gate>,
+  hold: ReturnType<typeof gate>,
+): SessionStore {
+  return new SessionStore({
+    fs: hookedFs(fs, {
+      before: async (method, args) => {
+        if (method === "open" && String(args[0]).endsWith("/committed")) {
+          reached.open();
+          await hold.wait;
+          throw new FsIoError("EIO", "open", String(args[0]), "injected");
+        }
+      },
+    }),
+    agentDir: AGENT,
+  });
+}
+
 for (const fast of [false, true]) {
   test(`listing (fast ${fast}) racing a rolled-back delete keeps archived: true`, async () => {
     const fs = new MemoryFs();
@@ -43,19 +66,8 @@ for (const fast of [false, true]) {
       }),
       agentDir: AGENT,
     });
-    const deleter = new SessionStore({
-      fs: hookedFs(fs, {
-        before: async (method, args) => {
-          if (method === "open" && String(args[0]).endsWith("/committed")) {
-            committedReached.open();
-            await listed.wait;
-            throw new FsIoError("EIO", "open", String(args[0]), "injected");
-          }
-        },
-      }),
-      agentDir: AGENT,
-    });
     const listed = gate();
+    const deleter = failingDeleter(fs, committedReached, listed);
     const listing = lister.listDetailed(CWD, undefined, { fast });
     await listerRead.wait; // the listing read the collection before the delete began
     const deleting = deleter.archive.delete(CWD, [s.id]).then(
@@ -107,18 +119,7 @@ test("isArchived racing a delete that rolls back says archived", async () => {
     agentDir: AGENT,
   });
   const membershipWritten = gate();
-  const deleter = new SessionStore({
-    fs: hookedFs(fs, {
-      before: async (method, args) => {
-        if (method === "open" && String(args[0]).endsWith("/committed")) {
-          membershipWritten.open();
-          await readMembership.wait;
-          throw new FsIoError("EIO", "open", String(args[0]), "injected");
-        }
-      },
-    }),
-    agentDir: AGENT,
-  });
+  const deleter = failingDeleter(fs, membershipWritten, readMembership);
   const deleting = deleter.archive.delete(CWD, [s.id]).then(
     () => "resolved",
     (e) => `rejected ${e.name}`,
