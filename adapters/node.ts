@@ -424,8 +424,17 @@ export function nodeProcessProbe(): ProcessProbe {
     pid: process.pid,
     host: hostname(),
     isAlive: isProcessAlive,
-    ...(process.platform === "linux" ? { processStart: linuxProcessStart } : {}),
+    ...(process.platform === "linux" ? { processStart: cachedProcessStart } : {}),
   };
+}
+
+/** This process's own start, read once (it never changes); other pids are read each time. */
+let ownProcessStart: string | undefined;
+
+function cachedProcessStart(pid: number): string | undefined {
+  if (pid !== process.pid) return linuxProcessStart(pid);
+  ownProcessStart ??= linuxProcessStart(pid);
+  return ownProcessStart;
 }
 
 /**
