@@ -1336,3 +1336,26 @@ test("a collection whose own name starts with a dot opens like any other", async
   assert.equal(reopened.messages.length, session.messages.length);
   await reopened.close();
 });
+
+test("a failed save is retried as it was given, though the host finishes its last message in place meanwhile", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  const answer = assistant("partial");
+  const given = [...session.messages, user("q"), answer];
+  fs.failAt(fs.operationCount + 1, { ops: ["sync"] });
+  await assert.rejects(session.commit(given));
+  assert.equal(session.hasPendingSave, true);
+  const snapshot = structuredClone(given);
+  // The host streams on into its last message: a tool call arrives, its result is not there yet.
+  (answer.content as unknown[]).push({ type: "toolCall", id: "c1", name: "read", arguments: {} });
+  (answer as { stopReason: string }).stopReason = "toolUse";
+  await session.flush();
+  assert.equal(session.hasPendingSave, false);
+  assert.deepEqual(await saved(store, session), snapshot);
+  // The finished history, with the tool's result, saves as usual.
+  const finished = [...given, toolResult("c1", "read", "body")];
+  await session.commit(finished);
+  assert.deepEqual(await saved(store, session), finished);
+  await session.close();
+});

@@ -232,6 +232,8 @@ interface PreparedCommit {
   readonly roundCount: number;
   readonly validator: MessageValidator;
   readonly lastLine: string | undefined;
+  /** The index of the first message this attempt serialized (the ones before it were saved). */
+  readonly first: number;
 }
 
 const writers = new WeakMap<FileSystem, Map<string, SessionManager>>();
@@ -490,7 +492,12 @@ export class SessionManager {
     return this.#committed.header.id;
   }
 
-  /** The current history, including a pending (unsaved) snapshot. A copy of the array. */
+  /**
+   * The current history, including a pending (unsaved) snapshot. A copy of the array holding the
+   * manager's own message objects (no copy of them: that would make every later `commit()` of
+   * this history compare each message by value). Treat them as read-only: a message changed in
+   * place here is not saved, and a changed copy later passed in its place compares equal to it.
+   */
   get messages(): Message[] {
     const pending = this.#pending?.messages;
     return pending !== undefined ? [...pending] : this.#committedMessages();
@@ -591,10 +598,13 @@ export class SessionManager {
    * arrays replace it (an empty array removes the field). Rejects while a save is pending.
    *
    * Saved messages are recognized by identity: pass the same objects again (or equal new ones).
-   * To change an earlier message, pass a new object in its place; the manager keeps the objects
-   * it was given, so mutating a saved message in place is not seen as a change, except for the
-   * last saved message, which is also compared by value (hosts may finish it in place). The
-   * identity check costs a few nanoseconds per saved message; `append()` skips it.
+   * To change an earlier message, pass a new object in its place and leave the saved one as it
+   * is; the manager keeps the objects it was given and compares a new object with the saved one,
+   * so mutating a saved message in place is not seen as a change (nor is a copy carrying the
+   * same change), except for the last saved message, which is also compared with its saved line
+   * (hosts may finish it in place). The identity check costs a few nanoseconds per saved
+   * message; `append()` skips it. A save that fails stays pending as it was given (the messages
+   * it had not saved are copied), and `flush()` retries exactly that.
    */
   commit(
     messages: readonly Message[],
@@ -839,6 +849,7 @@ export class SessionManager {
         : total === 0
         ? undefined
         : committed.lastLine,
+      first,
     };
   }
 
@@ -890,11 +901,19 @@ export class SessionManager {
       await this.#publish({ ...history, meta, header, hash }, false, staged);
       this.#pending = undefined;
     } catch (error) {
+      // The snapshot to retry is what this attempt serialized, as it was: the caller keeps its
+      // objects (and may finish the last message in place meanwhile), so the messages this
+      // attempt wrote and the metadata arrays are copied. The saved ones before them are the
+      // manager's own and compare by identity.
+      const messages = prepared.arrays.messages.slice(0, prepared.count);
+      for (let i = prepared.first; i < messages.length; i++) {
+        messages[i] = clone(messages[i] as Message);
+      }
       this.#pending = {
-        messages: prepared.arrays.messages.slice(0, prepared.count),
-        runtimeContexts: prepared.runtimeContexts,
-        promptTimings: prepared.promptTimings,
-        context: prepared.context,
+        messages,
+        runtimeContexts: clone(prepared.runtimeContexts),
+        promptTimings: clone(prepared.promptTimings),
+        context: clone(prepared.context),
         updatedAt: prepared.updatedAt,
         unread: prepared.unread,
       };
