@@ -1359,3 +1359,28 @@ test("a failed save is retried as it was given, though the host finishes its las
   assert.deepEqual(await saved(store, session), finished);
   await session.close();
 });
+
+test("a session directory whose first parent fsync failed is made durable by the retry that saves", async () => {
+  const { fs, store } = await setup();
+  const first = await store.create(CWD);
+  await first.commit([user("the collection exists")]);
+  await first.close();
+  const session = await store.create(CWD);
+  const collection = dirname(session.getSessionPath());
+  // The first save creates the session directory; the fsync of the collection after it fails.
+  fs.resetCounter();
+  fs.failAt(1, { ops: ["syncDir"] });
+  const history = conversation(1);
+  await assert.rejects(session.commit(history));
+  const failed = fs.operationLog.find((r) => r.op === "syncDir");
+  fs.resetCounter();
+  await session.flush();
+  // The retry finds the directory there and still syncs the collection that holds its entry.
+  assert.ok(
+    fs.operationLog.some((r) => r.op === "syncDir" && r.path === failed?.path),
+    fs.operationLog.map((r) => `${r.op} ${r.path}`).join("; "),
+  );
+  assert.equal(failed?.path, collection);
+  assert.deepEqual(await saved(store, session), history);
+  await session.close();
+});

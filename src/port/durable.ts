@@ -226,6 +226,7 @@ export async function ensurePrivateDir(
   try {
     const info = await fs.lstat(path);
     if (info.kind !== "directory") throw new AlreadyExists("mkdir", path);
+    await syncIfUndurable(fs, path, durability);
   } catch (error) {
     if (!(error instanceof NotFound)) throw error;
     const parent = dirname(path);
@@ -238,10 +239,41 @@ export async function ensurePrivateDir(
       const info = await fs.lstat(path);
       if (info.kind !== "directory") throw mkdirError;
     }
-    if (created && durability === "full") await fs.syncDir(parent);
+    if (created) await syncNewDir(fs, path, durability);
+    else await syncIfUndurable(fs, path, durability);
   }
   await fs.chmod(path, PRIVATE_DIR_MODE);
   return created;
+}
+
+/**
+ * Directories created here whose entry in their parent is not known to be durable (the parent's
+ * fsync failed), per filesystem: whoever ensures one next syncs the parent, so a save resolved
+ * after a retry never rests on an entry a power loss can take away.
+ */
+const undurableDirs = new WeakMap<FileSystem, Set<string>>();
+
+/** Makes the new directory `path` durable in its parent under `"full"` durability. */
+async function syncNewDir(fs: FileSystem, path: string, durability: Durability): Promise<void> {
+  let pending = undurableDirs.get(fs);
+  if (durability !== "full") {
+    pending?.delete(path); // nothing is synced in this mode
+    return;
+  }
+  if (pending === undefined) undurableDirs.set(fs, pending = new Set());
+  pending.add(path);
+  await fs.syncDir(dirname(path));
+  pending.delete(path);
+}
+
+/** Syncs the parent of `path` when an earlier creation of it could not. */
+async function syncIfUndurable(
+  fs: FileSystem,
+  path: string,
+  durability: Durability,
+): Promise<void> {
+  if (durability !== "full" || undurableDirs.get(fs)?.has(path) !== true) return;
+  await syncNewDir(fs, path, durability);
 }
 
 /** Creates `path` and its parents with default modes if missing (parents of private dirs). */
@@ -253,6 +285,7 @@ async function ensureDirExists(
   try {
     const info = await fs.stat(path);
     if (info.kind !== "directory") throw new AlreadyExists("mkdir", path);
+    await syncIfUndurable(fs, path, durability);
     return;
   } catch (error) {
     if (!(error instanceof NotFound)) throw error;
@@ -265,7 +298,7 @@ async function ensureDirExists(
     if (!(error instanceof AlreadyExists)) throw error;
     return;
   }
-  if (durability === "full") await fs.syncDir(parent);
+  await syncNewDir(fs, path, durability);
 }
 
 /** Options of `writeNewFile`. */
