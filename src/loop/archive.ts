@@ -61,7 +61,7 @@ import { isSessionId } from "./records/mod.ts";
 import { acquireWriterLock, type HeldLock, type StoreContext } from "./lock.ts";
 import type { ListResult } from "./discovery.ts";
 import { LEGACY_EXTENSION, legacySessionId } from "./legacy.ts";
-import { entryKind, refuseIrregularFile } from "./storage.ts";
+import { readIfRegular, refuseIrregularFile } from "./storage.ts";
 
 /** The file name of a collection's archive membership. */
 export const ARCHIVE_FILE = "archive.json";
@@ -131,33 +131,10 @@ export async function readArchiveMembership(
   collection: string,
 ): Promise<string[]> {
   const file = join(collection, ARCHIVE_FILE);
-  /** Refuses what is not a regular file; false when nothing is there. */
-  const regular = async (): Promise<boolean> => {
-    const kind = await entryKind(fs, file);
-    if (kind !== undefined) refuseIrregularFile(kind, file);
-    return kind !== undefined;
-  };
-  if (fs.readFileNoFollow === undefined) {
-    if (!(await regular())) return [];
-    const bytes = await readIfExists(fs, file);
-    return bytes === undefined ? [] : parseArchiveMembership(bytes, file);
-  }
-  let bytes: Uint8Array;
-  try {
-    bytes = await fs.readFileNoFollow(file);
-  } catch (error) {
-    if (error instanceof NotFound) return [];
-    // A link, a directory or a FIFO is refused as such; a regular file's failure is reported.
-    if (!(await regular())) return [];
-    throw error;
-  }
-  try {
-    return parseArchiveMembership(bytes, file);
-  } catch (error) {
-    // A FIFO reads as what it holds at once (nothing, without a writer): named as what it is.
-    if (error instanceof SessionFormatError) await regular();
-    throw error;
-  }
+  const read = await readIfRegular(fs, file);
+  if (read === undefined) return [];
+  if (typeof read === "string") refuseIrregularFile(read, file);
+  return parseArchiveMembership(read as Uint8Array, file);
 }
 
 /** Replaces archive.json of `collection` with `ids` (compact JSON and a newline). */

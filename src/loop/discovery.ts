@@ -95,14 +95,15 @@
  * the fallback title) for each session's committed state (generation, start, bytes, message
  * count). A repeated fast listing by the same store (a picker refreshing) then reads, for a
  * session whose meta.json names the same state and whose index.json is still a regular file, only
- * meta.json (and the kind of index.json, or the directory without `readFileNoFollow`). It trusts what it derived as a first listing trusted the index: a
- * later change of index.json, or of the committed bytes, that leaves meta.json as it was is not
- * seen until the committed state changes (a full listing or an open verifies everything).
+ * meta.json (and the kind of index.json, or the directory without `readFileNoFollow`). It trusts
+ * what it derived as a first listing trusted the index: a later change of index.json, or of the
+ * committed bytes, that leaves meta.json as it was is not seen until the committed state changes
+ * (a full listing or an open verifies everything).
  *
  * @module
  */
 import type { EntryKind, FileHandle, FileSystem } from "../port/fs.ts";
-import { FsError, IsADirectory, NotADirectory, NotFound } from "../port/errors.ts";
+import { FsError, NotADirectory, NotFound } from "../port/errors.ts";
 import { dirname, join } from "../port/path.ts";
 import {
   CorruptSessionError,
@@ -130,6 +131,7 @@ import {
   indexMatches,
   MESSAGES_FILE,
   META_FILE,
+  readIfRegular,
   readListingIndex,
   readStorageMeta,
   refuseIrregularFile,
@@ -437,8 +439,9 @@ type CommittedState = Pick<StorageMeta, "generation" | "start" | "bytes" | "mess
  * fallback title from the first user message), per session directory, for the committed state
  * it was derived from: generation, start, bytes and message count. The generation is the SHA-256
  * of the whole committed range, so the same state has the same messages: a repeated listing (a
- * picker refreshing) reads only each session's meta.json (and the kind of its index.json). One entry per directory,
- * at most `limit` of them; the least recently used goes first. `SessionStore` keeps one per store.
+ * picker refreshing) reads only each session's meta.json (and the kind of its index.json). One
+ * entry per directory, at most `limit` of them; the least recently used goes first.
+ * `SessionStore` keeps one per store.
  */
 export class ListingCache {
   readonly #entries = new Map<
@@ -781,45 +784,33 @@ export async function fastSummary(
 }
 
 /**
- * meta.json read with `readFileNoFollow` and validated; undefined when it is not a regular file
- * (the read refused a link or a directory, or a FIFO or socket failed or gave no valid record)
- * or is not valid: the caller then lists the directory, which reports either exactly as a
- * listing without no-follow reads does. Any other failure (I/O) is thrown.
+ * meta.json read without following a link (`readIfRegular`) and validated; undefined when it is
+ * not a regular file, is busy (`EAGAIN`: a lease held by another process) or is not valid: the
+ * caller then lists the directory, which reports each exactly as a listing without no-follow
+ * reads does (and waits for a lease). A missing file and any other failure are thrown.
  */
 async function readMetaNoFollow(
   fs: FileSystem,
   metaPath: string,
 ): Promise<StorageMeta | undefined> {
-  const read = fs.readFileNoFollow as (path: string) => Promise<Uint8Array>;
-  let bytes: Uint8Array;
+  let read;
   try {
-    bytes = await read.call(fs, metaPath);
+    read = await readIfRegular(fs, metaPath);
   } catch (error) {
-    if (error instanceof IsADirectory) return undefined;
-    if (error instanceof FsError && NOT_A_FILE_CODES.has(error.code)) return undefined;
+    if (error instanceof FsError && (error.code === "EAGAIN" || error.code === "EWOULDBLOCK")) {
+      return undefined;
+    }
     throw error;
   }
+  if (read === undefined) throw new NotFound("read", metaPath);
+  if (typeof read === "string") return undefined;
   try {
-    return decodeStorageMeta(bytes, metaPath);
+    return decodeStorageMeta(read, metaPath);
   } catch (error) {
     if (error instanceof SessionError) return undefined;
     throw error;
   }
 }
-
-/**
- * Codes of a no-follow read that mean "not a regular file": a final symlink (`ELOOP`; `EMLINK`
- * on FreeBSD, `EFTYPE` on NetBSD), a FIFO opened without waiting (`EAGAIN`, `EWOULDBLOCK`), a
- * socket (`ENXIO`).
- */
-const NOT_A_FILE_CODES: ReadonlySet<string> = new Set([
-  "ELOOP",
-  "EMLINK",
-  "EFTYPE",
-  "EAGAIN",
-  "EWOULDBLOCK",
-  "ENXIO",
-]);
 
 /**
  * The fast summary from a read meta.json. `indexIsFile` is what a listing of the directory said

@@ -10,9 +10,9 @@
  *
  * **Migration** (`migrateLegacySession`) validates the file completely while streaming it, once,
  * in chunks: a line that is one bare JSON object keeps its own bytes, any other line (surrounding
- * whitespace, a CRLF ending, bytes that are not UTF-8) is written the way `SessionManager` writes a message
- * (`JSON.stringify(message)`); each is followed by `\n`, hashed incrementally into the
- * generation, and written to `messages.jsonl` in a private staging directory
+ * whitespace, a CRLF ending, bytes that are not UTF-8) is written the way `SessionManager`
+ * writes a message (`JSON.stringify(message)`); each is followed by `\n`, hashed incrementally
+ * into the generation, and written to `messages.jsonl` in a private staging directory
  * `<collection>/.staging-<id>-<random>` beside `meta.json` (start 0) and `index.json`. Reads,
  * parsing and writes overlap (one read ahead, one write behind); under full durability a second
  * handle on the staged log is synced every 8 MiB while the scan goes on, so the device writes back

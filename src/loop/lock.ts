@@ -40,6 +40,7 @@ import { PRIVATE_FILE_MODE } from "../port/durable.ts";
 import { join } from "../port/path.ts";
 import { SessionBusyError, SessionFormatError, SessionLockedError } from "./errors.ts";
 import type { SessionContext } from "./session_manager.ts";
+import { readIfRegular } from "./storage.ts";
 
 /** The file name of a session's writer lock. */
 export const WRITER_LOCK_FILE = "writer.lock";
@@ -169,39 +170,14 @@ export function parseLockRecord(bytes: Uint8Array): LockRecord | undefined {
  *   one): it is refused, never followed nor removed.
  */
 async function readLockBytes(fs: FileSystem, path: string): Promise<Uint8Array | undefined> {
-  const refuseIrregular = async (): Promise<boolean> => {
-    let kind;
-    try {
-      kind = (await fs.lstat(path)).kind;
-    } catch (error) {
-      if (error instanceof NotFound) return false;
-      throw error;
-    }
-    if (kind !== "file") {
-      throw new SessionFormatError(
-        `Lock file is a ${kind}, not a regular file; remove it by hand if no writer uses it`,
-        { file: path },
-      );
-    }
-    return true;
-  };
-  try {
-    if (fs.readFileNoFollow === undefined) {
-      if (!(await refuseIrregular())) return undefined;
-      return await fs.readFile(path);
-    }
-    const bytes = await fs.readFileNoFollow(path);
-    // Empty: a lock between its create and its write, or a FIFO (which reads as nothing).
-    if (bytes.length === 0 && !(await refuseIrregular())) return undefined;
-    return bytes;
-  } catch (error) {
-    if (error instanceof NotFound) return undefined;
-    // A link or a directory refused by the no-follow read is named as what it is.
-    if (!(error instanceof SessionFormatError) && fs.readFileNoFollow !== undefined) {
-      if (!(await refuseIrregular())) return undefined;
-    }
-    throw error;
+  const read = await readIfRegular(fs, path);
+  if (typeof read === "string") {
+    throw new SessionFormatError(
+      `Lock file is a ${read}, not a regular file; remove it by hand if no writer uses it`,
+      { file: path },
+    );
   }
+  return read;
 }
 
 function isLive(record: LockRecord, probe: ProcessProbe): boolean {

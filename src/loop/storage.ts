@@ -213,6 +213,50 @@ export async function entryKind(fs: FileSystem, path: string): Promise<EntryKind
 }
 
 /**
+ * Reads the file at `path` only if it is a regular file, never through a link and never waiting
+ * on a FIFO: with `readFileNoFollow` in one call (a failure, or an empty read, is then judged by
+ * `lstat`), otherwise after an `lstat`. Returns the bytes, the kind of what is there instead, or
+ * undefined when nothing is. A failure to read a regular file is thrown.
+ */
+export async function readIfRegular(
+  fs: FileSystem,
+  path: string,
+): Promise<Uint8Array | Exclude<EntryKind, "file"> | undefined> {
+  /** What is at `path` when it is not a regular file; null for a regular file. */
+  const other = async (): Promise<Exclude<EntryKind, "file"> | null | undefined> => {
+    const kind = await entryKind(fs, path);
+    return kind === "file" ? null : kind;
+  };
+  if (fs.readFileNoFollow === undefined) {
+    const kind = await other();
+    if (kind !== null) return kind;
+    try {
+      return await fs.readFile(path);
+    } catch (error) {
+      if (error instanceof NotFound) return undefined;
+      throw error;
+    }
+  }
+  let bytes: Uint8Array;
+  try {
+    bytes = await fs.readFileNoFollow(path);
+  } catch (error) {
+    if (error instanceof NotFound) return undefined;
+    // A link, a directory or a FIFO refused the read: say what it is. A regular file failed.
+    const kind = await other();
+    if (kind !== null) return kind;
+    throw error;
+  }
+  // A FIFO without a writer reads as empty, as does an empty file (or one between its create
+  // and its write).
+  if (bytes.length === 0) {
+    const kind = await other();
+    if (kind !== null) return kind;
+  }
+  return bytes;
+}
+
+/**
  * Refuses a session file whose own kind (`lstat`, or a directory entry) is not a regular file: a
  * symlink, a directory, a device or a FIFO is never read or written through.
  *
@@ -329,26 +373,30 @@ export async function readListingIndex(
 ): Promise<ListingIndex | undefined> {
   const file = join(dir, INDEX_FILE);
   const large = indexSizeBound(meta.messageCount, meta.bytes) > INDEX_HEAD_LIMIT;
-  const noFollow = kindKnown ? undefined : fs.readFileNoFollow?.bind(fs);
   /** The whole file, never through a link when its kind is not known. */
   const readWhole = async (): Promise<Uint8Array | undefined> => {
+    if (kindKnown) {
+      try {
+        return await fs.readFile(file);
+      } catch (error) {
+        if (error instanceof NotFound) return undefined;
+        throw error;
+      }
+    }
+    let read;
     try {
-      return noFollow !== undefined ? await noFollow(file) : await fs.readFile(file);
+      read = await readIfRegular(fs, file);
     } catch (error) {
-      if (error instanceof NotFound) return undefined;
-      if (noFollow === undefined) throw error;
-      // A link, a directory or a FIFO that refused the read is just not an index, nor is a busy
-      // file; any other failure of a regular file is reported.
+      // A busy regular file is not used (derived data); any other failure is reported.
       if (error instanceof FsError && (error.code === "EAGAIN" || error.code === "EWOULDBLOCK")) {
         return undefined;
       }
-      if ((await entryKind(fs, file)) !== "file") return undefined;
       throw error;
     }
+    // A link, a directory or a FIFO is just not an index.
+    return typeof read === "string" ? undefined : read;
   };
-  if (!kindKnown && (large || noFollow === undefined) && (await entryKind(fs, file)) !== "file") {
-    return undefined;
-  }
+  if (large && !kindKnown && (await entryKind(fs, file)) !== "file") return undefined;
   if (large) {
     const read = await readIndexHead(fs, dir);
     if (read === undefined || "index" in read) return read;
