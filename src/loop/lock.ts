@@ -379,7 +379,7 @@ async function removeStaleLock(
  * is still unparsable); anything else there now belongs to someone else and is left alone.
  * True when this call removed it.
  */
-export async function removeIfHolding(
+async function removeIfHolding(
   fs: FileSystem,
   path: string,
   token: string | undefined,

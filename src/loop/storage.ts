@@ -422,7 +422,7 @@ export async function readListingIndex(
  * round (the canonical form puts them first). A head not in the canonical form makes the whole
  * file be read and parsed. Undefined when the file is missing or not of this library's form.
  */
-export async function readIndexHead(
+async function readIndexHead(
   fs: FileSystem,
   dir: string,
 ): Promise<{ readonly index: RoundIndex } | { readonly head: RoundIndexHead } | undefined> {
