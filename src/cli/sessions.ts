@@ -9,7 +9,8 @@ import { basename, dirname, isAbsolute, join, normalize, resolve } from "../port
 import { InvalidArgumentError, SessionFormatError, SessionNotFoundError } from "../loop/errors.ts";
 import { SessionStore } from "../loop/store.ts";
 import { findSessions, type ListFailure, type SessionInfo } from "../loop/discovery.ts";
-import { entryKind, META_FILE } from "../loop/storage.ts";
+import { entryKind } from "../port/durable.ts";
+import { META_FILE } from "../loop/storage.ts";
 import { salvageSession, type VerifyReport, verifySession } from "../loop/verify.ts";
 import {
   LEGACY_EXTENSION,

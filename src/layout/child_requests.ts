@@ -23,7 +23,7 @@
  */
 import type { FileSystem } from "../port/fs.ts";
 import { FsError, IsADirectory, NotADirectory, NotFound } from "../port/errors.ts";
-import { atomicReplace, readDirIfExists, readIfExists } from "../port/durable.ts";
+import { atomicReplace, entryKind, readDirIfExists, readIfExists } from "../port/durable.ts";
 import { basename, join } from "../port/path.ts";
 import {
   ChildRequestError,
@@ -778,15 +778,6 @@ async function ownLeftoverReceipt(
       receipt.original_sha256 === sha256
     ? receipt
     : undefined;
-}
-
-async function entryKind(fs: FileSystem, path: string): Promise<string | undefined> {
-  try {
-    return (await fs.lstat(path)).kind;
-  } catch (error) {
-    if (error instanceof NotFound) return undefined;
-    throw error;
-  }
 }
 
 // ---------------------------------------------------------------------------------------------

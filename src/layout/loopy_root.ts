@@ -6,8 +6,8 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
-import { NotFound } from "../port/errors.ts";
 import { basename, dirname, isAbsolute, join, relativeWithin } from "../port/path.ts";
+import { entryKind } from "../port/durable.ts";
 import { LoopyRootError } from "./errors.ts";
 import { CHILDREN_DIRNAME, LOOPY_DIRNAME, repositoryPaths, STAGING_PREFIX } from "./paths.ts";
 
@@ -28,15 +28,6 @@ export interface LoopyRoot {
   readonly outboxDir: string;
 }
 
-async function kindOf(fs: FileSystem, path: string): Promise<string | undefined> {
-  try {
-    return (await fs.lstat(path)).kind;
-  } catch (error) {
-    if (error instanceof NotFound) return undefined;
-    throw error;
-  }
-}
-
 /**
  * The kind of `path` (at or below `base`), checking every component from `base` down with
  * `lstat`: `symlink` when any component is a link, `undefined` when `path` is not below `base`
@@ -50,11 +41,11 @@ export async function chainKind(
   const relative = relativeWithin(base, path);
   if (relative === undefined) return undefined;
   let current = base;
-  let kind = await kindOf(fs, base);
+  let kind = await entryKind(fs, base);
   for (const segment of relative === "" ? [] : relative.split("/")) {
     if (kind !== "directory") return kind === "symlink" ? "symlink" : undefined;
     current = join(current, segment);
-    kind = await kindOf(fs, current);
+    kind = await entryKind(fs, current);
   }
   return kind;
 }
@@ -85,7 +76,7 @@ export async function findLoopyRoot(fs: FileSystem, startDir: string): Promise<s
   let dir = await fs.realPath(startDir);
   for (;;) {
     const candidate = join(dir, LOOPY_DIRNAME);
-    const kind = await kindOf(fs, candidate);
+    const kind = await entryKind(fs, candidate);
     if (kind === "symlink") {
       throw new LoopyRootError(candidate, "The .loopy_loop directory is a symlink");
     }
@@ -109,7 +100,7 @@ export async function openLoopyRoot(fs: FileSystem, loopyDir: string): Promise<L
   if (basename(loopyDir) !== LOOPY_DIRNAME) {
     throw new LoopyRootError(loopyDir, `The directory is not named ${LOOPY_DIRNAME}`);
   }
-  const kind = await kindOf(fs, loopyDir);
+  const kind = await entryKind(fs, loopyDir);
   if (kind === undefined) throw new LoopyRootError(loopyDir, "The directory does not exist");
   if (kind === "symlink") throw new LoopyRootError(loopyDir, "The directory is a symlink");
   if (kind !== "directory") throw new LoopyRootError(loopyDir, "The path is not a directory");
@@ -169,7 +160,7 @@ export async function walkSessionDirs(
     rootSessionId: string,
     parentSessionId: string | null,
   ): Promise<void> => {
-    const manifest = await kindOf(fs, join(dir, "session.json"));
+    const manifest = await entryKind(fs, join(dir, "session.json"));
     if (manifest === "symlink") {
       skipped.push({ path: join(dir, "session.json"), reason: "symlink" });
       return;
@@ -178,7 +169,7 @@ export async function walkSessionDirs(
     const sessionId = basename(dir);
     sessions.push({ sessionId, dir, rootSessionId, parentSessionId });
     const childrenDir = join(dir, CHILDREN_DIRNAME);
-    const children = await kindOf(fs, childrenDir);
+    const children = await entryKind(fs, childrenDir);
     if (children === "symlink") {
       skipped.push({ path: childrenDir, reason: "symlink" });
       return;
@@ -191,7 +182,7 @@ export async function walkSessionDirs(
       else if (entry.kind === "directory") await visit(childDir, rootSessionId, sessionId);
     }
   };
-  const top = await kindOf(fs, sessionsDir);
+  const top = await entryKind(fs, sessionsDir);
   if (top === "symlink") skipped.push({ path: sessionsDir, reason: "symlink" });
   if (top !== "directory") return { sessions, skipped };
   for (const entry of await fs.readDir(sessionsDir)) {

@@ -29,6 +29,7 @@
 import type { FileSystem } from "../port/fs.ts";
 import { NotFound } from "../port/errors.ts";
 import { join } from "../port/path.ts";
+import { entryKind } from "../port/durable.ts";
 import { LayoutOptionError, LayoutRecordError } from "./errors.ts";
 import { isSafeId } from "./ids.ts";
 import { readRecord } from "./json_io.ts";
@@ -227,15 +228,6 @@ class Planner {
   }
 }
 
-async function kindOf(fs: FileSystem, path: string): Promise<string | undefined> {
-  try {
-    return (await fs.lstat(path)).kind;
-  } catch (error) {
-    if (error instanceof NotFound) return undefined;
-    throw error;
-  }
-}
-
 /** The bytes of the regular files at or below `path`, never following a link. */
 async function treeBytes(fs: FileSystem, path: string, isDirectory: boolean): Promise<number> {
   if (!isDirectory) return (await fs.lstat(path)).size;
@@ -251,7 +243,7 @@ async function treeBytes(fs: FileSystem, path: string, isDirectory: boolean): Pr
 /** Reads what a session is running; an unreadable state is reported, not guessed. */
 async function readRunningState(fs: FileSystem, dir: string): Promise<RunningState> {
   const file = join(dir, "state.json");
-  const kind = await kindOf(fs, file);
+  const kind = await entryKind(fs, file);
   if (kind === undefined) return { readable: true, running: undefined, iteration: undefined };
   if (kind !== "file") {
     return { readable: false, detail: `state.json is not a regular file (${kind})` };
@@ -299,7 +291,7 @@ function keepRawEntry(
 async function planRawDir(planner: Planner, session: SessionDirEntry): Promise<void> {
   const fs = planner.fs;
   const rawDir = join(session.dir, "raw");
-  const kind = await kindOf(fs, rawDir);
+  const kind = await entryKind(fs, rawDir);
   if (kind === undefined) return;
   if (kind === "symlink") {
     planner.skip(rawDir, "symlink", "The raw directory is a symlink; it is not followed");

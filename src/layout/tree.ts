@@ -12,9 +12,8 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
-import { NotFound } from "../port/errors.ts";
 import { basename, dirname, isAbsolute, join, normalize } from "../port/path.ts";
-import { readDirIfExists } from "../port/durable.ts";
+import { entryKind, readDirIfExists } from "../port/durable.ts";
 import {
   LayoutRecordError,
   SessionStateError,
@@ -124,15 +123,6 @@ export async function openSessionPaths(fs: FileSystem, sessionDir: string): Prom
   return new SessionPaths(sessionDir, await readSessionLayout(fs, sessionDir));
 }
 
-async function kindOf(fs: FileSystem, path: string): Promise<string | undefined> {
-  try {
-    return (await fs.lstat(path)).kind;
-  } catch (error) {
-    if (error instanceof NotFound) return undefined;
-    throw error;
-  }
-}
-
 /**
  * Checks that the repository's `.loopy_loop/` and `.loopy_loop/sessions/` are real directories
  * (not symlinks). Returns the canonical repository root and the sessions root, or `undefined`
@@ -145,7 +135,7 @@ export async function sessionsRootOf(
   const canonical = await fs.realPath(repoRoot);
   const paths = repositoryPaths(canonical);
   for (const dir of [paths.loopyDir, paths.sessionsRoot]) {
-    const kind = await kindOf(fs, dir);
+    const kind = await entryKind(fs, dir);
     if (kind === undefined) return { repoRoot: canonical, sessionsRoot: undefined };
     if (kind === "symlink") throw new TopologyError(dir, "Session topology may not use a symlink");
     if (kind !== "directory") throw new TopologyError(dir, "Expected a directory");
@@ -159,11 +149,11 @@ async function scanNode(
   parent: SessionNode | null,
   nodes: Map<string, SessionNode>,
 ): Promise<void> {
-  const kind = await kindOf(fs, dir);
+  const kind = await entryKind(fs, dir);
   if (kind === "symlink") throw new TopologyError(dir, "Session topology may not use a symlink");
   if (kind !== "directory") throw new TopologyError(dir, "Expected a session directory");
   const manifestPath = join(dir, "session.json");
-  const manifestKind = await kindOf(fs, manifestPath);
+  const manifestKind = await entryKind(fs, manifestPath);
   if (manifestKind === "symlink") {
     throw new TopologyError(manifestPath, "Session manifest may not be a symlink");
   }
@@ -206,7 +196,7 @@ async function scanNode(
   await checkParentManifest(fs, dir, parent);
 
   const childrenDir = join(dir, CHILDREN_DIRNAME);
-  const childrenKind = await kindOf(fs, childrenDir);
+  const childrenKind = await entryKind(fs, childrenDir);
   const childDirs: string[] = [];
   if (childrenKind === "symlink") {
     throw new TopologyError(childrenDir, "Session children directory may not be a symlink");
@@ -222,7 +212,7 @@ async function scanNode(
         throw new TopologyError(childDir, "Session topology may not use a symlink");
       }
       if (entry.kind !== "directory") continue;
-      const childManifestKind = await kindOf(fs, join(childDir, "session.json"));
+      const childManifestKind = await entryKind(fs, join(childDir, "session.json"));
       if (childManifestKind === "symlink") {
         throw new TopologyError(childDir, "Session manifest may not be a symlink");
       }
@@ -250,7 +240,7 @@ async function checkParentManifest(
   parent: SessionNode | null,
 ): Promise<void> {
   const path = join(dir, "parent.json");
-  const kind = await kindOf(fs, path);
+  const kind = await entryKind(fs, path);
   if (parent === null) {
     if (kind !== undefined) {
       throw new TopologyError(path, "A root session must not contain parent.json");
@@ -271,9 +261,11 @@ async function checkParentManifest(
 
 /** True when the directory tree under `topDir` physically holds a session dir named `id`. */
 async function physicallyContains(fs: FileSystem, dir: string, id: string): Promise<boolean> {
-  if (basename(dir) === id && (await kindOf(fs, join(dir, "session.json"))) === "file") return true;
+  if (basename(dir) === id && (await entryKind(fs, join(dir, "session.json"))) === "file") {
+    return true;
+  }
   const childrenDir = join(dir, CHILDREN_DIRNAME);
-  if ((await kindOf(fs, childrenDir)) !== "directory") return false;
+  if ((await entryKind(fs, childrenDir)) !== "directory") return false;
   for (const entry of await fs.readDir(childrenDir)) {
     if (entry.name.startsWith(STAGING_PREFIX) || entry.kind !== "directory") continue;
     if (await physicallyContains(fs, join(childrenDir, entry.name), id)) return true;
@@ -316,7 +308,7 @@ export async function loadSessionTree(
       continue;
     }
     if (entry.kind !== "directory") continue;
-    if ((await kindOf(fs, join(topDir, "session.json"))) === undefined) continue;
+    if ((await entryKind(fs, join(topDir, "session.json"))) === undefined) continue;
     let nodes: Map<string, SessionNode>;
     try {
       nodes = await scanTree(fs, topDir);
@@ -446,7 +438,7 @@ export async function listRootSessionIds(fs: FileSystem, repoRoot: string): Prom
   const sessionsRoot = repositoryPaths(repoRoot).sessionsRoot;
   for (const entry of await readDirIfExists(fs, sessionsRoot)) {
     if (entry.name.startsWith(".") || entry.kind !== "directory") continue;
-    if ((await kindOf(fs, join(sessionsRoot, entry.name, "session.json"))) === "file") {
+    if ((await entryKind(fs, join(sessionsRoot, entry.name, "session.json"))) === "file") {
       out.push(entry.name);
     }
   }

@@ -27,13 +27,12 @@
  */
 import type { EntryKind, FileSystem } from "../port/fs.ts";
 import { NotFound } from "../port/errors.ts";
-import { PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, writeNewFile } from "../port/durable.ts";
+import { entryKind, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, writeNewFile } from "../port/durable.ts";
 import { basename, dirname, join } from "../port/path.ts";
 import { CorruptSessionError, SessionFormatError, SessionNotFoundError } from "./errors.ts";
 import {
   encodeRoundIndex,
   encodeStorageMeta,
-  entryKind,
   INDEX_FILE,
   INDEX_FORMAT,
   INDEX_VERSION,

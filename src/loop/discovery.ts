@@ -105,6 +105,7 @@
 import type { EntryKind, FileHandle, FileSystem } from "../port/fs.ts";
 import { FsError, NotADirectory, NotFound } from "../port/errors.ts";
 import { dirname, join } from "../port/path.ts";
+import { entryKind } from "../port/durable.ts";
 import {
   CorruptSessionError,
   SessionCwdError,
@@ -123,7 +124,6 @@ import {
 } from "./records/mod.ts";
 import {
   decodeStorageMeta,
-  entryKind,
   forEachCommittedLine,
   INDEX_FILE,
   INDEX_FORMAT,

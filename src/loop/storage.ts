@@ -11,6 +11,7 @@ import type { EntryKind, FileHandle, FileSystem } from "../port/fs.ts";
 import { FsError, NotFound } from "../port/errors.ts";
 import type { Sha256, Sha256Factory } from "../port/sha256.ts";
 import { join } from "../port/path.ts";
+import { entryKind } from "../port/durable.ts";
 import { CorruptSessionError, SessionFormatError, UnsupportedSessionError } from "./errors.ts";
 import type { SessionHeader } from "./records/mod.ts";
 import { parseSessionHeader } from "./records/mod.ts";
@@ -197,19 +198,6 @@ export async function readStorageMeta(fs: FileSystem, dir: string): Promise<Stor
 /** Validates the bytes of meta.json read from `file`. */
 export function decodeStorageMeta(bytes: Uint8Array, file: string): StorageMeta {
   return parseStorageMeta(parseJsonText(decoder.decode(bytes), file), file);
-}
-
-/**
- * The kind of the entry at `path` itself (`lstat`: a link is reported as a link, never followed),
- * or undefined when nothing is there.
- */
-export async function entryKind(fs: FileSystem, path: string): Promise<EntryKind | undefined> {
-  try {
-    return (await fs.lstat(path)).kind;
-  } catch (error) {
-    if (error instanceof NotFound) return undefined;
-    throw error;
-  }
 }
 
 /**

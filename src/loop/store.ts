@@ -45,7 +45,7 @@ import { portableSha256, type Sha256Factory } from "../port/sha256.ts";
 import type { Durability } from "../port/durable.ts";
 import { basename, dirname, isAbsolute, join, normalize } from "../port/path.ts";
 import { NotFound } from "../port/errors.ts";
-import { ensurePrivateDir } from "../port/durable.ts";
+import { ensurePrivateDir, entryKind } from "../port/durable.ts";
 import {
   CorruptSessionError,
   InvalidArgumentError,
@@ -56,7 +56,7 @@ import {
 } from "./errors.ts";
 import { isSessionId, newSessionHeader } from "./records/mod.ts";
 import { checkSessionFiles, openCheckedSession, SessionManager } from "./session_manager.ts";
-import { entryKind, META_FILE } from "./storage.ts";
+import { META_FILE } from "./storage.ts";
 import {
   acquireWriterLock,
   DEFAULT_COLLECTION_LOCK_WAIT_MS,

@@ -13,6 +13,7 @@ import {
   atomicReplace,
   type Durability,
   ensurePrivateDir,
+  entryKind,
   stagedPublish,
 } from "../port/durable.ts";
 import { join } from "../port/path.ts";
@@ -32,7 +33,6 @@ import {
   decodeLine,
   encodeRoundIndex,
   encodeStorageMeta,
-  entryKind,
   INDEX_FILE,
   INDEX_FORMAT,
   INDEX_VERSION,

@@ -12,7 +12,7 @@
  *
  * @module
  */
-import type { FileHandle, FileSystem } from "./fs.ts";
+import type { EntryKind, FileHandle, FileSystem } from "./fs.ts";
 import { AlreadyExists, NotFound } from "./errors.ts";
 import { basename, dirname, join } from "./path.ts";
 
@@ -453,6 +453,19 @@ export async function syncTree(fs: FileSystem, dir: string): Promise<void> {
     }
   }
   await fs.syncDir(dir);
+}
+
+/**
+ * The kind of the entry at `path` itself (`lstat`: a link is reported as a link, never followed),
+ * or undefined when nothing is there.
+ */
+export async function entryKind(fs: FileSystem, path: string): Promise<EntryKind | undefined> {
+  try {
+    return (await fs.lstat(path)).kind;
+  } catch (error) {
+    if (error instanceof NotFound) return undefined;
+    throw error;
+  }
 }
 
 /** Reads a file, returning `undefined` when it does not exist (other errors propagate). */
