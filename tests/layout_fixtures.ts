@@ -157,3 +157,46 @@ export function pauseAfter(
   }) as unknown as FileSystem;
   return { fs: view, paused, release };
 }
+
+/**
+ * A terminal `session_outcome.json` as the engine writes it when it stopped with `status`: no
+ * handoff, the stop reason as the fallback summary, no refs unless `fields` give them. `fields`
+ * name the session (ids, goal hash, revision, time); keys keep the engine's order.
+ */
+export function engineOutcome(
+  status: string,
+  fields: {
+    readonly session_id: string;
+    readonly root_session_id: string;
+    readonly goal_sha256: string;
+    readonly terminal_state_revision: number;
+    readonly created_at: string;
+    readonly evidence_refs?: readonly string[];
+    readonly delivery_refs?: readonly string[];
+    readonly trace_seal_refs?: readonly string[];
+  },
+): Record<string, unknown> {
+  return {
+    schema_version: 1,
+    session_id: fields.session_id,
+    root_session_id: fields.root_session_id,
+    goal_sha256: fields.goal_sha256,
+    lifecycle: "terminal",
+    terminal_status: status,
+    stop_reason: status,
+    terminal_state_revision: fields.terminal_state_revision,
+    control: null,
+    handoff: {
+      status: "missing",
+      ref: "session:/project_state/handoff.json",
+      sha256: null,
+      revision: null,
+    },
+    fallback_summary: { source: "engine_stop_reason", text: status },
+    evidence_refs: fields.evidence_refs ?? [],
+    delivery_refs: fields.delivery_refs ?? [],
+    eval_refs: [],
+    trace_seal_refs: fields.trace_seal_refs ?? [],
+    created_at: fields.created_at,
+  };
+}

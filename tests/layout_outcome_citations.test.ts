@@ -22,6 +22,7 @@ import {
   childRequest,
   CONTRACTS,
   deterministic,
+  engineOutcome,
   newRepo,
   newRoot,
   patchState,
@@ -205,29 +206,15 @@ test("a parent records the outcome of a folded child whatever the child's outcom
   await patchState(fs, accepted.childDir, { status: "goal_met" });
   // Written by the engine: it cites an older mirror session's delivery receipt, and (an engine
   // quirk this library does not copy when it writes) its own receipt as delivery_receipts/.
-  const outcome = {
-    schema_version: 1,
+  const outcome = engineOutcome("goal_met", {
     session_id: childId,
     root_session_id: root.sessionId,
     goal_sha256: String((await readJson(fs, `${accepted.childDir}/session.json`)).goal_hash),
-    lifecycle: "terminal",
-    terminal_status: "goal_met",
-    stop_reason: "goal_met",
     terminal_state_revision: 3,
-    control: null,
-    handoff: {
-      status: "missing",
-      ref: "session:/project_state/handoff.json",
-      sha256: null,
-      revision: null,
-    },
-    fallback_summary: { source: "engine_stop_reason", text: "goal_met" },
     evidence_refs: [`${MIRROR_SESSIONS}/delivery_receipts/${MIRROR_DELIVERY}`],
     delivery_refs: [`session:${childId}:/delivery_receipts/delivery-1.json`],
-    eval_refs: [],
-    trace_seal_refs: [],
     created_at: "2026-04-19T15:00:01Z",
-  };
+  });
   await writeJson(fs, `${accepted.childDir}/session_outcome.json`, outcome);
   assert.deepEqual(
     parseSessionOutcome(outcome, "session_outcome.json", "folded").delivery_refs,

@@ -20,6 +20,7 @@ import {
   childRequest,
   CONTRACTS,
   deterministic,
+  engineOutcome,
   newRepo,
   newRoot,
   patchState,
@@ -157,29 +158,17 @@ test("two recordings of one child's outcome at once record it once; the second i
   await processNextChildRequest(fs, options);
   const childDir = root.paths.childDir("01_alpha");
   await patchState(fs, childDir, { status: "max_turns", terminal_state_revision: 1 });
-  await writeJson(fs, `${childDir}/session_outcome.json`, {
-    schema_version: 1,
-    session_id: "01_alpha",
-    root_session_id: root.sessionId,
-    goal_sha256: `sha256:${"a".repeat(64)}`,
-    lifecycle: "terminal",
-    terminal_status: "max_turns",
-    stop_reason: "max_turns",
-    terminal_state_revision: 1,
-    control: null,
-    handoff: {
-      status: "missing",
-      ref: "session:/project_state/handoff.json",
-      sha256: null,
-      revision: null,
-    },
-    fallback_summary: { source: "engine_stop_reason", text: "max_turns" },
-    evidence_refs: [],
-    delivery_refs: [],
-    eval_refs: [],
-    trace_seal_refs: [],
-    created_at: AT,
-  });
+  await writeJson(
+    fs,
+    `${childDir}/session_outcome.json`,
+    engineOutcome("max_turns", {
+      session_id: "01_alpha",
+      root_session_id: root.sessionId,
+      goal_sha256: `sha256:${"a".repeat(64)}`,
+      terminal_state_revision: 1,
+      created_at: AT,
+    }),
+  );
   const before = (await readSessionState(fs, root.dir)).state_revision ?? 0;
   const [a, b] = await Promise.allSettled([
     recordChildOutcome(fs, options),
