@@ -129,6 +129,7 @@ import {
   INDEX_FORMAT,
   INDEX_VERSION,
   indexMatches,
+  isBusy,
   MESSAGES_FILE,
   META_FILE,
   readIfRegular,
@@ -797,9 +798,7 @@ async function readMetaNoFollow(
   try {
     read = await readIfRegular(fs, metaPath);
   } catch (error) {
-    if (error instanceof FsError && (error.code === "EAGAIN" || error.code === "EWOULDBLOCK")) {
-      return undefined;
-    }
+    if (isBusy(error)) return undefined;
     throw error;
   }
   if (read === undefined) throw new NotFound("read", metaPath);

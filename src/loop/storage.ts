@@ -201,6 +201,14 @@ export function decodeStorageMeta(bytes: Uint8Array, file: string): StorageMeta 
 }
 
 /**
+ * True for the failure of a no-follow read of a regular file that is busy (`EAGAIN`: a lease
+ * held by another process makes the non-blocking open fail at once instead of waiting).
+ */
+export function isBusy(error: unknown): boolean {
+  return error instanceof FsError && (error.code === "EAGAIN" || error.code === "EWOULDBLOCK");
+}
+
+/**
  * Reads the file at `path` only if it is a regular file, never through a link and never waiting
  * on a FIFO: with `readFileNoFollow` in one call (a failure, or an empty read, is then judged by
  * `lstat`), otherwise after an `lstat`. Returns the bytes, the kind of what is there instead, or
@@ -376,9 +384,7 @@ export async function readListingIndex(
       read = await readIfRegular(fs, file);
     } catch (error) {
       // A busy regular file is not used (derived data); any other failure is reported.
-      if (error instanceof FsError && (error.code === "EAGAIN" || error.code === "EWOULDBLOCK")) {
-        return undefined;
-      }
+      if (isBusy(error)) return undefined;
       throw error;
     }
     // A link, a directory or a FIFO is just not an index.
