@@ -1,12 +1,17 @@
 /**
- * Whole-file reads over the callback `readFile` of `node:fs`, shared by the Node adapter and the
- * Deno adapter's `readFileNoFollow` (through Deno's Node layer). Internal to the adapters.
+ * Whole-file reads over the callback `readFile` of `node:fs`, and no-follow opens over
+ * `node:fs/promises`, shared by the Node adapter and the Deno adapter's `readFileNoFollow` and
+ * `openNoFollow` (through Deno's Node layer). Internal to the adapters.
  *
  * @module
  */
 import { constants, readFile as readFileCallback } from "node:fs";
+import { open as openNative } from "node:fs/promises";
 import type { FsError } from "../src/port/errors.ts";
+import { IsADirectory } from "../src/port/errors.ts";
+import type { OpenedFile } from "../src/port/fs.ts";
 import { callMapped, mapNativeError } from "./_errors.ts";
+import { NodeFileHandle, toInfo } from "./_node_handle.ts";
 
 /** Maps a native error of `syscall` on `path` to the port's typed error. */
 export type ErrorMapper = (error: unknown, syscall: string, path: string) => FsError;
@@ -72,4 +77,32 @@ export function readFileNoFollowNative(
   const flags = NO_FOLLOW_READ;
   if (flags === undefined) return undefined;
   return (path: string): Promise<Uint8Array> => readWith(path, flags, map);
+}
+
+/**
+ * `FileSystem.openNoFollow` over `node:fs/promises` with the adapter's error mapping `map`: one
+ * open with the flags of `readFileNoFollow` and one `fstat` of what it opened. Undefined where
+ * the platform lacks the flags (the adapters then leave the method out).
+ */
+export function openNoFollowNative(
+  map: ErrorMapper,
+): ((path: string) => Promise<OpenedFile>) | undefined {
+  const flags = NO_FOLLOW_READ;
+  if (flags === undefined) return undefined;
+  return (path: string): Promise<OpenedFile> =>
+    callMapped(map, "open", path, async () => {
+      const handle = await openNative(path, flags);
+      let info;
+      try {
+        info = toInfo(await handle.stat());
+      } catch (error) {
+        await handle.close();
+        throw error;
+      }
+      if (info.kind === "directory") {
+        await handle.close();
+        throw new IsADirectory("open", path);
+      }
+      return { handle: new NodeFileHandle(handle, path, false, map), info };
+    });
 }

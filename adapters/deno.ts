@@ -30,6 +30,7 @@ import type {
   FileInfo,
   FileSystem,
   MkdirOptions,
+  OpenedFile,
   OpenOptions,
   RemoveOptions,
   WriteFileOptions,
@@ -38,7 +39,7 @@ import type { FsError } from "../src/port/errors.ts";
 import { IsADirectory, NotEmpty } from "../src/port/errors.ts";
 import type { Sha256Factory } from "../src/port/sha256.ts";
 import { nodeProcessProbe, nodeSha256 } from "./node.ts";
-import { readFileNoFollowNative } from "./_node_read.ts";
+import { openNoFollowNative, readFileNoFollowNative } from "./_node_read.ts";
 import type { ProcessProbe } from "../src/loop/lock.ts";
 import {
   callMapped,
@@ -194,10 +195,17 @@ class DenoFileSystem implements FileSystem {
    * call goes through Deno's Node layer (`O_NOFOLLOW`), where the platform has the flag.
    */
   readonly readFileNoFollow?: (path: string) => Promise<Uint8Array>;
+  /**
+   * See `FileSystem.openNoFollow`: through Deno's Node layer too, for the same reason; its
+   * handle is the Node adapter's, with this adapter's error mapping.
+   */
+  readonly openNoFollow?: (path: string) => Promise<OpenedFile>;
 
   constructor() {
     const noFollow = readFileNoFollowNative(mapError);
     if (noFollow !== undefined) this.readFileNoFollow = noFollow;
+    const open = openNoFollowNative(mapError);
+    if (open !== undefined) this.openNoFollow = open;
   }
 
   open(path: string, options: OpenOptions = {}): Promise<FileHandle> {
@@ -389,7 +397,8 @@ class DenoFileSystem implements FileSystem {
  * The filesystem port over the `Deno.*` file APIs.
  *
  * `open` and `readFile` follow symlinks, `lstat`, `readDir`, `rename` and `remove` never do,
- * and `readFileNoFollow` (where the platform has `O_NOFOLLOW`) refuses a final one;
+ * and `readFileNoFollow` and `openNoFollow` (where the platform has `O_NOFOLLOW`) refuse a final
+ * one;
  * `syncDir` is a no-op where the platform cannot fsync a directory; every native error is
  * mapped to the port's typed errors with the native error as `cause`.
  *

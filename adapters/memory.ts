@@ -58,6 +58,7 @@ import type {
   FileInfo,
   FileSystem,
   MkdirOptions,
+  OpenedFile,
   OpenOptions,
   RemoveOptions,
   WriteFileOptions,
@@ -104,6 +105,7 @@ export type MemoryOperation =
   | "open"
   | "readFile"
   | "readFileNoFollow"
+  | "openNoFollow"
   | "writeFile"
   | "rename"
   | "remove"
@@ -482,6 +484,35 @@ export class MemoryFs implements FileSystem {
       }
       if (node.kind !== "file") throw new IsADirectory("readFileNoFollow", path);
       return node.read(0, node.size);
+    });
+  }
+
+  /**
+   * Opens an existing file read-only without following a final symlink, with its info: a link
+   * fails with `FsIoError` code `"ELOOP"`, a directory with `IsADirectory` (see
+   * `FileSystem.openNoFollow`).
+   */
+  openNoFollow(path: string): Promise<OpenedFile> {
+    return this.#run("openNoFollow", path, () => {
+      const node = this.#existing("openNoFollow", path, false);
+      if (node.kind === "symlink") {
+        throw new FsIoError(
+          "ELOOP",
+          "openNoFollow",
+          path,
+          "The last component of the path is a symlink",
+        );
+      }
+      if (node.kind !== "file") throw new IsADirectory("openNoFollow", path);
+      const handle = new MemoryFileHandle({
+        node,
+        path,
+        writable: false,
+        append: false,
+        enter: (op) => this.#enter(op, path),
+        now: this.#options.now,
+      });
+      return { handle, info: infoOf(node) };
     });
   }
 

@@ -30,18 +30,17 @@
  */
 import { constants, readFileSync } from "node:fs";
 import * as fsp from "node:fs/promises";
-import type { Stats } from "node:fs";
 import type { FileHandle as NativeHandle } from "node:fs/promises";
 import { homedir, hostname } from "node:os";
 import process from "node:process";
 import { createHash, type Hash } from "node:crypto";
 import type {
   DirEntry,
-  EntryKind,
   FileHandle,
   FileInfo,
   FileSystem,
   MkdirOptions,
+  OpenedFile,
   OpenOptions,
   RemoveOptions,
   WriteFileOptions,
@@ -50,14 +49,9 @@ import type { FsError } from "../src/port/errors.ts";
 import { IsADirectory, NotEmpty } from "../src/port/errors.ts";
 import type { Sha256, Sha256Factory } from "../src/port/sha256.ts";
 import type { ProcessProbe } from "../src/loop/lock.ts";
-import {
-  callMapped,
-  checkReadRange,
-  codeOf,
-  DIR_SYNC_REFUSALS,
-  mapNativeError,
-} from "./_errors.ts";
-import { readFileNative, readFileNoFollowNative } from "./_node_read.ts";
+import { callMapped, codeOf, DIR_SYNC_REFUSALS, mapNativeError } from "./_errors.ts";
+import { openNoFollowNative, readFileNative, readFileNoFollowNative } from "./_node_read.ts";
+import { NodeFileHandle, toInfo } from "./_node_handle.ts";
 
 /** Maps a native error of `syscall` on `path` to the port's typed error. */
 function mapError(error: unknown, syscall: string, path: string): FsError {
@@ -67,22 +61,6 @@ function mapError(error: unknown, syscall: string, path: string): FsError {
 /** Runs a native call and maps whatever it throws. */
 function call<T>(syscall: string, path: string, run: () => Promise<T>): Promise<T> {
   return callMapped(mapError, syscall, path, run);
-}
-
-function kindOf(stats: Stats): EntryKind {
-  if (stats.isFile()) return "file";
-  if (stats.isDirectory()) return "directory";
-  if (stats.isSymbolicLink()) return "symlink";
-  return "other";
-}
-
-function toInfo(stats: Stats): FileInfo {
-  return {
-    kind: kindOf(stats),
-    size: stats.size,
-    mode: stats.mode & 0o777,
-    mtimeMs: stats.mtimeMs,
-  };
 }
 
 function openFlags(options: OpenOptions): number {
@@ -97,105 +75,17 @@ function openFlags(options: OpenOptions): number {
   return flags;
 }
 
-/** Reads longer than this are first clamped to the file's size. */
-const LARGE_READ = 64 * 1024 * 1024;
-/** The most one read call asks for (the runtime refuses lengths past 2 GiB). */
-const MAX_READ_CALL = 1024 * 1024 * 1024;
-
-class NodeFileHandle implements FileHandle {
-  readonly #handle: NativeHandle;
-  readonly #path: string;
-  readonly #append: boolean;
-  /** The write position of a non-append handle; tracked here so reads never move it. */
-  #position = 0;
-  /**
-   * Writes, truncations, syncs and the close run one after another, in call order, as on the
-   * other adapters: two writes issued without waiting never land at the same position, and a
-   * sync covers every write issued before it. Positioned reads run at once.
-   */
-  #queue: Promise<unknown> = Promise.resolve();
-
-  constructor(handle: NativeHandle, path: string, append: boolean) {
-    this.#handle = handle;
-    this.#path = path;
-    this.#append = append;
-  }
-
-  #serial<T>(syscall: string, run: () => Promise<T>): Promise<T> {
-    const result = this.#queue.then(() => call(syscall, this.#path, run));
-    this.#queue = result.then(() => undefined, () => undefined);
-    return result;
-  }
-
-  read(offset: number, length: number): Promise<Uint8Array> {
-    return call("read", this.#path, async () => {
-      checkReadRange(this.#path, offset, length);
-      let want = length;
-      if (want > LARGE_READ) {
-        // A length taken from a file's metadata may lie: never allocate past the end of the file.
-        want = Math.max(0, Math.min(want, (await this.#handle.stat()).size - offset));
-      }
-      const buffer = new Uint8Array(want);
-      let filled = 0;
-      while (filled < want) {
-        const { bytesRead } = await this.#handle.read(
-          buffer,
-          filled,
-          Math.min(want - filled, MAX_READ_CALL),
-          offset + filled,
-        );
-        if (bytesRead === 0) break;
-        filled += bytesRead;
-      }
-      return filled === want ? buffer : buffer.slice(0, filled);
-    });
-  }
-
-  write(data: Uint8Array): Promise<void> {
-    return this.#serial("write", async () => {
-      let written = 0;
-      while (written < data.length) {
-        // An append handle writes at the end whatever the position (O_APPEND).
-        const position = this.#append ? null : this.#position;
-        const { bytesWritten } = await this.#handle.write(
-          data,
-          written,
-          data.length - written,
-          position,
-        );
-        written += bytesWritten;
-        if (!this.#append) this.#position += bytesWritten;
-      }
-    });
-  }
-
-  truncate(length: number): Promise<void> {
-    return this.#serial("truncate", async () => {
-      await this.#handle.truncate(length);
-      if (this.#position > length) this.#position = length;
-    });
-  }
-
-  sync(): Promise<void> {
-    return this.#serial("fsync", () => this.#handle.sync());
-  }
-
-  stat(): Promise<FileInfo> {
-    return call("fstat", this.#path, async () => toInfo(await this.#handle.stat()));
-  }
-
-  close(): Promise<void> {
-    return this.#serial("close", () => this.#handle.close());
-  }
-}
-
 class NodeFileSystem implements FileSystem {
   /** See `FileSystem.readFileNoFollow`; offered where the platform has `O_NOFOLLOW`. */
   readonly readFileNoFollow?: (path: string) => Promise<Uint8Array>;
+  /** See `FileSystem.openNoFollow`; offered where the platform has `O_NOFOLLOW`. */
+  readonly openNoFollow?: (path: string) => Promise<OpenedFile>;
 
   constructor() {
     const noFollow = readFileNoFollowNative(mapError);
     if (noFollow !== undefined) this.readFileNoFollow = noFollow;
+    const open = openNoFollowNative(mapError);
+    if (open !== undefined) this.openNoFollow = open;
   }
 
   open(path: string, options: OpenOptions = {}): Promise<FileHandle> {
@@ -224,7 +114,7 @@ class NodeFileSystem implements FileSystem {
           throw new IsADirectory("open", path);
         }
       }
-      return new NodeFileHandle(handle, path, options.append === true);
+      return new NodeFileHandle(handle, path, options.append === true, mapError);
     });
   }
 
@@ -372,7 +262,8 @@ class NodeFileSystem implements FileSystem {
  * The filesystem port over `node:fs/promises`.
  *
  * `open` and `readFile` follow symlinks, `lstat`, `readDir`, `rename` and `remove` never do,
- * and `readFileNoFollow` (offered where the platform has `O_NOFOLLOW`) refuses a final one;
+ * and `readFileNoFollow` and `openNoFollow` (offered where the platform has `O_NOFOLLOW`) refuse
+ * a final one;
  * `syncDir` is a no-op where the platform cannot fsync a directory; every native error is
  * mapped to the port's typed errors with the native error as `cause`.
  *

@@ -34,13 +34,14 @@ export function gate(): { readonly wait: Promise<void>; readonly open: () => voi
 }
 
 /**
- * `fs` as a port without `readFileNoFollow`: readers then check a file's kind (`lstat`,
- * `readDir`) before reading it, as they do on adapters that cannot refuse a link in the open.
+ * `fs` as a port without `readFileNoFollow` and `openNoFollow`: readers then check a file's kind
+ * (`lstat`, `readDir`) before reading it, as they do on adapters that cannot refuse a link in
+ * the open.
  */
 export function withoutNoFollow(fs: FileSystem): FileSystem {
   return new Proxy(fs, {
     get(target, prop) {
-      if (prop === "readFileNoFollow") return undefined;
+      if (prop === "readFileNoFollow" || prop === "openNoFollow") return undefined;
       const value = Reflect.get(target, prop, target);
       return typeof value === "function" ? value.bind(target) : value;
     },

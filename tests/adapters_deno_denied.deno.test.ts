@@ -1,5 +1,6 @@
-// denoFs maps a read that Deno's permissions deny to PermissionDenied, also for readFileNoFollow,
-// which goes through Deno's Node layer (it rejects with Deno's own error class, without a code).
+// denoFs maps a read that Deno's permissions deny to PermissionDenied, also for readFileNoFollow
+// and openNoFollow, which go through Deno's Node layer (it rejects with Deno's own error class,
+// without a code).
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 
@@ -17,7 +18,7 @@ Deno.test("denoFs reports a read denied by Deno's permissions as PermissionDenie
         JSON.stringify(new URL("../adapters/deno.ts", import.meta.url).href)
       };
 const fs = denoFs();
-for (const method of ["readFile", "readFileNoFollow"] as const) {
+for (const method of ["readFile", "readFileNoFollow", "openNoFollow"] as const) {
   try {
     await fs[method]!(${JSON.stringify(denied)});
     console.log(method, "read");
@@ -45,6 +46,7 @@ for (const method of ["readFile", "readFileNoFollow"] as const) {
     assert.deepEqual(text.trim().split("\n"), [
       "readFile PermissionDenied EACCES",
       "readFileNoFollow PermissionDenied EACCES",
+      "openNoFollow PermissionDenied EACCES",
     ]);
   } finally {
     await Deno.remove(root, { recursive: true });

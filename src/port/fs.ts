@@ -51,6 +51,14 @@ export interface OpenOptions {
   readonly mode?: number;
 }
 
+/** A file opened by `FileSystem.openNoFollow`, with what its handle's `stat` said at the open. */
+export interface OpenedFile {
+  /** The read-only handle; the caller closes it. */
+  readonly handle: FileHandle;
+  /** The opened file's kind, size, mode and modification time. */
+  readonly info: FileInfo;
+}
+
 /** Options of `FileSystem.writeFile`. */
 export interface WriteFileOptions {
   /** Permission bits for a newly created file. */
@@ -116,6 +124,16 @@ export interface FileSystem {
    * open itself (`O_NOFOLLOW`).
    */
   readFileNoFollow?(path: string): Promise<Uint8Array>;
+  /**
+   * Optional. Opens an existing file read-only like `open(path)`, in one call that never goes
+   * through a symlink in the last component of `path` and never waits on a FIFO or device (it
+   * is opened non-blocking), and reports what `FileHandle.stat` says of the file it opened: a
+   * caller checks the kind of exactly the file it reads. A final symlink fails with `FsIoError`
+   * code `"ELOOP"`, a directory with `IsADirectory`, a missing file with `NotFound`; a FIFO or
+   * device is opened and reported as kind `"other"` (close it without reading). Offered where
+   * `readFileNoFollow` is.
+   */
+  openNoFollow?(path: string): Promise<OpenedFile>;
   /** Creates or truncates a file and writes `data` to it. Syncs nothing. */
   writeFile(path: string, data: Uint8Array, options?: WriteFileOptions): Promise<void>;
   /**

@@ -11,6 +11,7 @@ export type {
   FileInfo,
   FileSystem,
   MkdirOptions,
+  OpenedFile,
   OpenOptions,
   RemoveOptions,
   WriteFileOptions,

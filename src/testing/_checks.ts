@@ -657,6 +657,58 @@ export const CHECKS: readonly Check[] = [
     },
   },
 
+  // openNoFollow() (optional: checked only where the adapter offers it)
+  {
+    name:
+      "openNoFollow(), where offered, opens a file with its info, refuses a final symlink and follows parent links",
+    needs: ["symlinks"],
+    async run(f) {
+      const open = f.fs.openNoFollow?.bind(f.fs);
+      if (open === undefined) return;
+      checkEqual(
+        typeof f.fs.readFileNoFollow,
+        "function",
+        "readFileNoFollow is offered with openNoFollow",
+      );
+      const dir = at(f, "dir");
+      const file = join(dir, "file");
+      await f.fs.mkdir(dir);
+      await f.fs.writeFile(file, bytes("regular"));
+      const opened = await open(file);
+      try {
+        checkEqual(opened.info.kind, "file", "the kind openNoFollow reports for a file");
+        checkEqual(opened.info.size, 7, "the size openNoFollow reports for a file");
+        checkBytes(await opened.handle.read(2, 3), "gul", "a read through the opened handle");
+      } finally {
+        await opened.handle.close();
+      }
+      await f.fs.symlink(file, at(f, "link"));
+      const refused = await checkRejects(
+        () => open(at(f, "link")),
+        FsIoError,
+        "openNoFollow of a symlink to a file",
+      );
+      checkEqual(refused.code, "ELOOP", "the code of a refused final symlink");
+      await f.fs.symlink(at(f, "nowhere"), at(f, "dangling"));
+      const dangling = await checkRejects(
+        () => open(at(f, "dangling")),
+        FsIoError,
+        "openNoFollow of a dangling symlink",
+      );
+      checkEqual(dangling.code, "ELOOP", "the code of a refused dangling symlink");
+      await checkRejects(() => open(dir), IsADirectory, "openNoFollow of a directory");
+      await checkRejects(() => open(at(f, "missing")), NotFound, "openNoFollow of a missing file");
+      // Only the last component is not followed: a linked parent directory is.
+      await f.fs.symlink(dir, at(f, "dir-link"));
+      const viaLink = await open(at(f, "dir-link", "file"));
+      try {
+        checkBytes(await viaLink.handle.read(0, 7), "regular", "a file under a linked directory");
+      } finally {
+        await viaLink.handle.close();
+      }
+    },
+  },
+
   // rename()
   {
     name: "rename() moves a file to a new name",
