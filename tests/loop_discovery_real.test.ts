@@ -18,8 +18,11 @@ import { conversation } from "./_fixtures.ts";
 
 const POSIX = process.platform !== "win32";
 
-/** A collection holding one session of 6 messages, titled or not, on the real filesystem. */
-async function fixture(titled: boolean): Promise<{
+/**
+ * A collection holding one session of `rounds` user rounds (6 messages by default), titled or
+ * not, on the real filesystem.
+ */
+async function fixture(titled: boolean, rounds = 3): Promise<{
   root: string;
   collection: string;
   dir: string;
@@ -34,7 +37,7 @@ async function fixture(titled: boolean): Promise<{
     sessionDir: collection,
   });
   const session = await store.create(root);
-  await session.commit(conversation(3, "real"));
+  await session.commit(conversation(rounds, "real"));
   if (titled) await session.setTitle({ text: "Stored", source: "user", messageIndices: [] });
   await session.close();
   const list = (fs: FileSystem) =>
@@ -55,8 +58,9 @@ function summary(result: ListResult): unknown {
   };
 }
 
-test("nodeFs offers readFileNoFollow on POSIX platforms", () => {
+test("nodeFs offers readFileNoFollow and openNoFollow on POSIX platforms", () => {
   assert.equal(typeof nodeFs().readFileNoFollow === "function", POSIX);
+  assert.equal(typeof nodeFs().openNoFollow === "function", POSIX);
 });
 
 if (POSIX) {
@@ -143,6 +147,50 @@ if (POSIX) {
       },
     );
   }
+
+  test("a fast listing refuses a log planted as a FIFO when it reads it, without waiting on it", async () => {
+    const { root, dir, list } = await fixture(false);
+    try {
+      await rm(join(dir, "messages.jsonl"));
+      execFileSync("mkfifo", [join(dir, "messages.jsonl")]);
+      const result = await list(nodeFs());
+      assert.deepEqual(result.sessions, []);
+      const error = result.failures[0]?.error as SessionFormatError;
+      assert.ok(error instanceof SessionFormatError);
+      assert.equal(error.file, join(dir, "messages.jsonl"));
+      assert.match(error.message, /not a regular file/);
+      assert.deepEqual(summary(result), summary(await list(withoutNoFollow(nodeFs()))));
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
+  });
+
+  test("a fast listing passes over a large index.json planted as a FIFO or a link", async () => {
+    // 1,000 rounds: an index too large to be read whole, so it is opened and read by its head.
+    const { root, dir, list } = await fixture(true, 1000);
+    try {
+      const index = join(dir, "index.json");
+      const expected = summary(await list(nodeFs()));
+      assert.deepEqual(expected, {
+        sessions: [[dir.split("/").pop(), 1000, "Stored"]],
+        failures: [],
+      });
+      // A link to an index that lies about the counts: never followed, so the log is scanned.
+      const lying = new TextDecoder().decode(await nodeFs().readFile(index))
+        .replace(/"roundCount":\d+/, '"roundCount":7');
+      await rm(index);
+      await nodeFs().writeFile(join(root, "planted-index.json"), new TextEncoder().encode(lying));
+      await symlink(join(root, "planted-index.json"), index);
+      assert.deepEqual(summary(await list(nodeFs())), expected);
+      assert.deepEqual(summary(await list(withoutNoFollow(nodeFs()))), expected);
+      await rm(index);
+      execFileSync("mkfifo", [index]);
+      assert.deepEqual(summary(await list(nodeFs())), expected);
+      assert.deepEqual(summary(await list(withoutNoFollow(nodeFs()))), expected);
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
+  });
 
   test("archive.json planted as a FIFO is refused and reported, without waiting on it", async () => {
     const { root, collection, dir, list } = await fixture(true);

@@ -63,21 +63,21 @@
  *   device) is never read: it counts as unusable.
  *
  * Fast mode never reads through a link, and a FIFO planted as a session file cannot make it wait.
- * Where the port has `readFileNoFollow` (the Node and Deno adapters on POSIX, `MemoryFs`), each
- * of meta.json and index.json is read in one call that refuses a final symlink and opens without
- * waiting: per session, a listing costs those two reads and nothing else. A meta.json that is not
- * a regular file is refused as an open refuses it (`SessionFormatError`); an index.json that is
- * not one is not used. messages.jsonl is checked to be a regular file (`lstat`) whenever it is
- * read (a fallback title, a scan), and refused otherwise; a listing that does not read it (a
- * stored title and a usable index) does not look at it, as it does not verify its checksum. A
- * port without `readFileNoFollow` makes fast mode list each session directory first (links not
- * followed) and refuse a meta.json or messages.jsonl that is not a regular file, read or not.
- * Where the kind is checked by a call of its own (`lstat` before opening the log or a large
- * index.json, or the listing without `readFileNoFollow`), a file swapped for a link or a FIFO
- * between that check and the open, by a process that can write the session directory, is not
- * excluded: the reads of meta.json and a small index.json with `readFileNoFollow` are the ones
- * that check and read in one call. An index.json that such a read finds busy (`EAGAIN`, a lease
- * held by another process) is not used, as if missing.
+ * Where the port has `readFileNoFollow` and `openNoFollow` (the Node and Deno adapters on POSIX,
+ * `MemoryFs`), each of meta.json and index.json is read in one call that refuses a final symlink
+ * and opens without waiting: per session, a listing costs those two reads and nothing else. A
+ * meta.json that is not a regular file is refused as an open refuses it (`SessionFormatError`);
+ * an index.json that is not one is not used. messages.jsonl is checked to be a regular file
+ * whenever it is read (a fallback title, a scan), and refused otherwise; a listing that does not
+ * read it (a stored title and a usable index) does not look at it, as it does not verify its
+ * checksum. The log and a large index.json are opened the same way (`openNoFollow`), and the
+ * kind checked is the one the opened file's own `fstat` reports: what is checked is what is read.
+ * A port without these calls makes fast mode list each session directory first (links not
+ * followed) and refuse a meta.json or messages.jsonl that is not a regular file, read or not;
+ * there the kind is checked by a call of its own (the listing, or an `lstat`), and a file
+ * swapped for a link or a FIFO between that check and the open, by a process that can write the
+ * session directory, is not excluded. An index.json that a no-follow read or open finds busy
+ * (`EAGAIN`, a lease held by another process) is not used, as if missing.
  * - **the rounds' lines**, read only for a fallback title (no stored title, none remembered for
  *   the generation): the first round's line must start a line (offset 0, or the byte before it is
  *   `"\n"`), end inside the committed range and parse as a user message; when it yields no title,
@@ -132,13 +132,16 @@ import {
   isBusy,
   MESSAGES_FILE,
   META_FILE,
+  openIfRegular,
   readIfRegular,
   readListingIndex,
   readStorageMeta,
   refuseIrregularFile,
+  type RegularFile,
   type RoundEntry,
   type RoundIndex,
   type RoundIndexHead,
+  sizedLater,
   type StorageMeta,
 } from "./storage.ts";
 import { SessionManager } from "./session_manager.ts";
@@ -748,11 +751,11 @@ export async function fastSummary(
     // checked to be a regular file only when it is read.
     const meta = await readMetaNoFollow(fs, metaPath);
     if (meta !== undefined) {
-      const openLog = async (): Promise<FileHandle> => {
-        const kind = await entryKind(fs, logPath);
-        if (kind !== undefined) refuseIrregularFile(kind, logPath);
-
-        return await fs.open(logPath);
+      const openLog = async (): Promise<RegularFile> => {
+        const opened = await openIfRegular(fs, logPath);
+        if (typeof opened === "object") return opened;
+        if (opened !== undefined) refuseIrregularFile(opened, logPath);
+        throw new NotFound("open", logPath);
       };
       return await summarizeFrom(context, dir, meta, cache, undefined, openLog);
     }
@@ -780,7 +783,7 @@ export async function fastSummary(
     meta,
     cache,
     kinds.get(INDEX_FILE) === "file",
-    () => fs.open(logPath),
+    async () => sizedLater(await fs.open(logPath)),
   );
 }
 
@@ -822,7 +825,7 @@ async function summarizeFrom(
   meta: StorageMeta,
   cache: ListingCache | undefined,
   indexIsFile: boolean | undefined,
-  openLog: () => Promise<FileHandle>,
+  openLog: () => Promise<RegularFile>,
 ): Promise<Summary> {
   const fs = context.fs;
   if (meta.messageCount === 0) {
@@ -885,7 +888,7 @@ async function fastCounts(
   meta: StorageMeta,
   index: RoundIndex | undefined,
   needTitle: boolean,
-  openLog: () => Promise<FileHandle>,
+  openLog: () => Promise<RegularFile>,
 ): Promise<Summary> {
   if (index !== undefined && indexMatches(index, meta) && roundsFit(index)) {
     const title = needTitle ? await titleFromRounds(openLog, meta, index.rounds) : undefined;
@@ -928,7 +931,7 @@ async function fastCountsFromHead(
   head: RoundIndexHead,
   readWhole: () => Promise<RoundIndex | undefined>,
   needTitle: boolean,
-  openLog: () => Promise<FileHandle>,
+  openLog: () => Promise<RegularFile>,
 ): Promise<Summary> {
   const fits = head.roundCount <= head.messageCount &&
     (head.messageCount === 0 || head.roundCount > 0) &&
@@ -1017,16 +1020,16 @@ function coversPrefix(index: RoundIndex, meta: StorageMeta): boolean {
 
 /** Reads the unindexed tail; undefined when it does not line up with the index. */
 async function scanTail(
-  openLog: () => Promise<FileHandle>,
+  openLog: () => Promise<RegularFile>,
   meta: StorageMeta,
   index: RoundIndex,
 ): Promise<{ users: number; title: SessionTitle | undefined } | undefined> {
-  const handle = await openLog();
+  const { handle, size } = await openLog();
   let bytes: Uint8Array;
   try {
     // A log shorter than the committed range is left to the full scan, which reports it; a
     // lying meta.json never sizes a read beyond the file.
-    if (meta.start + meta.bytes > (await handle.stat()).size) return undefined;
+    if (meta.start + meta.bytes > (await size())) return undefined;
     // One byte before the tail: the indexed prefix must end with a newline.
     bytes = await handle.read(meta.start + index.bytes - 1, meta.bytes - index.bytes + 1);
   } finally {
@@ -1074,17 +1077,17 @@ const INCONSISTENT: unique symbol = Symbol("inconsistent index");
  * line inside the committed range and parse as a user message; `INCONSISTENT` otherwise.
  */
 async function titleFromRounds(
-  openLog: () => Promise<FileHandle>,
+  openLog: () => Promise<RegularFile>,
   meta: StorageMeta,
   rounds: readonly RoundEntry[],
 ): Promise<SessionTitle | undefined | typeof INCONSISTENT> {
   if (rounds.length === 0) return undefined;
-  const handle = await openLog();
+  const { handle, size } = await openLog();
   try {
     // A log shorter than the committed range is not the one meta.json describes (a compaction
     // swapped the directory since meta.json was read, or damage): its lines at these offsets
     // could be other messages, so nothing is taken from it.
-    if ((await handle.stat()).size < meta.start + meta.bytes) return INCONSISTENT;
+    if ((await size()) < meta.start + meta.bytes) return INCONSISTENT;
     for (const round of rounds) {
       const line = await readLineAt(handle, meta, round.byteOffset);
       if (line === undefined) return INCONSISTENT;
@@ -1153,7 +1156,7 @@ async function scanCommitted(
   dir: string,
   meta: StorageMeta,
   needTitle: boolean,
-  openLog: () => Promise<FileHandle>,
+  openLog: () => Promise<RegularFile>,
 ): Promise<Summary> {
   let users = 0;
   let title: SessionTitle | undefined;
@@ -1162,7 +1165,7 @@ async function scanCommitted(
   // Nothing committed needs no log (it may be missing); otherwise the log is opened as checked.
   const options = meta.bytes === 0
     ? { sha256: context.sha256 }
-    : { sha256: context.sha256, opening: openLog() };
+    : { sha256: context.sha256, opening: openLog().then((log) => log.handle) };
   await forEachCommittedLine(context.fs, dir, meta, options, (line) => {
     if (bad !== undefined) return;
     let message: Message;

@@ -7,7 +7,7 @@
  * @module
  */
 import * as v from "valibot";
-import type { EntryKind, FileHandle, FileSystem } from "../port/fs.ts";
+import type { EntryKind, FileHandle, FileSystem, OpenedFile } from "../port/fs.ts";
 import { FsError, NotFound } from "../port/errors.ts";
 import type { Sha256, Sha256Factory } from "../port/sha256.ts";
 import { join } from "../port/path.ts";
@@ -252,6 +252,65 @@ export async function readIfRegular(
   return bytes;
 }
 
+/** A regular file opened by `openIfRegular`, and its size. */
+export interface RegularFile {
+  /** The read-only handle; the caller closes it. */
+  readonly handle: FileHandle;
+  /** The file's size: known from the open itself with `openNoFollow`, otherwise an `fstat`. */
+  readonly size: () => Promise<number>;
+}
+
+/** `handle` as a `RegularFile` whose size is asked of the handle when needed. */
+export function sizedLater(handle: FileHandle): RegularFile {
+  return { handle, size: async () => (await handle.stat()).size };
+}
+
+/**
+ * Opens the file at `path` for reading only if it is a regular file, never through a link and
+ * never waiting on a FIFO: with `openNoFollow` in one call whose own `fstat` says what was opened
+ * (a failure is then judged by `lstat`), otherwise after an `lstat`, where a file swapped in
+ * between by a process that can write the directory is not excluded. Returns the open file, the
+ * kind of what is there instead, or undefined when nothing is. A failure to open a regular file
+ * is thrown.
+ */
+export async function openIfRegular(
+  fs: FileSystem,
+  path: string,
+): Promise<RegularFile | Exclude<EntryKind, "file"> | undefined> {
+  /** What is at `path` when it is not a regular file; null for a regular file. */
+  const other = async (): Promise<Exclude<EntryKind, "file"> | null | undefined> => {
+    const kind = await entryKind(fs, path);
+    return kind === "file" ? null : kind;
+  };
+  if (fs.openNoFollow === undefined) {
+    const kind = await other();
+    if (kind !== null) return kind;
+    try {
+      return sizedLater(await fs.open(path));
+    } catch (error) {
+      if (error instanceof NotFound) return undefined;
+      throw error;
+    }
+  }
+  let opened: OpenedFile;
+  try {
+    opened = await fs.openNoFollow(path);
+  } catch (error) {
+    if (error instanceof NotFound) return undefined;
+    // A link or a directory refused the open: say what it is. A regular file failed.
+    const kind = await other();
+    if (kind !== null) return kind;
+    throw error;
+  }
+  const { handle, info } = opened;
+  if (info.kind !== "file") {
+    // A FIFO or a device, opened without waiting: closed unread.
+    await handle.close();
+    return info.kind;
+  }
+  return { handle, size: () => Promise.resolve(info.size) };
+}
+
 /**
  * Refuses a session file whose own kind (`lstat`, or a directory entry) is not a regular file: a
  * symlink, a directory, a device or a FIFO is never read or written through.
@@ -355,11 +414,12 @@ export type ListingIndex =
  * Undefined when the file is missing or not of this library's form.
  *
  * Not read through a link: with `kindKnown` the caller has seen index.json to be a regular file
- * (a directory listing); without it, a small index is read with `readFileNoFollow` when the port
- * has it (and read whole from those same bytes when asked), and otherwise (and for a large
- * index's head) its kind is checked first. A link, a directory or a FIFO there is not an index
- * (undefined), nor is a regular file that a no-follow read found busy (`EAGAIN`: a lease held by
- * another process; the index is derived data, so the listing does without it instead of waiting).
+ * (a directory listing); without it, a small index is read with `readIfRegular` (and read whole
+ * from those same bytes when asked) and a large one is opened with `openIfRegular`, which check
+ * the kind in the read or open itself where the port has `readFileNoFollow` and `openNoFollow`.
+ * A link, a directory or a FIFO there is not an index (undefined), nor is a regular file that a
+ * no-follow read or open found busy (`EAGAIN`: a lease held by another process; the index is
+ * derived data, so the listing does without it instead of waiting).
  */
 export async function readListingIndex(
   fs: FileSystem,
@@ -390,9 +450,28 @@ export async function readListingIndex(
     // A link, a directory or a FIFO is just not an index.
     return typeof read === "string" ? undefined : read;
   };
-  if (large && !kindKnown && (await entryKind(fs, file)) !== "file") return undefined;
   if (large) {
-    const read = await readIndexHead(fs, dir);
+    let opened: RegularFile | undefined;
+    if (kindKnown) {
+      try {
+        opened = sizedLater(await fs.open(file));
+      } catch (error) {
+        if (error instanceof NotFound) return undefined;
+        throw error;
+      }
+    } else {
+      let found;
+      try {
+        found = await openIfRegular(fs, file);
+      } catch (error) {
+        if (isBusy(error)) return undefined;
+        throw error;
+      }
+      // Missing, or a link, a directory or a FIFO: not an index.
+      if (typeof found !== "object") return undefined;
+      opened = found;
+    }
+    const read = await readIndexHead(opened);
     if (read === undefined || "index" in read) return read;
     const whole = async (): Promise<RoundIndex | undefined> => {
       const bytes = await readWhole();
@@ -417,23 +496,14 @@ export async function readListingIndex(
  * file be read and parsed. Undefined when the file is missing or not of this library's form.
  */
 async function readIndexHead(
-  fs: FileSystem,
-  dir: string,
+  file: RegularFile,
 ): Promise<{ readonly index: RoundIndex } | { readonly head: RoundIndexHead } | undefined> {
-  let handle;
-  try {
-    handle = await fs.open(join(dir, INDEX_FILE));
-  } catch (error) {
-    if (error instanceof NotFound) return undefined;
-    throw error;
-  }
+  const handle = file.handle;
   try {
     const first = await handle.read(0, HEAD_BYTES);
     const head = indexHeadOf(decoder.decode(first));
     if (head !== undefined) return { head };
-    const whole = first.length < HEAD_BYTES
-      ? first
-      : await handle.read(0, (await handle.stat()).size);
+    const whole = first.length < HEAD_BYTES ? first : await handle.read(0, await file.size());
     const index = parseRoundIndexText(decoder.decode(whole));
     return index === undefined ? undefined : { index };
   } finally {
