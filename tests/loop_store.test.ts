@@ -15,11 +15,12 @@ import {
   UnsupportedSessionError,
 } from "../src/loop/errors.ts";
 import { NotFound } from "../src/port/errors.ts";
-import type { FileSystem } from "../src/port/fs.ts";
+import type { FileHandle, FileSystem } from "../src/port/fs.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import { SessionManager } from "../src/loop/session_manager.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { assistant, conversation, toolResult, user } from "./_fixtures.ts";
+import { hookedFs } from "./_hooks.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -510,9 +511,8 @@ test("readHistory() reads only the page's byte range of the log", async () => {
   const logPath = `${session.getSessionPath()}/messages.jsonl`;
   const size = (await fs.stat(logPath)).size;
   const reads: number[] = [];
-  const original = fs.open.bind(fs);
-  fs.open = async (path, options) => {
-    const handle = await original(path, options);
+  /** `handle` of `path`, with its reads of the log counted. */
+  const counted = (handle: FileHandle, path: string): FileHandle => {
     if (path !== logPath) return handle;
     const read = handle.read.bind(handle);
     handle.read = async (offset: number, length: number) => {
@@ -520,6 +520,13 @@ test("readHistory() reads only the page's byte range of the log", async () => {
       return await read(offset, length);
     };
     return handle;
+  };
+  const original = fs.open.bind(fs);
+  fs.open = async (path, options) => counted(await original(path, options), path);
+  const openNoFollow = fs.openNoFollow.bind(fs);
+  fs.openNoFollow = async (path) => {
+    const opened = await openNoFollow(path);
+    return { handle: counted(opened.handle, path), info: opened.info };
   };
   const readFile = fs.readFile.bind(fs);
   fs.readFile = async (path) => {
@@ -862,6 +869,35 @@ test("a symlink planted at messages.jsonl is refused: nothing is read or written
   await assert.rejects(store.open(session.getSessionPath()), SessionFormatError);
   assert.deepEqual(await fs.readFile("/victim.txt"), victim);
   assert.equal((await fs.stat("/victim.txt")).mode, 0o644);
+});
+
+test("a log swapped for a link after the open checked it is refused by the open itself, not read through", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit([user("q"), assistant("a")]);
+  await session.close();
+  const log = `${session.getSessionPath()}/messages.jsonl`;
+  // A copy of the log elsewhere: read through a link, it would open as the session's history.
+  await fs.writeFile("/planted.jsonl", await fs.readFile(log));
+  let swapped = false;
+  const racing = hookedFs(fs, {
+    async after(method, args) {
+      // Right after the open's kind check of the log, a link takes its place.
+      if (method === "lstat" && args[0] === log && !swapped) {
+        swapped = true;
+        await fs.remove(log);
+        await fs.symlink("/planted.jsonl", log);
+      }
+    },
+  });
+  const reader = new SessionStore({ fs: racing, agentDir: AGENT });
+  const error = await reader.open(session.getSessionPath(), { readOnly: true }).then(
+    () => assert.fail("the open read the log through a link"),
+    (error: unknown) => error,
+  );
+  assert.ok(swapped);
+  assert.ok(error instanceof SessionFormatError);
+  assert.equal(error.file, log);
 });
 
 test("a link planted at index.json never blocks a save and is replaced, never followed", async () => {

@@ -132,7 +132,7 @@ import {
   isBusy,
   MESSAGES_FILE,
   META_FILE,
-  openIfRegular,
+  openSessionFile,
   readIfRegular,
   readListingIndex,
   readStorageMeta,
@@ -751,12 +751,7 @@ export async function fastSummary(
     // checked to be a regular file only when it is read.
     const meta = await readMetaNoFollow(fs, metaPath);
     if (meta !== undefined) {
-      const openLog = async (): Promise<RegularFile> => {
-        const opened = await openIfRegular(fs, logPath);
-        if (typeof opened === "object") return opened;
-        if (opened !== undefined) refuseIrregularFile(opened, logPath);
-        throw new NotFound("open", logPath);
-      };
+      const openLog = (): Promise<RegularFile> => openSessionFile(fs, logPath);
       return await summarizeFrom(context, dir, meta, cache, undefined, openLog);
     }
     // Not a valid meta.json read that way: the listing below says why, exactly as without it.

@@ -74,6 +74,7 @@ import {
   indexMatches,
   MESSAGES_FILE,
   META_FILE,
+  openSessionFile,
   readRoundIndex,
   readStorageMeta,
   refuseIrregularFile,
@@ -385,8 +386,11 @@ export class SessionManager {
     const metaFile = join(init.dir, META_FILE);
     const messagesFile = join(init.dir, MESSAGES_FILE);
     // The log (already checked to be a regular file or missing) opens while meta.json is read;
-    // its outcome is judged only once meta.json says bytes are committed.
-    const opening = fs.open(messagesFile);
+    // its outcome is judged only once meta.json says bytes are committed. Where the port can, the
+    // open checks the kind again itself, so a link swapped in since the check is not followed.
+    const opening = fs.openNoFollow !== undefined
+      ? openSessionFile(fs, messagesFile).then((log) => log.handle)
+      : fs.open(messagesFile);
     opening.catch(() => undefined);
     let meta: StorageMeta;
     try {
@@ -1055,8 +1059,7 @@ export class SessionManager {
       const file = this.#messagesFile;
       const opening = (async () => {
         try {
-          if (!(await isRegularFile(this.#fs, file))) throw new NotFound("open", file);
-          return await this.#fs.open(file);
+          return (await openSessionFile(this.#fs, file)).handle;
         } catch (error) {
           // As at open: a log missing beside the metadata that commits it is corruption (a
           // session directory removed as a whole is simply not found).

@@ -312,6 +312,20 @@ export async function openIfRegular(
 }
 
 /**
+ * Opens the session file at `path` for reading with `openIfRegular`: never through a link, never
+ * waiting on a FIFO.
+ *
+ * @throws {SessionFormatError} When what is there is not a regular file, naming it.
+ * @throws {NotFound} When nothing is there.
+ */
+export async function openSessionFile(fs: FileSystem, path: string): Promise<RegularFile> {
+  const opened = await openIfRegular(fs, path);
+  if (typeof opened === "object") return opened;
+  if (opened !== undefined) refuseIrregularFile(opened, path);
+  throw new NotFound("open", path);
+}
+
+/**
  * Refuses a session file whose own kind (`lstat`, or a directory entry) is not a regular file: a
  * symlink, a directory, a device or a FIFO is never read or written through.
  *
