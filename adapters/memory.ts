@@ -473,16 +473,7 @@ export class MemoryFs implements FileSystem {
    */
   readFileNoFollow(path: string): Promise<Uint8Array> {
     return this.#run("readFileNoFollow", path, () => {
-      const node = this.#existing("readFileNoFollow", path, false);
-      if (node.kind === "symlink") {
-        throw new FsIoError(
-          "ELOOP",
-          "readFileNoFollow",
-          path,
-          "The last component of the path is a symlink",
-        );
-      }
-      if (node.kind !== "file") throw new IsADirectory("readFileNoFollow", path);
+      const node = this.#fileNoFollow("readFileNoFollow", path);
       return node.read(0, node.size);
     });
   }
@@ -494,16 +485,7 @@ export class MemoryFs implements FileSystem {
    */
   openNoFollow(path: string): Promise<OpenedFile> {
     return this.#run("openNoFollow", path, () => {
-      const node = this.#existing("openNoFollow", path, false);
-      if (node.kind === "symlink") {
-        throw new FsIoError(
-          "ELOOP",
-          "openNoFollow",
-          path,
-          "The last component of the path is a symlink",
-        );
-      }
-      if (node.kind !== "file") throw new IsADirectory("openNoFollow", path);
+      const node = this.#fileNoFollow("openNoFollow", path);
       const handle = new MemoryFileHandle({
         node,
         path,
@@ -790,6 +772,19 @@ export class MemoryFs implements FileSystem {
     if (found.parent === undefined || found.mustBeDir) throw new IsADirectory(syscall, path);
     const node = new FileNode(this.#createMode(how.mode ?? 0o666), this.#options.now());
     this.#link(found.parent, found.name, node);
+    return node;
+  }
+
+  /**
+   * The file at `path`, its final component not followed: a symlink fails with `FsIoError` code
+   * `"ELOOP"` (as `O_NOFOLLOW` does), a directory with `IsADirectory`.
+   */
+  #fileNoFollow(syscall: MemoryOperation, path: string): FileNode {
+    const node = this.#existing(syscall, path, false);
+    if (node.kind === "symlink") {
+      throw new FsIoError("ELOOP", syscall, path, "The last component of the path is a symlink");
+    }
+    if (node.kind !== "file") throw new IsADirectory(syscall, path);
     return node;
   }
 

@@ -7,7 +7,7 @@
  * @module
  */
 import * as v from "valibot";
-import type { EntryKind, FileHandle, FileSystem, OpenedFile } from "../port/fs.ts";
+import type { EntryKind, FileHandle, FileSystem } from "../port/fs.ts";
 import { FsError, NotFound } from "../port/errors.ts";
 import type { Sha256, Sha256Factory } from "../port/sha256.ts";
 import { join } from "../port/path.ts";
@@ -217,39 +217,57 @@ export function isBusy(error: unknown): boolean {
 export async function readIfRegular(
   fs: FileSystem,
   path: string,
-): Promise<Uint8Array | Exclude<EntryKind, "file"> | undefined> {
-  /** What is at `path` when it is not a regular file; null for a regular file. */
-  const other = async (): Promise<Exclude<EntryKind, "file"> | null | undefined> => {
-    const kind = await entryKind(fs, path);
-    return kind === "file" ? null : kind;
+): Promise<Found<Uint8Array>> {
+  const read = fs.readFileNoFollow?.bind(fs);
+  const noFollow = read === undefined ? undefined : async (): Promise<Found<Uint8Array>> => {
+    const bytes = await read(path);
+    if (bytes.length > 0) return bytes;
+    // A FIFO without a writer reads as empty, as does an empty file (or one between its create
+    // and its write).
+    const kind = await otherKind(fs, path);
+    return kind === null ? bytes : kind;
   };
-  if (fs.readFileNoFollow === undefined) {
-    const kind = await other();
-    if (kind !== null) return kind;
-    try {
-      return await fs.readFile(path);
-    } catch (error) {
-      if (error instanceof NotFound) return undefined;
-      throw error;
-    }
-  }
-  let bytes: Uint8Array;
+  return await ifRegular(fs, path, noFollow, () => fs.readFile(path));
+}
+
+/** What is at `path` when it is not a regular file (its `lstat` kind); null for a regular file. */
+async function otherKind(
+  fs: FileSystem,
+  path: string,
+): Promise<Exclude<EntryKind, "file"> | null | undefined> {
+  const kind = await entryKind(fs, path);
+  return kind === "file" ? null : kind;
+}
+
+/** What an access to a path found: its result, the kind of what is there instead, or nothing. */
+type Found<T> = T | Exclude<EntryKind, "file"> | undefined;
+
+/**
+ * Runs an access to `path` only if it is a regular file: `noFollow`, one call that refuses a link
+ * and never waits on a FIFO, where the port has one (a failure is then judged by `lstat`), and
+ * otherwise `follow` after an `lstat`. Returns what the access returns, the kind of what is there
+ * instead, or undefined when nothing is; a failure to access a regular file is thrown.
+ */
+async function ifRegular<T>(
+  fs: FileSystem,
+  path: string,
+  noFollow: (() => Promise<Found<T>>) | undefined,
+  follow: () => Promise<T>,
+): Promise<Found<T>> {
+  const access = noFollow ?? (async (): Promise<Found<T>> => {
+    const kind = await otherKind(fs, path);
+    return kind === null ? await follow() : kind;
+  });
   try {
-    bytes = await fs.readFileNoFollow(path);
+    return await access();
   } catch (error) {
     if (error instanceof NotFound) return undefined;
-    // A link, a directory or a FIFO refused the read: say what it is. A regular file failed.
-    const kind = await other();
+    if (noFollow === undefined) throw error;
+    // A link, a directory or a FIFO refused the access: say what it is. A regular file failed.
+    const kind = await otherKind(fs, path);
     if (kind !== null) return kind;
     throw error;
   }
-  // A FIFO without a writer reads as empty, as does an empty file (or one between its create
-  // and its write).
-  if (bytes.length === 0) {
-    const kind = await other();
-    if (kind !== null) return kind;
-  }
-  return bytes;
 }
 
 /** A regular file opened by `openIfRegular`, and its size. */
@@ -276,39 +294,18 @@ export function sizedLater(handle: FileHandle): RegularFile {
 export async function openIfRegular(
   fs: FileSystem,
   path: string,
-): Promise<RegularFile | Exclude<EntryKind, "file"> | undefined> {
-  /** What is at `path` when it is not a regular file; null for a regular file. */
-  const other = async (): Promise<Exclude<EntryKind, "file"> | null | undefined> => {
-    const kind = await entryKind(fs, path);
-    return kind === "file" ? null : kind;
-  };
-  if (fs.openNoFollow === undefined) {
-    const kind = await other();
-    if (kind !== null) return kind;
-    try {
-      return sizedLater(await fs.open(path));
-    } catch (error) {
-      if (error instanceof NotFound) return undefined;
-      throw error;
+): Promise<Found<RegularFile>> {
+  const open = fs.openNoFollow?.bind(fs);
+  const noFollow = open === undefined ? undefined : async (): Promise<Found<RegularFile>> => {
+    const { handle, info } = await open(path);
+    if (info.kind !== "file") {
+      // A FIFO or a device, opened without waiting: closed unread.
+      await handle.close();
+      return info.kind;
     }
-  }
-  let opened: OpenedFile;
-  try {
-    opened = await fs.openNoFollow(path);
-  } catch (error) {
-    if (error instanceof NotFound) return undefined;
-    // A link or a directory refused the open: say what it is. A regular file failed.
-    const kind = await other();
-    if (kind !== null) return kind;
-    throw error;
-  }
-  const { handle, info } = opened;
-  if (info.kind !== "file") {
-    // A FIFO or a device, opened without waiting: closed unread.
-    await handle.close();
-    return info.kind;
-  }
-  return { handle, size: () => Promise.resolve(info.size) };
+    return { handle, size: () => Promise.resolve(info.size) };
+  };
+  return await ifRegular(fs, path, noFollow, async () => sizedLater(await fs.open(path)));
 }
 
 /**

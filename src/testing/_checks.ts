@@ -142,6 +142,39 @@ const missingPathChecks: Check[] = MISSING_PATH_CALLS.map(({ call, run }) => ({
 }));
 
 /** The checks of the suite, in registration order. */
+/**
+ * Checks that the no-follow call `call` (named `what`) refuses a final symlink to `file`, and a
+ * dangling one, with `FsIoError` code `"ELOOP"`, a directory (`dir`) with `IsADirectory` and a
+ * missing file with `NotFound`; then links `dir` as `dir-link` for the caller's check that a
+ * linked parent directory is followed.
+ */
+async function checkRefusesFinalLinks(
+  f: FileSystemFixture,
+  call: (path: string) => Promise<unknown>,
+  file: string,
+  dir: string,
+  what: string,
+): Promise<void> {
+  await f.fs.symlink(file, at(f, "link"));
+  const refused = await checkRejects(
+    () => call(at(f, "link")),
+    FsIoError,
+    `${what} of a symlink to a file`,
+  );
+  checkEqual(refused.code, "ELOOP", "the code of a refused final symlink");
+  await f.fs.symlink(at(f, "nowhere"), at(f, "dangling"));
+  const dangling = await checkRejects(
+    () => call(at(f, "dangling")),
+    FsIoError,
+    `${what} of a dangling symlink`,
+  );
+  checkEqual(dangling.code, "ELOOP", "the code of a refused dangling symlink");
+  await checkRejects(() => call(dir), IsADirectory, `${what} of a directory`);
+  await checkRejects(() => call(at(f, "missing")), NotFound, `${what} of a missing file`);
+  // Only the last component is not followed: a linked parent directory is.
+  await f.fs.symlink(dir, at(f, "dir-link"));
+}
+
 export const CHECKS: readonly Check[] = [
   {
     name: "the fixture root is an empty absolute directory",
@@ -627,28 +660,7 @@ export const CHECKS: readonly Check[] = [
       await f.fs.writeFile(at(f, "empty"), new Uint8Array(0));
       checkBytes(await read(file), "regular", "readFileNoFollow of a file");
       checkBytes(await read(at(f, "empty")), "", "readFileNoFollow of an empty file");
-      await f.fs.symlink(file, at(f, "link"));
-      const refused = await checkRejects(
-        () => read(at(f, "link")),
-        FsIoError,
-        "readFileNoFollow of a symlink to a file",
-      );
-      checkEqual(refused.code, "ELOOP", "the code of a refused final symlink");
-      await f.fs.symlink(at(f, "nowhere"), at(f, "dangling"));
-      const dangling = await checkRejects(
-        () => read(at(f, "dangling")),
-        FsIoError,
-        "readFileNoFollow of a dangling symlink",
-      );
-      checkEqual(dangling.code, "ELOOP", "the code of a refused dangling symlink");
-      await checkRejects(() => read(dir), IsADirectory, "readFileNoFollow of a directory");
-      await checkRejects(
-        () => read(at(f, "missing")),
-        NotFound,
-        "readFileNoFollow of a missing file",
-      );
-      // Only the last component is not followed: a linked parent directory is.
-      await f.fs.symlink(dir, at(f, "dir-link"));
+      await checkRefusesFinalLinks(f, read, file, dir, "readFileNoFollow");
       checkBytes(
         await read(at(f, "dir-link", "file")),
         "regular",
@@ -682,24 +694,7 @@ export const CHECKS: readonly Check[] = [
       } finally {
         await opened.handle.close();
       }
-      await f.fs.symlink(file, at(f, "link"));
-      const refused = await checkRejects(
-        () => open(at(f, "link")),
-        FsIoError,
-        "openNoFollow of a symlink to a file",
-      );
-      checkEqual(refused.code, "ELOOP", "the code of a refused final symlink");
-      await f.fs.symlink(at(f, "nowhere"), at(f, "dangling"));
-      const dangling = await checkRejects(
-        () => open(at(f, "dangling")),
-        FsIoError,
-        "openNoFollow of a dangling symlink",
-      );
-      checkEqual(dangling.code, "ELOOP", "the code of a refused dangling symlink");
-      await checkRejects(() => open(dir), IsADirectory, "openNoFollow of a directory");
-      await checkRejects(() => open(at(f, "missing")), NotFound, "openNoFollow of a missing file");
-      // Only the last component is not followed: a linked parent directory is.
-      await f.fs.symlink(dir, at(f, "dir-link"));
+      await checkRefusesFinalLinks(f, open, file, dir, "openNoFollow");
       const viaLink = await open(at(f, "dir-link", "file"));
       try {
         checkBytes(await viaLink.handle.read(0, 7), "regular", "a file under a linked directory");
