@@ -91,6 +91,8 @@ export function openNoFollowNative(
   if (flags === undefined) return undefined;
   return (path: string): Promise<OpenedFile> =>
     callMapped(map, "open", path, async () => {
+      // The handle keeps O_NONBLOCK, which reads of a regular file ignore (only a FIFO or a
+      // device, refused by the caller from the fstat below, would read non-blocking).
       const handle = await openNative(path, flags);
       let info;
       try {

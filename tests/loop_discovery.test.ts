@@ -481,6 +481,46 @@ test("fast mode does without an index.json a no-follow read finds busy, and repo
   assert.equal((broken.failures[0]?.error as FsIoError).code, "EIO");
 });
 
+test("a log a no-follow open finds busy is opened by an open that waits, by listings, opens and page reads", async () => {
+  const { fs, store, clock } = await setup();
+  const session = await saved(store, clock, conversation(3, "leased"));
+  const log = `${session.getSessionPath()}/messages.jsonl`;
+  const calls: string[] = [];
+  // A lease held by another process: the non-blocking open fails at once with EAGAIN, while an
+  // open that waits (here at once) gets the file.
+  const leased = new Proxy(fs, {
+    get(target, prop) {
+      if (prop === "openNoFollow") {
+        return (path: string) => {
+          if (path !== log) return target.openNoFollow(path);
+          calls.push("openNoFollow");
+          return Promise.reject(new FsIoError("EAGAIN", "open", path, "injected lease"));
+        };
+      }
+      const value = Reflect.get(target, prop, target);
+      if (typeof value !== "function") return value;
+      return (...args: unknown[]) => {
+        if (args[0] === log) calls.push(String(prop));
+        return value.apply(target, args);
+      };
+    },
+  });
+  const reader = new SessionStore({ fs: leased, agentDir: AGENT });
+  const listed = await reader.listDetailed(CWD, undefined, { fast: true });
+  assert.deepEqual(listed.failures, []);
+  assert.equal(listed.sessions[0]?.title?.text, "leased0 question ✓");
+  assert.deepEqual(calls, ["openNoFollow", "lstat", "open"]);
+  const total = conversation(3, "leased").length;
+  const opened = await reader.open(session.getSessionPath(), { readOnly: true });
+  assert.equal(opened.messages.length, total);
+  assert.equal((await opened.readHistory()).total, total);
+  await opened.close();
+  const writer = await reader.open(session.getSessionPath());
+  assert.equal((await writer.readHistory()).total, total);
+  await writer.close();
+  assert.equal(calls.filter((call) => call === "openNoFollow").length, 4);
+});
+
 /** A damage to an index.json that otherwise matches its meta.json (or covers a prefix of it). */
 interface IndexDamage {
   readonly name: string;

@@ -1268,25 +1268,37 @@ test("a non-message in place of a saved message is a change, rejected before any
 test("every handle an open makes is closed, whether the open succeeds or fails", async () => {
   const { fs } = await setup();
   let open = 0;
+  let opened = 0;
+  /** `handle`, counted as open until it is closed. */
+  const counted = (handle: FileHandle): FileHandle => {
+    open++;
+    opened++;
+    return {
+      read: (offset: number, length: number) => handle.read(offset, length),
+      write: (data: Uint8Array) => handle.write(data),
+      truncate: (length: number) => handle.truncate(length),
+      sync: () => handle.sync(),
+      stat: () => handle.stat(),
+      close: async () => {
+        open--;
+        await handle.close();
+      },
+    };
+  };
   const watched: FileSystem = new Proxy(fs, {
     get(target, prop) {
       const value = Reflect.get(target, prop, target);
-      if (prop !== "open") return typeof value === "function" ? value.bind(target) : value;
-      return async (...args: Parameters<FileSystem["open"]>) => {
-        const handle = await target.open(...args);
-        open++;
-        return {
-          read: (offset: number, length: number) => handle.read(offset, length),
-          write: (data: Uint8Array) => handle.write(data),
-          truncate: (length: number) => handle.truncate(length),
-          sync: () => handle.sync(),
-          stat: () => handle.stat(),
-          close: async () => {
-            open--;
-            await handle.close();
-          },
+      if (prop === "open") {
+        return async (...args: Parameters<FileSystem["open"]>) =>
+          counted(await target.open(...args));
+      }
+      if (prop === "openNoFollow") {
+        return async (path: string) => {
+          const { handle, info } = await target.openNoFollow(path);
+          return { handle: counted(handle), info };
         };
-      };
+      }
+      return typeof value === "function" ? value.bind(target) : value;
     },
   });
   const store = new SessionStore({ fs: watched, agentDir: AGENT });
@@ -1327,12 +1339,18 @@ test("every handle an open makes is closed, whether the open succeeds or fails",
     await damage();
     for (const readOnly of [true, false]) {
       open = 0;
+      opened = 0;
       const opening = store.open(dir, { readOnly });
       if (expected === undefined) await (await opening).close();
       else await assert.rejects(opening, expected, name);
       // Let a handle closed in the background settle.
       await new Promise((resolve) => setTimeout(resolve, 0));
-      assert.equal(open, 0, `${name} (${readOnly ? "read-only" : "writable"}): handles left open`);
+      const what = `${name} (${readOnly ? "read-only" : "writable"})`;
+      assert.equal(open, 0, `${what}: handles left open`);
+      // The log was opened (and counted) whenever it is there.
+      if (name !== "a missing log that meta.json commits bytes of") {
+        assert.ok(opened > 0, `${what}: no handle was counted`);
+      }
     }
   }
 });

@@ -262,7 +262,8 @@ async function ifRegular<T>(
     return await access();
   } catch (error) {
     if (error instanceof NotFound) return undefined;
-    if (noFollow === undefined) throw error;
+    // Busy (a lease) is left to the caller, which looks again its own way.
+    if (noFollow === undefined || isBusy(error)) throw error;
     // A link, a directory or a FIFO refused the access: say what it is. A regular file failed.
     const kind = await otherKind(fs, path);
     if (kind !== null) return kind;
@@ -310,13 +311,22 @@ export async function openIfRegular(
 
 /**
  * Opens the session file at `path` for reading with `openIfRegular`: never through a link, never
- * waiting on a FIFO.
+ * waiting on a FIFO. A regular file that the no-follow open finds busy (`EAGAIN`: a lease held by
+ * another process) is opened as a port without `openNoFollow` opens it, after an `lstat`, with an
+ * open that waits for the lease to be released: a saved session is never reported unreadable for
+ * a lease.
  *
  * @throws {SessionFormatError} When what is there is not a regular file, naming it.
  * @throws {NotFound} When nothing is there.
  */
 export async function openSessionFile(fs: FileSystem, path: string): Promise<RegularFile> {
-  const opened = await openIfRegular(fs, path);
+  let opened: Found<RegularFile>;
+  try {
+    opened = await openIfRegular(fs, path);
+  } catch (error) {
+    if (!isBusy(error)) throw error;
+    opened = await ifRegular(fs, path, undefined, async () => sizedLater(await fs.open(path)));
+  }
   if (typeof opened === "object") return opened;
   if (opened !== undefined) refuseIrregularFile(opened, path);
   throw new NotFound("open", path);

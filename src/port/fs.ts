@@ -118,10 +118,11 @@ export interface FileSystem {
    * in the last component of `path` and never waits on a FIFO or device (it is opened
    * non-blocking). A final symlink fails with `FsIoError` code `"ELOOP"`, a directory with
    * `IsADirectory`, a missing file with `NotFound`; a FIFO or device may fail or read as what it
-   * holds at once (a FIFO without a writer reads as empty). Callers that must not read through
-   * a link use it when present and otherwise check the entry's kind (`lstat`, `readDir`)
-   * before reading. An adapter offers it only where the platform can refuse the link in the
-   * open itself (`O_NOFOLLOW`).
+   * holds at once (a FIFO without a writer reads as empty), and a regular file that another
+   * process holds a lease on fails with `FsIoError` code `"EAGAIN"` instead of waiting for it.
+   * Callers that must not read through a link use it when present and otherwise check the
+   * entry's kind (`lstat`, `readDir`) before reading. An adapter offers it only where the
+   * platform can refuse the link in the open itself (`O_NOFOLLOW`).
    */
   readFileNoFollow?(path: string): Promise<Uint8Array>;
   /**
@@ -130,8 +131,10 @@ export interface FileSystem {
    * is opened non-blocking), and reports what `FileHandle.stat` says of the file it opened: a
    * caller checks the kind of exactly the file it reads. A final symlink fails with `FsIoError`
    * code `"ELOOP"`, a directory with `IsADirectory`, a missing file with `NotFound`; a FIFO or
-   * device is opened and reported as kind `"other"` (close it without reading). Offered where
-   * `readFileNoFollow` is.
+   * device is opened and reported as kind `"other"` (close it without reading). Being
+   * non-blocking, the open of a regular file that another process holds a lease on fails at once
+   * with `FsIoError` code `"EAGAIN"` (as `readFileNoFollow` does) where `open` would wait for the
+   * lease. Offered where `readFileNoFollow` is.
    */
   openNoFollow?(path: string): Promise<OpenedFile>;
   /** Creates or truncates a file and writes `data` to it. Syncs nothing. */
