@@ -21,6 +21,9 @@ import {
   readLegacySession,
 } from "../src/loop/legacy.ts";
 import { nodeFs, nodeSha256 } from "../adapters/node.ts";
+import { NotFound } from "../src/port/errors.ts";
+import type { FileSystem } from "../src/port/fs.ts";
+import { hookedFs } from "./_hooks.ts";
 import { crashAtEveryOperation, failAtEveryOperation } from "./_crash.ts";
 import { pacedMigrationOnRealFs } from "./_migrate_real.ts";
 import { assistant, conversation, toolResult, user } from "./_fixtures.ts";
@@ -66,6 +69,48 @@ async function setup(
 function snapshot(fs: MemoryFs): Record<string, string> {
   return fs.snapshotTree(AGENT);
 }
+
+/**
+ * `fs` with the legacy file swapped for a link to a copy of it just before it is opened, after
+ * every check of its kind: a read through the link would see a valid session.
+ */
+function swappedBeforeOpen(fs: MemoryFs): { fs: FileSystem; swapped: () => boolean } {
+  let swapped = false;
+  const racing = hookedFs(fs, {
+    async before(method, args) {
+      if ((method === "open" || method === "openNoFollow") && args[0] === LEGACY && !swapped) {
+        swapped = true;
+        await fs.writeFile("/planted.jsonl", await fs.readFile(LEGACY));
+        await fs.remove(LEGACY);
+        await fs.symlink("/planted.jsonl", LEGACY);
+      }
+    },
+  });
+  return { fs: racing, swapped: () => swapped };
+}
+
+test("a legacy file swapped for a link after a listing saw it is reported when read, never read through", async () => {
+  for (const fast of [true, false]) {
+    const { fs } = await setup();
+    const racing = swappedBeforeOpen(fs);
+    const store = new SessionStore({ fs: racing.fs, agentDir: AGENT });
+    const result = await store.listDetailed(CWD, undefined, { fast });
+    assert.ok(racing.swapped());
+    assert.deepEqual(result.sessions, [], `fast: ${fast}`);
+    assert.ok(result.failures[0]?.error instanceof SessionFormatError, `fast: ${fast}`);
+    assert.equal((result.failures[0]?.error as SessionFormatError).file, LEGACY);
+  }
+});
+
+test("a legacy file swapped for a link after the migration checked it is refused, never migrated", async () => {
+  const { fs } = await setup();
+  const racing = swappedBeforeOpen(fs);
+  const store = new SessionStore({ fs: racing.fs, agentDir: AGENT });
+  await assert.rejects(store.open(LEGACY), SessionFormatError);
+  assert.ok(racing.swapped());
+  await assert.rejects(fs.lstat(DIR), NotFound);
+  assert.equal((await fs.lstat("/planted.jsonl")).kind, "file");
+});
 
 test("open() of a legacy file publishes the three-file directory and keeps the file as a backup", async () => {
   const history = conversation(3);

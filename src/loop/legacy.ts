@@ -53,6 +53,7 @@ import {
   joinBytes,
   MESSAGES_FILE,
   META_FILE,
+  openSessionFile,
   type RoundEntry,
   STORAGE_FORMAT,
   STORAGE_VERSION,
@@ -281,7 +282,8 @@ async function scanLegacy(
   sink: MessageSink | undefined,
   readChunk: number = READ_CHUNK,
 ): Promise<LegacyScan> {
-  const handle = await fs.open(path);
+  // Never through a link, never waiting on a FIFO, even one swapped in since its kind was seen.
+  const { handle } = await openSessionFile(fs, path);
   try {
     const reader = new LineReader(handle, readChunk);
     let header: SessionHeader | undefined;

@@ -40,6 +40,7 @@ import {
   joinBytes,
   MESSAGES_FILE,
   META_FILE,
+  openSessionFile,
   readRoundIndex,
   readStorageMeta,
   refuseIrregularFile,
@@ -124,9 +125,10 @@ async function scanRange(
   let lines = 0;
   let fileSize = 0;
   const validator = new MessageValidator({ file });
-  let handle;
+  let opened;
   try {
-    handle = await fs.open(file);
+    // Never through a link, even one swapped in since the directory was listed.
+    opened = await openSessionFile(fs, file);
   } catch (error) {
     if (error instanceof NotFound) {
       return {
@@ -144,8 +146,9 @@ async function scanRange(
     }
     throw error;
   }
+  const handle = opened.handle;
   try {
-    fileSize = (await handle.stat()).size;
+    fileSize = await opened.size();
     const end = Math.min(fileSize, meta.start + meta.bytes);
     const chunkSize = 4 * 1024 * 1024;
     let carry = new Uint8Array(0);
