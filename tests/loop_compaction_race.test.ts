@@ -127,6 +127,32 @@ test("compaction never reads meta.json through a link planted there", async () =
   assert.ok(!reads.some((r) => r.path === `${dir}/meta.json`), "meta.json read through the link");
 });
 
+test("compaction never copies a log swapped for a link after it listed the directory", async () => {
+  const fs = await freshFs();
+  const { dir, history } = await replaced(fs);
+  const log = `${dir}/messages.jsonl`;
+  let swapped = false;
+  const racing = hookedFs(fs, {
+    async before(method, args) {
+      if ((method === "open" || method === "openNoFollow") && args[0] === log && !swapped) {
+        swapped = true;
+        // A copy: read through the link, it would pass every check of the committed range.
+        await fs.writeFile("/planted.jsonl", await fs.readFile(log));
+        await fs.rename(log, "/kept.jsonl");
+        await fs.symlink("/planted.jsonl", log);
+      }
+    },
+  });
+  await assert.rejects(storeOn(racing).compact(dir), SessionFormatError);
+  assert.ok(swapped);
+  // Put back, the session is whole: nothing was compacted from the link.
+  await fs.remove(log);
+  await fs.rename("/kept.jsonl", log);
+  const reopened = await storeOn(fs).open(dir, { readOnly: true });
+  assert.deepEqual(reopened.messages, history);
+  await reopened.close();
+});
+
 test("compaction of a session whose log is missing reports corruption, as an open does", async () => {
   const fs = await freshFs();
   const { dir } = await replaced(fs);

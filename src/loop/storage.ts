@@ -847,10 +847,11 @@ export function closeWhenOpened(opening: Promise<FileHandle>): void {
 }
 
 /**
- * Opens the message log `file` (or takes the open already started, `opening`) whose metadata
- * commits bytes: a missing log is then corruption.
+ * Opens the message log `file` with `openSessionFile` (or takes the open already started,
+ * `opening`) whose metadata commits bytes: a missing log is then corruption.
  *
  * @throws {CorruptSessionError} When the log is missing.
+ * @throws {SessionFormatError} When the log is not a regular file.
  */
 export async function openMessages(
   fs: FileSystem,
@@ -858,7 +859,7 @@ export async function openMessages(
   opening?: Promise<FileHandle>,
 ): Promise<FileHandle> {
   try {
-    return await (opening ?? fs.open(file));
+    return await (opening ?? openSessionFile(fs, file).then((log) => log.handle));
   } catch (error) {
     if (error instanceof NotFound) {
       throw new CorruptSessionError("Message log is missing but metadata commits messages", {
