@@ -153,6 +153,82 @@ test("compaction never copies a log swapped for a link after it listed the direc
   await reopened.close();
 });
 
+/**
+ * Runs `reader` against a compaction of `dir` held between its two renames (the session directory
+ * moved aside, the compacted one not yet in place) until `reader` has looked at the collection
+ * (`seen` resolves), then lets the compaction finish, staging directory removed, before `reader`
+ * goes on. Returns what `reader` returned.
+ */
+async function acrossFinishedSwap<T>(
+  fs: MemoryFs,
+  dir: string,
+  reader: (fs: FileSystem, seen: () => Promise<void>) => Promise<T>,
+): Promise<T> {
+  const swapping = gate();
+  const finish = gate();
+  const compacting = storeOn(hookedFs(fs, {
+    before: async (method, args) => {
+      if (method === "rename" && args[1] === dir) {
+        swapping.open();
+        await finish.wait;
+      }
+    },
+  })).compact(dir);
+  await swapping.wait;
+  const seen = gate();
+  const reading = reader(fs, async () => {
+    seen.open();
+    await compacting; // the compaction finishes meanwhile
+  });
+  await seen.wait;
+  finish.open();
+  assert.equal((await compacting).compacted, true);
+  // Its staging directory is gone.
+  const names = (await fs.readDir(COLLECTION)).map((entry) => entry.name);
+  assert.ok(!names.some((name) => name.startsWith(".")), names.join(", "));
+  return await reading;
+}
+
+test("a listing that saw a compaction between its renames lists the session once it finished", async () => {
+  for (const backup of [false, true]) {
+    for (const fast of [true, false]) {
+      const fs = await freshFs();
+      const { dir, id, history } = await replaced(fs);
+      if (backup) {
+        await fs.writeFile(`${COLLECTION}/${id}.jsonl`, legacyBytes(id, [user("stale backup")]));
+      }
+      const result = await acrossFinishedSwap(fs, dir, (racing, seen) =>
+        storeOn(hookedFs(racing, {
+          after: async (method, args) => {
+            if (method === "readDir" && args[0] === COLLECTION) await seen();
+          },
+        })).listDetailed(CWD, undefined, { fast }));
+      const what = `backup: ${backup}, fast: ${fast}`;
+      assert.deepEqual(result.failures, [], what);
+      assert.deepEqual(
+        result.sessions.map((s) => [s.id, s.storage, s.messageCount]),
+        [[id, "directory", history.length]],
+        what,
+      );
+    }
+  }
+});
+
+test("a read-only open that saw a compaction between its renames opens the session once it finished", async () => {
+  const fs = await freshFs();
+  const { dir, history } = await replaced(fs);
+  const opened = await acrossFinishedSwap(fs, dir, (racing, seen) =>
+    storeOn(hookedFs(racing, {
+      after: async (method, args) => {
+        // The open's look at the collection for an interrupted operation's leftovers.
+        if (method === "readDir" && args[0] === COLLECTION) await seen();
+      },
+    })).open(dir, { readOnly: true }));
+  assert.deepEqual(opened.messages, history);
+  assert.equal(opened.getSessionPath(), dir);
+  await opened.close();
+});
+
 test("compaction of a session whose log is missing reports corruption, as an open does", async () => {
   const fs = await freshFs();
   const { dir } = await replaced(fs);

@@ -11,7 +11,8 @@
  * - `archive.json` — archive membership; names starting with `.` — staging, delete and temporary
  *   leftovers, and locks: skipped, with two exceptions so that a session never disappears while
  *   an operation on it is interrupted (or still running in another process): a compaction
- *   interrupted between its two renames is listed from its staged previous directory, and a
+ *   interrupted between its two renames is listed from its staged previous directory (or, when
+ *   it finished since the collection was read, from the session directory back in place), and a
  *   delete that has not committed (`.delete-<uuid>` without its `committed` marker) **did not
  *   happen**: its staged sessions are listed from inside the staging directory, with the archive
  *   membership its rollback restores. A committed delete's sessions are gone. Recovery itself is
@@ -380,7 +381,22 @@ async function candidatesOf(
       candidates.push({ id, source: { kind: "failed", error }, path: dir });
       continue;
     }
-    const previous = await compactionPrevious(fs, collection, staged.get(id) ?? []);
+    const stagingNames = staged.get(id) ?? [];
+    const previous = await compactionPrevious(fs, collection, stagingNames);
+    if (
+      previous === undefined && stagingNames.length > 0 &&
+      await entryKind(fs, join(collection, id)) === "directory"
+    ) {
+      // A compaction seen between its renames finished (or rolled back) since the collection was
+      // read: its staging directory no longer holds the previous copy, and the session directory
+      // is back in place. Listed from there, never from a stale backup, never missed.
+      candidates.push({
+        id,
+        source: { kind: "directory", dir: join(collection, id), hasBackup },
+        path,
+      });
+      continue;
+    }
     const deleted = deletedDirs.get(id);
     const failed = unreadable.get(id);
     const file = join(collection, id + LEGACY_EXTENSION);

@@ -435,6 +435,9 @@ export class SessionStore {
           if (staging.deleted !== undefined) return staging.deleted;
           if (staging.error !== undefined) throw staging.error;
           if (staging.previous !== undefined) return staging.previous;
+          // A compaction whose staging directory no longer holds the previous copy finished (or
+          // rolled back) since `dir` was looked at: the session directory is back in place.
+          if (staging.compaction) return await this.#checkSessionDirectory(dir, "none");
         } else if (
           staging.compaction || staging.deleted !== undefined || staging.error !== undefined
         ) {
