@@ -4,6 +4,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs, SimulatedCrash } from "../adapters/memory.ts";
 import type { FileSystem } from "../src/port/fs.ts";
+import { FsIoError } from "../src/port/errors.ts";
 import {
   CorruptSessionError,
   InvalidArgumentError,
@@ -227,6 +228,44 @@ test("a read-only open that saw a compaction between its renames opens the sessi
   assert.deepEqual(opened.messages, history);
   assert.equal(opened.getSessionPath(), dir);
   await opened.close();
+});
+
+test("a delete whose recovery cannot read the compacted session fails, and never lets the old copy come back", async () => {
+  const fs = await freshFs();
+  const { dir, id } = await replaced(fs);
+  await storeOn(fs).archive.set(CWD, [id], true);
+  // A crash after the swap, before the staging directory (holding the previous copy) is removed.
+  const probe = fs.clone();
+  probe.resetCounter();
+  await storeOn(probe).compact(dir);
+  const swap = probe.operationLog.find((r) => r.op === "rename" && r.to === dir)!.number;
+  const running = fs.clone();
+  running.resetCounter();
+  running.crashAfter(swap);
+  await assert.rejects(storeOn(running).compact(dir), SimulatedCrash);
+  const crashed = running.crash({ seed: 0, tailMode: "whole", extraJournal: "all" });
+  let failed = false;
+  const flaky = hookedFs(crashed, {
+    before: (method, args) => {
+      // One transient read error of the compacted session's meta.json, during the recovery.
+      if (method === "readFile" && args[0] === `${dir}/meta.json` && !failed) {
+        failed = true;
+        throw new FsIoError("EIO", "read", String(args[0]), "injected");
+      }
+    },
+  });
+  await assert.rejects(storeOn(flaky).archive.delete(CWD, [id]), FsIoError);
+  assert.ok(failed);
+  assert.equal((await crashed.lstat(dir)).kind, "directory", "nothing was deleted");
+  // Retried, the delete recovers the collection (the compacted session is in place, so the
+  // previous copy goes) and removes the session: nothing of it comes back.
+  await storeOn(crashed).archive.delete(CWD, [id]);
+  const store = storeOn(crashed);
+  await store.cleanup(CWD);
+  assert.deepEqual(await store.list(CWD), []);
+  assert.deepEqual((await crashed.readDir(COLLECTION)).map((entry) => entry.name), [
+    "archive.json",
+  ]);
 });
 
 test("compaction of a session whose log is missing reports corruption, as an open does", async () => {

@@ -29,7 +29,12 @@ import type { EntryKind, FileSystem } from "../port/fs.ts";
 import { NotFound } from "../port/errors.ts";
 import { entryKind, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, writeNewFile } from "../port/durable.ts";
 import { basename, dirname, join } from "../port/path.ts";
-import { CorruptSessionError, SessionFormatError, SessionNotFoundError } from "./errors.ts";
+import {
+  CorruptSessionError,
+  SessionError,
+  SessionFormatError,
+  SessionNotFoundError,
+} from "./errors.ts";
 import {
   encodeRoundIndex,
   encodeStorageMeta,
@@ -395,16 +400,19 @@ export async function recoverStaging(
 
 /**
  * True when `dir` is a real directory whose meta.json is a regular file naming session `id`: the
- * compacted session is in place. Anything else there (a link, a file, another session's copy,
- * an unreadable meta.json) is not.
+ * compacted session is in place. Anything else there (a link, a file, another session's copy, a
+ * meta.json that is missing or not valid) is not. A failure to look (an I/O error) is thrown: it
+ * says nothing of what is there, and keeping the previous copy as if something else were in
+ * place would let it come back once the session is deleted.
  */
 async function holdsSession(context: StoreContext, dir: string, id: string): Promise<boolean> {
   try {
     if (await entryKind(context.fs, dir) !== "directory") return false;
     if (await entryKind(context.fs, join(dir, META_FILE)) !== "file") return false;
     return (await readStorageMeta(context.fs, dir)).header.id === id;
-  } catch {
-    return false;
+  } catch (error) {
+    if (error instanceof SessionError || error instanceof NotFound) return false;
+    throw error;
   }
 }
 
