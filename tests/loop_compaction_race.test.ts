@@ -16,6 +16,7 @@ import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { assistant, conversation, user } from "./_fixtures.ts";
 import { gate, hookedFs } from "./_hooks.ts";
+import { crashAtEveryOperation, failAtEveryOperation } from "./_crash.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -266,6 +267,98 @@ test("a delete whose recovery cannot read the compacted session fails, and never
   assert.deepEqual((await crashed.readDir(COLLECTION)).map((entry) => entry.name), [
     "archive.json",
   ]);
+});
+
+/**
+ * A collection whose session's compaction crashed after its swap and whose session in place was
+ * then damaged (meta.json not JSON): recovery keeps the staging directory and its previous copy.
+ * Synced, so a crash keeps it whole.
+ */
+async function keptCompaction(): Promise<{ fs: MemoryFs; dir: string; id: string }> {
+  const fs = await freshFs();
+  const { dir, id } = await replaced(fs);
+  const probe = fs.clone();
+  probe.resetCounter();
+  await storeOn(probe).compact(dir);
+  const swap = probe.operationLog.find((r) => r.op === "rename" && r.to === dir)!.number;
+  const running = fs.clone();
+  running.resetCounter();
+  running.crashAfter(swap);
+  await assert.rejects(storeOn(running).compact(dir), SimulatedCrash);
+  const crashed = running.crash({ seed: 0, tailMode: "whole", extraJournal: "all" });
+  await crashed.writeFile(`${dir}/meta.json`, encoder.encode("{ not json"));
+  const kept = await collectionStore(crashed).cleanup(undefined, COLLECTION);
+  assert.equal(kept.kept.length, 1);
+  crashed.syncAll();
+  return { fs: crashed, dir, id };
+}
+
+function collectionStore(fs: FileSystem): SessionStore {
+  return new SessionStore({ fs, agentDir: AGENT, sessionDir: COLLECTION });
+}
+
+test("a delete of a session with a kept compaction copy, crashed or failed anywhere, never brings the copy back", async () => {
+  const { fs: baseline, id } = await keptCompaction();
+  const run = (fs: MemoryFs) =>
+    collectionStore(fs).archive.delete(undefined, [id], { archivedOnly: false });
+  const check = async (fs: MemoryFs, resolved: boolean, what: string): Promise<void> => {
+    const store = collectionStore(fs);
+    // Before any recovery, readers never see the previous copy as the session either.
+    const before = await store.listDetailed(undefined, COLLECTION);
+    assert.deepEqual(before.sessions, [], `${what}, before recovery`);
+    await store.cleanup(undefined, COLLECTION);
+    await store.cleanup(undefined, COLLECTION);
+    const listed = await store.listDetailed(undefined, COLLECTION);
+    const names = (await fs.readDir(COLLECTION)).map((entry) => entry.name);
+    // Never the previous copy listed as the session: either the delete is undone (the damaged
+    // session and its kept copy, as before) or it is done (nothing).
+    assert.deepEqual(listed.sessions, [], what);
+    if (resolved || names.length === 0) {
+      assert.deepEqual([names, listed.failures], [[], []], what);
+    } else {
+      assert.deepEqual(listed.failures.map((f) => f.id), [id], what);
+      assert.ok(names.includes(id) && names.some((name) => name.startsWith(".")), what);
+    }
+  };
+  const crashes = await crashAtEveryOperation({
+    baseline,
+    run,
+    check: (fs, info) => check(fs, info.resolved, `crash after ${info.n}, seed ${info.seed}`),
+  });
+  assert.ok(crashes > 10);
+  await failAtEveryOperation({
+    baseline,
+    error: "EIO",
+    persistent: false,
+    run,
+    check: (fs, info) => check(fs, info.resolved, `EIO at ${info.n}`),
+  });
+});
+
+test("deleting a session whose interrupted compaction recovery kept removes the kept copy too", async () => {
+  const fs = await freshFs();
+  const { dir, id } = await replaced(fs);
+  // A crash after the swap, then damage: the session in place no longer reads as this session,
+  // so recovery keeps the staging directory and its previous copy for a person to look at.
+  const probe = fs.clone();
+  probe.resetCounter();
+  await storeOn(probe).compact(dir);
+  const swap = probe.operationLog.find((r) => r.op === "rename" && r.to === dir)!.number;
+  const running = fs.clone();
+  running.resetCounter();
+  running.crashAfter(swap);
+  await assert.rejects(storeOn(running).compact(dir), SimulatedCrash);
+  const crashed = running.crash({ seed: 0, tailMode: "whole", extraJournal: "all" });
+  await crashed.writeFile(`${dir}/meta.json`, encoder.encode("{ not json"));
+  const store = new SessionStore({ fs: crashed, agentDir: AGENT, sessionDir: COLLECTION });
+  const kept = await store.cleanup(undefined, COLLECTION);
+  assert.equal(kept.kept.length, 1);
+  // The user deletes the broken session (from the explicit collection, where that is allowed).
+  await store.archive.delete(undefined, [id], { archivedOnly: false });
+  await store.cleanup(undefined, COLLECTION);
+  const listed = await store.listDetailed(undefined, COLLECTION);
+  assert.deepEqual([listed.sessions, listed.failures], [[], []]);
+  assert.deepEqual((await crashed.readDir(COLLECTION)).map((entry) => entry.name), []);
 });
 
 test("compaction of a session whose log is missing reports corruption, as an open does", async () => {

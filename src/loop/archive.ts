@@ -12,16 +12,18 @@
  * ## Delete
  *
  * `delete(cwd, ids, { archivedOnly = true })` removes whole sessions: the session directory, any
- * legacy backup `<id>.jsonl` and any companion trace files (collection entries named
- * `<id>.<anything>`). Under the collection lock:
+ * legacy backup `<id>.jsonl`, any companion trace files (collection entries named
+ * `<id>.<anything>`) and the staging directory of an interrupted compaction that recovery kept
+ * with a previous copy of the session (see `recoverStaging`). Under the collection lock:
  *
  * 1. every id must be listed in the collection (for the cwd, when given) and, by default,
  *    archived; a session open for writing is refused (`SessionBusyError` / `SessionLockedError`);
  * 2. a private staging directory `<collection>/.delete-<uuid>` (0700) is created and its journal
  *    `intent.json` (the ids, the entry names in move order, the ids that were archived) is
  *    written durably;
- * 3. companions, then the legacy backup, then the session directory are renamed into it — a
- *    crash midway never leaves a backup listed in place of its directory;
+ * 3. kept compaction staging directories, companions, then the legacy backup, then the session
+ *    directory are renamed into it — a crash midway never leaves a backup or a previous copy
+ *    listed in place of its directory;
  * 4. the membership change is written, then the `committed` marker: **the commit point**;
  * 5. the staged entries are removed, the journal last.
  *
@@ -61,6 +63,7 @@ import { isSessionId } from "./records/mod.ts";
 import { acquireWriterLock, type HeldLock, type StoreContext } from "./lock.ts";
 import type { ListResult } from "./discovery.ts";
 import { LEGACY_EXTENSION, legacySessionId } from "./legacy.ts";
+import { stagingSessionId } from "./compaction.ts";
 import { readIfRegular, refuseIrregularFile } from "./storage.ts";
 
 /** The file name of a collection's archive membership. */
@@ -297,12 +300,17 @@ interface DeleteIntent {
   readonly membersBefore: readonly string[];
 }
 
-/** The collection entries of session `id`, in move order: companions, legacy backup, directory. */
+/**
+ * The collection entries of session `id`, in move order: the staging directories of its
+ * interrupted compactions (kept by recovery with a previous copy of the session), companions,
+ * legacy backup, directory. A previous copy goes first: staged ahead of the directory, it never
+ * outlives it in the collection, where it would be listed (and restored) in its place.
+ */
 function entriesOf(names: readonly string[], id: string): string[] {
   const companions = names.filter((name) =>
     name.startsWith(id + ".") && name !== id + LEGACY_EXTENSION
   );
-  const out = [...companions];
+  const out = [...names.filter((name) => stagingSessionId(name) === id), ...companions];
   if (names.includes(id + LEGACY_EXTENSION)) out.push(id + LEGACY_EXTENSION);
   if (names.includes(id)) out.push(id);
   return out;
@@ -503,7 +511,8 @@ function parseIntent(bytes: Uint8Array): DeleteIntent | undefined {
   ) return undefined;
   // Entry names come back into the collection on rollback: only names of the journal's sessions.
   const ownName = (name: string): boolean =>
-    ids.some((id) => name === id || name.startsWith(id + ".")) && !name.includes("/");
+    ids.some((id) => name === id || name.startsWith(id + ".") || stagingSessionId(name) === id) &&
+    !name.includes("/");
   if (!entries.every(ownName)) return undefined;
   return { operation: "delete", ids, entries, archived, membersBefore };
 }
