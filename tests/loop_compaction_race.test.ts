@@ -605,6 +605,21 @@ test("a read-only open of a session caught between a compaction's renames reads 
   await writer.close();
 });
 
+test("a read-only open through the legacy backup of a session caught between a compaction's renames writes nothing", async () => {
+  const fs = await freshFs();
+  const { dir, id, history } = await replaced(fs);
+  await fs.writeFile(`${COLLECTION}/${id}.jsonl`, legacyBytes(id, [user("stale backup")]));
+  await fs.writeFile(`${COLLECTION}/.archive.json.x.tmp`, new Uint8Array(1));
+  fs.syncAll();
+  const recovered = await crashedBetweenRenames(fs, dir);
+  const before = recovered.snapshotTree("/");
+  const reader = await storeOn(recovered).open(`${COLLECTION}/${id}.jsonl`, { readOnly: true });
+  // The published session (read in place), never its stale backup, and nothing recovered.
+  assert.deepEqual(reader.messages, history);
+  await reader.close();
+  assert.deepEqual(recovered.snapshotTree("/"), before);
+});
+
 test("a writer open of a damaged session reports the damage, not a failure of the collection it waited for", async () => {
   const fs = await freshFs();
   const { dir } = await replaced(fs);

@@ -274,9 +274,9 @@ export class SessionStore {
    *
    * A session whose delete or compaction has not finished (interrupted, or running in another
    * process) is still there: a writable open first recovers the collection (rolling the delete
-   * back, or putting the previous directory back), while a read-only open reads the staged copy
-   * or the previous directory in place and writes nothing (its `getSessionPath()` is then that
-   * directory). An open that raced a compaction's swap (a log that does not match the metadata
+   * back, or putting the previous directory back), while a read-only open, also through the
+   * session's legacy file, reads the staged copy or the previous directory in place and writes
+   * nothing (its `getSessionPath()` is then that directory). An open that raced a compaction's swap (a log that does not match the metadata
    * it read, or a file gone) is tried once more.
    */
   async open(path: string, options: OpenSessionOptions = {}): Promise<SessionManager> {
@@ -302,10 +302,18 @@ export class SessionStore {
     }
     const collection = dirname(path);
     const dir = join(collection, id);
-    if (readOnly && await entryKind(this.fs, dir) === "directory") {
+    if (readOnly) {
       // Published already: a read-only open reads the directory and writes nothing (no lock, no
-      // recovery); only a migration needs the collection.
-      return await this.#openDirectory(dir, readOnly);
+      // recovery); only a migration needs the collection. So does a directory an interrupted (or
+      // running) compaction or an uncommitted delete holds elsewhere: it is read there, as an
+      // open of the directory path reads it.
+      if (await entryKind(this.fs, dir) === "directory") {
+        return await this.#openDirectory(dir, true);
+      }
+      const staging = await this.#staging(dir);
+      if (staging.deleted !== undefined || staging.previous !== undefined) {
+        return await this.#openDirectory(dir, true);
+      }
     }
     await this.#exclusive(collection, async () => {
       try {
