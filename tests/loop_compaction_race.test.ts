@@ -8,6 +8,7 @@ import { FsIoError } from "../src/port/errors.ts";
 import {
   CorruptSessionError,
   InvalidArgumentError,
+  SessionBusyError,
   SessionFormatError,
   SessionLockedError,
   SessionNotFoundError,
@@ -618,6 +619,34 @@ test("a read-only open through the legacy backup of a session caught between a c
   assert.deepEqual(reader.messages, history);
   await reader.close();
   assert.deepEqual(recovered.snapshotTree("/"), before);
+});
+
+test("a writer of the same process opening a session being compacted is told so", async () => {
+  const fs = await freshFs();
+  const { dir } = await replaced(fs);
+  const copying = gate();
+  const finish = gate();
+  // One filesystem object for both, as in one process (in-process locks are kept per object).
+  const shared = hookedFs(fs, {
+    before: async (method, args) => {
+      if (method === "mkdir" && String(args[0]).includes("/.staging-")) {
+        copying.open();
+        await finish.wait;
+      }
+    },
+  });
+  const compacting = storeOn(shared).compact(dir);
+  await copying.wait;
+  const refused = await storeOn(shared).open(dir).then(
+    () => assert.fail("opened for writing during the compaction"),
+    (error: unknown) => error,
+  );
+  assert.ok(refused instanceof SessionBusyError);
+  assert.match(refused.message, /being compacted in this process/);
+  finish.open();
+  assert.equal((await compacting).compacted, true);
+  const writer = await storeOn(shared).open(dir);
+  await writer.close();
 });
 
 test("a writer open of a damaged session reports the damage, not a failure of the collection it waited for", async () => {

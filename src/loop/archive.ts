@@ -346,7 +346,9 @@ async function deleteStaged(
   const locks: HeldLock[] = [];
   try {
     for (const id of ids) {
-      if (directories.has(id)) locks.push(await acquireWriterLock(context, join(collection, id)));
+      if (directories.has(id)) {
+        locks.push(await acquireWriterLock(context, join(collection, id), { holder: "deleted" }));
+      }
     }
   } catch (error) {
     for (const lock of locks) await lock.release();

@@ -230,7 +230,7 @@ export async function compactSession(
   const fs = context.fs;
   const collection = dirname(dir);
   const id = basename(dir);
-  const lock = await acquireWriterLock(context, dir);
+  const lock = await acquireWriterLock(context, dir, { holder: "compacted" });
   try {
     // Every entry is judged by its own kind (links not followed) before anything is read, so
     // nothing is read through a link or a FIFO.

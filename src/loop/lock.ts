@@ -129,6 +129,12 @@ const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 const TOKEN_SHAPE = /^[0-9a-f-]{1,64}$/;
 
+/**
+ * What holds a writer lock of this process, by lock token, when it is not a `SessionManager`
+ * (`acquireWriterLock`'s `holder`): named in the error a writer of this process gets meanwhile.
+ */
+const holders = new Map<string, string>();
+
 function registry(fs: FileSystem): Map<string, string> {
   let map = registrations.get(fs);
   if (map === undefined) {
@@ -275,6 +281,7 @@ export class HeldLock {
       }
     } finally {
       heldTokens.delete(this.token);
+      holders.delete(this.token);
       const map = registry(this.#fs);
       if (map.get(this.path) === this.token) map.delete(this.path);
       releaseHooks.get(this)?.();
@@ -292,6 +299,7 @@ export class HeldLock {
   forget(): void {
     this.#released = true;
     heldTokens.delete(this.token);
+    holders.delete(this.token);
     const map = registry(this.#fs);
     if (map.get(this.path) === this.token) map.delete(this.path);
   }
@@ -437,19 +445,26 @@ function lockedError(lockPath: string, holder: LockRecord | undefined): SessionL
  * Takes the writer lock of the session directory `dir`: fails at once with `SessionBusyError`
  * when this process already holds it, or `SessionLockedError` when a live process does. A stale
  * lock is taken over. Without a probe only the in-process registration is made. A `brief` hold
- * (maintenance) is waited for by the other writers of this process rather than refused.
+ * (maintenance) is waited for by the other writers of this process rather than refused. A
+ * `holder` (such as `"compacted"`) says what the session is being while the lock is held, in the
+ * `SessionBusyError` another writer of this process gets meanwhile (by default, the message
+ * names an open `SessionManager`).
  */
 export async function acquireWriterLock(
   context: StoreContext,
   dir: string,
-  options: { readonly brief?: boolean } = {},
+  options: { readonly brief?: boolean; readonly holder?: string } = {},
 ): Promise<HeldLock> {
   const lockPath = join(dir, WRITER_LOCK_FILE);
   let holds = briefHolds.get(context.fs);
   for (let hold = holds?.get(lockPath); hold !== undefined; hold = holds?.get(lockPath)) {
     await hold;
   }
-  if (options.brief !== true) return await takeWriterLock(context, lockPath);
+  if (options.brief !== true) {
+    const held = await takeWriterLock(context, lockPath);
+    if (options.holder !== undefined) holders.set(held.token, options.holder);
+    return held;
+  }
   // The hold is announced before the lock is taken, so a writer of this process that comes
   // while it is being taken waits too; it ends when the lock is released, or at once when it
   // could not be taken.
@@ -478,9 +493,13 @@ export async function acquireWriterLock(
 
 async function takeWriterLock(context: StoreContext, lockPath: string): Promise<HeldLock> {
   const map = registry(context.fs);
-  if (map.has(lockPath)) {
+  const token = map.get(lockPath);
+  if (token !== undefined) {
+    const holder = holders.get(token);
     throw new SessionBusyError(
-      "Session is already open for writing in this process; close() the other SessionManager first",
+      holder === undefined
+        ? "Session is already open for writing in this process; close() the other SessionManager first"
+        : `Session is being ${holder} in this process; open it for writing once that has finished (or read-only meanwhile)`,
       { file: lockPath },
     );
   }
