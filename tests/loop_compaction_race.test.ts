@@ -649,6 +649,35 @@ test("a writer of the same process opening a session being compacted is told so"
   await writer.close();
 });
 
+test("a compaction whose swap and rollback both failed leaves no lock of its own behind once recovered", async () => {
+  const fs = await freshFs();
+  const { dir, history } = await replaced(fs);
+  // This process, with the start time that tells its threads from a later process with its pid.
+  const process = {
+    pid: 4242,
+    host: "host",
+    isAlive: (pid: number) => pid === 4242,
+    processStart: (pid: number) => pid === 4242 ? "start-1" : undefined,
+  };
+  const storeWith = (on: FileSystem) => new SessionStore({ fs: on, agentDir: AGENT, process });
+  const probe = fs.clone();
+  probe.resetCounter();
+  await storeWith(probe).compact(dir);
+  const swap = probe.operationLog.find((r) => r.op === "rename" && r.to === dir)!.number;
+  // The swap's second rename fails, and so does every rename after it: the rollback too.
+  fs.resetCounter();
+  fs.failAt(swap, { ops: ["rename"], persistent: true });
+  await assert.rejects(storeWith(fs).compact(dir), FsIoError);
+  fs.clearFaults();
+  // The next structural operation puts the previous directory back, with the lock file the
+  // compaction took in it: that lock is nobody's any more.
+  const report = await storeWith(fs).cleanup(CWD);
+  assert.equal(report.restored.length, 1);
+  const writer = await storeWith(fs).open(dir);
+  assert.deepEqual(writer.messages, history);
+  await writer.close();
+});
+
 test("a writer open of a damaged session reports the damage, not a failure of the collection it waited for", async () => {
   const fs = await freshFs();
   const { dir } = await replaced(fs);

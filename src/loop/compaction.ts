@@ -385,6 +385,7 @@ export async function recoverStaging(
     if (id === undefined) return "kept";
     const target = join(collection, id);
     if (await entryKind(fs, target) === undefined) {
+      await dropCompactionLocks(context, previous);
       await fs.rename(previous, target);
       if (context.durability === "full") await fs.syncDir(collection);
       await removeStaging(context, staging);
@@ -396,6 +397,28 @@ export async function recoverStaging(
   await removeStaging(context, staging);
   if (context.durability === "full") await fs.syncDir(collection);
   return "removed";
+}
+
+/**
+ * Removes the lock files in the previous directory `previous` of an interrupted compaction before
+ * it is put back: the writer lock there is the compaction's own (a compaction takes the session's
+ * writer lock before moving the directory, so no writer can hold it), and the compaction no
+ * longer runs, since recovery holds the collection lock it held. Left there, that lock would name
+ * this process (a failed swap whose rollback failed too) and keep the session locked for as long
+ * as the process lives.
+ */
+async function dropCompactionLocks(context: StoreContext, previous: string): Promise<void> {
+  let removed = false;
+  for (const entry of await context.fs.readDir(previous)) {
+    if (!isLockFileName(entry.name)) continue;
+    try {
+      await context.fs.remove(join(previous, entry.name));
+      removed = true;
+    } catch (error) {
+      if (!(error instanceof NotFound)) throw error;
+    }
+  }
+  if (removed && context.durability === "full") await context.fs.syncDir(previous);
 }
 
 /**
