@@ -232,7 +232,7 @@ test("a read-only open that saw a compaction between its renames opens the sessi
   await opened.close();
 });
 
-test("a delete whose recovery cannot read the compacted session fails, and never lets the old copy come back", async () => {
+test("a delete whose recovery cannot read the compacted session leaves nothing of it behind", async () => {
   const fs = await freshFs();
   const { dir, id } = await replaced(fs);
   await storeOn(fs).archive.set(CWD, [id], true);
@@ -256,12 +256,10 @@ test("a delete whose recovery cannot read the compacted session fails, and never
       }
     },
   });
-  await assert.rejects(storeOn(flaky).archive.delete(CWD, [id]), FsIoError);
+  // The recovery keeps the previous copy (it cannot tell what is in place), and the delete
+  // takes it with the session: nothing of the session can come back.
+  await storeOn(flaky).archive.delete(CWD, [id]);
   assert.ok(failed);
-  assert.equal((await crashed.lstat(dir)).kind, "directory", "nothing was deleted");
-  // Retried, the delete recovers the collection (the compacted session is in place, so the
-  // previous copy goes) and removes the session: nothing of it comes back.
-  await storeOn(crashed).archive.delete(CWD, [id]);
   const store = storeOn(crashed);
   await store.cleanup(CWD);
   assert.deepEqual(await store.list(CWD), []);
@@ -652,14 +650,8 @@ test("a writer of the same process opening a session being compacted is told so"
 test("a compaction whose swap and rollback both failed leaves no lock of its own behind once recovered", async () => {
   const fs = await freshFs();
   const { dir, history } = await replaced(fs);
-  // This process, with the start time that tells its threads from a later process with its pid.
-  const process = {
-    pid: 4242,
-    host: "host",
-    isAlive: (pid: number) => pid === 4242,
-    processStart: (pid: number) => pid === 4242 ? "start-1" : undefined,
-  };
-  const storeWith = (on: FileSystem) => new SessionStore({ fs: on, agentDir: AGENT, process });
+  const storeWith = (on: FileSystem) =>
+    new SessionStore({ fs: on, agentDir: AGENT, process: THIS_PROCESS });
   const probe = fs.clone();
   probe.resetCounter();
   await storeWith(probe).compact(dir);
@@ -676,6 +668,139 @@ test("a compaction whose swap and rollback both failed leaves no lock of its own
   const writer = await storeWith(fs).open(dir);
   assert.deepEqual(writer.messages, history);
   await writer.close();
+});
+
+/** A probe of this process, with the start time that tells its threads from a later process. */
+const THIS_PROCESS = {
+  pid: 4242,
+  host: "host",
+  isAlive: (pid: number) => pid === 4242,
+  processStart: (pid: number) => pid === 4242 ? "start-1" : undefined,
+};
+
+test("a compacted session whose meta.json cannot be read does not stop the collection's other operations", async () => {
+  const fs = await freshFs();
+  const other = await storeOn(fs).create(CWD);
+  await other.commit(conversation(1));
+  await other.close();
+  const { dir } = await replaced(fs);
+  fs.syncAll();
+  // A crash after the swap, before the staging directory is removed.
+  const probe = fs.clone();
+  probe.resetCounter();
+  await storeOn(probe).compact(dir);
+  const swap = probe.operationLog.find((r) => r.op === "rename" && r.to === dir)!.number;
+  const running = fs.clone();
+  running.resetCounter();
+  running.crashAfter(swap);
+  await assert.rejects(storeOn(running).compact(dir), SimulatedCrash);
+  const crashed = running.crash({ seed: 0, tailMode: "whole", extraJournal: "all" });
+  const unreadable = hookedFs(crashed, {
+    before: (method, args) => {
+      if (method === "readFile" && args[0] === `${dir}/meta.json`) {
+        throw new FsIoError("EIO", "read", String(args[0]), "injected");
+      }
+    },
+  });
+  const store = storeOn(unreadable);
+  await store.archive.set(CWD, [other.id], true);
+  const report = await store.cleanup(CWD);
+  assert.equal(report.kept.length, 1);
+  assert.ok(report.kept[0]?.includes("/.staging-"));
+});
+
+test("a delete whose rollback failed leaves no lock of its own behind once recovered", async () => {
+  const fs = await freshFs();
+  const storeWith = (on: FileSystem) =>
+    new SessionStore({ fs: on, agentDir: AGENT, process: THIS_PROCESS });
+  const session = await storeWith(fs).create(CWD);
+  await session.commit(conversation(2));
+  await session.close();
+  const id = session.id;
+  await storeWith(fs).archive.set(CWD, [id], true);
+  // The delete's first rename after moving the session aside fails, and so does every rename
+  // after it: the rollback too. The session directory stays staged with the delete's lock in it.
+  const probe = fs.clone();
+  probe.resetCounter();
+  await storeWith(probe).archive.delete(CWD, [id]);
+  const moved =
+    probe.operationLog.find((r) => r.op === "rename" && r.path === session.getSessionPath())!
+      .number;
+  fs.resetCounter();
+  fs.failAt(moved + 1, { ops: ["rename", "writeFile", "open"], persistent: true });
+  await assert.rejects(storeWith(fs).archive.delete(CWD, [id]));
+  fs.clearFaults();
+  const report = await storeWith(fs).cleanup(CWD);
+  assert.equal(report.restored.length, 1);
+  const writer = await storeWith(fs).open(session.getSessionPath());
+  assert.equal(writer.messages.length, conversation(2).length);
+  await writer.close();
+});
+
+test("recovery leaves an entry named like a lock that is not a file where it is, and goes on", async () => {
+  const fs = await freshFs();
+  const { dir, history } = await replaced(fs);
+  fs.syncAll();
+  const recovered = await crashedBetweenRenames(fs, dir);
+  const staging = (await recovered.readDir(COLLECTION)).find((e) => e.name.startsWith(".staging-"));
+  const planted = `${COLLECTION}/${staging!.name}/previous/writer.lock`;
+  await recovered.mkdir(planted);
+  await recovered.writeFile(`${planted}/inside`, new Uint8Array(1));
+  const report = await storeOn(recovered).cleanup(CWD);
+  assert.equal(report.restored.length, 1);
+  assert.equal((await recovered.lstat(`${dir}/writer.lock`)).kind, "directory");
+  const reader = await storeOn(recovered).open(dir, { readOnly: true });
+  assert.deepEqual(reader.messages, history);
+  await reader.close();
+});
+
+test("a read-only open through the legacy file that saw a compaction between its renames writes nothing", async () => {
+  const fs = await freshFs();
+  const { dir, id, history } = await replaced(fs);
+  await fs.writeFile(`${COLLECTION}/${id}.jsonl`, legacyBytes(id, [user("stale backup")]));
+  // A leftover that any recovery of the collection removes, planted once the compaction (which
+  // recovers first) finished.
+  const leftover = `${COLLECTION}/.archive.json.x.tmp`;
+  let armed = true;
+  const opened = await acrossFinishedSwap(fs, dir, (racing, seen) =>
+    storeOn(hookedFs(racing, {
+      after: async (method, args) => {
+        if (armed && method === "readDir" && args[0] === COLLECTION) {
+          armed = false;
+          await seen();
+          await fs.writeFile(leftover, new Uint8Array(1));
+        }
+      },
+    })).open(`${COLLECTION}/${id}.jsonl`, { readOnly: true }));
+  assert.deepEqual(opened.messages, history);
+  await opened.close();
+  assert.equal((await fs.lstat(leftover)).kind, "file", "no recovery ran");
+});
+
+test("a writer of the same process is told a compaction is taking the lock, also before it holds it", async () => {
+  const fs = await freshFs();
+  const { dir } = await replaced(fs);
+  const taking = gate();
+  const finish = gate();
+  const shared = hookedFs(fs, {
+    before: async (method, args) => {
+      if (method === "open" && args[0] === `${dir}/writer.lock`) {
+        taking.open();
+        await finish.wait;
+      }
+    },
+  });
+  const store = new SessionStore({ fs: shared, agentDir: AGENT, process: THIS_PROCESS });
+  const compacting = store.compact(dir);
+  await taking.wait;
+  const refused = await store.open(dir).then(
+    () => assert.fail("opened for writing during the compaction"),
+    (error: unknown) => error,
+  );
+  assert.ok(refused instanceof SessionBusyError);
+  assert.match(refused.message, /being compacted in this process/);
+  finish.open();
+  assert.equal((await compacting).compacted, true);
 });
 
 test("a writer open of a damaged session reports the damage, not a failure of the collection it waited for", async () => {

@@ -60,7 +60,7 @@ import {
   SessionNotFoundError,
 } from "./errors.ts";
 import { isSessionId } from "./records/mod.ts";
-import { acquireWriterLock, type HeldLock, type StoreContext } from "./lock.ts";
+import { acquireWriterLock, dropMovedLocks, type HeldLock, type StoreContext } from "./lock.ts";
 import type { ListResult } from "./discovery.ts";
 import { LEGACY_EXTENSION, legacySessionId } from "./legacy.ts";
 import { stagingSessionId } from "./compaction.ts";
@@ -425,12 +425,15 @@ async function rollBackDeletion(
   let moved = false;
   for (const name of [...intent.entries].reverse()) {
     const from = join(staging, name);
+    let kind;
     try {
-      await fs.lstat(from);
+      kind = (await fs.lstat(from)).kind;
     } catch (error) {
       if (error instanceof NotFound) continue;
       throw error;
     }
+    // A session directory goes back without the delete's writer lock (see `dropMovedLocks`).
+    if (kind === "directory" && isSessionId(name)) await dropMovedLocks(context, from);
     try {
       await fs.lstat(join(collection, name));
       throw new CorruptSessionError(

@@ -29,12 +29,7 @@ import type { EntryKind, FileSystem } from "../port/fs.ts";
 import { NotFound } from "../port/errors.ts";
 import { entryKind, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, writeNewFile } from "../port/durable.ts";
 import { basename, dirname, join } from "../port/path.ts";
-import {
-  CorruptSessionError,
-  SessionError,
-  SessionFormatError,
-  SessionNotFoundError,
-} from "./errors.ts";
+import { CorruptSessionError, SessionFormatError, SessionNotFoundError } from "./errors.ts";
 import {
   encodeRoundIndex,
   encodeStorageMeta,
@@ -51,7 +46,7 @@ import {
   type StorageMeta,
 } from "./storage.ts";
 import { SessionManager } from "./session_manager.ts";
-import { acquireWriterLock, isLockFileName, type StoreContext } from "./lock.ts";
+import { acquireWriterLock, dropMovedLocks, isLockFileName, type StoreContext } from "./lock.ts";
 import { LEGACY_EXTENSION, STAGING_PREFIX, stagingName } from "./legacy.ts";
 import { isSessionId } from "./records/mod.ts";
 
@@ -385,7 +380,9 @@ export async function recoverStaging(
     if (id === undefined) return "kept";
     const target = join(collection, id);
     if (await entryKind(fs, target) === undefined) {
-      await dropCompactionLocks(context, previous);
+      // The lock there is the compaction's own: it took the writer lock before moving the
+      // directory, and it no longer runs, since this recovery holds the collection lock it held.
+      await dropMovedLocks(context, previous);
       await fs.rename(previous, target);
       if (context.durability === "full") await fs.syncDir(collection);
       await removeStaging(context, staging);
@@ -400,42 +397,19 @@ export async function recoverStaging(
 }
 
 /**
- * Removes the lock files in the previous directory `previous` of an interrupted compaction before
- * it is put back: the writer lock there is the compaction's own (a compaction takes the session's
- * writer lock before moving the directory, so no writer can hold it), and the compaction no
- * longer runs, since recovery holds the collection lock it held. Left there, that lock would name
- * this process (a failed swap whose rollback failed too) and keep the session locked for as long
- * as the process lives.
- */
-async function dropCompactionLocks(context: StoreContext, previous: string): Promise<void> {
-  let removed = false;
-  for (const entry of await context.fs.readDir(previous)) {
-    if (!isLockFileName(entry.name)) continue;
-    try {
-      await context.fs.remove(join(previous, entry.name));
-      removed = true;
-    } catch (error) {
-      if (!(error instanceof NotFound)) throw error;
-    }
-  }
-  if (removed && context.durability === "full") await context.fs.syncDir(previous);
-}
-
-/**
  * True when `dir` is a real directory whose meta.json is a regular file naming session `id`: the
  * compacted session is in place. Anything else there (a link, a file, another session's copy, a
- * meta.json that is missing or not valid) is not. A failure to look (an I/O error) is thrown: it
- * says nothing of what is there, and keeping the previous copy as if something else were in
- * place would let it come back once the session is deleted.
+ * meta.json that is missing, not valid or unreadable) is not: the previous copy is then kept, and
+ * a failure to read does not stop the other operations of the collection. A kept copy never
+ * outlives its session: a delete of the session removes it too (see `archive.ts`).
  */
 async function holdsSession(context: StoreContext, dir: string, id: string): Promise<boolean> {
   try {
     if (await entryKind(context.fs, dir) !== "directory") return false;
     if (await entryKind(context.fs, join(dir, META_FILE)) !== "file") return false;
     return (await readStorageMeta(context.fs, dir)).header.id === id;
-  } catch (error) {
-    if (error instanceof SessionError || error instanceof NotFound) return false;
-    throw error;
+  } catch {
+    return false;
   }
 }
 

@@ -460,11 +460,7 @@ export async function acquireWriterLock(
   for (let hold = holds?.get(lockPath); hold !== undefined; hold = holds?.get(lockPath)) {
     await hold;
   }
-  if (options.brief !== true) {
-    const held = await takeWriterLock(context, lockPath);
-    if (options.holder !== undefined) holders.set(held.token, options.holder);
-    return held;
-  }
+  if (options.brief !== true) return await takeWriterLock(context, lockPath, options.holder);
   // The hold is announced before the lock is taken, so a writer of this process that comes
   // while it is being taken waits too; it ends when the lock is released, or at once when it
   // could not be taken.
@@ -491,7 +487,11 @@ export async function acquireWriterLock(
   }
 }
 
-async function takeWriterLock(context: StoreContext, lockPath: string): Promise<HeldLock> {
+async function takeWriterLock(
+  context: StoreContext,
+  lockPath: string,
+  holder?: string,
+): Promise<HeldLock> {
   const map = registry(context.fs);
   const token = map.get(lockPath);
   if (token !== undefined) {
@@ -507,17 +507,21 @@ async function takeWriterLock(context: StoreContext, lockPath: string): Promise<
   if (probe === undefined) {
     const token = globalThis.crypto.randomUUID();
     map.set(lockPath, token);
+    if (holder !== undefined) holders.set(token, holder);
     return new HeldLock(context.fs, lockPath, token, false);
   }
   const own = newRecord(context, probe);
-  // Registered before the file exists, so a concurrent call in this process fails fast.
+  // Registered before the file exists, so a concurrent call in this process fails fast (and is
+  // told who is taking the lock).
   map.set(lockPath, own.token);
   heldTokens.add(own.token);
+  if (holder !== undefined) holders.set(own.token, holder);
   try {
     const result = await tryFileLock(context, lockPath, own);
     if (!result.taken) throw lockedError(lockPath, result.holder);
   } catch (error) {
     heldTokens.delete(own.token);
+    holders.delete(own.token);
     if (map.get(lockPath) === own.token) map.delete(lockPath);
     throw error;
   }
@@ -618,6 +622,29 @@ export async function assertNotLocked(context: StoreContext, dir: string): Promi
 export function isLockFileName(name: string): boolean {
   return name === WRITER_LOCK_FILE || name.startsWith(`${WRITER_LOCK_FILE}.takeover-`) ||
     name === COLLECTION_LOCK_FILE || name.startsWith(`${COLLECTION_LOCK_FILE}.takeover-`);
+}
+
+/**
+ * Removes the lock files (regular files with a lock file's name) of `dir`, a session directory
+ * that an interrupted structural operation (a compaction, a delete) moved aside while it held the
+ * session's writer lock, before recovery puts it back. They are that operation's own: writers
+ * cannot hold the lock of a directory moved aside under it, and the operation no longer runs,
+ * since recovery holds the collection lock it held. Left there, a lock naming this process (an
+ * operation whose rollback failed) would keep the session locked for as long as the process
+ * lives. Anything else named like a lock (a directory, a link) is left for writers to refuse.
+ */
+export async function dropMovedLocks(context: StoreContext, dir: string): Promise<void> {
+  let removed = false;
+  for (const entry of await context.fs.readDir(dir)) {
+    if (entry.kind !== "file" || !isLockFileName(entry.name)) continue;
+    try {
+      await context.fs.remove(join(dir, entry.name));
+      removed = true;
+    } catch (error) {
+      if (!(error instanceof NotFound)) throw error;
+    }
+  }
+  if (removed && context.durability === "full") await context.fs.syncDir(dir);
 }
 
 /**

@@ -310,8 +310,14 @@ export class SessionStore {
       if (await entryKind(this.fs, dir) === "directory") {
         return await this.#openDirectory(dir, true);
       }
+      // Whatever the open of the directory path finds there: the staged copy, the previous
+      // directory, the directory back in place (a compaction finished meanwhile), or the error
+      // of a delete whose journal cannot be read.
       const staging = await this.#staging(dir);
-      if (staging.deleted !== undefined || staging.previous !== undefined) {
+      if (
+        staging.deleted !== undefined || staging.previous !== undefined || staging.compaction ||
+        staging.error !== undefined
+      ) {
         return await this.#openDirectory(dir, true);
       }
     }
