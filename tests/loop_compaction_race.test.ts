@@ -2,7 +2,7 @@
 // open, a writer, a delete; and against paths and planted entries they must refuse.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { MemoryFs, SimulatedCrash } from "../adapters/memory.ts";
+import { MemoryFs, type OperationRecord, SimulatedCrash } from "../adapters/memory.ts";
 import type { FileSystem } from "../src/port/fs.ts";
 import { FsIoError } from "../src/port/errors.ts";
 import {
@@ -41,20 +41,53 @@ async function replaced(
 }
 
 /**
- * A copy of `fs` (synced) recovered from a crash of `dir`'s compaction right after its first
- * rename: the session directory is gone and its previous copy sits in the staging directory.
+ * The number of the operation of a compaction of `dir` (run on a copy of `fs` by the store
+ * `storeFor` makes) that `match` picks.
  */
-async function crashedBetweenRenames(fs: MemoryFs, dir: string): Promise<MemoryFs> {
+async function compactionOperation(
+  fs: MemoryFs,
+  dir: string,
+  match: (record: OperationRecord) => boolean,
+  storeFor: (fs: FileSystem) => SessionStore = storeOn,
+): Promise<number> {
   const probe = fs.clone();
   probe.resetCounter();
-  await storeOn(probe).compact(dir);
-  const n = probe.operationLog.find((r) => r.op === "rename" && r.to?.endsWith("/previous"))!
-    .number;
+  await storeFor(probe).compact(dir);
+  return probe.operationLog.find(match)!.number;
+}
+
+/** A copy of `fs` recovered from a crash of `dir`'s compaction right after the operation `match` picks. */
+async function crashedCompaction(
+  fs: MemoryFs,
+  dir: string,
+  match: (record: OperationRecord) => boolean,
+): Promise<MemoryFs> {
+  const n = await compactionOperation(fs, dir, match);
   const crashed = fs.clone();
   crashed.resetCounter();
   crashed.crashAfter(n);
   await assert.rejects(storeOn(crashed).compact(dir), SimulatedCrash);
   return crashed.crash({ seed: 0, tailMode: "whole", extraJournal: "all" });
+}
+
+/**
+ * A copy of `fs` (synced) recovered from a crash of `dir`'s compaction right after its first
+ * rename: the session directory is gone and its previous copy sits in the staging directory.
+ */
+function crashedBetweenRenames(fs: MemoryFs, dir: string): Promise<MemoryFs> {
+  return crashedCompaction(
+    fs,
+    dir,
+    (r) => r.op === "rename" && r.to?.endsWith("/previous") === true,
+  );
+}
+
+/**
+ * A copy of `fs` recovered from a crash of `dir`'s compaction right after its swap, before its
+ * staging directory (holding the previous copy) is removed.
+ */
+function crashedAfterSwap(fs: MemoryFs, dir: string): Promise<MemoryFs> {
+  return crashedCompaction(fs, dir, (r) => r.op === "rename" && r.to === dir);
 }
 
 async function freshFs(): Promise<MemoryFs> {
@@ -237,15 +270,7 @@ test("a delete whose recovery cannot read the compacted session leaves nothing o
   const { dir, id } = await replaced(fs);
   await storeOn(fs).archive.set(CWD, [id], true);
   // A crash after the swap, before the staging directory (holding the previous copy) is removed.
-  const probe = fs.clone();
-  probe.resetCounter();
-  await storeOn(probe).compact(dir);
-  const swap = probe.operationLog.find((r) => r.op === "rename" && r.to === dir)!.number;
-  const running = fs.clone();
-  running.resetCounter();
-  running.crashAfter(swap);
-  await assert.rejects(storeOn(running).compact(dir), SimulatedCrash);
-  const crashed = running.crash({ seed: 0, tailMode: "whole", extraJournal: "all" });
+  const crashed = await crashedAfterSwap(fs, dir);
   let failed = false;
   const flaky = hookedFs(crashed, {
     before: (method, args) => {
@@ -276,15 +301,7 @@ test("a delete whose recovery cannot read the compacted session leaves nothing o
 async function keptCompaction(): Promise<{ fs: MemoryFs; dir: string; id: string }> {
   const fs = await freshFs();
   const { dir, id } = await replaced(fs);
-  const probe = fs.clone();
-  probe.resetCounter();
-  await storeOn(probe).compact(dir);
-  const swap = probe.operationLog.find((r) => r.op === "rename" && r.to === dir)!.number;
-  const running = fs.clone();
-  running.resetCounter();
-  running.crashAfter(swap);
-  await assert.rejects(storeOn(running).compact(dir), SimulatedCrash);
-  const crashed = running.crash({ seed: 0, tailMode: "whole", extraJournal: "all" });
+  const crashed = await crashedAfterSwap(fs, dir);
   await crashed.writeFile(`${dir}/meta.json`, encoder.encode("{ not json"));
   const kept = await collectionStore(crashed).cleanup(undefined, COLLECTION);
   assert.equal(kept.kept.length, 1);
@@ -335,23 +352,8 @@ test("a delete of a session with a kept compaction copy, crashed or failed anywh
 });
 
 test("deleting a session whose interrupted compaction recovery kept removes the kept copy too", async () => {
-  const fs = await freshFs();
-  const { dir, id } = await replaced(fs);
-  // A crash after the swap, then damage: the session in place no longer reads as this session,
-  // so recovery keeps the staging directory and its previous copy for a person to look at.
-  const probe = fs.clone();
-  probe.resetCounter();
-  await storeOn(probe).compact(dir);
-  const swap = probe.operationLog.find((r) => r.op === "rename" && r.to === dir)!.number;
-  const running = fs.clone();
-  running.resetCounter();
-  running.crashAfter(swap);
-  await assert.rejects(storeOn(running).compact(dir), SimulatedCrash);
-  const crashed = running.crash({ seed: 0, tailMode: "whole", extraJournal: "all" });
-  await crashed.writeFile(`${dir}/meta.json`, encoder.encode("{ not json"));
-  const store = new SessionStore({ fs: crashed, agentDir: AGENT, sessionDir: COLLECTION });
-  const kept = await store.cleanup(undefined, COLLECTION);
-  assert.equal(kept.kept.length, 1);
+  const { fs: crashed, id } = await keptCompaction();
+  const store = collectionStore(crashed);
   // The user deletes the broken session (from the explicit collection, where that is allowed).
   await store.archive.delete(undefined, [id], { archivedOnly: false });
   await store.cleanup(undefined, COLLECTION);
@@ -652,10 +654,12 @@ test("a compaction whose swap and rollback both failed leaves no lock of its own
   const { dir, history } = await replaced(fs);
   const storeWith = (on: FileSystem) =>
     new SessionStore({ fs: on, agentDir: AGENT, process: THIS_PROCESS });
-  const probe = fs.clone();
-  probe.resetCounter();
-  await storeWith(probe).compact(dir);
-  const swap = probe.operationLog.find((r) => r.op === "rename" && r.to === dir)!.number;
+  const swap = await compactionOperation(
+    fs,
+    dir,
+    (r) => r.op === "rename" && r.to === dir,
+    storeWith,
+  );
   // The swap's second rename fails, and so does every rename after it: the rollback too.
   fs.resetCounter();
   fs.failAt(swap, { ops: ["rename"], persistent: true });
@@ -686,15 +690,7 @@ test("a compacted session whose meta.json cannot be read does not stop the colle
   const { dir } = await replaced(fs);
   fs.syncAll();
   // A crash after the swap, before the staging directory is removed.
-  const probe = fs.clone();
-  probe.resetCounter();
-  await storeOn(probe).compact(dir);
-  const swap = probe.operationLog.find((r) => r.op === "rename" && r.to === dir)!.number;
-  const running = fs.clone();
-  running.resetCounter();
-  running.crashAfter(swap);
-  await assert.rejects(storeOn(running).compact(dir), SimulatedCrash);
-  const crashed = running.crash({ seed: 0, tailMode: "whole", extraJournal: "all" });
+  const crashed = await crashedAfterSwap(fs, dir);
   const unreadable = hookedFs(crashed, {
     before: (method, args) => {
       if (method === "readFile" && args[0] === `${dir}/meta.json`) {
