@@ -351,6 +351,39 @@ test("a delete of a session with a kept compaction copy, crashed or failed anywh
   });
 });
 
+test("while a delete that staged a kept compaction copy is uncommitted, the session is still listed from that copy", async () => {
+  const fs = await freshFs();
+  const { dir, id, history } = await replaced(fs);
+  fs.syncAll();
+  // The session directory is gone (a crash between the compaction's renames) and a regular file
+  // was planted in its place: recovery keeps the staging directory, and listings read the
+  // session from its previous copy.
+  const crashed = await crashedBetweenRenames(fs, dir);
+  await crashed.writeFile(dir, new Uint8Array(1));
+  const store = collectionStore(crashed);
+  assert.equal((await store.cleanup(undefined, COLLECTION)).kept.length, 1);
+  const before = await store.listDetailed(undefined, COLLECTION);
+  assert.deepEqual(before.sessions.map((s) => [s.id, s.messageCount]), [[id, history.length]]);
+  crashed.syncAll();
+  // A delete of it crashes right after staging the kept copy (its first move).
+  const probe = crashed.clone();
+  probe.resetCounter();
+  await collectionStore(probe).archive.delete(undefined, [id], { archivedOnly: false });
+  const first = probe.operationLog.find((r) => r.op === "rename" && r.path.includes("/.staging-"))!
+    .number;
+  const running = crashed.clone();
+  running.resetCounter();
+  running.crashAfter(first);
+  await assert.rejects(
+    collectionStore(running).archive.delete(undefined, [id], { archivedOnly: false }),
+    SimulatedCrash,
+  );
+  const during = running.crash({ seed: 0, tailMode: "whole", extraJournal: "all" });
+  // The delete did not happen for readers: the session is listed as before it.
+  const listed = await collectionStore(during).listDetailed(undefined, COLLECTION);
+  assert.deepEqual(listed.sessions.map((s) => [s.id, s.messageCount]), [[id, history.length]]);
+});
+
 test("deleting a session whose interrupted compaction recovery kept removes the kept copy too", async () => {
   const { fs: crashed, id } = await keptCompaction();
   const store = collectionStore(crashed);

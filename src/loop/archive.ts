@@ -63,7 +63,7 @@ import { isSessionId } from "./records/mod.ts";
 import { acquireWriterLock, dropMovedLocks, type HeldLock, type StoreContext } from "./lock.ts";
 import type { ListResult } from "./discovery.ts";
 import { LEGACY_EXTENSION, legacySessionId } from "./legacy.ts";
-import { stagingSessionId } from "./compaction.ts";
+import { previousSession, stagingSessionId } from "./compaction.ts";
 import { readIfRegular, refuseIrregularFile } from "./storage.ts";
 
 /** The file name of a collection's archive membership. */
@@ -533,7 +533,10 @@ function sessionIdOfEntry(name: string): string | undefined {
 export interface StagedDeletion {
   /** The staging directory. */
   readonly dir: string;
-  /** The staged session directories still to be put back, by session id. */
+  /**
+   * The staged session directories still to be put back, by session id (for a session whose
+   * only staged copy is a kept compaction's previous directory, that directory).
+   */
   readonly directories: ReadonlyMap<string, string>;
   /** The staged legacy files (`<id>.jsonl`) still to be put back, by session id. */
   readonly legacy: ReadonlyMap<string, string>;
@@ -608,13 +611,23 @@ export async function inspectDeletion(
   }
   const directories = new Map<string, string>();
   const legacy = new Map<string, string>();
+  const kept: [string, string][] = [];
   for (const entry of staged) {
     if (!intent.entries.includes(entry.name)) continue;
     if (entry.kind === "directory" && isSessionId(entry.name)) {
       directories.set(entry.name, join(staging, entry.name));
     } else if (entry.kind === "file" && legacySessionId(entry.name) !== undefined) {
       legacy.set(legacySessionId(entry.name) as string, join(staging, entry.name));
+    } else if (entry.kind === "directory" && stagingSessionId(entry.name) !== undefined) {
+      kept.push([stagingSessionId(entry.name) as string, join(staging, entry.name)]);
     }
+  }
+  // A kept compaction copy is where the session was read from before the delete when no session
+  // directory was in place (see `discovery.ts`): so it is while the delete is not committed.
+  for (const [id, dir] of kept) {
+    if (directories.has(id)) continue;
+    const previous = await previousSession(fs, dir);
+    if (previous !== undefined) directories.set(id, previous);
   }
   return { dir: staging, directories, legacy, archived: intent.archived, error: undefined, ids };
 }
