@@ -654,33 +654,39 @@ test("a read-only open through the legacy backup of a session caught between a c
   assert.deepEqual(recovered.snapshotTree("/"), before);
 });
 
-test("a writer of the same process opening a session being compacted is told so", async () => {
-  const fs = await freshFs();
-  const { dir } = await replaced(fs);
-  const copying = gate();
-  const finish = gate();
-  // One filesystem object for both, as in one process (in-process locks are kept per object).
-  const shared = hookedFs(fs, {
-    before: async (method, args) => {
-      if (method === "mkdir" && String(args[0]).includes("/.staging-")) {
-        copying.open();
-        await finish.wait;
-      }
-    },
+for (const when of ["holds", "is taking"] as const) {
+  test(`a writer of the same process is told a compaction ${when} the session's writer lock`, async () => {
+    const fs = await freshFs();
+    const { dir } = await replaced(fs);
+    const paused = gate();
+    const finish = gate();
+    // One filesystem object for both, as in one process (in-process locks are kept per object).
+    const shared = hookedFs(fs, {
+      before: async (method, args) => {
+        const at = when === "holds"
+          ? method === "mkdir" && String(args[0]).includes("/.staging-")
+          : method === "open" && args[0] === `${dir}/writer.lock`;
+        if (at) {
+          paused.open();
+          await finish.wait;
+        }
+      },
+    });
+    const store = new SessionStore({ fs: shared, agentDir: AGENT, process: THIS_PROCESS });
+    const compacting = store.compact(dir);
+    await paused.wait;
+    const refused = await store.open(dir).then(
+      () => assert.fail("opened for writing during the compaction"),
+      (error: unknown) => error,
+    );
+    assert.ok(refused instanceof SessionBusyError);
+    assert.match(refused.message, /being compacted in this process/);
+    finish.open();
+    assert.equal((await compacting).compacted, true);
+    const writer = await store.open(dir);
+    await writer.close();
   });
-  const compacting = storeOn(shared).compact(dir);
-  await copying.wait;
-  const refused = await storeOn(shared).open(dir).then(
-    () => assert.fail("opened for writing during the compaction"),
-    (error: unknown) => error,
-  );
-  assert.ok(refused instanceof SessionBusyError);
-  assert.match(refused.message, /being compacted in this process/);
-  finish.open();
-  assert.equal((await compacting).compacted, true);
-  const writer = await storeOn(shared).open(dir);
-  await writer.close();
-});
+}
 
 test("a compaction whose swap and rollback both failed leaves no lock of its own behind once recovered", async () => {
   const fs = await freshFs();
@@ -804,32 +810,6 @@ test("a read-only open through the legacy file that saw a compaction between its
   assert.deepEqual(opened.messages, history);
   await opened.close();
   assert.equal((await fs.lstat(leftover)).kind, "file", "no recovery ran");
-});
-
-test("a writer of the same process is told a compaction is taking the lock, also before it holds it", async () => {
-  const fs = await freshFs();
-  const { dir } = await replaced(fs);
-  const taking = gate();
-  const finish = gate();
-  const shared = hookedFs(fs, {
-    before: async (method, args) => {
-      if (method === "open" && args[0] === `${dir}/writer.lock`) {
-        taking.open();
-        await finish.wait;
-      }
-    },
-  });
-  const store = new SessionStore({ fs: shared, agentDir: AGENT, process: THIS_PROCESS });
-  const compacting = store.compact(dir);
-  await taking.wait;
-  const refused = await store.open(dir).then(
-    () => assert.fail("opened for writing during the compaction"),
-    (error: unknown) => error,
-  );
-  assert.ok(refused instanceof SessionBusyError);
-  assert.match(refused.message, /being compacted in this process/);
-  finish.open();
-  assert.equal((await compacting).compacted, true);
 });
 
 test("a writer open of a damaged session reports the damage, not a failure of the collection it waited for", async () => {
