@@ -112,6 +112,30 @@ test("a legacy file swapped for a link after the migration checked it is refused
   assert.equal((await fs.lstat("/planted.jsonl")).kind, "file");
 });
 
+test("a read-only open of a legacy file whose migration crashed migrates it, the leftover staging directory removed", async () => {
+  const history = conversation(3);
+  const { fs } = await setup(legacyText(header(), history));
+  const probe = fs.clone();
+  probe.resetCounter();
+  await new SessionStore({ fs: probe, agentDir: AGENT }).open(LEGACY, { readOnly: true });
+  // A crash once the staging directory holds the log, before anything is published.
+  const n = probe.operationLog.find((r) => r.op === "write" && r.path.includes("/.staging-"))!
+    .number;
+  const running = fs.clone();
+  running.resetCounter();
+  running.crashAfter(n);
+  await assert.rejects(new SessionStore({ fs: running, agentDir: AGENT }).open(LEGACY));
+  const crashed = running.crash({ seed: 0, tailMode: "whole", extraJournal: "all" });
+  const names = (await crashed.readDir(COLLECTION)).map((entry) => entry.name);
+  assert.ok(names.some((name) => name.startsWith(".staging-")), names.join(", "));
+  const reader = await new SessionStore({ fs: crashed, agentDir: AGENT }).open(LEGACY, {
+    readOnly: true,
+  });
+  assert.deepEqual(reader.messages, history);
+  await reader.close();
+  assert.ok(!(await crashed.readDir(COLLECTION)).some((e) => e.name.startsWith(".staging-")));
+});
+
 test("open() of a legacy file publishes the three-file directory and keeps the file as a backup", async () => {
   const history = conversation(3);
   const text = legacyText(header({ runTimings: [{ obsolete: true }] }), history);

@@ -276,8 +276,8 @@ export class SessionStore {
    * process) is still there: a writable open first recovers the collection (rolling the delete
    * back, or putting the previous directory back), while a read-only open, also through the
    * session's legacy file, reads the staged copy or the previous directory in place and writes
-   * nothing (its `getSessionPath()` is then that directory). An open that raced a compaction's swap (a log that does not match the metadata
-   * it read, or a file gone) is tried once more.
+   * nothing (its `getSessionPath()` is then that directory). An open that raced a compaction's
+   * swap (a log that does not match the metadata it read, or a file gone) is tried once more.
    */
   async open(path: string, options: OpenSessionOptions = {}): Promise<SessionManager> {
     if (!isAbsolute(path)) {
@@ -312,11 +312,13 @@ export class SessionStore {
       }
       // Whatever the open of the directory path finds there: the staged copy, the previous
       // directory, the directory back in place (a compaction finished meanwhile), or the error
-      // of a delete whose journal cannot be read.
+      // of a delete whose journal cannot be read. A migration's leftover staging directory is
+      // none of these: the legacy file is migrated below.
       const staging = await this.#staging(dir);
       if (
-        staging.deleted !== undefined || staging.previous !== undefined || staging.compaction ||
-        staging.error !== undefined
+        staging.deleted !== undefined || staging.previous !== undefined ||
+        staging.error !== undefined ||
+        (staging.compaction && await entryKind(this.fs, dir) === "directory")
       ) {
         return await this.#openDirectory(dir, true);
       }
