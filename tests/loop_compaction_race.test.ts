@@ -16,7 +16,7 @@ import {
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { assistant, conversation, user } from "./_fixtures.ts";
-import { gate, hookedFs } from "./_hooks.ts";
+import { gate, hookedFs, linkedBeforeOpen } from "./_hooks.ts";
 import { crashAtEveryOperation, failAtEveryOperation } from "./_crash.ts";
 
 const CWD = "/work/project";
@@ -167,20 +167,10 @@ test("compaction never copies a log swapped for a link after it listed the direc
   const fs = await freshFs();
   const { dir, history } = await replaced(fs);
   const log = `${dir}/messages.jsonl`;
-  let swapped = false;
-  const racing = hookedFs(fs, {
-    async before(method, args) {
-      if ((method === "open" || method === "openNoFollow") && args[0] === log && !swapped) {
-        swapped = true;
-        // A copy: read through the link, it would pass every check of the committed range.
-        await fs.writeFile("/planted.jsonl", await fs.readFile(log));
-        await fs.rename(log, "/kept.jsonl");
-        await fs.symlink("/planted.jsonl", log);
-      }
-    },
-  });
-  await assert.rejects(storeOn(racing).compact(dir), SessionFormatError);
-  assert.ok(swapped);
+  // The planted copy would pass every check of the committed range.
+  const racing = linkedBeforeOpen(fs, log, "/planted.jsonl", "/kept.jsonl");
+  await assert.rejects(storeOn(racing.fs).compact(dir), SessionFormatError);
+  assert.ok(racing.swapped());
   // Put back, the session is whole: nothing was compacted from the link.
   await fs.remove(log);
   await fs.rename("/kept.jsonl", log);

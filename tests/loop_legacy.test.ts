@@ -23,7 +23,7 @@ import {
 import { nodeFs, nodeSha256 } from "../adapters/node.ts";
 import { NotFound } from "../src/port/errors.ts";
 import type { FileSystem } from "../src/port/fs.ts";
-import { hookedFs } from "./_hooks.ts";
+import { hookedFs, linkedBeforeOpen } from "./_hooks.ts";
 import { crashAtEveryOperation, failAtEveryOperation } from "./_crash.ts";
 import { pacedMigrationOnRealFs } from "./_migrate_real.ts";
 import { assistant, conversation, toolResult, user } from "./_fixtures.ts";
@@ -70,23 +70,9 @@ function snapshot(fs: MemoryFs): Record<string, string> {
   return fs.snapshotTree(AGENT);
 }
 
-/**
- * `fs` with the legacy file swapped for a link to a copy of it just before it is opened, after
- * every check of its kind: a read through the link would see a valid session.
- */
+/** `fs` with the legacy file swapped for a link to a copy of it just before it is opened. */
 function swappedBeforeOpen(fs: MemoryFs): { fs: FileSystem; swapped: () => boolean } {
-  let swapped = false;
-  const racing = hookedFs(fs, {
-    async before(method, args) {
-      if ((method === "open" || method === "openNoFollow") && args[0] === LEGACY && !swapped) {
-        swapped = true;
-        await fs.writeFile("/planted.jsonl", await fs.readFile(LEGACY));
-        await fs.remove(LEGACY);
-        await fs.symlink("/planted.jsonl", LEGACY);
-      }
-    },
-  });
-  return { fs: racing, swapped: () => swapped };
+  return linkedBeforeOpen(fs, LEGACY, "/planted.jsonl", "/aside.jsonl");
 }
 
 test("a legacy file swapped for a link after a listing saw it is reported when read, never read through", async () => {

@@ -6,7 +6,7 @@ import { SessionStore } from "../src/loop/store.ts";
 import { SessionFormatError } from "../src/loop/errors.ts";
 import { salvageSession, verifySession } from "../src/loop/verify.ts";
 import { assistant, conversation, user } from "./_fixtures.ts";
-import { hookedFs } from "./_hooks.ts";
+import { linkedBeforeOpen } from "./_hooks.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -39,23 +39,13 @@ test("verifySession() reports a healthy session as ok with no findings", async (
 
 test("verifySession() never verifies a log swapped for a link after its directory was listed", async () => {
   const { fs, dir, logPath } = await saved();
-  let swapped = false;
-  const racing = hookedFs(fs, {
-    async before(method, args) {
-      // After the directory listing that checked every file's kind, just before the log's open.
-      if ((method === "open" || method === "openNoFollow") && args[0] === logPath && !swapped) {
-        swapped = true;
-        await fs.writeFile("/planted.jsonl", await fs.readFile(logPath));
-        await fs.remove(logPath);
-        await fs.symlink("/planted.jsonl", logPath);
-      }
-    },
-  });
-  const error = await verifySession(racing, dir, options).then(
+  // After the directory listing that checked every file's kind, just before the log's open.
+  const racing = linkedBeforeOpen(fs, logPath, "/planted.jsonl", "/aside.jsonl");
+  const error = await verifySession(racing.fs, dir, options).then(
     (report) => assert.fail(`verified through the link: ${JSON.stringify(report.findings)}`),
     (error: unknown) => error,
   );
-  assert.ok(swapped);
+  assert.ok(racing.swapped());
   assert.ok(error instanceof SessionFormatError);
   assert.equal(error.file, logPath);
 });
