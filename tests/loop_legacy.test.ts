@@ -23,7 +23,7 @@ import {
 import { nodeFs, nodeSha256 } from "../adapters/node.ts";
 import { NotFound } from "../src/port/errors.ts";
 import type { FileSystem } from "../src/port/fs.ts";
-import { hookedFs, linkedBeforeOpen } from "./_hooks.ts";
+import { linkedBeforeOpen } from "./_hooks.ts";
 import { crashAtEveryOperation, failAtEveryOperation } from "./_crash.ts";
 import { pacedMigrationOnRealFs } from "./_migrate_real.ts";
 import { assistant, conversation, toolResult, user } from "./_fixtures.ts";
