@@ -24,6 +24,12 @@ import {
   validateMessages,
   validateSessionMetadata,
 } from "../src/loop/records/mod.ts";
+import {
+  parseStorageMeta,
+  STORAGE_FORMAT,
+  STORAGE_VERSION,
+  StorageMetaSchema,
+} from "../src/loop/storage.ts";
 
 const RUNS = 150;
 // Plain objects only, so that a JSON round trip is an exact deep equality.
@@ -762,6 +768,163 @@ test("MessageSchema and MessageValidator.push agree on randomly damaged messages
       }
       if (shapeError !== undefined) assert.ok(shapeError instanceof SessionFormatError);
       assert.equal(v.is(MessageSchema, damaged), shapeError === undefined, JSON.stringify(damaged));
+    }),
+    { numRuns: RUNS * 4, endOnFailure: true },
+  );
+});
+
+// Values that sit at the edges of the header's field rules (dates, titles, ids, counts, shapes),
+// so the hand-written checks of the common shapes meet every boundary the schema draws.
+const HEADER_DAMAGE: readonly (Json | undefined)[] = [
+  undefined,
+  null,
+  true,
+  "",
+  "x",
+  " T",
+  "T ",
+  "a  b",
+  "a\tb",
+  "x\u0007",
+  "\u200bx",
+  "\u001b[31mx",
+  "A".repeat(120),
+  "A".repeat(121),
+  "Ü".repeat(60),
+  "Ü".repeat(61),
+  "fallback",
+  "model",
+  "user",
+  "auto",
+  "read-only",
+  "danger-full-access",
+  "default",
+  "max",
+  "/abs",
+  "relative",
+  "C:\\work",
+  "\\\\host\\share",
+  "2026-01-01",
+  "2026-01-01T00:00:00Z",
+  "2026-01-01T00:00:00.000Z",
+  "not a date",
+  "00000000-0000-4000-8000-00000000000A",
+  "00000000-0000-4000-8000-00000000000a",
+  "------------------------------------",
+  0,
+  -1,
+  1.5,
+  2 ** 53,
+  [],
+  [0],
+  [1, 0],
+  [0, 0],
+  [0, 2, 5],
+  ["0"],
+  {},
+  { provider: "p", id: "m" },
+  { provider: "p", id: "m", effort: "high" },
+  { provider: "p", id: "m", effort: "turbo" },
+  { provider: 1, id: "m" },
+  { text: "T", source: "user", messageIndices: [] },
+  { text: "T", source: "user", messageIndices: [0], model: {} },
+];
+
+/** Values JSON cannot hold but a caller's object can: holes, NaN, -0, Infinity. */
+const IN_MEMORY_DAMAGE: readonly unknown[] = [
+  // deno-lint-ignore no-sparse-arrays
+  [0, , 2],
+  new Array(2),
+  Number.NaN,
+  -0,
+  Number.POSITIVE_INFINITY,
+];
+
+test("parseSessionHeader and SessionHeaderSchema agree on randomly damaged headers", () => {
+  const damage = fc.oneof(
+    jsonValue(),
+    fc.constantFrom(...HEADER_DAMAGE),
+    fc.constantFrom(...IN_MEMORY_DAMAGE as Json[]),
+  );
+  let accepted = 0;
+  fc.assert(
+    fc.property(sessionArb, fc.nat(), damage, (session, where, value) => {
+      const spots = paths(session.header);
+      const spot = spots[where % spots.length] as (string | number)[];
+      const damaged = setAt(structuredClone(session.header), spot, value as Json | undefined);
+      let parsed: unknown;
+      let failure: unknown;
+      try {
+        parsed = parseSessionHeader(damaged);
+      } catch (error) {
+        failure = error;
+      }
+      if (failure !== undefined) {
+        assert.ok(
+          failure instanceof SessionFormatError || failure instanceof UnsupportedSessionError,
+          String(failure),
+        );
+      }
+      const schema = v.safeParse(SessionHeaderSchema, damaged);
+      assert.equal(failure === undefined, schema.success, JSON.stringify(damaged));
+      if (schema.success) {
+        accepted++;
+        assert.deepEqual(parsed, schema.output);
+      }
+    }),
+    { numRuns: RUNS * 8, endOnFailure: true },
+  );
+  assert.ok(accepted > RUNS / 3, `only ${accepted} damaged headers were still valid`);
+});
+
+test("parseStorageMeta and StorageMetaSchema agree on randomly damaged meta.json", () => {
+  const damage = fc.oneof(
+    fc.constantFrom(...HEADER_DAMAGE),
+    fc.constantFrom(...IN_MEMORY_DAMAGE as Json[]),
+    fc.constantFrom<Json>("e".repeat(64), "E".repeat(64), "e".repeat(63), 2 ** 53 - 1),
+  );
+  fc.assert(
+    fc.property(sessionArb, fc.nat(), damage, fc.boolean(), (session, where, value, deep) => {
+      const meta: Obj = {
+        format: STORAGE_FORMAT,
+        version: STORAGE_VERSION,
+        header: session.header,
+        generation: "0".repeat(64),
+        start: 7,
+        bytes: 100,
+        messageCount: session.messages.length,
+      };
+      if (deep) meta.extra = 1;
+      const spots = paths(meta).filter((spot) => deep || spot.length <= 1);
+      const spot = spots[where % spots.length] as (string | number)[];
+      const damaged = setAt(structuredClone(meta), spot, value as Json | undefined) as Obj;
+      let parsed: unknown;
+      let failure: unknown;
+      try {
+        parsed = parseStorageMeta(damaged, "meta.json");
+      } catch (error) {
+        failure = error;
+      }
+      // The reference: the envelope's schema, then the header's schema.
+      const envelope = v.safeParse(StorageMetaSchema, damaged);
+      const header = envelope.success
+        ? v.safeParse(SessionHeaderSchema, damaged.header)
+        : undefined;
+      const valid = damaged.format === STORAGE_FORMAT && damaged.version === STORAGE_VERSION &&
+        envelope.success && header?.success === true;
+      assert.equal(failure === undefined, valid, `${String(failure)}: ${JSON.stringify(damaged)}`);
+      if (failure !== undefined) {
+        assert.ok(
+          failure instanceof SessionFormatError || failure instanceof UnsupportedSessionError,
+          String(failure),
+        );
+        assert.equal((failure as SessionFormatError).file, "meta.json");
+      }
+      if (valid && envelope.success && header?.success) {
+        const expected = { ...envelope.output, header: header.output };
+        assert.deepEqual(parsed, expected);
+        assert.deepEqual(Object.keys(parsed as object), Object.keys(expected));
+      }
     }),
     { numRuns: RUNS * 4, endOnFailure: true },
   );

@@ -5,7 +5,7 @@
  */
 import * as v from "valibot";
 import type { ModelEffort, ModelRef, PermissionPreset, RecordSchema } from "./types.ts";
-import { checkSchema } from "./_validation.ts";
+import { checkSchema, isRecord } from "./_validation.ts";
 
 /** Every reasoning effort level, `"default"` first. */
 export const MODEL_EFFORTS: readonly ModelEffort[] = Object.freeze([
@@ -56,6 +56,15 @@ export const ModelRefSchema: RecordSchema<ModelRef> = v.looseObject({
   id: v.string(),
   effort: v.optional(ModelEffortSchema),
 });
+
+/**
+ * True when `value` is a stored model of the plain shape JSON gives, checked by hand with the
+ * rules of `ModelRefSchema`. False means only "not accepted here": callers then run the schema.
+ */
+export function isPlainModelRef(value: unknown): value is ModelRef {
+  return isRecord(value) && typeof value.provider === "string" && typeof value.id === "string" &&
+    (value.effort === undefined || isModelEffort(value.effort));
+}
 
 /** Options of `parseModelRef`. */
 export interface ParseModelRefOptions {

@@ -7,7 +7,7 @@
  */
 import * as v from "valibot";
 import type { Message, RecordSchema, SessionTitle, TitleInput, TitleSource } from "./types.ts";
-import { checkSchema } from "./_validation.ts";
+import { checkSchema, isRecord, isSafeNonNegative } from "./_validation.ts";
 
 /** The UTF-8 byte limit of a stored title. */
 export const TITLE_MAX_BYTES = 120;
@@ -101,9 +101,31 @@ export const SessionTitleSchema: RecordSchema<SessionTitle> = v.looseObject({
   model: v.optional(v.looseObject({ provider: v.string(), id: v.string() })),
 });
 
+/**
+ * True when `value` is a stored title of the plain shape JSON gives (an object, a dense array),
+ * checked by hand with the rules of `SessionTitleSchema` at a fraction of its cost. False means
+ * only "not accepted here": callers then run the schema, which decides and names the field. A
+ * test damages titles at random and checks that this never accepts what the schema rejects.
+ */
+export function isPlainValidTitle(value: unknown): value is SessionTitle {
+  if (!isRecord(value)) return false;
+  const { text, source, messageIndices, model } = value;
+  if (typeof text !== "string" || text === "" || normalizeTitle(text) !== text) return false;
+  if (!(TITLE_SOURCES as readonly unknown[]).includes(source)) return false;
+  if (!Array.isArray(messageIndices)) return false;
+  let previous = -1;
+  for (let i = 0; i < messageIndices.length; i++) {
+    const index: unknown = messageIndices[i];
+    if (!isSafeNonNegative(index) || index <= previous) return false;
+    previous = index;
+  }
+  return model === undefined ||
+    (isRecord(model) && typeof model.provider === "string" && typeof model.id === "string");
+}
+
 /** True when `value` is a valid stored title (see `SessionTitleSchema`). */
 export function isValidTitle(value: unknown): value is SessionTitle {
-  return v.is(SessionTitleSchema, value);
+  return isPlainValidTitle(value) || v.is(SessionTitleSchema, value);
 }
 
 /** Options of `parseSessionTitle`. */
