@@ -17,7 +17,12 @@ import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { comparePinnedFirst, compareSessions, type SessionInfo } from "../src/loop/discovery.ts";
-import { encodeRoundIndex, indexSizeBound } from "../src/loop/storage.ts";
+import {
+  encodeRoundIndex,
+  HEAD_TEXT_BYTES,
+  indexSizeBound,
+  readListingIndex,
+} from "../src/loop/storage.ts";
 import { assistant, conversation, user } from "./_fixtures.ts";
 import { withoutNoFollow } from "./_hooks.ts";
 
@@ -722,6 +727,41 @@ test("listing a legacy session in fast mode skips message validation but not the
   const fast = await store.list(CWD, undefined, { fast: true });
   assert.equal(fast[0]?.messageCount, 2);
   assert.equal(fast[0]?.userMessageCount, 1);
+});
+
+test("the longest head an index can have, with its first round, is found in the bytes decoded for it", async () => {
+  const max = Number.MAX_SAFE_INTEGER;
+  const index = {
+    format: "loop-session-index" as const,
+    version: 1 as const,
+    generation: "f".repeat(64),
+    start: max,
+    bytes: max,
+    messageCount: max,
+    rounds: [{ messageIndex: max - 1, byteOffset: max - 2 }, {
+      messageIndex: max,
+      byteOffset: max,
+    }],
+  };
+  const bytes = encodeRoundIndex(index);
+  const head = decoder.decode(bytes).indexOf("},{") + 1;
+  assert.ok(head <= HEAD_TEXT_BYTES, `the head with its first round takes ${head} bytes`);
+  const fs = new MemoryFs();
+  await fs.mkdir("/s");
+  await fs.writeFile("/s/index.json", bytes);
+  // Read whole (a small committed state) and by its first bytes (a large one): the same head.
+  for (const meta of [{ messageCount: 1, bytes: 10 }, { messageCount: 100_000, bytes: max }]) {
+    const read = await readListingIndex(fs, "/s", meta);
+    assert.ok(read !== undefined && "head" in read, JSON.stringify(meta));
+    assert.deepEqual(read.head, {
+      generation: index.generation,
+      start: max,
+      bytes: max,
+      messageCount: max,
+      roundCount: 2,
+      firstRound: { messageIndex: max - 1, byteOffset: max - 2 },
+    });
+  }
 });
 
 test("the index text parser accepts exactly what the index schema accepts", async () => {

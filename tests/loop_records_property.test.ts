@@ -9,6 +9,7 @@ import {
 } from "../src/loop/errors.ts";
 import {
   CompactionCheckpointSchema,
+  isValidTitle,
   type MessageRole,
   MessageSchema,
   MessageValidator,
@@ -927,5 +928,23 @@ test("parseStorageMeta and StorageMetaSchema agree on randomly damaged meta.json
       }
     }),
     { numRuns: RUNS * 4, endOnFailure: true },
+  );
+});
+
+test("isValidTitle and SessionTitleSchema agree on arbitrary title text", () => {
+  const text = fc.oneof(
+    fc.string({ unit: "binary-ascii", maxLength: 130 }),
+    fc.string({
+      unit: fc.constantFrom("a", "~", " ", "\t", "\u001b", "[", "m", "Ü"),
+      maxLength: 24,
+    }),
+    fc.string({ unit: fc.constantFrom("a", " "), minLength: 117, maxLength: 123 }),
+  );
+  fc.assert(
+    fc.property(text, (value) => {
+      const title = { text: value, source: "user", messageIndices: [] };
+      assert.equal(isValidTitle(title), v.is(SessionTitleSchema, title), JSON.stringify(value));
+    }),
+    { numRuns: RUNS * 8 },
   );
 });

@@ -424,7 +424,14 @@ export interface RoundIndexHead {
 
 /** Indexes up to this size are read and checked whole; larger ones by their head only. */
 export const INDEX_HEAD_LIMIT = 64 * 1024;
+/** How many bytes of a large index are read for its head. */
 const HEAD_BYTES = 4096;
+/**
+ * How many of those bytes are decoded for the head: the canonical head with its first round is
+ * at most 307 bytes (244 for the counts with 16-digit numbers, 63 for the first round), and a
+ * listing decodes it once per session.
+ */
+export const HEAD_TEXT_BYTES = 512;
 
 /**
  * The largest index.json `encodeRoundIndex` can write for a committed range of `messageCount`
@@ -522,7 +529,7 @@ export async function readListingIndex(
   const bytes = await readWhole();
   if (bytes === undefined) return undefined;
   // The head is in the first bytes of the canonical form: decode only those for it.
-  const head = indexHeadOf(decoder.decode(bytes.subarray(0, HEAD_BYTES)));
+  const head = indexHeadOf(decoder.decode(bytes.subarray(0, HEAD_TEXT_BYTES)));
   if (head !== undefined) {
     return { head, whole: () => Promise.resolve(parseRoundIndexText(decoder.decode(bytes))) };
   }
@@ -541,7 +548,7 @@ async function readIndexHead(
   const handle = file.handle;
   try {
     const first = await handle.read(0, HEAD_BYTES);
-    const head = indexHeadOf(decoder.decode(first));
+    const head = indexHeadOf(decoder.decode(first.subarray(0, HEAD_TEXT_BYTES)));
     if (head !== undefined) return { head };
     const whole = first.length < HEAD_BYTES ? first : await handle.read(0, await file.size());
     const index = parseRoundIndexText(decoder.decode(whole));

@@ -102,6 +102,12 @@ export const SessionTitleSchema: RecordSchema<SessionTitle> = v.looseObject({
 });
 
 /**
+ * Printable ASCII words separated by single spaces: text that `normalizeTitle` leaves unchanged
+ * when it is at most `TITLE_MAX_BYTES` long (one byte per character), checked without it.
+ */
+const PLAIN_TITLE = /^[!-~]+(?: [!-~]+)*$/;
+
+/**
  * True when `value` is a stored title of the plain shape JSON gives (an object, a dense array),
  * checked by hand with the rules of `SessionTitleSchema` at a fraction of its cost. False means
  * only "not accepted here": callers then run the schema, which decides and names the field. A
@@ -110,7 +116,12 @@ export const SessionTitleSchema: RecordSchema<SessionTitle> = v.looseObject({
 export function isPlainValidTitle(value: unknown): value is SessionTitle {
   if (!isRecord(value)) return false;
   const { text, source, messageIndices, model } = value;
-  if (typeof text !== "string" || text === "" || normalizeTitle(text) !== text) return false;
+  if (typeof text !== "string" || text === "") return false;
+  if (
+    !(text.length <= TITLE_MAX_BYTES && PLAIN_TITLE.test(text)) && normalizeTitle(text) !== text
+  ) {
+    return false;
+  }
   if (!(TITLE_SOURCES as readonly unknown[]).includes(source)) return false;
   if (!Array.isArray(messageIndices)) return false;
   let previous = -1;
