@@ -9,6 +9,7 @@ import {
   CorruptSessionError,
   InvalidArgumentError,
   SessionBusyError,
+  SessionError,
   SessionFormatError,
   SessionLockedError,
   SessionNotFoundError,
@@ -369,9 +370,15 @@ test("while a delete that staged a kept compaction copy is uncommitted, the sess
     SimulatedCrash,
   );
   const during = running.crash({ seed: 0, tailMode: "whole", extraJournal: "all" });
-  // The delete did not happen for readers: the session is listed as before it.
+  // The delete did not happen for readers: the session is listed as before it, and a read-only
+  // open reads it from the same copy, writing nothing.
   const listed = await collectionStore(during).listDetailed(undefined, COLLECTION);
   assert.deepEqual(listed.sessions.map((s) => [s.id, s.messageCount]), [[id, history.length]]);
+  const tree = during.snapshotTree("/");
+  const reader = await collectionStore(during).open(dir, { readOnly: true });
+  assert.deepEqual(reader.messages, history);
+  await reader.close();
+  assert.deepEqual(during.snapshotTree("/"), tree);
 });
 
 test("deleting a session whose interrupted compaction recovery kept removes the kept copy too", async () => {
@@ -608,6 +615,68 @@ test("recovery keeps an interrupted compaction's previous session when something
     const reader = await storeOn(recovered).open(dir, { readOnly: true });
     assert.deepEqual(reader.messages, history, planted);
     await reader.close();
+  }
+});
+
+test("while something else holds the place of a session whose previous copy recovery kept, listings and read-only opens agree", async () => {
+  const fs = await freshFs();
+  const { dir, id, history } = await replaced(fs);
+  fs.syncAll();
+  const other = await storeOn(fs).create(CWD);
+  await other.commit(conversation(1, "other"));
+  await other.close();
+  // What is at the session's place, and whether the kept copy is read in its place.
+  const plants = [
+    ["link", true],
+    ["file", true],
+    ["empty directory", true],
+    ["another session's copy", false],
+    ["a directory whose meta.json is a link", false],
+  ] as const;
+  for (const [planted, readable] of plants) {
+    const recovered = await crashedBetweenRenames(fs, dir);
+    if (planted === "link") {
+      await recovered.mkdir("/elsewhere", { recursive: true });
+      await recovered.symlink("/elsewhere", dir);
+    } else if (planted === "file") await recovered.writeFile(dir, new Uint8Array(1));
+    else {
+      await recovered.mkdir(dir);
+      if (planted === "another session's copy") {
+        for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
+          await recovered.writeFile(
+            `${dir}/${name}`,
+            await recovered.readFile(`${other.getSessionPath()}/${name}`),
+          );
+        }
+      } else if (planted === "a directory whose meta.json is a link") {
+        await recovered.symlink("/nowhere", `${dir}/meta.json`);
+      }
+    }
+    const store = storeOn(recovered);
+    assert.equal((await store.cleanup(CWD)).kept.length, 1, planted);
+    const before = recovered.snapshotTree("/");
+    const results = [];
+    for (const fast of [true, false]) {
+      const listed = await store.listDetailed(CWD, undefined, { fast });
+      const session = listed.sessions.find((info) => info.id === id);
+      const failure = listed.failures.find((entry) => entry.path.includes(id));
+      results.push(session?.messageCount ?? (failure === undefined ? "absent" : "failure"));
+    }
+    let opened: number | string;
+    try {
+      const reader = await store.open(dir, { readOnly: true });
+      assert.deepEqual(reader.messages, history, planted);
+      opened = reader.messages.length;
+      await reader.close();
+    } catch (error) {
+      assert.ok(error instanceof SessionError, `${planted}: ${String(error)}`);
+      opened = "failure";
+    }
+    const expected = readable ? history.length : "failure";
+    assert.deepEqual([...results, opened], [expected, expected, expected], planted);
+    assert.deepEqual(recovered.snapshotTree("/"), before, `${planted}: a reader wrote`);
+    // A writer is refused: recovery cannot put the session back while the place is taken.
+    await assert.rejects(store.open(dir), SessionError, planted);
   }
 });
 

@@ -255,7 +255,17 @@ interface Candidate {
   readonly id: string;
   /** Where to read it from (or why it cannot be read). */
   readonly source:
-    | { readonly kind: "directory"; readonly dir: string; readonly hasBackup: boolean }
+    | {
+      readonly kind: "directory";
+      readonly dir: string;
+      readonly hasBackup: boolean;
+      /**
+       * The session's copy that recovery keeps while `dir` has no meta.json: an uncommitted
+       * delete's staged copy or an interrupted compaction's previous directory. Read in its
+       * place, as a read-only open does.
+       */
+      readonly copy?: string | undefined;
+    }
     | { readonly kind: "legacy"; readonly file: string }
     | { readonly kind: "failed"; readonly error: SessionError };
   /** The path a caller opens. */
@@ -364,21 +374,16 @@ async function candidatesOf(
     const hasBackup = legacy.has(id) || deletedLegacy.has(id);
     const path = join(collection, id, META_FILE);
     if (dirs.has(id)) {
+      const stagingNames = staged.get(id);
+      const copy = deletedDirs.get(id) ??
+        (stagingNames === undefined
+          ? undefined
+          : await compactionPrevious(fs, collection, stagingNames));
       candidates.push({
         id,
-        source: { kind: "directory", dir: join(collection, id), hasBackup },
+        source: { kind: "directory", dir: join(collection, id), hasBackup, copy },
         path,
       });
-      continue;
-    }
-    if (notDirs.has(id) && hasBackup) {
-      // As for an open: what is published is refused, and the stale backup is not listed instead.
-      const dir = join(collection, id);
-      const error = new SessionFormatError(
-        "Published session path is not a directory (symlinks are refused)",
-        { file: dir },
-      );
-      candidates.push({ id, source: { kind: "failed", error }, path: dir });
       continue;
     }
     const stagingNames = staged.get(id) ?? [];
@@ -400,7 +405,16 @@ async function candidatesOf(
     const deleted = deletedDirs.get(id);
     const failed = unreadable.get(id);
     const file = join(collection, id + LEGACY_EXTENSION);
-    if (previous !== undefined) {
+    if (notDirs.has(id) && hasBackup && previous === undefined && deleted === undefined) {
+      // As for an open: what is published is refused, and the stale backup is not listed instead.
+      // (The session's own copy kept by recovery is read in its place, as an open reads it.)
+      const dir = join(collection, id);
+      const error = new SessionFormatError(
+        "Published session path is not a directory (symlinks are refused)",
+        { file: dir },
+      );
+      candidates.push({ id, source: { kind: "failed", error }, path: dir });
+    } else if (previous !== undefined) {
       candidates.push({ id, source: { kind: "directory", dir: previous, hasBackup }, path });
     } else if (deleted !== undefined) {
       candidates.push({ id, source: { kind: "directory", dir: deleted, hasBackup }, path });
@@ -719,6 +733,16 @@ async function summarize(
   } catch (error) {
     // Only a missing meta.json itself means "never committed"; anything else is a failure.
     if (!(error instanceof NotFound) || error.path !== join(source.dir, META_FILE)) throw error;
+    if (source.copy !== undefined) {
+      // A directory without meta.json took the session's place after a crash: recovery keeps
+      // the session's copy until it is gone, and readers read the session there meanwhile.
+      return await summarize(
+        context,
+        { ...candidate, source: { kind: "directory", dir: source.copy, hasBackup: false } },
+        fast,
+        cache,
+      );
+    }
     if (!source.hasBackup) return undefined;
     throw new SessionNotFoundError(
       "Published session directory has no meta.json; its legacy backup is not used in its place",

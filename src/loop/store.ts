@@ -389,8 +389,19 @@ export class SessionStore {
     try {
       await checkSessionFiles(this.fs, dir);
     } catch (error) {
-      if (!(error instanceof NotFound)) throw error;
-      source = await this.#checkSessionDirectory(dir, readOnly ? "read" : "write");
+      if (error instanceof NotFound) {
+        source = await this.#checkSessionDirectory(dir, readOnly ? "read" : "write");
+      } else if (readOnly && error instanceof SessionFormatError && error.file === dir) {
+        // Something that is not a directory took the place of a session caught mid-compaction
+        // or mid-delete: recovery keeps the session's copy until that is gone, and listings read
+        // it there. So does a read-only open, writing nothing; a writer is refused.
+        const staging = await this.#staging(dir);
+        const copy = staging.deleted ?? staging.previous;
+        if (copy === undefined) throw error;
+        source = copy;
+      } else {
+        throw error;
+      }
       await checkSessionFiles(this.fs, source);
     }
     const lock = readOnly ? undefined : await acquireWriterLock(this.#context, dir);
