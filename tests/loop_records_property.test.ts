@@ -896,7 +896,7 @@ test("parseStorageMeta and StorageMetaSchema agree on randomly damaged meta.json
         messageCount: session.messages.length,
       };
       if (deep) meta.extra = 1;
-      const spots = paths(meta).filter((spot) => deep || spot.length <= 1);
+      const spots = paths(meta).filter((spot) => spot.length > 0 && (deep || spot.length === 1));
       const spot = spots[where % spots.length] as (string | number)[];
       const damaged = setAt(structuredClone(meta), spot, value as Json | undefined) as Obj;
       let parsed: unknown;
