@@ -16,7 +16,7 @@ import {
 } from "../src/loop/errors.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import type { Message } from "../src/loop/records/mod.ts";
-import { assistant, conversation, user } from "./_fixtures.ts";
+import { assistant, conversation, user, withoutRecordedTitle } from "./_fixtures.ts";
 import { gate, hookedFs, linkedBeforeOpen } from "./_hooks.ts";
 import { crashAtEveryOperation, failAtEveryOperation } from "./_crash.ts";
 
@@ -447,6 +447,8 @@ test("a fast listing racing a compaction never takes a title from the compacted 
   ]);
   await session.close();
   const dir = session.getSessionPath();
+  // An index that records no title: the listing reads the first user message from the log.
+  await withoutRecordedTitle(fs, dir);
   const swapped = gate();
   let armed = true;
   const lister = storeOn(hookedFs(fs, {

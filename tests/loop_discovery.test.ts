@@ -23,7 +23,7 @@ import {
   indexSizeBound,
   readListingIndex,
 } from "../src/loop/storage.ts";
-import { assistant, conversation, user } from "./_fixtures.ts";
+import { assistant, conversation, user, withoutRecordedTitle } from "./_fixtures.ts";
 import { withoutNoFollow } from "./_hooks.ts";
 
 const CWD = "/work/project";
@@ -320,7 +320,7 @@ test("fast mode gives the same listing as the full mode for valid sessions", asy
 });
 
 for (const mode of READ_MODES) {
-  test(`fast mode reads only meta.json and index.json, plus the first user message for a title (${mode.name})`, async () => {
+  test(`fast mode reads only meta.json and index.json, plus the first user message when the index records no title (${mode.name})`, async () => {
     const { fs, store, clock } = await setup();
     const sessions: SessionManager[] = [];
     for (let i = 0; i < 5; i++) {
@@ -330,6 +330,9 @@ for (const mode of READ_MODES) {
     const manager = await store.open(titled.getSessionPath());
     await manager.setTitle({ text: "Named", source: "user", messageIndices: [] });
     await manager.close();
+    // An index as written before it recorded the fallback title.
+    const unrecorded = sessions[1] as SessionManager;
+    await withoutRecordedTitle(fs, unrecorded.getSessionPath());
     const { fs: recorded, reads } = recording(mode.port(fs));
     const calls: string[] = [];
     const watched = new Proxy(recorded, {
@@ -345,39 +348,130 @@ for (const mode of READ_MODES) {
     const fastStore = new SessionStore({ fs: watched, agentDir: AGENT });
     const listed = await fastStore.list(CWD, undefined, { fast: true });
     assert.equal(listed.length, 5);
+    assert.deepEqual(listed, await store.list(CWD));
     for (const session of sessions) {
       const log = `${session.getSessionPath()}/messages.jsonl`;
       const logBytes = reads.filter((r) => r.path === log).reduce((sum, r) => sum + r.bytes, 0);
       const size = (await fs.stat(log)).size;
-      if (session === titled) assert.equal(logBytes, 0);
+      if (session !== unrecorded) assert.equal(logBytes, 0);
       else assert.ok(logBytes <= 1024 && size > 100_000, `${logBytes} of ${size} bytes read`);
     }
     const files = new Set(reads.map((r) => r.path.split("/").pop()));
     assert.deepEqual([...files].sort(), ["index.json", "messages.jsonl", "meta.json"]);
-    // What each session costs: with no-follow reads, the titled session is two reads and the
-    // others also open their log (no-follow, its kind from the open) to read the first user
-    // message from it.
-    const titledCalls = calls.filter((call) => call.includes(titled.id));
+    // What each session costs: with no-follow reads, a session with a stored title or one its
+    // index records is two reads; one whose index records no title also opens its log
+    // (no-follow, its kind from the open) to read the first user message from it.
+    for (const session of [titled, sessions[2] as SessionManager]) {
+      const id = session.id;
+      assert.deepEqual(
+        calls.filter((call) => call.includes(id)),
+        mode.name === "no-follow reads"
+          ? [`readFileNoFollow ${id}/meta.json`, `readFileNoFollow ${id}/index.json`]
+          : [
+            `readDir ${workspaceHash(CWD)}/${id}`,
+            `readFile ${id}/meta.json`,
+            `readFile ${id}/index.json`,
+          ],
+      );
+    }
     if (mode.name === "no-follow reads") {
-      assert.deepEqual(titledCalls, [
-        `readFileNoFollow ${titled.id}/meta.json`,
-        `readFileNoFollow ${titled.id}/index.json`,
-      ]);
-      const other = (sessions[1] as SessionManager).id;
+      const other = unrecorded.id;
       assert.deepEqual(calls.filter((call) => call.includes(other)), [
         `readFileNoFollow ${other}/meta.json`,
         `readFileNoFollow ${other}/index.json`,
         `openNoFollow ${other}/messages.jsonl`,
       ]);
-    } else {
-      assert.deepEqual(titledCalls, [
-        `readDir ${workspaceHash(CWD)}/${titled.id}`,
-        `readFile ${titled.id}/meta.json`,
-        `readFile ${titled.id}/index.json`,
-      ]);
     }
   });
 }
+
+/** A user message holding only an image: not eligible for a fallback title. */
+function imageOnly(): Message {
+  return {
+    role: "user",
+    content: [{ type: "image", data: "AAAA", mimeType: "image/png" }],
+    timestamp: 1,
+  } as Message;
+}
+
+test("index.json records the fallback title, so a fast listing of untitled sessions opens no log", async () => {
+  const { fs, store, clock } = await setup();
+  const histories = {
+    first: conversation(3),
+    later: [imageOnly(), assistant("saw it"), user("   "), assistant("?"), user("the real ask")],
+    none: [imageOnly(), assistant("saw it")],
+  };
+  const dirs: Record<string, string> = {};
+  for (const [name, history] of Object.entries(histories)) {
+    dirs[name] = (await saved(store, clock, history)).getSessionPath();
+  }
+  const recordedTitle = async (dir: string) =>
+    JSON.parse(decoder.decode(await fs.readFile(`${dir}/index.json`))).fallbackTitle;
+  for (const [name, dir] of Object.entries(dirs)) {
+    const reader = await store.open(dir, { readOnly: true });
+    // What the index records is what the session's header derives, null for none.
+    assert.deepEqual(await recordedTitle(dir), reader.getHeader().title ?? null, name);
+    await reader.close();
+  }
+  assert.deepEqual(await recordedTitle(dirs.later as string), {
+    text: "the real ask",
+    source: "fallback",
+    messageIndices: [4],
+  });
+  assert.equal(await recordedTitle(dirs.none as string), null);
+  const logCalls = () => {
+    const calls: string[] = [];
+    const watched = new Proxy(fs, {
+      get(target, prop) {
+        const value = Reflect.get(target, prop, target);
+        if (typeof value !== "function") return value;
+        return (...args: unknown[]) => {
+          if (String(args[0]).endsWith("/messages.jsonl")) calls.push(String(prop));
+          return value.apply(target, args);
+        };
+      },
+    });
+    return { calls, store: new SessionStore({ fs: watched, agentDir: AGENT }) };
+  };
+  const first = logCalls();
+  const listed = await first.store.list(CWD, undefined, { fast: true });
+  assert.deepEqual(first.calls, []);
+  assert.deepEqual(listed, await store.list(CWD));
+  // A new first message makes a new generation: its index records the new title.
+  const writer = await store.open(dirs.first as string);
+  await writer.commit([user("a new first question"), ...writer.messages.slice(1)]);
+  await writer.close();
+  const again = logCalls();
+  const relisted = await again.store.list(CWD, undefined, { fast: true });
+  assert.deepEqual(again.calls, []);
+  assert.equal(
+    relisted.find((s) => s.path.startsWith(dirs.first as string))?.title?.text,
+    "a new first question",
+  );
+  assert.deepEqual(relisted, await store.list(CWD));
+});
+
+test("a recorded title that names no user round of the index is not used: the title comes from the log", async () => {
+  const { fs, store, clock } = await setup();
+  const session = await saved(store, clock, conversation(3));
+  const indexPath = `${session.getSessionPath()}/index.json`;
+  const index = JSON.parse(decoder.decode(await fs.readFile(indexPath)));
+  // Message 1 is the first assistant reply: a title recorded for it is not the session's.
+  await fs.writeFile(
+    indexPath,
+    encodeRoundIndex({
+      ...index,
+      fallbackTitle: { text: "Wrong", source: "fallback", messageIndices: [1] },
+    }),
+  );
+  const { fs: watched, reads } = recording(fs);
+  const listed = await new SessionStore({ fs: watched, agentDir: AGENT }).list(CWD, undefined, {
+    fast: true,
+  });
+  assert.equal(listed[0]?.title?.text, "r0 question ✓");
+  assert.equal(listed[0]?.userMessageCount, 3);
+  assert.ok(reads.some((r) => r.path.endsWith("/messages.jsonl")));
+});
 
 test("fast mode with a stale index that covers a prefix scans only the unindexed tail", async () => {
   const { fs, store, clock } = await setup();
@@ -489,6 +583,8 @@ test("fast mode does without an index.json a no-follow read finds busy, and repo
 test("a log a no-follow open finds busy is opened by an open that waits, by listings, opens and page reads", async () => {
   const { fs, store, clock } = await setup();
   const session = await saved(store, clock, conversation(3, "leased"));
+  // The listing reads the log for the title only when the index records none.
+  await withoutRecordedTitle(fs, session.getSessionPath());
   const log = `${session.getSessionPath()}/messages.jsonl`;
   const calls: string[] = [];
   // A lease held by another process: the non-blocking open fails at once with EAGAIN, while an
@@ -729,38 +825,44 @@ test("listing a legacy session in fast mode skips message validation but not the
   assert.equal(fast[0]?.userMessageCount, 1);
 });
 
-test("the longest head an index can have, with its first round, is found in the bytes decoded for it", async () => {
+test("the longest head an index can have, with its fallback title and first round, is found in the bytes decoded for it", async () => {
   const max = Number.MAX_SAFE_INTEGER;
-  const index = {
-    format: "loop-session-index" as const,
-    version: 1 as const,
-    generation: "f".repeat(64),
-    start: max,
-    bytes: max,
-    messageCount: max,
-    rounds: [{ messageIndex: max - 1, byteOffset: max - 2 }, {
-      messageIndex: max,
-      byteOffset: max,
-    }],
-  };
-  const bytes = encodeRoundIndex(index);
-  const head = decoder.decode(bytes).indexOf("},{") + 1;
-  assert.ok(head <= HEAD_TEXT_BYTES, `the head with its first round takes ${head} bytes`);
-  const fs = new MemoryFs();
-  await fs.mkdir("/s");
-  await fs.writeFile("/s/index.json", bytes);
-  // Read whole (a small committed state) and by its first bytes (a large one): the same head.
-  for (const meta of [{ messageCount: 1, bytes: 10 }, { messageCount: 100_000, bytes: max }]) {
-    const read = await readListingIndex(fs, "/s", meta);
-    assert.ok(read !== undefined && "head" in read, JSON.stringify(meta));
-    assert.deepEqual(read.head, {
-      generation: index.generation,
+  // A title of 120 bytes that JSON escapes every one of.
+  const longest = { text: '"'.repeat(120), source: "fallback" as const, messageIndices: [max - 1] };
+  for (const fallbackTitle of [longest, null, undefined]) {
+    const index = {
+      format: "loop-session-index" as const,
+      version: 1 as const,
+      generation: "f".repeat(64),
       start: max,
       bytes: max,
       messageCount: max,
-      roundCount: 2,
-      firstRound: { messageIndex: max - 1, byteOffset: max - 2 },
-    });
+      fallbackTitle,
+      rounds: [{ messageIndex: max - 1, byteOffset: max - 2 }, {
+        messageIndex: max,
+        byteOffset: max,
+      }],
+    };
+    const bytes = encodeRoundIndex(index);
+    const head = decoder.decode(bytes).indexOf("},{") + 1;
+    assert.ok(head <= HEAD_TEXT_BYTES, `the head with its first round takes ${head} bytes`);
+    const fs = new MemoryFs();
+    await fs.mkdir("/s");
+    await fs.writeFile("/s/index.json", bytes);
+    // Read whole (a small committed state) and by its first bytes (a large one): the same head.
+    for (const meta of [{ messageCount: 1, bytes: 10 }, { messageCount: 100_000, bytes: max }]) {
+      const read = await readListingIndex(fs, "/s", meta);
+      assert.ok(read !== undefined && "head" in read, JSON.stringify(meta));
+      assert.deepEqual(read.head, {
+        generation: index.generation,
+        start: max,
+        bytes: max,
+        messageCount: max,
+        roundCount: 2,
+        fallbackTitle,
+        firstRound: { messageIndex: max - 1, byteOffset: max - 2 },
+      });
+    }
   }
 });
 
@@ -770,6 +872,14 @@ test("the index text parser accepts exactly what the index schema accepts", asyn
   const v = await import("valibot");
   const fc = (await import("fast-check")).default;
   const count = fc.nat({ max: Number.MAX_SAFE_INTEGER });
+  // Title texts that `normalizeTitle` keeps, some with what the scanner looks for inside them.
+  const titleText = fc.constantFrom(
+    'Fix "the" build',
+    "Übersicht 🙂",
+    "x\\y",
+    'a,"rounds":[b',
+    "}]",
+  );
   const index = fc.record({
     format: fc.constant("loop-session-index" as const),
     version: fc.constant(1 as const),
@@ -777,8 +887,23 @@ test("the index text parser accepts exactly what the index schema accepts", asyn
     start: count,
     bytes: count,
     messageCount: count,
+    fallbackTitle: fc.option(
+      fc.record({ text: titleText, source: fc.constant("fallback" as const), at: count }),
+      { nil: undefined },
+    ),
+    titleIsNull: fc.boolean(),
     rounds: fc.array(fc.record({ messageIndex: count, byteOffset: count }), { maxLength: 20 }),
-  });
+  }).map(({ fallbackTitle, titleIsNull, ...rest }) => ({
+    ...rest,
+    // A title names one of the messages the index covers.
+    fallbackTitle: rest.messageCount === 0 || fallbackTitle === undefined
+      ? (titleIsNull ? null : undefined)
+      : {
+        text: fallbackTitle.text,
+        source: fallbackTitle.source,
+        messageIndices: [fallbackTitle.at % rest.messageCount],
+      },
+  }));
   fc.assert(fc.property(index, (generated) => {
     const value = JSON.parse(JSON.stringify(generated));
     const text = decoder.decode(encodeRoundIndex(value));
@@ -799,12 +924,34 @@ test("the index text parser accepts exactly what the index schema accepts", asyn
     '","start":0,"bytes":1,"messageCount":0,"rounds":[]}',
     '{"format":"loop-session-index","version":1,"generation":"' + "a".repeat(64) +
     '","start":0,"bytes":1,"messageCount":0,"rounds":[{"messageIndex":1.5,"byteOffset":0}]}',
+    // Recorded titles: valid, and each way one is not a fallback title of a covered message.
+    ...[
+      "null",
+      '{"text":"T","source":"fallback","messageIndices":[1]}',
+      '{"text":"T","source":"fallback","messageIndices":[2]}',
+      '{"text":"T","source":"user","messageIndices":[1]}',
+      '{"text":"T","source":"fallback","messageIndices":[0,1]}',
+      '{"text":"T","source":"fallback","messageIndices":[]}',
+      '{"text":"T","source":"fallback","messageIndices":[1],"model":{"provider":"p","id":"m"}}',
+      '{"text":" T","source":"fallback","messageIndices":[1]}',
+      '{"text":"T","source":"fallback","messageIndices":[1]',
+      "5",
+      '"T"',
+    ].map((title) =>
+      '{"format":"loop-session-index","version":1,"generation":"' + "a".repeat(64) +
+      '","start":0,"bytes":9,"messageCount":2,"roundCount":1,"fallbackTitle":' + title +
+      ',"rounds":[{"messageIndex":1,"byteOffset":3}]}\n'
+    ),
   ];
   for (const text of samples) {
     let expected: unknown;
     try {
       const result = v.safeParse(RoundIndexSchema, JSON.parse(text));
-      expected = result.success ? result.output : undefined;
+      if (result.success) {
+        // The scanner leaves out roundCount (the number of rounds it returns).
+        const { roundCount: _count, ...output } = result.output as { roundCount?: number };
+        expected = output;
+      }
     } catch {
       expected = undefined;
     }
@@ -817,6 +964,8 @@ test("a repeated fast listing reuses derived titles until the generation changes
   const { fs: watched, reads } = recording(fs);
   const store = new SessionStore({ fs: watched, agentDir: AGENT, now: () => clock.t });
   const session = await saved(store, clock, conversation(3, "first"));
+  // An index that records no title: the first listing derives it from the log.
+  await withoutRecordedTitle(fs, session.getSessionPath());
   const log = `${session.getSessionPath()}/messages.jsonl`;
   const logReads = () => reads.filter((r) => r.path === log).length;
   assert.equal(
@@ -1087,6 +1236,9 @@ test("fast and full listings refuse a meta.json or messages.jsonl that is a link
   for (const file of ["meta.json", "messages.jsonl"]) {
     const { fs, store, clock } = await setup();
     const session = await saved(store, clock, conversation(2, "k"));
+    // A fast listing reads the log only for a title the index does not record (as it never reads
+    // it for a stored title): here it does.
+    await withoutRecordedTitle(fs, session.getSessionPath());
     const path = `${session.getSessionPath()}/${file}`;
     await fs.rename(path, `/planted-${file}`);
     await fs.symlink(`/planted-${file}`, path);

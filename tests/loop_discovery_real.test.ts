@@ -14,15 +14,28 @@ import { SessionFormatError } from "../src/loop/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import type { ListResult } from "../src/loop/discovery.ts";
 import { withoutNoFollow } from "./_hooks.ts";
-import { conversation } from "./_fixtures.ts";
+import { conversation, withoutRecordedTitle } from "./_fixtures.ts";
+
+/**
+ * Where a listed session's title comes from: meta.json (a stored title), index.json (the fallback
+ * title it records) or the log (the fallback title derived from the first user message, for an
+ * index that records none).
+ */
+type TitleKind = "stored" | "recorded" | "derived";
+const TITLE_KINDS: readonly TitleKind[] = ["stored", "recorded", "derived"];
+const TITLE_LABELS: Record<TitleKind, string> = {
+  stored: "stored title",
+  recorded: "title recorded by the index",
+  derived: "fallback title read from the log",
+};
 
 const POSIX = process.platform !== "win32";
 
 /**
- * A collection holding one session of `rounds` user rounds (6 messages by default), titled or
- * not, on the real filesystem.
+ * A collection holding one session of `rounds` user rounds (6 messages by default), with a title
+ * of kind `kind`, on the real filesystem.
  */
-async function fixture(titled: boolean, rounds = 3): Promise<{
+async function fixture(kind: TitleKind, rounds = 3): Promise<{
   root: string;
   collection: string;
   dir: string;
@@ -38,8 +51,11 @@ async function fixture(titled: boolean, rounds = 3): Promise<{
   });
   const session = await store.create(root);
   await session.commit(conversation(rounds, "real"));
-  if (titled) await session.setTitle({ text: "Stored", source: "user", messageIndices: [] });
+  if (kind === "stored") {
+    await session.setTitle({ text: "Stored", source: "user", messageIndices: [] });
+  }
   await session.close();
+  if (kind === "derived") await withoutRecordedTitle(nodeFs(), session.getSessionPath());
   const list = (fs: FileSystem) =>
     new SessionStore({ fs, sha256: nodeSha256, agentDir: join(root, "agent") })
       .listDetailed(undefined, collection, { fast: true });
@@ -64,13 +80,13 @@ test("nodeFs offers readFileNoFollow and openNoFollow on POSIX platforms", () =>
 });
 
 if (POSIX) {
-  for (const titled of [true, false]) {
+  for (const kind of TITLE_KINDS) {
     test(
       `a fast listing reports a meta.json planted as a FIFO, without waiting on it (${
-        titled ? "stored title" : "fallback title"
+        TITLE_LABELS[kind]
       })`,
       async () => {
-        const { root, dir, list } = await fixture(titled);
+        const { root, dir, list } = await fixture(kind);
         try {
           await rm(join(dir, "meta.json"));
           execFileSync("mkfifo", [join(dir, "meta.json")]);
@@ -87,17 +103,20 @@ if (POSIX) {
 
     test(
       `a fast listing passes over an index.json planted as a FIFO and scans the log (${
-        titled ? "stored title" : "fallback title"
+        TITLE_LABELS[kind]
       })`,
       async () => {
-        const { root, dir, list } = await fixture(titled);
+        const { root, dir, list } = await fixture(kind);
         try {
           await rm(join(dir, "index.json"));
           execFileSync("mkfifo", [join(dir, "index.json")]);
           const result = await list(nodeFs());
           assert.deepEqual(result.failures, []);
           assert.equal(result.sessions[0]?.userMessageCount, 3);
-          assert.equal(result.sessions[0]?.title?.text, titled ? "Stored" : "real0 question ✓");
+          assert.equal(
+            result.sessions[0]?.title?.text,
+            kind === "stored" ? "Stored" : "real0 question ✓",
+          );
           assert.deepEqual(summary(result), summary(await list(withoutNoFollow(nodeFs()))));
         } finally {
           await rm(root, { recursive: true, force: true });
@@ -106,11 +125,9 @@ if (POSIX) {
     );
 
     test(
-      `a fast listing never reads meta.json or the log through a link (${
-        titled ? "stored title" : "fallback title"
-      })`,
+      `a fast listing never reads meta.json or the log through a link (${TITLE_LABELS[kind]})`,
       async () => {
-        const { root, dir, list } = await fixture(titled);
+        const { root, dir, list } = await fixture(kind);
         try {
           await rename(join(dir, "meta.json"), join(root, "planted-meta.json"));
           await symlink(join(root, "planted-meta.json"), join(dir, "meta.json"));
@@ -123,14 +140,18 @@ if (POSIX) {
           assert.deepEqual(summary(linkedMeta), summary(await list(withoutNoFollow(nodeFs()))));
           await rm(join(dir, "meta.json"));
           await rename(join(root, "planted-meta.json"), join(dir, "meta.json"));
-          // A linked log: refused whenever it would be read (a fallback title); a stored title
-          // needs no log read with no-follow reads, while a directory listing refuses it anyway.
+          // A linked log: refused whenever it would be read (a title the index does not record);
+          // a stored or recorded title needs no log read with no-follow reads, while a directory
+          // listing refuses it anyway.
           await rename(join(dir, "messages.jsonl"), join(root, "planted.jsonl"));
           await symlink(join(root, "planted.jsonl"), join(dir, "messages.jsonl"));
           const linkedLog = await list(nodeFs());
-          if (titled) {
+          if (kind !== "derived") {
             assert.deepEqual(linkedLog.failures, []);
-            assert.equal(linkedLog.sessions[0]?.title?.text, "Stored");
+            assert.equal(
+              linkedLog.sessions[0]?.title?.text,
+              kind === "stored" ? "Stored" : "real0 question ✓",
+            );
           } else {
             assert.deepEqual(linkedLog.sessions, []);
             assert.equal(
@@ -149,7 +170,7 @@ if (POSIX) {
   }
 
   test("a fast listing refuses a log planted as a FIFO when it reads it, without waiting on it", async () => {
-    const { root, dir, list } = await fixture(false);
+    const { root, dir, list } = await fixture("derived");
     try {
       await rm(join(dir, "messages.jsonl"));
       execFileSync("mkfifo", [join(dir, "messages.jsonl")]);
@@ -167,7 +188,7 @@ if (POSIX) {
 
   test("a fast listing passes over a large index.json planted as a FIFO or a link", async () => {
     // 1,000 rounds: an index too large to be read whole, so it is opened and read by its head.
-    const { root, dir, list } = await fixture(true, 1000);
+    const { root, dir, list } = await fixture("stored", 1000);
     try {
       const index = join(dir, "index.json");
       const expected = summary(await list(nodeFs()));
@@ -193,7 +214,7 @@ if (POSIX) {
   });
 
   test("archive.json planted as a FIFO is refused and reported, without waiting on it", async () => {
-    const { root, collection, dir, list } = await fixture(true);
+    const { root, collection, dir, list } = await fixture("stored");
     try {
       const file = join(collection, "archive.json");
       execFileSync("mkfifo", [file]);

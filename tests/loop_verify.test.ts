@@ -108,6 +108,11 @@ test("salvageSession() exports the longest valid prefix into a new session and k
   const rescued = await store.open(result.dir, { readOnly: true });
   assert.deepEqual(rescued.messages, history.slice(0, 5));
   assert.equal((await verifySession(fs, result.dir, options)).ok, true);
+  // Its index records the fallback title of what was kept, as a save would.
+  const index = JSON.parse(new TextDecoder().decode(await fs.readFile(`${result.dir}/index.json`)));
+  assert.deepEqual(index.fallbackTitle, rescued.getHeader().title);
+  assert.equal(index.fallbackTitle.source, "fallback");
+  await rescued.close();
 });
 
 test("salvageSession() stops before unanswered tool calls and drops metadata past the prefix", async () => {

@@ -48,7 +48,7 @@ import {
 import { SessionManager } from "./session_manager.ts";
 import { acquireWriterLock, dropMovedLocks, isLockFileName, type StoreContext } from "./lock.ts";
 import { LEGACY_EXTENSION, STAGING_PREFIX, stagingName } from "./legacy.ts";
-import { isSessionId } from "./records/mod.ts";
+import { eligibleTitleOf, isSessionId, type Message, type SessionTitle } from "./records/mod.ts";
 
 /** The staged new session directory inside a compaction's staging directory. */
 export const COMPACTION_SESSION = "session";
@@ -125,7 +125,7 @@ class LineSplitter {
 /**
  * Copies the committed range of `dir` to `target` (a new file), verifying the generation and the
  * line count; returns the user rounds (`knownRounds` from a matching index, or rebuilt from the
- * lines).
+ * lines) and, when they were rebuilt, the fallback title of the messages (null: none).
  */
 async function copyCommitted(
   context: StoreContext,
@@ -133,18 +133,20 @@ async function copyCommitted(
   meta: StorageMeta,
   target: string,
   knownRounds: readonly RoundEntry[] | undefined,
-): Promise<RoundEntry[]> {
+): Promise<{ rounds: RoundEntry[]; title: SessionTitle | null | undefined }> {
   const fs = context.fs;
   const file = join(dir, MESSAGES_FILE);
   const hash = context.sha256();
   const rounds: RoundEntry[] = knownRounds === undefined ? [] : [...knownRounds];
+  // Derived with the rounds when they are rebuilt: null until an eligible user message is seen.
+  let title: SessionTitle | null | undefined = knownRounds === undefined ? null : undefined;
   const splitter = new LineSplitter();
   let lines = 0;
   const onLine = (bytes: Uint8Array, offset: number): void => {
     if (knownRounds === undefined) {
-      let role: unknown;
+      let message: { role?: unknown } | null;
       try {
-        role = (JSON.parse(decoder.decode(bytes)) as { role?: unknown } | null)?.role;
+        message = JSON.parse(decoder.decode(bytes)) as { role?: unknown } | null;
       } catch (error) {
         throw new CorruptSessionError("Committed message line is not valid JSON", {
           file,
@@ -153,7 +155,17 @@ async function copyCommitted(
           cause: error,
         });
       }
-      if (role === "user") rounds.push({ messageIndex: lines, byteOffset: offset });
+      if (message?.role === "user") {
+        rounds.push({ messageIndex: lines, byteOffset: offset });
+        if (title === null) {
+          try {
+            title = eligibleTitleOf(message as Message, lines) ?? null;
+          } catch {
+            // Not a message this library wrote (the checksum check below then fails): no title.
+            title = undefined;
+          }
+        }
+      }
     }
     lines++;
   };
@@ -197,7 +209,7 @@ async function copyCommitted(
     await source.close();
   }
   await fs.chmod(target, PRIVATE_FILE_MODE);
-  return rounds;
+  return { rounds, title };
 }
 
 /** Entries a compaction may leave behind in a session directory: lock and temp files. */
@@ -263,7 +275,8 @@ export async function compactSession(
       };
     }
     const index = await readRoundIndex(fs, dir);
-    const known = index !== undefined && indexMatches(index, meta) ? index.rounds : undefined;
+    const matching = index !== undefined && indexMatches(index, meta) ? index : undefined;
+    const known = matching?.rounds;
     const staging = join(collection, stagingName(id));
     const session = join(staging, COMPACTION_SESSION);
     await fs.mkdir(staging, { mode: PRIVATE_DIR_MODE });
@@ -271,7 +284,13 @@ export async function compactSession(
       await fs.chmod(staging, PRIVATE_DIR_MODE);
       await fs.mkdir(session, { mode: PRIVATE_DIR_MODE });
       await fs.chmod(session, PRIVATE_DIR_MODE);
-      const rounds = await copyCommitted(context, dir, meta, join(session, MESSAGES_FILE), known);
+      const { rounds, title } = await copyCommitted(
+        context,
+        dir,
+        meta,
+        join(session, MESSAGES_FILE),
+        known,
+      );
       const compacted: StorageMeta = { ...meta, start: 0 };
       await writeNewFile(context.fs, join(session, META_FILE), encodeStorageMeta(compacted), {
         durability: context.durability,
@@ -286,6 +305,9 @@ export async function compactSession(
           start: 0,
           bytes: meta.bytes,
           messageCount: meta.messageCount,
+          // The same messages: the title the index recorded for them (none when it recorded
+          // none: listings then read the first user message), or the one just derived.
+          fallbackTitle: matching === undefined ? title : matching.fallbackTitle,
           rounds,
         }),
         { durability: context.durability },

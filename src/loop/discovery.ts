@@ -116,12 +116,11 @@ import {
   UnsupportedSessionError,
 } from "./errors.ts";
 import {
-  fallbackTitleOf,
+  eligibleTitleOf,
   isSessionId,
   type Message,
   type SessionHeader,
   type SessionTitle,
-  titleTextOf,
 } from "./records/mod.ts";
 import {
   decodeStorageMeta,
@@ -926,7 +925,12 @@ async function fastCounts(
   openLog: () => Promise<RegularFile>,
 ): Promise<Summary> {
   if (index !== undefined && indexMatches(index, meta) && roundsFit(index)) {
-    const title = needTitle ? await titleFromRounds(openLog, meta, index.rounds) : undefined;
+    const recorded = needTitle ? recordedTitle(index) : undefined;
+    const title = !needTitle
+      ? undefined
+      : recorded !== undefined
+      ? recorded ?? undefined
+      : await titleFromRounds(openLog, meta, index.rounds);
     if (title !== INCONSISTENT) {
       return {
         header: meta.header,
@@ -937,9 +941,12 @@ async function fastCounts(
     }
   } else if (index !== undefined && coversPrefix(index, meta) && roundsFit(index)) {
     const tail = await scanTail(openLog, meta, index);
-    const title = tail !== undefined && needTitle
-      ? await titleFromRounds(openLog, meta, index.rounds)
-      : undefined;
+    const recorded = needTitle ? recordedTitle(index) : undefined;
+    const title = tail === undefined || !needTitle
+      ? undefined
+      : recorded !== undefined
+      ? recorded ?? undefined
+      : await titleFromRounds(openLog, meta, index.rounds);
     if (tail !== undefined && title !== INCONSISTENT) {
       return {
         header: meta.header,
@@ -953,11 +960,13 @@ async function fastCounts(
 }
 
 /**
- * Counts from the head of a large index (its counts and first round), so a listing reads the same
- * few bytes however long the history is. The head is used only when it matches (or covers a
- * prefix of) the committed range and its counts fit; the first round must point at a user line.
- * When the first user message yields no title, the whole index is read; any inconsistency falls
- * back to `fastCounts` with the whole index, which itself falls back to the full scan.
+ * Counts from the head of an index (its counts, recorded title and first round), so a listing
+ * reads the same few bytes however long the history is. The head is used only when it matches (or
+ * covers a prefix of) the committed range and its counts fit. A title is taken from the head when
+ * it names the first round's message; otherwise, with no title recorded, the first round's line
+ * is read, and must be a user line. When the title is of a later message, or the first user
+ * message yields none, the whole index is read; any inconsistency falls back to `fastCounts`
+ * with the whole index, which itself falls back to the full scan.
  */
 async function fastCountsFromHead(
   context: StoreContext,
@@ -992,7 +1001,15 @@ async function fastCountsFromHead(
     : { users: 0, title: undefined };
   if (tail === undefined) return await whole();
   let title: SessionTitle | undefined;
-  if (needTitle && head.firstRound !== undefined) {
+  const recorded = head.fallbackTitle;
+  if (needTitle && recorded !== undefined) {
+    // Recorded for the indexed messages. A title of the first round's message is taken from the
+    // head; one of a later message is checked against the whole index's rounds.
+    if (recorded !== null && recorded.messageIndices[0] !== head.firstRound?.messageIndex) {
+      return await whole();
+    }
+    title = recorded ?? tail.title;
+  } else if (needTitle && head.firstRound !== undefined) {
     const first = await titleFromRounds(openLog, meta, [head.firstRound]);
     if (first === INCONSISTENT) return await whole();
     // No eligible text in the first user message: later rounds are needed, from the whole index.
@@ -1007,6 +1024,29 @@ async function fastCountsFromHead(
     userMessageCount: head.roundCount + tail.users,
     fallbackTitle: title,
   };
+}
+
+/**
+ * The fallback title `index` recorded for its messages (null: none of them is eligible), when it
+ * names the message of one of its rounds; undefined when none is recorded or it names another
+ * message (the title is then read from the log, as for an index without one).
+ */
+function recordedTitle(index: RoundIndex): SessionTitle | null | undefined {
+  const title = index.fallbackTitle;
+  if (title === undefined || title === null) return title;
+  const at = title.messageIndices[0] as number;
+  const rounds = index.rounds;
+  // The rounds are strictly increasing (`indexMatches`, `coversPrefix`): a binary search.
+  let low = 0;
+  let high = rounds.length - 1;
+  while (low <= high) {
+    const mid = (low + high) >> 1;
+    const found = (rounds[mid] as RoundEntry).messageIndex;
+    if (found === at) return title;
+    if (found < at) low = mid + 1;
+    else high = mid - 1;
+  }
+  return undefined;
 }
 
 /** The fewest bytes a committed line takes: one JSON character and its newline. */
@@ -1091,17 +1131,9 @@ async function scanTail(
     }
     if (message?.role !== "user") continue;
     users++;
-    title ??= titleOf(message, index.messageCount + i);
+    title ??= eligibleTitleOf(message, index.messageCount + i);
   }
   return { users, title };
-}
-
-function titleOf(message: Message, index: number): SessionTitle | undefined {
-  const text = titleTextOf(message);
-  if (text === undefined) return undefined;
-  // The fallback title is empty exactly when the text normalizes to nothing (not eligible).
-  const title = fallbackTitleOf({ index, text });
-  return title.text === "" ? undefined : title;
 }
 
 /** What `titleFromRounds` returns when the index does not point at user message lines. */
@@ -1133,7 +1165,7 @@ async function titleFromRounds(
         return INCONSISTENT;
       }
       if (message?.role !== "user") return INCONSISTENT;
-      const title = titleOf(message, round.messageIndex);
+      const title = eligibleTitleOf(message, round.messageIndex);
       if (title !== undefined) return title;
     }
     return undefined;
@@ -1212,7 +1244,7 @@ async function scanCommitted(
     }
     if (message?.role !== "user") return;
     users++;
-    if (title === undefined && needTitle) title = titleOf(message, line.index);
+    if (title === undefined && needTitle) title = eligibleTitleOf(message, line.index);
   });
   if (bad !== undefined) {
     const failure = bad as { index: number; offset: number; error: unknown };

@@ -32,7 +32,7 @@ import { PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, writeNewFile } from "../port/durab
 import { basename, dirname, join } from "../port/path.ts";
 import { SessionCwdError, SessionFormatError } from "./errors.ts";
 import {
-  fallbackTitleOf,
+  eligibleTitleOf,
   isSessionId,
   type Message,
   type MessageRole,
@@ -40,7 +40,6 @@ import {
   parseSessionHeader,
   type SessionHeader,
   type SessionTitle,
-  titleTextOf,
   validateSessionMetadata,
 } from "./records/mod.ts";
 import {
@@ -359,14 +358,7 @@ async function scanLegacy(
         roles.push(message.role);
         if (message.role === "user") {
           userMessageCount++;
-          if (title === undefined) {
-            const titleText = titleTextOf(message);
-            // Empty exactly when the text normalizes to nothing (the message is not eligible).
-            const candidate = titleText === undefined
-              ? undefined
-              : fallbackTitleOf({ index, text: titleText });
-            if (candidate !== undefined && candidate.text !== "") title = candidate;
-          }
+          title ??= eligibleTitleOf(message, index);
         }
         sink?.message(message, chunk, lineStart, byteEnd, index, text.includes("\uFFFD"));
         index++;
@@ -701,6 +693,7 @@ export async function migrateLegacySession(
       start: 0,
       bytes: log.bytes,
       messageCount: scan.messageCount,
+      fallbackTitle: scan.fallbackTitle ?? null,
       rounds: log.rounds,
     });
     // The three files are independent until the rename: the log's last writes and fsync run

@@ -43,6 +43,7 @@ import {
 } from "./errors.ts";
 import {
   type CompactionCheckpoint,
+  eligibleTitleOf,
   fallbackTitle,
   isPermissionPreset,
   type Message,
@@ -1157,6 +1158,20 @@ export class SessionManager {
     }
   }
 
+  /**
+   * The fallback title of the committed history (as `fallbackTitle` derives it), looked for in
+   * its user rounds only; null when none of them is eligible.
+   */
+  #committedFallbackTitle(): SessionTitle | null {
+    const { arrays, roundCount } = this.#committed;
+    for (let k = 0; k < roundCount; k++) {
+      const index = (arrays.rounds[k] as RoundEntry).messageIndex;
+      const title = eligibleTitleOf(arrays.messages[index] as Message, index);
+      if (title !== undefined) return title;
+    }
+    return null;
+  }
+
   async #publishIndex(): Promise<void> {
     const meta = this.#committed.meta;
     if (meta === undefined) return;
@@ -1167,6 +1182,7 @@ export class SessionManager {
       start: meta.start,
       bytes: meta.bytes,
       messageCount: meta.messageCount,
+      fallbackTitle: this.#committedFallbackTitle(),
       rounds: this.#committed.arrays.rounds.slice(0, this.#committed.roundCount),
     };
     await atomicReplace(this.#fs, join(this.#dir, INDEX_FILE), encodeRoundIndex(index), {

@@ -13,8 +13,8 @@ import type { Sha256, Sha256Factory } from "../port/sha256.ts";
 import { join } from "../port/path.ts";
 import { entryKind } from "../port/durable.ts";
 import { CorruptSessionError, SessionFormatError, UnsupportedSessionError } from "./errors.ts";
-import type { SessionHeader } from "./records/mod.ts";
-import { parseSessionHeader } from "./records/mod.ts";
+import type { SessionHeader, SessionTitle } from "./records/mod.ts";
+import { isValidTitle, parseSessionHeader, SessionTitleSchema } from "./records/mod.ts";
 import { isSafeNonNegative } from "./records/_validation.ts";
 
 /** The file name of the storage metadata. */
@@ -87,6 +87,13 @@ export interface RoundIndex {
   readonly bytes: number;
   /** The number of messages the index covers. */
   readonly messageCount: number;
+  /**
+   * The fallback title of the messages the index covers (that of their first eligible user
+   * message, see `fallbackTitle`), null when none of them has one; undefined when not recorded
+   * (an index written before this field). A fast listing takes it from here instead of reading
+   * the first user message from the log.
+   */
+  readonly fallbackTitle?: SessionTitle | null | undefined;
   /** Each user round, in order. */
   readonly rounds: readonly RoundEntry[];
 }
@@ -123,13 +130,29 @@ export const RoundIndexSchema: v.GenericSchema<unknown, RoundIndex> = v.pipe(
     bytes: byteCount,
     messageCount: byteCount,
     roundCount: v.optional(byteCount),
+    fallbackTitle: v.optional(v.nullable(SessionTitleSchema)),
     rounds: v.array(v.object({ messageIndex: byteCount, byteOffset: byteCount })),
   }),
   v.check(
     (index) => index.roundCount === undefined || index.roundCount === index.rounds.length,
     "roundCount must equal the number of rounds",
   ),
+  v.check(
+    (index) =>
+      index.fallbackTitle === undefined || index.fallbackTitle === null ||
+      isIndexTitle(index.fallbackTitle, index.messageCount),
+    "fallbackTitle must be a fallback title of one message the index covers",
+  ),
 );
+
+/**
+ * True for a fallback title an index of `messageCount` messages may record: a valid title of
+ * source `"fallback"` naming one message of the range.
+ */
+function isIndexTitle(value: unknown, messageCount: number): value is SessionTitle {
+  return isValidTitle(value) && value.source === "fallback" && value.model === undefined &&
+    value.messageIndices.length === 1 && (value.messageIndices[0] as number) < messageCount;
+}
 
 /** The JSON path of the first valibot issue, in `a.b[2].c` form. */
 export function issuePath(issue: v.BaseIssue<unknown>, prefix = ""): string {
@@ -373,10 +396,11 @@ export function encodeStorageMeta(meta: StorageMeta): Uint8Array {
 
 /**
  * Serializes index.json (compact JSON and a trailing newline) in a fixed key order with
- * `roundCount` before the rounds: `readIndexHead` reads the counts from the first bytes.
+ * `roundCount` and the fallback title (when recorded) before the rounds: `readIndexHead` reads
+ * them from the first bytes.
  */
 export function encodeRoundIndex(index: RoundIndex): Uint8Array {
-  const { format, version, generation, start, bytes, messageCount, rounds } = index;
+  const { format, version, generation, start, bytes, messageCount, fallbackTitle, rounds } = index;
   return encoder.encode(
     JSON.stringify({
       format,
@@ -386,6 +410,7 @@ export function encodeRoundIndex(index: RoundIndex): Uint8Array {
       bytes,
       messageCount,
       roundCount: rounds.length,
+      ...(fallbackTitle === undefined ? {} : { fallbackTitle }),
       rounds,
     }) + "\n",
   );
@@ -418,6 +443,8 @@ export interface RoundIndexHead {
   readonly messageCount: number;
   /** The number of user rounds the index lists. */
   readonly roundCount: number;
+  /** The recorded fallback title (see `RoundIndex.fallbackTitle`); undefined when not recorded. */
+  readonly fallbackTitle: SessionTitle | null | undefined;
   /** The first round, when it lies in the bytes read. */
   readonly firstRound: RoundEntry | undefined;
 }
@@ -428,19 +455,20 @@ export const INDEX_HEAD_LIMIT = 64 * 1024;
 const HEAD_BYTES = 4096;
 /**
  * How many of those bytes are decoded for the head: the canonical head with its first round is
- * at most 307 bytes (244 for the counts with 16-digit numbers, 63 for the first round), and a
- * listing decodes it once per session.
+ * at most 631 bytes (244 for the counts with 16-digit numbers, 324 for a fallback title of 120
+ * bytes that are all escaped, 63 for the first round), and a listing decodes it once per session.
  */
-export const HEAD_TEXT_BYTES = 512;
+export const HEAD_TEXT_BYTES = 1024;
 
 /**
  * The largest index.json `encodeRoundIndex` can write for a committed range of `messageCount`
- * messages in `bytes` bytes: its fixed fields and at most one round per message, each
+ * messages in `bytes` bytes: its fixed fields (a fallback title included, as this library writes
+ * one: at most 120 bytes of text, no model) and at most one round per message, each
  * `{"messageIndex":…,"byteOffset":…},` with as many digits as those counts have.
  */
 export function indexSizeBound(messageCount: number, bytes: number): number {
   const digits = (n: number): number => String(n).length;
-  return 256 + messageCount * (32 + digits(messageCount) + digits(bytes));
+  return 600 + messageCount * (32 + digits(messageCount) + digits(bytes));
 }
 
 /** What a listing read of index.json found: its head (and how to read it whole), or all of it. */
@@ -562,8 +590,11 @@ async function readIndexHead(
 function indexHeadOf(text: string): RoundIndexHead | undefined {
   const head = INDEX_HEAD.exec(text);
   if (head === null) return undefined;
+  const messageCount = Number(head[4]);
+  const titled = readTitleField(text, head[0].length, messageCount);
+  if (titled === undefined) return undefined;
   let firstRound: RoundEntry | undefined;
-  const at = head[0].length;
+  const at = titled[1];
   if (text.startsWith(ROUND_KEY, at)) {
     const messageIndex = readCount(text, at + ROUND_KEY.length);
     if (messageIndex !== undefined && text.startsWith(OFFSET_KEY, messageIndex[1])) {
@@ -577,8 +608,9 @@ function indexHeadOf(text: string): RoundIndexHead | undefined {
     generation: head[1] as string,
     start: Number(head[2]),
     bytes: Number(head[3]),
-    messageCount: Number(head[4]),
+    messageCount,
     roundCount: Number(head[5]),
+    fallbackTitle: titled[0],
     firstRound,
   };
 }
@@ -605,7 +637,9 @@ export function parseRoundIndexText(text: string): RoundIndex | undefined {
     typeof index.generation !== "string" || !SHA256_HEX.test(index.generation) ||
     !count(index.start) || !count(index.bytes) || !count(index.messageCount) ||
     !Array.isArray(index.rounds) ||
-    (index.roundCount !== undefined && index.roundCount !== index.rounds.length)
+    (index.roundCount !== undefined && index.roundCount !== index.rounds.length) ||
+    (index.fallbackTitle !== undefined && index.fallbackTitle !== null &&
+      !isIndexTitle(index.fallbackTitle, index.messageCount as number))
   ) return undefined;
   for (const round of index.rounds as unknown[]) {
     if (typeof round !== "object" || round === null) return undefined;
@@ -616,9 +650,42 @@ export function parseRoundIndexText(text: string): RoundIndex | undefined {
 }
 
 const INDEX_HEAD =
-  /^\{"format":"loop-session-index","version":1,"generation":"([0-9a-f]{64})","start":(0|[1-9]\d{0,15}),"bytes":(0|[1-9]\d{0,15}),"messageCount":(0|[1-9]\d{0,15}),"roundCount":(0|[1-9]\d{0,15}),"rounds":\[/;
+  /^\{"format":"loop-session-index","version":1,"generation":"([0-9a-f]{64})","start":(0|[1-9]\d{0,15}),"bytes":(0|[1-9]\d{0,15}),"messageCount":(0|[1-9]\d{0,15}),"roundCount":(0|[1-9]\d{0,15}),/;
+const TITLE_KEY = '"fallbackTitle":';
+const ROUNDS_KEY = '"rounds":[';
 const ROUND_KEY = '{"messageIndex":';
 const OFFSET_KEY = ',"byteOffset":';
+
+/**
+ * Reads what follows `roundCount` in the canonical form, at `at`: the optional fallback title and
+ * the key of the rounds. Returns the title (undefined when not recorded) and the position of the
+ * first round, or undefined when the text is not of that form there. The title's JSON ends where
+ * `,"rounds":[` first follows it: inside a JSON string every quote is escaped, so that text can
+ * only be the next key.
+ */
+function readTitleField(
+  text: string,
+  at: number,
+  messageCount: number,
+): [SessionTitle | null | undefined, number] | undefined {
+  let title: SessionTitle | null | undefined;
+  let next = at;
+  if (text.startsWith(TITLE_KEY, at)) {
+    const from = at + TITLE_KEY.length;
+    const end = text.indexOf(`,${ROUNDS_KEY}`, from);
+    if (end < 0) return undefined;
+    let value: unknown;
+    try {
+      value = JSON.parse(text.slice(from, end));
+    } catch {
+      return undefined;
+    }
+    if (value !== null && !isIndexTitle(value, messageCount)) return undefined;
+    title = value;
+    next = end + 1;
+  }
+  return text.startsWith(ROUNDS_KEY, next) ? [title, next + ROUNDS_KEY.length] : undefined;
+}
 
 /** Reads a decimal safe integer at `at`; returns [value, next position] or undefined. */
 function readCount(text: string, at: number): [number, number] | undefined {
@@ -641,8 +708,11 @@ function readCount(text: string, at: number): [number, number] | undefined {
 function scanCanonicalIndex(text: string): RoundIndex | undefined {
   const head = INDEX_HEAD.exec(text);
   if (head === null) return undefined;
+  const messageCount = Number(head[4]);
+  const titled = readTitleField(text, head[0].length, messageCount);
+  if (titled === undefined) return undefined;
   const rounds: RoundEntry[] = [];
-  let at = head[0].length;
+  let at = titled[1];
   if (text.charCodeAt(at) !== 93 /* ] */) {
     for (;;) {
       if (!text.startsWith(ROUND_KEY, at)) return undefined;
@@ -671,7 +741,8 @@ function scanCanonicalIndex(text: string): RoundIndex | undefined {
     generation: head[1] as string,
     start: Number(head[2]),
     bytes: Number(head[3]),
-    messageCount: Number(head[4]),
+    messageCount,
+    ...(titled[0] === undefined ? {} : { fallbackTitle: titled[0] }),
     rounds,
   };
 }

@@ -19,6 +19,7 @@ import {
 import { join } from "../port/path.ts";
 import { SessionError, SessionFormatError } from "./errors.ts";
 import {
+  fallbackTitle,
   type Message,
   type MessageRole,
   MessageValidator,
@@ -521,6 +522,7 @@ export async function salvageSession(
       start: 0,
       bytes: bytes.length,
       messageCount: messages.length,
+      fallbackTitle: fallbackTitle(messages) ?? null,
       rounds,
     }),
     { durability },

@@ -47,6 +47,7 @@ export {
   PermissionPresetSchema,
 } from "./model.ts";
 export {
+  eligibleTitleOf,
   FALLBACK_TITLE_MAX_BYTES,
   FALLBACK_TITLE_WORDS,
   fallbackTitle,

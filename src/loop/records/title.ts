@@ -207,8 +207,21 @@ export function fallbackTitleOf(input: TitleInput): SessionTitle {
 }
 
 /**
+ * The fallback title of `message`, at global index `index`, when it is an eligible user message
+ * (its text normalizes to something non-empty); otherwise undefined.
+ */
+export function eligibleTitleOf(message: Message, index: number): SessionTitle | undefined {
+  const text = titleTextOf(message);
+  if (text === undefined) return undefined;
+  // The fallback title is empty exactly when the text normalizes to nothing.
+  const title = fallbackTitleOf({ index, text });
+  return title.text === "" ? undefined : title;
+}
+
+/**
  * The fallback title of a history: derived from the first eligible user message, or
- * `undefined` when there is none. Computed on read and never stored.
+ * `undefined` when there is none. Computed on read and never stored in the header (index.json
+ * records it as derived data, see `RoundIndex.fallbackTitle`).
  *
  * @example
  * ```ts
@@ -219,8 +232,8 @@ export function fallbackTitleOf(input: TitleInput): SessionTitle {
  */
 export function fallbackTitle(messages: readonly Message[]): SessionTitle | undefined {
   for (let index = 0; index < messages.length; index++) {
-    const text = titleTextOf(messages[index] as Message);
-    if (text !== undefined && normalizeTitle(text) !== "") return fallbackTitleOf({ index, text });
+    const title = eligibleTitleOf(messages[index] as Message, index);
+    if (title !== undefined) return title;
   }
   return undefined;
 }
