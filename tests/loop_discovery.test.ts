@@ -473,6 +473,25 @@ test("a recorded title that names no user round of the index is not used: the ti
   assert.ok(reads.some((r) => r.path.endsWith("/messages.jsonl")));
 });
 
+test("a recorded title is listed with a fallback title's fields only, and a caller changing it changes no later listing", async () => {
+  const { fs, store, clock } = await setup();
+  const session = await saved(store, clock, conversation(2));
+  const indexPath = `${session.getSessionPath()}/index.json`;
+  const index = JSON.parse(decoder.decode(await fs.readFile(indexPath)));
+  await fs.writeFile(
+    indexPath,
+    encodeRoundIndex({ ...index, fallbackTitle: { ...index.fallbackTitle, extra: { a: 1 } } }),
+  );
+  const expected = { text: "r0 question ✓", source: "fallback", messageIndices: [0] };
+  const lister = new SessionStore({ fs, agentDir: AGENT });
+  const first = await lister.list(CWD, undefined, { fast: true });
+  assert.deepEqual(first[0]?.title, expected);
+  (first[0]?.title?.messageIndices as number[]).push(9);
+  // The same store again (its cache of derived titles), then a new one (the index again).
+  assert.deepEqual((await lister.list(CWD, undefined, { fast: true }))[0]?.title, expected);
+  assert.deepEqual((await store.list(CWD, undefined, { fast: true }))[0]?.title, expected);
+});
+
 test("fast mode with a stale index that covers a prefix scans only the unindexed tail", async () => {
   const { fs, store, clock } = await setup();
   const history = conversation(100);

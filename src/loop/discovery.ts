@@ -882,7 +882,7 @@ async function summarizeFrom(
       userMessageCount: known.userMessageCount,
       // A copy: a caller changing the title it was given does not change later listings.
       fallbackTitle: needTitle && known.title !== null && known.title !== undefined
-        ? structuredClone(known.title)
+        ? copyFallbackTitle(known.title)
         : undefined,
     };
   }
@@ -902,13 +902,15 @@ async function summarizeFrom(
       openLog,
     )
     : await fastCounts(context, dir, meta, indexRead?.index, needTitle, openLog);
+  // Only the fields a fallback title has (a title an index recorded may carry more).
+  const title = summary.fallbackTitle === undefined
+    ? undefined
+    : copyFallbackTitle(summary.fallbackTitle);
   cache?.set(dir, meta, {
     userMessageCount: summary.userMessageCount,
-    title: needTitle
-      ? (summary.fallbackTitle === undefined ? null : structuredClone(summary.fallbackTitle))
-      : known?.title,
+    title: needTitle ? (title === undefined ? null : copyFallbackTitle(title)) : known?.title,
   });
-  return summary;
+  return { ...summary, fallbackTitle: title };
 }
 
 /**
@@ -1024,6 +1026,15 @@ async function fastCountsFromHead(
     userMessageCount: head.roundCount + tail.users,
     fallbackTitle: title,
   };
+}
+
+/**
+ * A copy of a fallback title: its text, source and message index, the only fields one has (a
+ * title an index recorded with more is copied without them). Costs a fraction of
+ * `structuredClone`, once per listed session.
+ */
+function copyFallbackTitle(title: SessionTitle): SessionTitle {
+  return { text: title.text, source: title.source, messageIndices: [...title.messageIndices] };
 }
 
 /**
