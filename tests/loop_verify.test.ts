@@ -5,6 +5,7 @@ import { portableSha256 } from "../src/port/sha256.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import { SessionFormatError } from "../src/loop/errors.ts";
 import { salvageSession, verifySession } from "../src/loop/verify.ts";
+import { encodeRoundIndex } from "../src/loop/storage.ts";
 import { assistant, conversation, user } from "./_fixtures.ts";
 import { linkedBeforeOpen } from "./_hooks.ts";
 
@@ -184,4 +185,60 @@ test("a linked index.json is a warning: verify checks everything else, salvage i
   );
   const result = await salvageSession(fs, dir, { ...options, toCollection: "/rescue" });
   assert.ok(result.kept >= 0);
+});
+
+test("verifySession() warns about an index whose rounds or recorded title are not the session's", async () => {
+  const { fs, store, dir, history } = await saved(3);
+  const indexPath = `${dir}/index.json`;
+  const original = await fs.readFile(indexPath);
+  const index = JSON.parse(new TextDecoder().decode(original));
+  const damages: [string, Record<string, unknown>, RegExp][] = [
+    [
+      "a title of another message",
+      { fallbackTitle: { text: "r1 question ✓", source: "fallback", messageIndices: [2] } },
+      /records the fallback title/,
+    ],
+    ["no title where there is one", { fallbackTitle: null }, /records the fallback title/],
+    [
+      "a round at the wrong offset",
+      {
+        rounds: [index.rounds[0], {
+          ...index.rounds[1],
+          byteOffset: index.rounds[1].byteOffset + 1,
+        }, index.rounds[2]],
+      },
+      new RegExp(`does not list user message #${index.rounds[1].messageIndex} `),
+    ],
+    [
+      "a round missing",
+      { rounds: index.rounds.slice(0, 2) },
+      new RegExp(`does not list user message #${index.rounds[2].messageIndex} `),
+    ],
+  ];
+  for (const [what, change, message] of damages) {
+    await fs.writeFile(indexPath, encodeRoundIndex({ ...index, ...change }));
+    const report = await verifySession(fs, dir, options);
+    assert.equal(report.ok, true, what);
+    assert.equal(report.findings.length, 1, what);
+    assert.equal(report.findings[0]?.kind, "index", what);
+    assert.match(
+      report.findings[0]?.message ?? "",
+      message,
+      `${what}: ${report.findings[0]?.message}`,
+    );
+  }
+  // Removed as the warning says, the index is rebuilt by the next page read, and agrees.
+  await fs.remove(indexPath);
+  const writer = await store.open(dir);
+  await writer.readHistory();
+  await writer.close();
+  assert.deepEqual(await fs.readFile(indexPath), original);
+  assert.deepEqual((await verifySession(fs, dir, options)).findings, []);
+  // An index that covers a prefix of the committed range (as one lagging a few rounds behind
+  // the saves does) agrees too.
+  const appender = await store.open(dir);
+  await appender.commit([...history, user("one more"), assistant("ok")]);
+  await appender.close();
+  await fs.writeFile(indexPath, original);
+  assert.deepEqual((await verifySession(fs, dir, options)).findings, []);
 });

@@ -46,6 +46,7 @@ import {
   readStorageMeta,
   refuseIrregularFile,
   type RoundEntry,
+  type RoundIndex,
   STORAGE_FORMAT,
   STORAGE_VERSION,
   type StorageMeta,
@@ -405,6 +406,17 @@ export async function verifySession(
       message: "index.json does not describe the committed range; the next page read rebuilds it",
       file: join(dir, INDEX_FILE),
     });
+  } else if (scan.firstBad === undefined) {
+    const wrong = indexDisagreement(index, scan);
+    if (wrong !== undefined) {
+      findings.push({
+        severity: "warning",
+        kind: "index",
+        message:
+          `index.json ${wrong}; readers trust it (page reads, listing counts and titles): remove it and the next page read rebuilds it`,
+        file: join(dir, INDEX_FILE),
+      });
+    }
   }
   findings.sort((a, b) => (a.severity === b.severity ? 0 : a.severity === "error" ? -1 : 1));
   return {
@@ -414,6 +426,40 @@ export async function verifySession(
     validMessages: scan.firstBad?.index ?? scan.lines,
     findings,
   };
+}
+
+/**
+ * What is wrong with an index that describes the committed range (or a prefix of it) of the
+ * scanned messages, all valid: rounds that are not the user messages it covers, with their
+ * offsets, or a recorded fallback title that is not theirs. Undefined when it agrees.
+ */
+function indexDisagreement(index: RoundIndex, scan: ScanResult): string | undefined {
+  const covered = index.messageCount;
+  if (covered > scan.messages.length || scan.offsets[covered] !== index.bytes) {
+    return `covers ${covered} messages in ${index.bytes} bytes, which do not end at a line`;
+  }
+  let k = 0;
+  for (let i = 0; i < covered; i++) {
+    if (scan.roles[i] !== "user") continue;
+    const round = index.rounds[k++];
+    if (round?.messageIndex !== i || round.byteOffset !== scan.offsets[i]) {
+      return `does not list user message #${i} at byte ${scan.offsets[i]} as round ${k - 1}`;
+    }
+  }
+  if (k !== index.rounds.length) return `lists ${index.rounds.length} rounds, not ${k}`;
+  if (index.fallbackTitle === undefined) return undefined;
+  const title = fallbackTitle(scan.messages.slice(0, covered)) ?? null;
+  const recorded = index.fallbackTitle;
+  const same = title === null || recorded === null
+    ? title === recorded
+    : title.text === recorded.text && title.source === recorded.source &&
+      title.messageIndices.length === recorded.messageIndices.length &&
+      title.messageIndices.every((at, i) => at === recorded.messageIndices[i]);
+  return same
+    ? undefined
+    : `records the fallback title ${JSON.stringify(recorded)}, but the messages it covers give ${
+      JSON.stringify(title)
+    }`;
 }
 
 /** Options of `salvageSession`. */
