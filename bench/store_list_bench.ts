@@ -7,14 +7,17 @@
 //
 // The summary of each group prints how many times slower than its baseline (the floor) each
 // case is; the target for the fast list is within 3x. In the "fallback title" group sessions have
-// no stored title: a cold listing reads each session's first user message for its fallback title,
-// a repeated listing by the same store reuses the titles it derived (same generation). In the
-// "stored title" group only meta.json and index.json are read.
+// no stored title and their index.json records the fallback title (as this library writes it): a
+// listing reads meta.json and index.json, a repeated one by the same store meta.json and the kind
+// of index.json. In the "stored title" group only meta.json and index.json are read. In the
+// "unrecorded title" group the index records no title (as written before that field existed): a
+// cold listing reads each session's first user message from its log.
 import { join } from "../src/port/path.ts";
 import { type FileSystem, SessionStore, type Sha256Factory } from "../mod.ts";
 import { denoFs, denoSha256 } from "../adapters/deno.ts";
 import { nodeFs, nodeSha256 } from "../adapters/node.ts";
 import { syntheticHistory } from "./data.ts";
+import { encodeRoundIndex, parseRoundIndexText } from "../src/loop/storage.ts";
 
 const SESSIONS = Number(Deno.env.get("LIST_SESSIONS") ?? 1000);
 const MESSAGES_PER_SESSION = 950; // ~1 MB of messages.jsonl with the synthetic shape
@@ -28,8 +31,14 @@ const root = await Deno.makeTempDir({ prefix: "loop-list-bench-" });
 const cwd = join(root, "work");
 await fs.mkdir(cwd, { recursive: true });
 
-/** Builds a collection of `SESSIONS` copies of one ~1 MB session (fresh ids), titled or not. */
-async function buildCollection(name: string, titled: boolean): Promise<string> {
+/**
+ * Builds a collection of `SESSIONS` copies of one ~1 MB session (fresh ids), with a stored title,
+ * a title recorded by its index or no title recorded anywhere.
+ */
+async function buildCollection(
+  name: string,
+  title: "stored" | "recorded" | "unrecorded",
+): Promise<string> {
   const collection = join(root, name);
   const store = new SessionStore({
     fs,
@@ -40,13 +49,17 @@ async function buildCollection(name: string, titled: boolean): Promise<string> {
   });
   const session = await store.create(cwd);
   await session.commit(syntheticHistory(MESSAGES_PER_SESSION, 1));
-  if (titled) {
+  if (title === "stored") {
     await session.setTitle({ text: "A stored title", source: "user", messageIndices: [] });
   }
   await session.close();
   const dir = session.getSessionPath();
   const log = await fs.readFile(join(dir, "messages.jsonl"));
-  const index = await fs.readFile(join(dir, "index.json"));
+  let index = await fs.readFile(join(dir, "index.json"));
+  if (title === "unrecorded") {
+    const { fallbackTitle: _recorded, ...rest } = parseRoundIndexText(decoder.decode(index))!;
+    index = encodeRoundIndex(rest);
+  }
   const meta = JSON.parse(decoder.decode(await fs.readFile(join(dir, "meta.json"))));
   for (let i = 1; i < SESSIONS; i++) {
     const id = globalThis.crypto.randomUUID();
@@ -62,8 +75,9 @@ async function buildCollection(name: string, titled: boolean): Promise<string> {
   return collection;
 }
 
-const fallback = await buildCollection("fallback", false);
-const titled = await buildCollection("titled", true);
+const fallback = await buildCollection("fallback", "recorded");
+const titled = await buildCollection("titled", "stored");
+const unrecorded = await buildCollection("unrecorded", "unrecorded");
 /** A store whose derived-title cache is warm after its first listing (a picker refreshing). */
 const warm = new SessionStore({ fs, sha256, agentDir: join(root, "agent") });
 
@@ -137,6 +151,15 @@ Deno.bench({
   group: "stored title",
   async fn() {
     await fastList(coldStore(), titled);
+  },
+});
+
+floors("unrecorded title", unrecorded, "  ");
+Deno.bench({
+  name: `fast list, cold (${SESSIONS} sessions of ~1 MB, titles read from the log)`,
+  group: "unrecorded title",
+  async fn() {
+    await fastList(coldStore(), unrecorded);
   },
 });
 
