@@ -451,6 +451,31 @@ test("index.json records the fallback title, so a fast listing of untitled sessi
   assert.deepEqual(relisted, await store.list(CWD));
 });
 
+test("the recorded title is that of the saved text, though the caller changed a saved message object in place", async () => {
+  const { fs, store } = await setup();
+  const writer = await store.create(CWD);
+  const history = [user("original question"), assistant("a")];
+  await writer.commit(history);
+  // Saved messages are recognized by identity: this change is never saved.
+  (history[0] as { content: string }).content = "never saved text";
+  // Eight more rounds: the index lags enough to be written again.
+  await writer.commit([...history, ...conversation(8, "more")]);
+  assert.equal(writer.getHeader().title?.text, "original question");
+  await writer.close();
+  const index = JSON.parse(
+    decoder.decode(await fs.readFile(`${writer.getSessionPath()}/index.json`)),
+  );
+  assert.equal(
+    index.messageCount,
+    2 + conversation(8).length,
+    "the index was written by the second save",
+  );
+  assert.equal(index.fallbackTitle.text, "original question");
+  const fast = await store.list(CWD, undefined, { fast: true });
+  assert.equal(fast[0]?.title?.text, "original question");
+  assert.deepEqual(fast, await store.list(CWD));
+});
+
 test("a recorded title that names no user round of the index is not used: the title comes from the log", async () => {
   const { fs, store, clock } = await setup();
   const session = await saved(store, clock, conversation(3));
@@ -1251,7 +1276,7 @@ test("fast listing never reads an index.json that is not a regular file", async 
   assert.deepEqual(fs.snapshotTree(AGENT), before);
 });
 
-test("fast and full listings refuse a meta.json or messages.jsonl that is a link alike", async () => {
+test("fast and full listings refuse a meta.json, or a messages.jsonl the fast one reads, that is a link alike", async () => {
   for (const file of ["meta.json", "messages.jsonl"]) {
     const { fs, store, clock } = await setup();
     const session = await saved(store, clock, conversation(2, "k"));

@@ -206,6 +206,11 @@ interface Committed {
   readonly validator: MessageValidator;
   /** The serialized line (without newline) of the last message, to compare it by value. */
   readonly lastLine: string | undefined;
+  /**
+   * The fallback title of the saved messages (null: none is eligible), derived from what was
+   * read or written, never from the caller's objects later: index.json records it.
+   */
+  readonly title: SessionTitle | null;
 }
 
 /** A save that failed and waits for `flush()`. */
@@ -234,6 +239,8 @@ interface PreparedCommit {
   readonly roundCount: number;
   readonly validator: MessageValidator;
   readonly lastLine: string | undefined;
+  /** The fallback title of the new state's messages, derived from their serialized lines. */
+  readonly title: SessionTitle | null;
   /** The index of the first message this attempt serialized (the ones before it were saved). */
   readonly first: number;
 }
@@ -362,6 +369,7 @@ export class SessionManager {
       hash: init.context.sha256(),
       validator: new MessageValidator({ file: join(init.dir, MESSAGES_FILE) }),
       lastLine: undefined,
+      title: null,
     });
   }
 
@@ -484,6 +492,8 @@ export class SessionManager {
       hash: summary.hash,
       validator,
       lastLine,
+      // Before the caller holds the message objects: the title of what was read.
+      title: fallbackTitle(messages) ?? null,
     });
     if (summary.handle !== undefined) manager.#reader = Promise.resolve(summary.handle);
     return manager;
@@ -529,13 +539,10 @@ export class SessionManager {
    */
   getHeader(): SessionHeader {
     const header = clone(this.#committed.header);
-    if (!header.title) {
-      const { arrays, count } = this.#committed;
-      const title = fallbackTitle(
-        arrays.messages.length === count ? arrays.messages : arrays.messages.slice(0, count),
-      );
-      if (title !== undefined) return { ...header, title };
-    }
+    // The fallback title of what was saved (or read): the one listings and index.json show, even
+    // after the caller changed a saved message object in place.
+    const title = this.#committed.title;
+    if (!header.title && title !== null) return { ...header, title: clone(title) };
     return header;
   }
 
@@ -786,6 +793,7 @@ export class SessionManager {
     const lines: string[] = [];
     let offset = next.offsets[next.offsets.length - 1] as number;
     let unread = retryUnread ?? committed.header.unread ?? false;
+    let title = appendOnly ? committed.title : null;
     for (let i = first; i < total; i++) {
       const message = messages[i - base] as Message;
       validator.push(message, i);
@@ -793,8 +801,11 @@ export class SessionManager {
       lines.push(line);
       next.messages.push(message);
       next.roles.push(message.role);
-      if (message.role === "user") next.rounds.push({ messageIndex: i, byteOffset: offset });
-      else if (retryUnread === undefined && i >= count) {
+      if (message.role === "user") {
+        next.rounds.push({ messageIndex: i, byteOffset: offset });
+        // From the line written, not the object: a caller may change that object later.
+        title ??= eligibleTitleOf(JSON.parse(line) as Message, i) ?? null;
+      } else if (retryUnread === undefined && i >= count) {
         // Newly appended output: a message past the saved history that is not a user message
         // (the seed's rule, as the version-2 writer applies it: `messages.slice(saved.length)`).
         // A saved message rewritten in place or replaced is not new output.
@@ -854,6 +865,7 @@ export class SessionManager {
         : total === 0
         ? undefined
         : committed.lastLine,
+      title,
       first,
     };
   }
@@ -895,6 +907,7 @@ export class SessionManager {
       roundCount: prepared.roundCount,
       validator: prepared.validator,
       lastLine: prepared.lastLine,
+      title: prepared.title,
     };
     if (prepared.kind === "draft") {
       this.#committed = { ...committed, ...history, header };
@@ -1158,20 +1171,6 @@ export class SessionManager {
     }
   }
 
-  /**
-   * The fallback title of the committed history (as `fallbackTitle` derives it), looked for in
-   * its user rounds only; null when none of them is eligible.
-   */
-  #committedFallbackTitle(): SessionTitle | null {
-    const { arrays, roundCount } = this.#committed;
-    for (let k = 0; k < roundCount; k++) {
-      const index = (arrays.rounds[k] as RoundEntry).messageIndex;
-      const title = eligibleTitleOf(arrays.messages[index] as Message, index);
-      if (title !== undefined) return title;
-    }
-    return null;
-  }
-
   async #publishIndex(): Promise<void> {
     const meta = this.#committed.meta;
     if (meta === undefined) return;
@@ -1182,7 +1181,7 @@ export class SessionManager {
       start: meta.start,
       bytes: meta.bytes,
       messageCount: meta.messageCount,
-      fallbackTitle: this.#committedFallbackTitle(),
+      fallbackTitle: this.#committed.title,
       rounds: this.#committed.arrays.rounds.slice(0, this.#committed.roundCount),
     };
     await atomicReplace(this.#fs, join(this.#dir, INDEX_FILE), encodeRoundIndex(index), {
