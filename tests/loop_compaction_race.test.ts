@@ -682,6 +682,31 @@ test("while something else holds the place of a session whose previous copy reco
   }
 });
 
+test("a delete journal that cannot be read is reported by listings and read-only opens alike, ahead of a kept compaction copy", async () => {
+  const fs = await freshFs();
+  const { dir, id } = await replaced(fs);
+  fs.syncAll();
+  for (const planted of ["nothing", "empty directory", "file"] as const) {
+    const recovered = await crashedBetweenRenames(fs, dir);
+    if (planted === "empty directory") await recovered.mkdir(dir);
+    else if (planted === "file") await recovered.writeFile(dir, new Uint8Array(1));
+    // A staged delete of the session whose journal is gone: it cannot say what it moved.
+    await recovered.mkdir(`${COLLECTION}/.delete-11111111-2222-4333-8444-555555555555/${id}`, {
+      recursive: true,
+    });
+    const store = storeOn(recovered);
+    const tree = recovered.snapshotTree("/");
+    for (const fast of [true, false]) {
+      const listed = await store.listDetailed(CWD, undefined, { fast });
+      assert.deepEqual(listed.sessions, [], `${planted}, fast ${fast}`);
+      assert.equal(listed.failures.length, 1, `${planted}, fast ${fast}`);
+      assert.ok(listed.failures[0]?.error instanceof CorruptSessionError, planted);
+    }
+    await assert.rejects(store.open(dir, { readOnly: true }), CorruptSessionError, planted);
+    assert.deepEqual(recovered.snapshotTree("/"), tree, `${planted}: a reader wrote`);
+  }
+});
+
 test("a read-only open of a session caught between a compaction's renames reads its previous directory and writes nothing", async () => {
   const fs = await freshFs();
   const { dir, history } = await replaced(fs);

@@ -191,8 +191,10 @@ export interface SessionInfo {
 /** Options of a listing. */
 export interface ListOptions {
   /**
-   * Read only meta.json and index.json (plus the first user message for a fallback title): the
-   * mode for session pickers. Default false: validate complete histories.
+   * Read only meta.json and index.json (plus the first user message for a fallback title that
+   * index.json does not record): the mode for session pickers. The log is not looked at
+   * otherwise, so a missing or damaged log is reported by the open (or a full listing), not by a
+   * fast listing. Default false: validate complete histories.
    */
   readonly fast?: boolean;
   /** Put pinned sessions first (most recently pinned first), then the rest. Default false. */
@@ -260,10 +262,11 @@ interface Candidate {
       readonly hasBackup: boolean;
       /**
        * The session's copy that recovery keeps while `dir` has no meta.json: an uncommitted
-       * delete's staged copy or an interrupted compaction's previous directory. Read in its
-       * place, as a read-only open does.
+       * delete's staged copy or an interrupted compaction's previous directory, read in its
+       * place as a read-only open does; or the error of a delete journal that cannot be read,
+       * which such an open reports.
        */
-      readonly copy?: string | undefined;
+      readonly copy?: string | SessionError | undefined;
     }
     | { readonly kind: "legacy"; readonly file: string }
     | { readonly kind: "failed"; readonly error: SessionError };
@@ -373,8 +376,9 @@ async function candidatesOf(
     const hasBackup = legacy.has(id) || deletedLegacy.has(id);
     const path = join(collection, id, META_FILE);
     if (dirs.has(id)) {
+      // What is read if the directory has no meta.json, in the order a read-only open looks.
       const stagingNames = staged.get(id);
-      const copy = deletedDirs.get(id) ??
+      const copy = deletedDirs.get(id) ?? unreadable.get(id)?.error ??
         (stagingNames === undefined
           ? undefined
           : await compactionPrevious(fs, collection, stagingNames));
@@ -404,21 +408,23 @@ async function candidatesOf(
     const deleted = deletedDirs.get(id);
     const failed = unreadable.get(id);
     const file = join(collection, id + LEGACY_EXTENSION);
-    if (notDirs.has(id) && hasBackup && previous === undefined && deleted === undefined) {
+    // In the order a read-only open looks (see `SessionStore` `#stagedCopy`): an uncommitted
+    // delete's staged copy, then the error of a delete journal that cannot be read, then an
+    // interrupted compaction's previous directory.
+    if (deleted !== undefined) {
+      candidates.push({ id, source: { kind: "directory", dir: deleted, hasBackup }, path });
+    } else if (failed !== undefined) {
+      candidates.push({ id, source: { kind: "failed", error: failed.error }, path: failed.file });
+    } else if (previous !== undefined) {
+      candidates.push({ id, source: { kind: "directory", dir: previous, hasBackup }, path });
+    } else if (notDirs.has(id) && hasBackup) {
       // As for an open: what is published is refused, and the stale backup is not listed instead.
-      // (The session's own copy kept by recovery is read in its place, as an open reads it.)
       const dir = join(collection, id);
       const error = new SessionFormatError(
         "Published session path is not a directory (symlinks are refused)",
         { file: dir },
       );
       candidates.push({ id, source: { kind: "failed", error }, path: dir });
-    } else if (previous !== undefined) {
-      candidates.push({ id, source: { kind: "directory", dir: previous, hasBackup }, path });
-    } else if (deleted !== undefined) {
-      candidates.push({ id, source: { kind: "directory", dir: deleted, hasBackup }, path });
-    } else if (failed !== undefined) {
-      candidates.push({ id, source: { kind: "failed", error: failed.error }, path: failed.file });
     } else if (legacy.has(id)) {
       candidates.push({ id, source: { kind: "legacy", file }, path: file });
     } else if (deletedLegacy.has(id)) {
@@ -732,6 +738,7 @@ async function summarize(
   } catch (error) {
     // Only a missing meta.json itself means "never committed"; anything else is a failure.
     if (!(error instanceof NotFound) || error.path !== join(source.dir, META_FILE)) throw error;
+    if (source.copy instanceof SessionError) throw source.copy;
     if (source.copy !== undefined) {
       // A directory without meta.json took the session's place after a crash: recovery keeps
       // the session's copy until it is gone, and readers read the session there meanwhile.
@@ -1034,7 +1041,12 @@ async function fastCountsFromHead(
  * `structuredClone`, once per listed session.
  */
 function copyFallbackTitle(title: SessionTitle): SessionTitle {
-  return { text: title.text, source: title.source, messageIndices: [...title.messageIndices] };
+  // `+ 0`: a -0 another writer recorded is listed as 0.
+  return {
+    text: title.text,
+    source: title.source,
+    messageIndices: title.messageIndices.map((index) => index + 0),
+  };
 }
 
 /**

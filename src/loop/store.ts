@@ -136,6 +136,18 @@ export function workspaceHash(
   return sha256().update(new TextEncoder().encode(canonicalCwd)).digestHex().slice(0, 24);
 }
 
+/** What the staging directories of a collection hold of one session (see `#staging`). */
+interface Staging {
+  /** A compaction staging directory is for it. */
+  readonly compaction: boolean;
+  /** An interrupted compaction's previous directory of it. */
+  readonly previous: string | undefined;
+  /** The staged copy of it of an uncommitted delete. */
+  readonly deleted: string | undefined;
+  /** The error of a delete journal that names it and cannot be read. */
+  readonly error: SessionError | undefined;
+}
+
 /** A store of Loop sessions on one filesystem. */
 export class SessionStore {
   /** The filesystem the store uses. */
@@ -395,8 +407,7 @@ export class SessionStore {
         // Something that is not a directory took the place of a session caught mid-compaction
         // or mid-delete: recovery keeps the session's copy until that is gone, and listings read
         // it there. So does a read-only open, writing nothing; a writer is refused.
-        const staging = await this.#staging(dir);
-        const copy = staging.deleted ?? staging.previous;
+        const copy = this.#stagedCopy(await this.#staging(dir));
         if (copy === undefined) throw error;
         source = copy;
       } else {
@@ -459,9 +470,8 @@ export class SessionStore {
         if (recover === "read") {
           // Read in place, writing nothing: an uncommitted delete's staged copy, or the previous
           // directory of a compaction caught between its renames (or interrupted there).
-          if (staging.deleted !== undefined) return staging.deleted;
-          if (staging.error !== undefined) throw staging.error;
-          if (staging.previous !== undefined) return staging.previous;
+          const copy = this.#stagedCopy(staging);
+          if (copy !== undefined) return copy;
           // A compaction whose staging directory no longer holds the previous copy finished (or
           // rolled back) since `dir` was looked at: the session directory is back in place.
           if (staging.compaction) return await this.#checkSessionDirectory(dir, "none");
@@ -493,12 +503,7 @@ export class SessionStore {
    * uncommitted delete (see `inspectDeletion`), `error` when an uncommitted delete staged it but
    * its journal cannot be read (recovery refuses it with that error).
    */
-  async #staging(dir: string): Promise<{
-    compaction: boolean;
-    previous: string | undefined;
-    deleted: string | undefined;
-    error: SessionError | undefined;
-  }> {
+  async #staging(dir: string): Promise<Staging> {
     const id = basename(dir);
     const none = { compaction: false, previous: undefined, deleted: undefined, error: undefined };
     if (!isSessionId(id)) return none;
@@ -529,6 +534,18 @@ export class SessionStore {
       }
     }
     return { compaction, previous, deleted: undefined, error };
+  }
+
+  /**
+   * The copy of a session that a reader reads in place of its directory (see `#staging`): an
+   * uncommitted delete's staged copy, else a compaction's previous directory; undefined when
+   * there is none. A delete journal that cannot be read is thrown, before the previous copy.
+   * Listings look in the same order.
+   */
+  #stagedCopy(staging: Staging): string | undefined {
+    if (staging.deleted !== undefined) return staging.deleted;
+    if (staging.error !== undefined) throw staging.error;
+    return staging.previous;
   }
 
   /**
