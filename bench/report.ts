@@ -67,10 +67,13 @@ export interface GrowthPoint {
   readonly sizeRatio: number;
 }
 
-/** The growth of `spec.op` at each size, relative to the smallest size. */
+/**
+ * The growth of `spec.op` at each size, relative to the smallest size (the smallest from
+ * `spec.from` on, when given; sizes below it then show a growth under 1).
+ */
 export function growthOf(rows: readonly CaseRow[], spec: GrowthSpec): GrowthPoint[] {
   const series = rows.filter((row) => row.op === spec.op).sort((a, b) => a.size - b.size);
-  const base = series[0];
+  const base = series.find((row) => row.size >= (spec.from ?? 0));
   if (base === undefined) return [];
   const byFloor = spec.byFloor === true && series.every((row) => row.floor !== undefined);
   const relative = (row: CaseRow) =>
@@ -86,7 +89,7 @@ export function growthOf(rows: readonly CaseRow[], spec: GrowthSpec): GrowthPoin
 
 /** Whether a growth expectation holds (undefined when it has no limit or no data). */
 export function growthPass(rows: readonly CaseRow[], spec: GrowthSpec): boolean | undefined {
-  const series = growthOf(rows, spec);
+  const series = growthOf(rows, spec).filter((point) => point.size >= (spec.from ?? 0));
   if (series.length < 2) return undefined;
   if (spec.expect === "flat") {
     return spec.maxGrowth === undefined
@@ -197,7 +200,11 @@ export function renderMarkdown(report: Report): string {
       const series = growthOf(report.rows, spec);
       return [
         spec.op,
-        spec.byFloor === true ? `${spec.expect}, by floor` : spec.expect,
+        `${spec.expect}${
+          spec.from === undefined ? "" : ` from ${spec.from.toLocaleString("en-US")} msgs`
+        }${spec.byFloor === true ? ", by floor" : ""}${
+          spec.why === undefined ? "" : ` (${spec.why})`
+        }`,
         series.length === 0 ? "not measured" : series
           .map((point) =>
             `${point.sizeLabel}: ×${point.growth.toFixed(2)}${

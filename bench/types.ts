@@ -127,6 +127,15 @@ export interface GrowthSpec {
    * between sizes (the sizes run minutes apart on a shared machine).
    */
   readonly byFloor?: boolean;
+  /**
+   * Judge the growth from this size on: the base is the smallest measured size at or above it,
+   * and smaller sizes are printed but not judged. For an operation that takes a cheaper path on
+   * small histories, once (a fast listing reads a small index.json whole, a large one by its
+   * head); `why` says so in the report.
+   */
+  readonly from?: number;
+  /** Why the growth is judged only `from` a size on (printed with the expectation). */
+  readonly why?: string;
 }
 
 /** One memory figure. */
