@@ -30,6 +30,7 @@ import type {
   FileInfo,
   FileSystem,
   MkdirOptions,
+  NoFollowOpenOptions,
   OpenedFile,
   OpenOptions,
   RemoveOptions,
@@ -199,7 +200,10 @@ class DenoFileSystem implements FileSystem {
    * See `FileSystem.openNoFollow`: through Deno's Node layer too, for the same reason; its
    * handle is the Node adapter's, with this adapter's error mapping.
    */
-  readonly openNoFollow?: (path: string) => Promise<OpenedFile>;
+  readonly openNoFollow?: (
+    path: string,
+    options?: NoFollowOpenOptions,
+  ) => Promise<OpenedFile>;
 
   constructor() {
     const noFollow = readFileNoFollowNative(mapError);

@@ -58,6 +58,7 @@ import type {
   FileInfo,
   FileSystem,
   MkdirOptions,
+  NoFollowOpenOptions,
   OpenedFile,
   OpenOptions,
   RemoveOptions,
@@ -479,18 +480,19 @@ export class MemoryFs implements FileSystem {
   }
 
   /**
-   * Opens an existing file read-only without following a final symlink, with its info: a link
-   * fails with `FsIoError` code `"ELOOP"`, a directory with `IsADirectory` (see
-   * `FileSystem.openNoFollow`).
+   * Opens an existing file read-only (or, with `append`, for appending) without following a
+   * final symlink, with its info: a link fails with `FsIoError` code `"ELOOP"`, a directory with
+   * `IsADirectory` (see `FileSystem.openNoFollow`).
    */
-  openNoFollow(path: string): Promise<OpenedFile> {
+  openNoFollow(path: string, options: NoFollowOpenOptions = {}): Promise<OpenedFile> {
     return this.#run("openNoFollow", path, () => {
       const node = this.#fileNoFollow("openNoFollow", path);
+      const append = options.append === true;
       const handle = new MemoryFileHandle({
         node,
         path,
-        writable: false,
-        append: false,
+        writable: append,
+        append,
         enter: (op) => this.#enter(op, path),
         now: this.#options.now,
       });

@@ -40,6 +40,7 @@ import type {
   FileInfo,
   FileSystem,
   MkdirOptions,
+  NoFollowOpenOptions,
   OpenedFile,
   OpenOptions,
   RemoveOptions,
@@ -79,7 +80,10 @@ class NodeFileSystem implements FileSystem {
   /** See `FileSystem.readFileNoFollow`; offered where the platform has `O_NOFOLLOW`. */
   readonly readFileNoFollow?: (path: string) => Promise<Uint8Array>;
   /** See `FileSystem.openNoFollow`; offered where the platform has `O_NOFOLLOW`. */
-  readonly openNoFollow?: (path: string) => Promise<OpenedFile>;
+  readonly openNoFollow?: (
+    path: string,
+    options?: NoFollowOpenOptions,
+  ) => Promise<OpenedFile>;
 
   constructor() {
     const noFollow = readFileNoFollowNative(mapError);

@@ -49,20 +49,26 @@ export function withoutNoFollow(fs: FileSystem): FileSystem {
 }
 
 /**
- * `fs` with the file at `path` swapped, just before its first open (`open` or `openNoFollow`),
- * after every check of its kind, for a link to a copy of it at `target`: read through the link it
- * would look valid. The original is moved aside to `aside`. `swapped()` says whether the open came.
+ * `fs` with the file at `path` swapped, just before its first open (`open` or `openNoFollow`; with
+ * `appending`, its first open for appending), after every check of its kind, for a link to a copy
+ * of it at `target`: read through the link it would look valid. The original is moved aside to
+ * `aside`. `swapped()` says whether the open came.
  */
 export function linkedBeforeOpen(
   fs: FileSystem,
   path: string,
   target: string,
   aside: string,
+  options: { readonly appending?: boolean } = {},
 ): { readonly fs: FileSystem; readonly swapped: () => boolean } {
   let swapped = false;
   const racing = hookedFs(fs, {
     async before(method, args) {
-      if ((method === "open" || method === "openNoFollow") && args[0] === path && !swapped) {
+      const appending = (args[1] as { append?: boolean } | undefined)?.append === true;
+      if (
+        (method === "open" || method === "openNoFollow") && args[0] === path && !swapped &&
+        (options.appending !== true || appending)
+      ) {
         swapped = true;
         await fs.writeFile(target, await fs.readFile(path));
         await fs.rename(path, aside);

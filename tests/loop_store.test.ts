@@ -20,7 +20,7 @@ import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import { SessionManager } from "../src/loop/session_manager.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { assistant, conversation, toolResult, user } from "./_fixtures.ts";
-import { hookedFs } from "./_hooks.ts";
+import { hookedFs, linkedBeforeOpen } from "./_hooks.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -1125,6 +1125,28 @@ test("readHistory() never reads through a link planted at messages.jsonl after t
   // log its open verified.
   await assert.rejects(session.readHistory(), SessionFormatError);
   assert.deepEqual((await reader.readHistory()).messages, history);
+  await reader.close();
+});
+
+test("a writer never appends through a link swapped in for messages.jsonl just before it opens the log", async () => {
+  const { fs, store } = await setup();
+  const first = await store.create(CWD);
+  const history = [user("q"), assistant("a")];
+  await first.commit(history);
+  await first.close();
+  const dir = first.getSessionPath();
+  const log = `${dir}/messages.jsonl`;
+  const racing = linkedBeforeOpen(fs, log, "/victim.jsonl", "/aside.jsonl", { appending: true });
+  const writer = await new SessionStore({ fs: racing.fs, agentDir: AGENT }).open(dir);
+  await assert.rejects(writer.commit([...history, user("more")]), SessionFormatError);
+  assert.equal(racing.swapped(), true, "the log was swapped just before the writer's open");
+  await writer.close();
+  // Nothing was written through the link, and the session is as it was.
+  assert.deepEqual(await fs.readFile("/victim.jsonl"), await fs.readFile("/aside.jsonl"));
+  await fs.remove(log);
+  await fs.rename("/aside.jsonl", log);
+  const reader = await store.open(dir, { readOnly: true });
+  assert.deepEqual(reader.messages, history);
   await reader.close();
 });
 

@@ -1016,8 +1016,9 @@ export class SessionManager {
     if (this.#log === undefined) {
       let created = false;
       try {
-        if (!(await isRegularFile(this.#fs, path))) throw new NotFound("open", path);
-        this.#log = await this.#fs.open(path, { append: true });
+        // Never through a link, even one swapped in since the session was opened: with
+        // `openNoFollow` the open itself refuses it.
+        this.#log = (await openSessionFile(this.#fs, path, { append: true })).handle;
       } catch (error) {
         if (!(error instanceof NotFound) || meta !== undefined && meta.bytes > 0) {
           if (error instanceof NotFound) {

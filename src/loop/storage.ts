@@ -315,7 +315,7 @@ async function ifRegular<T>(
 
 /** A regular file opened by `openIfRegular`, and its size. */
 export interface RegularFile {
-  /** The read-only handle; the caller closes it. */
+  /** The handle (read-only unless opened for appending); the caller closes it. */
   readonly handle: FileHandle;
   /** The file's size: known from the open itself with `openNoFollow`, otherwise an `fstat`. */
   readonly size: () => Promise<number>;
@@ -326,21 +326,29 @@ export function sizedLater(handle: FileHandle): RegularFile {
   return { handle, size: async () => (await handle.stat()).size };
 }
 
+/** How `openIfRegular` and `openSessionFile` open a file: for reading, or for appending. */
+export interface RegularOpenOptions {
+  /** Open an existing file for appending (a writer's log) instead of read-only. */
+  readonly append?: boolean;
+}
+
 /**
- * Opens the file at `path` for reading only if it is a regular file, never through a link and
- * never waiting on a FIFO: with `openNoFollow` in one call whose own `fstat` says what was opened
- * (a failure is then judged by `lstat`), otherwise after an `lstat`, where a file swapped in
- * between by a process that can write the directory is not excluded. Returns the open file, the
- * kind of what is there instead, or undefined when nothing is. A failure to open a regular file
- * is thrown.
+ * Opens the file at `path` for reading (or with `append` for appending) only if it is a regular
+ * file, never through a link and never waiting on a FIFO: with `openNoFollow` in one call whose
+ * own `fstat` says what was opened (a failure is then judged by `lstat`), otherwise after an
+ * `lstat`, where a file swapped in between by a process that can write the directory is not
+ * excluded. Returns the open file, the kind of what is there instead, or undefined when nothing
+ * is. A failure to open a regular file is thrown.
  */
 export async function openIfRegular(
   fs: FileSystem,
   path: string,
+  options: RegularOpenOptions = {},
 ): Promise<Found<RegularFile>> {
   const open = fs.openNoFollow?.bind(fs);
+  const append = options.append === true;
   const noFollow = open === undefined ? undefined : async (): Promise<Found<RegularFile>> => {
-    const { handle, info } = await open(path);
+    const { handle, info } = await open(path, append ? { append } : undefined);
     if (info.kind !== "file") {
       // A FIFO or a device, opened without waiting: closed unread.
       await handle.close();
@@ -348,11 +356,17 @@ export async function openIfRegular(
     }
     return { handle, size: () => Promise.resolve(info.size) };
   };
-  return await ifRegular(fs, path, noFollow, async () => sizedLater(await fs.open(path)));
+  return await ifRegular(
+    fs,
+    path,
+    noFollow,
+    async () => sizedLater(await fs.open(path, append ? { append } : undefined)),
+  );
 }
 
 /**
- * Opens the session file at `path` for reading with `openIfRegular`: never through a link, never
+ * Opens the session file at `path` for reading (or with `append` for appending) with
+ * `openIfRegular`: never through a link, never
  * waiting on a FIFO. A regular file that the no-follow open finds busy (`EAGAIN`: a lease held by
  * another process) is opened as a port without `openNoFollow` opens it, after an `lstat`, with an
  * open that waits for the lease to be released: a saved session is never reported unreadable for
@@ -361,13 +375,23 @@ export async function openIfRegular(
  * @throws {SessionFormatError} When what is there is not a regular file, naming it.
  * @throws {NotFound} When nothing is there.
  */
-export async function openSessionFile(fs: FileSystem, path: string): Promise<RegularFile> {
+export async function openSessionFile(
+  fs: FileSystem,
+  path: string,
+  options: RegularOpenOptions = {},
+): Promise<RegularFile> {
   let opened: Found<RegularFile>;
   try {
-    opened = await openIfRegular(fs, path);
+    opened = await openIfRegular(fs, path, options);
   } catch (error) {
     if (!isBusy(error)) throw error;
-    opened = await ifRegular(fs, path, undefined, async () => sizedLater(await fs.open(path)));
+    const append = options.append === true;
+    opened = await ifRegular(
+      fs,
+      path,
+      undefined,
+      async () => sizedLater(await fs.open(path, append ? { append } : undefined)),
+    );
   }
   if (typeof opened === "object") return opened;
   if (opened !== undefined) refuseIrregularFile(opened, path);

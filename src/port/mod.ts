@@ -11,6 +11,7 @@ export type {
   FileInfo,
   FileSystem,
   MkdirOptions,
+  NoFollowOpenOptions,
   OpenedFile,
   OpenOptions,
   RemoveOptions,
