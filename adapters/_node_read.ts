@@ -9,7 +9,7 @@ import { constants, readFile as readFileCallback } from "node:fs";
 import { open as openNative } from "node:fs/promises";
 import type { FsError } from "../src/port/errors.ts";
 import { IsADirectory } from "../src/port/errors.ts";
-import type { NoFollowOpenOptions, OpenedFile } from "../src/port/fs.ts";
+import type { OpenedFile } from "../src/port/fs.ts";
 import { callMapped, mapNativeError } from "./_errors.ts";
 import { NodeFileHandle, toInfo } from "./_node_handle.ts";
 
@@ -80,31 +80,30 @@ export function readFileNoFollowNative(
 }
 
 /**
- * The open flags of `openNoFollow` with `append`: read and write, every write at the end (as the
- * adapters' `open` with `append`), refusing a final symlink, never waiting on a FIFO.
+ * The open flags of `openAppendNoFollow`: read and write, every write at the end (as the adapters'
+ * `open` with `append`), refusing a final symlink, never waiting on a FIFO.
  */
 const NO_FOLLOW_APPEND: number | undefined = NO_FOLLOW_READ === undefined
   ? undefined
   : constants.O_RDWR | constants.O_APPEND | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 
 /**
- * `FileSystem.openNoFollow` over `node:fs/promises` with the adapter's error mapping `map`: one
- * open with the flags of `readFileNoFollow` (or, with `append`, for appending) and one `fstat` of
- * what it opened. Undefined where the platform lacks the flags (the adapters then leave the
- * method out).
+ * `FileSystem.openNoFollow` (or, with `appending`, `openAppendNoFollow`) over `node:fs/promises`
+ * with the adapter's error mapping `map`: one open with the flags of `readFileNoFollow` (or for
+ * appending) and one `fstat` of what it opened. Undefined where the platform lacks the flags (the
+ * adapters then leave the method out).
  */
 export function openNoFollowNative(
   map: ErrorMapper,
-): ((path: string, options?: NoFollowOpenOptions) => Promise<OpenedFile>) | undefined {
-  if (NO_FOLLOW_READ === undefined || NO_FOLLOW_APPEND === undefined) return undefined;
-  const read = NO_FOLLOW_READ;
-  const append = NO_FOLLOW_APPEND;
-  return (path: string, options: NoFollowOpenOptions = {}): Promise<OpenedFile> =>
+  appending = false,
+): ((path: string) => Promise<OpenedFile>) | undefined {
+  const flags = appending ? NO_FOLLOW_APPEND : NO_FOLLOW_READ;
+  if (flags === undefined) return undefined;
+  return (path: string): Promise<OpenedFile> =>
     callMapped(map, "open", path, async () => {
       // The handle keeps O_NONBLOCK, which reads and writes of a regular file ignore (only a FIFO
       // or a device, refused by the caller from the fstat below, would be non-blocking).
-      const appending = options.append === true;
-      const handle = await openNative(path, appending ? append : read);
+      const handle = await openNative(path, flags);
       let info;
       try {
         info = toInfo(await handle.stat());

@@ -30,7 +30,6 @@ import type {
   FileInfo,
   FileSystem,
   MkdirOptions,
-  NoFollowOpenOptions,
   OpenedFile,
   OpenOptions,
   RemoveOptions,
@@ -200,16 +199,17 @@ class DenoFileSystem implements FileSystem {
    * See `FileSystem.openNoFollow`: through Deno's Node layer too, for the same reason; its
    * handle is the Node adapter's, with this adapter's error mapping.
    */
-  readonly openNoFollow?: (
-    path: string,
-    options?: NoFollowOpenOptions,
-  ) => Promise<OpenedFile>;
+  readonly openNoFollow?: (path: string) => Promise<OpenedFile>;
+  /** See `FileSystem.openAppendNoFollow`: as `openNoFollow`, for appending. */
+  readonly openAppendNoFollow?: (path: string) => Promise<OpenedFile>;
 
   constructor() {
     const noFollow = readFileNoFollowNative(mapError);
     if (noFollow !== undefined) this.readFileNoFollow = noFollow;
     const open = openNoFollowNative(mapError);
     if (open !== undefined) this.openNoFollow = open;
+    const append = openNoFollowNative(mapError, true);
+    if (append !== undefined) this.openAppendNoFollow = append;
   }
 
   open(path: string, options: OpenOptions = {}): Promise<FileHandle> {

@@ -58,7 +58,6 @@ import type {
   FileInfo,
   FileSystem,
   MkdirOptions,
-  NoFollowOpenOptions,
   OpenedFile,
   OpenOptions,
   RemoveOptions,
@@ -107,6 +106,7 @@ export type MemoryOperation =
   | "readFile"
   | "readFileNoFollow"
   | "openNoFollow"
+  | "openAppendNoFollow"
   | "writeFile"
   | "rename"
   | "remove"
@@ -480,14 +480,25 @@ export class MemoryFs implements FileSystem {
   }
 
   /**
-   * Opens an existing file read-only (or, with `append`, for appending) without following a
-   * final symlink, with its info: a link fails with `FsIoError` code `"ELOOP"`, a directory with
-   * `IsADirectory` (see `FileSystem.openNoFollow`).
+   * Opens an existing file read-only without following a final symlink, with its info: a link
+   * fails with `FsIoError` code `"ELOOP"`, a directory with `IsADirectory` (see
+   * `FileSystem.openNoFollow`).
    */
-  openNoFollow(path: string, options: NoFollowOpenOptions = {}): Promise<OpenedFile> {
-    return this.#run("openNoFollow", path, () => {
-      const node = this.#fileNoFollow("openNoFollow", path);
-      const append = options.append === true;
+  openNoFollow(path: string): Promise<OpenedFile> {
+    return this.#openNoFollow("openNoFollow", path, false);
+  }
+
+  /**
+   * Opens an existing file for appending without following a final symlink, with its info, as
+   * `openNoFollow` does (see `FileSystem.openAppendNoFollow`).
+   */
+  openAppendNoFollow(path: string): Promise<OpenedFile> {
+    return this.#openNoFollow("openAppendNoFollow", path, true);
+  }
+
+  #openNoFollow(op: MemoryOperation, path: string, append: boolean): Promise<OpenedFile> {
+    return this.#run(op, path, () => {
+      const node = this.#fileNoFollow(op, path);
       const handle = new MemoryFileHandle({
         node,
         path,

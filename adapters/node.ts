@@ -40,7 +40,6 @@ import type {
   FileInfo,
   FileSystem,
   MkdirOptions,
-  NoFollowOpenOptions,
   OpenedFile,
   OpenOptions,
   RemoveOptions,
@@ -80,16 +79,17 @@ class NodeFileSystem implements FileSystem {
   /** See `FileSystem.readFileNoFollow`; offered where the platform has `O_NOFOLLOW`. */
   readonly readFileNoFollow?: (path: string) => Promise<Uint8Array>;
   /** See `FileSystem.openNoFollow`; offered where the platform has `O_NOFOLLOW`. */
-  readonly openNoFollow?: (
-    path: string,
-    options?: NoFollowOpenOptions,
-  ) => Promise<OpenedFile>;
+  readonly openNoFollow?: (path: string) => Promise<OpenedFile>;
+  /** See `FileSystem.openAppendNoFollow`; offered where the platform has `O_NOFOLLOW`. */
+  readonly openAppendNoFollow?: (path: string) => Promise<OpenedFile>;
 
   constructor() {
     const noFollow = readFileNoFollowNative(mapError);
     if (noFollow !== undefined) this.readFileNoFollow = noFollow;
     const open = openNoFollowNative(mapError);
     if (open !== undefined) this.openNoFollow = open;
+    const append = openNoFollowNative(mapError, true);
+    if (append !== undefined) this.openAppendNoFollow = append;
   }
 
   open(path: string, options: OpenOptions = {}): Promise<FileHandle> {

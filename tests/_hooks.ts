@@ -34,14 +34,16 @@ export function gate(): { readonly wait: Promise<void>; readonly open: () => voi
 }
 
 /**
- * `fs` as a port without `readFileNoFollow` and `openNoFollow`: readers then check a file's kind
- * (`lstat`, `readDir`) before reading it, as they do on adapters that cannot refuse a link in
- * the open.
+ * `fs` as a port without `readFileNoFollow`, `openNoFollow` and `openAppendNoFollow`: readers
+ * and the writer then check a file's kind (`lstat`, `readDir`) before opening it, as they do on
+ * adapters that cannot refuse a link in the open.
  */
 export function withoutNoFollow(fs: FileSystem): FileSystem {
   return new Proxy(fs, {
     get(target, prop) {
-      if (prop === "readFileNoFollow" || prop === "openNoFollow") return undefined;
+      if (
+        prop === "readFileNoFollow" || prop === "openNoFollow" || prop === "openAppendNoFollow"
+      ) return undefined;
       const value = Reflect.get(target, prop, target);
       return typeof value === "function" ? value.bind(target) : value;
     },
@@ -49,10 +51,10 @@ export function withoutNoFollow(fs: FileSystem): FileSystem {
 }
 
 /**
- * `fs` with the file at `path` swapped, just before its first open (`open` or `openNoFollow`; with
- * `appending`, its first open for appending), after every check of its kind, for a link to a copy
- * of it at `target`: read through the link it would look valid. The original is moved aside to
- * `aside`. `swapped()` says whether the open came.
+ * `fs` with the file at `path` swapped, just before its first open (`open`, `openNoFollow` or
+ * `openAppendNoFollow`; with `appending`, its first open for appending), after every check of its
+ * kind, for a link to a copy of it at `target`: read through the link it would look valid. The
+ * original is moved aside to `aside`. `swapped()` says whether the open came.
  */
 export function linkedBeforeOpen(
   fs: FileSystem,
@@ -64,11 +66,11 @@ export function linkedBeforeOpen(
   let swapped = false;
   const racing = hookedFs(fs, {
     async before(method, args) {
-      const appending = (args[1] as { append?: boolean } | undefined)?.append === true;
-      if (
-        (method === "open" || method === "openNoFollow") && args[0] === path && !swapped &&
-        (options.appending !== true || appending)
-      ) {
+      const appending = method === "openAppendNoFollow" ||
+        (method === "open" && (args[1] as { append?: boolean } | undefined)?.append === true);
+      const opening = method === "open" || method === "openNoFollow" ||
+        method === "openAppendNoFollow";
+      if (opening && args[0] === path && !swapped && (options.appending !== true || appending)) {
         swapped = true;
         await fs.writeFile(target, await fs.readFile(path));
         await fs.rename(path, aside);

@@ -334,8 +334,8 @@ export interface RegularOpenOptions {
 
 /**
  * Opens the file at `path` for reading (or with `append` for appending) only if it is a regular
- * file, never through a link and never waiting on a FIFO: with `openNoFollow` in one call whose
- * own `fstat` says what was opened (a failure is then judged by `lstat`), otherwise after an
+ * file, never through a link and never waiting on a FIFO: with `openNoFollow` (`openAppendNoFollow`)
+ * in one call whose own `fstat` says what was opened (a failure is then judged by `lstat`), otherwise after an
  * `lstat`, where a file swapped in between by a process that can write the directory is not
  * excluded. Returns the open file, the kind of what is there instead, or undefined when nothing
  * is. A failure to open a regular file is thrown.
@@ -345,10 +345,10 @@ export async function openIfRegular(
   path: string,
   options: RegularOpenOptions = {},
 ): Promise<Found<RegularFile>> {
-  const open = fs.openNoFollow?.bind(fs);
   const append = options.append === true;
+  const open = append ? fs.openAppendNoFollow?.bind(fs) : fs.openNoFollow?.bind(fs);
   const noFollow = open === undefined ? undefined : async (): Promise<Found<RegularFile>> => {
-    const { handle, info } = await open(path, append ? { append } : undefined);
+    const { handle, info } = await open(path);
     if (info.kind !== "file") {
       // A FIFO or a device, opened without waiting: closed unread.
       await handle.close();

@@ -51,18 +51,9 @@ export interface OpenOptions {
   readonly mode?: number;
 }
 
-/** How `FileSystem.openNoFollow` opens a file. The default is read-only. */
-export interface NoFollowOpenOptions {
-  /**
-   * Open for appending instead: reads and writes, every write at the current end of the file, as
-   * `open(path, { append: true })` does. The file must exist.
-   */
-  readonly append?: boolean;
-}
-
 /** A file opened by `FileSystem.openNoFollow`, with what its handle's `stat` said at the open. */
 export interface OpenedFile {
-  /** The handle (read-only unless opened with `append`); the caller closes it. */
+  /** The handle (read-only, or for appending from `openAppendNoFollow`); the caller closes it. */
   readonly handle: FileHandle;
   /** The opened file's kind, size, mode and modification time. */
   readonly info: FileInfo;
@@ -143,10 +134,16 @@ export interface FileSystem {
    * device is opened and reported as kind `"other"` (close it without reading). Being
    * non-blocking, the open of a regular file that another process holds a lease on fails at once
    * with `FsIoError` code `"EAGAIN"` (as `readFileNoFollow` does) where `open` would wait for the
-   * lease. With `append` the file is opened for appending instead (a writer's log), with the same
-   * refusals. Offered where `readFileNoFollow` is.
+   * lease. Offered where `readFileNoFollow` is.
    */
-  openNoFollow?(path: string, options?: NoFollowOpenOptions): Promise<OpenedFile>;
+  openNoFollow?(path: string): Promise<OpenedFile>;
+  /**
+   * Optional. Opens an existing file for appending like `open(path, { append: true })` (reads and
+   * writes, every write at the current end of the file), with the refusals and the report of
+   * `openNoFollow`: a writer never appends through a link swapped in after it checked the file.
+   * Callers without it check the kind (`lstat`) before `open`. Offered where `openNoFollow` is.
+   */
+  openAppendNoFollow?(path: string): Promise<OpenedFile>;
   /** Creates or truncates a file and writes `data` to it. Syncs nothing. */
   writeFile(path: string, data: Uint8Array, options?: WriteFileOptions): Promise<void>;
   /**

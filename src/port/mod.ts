@@ -11,7 +11,6 @@ export type {
   FileInfo,
   FileSystem,
   MkdirOptions,
-  NoFollowOpenOptions,
   OpenedFile,
   OpenOptions,
   RemoveOptions,

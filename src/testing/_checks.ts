@@ -705,34 +705,32 @@ export const CHECKS: readonly Check[] = [
   },
 
   {
-    name:
-      "openNoFollow(path, { append: true }), where offered, appends at the end and refuses a final symlink",
+    name: "openAppendNoFollow(), where offered, appends at the end and refuses a final symlink",
     needs: ["symlinks"],
     async run(f) {
-      const open = f.fs.openNoFollow?.bind(f.fs);
+      const open = f.fs.openAppendNoFollow?.bind(f.fs);
       if (open === undefined) return;
+      checkEqual(
+        typeof f.fs.openNoFollow,
+        "function",
+        "openNoFollow is offered with openAppendNoFollow",
+      );
       const dir = at(f, "dir");
       const file = join(dir, "file");
       await f.fs.mkdir(dir);
       await f.fs.writeFile(file, bytes("abc"));
-      const opened = await open(file, { append: true });
+      const opened = await open(file);
       try {
-        checkEqual(opened.info.kind, "file", "the kind openNoFollow reports for a file");
-        checkEqual(opened.info.size, 3, "the size openNoFollow reports for a file");
+        checkEqual(opened.info.kind, "file", "the kind openAppendNoFollow reports for a file");
+        checkEqual(opened.info.size, 3, "the size openAppendNoFollow reports for a file");
         await opened.handle.write(bytes("de"));
         await opened.handle.write(bytes("f"));
         checkBytes(await opened.handle.read(0, 6), "abcdef", "a read through the append handle");
       } finally {
         await opened.handle.close();
       }
-      checkBytes(await f.fs.readFile(file), "abcdef", "appended through openNoFollow");
-      await checkRefusesFinalLinks(
-        f,
-        (path) => open(path, { append: true }),
-        file,
-        dir,
-        "openNoFollow for appending",
-      );
+      checkBytes(await f.fs.readFile(file), "abcdef", "appended through openAppendNoFollow");
+      await checkRefusesFinalLinks(f, open, file, dir, "openAppendNoFollow");
       checkBytes(await f.fs.readFile(file), "abcdef", "nothing written through a refused link");
     },
   },
