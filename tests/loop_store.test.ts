@@ -1150,6 +1150,39 @@ test("a writer never appends through a link swapped in for messages.jsonl just b
   await reader.close();
 });
 
+test("a writer on a port without openAppendNoFollow (an adapter written before it) checks its log with lstat and saves", async () => {
+  const { fs, store } = await setup();
+  const first = await store.create(CWD);
+  const history = [user("q"), assistant("a")];
+  await first.commit(history);
+  await first.close();
+  const calls: string[] = [];
+  const older = new Proxy(fs, {
+    get(target, prop) {
+      if (prop === "openAppendNoFollow") return undefined;
+      const value = Reflect.get(target, prop, target);
+      if (typeof value !== "function") return value;
+      return (...args: unknown[]) => {
+        if (String(args[0]).endsWith("/messages.jsonl")) calls.push(String(prop));
+        return value.apply(target, args);
+      };
+    },
+  });
+  const writer = await new SessionStore({ fs: older, agentDir: AGENT }).open(
+    first.getSessionPath(),
+  );
+  calls.length = 0;
+  const more = [...history, user("more"), assistant("ok")];
+  await writer.commit(more);
+  await writer.close();
+  // The log is checked, then opened (after the permission check of the session's files).
+  const opened = calls.indexOf("open");
+  assert.deepEqual(calls.slice(opened - 1, opened + 1), ["lstat", "open"], calls.join(", "));
+  const reader = await store.open(first.getSessionPath(), { readOnly: true });
+  assert.deepEqual(reader.messages, more);
+  await reader.close();
+});
+
 test("a retried save never moves updatedAt backwards", async () => {
   const { fs, store, now } = await setup();
   const session = await store.create(CWD);
