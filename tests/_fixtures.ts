@@ -1,7 +1,7 @@
 // Builders of synthetic Loop sessions for tests. Synthetic only: no real cwd or conversation.
 import type { FileSystem } from "../src/port/fs.ts";
 import type { Message } from "../src/loop/records/mod.ts";
-import { encodeRoundIndex, parseRoundIndexText } from "../src/loop/storage.ts";
+import { encodeRoundIndex, parseRoundIndexText, type RoundIndex } from "../src/loop/storage.ts";
 
 let clock = 1_700_000_000_000;
 
@@ -58,15 +58,23 @@ export function conversation(rounds: number, prefix = "r"): Message[] {
   return out;
 }
 
-/**
- * Rewrites the index.json of session directory `dir` as an index without a recorded fallback
- * title (as written before that field, or by a compaction that could not derive one): a fast
- * listing then reads the session's first user message from its log for the title.
- */
-export async function withoutRecordedTitle(fs: FileSystem, dir: string): Promise<void> {
+/** Rewrites the index.json of session directory `dir` as `change` makes it, in canonical form. */
+export async function rewriteIndex(
+  fs: FileSystem,
+  dir: string,
+  change: (index: RoundIndex) => RoundIndex,
+): Promise<void> {
   const file = `${dir}/index.json`;
   const index = parseRoundIndexText(new TextDecoder().decode(await fs.readFile(file)));
   if (index === undefined) throw new Error(`${file} is not a valid index`);
-  const { fallbackTitle: _recorded, ...rest } = index;
-  await fs.writeFile(file, encodeRoundIndex(rest));
+  await fs.writeFile(file, encodeRoundIndex(change(index)));
+}
+
+/**
+ * Rewrites the index.json of session directory `dir` as an index without a recorded fallback
+ * title (as written before that field existed): a fast listing then reads the session's first
+ * user message from its log for the title.
+ */
+export async function withoutRecordedTitle(fs: FileSystem, dir: string): Promise<void> {
+  await rewriteIndex(fs, dir, ({ fallbackTitle: _recorded, ...rest }) => rest);
 }

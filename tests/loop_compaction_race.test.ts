@@ -568,6 +568,35 @@ test("cleanup never removes the temp file of a save that starts while it runs", 
   assert.equal((await storeOn(fs).open(dir, { readOnly: true })).messages.length, 3);
 });
 
+/** What a test puts where a session directory belongs while its compaction's copy waits. */
+type Plant =
+  | "link"
+  | "file"
+  | "empty directory"
+  | "another session's copy"
+  | "a directory whose meta.json is a link"
+  | "a directory whose meta.json is a directory";
+
+/** Puts `planted` at `dir`; "another session's copy" copies the files of the session `other`. */
+async function plantInPlace(fs: MemoryFs, dir: string, planted: Plant, other: string) {
+  if (planted === "link") {
+    await fs.mkdir("/elsewhere", { recursive: true });
+    await fs.symlink("/elsewhere", dir);
+  } else if (planted === "file") await fs.writeFile(dir, new Uint8Array(1));
+  else {
+    await fs.mkdir(dir);
+    if (planted === "another session's copy") {
+      for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
+        await fs.writeFile(`${dir}/${name}`, await fs.readFile(`${other}/${name}`));
+      }
+    } else if (planted === "a directory whose meta.json is a link") {
+      await fs.symlink("/nowhere", `${dir}/meta.json`);
+    } else if (planted === "a directory whose meta.json is a directory") {
+      await fs.mkdir(`${dir}/meta.json`);
+    }
+  }
+}
+
 test("recovery keeps an interrupted compaction's previous session when something else took its place", async () => {
   const fs = await freshFs();
   const { dir, history } = await replaced(fs);
@@ -585,25 +614,7 @@ test("recovery keeps an interrupted compaction's previous session when something
   ] as const;
   for (const planted of plants) {
     const recovered = await crashedBetweenRenames(fs, dir);
-    if (planted === "link") {
-      await recovered.mkdir("/elsewhere", { recursive: true });
-      await recovered.symlink("/elsewhere", dir);
-    } else if (planted === "file") await recovered.writeFile(dir, new Uint8Array(1));
-    else {
-      await recovered.mkdir(dir);
-      if (planted === "another session's copy") {
-        for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
-          await recovered.writeFile(
-            `${dir}/${name}`,
-            await recovered.readFile(`${other.getSessionPath()}/${name}`),
-          );
-        }
-      } else if (planted === "a directory whose meta.json is a link") {
-        await recovered.symlink("/nowhere", `${dir}/meta.json`);
-      } else if (planted === "a directory whose meta.json is a directory") {
-        await recovered.mkdir(`${dir}/meta.json`);
-      }
-    }
+    await plantInPlace(recovered, dir, planted, other.getSessionPath());
     const report = await storeOn(recovered).cleanup(CWD);
     const staging = (await recovered.readDir(COLLECTION)).find((e) =>
       e.name.startsWith(".staging-")
@@ -637,23 +648,7 @@ test("while something else holds the place of a session whose previous copy reco
   ] as const;
   for (const [planted, readable] of plants) {
     const recovered = await crashedBetweenRenames(fs, dir);
-    if (planted === "link") {
-      await recovered.mkdir("/elsewhere", { recursive: true });
-      await recovered.symlink("/elsewhere", dir);
-    } else if (planted === "file") await recovered.writeFile(dir, new Uint8Array(1));
-    else {
-      await recovered.mkdir(dir);
-      if (planted === "another session's copy") {
-        for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
-          await recovered.writeFile(
-            `${dir}/${name}`,
-            await recovered.readFile(`${other.getSessionPath()}/${name}`),
-          );
-        }
-      } else if (planted === "a directory whose meta.json is a link") {
-        await recovered.symlink("/nowhere", `${dir}/meta.json`);
-      }
-    }
+    await plantInPlace(recovered, dir, planted, other.getSessionPath());
     const store = storeOn(recovered);
     assert.equal((await store.cleanup(CWD)).kept.length, 1, planted);
     const before = recovered.snapshotTree("/");

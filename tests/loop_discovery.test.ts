@@ -22,8 +22,9 @@ import {
   HEAD_TEXT_BYTES,
   indexSizeBound,
   readListingIndex,
+  type RoundIndex,
 } from "../src/loop/storage.ts";
-import { assistant, conversation, user, withoutRecordedTitle } from "./_fixtures.ts";
+import { assistant, conversation, rewriteIndex, user, withoutRecordedTitle } from "./_fixtures.ts";
 import { withoutNoFollow } from "./_hooks.ts";
 
 const CWD = "/work/project";
@@ -479,16 +480,11 @@ test("the recorded title is that of the saved text, though the caller changed a 
 test("a recorded title that names no user round of the index is not used: the title comes from the log", async () => {
   const { fs, store, clock } = await setup();
   const session = await saved(store, clock, conversation(3));
-  const indexPath = `${session.getSessionPath()}/index.json`;
-  const index = JSON.parse(decoder.decode(await fs.readFile(indexPath)));
   // Message 1 is the first assistant reply: a title recorded for it is not the session's.
-  await fs.writeFile(
-    indexPath,
-    encodeRoundIndex({
-      ...index,
-      fallbackTitle: { text: "Wrong", source: "fallback", messageIndices: [1] },
-    }),
-  );
+  await rewriteIndex(fs, session.getSessionPath(), (index) => ({
+    ...index,
+    fallbackTitle: { text: "Wrong", source: "fallback", messageIndices: [1] },
+  }));
   const { fs: watched, reads } = recording(fs);
   const listed = await new SessionStore({ fs: watched, agentDir: AGENT }).list(CWD, undefined, {
     fast: true,
@@ -501,12 +497,10 @@ test("a recorded title that names no user round of the index is not used: the ti
 test("a recorded title is listed with a fallback title's fields only, and a caller changing it changes no later listing", async () => {
   const { fs, store, clock } = await setup();
   const session = await saved(store, clock, conversation(2));
-  const indexPath = `${session.getSessionPath()}/index.json`;
-  const index = JSON.parse(decoder.decode(await fs.readFile(indexPath)));
-  await fs.writeFile(
-    indexPath,
-    encodeRoundIndex({ ...index, fallbackTitle: { ...index.fallbackTitle, extra: { a: 1 } } }),
-  );
+  await rewriteIndex(fs, session.getSessionPath(), (index) => ({
+    ...index,
+    fallbackTitle: { ...index.fallbackTitle, extra: { a: 1 } } as RoundIndex["fallbackTitle"],
+  }));
   const expected = { text: "r0 question ✓", source: "fallback", messageIndices: [0] };
   const lister = new SessionStore({ fs, agentDir: AGENT });
   const first = await lister.list(CWD, undefined, { fast: true });
