@@ -477,6 +477,38 @@ test("the recorded title is that of the saved text, though the caller changed a 
   assert.deepEqual(fast, await store.list(CWD));
 });
 
+for (const damage of ["no recorded title", "a wrong recorded title"] as const) {
+  test(`a writer's page read rewrites an index with ${damage}, and listings then read no log`, async () => {
+    const { fs, store, clock } = await setup();
+    const session = await saved(store, clock, conversation(3));
+    const dir = session.getSessionPath();
+    const written = await fs.readFile(`${dir}/index.json`);
+    await rewriteIndex(
+      fs,
+      dir,
+      ({ fallbackTitle: _title, ...index }) =>
+        damage === "no recorded title"
+          ? index
+          : { ...index, fallbackTitle: { text: "Wrong", source: "fallback", messageIndices: [0] } },
+    );
+    // A read-only manager writes nothing; a writer's page read puts the index right.
+    const reader = await store.open(dir, { readOnly: true });
+    await reader.readHistory();
+    await reader.close();
+    assert.notDeepEqual(await fs.readFile(`${dir}/index.json`), written);
+    const writer = await store.open(dir);
+    await writer.readHistory();
+    await writer.close();
+    assert.deepEqual(await fs.readFile(`${dir}/index.json`), written);
+    const { fs: watched, reads } = recording(fs);
+    const listed = await new SessionStore({ fs: watched, agentDir: AGENT }).list(CWD, undefined, {
+      fast: true,
+    });
+    assert.equal(listed[0]?.title?.text, "r0 question ✓");
+    assert.ok(!reads.some((r) => r.path.endsWith("/messages.jsonl")));
+  });
+}
+
 test("a recorded title that names no user round of the index is not used: the title comes from the log", async () => {
   const { fs, store, clock } = await setup();
   const session = await saved(store, clock, conversation(3));

@@ -78,6 +78,7 @@ import {
   openSessionFile,
   readRoundIndex,
   readStorageMeta,
+  recordsTitle,
   refuseIrregularFile,
   type RoundEntry,
   type RoundIndex,
@@ -1263,7 +1264,7 @@ export class SessionManager {
 
   /**
    * Makes sure index.json is usable before a page read: missing, malformed, stale or wrong
-   * indexes are rebuilt from the committed history. An index covering a committed prefix of the
+   * indexes (a wrong or missing fallback title included) are rebuilt from the committed history. An index covering a committed prefix of the
    * same generation start (what a commit leaves between republications) is usable.
    */
   async #ensureIndex(meta: StorageMeta): Promise<void> {
@@ -1296,9 +1297,17 @@ export class SessionManager {
     }
   }
 
-  /** True when `index` describes exactly a prefix of the committed history (or all of it). */
+  /**
+   * True when `index` describes exactly a prefix of the committed history (or all of it), with
+   * the fallback title of the messages it covers. An index that records no title (written before
+   * the field existed) is not: the page read rewrites it, so listings stop reading the log.
+   */
   #coversPrefix(index: RoundIndex, meta: StorageMeta): boolean {
-    const { arrays, count, roundCount } = this.#committed;
+    const { arrays, count, roundCount, title } = this.#committed;
+    const covered = title !== null && (title.messageIndices[0] as number) < index.messageCount
+      ? title
+      : null;
+    if (!recordsTitle(index, covered)) return false;
     if (index.messageCount === count) {
       return indexMatches(index, meta) && sameRounds(index.rounds, arrays.rounds, roundCount);
     }

@@ -146,6 +146,18 @@ export const RoundIndexSchema: v.GenericSchema<unknown, RoundIndex> = v.pipe(
 );
 
 /**
+ * True when an index records exactly `title` as the fallback title of the messages it covers
+ * (text, source and message index; null for none). Undefined (nothing recorded) is never it.
+ */
+export function recordsTitle(index: RoundIndex, title: SessionTitle | null): boolean {
+  const recorded = index.fallbackTitle;
+  if (recorded === undefined || recorded === null || title === null) return recorded === title;
+  return recorded.text === title.text && recorded.source === title.source &&
+    recorded.messageIndices.length === title.messageIndices.length &&
+    recorded.messageIndices.every((at, i) => at === title.messageIndices[i]);
+}
+
+/**
  * True for a fallback title an index of `messageCount` messages may record: a valid title of
  * source `"fallback"` naming one message of the range.
  */

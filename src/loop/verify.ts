@@ -44,6 +44,7 @@ import {
   openSessionFile,
   readRoundIndex,
   readStorageMeta,
+  recordsTitle,
   refuseIrregularFile,
   type RoundEntry,
   type RoundIndex,
@@ -413,7 +414,7 @@ export async function verifySession(
         severity: "warning",
         kind: "index",
         message:
-          `index.json ${wrong}; readers trust it (page reads, listing counts and titles): remove it and the next page read rebuilds it`,
+          `index.json ${wrong}; readers trust it (page reads, listing counts and titles): the next page read by a writer rebuilds it`,
         file: join(dir, INDEX_FILE),
       });
     }
@@ -449,17 +450,11 @@ function indexDisagreement(index: RoundIndex, scan: ScanResult): string | undefi
   if (k !== index.rounds.length) return `lists ${index.rounds.length} rounds, not ${k}`;
   if (index.fallbackTitle === undefined) return undefined;
   const title = fallbackTitle(scan.messages.slice(0, covered)) ?? null;
-  const recorded = index.fallbackTitle;
-  const same = title === null || recorded === null
-    ? title === recorded
-    : title.text === recorded.text && title.source === recorded.source &&
-      title.messageIndices.length === recorded.messageIndices.length &&
-      title.messageIndices.every((at, i) => at === recorded.messageIndices[i]);
-  return same
+  return recordsTitle(index, title)
     ? undefined
-    : `records the fallback title ${JSON.stringify(recorded)}, but the messages it covers give ${
-      JSON.stringify(title)
-    }`;
+    : `records the fallback title ${
+      JSON.stringify(index.fallbackTitle)
+    }, but the messages it covers give ${JSON.stringify(title)}`;
 }
 
 /** Options of `salvageSession`. */
