@@ -677,6 +677,27 @@ test("while something else holds the place of a session whose previous copy reco
   }
 });
 
+test("a delete's staged directory without meta.json is no copy of the session, for listings as for read-only opens", async () => {
+  const fs = await freshFs();
+  const { dir, id, history } = await replaced(fs);
+  fs.syncAll();
+  const recovered = await crashedBetweenRenames(fs, dir);
+  // An uncommitted delete of the session whose staged directory holds no meta.json.
+  const staged = `${COLLECTION}/.delete-11111111-2222-4333-8444-555555555555`;
+  await recovered.mkdir(`${staged}/${id}`, { recursive: true });
+  const intent = { operation: "delete", ids: [id], entries: [id], archived: [], membersBefore: [] };
+  await recovered.writeFile(`${staged}/intent.json`, encoder.encode(JSON.stringify(intent)));
+  const store = storeOn(recovered);
+  const reader = await store.open(dir, { readOnly: true });
+  assert.deepEqual(reader.messages, history);
+  await reader.close();
+  for (const fast of [true, false]) {
+    const listed = await store.listDetailed(CWD, undefined, { fast });
+    assert.deepEqual(listed.failures, [], `fast ${fast}`);
+    assert.deepEqual(listed.sessions.map((s) => [s.id, s.messageCount]), [[id, history.length]]);
+  }
+});
+
 test("a delete journal that cannot be read is reported by listings and read-only opens alike, ahead of a kept compaction copy", async () => {
   const fs = await freshFs();
   const { dir, id } = await replaced(fs);

@@ -353,7 +353,9 @@ async function candidatesOf(
       continue;
     }
     for (const [id, dir] of deletion.directories) {
-      if (!deletedDirs.has(id)) deletedDirs.set(id, dir);
+      // As a read-only open counts it: a staged copy holding a meta.json file.
+      if (deletedDirs.has(id) || await entryKind(fs, join(dir, META_FILE)) !== "file") continue;
+      deletedDirs.set(id, dir);
     }
     for (const [id, file] of deletion.legacy) {
       if (!deletedLegacy.has(id)) deletedLegacy.set(id, file);
