@@ -680,6 +680,28 @@ test("saves enforce 0700 directories and 0600 files even when they existed with 
   }
 });
 
+test("a writer changes the mode of no session file that is private already (a chmod goes by path)", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  await session.close();
+  const dir = session.getSessionPath();
+  const chmods: string[] = [];
+  const watched = hookedFs(fs, {
+    before(method, args) {
+      if (method === "chmod" && String(args[0]).startsWith(`${dir}/`)) chmods.push(String(args[0]));
+      return Promise.resolve();
+    },
+  });
+  const writer = await new SessionStore({ fs: watched, agentDir: AGENT }).open(dir);
+  await writer.commit([...writer.messages, user("more")]);
+  await writer.close();
+  assert.deepEqual(chmods, []);
+  for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
+    assert.equal((await fs.stat(`${dir}/${name}`)).mode, 0o600, name);
+  }
+});
+
 test("concurrent calls from one process are serialized in call order", async () => {
   const { store } = await setup();
   const session = await store.create(CWD);

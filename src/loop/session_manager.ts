@@ -1016,10 +1016,13 @@ export class SessionManager {
     const path = this.#messagesFile;
     if (this.#log === undefined) {
       let created = false;
+      let mode: number | undefined;
       try {
         // Never through a link, even one swapped in since the session was opened: with
-        // `openNoFollow` the open itself refuses it.
-        this.#log = (await openSessionFile(this.#fs, path, { append: true })).handle;
+        // `openAppendNoFollow` the open itself refuses it.
+        const opened = await openSessionFile(this.#fs, path, { append: true });
+        this.#log = opened.handle;
+        mode = opened.mode;
       } catch (error) {
         if (!(error instanceof NotFound) || meta !== undefined && meta.bytes > 0) {
           if (error instanceof NotFound) {
@@ -1038,7 +1041,8 @@ export class SessionManager {
         created = true;
       }
       try {
-        await this.#fs.chmod(path, PRIVATE_FILE_MODE);
+        // By path, so only when the open did not report the file private already.
+        if (mode !== PRIVATE_FILE_MODE) await this.#fs.chmod(path, PRIVATE_FILE_MODE);
         if (created && this.#context.durability === "full") await this.#fs.syncDir(this.#dir);
       } catch (error) {
         await this.#dropLog();
@@ -1129,16 +1133,26 @@ export class SessionManager {
       await this.#beforeFirstWrite();
       this.#beforeFirstWrite = undefined;
     }
+    // A chmod goes by path: only for a file that is not private yet.
     for (const name of [META_FILE, MESSAGES_FILE]) {
       const path = join(this.#dir, name);
-      if (await isRegularFile(this.#fs, path)) await this.#fs.chmod(path, PRIVATE_FILE_MODE);
+      const [info] = await Promise.allSettled([this.#fs.lstat(path)]);
+      if (
+        isRegularFileInfo(info, path) && info.status === "fulfilled" &&
+        info.value.mode !== PRIVATE_FILE_MODE
+      ) {
+        await this.#fs.chmod(path, PRIVATE_FILE_MODE);
+      }
     }
     // index.json is derived and only ever replaced by rename (which replaces a planted link
     // itself): anything there but a regular file is left for that rename, never a reason to refuse
     // a save, and never followed.
     const index = join(this.#dir, INDEX_FILE);
     const [indexInfo] = await Promise.allSettled([this.#fs.lstat(index)]);
-    if (indexInfo.status === "fulfilled" && indexInfo.value.kind === "file") {
+    if (
+      indexInfo.status === "fulfilled" && indexInfo.value.kind === "file" &&
+      indexInfo.value.mode !== PRIVATE_FILE_MODE
+    ) {
       await this.#fs.chmod(index, PRIVATE_FILE_MODE);
     } else if (indexInfo.status === "rejected" && !(indexInfo.reason instanceof NotFound)) {
       throw indexInfo.reason;

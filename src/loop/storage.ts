@@ -331,6 +331,8 @@ export interface RegularFile {
   readonly handle: FileHandle;
   /** The file's size: known from the open itself with `openNoFollow`, otherwise an `fstat`. */
   readonly size: () => Promise<number>;
+  /** The file's permission bits when the open reported them (`openNoFollow`). */
+  readonly mode?: number | undefined;
 }
 
 /** `handle` as a `RegularFile` whose size is asked of the handle when needed. */
@@ -366,7 +368,7 @@ export async function openIfRegular(
       await handle.close();
       return info.kind;
     }
-    return { handle, size: () => Promise.resolve(info.size) };
+    return { handle, size: () => Promise.resolve(info.size), mode: info.mode };
   };
   return await ifRegular(
     fs,
