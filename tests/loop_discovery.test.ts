@@ -25,7 +25,7 @@ import {
   type RoundIndex,
 } from "../src/loop/storage.ts";
 import { assistant, conversation, rewriteIndex, user, withoutRecordedTitle } from "./_fixtures.ts";
-import { withoutNoFollow } from "./_hooks.ts";
+import { hookedFs, withoutNoFollow } from "./_hooks.ts";
 
 const CWD = "/work/project";
 const OTHER = "/work/other";
@@ -422,14 +422,10 @@ test("index.json records the fallback title, so a fast listing of untitled sessi
   assert.equal(await recordedTitle(dirs.none as string), null);
   const logCalls = () => {
     const calls: string[] = [];
-    const watched = new Proxy(fs, {
-      get(target, prop) {
-        const value = Reflect.get(target, prop, target);
-        if (typeof value !== "function") return value;
-        return (...args: unknown[]) => {
-          if (String(args[0]).endsWith("/messages.jsonl")) calls.push(String(prop));
-          return value.apply(target, args);
-        };
+    const watched = hookedFs(fs, {
+      before(method, args) {
+        if (String(args[0]).endsWith("/messages.jsonl")) calls.push(method);
+        return Promise.resolve();
       },
     });
     return { calls, store: new SessionStore({ fs: watched, agentDir: AGENT }) };
