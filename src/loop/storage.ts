@@ -370,18 +370,21 @@ export async function openIfRegular(
     }
     return { handle, size: () => Promise.resolve(info.size), mode: info.mode };
   };
-  return await ifRegular(
-    fs,
-    path,
-    noFollow,
-    async () => sizedLater(await fs.open(path, append ? { append } : undefined)),
-  );
+  return await ifRegular(fs, path, noFollow, () => openChecked(fs, path, options));
+}
+
+/** `open` (read-only, or for appending) of a file whose kind the caller checked with `lstat`. */
+async function openChecked(
+  fs: FileSystem,
+  path: string,
+  options: RegularOpenOptions,
+): Promise<RegularFile> {
+  return sizedLater(await fs.open(path, options.append === true ? { append: true } : undefined));
 }
 
 /**
  * Opens the session file at `path` for reading (or with `append` for appending) with
- * `openIfRegular`: never through a link, never
- * waiting on a FIFO. A regular file that the no-follow open finds busy (`EAGAIN`: a lease held by
+ * `openIfRegular`: never through a link, never waiting on a FIFO. A regular file that the no-follow open finds busy (`EAGAIN`: a lease held by
  * another process) is opened as a port without `openNoFollow` opens it, after an `lstat`, with an
  * open that waits for the lease to be released: a saved session is never reported unreadable for
  * a lease.
@@ -399,13 +402,7 @@ export async function openSessionFile(
     opened = await openIfRegular(fs, path, options);
   } catch (error) {
     if (!isBusy(error)) throw error;
-    const append = options.append === true;
-    opened = await ifRegular(
-      fs,
-      path,
-      undefined,
-      async () => sizedLater(await fs.open(path, append ? { append } : undefined)),
-    );
+    opened = await ifRegular(fs, path, undefined, () => openChecked(fs, path, options));
   }
   if (typeof opened === "object") return opened;
   if (opened !== undefined) refuseIrregularFile(opened, path);
