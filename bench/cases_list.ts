@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { SessionStore } from "../mod.ts";
+import { type FileSystem, SessionStore } from "../mod.ts";
 import { join } from "../src/port/path.ts";
 import { syntheticHistory } from "./data.ts";
 import { BenchError, measurePair, type Stats } from "./harness.ts";
@@ -25,7 +25,48 @@ export const LIST_OP = {
   fastRepeated: "fast list, repeated",
   full: "full list",
   fastOne: "fast list of one session",
+  fastLarge: "fast list of large sessions",
 } as const;
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+/** The fast list's target over sessions of about 1 MB: within 3× of reading their meta.json raw. */
+export const LARGE_LIST_MAX_RATIO = 3;
+
+/**
+ * Adds `copies` copies of the session directory `source` to `collection`, under fresh ids: its
+ * log and index as they are (or `index` in place of its index.json), and its meta.json with the
+ * new id, private like a saved session's files. The bytes a save would write, in a fraction of
+ * the time (a large collection of large sessions is built in seconds).
+ */
+export async function addCopies(
+  fs: FileSystem,
+  source: string,
+  collection: string,
+  copies: number,
+  index?: Uint8Array,
+): Promise<void> {
+  const log = await fs.readFile(join(source, "messages.jsonl"));
+  const indexBytes = index ?? await fs.readFile(join(source, "index.json"));
+  const meta = JSON.parse(decoder.decode(await fs.readFile(join(source, "meta.json"))));
+  for (let i = 0; i < copies; i++) {
+    const id = globalThis.crypto.randomUUID();
+    const copy = join(collection, id);
+    await fs.mkdir(copy, { mode: 0o700 });
+    await fs.writeFile(join(copy, "messages.jsonl"), log, { mode: 0o600 });
+    await fs.writeFile(join(copy, "index.json"), indexBytes, { mode: 0o600 });
+    const copyMeta = { ...meta, header: { ...meta.header, id } };
+    await fs.writeFile(join(copy, "meta.json"), encoder.encode(`${JSON.stringify(copyMeta)}\n`), {
+      mode: 0o600,
+    });
+  }
+}
+
+/** `bytes` in MB (one decimal) from 1 MB on, in KB below. */
+function sizeText(bytes: number): string {
+  return bytes >= 1048576 ? `${(bytes / 1048576).toFixed(1)} MB` : `${Math.round(bytes / 1024)} KB`;
+}
 
 /** Creates `sessions` sessions of `messages` messages each in a fresh collection `name`. */
 async function buildCollection(
@@ -137,6 +178,56 @@ const collectionCase: GlobalCase = {
       } files`,
     });
     await ctx.drop("collections", "list");
+  },
+};
+
+/**
+ * The fast list's target case: `listSessions` sessions of `listLargeSessionMessages` messages
+ * (about 1 MB each in a full run), listed by a fresh store each time against reading their
+ * meta.json files raw, once with fallback titles (recorded by each index.json) and once with
+ * stored titles. Copies of one saved session make up the collection.
+ */
+const largeListCase: GlobalCase = {
+  name: "list-large",
+  async run(ctx) {
+    const { listSessions: sessions, listLargeSessionMessages: messages } = ctx.config;
+    const fs = ctx.env.fs;
+    for (const titled of [false, true]) {
+      const name = titled ? "list-large-titled" : "list-large";
+      const collection = await ctx.dir("collections", name);
+      const session = await ctx.store("ordered", collection).create(ctx.cwd);
+      await session.commit(syntheticHistory(messages, 1));
+      if (titled) {
+        await session.setTitle({ text: "A stored title", source: "user", messageIndices: [] });
+      }
+      await session.close();
+      const source = join(collection, session.id);
+      const logBytes = (await fs.stat(join(source, "messages.jsonl"))).size;
+      ctx.log(
+        `  building ${count(sessions)} sessions of ${count(messages)} messages (${
+          titled ? "stored titles" : "fallback titles"
+        })`,
+      );
+      await addCopies(fs, source, collection, sessions - 1);
+      const stats = await measurePair(
+        { run: () => listed(ctx.store("full"), collection, true, sessions) },
+        { run: () => ctx.env.floors.listCollection(collection, false) },
+        ctx.planFor(sessions * 0.2),
+      );
+      ctx.row({
+        op: LIST_OP.fastLarge,
+        size: sessions,
+        sizeLabel: `${count(sessions)} sessions of ${sizeText(logBytes)}, ${
+          titled ? "stored titles" : "fallback titles"
+        }`,
+        ...stats,
+        maxRatio: LARGE_LIST_MAX_RATIO,
+        note: `${count(messages)} messages each; a fresh store each time; ${
+          titled ? "the title is in meta.json" : "each index.json records the fallback title"
+        }; floor: readdir + read and parse each meta.json`,
+      });
+      await ctx.drop("collections", name);
+    }
   },
 };
 
@@ -265,4 +356,4 @@ const peerListCase: GlobalCase = {
 };
 
 /** The listing cases run once per suite. */
-export const listCases: readonly GlobalCase[] = [collectionCase, peerListCase];
+export const listCases: readonly GlobalCase[] = [collectionCase, largeListCase, peerListCase];

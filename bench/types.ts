@@ -20,6 +20,11 @@ export interface SuiteConfig {
   readonly listSessions: number;
   /** Messages per session of the listing collection. */
   readonly listSessionMessages: number;
+  /**
+   * Messages per session of the large-session listing (as many sessions as `listSessions`):
+   * about 1 MB of messages.jsonl in a full run, the size the fast list's target is set at.
+   */
+  readonly listLargeSessionMessages: number;
   /** Sessions in the peer listing comparison. */
   readonly peerListSessions: number;
   /** Approximate bytes per session of the peer listing comparison. */

@@ -91,6 +91,7 @@ test("the benchmark suite runs every case over the memory adapter and reports nu
       "append one message (ordered)",
       "commit a replacement generation (full)",
       "fast list",
+      "fast list of large sessions",
       "full list",
       "migrate a legacy v2 file (full)",
     ]
@@ -99,6 +100,10 @@ test("the benchmark suite runs every case over the memory adapter and reports nu
     assert.ok(row.ours.n > 0 && Number.isFinite(row.ours.median), `${row.op}: no timing`);
     assert.ok(row.floor === undefined || row.floor.n > 0, `${row.op}: no floor timing`);
   }
+  // The fast list's target case: both title kinds, judged against its ×3 target.
+  const large = report.rows.filter((row) => row.op === "fast list of large sessions");
+  assert.deepEqual(large.map((row) => /stored titles/.test(row.sizeLabel)), [false, true]);
+  assert.ok(large.every((row) => row.maxRatio === 3));
   for (const spec of report.growth) {
     const sizes = report.rows.filter((row) => row.op === spec.op).map((row) => row.size);
     assert.ok(sizes.length >= 2, `growth of ${spec.op} has ${sizes.length} sizes`);
