@@ -203,6 +203,25 @@ class DenoFileSystem implements FileSystem {
   /** See `FileSystem.openAppendNoFollow`: as `openNoFollow`, for appending. */
   readonly openAppendNoFollow?: (path: string) => Promise<OpenedFile>;
 
+  /** The probe `processes` made on first use: null when Deno may not read the host name. */
+  #processes: ProcessProbe | null | undefined;
+
+  /**
+   * See `FileSystem.processes`: `denoProcessProbe()`, made on first use. Undefined when Deno may
+   * not read the host name (`--allow-sys=hostname`): a store then locks within this process
+   * only, and respects the lock files of others as live.
+   */
+  get processes(): ProcessProbe | undefined {
+    if (this.#processes === undefined) {
+      try {
+        this.#processes = denoProcessProbe();
+      } catch {
+        this.#processes = null;
+      }
+    }
+    return this.#processes ?? undefined;
+  }
+
   constructor() {
     const noFollow = readFileNoFollowNative(mapError);
     if (noFollow !== undefined) this.readFileNoFollow = noFollow;
@@ -426,8 +445,8 @@ const shared: FileSystem = new DenoFileSystem();
 export const denoSha256: Sha256Factory = nodeSha256;
 
 /**
- * The process probe of the Deno adapter, for cross-process session locks
- * (`new SessionStore({ fs: denoFs(), process: denoProcessProbe() })`): `Deno.pid`,
+ * The process probe of the Deno adapter, for cross-process session locks (`denoFs()` offers it as
+ * `processes`, so a store of `denoFs()` uses it by default): `Deno.pid`,
  * `Deno.hostname()` (needs `--allow-sys=hostname`), and liveness by signal 0 through
  * `node:process` (Deno's own `Deno.kill` has no signal 0): EPERM means alive but not ours, ESRCH
  * means gone.

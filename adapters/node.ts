@@ -76,6 +76,14 @@ function openFlags(options: OpenOptions): number {
 }
 
 class NodeFileSystem implements FileSystem {
+  /** The probe `processes` made on first use. */
+  #processes: ProcessProbe | undefined;
+
+  /** See `FileSystem.processes`: `nodeProcessProbe()`, made on first use. */
+  get processes(): ProcessProbe {
+    return this.#processes ??= nodeProcessProbe();
+  }
+
   /** See `FileSystem.readFileNoFollow`; offered where the platform has `O_NOFOLLOW`. */
   readonly readFileNoFollow?: (path: string) => Promise<Uint8Array>;
   /** See `FileSystem.openNoFollow`; offered where the platform has `O_NOFOLLOW`. */
@@ -307,8 +315,8 @@ class NodeSha256 implements Sha256 {
 export const nodeSha256: Sha256Factory = (): Sha256 => new NodeSha256(createHash("sha256"));
 
 /**
- * The process probe of the Node adapter, for cross-process session locks
- * (`new SessionStore({ fs: nodeFs(), process: nodeProcessProbe() })`): `process.pid`,
+ * The process probe of the Node adapter, for cross-process session locks (`nodeFs()` offers it as
+ * `processes`, so a store of `nodeFs()` uses it by default): `process.pid`,
  * `os.hostname()`, and liveness by `process.kill(pid, 0)` (EPERM means alive but not ours,
  * ESRCH means gone). Also works on Deno and Bun through their Node compatibility.
  *

@@ -23,6 +23,16 @@ test("denoProcessProbe reports this process alive and an exited one dead", async
   assert.equal(probe.isAlive(exited), false);
 });
 
+test("denoFs() offers its probe as processes, so its stores lock across processes by default", () => {
+  const probe = denoFs().processes;
+  assert.equal(probe?.pid, Deno.pid);
+  assert.equal(probe?.host, Deno.hostname());
+  assert.equal(probe?.isAlive(Deno.pid), true);
+  assert.equal(denoFs().processes, probe);
+  const store = new SessionStore({ fs: denoFs(), agentDir: "/nonexistent/agent" });
+  assert.equal(store.context.probe, probe);
+});
+
 test("two stores of one process, each given denoFs(), refuse a second writer to each other", async () => {
   assert.equal(denoFs(), denoFs());
   const base = await Deno.makeTempDir({ prefix: "loop-two-stores-" });

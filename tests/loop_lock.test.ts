@@ -357,6 +357,80 @@ test("two stores of one process, each given nodeFs(), refuse a second writer to 
   }
 });
 
+test("a store of nodeFs() locks across processes by default, with the adapter's own probe", async () => {
+  const probeOfFs = nodeFs().processes;
+  assert.equal(probeOfFs?.pid, process.pid);
+  assert.equal(probeOfFs?.host, hostname());
+  assert.equal(nodeFs().processes, probeOfFs);
+  const base = await mkdtemp(join(tmpdir(), "loop-default-probe-"));
+  try {
+    const cwd = join(base, "work");
+    await nodeFs().mkdir(cwd, { recursive: true });
+    const agentDir = join(base, "agent");
+    // No `process` option: the lock file is this process's.
+    const writer = await new SessionStore({ fs: nodeFs(), agentDir }).create(cwd);
+    await writer.commit(conversation(1));
+    const dir = writer.getSessionPath();
+    const record = await lockRecord(nodeFs(), dir);
+    assert.equal(record.pid, process.pid);
+    assert.equal(record.host, hostname());
+    // Another process on this host (a probe of its own, over a view the in-process registrations
+    // do not reach) is refused while this one runs.
+    const other = new SessionStore({
+      fs: view(nodeFs()),
+      agentDir,
+      process: probe(process.pid + 1_000_000, new Set([process.pid]), hostname()),
+    });
+    await assert.rejects(other.open(dir), SessionLockedError);
+    await writer.close();
+    await assert.rejects(nodeFs().lstat(join(dir, WRITER_LOCK_FILE)));
+    await (await other.open(dir)).close();
+  } finally {
+    await rm(base, { recursive: true, force: true });
+  }
+});
+
+test("a store without a probe respects another process's lock files as live", async () => {
+  const { fs, session } = await setup();
+  const dir = session.getSessionPath();
+  // A lock whose holder a probe would find dead: without one nothing tells, so it holds.
+  const dead = { pid: 999, host: HOST, startedAt: "2020-01-01T00:00:00.000Z", token: "t" };
+  await writeLock(fs, dir, dead);
+  const plain = new SessionStore({ fs: view(fs), agentDir: AGENT, collectionLockWaitMs: 30 });
+  const refused = await plain.open(dir).then(
+    () => assert.fail("opened for writing under a lock"),
+    (error: unknown) => error,
+  );
+  assert.ok(refused instanceof SessionLockedError);
+  assert.equal(refused.pid, 999);
+  assert.match(refused.message, /no process probe/);
+  await (await plain.open(dir, { readOnly: true })).close();
+  // Structural changes are refused too, and cleanup leaves the lock where it is.
+  await assert.rejects(plain.compact(dir), SessionLockedError);
+  await assert.rejects(
+    plain.archive.delete(CWD, [session.id], { archivedOnly: false }),
+    SessionLockedError,
+  );
+  await plain.cleanup(CWD);
+  assert.deepEqual(await lockRecord(fs, dir), dead);
+  // A store with a probe takes the dead holder's lock over.
+  const writer = await storeAs(fs, 200, new Set([200])).open(dir);
+  assert.equal((await lockRecord(fs, dir)).pid, 200);
+  await writer.close();
+  // A collection lock another process holds is waited for, then refused.
+  await writeLock(fs, COLLECTION, dead);
+  await fs.rename(`${COLLECTION}/${WRITER_LOCK_FILE}`, `${COLLECTION}/${COLLECTION_LOCK_FILE}`);
+  await assert.rejects(plain.cleanup(CWD), SessionLockedError);
+  await fs.remove(`${COLLECTION}/${COLLECTION_LOCK_FILE}`);
+  const opened = await plain.open(dir);
+  assert.deepEqual(await fs.readDir(dir).then((e) => e.map((x) => x.name).sort()), [
+    "index.json",
+    "messages.jsonl",
+    "meta.json",
+  ]);
+  await opened.close();
+});
+
 test("cleanup() never removes a writer lock that another process took over after it looked", async () => {
   const { fs, alive, session } = await setup();
   const dir = session.getSessionPath();

@@ -4,9 +4,11 @@
  * membership, delete, compaction, cleanup).
  *
  * Inside one process both are plain in-memory registrations, keyed by filesystem and path. Across
- * processes they are files, but only when the store has a `ProcessProbe` (a runtime capability the
- * adapters provide: `nodeProcessProbe()`, `denoProcessProbe()`); without one, a store assumes it
- * is the only process writing its agent directory.
+ * processes they are files, made and taken over only by a store with a `ProcessProbe` (a runtime
+ * capability the adapters provide: `nodeProcessProbe()`, `denoProcessProbe()`, and by default
+ * through `FileSystem.processes` of `nodeFs()` and `denoFs()`). A store without one makes no lock
+ * files and cannot tell whether a lock file's holder still runs: it treats every lock file it
+ * finds as live (it neither writes under it nor removes it).
  *
  * ## The lock file
  *
@@ -35,6 +37,9 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
+import type { ProcessProbe } from "../port/probe.ts";
+
+export type { ProcessProbe };
 import { AlreadyExists, NotFound } from "../port/errors.ts";
 import { PRIVATE_FILE_MODE } from "../port/durable.ts";
 import { join } from "../port/path.ts";
@@ -57,28 +62,6 @@ const UNPARSABLE_GRACE_MS = 1000;
 const COLLECTION_POLL_MS = 20;
 /** Default wait for a collection lock held by another process, in ms. */
 export const DEFAULT_COLLECTION_LOCK_WAIT_MS = 10_000;
-
-/**
- * What a store needs to know about processes to coordinate with other processes: its own pid and
- * host name, and whether a pid on this host is alive. Adapters provide one (`nodeProcessProbe()`,
- * `denoProcessProbe()`); tests can fake several processes on one filesystem.
- */
-export interface ProcessProbe {
-  /** This process's id. */
-  readonly pid: number;
-  /** This host's name (locks of other hosts are never probed, only respected). */
-  readonly host: string;
-  /** True when a process with `pid` exists on this host (a process we may not signal is alive). */
-  isAlive(pid: number): boolean;
-  /**
-   * Optional: an identity of the running process instance with `pid` that no other process with
-   * that pid shares and every thread of it does (on Linux its start time since boot, from
-   * `/proc/<pid>/stat`), or undefined where the adapter cannot tell. With it, a lock that names
-   * this process's pid is recognized as held by another thread (a worker) or another copy of the
-   * library in this very process, and a lock whose pid was reused by another process as stale.
-   */
-  processStart?(pid: number): string | undefined;
-}
 
 /** The store context shared by the store's companion modules: session context plus a probe. */
 export interface StoreContext extends SessionContext {
@@ -203,6 +186,21 @@ function isLive(record: LockRecord, probe: ProcessProbe): boolean {
   return theirs === undefined || theirs === record.processStart;
 }
 
+/**
+ * For a store without a probe: the lock file at `lockPath` another process made (live: nothing
+ * tells whether its holder still runs), or free when there is none. Looked for with `lstat`, so a
+ * failure to look is reported, never taken for a missing file.
+ */
+async function foreignLock(context: StoreContext, lockPath: string): Promise<LockFileState> {
+  try {
+    await context.fs.lstat(lockPath);
+  } catch (error) {
+    if (error instanceof NotFound) return { kind: "free" };
+    throw error;
+  }
+  return await inspectLockFile(context, lockPath);
+}
+
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
@@ -227,7 +225,8 @@ async function inspectLockFile(
   const bytes = await readLockBytes(context.fs, lockPath);
   if (bytes === undefined) return { kind: "free" };
   const probe = context.probe;
-  if (probe === undefined) return { kind: "stale", record: parseLockRecord(bytes) };
+  // Without a probe nothing tells whether the holder still runs: the lock is respected.
+  if (probe === undefined) return { kind: "live", record: parseLockRecord(bytes) };
   let record = parseLockRecord(bytes);
   if (record === undefined) {
     await sleep(UNPARSABLE_GRACE_MS);
@@ -431,15 +430,39 @@ function newRecord(context: StoreContext, probe: ProcessProbe): LockRecord {
   };
 }
 
-function lockedError(lockPath: string, holder: LockRecord | undefined): SessionLockedError {
+function lockedError(
+  context: StoreContext,
+  lockPath: string,
+  holder: LockRecord | undefined,
+): SessionLockedError {
   const who = holder === undefined
     ? "another process"
     : `process ${holder.pid} on host ${JSON.stringify(holder.host)} (since ${holder.startedAt})`;
   return new SessionLockedError(
-    `Session is being written by ${who}; close it there first, or open it read-only`,
+    `Session is being written by ${who}; close it there first, or open it read-only${
+      context.probe === undefined ? PROBELESS_HINT : ""
+    }`,
     { file: lockPath, pid: holder?.pid, host: holder?.host },
   );
 }
+
+function collectionLockedError(
+  context: StoreContext,
+  lockPath: string,
+  holder: LockRecord | undefined,
+): SessionLockedError {
+  return new SessionLockedError(
+    `Session collection is locked by ${
+      holder === undefined ? "another process" : `process ${holder.pid}`
+    }; try again when its operation finished${context.probe === undefined ? PROBELESS_HINT : ""}`,
+    { file: lockPath, pid: holder?.pid, host: holder?.host },
+  );
+}
+
+/** What a refusal adds when the store has no probe to tell a dead holder from a live one. */
+const PROBELESS_HINT =
+  " (this store has no process probe to tell whether that process still runs: " +
+  "give it one, such as nodeProcessProbe(), to take over a lock its holder left behind)";
 
 /**
  * Takes the writer lock of the session directory `dir`: fails at once with `SessionBusyError`
@@ -505,9 +528,19 @@ async function takeWriterLock(
   }
   const probe = context.probe;
   if (probe === undefined) {
+    // Registered first (a concurrent call in this process fails fast), then a lock file another
+    // process made is respected: this store makes none of its own.
     const token = globalThis.crypto.randomUUID();
     map.set(lockPath, token);
     if (holder !== undefined) holders.set(token, holder);
+    try {
+      const state = await foreignLock(context, lockPath);
+      if (state.kind !== "free") throw lockedError(context, lockPath, state.record);
+    } catch (error) {
+      holders.delete(token);
+      if (map.get(lockPath) === token) map.delete(lockPath);
+      throw error;
+    }
     return new HeldLock(context.fs, lockPath, token, false);
   }
   const own = newRecord(context, probe);
@@ -518,7 +551,7 @@ async function takeWriterLock(
   if (holder !== undefined) holders.set(own.token, holder);
   try {
     const result = await tryFileLock(context, lockPath, own);
-    if (!result.taken) throw lockedError(lockPath, result.holder);
+    if (!result.taken) throw lockedError(context, lockPath, result.holder);
   } catch (error) {
     heldTokens.delete(own.token);
     holders.delete(own.token);
@@ -572,26 +605,26 @@ export async function withCollectionLock<T>(
 async function takeCollectionLock(context: StoreContext, lockPath: string): Promise<HeldLock> {
   const map = registry(context.fs);
   const probe = context.probe;
+  const deadline = context.now() + context.collectionLockWaitMs;
   if (probe === undefined) {
+    // No lock file of its own; one another process made is waited for, as a live lock is.
+    for (;;) {
+      const state = await foreignLock(context, lockPath);
+      if (state.kind === "free") break;
+      if (context.now() >= deadline) throw collectionLockedError(context, lockPath, state.record);
+      await sleep(COLLECTION_POLL_MS);
+    }
     const token = globalThis.crypto.randomUUID();
     map.set(lockPath, token);
     return new HeldLock(context.fs, lockPath, token, false);
   }
   const own = newRecord(context, probe);
   heldTokens.add(own.token);
-  const deadline = context.now() + context.collectionLockWaitMs;
   try {
     for (;;) {
       const result = await tryFileLock(context, lockPath, own);
       if (result.taken) break;
-      if (context.now() >= deadline) {
-        throw new SessionLockedError(
-          `Session collection is locked by ${
-            result.holder === undefined ? "another process" : `process ${result.holder.pid}`
-          }; try again when its operation finished`,
-          { file: lockPath, pid: result.holder?.pid, host: result.holder?.host },
-        );
-      }
+      if (context.now() >= deadline) throw collectionLockedError(context, lockPath, result.holder);
       await sleep(COLLECTION_POLL_MS);
     }
   } catch (error) {
@@ -600,22 +633,6 @@ async function takeCollectionLock(context: StoreContext, lockPath: string): Prom
   }
   map.set(lockPath, own.token);
   return new HeldLock(context.fs, lockPath, own.token, true);
-}
-
-/**
- * Refuses with `SessionBusyError` / `SessionLockedError` when the session directory `dir` is
- * held by a writer (in this process, or a live process). A stale lock is not an obstacle.
- */
-export async function assertNotLocked(context: StoreContext, dir: string): Promise<void> {
-  const lockPath = join(dir, WRITER_LOCK_FILE);
-  const state = await inspectLock(context, lockPath);
-  if (state.kind === "held-here") {
-    throw new SessionBusyError(
-      "Session is open for writing in this process; close() its SessionManager first",
-      { file: lockPath },
-    );
-  }
-  if (state.kind === "live") throw lockedError(lockPath, state.record);
 }
 
 /** True when `name` is a lock file or a takeover marker (never session data). */
@@ -669,27 +686,19 @@ export async function removeStaleLocks(
       if (error instanceof SessionFormatError) continue;
       throw error;
     }
-    if (state.kind !== "stale") continue;
+    // Only a store with a probe finds a lock stale (without one every lock file is live).
     const probe = context.probe;
-    if (probe !== undefined) {
-      // Under the takeover protocol, and only while it still holds the stale token: a writer
-      // may have taken the stale lock over since it was inspected, or a racer replaced a dead
-      // marker with its own. The marker's token is held meanwhile, so a takeover in this
-      // process too sees the marker as live.
-      const own = newRecord(context, probe);
-      heldTokens.add(own.token);
-      try {
-        await removeStaleLock(context, path, state.record?.token, own, removed);
-      } finally {
-        heldTokens.delete(own.token);
-      }
-      continue;
-    }
+    if (state.kind !== "stale" || probe === undefined) continue;
+    // Under the takeover protocol, and only while it still holds the stale token: a writer may
+    // have taken the stale lock over since it was inspected, or a racer replaced a dead marker
+    // with its own. The marker's token is held meanwhile, so a takeover in this process too sees
+    // the marker as live.
+    const own = newRecord(context, probe);
+    heldTokens.add(own.token);
     try {
-      await context.fs.remove(path);
-      removed.push(path);
-    } catch (error) {
-      if (!(error instanceof NotFound)) throw error;
+      await removeStaleLock(context, path, state.record?.token, own, removed);
+    } finally {
+      heldTokens.delete(own.token);
     }
   }
   return removed;

@@ -202,13 +202,6 @@ async function cleanupSession(
     const locks = await removeStaleLocks(context, dir, others);
     removed.push(...locks);
     changed ||= locks.length > 0;
-    if (before.kind === "stale" && context.probe === undefined) {
-      // Without a probe the lock is only registered in this process: the stale file stays
-      // until removed here.
-      await fs.remove(lockPath).catch((error) => {
-        if (!(error instanceof NotFound)) throw error;
-      });
-    }
   } finally {
     // Released whatever happened (`release` tries a failed removal once more); a lock file that
     // still cannot be removed is stale once this process is gone, and the other sessions are

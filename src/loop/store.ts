@@ -11,11 +11,13 @@
  * A collection is one such directory: the workspace collection of a cwd, or an explicit
  * `sessionDir` (for example a global collection of independent chats that keep their own cwd).
  *
- * **Locks.** With a `process` probe (`nodeProcessProbe()` / `denoProcessProbe()`), a writable
- * session holds `<session>/writer.lock` so a second process gets `SessionLockedError`, and
- * structural changes of a collection (migration, archive membership, delete, compaction,
- * cleanup) hold `<collection>/.collection.lock`. Without a probe both are enforced inside this
- * process only, and the store assumes no other process writes its agent directory.
+ * **Locks.** With a process probe (the `process` option, or by default the filesystem's own, which
+ * `nodeFs()` and `denoFs()` offer), a writable session holds `<session>/writer.lock` so a second
+ * process gets `SessionLockedError`, and structural changes of a collection (migration, archive
+ * membership, delete, compaction, cleanup) hold `<collection>/.collection.lock`; a lock left by a
+ * dead process on this host is taken over. Without a probe (`MemoryFs`, an adapter without
+ * `processes`) both are enforced inside this process only, and a lock file another process made
+ * is treated as live: a writer or a structural change is refused with `SessionLockedError`.
  *
  * @example List sessions for a picker, fast, without being blocked by a damaged one
  * ```ts
@@ -111,8 +113,10 @@ export interface SessionStoreOptions {
   readonly durability?: Durability;
   /**
    * The process probe that enables cross-process locks (`nodeProcessProbe()` from
-   * `@loop/sessions/node`, `denoProcessProbe()` from `@loop/sessions/deno`). Without it, writer
-   * and collection locks hold inside this process only.
+   * `@loop/sessions/node`, `denoProcessProbe()` from `@loop/sessions/deno`); default the
+   * filesystem's own (`FileSystem.processes`, which `nodeFs()` and `denoFs()` offer). Without
+   * either, writer and collection locks hold inside this process only, and a lock file another
+   * process made is respected as live (never written under, never removed).
    */
   readonly process?: ProcessProbe;
   /** How long a structural operation waits for another process's collection lock; default 10 s. */
@@ -186,7 +190,7 @@ export class SessionStore {
       sha256: options.sha256 ?? portableSha256,
       now: options.now ?? Date.now,
       durability: options.durability ?? "full",
-      probe: options.process,
+      probe: options.process ?? options.fs.processes,
       collectionLockWaitMs: options.collectionLockWaitMs ?? DEFAULT_COLLECTION_LOCK_WAIT_MS,
     };
     const host: ArchiveHost = {

@@ -12,6 +12,8 @@
  * @module
  */
 
+import type { ProcessProbe } from "./probe.ts";
+
 /** The kind of a directory entry or an inspected path. */
 export type EntryKind = "file" | "directory" | "symlink" | "other";
 
@@ -109,6 +111,13 @@ export interface FileHandle {
  * `PermissionDenied`, `FsIoError`).
  */
 export interface FileSystem {
+  /**
+   * Optional: the processes that may share this filesystem (this process's pid and host, and
+   * whether a pid on this host is alive). A store whose options give no `process` probe uses
+   * this one, so writer and collection locks hold across processes by default. `nodeFs()` and
+   * `denoFs()` offer it; `MemoryFs` does not (one process).
+   */
+  readonly processes?: ProcessProbe | undefined;
   /** Opens a file; see `OpenOptions`. Opening a directory fails with `IsADirectory`. */
   open(path: string, options?: OpenOptions): Promise<FileHandle>;
   /** Reads a whole file. */

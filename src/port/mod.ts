@@ -16,6 +16,7 @@ export type {
   RemoveOptions,
   WriteFileOptions,
 } from "./fs.ts";
+export type { ProcessProbe } from "./probe.ts";
 export {
   AlreadyExists,
   FsError,

@@ -1,0 +1,29 @@
+/**
+ * The processes that may share a filesystem: what writer and collection locks need to know to hold
+ * across processes. Runtime-free: adapters implement it.
+ *
+ * @module
+ */
+
+/**
+ * What a store needs to know about processes to coordinate with other processes: its own pid and
+ * host name, and whether a pid on this host is alive. Adapters provide one (`nodeProcessProbe()`,
+ * `denoProcessProbe()`, also offered as `FileSystem.processes` by `nodeFs()` and `denoFs()`); tests
+ * can fake several processes on one filesystem.
+ */
+export interface ProcessProbe {
+  /** This process's id. */
+  readonly pid: number;
+  /** This host's name (locks of other hosts are never probed, only respected). */
+  readonly host: string;
+  /** True when a process with `pid` exists on this host (a process we may not signal is alive). */
+  isAlive(pid: number): boolean;
+  /**
+   * Optional: an identity of the running process instance with `pid` that no other process with
+   * that pid shares and every thread of it does (on Linux its start time since boot, from
+   * `/proc/<pid>/stat`), or undefined where the adapter cannot tell. With it, a lock that names
+   * this process's pid is recognized as held by another thread (a worker) or another copy of the
+   * library in this very process, and a lock whose pid was reused by another process as stale.
+   */
+  processStart?(pid: number): string | undefined;
+}
