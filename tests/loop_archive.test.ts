@@ -168,6 +168,28 @@ test("delete() removes the directory, the legacy backup and trace companions tog
   assert.deepEqual(fs.snapshotTree(keep.getSessionPath()), keepTree);
 });
 
+test("delete() leaves entries named like the session's that are not of its kinds", async () => {
+  const { fs, store } = await setup();
+  const target = await saved(store, [user("target")]);
+  const id = target.id;
+  // A directory named like a legacy backup, one named like a companion, a link named like one.
+  await fs.mkdir(`${COLLECTION}/${id}.jsonl`);
+  await fs.writeFile(`${COLLECTION}/${id}.jsonl/precious`, encoder.encode("keep me"));
+  await fs.mkdir(`${COLLECTION}/${id}.notes`);
+  await fs.writeFile(`/outside.txt`, encoder.encode("outside"));
+  await fs.symlink("/outside.txt", `${COLLECTION}/${id}.link`);
+  await fs.writeFile(`${COLLECTION}/${id}.trace.jsonl`, encoder.encode("{}\n"));
+  const foreign = fs.snapshotTree(`${COLLECTION}/${id}.jsonl`);
+  await store.archive.delete(CWD, [id], { archivedOnly: false });
+  const names = (await fs.readDir(COLLECTION)).map((e) => e.name).sort();
+  // The session and its companion file are gone; the rest was never the session's.
+  assert.deepEqual(names, [`${id}.jsonl`, `${id}.link`, `${id}.notes`].sort());
+  assert.deepEqual(fs.snapshotTree(`${COLLECTION}/${id}.jsonl`), foreign);
+  assert.equal(decoder.decode(await fs.readFile("/outside.txt")), "outside");
+  assert.equal((await fs.lstat(`${COLLECTION}/${id}.link`)).kind, "symlink");
+  assert.deepEqual(await store.list(CWD), []);
+});
+
 test("delete() deletes only archived sessions unless archivedOnly is false", async () => {
   const { fs, store } = await setup();
   const a = await saved(store, [user("a")]);

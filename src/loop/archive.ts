@@ -12,8 +12,8 @@
  * ## Delete
  *
  * `delete(cwd, ids, { archivedOnly = true })` removes whole sessions: the session directory, any
- * legacy backup `<id>.jsonl`, any companion trace files (collection entries named
- * `<id>.<anything>`) and the staging directory of an interrupted compaction that recovery kept
+ * legacy backup `<id>.jsonl`, any companion trace files (regular files named `<id>.<anything>`;
+ * a directory or a link named so is not the session's and stays) and the staging directory of an interrupted compaction that recovery kept
  * with a previous copy of the session (see `recoverStaging`). Under the collection lock:
  *
  * 1. every id must be listed in the collection (for the cwd, when given) and, by default,
@@ -41,7 +41,7 @@
  *
  * @module
  */
-import type { FileSystem } from "../port/fs.ts";
+import type { DirEntry, FileSystem } from "../port/fs.ts";
 import { FsError, NotFound } from "../port/errors.ts";
 import {
   atomicReplace,
@@ -304,15 +304,25 @@ interface DeleteIntent {
  * The collection entries of session `id`, in move order: the staging directories of its
  * interrupted compactions (kept by recovery with a previous copy of the session), companions,
  * legacy backup, directory. A previous copy goes first: staged ahead of the directory, it never
- * outlives it in the collection, where it would be listed (and restored) in its place.
+ * outlives it in the collection, where it would be listed (and restored) in its place. Only
+ * entries of the session's kinds are its own: a companion or a legacy backup is a regular file,
+ * the session and a compaction's staging a directory. Anything else named like them (a directory
+ * named `<id>.jsonl`, a link) is not the session's, and stays where it is.
  */
-function entriesOf(names: readonly string[], id: string): string[] {
-  const companions = names.filter((name) =>
-    name.startsWith(id + ".") && name !== id + LEGACY_EXTENSION
-  );
-  const out = [...names.filter((name) => stagingSessionId(name) === id), ...companions];
-  if (names.includes(id + LEGACY_EXTENSION)) out.push(id + LEGACY_EXTENSION);
-  if (names.includes(id)) out.push(id);
+function entriesOf(listing: readonly DirEntry[], id: string): string[] {
+  const out: string[] = [];
+  for (const entry of listing) {
+    if (entry.kind === "directory" && stagingSessionId(entry.name) === id) out.push(entry.name);
+  }
+  for (const entry of listing) {
+    const name = entry.name;
+    if (entry.kind === "file" && name.startsWith(id + ".") && name !== id + LEGACY_EXTENSION) {
+      out.push(name);
+    }
+  }
+  const legacy = id + LEGACY_EXTENSION;
+  if (listing.some((entry) => entry.kind === "file" && entry.name === legacy)) out.push(legacy);
+  if (listing.some((entry) => entry.kind === "directory" && entry.name === id)) out.push(id);
   return out;
 }
 
@@ -339,7 +349,6 @@ async function deleteStaged(
   const fs = context.fs;
   const full = context.durability === "full";
   const listing = await fs.readDir(collection);
-  const names = listing.map((entry) => entry.name);
   const directories = new Set(
     listing.filter((entry) => entry.kind === "directory").map((entry) => entry.name),
   );
@@ -357,7 +366,7 @@ async function deleteStaged(
   const intent: DeleteIntent = {
     operation: "delete",
     ids,
-    entries: ids.flatMap((id) => entriesOf(names, id)),
+    entries: ids.flatMap((id) => entriesOf(listing, id)),
     archived: ids.filter((id) => members.includes(id)),
     membersBefore: members,
   };
