@@ -218,44 +218,55 @@ test("an unsupported legacy version is rejected on open and nothing is written",
 });
 
 for (
-  const [name, text, error] of [
+  const [name, text, error, path] of [
     [
       "a blank line inside the file",
       legacyText(header(), [user("a")]) + "\n" + JSON.stringify(assistant("b")) + "\n",
       SessionFormatError,
+      "messages[1]",
     ],
-    ["an empty file", "", SessionFormatError],
+    ["an empty file", "", SessionFormatError, "header"],
     [
       "invalid JSON in a message",
       legacyText(header(), [user("a")]) + "{oops\n",
       SessionFormatError,
+      "messages[1]",
     ],
     [
       "an unmatched tool result",
       legacyText(header(), [user("a"), toolResult("nope", "read")]),
       SessionFormatError,
+      "messages[1].toolCallId",
     ],
     [
       "invalid metadata",
       legacyText(header({ pinnedAt: "2026-01-01" }), [user("a")]),
       SessionFormatError,
+      "header.pinnedAt",
     ],
     [
       "a header id that differs from the file name",
       legacyText(header({ id: "1b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f" }), [user("a")]),
       SessionFormatError,
+      "header.id",
     ],
     [
       "a cwd that no longer exists",
       legacyText(header({ cwd: "/gone" }), [user("a")]),
       SessionCwdError,
+      undefined,
     ],
   ] as const
 ) {
   test(`migration rejects ${name} and leaves no directory or staging behind`, async () => {
     const { fs, store } = await setup(text);
     const before = snapshot(fs);
-    await assert.rejects(store.open(LEGACY), error);
+    const thrown = await store.open(LEGACY).then(() => undefined, (e: unknown) => e);
+    assert.ok(thrown instanceof error, `${name}: ${thrown}`);
+    // Case 15: the error names the file, and the field (or, for the cwd, the directory).
+    assert.equal(thrown.file, LEGACY);
+    if (thrown instanceof SessionFormatError) assert.equal(thrown.path, path);
+    else assert.equal((thrown as SessionCwdError).cwd, "/gone");
     assert.deepEqual(snapshot(fs), before);
   });
 }
