@@ -574,6 +574,49 @@ test("a crash at every step of restore keeps the old or the new membership and t
   });
 });
 
+for (const error of ["EIO", "ENOSPC"] as const) {
+  for (const persistent of [false, true]) {
+    test(
+      `case 6: ${error} (${
+        persistent ? "persistent" : "transient"
+      }) at every step of restore fails cleanly or succeeds, never touching the files`,
+      async () => {
+        const { fs: baseline, store } = await setup();
+        const a = await saved(store, conversation(1));
+        await store.archive.set(CWD, [a.id], true);
+        const files = baseline.snapshotTree(a.getSessionPath());
+        await failAtEveryOperation({
+          baseline,
+          error,
+          persistent,
+          run: (fs) => storeOn(fs).archive.set(CWD, [a.id], false),
+          check: async (fs, { resolved, n }) => {
+            const label = `${error} at op ${n}`;
+            if (resolved) {
+              assert.equal(
+                fs.operationCount >= n,
+                false,
+                `${label}: a fault fired but it resolved`,
+              );
+            }
+            // The old membership or the new one (a failed directory sync after the rename leaves
+            // the new one visible), never a damaged archive.json; the files as they were.
+            const archived = await storeOn(fs).archive.isArchived(CWD, a.id);
+            if (resolved) assert.equal(archived, false, label);
+            assert.deepEqual(fs.snapshotTree(a.getSessionPath()), files, label);
+            // What a fault left (a temp file) is cleanup's; the restore then goes through.
+            await storeOn(fs).cleanup(CWD);
+            await storeOn(fs).archive.set(CWD, [a.id], false);
+            assert.equal(await storeOn(fs).archive.isArchived(CWD, a.id), false, label);
+            const names = (await fs.readDir(COLLECTION)).map((entry) => entry.name).sort();
+            assert.deepEqual(names, ["archive.json", a.id].sort(), label);
+          },
+        });
+      },
+    );
+  }
+}
+
 test("a rollback interrupted after its moves but before membership: every reader still says archived", async () => {
   const { fs, store } = await setup();
   const kept = await saved(store, conversation(1));
