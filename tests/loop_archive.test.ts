@@ -168,6 +168,43 @@ test("delete() removes the directory, the legacy backup and trace companions tog
   assert.deepEqual(fs.snapshotTree(keep.getSessionPath()), keepTree);
 });
 
+test("archive and delete of a legacy session never migrate it; archiving leaves its file as it was", async () => {
+  const { fs, store } = await setup();
+  const legacyId = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  const head = {
+    format: "loop-session",
+    version: 2,
+    id: legacyId,
+    cwd: CWD,
+    createdAt: "2025-01-01T00:00:00.000Z",
+    updatedAt: "2025-01-01T00:00:00.000Z",
+    permissionPreset: "read-only",
+  };
+  const legacy = `${COLLECTION}/${legacyId}.jsonl`;
+  await fs.mkdir(COLLECTION, { recursive: true });
+  await fs.writeFile(
+    legacy,
+    encoder.encode([head, user("old")].map((r) => JSON.stringify(r)).join("\n") + "\n"),
+  );
+  await fs.writeFile(`${COLLECTION}/${legacyId}.trace.jsonl`, encoder.encode("{}\n"));
+  const file = await fs.readFile(legacy);
+  await store.archive.set(CWD, [legacyId], true);
+  assert.equal(await store.archive.isArchived(CWD, legacyId), true);
+  await store.archive.set(CWD, [legacyId], false);
+  await store.archive.set(CWD, [legacyId], true);
+  // Not migrated: no session directory, and the file byte for byte as it was.
+  await assert.rejects(fs.lstat(`${COLLECTION}/${legacyId}`));
+  assert.deepEqual(await fs.readFile(legacy), file);
+  const listed = await store.list(CWD);
+  assert.deepEqual(listed.map((info) => [info.id, info.storage, info.archived]), [
+    [legacyId, "legacy", true],
+  ]);
+  await store.archive.delete(CWD, [legacyId]);
+  assert.deepEqual((await fs.readDir(COLLECTION)).map((entry) => entry.name), ["archive.json"]);
+  assert.equal(await archiveJson(fs), "[]\n");
+  assert.deepEqual(await store.list(CWD), []);
+});
+
 test("delete() leaves entries named like the session's that are not of its kinds", async () => {
   const { fs, store } = await setup();
   const target = await saved(store, [user("target")]);

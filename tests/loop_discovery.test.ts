@@ -646,6 +646,55 @@ test("fast mode does without an index.json a no-follow read finds busy, and repo
   assert.equal((broken.failures[0]?.error as FsIoError).code, "EIO");
 });
 
+test("an I/O error reading meta.json or a legacy file is that entry's failure, in both modes", async () => {
+  const { fs, store, clock } = await setup();
+  const good = await saved(store, clock, conversation(2, "good"));
+  const bad = await saved(store, clock, conversation(2, "bad"));
+  const legacyId = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  const legacyPath = `${COLLECTION}/${legacyId}.jsonl`;
+  await fs.writeFile(legacyPath, encoder.encode(legacyFile(legacyId, CWD, [user("old one")])));
+  const failing = new Set([`${bad.getSessionPath()}/meta.json`, legacyPath]);
+  const eio = (path: string) => Promise.reject(new FsIoError("EIO", "read", path, "injected"));
+  const broken = new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (typeof value !== "function") return value;
+      return (...args: unknown[]) => {
+        const path = args[0];
+        // Every way a file's bytes are reached fails for these two paths.
+        if (
+          typeof path === "string" && failing.has(path) &&
+          ["readFile", "readFileNoFollow", "open", "openNoFollow"].includes(String(prop))
+        ) return eio(path);
+        return value.apply(target, args);
+      };
+    },
+  });
+  const before = fs.snapshotTree("/");
+  for (const fast of [false, true]) {
+    const result = await new SessionStore({ fs: broken, agentDir: AGENT }).listDetailed(
+      CWD,
+      undefined,
+      { fast },
+    );
+    assert.deepEqual(result.sessions.map((info) => info.id), [good.id], `fast: ${fast}`);
+    const failures = result.failures.map((failure) => ({
+      id: failure.id ?? "",
+      code: (failure.error as FsIoError).code,
+      path: (failure.error as FsIoError).path,
+    }));
+    assert.deepEqual(
+      failures.sort((a, b) => a.id.localeCompare(b.id)),
+      [
+        { id: bad.id, code: "EIO", path: `${bad.getSessionPath()}/meta.json` },
+        { id: legacyId, code: "EIO", path: legacyPath },
+      ].sort((a, b) => a.id.localeCompare(b.id)),
+      `fast: ${fast}`,
+    );
+  }
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
 test("a log a no-follow open finds busy is opened by an open that waits, by listings, opens and page reads", async () => {
   const { fs, store, clock } = await setup();
   const session = await saved(store, clock, conversation(3, "leased"));
