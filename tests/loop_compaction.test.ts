@@ -336,3 +336,43 @@ test("a crash at every step of legacy backup removal keeps the session and the b
     },
   });
 });
+
+for (const error of ["EIO", "ENOSPC"] as const) {
+  for (const persistent of [false, true]) {
+    test(
+      `${error} (${
+        persistent ? "persistent" : "transient"
+      }) at every step of legacy backup removal fails cleanly or succeeds`,
+      async () => {
+        const expected = await compactionBaseline();
+        await failAtEveryOperation({
+          baseline: expected.baseline,
+          error,
+          persistent,
+          run: (fs) => storeOn(fs).removeLegacyBackup(expected.dir),
+          check: async (fs, { resolved, n }) => {
+            const label = `${error} at op ${n}`;
+            if (resolved && fs.operationCount >= n) {
+              // Only the close of the log the directory's check read may fail unreported: the
+              // check had read everything, and closing a file only read changes nothing.
+              const faulted = fs.operationLog[n - 1];
+              assert.equal(faulted?.op, "close", `${label}: a fault fired but it resolved`);
+              assert.ok(faulted?.path.endsWith("/messages.jsonl"), label);
+            }
+            // The session reads the same either way; the backup is gone only after success (or
+            // a fault after its removal), and a retry once the faults are over removes it.
+            const names = (await fs.readDir(COLLECTION)).map((e) => e.name).sort();
+            if (resolved) assert.deepEqual(names, [expected.id], label);
+            else assert.ok(names.includes(expected.id), label);
+            const reader = await storeOn(fs).open(expected.dir, { readOnly: true });
+            assert.deepEqual(reader.messages, expected.history, label);
+            await reader.close();
+            await storeOn(fs).removeLegacyBackup(expected.dir);
+            const after = (await fs.readDir(COLLECTION)).map((e) => e.name).sort();
+            assert.deepEqual(after, [expected.id], label);
+          },
+        });
+      },
+    );
+  }
+}
