@@ -76,12 +76,23 @@ function openFlags(options: OpenOptions): number {
 }
 
 class NodeFileSystem implements FileSystem {
-  /** The probe `processes` made on first use. */
-  #processes: ProcessProbe | undefined;
+  /** The probe `processes` made on first use: null when the runtime may not tell the host. */
+  #processes: ProcessProbe | null | undefined;
 
-  /** See `FileSystem.processes`: `nodeProcessProbe()`, made on first use. */
-  get processes(): ProcessProbe {
-    return this.#processes ??= nodeProcessProbe();
+  /**
+   * See `FileSystem.processes`: `nodeProcessProbe()`, made on first use. Undefined where the
+   * runtime may not read the host name (Deno without `--allow-sys`): a store then locks within
+   * this process only, and respects the lock files of others as live.
+   */
+  get processes(): ProcessProbe | undefined {
+    if (this.#processes === undefined) {
+      try {
+        this.#processes = nodeProcessProbe();
+      } catch {
+        this.#processes = null;
+      }
+    }
+    return this.#processes ?? undefined;
   }
 
   /** See `FileSystem.readFileNoFollow`; offered where the platform has `O_NOFOLLOW`. */
