@@ -40,6 +40,7 @@ import { IsADirectory, NotEmpty } from "../src/port/errors.ts";
 import type { Sha256Factory } from "../src/port/sha256.ts";
 import { nodeProcessProbe, nodeSha256 } from "./node.ts";
 import { openNoFollowNative, readFileNoFollowNative } from "./_node_read.ts";
+import { lazyProbe } from "./_probe.ts";
 import type { ProcessProbe } from "../src/loop/lock.ts";
 import {
   callMapped,
@@ -203,23 +204,14 @@ class DenoFileSystem implements FileSystem {
   /** See `FileSystem.openAppendNoFollow`: as `openNoFollow`, for appending. */
   readonly openAppendNoFollow?: (path: string) => Promise<OpenedFile>;
 
-  /** The probe `processes` made on first use: null when Deno may not read the host name. */
-  #processes: ProcessProbe | null | undefined;
+  readonly #processes = lazyProbe(denoProcessProbe);
 
   /**
-   * See `FileSystem.processes`: `denoProcessProbe()`, made on first use. Undefined when Deno may
-   * not read the host name (`--allow-sys=hostname`): a store then locks within this process
-   * only, and respects the lock files of others as live.
+   * See `FileSystem.processes`: `denoProcessProbe()`, made on first use; undefined where the runtime
+   * may not read the host name (Deno without `--allow-sys`).
    */
   get processes(): ProcessProbe | undefined {
-    if (this.#processes === undefined) {
-      try {
-        this.#processes = denoProcessProbe();
-      } catch {
-        this.#processes = null;
-      }
-    }
-    return this.#processes ?? undefined;
+    return this.#processes();
   }
 
   constructor() {

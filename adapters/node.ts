@@ -51,6 +51,7 @@ import type { Sha256, Sha256Factory } from "../src/port/sha256.ts";
 import type { ProcessProbe } from "../src/loop/lock.ts";
 import { callMapped, codeOf, DIR_SYNC_REFUSALS, mapNativeError } from "./_errors.ts";
 import { openNoFollowNative, readFileNative, readFileNoFollowNative } from "./_node_read.ts";
+import { lazyProbe } from "./_probe.ts";
 import { NodeFileHandle, toInfo } from "./_node_handle.ts";
 
 /** Maps a native error of `syscall` on `path` to the port's typed error. */
@@ -76,23 +77,14 @@ function openFlags(options: OpenOptions): number {
 }
 
 class NodeFileSystem implements FileSystem {
-  /** The probe `processes` made on first use: null when the runtime may not tell the host. */
-  #processes: ProcessProbe | null | undefined;
+  readonly #processes = lazyProbe(nodeProcessProbe);
 
   /**
-   * See `FileSystem.processes`: `nodeProcessProbe()`, made on first use. Undefined where the
-   * runtime may not read the host name (Deno without `--allow-sys`): a store then locks within
-   * this process only, and respects the lock files of others as live.
+   * See `FileSystem.processes`: `nodeProcessProbe()`, made on first use; undefined where the runtime
+   * may not read the host name (Deno without `--allow-sys`).
    */
   get processes(): ProcessProbe | undefined {
-    if (this.#processes === undefined) {
-      try {
-        this.#processes = nodeProcessProbe();
-      } catch {
-        this.#processes = null;
-      }
-    }
-    return this.#processes ?? undefined;
+    return this.#processes();
   }
 
   /** See `FileSystem.readFileNoFollow`; offered where the platform has `O_NOFOLLOW`. */

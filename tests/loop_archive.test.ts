@@ -45,6 +45,30 @@ async function saved(store: SessionStore, history: Message[], cwd = CWD): Promis
   return session;
 }
 
+/** Writes the version-2 session `id` of `messages` into the collection; returns its path. */
+async function writeLegacy(
+  fs: MemoryFs,
+  id: string,
+  messages: readonly Message[],
+): Promise<string> {
+  const head = {
+    format: "loop-session",
+    version: 2,
+    id,
+    cwd: CWD,
+    createdAt: "2025-01-01T00:00:00.000Z",
+    updatedAt: "2025-01-01T00:00:00.000Z",
+    permissionPreset: "read-only",
+  };
+  const path = `${COLLECTION}/${id}.jsonl`;
+  await fs.mkdir(COLLECTION, { recursive: true });
+  await fs.writeFile(
+    path,
+    encoder.encode([head, ...messages].map((r) => JSON.stringify(r)).join("\n") + "\n"),
+  );
+  return path;
+}
+
 async function archiveJson(fs: MemoryFs, collection = COLLECTION): Promise<string> {
   return decoder.decode(await fs.readFile(`${collection}/archive.json`));
 }
@@ -143,19 +167,7 @@ test("delete() removes the directory, the legacy backup and trace companions tog
   const { fs, store } = await setup();
   const keep = await saved(store, [user("keep")]);
   const legacyId = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
-  const head = {
-    format: "loop-session",
-    version: 2,
-    id: legacyId,
-    cwd: CWD,
-    createdAt: "2025-01-01T00:00:00.000Z",
-    updatedAt: "2025-01-01T00:00:00.000Z",
-    permissionPreset: "read-only",
-  };
-  await fs.writeFile(
-    `${COLLECTION}/${legacyId}.jsonl`,
-    encoder.encode([head, user("old")].map((r) => JSON.stringify(r)).join("\n") + "\n"),
-  );
+  await writeLegacy(fs, legacyId, [user("old")]);
   await (await store.open(`${COLLECTION}/${legacyId}.jsonl`)).close();
   await fs.writeFile(`${COLLECTION}/${legacyId}.trace.jsonl`, encoder.encode("{}\n"));
   await store.archive.set(CWD, [legacyId, keep.id], true);
@@ -171,21 +183,7 @@ test("delete() removes the directory, the legacy backup and trace companions tog
 test("archive and delete of a legacy session never migrate it; archiving leaves its file as it was", async () => {
   const { fs, store } = await setup();
   const legacyId = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
-  const head = {
-    format: "loop-session",
-    version: 2,
-    id: legacyId,
-    cwd: CWD,
-    createdAt: "2025-01-01T00:00:00.000Z",
-    updatedAt: "2025-01-01T00:00:00.000Z",
-    permissionPreset: "read-only",
-  };
-  const legacy = `${COLLECTION}/${legacyId}.jsonl`;
-  await fs.mkdir(COLLECTION, { recursive: true });
-  await fs.writeFile(
-    legacy,
-    encoder.encode([head, user("old")].map((r) => JSON.stringify(r)).join("\n") + "\n"),
-  );
+  const legacy = await writeLegacy(fs, legacyId, [user("old")]);
   await fs.writeFile(`${COLLECTION}/${legacyId}.trace.jsonl`, encoder.encode("{}\n"));
   const file = await fs.readFile(legacy);
   await store.archive.set(CWD, [legacyId], true);
