@@ -44,6 +44,29 @@ export function toolResult(id: string, name: string, text = "ok"): Message {
   } as unknown as Message;
 }
 
+/**
+ * A version-2 session file: the header of session `id` recorded for `cwd`, then `messages`, one
+ * JSON line each (newline-terminated).
+ */
+export function legacySessionBytes(
+  id: string,
+  cwd: string,
+  messages: readonly unknown[],
+): Uint8Array {
+  const header = {
+    format: "loop-session",
+    version: 2,
+    id,
+    cwd,
+    createdAt: "2025-01-01T00:00:00.000Z",
+    updatedAt: "2025-01-01T00:00:00.000Z",
+    permissionPreset: "read-only",
+  };
+  return new TextEncoder().encode(
+    [header, ...messages].map((record) => JSON.stringify(record)).join("\n") + "\n",
+  );
+}
+
 /** A conversation of `rounds` user rounds; every other round uses a tool. */
 export function conversation(rounds: number, prefix = "r"): Message[] {
   const out: Message[] = [];

@@ -16,7 +16,7 @@ import type { SessionInfo } from "../src/loop/discovery.ts";
 import type { ProcessProbe } from "../src/loop/lock.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { crashAtEveryOperation, failAtEveryOperation } from "./_crash.ts";
-import { assistant, conversation, user } from "./_fixtures.ts";
+import { assistant, conversation, legacySessionBytes, user } from "./_fixtures.ts";
 import { withoutNoFollow } from "./_hooks.ts";
 
 const CWD = "/work/project";
@@ -51,21 +51,9 @@ async function writeLegacy(
   id: string,
   messages: readonly Message[],
 ): Promise<string> {
-  const head = {
-    format: "loop-session",
-    version: 2,
-    id,
-    cwd: CWD,
-    createdAt: "2025-01-01T00:00:00.000Z",
-    updatedAt: "2025-01-01T00:00:00.000Z",
-    permissionPreset: "read-only",
-  };
   const path = `${COLLECTION}/${id}.jsonl`;
   await fs.mkdir(COLLECTION, { recursive: true });
-  await fs.writeFile(
-    path,
-    encoder.encode([head, ...messages].map((r) => JSON.stringify(r)).join("\n") + "\n"),
-  );
+  await fs.writeFile(path, legacySessionBytes(id, CWD, messages));
   return path;
 }
 
@@ -300,17 +288,7 @@ async function deleteBaseline(): Promise<{
   const keep = await saved(store, [user("keep")]);
   await fs.writeFile(
     `${COLLECTION}/${target.id}.jsonl`,
-    encoder.encode(
-      [{
-        format: "loop-session",
-        version: 2,
-        id: target.id,
-        cwd: CWD,
-        createdAt: "2025-01-01T00:00:00.000Z",
-        updatedAt: "2025-01-01T00:00:00.000Z",
-        permissionPreset: "read-only",
-      }, user("stale backup")].map((r) => JSON.stringify(r)).join("\n") + "\n",
-    ),
+    legacySessionBytes(target.id, CWD, [user("stale backup")]),
     { mode: 0o600 },
   );
   await fs.writeFile(`${COLLECTION}/${target.id}.trace.jsonl`, encoder.encode("{}\n"), {

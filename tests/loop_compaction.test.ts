@@ -12,7 +12,7 @@ import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { crashAtEveryOperation, failAtEveryOperation } from "./_crash.ts";
-import { assistant, conversation, user } from "./_fixtures.ts";
+import { assistant, conversation, legacySessionBytes, user } from "./_fixtures.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -194,19 +194,7 @@ test("removeLegacyBackup() removes the backup only once the directory is valid",
   await fs.mkdir(COLLECTION, { recursive: true });
   const id = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
   const legacy = `${COLLECTION}/${id}.jsonl`;
-  const head = {
-    format: "loop-session",
-    version: 2,
-    id,
-    cwd: CWD,
-    createdAt: "2025-01-01T00:00:00.000Z",
-    updatedAt: "2025-01-01T00:00:00.000Z",
-    permissionPreset: "read-only",
-  };
-  await fs.writeFile(
-    legacy,
-    encoder.encode([head, user("q")].map((r) => JSON.stringify(r)).join("\n")),
-  );
+  await fs.writeFile(legacy, legacySessionBytes(id, CWD, [user("q")]));
   const store = storeOn(fs);
   await (await store.open(legacy)).close();
   const dir = `${COLLECTION}/${id}`;
@@ -233,17 +221,7 @@ async function compactionBaseline(): Promise<{
   const id = session.id;
   await fs.writeFile(
     `${COLLECTION}/${id}.jsonl`,
-    encoder.encode(
-      [{
-        format: "loop-session",
-        version: 2,
-        id,
-        cwd: CWD,
-        createdAt: "2025-01-01T00:00:00.000Z",
-        updatedAt: "2025-01-01T00:00:00.000Z",
-        permissionPreset: "read-only",
-      }, user("stale backup")].map((r) => JSON.stringify(r)).join("\n") + "\n",
-    ),
+    legacySessionBytes(id, CWD, [user("stale backup")]),
   );
   fs.syncAll();
   const generation = (await json(fs, session.getSessionFile())).generation as string;

@@ -16,7 +16,13 @@ import {
 } from "../src/loop/errors.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import type { Message } from "../src/loop/records/mod.ts";
-import { assistant, conversation, user, withoutRecordedTitle } from "./_fixtures.ts";
+import {
+  assistant,
+  conversation,
+  legacySessionBytes,
+  user,
+  withoutRecordedTitle,
+} from "./_fixtures.ts";
 import { gate, hookedFs, linkedBeforeOpen } from "./_hooks.ts";
 import { crashAtEveryOperation, failAtEveryOperation } from "./_crash.ts";
 
@@ -98,16 +104,7 @@ async function freshFs(): Promise<MemoryFs> {
 }
 
 function legacyBytes(id: string, messages: Message[]): Uint8Array {
-  const header = {
-    format: "loop-session",
-    version: 2,
-    id,
-    cwd: CWD,
-    createdAt: "2025-01-01T00:00:00.000Z",
-    updatedAt: "2025-01-01T00:00:00.000Z",
-    permissionPreset: "read-only",
-  };
-  return encoder.encode([header, ...messages].map((r) => JSON.stringify(r)).join("\n") + "\n");
+  return legacySessionBytes(id, CWD, messages);
 }
 
 test("removeLegacyBackup keeps the backup when the directory under its id holds another session", async () => {

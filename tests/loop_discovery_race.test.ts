@@ -7,28 +7,16 @@ import { MemoryFs } from "../adapters/memory.ts";
 import type { FileSystem } from "../src/port/fs.ts";
 import { FsIoError } from "../src/port/errors.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
-import { conversation, user } from "./_fixtures.ts";
+import { conversation, legacySessionBytes, user } from "./_fixtures.ts";
 import { gate, hookedFs, withoutNoFollow } from "./_hooks.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
 const COLLECTION = `${AGENT}/sessions/${workspaceHash(CWD)}`;
-const encoder = new TextEncoder();
 
 /** A version-2 session file of one exchange, recorded for `CWD`. */
 function legacyFile(id: string): Uint8Array {
-  const header = {
-    format: "loop-session",
-    version: 2,
-    id,
-    cwd: CWD,
-    createdAt: "2025-01-01T00:00:00.000Z",
-    updatedAt: "2025-01-01T00:00:00.000Z",
-    permissionPreset: "read-only",
-  };
-  return encoder.encode(
-    [header, ...conversation(1)].map((r) => JSON.stringify(r)).join("\n") + "\n",
-  );
+  return legacySessionBytes(id, CWD, conversation(1));
 }
 
 /**
