@@ -441,7 +441,8 @@ export const denoSha256: Sha256Factory = nodeSha256;
  * `processes`, so a store of `denoFs()` uses it by default): `Deno.pid`,
  * `Deno.hostname()` (needs `--allow-sys=hostname`), and liveness by signal 0 through
  * `node:process` (Deno's own `Deno.kill` has no signal 0): EPERM means alive but not ours, ESRCH
- * means gone.
+ * means gone. Signalling needs `--allow-run`; without it every pid is taken as alive, so a lock a
+ * dead process left is refused (`SessionLockedError`) instead of taken over.
  *
  * @returns A probe of this process and host.
  */

@@ -51,7 +51,7 @@ import type { Sha256, Sha256Factory } from "../src/port/sha256.ts";
 import type { ProcessProbe } from "../src/loop/lock.ts";
 import { callMapped, codeOf, DIR_SYNC_REFUSALS, mapNativeError } from "./_errors.ts";
 import { openNoFollowNative, readFileNative, readFileNoFollowNative } from "./_node_read.ts";
-import { lazyProbe } from "./_probe.ts";
+import { isPermissionRefusal, lazyProbe } from "./_probe.ts";
 import { NodeFileHandle, toInfo } from "./_node_handle.ts";
 
 /** Maps a native error of `syscall` on `path` to the port's typed error. */
@@ -373,6 +373,9 @@ function isProcessAlive(pid: number): boolean {
     const code = codeOf(error);
     if (code === "EPERM") return true;
     if (code === "ESRCH") return false;
+    // Deno without `--allow-run` may not signal: nothing tells the process gone, so its lock is
+    // respected (a writer is refused with `SessionLockedError`, never let in).
+    if (isPermissionRefusal(error)) return true;
     throw mapError(error, "kill", String(pid));
   }
 }

@@ -385,6 +385,12 @@ test("a store of nodeFs() locks across processes by default, with the adapter's 
     await writer.close();
     await assert.rejects(nodeFs().lstat(join(dir, WRITER_LOCK_FILE)));
     await (await other.open(dir)).close();
+    // `process: null` opts out: no lock file of its own.
+    const alone = new SessionStore({ fs: nodeFs(), agentDir, process: null });
+    assert.equal(alone.context.probe, undefined);
+    const unlocked = await alone.open(dir);
+    await assert.rejects(nodeFs().lstat(join(dir, WRITER_LOCK_FILE)));
+    await unlocked.close();
   } finally {
     await rm(base, { recursive: true, force: true });
   }

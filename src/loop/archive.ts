@@ -12,9 +12,10 @@
  * ## Delete
  *
  * `delete(cwd, ids, { archivedOnly = true })` removes whole sessions: the session directory, any
- * legacy backup `<id>.jsonl`, any companion trace files (regular files named `<id>.<anything>`;
- * a directory or a link named so is not the session's and stays) and the staging directory of an interrupted compaction that recovery kept
- * with a previous copy of the session (see `recoverStaging`). Under the collection lock:
+ * legacy backup `<id>.jsonl`, any companion trace files (regular files named
+ * `<id>.<anything>`; a directory or a link named so is not the session's and stays) and the
+ * staging directory of an interrupted compaction that recovery kept with a previous copy of the
+ * session (see `recoverStaging`). Under the collection lock:
  *
  * 1. every id must be listed in the collection (for the cwd, when given) and, by default,
  *    archived; a session open for writing is refused (`SessionBusyError` / `SessionLockedError`);

@@ -65,7 +65,10 @@ export const DEFAULT_COLLECTION_LOCK_WAIT_MS = 10_000;
 
 /** The store context shared by the store's companion modules: session context plus a probe. */
 export interface StoreContext extends SessionContext {
-  /** The process probe; undefined means no cross-process locking. */
+  /**
+   * The process probe; undefined means this store makes no lock files (and respects those of
+   * other processes as live).
+   */
   readonly probe: ProcessProbe | undefined;
   /** How long to wait for a collection lock held by another process, in ms. */
   readonly collectionLockWaitMs: number;
@@ -207,7 +210,8 @@ function sleep(ms: number): Promise<void> {
 
 /**
  * Reads the lock at `lockPath` and says whether it is free, held by this process, held by a live
- * process, or stale. Without a probe, only in-process registrations count (a file is "stale").
+ * process, or stale. Without a probe every lock file is live (nothing tells whether its holder
+ * still runs).
  */
 export async function inspectLock(
   context: StoreContext,
@@ -461,13 +465,15 @@ function collectionLockedError(
 
 /** What a refusal adds when the store has no probe to tell a dead holder from a live one. */
 const PROBELESS_HINT =
-  " (this store has no process probe to tell whether that process still runs: " +
-  "give it one, such as nodeProcessProbe(), to take over a lock its holder left behind)";
+  " (this store has no process probe to tell whether that process still runs: give it one, " +
+  "such as nodeProcessProbe(), or on Deno grant --allow-sys=hostname, to take over a lock its " +
+  "holder left behind)";
 
 /**
  * Takes the writer lock of the session directory `dir`: fails at once with `SessionBusyError`
  * when this process already holds it, or `SessionLockedError` when a live process does. A stale
- * lock is taken over. Without a probe only the in-process registration is made. A `brief` hold
+ * lock is taken over. Without a probe no lock file is made, only the in-process registration, and
+ * one another process made refuses the lock (`SessionLockedError`). A `brief` hold
  * (maintenance) is waited for by the other writers of this process rather than refused. A
  * `holder` (such as `"compacted"`) says what the session is being while the lock is held, in the
  * `SessionBusyError` another writer of this process gets meanwhile (by default, the message
@@ -563,8 +569,9 @@ async function takeWriterLock(
 
 /**
  * Runs `task` holding the collection lock of `collection`: callers in this process wait their
- * turn; with a probe, a live lock of another process is waited for up to
- * `context.collectionLockWaitMs` (then `SessionLockedError`), and a stale one is taken over.
+ * turn; a live lock of another process (without a probe, any lock file) is waited for up to
+ * `context.collectionLockWaitMs` (then `SessionLockedError`), and, with a probe, a stale one is
+ * taken over.
  * The collection directory must exist.
  */
 export async function withCollectionLock<T>(

@@ -114,11 +114,11 @@ export interface SessionStoreOptions {
   /**
    * The process probe that enables cross-process locks (`nodeProcessProbe()` from
    * `@loop/sessions/node`, `denoProcessProbe()` from `@loop/sessions/deno`); default the
-   * filesystem's own (`FileSystem.processes`, which `nodeFs()` and `denoFs()` offer). Without
-   * either, writer and collection locks hold inside this process only, and a lock file another
-   * process made is respected as live (never written under, never removed).
+   * filesystem's own (`FileSystem.processes`, which `nodeFs()` and `denoFs()` offer); `null`
+   * for none. Without a probe, writer and collection locks hold inside this process only, and a
+   * lock file another process made is respected as live (never written under, never removed).
    */
-  readonly process?: ProcessProbe;
+  readonly process?: ProcessProbe | null;
   /** How long a structural operation waits for another process's collection lock; default 10 s. */
   readonly collectionLockWaitMs?: number;
 }
@@ -190,7 +190,7 @@ export class SessionStore {
       sha256: options.sha256 ?? portableSha256,
       now: options.now ?? Date.now,
       durability: options.durability ?? "full",
-      probe: options.process ?? options.fs.processes,
+      probe: options.process === null ? undefined : options.process ?? options.fs.processes,
       collectionLockWaitMs: options.collectionLockWaitMs ?? DEFAULT_COLLECTION_LOCK_WAIT_MS,
     };
     const host: ArchiveHost = {
