@@ -271,31 +271,50 @@ test("a crash at every step of compaction keeps the session readable with the sa
   assert.ok(points > 20, `only ${points} crash points`);
 });
 
-for (const error of ["EIO", "ENOSPC"] as const) {
-  for (const persistent of [false, true]) {
-    test(
-      `${error} (${
-        persistent ? "persistent" : "transient"
-      }) at every step of compaction fails cleanly or succeeds`,
-      async () => {
-        const expected = await compactionBaseline();
-        await failAtEveryOperation({
-          baseline: expected.baseline,
-          error,
-          persistent,
-          run: (fs) => storeOn(fs).compact(expected.dir),
-          check: async (fs, { resolved, n }) => {
-            const label = `${error} at op ${n}`;
-            if (resolved) {
-              assert.ok(fs.operationCount < n, `${label}: a fault fired but it resolved`);
-            }
-            await checkCompactionState(fs, expected, label);
-          },
-        });
-      },
-    );
+/**
+ * Registers one test per fault (EIO and ENOSPC, transient and persistent) of `run` failing at
+ * every operation, from the compaction baseline: a call that resolved must not have reached the
+ * fault (`check` may say which fault it may pass over), and `check` judges each state left.
+ */
+function atEveryFault(
+  what: string,
+  run: (fs: MemoryFs, expected: Awaited<ReturnType<typeof compactionBaseline>>) => Promise<unknown>,
+  check: (
+    fs: MemoryFs,
+    expected: Awaited<ReturnType<typeof compactionBaseline>>,
+    info: { resolved: boolean; n: number; label: string },
+  ) => Promise<void>,
+): void {
+  for (const error of ["EIO", "ENOSPC"] as const) {
+    for (const persistent of [false, true]) {
+      test(
+        `${error} (${
+          persistent ? "persistent" : "transient"
+        }) at every step of ${what} fails cleanly or succeeds`,
+        async () => {
+          const expected = await compactionBaseline();
+          await failAtEveryOperation({
+            baseline: expected.baseline,
+            error,
+            persistent,
+            run: (fs) => run(fs, expected),
+            check: (fs, { resolved, n }) =>
+              check(fs, expected, { resolved, n, label: `${error} at op ${n}` }),
+          });
+        },
+      );
+    }
   }
 }
+
+atEveryFault(
+  "compaction",
+  (fs, expected) => storeOn(fs).compact(expected.dir),
+  async (fs, expected, { resolved, n, label }) => {
+    if (resolved) assert.ok(fs.operationCount < n, `${label}: a fault fired but it resolved`);
+    await checkCompactionState(fs, expected, label);
+  },
+);
 
 test("a crash at every step of legacy backup removal keeps the session and the backup or not", async () => {
   const expected = await compactionBaseline();
@@ -315,42 +334,27 @@ test("a crash at every step of legacy backup removal keeps the session and the b
   });
 });
 
-for (const error of ["EIO", "ENOSPC"] as const) {
-  for (const persistent of [false, true]) {
-    test(
-      `${error} (${
-        persistent ? "persistent" : "transient"
-      }) at every step of legacy backup removal fails cleanly or succeeds`,
-      async () => {
-        const expected = await compactionBaseline();
-        await failAtEveryOperation({
-          baseline: expected.baseline,
-          error,
-          persistent,
-          run: (fs) => storeOn(fs).removeLegacyBackup(expected.dir),
-          check: async (fs, { resolved, n }) => {
-            const label = `${error} at op ${n}`;
-            if (resolved && fs.operationCount >= n) {
-              // Only the close of the log the directory's check read may fail unreported: the
-              // check had read everything, and closing a file only read changes nothing.
-              const faulted = fs.operationLog[n - 1];
-              assert.equal(faulted?.op, "close", `${label}: a fault fired but it resolved`);
-              assert.ok(faulted?.path.endsWith("/messages.jsonl"), label);
-            }
-            // The session reads the same either way; the backup is gone only after success (or
-            // a fault after its removal), and a retry once the faults are over removes it.
-            const names = (await fs.readDir(COLLECTION)).map((e) => e.name).sort();
-            if (resolved) assert.deepEqual(names, [expected.id], label);
-            else assert.ok(names.includes(expected.id), label);
-            const reader = await storeOn(fs).open(expected.dir, { readOnly: true });
-            assert.deepEqual(reader.messages, expected.history, label);
-            await reader.close();
-            await storeOn(fs).removeLegacyBackup(expected.dir);
-            const after = (await fs.readDir(COLLECTION)).map((e) => e.name).sort();
-            assert.deepEqual(after, [expected.id], label);
-          },
-        });
-      },
-    );
-  }
-}
+atEveryFault(
+  "legacy backup removal",
+  (fs, expected) => storeOn(fs).removeLegacyBackup(expected.dir),
+  async (fs, expected, { resolved, n, label }) => {
+    if (resolved && fs.operationCount >= n) {
+      // Only the close of the log the directory's check read may fail unreported: the check had
+      // read everything, and closing a file only read changes nothing.
+      const faulted = fs.operationLog[n - 1];
+      assert.equal(faulted?.op, "close", `${label}: a fault fired but it resolved`);
+      assert.ok(faulted?.path.endsWith("/messages.jsonl"), label);
+    }
+    // The session reads the same either way; the backup is gone only after success (or a fault
+    // after its removal), and a retry once the faults are over removes it.
+    const names = (await fs.readDir(COLLECTION)).map((e) => e.name).sort();
+    if (resolved) assert.deepEqual(names, [expected.id], label);
+    else assert.ok(names.includes(expected.id), label);
+    const reader = await storeOn(fs).open(expected.dir, { readOnly: true });
+    assert.deepEqual(reader.messages, expected.history, label);
+    await reader.close();
+    await storeOn(fs).removeLegacyBackup(expected.dir);
+    const after = (await fs.readDir(COLLECTION)).map((e) => e.name).sort();
+    assert.deepEqual(after, [expected.id], label);
+  },
+);
