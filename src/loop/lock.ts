@@ -38,14 +38,14 @@
  */
 import type { FileSystem } from "../port/fs.ts";
 import type { ProcessProbe } from "../port/probe.ts";
-
-export type { ProcessProbe };
 import { AlreadyExists, NotFound } from "../port/errors.ts";
 import { PRIVATE_FILE_MODE } from "../port/durable.ts";
 import { join } from "../port/path.ts";
 import { SessionBusyError, SessionFormatError, SessionLockedError } from "./errors.ts";
 import type { SessionContext } from "./session_manager.ts";
 import { readIfRegular } from "./storage.ts";
+
+export type { ProcessProbe };
 
 /** The file name of a session's writer lock. */
 export const WRITER_LOCK_FILE = "writer.lock";
