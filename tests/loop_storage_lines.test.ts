@@ -4,7 +4,7 @@ import fc from "fast-check";
 import { MemoryFs } from "../adapters/memory.ts";
 import { portableSha256, sha256Hex } from "../src/port/sha256.ts";
 import { CorruptSessionError } from "../src/loop/errors.ts";
-import { forEachCommittedLine, type StorageMeta } from "../src/loop/storage.ts";
+import { decodeLine, forEachCommittedLine, type StorageMeta } from "../src/loop/storage.ts";
 
 const DIR = "/session";
 const encoder = new TextEncoder();
@@ -65,6 +65,49 @@ test("the committed range streams line by line, with offsets and text, whatever 
       },
     ),
     { numRuns: 300 },
+  );
+});
+
+test("any bytes, invalid UTF-8 included, give each line the text it decodes to alone", async () => {
+  // Sequences cut by a chunk boundary, truncated at a line's end or invalid must not swallow
+  // or shift a newline, nor change what the line decodes to.
+  const lineBytes = fc.array(
+    fc.oneof(
+      fc.integer({ min: 0, max: 255 }).filter((b) => b !== 10),
+      fc.constantFrom(0xc3, 0xe2, 0x98, 0xf0, 0x9f, 0x80, 0xff, 0xed, 0xa0),
+    ),
+    { maxLength: 8 },
+  );
+  await fc.assert(
+    fc.asyncProperty(
+      fc.array(lineBytes, { minLength: 1, maxLength: 10 }),
+      fc.constantFrom(1, 2, 3, 5, 8, 4096),
+      async (lines, chunkSize) => {
+        const fs = new MemoryFs();
+        await fs.mkdir(DIR);
+        const range = Uint8Array.from(lines.flatMap((line) => [...line, 10]));
+        await fs.writeFile(`${DIR}/messages.jsonl`, range);
+        const meta: StorageMeta = {
+          format: "loop-session",
+          version: 3,
+          header: {} as StorageMeta["header"],
+          generation: sha256Hex(range),
+          start: 0,
+          bytes: range.length,
+          messageCount: lines.length,
+        };
+        const texts: string[] = [];
+        await forEachCommittedLine(
+          fs,
+          DIR,
+          meta,
+          { sha256: portableSha256, chunkSize },
+          (line) => texts.push(line.text),
+        );
+        assert.deepEqual(texts, lines.map((line) => decodeLine(Uint8Array.from(line))));
+      },
+    ),
+    { numRuns: 400 },
   );
 });
 
