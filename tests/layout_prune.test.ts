@@ -3,6 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
+import type { FileSystem } from "../src/port/fs.ts";
 import {
   createAttemptArtifacts,
   findLoopyRoot,
@@ -341,4 +342,53 @@ test("two prunes running at once remove each directory once and never fail on ea
   for (const dir of tree.prunable) assert.equal(await exists(fs, dir), false, dir);
   const leftovers = Object.keys(fs.snapshotTree("/")).filter((p) => p.includes(PRUNING_PREFIX));
   assert.deepEqual(leftovers, []);
+});
+
+/**
+ * `fs` answering every call after a pseudo-random delay, so calls started together finish in a
+ * shuffled order.
+ */
+function shuffledTiming(fs: MemoryFs, seed: number): FileSystem {
+  let state = seed;
+  const delay = (): number => {
+    state = (state * 1103515245 + 12345) % 2147483648;
+    return state % 4;
+  };
+  return new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (typeof value !== "function") return value;
+      return async (...args: unknown[]) => {
+        await new Promise((resolve) => setTimeout(resolve, delay()));
+        return await value.apply(target, args);
+      };
+    },
+  }) as FileSystem;
+}
+
+test("the report keeps the planned order however the filesystem's answers are ordered", async () => {
+  const { fs, tree } = await folded();
+  const raw = tree.root.rawDir;
+  // Many attempts, with entries kept for different reasons among them.
+  for (let i = 10; i < 70; i++) {
+    const dir = `${raw}/${String(i).padStart(4, "0")}_outer`;
+    await fs.mkdir(dir);
+    await fs.writeFile(`${dir}/run.json`, new Uint8Array(i));
+    if (i % 9 === 0) await writeText(fs, `${raw}/notes-${i}.txt`, "kept\n");
+    if (i % 13 === 0) await writeText(fs, `${raw}/${String(i + 1000).padStart(4, "0")}_x`, "f");
+  }
+  const plan = await pruneRaw(fs, tree.loopyRoot, { dryRun: true });
+  assert.ok(plan.count >= 60 && plan.skipped.length >= 8, `${plan.count} ${plan.skipped.length}`);
+  for (const seed of [1, 2]) {
+    const shuffled = await pruneRaw(shuffledTiming(fs, seed), tree.loopyRoot, { dryRun: true });
+    assert.deepEqual(shuffled, plan, `dry run, seed ${seed}`);
+  }
+  const progress: number[] = [];
+  const done = await pruneRaw(shuffledTiming(fs, 3), tree.loopyRoot, {
+    onProgress: (count) => progress.push(count),
+  });
+  assert.deepEqual(done.removed, plan.removed);
+  assert.deepEqual(done.skipped, plan.skipped);
+  assert.deepEqual(progress, Array.from({ length: plan.count + 1 }, (_, i) => i));
+  assert.deepEqual(await pruneRaw(fs, tree.loopyRoot, { dryRun: true }).then((r) => r.count), 0);
 });

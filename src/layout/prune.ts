@@ -30,6 +30,7 @@ import type { FileSystem } from "../port/fs.ts";
 import { NotFound } from "../port/errors.ts";
 import { join } from "../port/path.ts";
 import { entryKind } from "../port/durable.ts";
+import { mapLimit } from "../port/limit.ts";
 import { LayoutOptionError, LayoutRecordError } from "./errors.ts";
 import { isSafeId } from "./ids.ts";
 import { readRecord } from "./json_io.ts";
@@ -164,6 +165,19 @@ type RunningState =
   }
   | { readonly readable: false; readonly detail: string };
 
+/** What planning one entry found: a target to remove, or a skip and its reason. */
+type PlanOutcome = { readonly target: Target } | { readonly skip: PruneSkip };
+
+function skipOf(path: string, reason: PruneSkipReason, detail: string): PlanOutcome {
+  return { skip: { path, reason, detail } };
+}
+
+/**
+ * Entries measured (planning) or moved aside and removed (pruning) at once: the calls are
+ * independent, and one at a time each waits a full round trip to the filesystem.
+ */
+const CONCURRENCY = 16;
+
 class Planner {
   readonly targets: Target[] = [];
   readonly skipped: PruneSkip[] = [];
@@ -181,6 +195,13 @@ class Planner {
     this.skipped.push({ path, reason, detail });
   }
 
+  /** Records what `measure` or `ageSkip` found, in the order the caller gives. */
+  record(outcome: PlanOutcome): void {
+    if ("target" in outcome) this.targets.push(outcome.target);
+    else this.skipped.push(outcome.skip);
+  }
+
+  /** Plans the entry `name` of `parent` for removal (`measure`, then `record`). */
   async add(
     parent: string,
     name: string,
@@ -189,34 +210,54 @@ class Planner {
     isDirectory: boolean,
     guard?: Guard,
   ): Promise<void> {
+    this.record(await this.measure(parent, name, kind, sessionId, isDirectory, guard));
+  }
+
+  /**
+   * The target that removes the entry `name` of `parent`, with the bytes of its files; a skip
+   * when it vanished meanwhile. Records nothing, so entries can be measured at once and recorded
+   * in their order.
+   */
+  async measure(
+    parent: string,
+    name: string,
+    kind: PruneKind,
+    sessionId: string | null,
+    isDirectory: boolean,
+    guard?: Guard,
+  ): Promise<PlanOutcome> {
     const path = join(parent, name);
     let bytes: number;
     try {
       bytes = await treeBytes(this.fs, path, isDirectory);
     } catch (error) {
       if (!(error instanceof NotFound)) throw error;
-      this.skip(path, "vanished", "The entry disappeared while pruning was planned");
-      return;
+      return skipOf(path, "vanished", "The entry disappeared while pruning was planned");
     }
-    this.targets.push({ path, parent, name, kind, sessionId, isDirectory, bytes, guard });
+    return { target: { path, parent, name, kind, sessionId, isDirectory, bytes, guard } };
   }
 
   /** True when the entry passes the age limit; otherwise records the skip. */
   async oldEnough(path: string): Promise<boolean> {
-    if (this.cutoffMs === undefined) return true;
+    const skip = await this.ageSkip(path);
+    if (skip !== undefined) this.record(skip);
+    return skip === undefined;
+  }
+
+  /** Why the entry fails the age limit (too recent, or vanished), or undefined when it passes. */
+  async ageSkip(path: string): Promise<PlanOutcome | undefined> {
+    if (this.cutoffMs === undefined) return undefined;
     let mtimeMs: number;
     try {
       mtimeMs = (await this.fs.lstat(path)).mtimeMs;
     } catch (error) {
       if (!(error instanceof NotFound)) throw error;
-      this.skip(path, "vanished", "The entry disappeared while pruning was planned");
-      return false;
+      return skipOf(path, "vanished", "The entry disappeared while pruning was planned");
     }
     if (mtimeMs > this.cutoffMs) {
-      this.skip(path, "too_recent", "Modified more recently than the age limit");
-      return false;
+      return skipOf(path, "too_recent", "Modified more recently than the age limit");
     }
-    return true;
+    return undefined;
   }
 
   async state(dir: string): Promise<RunningState> {
@@ -302,38 +343,38 @@ async function planRawDir(planner: Planner, session: SessionDirEntry): Promise<v
     return;
   }
   const state = await planner.state(session.dir);
-  for (const entry of await fs.readDir(rawDir)) {
+  const entries = await fs.readDir(rawDir);
+  const guard: Guard = { kind: "raw", sessionDir: session.dir };
+  const outcomes = await mapLimit(entries, CONCURRENCY, async (entry) => {
     const path = join(rawDir, entry.name);
     if (entry.kind === "symlink") {
-      planner.skip(path, "symlink", "A symlink in raw/ is never followed or removed");
-    } else if (entry.name.startsWith(PRUNING_PREFIX)) {
-      await planner.add(
+      return skipOf(path, "symlink", "A symlink in raw/ is never followed or removed");
+    }
+    if (entry.name.startsWith(PRUNING_PREFIX)) {
+      return await planner.measure(
         rawDir,
         entry.name,
         "pruning_leftover",
         session.sessionId,
         isDir(entry.kind),
       );
-    } else if (!RAW_ATTEMPT_NAME.test(entry.name)) {
-      planner.skip(path, "unrecognized_name", "Not named like a raw attempt directory");
-    } else if (entry.kind !== "directory") {
-      planner.skip(
+    }
+    if (!RAW_ATTEMPT_NAME.test(entry.name)) {
+      return skipOf(path, "unrecognized_name", "Not named like a raw attempt directory");
+    }
+    if (entry.kind !== "directory") {
+      return skipOf(
         path,
         "not_a_directory",
         `Named like a raw attempt directory but a ${entry.kind}`,
       );
-    } else {
-      const kept = keepRawEntry(state, entry.name);
-      if (kept !== undefined) {
-        planner.skip(path, kept.reason, kept.detail);
-      } else if (await planner.oldEnough(path)) {
-        await planner.add(rawDir, entry.name, "raw_attempt", session.sessionId, true, {
-          kind: "raw",
-          sessionDir: session.dir,
-        });
-      }
     }
-  }
+    const kept = keepRawEntry(state, entry.name);
+    if (kept !== undefined) return skipOf(path, kept.reason, kept.detail);
+    return (await planner.ageSkip(path)) ??
+      await planner.measure(rawDir, entry.name, "raw_attempt", session.sessionId, true, guard);
+  });
+  for (const outcome of outcomes) planner.record(outcome);
 }
 
 function isDir(kind: string): boolean {
@@ -653,68 +694,93 @@ async function execute(
       handled(targets.length);
       continue;
     }
-    const staged: { readonly target: Target; readonly at: string }[] = [];
-    let renamedAny = false;
+    // Each entry is moved aside to a hidden sibling; what happened to it is applied in the
+    // planned order, so the report does not depend on which call finished first.
     const moveAside = async (
       target: Target,
       kept: { readonly reason: PruneSkipReason; readonly detail: string } | undefined,
-    ): Promise<void> => {
-      if (kept !== undefined) {
-        planner.skip(target.path, kept.reason, kept.detail);
-        handled(1);
-        return;
-      }
+    ): Promise<Moved> => {
+      if (kept !== undefined) return { target, kept };
       if (target.kind === "pruning_leftover" || !target.isDirectory) {
-        staged.push({ target, at: target.path });
-        return;
+        return { target, at: target.path, renamed: false };
       }
       const at = join(parent, hiddenName(target.name));
       try {
         await fs.rename(target.path, at);
       } catch (error) {
         if (!(error instanceof NotFound)) throw error;
-        planner.skip(target.path, "vanished", "The entry disappeared before it was removed");
-        handled(1);
-        return;
+        return {
+          target,
+          kept: { reason: "vanished", detail: "The entry disappeared before it was removed" },
+        };
       }
-      renamedAny = true;
-      staged.push({ target, at });
+      return { target, at, renamed: true };
     };
     // What runs is read again right before entries are moved aside: an attempt may have started
     // since the plan was made, and the raw output of the running (or a newer) attempt is never
     // removed. The raw entries of one session are judged against one reading of its state, taken
     // while this process's updates of that state wait (iterations only grow, so an attempt that
     // starts meanwhile is newer than every entry that reading lets go).
+    let moved: Moved[];
     const session = sameRawSession(targets);
     if (session !== undefined) {
-      await guarded(fs, targets[0] as Target, async () => {
+      moved = await guarded(fs, targets[0] as Target, async () => {
         const state = await readRunningState(fs, session);
-        for (const target of targets) await moveAside(target, keepRawEntry(state, target.name));
+        return await mapLimit(
+          targets,
+          CONCURRENCY,
+          (target) => moveAside(target, keepRawEntry(state, target.name)),
+        );
       });
     } else {
+      moved = [];
       for (const target of targets) {
-        await guarded(fs, target, async () => await moveAside(target, await keptNow(fs, target)));
+        moved.push(
+          await guarded(fs, target, async () => await moveAside(target, await keptNow(fs, target))),
+        );
       }
+    }
+    const staged: { readonly target: Target; readonly at: string }[] = [];
+    let renamedAny = false;
+    for (const entry of moved) {
+      if ("kept" in entry) {
+        planner.skip(entry.target.path, entry.kept.reason, entry.kept.detail);
+        handled(1);
+        continue;
+      }
+      if (entry.renamed) renamedAny = true;
+      staged.push(entry);
     }
     // The renames are durable before any byte of the trees goes: a crash leaves each entry whole
     // at its name, or hidden.
     if (renamedAny) await fs.syncDir(parent);
-    for (const { target, at } of staged) {
+    const gone = await mapLimit(staged, CONCURRENCY, async ({ at }) => {
+      let found = true;
       try {
         await fs.remove(at, { recursive: true });
       } catch (error) {
         if (!(error instanceof NotFound)) throw error;
-        planner.skip(target.path, "vanished", "The entry disappeared before it was removed");
-        handled(1);
-        continue;
+        found = false;
       }
-      removed.push(target);
       handled(1);
-    }
+      return found;
+    });
+    staged.forEach(({ target }, i) => {
+      if (gone[i] === true) removed.push(target);
+      else planner.skip(target.path, "vanished", "The entry disappeared before it was removed");
+    });
     if (staged.length > 0) await fs.syncDir(parent);
   }
   return removed;
 }
+
+/** What moving one planned entry aside did: it is kept (and why), or is at `at` to be removed. */
+type Moved =
+  | {
+    readonly target: Target;
+    readonly kept: { readonly reason: PruneSkipReason; readonly detail: string };
+  }
+  | { readonly target: Target; readonly at: string; readonly renamed: boolean };
 
 /** The session directory when every target is a raw attempt entry of that one session. */
 function sameRawSession(targets: readonly Target[]): string | undefined {

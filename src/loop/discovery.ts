@@ -107,6 +107,7 @@ import type { EntryKind, FileHandle, FileSystem } from "../port/fs.ts";
 import { FsError, NotADirectory, NotFound } from "../port/errors.ts";
 import { dirname, join } from "../port/path.ts";
 import { entryKind } from "../port/durable.ts";
+import { mapLimit } from "../port/limit.ts";
 import {
   CorruptSessionError,
   SessionCwdError,
@@ -276,24 +277,6 @@ interface Candidate {
 
 function isReportable(error: unknown): error is SessionError | FsError {
   return error instanceof SessionError || error instanceof FsError;
-}
-
-/** Runs `task` over `items` with at most `limit` in flight; results keep the input order. */
-async function mapLimit<T, R>(
-  items: readonly T[],
-  limit: number,
-  task: (item: T) => Promise<R>,
-): Promise<R[]> {
-  const results = new Array<R>(items.length);
-  let next = 0;
-  const worker = async (): Promise<void> => {
-    while (next < items.length) {
-      const i = next++;
-      results[i] = await task(items[i] as T);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.max(1, Math.min(limit, items.length)) }, worker));
-  return results;
 }
 
 /**

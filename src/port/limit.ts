@@ -1,0 +1,40 @@
+/**
+ * Bounded concurrency for independent filesystem work (a listing's sessions, a prune's entries).
+ * Internal: not exported by the package.
+ *
+ * @module
+ */
+
+/**
+ * Runs `task` over `items` with at most `limit` calls in flight and returns the results in the
+ * input order. After a call fails no further item is started; the calls already running are
+ * waited for, then the first failure is thrown. So nothing started by this call is still running
+ * when it settles, whatever the outcome.
+ */
+export async function mapLimit<T, R>(
+  items: readonly T[],
+  limit: number,
+  task: (item: T, index: number) => Promise<R>,
+): Promise<R[]> {
+  const results = new Array<R>(items.length);
+  let next = 0;
+  let failed = false;
+  let failure: unknown;
+  const worker = async (): Promise<void> => {
+    while (!failed && next < items.length) {
+      const i = next++;
+      try {
+        results[i] = await task(items[i] as T, i);
+      } catch (error) {
+        if (!failed) {
+          failed = true;
+          failure = error;
+        }
+      }
+    }
+  };
+  const workers = Math.max(1, Math.min(limit, items.length));
+  await Promise.all(Array.from({ length: workers }, worker));
+  if (failed) throw failure;
+  return results;
+}
