@@ -24,7 +24,7 @@ function failingDeleter(
   return new SessionStore({
     fs: hookedFs(fs, {
       before: async (method, args) => {
-        if (method === "open" && String(args[0]).endsWith("/committed")) {
+        if (method === "open" && String(args[0]).includes("/.committed.")) {
           reached.open();
           await hold.wait;
           throw new FsIoError("EIO", "open", String(args[0]), "injected");

@@ -83,7 +83,7 @@ for (const withBackup of [false, true]) {
         fs: hookedFs(fs, {
           before: async (method, args) => {
             if (method === "rename" && String(args[1]).includes("/.delete-")) await listerRead.wait;
-            if (method === "open" && String(args[0]).endsWith("/committed")) {
+            if (method === "open" && String(args[0]).includes("/.committed.")) {
               staged.open();
               await listed.wait;
               throw new FsIoError("EIO", "open", String(args[0]), "injected");
@@ -228,7 +228,7 @@ for (const commits of [false, true]) {
               if (method === "rename" && String(args[1]).includes("/.delete-")) {
                 await listerRead.wait;
               }
-              if (method === "open" && String(args[0]).endsWith("/committed")) {
+              if (method === "open" && String(args[0]).includes("/.committed.")) {
                 staged.open();
                 if (!commits) {
                   await listed.wait;

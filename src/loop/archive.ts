@@ -25,11 +25,13 @@
  * 3. kept compaction staging directories, companions, then the legacy backup, then the session
  *    directory are renamed into it — a crash midway never leaves a backup or a previous copy
  *    listed in place of its directory;
- * 4. the membership change is written, then the `committed` marker: **the commit point**;
- * 5. the staged entries are removed, the journal last.
+ * 4. the membership change is written, then the `committed` marker (written and fsynced under a
+ *    temp name, then renamed in): **the commit point**;
+ * 5. the staging directory is fsynced, then the staged entries are removed, the journal last.
  *
  * A failure before the commit point moves everything back (the directory first) and restores
- * membership. After a crash, the next structural operation in the collection (or
+ * membership. A failure after it is reported and never rolled back: the sessions stay gone, and
+ * what is still staged is removed by the next recovery. After a crash, the next structural operation in the collection (or
  * `SessionStore.cleanup`) reads the journal: with `committed` it finishes the removal, without it
  * it rolls back. Each session is therefore either fully present or fully gone, and after a
  * successful delete nothing of it can reappear.
@@ -49,6 +51,7 @@ import {
   PRIVATE_DIR_MODE,
   PRIVATE_FILE_MODE,
   readIfExists,
+  tempNameFor,
 } from "../port/durable.ts";
 import { join } from "../port/path.ts";
 import {
@@ -394,10 +397,19 @@ async function deleteStaged(
     if (remaining.length !== members.length) {
       await writeArchiveMembership(context, collection, remaining);
     }
-    await writeDurably(context, join(staging, DELETE_COMMITTED_FILE), new Uint8Array(0));
-    if (full) await fs.syncDir(staging);
+    // The marker is made durable under a temp name and renamed in: readers see it only once
+    // nothing can take it back, so no reader ever sees the delete done and then undone.
+    const marker = tempNameFor(join(staging, DELETE_COMMITTED_FILE));
+    await writeDurably(context, marker, new Uint8Array(0));
+    await fs.rename(marker, join(staging, DELETE_COMMITTED_FILE));
+    // The commit point: from here on the delete is done for every reader, and is never rolled
+    // back. Should the fsync below fail, the staged entries stay (removing them before the
+    // marker is durable could let a power loss roll back a half-removed session) and the next
+    // recovery makes the marker durable, then finishes the removal.
     committed = true;
+    if (full) await fs.syncDir(staging);
   } catch (error) {
+    if (committed) throw error;
     // Before the commit point: everything goes back (a failing rollback leaves the journal for
     // recovery, which rolls back the same way).
     try {
@@ -701,6 +713,9 @@ export async function recoverDeletion(
     return committed ? "finished" : "removed";
   }
   if (committed) {
+    // The marker may not be durable yet (the delete failed at its directory's fsync): it is made
+    // durable before anything staged is removed.
+    if (context.durability === "full") await fs.syncDir(staging);
     await finishDeletion(context, collection, staging, intent.entries);
     return "finished";
   }
