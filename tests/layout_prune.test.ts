@@ -231,17 +231,41 @@ test("hostile raw entries are reported and never followed", async () => {
   }
 });
 
-test("a session whose state cannot be read keeps all its raw output", async () => {
+test("a session whose state cannot be read keeps all its raw output, not a prune's leftover", async () => {
   const { fs, tree } = await folded();
   await writeText(fs, tree.child.stateJson, "{ not json");
+  // A leftover of an interrupted prune is already gone for readers: it goes whatever runs.
+  const leftover = `${tree.child.rawDir}/${PRUNING_PREFIX}1a2b3c4d-0000_leaf`;
+  await fs.mkdir(leftover);
+  await writeText(fs, `${leftover}/run.json`, "{}");
   const report = await pruneRaw(fs, tree.loopyRoot);
-  assert.deepEqual(removedPaths(report), tree.prunable.slice(0, 3).sort());
+  assert.deepEqual(removedPaths(report), [...tree.prunable.slice(0, 3), leftover].sort());
+  assert.equal(await exists(fs, leftover), false);
   assert.equal(skippedFor(report, `${tree.child.rawDir}/0001_leaf`), "state_unreadable");
   assert.equal(skippedFor(report, tree.running), "state_unreadable");
   // Once the session stops, its last attempt is no longer protected.
   await writeJson(fs, tree.child.stateJson, { schema_version: 2, status: "stopped" });
   const after = await pruneRaw(fs, tree.loopyRoot);
   assert.deepEqual(removedPaths(after), [`${tree.child.rawDir}/0001_leaf`, tree.running].sort());
+});
+
+test("a state that turns unreadable after the plan keeps the raw attempts, not a prune's leftover", async () => {
+  const { fs, tree } = await folded();
+  const leftover = `${tree.root.rawDir}/${PRUNING_PREFIX}1a2b3c4d-0000_outer`;
+  await fs.mkdir(leftover);
+  const report = await pruneRaw(fs, tree.loopyRoot, {
+    sessionId: tree.rootId,
+    // Called once the plan is made, before anything is moved (MemoryFs writes at once).
+    onProgress: (done) => {
+      if (done === 0) void fs.writeFile(tree.root.stateJson, new TextEncoder().encode("{ no"));
+    },
+  });
+  // The child's state is still readable: its finished attempt goes.
+  assert.deepEqual(removedPaths(report), [leftover, `${tree.child.rawDir}/0001_leaf`].sort());
+  for (const dir of tree.prunable.slice(0, 3)) {
+    assert.equal(skippedFor(report, dir), "state_unreadable", dir);
+    assert.ok(await exists(fs, dir), dir);
+  }
 });
 
 test("bad options and a wrong root are refused before anything is touched", async () => {
@@ -351,8 +375,8 @@ test("two prunes running at once remove each directory once and never fail on ea
 function shuffledTiming(fs: MemoryFs, seed: number): FileSystem {
   let state = seed;
   const delay = (): number => {
-    state = (state * 1103515245 + 12345) % 2147483648;
-    return state % 4;
+    state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
+    return (state >>> 16) % 4;
   };
   return new Proxy(fs, {
     get(target, prop) {
@@ -377,18 +401,33 @@ test("the report keeps the planned order however the filesystem's answers are or
     if (i % 9 === 0) await writeText(fs, `${raw}/notes-${i}.txt`, "kept\n");
     if (i % 13 === 0) await writeText(fs, `${raw}/${String(i + 1000).padStart(4, "0")}_x`, "f");
   }
-  const plan = await pruneRaw(fs, tree.loopyRoot, { dryRun: true });
-  assert.ok(plan.count >= 60 && plan.skipped.length >= 8, `${plan.count} ${plan.skipped.length}`);
+  // A leftover among them, and the mirror layout's finalization outbox.
+  await fs.mkdir(`${raw}/${PRUNING_PREFIX}00000000-0005_outer`);
+  const outbox = `${tree.loopyRoot}/trace_finalization_outbox`;
+  await fs.mkdir(outbox);
+  for (let i = 0; i < 30; i++) {
+    await writeText(fs, `${outbox}/${tree.rootId}--a${i}--final.json`, "x".repeat(i));
+  }
+  const options = { legacyTraces: true };
+  const plan = await pruneRaw(fs, tree.loopyRoot, { ...options, dryRun: true });
+  assert.ok(plan.count >= 90 && plan.skipped.length >= 8, `${plan.count} ${plan.skipped.length}`);
   for (const seed of [1, 2]) {
-    const shuffled = await pruneRaw(shuffledTiming(fs, seed), tree.loopyRoot, { dryRun: true });
+    const shuffled = await pruneRaw(shuffledTiming(fs, seed), tree.loopyRoot, {
+      ...options,
+      dryRun: true,
+    });
     assert.deepEqual(shuffled, plan, `dry run, seed ${seed}`);
   }
   const progress: number[] = [];
   const done = await pruneRaw(shuffledTiming(fs, 3), tree.loopyRoot, {
+    ...options,
     onProgress: (count) => progress.push(count),
   });
   assert.deepEqual(done.removed, plan.removed);
   assert.deepEqual(done.skipped, plan.skipped);
   assert.deepEqual(progress, Array.from({ length: plan.count + 1 }, (_, i) => i));
-  assert.deepEqual(await pruneRaw(fs, tree.loopyRoot, { dryRun: true }).then((r) => r.count), 0);
+  assert.deepEqual(
+    await pruneRaw(fs, tree.loopyRoot, { ...options, dryRun: true }).then((r) => r.count),
+    0,
+  );
 });

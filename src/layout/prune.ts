@@ -496,27 +496,33 @@ async function planLegacyTraces(
     }
   }
   if (await usableDir(planner, root.loopyDir, root.outboxDir)) {
-    for (const entry of await fs.readDir(root.outboxDir)) {
+    const entries = await fs.readDir(root.outboxDir);
+    const outcomes = await mapLimit(entries, CONCURRENCY, async (entry) => {
       const path = join(root.outboxDir, entry.name);
       if (entry.kind === "symlink") {
-        planner.skip(path, "symlink", "A symlink in the outbox is never followed or removed");
-        continue;
+        return skipOf(path, "symlink", "A symlink in the outbox is never followed or removed");
       }
       if (entry.name.startsWith(PRUNING_PREFIX)) {
-        await planner.add(root.outboxDir, entry.name, "pruning_leftover", null, isDir(entry.kind));
-        continue;
+        return await planner.measure(
+          root.outboxDir,
+          entry.name,
+          "pruning_leftover",
+          null,
+          isDir(entry.kind),
+        );
       }
       // Outbox records are named `<session>--<attempt>--<kind>.json`.
       const owner = entry.name.split("--")[0] ?? "";
-      if (subtree !== undefined && !subtree.has(owner)) continue;
-      await planner.add(
+      if (subtree !== undefined && !subtree.has(owner)) return undefined;
+      return await planner.measure(
         root.outboxDir,
         entry.name,
         "finalization_outbox",
         subtree === undefined ? null : owner,
         isDir(entry.kind),
       );
-    }
+    });
+    for (const outcome of outcomes) if (outcome !== undefined) planner.record(outcome);
   }
 }
 
@@ -721,25 +727,23 @@ async function execute(
     // removed. The raw entries of one session are judged against one reading of its state, taken
     // while this process's updates of that state wait (iterations only grow, so an attempt that
     // starts meanwhile is newer than every entry that reading lets go).
-    let moved: Moved[];
+    // A leftover of an interrupted prune has no guard: it goes whatever runs.
     const session = sameRawSession(targets);
-    if (session !== undefined) {
-      moved = await guarded(fs, targets[0] as Target, async () => {
+    const moved = session !== undefined
+      ? await serializedOn(fs, join(session, "state.json"), async () => {
         const state = await readRunningState(fs, session);
-        return await mapLimit(
-          targets,
-          CONCURRENCY,
-          (target) => moveAside(target, keepRawEntry(state, target.name)),
-        );
-      });
-    } else {
-      moved = [];
-      for (const target of targets) {
-        moved.push(
-          await guarded(fs, target, async () => await moveAside(target, await keptNow(fs, target))),
-        );
-      }
-    }
+        return await mapLimit(targets, CONCURRENCY, (target) =>
+          moveAside(
+            target,
+            target.guard === undefined ? undefined : keepRawEntry(state, target.name),
+          ));
+      })
+      : await mapLimit(
+        targets,
+        CONCURRENCY,
+        (target) =>
+          guarded(fs, target, async () => await moveAside(target, await keptNow(fs, target))),
+      );
     const staged: { readonly target: Target; readonly at: string }[] = [];
     let renamedAny = false;
     for (const entry of moved) {
@@ -782,12 +786,16 @@ type Moved =
   }
   | { readonly target: Target; readonly at: string; readonly renamed: boolean };
 
-/** The session directory when every target is a raw attempt entry of that one session. */
+/**
+ * The session directory when every guarded target is a raw attempt entry of that one session (the
+ * others, leftovers of an interrupted prune, have no guard), and there is one.
+ */
 function sameRawSession(targets: readonly Target[]): string | undefined {
   let session: string | undefined;
   for (const target of targets) {
     const guard = target.guard;
-    if (guard?.kind !== "raw") return undefined;
+    if (guard === undefined) continue;
+    if (guard.kind !== "raw") return undefined;
     if (session !== undefined && session !== guard.sessionDir) return undefined;
     session = guard.sessionDir;
   }
