@@ -18,7 +18,7 @@ import type { ProcessProbe } from "../src/loop/lock.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { crashAtEveryOperation, failAtEveryOperation } from "./_crash.ts";
 import { assistant, conversation, legacySessionBytes, user } from "./_fixtures.ts";
-import { withoutNoFollow } from "./_hooks.ts";
+import { hookedFs, withoutNoFollow } from "./_hooks.ts";
 
 const CWD = "/work/project";
 const OTHER = "/work/other";
@@ -716,12 +716,20 @@ test("a delete failing at the marker's fsync rolls back, and the marker was neve
     // A reader at this step of the rollback (the live state, as the process left it) never saw
     // the sessions gone.
     assert.deepEqual(await listed(run.clone()), before, `live, ${extra} ops after the fault`);
-    for (const seed of [0, 1, 2]) {
-      // Power lost: the marker never existed under its name, so the delete is undone.
-      const after = run.crash({ seed });
-      assert.deepEqual(await listed(after), before, `crash ${extra} ops after, seed ${seed}`);
+    const views = [
+      ...[0, 1, 2].map((seed) => ({ seed })),
+      { seed: 3, tailMode: "whole" as const, extraJournal: "all" as const }, // the process only
+    ];
+    for (const options of views) {
+      // Crashed: the marker never existed under its name, so the delete is undone, and recovery
+      // leaves nothing of it behind (a marker still under its temp name included).
+      const label = `crash ${extra} ops after, ${JSON.stringify(options)}`;
+      const after = run.crash(options);
+      assert.deepEqual(await listed(after), before, label);
       await storeOn(after).cleanup(CWD);
-      assert.deepEqual(await listed(after), before, `crash ${extra} ops after, seed ${seed}`);
+      assert.deepEqual(await listed(after), before, label);
+      const left = Object.keys(after.snapshotTree("/")).filter((p) => p.includes("/.delete-"));
+      assert.deepEqual(left, [], label);
     }
   }
   assert.ok(crashes > 3, `${crashes} crash points in the rollback`);
@@ -777,6 +785,29 @@ test("a delete failing at the staging directory's fsync after the marker is comm
       );
     }
   }
+});
+
+test("a marker rename that took effect though it reported a failure is the commit point: never rolled back", async () => {
+  const { fs, ids, listed, deleted } = await deleteScenario();
+  let reported = false;
+  const failing = new SessionStore({
+    fs: hookedFs(fs, {
+      after: (method, args) => {
+        if (method === "rename" && String(args[1]).endsWith("/committed") && !reported) {
+          reported = true;
+          throw new FsIoError("EIO", "rename", String(args[1]), "injected after the rename");
+        }
+      },
+    }),
+    agentDir: AGENT,
+  });
+  await assert.rejects(failing.archive.delete(CWD, ids), FsIoError);
+  assert.ok(reported);
+  // Readers may have seen the marker: the sessions stay gone, and recovery finishes the delete.
+  assert.deepEqual(await listed(fs), deleted);
+  await storeOn(fs).cleanup(CWD);
+  assert.deepEqual(await listed(fs), deleted);
+  assert.deepEqual(Object.keys(fs.snapshotTree("/")).filter((p) => p.includes("/.delete-")), []);
 });
 
 for (const planted of ["a link", "a directory"] as const) {

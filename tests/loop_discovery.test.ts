@@ -191,6 +191,26 @@ test("list(undefined) needs a collection directory", async () => {
   assert.deepEqual(await store.list(undefined, "/no/such/collection"), []);
 });
 
+test("a listing's concurrency must be a positive integer; any such one lists the same", async () => {
+  const { store, clock } = await setup();
+  for (let i = 0; i < 5; i++) await saved(store, clock, [user(`s${i}`)]);
+  for (const concurrency of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY]) {
+    await assert.rejects(
+      store.listDetailed(CWD, undefined, { concurrency }),
+      (error) => error instanceof InvalidArgumentError && error.message.includes("concurrency"),
+      String(concurrency),
+    );
+  }
+  const expected = (await store.list(CWD)).map((s) => s.id);
+  assert.equal(expected.length, 5);
+  for (const concurrency of [1, 2, 64]) {
+    for (const fast of [false, true]) {
+      const listed = await store.list(CWD, undefined, { concurrency, fast });
+      assert.deepEqual(listed.map((s) => s.id), expected, `${concurrency} ${fast}`);
+    }
+  }
+});
+
 test("unsupported formats and versions are skipped without modification", async () => {
   const { fs, store, clock } = await setup();
   const good = await saved(store, clock, [user("good")]);

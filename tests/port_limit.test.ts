@@ -25,8 +25,18 @@ test("results keep the input order whatever order the calls finish in, within th
 test("no items, or fewer than the limit, are handled without idle callers", async () => {
   assert.deepEqual(await mapLimit([], 8, () => Promise.resolve(1)), []);
   assert.deepEqual(await mapLimit([1, 2], 8, (x) => Promise.resolve(x * 2)), [2, 4]);
-  // A limit below one still makes progress, one at a time.
-  assert.deepEqual(await mapLimit([1, 2, 3], 0, (x) => Promise.resolve(x)), [1, 2, 3]);
+  // A limit below one, or not a number, still makes progress, one at a time.
+  for (const limit of [0, -3, Number.NaN]) {
+    let running = 0;
+    let peak = 0;
+    const results = await mapLimit([1, 2, 3], limit, async (x) => {
+      peak = Math.max(peak, ++running);
+      await sleep(1);
+      running--;
+      return x;
+    });
+    assert.deepEqual([results, peak], [[1, 2, 3], 1], String(limit));
+  }
 });
 
 test("after a failure nothing new starts, running calls finish first, the first failure is thrown", async () => {

@@ -31,9 +31,9 @@
  *
  * A failure before the commit point moves everything back (the directory first) and restores
  * membership. A failure after it is reported and never rolled back: the sessions stay gone, and
- * what is still staged is removed by the next recovery. After a crash, the next structural operation in the collection (or
- * `SessionStore.cleanup`) reads the journal: with `committed` it finishes the removal, without it
- * it rolls back. Each session is therefore either fully present or fully gone, and after a
+ * what is still staged is removed by the next recovery. After a crash, the next structural
+ * operation in the collection (or `SessionStore.cleanup`) reads the journal: with `committed` it
+ * finishes the removal, without it it rolls back. Each session is therefore either fully present or fully gone, and after a
  * successful delete nothing of it can reappear.
  *
  * Readers never wait for that recovery and never run it: until the `committed` marker exists, a
@@ -48,6 +48,7 @@ import type { DirEntry, FileSystem } from "../port/fs.ts";
 import { FsError, NotFound } from "../port/errors.ts";
 import {
   atomicReplace,
+  isTempName,
   PRIVATE_DIR_MODE,
   PRIVATE_FILE_MODE,
   readIfExists,
@@ -409,7 +410,12 @@ async function deleteStaged(
     committed = true;
     if (full) await fs.syncDir(staging);
   } catch (error) {
-    if (committed) throw error;
+    // A marker at its name is the commit point, even when the rename that put it there reported
+    // a failure: readers may have seen it, so the delete is not rolled back.
+    if (committed || await markerPresent(fs, staging)) {
+      committed = true;
+      throw error;
+    }
     // Before the commit point: everything goes back (a failing rollback leaves the journal for
     // recovery, which rolls back the same way).
     try {
@@ -425,6 +431,16 @@ async function deleteStaged(
   await finishDeletion(context, collection, staging, intent.entries);
 }
 
+/** True when the delete staging directory `staging` holds its commit marker at its name. */
+async function markerPresent(fs: FileSystem, staging: string): Promise<boolean> {
+  try {
+    await fs.lstat(join(staging, DELETE_COMMITTED_FILE));
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** Moves staged entries back (the directory first), restores membership, removes the staging. */
 async function rollBackDeletion(
   context: StoreContext,
@@ -434,10 +450,10 @@ async function rollBackDeletion(
 ): Promise<void> {
   const fs = context.fs;
   const full = context.durability === "full";
-  // A commit marker left by a failure after its creation (its fsync, or the staging directory's,
-  // failed) says "committed" to readers and to recovery. It goes first, durably: a crash during
-  // this rollback is then rolled back by recovery too, never finished as a delete of the part
-  // already moved back. (Readers that looked while it was there saw the delete done.)
+  // A delete is rolled back only while its marker is not at its name (a delete that renamed it in
+  // stays committed, and recovery finishes a committed one). Should one be there all the same, it
+  // goes first, durably: a crash during this rollback is then rolled back by recovery too, never
+  // finished as a delete of the part already moved back.
   try {
     await fs.remove(join(staging, DELETE_COMMITTED_FILE));
     if (full) await fs.syncDir(staging);
@@ -594,7 +610,10 @@ export async function inspectDeletion(
     throw error;
   }
   if (listing.some((entry) => entry.name === DELETE_COMMITTED_FILE)) return undefined;
-  const staged = listing.filter((entry) => entry.name !== DELETE_INTENT_FILE);
+  // The journal and a marker still under its temp name (never committed) are not staged entries.
+  const staged = listing.filter((entry) =>
+    entry.name !== DELETE_INTENT_FILE && !isTempName(entry.name)
+  );
   if (staged.length === 0) {
     // Nothing staged (yet, or any more: a rollback moved everything back): the membership its
     // rollback restores still counts.
@@ -700,7 +719,8 @@ export async function recoverDeletion(
   const committed = (await readIfExists(fs, join(staging, DELETE_COMMITTED_FILE))) !== undefined;
   if (intent === undefined) {
     const staged = (await fs.readDir(staging)).filter((entry) =>
-      entry.name !== DELETE_INTENT_FILE && entry.name !== DELETE_COMMITTED_FILE
+      entry.name !== DELETE_INTENT_FILE && entry.name !== DELETE_COMMITTED_FILE &&
+      !isTempName(entry.name)
     );
     if (staged.length > 0 && !committed) {
       throw new CorruptSessionError(
@@ -708,6 +728,8 @@ export async function recoverDeletion(
         { file: join(staging, DELETE_INTENT_FILE) },
       );
     }
+    // The marker is made durable before anything staged is removed (see below).
+    if (committed && context.durability === "full") await fs.syncDir(staging);
     await removeStagingDir(context, staging, staged.map((entry) => entry.name));
     if (context.durability === "full") await fs.syncDir(collection);
     return committed ? "finished" : "removed";

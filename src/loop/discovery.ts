@@ -200,7 +200,10 @@ export interface ListOptions {
   readonly fast?: boolean;
   /** Put pinned sessions first (most recently pinned first), then the rest. Default false. */
   readonly pinnedFirst?: boolean;
-  /** How many sessions are read at once; default 32 in fast mode, 4 otherwise. */
+  /**
+   * How many sessions are read at once, a positive integer (else `InvalidArgumentError`); default
+   * 32 in fast mode, 4 otherwise.
+   */
   readonly concurrency?: number;
 }
 

@@ -18,6 +18,7 @@
  */
 import { NotFound } from "../port/errors.ts";
 import { join } from "../port/path.ts";
+import { isTempName } from "../port/durable.ts";
 import { isSessionId } from "./records/mod.ts";
 import {
   acquireWriterLock,
@@ -52,10 +53,6 @@ export interface CleanupReport {
    * may hold a session's only copy. Look at them by hand.
    */
   readonly kept: string[];
-}
-
-function isTempName(name: string): boolean {
-  return name.startsWith(".") && name.endsWith(".tmp");
 }
 
 /**

@@ -633,6 +633,13 @@ export class SessionStore {
     sessionDir?: string,
     options: ListOptions = {},
   ): Promise<ListResult> {
+    const concurrency = options.concurrency;
+    if (concurrency !== undefined && !(Number.isSafeInteger(concurrency) && concurrency >= 1)) {
+      throw new InvalidArgumentError(
+        "concurrency",
+        `concurrency must be a positive integer: ${String(concurrency)}`,
+      );
+    }
     const { collection, cwd: canonical } = await this.#collectionOf(cwd, sessionDir);
     return await discoverSessions(
       this.#context,

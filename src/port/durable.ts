@@ -47,6 +47,11 @@ export function tempNameFor(path: string): string {
   return join(dirname(path), `.${basename(path)}.${random}${tempCounter.toString(36)}.tmp`);
 }
 
+/** True for a name `tempNameFor` makes (`.<name>.<random>.tmp`): a temp file, never data. */
+export function isTempName(name: string): boolean {
+  return name.startsWith(".") && name.endsWith(".tmp");
+}
+
 /**
  * Replaces `path` with `data` atomically: an exclusive temp file in the same directory (created
  * with `mode`, so the published file never has wider bits, whatever the old one had), written,

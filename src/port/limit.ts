@@ -33,7 +33,8 @@ export async function mapLimit<T, R>(
       }
     }
   };
-  const workers = Math.max(1, Math.min(limit, items.length));
+  // At least one caller, whatever the limit (below one, or not a number).
+  const workers = limit >= 1 ? Math.min(Math.floor(limit), items.length) : 1;
   await Promise.all(Array.from({ length: workers }, worker));
   if (failed) throw failure;
   return results;
