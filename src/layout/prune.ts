@@ -201,16 +201,9 @@ class Planner {
     else this.skipped.push(outcome.skip);
   }
 
-  /** Plans the entry `name` of `parent` for removal (`measure`, then `record`). */
-  async add(
-    parent: string,
-    name: string,
-    kind: PruneKind,
-    sessionId: string | null,
-    isDirectory: boolean,
-    guard?: Guard,
-  ): Promise<void> {
-    this.record(await this.measure(parent, name, kind, sessionId, isDirectory, guard));
+  /** Plans an entry for removal: `measure` it, then `record` what it found. */
+  async add(...entry: Parameters<Planner["measure"]>): Promise<void> {
+    this.record(await this.measure(...entry));
   }
 
   /**
