@@ -33,8 +33,8 @@
  * membership. A failure after it is reported and never rolled back: the sessions stay gone, and
  * what is still staged is removed by the next recovery. After a crash, the next structural
  * operation in the collection (or `SessionStore.cleanup`) reads the journal: with `committed` it
- * finishes the removal, without it it rolls back. Each session is therefore either fully present or fully gone, and after a
- * successful delete nothing of it can reappear.
+ * finishes the removal, without it it rolls back. Each session is therefore either fully present
+ * or fully gone, and after a successful delete nothing of it can reappear.
  *
  * Readers never wait for that recovery and never run it: until the `committed` marker exists, a
  * delete **did not happen** for them. Discovery lists a staged session from inside the staging
