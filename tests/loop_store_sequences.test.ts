@@ -11,6 +11,7 @@ import type { SessionManager } from "../src/loop/session_manager.ts";
 import type { Durability } from "../src/port/durable.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { assistant, user } from "./_fixtures.ts";
+import { mulberry32 } from "../adapters/_memory_nodes.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -32,21 +33,9 @@ type Op =
   | { readonly kind: "reopen" }
   | { readonly kind: "compact" };
 
-/** A small seeded generator (mulberry32). */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /** A sequence of `length` operations; message texts name the sequence and the step. */
 function sequence(seed: number, length: number): Op[] {
-  const next = random(seed);
+  const next = mulberry32(seed);
   const pick = (n: number): number => Math.floor(next() * n);
   const ops: Op[] = [];
   let count = 2; // the baseline's history
@@ -265,7 +254,7 @@ for (const durability of ["full", "ordered"] as const) {
       for (const op of ops) kinds.add(op.kind);
       const whole = await run(base, durability, ops, undefined);
       assert.equal(whole.inFlight, undefined);
-      const next = random(seed * 7919);
+      const next = mulberry32(seed * 7919);
       for (let k = 0; k < 3; k++) {
         const point = Math.floor(next() * whole.operations);
         const crashed = await run(base, durability, ops, point);
@@ -348,7 +337,7 @@ test("random host sequences with an I/O error at a random step: a failed save la
   for (let seed = 101; seed <= 140; seed++) {
     const ops = sequence(seed, 10);
     const whole = await run(base, "full", ops, undefined);
-    const next = random(seed * 104729);
+    const next = mulberry32(seed * 104729);
     for (let k = 0; k < 3; k++) {
       const n = 1 + Math.floor(next() * whole.operations);
       const error = k % 2 === 0 ? "EIO" : "ENOSPC";
