@@ -10,7 +10,7 @@ import { SessionStore } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
 import type { Durability } from "../src/port/durable.ts";
 import type { Message } from "../src/loop/records/mod.ts";
-import { assistant, user } from "./_fixtures.ts";
+import { assistant, legacySessionBytes, user } from "./_fixtures.ts";
 import { mulberry32 } from "../adapters/_memory_nodes.ts";
 
 const CWD = "/work/project";
@@ -352,3 +352,244 @@ test("random host sequences with an I/O error at a random step: a failed save la
     assert.ok(failedKinds.has(kind), `no failure in ${kind}: ${[...failedKinds]}`);
   }
 });
+
+// ---------------------------------------------------------------------------------------------
+// Collections: sessions created, saved, migrated, archived, deleted and compacted in one
+// collection, crashed anywhere. Each session is whole or gone, and a listing needs no recovery.
+
+/** What a listing shows of a session: its id, message count and archive flag. */
+type Listed = readonly [id: string, messages: number, archived: boolean];
+
+/** The collection the model predicts, in creation order. */
+interface Collection {
+  readonly sessions: readonly Listed[];
+}
+
+type CollectionOp =
+  | { readonly kind: "new" }
+  | { readonly kind: "save"; readonly pick: number }
+  | { readonly kind: "archive"; readonly pick: number; readonly archived: boolean }
+  | { readonly kind: "delete"; readonly picks: readonly number[] }
+  | { readonly kind: "compact"; readonly pick: number }
+  | { readonly kind: "cleanup" };
+
+const COLLECTION_KINDS = ["new", "save", "archive", "delete", "compact", "cleanup"] as const;
+
+/** Legacy version-2 sessions of the baseline: listed as files, migrated by their first open. */
+const LEGACY_IDS = ["0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f", "1c9a3fa0-4d2e-4b6c-8f70-8b9cad1e2f30"];
+
+function collectionSequence(seed: number, length: number): CollectionOp[] {
+  const next = mulberry32(seed);
+  const pick = (): number => Math.floor(next() * 1000);
+  return Array.from({ length }, (): CollectionOp => {
+    const kind = COLLECTION_KINDS[Math.floor(next() * COLLECTION_KINDS.length)];
+    switch (kind) {
+      case "new":
+      case "cleanup":
+        return { kind };
+      case "save":
+      case "compact":
+        return { kind, pick: pick() };
+      case "archive":
+        return { kind, pick: pick(), archived: next() < 0.7 };
+      default:
+        return { kind: "delete", picks: [pick(), pick()] };
+    }
+  });
+}
+
+function modelCollection(state: Collection, op: CollectionOp, created?: string): Collection {
+  const sessions = state.sessions;
+  const at = (pick: number): Listed | undefined => sessions[pick % Math.max(1, sessions.length)];
+  switch (op.kind) {
+    case "new":
+      return { sessions: [...sessions, [created as string, 2, false]] };
+    case "save": {
+      const target = at(op.pick);
+      return {
+        sessions: sessions.map((s) => s === target ? [s[0], s[1] + 2, s[2]] as const : s),
+      };
+    }
+    case "archive": {
+      const target = at(op.pick);
+      return {
+        sessions: sessions.map((s) => s === target ? [s[0], s[1], op.archived] as const : s),
+      };
+    }
+    case "delete": {
+      // Only archived sessions are deleted (the default); the others are left out of the call.
+      const gone = new Set(op.picks.map(at).filter((s) => s !== undefined && s[2]));
+      return { sessions: sessions.filter((s) => !gone.has(s)) };
+    }
+    case "compact":
+    case "cleanup":
+      return state;
+  }
+}
+
+async function performOnCollection(
+  store: SessionStore,
+  pathOf: (id: string) => Promise<string>,
+  state: Collection,
+  op: CollectionOp,
+  onCreated: (id: string) => void,
+): Promise<void> {
+  const at = (pick: number): Listed | undefined =>
+    state.sessions[pick % Math.max(1, state.sessions.length)];
+  switch (op.kind) {
+    case "new": {
+      const session = await store.create(CWD);
+      onCreated(session.id);
+      await session.commit([user(`${session.id} question`), assistant("answer")]);
+      await session.close();
+      return;
+    }
+    case "save": {
+      const target = at(op.pick);
+      if (target === undefined) return;
+      const session = await store.open(await pathOf(target[0]));
+      await session.commit([...session.messages, user("more"), assistant("more")]);
+      await session.close();
+      return;
+    }
+    case "archive": {
+      const target = at(op.pick);
+      if (target !== undefined) await store.archive.set(CWD, [target[0]], op.archived);
+      return;
+    }
+    case "delete": {
+      const ids = [...new Set(op.picks.map(at).filter((s) => s !== undefined && s[2]))];
+      if (ids.length > 0) await store.archive.delete(CWD, ids.map((s) => (s as Listed)[0]));
+      return;
+    }
+    case "compact": {
+      const target = at(op.pick);
+      if (target === undefined) return;
+      // A legacy session is migrated by its first open; compaction takes a directory.
+      const session = await store.open(await pathOf(target[0]));
+      await session.close();
+      await store.compact(session.getSessionPath());
+      return;
+    }
+    case "cleanup":
+      await store.cleanup(CWD);
+      return;
+  }
+}
+
+/** The collection as a listing shows it, in the model's order; failures are an error. */
+async function listedCollection(store: SessionStore, order: readonly string[]): Promise<Listed[]> {
+  const result = await store.listDetailed(CWD);
+  assert.deepEqual(result.failures.map((f) => `${f.id}: ${f.error.message}`), []);
+  const rank = (id: string): number => {
+    const i = order.indexOf(id);
+    return i < 0 ? order.length : i;
+  };
+  return result.sessions
+    .map((s): Listed => [s.id, s.messageCount, s.archived])
+    .sort((a, b) => rank(a[0]) - rank(b[0]) || a[0].localeCompare(b[0]));
+}
+
+test("random collection sequences (create, save, migrate, archive, delete, compact, cleanup), crashed anywhere, list every session whole or gone", async () => {
+  // The baseline: two legacy files and one saved session, synced.
+  const base = new MemoryFs();
+  await base.mkdir(CWD, { recursive: true });
+  const setupStore = new SessionStore({ fs: base, agentDir: AGENT });
+  const first = await setupStore.create(CWD);
+  await first.commit([user("first question"), assistant("first answer")]);
+  await first.close();
+  const collection = first.getSessionDir();
+  for (const id of LEGACY_IDS) {
+    await base.writeFile(
+      `${collection}/${id}.jsonl`,
+      legacySessionBytes(id, CWD, [user(`${id} question`), assistant("answer")]),
+    );
+  }
+  base.syncAll();
+  const initial: Collection = {
+    sessions: [...LEGACY_IDS.map((id): Listed => [id, 2, false]), [first.id, 2, false]],
+  };
+  /** Runs `ops` on a copy of the baseline, crashing after `crashAfter`. */
+  const runCollection = async (ops: readonly CollectionOp[], crashAfter: number | undefined) => {
+    const fs = base.clone();
+    const store = new SessionStore({ fs, agentDir: AGENT });
+    // A legacy session is opened by its file until a directory was published for it.
+    const pathOf = async (id: string): Promise<string> => {
+      const dir = `${collection}/${id}`;
+      if (!LEGACY_IDS.includes(id)) return dir;
+      return await fs.lstat(dir).then(() => dir, () => `${dir}.jsonl`);
+    };
+    let state = initial;
+    if (crashAfter !== undefined) fs.crashAfter(crashAfter);
+    for (const op of ops) {
+      let created: string | undefined;
+      try {
+        await performOnCollection(store, pathOf, state, op, (id) => (created = id));
+      } catch (error) {
+        if (!(error instanceof SimulatedCrash) && !fs.crashTriggered) throw error;
+        const inFlight = op.kind === "new" && created === undefined
+          ? state
+          : modelCollection(state, op, created);
+        return { fs, resolved: state, inFlight, operations: fs.operationCount };
+      }
+      state = modelCollection(state, op, created);
+      if (crashAfter === undefined) {
+        // What a listing shows once the operation resolved is what the model says.
+        const order = state.sessions.map((s) => s[0]);
+        assert.deepEqual(await listedCollection(store, order), state.sessions, `after ${op.kind}`);
+      }
+    }
+    return { fs, resolved: state, inFlight: undefined, operations: fs.operationCount };
+  };
+
+  const kinds = new Set<string>();
+  let midOperation = 0;
+  for (let seed = 1; seed <= 25; seed++) {
+    const ops = collectionSequence(seed, 12);
+    for (const op of ops) kinds.add(op.kind);
+    await runCollection(ops, undefined); // checks the model after every operation
+    // The operations of a run that lists nothing in between, as the crashed runs do.
+    const total = (await runCollection(ops, Number.MAX_SAFE_INTEGER)).operations;
+    const next = mulberry32(seed * 7717);
+    for (let k = 0; k < 3; k++) {
+      const point = Math.floor(next() * total);
+      const crashed = await runCollection(ops, point);
+      if (crashed.inFlight !== undefined) midOperation++;
+      const allowed = [crashed.resolved, ...(crashed.inFlight ? [crashed.inFlight] : [])];
+      const order = allowed.flatMap((state) => state.sessions.map((s) => s[0]));
+      for (const seedOfCrash of [0, 3]) {
+        const label = `collection sequence ${seed} [${ops.map((op) => op.kind)}], crash after ` +
+          `${point}, seed ${seedOfCrash}`;
+        const recovered = crashed.fs.crash({ seed: seedOfCrash });
+        const store = new SessionStore({ fs: recovered, agentDir: AGENT });
+        // Readers need no recovery: an interrupted delete, migration or compaction is invisible.
+        const seen = await listedCollection(store, order);
+        assert.ok(
+          allowed.some((state) => equalListing(state.sessions, seen)),
+          `${label}: listed ${JSON.stringify(seen)}, expected one of ${JSON.stringify(allowed)}`,
+        );
+        // Recovery keeps that, and leaves nothing staged behind.
+        await store.cleanup(CWD);
+        assert.deepEqual(await listedCollection(store, order), seen, `${label}: after cleanup`);
+        const leftovers = Object.keys(recovered.snapshotTree(collection)).filter((p) =>
+          /^\.(delete|staging)-/.test(p) || p.endsWith(".tmp")
+        );
+        assert.deepEqual(leftovers, [], `${label}: leftovers`);
+        // Every listed session opens with the history the listing counted.
+        for (const [id, messages] of seen) {
+          const path = (await store.list(CWD)).find((s) => s.id === id)?.path as string;
+          const session = await store.open(path, { readOnly: true });
+          assert.equal(session.messages.length, messages, `${label}: ${id}`);
+          await session.close();
+        }
+      }
+    }
+  }
+  assert.equal(kinds.size, COLLECTION_KINDS.length, [...kinds].join());
+  assert.ok(midOperation > 40, `${midOperation} of 75 crash points inside an operation`);
+});
+
+function equalListing(a: readonly Listed[], b: readonly Listed[]): boolean {
+  const key = (list: readonly Listed[]) => JSON.stringify([...list].sort());
+  return key(a) === key(b);
+}
