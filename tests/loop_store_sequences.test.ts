@@ -490,7 +490,7 @@ async function listedCollection(store: SessionStore, order: readonly string[]): 
     .sort((a, b) => rank(a[0]) - rank(b[0]) || a[0].localeCompare(b[0]));
 }
 
-test("random collection sequences (create, save, migrate, archive, delete, compact, cleanup), crashed anywhere, list every session whole or gone", async () => {
+test("random collection sequences (create, save, migrate, archive, delete, compact, cleanup), crashed or failed anywhere, list every session whole or gone", async () => {
   // The baseline: two legacy files and one saved session, synced.
   const base = new MemoryFs();
   await base.mkdir(CWD, { recursive: true });
@@ -587,6 +587,63 @@ test("random collection sequences (create, save, migrate, archive, delete, compa
   }
   assert.equal(kinds.size, COLLECTION_KINDS.length, [...kinds].join());
   assert.ok(midOperation > 40, `${midOperation} of 75 crash points inside an operation`);
+
+  // The same sequences with one step failing (EIO or ENOSPC, once): the failed call leaves the
+  // collection as before it or as after it, whole, for a listing at once and after cleanup, and
+  // the next operations work.
+  const failedKinds = new Set<string>();
+  for (let seed = 1; seed <= 25; seed++) {
+    const ops = collectionSequence(seed, 12);
+    const total = (await runCollection(ops, Number.MAX_SAFE_INTEGER)).operations;
+    const next = mulberry32(seed * 6007);
+    for (let k = 0; k < 3; k++) {
+      const n = 1 + Math.floor(next() * total);
+      const error = k % 2 === 0 ? "EIO" : "ENOSPC";
+      const fs = base.clone();
+      const store = new SessionStore({ fs, agentDir: AGENT });
+      fs.resetCounter();
+      fs.failAt(n, { error });
+      let state = initial;
+      let allowed: Collection[] | undefined;
+      let failedAt = 0;
+      for (const [i, op] of ops.entries()) {
+        let created: string | undefined;
+        const pathOf = async (id: string): Promise<string> => {
+          const dir = `${collection}/${id}`;
+          if (!LEGACY_IDS.includes(id)) return dir;
+          return await fs.lstat(dir).then(() => dir, () => `${dir}.jsonl`);
+        };
+        try {
+          await performOnCollection(store, pathOf, state, op, (id) => (created = id));
+        } catch {
+          failedKinds.add(op.kind);
+          allowed = [state, modelCollection(state, op, created)];
+          failedAt = i;
+          break;
+        }
+        state = modelCollection(state, op, created);
+      }
+      fs.clearFaults();
+      const label = `collection sequence ${seed}, ${error} at ${n} (${ops[failedAt]?.kind})`;
+      const order = (allowed ?? [state]).flatMap((c) => c.sessions.map((s) => s[0]));
+      const seen = await listedCollection(store, order);
+      assert.ok(
+        (allowed ?? [state]).some((c) => equalListing(c.sessions, seen)),
+        `${label}: listed ${JSON.stringify(seen)}, expected one of ${JSON.stringify(allowed)}`,
+      );
+      await store.cleanup(CWD);
+      assert.deepEqual(await listedCollection(store, order), seen, `${label}: after cleanup`);
+      // The host goes on: one more session is created and listed.
+      const more = await store.create(CWD);
+      await more.commit([user("after the fault"), assistant("kept")]);
+      await more.close();
+      const after = await listedCollection(store, [...order, more.id]);
+      assert.ok(equalListing(after, [...seen, [more.id, 2, false]]), `${label}: the next save`);
+    }
+  }
+  for (const kind of ["new", "save", "delete"]) {
+    assert.ok(failedKinds.has(kind), `no failure in ${kind}: ${[...failedKinds]}`);
+  }
 });
 
 function equalListing(a: readonly Listed[], b: readonly Listed[]): boolean {
