@@ -5,6 +5,7 @@
 // loops cover each operation at every step; these cover them in combination.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { isDeepStrictEqual as same } from "node:util";
 import { type CrashOptions, MemoryFs, SimulatedCrash } from "../adapters/memory.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
@@ -152,15 +153,6 @@ function stateOf(session: SessionManager): State {
     pinned: header.pinnedAt !== undefined,
     unread: header.unread === true,
   };
-}
-
-function same(a: State, b: State): boolean {
-  try {
-    assert.deepEqual(a, b);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /** A synced baseline: one saved session of two messages. */
