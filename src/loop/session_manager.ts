@@ -73,6 +73,7 @@ import {
   INDEX_FORMAT,
   INDEX_VERSION,
   indexMatches,
+  joinBytes,
   MESSAGES_FILE,
   META_FILE,
   openSessionFile,
@@ -246,6 +247,34 @@ interface PreparedCommit {
   readonly first: number;
 }
 
+/**
+ * The state a commit is prepared on: the committed one, or the state a save queued before it in
+ * the same batch leads to (whose hash is not known until the batch is written, and not needed).
+ */
+type HistoryBase = Omit<Committed, "hash">;
+
+/** A `commit()` or `append()` called while the write queue was busy, waiting in a `SaveBatch`. */
+interface QueuedSave {
+  readonly operation: "commit" | "append";
+  /** The complete history for a commit, the new messages for an append (copies of the arrays). */
+  readonly messages: readonly Message[];
+  readonly runtimeContexts: readonly RuntimeContextSnapshot[] | undefined;
+  readonly promptTimings: readonly PromptTiming[] | undefined;
+  readonly context: CommitContext | undefined;
+  /** When it was called (the header's `updatedAt`). */
+  readonly at: number;
+  readonly resolve: () => void;
+  readonly reject: (error: unknown) => void;
+}
+
+/**
+ * Saves queued back to back in the write queue, with no other call between them: written
+ * together, with one log write and one meta.json publish.
+ */
+interface SaveBatch {
+  readonly saves: QueuedSave[];
+}
+
 const writers = new WeakMap<FileSystem, Map<string, SessionManager>>();
 
 function claimWriter(fs: FileSystem, dir: string, manager: SessionManager): void {
@@ -321,6 +350,8 @@ export class SessionManager {
   readonly #onClose: (() => Promise<void>) | undefined;
   #beforeFirstWrite: (() => Promise<void>) | undefined;
   readonly #queue = new SerialQueue();
+  /** The batch that is the last task of the write queue and has not started: saves join it. */
+  #openBatch: SaveBatch | undefined;
   #committed: Committed;
   #pending: PendingCommit | undefined;
   #log: FileHandle | undefined;
@@ -618,6 +649,14 @@ export class SessionManager {
    * (hosts may finish it in place). The identity check costs a few nanoseconds per saved
    * message; `append()` skips it. A save that fails stays pending as it was given (the messages
    * it had not saved are copied), and `flush()` retries exactly that.
+   *
+   * Saves (`commit()` and `append()`) called while another call is in flight are queued, and
+   * those queued back to back are written together: each is validated on the state the ones
+   * before it lead to, then one log write and one meta.json publish commit them all, so a crash
+   * shows the state before the batch or after it. They resolve together, or reject together with
+   * the write's error, the batch's last state then being the pending save; a save that fails
+   * validation rejects alone and the batch is written without it. Any other call (a pin, a page
+   * read, `flush()`, `close()`) ends the batch: calls take effect in the order they were made.
    */
   commit(
     messages: readonly Message[],
@@ -638,18 +677,20 @@ export class SessionManager {
       } catch (error) {
         // Rejected before anything was written. The temp file is removed before the session's
         // next operation runs.
-        if (replace !== undefined) void this.#queue.run(() => replace.discard());
+        if (replace !== undefined) void this.#schedule(() => replace.discard());
         return Promise.reject(error);
       }
       return this.#write("commit", () => this.#apply(prepared, replace), replace);
     }
-    const snapshot = messages.slice();
-    return this.#write("commit", async () => {
-      if (this.#pending !== undefined) {
-        throw new PendingSaveError("commit", { file: this.getSessionFile() });
-      }
-      await this.#apply(this.#prepare(snapshot, runtimeContexts, promptTimings, context, at));
-    });
+    // Queued behind another call: written together with the saves queued right after it.
+    return this.#enqueueSave(
+      "commit",
+      messages.slice(),
+      runtimeContexts,
+      promptTimings,
+      context,
+      at,
+    );
   }
 
   /** Retries a pending save with the same snapshot. Resolves at once when nothing is pending. */
@@ -687,33 +728,185 @@ export class SessionManager {
     if (!Array.isArray(messages)) return Promise.reject(notAnArray(messages));
     const at = this.#context.now();
     const tail = messages.slice();
-    const replace = this.#canPrepareNow() ? this.#beginMetaReplace() : undefined;
+    if (!this.#canPrepareNow()) {
+      // Queued behind another call: written together with the saves queued right after it.
+      return this.#enqueueSave("append", tail, runtimeContexts, promptTimings, context, at);
+    }
+    const replace = this.#beginMetaReplace();
+    const save = {
+      operation: "append" as const,
+      messages: tail,
+      runtimeContexts,
+      promptTimings,
+      context,
+      at,
+    };
     return this.#write("append", async () => {
       if (this.#pending !== undefined) {
         throw new PendingSaveError("append", { file: this.getSessionFile() });
       }
-      // What is appended to is known only now, after every save queued before this one ran.
-      const committed = this.#committed;
-      const prepared = committed.meta === undefined
-        // A draft has no saved history to append to yet: it is saved whole.
-        ? this.#prepare(
-          [...this.#committedMessages(), ...tail],
-          runtimeContexts,
-          promptTimings,
-          context,
-          at,
-        )
-        : this.#prepare(
-          tail,
-          runtimeContexts,
-          promptTimings,
-          context,
-          at,
-          undefined,
-          committed.count,
-        );
-      await this.#apply(prepared, replace);
+      await this.#apply(this.#prepareSave(save, this.#committed), replace);
     }, replace);
+  }
+
+  /**
+   * Queues a save behind the calls already in the write queue. Saves queued back to back join one
+   * batch, which is prepared one save after another (each on the state the one before leads to)
+   * and written with one log write and one meta.json publish: the saves resolve together, or
+   * reject together with the write's error (the batch's last state is then the pending save). A
+   * save that fails validation rejects alone, before anything is written, and the batch goes on
+   * without it. Any other call queued meanwhile closes the batch, so calls keep their order.
+   */
+  #enqueueSave(
+    operation: QueuedSave["operation"],
+    messages: readonly Message[],
+    runtimeContexts: readonly RuntimeContextSnapshot[] | undefined,
+    promptTimings: readonly PromptTiming[] | undefined,
+    context: CommitContext | undefined,
+    at: number,
+  ): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const save: QueuedSave = {
+        operation,
+        messages,
+        runtimeContexts,
+        promptTimings,
+        context,
+        at,
+        resolve,
+        reject,
+      };
+      const open = this.#openBatch;
+      if (open !== undefined) {
+        open.saves.push(save);
+        return;
+      }
+      const batch: SaveBatch = { saves: [save] };
+      this.#schedule(() => this.#runBatch(batch)).catch((error) => {
+        // Not expected (`#runBatch` settles every save itself), but never leave a save unsettled.
+        for (const queued of batch.saves) queued.reject(error);
+      });
+      this.#openBatch = batch;
+    });
+  }
+
+  /** Runs a batch of queued saves (see `#enqueueSave`), settling each. Never rejects. */
+  async #runBatch(batch: SaveBatch): Promise<void> {
+    if (this.#openBatch === batch) this.#openBatch = undefined; // started: no one joins now
+    const saves = batch.saves;
+    const refused = this.#refusal(saves[0]?.operation ?? "commit");
+    if (refused !== undefined) {
+      for (const save of saves) save.reject(this.#refusal(save.operation) ?? refused);
+      return;
+    }
+    try {
+      await this.#reconcile();
+    } catch (error) {
+      for (const save of saves) save.reject(error);
+      return;
+    }
+    let next = 0;
+    while (next < saves.length) {
+      if (this.#pending !== undefined) {
+        for (const save of saves.slice(next)) {
+          save.reject(new PendingSaveError(save.operation, { file: this.getSessionFile() }));
+        }
+        return;
+      }
+      if (this.#committed.meta !== undefined) {
+        await this.#applyTogether(saves.slice(next));
+        return;
+      }
+      // A draft: each save is written alone until one creates the session's files.
+      const save = saves[next++] as QueuedSave;
+      try {
+        await this.#apply(this.#prepareSave(save, this.#committed));
+        save.resolve();
+      } catch (error) {
+        save.reject(error);
+      }
+    }
+  }
+
+  /**
+   * Prepares `saves` one after another, each on the state the one before leads to, and writes
+   * the result once: an append of every new message, or the last replacement generation with
+   * what was appended after it. Settles each save.
+   */
+  async #applyTogether(saves: readonly QueuedSave[]): Promise<void> {
+    let base: HistoryBase = this.#committed;
+    let merged: PreparedCommit | undefined;
+    const members: QueuedSave[] = [];
+    for (const save of saves) {
+      let prepared: PreparedCommit;
+      try {
+        prepared = this.#prepareSave(save, base);
+      } catch (error) {
+        save.reject(error); // nothing written; the next save is prepared on the same state
+        continue;
+      }
+      merged = merged === undefined ? prepared : mergePrepared(merged, prepared);
+      members.push(save);
+      base = { ...base, ...historyOf(prepared), header: this.#headerAfter(base.header, prepared) };
+    }
+    if (merged === undefined) return;
+    try {
+      await this.#apply(merged);
+    } catch (error) {
+      for (const save of members) save.reject(error);
+      return;
+    }
+    for (const save of members) save.resolve();
+  }
+
+  /**
+   * Prepares a `commit()` or `append()` on `base`. An append adds to the history of `base`, the
+   * one saved when its turn comes (so saves queued before it are kept); on a draft, which has no
+   * saved history to append to yet, it saves that history whole with the new messages.
+   */
+  #prepareSave(
+    save: Pick<
+      QueuedSave,
+      "operation" | "messages" | "runtimeContexts" | "promptTimings" | "context" | "at"
+    >,
+    base: HistoryBase,
+  ): PreparedCommit {
+    const { messages, runtimeContexts, promptTimings, context, at } = save;
+    if (save.operation === "commit") {
+      return this.#prepare(
+        messages,
+        runtimeContexts,
+        promptTimings,
+        context,
+        at,
+        undefined,
+        0,
+        base,
+      );
+    }
+    if (base.meta === undefined) {
+      const saved = base.arrays.messages.slice(0, base.count);
+      return this.#prepare(
+        [...saved, ...messages],
+        runtimeContexts,
+        promptTimings,
+        context,
+        at,
+        undefined,
+        0,
+        base,
+      );
+    }
+    return this.#prepare(
+      messages,
+      runtimeContexts,
+      promptTimings,
+      context,
+      at,
+      undefined,
+      base.count,
+      base,
+    );
   }
 
   /**
@@ -744,10 +937,12 @@ export class SessionManager {
     at: number,
     retryUnread?: boolean,
     base = 0,
+    committed: HistoryBase = this.#committed,
   ): PreparedCommit {
     // `messages` holds the history from global index `base` on; the first `base` messages are the
     // committed ones (`append()` passes base = the committed count and only the new messages).
-    const committed = this.#committed;
+    // `committed` is the state prepared on: the committed one, or where a batch's earlier saves
+    // lead.
     const { arrays, count } = committed;
     const messagesFile = this.#messagesFile;
     const metaFile = this.#metaFile;
@@ -890,26 +1085,24 @@ export class SessionManager {
     return header as unknown as SessionHeader;
   }
 
-  async #apply(prepared: PreparedCommit, replace?: PendingReplace): Promise<void> {
-    const committed = this.#committed;
-    const header = {
+  /** The header of the state `prepared` leads to from a state whose header is `header`. */
+  #headerAfter(header: SessionHeader, prepared: PreparedCommit): SessionHeader {
+    return {
       ...this.#headerWith(
-        committed.header,
+        header,
         prepared.runtimeContexts,
         prepared.promptTimings,
         prepared.context,
       ),
-      updatedAt: laterTime(prepared.updatedAt, committed.header.updatedAt),
+      updatedAt: laterTime(prepared.updatedAt, header.updatedAt),
       unread: prepared.unread,
     } as SessionHeader;
-    const history = {
-      arrays: prepared.arrays,
-      count: prepared.count,
-      roundCount: prepared.roundCount,
-      validator: prepared.validator,
-      lastLine: prepared.lastLine,
-      title: prepared.title,
-    };
+  }
+
+  async #apply(prepared: PreparedCommit, replace?: PendingReplace): Promise<void> {
+    const committed = this.#committed;
+    const header = this.#headerAfter(committed.header, prepared);
+    const history = historyOf(prepared);
     if (prepared.kind === "draft") {
       this.#committed = { ...committed, ...history, header };
       this.#pending = undefined;
@@ -1228,7 +1421,7 @@ export class SessionManager {
    * @throws {CorruptSessionError} When the log is missing or shorter than the committed range.
    */
   readHistory(before?: number, revision?: string): Promise<HistoryPage> {
-    return this.#queue.run(async () => {
+    return this.#schedule(async () => {
       this.#assertOpen();
       if (revision !== undefined && typeof revision !== "string") {
         throw new InvalidArgumentError(
@@ -1574,7 +1767,7 @@ export class SessionManager {
    * the writer slot. A pending save stays unsaved: call `flush()` first to keep it.
    */
   close(): Promise<void> {
-    return this.#queue.run(async () => {
+    return this.#schedule(async () => {
       if (this.#closed) return;
       this.#closed = true;
       try {
@@ -1607,19 +1800,37 @@ export class SessionManager {
     }
   }
 
+  /** Why a write `operation` cannot run now (closed, or read-only), or undefined. */
+  #refusal(operation: string): SessionError | undefined {
+    if (this.#closed) {
+      return new SessionError("Session manager is closed", { file: this.getSessionFile() });
+    }
+    if (this.#readOnly) {
+      return new SessionError(`Session was opened read-only; ${operation} is not allowed`, {
+        file: this.getSessionFile(),
+      });
+    }
+    return undefined;
+  }
+
+  /**
+   * Runs `task` in the session's queue after every call queued before it. It closes the open
+   * batch of saves, so a save called after this call runs after it.
+   */
+  #schedule<T>(task: () => Promise<T>): Promise<T> {
+    this.#openBatch = undefined;
+    return this.#queue.run(task);
+  }
+
   /**
    * Runs `task` in the session's write queue. `replace`, a meta.json replace begun for the task,
    * is discarded (unless the task published it) before the queue moves on, whatever happens.
    */
   #write<T>(operation: string, task: () => Promise<T>, replace?: PendingReplace): Promise<T> {
-    return this.#queue.run(async () => {
+    return this.#schedule(async () => {
       try {
-        this.#assertOpen();
-        if (this.#readOnly) {
-          throw new SessionError(`Session was opened read-only; ${operation} is not allowed`, {
-            file: this.getSessionFile(),
-          });
-        }
+        const refused = this.#refusal(operation);
+        if (refused !== undefined) throw refused;
         await this.#reconcile();
         return await task();
       } finally {
@@ -1627,6 +1838,57 @@ export class SessionManager {
       }
     });
   }
+}
+
+/** The history part of the state `prepared` leads to. */
+function historyOf(
+  prepared: PreparedCommit,
+): Pick<Committed, "arrays" | "count" | "roundCount" | "validator" | "lastLine" | "title"> {
+  return {
+    arrays: prepared.arrays,
+    count: prepared.count,
+    roundCount: prepared.roundCount,
+    validator: prepared.validator,
+    lastLine: prepared.lastLine,
+    title: prepared.title,
+  };
+}
+
+/**
+ * One commit doing what `first` and then `second` (prepared on the state `first` leads to) do,
+ * for a saved session: the bytes of both (only the second's when it writes a new generation),
+ * the metadata arrays the later one gave (an omitted one keeps the earlier one's), the history
+ * and flags of the second.
+ */
+function mergePrepared(first: PreparedCommit, second: PreparedCommit): PreparedCommit {
+  const replaces = second.kind === "replace";
+  const kind: PreparedCommit["kind"] = replaces
+    ? "replace"
+    : first.kind === "metadata"
+    ? second.kind
+    : first.kind;
+  const bytes = replaces || first.bytes.length === 0
+    ? second.bytes
+    : second.bytes.length === 0
+    ? first.bytes
+    : joinBytes([first.bytes, second.bytes]);
+  const compactions = second.context?.compactions ?? first.context?.compactions;
+  const checkpoints = second.context?.systemPromptCheckpoints ??
+    first.context?.systemPromptCheckpoints;
+  const context = compactions === undefined && checkpoints === undefined ? undefined : {
+    ...(compactions !== undefined ? { compactions } : {}),
+    ...(checkpoints !== undefined ? { systemPromptCheckpoints: checkpoints } : {}),
+  };
+  return {
+    ...second,
+    kind,
+    bytes,
+    first: replaces ? second.first : first.first,
+    runtimeContexts: second.runtimeContexts ?? first.runtimeContexts,
+    promptTimings: second.promptTimings ?? first.promptTimings,
+    context,
+    updatedAt: laterTime(second.updatedAt, first.updatedAt),
+  };
 }
 
 /**

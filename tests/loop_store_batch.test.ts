@@ -1,0 +1,346 @@
+// Saves queued behind a call in flight are written together: one log write, one meta.json publish.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { isDeepStrictEqual } from "node:util";
+import { MemoryFs } from "../adapters/memory.ts";
+import { FsIoError } from "../src/port/errors.ts";
+import type { FileSystem } from "../src/port/fs.ts";
+import { PendingSaveError, SessionFormatError } from "../src/loop/errors.ts";
+import { SessionStore } from "../src/loop/store.ts";
+import type { SessionManager } from "../src/loop/session_manager.ts";
+import type { Message } from "../src/loop/records/mod.ts";
+import { assistant, conversation, toolResult, user } from "./_fixtures.ts";
+import { gate, hookedFs } from "./_hooks.ts";
+import { crashAtEveryOperation } from "./_crash.ts";
+
+const CWD = "/work/project";
+const AGENT = "/home/user/.loop";
+
+/** A store whose meta.json publishes are counted and can be held at a gate or failed. */
+interface Rig {
+  readonly memory: MemoryFs;
+  readonly store: SessionStore;
+  /** The meta.json renames so far. */
+  publishes(): number;
+  /** Holds the next meta.json rename until the returned function is called. */
+  holdNextPublish(): () => void;
+  /** Fails the next meta.json rename with EIO. */
+  failNextPublish(): void;
+}
+
+async function rig(memory = new MemoryFs()): Promise<Rig> {
+  await memory.mkdir(CWD, { recursive: true });
+  let publishes = 0;
+  let held: Promise<void> | undefined;
+  let fail = false;
+  const fs: FileSystem = hookedFs(memory, {
+    async before(method, args) {
+      if (method !== "rename" || !String(args[1]).endsWith("/meta.json")) return;
+      const wait = held;
+      held = undefined;
+      if (wait !== undefined) await wait;
+      if (fail) {
+        fail = false;
+        throw new FsIoError("EIO", "rename", String(args[1]), "injected EIO");
+      }
+      publishes++;
+    },
+  });
+  return {
+    memory,
+    store: new SessionStore({ fs, agentDir: AGENT, process: null }),
+    publishes: () => publishes,
+    holdNextPublish() {
+      const { wait, open } = gate();
+      held = wait;
+      return open;
+    },
+    failNextPublish() {
+      fail = true;
+    },
+  };
+}
+
+async function savedOn(store: SessionStore, session: SessionManager): Promise<Message[]> {
+  const other = await store.open(session.getSessionPath(), { readOnly: true });
+  const messages = other.messages;
+  await other.close();
+  return messages;
+}
+
+test("saves called while one is in flight are written together: one meta.json publish for all", async () => {
+  const { store, publishes, holdNextPublish } = await rig();
+  const session = await store.create(CWD);
+  const before = conversation(2);
+  await session.commit(before);
+  const start = session.getStorageInfo()?.start;
+  const published = publishes();
+  const release = holdNextPublish();
+  const first = [...before, user("one"), assistant("one answer")];
+  const [two, twoAnswer, three, threeAnswer] = [
+    user("two"),
+    assistant("two answer"),
+    user("3"),
+    assistant("3 answer"),
+  ];
+  const order: string[] = [];
+  const track = (label: string, p: Promise<void>) => p.then(() => order.push(label));
+  const saves = [
+    track("first", session.commit(first)),
+    track("append user", session.append([two])),
+    track("append answer", session.append([twoAnswer])),
+    track("commit", session.commit([...first, two, twoAnswer, three])),
+    track("append last", session.append([threeAnswer])),
+  ];
+  release();
+  await Promise.all(saves);
+  const expected = [...first, two, twoAnswer, three, threeAnswer];
+  assert.equal(publishes() - published, 2, "the first save alone, then the four queued at once");
+  assert.deepEqual(order, ["first", "append user", "append answer", "commit", "append last"]);
+  assert.deepEqual(session.messages, expected);
+  assert.deepEqual(await savedOn(store, session), expected);
+  assert.equal(session.getStorageInfo()?.start, start, "appended, not a new generation");
+  assert.equal(session.getStorageInfo()?.messageCount, expected.length);
+  assert.equal(session.unread, true);
+});
+
+test("a queued batch keeps the metadata each save gave: a later array wins, an omitted one is kept", async () => {
+  const { store, publishes, holdNextPublish } = await rig();
+  const session = await store.create(CWD);
+  const history = conversation(2);
+  await session.commit(history);
+  const contexts = [{ userTurn: 0, content: "ctx", timestamp: 1 }];
+  const later = [{ userTurn: 1, content: "later ctx", timestamp: 2 }];
+  const checkpoints = [{ messageCount: 1, timestamp: 1, sections: { preamble: "hi" } }];
+  const published = publishes();
+  const release = holdNextPublish();
+  const [a, b, c] = [user("a"), assistant("b"), user("c")];
+  const saves = [
+    session.commit([...history, a]),
+    session.commit([...history, a], contexts as never, undefined, {
+      systemPromptCheckpoints: checkpoints as never,
+    }),
+    session.append([b]),
+    session.append([c], later as never),
+  ];
+  release();
+  await Promise.all(saves);
+  assert.equal(publishes() - published, 2);
+  assert.deepEqual(session.getRuntimeContexts(), later);
+  assert.deepEqual(session.getSystemPromptCheckpoints(), checkpoints);
+  const reopened = await store.open(session.getSessionPath(), { readOnly: true });
+  assert.deepEqual(reopened.getRuntimeContexts(), later);
+  assert.deepEqual(reopened.getSystemPromptCheckpoints(), checkpoints);
+  assert.deepEqual(reopened.messages, [...history, a, b, c]);
+  await reopened.close();
+  // An empty array given later removes the field, as it does for a save called alone.
+  const release2 = holdNextPublish();
+  const more = [
+    session.append([assistant("d")]),
+    session.append([user("e")], []),
+    session.append([assistant("f")]),
+  ];
+  release2();
+  await Promise.all(more);
+  assert.deepEqual(session.getRuntimeContexts(), []);
+  assert.deepEqual(session.getSystemPromptCheckpoints(), checkpoints);
+});
+
+test("a queued save that fails validation rejects alone; the batch is written without it", async () => {
+  const { store, publishes, holdNextPublish } = await rig();
+  const session = await store.create(CWD);
+  const history = conversation(1);
+  await session.commit(history);
+  const published = publishes();
+  const release = holdNextPublish();
+  const [q, half, answer, next] = [user("q"), assistant("half"), assistant("answer"), user("next")];
+  const first = session.append([q]);
+  const good = session.append([half, answer]);
+  // A tool result without its call: refused, after the first of its messages was looked at.
+  const bad = session.append([user("orphan"), toolResult("nowhere", "read")]);
+  const after = session.append([next]);
+  release();
+  await first;
+  await good;
+  await assert.rejects(bad, SessionFormatError);
+  await after;
+  const expected = [...history, q, half, answer, next];
+  assert.equal(publishes() - published, 2);
+  assert.deepEqual(session.messages, expected);
+  assert.deepEqual(await savedOn(store, session), expected);
+  assert.equal(session.hasPendingSave, false);
+});
+
+test("a replacement in a batch writes one new generation holding what was appended after it", async () => {
+  const { store, publishes, holdNextPublish } = await rig();
+  const session = await store.create(CWD);
+  const history = conversation(3);
+  await session.commit(history);
+  const start = session.getStorageInfo()?.start as number;
+  const published = publishes();
+  const release = holdNextPublish();
+  const edited = [user("rewritten"), ...history.slice(1)];
+  const [y, yAnswer] = [user("y"), assistant("y answer")];
+  const saves = [
+    session.append([user("x")]),
+    session.commit(edited),
+    session.append([y, yAnswer]),
+  ];
+  release();
+  await Promise.all(saves);
+  const expected = [...edited, y, yAnswer];
+  assert.equal(publishes() - published, 2);
+  assert.deepEqual(session.messages, expected);
+  assert.deepEqual(await savedOn(store, session), expected);
+  assert.ok((session.getStorageInfo()?.start as number) > start, "a new generation");
+  // A batch that only shortens the history is a new generation too.
+  const release2 = holdNextPublish();
+  const shorter = [
+    session.append([user("z")]),
+    session.commit(expected.slice(0, 2)),
+  ];
+  release2();
+  await Promise.all(shorter);
+  assert.deepEqual(await savedOn(store, session), expected.slice(0, 2));
+  const page = await session.readHistory();
+  assert.deepEqual(page.messages, expected.slice(0, 2));
+});
+
+test("a failed batch rejects every save in it with the write's error; flush() saves the last state", async () => {
+  const { store, publishes, holdNextPublish, failNextPublish } = await rig();
+  const session = await store.create(CWD);
+  const history = conversation(1);
+  await session.commit(history);
+  const release = holdNextPublish();
+  const [q, a, r] = [user("q"), assistant("a"), user("r")];
+  const first = session.append([q]);
+  const second = session.append([a]);
+  const third = session.commit([...history, q, a, r]);
+  const errors: unknown[] = [];
+  const caught = [second, third].map((p) => p.catch((error) => errors.push(error)));
+  release();
+  await first;
+  failNextPublish();
+  await Promise.all(caught);
+  assert.equal(errors.length, 2);
+  assert.ok(errors[0] instanceof FsIoError);
+  assert.equal(errors[0], errors[1], "one write, one error");
+  const last = [...history, q, a, r];
+  assert.equal(session.hasPendingSave, true);
+  assert.deepEqual(session.messages, last);
+  assert.deepEqual(await savedOn(store, session), [...history, q]);
+  await assert.rejects(session.append([assistant("s")]), PendingSaveError);
+  const published = publishes();
+  await session.flush();
+  assert.equal(publishes() - published, 1);
+  assert.deepEqual(await savedOn(store, session), last);
+});
+
+test("saves queued behind a failed save reject with PendingSaveError and write nothing", async () => {
+  const { store, publishes, holdNextPublish, failNextPublish } = await rig();
+  const session = await store.create(CWD);
+  const history = conversation(1);
+  await session.commit(history);
+  const release = holdNextPublish();
+  failNextPublish();
+  const q = user("q");
+  const first = session.append([q]);
+  const queued = [session.append([assistant("a")]), session.commit([user("other")])];
+  release();
+  await assert.rejects(first, FsIoError);
+  for (const save of queued) await assert.rejects(save, PendingSaveError);
+  const published = publishes();
+  await session.flush();
+  assert.equal(publishes() - published, 1);
+  assert.deepEqual(await savedOn(store, session), [...history, q]);
+});
+
+test("any other call splits the queued saves: every call runs in the order it was made", async () => {
+  const { store, publishes, holdNextPublish } = await rig();
+  const session = await store.create(CWD);
+  const history = conversation(2);
+  await session.commit(history);
+  const published = publishes();
+  const release = holdNextPublish();
+  const order: string[] = [];
+  const h1 = [...history, user("1")];
+  const h2 = [...h1, assistant("2")];
+  const three = user("3");
+  const h3 = [...h2, three];
+  const four = assistant("4");
+  const calls = [
+    session.commit(h1).then(() => order.push("commit 1")),
+    session.commit(h2).then(() => order.push("commit 2")),
+    session.setPinned(true).then(() => order.push("pin")),
+    session.commit(h3).then(() => order.push("commit 3")),
+    session.readHistory().then((page) => {
+      order.push("read");
+      assert.equal(page.messages.at(-1)?.content, three.content, "it sees the save before it");
+    }),
+    session.append([four]).then(() => order.push("append 4")),
+  ];
+  release();
+  await Promise.all(calls);
+  assert.deepEqual(order, ["commit 1", "commit 2", "pin", "commit 3", "read", "append 4"]);
+  assert.equal(publishes() - published, 5, "each save alone: another call came between them");
+  const reopened = await store.open(session.getSessionPath(), { readOnly: true });
+  assert.deepEqual(reopened.messages, [...h3, four]);
+  assert.equal(typeof reopened.getHeader().pinnedAt, "string");
+  await reopened.close();
+});
+
+test("saves queued on a draft: the first that creates the files is written alone, the rest together", async () => {
+  const { store, publishes } = await rig();
+  const session = await store.create(CWD);
+  const [q, a, q2] = [user("q"), assistant("a"), user("q2")];
+  const saves = [
+    session.commit([]), // a draft save: nothing to write yet
+    session.append([q]), // creates the session's files
+    session.append([a]),
+    session.append([q2]),
+  ];
+  await Promise.all(saves);
+  assert.equal(publishes(), 2);
+  assert.deepEqual(await savedOn(store, session), [q, a, q2]);
+});
+
+test("a crash at every operation of a batch shows the state before it or after it, never one inside", async () => {
+  const memory = new MemoryFs();
+  const { store } = await rig(memory);
+  const session = await store.create(CWD);
+  const before = conversation(2);
+  await session.commit(before);
+  const dir = session.getSessionPath();
+  await session.close();
+  memory.syncAll();
+  const first = [...before, user("first")];
+  const insideAnswer = assistant("inside");
+  const inside = [...first, insideAnswer];
+  const after = [...inside, user("after"), assistant("after answer")];
+  const states = [before, first, after];
+  let batched = 0;
+  await crashAtEveryOperation({
+    baseline: memory,
+    run: async (fs) => {
+      const crashed = await rig(fs);
+      const manager = await crashed.store.open(dir);
+      await Promise.all([
+        manager.commit(first),
+        manager.append([insideAnswer]),
+        manager.commit(after),
+      ]);
+      batched = crashed.publishes();
+    },
+    check: async (recovered, { resolved, n, seed }) => {
+      const reader = await new SessionStore({ fs: recovered, agentDir: AGENT, process: null })
+        .open(dir, { readOnly: true });
+      const seen = reader.messages;
+      await reader.close();
+      const label = `crash after op ${n}, seed ${seed}`;
+      if (resolved) assert.deepEqual(seen, after, label);
+      assert.ok(states.some((state) => isDeepStrictEqual(state, seen)), label);
+      assert.ok(!isDeepStrictEqual(seen, inside), label);
+    },
+  });
+  assert.equal(batched, 2, "the first save, then the two queued behind it");
+});
