@@ -24,6 +24,9 @@ import { migrationCase } from "./cases_migration.ts";
 import { pruneCase } from "./cases_prune.ts";
 import { formatMs } from "./report.ts";
 
+/** How many saves a burst calls at once. */
+const BURST = 10;
+
 /** Operation names (the keys of the growth table). */
 export const OP = {
   open: "full open",
@@ -31,12 +34,18 @@ export const OP = {
   pageDeep: "readHistory(before) deep page",
   commit: (d: Durability): string => `commit one message (${d})`,
   append: (d: Durability): string => `append one message (${d})`,
+  burst: (d: Durability): string => `${BURST} appends called at once (${d})`,
   replace: "commit a replacement generation (full)",
   pin: (d: Durability): string => `setPinned (${d})`,
   markRead: (d: Durability): string => `markRead (${d})`,
 } as const;
 
 const encoder = new TextEncoder();
+
+/** The log bytes of `messages`, one line each. */
+function joinLines(messages: readonly Message[]): Uint8Array {
+  return encoder.encode(messages.map((message) => JSON.stringify(message) + "\n").join(""));
+}
 const DURABILITIES: readonly Durability[] = ["full", "ordered"];
 
 /** `<n> msgs`. */
@@ -270,6 +279,39 @@ const commitCase: SizeCase = {
           ...append,
           maxRatio: 1.3,
           note: note("appends (the new message only)"),
+        });
+        // A burst: BURST saves called at once, as a host saving tool results that arrived
+        // together. They are written together, with one log write and one publish.
+        let burst: Message[] = [];
+        let burstLine: Uint8Array = new Uint8Array(0);
+        const bursts = await measurePair(
+          {
+            before: () => {
+              burst = Array.from({ length: BURST }, () => ours.nextPlain());
+            },
+            run: () => Promise.all(burst.map((message) => session.append([message]))),
+          },
+          {
+            before: () => {
+              burstLine = joinLines(Array.from({ length: BURST }, () => theirs.nextPlain()));
+            },
+            run: () => floor.commit(burstLine, fx.metaBytes),
+          },
+          ctx.planFor(2 * 3),
+        );
+        const one = rowOf(ctx, OP.append(durability), fx.size);
+        ctx.row({
+          op: OP.burst(durability),
+          size: fx.size,
+          sizeLabel: msgs(fx.size),
+          ...bursts,
+          maxRatio: undefined,
+          note: `${BURST} appends called at once, written together; floor: one append of the ` +
+            `${BURST} messages` +
+            `${durability === "full" ? " + fsync" : ""} + atomic replace` +
+            (one === undefined
+              ? ""
+              : `; ${BURST} appends one after another: ${formatMs(one.median * BURST)}`),
         });
       } finally {
         await floor.close();

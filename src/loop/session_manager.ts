@@ -253,16 +253,11 @@ interface PreparedCommit {
  */
 type HistoryBase = Omit<Committed, "hash">;
 
-/** A `commit()` or `append()` called while the write queue was busy, waiting in a `SaveBatch`. */
+/** A `commit()` or `append()` waiting in a `SaveBatch`. */
 interface QueuedSave {
   readonly operation: "commit" | "append";
-  /** The complete history for a commit, the new messages for an append (copies of the arrays). */
-  readonly messages: readonly Message[];
-  readonly runtimeContexts: readonly RuntimeContextSnapshot[] | undefined;
-  readonly promptTimings: readonly PromptTiming[] | undefined;
-  readonly context: CommitContext | undefined;
-  /** When it was called (the header's `updatedAt`). */
-  readonly at: number;
+  /** Validates and serializes the save on `base`, the state the saves before it lead to. */
+  readonly prepare: (base: HistoryBase) => PreparedCommit;
   readonly resolve: () => void;
   readonly reject: (error: unknown) => void;
 }
@@ -273,6 +268,8 @@ interface QueuedSave {
  */
 interface SaveBatch {
   readonly saves: QueuedSave[];
+  /** The meta.json replace begun when the first save was called (the queue was idle then). */
+  readonly replace: PendingReplace | undefined;
 }
 
 const writers = new WeakMap<FileSystem, Map<string, SessionManager>>();
@@ -675,21 +672,23 @@ export class SessionManager {
       try {
         prepared = this.#prepare(messages, runtimeContexts, promptTimings, context, at);
       } catch (error) {
-        // Rejected before anything was written. The temp file is removed before the session's
-        // next operation runs.
-        if (replace !== undefined) void this.#schedule(() => replace.discard());
-        return Promise.reject(error);
+        // Rejected before anything was written, once the temp file is removed (in the queue, so
+        // before the session's next operation runs).
+        if (replace === undefined) return Promise.reject(error);
+        return this.#schedule(async () => {
+          await replace.discard();
+          throw error;
+        });
       }
-      return this.#write("commit", () => this.#apply(prepared, replace), replace);
+      // Prepared on the committed state, which stays so until this batch, the next task, runs.
+      return this.#enqueueSave("commit", () => prepared, replace);
     }
-    // Queued behind another call: written together with the saves queued right after it.
+    // Queued behind another call: prepared when its turn comes, on a copy of the array.
+    const snapshot = messages.slice();
     return this.#enqueueSave(
       "commit",
-      messages.slice(),
-      runtimeContexts,
-      promptTimings,
-      context,
-      at,
+      (base) =>
+        this.#prepare(snapshot, runtimeContexts, promptTimings, context, at, undefined, 0, base),
     );
   }
 
@@ -728,25 +727,33 @@ export class SessionManager {
     if (!Array.isArray(messages)) return Promise.reject(notAnArray(messages));
     const at = this.#context.now();
     const tail = messages.slice();
-    if (!this.#canPrepareNow()) {
-      // Queued behind another call: written together with the saves queued right after it.
-      return this.#enqueueSave("append", tail, runtimeContexts, promptTimings, context, at);
-    }
-    const replace = this.#beginMetaReplace();
-    const save = {
-      operation: "append" as const,
-      messages: tail,
-      runtimeContexts,
-      promptTimings,
-      context,
-      at,
-    };
-    return this.#write("append", async () => {
-      if (this.#pending !== undefined) {
-        throw new PendingSaveError("append", { file: this.getSessionFile() });
-      }
-      await this.#apply(this.#prepareSave(save, this.#committed), replace);
-    }, replace);
+    // Prepared when its turn comes, on the history saved by then: an append adds to it (so
+    // saves queued before it are kept); on a draft, which has no saved history to append to
+    // yet, it saves that history whole with the new messages.
+    const prepare = (base: HistoryBase): PreparedCommit =>
+      base.meta === undefined
+        ? this.#prepare(
+          [...base.arrays.messages.slice(0, base.count), ...tail],
+          runtimeContexts,
+          promptTimings,
+          context,
+          at,
+          undefined,
+          0,
+          base,
+        )
+        : this.#prepare(
+          tail,
+          runtimeContexts,
+          promptTimings,
+          context,
+          at,
+          undefined,
+          base.count,
+          base,
+        );
+    const replace = this.#canPrepareNow() ? this.#beginMetaReplace() : undefined;
+    return this.#enqueueSave("append", prepare, replace);
   }
 
   /**
@@ -759,29 +766,18 @@ export class SessionManager {
    */
   #enqueueSave(
     operation: QueuedSave["operation"],
-    messages: readonly Message[],
-    runtimeContexts: readonly RuntimeContextSnapshot[] | undefined,
-    promptTimings: readonly PromptTiming[] | undefined,
-    context: CommitContext | undefined,
-    at: number,
+    prepare: QueuedSave["prepare"],
+    replace?: PendingReplace,
   ): Promise<void> {
     return new Promise<void>((resolve, reject) => {
-      const save: QueuedSave = {
-        operation,
-        messages,
-        runtimeContexts,
-        promptTimings,
-        context,
-        at,
-        resolve,
-        reject,
-      };
+      const save: QueuedSave = { operation, prepare, resolve, reject };
       const open = this.#openBatch;
       if (open !== undefined) {
+        // A batch is open only while the queue is busy, when no replace is begun.
         open.saves.push(save);
         return;
       }
-      const batch: SaveBatch = { saves: [save] };
+      const batch: SaveBatch = { saves: [save], replace };
       this.#schedule(() => this.#runBatch(batch)).catch((error) => {
         // Not expected (`#runBatch` settles every save itself), but never leave a save unsettled.
         for (const queued of batch.saves) queued.reject(error);
@@ -793,12 +789,28 @@ export class SessionManager {
   /** Runs a batch of queued saves (see `#enqueueSave`), settling each. Never rejects. */
   async #runBatch(batch: SaveBatch): Promise<void> {
     if (this.#openBatch === batch) this.#openBatch = undefined; // started: no one joins now
-    const saves = batch.saves;
-    const refused = this.#refusal(saves[0]?.operation ?? "commit");
-    if (refused !== undefined) {
-      for (const save of saves) save.reject(this.#refusal(save.operation) ?? refused);
-      return;
+    // Each save settles once the batch is over and its temp file is gone, so a caller that
+    // sees its save settled sees the directory as the next call will.
+    const outcomes: (() => void)[] = [];
+    const saves = batch.saves.map((save): QueuedSave => ({
+      ...save,
+      resolve: () => outcomes.push(save.resolve),
+      reject: (error) => outcomes.push(() => save.reject(error)),
+    }));
+    try {
+      await this.#runSaves(saves, batch.replace);
+    } finally {
+      await batch.replace?.discard(); // unless a write published it
+      for (const settle of outcomes) settle();
     }
+  }
+
+  async #runSaves(saves: readonly QueuedSave[], replace: PendingReplace | undefined) {
+    for (const save of saves) {
+      const refused = this.#refusal(save.operation);
+      if (refused !== undefined) save.reject(refused);
+    }
+    if (this.#refusal("commit") !== undefined) return;
     try {
       await this.#reconcile();
     } catch (error) {
@@ -814,13 +826,13 @@ export class SessionManager {
         return;
       }
       if (this.#committed.meta !== undefined) {
-        await this.#applyTogether(saves.slice(next));
+        await this.#applyTogether(saves.slice(next), replace);
         return;
       }
-      // A draft: each save is written alone until one creates the session's files.
+      // A draft (no replace was begun): each save is written alone until one creates the files.
       const save = saves[next++] as QueuedSave;
       try {
-        await this.#apply(this.#prepareSave(save, this.#committed));
+        await this.#apply(save.prepare(this.#committed));
         save.resolve();
       } catch (error) {
         save.reject(error);
@@ -833,14 +845,17 @@ export class SessionManager {
    * the result once: an append of every new message, or the last replacement generation with
    * what was appended after it. Settles each save.
    */
-  async #applyTogether(saves: readonly QueuedSave[]): Promise<void> {
+  async #applyTogether(
+    saves: readonly QueuedSave[],
+    replace: PendingReplace | undefined,
+  ): Promise<void> {
     let base: HistoryBase = this.#committed;
     let merged: PreparedCommit | undefined;
     const members: QueuedSave[] = [];
     for (const save of saves) {
       let prepared: PreparedCommit;
       try {
-        prepared = this.#prepareSave(save, base);
+        prepared = save.prepare(base);
       } catch (error) {
         save.reject(error); // nothing written; the next save is prepared on the same state
         continue;
@@ -851,62 +866,12 @@ export class SessionManager {
     }
     if (merged === undefined) return;
     try {
-      await this.#apply(merged);
+      await this.#apply(merged, replace);
     } catch (error) {
       for (const save of members) save.reject(error);
       return;
     }
     for (const save of members) save.resolve();
-  }
-
-  /**
-   * Prepares a `commit()` or `append()` on `base`. An append adds to the history of `base`, the
-   * one saved when its turn comes (so saves queued before it are kept); on a draft, which has no
-   * saved history to append to yet, it saves that history whole with the new messages.
-   */
-  #prepareSave(
-    save: Pick<
-      QueuedSave,
-      "operation" | "messages" | "runtimeContexts" | "promptTimings" | "context" | "at"
-    >,
-    base: HistoryBase,
-  ): PreparedCommit {
-    const { messages, runtimeContexts, promptTimings, context, at } = save;
-    if (save.operation === "commit") {
-      return this.#prepare(
-        messages,
-        runtimeContexts,
-        promptTimings,
-        context,
-        at,
-        undefined,
-        0,
-        base,
-      );
-    }
-    if (base.meta === undefined) {
-      const saved = base.arrays.messages.slice(0, base.count);
-      return this.#prepare(
-        [...saved, ...messages],
-        runtimeContexts,
-        promptTimings,
-        context,
-        at,
-        undefined,
-        0,
-        base,
-      );
-    }
-    return this.#prepare(
-      messages,
-      runtimeContexts,
-      promptTimings,
-      context,
-      at,
-      undefined,
-      base.count,
-      base,
-    );
   }
 
   /**
