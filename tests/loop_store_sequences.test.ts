@@ -32,7 +32,13 @@ type Op =
   | { readonly kind: "pin"; readonly pinned: boolean }
   | { readonly kind: "read" }
   | { readonly kind: "reopen" }
-  | { readonly kind: "compact" };
+  | { readonly kind: "compact" }
+  | { readonly kind: "burst"; readonly parts: readonly BurstPart[] };
+
+/** One save of a burst: saves called together, without waiting (written as one batch). */
+type BurstPart =
+  | { readonly kind: "commit" | "append"; readonly added: readonly Message[] }
+  | { readonly kind: "edit"; readonly at: number; readonly text: string };
 
 /** A sequence of `length` operations; message texts name the sequence and the step. */
 function sequence(seed: number, length: number): Op[] {
@@ -42,8 +48,20 @@ function sequence(seed: number, length: number): Op[] {
   let count = 2; // the baseline's history
   for (let i = 0; i < length; i++) {
     const tag = `s${seed}o${i}`;
-    const roll = pick(10);
-    if (roll < 3) {
+    const roll = pick(11);
+    if (roll === 10) {
+      const parts: BurstPart[] = [];
+      for (let k = 0, n = 2 + pick(3); k < n; k++) {
+        if (pick(4) === 0) {
+          parts.push({ kind: "edit", at: pick(count), text: `${tag}p${k} edited` });
+          continue;
+        }
+        const added = [user(`${tag}p${k} question`), assistant(`${tag}p${k} answer`)];
+        parts.push({ kind: pick(2) === 0 ? "append" : "commit", added });
+        count += added.length;
+      }
+      ops.push({ kind: "burst", parts });
+    } else if (roll < 3) {
       const added = [user(`${tag} question`), ...(pick(3) > 0 ? [assistant(`${tag} answer`)] : [])];
       ops.push({ kind: roll === 0 ? "append" : "commit", added });
       count += added.length;
@@ -97,12 +115,26 @@ function model(state: State, op: Op): State {
     case "reopen":
     case "compact":
       return state;
+    case "burst":
+      return op.parts.reduce(model, state);
   }
 }
 
-/** A new message object in place of `message`: the same role, other text. */
+/** The new message objects made by `edited`, by role and text: the model's runs agree. */
+const editedMessages = new Map<string, Message>();
+
+/**
+ * A new message object in place of `message`: the same role, other text (the same object for the
+ * same role and text, however often the model is run).
+ */
 function edited(message: Message, text: string): Message {
-  return message.role === "user" ? user(text) : assistant(text);
+  const key = `${message.role} ${text}`;
+  let made = editedMessages.get(key);
+  if (made === undefined) {
+    made = message.role === "user" ? user(text) : assistant(text);
+    editedMessages.set(key, made);
+  }
+  return made;
 }
 
 /** Runs `op` on the open `session` of `dir`; returns the session to go on with. */
@@ -143,6 +175,24 @@ async function perform(
       await session.close();
       await store.compact(dir);
       return await store.open(dir);
+    case "burst": {
+      // Every save called before any is awaited, each with the history the ones before it made.
+      let state: State = stateOf(session);
+      const saves = op.parts.map((part) => {
+        const before = state.messages;
+        state = model(state, part);
+        if (part.kind !== "edit") {
+          return part.kind === "append"
+            ? session.append(part.added)
+            : session.commit(state.messages);
+        }
+        const messages = [...before];
+        messages[part.at] = state.messages[part.at] as Message;
+        return session.commit(messages);
+      });
+      await Promise.all(saves);
+      return session;
+    }
   }
 }
 
@@ -264,7 +314,7 @@ for (const durability of ["full", "ordered"] as const) {
     }
     assert.equal(checked, 40 * 3 * crashes.length);
     // Every kind of operation ran, and most crash points fell inside one.
-    assert.equal(kinds.size, 8, [...kinds].join());
+    assert.equal(kinds.size, 9, [...kinds].join());
     assert.ok(midOperation > 80, `${midOperation} of 120 crash points inside an operation`);
   });
 }
@@ -304,7 +354,8 @@ async function runWithFault(
     }
     fs.clearFaults();
     if (
-      op.kind === "commit" || op.kind === "append" || op.kind === "edit" || op.kind === "shorten"
+      op.kind === "commit" || op.kind === "append" || op.kind === "edit" ||
+      op.kind === "shorten" || op.kind === "burst"
     ) {
       assert.equal(session.hasPendingSave, true, `a failed ${op.kind} is pending`);
       await session.flush();
