@@ -184,16 +184,23 @@ test("a queued save that fails validation rejects alone; the batch is written wi
   const published = publishes();
   const { release } = holdNextPublish();
   const [q, half, answer, next] = [user("q"), assistant("half"), assistant("answer"), user("next")];
-  const first = session.append([q]);
-  const good = session.append([half, answer]);
+  const settled: string[] = [];
+  const track = (label: string, p: Promise<void>) =>
+    p.then(() => settled.push(label), (error) => {
+      settled.push(`${label} rejected`);
+      throw error;
+    });
+  const first = track("first", session.append([q]));
+  const good = track("good", session.append([half, answer]));
   // A tool result without its call: refused, after the first of its messages was looked at.
-  const bad = session.append([user("orphan"), toolResult("nowhere", "read")]);
-  const after = session.append([next]);
+  const bad = track("bad", session.append([user("orphan"), toolResult("nowhere", "read")]));
+  const after = track("after", session.append([next]));
   release();
   await first;
   await good;
   await assert.rejects(bad, SessionFormatError);
   await after;
+  assert.deepEqual(settled, ["first", "good", "bad rejected", "after"], "in call order");
   const expected = [...history, q, half, answer, next];
   assert.equal(publishes() - published, 1);
   assert.deepEqual(session.messages, expected);
@@ -322,19 +329,92 @@ test("any other call splits the queued saves: every call runs in the order it wa
   await reopened.close();
 });
 
-test("saves queued on a draft: the first that creates the files is written alone, the rest together", async () => {
+test("saves called together on a new session create its files with one write", async () => {
   const { store, publishes } = await rig();
   const session = await store.create(CWD);
   const [q, a, q2] = [user("q"), assistant("a"), user("q2")];
   const saves = [
     session.commit([]), // a draft save: nothing to write yet
-    session.append([q]), // creates the session's files
+    session.append([q]), // the first to create the session's files
     session.append([a]),
     session.append([q2]),
   ];
   await Promise.all(saves);
-  assert.equal(publishes(), 2);
+  assert.equal(publishes(), 1);
   assert.deepEqual(await savedOn(store, session), [q, a, q2]);
+  assert.equal(session.getStorageInfo()?.start, 0);
+  assert.equal(session.getStorageInfo()?.messageCount, 3);
+  assert.equal(session.unread, true);
+});
+
+test("a batch on a new session leaves the files and state that one-by-one saves leave", async () => {
+  // Each plan is run twice on new sessions: every save awaited, then all called together.
+  const [q, a, tail, again] = [user("q"), assistant("a"), assistant("no round"), user("again")];
+  type Save = (s: SessionManager) => Promise<void>;
+  const plans: Save[][] = [
+    [(s) => s.commit([q]), (s) => s.commit([])], // created, then emptied: saved and empty
+    [(s) => s.commit([tail]), (s) => s.append([q]), (s) => s.commit([tail])], // no round left
+    [(s) => s.commit([tail]), (s) => s.commit([])], // never a user message: nothing written
+    [(s) => s.append([q, a]), (s) => s.commit([q]), (s) => s.append([again])],
+  ];
+  for (const [n, plan] of plans.entries()) {
+    const outcomes = [];
+    for (const together of [false, true]) {
+      const { store, publishes } = await rig();
+      const session = await store.create(CWD);
+      if (together) await Promise.all(plan.map((save) => save(session)));
+      else for (const save of plan) await save(session);
+      const listed = await store.list(CWD);
+      outcomes.push({
+        messages: session.messages,
+        unread: session.unread,
+        listed: listed.map((info) => info.messageCount),
+        saved: listed.length === 0 ? undefined : await savedOn(store, session),
+        wrote: publishes() > 0,
+      });
+      await session.close();
+    }
+    assert.deepEqual(outcomes[1], outcomes[0], `plan ${n}`);
+  }
+});
+
+test("a crash at every operation of the first batch of a new session shows nothing or all of it", async () => {
+  const memory = new MemoryFs();
+  await memory.mkdir(CWD, { recursive: true });
+  memory.syncAll();
+  const [q, a, q2, a2] = [user("q"), assistant("a"), user("q2"), assistant("a2")];
+  const after = [q, a, q2, a2];
+  let dir = "";
+  await crashAtEveryOperation({
+    baseline: memory,
+    run: async (fs) => {
+      const crashed = await rig(fs);
+      const manager = await crashed.store.create(CWD);
+      dir = manager.getSessionPath();
+      await Promise.all([
+        manager.commit([q]),
+        manager.append([a]),
+        manager.commit([q, a, q2]),
+        manager.append([a2]),
+      ]);
+      assert.equal(crashed.publishes(), 1);
+    },
+    check: async (recovered, { resolved, n, seed }) => {
+      const label = `crash after op ${n}, seed ${seed}`;
+      const store = new SessionStore({ fs: recovered, agentDir: AGENT, process: null });
+      const listed = await store.listDetailed(CWD);
+      assert.deepEqual(listed.failures, [], label);
+      if (listed.sessions.length === 0) {
+        assert.ok(!resolved, `${label}: a resolved batch is listed`);
+        return;
+      }
+      assert.equal(listed.sessions.length, 1, label);
+      const reader = await store.open(dir, { readOnly: true });
+      const seen = reader.messages;
+      await reader.close();
+      assert.deepEqual(seen, after, label);
+    },
+  });
 });
 
 test("a crash at every operation of a batch shows the state before it or after it, never one inside", async () => {

@@ -790,18 +790,23 @@ export class SessionManager {
   async #runBatch(batch: SaveBatch): Promise<void> {
     if (this.#openBatch === batch) this.#openBatch = undefined; // started: no one joins now
     // Each save settles once the batch is over and its temp file is gone, so a caller that
-    // sees its save settled sees the directory as the next call will.
-    const outcomes: (() => void)[] = [];
-    const saves = batch.saves.map((save): QueuedSave => ({
+    // sees its save settled sees the directory as the next call will; they settle in the order
+    // they were called.
+    const outcomes: ((() => void) | undefined)[] = batch.saves.map(() => undefined);
+    const saves = batch.saves.map((save, i): QueuedSave => ({
       ...save,
-      resolve: () => outcomes.push(save.resolve),
-      reject: (error) => outcomes.push(() => save.reject(error)),
+      resolve: () => {
+        outcomes[i] ??= save.resolve;
+      },
+      reject: (error) => {
+        outcomes[i] ??= () => save.reject(error);
+      },
     }));
     try {
       await this.#runSaves(saves, batch.replace);
     } finally {
       await batch.replace?.discard(); // unless a write published it
-      for (const settle of outcomes) settle();
+      for (const settle of outcomes) settle?.();
     }
   }
 
@@ -817,27 +822,13 @@ export class SessionManager {
       for (const save of saves) save.reject(error);
       return;
     }
-    let next = 0;
-    while (next < saves.length) {
-      if (this.#pending !== undefined) {
-        for (const save of saves.slice(next)) {
-          save.reject(new PendingSaveError(save.operation, { file: this.getSessionFile() }));
-        }
-        return;
+    if (this.#pending !== undefined) {
+      for (const save of saves) {
+        save.reject(new PendingSaveError(save.operation, { file: this.getSessionFile() }));
       }
-      if (this.#committed.meta !== undefined) {
-        await this.#applyTogether(saves.slice(next), replace);
-        return;
-      }
-      // A draft (no replace was begun): each save is written alone until one creates the files.
-      const save = saves[next++] as QueuedSave;
-      try {
-        await this.#apply(save.prepare(this.#committed));
-        save.resolve();
-      } catch (error) {
-        save.reject(error);
-      }
+      return;
     }
+    await this.#applyTogether(saves, replace);
   }
 
   /**
@@ -1788,19 +1779,15 @@ export class SessionManager {
   }
 
   /**
-   * Runs `task` in the session's write queue. `replace`, a meta.json replace begun for the task,
-   * is discarded (unless the task published it) before the queue moves on, whatever happens.
+   * Runs `task` in the session's write queue, unless the session refuses `operation` (closed,
+   * read-only), after settling any publication whose outcome is unknown.
    */
-  #write<T>(operation: string, task: () => Promise<T>, replace?: PendingReplace): Promise<T> {
+  #write<T>(operation: string, task: () => Promise<T>): Promise<T> {
     return this.#schedule(async () => {
-      try {
-        const refused = this.#refusal(operation);
-        if (refused !== undefined) throw refused;
-        await this.#reconcile();
-        return await task();
-      } finally {
-        await replace?.discard();
-      }
+      const refused = this.#refusal(operation);
+      if (refused !== undefined) throw refused;
+      await this.#reconcile();
+      return await task();
     });
   }
 }
@@ -1820,14 +1807,18 @@ function historyOf(
 }
 
 /**
- * One commit doing what `first` and then `second` (prepared on the state `first` leads to) do,
- * for a saved session: the bytes of both (only the second's when it writes a new generation),
- * the metadata arrays the later one gave (an omitted one keeps the earlier one's), the history
- * and flags of the second.
+ * One commit doing what `first` and then `second` (prepared on the state `first` leads to) do:
+ * the bytes of both (only the second's when it writes a whole history: a new generation, or a
+ * draft's history), the metadata arrays the later one gave (an omitted one keeps the earlier
+ * one's), the history and flags of the second. On a session not saved yet every save holds the
+ * whole history, so the last one decides; a draft after one that creates the files is written
+ * as the generation that one-by-one saves would have left (a saved session keeps its files).
  */
 function mergePrepared(first: PreparedCommit, second: PreparedCommit): PreparedCommit {
-  const replaces = second.kind === "replace";
-  const kind: PreparedCommit["kind"] = replaces
+  const replaces = second.kind === "replace" || second.kind === "draft";
+  const kind: PreparedCommit["kind"] = second.kind === "draft"
+    ? first.kind === "draft" ? "draft" : "replace"
+    : replaces
     ? "replace"
     : first.kind === "metadata"
     ? second.kind
