@@ -457,3 +457,40 @@ test("a crash at every operation of a batch shows the state before it or after i
   });
   assert.equal(batched, 1, "the three saves, called together, are written at once");
 });
+
+test("a save called once the one before has settled starts at once: the session is idle again", async () => {
+  const memory = new MemoryFs();
+  await memory.mkdir(CWD, { recursive: true });
+  const calls: string[] = [];
+  const fs: FileSystem = hookedFs(memory, {
+    before(method, args) {
+      calls.push(`${method} ${String(args[0])}`);
+    },
+  });
+  const store = new SessionStore({ fs, agentDir: AGENT, process: null });
+  const session = await store.create(CWD);
+  const history = conversation(2);
+  await session.commit(history);
+  // Each save, called right after the one before resolved or rejected, creates the temp file of
+  // its meta.json before it returns: it is not queued behind the previous save's task.
+  const startsAtOnce = (save: () => Promise<void>): Promise<void> => {
+    calls.length = 0;
+    const saving = save();
+    assert.ok(
+      calls.some((call) => call.startsWith("open ") && call.includes("meta.json")),
+      `started at once: ${calls.join(", ")}`,
+    );
+    return saving;
+  };
+  history.push(user("q1"));
+  await startsAtOnce(() => session.commit(history));
+  await startsAtOnce(() => session.append([assistant("a1")]));
+  await Promise.all([session.append([user("q2")]), session.append([assistant("a2")])]);
+  history.push(assistant("a1"), user("q2"), assistant("a2"), user("q3"));
+  await startsAtOnce(() => session.commit(history));
+  const orphan = startsAtOnce(() => session.append([toolResult("nowhere", "read")]));
+  await assert.rejects(orphan, SessionFormatError);
+  const last = assistant("a3");
+  await startsAtOnce(() => session.append([last]));
+  assert.deepEqual(await savedOn(store, session), [...history, last]);
+});

@@ -778,16 +778,26 @@ export class SessionManager {
         return;
       }
       const batch: SaveBatch = { saves: [save], replace };
-      this.#schedule(() => this.#runBatch(batch)).catch((error) => {
-        // Not expected (`#runBatch` settles every save itself), but never leave a save unsettled.
-        for (const queued of batch.saves) queued.reject(error);
-      });
+      // The saves settle once the batch's task has left the queue, so a caller continuing after
+      // its save finds the queue idle (and its next commit is prepared at once, on its array).
+      this.#schedule(() => this.#runBatch(batch)).then(
+        (outcomes) => {
+          for (const settle of outcomes) settle();
+        },
+        (error) => {
+          // Not expected (`#runBatch` never rejects), but never leave a save unsettled.
+          for (const queued of batch.saves) queued.reject(error);
+        },
+      );
       this.#openBatch = batch;
     });
   }
 
-  /** Runs a batch of queued saves (see `#enqueueSave`), settling each. Never rejects. */
-  async #runBatch(batch: SaveBatch): Promise<void> {
+  /**
+   * Runs a batch of queued saves (see `#enqueueSave`) and returns how each settles, in call
+   * order. Never rejects.
+   */
+  async #runBatch(batch: SaveBatch): Promise<(() => void)[]> {
     if (this.#openBatch === batch) this.#openBatch = undefined; // started: no one joins now
     // Each save settles once the batch is over and its temp file is gone, so a caller that
     // sees its save settled sees the directory as the next call will; they settle in the order
@@ -804,10 +814,19 @@ export class SessionManager {
     }));
     try {
       await this.#runSaves(saves, batch.replace);
-    } finally {
-      await batch.replace?.discard(); // unless a write published it
-      for (const settle of outcomes) settle?.();
+    } catch (error) {
+      for (const save of saves) save.reject(error); // not expected: `#runSaves` settles each
     }
+    await batch.replace?.discard(); // unless a write published it; never rejects
+    return outcomes.map((settle, i) =>
+      settle ??
+        (() =>
+          batch.saves[i]?.reject(
+            new SessionError("Internal error: a queued save was not settled", {
+              file: this.getSessionFile(),
+            }),
+          ))
+    );
   }
 
   async #runSaves(saves: readonly QueuedSave[], replace: PendingReplace | undefined) {
