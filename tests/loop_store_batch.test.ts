@@ -494,3 +494,24 @@ test("a save called once the one before has settled starts at once: the session 
   await startsAtOnce(() => session.append([last]));
   assert.deepEqual(await savedOn(store, session), [...history, last]);
 });
+
+test("on a new session, saves called after the one that creates its files append to it", async () => {
+  const { store, publishes } = await rig();
+  const session = await store.create(CWD);
+  const q = user("question");
+  const a = assistant("partial");
+  const saves = [session.commit([q, a])]; // serialized now, as the caller gave it
+  // Finished in place after its save was called: an append does not look at earlier messages,
+  // so neither does an append that joins the same batch.
+  (a.content as { type: "text"; text: string }[])[0] = { type: "text", text: "FINISHED" };
+  const q2 = user("next");
+  saves.push(session.append([q2]));
+  await Promise.all(saves);
+  assert.equal(publishes(), 1);
+  const reader = await store.open(session.getSessionPath(), { readOnly: true });
+  const saved = reader.messages;
+  await reader.close();
+  assert.equal(saved.length, 3);
+  assert.deepEqual(saved[1]?.content, [{ type: "text", text: "partial" }]);
+  assert.deepEqual(saved[2], q2);
+});

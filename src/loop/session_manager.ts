@@ -250,8 +250,15 @@ interface PreparedCommit {
 /**
  * The state a commit is prepared on: the committed one, or the state a save queued before it in
  * the same batch leads to (whose hash is not known until the batch is written, and not needed).
+ * `written` marks a state on a session not saved yet that an earlier save of the batch writes (it
+ * creates the session's files): the saves after it are prepared on it as on a saved session.
  */
-type HistoryBase = Omit<Committed, "hash">;
+type HistoryBase = Omit<Committed, "hash"> & { readonly written?: boolean };
+
+/** True when `base` is saved, or written by an earlier save of its batch. */
+function isSaved(base: HistoryBase): boolean {
+  return base.meta !== undefined || base.written === true;
+}
 
 /** A `commit()` or `append()` waiting in a `SaveBatch`. */
 interface QueuedSave {
@@ -731,7 +738,7 @@ export class SessionManager {
     // saves queued before it are kept); on a draft, which has no saved history to append to
     // yet, it saves that history whole with the new messages.
     const prepare = (base: HistoryBase): PreparedCommit =>
-      base.meta === undefined
+      !isSaved(base)
         ? this.#prepare(
           [...base.arrays.messages.slice(0, base.count), ...tail],
           runtimeContexts,
@@ -872,7 +879,12 @@ export class SessionManager {
       }
       merged = merged === undefined ? prepared : mergePrepared(merged, prepared);
       members.push(save);
-      base = { ...base, ...historyOf(prepared), header: this.#headerAfter(base.header, prepared) };
+      base = {
+        ...base,
+        ...historyOf(prepared),
+        header: this.#headerAfter(base.header, prepared),
+        written: isSaved(base) || prepared.kind !== "draft",
+      };
     }
     if (merged === undefined) return;
     try {
@@ -943,7 +955,7 @@ export class SessionManager {
     ) {
       common = count - 1;
     }
-    const appendOnly = common === count && committed.meta !== undefined;
+    const appendOnly = common === count && isSaved(committed);
     let next: HistoryArrays;
     let validator: MessageValidator;
     let first: number;
@@ -1012,7 +1024,7 @@ export class SessionManager {
     } else {
       validateSessionMetadata(header, next.roles, { file: metaFile });
     }
-    const kind: PreparedCommit["kind"] = committed.meta === undefined && next.rounds.length === 0
+    const kind: PreparedCommit["kind"] = !isSaved(committed) && next.rounds.length === 0
       ? "draft"
       : appendOnly && total === count
       ? "metadata"
@@ -1829,9 +1841,10 @@ function historyOf(
  * One commit doing what `first` and then `second` (prepared on the state `first` leads to) do:
  * the bytes of both (only the second's when it writes a whole history: a new generation, or a
  * draft's history), the metadata arrays the later one gave (an omitted one keeps the earlier
- * one's), the history and flags of the second. On a session not saved yet every save holds the
- * whole history, so the last one decides; a draft after one that creates the files is written
- * as the generation that one-by-one saves would have left (a saved session keeps its files).
+ * one's), the history and flags of the second. On a session not saved yet, the saves up to the
+ * first that writes (creating its files) each hold the whole history, so the last of them
+ * decides; the ones after it are prepared on it as on a saved session. A draft never follows a
+ * save that writes; were it to, it is written as a new generation, never dropping the files.
  */
 function mergePrepared(first: PreparedCommit, second: PreparedCommit): PreparedCommit {
   const replaces = second.kind === "replace" || second.kind === "draft";
