@@ -867,7 +867,7 @@ export class SessionManager {
     replace: PendingReplace | undefined,
   ): Promise<void> {
     let base: HistoryBase = this.#committed;
-    let merged: PreparedCommit | undefined;
+    const prepares: PreparedCommit[] = [];
     const members: QueuedSave[] = [];
     for (const save of saves) {
       let prepared: PreparedCommit;
@@ -877,7 +877,7 @@ export class SessionManager {
         save.reject(error); // nothing written; the next save is prepared on the same state
         continue;
       }
-      merged = merged === undefined ? prepared : mergePrepared(merged, prepared);
+      prepares.push(prepared);
       members.push(save);
       base = {
         ...base,
@@ -886,9 +886,10 @@ export class SessionManager {
         written: isSaved(base) || prepared.kind !== "draft",
       };
     }
-    if (merged === undefined) return;
+    const [first, ...rest] = prepares;
+    if (first === undefined) return;
     try {
-      await this.#apply(merged, replace);
+      await this.#apply(rest.length === 0 ? first : mergePrepared([first, ...rest]), replace);
     } catch (error) {
       for (const save of members) save.reject(error);
       return;
@@ -1838,45 +1839,47 @@ function historyOf(
 }
 
 /**
- * One commit doing what `first` and then `second` (prepared on the state `first` leads to) do:
- * the bytes of both (only the second's when it writes a whole history: a new generation, or a
- * draft's history), the metadata arrays the later one gave (an omitted one keeps the earlier
- * one's), the history and flags of the second. On a session not saved yet, the saves up to the
- * first that writes (creating its files) each hold the whole history, so the last of them
- * decides; the ones after it are prepared on it as on a saved session. A draft never follows a
- * save that writes; were it to, it is written as a new generation, never dropping the files.
+ * One commit doing what `saves` (each prepared on the state the one before leads to) do in
+ * order: the bytes of them all, joined once (from the last that writes a whole history: a new
+ * generation, or a draft's history), the metadata arrays the latest one to give each gave, the
+ * history and flags of the last. On a session not saved yet, the saves up to the first that writes
+ * (creating its files) each hold the whole history, so the last of them decides; the ones after
+ * it are prepared on it as on a saved session. A draft never follows a save that writes; were it
+ * to, it is written as a new generation, never dropping the files.
  */
-function mergePrepared(first: PreparedCommit, second: PreparedCommit): PreparedCommit {
-  const replaces = second.kind === "replace" || second.kind === "draft";
-  const kind: PreparedCommit["kind"] = second.kind === "draft"
-    ? first.kind === "draft" ? "draft" : "replace"
-    : replaces
-    ? "replace"
-    : first.kind === "metadata"
-    ? second.kind
-    : first.kind;
-  const bytes = replaces || first.bytes.length === 0
-    ? second.bytes
-    : second.bytes.length === 0
-    ? first.bytes
-    : joinBytes([first.bytes, second.bytes]);
-  const compactions = second.context?.compactions ?? first.context?.compactions;
-  const checkpoints = second.context?.systemPromptCheckpoints ??
-    first.context?.systemPromptCheckpoints;
-  const context = compactions === undefined && checkpoints === undefined ? undefined : {
-    ...(compactions !== undefined ? { compactions } : {}),
-    ...(checkpoints !== undefined ? { systemPromptCheckpoints: checkpoints } : {}),
-  };
-  return {
-    ...second,
-    kind,
-    bytes,
-    first: replaces ? second.first : first.first,
-    runtimeContexts: second.runtimeContexts ?? first.runtimeContexts,
-    promptTimings: second.promptTimings ?? first.promptTimings,
-    context,
-    updatedAt: laterTime(second.updatedAt, first.updatedAt),
-  };
+function mergePrepared(saves: readonly [PreparedCommit, ...PreparedCommit[]]): PreparedCommit {
+  let merged = saves[0];
+  let chunks = [merged.bytes];
+  for (const second of saves.slice(1)) {
+    const first = merged;
+    const replaces = second.kind === "replace" || second.kind === "draft";
+    const kind: PreparedCommit["kind"] = second.kind === "draft"
+      ? first.kind === "draft" ? "draft" : "replace"
+      : replaces
+      ? "replace"
+      : first.kind === "metadata"
+      ? second.kind
+      : first.kind;
+    if (replaces) chunks = [second.bytes];
+    else if (second.bytes.length > 0) chunks.push(second.bytes);
+    const compactions = second.context?.compactions ?? first.context?.compactions;
+    const checkpoints = second.context?.systemPromptCheckpoints ??
+      first.context?.systemPromptCheckpoints;
+    const context = compactions === undefined && checkpoints === undefined ? undefined : {
+      ...(compactions !== undefined ? { compactions } : {}),
+      ...(checkpoints !== undefined ? { systemPromptCheckpoints: checkpoints } : {}),
+    };
+    merged = {
+      ...second,
+      kind,
+      first: replaces ? second.first : first.first,
+      runtimeContexts: second.runtimeContexts ?? first.runtimeContexts,
+      promptTimings: second.promptTimings ?? first.promptTimings,
+      context,
+      updatedAt: laterTime(second.updatedAt, first.updatedAt),
+    };
+  }
+  return { ...merged, bytes: joinBytes(chunks.filter((chunk) => chunk.length > 0)) };
 }
 
 /**
