@@ -889,7 +889,7 @@ export class SessionManager {
     const [first, ...rest] = prepares;
     if (first === undefined) return;
     try {
-      await this.#apply(rest.length === 0 ? first : mergePrepared([first, ...rest]), replace);
+      await this.#apply(mergePrepared([first, ...rest]), replace);
     } catch (error) {
       for (const save of members) save.reject(error);
       return;
@@ -1848,6 +1848,7 @@ function historyOf(
  * to, it is written as a new generation, never dropping the files.
  */
 function mergePrepared(saves: readonly [PreparedCommit, ...PreparedCommit[]]): PreparedCommit {
+  if (saves.length === 1) return saves[0]; // a save alone, as written when nothing was queued
   let merged = saves[0];
   let chunks = [merged.bytes];
   for (const second of saves.slice(1)) {
