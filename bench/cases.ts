@@ -42,9 +42,23 @@ export const OP = {
 
 const encoder = new TextEncoder();
 
-/** The log bytes of `messages`, one line each. */
+/**
+ * The log bytes of `messages`, one line each, the fastest way the runtime offers: each line
+ * encoded straight into one buffer sized for the worst case (3 bytes per UTF-16 unit), so nothing
+ * is joined, copied or counted twice. (Joining the lines into one string first costs several
+ * times more when the text holds a character outside Latin-1, as real model output does.)
+ */
 function joinLines(messages: readonly Message[]): Uint8Array {
-  return encoder.encode(messages.map((message) => JSON.stringify(message) + "\n").join(""));
+  const lines = messages.map((message) => JSON.stringify(message));
+  let units = 0;
+  for (const line of lines) units += line.length + 1;
+  const buffer = new Uint8Array(units * 3);
+  let at = 0;
+  for (const line of lines) {
+    at += encoder.encodeInto(line, buffer.subarray(at)).written;
+    buffer[at++] = 0x0a;
+  }
+  return buffer.subarray(0, at);
 }
 const DURABILITIES: readonly Durability[] = ["full", "ordered"];
 
@@ -344,10 +358,7 @@ const replaceCase: SizeCase = {
           run: () => session.commit(messages),
         },
         {
-          run: () => {
-            const text = messages.map((message) => JSON.stringify(message)).join("\n") + "\n";
-            return floor.commit(encoder.encode(text), fx.metaBytes);
-          },
+          run: () => floor.commit(joinLines(messages), fx.metaBytes),
         },
         ctx.planFor(linearEstimate(fx.size, 0.02)),
       );

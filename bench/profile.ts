@@ -7,7 +7,8 @@
  * deno run -A bench/profile.ts setPinned 100000 full
  * ```
  *
- * Operations: `commit` (one message), `setPinned`, `markRead`, `page` (latest page),
+ * Operations: `commit` (one message, the complete history passed), `append` (one message, only
+ * the new one passed), `setPinned`, `markRead`, `page` (latest page),
  * `open` (full open, read-only).
  *
  * @module
@@ -57,7 +58,7 @@ async function main(): Promise<void> {
   const size = Number(sizeText);
   const durability = durabilityText as Durability;
   const iterations = Number(countText ?? (operation === "open" ? 5 : 1000));
-  if (!["commit", "setPinned", "markRead", "page", "open"].includes(operation)) {
+  if (!["commit", "append", "setPinned", "markRead", "page", "open"].includes(operation)) {
     throw new BenchError(`Unknown operation '${operation}'`);
   }
 
@@ -82,6 +83,12 @@ async function main(): Promise<void> {
           messages.push(conversation.nextPlain());
           await session.commit(messages);
           return;
+        case "append": {
+          const message = conversation.nextPlain();
+          messages.push(message);
+          await session.append([message]);
+          return;
+        }
         case "setPinned":
           await session.setPinned(i % 2 === 0);
           return;

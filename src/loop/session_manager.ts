@@ -88,8 +88,8 @@ import {
   type StorageMeta,
 } from "./storage.ts";
 import { SerialQueue } from "./serial_queue.ts";
+import { LineWriter } from "./line_writer.ts";
 
-const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
 /** The number of user rounds in the default history page. */
@@ -98,6 +98,14 @@ export const DEFAULT_PAGE_ROUNDS = 3;
 const INDEX_LAG_ROUNDS = 8;
 /** ...or once this many committed bytes are not covered by it (bounds a reader's tail scan). */
 const INDEX_LAG_BYTES = 1024 * 1024;
+/**
+ * The bytes first reserved for the lines a save serializes: about an assistant message's size
+ * per message, so a few appended messages are encoded without a copy, and at most 4 MiB, past
+ * which the buffer doubles as needed (a long generation is not reserved at 2 KB a message).
+ */
+function lineCapacity(messages: number): number {
+  return Math.min(messages * 2048, 4 * 1024 * 1024);
+}
 
 /** Optional complete metadata arrays a commit may replace. */
 export interface CommitContext {
@@ -974,19 +982,22 @@ export class SessionManager {
       validator = new MessageValidator({ file: messagesFile });
       first = 0;
     }
-    const lines: string[] = [];
-    let offset = next.offsets[next.offsets.length - 1] as number;
+    // Each line is encoded once, straight into the bytes to write; its offset comes from there.
+    const start = next.offsets[next.offsets.length - 1] as number;
+    const writer = new LineWriter(lineCapacity(total - first));
+    let lastLine: string | undefined;
     let unread = retryUnread ?? committed.header.unread ?? false;
     let title = appendOnly ? committed.title : null;
     for (let i = first; i < total; i++) {
       const message = messages[i - base] as Message;
       validator.push(message, i);
       const line = serializeMessage(message, i, messagesFile);
-      lines.push(line);
+      const end = start + writer.push(line);
+      lastLine = line;
       next.messages.push(message);
       next.roles.push(message.role);
       if (message.role === "user") {
-        next.rounds.push({ messageIndex: i, byteOffset: offset });
+        next.rounds.push({ messageIndex: i, byteOffset: next.offsets[i] as number });
         // From the line written, not the object: a caller may change that object later.
         title ??= eligibleTitleOf(JSON.parse(line) as Message, i) ?? null;
       } else if (retryUnread === undefined && i >= count) {
@@ -995,8 +1006,7 @@ export class SessionManager {
         // A saved message rewritten in place or replaced is not new output.
         unread = true;
       }
-      offset += byteLength(line) + 1;
-      next.offsets.push(offset);
+      next.offsets.push(end);
     }
     validator.clone().finish();
     const header = this.#headerWith(committed.header, runtimeContexts, promptTimings, context);
@@ -1039,16 +1049,12 @@ export class SessionManager {
       context,
       updatedAt: new Date(at).toISOString(),
       unread,
-      bytes: lines.length === 0 ? new Uint8Array(0) : encoder.encode(lines.join("\n") + "\n"),
+      bytes: writer.bytes(),
       arrays: next,
       count: total,
       roundCount: next.rounds.length,
       validator,
-      lastLine: lines.length > 0
-        ? lines[lines.length - 1]
-        : total === 0
-        ? undefined
-        : committed.lastLine,
+      lastLine: lastLine !== undefined ? lastLine : total === 0 ? undefined : committed.lastLine,
       title,
       first,
     };
@@ -1917,21 +1923,6 @@ function identicalPrefix(
     k++;
   }
   return i;
-}
-
-function byteLength(text: string): number {
-  // Fast path for ASCII, exact count otherwise.
-  let bytes = text.length;
-  for (let i = 0; i < text.length; i++) {
-    const code = text.charCodeAt(i);
-    if (code < 0x80) continue;
-    if (code < 0x800) bytes += 1;
-    else if (code >= 0xd800 && code <= 0xdbff) {
-      bytes += 2;
-      i++;
-    } else bytes += 2;
-  }
-  return bytes;
 }
 
 /** The part of the committed history that index.json on disk covers. */

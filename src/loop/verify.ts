@@ -52,8 +52,7 @@ import {
   STORAGE_VERSION,
   type StorageMeta,
 } from "./storage.ts";
-
-const encoder = new TextEncoder();
+import { LineWriter } from "./line_writer.ts";
 
 /** The severity of a verification finding. */
 export type FindingSeverity = "error" | "warning";
@@ -526,8 +525,14 @@ export async function salvageSession(
   header.id = id;
   header.updatedAt = now;
   delete header.title;
-  const lines = messages.map((m) => JSON.stringify(m) + "\n").join("");
-  const bytes = encoder.encode(lines);
+  // Each message serialized and encoded once; a user message's round starts where it does.
+  const writer = new LineWriter(4096);
+  const rounds: RoundEntry[] = [];
+  messages.forEach((m, i) => {
+    if (m.role === "user") rounds.push({ messageIndex: i, byteOffset: writer.length });
+    writer.push(JSON.stringify(m));
+  });
+  const bytes = writer.bytes();
   const generation = options.sha256().update(bytes).digestHex();
   const newMeta: StorageMeta = {
     format: STORAGE_FORMAT,
@@ -538,12 +543,6 @@ export async function salvageSession(
     bytes: bytes.length,
     messageCount: messages.length,
   };
-  const rounds: RoundEntry[] = [];
-  let offset = 0;
-  messages.forEach((m, i) => {
-    if (m.role === "user") rounds.push({ messageIndex: i, byteOffset: offset });
-    offset += encoder.encode(JSON.stringify(m)).length + 1;
-  });
   const durability = options.durability ?? "full";
   await ensurePrivateDir(fs, options.toCollection, durability);
   const staging = join(
