@@ -244,6 +244,76 @@ test("omitted optional arguments keep stored metadata; given arrays replace it; 
   assert.equal("runtimeContexts" in header, false);
 });
 
+test("metadata arrays changed by the caller after commit() or append() returns are saved as they were at the call", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(2);
+  await session.commit(history);
+  // Each kind of call: a commit prepared at once, a commit queued behind it, an append (prepared
+  // when its turn comes). After each call returns, the caller pushes a record whose anchor is out
+  // of range and rewrites a record in place; neither may reach meta.json.
+  const calls: ((contexts: never, checkpoints: never) => Promise<void>)[] = [
+    (contexts, checkpoints) =>
+      session.commit(history, contexts, undefined, { systemPromptCheckpoints: checkpoints }),
+    (contexts, checkpoints) =>
+      session.commit(history, contexts, undefined, { systemPromptCheckpoints: checkpoints }),
+    (contexts, checkpoints) =>
+      session.append([], contexts, undefined, { systemPromptCheckpoints: checkpoints }),
+  ];
+  const saves: Promise<void>[] = [];
+  const given: unknown[] = [];
+  for (const [i, call] of calls.entries()) {
+    const contexts = [{ userTurn: 0, content: `ctx ${i}`, timestamp: i }];
+    const checkpoints = [{ messageCount: 1, timestamp: i, sections: { preamble: `hi ${i}` } }];
+    given.push(structuredClone({ contexts, checkpoints }));
+    saves.push(call(contexts as never, checkpoints as never));
+    contexts.push({ userTurn: 7, content: "out of range", timestamp: 9 });
+    contexts[0]!.content = "changed in place";
+    checkpoints.push({ messageCount: 99, timestamp: 9, sections: { preamble: "late" } });
+    checkpoints[0]!.sections.preamble = "changed in place";
+  }
+  await Promise.all(saves);
+  const last = given.at(-1) as { contexts: unknown; checkpoints: unknown };
+  assert.deepEqual(session.getRuntimeContexts(), last.contexts);
+  assert.deepEqual(session.getSystemPromptCheckpoints(), last.checkpoints);
+  const header = (await readJson(fs, session.getSessionFile())).header as Record<string, unknown>;
+  assert.deepEqual(header.runtimeContexts, last.contexts);
+  assert.deepEqual(header.systemPromptCheckpoints, last.checkpoints);
+  await session.close();
+  const reopened = await store.open(session.getSessionPath());
+  assert.deepEqual(reopened.getRuntimeContexts(), last.contexts);
+  await reopened.close();
+});
+
+test("a metadata array that cannot be copied is rejected at the call, naming the field", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  const before = await fs.readFile(session.getSessionFile());
+  const contexts = [{ userTurn: 0, content: "ctx", timestamp: 1, render: () => "x" }];
+  for (
+    const save of [
+      () => session.commit(conversation(1), contexts as never),
+      () => session.append([], contexts as never),
+    ]
+  ) {
+    await assert.rejects(save(), (error: unknown) => {
+      assert.ok(error instanceof SessionFormatError);
+      assert.equal(error.path, "header.runtimeContexts");
+      assert.equal(error.file, session.getSessionFile());
+      return true;
+    });
+  }
+  await assert.rejects(
+    session.commit(conversation(1), undefined, undefined, {
+      compactions: [{ run: Symbol("x") }] as never,
+    }),
+    (error: unknown) => error instanceof SessionFormatError && error.path === "header.compactions",
+  );
+  assert.deepEqual(await fs.readFile(session.getSessionFile()), before);
+  assert.deepEqual(session.getRuntimeContexts(), []);
+});
+
 test("invalid history is rejected before anything is written", async () => {
   const { fs, store } = await setup();
   const session = await store.create(CWD);

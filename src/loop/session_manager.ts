@@ -659,7 +659,8 @@ export class SessionManager {
    * so mutating a saved message in place is not seen as a change (nor is a copy carrying the
    * same change), except for the last saved message, which is also compared with its saved line
    * (hosts may finish it in place). The identity check costs a few nanoseconds per saved
-   * message; `append()` skips it. A save that fails stays pending as it was given (the messages
+   * message; `append()` skips it. The metadata arrays given are copied when the call is made, so
+   * the caller may change them at once: what is validated is what is written. A save that fails stays pending as it was given (the messages
    * it had not saved are copied), and `flush()` retries exactly that.
    *
    * Saves (`commit()` and `append()`) called while another call is in flight are queued, and
@@ -677,6 +678,13 @@ export class SessionManager {
     context?: CommitContext,
   ): Promise<void> {
     if (!Array.isArray(messages)) return Promise.reject(notAnArray(messages));
+    let owned: SaveMetadata;
+    try {
+      owned = ownMetadata(runtimeContexts, promptTimings, context, this.#metaFile);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    ({ runtimeContexts, promptTimings, context } = owned);
     const at = this.#context.now();
     if (this.#canPrepareNow()) {
       // Nothing is queued: validate and serialize now, so the caller may reuse its array at once
@@ -740,6 +748,13 @@ export class SessionManager {
     context?: CommitContext,
   ): Promise<void> {
     if (!Array.isArray(messages)) return Promise.reject(notAnArray(messages));
+    let owned: SaveMetadata;
+    try {
+      owned = ownMetadata(runtimeContexts, promptTimings, context, this.#metaFile);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    ({ runtimeContexts, promptTimings, context } = owned);
     const at = this.#context.now();
     const tail = messages.slice();
     // Prepared when its turn comes, on the history saved by then: an append adds to it (so
@@ -1066,11 +1081,12 @@ export class SessionManager {
     promptTimings: readonly PromptTiming[] | undefined,
     context: CommitContext | undefined,
   ): SessionHeader {
+    // The arrays are the manager's own copies (`ownMetadata`), never changed: kept as they are.
     const header: Record<string, unknown> = { ...base };
     const put = (key: string, value: readonly unknown[] | undefined): void => {
       if (value === undefined) return;
       if (value.length === 0) delete header[key];
-      else header[key] = clone([...value]);
+      else header[key] = value;
     };
     put("runtimeContexts", runtimeContexts);
     put("promptTimings", promptTimings);
@@ -2010,6 +2026,59 @@ function serializeMessage(message: Message, index: number, file: string): string
       cause: error,
     });
   }
+}
+
+/** The metadata arguments of a save, as the manager keeps them (see `ownMetadata`). */
+interface SaveMetadata {
+  readonly runtimeContexts: readonly RuntimeContextSnapshot[] | undefined;
+  readonly promptTimings: readonly PromptTiming[] | undefined;
+  readonly context: CommitContext | undefined;
+}
+
+/**
+ * Copies the metadata arrays a save is given when the call is made: the caller may change its
+ * arrays, or the records in them, as soon as the call returns, and what is validated when the
+ * save's turn comes must be what is written. The manager never changes the copies (its getters
+ * return copies of their own). A value that is not an array, or a context that is not an object,
+ * is kept as given for the shape checks to reject with their usual error; an array that cannot be
+ * copied (one holding a function, say) is rejected here, naming the field.
+ */
+function ownMetadata(
+  runtimeContexts: unknown,
+  promptTimings: unknown,
+  context: unknown,
+  file: string,
+): SaveMetadata {
+  const own = (value: unknown, path: string): unknown => {
+    if (!Array.isArray(value)) return value;
+    try {
+      return structuredClone(value);
+    } catch (error) {
+      throw new SessionFormatError(
+        `Invalid session metadata: it cannot be copied (${(error as Error).message})`,
+        { file, path, cause: error },
+      );
+    }
+  };
+  let ownContext = context;
+  if (typeof context === "object" && context !== null) {
+    const { compactions, systemPromptCheckpoints } = context as CommitContext;
+    ownContext = {
+      ...(compactions !== undefined ? { compactions: own(compactions, "header.compactions") } : {}),
+      ...(systemPromptCheckpoints !== undefined
+        ? {
+          systemPromptCheckpoints: own(systemPromptCheckpoints, "header.systemPromptCheckpoints"),
+        }
+        : {}),
+    };
+  }
+  return {
+    runtimeContexts: own(runtimeContexts, "header.runtimeContexts") as SaveMetadata[
+      "runtimeContexts"
+    ],
+    promptTimings: own(promptTimings, "header.promptTimings") as SaveMetadata["promptTimings"],
+    context: ownContext as CommitContext | undefined,
+  };
 }
 
 /**
