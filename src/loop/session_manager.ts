@@ -66,8 +66,10 @@ import {
 } from "./records/mod.ts";
 import {
   closeWhenOpened,
+  type EncodedArrays,
   encodeRoundIndex,
   encodeStorageMeta,
+  encodeStorageMetaReusing,
   forEachCommittedLine,
   INDEX_FILE,
   INDEX_FORMAT,
@@ -362,6 +364,11 @@ export class SessionManager {
   readonly #onClose: (() => Promise<void>) | undefined;
   #beforeFirstWrite: (() => Promise<void>) | undefined;
   readonly #queue = new SerialQueue();
+  /**
+   * The meta.json bytes of the header's arrays, reused while the header keeps the same array (its
+   * arrays are the manager's own copies, never changed; see `ownMetadata`).
+   */
+  readonly #encodedArrays: EncodedArrays = new WeakMap();
   /** The batch that is the last task of the write queue and has not started: saves join it. */
   #openBatch: SaveBatch | undefined;
   #committed: Committed;
@@ -1186,7 +1193,7 @@ export class SessionManager {
       bytes,
       messageCount: prepared.count,
     };
-    const data = encodeStorageMeta(meta);
+    const data = encodeStorageMetaReusing(meta, this.#encodedArrays);
     const staging = replace !== undefined
       ? replace.stage(data)
       : stageReplace(this.#fs, this.#metaFile, data, { durability: this.#context.durability });
@@ -1364,9 +1371,14 @@ export class SessionManager {
   }
 
   async #publishMeta(meta: StorageMeta): Promise<void> {
-    await atomicReplace(this.#fs, this.#metaFile, encodeStorageMeta(meta), {
-      durability: this.#context.durability,
-    });
+    await atomicReplace(
+      this.#fs,
+      this.#metaFile,
+      encodeStorageMetaReusing(meta, this.#encodedArrays),
+      {
+        durability: this.#context.durability,
+      },
+    );
   }
 
   /**

@@ -430,6 +430,61 @@ export function encodeStorageMeta(meta: StorageMeta): Uint8Array {
 }
 
 /**
+ * The bytes of each array of a header, kept by `encodeStorageMetaReusing` while that array is the
+ * same object.
+ */
+export type EncodedArrays = WeakMap<readonly unknown[], Uint8Array>;
+
+/**
+ * `encodeStorageMeta`, byte for byte, for a writer that publishes meta.json again and again with
+ * the same header arrays (runtime contexts, prompt timings, checkpoints: they grow with the session
+ * and are rarely given again): the encoded bytes of each non-empty array of the header are kept in
+ * `cache` and reused while the header holds the same array object, so a save that keeps them
+ * copies their bytes instead of serializing and encoding them again. The caller must never change
+ * an array once it was encoded here.
+ */
+export function encodeStorageMetaReusing(meta: StorageMeta, cache: EncodedArrays): Uint8Array {
+  const parts: Uint8Array[] = [];
+  let text = "{";
+  // JSON.stringify's own order and omissions: own enumerable string keys in property order, a
+  // value that serializes to nothing (undefined) leaves its key out.
+  let firstKey = true;
+  for (const [key, value] of Object.entries(meta)) {
+    const comma = firstKey ? "" : ",";
+    if (key !== "header" || typeof value !== "object" || value === null || Array.isArray(value)) {
+      const json = JSON.stringify(value);
+      if (json === undefined) continue;
+      text += `${comma}${JSON.stringify(key)}:${json}`;
+      firstKey = false;
+      continue;
+    }
+    firstKey = false;
+    text += `${comma}${JSON.stringify(key)}:{`;
+    let first = true;
+    for (const [field, fieldValue] of Object.entries(value)) {
+      if (Array.isArray(fieldValue) && fieldValue.length > 0) {
+        let bytes = cache.get(fieldValue);
+        if (bytes === undefined) {
+          bytes = encoder.encode(JSON.stringify(fieldValue));
+          cache.set(fieldValue, bytes);
+        }
+        text += `${first ? "" : ","}${JSON.stringify(field)}:`;
+        parts.push(encoder.encode(text), bytes);
+        text = "";
+      } else {
+        const json = JSON.stringify(fieldValue);
+        if (json === undefined) continue;
+        text += `${first ? "" : ","}${JSON.stringify(field)}:${json}`;
+      }
+      first = false;
+    }
+    text += "}";
+  }
+  parts.push(encoder.encode(text + "}\n"));
+  return joinBytes(parts);
+}
+
+/**
  * Serializes index.json (compact JSON and a trailing newline) in a fixed key order with
  * `roundCount` and the fallback title (when recorded) before the rounds: `readIndexHead` reads
  * them from the first bytes.
