@@ -22,6 +22,7 @@ import {
 import { fastListSizeCase, listCases } from "./cases_list.ts";
 import { migrationCase } from "./cases_migration.ts";
 import { pruneCase } from "./cases_prune.ts";
+import { runtimeContextsCase } from "./cases_contexts.ts";
 import { formatMs } from "./report.ts";
 
 /** How many saves a burst calls at once. */
@@ -576,6 +577,7 @@ export const sizeCases: readonly SizeCase[] = [
 export const globalCases: readonly GlobalCase[] = [
   diskCase,
   ...listCases,
+  runtimeContextsCase,
   migrationCase,
   pruneCase,
 ];

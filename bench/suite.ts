@@ -37,6 +37,7 @@ export function configFor(mode: Mode): SuiteConfig {
         peerListSessionBytes: 240 * 1024,
         migrationBytes: [100 * 1024, 5 * 1024 * 1024, 50 * 1024 * 1024],
         pruneDirs: 10_000,
+        runtimeContexts: 2_000,
         plans: {
           micro: { warmup: 50, batches: 20, batchSize: 50, maxMs: 8_000 },
           write: { warmup: 10, batches: 10, batchSize: 20, maxMs: 12_000 },
@@ -55,6 +56,7 @@ export function configFor(mode: Mode): SuiteConfig {
         peerListSessionBytes: 240 * 1024,
         migrationBytes: [100 * 1024, 1024 * 1024],
         pruneDirs: 500,
+        runtimeContexts: 500,
         plans: {
           micro: { warmup: 10, batches: 6, batchSize: 20, maxMs: 1_000 },
           write: { warmup: 3, batches: 4, batchSize: 8, maxMs: 1_500 },
@@ -73,6 +75,7 @@ export function configFor(mode: Mode): SuiteConfig {
         peerListSessionBytes: 8 * 1024,
         migrationBytes: [4 * 1024, 16 * 1024],
         pruneDirs: 6,
+        runtimeContexts: 3,
         plans: {
           micro: { warmup: 1, batches: 2, batchSize: 1 },
           write: { warmup: 1, batches: 2, batchSize: 1 },

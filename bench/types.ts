@@ -33,6 +33,8 @@ export interface SuiteConfig {
   readonly migrationBytes: readonly number[];
   /** Raw attempt directories in the prune-raw tree. */
   readonly pruneDirs: number;
+  /** Runtime context snapshots (one per user turn, ~1.5 KB each) in the large-meta.json case. */
+  readonly runtimeContexts: number;
   /** How long to measure, by the cost of one run of the operation. */
   readonly plans: {
     /** Operations well under a millisecond (page reads). */

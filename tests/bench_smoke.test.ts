@@ -94,6 +94,8 @@ test("the benchmark suite runs every case over the memory adapter and reports nu
       "fast list of large sessions",
       "full list",
       "migrate a legacy v2 file (full)",
+      "append one message, large meta.json (full)",
+      "append one message, large meta.json (ordered)",
     ]
   ) assert.ok(ops.has(op), `no row for ${op}`);
   for (const row of report.rows) {
