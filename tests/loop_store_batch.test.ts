@@ -378,6 +378,44 @@ test("a batch on a new session leaves the files and state that one-by-one saves 
   }
 });
 
+test("a failed first batch on a new session, retried by flush(), leaves what one-by-one saves leave", async () => {
+  // The first save of each plan creates the files; a later one leaves the history without a user
+  // round. One by one, the session stays saved; together, the batch's one write fails, and
+  // flush() must write its last state although it holds no user round.
+  const [q, a, tail] = [user("q"), assistant("a"), assistant("no round")];
+  type Save = (s: SessionManager) => Promise<void>;
+  const plans: Save[][] = [
+    [(s) => s.append([q]), (s) => s.commit([]), (s) => s.append([a])],
+    [(s) => s.commit([q]), (s) => s.commit([tail])],
+    [(s) => s.commit([q, a]), (s) => s.commit([])],
+  ];
+  for (const [n, plan] of plans.entries()) {
+    const outcomes = [];
+    for (const together of [false, true]) {
+      const setup = await rig();
+      const session = await setup.store.create(CWD);
+      if (together) {
+        setup.failNextPublish();
+        const settled = await Promise.allSettled(plan.map((save) => save(session)));
+        assert.ok(settled.every((s) => s.status === "rejected"), `plan ${n}: one write, failed`);
+        assert.equal(session.hasPendingSave, true);
+        await session.flush();
+      } else for (const save of plan) await save(session);
+      assert.equal(session.hasPendingSave, false);
+      const listed = await setup.store.listDetailed(CWD);
+      assert.deepEqual(listed.failures, []);
+      outcomes.push({
+        messages: session.messages,
+        listed: listed.sessions.map((info) => info.messageCount),
+        saved: listed.sessions.length === 0 ? undefined : await savedOn(setup.store, session),
+      });
+      await session.close();
+    }
+    assert.deepEqual(outcomes[1], outcomes[0], `plan ${n}`);
+    assert.equal(outcomes[0]?.listed.length, 1, `plan ${n}: saved one by one`);
+  }
+});
+
 test("a crash at every operation of the first batch of a new session shows nothing or all of it", async () => {
   const memory = new MemoryFs();
   await memory.mkdir(CWD, { recursive: true });

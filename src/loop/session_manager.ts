@@ -281,7 +281,8 @@ interface QueuedSave {
 
 /**
  * Saves queued back to back in the write queue, with no other call between them: written
- * together, with one log write and one meta.json publish.
+ * together, with one log write and one meta.json publish (no log write when none of them adds
+ * messages; nothing at all while the session is a draft without a user round).
  */
 interface SaveBatch {
   readonly saves: QueuedSave[];
@@ -735,7 +736,10 @@ export class SessionManager {
         Date.parse(pending.updatedAt),
         pending.unread,
       );
-      await this.#apply(prepared);
+      // A pending save is what a write attempt failed to save, so it is written, even on a new
+      // session and without a user round (a draft otherwise): a batch that created the session's
+      // files and then left no round (a history emptied, say) is saved, as those saves one by one.
+      await this.#apply(prepared.kind === "draft" ? { ...prepared, kind: "replace" } : prepared);
     });
   }
 
@@ -744,7 +748,8 @@ export class SessionManager {
    * the complete history, at a cost that depends only on the new messages (`commit()` also
    * checks every earlier message by identity, a few nanoseconds each). Optional arguments work as
    * in `commit()`. Rejects while a save is pending. The history appended to is the one saved when
-   * this call's turn in the write queue comes, so saves queued before it are kept. Earlier
+   * this call's turn in the write queue comes, or the one the saves of its batch before it lead
+   * to, so saves queued before it are kept. Earlier
    * messages are not looked at: a saved message finished in place (which `commit()` notices for
    * the last one) is saved by `commit()`, not by `append()`.
    */
@@ -943,8 +948,8 @@ export class SessionManager {
   }
 
   /**
-   * Validates a complete history against the committed state and serializes what must be
-   * written. Unchanged committed messages are recognized by identity (the last one also by
+   * Validates a complete history against `committed` (the committed state, or the one the saves
+   * of a batch before it lead to) and serializes what must be written. Unchanged committed messages are recognized by identity (the last one also by
    * value, since hosts may finish it in place); an append touches only the new messages.
    */
   #prepare(
@@ -957,8 +962,8 @@ export class SessionManager {
     base = 0,
     committed: HistoryBase = this.#committed,
   ): PreparedCommit {
-    // `messages` holds the history from global index `base` on; the first `base` messages are the
-    // committed ones (`append()` passes base = the committed count and only the new messages).
+    // `messages` holds the history from global index `base` on; the first `base` messages are
+    // those of `committed` (`append()` passes its count as base, and only the new messages).
     // `committed` is the state prepared on: the committed one, or where a batch's earlier saves
     // lead.
     const { arrays, count } = committed;
