@@ -68,7 +68,6 @@ import {
   closeWhenOpened,
   type EncodedArrays,
   encodeRoundIndex,
-  encodeStorageMeta,
   encodeStorageMetaReusing,
   forEachCommittedLine,
   INDEX_FILE,
