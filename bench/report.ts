@@ -259,10 +259,12 @@ export function renderMarkdown(report: Report): string {
       return row === undefined ? "—" : formatMs(row.ours.median);
     };
     const body: string[][] = [];
+    const baseOf = (op: string) => op.replace(/ \((full|ordered)\)$/, "");
     for (const op of ordered) {
-      const sizes = [...new Set(modeRows.filter((r) => r.op.startsWith(op)).map((r) => r.size))];
+      const rows = modeRows.filter((r) => baseOf(r.op) === op);
+      const sizes = [...new Set(rows.map((r) => r.size))];
       for (const size of sizes.sort((a, b) => a - b)) {
-        const label = modeRows.find((r) => r.size === size)?.sizeLabel ?? String(size);
+        const label = rows.find((r) => r.size === size)?.sizeLabel ?? String(size);
         body.push([op, label, cell(op, "full", size), cell(op, "ordered", size)]);
       }
     }
