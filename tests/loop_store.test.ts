@@ -18,7 +18,7 @@ import { NotFound } from "../src/port/errors.ts";
 import type { FileHandle, FileSystem } from "../src/port/fs.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import { SessionManager } from "../src/loop/session_manager.ts";
-import type { Message } from "../src/loop/records/mod.ts";
+import { type Message, newSessionHeader } from "../src/loop/records/mod.ts";
 import { assistant, conversation, toolResult, user } from "./_fixtures.ts";
 import { hookedFs, linkedBeforeOpen } from "./_hooks.ts";
 
@@ -285,7 +285,7 @@ test("metadata arrays changed by the caller after commit() or append() returns a
   await reopened.close();
 });
 
-test("a metadata array that cannot be copied is rejected at the call, naming the field", async () => {
+test("a metadata array that cannot be copied fails its save in its turn, naming the field", async () => {
   const { fs, store } = await setup();
   const session = await store.create(CWD);
   await session.commit(conversation(1));
@@ -312,6 +312,59 @@ test("a metadata array that cannot be copied is rejected at the call, naming the
   );
   assert.deepEqual(await fs.readFile(session.getSessionFile()), before);
   assert.deepEqual(session.getRuntimeContexts(), []);
+
+  // Saves settle in the order they were called: the refused one after the save queued before it.
+  const order: string[] = [];
+  const history = [...conversation(1), user("next")];
+  const first = session.append([history.at(-1)!]).then(() => order.push("first"));
+  const second = session.append([], contexts as never).catch(() => order.push("second refused"));
+  await Promise.all([first, second]);
+  assert.deepEqual(order, ["first", "second refused"]);
+
+  // A closed session says so, whatever the arguments.
+  await session.close();
+  await assert.rejects(
+    session.commit(history, contexts as never),
+    (error: unknown) => !(error instanceof SessionFormatError) && /closed/.test(String(error)),
+  );
+});
+
+test("a metadata array behind a Proxy is saved as its elements", async () => {
+  const { store } = await setup();
+  const session = await store.create(CWD);
+  const contexts = [{ userTurn: 0, content: "ctx", timestamp: 1 }];
+  await session.commit(conversation(1), new Proxy(contexts, {}) as never);
+  assert.deepEqual(session.getRuntimeContexts(), contexts);
+  await session.close();
+  const reopened = await store.open(session.getSessionPath());
+  assert.deepEqual(reopened.getRuntimeContexts(), contexts);
+  await reopened.close();
+});
+
+test("createDraft keeps a copy of the header it is given", async () => {
+  const { fs, store } = await setup();
+  const header = {
+    ...newSessionHeader({
+      id: "0e5a3c1b-2d4f-4a6b-8c9d-0e1f2a3b4c5d",
+      cwd: CWD,
+      now: "2026-01-01T00:00:00.000Z",
+    }),
+    runtimeContexts: [{ userTurn: 0, content: "first", timestamp: 1 }],
+  };
+  const dir = `${AGENT}/sessions/draft`;
+  const session = SessionManager.createDraft({
+    context: store.context,
+    dir,
+    collectionDir: dirname(dir),
+  }, header as never);
+  await session.commit([user("q")]);
+  header.runtimeContexts[0]!.content = "changed by the caller";
+  header.runtimeContexts.push({ userTurn: 5, content: "out of range", timestamp: 2 });
+  await session.append([assistant("a")]);
+  const saved = (await readJson(fs, session.getSessionFile())).header as Record<string, unknown>;
+  assert.deepEqual(saved.runtimeContexts, [{ userTurn: 0, content: "first", timestamp: 1 }]);
+  assert.deepEqual(session.getRuntimeContexts(), saved.runtimeContexts);
+  await session.close();
 });
 
 test("invalid history is rejected before anything is written", async () => {

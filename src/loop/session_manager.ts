@@ -409,11 +409,14 @@ export class SessionManager {
     if (!this.#readOnly) claimWriter(this.#fs, this.#dir, this);
   }
 
-  /** Creates an unsaved draft session with `header`; nothing is written until the first user message. */
+  /**
+   * Creates an unsaved draft session with `header`; nothing is written until the first user
+   * message. The header is copied: the caller may change its object and arrays afterwards.
+   */
   static createDraft(init: SessionManagerInit, header: SessionHeader): SessionManager {
     return new SessionManager(init, {
       meta: undefined,
-      header,
+      header: structuredClone(header),
       arrays: { messages: [], roles: [], offsets: [0], rounds: [] },
       count: 0,
       roundCount: 0,
@@ -685,12 +688,9 @@ export class SessionManager {
     context?: CommitContext,
   ): Promise<void> {
     if (!Array.isArray(messages)) return Promise.reject(notAnArray(messages));
-    let owned: SaveMetadata;
-    try {
-      owned = ownMetadata(runtimeContexts, promptTimings, context, this.#metaFile);
-    } catch (error) {
-      return Promise.reject(error);
-    }
+    const owned = this.#ownMetadata(runtimeContexts, promptTimings, context);
+    // Metadata that cannot be copied fails the save when its turn comes, as validation does.
+    if (owned instanceof Error) return this.#enqueueSave("commit", () => throwing(owned));
     ({ runtimeContexts, promptTimings, context } = owned);
     const at = this.#context.now();
     if (this.#canPrepareNow()) {
@@ -759,12 +759,8 @@ export class SessionManager {
     context?: CommitContext,
   ): Promise<void> {
     if (!Array.isArray(messages)) return Promise.reject(notAnArray(messages));
-    let owned: SaveMetadata;
-    try {
-      owned = ownMetadata(runtimeContexts, promptTimings, context, this.#metaFile);
-    } catch (error) {
-      return Promise.reject(error);
-    }
+    const owned = this.#ownMetadata(runtimeContexts, promptTimings, context);
+    if (owned instanceof Error) return this.#enqueueSave("append", () => throwing(owned));
     ({ runtimeContexts, promptTimings, context } = owned);
     const at = this.#context.now();
     const tail = messages.slice();
@@ -795,6 +791,19 @@ export class SessionManager {
         );
     const replace = this.#canPrepareNow() ? this.#beginMetaReplace() : undefined;
     return this.#enqueueSave("append", prepare, replace);
+  }
+
+  /** `ownMetadata` for this session, or the error that refuses the save. */
+  #ownMetadata(
+    runtimeContexts: unknown,
+    promptTimings: unknown,
+    context: unknown,
+  ): SaveMetadata | SessionFormatError {
+    try {
+      return ownMetadata(runtimeContexts, promptTimings, context, this.#metaFile);
+    } catch (error) {
+      return error as SessionFormatError;
+    }
   }
 
   /**
@@ -2044,6 +2053,11 @@ function serializeMessage(message: Message, index: number, file: string): string
   }
 }
 
+/** Throws `error`: the `prepare` of a save refused before it was queued. */
+function throwing(error: Error): never {
+  throw error;
+}
+
 /** The metadata arguments of a save, as the manager keeps them (see `ownMetadata`). */
 interface SaveMetadata {
   readonly runtimeContexts: readonly RuntimeContextSnapshot[] | undefined;
@@ -2057,7 +2071,8 @@ interface SaveMetadata {
  * save's turn comes must be what is written. The manager never changes the copies (its getters
  * return copies of their own). A value that is not an array, or a context that is not an object,
  * is kept as given for the shape checks to reject with their usual error; an array that cannot be
- * copied (one holding a function, say) is rejected here, naming the field.
+ * copied (one holding a function, say) is refused with an error naming the field, which fails the
+ * save when its turn comes, as a failed validation does.
  */
 function ownMetadata(
   runtimeContexts: unknown,
@@ -2068,7 +2083,8 @@ function ownMetadata(
   const own = (value: unknown, path: string): unknown => {
     if (!Array.isArray(value)) return value;
     try {
-      return structuredClone(value);
+      // Spread first: the array may be a Proxy, which structuredClone refuses.
+      return structuredClone([...value]);
     } catch (error) {
       throw new SessionFormatError(
         `Invalid session metadata: it cannot be copied (${(error as Error).message})`,
