@@ -670,8 +670,9 @@ export class SessionManager {
    * same change), except for the last saved message, which is also compared with its saved line
    * (hosts may finish it in place). The identity check costs a few nanoseconds per saved
    * message; `append()` skips it. The metadata arrays given are copied when the call is made, so
-   * the caller may change them at once: what is validated is what is written. A save that fails stays pending as it was given (the messages
-   * it had not saved are copied), and `flush()` retries exactly that.
+   * the caller may change them at once: what is validated is what is written. A save that fails
+   * stays pending as it was given (the messages it had not saved are copied), and `flush()`
+   * retries exactly that.
    *
    * Saves (`commit()` and `append()`) called while another call is in flight are queued, and
    * those queued back to back are written together: each is validated on the state the ones
@@ -748,9 +749,9 @@ export class SessionManager {
    * checks every earlier message by identity, a few nanoseconds each). Optional arguments work as
    * in `commit()`. Rejects while a save is pending. The history appended to is the one saved when
    * this call's turn in the write queue comes, or the one the saves of its batch before it lead
-   * to, so saves queued before it are kept. Earlier
-   * messages are not looked at: a saved message finished in place (which `commit()` notices for
-   * the last one) is saved by `commit()`, not by `append()`.
+   * to, so saves queued before it are kept. Earlier messages are not looked at: a saved message
+   * finished in place (which `commit()` notices for the last one) is saved by `commit()`, not by
+   * `append()`.
    */
   append(
     messages: readonly Message[],
@@ -957,8 +958,9 @@ export class SessionManager {
 
   /**
    * Validates a complete history against `committed` (the committed state, or the one the saves
-   * of a batch before it lead to) and serializes what must be written. Unchanged committed messages are recognized by identity (the last one also by
-   * value, since hosts may finish it in place); an append touches only the new messages.
+   * of a batch before it lead to) and serializes what must be written. Unchanged committed
+   * messages are recognized by identity (the last one also by value, since hosts may finish it in
+   * place); an append touches only the new messages.
    */
   #prepare(
     messages: readonly Message[],
@@ -1145,17 +1147,17 @@ export class SessionManager {
     } catch (error) {
       // The snapshot to retry is what this attempt serialized, as it was: the caller keeps its
       // objects (and may finish the last message in place meanwhile), so the messages this
-      // attempt wrote and the metadata arrays are copied. The saved ones before them are the
-      // manager's own and compare by identity.
+      // attempt wrote are copied. The saved ones before them are the manager's own and compare by
+      // identity; the metadata arrays are the manager's own copies already (`ownMetadata`).
       const messages = prepared.arrays.messages.slice(0, prepared.count);
       for (let i = prepared.first; i < messages.length; i++) {
         messages[i] = clone(messages[i] as Message);
       }
       this.#pending = {
         messages,
-        runtimeContexts: clone(prepared.runtimeContexts),
-        promptTimings: clone(prepared.promptTimings),
-        context: clone(prepared.context),
+        runtimeContexts: prepared.runtimeContexts,
+        promptTimings: prepared.promptTimings,
+        context: prepared.context,
         updatedAt: prepared.updatedAt,
         unread: prepared.unread,
       };
