@@ -10,7 +10,7 @@ import type { Durability, Message, RuntimeContextSnapshot } from "../mod.ts";
 import { join } from "../src/port/path.ts";
 import { SyntheticConversation, syntheticHistory } from "./data.ts";
 import { BenchError, measurePair } from "./harness.ts";
-import { count, type GlobalCase } from "./context.ts";
+import { count, type GlobalCase, lineOf } from "./context.ts";
 
 /** The operation name of the case in `durability`. */
 export const CONTEXTS_OP = (durability: Durability): string =>
@@ -54,8 +54,7 @@ export const runtimeContextsCase: GlobalCase = {
         const ours = new SyntheticConversation(12).continueAfter(history.at(-1)?.role);
         const theirs = new SyntheticConversation(12).continueAfter(history.at(-1)?.role);
         let next: Message[] = [];
-        let line = new Uint8Array(0);
-        const encoder = new TextEncoder();
+        let line: Uint8Array = new Uint8Array(0);
         const stats = await measurePair(
           {
             before: () => {
@@ -65,7 +64,7 @@ export const runtimeContextsCase: GlobalCase = {
           },
           {
             before: () => {
-              line = encoder.encode(`${JSON.stringify(theirs.nextPlain())}\n`);
+              line = lineOf(theirs.nextPlain());
             },
             run: () => floor.commit(line, metaBytes),
           },

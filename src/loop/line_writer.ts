@@ -51,8 +51,9 @@ export class LineWriter {
       rest = rest.slice(read);
       this.#reserve(rest.length * MAX_BYTES_PER_UNIT + 1);
     }
+    // Multi-byte characters may have filled the room kept for the newline.
     this.#reserve(1);
-    (this.#buffer as Uint8Array)[this.#length++] = NEWLINE;
+    this.#buffer[this.#length++] = NEWLINE;
     return this.#length;
   }
 
