@@ -110,6 +110,43 @@ test("an attempt gets a durable iteration directory and a raw directory with eve
   assert.deepEqual(await readJson(fs, `${dir}/result.json`), { status: "completed", exit_code: 0 });
 });
 
+test("a trace_ref.json that records another iteration's raw directory is refused", async () => {
+  const { fs, paths } = await setup();
+  const first = { iteration: 1, workflowId: "outer", attemptId: "aaaaaaaaaaaa" };
+  const second = { iteration: 2, workflowId: "outer", attemptId: "bbbbbbbbbbbb" };
+  const options = { prompt: "p", pathsMap: {}, ...deterministic() };
+  const one = await createAttemptArtifacts(fs, paths, first, options);
+  const two = await createAttemptArtifacts(fs, paths, second, options);
+  // Iteration 2's record replaced by iteration 1's, which is valid on its own.
+  await writeJson(fs, two.paths.traceRefJson, one.traceRef);
+  const error = await readTraceRef(fs, two.paths).then(
+    () => assert.fail("accepted"),
+    (caught: unknown) => caught,
+  );
+  assert.ok(error instanceof LayoutRecordError);
+  assert.equal(error.file, two.paths.traceRefJson);
+  assert.equal(error.path, "iteration");
+  // Another workflow's record of the same iteration number is refused as well.
+  const planner = await createAttemptArtifacts(fs, paths, {
+    iteration: 2,
+    workflowId: "planner",
+    attemptId: "cccccccccccc",
+  }, options);
+  await writeJson(fs, two.paths.traceRefJson, planner.traceRef);
+  await assert.rejects(() => readTraceRef(fs, two.paths), (caught: unknown) => {
+    assert.ok(caught instanceof LayoutRecordError);
+    assert.equal(caught.path, "workflow_id");
+    return true;
+  });
+  // Whether a result may be rewritten is decided on the attempt's own record, so that fails too.
+  await writeAttemptResult(fs, two.paths, { status: "completed", exit_code: 0 });
+  await assert.rejects(
+    () => writeAttemptResult(fs, two.paths, { status: "failed", exit_code: 1 }),
+    LayoutRecordError,
+  );
+  assert.deepEqual(await readTraceRef(fs, one.paths), one.traceRef);
+});
+
 test("a frozen workflow snapshot cannot be rewritten with other contents", async () => {
   const { fs, paths } = await setup();
   const options = { prompt: "p", pathsMap: {}, snapshot: { "assignment.json": { a: 1 } } };

@@ -181,7 +181,7 @@ async function requireRunningAttempt(
   const traceRef = await readRecordIfExists(
     fs,
     paths.traceRefJson,
-    (value, at) => parseTraceRef(value, at, session.layout),
+    (value, at) => parseTraceRef(value, at, session.layout, paths),
   );
   const attemptId = traceRef?.record.attempt_id;
   if (session.layout === "mirror" && attemptId !== undefined) {
@@ -216,7 +216,7 @@ export async function readTraceRef(
   return (await readRecord(
     fs,
     paths.traceRefJson,
-    (value, file) => parseTraceRef(value, file, layout),
+    (value, file) => parseTraceRef(value, file, layout, paths),
   ))
     .record;
 }

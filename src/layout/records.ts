@@ -1275,15 +1275,26 @@ const MirrorTraceRefSchema: v.GenericSchema<unknown, MirrorTraceRef> = v.looseOb
 
 /**
  * Validates `trace_ref.json` for the session's layout. A folded reference must point at exactly
- * `raw/<NNNN>_<workflow>` of its own iteration (no `trace:` reference).
+ * `raw/<NNNN>_<workflow>` of its own iteration (no `trace:` reference); given `attempt` (the
+ * iteration directory the file sits in), its iteration and workflow must be that directory's.
  */
 export function parseTraceRef(
   value: unknown,
   file: string,
   layout: SessionLayout,
+  attempt?: { readonly iteration: number; readonly workflowId: string },
 ): FoldedTraceRef | MirrorTraceRef {
   if (layout === "mirror") return parseWithSchema(MirrorTraceRefSchema, value, file, "trace_ref");
   const ref = parseWithSchema(FoldedTraceRefSchema, value, file, "trace_ref");
+  // It records the raw directory of its own iteration directory's attempt, never another's.
+  if (attempt !== undefined) {
+    if (ref.iteration !== attempt.iteration) {
+      fail(file, `iteration must be ${attempt.iteration}`, "iteration", ref.iteration);
+    }
+    if (ref.workflow_id !== attempt.workflowId) {
+      fail(file, `workflow_id must be ${attempt.workflowId}`, "workflow_id", ref.workflow_id);
+    }
+  }
   const expected = `raw/${iterationName(ref.iteration, ref.workflow_id)}`;
   if (ref.raw_dir !== expected) fail(file, `raw_dir must be ${expected}`, "raw_dir", ref.raw_dir);
   if (ref.raw_dir_ref !== `session:/${expected}`) {
