@@ -8,7 +8,7 @@ import {
   type TailMode,
 } from "../adapters/memory.ts";
 import { FsIoError, NotFound, PermissionDenied } from "../src/port/errors.ts";
-import { atomicReplace, beginReplace, stageReplace } from "../src/port/durable.ts";
+import { atomicReplace, beginReplace, durableAppend, stageReplace } from "../src/port/durable.ts";
 import { dirname } from "../src/port/path.ts";
 import type { FileSystem } from "../src/port/fs.ts";
 
@@ -632,6 +632,50 @@ test("stageReplace() removes its temp file when the write or sync fails", async 
     fs.clearFaults();
     assert.deepEqual((await fs.readDir("/store")).map((entry) => entry.name), ["meta.json"], op);
   }
+});
+
+test("durableAppend() calls that race to create the file both append, and the entry is synced", async () => {
+  for (const durability of ["full", "ordered"] as const) {
+    const fs = new MemoryFs();
+    await fs.mkdir("/d");
+    fs.syncAll();
+    const results = await Promise.allSettled(
+      ["a", "b", "c"].map((line) =>
+        durableAppend(fs, "/d/events.jsonl", bytes(`${line}\n`), { lines: true, durability })
+      ),
+    );
+    assert.deepEqual(results.map((result) => result.status), [
+      "fulfilled",
+      "fulfilled",
+      "fulfilled",
+    ]);
+    const lines = new TextDecoder().decode(await fs.readFile("/d/events.jsonl")).split("\n");
+    assert.deepEqual(lines.sort(), ["", "a", "b", "c"]);
+    if (durability === "full") {
+      // Every call resolved under full durability, so a power loss keeps all three.
+      const recovered = fs.crash({ seed: 1, extraJournal: "none", tailMode: "none" });
+      assert.deepEqual(
+        await readOrNothing(recovered, "/d/events.jsonl"),
+        await fs.readFile("/d/events.jsonl"),
+      );
+    }
+  }
+});
+
+test("durableAppend() retries a failed directory sync on its filesystem, whatever another one did", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/d");
+  fs.syncAll();
+  const other = new MemoryFs();
+  await other.mkdir("/d");
+  // The append that creates the file fails at its directory sync.
+  fs.failAt(fs.operationCount + 1, { ops: ["syncDir"] });
+  await assert.rejects(durableAppend(fs, "/d/log", bytes("1\n")), FsIoError);
+  // The same path on another filesystem is another file: it does not settle the first one's sync.
+  await durableAppend(other, "/d/log", bytes("x\n"));
+  await durableAppend(fs, "/d/log", bytes("2\n"));
+  const recovered = fs.crash({ seed: 0, extraJournal: "none", tailMode: "none" });
+  assert.deepEqual(await readOrNothing(recovered, "/d/log"), bytes("1\n2\n"));
 });
 
 test("beginReplace() creates the temp file at once; discard before stage closes and removes it", async () => {

@@ -363,21 +363,29 @@ export async function durableAppend(
   options: DurableAppendOptions = {},
 ): Promise<void> {
   const durability = options.durability ?? "full";
+  const undurable = undurableEntriesOf(fs);
   let created = false;
   let handle;
   try {
     handle = await fs.open(path, { append: true });
   } catch (error) {
     if (!(error instanceof NotFound)) throw error;
-    handle = await fs.open(path, {
-      append: true,
-      createNew: true,
-      mode: options.mode ?? PRIVATE_FILE_MODE,
-    });
-    created = true;
+    try {
+      handle = await fs.open(path, {
+        append: true,
+        createNew: true,
+        mode: options.mode ?? PRIVATE_FILE_MODE,
+      });
+      created = true;
+    } catch (createError) {
+      // Another append created the file meanwhile: append to it, and sync its entry as well,
+      // since the append that created it may not have synced it yet.
+      if (!(createError instanceof AlreadyExists)) throw createError;
+      handle = await fs.open(path, { append: true });
+    }
     // Until its directory is synced, the new file's entry may not survive a crash: whichever
     // append gets there first (this one, or the next after a failure) syncs it.
-    undurableEntries.add(path);
+    undurable.add(path);
   }
   try {
     let bytes = data;
@@ -395,17 +403,29 @@ export async function durableAppend(
     await handle.close();
   }
   if (durability !== "full") {
-    if (created) undurableEntries.delete(path); // nothing is synced in this mode
+    if (created) undurable.delete(path); // nothing is synced in this mode
     return;
   }
-  if (!undurableEntries.has(path)) return;
+  if (!undurable.has(path)) return;
   // On failure the entry stays pending: the next append to the file syncs the directory.
   await fs.syncDir(dirname(path));
-  undurableEntries.delete(path);
+  undurable.delete(path);
 }
 
-/** Files created by a failed `durableAppend` whose directory entry may not be durable yet. */
-const undurableEntries = new Set<string>();
+/**
+ * Files created by `durableAppend` whose directory entry may not be durable yet, per filesystem
+ * (the same path on another filesystem is another file).
+ */
+const undurableEntries = new WeakMap<FileSystem, Set<string>>();
+
+function undurableEntriesOf(fs: FileSystem): Set<string> {
+  let entries = undurableEntries.get(fs);
+  if (entries === undefined) {
+    entries = new Set();
+    undurableEntries.set(fs, entries);
+  }
+  return entries;
+}
 
 const NEWLINE = 0x0a;
 
