@@ -1,7 +1,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
-import { sha256Hex } from "../src/port/sha256.ts";
+import { portableSha256, sha256Hex } from "../src/port/sha256.ts";
+import { verifySession } from "../src/loop/verify.ts";
 import { dirname } from "../src/port/path.ts";
 import {
   CorruptSessionError,
@@ -733,6 +734,47 @@ test("open() reports a log shorter than its committed range and modifies nothing
   await assert.rejects(store.open(session.getSessionPath()), CorruptSessionError);
   assert.deepEqual(fs.snapshotTree?.(), before);
 });
+
+for (const damage of ["truncated", "removed"] as const) {
+  test(`an empty committed range past the end of a ${damage} log is reported by open, listing and verify alike`, async () => {
+    const { fs, store } = await setup();
+    const session = await store.create(CWD);
+    await session.commit(conversation(2));
+    await session.commit([]); // a cleared history: an empty generation where the log ends
+    await session.close();
+    const dir = session.getSessionPath();
+    const logPath = `${dir}/messages.jsonl`;
+    const meta = await readJson(fs, `${dir}/meta.json`);
+    const start = meta.start as number;
+    assert.ok(start > 0 && meta.bytes === 0);
+    // Healthy, it opens and takes the next save.
+    const healthy = fs.clone();
+    const check = new SessionStore({ fs: healthy, agentDir: AGENT });
+    const writer = await check.open(dir);
+    await writer.commit(conversation(1));
+    await writer.close();
+
+    if (damage === "truncated") await fs.writeFile(logPath, new Uint8Array(5));
+    else await fs.remove(logPath);
+    const size = damage === "truncated" ? 5 : 0;
+    const before = fs.snapshotTree?.();
+    for (const readOnly of [true, false]) {
+      await assert.rejects(store.open(dir, { readOnly }), (error: unknown) => {
+        assert.ok(error instanceof CorruptSessionError);
+        assert.equal(error.file, logPath);
+        assert.equal(error.offset, size);
+        return true;
+      });
+    }
+    const listed = await store.listDetailed(CWD);
+    assert.deepEqual(listed.sessions, []);
+    assert.ok(listed.failures[0]?.error instanceof CorruptSessionError);
+    const report = await verifySession(fs, dir, { sha256: portableSha256 });
+    assert.equal(report.ok, false);
+    assert.deepEqual(report.findings.map((finding) => finding.kind), ["short-log"]);
+    assert.deepEqual(fs.snapshotTree?.(), before);
+  });
+}
 
 test("open() reports a checksum mismatch inside the committed range", async () => {
   const { fs, store } = await setup();

@@ -916,9 +916,8 @@ export async function forEachCommittedLine(
   const file = join(dir, MESSAGES_FILE);
   const hash = options.sha256();
   if (meta.bytes === 0) {
-    // Nothing committed: a log opened early is not needed (and may be missing).
-    if (options.opening !== undefined) closeWhenOpened(options.opening);
     if (meta.messageCount !== 0) {
+      if (options.opening !== undefined) closeWhenOpened(options.opening);
       throw new CorruptSessionError(
         `Session metadata claims ${meta.messageCount} messages in an empty range`,
         {
@@ -927,6 +926,14 @@ export async function forEachCommittedLine(
       );
     }
     checkGeneration(hash, meta, file);
+    if (meta.start === 0) {
+      // Nothing committed: a log opened early is not needed (and may be missing).
+      if (options.opening !== undefined) closeWhenOpened(options.opening);
+    } else {
+      // An empty range after earlier generations (a history cleared): the log must still reach
+      // its start, where the next save appends, as a writer and `verifySession` require.
+      await checkLogReaches(fs, file, meta.start, options.opening);
+    }
     return { hash, lines: 0 };
   }
   const chunkSize = options.chunkSize ?? 1024 * 1024;
@@ -1013,6 +1020,40 @@ export async function forEachCommittedLine(
     if (!kept) await handle.close();
   }
   return kept ? { hash, lines, handle } : { hash, lines };
+}
+
+/**
+ * Refuses (`CorruptSessionError`) a log that is missing or shorter than `end`, the end of an
+ * empty committed range that does not start at 0. Takes the open already started, if any.
+ */
+async function checkLogReaches(
+  fs: FileSystem,
+  file: string,
+  end: number,
+  opening: Promise<FileHandle> | undefined,
+): Promise<void> {
+  let handle: FileHandle;
+  try {
+    handle = await (opening ?? openSessionFile(fs, file).then((log) => log.handle));
+  } catch (error) {
+    if (!(error instanceof NotFound)) throw error;
+    throw new CorruptSessionError(
+      `Message log is missing but its committed range starts at byte ${end}; the session is damaged and was not modified`,
+      { file, offset: 0, cause: error },
+    );
+  }
+  let size: number;
+  try {
+    size = (await handle.stat()).size;
+  } finally {
+    await handle.close();
+  }
+  if (size < end) {
+    throw new CorruptSessionError(
+      `Message log is shorter than its committed range (${size} bytes, committed range ends at ${end}); the session is damaged and was not modified`,
+      { file, offset: size },
+    );
+  }
 }
 
 function checkGeneration(hash: Sha256, meta: StorageMeta, file: string): void {
