@@ -84,6 +84,32 @@ test("verifySession() reports a short log, bad meta.json and a missing cwd", asy
   assert.deepEqual(report.findings.map((f) => f.kind), ["meta"]);
 });
 
+test("verifySession() reports a session copied under another id, as open and listing do", async () => {
+  const { fs, store, dir } = await saved();
+  const other = `${dir.slice(0, dir.lastIndexOf("/"))}/00000000-0000-4000-8000-000000000000`;
+  await fs.mkdir(other);
+  for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
+    await fs.writeFile(`${other}/${name}`, await fs.readFile(`${dir}/${name}`));
+  }
+  await assert.rejects(store.open(other, { readOnly: true }), SessionFormatError);
+  const before = fs.snapshotTree();
+  const report = await verifySession(fs, other, options);
+  assert.equal(report.ok, false);
+  assert.deepEqual(
+    report.findings.map((f) => [f.kind, f.file]),
+    [["meta", `${other}/meta.json`]],
+  );
+  assert.match(report.findings[0]?.message ?? "", /header\.id/);
+  assert.deepEqual(fs.snapshotTree(), before, "verify modifies nothing");
+  // A directory not named by a session id (a staged or exported copy) is not held to its name.
+  const copy = "/rescue/copy";
+  await fs.mkdir(copy, { recursive: true });
+  for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
+    await fs.writeFile(`${copy}/${name}`, await fs.readFile(`${dir}/${name}`));
+  }
+  assert.equal((await verifySession(fs, copy, options)).ok, true);
+});
+
 test("verifySession() warns about a missing index without failing", async () => {
   const { fs, dir } = await saved();
   await fs.remove(`${dir}/index.json`);

@@ -16,10 +16,11 @@ import {
   entryKind,
   stagedPublish,
 } from "../port/durable.ts";
-import { join } from "../port/path.ts";
+import { basename, join } from "../port/path.ts";
 import { SessionError, SessionFormatError } from "./errors.ts";
 import {
   fallbackTitle,
+  isSessionId,
   type Message,
   type MessageRole,
   MessageValidator,
@@ -301,6 +302,17 @@ export async function verifySession(
       return { dir, ok: false, meta: undefined, validMessages: 0, findings };
     }
     throw error;
+  }
+  const name = basename(dir);
+  if (isSessionId(name) && meta.header.id !== name) {
+    // As open and listing refuse it: a directory holding another session (a copy) is not that
+    // session. A directory not named by an id (a staged or salvaged copy) is not checked.
+    findings.push({
+      severity: "error",
+      kind: "meta",
+      message: `header.id ${JSON.stringify(meta.header.id)} does not match the directory name`,
+      file: metaFile,
+    });
   }
   const scan = await scanRange(fs, logFile, meta, options.sha256);
   const end = meta.start + meta.bytes;
