@@ -28,6 +28,7 @@ import {
 import {
   childRequest,
   deterministic,
+  engineOutcome,
   newRepo,
   newRoot,
   patchState,
@@ -433,6 +434,47 @@ test("a child's goal_met is recorded by reference and hash and never completes i
   assert.deepEqual(events.map((e) => e.type), ["child_started", "child_finished"]);
 });
 
+test("a child outcome that is not the child's own is refused and nothing is recorded", async () => {
+  const { fs, root } = await setup();
+  await publishChildRequest(fs, root.paths, childRequest("phase-0"));
+  const accepted = await processNext(fs);
+  if (accepted?.kind !== "accepted") throw new Error("expected acceptance");
+  const childId = accepted.childSessionId;
+  const childDir = accepted.childDir;
+  await patchState(fs, childDir, { status: "failed" });
+  const goal = String((await readJson(fs, `${childDir}/session.json`)).goal_hash);
+  const own = {
+    session_id: childId,
+    root_session_id: ROOT_ID,
+    goal_sha256: goal,
+    terminal_state_revision: 3,
+    created_at: "2026-04-19T15:00:01Z",
+  };
+  const foreign: [string, Record<string, unknown>][] = [
+    ["session_id", engineOutcome("failed", { ...own, session_id: ROOT_ID })],
+    ["root_session_id", engineOutcome("failed", { ...own, root_session_id: childId })],
+    ["terminal_status", engineOutcome("goal_met", own)],
+  ];
+  const ledgerBefore = await fs.readFile(root.paths.childrenJson);
+  for (const [field, outcome] of foreign) {
+    await writeJson(fs, `${childDir}/session_outcome.json`, outcome);
+    await assert.rejects(
+      recordChildOutcome(fs, { repoRoot: "/repo", parentSessionId: ROOT_ID }),
+      (error: unknown) => {
+        assert.ok(error instanceof LayoutRecordError, field);
+        assert.equal(error.file, `${childDir}/session_outcome.json`);
+        assert.equal(error.path, field);
+        return true;
+      },
+    );
+    assert.deepEqual(await fs.readFile(root.paths.childrenJson), ledgerBefore, field);
+    assert.equal(await readChildOutcome(fs, root.paths, "phase-0"), undefined, field);
+  }
+  // The child's own outcome is recorded.
+  await writeJson(fs, `${childDir}/session_outcome.json`, engineOutcome("failed", own));
+  await recordChildOutcome(fs, { repoRoot: "/repo", parentSessionId: ROOT_ID, ...deterministic() });
+  assert.equal((await readChildrenLedger(fs, root.paths, ROOT_ID)).children[0]?.status, "failed");
+});
 test("a second child takes the next ordinal after the first finished", async () => {
   const { fs, root } = await setup();
   await publishChildRequest(fs, root.paths, childRequest("first"));

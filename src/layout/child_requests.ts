@@ -830,13 +830,31 @@ async function recordOutcome(
   }
   const child = tree.require(childId);
   const childPaths = tree.paths(childId);
-  if (sessionPhase(await readSessionState(fs, child.dir)) !== "terminal") {
+  const childState = await readSessionState(fs, child.dir);
+  if (sessionPhase(childState) !== "terminal") {
     throw new SessionStateError(childId, "The child is not terminal yet");
   }
   const outcome = await readRecord(
     fs,
     childPaths.sessionOutcomeJson,
-    (value, file) => parseSessionOutcome(value, file, child.layout),
+    (value, file) => {
+      const parsed = parseSessionOutcome(value, file, child.layout);
+      // It must be the child's own outcome: its identity, and the terminal status of its state.
+      const expected = [
+        ["session_id", parsed.session_id, childId],
+        ["root_session_id", parsed.root_session_id, child.rootSessionId],
+        ["terminal_status", parsed.terminal_status, childState.status],
+      ] as const;
+      for (const [field, actual, wanted] of expected) {
+        if (actual !== wanted) {
+          throw new LayoutRecordError(file, `${field} must be ${wanted} (the child's own)`, {
+            path: field,
+            value: actual,
+          });
+        }
+      }
+      return parsed;
+    },
     resolved.sha256,
   );
   const ledger = await readChildrenLedger(fs, paths, parent.sessionId);
