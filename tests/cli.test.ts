@@ -298,6 +298,42 @@ test("prune-raw --dry-run plans, prune-raw removes raw attempt directories only"
   assert.equal(cli(["prune-raw", "--older-than", "soon"], { cwd: repo }).code, 2);
 });
 
+test("prune-raw --legacy-traces counts raw attempt directories and legacy trace trees apart", async () => {
+  const pruned = join(base, "pruned");
+  const fs = nodeFs();
+  await fs.mkdir(pruned, { recursive: true });
+  await buildFoldedTree(fs, pruned);
+  const plan = JSON.parse(cli(["prune-raw", "--dry-run", "--json"], { cwd: pruned }).out);
+  const rawDirs = plan.count;
+  assert.ok(rawDirs > 0);
+  // Two trace trees of legacy roots that have no session directory any more.
+  for (
+    const root of ["20260419_143022_71393ee22450_ab12cd34", "20260420_090000_0123456789ab_cd34ef56"]
+  ) {
+    const attempt = join(pruned, ".loopy_loop", "traces", root, "sessions", "x", "attempts", "a");
+    await fs.mkdir(attempt, { recursive: true });
+    await fs.writeFile(join(attempt, "trace_manifest.json"), new TextEncoder().encode("{}"));
+  }
+  const dry = cli(["prune-raw", "--legacy-traces", "--dry-run"], { cwd: pruned });
+  assert.equal(dry.code, 0, dry.err);
+  assert.match(
+    dry.out,
+    new RegExp(
+      `would prune ${rawDirs} raw attempt dir\\(s\\); would remove 2 legacy trace tree\\(s\\)`,
+    ),
+  );
+  const run = cli(["prune-raw", "--legacy-traces"], { cwd: pruned });
+  assert.equal(run.code, 0, run.err);
+  assert.match(
+    run.out,
+    new RegExp(`pruned ${rawDirs} raw attempt dir\\(s\\); removed 2 legacy trace tree\\(s\\)`),
+  );
+  // Without the flag, the summary does not speak of traces.
+  const again = cli(["prune-raw"], { cwd: pruned });
+  assert.match(again.out, /^pruned 0 raw attempt dir\(s\), /m);
+  assert.doesNotMatch(again.out, /legacy trace/);
+});
+
 test("traces list and traces inspect read the legacy mirror layout", () => {
   const list = cli(["traces", "list", "--json"], { cwd: mirrorRepo });
   assert.equal(list.code, 0, list.err);

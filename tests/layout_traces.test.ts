@@ -132,6 +132,16 @@ test("traces inspect finds a trace by manifest id, attempt id or path and verifi
   for (const reference of [FIRST, dir, `${dir}/trace_manifest.json`, dir.slice("/repo/".length)]) {
     assert.equal((await locateTrace(fs, tree.loopyRoot, reference)).traceDir, dir, reference);
   }
+  // The repository reached through a link (a symlinked working directory spells paths so).
+  await fs.symlink("/repo", "/linked-repo");
+  const linked = `/linked-repo/${dir.slice("/repo/".length)}/trace_manifest.json`;
+  assert.equal((await locateTrace(fs, tree.loopyRoot, linked)).traceDir, dir);
+  // A link to the traces directory from outside a repository is not a way in.
+  await fs.symlink(tree.tracesDir, "/traces-link");
+  await assert.rejects(
+    locateTrace(fs, tree.loopyRoot, `/traces-link/${dir.slice(tree.tracesDir.length + 1)}`),
+    lookupFails("outside"),
+  );
   const active = await verifyTrace(fs, tree.loopyRoot, ROOT_ATTEMPTS.active.attemptId);
   assert.equal(active.status, "not_finalized");
 });

@@ -16,7 +16,7 @@ import {
   type SessionTree,
 } from "../layout/tree.ts";
 import { LogicalReferenceResolver } from "../layout/refs.ts";
-import { pruneRaw } from "../layout/prune.ts";
+import { type PruneKind, pruneRaw } from "../layout/prune.ts";
 import { findLoopyRoot } from "../layout/loopy_root.ts";
 import { inspectTrace, listTraces } from "../layout/traces.ts";
 import { numberOption, parseArgs, UsageError } from "./args.ts";
@@ -256,11 +256,20 @@ export async function runPruneRaw(io: CliIo, args: readonly string[]): Promise<n
   const verb = report.dryRun ? "would remove" : "removed";
   for (const item of report.removed) io.out(`${verb} ${item.path} (${formatBytes(item.bytes)})\n`);
   for (const item of report.skipped) io.out(`skipped ${item.path}: ${item.reason}\n`);
-  io.out(
-    `${report.dryRun ? "would prune" : "pruned"} ${report.count} raw attempt dir(s), ${
-      formatBytes(report.bytes)
-    }\n`,
-  );
+  // Raw attempt directories (an interrupted prune's leftovers were ones) and trace trees apart.
+  const counted = (...kinds: PruneKind[]) =>
+    report.removed.filter((item) => kinds.includes(item.kind)).length;
+  let summary = `${report.dryRun ? "would prune" : "pruned"} ${
+    counted("raw_attempt", "pruning_leftover")
+  } raw attempt dir(s)`;
+  if (parsed.flags.has("legacy-traces")) {
+    summary += `; ${verb} ${counted("legacy_traces")} legacy trace tree(s)`;
+    const outbox = counted("finalization_outbox");
+    if (outbox > 0) {
+      summary += ` and ${outbox} finalization outbox entr${outbox === 1 ? "y" : "ies"}`;
+    }
+  }
+  io.out(`${summary}, ${formatBytes(report.bytes)}\n`);
   return 0;
 }
 

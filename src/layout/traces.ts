@@ -32,6 +32,7 @@ import { isSafeId, isSessionId } from "./ids.ts";
 import { decodeJson, parseWithSchema } from "./json_io.ts";
 import { chainKind, openLoopyRoot, PRUNING_PREFIX, walkSessionDirs } from "./loopy_root.ts";
 import type { JsonObject } from "./json_io.ts";
+import { canonicalPath, loopyDirOf } from "./no_links.ts";
 import { mirrorAttemptTraceDir, SessionPaths } from "./paths.ts";
 import { loadSessionTree } from "./tree.ts";
 
@@ -782,7 +783,12 @@ async function locateByPath(
   tracesDir: string,
   reference: string,
 ): Promise<TraceLocation> {
-  const path = isAbsolute(reference) ? normalize(reference) : join(repoRoot, reference);
+  const given = isAbsolute(reference) ? normalize(reference) : join(repoRoot, reference);
+  // The trace root is canonical, so the repository part of a path inside a `.loopy_loop` is
+  // too (a repository reached through a link, as a symlinked working directory spells it).
+  // What lies below `.loopy_loop` is walked as it is, so a link there is still refused; a path
+  // without `.loopy_loop` is taken as it is.
+  const path = loopyDirOf(given) === undefined ? given : await canonicalPath(fs, given);
   const relative = relativeWithin(tracesDir, path);
   if (relative === undefined || relative === "") {
     throw new TraceLookupError(
