@@ -568,6 +568,129 @@ for (const error of ["EIO", "ENOSPC"] as const) {
   }
 }
 
+/** The probe of `pid` where the probe knows process instances (Linux): each live pid has a start. */
+function instanceProbe(pid: number, alive: Set<number>): ProcessProbe {
+  return {
+    pid,
+    host: "test-host",
+    isAlive: (other) => alive.has(other),
+    processStart: (other) => (alive.has(other) ? `start-of-${other}` : undefined),
+  };
+}
+
+/** A store of process `pid` with `instanceProbe`, waiting briefly for a collection lock. */
+function instanceStore(fs: MemoryFs, pid: number, alive: Set<number>): SessionStore {
+  return new SessionStore({
+    fs,
+    agentDir: AGENT,
+    process: instanceProbe(pid, alive),
+    collectionLockWaitMs: 100,
+  });
+}
+
+for (const persistent of [false, true]) {
+  test(
+    `EIO (${
+      persistent ? "persistent" : "transient"
+    }) at every step of delete, with process instances: the session stays writable here and, once this process wrote it, elsewhere`,
+    async () => {
+      const { baseline, target, history, before, after, listedBefore, listedAfter } =
+        await deleteBaseline();
+      const alive = new Set([300, 400]);
+      const path = listedBefore.full.find((s) => s.id === target)?.path as string;
+      await failAtEveryOperation({
+        baseline,
+        error: "EIO",
+        persistent,
+        run: (fs) => instanceStore(fs, 300, alive).archive.delete(CWD, [target]),
+        check: async (fs, { n }) => {
+          const label = `EIO at op ${n}`;
+          const present = await checkStrict(fs, {
+            target,
+            history,
+            listedBefore,
+            listedAfter,
+            label,
+          });
+          const mine = instanceStore(fs, 300, alive);
+          if (present) {
+            // The faults are over: this process writes the session again (a lock file the failed
+            // delete could not remove names a token it gave up, and is taken over).
+            const writer = await mine.open(path);
+            assert.deepEqual(writer.messages, history, label);
+            await writer.close();
+            const theirs = await instanceStore(otherProcessView(fs), 400, alive).open(path);
+            await theirs.close();
+          }
+          await mine.cleanup(CWD);
+          assert.deepEqual(collectionTree(fs), present ? before : after, label);
+        },
+      });
+    },
+  );
+}
+
+test("a delete whose rollback fails removes the writer locks of the sessions still in place; a staged one's is left to recovery", async () => {
+  const { fs } = await setup();
+  const alive = new Set([300, 400]);
+  const plain = storeOn(fs, { process: instanceProbe(300, alive) });
+  const historyA = conversation(1);
+  const historyB = conversation(2);
+  const a = await saved(plain, historyA);
+  const b = await saved(plain, historyB);
+  await plain.archive.set(CWD, [a.id, b.id], true);
+  const [pathA, pathB] = [a.getSessionPath(), b.getSessionPath()];
+  // `a` moves into the staging, `b` does not (its rename fails), and the rollback fails before it
+  // moves `a` back.
+  let failRename = true;
+  let failLstat = true;
+  const faulty = hookedFs(fs, {
+    before: (method, args) => {
+      const from = String(args[0]);
+      if (method === "rename" && from === pathB && failRename) {
+        failRename = false;
+        throw new FsIoError("EIO", "rename", from, "EIO (injected)");
+      }
+      if (
+        method === "lstat" && from.includes("/.delete-") && from.endsWith(`/${a.id}`) &&
+        !failRename && failLstat
+      ) {
+        failLstat = false;
+        throw new FsIoError("EIO", "lstat", from, "EIO (injected)");
+      }
+    },
+  });
+  const mine = new SessionStore({
+    fs: faulty,
+    agentDir: AGENT,
+    process: instanceProbe(300, alive),
+  });
+  await assert.rejects(
+    mine.archive.delete(CWD, [a.id, b.id]),
+    (error) => error instanceof FsIoError && error.message.includes(pathB),
+  );
+  assert.equal(failLstat, false);
+  // `b` never moved: its writer lock is gone. `a`'s went with its directory into the staging.
+  await assert.rejects(fs.lstat(`${pathB}/writer.lock`));
+  await assert.rejects(fs.lstat(pathA));
+  const staged = Object.keys(fs.snapshotTree(COLLECTION)).filter((p) =>
+    p.includes(".delete-") && p.endsWith(`/${a.id}/writer.lock`)
+  );
+  assert.equal(staged.length, 1);
+  // Another process writes `b` at once, and `a` once recovery moved it back (without its lock).
+  const theirs = storeOn(otherProcessView(fs), { process: instanceProbe(400, alive) });
+  const writerB = await theirs.open(pathB);
+  assert.deepEqual(writerB.messages, historyB);
+  await writerB.close();
+  const writerA = await theirs.open(pathA);
+  assert.deepEqual(writerA.messages, historyA);
+  await writerA.close();
+  // And so does this process.
+  for (const path of [pathA, pathB]) await (await mine.open(path)).close();
+  assert.deepEqual((await mine.list(CWD)).map((s) => s.id).sort(), [a.id, b.id].sort());
+  assert.deepEqual(await mine.archive.list(CWD), [a.id, b.id]);
+});
+
 test("a crash at every step of restore keeps the old or the new membership and the files", async () => {
   const { fs: baseline, store } = await setup();
   const a = await saved(store, conversation(1));

@@ -821,3 +821,167 @@ test("two contenders finding the same dead takeover marker: one writer, the othe
   await writer.commit([...writer.messages, user("only writer")]);
   await writer.close();
 });
+
+/**
+ * The probe of process `pid` on a host where the probe knows process instances (what
+ * `nodeProcessProbe()` and `denoProcessProbe()` give on Linux): every live pid has a start.
+ */
+function instanceProbe(pid: number, alive: Set<number>): ProcessProbe {
+  return {
+    pid,
+    host: HOST,
+    isAlive: (other) => alive.has(other),
+    processStart: (other) => (alive.has(other) ? `start-of-${other}` : undefined),
+  };
+}
+
+/** `fs` whose `remove` of `path` fails while `faults.removes` is positive (each use counts). */
+function failingRemovals(fs: FileSystem, path: string, faults: { removes: number }): FileSystem {
+  return hookedFs(fs, {
+    before: (method, args) => {
+      if (method === "remove" && args[0] === path && faults.removes > 0) {
+        faults.removes--;
+        throw new FsIoError("EIO", "remove", path, "EIO (injected)");
+      }
+    },
+  });
+}
+
+test("a collection lock this process failed to remove is taken over by its next operation, also with process instances; other processes wait for it meanwhile", async () => {
+  const { fs, alive, session } = await setup();
+  alive.add(300);
+  const lock = `${COLLECTION}/${COLLECTION_LOCK_FILE}`;
+  const faults = { removes: 0 };
+  const store = new SessionStore({
+    fs: failingRemovals(fs, lock, faults),
+    agentDir: AGENT,
+    process: instanceProbe(300, alive),
+    collectionLockWaitMs: 50,
+  });
+  // Both removals of the lock after the archive fail (release() tries twice): the operation
+  // stands, its lock file stays.
+  faults.removes = 2;
+  await store.archive.set(CWD, [session.id], true);
+  assert.equal(faults.removes, 0);
+  const left = JSON.parse(decoder.decode(await fs.readFile(lock)));
+  assert.equal(left.pid, 300);
+  assert.equal(left.processStart, "start-of-300");
+  // Another process cannot tell it from the lock of a live holder: it waits, then is refused.
+  const other = new SessionStore({
+    fs: view(fs),
+    agentDir: AGENT,
+    process: instanceProbe(200, alive),
+    collectionLockWaitMs: 50,
+  });
+  await assert.rejects(other.archive.set(CWD, [session.id], false), SessionLockedError);
+  // This process no longer holds its token: its next operation takes the lock over.
+  await store.archive.set(CWD, [session.id], false);
+  await assert.rejects(fs.lstat(lock));
+  assert.deepEqual(await other.archive.list(CWD), []);
+  await other.archive.set(CWD, [session.id], true);
+  assert.deepEqual(await store.archive.list(CWD), [session.id]);
+});
+
+test("a writer lock whose removal failed at close is taken over by the next writer of this process, also with process instances", async () => {
+  const { fs, alive, session } = await setup();
+  alive.add(300);
+  const dir = session.getSessionPath();
+  const lock = `${dir}/${WRITER_LOCK_FILE}`;
+  const faults = { removes: 0 };
+  const store = new SessionStore({
+    fs: failingRemovals(fs, lock, faults),
+    agentDir: AGENT,
+    process: instanceProbe(300, alive),
+  });
+  const writer = await store.open(dir);
+  faults.removes = 2;
+  await assert.rejects(writer.close(), (error) => error instanceof FsIoError);
+  assert.equal((await lockRecord(fs, dir)).pid, 300);
+  // Another process sees a live holder: this process may still write there, for all it knows.
+  const other = new SessionStore({
+    fs: view(fs),
+    agentDir: AGENT,
+    process: instanceProbe(200, alive),
+  });
+  await assert.rejects(other.open(dir), SessionLockedError);
+  // This process knows it gave that token up: its next writer takes the lock over.
+  const again = await store.open(dir);
+  await again.commit([...again.messages, user("after the fault")]);
+  await again.close();
+  await assert.rejects(fs.lstat(lock));
+  const theirs = await other.open(dir);
+  assert.equal(theirs.messages.length, again.messages.length);
+  await theirs.close();
+});
+
+test("cleanup() removes a writer lock whose removal failed at close in this process, also with process instances", async () => {
+  const { fs, alive, session } = await setup();
+  alive.add(300);
+  const dir = session.getSessionPath();
+  const lock = `${dir}/${WRITER_LOCK_FILE}`;
+  const faults = { removes: 0 };
+  const store = new SessionStore({
+    fs: failingRemovals(fs, lock, faults),
+    agentDir: AGENT,
+    process: instanceProbe(300, alive),
+  });
+  const writer = await store.open(dir);
+  faults.removes = 2;
+  await assert.rejects(writer.close(), (error) => error instanceof FsIoError);
+  assert.equal((await lockRecord(fs, dir)).pid, 300);
+  const report = await store.cleanup(CWD);
+  assert.deepEqual(report.removed, [lock]);
+  await assert.rejects(fs.lstat(lock));
+  // Another process writes the session at once.
+  const other = new SessionStore({
+    fs: view(fs),
+    agentDir: AGENT,
+    process: instanceProbe(200, alive),
+  });
+  await (await other.open(dir)).close();
+});
+
+test("a writer lock file left by a failed acquisition is taken over by the next writer of this process, also with process instances", async () => {
+  const { fs, alive, session } = await setup();
+  alive.add(300);
+  const dir = session.getSessionPath();
+  const lock = `${dir}/${WRITER_LOCK_FILE}`;
+  // The lock file is created and written, then its close fails and so does its removal.
+  let failClose = true;
+  const faults = { removes: 0 };
+  const faulty = new Proxy(failingRemovals(fs, lock, faults), {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (prop !== "open" || typeof value !== "function") return value;
+      return async (...args: unknown[]) => {
+        const handle = await (value as (...a: unknown[]) => Promise<object>).apply(target, args);
+        if (args[0] !== lock || !failClose) return handle;
+        failClose = false;
+        faults.removes = 1;
+        return new Proxy(handle, {
+          get(h, p) {
+            const member = Reflect.get(h, p, h);
+            if (p === "close") {
+              return async () => {
+                await (member as () => Promise<void>).call(h);
+                throw new FsIoError("EIO", "close", lock, "EIO (injected)");
+              };
+            }
+            return typeof member === "function" ? member.bind(h) : member;
+          },
+        });
+      };
+    },
+  });
+  const store = new SessionStore({
+    fs: faulty,
+    agentDir: AGENT,
+    process: instanceProbe(300, alive),
+  });
+  await assert.rejects(store.open(dir), (error) => error instanceof FsIoError);
+  assert.equal(faults.removes, 0);
+  assert.equal((await lockRecord(fs, dir)).pid, 300);
+  const writer = await store.open(dir);
+  await writer.close();
+  await assert.rejects(fs.lstat(lock));
+});

@@ -365,7 +365,7 @@ async function deleteStaged(
       }
     }
   } catch (error) {
-    for (const lock of locks) await lock.release();
+    await releaseAll(locks);
     throw error;
   }
   const intent: DeleteIntent = {
@@ -420,15 +420,28 @@ async function deleteStaged(
     // recovery, which rolls back the same way).
     try {
       await rollBackDeletion(context, collection, staging, intent);
-      for (const lock of locks) await lock.release();
     } catch {
-      for (const lock of locks) lock.forget();
+      // Recovery finishes the rollback under the collection lock.
     }
+    // Each lock is released where its session directory is. One still in place (never moved,
+    // or moved back) has its lock file removed; one still staged leaves its own for recovery,
+    // which drops it before the directory goes back (`dropMovedLocks`), since `release` only
+    // looks at the lock's own path. Rolled back or not, no lock is kept registered.
+    await releaseAll(locks);
     throw error;
   } finally {
     if (committed) { for (const lock of locks) lock.forget(); }
   }
   await finishDeletion(context, collection, staging, intent.entries);
+}
+
+/**
+ * Releases every lock of `locks`, each even when another's release fails: the caller reports its
+ * own error. A lock file that cannot be removed is stale to this process from then on (see
+ * `HeldLock.release`), and its next writer takes it over.
+ */
+async function releaseAll(locks: readonly HeldLock[]): Promise<void> {
+  for (const lock of locks) await lock.release().catch(() => undefined);
 }
 
 /** True when the delete staging directory `staging` holds its commit marker at its name. */

@@ -24,6 +24,14 @@
  * file that cannot be parsed is given a short grace period (its writer may be between create and
  * write) and is stale after it.
  *
+ * A lock file this copy of the library gave up while it could not remove it (a release, or a
+ * failed acquisition, whose removal failed) carries a token it *abandoned*: no one holds it, so
+ * it is stale to this copy, whose next acquirer takes it over (and whose cleanup removes it),
+ * even where the probe names process instances. Another process, or another worker thread or
+ * copy of the library in this one, cannot tell such a file from a live holder's (it names this
+ * running process instance) and respects it as live until this copy takes it over or the process
+ * ends. Only tokens this copy made are ever abandoned, so a lock another thread holds stays live.
+ *
  * ## Taking over a stale lock
  *
  * Two processes may find the same stale lock at once. The takeover is claimed by creating the
@@ -99,6 +107,21 @@ export type LockState = LockFileState | { readonly kind: "held-here" };
 
 /** Tokens of every file lock this process holds (process-wide: any filesystem, any store). */
 const heldTokens = new Set<string>();
+/**
+ * Tokens of lock files and takeover markers this copy of the library gave up without removing
+ * them (the removal failed): a file carrying one is stale here, whatever the probe says, and is
+ * taken over. A token leaves the set when a takeover removes its file.
+ */
+const abandonedTokens = new Set<string>();
+
+/**
+ * Stops holding `token`; with `leftBehind`, a file carrying it may still exist (its removal
+ * failed or was never tried), and is stale to this copy from now on.
+ */
+function dropToken(token: string, leftBehind: boolean): void {
+  if (leftBehind) abandonedTokens.add(token);
+  heldTokens.delete(token);
+}
 /** In-process registrations: filesystem → lock path → token. */
 const registrations = new WeakMap<FileSystem, Map<string, string>>();
 /**
@@ -176,6 +199,9 @@ function isLive(record: LockRecord, probe: ProcessProbe): boolean {
   if (record.host !== probe.host) return true;
   if (record.pid === probe.pid) {
     if (heldTokens.has(record.token)) return true;
+    // A token this copy made and gave up while its file stayed: no one holds it (another thread
+    // cannot hold a token this copy made), even though the file names this process instance.
+    if (abandonedTokens.has(record.token)) return false;
     // Not held by this copy of the library: by another thread or copy of it in this very process
     // (live) when the lock names this process instance; otherwise a leftover of an earlier
     // process that had this pid. Without an identity to compare, the latter is assumed.
@@ -268,10 +294,13 @@ export class HeldLock {
   /**
    * Releases the lock: removes the lock file when it still holds this token (a lock file that
    * moved away with its directory, or was replaced, is left alone) and drops the registration.
+   * Should the removal fail twice, the error is thrown and the token is abandoned: the file left
+   * behind is stale to this copy of the library, whose next acquirer of the lock takes it over.
    */
   async release(): Promise<void> {
     if (this.#released) return;
     this.#released = true;
+    let gone = !this.#file;
     try {
       if (this.#file) {
         try {
@@ -281,9 +310,10 @@ export class HeldLock {
           // the file as live, so the retry can only remove this lock's own file.
           await this.#removeOwnFile();
         }
+        gone = true;
       }
     } finally {
-      heldTokens.delete(this.token);
+      dropToken(this.token, !gone);
       holders.delete(this.token);
       const map = registry(this.#fs);
       if (map.get(this.path) === this.token) map.delete(this.path);
@@ -378,6 +408,7 @@ async function removeStaleLock(
       if (again.kind !== "stale" || again.record !== undefined) return;
     }
     await fs.remove(lockPath);
+    if (staleToken !== undefined) abandonedTokens.delete(staleToken);
     removed.push(lockPath);
   } finally {
     // Only this takeover's own marker: another process may have judged it dead and replaced it.
@@ -559,7 +590,9 @@ async function takeWriterLock(
     const result = await tryFileLock(context, lockPath, own);
     if (!result.taken) throw lockedError(context, lockPath, result.holder);
   } catch (error) {
-    heldTokens.delete(own.token);
+    // A failure (not a refusal) may leave a file with this token behind: a lock file whose
+    // removal failed, or a takeover marker.
+    dropToken(own.token, !(error instanceof SessionLockedError));
     holders.delete(own.token);
     if (map.get(lockPath) === own.token) map.delete(lockPath);
     throw error;
@@ -635,7 +668,8 @@ async function takeCollectionLock(context: StoreContext, lockPath: string): Prom
       await sleep(COLLECTION_POLL_MS);
     }
   } catch (error) {
-    heldTokens.delete(own.token);
+    // As for a writer lock: a failure may leave a file with this token behind.
+    dropToken(own.token, !(error instanceof SessionLockedError));
     throw error;
   }
   map.set(lockPath, own.token);
@@ -702,10 +736,13 @@ export async function removeStaleLocks(
     // the marker as live.
     const own = newRecord(context, probe);
     heldTokens.add(own.token);
+    let done = false;
     try {
       await removeStaleLock(context, path, state.record?.token, own, removed);
+      done = true;
     } finally {
-      heldTokens.delete(own.token);
+      // A failed takeover may leave its marker behind.
+      dropToken(own.token, !done);
     }
   }
   return removed;
