@@ -181,6 +181,25 @@ test("a migrated session keeps working: saves append and a reopen sees them", as
   assert.deepEqual(reopened.messages, more);
 });
 
+test("a legacy assistant with a non-string errorMessage or an array usage lists, migrates and opens as stored", async () => {
+  const failed = { ...assistant("upstream failed"), stopReason: "error", errorMessage: null };
+  const odd = { ...assistant("done"), usage: [] };
+  const history = [user("go"), failed, user("again"), odd] as unknown as Message[];
+  const { store } = await setup(legacyText(header(), history));
+  for (const fast of [false, true]) {
+    const listed = await store.listDetailed(CWD, undefined, { fast });
+    assert.deepEqual(listed.failures, [], `fast: ${fast}`);
+    assert.equal(listed.sessions.length, 1);
+  }
+  const session = await store.open(LEGACY);
+  assert.deepEqual(session.messages, history);
+  await session.commit([...history, user("more"), assistant("ok")]);
+  await session.close();
+  const reopened = await store.open(DIR, { readOnly: true });
+  assert.deepEqual(reopened.messages.slice(0, 4), history);
+  await reopened.close();
+});
+
 test("a valid published directory takes precedence over its legacy backup", async () => {
   const history = conversation(2);
   const { fs, store } = await setup(legacyText(header(), history));

@@ -131,11 +131,15 @@ test("assistants need a known stop reason, identity strings and an object usage"
   invalidAt([user(), assistant([], "stop", { usage: null })], "messages[1].usage");
   invalidAt([user(), assistant([], "stop", { usage: "lots" })], "messages[1].usage");
   valid([user(), assistant([], "stop", { usage: {} })]);
+  // Any object, as Loop's loader asks (`typeof usage === "object"`): an array too.
+  valid([user(), assistant([], "stop", { usage: [] })]);
 });
 
-test("an assistant's model error is an optional string", () => {
+test("an assistant's model error is kept as stored, unchecked, as Loop's loader does", () => {
   valid([user(), assistant([], "error", { errorMessage: "rate limited" })]);
-  invalidAt([user(), assistant([], "error", { errorMessage: 429 })], "messages[1].errorMessage");
+  valid([user(), assistant([], "error", { errorMessage: 429 })]);
+  valid([user(), assistant([], "error", { errorMessage: null })]);
+  valid([user(), assistant([], "stop", { errorMessage: { code: 500 } })]);
 });
 
 test("tool results need text or image content, ids, a name and a boolean isError", () => {

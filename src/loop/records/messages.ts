@@ -95,9 +95,10 @@ const assistantMessage = v.looseObject({
   api: v.string(),
   provider: v.string(),
   model: v.string(),
-  usage: v.custom<Usage>(isRecord, "usage must be an object"),
+  usage: v.custom<Usage>(isUsage, "usage must be an object"),
   stopReason: v.picklist(STOP_REASONS),
-  errorMessage: v.optional(v.string()),
+  // Not checked, as Loop's loader does not: kept as it was stored.
+  errorMessage: v.optional(v.custom<string>(() => true)),
   timestamp: finiteTimestamp,
 });
 const toolResultMessage = v.looseObject({
@@ -149,6 +150,14 @@ export interface MessageValidatorOptions {
   readonly file?: string | undefined;
   /** The global index of the first message that will be pushed; default 0. */
   readonly firstIndex?: number | undefined;
+}
+
+/**
+ * An assistant's `usage`: any object (Loop's loader asks only `typeof usage === "object"` of a
+ * truthy value, so an array passes); its fields are not checked.
+ */
+function isUsage(value: unknown): value is Usage {
+  return typeof value === "object" && value !== null;
 }
 
 function blockPath(index: number, block: number, field?: string): string {
@@ -412,17 +421,10 @@ export class MessageValidator {
     if (typeof message.api !== "string") {
       this.#fail("api must be a string", `messages[${index}].api`, message.api);
     }
-    if (!isRecord(message.usage)) {
+    if (!isUsage(message.usage)) {
       this.#fail("usage must be an object", `messages[${index}].usage`, message.usage);
     }
-    const errorMessage = message.errorMessage;
-    if (errorMessage !== undefined && typeof errorMessage !== "string") {
-      this.#fail(
-        "errorMessage must be a string when present",
-        `messages[${index}].errorMessage`,
-        errorMessage,
-      );
-    }
+    // `errorMessage` is not checked, as Loop's loader does not: it is kept as it was stored.
 
     if (this.#pending.size > 0) this.#unfinishedBefore(index);
     // Calls of error/aborted assistants are excluded: replay drops those assistants.

@@ -176,7 +176,10 @@ export interface AssistantMessage {
   readonly usage: Usage;
   /** Why the response ended. */
   readonly stopReason: StopReason;
-  /** The model or transport error, for `error`/`aborted` responses. */
+  /**
+   * The model or transport error, for `error`/`aborted` responses. Not validated (as Loop's
+   * loader does not), so a stored session may carry another value here.
+   */
   readonly errorMessage?: string | undefined;
   /** Unix milliseconds (any finite number). */
   readonly timestamp: number;
