@@ -7,6 +7,7 @@ import { join } from "node:path";
 import { MemoryFs } from "../adapters/memory.ts";
 import { nodeFs } from "../adapters/node.ts";
 import { FsIoError, NotFound } from "../src/port/errors.ts";
+import { sha256Hex } from "../src/port/sha256.ts";
 import type { FileHandle, FileSystem } from "../src/port/fs.ts";
 import {
   CorruptSessionError,
@@ -958,6 +959,49 @@ test("listing a legacy session in fast mode skips message validation but not the
   const fast = await store.list(CWD, undefined, { fast: true });
   assert.equal(fast[0]?.messageCount, 2);
   assert.equal(fast[0]?.userMessageCount, 1);
+});
+
+test("a fast listing reports a user message whose content has no readable text as that session's failure", async () => {
+  const malformed: [unknown, string][] = [
+    [null, "content"],
+    [[null], "content[0]"],
+    [[{ type: "text", text: 5 }], "content[0].text"],
+  ];
+  for (const [content, path] of malformed) {
+    // A legacy file, read unvalidated in fast mode.
+    const { fs, store, clock } = await setup();
+    const good = await saved(store, clock, conversation(1));
+    const id = "cb8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+    const bad = [{ role: "user", content, timestamp: 1 }, assistant("answer")] as Message[];
+    await fs.writeFile(`${COLLECTION}/${id}.jsonl`, encoder.encode(legacyFile(id, CWD, bad)));
+    // A version-3 session whose committed log holds such a message, with no index.json.
+    const v3 = await saved(store, clock, [user("placeholder"), assistant("answer")]);
+    const dir = v3.getSessionPath();
+    const bytes = encoder.encode(bad.map((message) => JSON.stringify(message) + "\n").join(""));
+    await fs.writeFile(`${dir}/messages.jsonl`, bytes);
+    const meta = JSON.parse(decoder.decode(await fs.readFile(`${dir}/meta.json`)));
+    Object.assign(meta, { start: 0, bytes: bytes.length, generation: sha256Hex(bytes) });
+    await fs.writeFile(`${dir}/meta.json`, encoder.encode(JSON.stringify(meta)));
+    await fs.remove(`${dir}/index.json`);
+    const before = fs.snapshotTree(AGENT);
+    for (const fast of [true, false]) {
+      const listed = await store.listDetailed(CWD, undefined, { fast });
+      assert.deepEqual(listed.sessions.map((session) => session.id), [good.id], `${path} ${fast}`);
+      const failures = listed.failures.map((failure) => {
+        assert.ok(failure.error instanceof SessionFormatError, `${path}: ${failure.error}`);
+        return [failure.error.file, failure.error.path];
+      }).sort();
+      assert.deepEqual(
+        failures,
+        [
+          [`${COLLECTION}/${id}.jsonl`, `messages[0].${path}`],
+          [`${dir}/messages.jsonl`, `messages[0].${path}`],
+        ].sort(),
+        `${path} fast: ${fast}`,
+      );
+    }
+    assert.deepEqual(fs.snapshotTree(AGENT), before);
+  }
 });
 
 test("the longest head an index can have, with its fallback title and first round, is found in the bytes decoded for it", async () => {

@@ -119,6 +119,7 @@ import {
 import {
   eligibleTitleOf,
   isSessionId,
+  malformedTitleText,
   type Message,
   type SessionHeader,
   type SessionTitle,
@@ -1141,6 +1142,8 @@ async function scanTail(
       return undefined;
     }
     if (message?.role !== "user") continue;
+    // A message the full scan would reject is left to it, which reports it.
+    if (malformedTitleText(message) !== undefined) return undefined;
     users++;
     title ??= eligibleTitleOf(message, index.messageCount + i);
   }
@@ -1175,7 +1178,9 @@ async function titleFromRounds(
       } catch {
         return INCONSISTENT;
       }
-      if (message?.role !== "user") return INCONSISTENT;
+      if (message?.role !== "user" || malformedTitleText(message) !== undefined) {
+        return INCONSISTENT;
+      }
       const title = eligibleTitleOf(message, round.messageIndex);
       if (title !== undefined) return title;
     }
@@ -1239,6 +1244,7 @@ async function scanCommitted(
   let users = 0;
   let title: SessionTitle | undefined;
   let bad: { index: number; offset: number; error: unknown } | undefined;
+  let malformed: { path: string; value: unknown } | undefined;
   const file = join(dir, MESSAGES_FILE);
   // Nothing committed needs no log (it may be missing); otherwise the log is opened as checked.
   const options = meta.bytes === 0
@@ -1255,7 +1261,15 @@ async function scanCommitted(
     }
     if (message?.role !== "user") return;
     users++;
-    if (title === undefined && needTitle) title = eligibleTitleOf(message, line.index);
+    if (title === undefined && needTitle) {
+      const where = malformedTitleText(message);
+      if (where !== undefined) {
+        // Reported once the range is known to be the committed one (its checksum holds).
+        malformed ??= { path: `messages[${line.index}].${where.path}`, value: where.value };
+        return;
+      }
+      title = eligibleTitleOf(message, line.index);
+    }
   });
   if (bad !== undefined) {
     const failure = bad as { index: number; offset: number; error: unknown };
@@ -1265,6 +1279,10 @@ async function scanCommitted(
       messageIndex: failure.index,
       cause: failure.error,
     });
+  }
+  if (malformed !== undefined) {
+    const { path, value } = malformed as { path: string; value: unknown };
+    throw new SessionFormatError("Invalid user message content", { file, path, value });
   }
   return {
     header: meta.header,

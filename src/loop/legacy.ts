@@ -34,6 +34,7 @@ import { SessionCwdError, SessionFormatError } from "./errors.ts";
 import {
   eligibleTitleOf,
   isSessionId,
+  malformedTitleText,
   type Message,
   type MessageRole,
   MessageValidator,
@@ -358,7 +359,18 @@ async function scanLegacy(
         roles.push(message.role);
         if (message.role === "user") {
           userMessageCount++;
-          title ??= eligibleTitleOf(message, index);
+          if (title === undefined) {
+            // Unvalidated (a fast listing): content a title cannot be read from is refused.
+            const malformed = malformedTitleText(message);
+            if (malformed !== undefined) {
+              throw new SessionFormatError("Invalid user message content", {
+                file: path,
+                path: `${where}.${malformed.path}`,
+                value: malformed.value,
+              });
+            }
+            title = eligibleTitleOf(message, index);
+          }
         }
         sink?.message(message, chunk, lineStart, byteEnd, index, text.includes("\uFFFD"));
         index++;

@@ -53,6 +53,7 @@ export {
   fallbackTitle,
   fallbackTitleOf,
   isValidTitle,
+  malformedTitleText,
   normalizeTitle,
   parseSessionTitle,
   type ParseSessionTitleOptions,

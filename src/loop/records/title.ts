@@ -180,6 +180,29 @@ export function titleTextOf(message: Message): string | undefined {
   return text ?? "";
 }
 
+/**
+ * For a user message that was not validated (a fast listing reads lines unchecked): what keeps
+ * `titleTextOf` from reading it (content that is neither a string nor an array, a block that is
+ * not an object, a text block without string text), as its path below the message (`content`,
+ * `content[2]`, `content[2].text`) and value; undefined when it can be read.
+ */
+export function malformedTitleText(
+  message: { readonly content?: unknown },
+): { readonly path: string; readonly value: unknown } | undefined {
+  const content = message.content;
+  if (typeof content === "string") return undefined;
+  if (!Array.isArray(content)) return { path: "content", value: content };
+  for (let i = 0; i < content.length; i++) {
+    const block: unknown = content[i];
+    if (typeof block !== "object" || block === null) return { path: `content[${i}]`, value: block };
+    const { type, text } = block as { type?: unknown; text?: unknown };
+    if (type === "text" && typeof text !== "string") {
+      return { path: `content[${i}].text`, value: text };
+    }
+  }
+  return undefined;
+}
+
 /** Every eligible user message (its text normalizes to something non-empty), in order. */
 export function titleInputs(messages: readonly Message[]): TitleInput[] {
   const inputs: TitleInput[] = [];
