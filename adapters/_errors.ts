@@ -84,9 +84,60 @@ export async function callMapped<T>(
  * (`EINVAL`): Node would take a negative position as "the current position".
  */
 export function checkReadRange(path: string, offset: number, length: number): void {
-  for (const value of [offset, length]) {
-    if (!Number.isSafeInteger(value) || value < 0) {
-      throw new FsIoError("EINVAL", "read", path, `Invalid offset or length ${value}`);
-    }
+  checkCount("read", path, offset);
+  checkCount("read", path, length);
+}
+
+/**
+ * Refuses an offset or a length of `syscall` that is not a non-negative safe integer (`EINVAL`):
+ * the runtimes would take a negative or fractional `truncate` length as 0 or cut it.
+ */
+export function checkCount(syscall: string, path: string, value: number): void {
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new FsIoError("EINVAL", syscall, path, `Invalid offset or length ${value}`);
   }
+}
+
+/** The error of any call on a closed handle, a second close included. */
+export function closedHandle(syscall: string, path: string): FsIoError {
+  return new FsIoError("EBADF", syscall, path, "The handle is closed");
+}
+
+/** The error of a write or truncate on a handle not opened for writing. */
+export function notWritable(syscall: string, path: string): FsIoError {
+  return new FsIoError("EBADF", syscall, path, "The handle is not open for writing");
+}
+
+/**
+ * `path` without its trailing slashes, or undefined when it has none (or is only slashes): the
+ * final component that a trailing slash would make the kernel follow when it is a symlink.
+ */
+export function withoutTrailingSlash(path: string): string | undefined {
+  if (!path.endsWith("/")) return undefined;
+  let end = path.length;
+  while (end > 0 && path[end - 1] === "/") end--;
+  return end === 0 ? undefined : path.slice(0, end);
+}
+
+/**
+ * Refuses `path`, spelled with a trailing slash, when its final component is a symlink (asked of
+ * `isSymlink`, an `lstat` of the path without the slash): a call that never follows a final link
+ * (`remove`, `rename`) fails with `NotADirectory`, as Linux's unlink, rmdir and rename do, where
+ * the slash would make a kernel or a runtime follow it. Whatever else the `lstat` finds (nothing,
+ * a file) is left to the call itself to report.
+ */
+export async function refuseSlashedLink(
+  syscall: string,
+  path: string,
+  isSymlink: (bare: string) => Promise<boolean>,
+): Promise<void> {
+  const bare = withoutTrailingSlash(path);
+  if (bare === undefined) return;
+  let link: boolean;
+  try {
+    link = await isSymlink(bare);
+  } catch {
+    return;
+  }
+  if (link) throw new NotADirectory(syscall, path);
 }

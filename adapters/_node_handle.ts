@@ -7,7 +7,7 @@
 import type { Stats } from "node:fs";
 import type { FileHandle as NativeHandle } from "node:fs/promises";
 import type { EntryKind, FileHandle, FileInfo } from "../src/port/fs.ts";
-import { callMapped, checkReadRange } from "./_errors.ts";
+import { callMapped, checkCount, checkReadRange, closedHandle, notWritable } from "./_errors.ts";
 import type { ErrorMapper } from "./_node_read.ts";
 
 function kindOf(stats: Stats): EntryKind {
@@ -40,38 +40,50 @@ export class NodeFileHandle implements FileHandle {
   readonly #handle: NativeHandle;
   readonly #path: string;
   readonly #append: boolean;
+  readonly #writable: boolean;
   readonly #map: ErrorMapper;
   /** The write position of a non-append handle; tracked here so reads never move it. */
   #position = 0;
+  /** Set when the close runs: every later call fails with EBADF (Node's own close is idempotent). */
+  #closed = false;
   /**
-   * Writes, truncations, syncs and the close run one after another, in call order, as on the
-   * other adapters: two writes issued without waiting never land at the same position, and a
-   * sync covers every write issued before it. Positioned reads run at once.
+   * Every call runs one after another, in call order, as on the other adapters: two writes issued
+   * without waiting never land at the same position, a sync covers every write issued before it,
+   * and a read or stat sees the writes, truncations and close issued before it.
    */
   #queue: Promise<unknown> = Promise.resolve();
 
   /**
-   * Wraps `handle`, opened at `path` (in append mode when `append`); `map` maps native errors.
+   * Wraps `handle`, opened at `path` (in append mode when `append`, for writing when `writable`);
+   * `map` maps native errors.
    */
-  constructor(handle: NativeHandle, path: string, append: boolean, map: ErrorMapper) {
+  constructor(
+    handle: NativeHandle,
+    path: string,
+    append: boolean,
+    writable: boolean,
+    map: ErrorMapper,
+  ) {
     this.#handle = handle;
     this.#path = path;
     this.#append = append;
+    this.#writable = writable;
     this.#map = map;
   }
 
-  #call<T>(syscall: string, run: () => Promise<T>): Promise<T> {
-    return callMapped(this.#map, syscall, this.#path, run);
-  }
-
   #serial<T>(syscall: string, run: () => Promise<T>): Promise<T> {
-    const result = this.#queue.then(() => this.#call(syscall, run));
+    const result = this.#queue.then(() =>
+      callMapped(this.#map, syscall, this.#path, () => {
+        if (this.#closed) throw closedHandle(syscall, this.#path);
+        return run();
+      })
+    );
     this.#queue = result.then(() => undefined, () => undefined);
     return result;
   }
 
   read(offset: number, length: number): Promise<Uint8Array> {
-    return this.#call("read", async () => {
+    return this.#serial("read", async () => {
       checkReadRange(this.#path, offset, length);
       let want = length;
       if (want > LARGE_READ) {
@@ -96,6 +108,7 @@ export class NodeFileHandle implements FileHandle {
 
   write(data: Uint8Array): Promise<void> {
     return this.#serial("write", async () => {
+      if (!this.#writable) throw notWritable("write", this.#path);
       let written = 0;
       while (written < data.length) {
         // An append handle writes at the end whatever the position (O_APPEND).
@@ -114,6 +127,8 @@ export class NodeFileHandle implements FileHandle {
 
   truncate(length: number): Promise<void> {
     return this.#serial("truncate", async () => {
+      if (!this.#writable) throw notWritable("truncate", this.#path);
+      checkCount("truncate", this.#path, length);
       await this.#handle.truncate(length);
       if (this.#position > length) this.#position = length;
     });
@@ -124,10 +139,13 @@ export class NodeFileHandle implements FileHandle {
   }
 
   stat(): Promise<FileInfo> {
-    return this.#call("fstat", async () => toInfo(await this.#handle.stat()));
+    return this.#serial("fstat", async () => toInfo(await this.#handle.stat()));
   }
 
   close(): Promise<void> {
-    return this.#serial("close", () => this.#handle.close());
+    return this.#serial("close", () => {
+      this.#closed = true;
+      return this.#handle.close();
+    });
   }
 }

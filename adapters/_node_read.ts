@@ -115,6 +115,6 @@ export function openNoFollowNative(
         await handle.close();
         throw new IsADirectory("open", path);
       }
-      return { handle: new NodeFileHandle(handle, path, appending, map), info };
+      return { handle: new NodeFileHandle(handle, path, appending, appending, map), info };
     });
 }

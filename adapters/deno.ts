@@ -44,10 +44,14 @@ import { lazyProbe } from "./_probe.ts";
 import type { ProcessProbe } from "../src/loop/lock.ts";
 import {
   callMapped,
+  checkCount,
   checkReadRange,
+  closedHandle,
   codeOf,
   DIR_SYNC_REFUSALS,
   mapNativeError,
+  notWritable,
+  refuseSlashedLink,
 } from "./_errors.ts";
 
 /** The POSIX code of a Deno error: its `code`, or the one its class stands for. */
@@ -78,6 +82,11 @@ function call<T>(syscall: string, path: string, run: () => Promise<T>): Promise<
   return callMapped(mapError, syscall, path, run);
 }
 
+/** True when `path` itself is a symlink (never followed). */
+async function isSymlink(path: string): Promise<boolean> {
+  return (await Deno.lstat(path)).isSymlink;
+}
+
 function kindOf(info: Deno.FileInfo | Deno.DirEntry): EntryKind {
   if (info.isFile) return "file";
   if (info.isDirectory) return "directory";
@@ -102,17 +111,21 @@ class DenoFileHandle implements FileHandle {
   readonly #file: Deno.FsFile;
   readonly #path: string;
   readonly #append: boolean;
+  readonly #writable: boolean;
   /** The write position of a non-append handle; tracked here so reads never move it. */
   #position = 0;
   /** Reads seek the shared file cursor, so calls on one handle run one at a time. */
   #queue: Promise<unknown> = Promise.resolve();
   /** Where the file cursor is, when known: a read or write there needs no seek first. */
   #cursor: number | undefined = 0;
+  /** Set when the close runs: every later call fails with EBADF. */
+  #closed = false;
 
-  constructor(file: Deno.FsFile, path: string, append: boolean) {
+  constructor(file: Deno.FsFile, path: string, append: boolean, writable: boolean) {
     this.#file = file;
     this.#path = path;
     this.#append = append;
+    this.#writable = writable;
   }
 
   /** Moves the file cursor to `offset` unless it is known to be there. */
@@ -124,7 +137,12 @@ class DenoFileHandle implements FileHandle {
   }
 
   #serial<T>(syscall: string, run: () => Promise<T>): Promise<T> {
-    const result = this.#queue.then(() => call(syscall, this.#path, run));
+    const result = this.#queue.then(() =>
+      call(syscall, this.#path, () => {
+        if (this.#closed) throw closedHandle(syscall, this.#path);
+        return run();
+      })
+    );
     this.#queue = result.then(() => undefined, () => undefined);
     return result;
   }
@@ -139,7 +157,16 @@ class DenoFileHandle implements FileHandle {
       }
       const buffer = new Uint8Array(want);
       if (want === 0) return buffer;
-      await this.#seek(offset);
+      try {
+        await this.#seek(offset);
+      } catch (error) {
+        // lseek refuses an offset past the largest file the filesystem holds (EINVAL): there is
+        // nothing to read that far, as a positioned read would say. Checked only on failure.
+        if (denoCode(error) === "EINVAL" && offset >= (await this.#file.stat()).size) {
+          return new Uint8Array(0);
+        }
+        throw error;
+      }
       let filled = 0;
       while (filled < want) {
         this.#cursor = undefined; // unknown if the call fails
@@ -154,6 +181,7 @@ class DenoFileHandle implements FileHandle {
 
   write(data: Uint8Array): Promise<void> {
     return this.#serial("write", async () => {
+      if (!this.#writable) throw notWritable("write", this.#path);
       // An append handle writes at the end whatever the cursor (O_APPEND), leaving it there.
       if (this.#append) this.#cursor = undefined;
       else await this.#seek(this.#position);
@@ -169,6 +197,8 @@ class DenoFileHandle implements FileHandle {
 
   truncate(length: number): Promise<void> {
     return this.#serial("truncate", async () => {
+      if (!this.#writable) throw notWritable("truncate", this.#path);
+      checkCount("truncate", this.#path, length);
       await this.#file.truncate(length);
       if (this.#position > length) this.#position = length;
     });
@@ -184,6 +214,7 @@ class DenoFileHandle implements FileHandle {
 
   close(): Promise<void> {
     return this.#serial("close", () => {
+      this.#closed = true;
       this.#file.close();
       return Promise.resolve();
     });
@@ -261,7 +292,7 @@ class DenoFileSystem implements FileSystem {
           throw new IsADirectory("open", path);
         }
       }
-      return new DenoFileHandle(file, path, append);
+      return new DenoFileHandle(file, path, append, write);
     });
   }
 
@@ -290,6 +321,9 @@ class DenoFileSystem implements FileSystem {
   }
 
   async rename(from: string, to: string): Promise<void> {
+    // A trailing slash makes some kernels follow a final symlink: refuse it as Linux does.
+    if (from.endsWith("/")) await refuseSlashedLink("rename", from, isSymlink);
+    if (to.endsWith("/")) await refuseSlashedLink("rename", to, isSymlink);
     try {
       await Deno.rename(from, to);
     } catch (error) {
@@ -304,8 +338,10 @@ class DenoFileSystem implements FileSystem {
   }
 
   async remove(path: string, options: RemoveOptions = {}): Promise<void> {
+    // Deno.remove inspects the path with lstat: a symlink is unlinked, never followed, unless a
+    // trailing slash makes the kernel follow it (a recursive remove would empty the target).
+    if (path.endsWith("/")) await refuseSlashedLink("remove", path, isSymlink);
     try {
-      // Deno.remove inspects the path with lstat: a symlink is unlinked, never followed.
       await Deno.remove(path, { recursive: options.recursive === true });
     } catch (error) {
       // Some platforms report a non-empty directory as EEXIST.
@@ -365,7 +401,9 @@ class DenoFileSystem implements FileSystem {
     return call("fsync", path, async () => {
       let dir: Deno.FsFile;
       try {
-        dir = await Deno.open(path, { read: true });
+        // The trailing slash makes the open itself refuse a non-directory (ENOTDIR), as
+        // O_DIRECTORY does, which Deno.open cannot pass.
+        dir = await Deno.open(path.endsWith("/") ? path : `${path}/`, { read: true });
       } catch (error) {
         const code = codeOf(error);
         if (code !== undefined && DIR_SYNC_REFUSALS.has(code)) return;

@@ -234,6 +234,8 @@ interface Resolved {
 }
 
 const MAX_SYMLINK_HOPS = 40;
+/** The longest name of one path component, in UTF-8 bytes (Linux's `NAME_MAX`). */
+const NAME_MAX = 255;
 const TAIL_MODES: readonly TailMode[] = ["none", "whole", "short", "zeros", "garbage"];
 const utf8Decoder = new TextDecoder("utf-8", { ignoreBOM: true });
 const utf8Encoder = new TextEncoder();
@@ -528,12 +530,16 @@ export class MemoryFs implements FileSystem {
   /** Renames an entry (never following either side); one journal operation. */
   rename(from: string, to: string): Promise<void> {
     return this.#run("rename", from, () => {
-      const source = this.#resolve("rename", from, false);
+      const source = this.#resolve("rename", from, false, false);
       if (source.node === undefined) throw new NotFound("rename", from);
       if (source.parent === undefined) throw busy("rename", from);
-      const target = this.#resolve("rename", to, false);
+      const target = this.#resolve("rename", to, false, false);
       if (target.parent === undefined) throw busy("rename", to);
       const moving = source.node;
+      // Only a directory may be named with a trailing slash (Linux: ENOTDIR), a symlink included.
+      if (moving.kind !== "directory" && (source.mustBeDir || target.mustBeDir)) {
+        throw new NotADirectory("rename", source.mustBeDir ? from : to);
+      }
       if (target.node === moving) return;
       if (moving.kind === "directory" && target.ancestors.includes(moving)) {
         throw new FsIoError("EINVAL", "rename", to, "Cannot move a directory into itself");
@@ -566,8 +572,10 @@ export class MemoryFs implements FileSystem {
   /** Removes a file, a symlink or a directory (empty unless `recursive`); never follows links. */
   remove(path: string, options: RemoveOptions = {}): Promise<void> {
     return this.#run("remove", path, () => {
-      const found = this.#resolve("remove", path, false);
+      const found = this.#resolve("remove", path, false, false);
       if (found.node === undefined) throw new NotFound("remove", path);
+      // A symlink named with a trailing slash is neither followed nor removed (Linux: ENOTDIR).
+      if (found.mustBeDir && found.node.kind === "symlink") throw new NotADirectory("remove", path);
       if (found.parent === undefined) throw busy("remove", path);
       if (
         found.node.kind === "directory" && found.node.entries.size > 0 && options.recursive !== true
@@ -583,7 +591,8 @@ export class MemoryFs implements FileSystem {
     return this.#run("mkdir", path, () => {
       const mode = this.#createMode(options.mode ?? 0o777);
       if (options.recursive !== true) {
-        const found = this.#resolve("mkdir", path, false);
+        // A symlink named with a trailing slash is in the way, never followed (Linux: EEXIST).
+        const found = this.#resolve("mkdir", path, false, false);
         if (found.node !== undefined || found.parent === undefined) {
           throw new AlreadyExists("mkdir", path);
         }
@@ -654,11 +663,12 @@ export class MemoryFs implements FileSystem {
   /** Creates a symlink at `path` whose target string is `target`. */
   symlink(target: string, path: string): Promise<void> {
     return this.#run("symlink", path, () => {
-      const found = this.#resolve("symlink", path, false);
+      const found = this.#resolve("symlink", path, false, false);
       if (found.node !== undefined || found.parent === undefined) {
         throw new AlreadyExists("symlink", path);
       }
-      if (target === "") throw new NotFound("symlink", path);
+      // A missing name spelled as a directory is no place for a link (Linux: ENOENT).
+      if (target === "" || found.mustBeDir) throw new NotFound("symlink", path);
       this.#link(found.parent, found.name, new LinkNode(target, this.#options.now()));
     });
   }
@@ -821,11 +831,14 @@ export class MemoryFs implements FileSystem {
 
   /**
    * Walks `path` from the root, following every symlink in intermediate components and, when
-   * `followFinal` (or the path ends with `/`), in the final one. `..` goes to the physical
-   * parent. A missing final entry is reported with its parent; a missing or non-directory
-   * intermediate component fails with `NotFound` / `NotADirectory`.
+   * `followFinal` (or the path ends with `/` and `slashFollows`), in the final one. `..` goes to
+   * the physical parent. A missing final entry is reported with its parent; a missing or
+   * non-directory intermediate component fails with `NotFound` / `NotADirectory`, a component
+   * longer than `NAME_MAX` bytes with `FsIoError` code `"ENAMETOOLONG"`. Without `slashFollows`, a
+   * final symlink named with a trailing slash is returned unfollowed with `mustBeDir`, as Linux's
+   * unlink, rmdir, rename, mkdir and symlink look it up: the caller refuses it.
    */
-  #resolve(syscall: string, path: string, followFinal: boolean): Resolved {
+  #resolve(syscall: string, path: string, followFinal: boolean, slashFollows = true): Resolved {
     checkPath(syscall, path);
     let mustBeDir = path.length > 1 && path.endsWith("/");
     const pending = path.split("/").filter((part) => part !== "").reverse();
@@ -846,6 +859,10 @@ export class MemoryFs implements FileSystem {
         };
       }
       if (component === ".") continue;
+      // Three UTF-8 bytes at most per UTF-16 unit: only a long name needs its bytes counted.
+      if (component.length * 3 > NAME_MAX && utf8Encoder.encode(component).length > NAME_MAX) {
+        throw new FsIoError("ENAMETOOLONG", syscall, path, "File name too long");
+      }
       if (component === "..") {
         if (dirs.length > 1) {
           dirs.pop();
@@ -856,7 +873,7 @@ export class MemoryFs implements FileSystem {
       }
       const child = current.entries.get(component);
       const last = pending.length === 0;
-      if (child?.kind === "symlink" && (!last || followFinal || mustBeDir)) {
+      if (child?.kind === "symlink" && (!last || followFinal || (mustBeDir && slashFollows))) {
         if (++hops > MAX_SYMLINK_HOPS) {
           throw new FsIoError("ELOOP", syscall, path, "Too many levels of symbolic links");
         }
@@ -871,7 +888,9 @@ export class MemoryFs implements FileSystem {
         continue;
       }
       if (last) {
-        if (mustBeDir && child !== undefined && child.kind !== "directory") {
+        if (
+          mustBeDir && child !== undefined && child.kind !== "directory" && child.kind !== "symlink"
+        ) {
           throw new NotADirectory(syscall, path);
         }
         return {

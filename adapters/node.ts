@@ -46,10 +46,17 @@ import type {
   WriteFileOptions,
 } from "../src/port/fs.ts";
 import type { FsError } from "../src/port/errors.ts";
-import { IsADirectory, NotEmpty } from "../src/port/errors.ts";
+import { AlreadyExists, IsADirectory, NotADirectory, NotEmpty } from "../src/port/errors.ts";
 import type { Sha256, Sha256Factory } from "../src/port/sha256.ts";
 import type { ProcessProbe } from "../src/loop/lock.ts";
-import { callMapped, codeOf, DIR_SYNC_REFUSALS, mapNativeError } from "./_errors.ts";
+import {
+  callMapped,
+  codeOf,
+  DIR_SYNC_REFUSALS,
+  mapNativeError,
+  refuseSlashedLink,
+  withoutTrailingSlash,
+} from "./_errors.ts";
 import { openNoFollowNative, readFileNative, readFileNoFollowNative } from "./_node_read.ts";
 import { isPermissionRefusal, lazyProbe } from "./_probe.ts";
 import { NodeFileHandle, toInfo } from "./_node_handle.ts";
@@ -74,6 +81,35 @@ function openFlags(options: OpenOptions): number {
   // With append, the file is truncated right after the open (Deno's Node layer refuses both).
   if (options.truncate === true && options.append !== true) flags |= constants.O_TRUNC;
   return flags;
+}
+
+/** True when `path` itself is a symlink (never followed). */
+async function isSymlink(path: string): Promise<boolean> {
+  return (await fsp.lstat(path)).isSymbolicLink();
+}
+
+/**
+ * True when a component of `path` is a dangling symlink (checked after a recursive mkdir failed,
+ * never on success).
+ */
+async function danglingOnPath(path: string): Promise<boolean> {
+  const parts = path.split("/").filter((part) => part !== "");
+  for (let i = 1; i <= parts.length; i++) {
+    const prefix = "/" + parts.slice(0, i).join("/");
+    try {
+      const own = await fsp.lstat(prefix);
+      if (own.isDirectory()) continue;
+      if (!own.isSymbolicLink()) return false;
+    } catch {
+      return false;
+    }
+    try {
+      if (!(await fsp.stat(prefix)).isDirectory()) return false;
+    } catch (error) {
+      return codeOf(error) === "ENOENT";
+    }
+  }
+  return false;
 }
 
 class NodeFileSystem implements FileSystem {
@@ -129,7 +165,8 @@ class NodeFileSystem implements FileSystem {
           throw new IsADirectory("open", path);
         }
       }
-      return new NodeFileHandle(handle, path, options.append === true, mapError);
+      const writable = flags !== constants.O_RDONLY;
+      return new NodeFileHandle(handle, path, options.append === true, writable, mapError);
     });
   }
 
@@ -148,6 +185,9 @@ class NodeFileSystem implements FileSystem {
   }
 
   async rename(from: string, to: string): Promise<void> {
+    // A trailing slash makes some kernels follow a final symlink: refuse it as Linux does.
+    if (from.endsWith("/")) await refuseSlashedLink("rename", from, isSymlink);
+    if (to.endsWith("/")) await refuseSlashedLink("rename", to, isSymlink);
     try {
       await fsp.rename(from, to);
     } catch (error) {
@@ -163,11 +203,16 @@ class NodeFileSystem implements FileSystem {
 
   remove(path: string, options: RemoveOptions = {}): Promise<void> {
     return call("remove", path, async () => {
-      const stats = await fsp.lstat(path);
-      if (!stats.isDirectory()) return await fsp.unlink(path);
-      if (options.recursive === true) return await fsp.rm(path, { recursive: true });
+      // A trailing slash would make lstat and rm follow a final symlink: inspect the entry itself,
+      // and refuse anything but a directory spelled so (ENOTDIR, as Linux's unlink and rmdir).
+      const bare = withoutTrailingSlash(path);
+      const entry = bare ?? path;
+      const stats = await fsp.lstat(entry);
+      if (bare !== undefined && !stats.isDirectory()) throw new NotADirectory("remove", path);
+      if (!stats.isDirectory()) return await fsp.unlink(entry);
+      if (options.recursive === true) return await fsp.rm(entry, { recursive: true });
       try {
-        await fsp.rmdir(path);
+        await fsp.rmdir(entry);
       } catch (error) {
         // Some platforms report a non-empty directory as EEXIST.
         const code = codeOf(error);
@@ -181,7 +226,18 @@ class NodeFileSystem implements FileSystem {
 
   mkdir(path: string, options: MkdirOptions = {}): Promise<void> {
     return call("mkdir", path, async () => {
-      await fsp.mkdir(path, { mode: options.mode ?? 0o777, recursive: options.recursive === true });
+      const recursive = options.recursive === true;
+      try {
+        await fsp.mkdir(path, { mode: options.mode ?? 0o777, recursive });
+      } catch (error) {
+        // Node's recursive mkdir reports a dangling symlink on the path as ENOENT or ENOTDIR;
+        // something is in the way, as the other adapters say (EEXIST).
+        const code = codeOf(error);
+        if (recursive && (code === "ENOENT" || code === "ENOTDIR") && await danglingOnPath(path)) {
+          throw new AlreadyExists("mkdir", path, { cause: error });
+        }
+        throw error;
+      }
     });
   }
 

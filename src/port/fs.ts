@@ -85,7 +85,10 @@ export interface RemoveOptions {
 
 /**
  * An open file. Reads are positioned; writes are sequential from the current position, or at
- * the end of the file for a handle opened with `append`.
+ * the end of the file for a handle opened with `append`. Calls on one handle take effect in call
+ * order, even when issued without waiting. Every call on a closed handle (a second `close()`
+ * included) fails with `FsIoError` code `"EBADF"`, and so does a `write` (even of no bytes) or a
+ * `truncate` on a handle not opened for writing.
  */
 export interface FileHandle {
   /**
@@ -95,7 +98,11 @@ export interface FileHandle {
   read(offset: number, length: number): Promise<Uint8Array>;
   /** Writes all of `data` (at the end for append handles, otherwise at the write position). */
   write(data: Uint8Array): Promise<void>;
-  /** Sets the file length; the write position of a non-append handle moves to `length` if beyond it. */
+  /**
+   * Sets the file length; the write position of a non-append handle moves to `length` if beyond it.
+   * A negative or fractional `length` fails with `FsIoError` code `"EINVAL"`, as a negative or
+   * fractional offset or length of `read` does.
+   */
   truncate(length: number): Promise<void>;
   /** Makes the file's bytes durable (fsync). Directory entries are not covered: see `syncDir`. */
   sync(): Promise<void>;
@@ -157,10 +164,15 @@ export interface FileSystem {
   writeFile(path: string, data: Uint8Array, options?: WriteFileOptions): Promise<void>;
   /**
    * Renames a file or directory. A file replaces an existing file at `to`; a directory replaces
-   * only an empty directory. Neither side is followed when it is a symlink.
+   * only an empty directory. Neither side is followed when it is a symlink, even spelled with a
+   * trailing `/`: moving anything but a directory (a symlink included) with a trailing `/` on
+   * either side fails with `NotADirectory`.
    */
   rename(from: string, to: string): Promise<void>;
-  /** Removes a file, a symlink (not its target) or a directory (empty unless `recursive`). */
+  /**
+   * Removes a file, a symlink (not its target) or a directory (empty unless `recursive`). A path
+   * with a trailing `/` must name a directory: a symlink (even to one) fails with `NotADirectory`.
+   */
   remove(path: string, options?: RemoveOptions): Promise<void>;
   /** Creates a directory. */
   mkdir(path: string, options?: MkdirOptions): Promise<void>;

@@ -23,6 +23,7 @@ import {
   checkRejects,
   checkSame,
   ConformanceFailure,
+  describeError,
 } from "./_assert.ts";
 import type { FileSystemFixture } from "./conformance.ts";
 
@@ -140,6 +141,113 @@ const missingPathChecks: Check[] = MISSING_PATH_CALLS.map(({ call, run }) => ({
     }
   },
 }));
+
+/** How a promise settled: its value, or the error it rejected with. */
+type Settled<T> = { readonly ok: true; readonly value: T } | {
+  readonly ok: false;
+  readonly error: unknown;
+};
+
+/**
+ * Settles `promise` into a value that never rejects: a check can issue calls without waiting and
+ * look at their outcomes later, with no rejection left unhandled meanwhile.
+ */
+function settle<T>(promise: Promise<T>): Promise<Settled<T>> {
+  return promise.then(
+    (value) => ({ ok: true, value }),
+    (error: unknown) => ({ ok: false, error }),
+  );
+}
+
+/** The value of a settled call, or a failure naming `what` when it rejected. */
+function settledValue<T>(settled: Settled<T>, what: string): T {
+  if (settled.ok) return settled.value;
+  throw new ConformanceFailure(`${what}: rejected with ${describeError(settled.error)}`, {
+    cause: settled.error,
+  });
+}
+
+/** Fails unless `run` rejects with `FsIoError` code `code`. */
+async function checkRejectsCode(
+  run: () => Promise<unknown>,
+  code: string,
+  what: string,
+): Promise<FsError> {
+  const error = await checkRejects(run, FsIoError, what);
+  checkEqual(error.code, code, `${what}: error code`);
+  return error;
+}
+
+/**
+ * Checks on `handle`, an empty file opened for writing (appending or not), that reads and stats
+ * issued without waiting see the writes, truncation and close issued before them.
+ */
+async function checkHandleCallOrder(handle: FileHandle, what: string): Promise<void> {
+  const write = settle(handle.write(bytes("abc")));
+  const read = settle(handle.read(0, 10));
+  const stat = settle(handle.stat());
+  settledValue(await write, `${what}: write`);
+  checkBytes(settledValue(await read, `${what}: read`), "abc", `${what}: a read after a write`);
+  checkEqual(settledValue(await stat, `${what}: stat`).size, 3, `${what}: size after a write`);
+  const truncate = settle(handle.truncate(1));
+  const afterTruncate = settle(handle.read(0, 10));
+  const statAfterTruncate = settle(handle.stat());
+  settledValue(await truncate, `${what}: truncate`);
+  checkBytes(
+    settledValue(await afterTruncate, `${what}: read after truncate`),
+    "a",
+    `${what}: a read after a truncate(1)`,
+  );
+  checkEqual(
+    settledValue(await statAfterTruncate, `${what}: stat after truncate`).size,
+    1,
+    `${what}: size after a truncate(1)`,
+  );
+  const close = settle(handle.close());
+  const readAfterClose = settle(handle.read(0, 1));
+  const statAfterClose = settle(handle.stat());
+  settledValue(await close, `${what}: close`);
+  for (const [call, outcome] of [["read", readAfterClose], ["stat", statAfterClose]] as const) {
+    const settled = await outcome;
+    await checkRejectsCode(
+      () => settled.ok ? Promise.resolve(settled.value) : Promise.reject(settled.error),
+      "EBADF",
+      `${what}: a ${call} issued after close()`,
+    );
+  }
+}
+
+/** Checks that every call on `handle`, already closed, fails with EBADF naming `path`. */
+async function checkClosedHandle(handle: FileHandle, path: string, what: string): Promise<void> {
+  const calls: readonly (readonly [string, () => Promise<unknown>])[] = [
+    ["read(0, 1)", () => handle.read(0, 1)],
+    ["read(0, 0)", () => handle.read(0, 0)],
+    ["write() of no bytes", () => handle.write(new Uint8Array(0))],
+    ["write()", () => handle.write(bytes("x"))],
+    ["truncate(0)", () => handle.truncate(0)],
+    ["sync()", () => handle.sync()],
+    ["stat()", () => handle.stat()],
+    ["a second close()", () => handle.close()],
+  ];
+  for (const [call, run] of calls) {
+    const error = await checkRejectsCode(run, "EBADF", `${call} on a closed ${what}`);
+    checkEqual(error.path, path, `${call} on a closed ${what}: error path`);
+  }
+}
+
+/** Checks that `handle`, opened read-only on a file holding `abc`, refuses writes with EBADF. */
+async function checkReadOnlyHandle(handle: FileHandle, what: string): Promise<void> {
+  const calls: readonly (readonly [string, () => Promise<unknown>])[] = [
+    ["write() of no bytes", () => handle.write(new Uint8Array(0))],
+    ["write()", () => handle.write(bytes("x"))],
+    ["truncate(1)", () => handle.truncate(1)],
+    ["truncate(0)", () => handle.truncate(0)],
+  ];
+  for (const [call, run] of calls) {
+    await checkRejectsCode(run, "EBADF", `${call} on a ${what}`);
+  }
+  checkBytes(await handle.read(0, 10), "abc", `the file read through the ${what}`);
+}
 
 /** The checks of the suite, in registration order. */
 /**
@@ -388,6 +496,20 @@ export const CHECKS: readonly Check[] = [
     },
   },
   {
+    name: "read() at an offset far past the end of the file returns no bytes",
+    async run(f) {
+      // Past the largest file a filesystem holds (ext4: 16 TiB), where a seek would fail.
+      const path = at(f, "file");
+      await f.fs.writeFile(path, bytes("0123456789"));
+      await withHandle(f.fs, path, {}, async (handle) => {
+        for (const offset of [2 ** 44, 2 ** 50, Number.MAX_SAFE_INTEGER]) {
+          checkBytes(await handle.read(offset, 4), "", `read(${offset}, 4)`);
+        }
+        checkBytes(await handle.read(2, 3), "234", "read(2, 3) after reads far past the end");
+      });
+    },
+  },
+  {
     name: "open() with append and truncate empties the file and appends",
     async run(f) {
       const path = at(f, "file");
@@ -495,6 +617,75 @@ export const CHECKS: readonly Check[] = [
     },
   },
   {
+    name: "handle truncate() with a negative or fractional length fails with EINVAL",
+    async run(f) {
+      const path = at(f, "file");
+      await f.fs.writeFile(path, bytes("hello"));
+      await withHandle(f.fs, path, { write: true }, async (handle) => {
+        for (const length of [-1, 1.5, Number.NaN, -0.5]) {
+          const error = await checkRejectsCode(
+            () => handle.truncate(length),
+            "EINVAL",
+            `truncate(${length})`,
+          );
+          checkEqual(error.path, path, `truncate(${length}): error path`);
+        }
+        checkBytes(await handle.read(0, 10), "hello", "the file after refused truncations");
+      });
+      checkBytes(await f.fs.readFile(path), "hello", "the file after refused truncations");
+    },
+  },
+  {
+    name: "handle read() and stat() issued without waiting see the calls issued before them",
+    async run(f) {
+      const path = at(f, "file");
+      await checkHandleCallOrder(await f.fs.open(path, { createNew: true }), "a handle of open()");
+      const append = f.fs.openAppendNoFollow?.bind(f.fs);
+      if (append === undefined) return;
+      const other = at(f, "other");
+      await f.fs.writeFile(other, new Uint8Array(0));
+      await checkHandleCallOrder((await append(other)).handle, "a handle of openAppendNoFollow()");
+    },
+  },
+  {
+    name: "every call on a closed handle fails with EBADF, a second close() included",
+    async run(f) {
+      const path = at(f, "file");
+      await f.fs.writeFile(path, bytes("abc"));
+      for (const options of [{}, { write: true }, { append: true }] as const) {
+        const handle = await f.fs.open(path, options);
+        await handle.close();
+        await checkClosedHandle(handle, path, `handle of open(${JSON.stringify(options)})`);
+      }
+      for (const call of ["openNoFollow", "openAppendNoFollow"] as const) {
+        const open = f.fs[call]?.bind(f.fs);
+        if (open === undefined) continue;
+        const { handle } = await open(path);
+        await handle.close();
+        await checkClosedHandle(handle, path, `handle of ${call}()`);
+      }
+      checkBytes(await f.fs.readFile(path), "abc", "the file after calls on closed handles");
+    },
+  },
+  {
+    name: "write() and truncate() on a handle not opened for writing fail with EBADF",
+    async run(f) {
+      const path = at(f, "file");
+      await f.fs.writeFile(path, bytes("abc"));
+      await withHandle(f.fs, path, {}, (handle) => checkReadOnlyHandle(handle, "read-only handle"));
+      const open = f.fs.openNoFollow?.bind(f.fs);
+      if (open !== undefined) {
+        const { handle } = await open(path);
+        try {
+          await checkReadOnlyHandle(handle, "handle of openNoFollow()");
+        } finally {
+          await handle.close();
+        }
+      }
+      checkBytes(await f.fs.readFile(path), "abc", "the file after refused writes");
+    },
+  },
+  {
     name: "write() and read() move large buffers whole",
     async run(f) {
       const path = at(f, "file");
@@ -525,6 +716,15 @@ export const CHECKS: readonly Check[] = [
       await f.fs.syncDir(dir);
       await f.fs.syncDir(f.root);
       checkBytes(await f.fs.readFile(path), "durable", "file after sync");
+    },
+  },
+  {
+    name: "syncDir() of a file fails with NotADirectory",
+    async run(f) {
+      const file = at(f, "file");
+      await f.fs.writeFile(file, bytes("F"));
+      const error = await checkRejects(() => f.fs.syncDir(file), NotADirectory, "syncDir(file)");
+      checkEqual(error.path, file, "syncDir(file): error path");
     },
   },
 
@@ -840,6 +1040,61 @@ export const CHECKS: readonly Check[] = [
       await checkMissing(f.fs, at(f, "link"), "the old link name is gone");
     },
   },
+  {
+    name: "rename() of a file to a name with a trailing slash fails with NotADirectory",
+    async run(f) {
+      const file = at(f, "file");
+      await f.fs.writeFile(file, bytes("F"));
+      await checkRejects(
+        () => f.fs.rename(file, `${at(f, "new")}/`),
+        NotADirectory,
+        "rename(file, 'new/')",
+      );
+      checkBytes(await f.fs.readFile(file), "F", "source left intact");
+      await checkMissing(f.fs, at(f, "new"), "nothing created at the new name");
+    },
+  },
+  {
+    name:
+      "remove() and rename() of a symlink spelled with a trailing slash fail with NotADirectory, following nothing",
+    needs: ["symlinks"],
+    async run(f) {
+      const dir = at(f, "dir");
+      const empty = at(f, "empty");
+      const other = at(f, "other");
+      await f.fs.mkdir(dir);
+      await f.fs.writeFile(join(dir, "inside"), bytes("I"));
+      await f.fs.mkdir(empty);
+      await f.fs.mkdir(other);
+      const link = at(f, "link");
+      const emptyLink = at(f, "empty-link");
+      const dangling = at(f, "dangling");
+      await f.fs.symlink(dir, link);
+      await f.fs.symlink(empty, emptyLink);
+      await f.fs.symlink(at(f, "nowhere"), dangling);
+      const refusals: readonly (readonly [string, () => Promise<unknown>])[] = [
+        ["remove('link/', recursive)", () => f.fs.remove(`${link}/`, { recursive: true })],
+        ["remove('empty-link/')", () => f.fs.remove(`${emptyLink}/`)],
+        ["remove('dangling/')", () => f.fs.remove(`${dangling}/`)],
+        ["rename('link/', 'moved')", () => f.fs.rename(`${link}/`, at(f, "moved"))],
+        ["rename('empty-link//', 'moved')", () => f.fs.rename(`${emptyLink}//`, at(f, "moved"))],
+        ["rename('other', 'empty-link/')", () => f.fs.rename(other, `${emptyLink}/`)],
+      ];
+      for (const [call, run] of refusals) await checkRejects(run, NotADirectory, call);
+      for (const path of [link, emptyLink, dangling]) {
+        checkEqual((await f.fs.lstat(path)).kind, "symlink", `'${path}' stays a link`);
+      }
+      checkBytes(await f.fs.readFile(join(dir, "inside")), "I", "the target's file");
+      checkSame(await f.fs.readDir(empty), [], "the empty target");
+      checkEqual((await f.fs.lstat(other)).kind, "directory", "the directory not moved");
+      await checkMissing(f.fs, at(f, "moved"), "nothing moved");
+      await checkMissing(f.fs, at(f, "nowhere"), "nothing at the dangling link's target");
+      // A directory spelled with a trailing slash is removed and renamed as ever.
+      await f.fs.rename(`${other}/`, `${at(f, "renamed")}/`);
+      await f.fs.remove(`${at(f, "renamed")}/`);
+      await checkMissing(f.fs, at(f, "renamed"), "the renamed directory, removed");
+    },
+  },
 
   // remove()
   {
@@ -959,6 +1214,26 @@ export const CHECKS: readonly Check[] = [
       await f.fs.mkdir(deep, { recursive: true });
       await f.fs.mkdir(at(f, "a"), { recursive: true });
       checkSame(await f.fs.readDir(at(f, "a")), [{ name: "b", kind: "directory" }], "listing");
+    },
+  },
+  {
+    name: "mkdir() of a dangling symlink fails with AlreadyExists, with recursive too",
+    needs: ["symlinks"],
+    async run(f) {
+      const dangling = at(f, "dangling");
+      await f.fs.symlink(at(f, "nowhere"), dangling);
+      const calls: readonly (readonly [string, () => Promise<unknown>])[] = [
+        ["mkdir(dangling)", () => f.fs.mkdir(dangling)],
+        ["mkdir('dangling/')", () => f.fs.mkdir(`${dangling}/`)],
+        ["mkdir(dangling, recursive)", () => f.fs.mkdir(dangling, { recursive: true })],
+        [
+          "mkdir(dangling/child, recursive)",
+          () => f.fs.mkdir(join(dangling, "child"), { recursive: true }),
+        ],
+      ];
+      for (const [call, run] of calls) await checkRejects(run, AlreadyExists, call);
+      await checkMissing(f.fs, at(f, "nowhere"), "nothing created through the link");
+      checkEqual((await f.fs.lstat(dangling)).kind, "symlink", "the link stays a link");
     },
   },
   {
@@ -1218,6 +1493,18 @@ export const CHECKS: readonly Check[] = [
     },
   },
   {
+    name: "symlink() at a missing name with a trailing slash fails with NotFound",
+    needs: ["symlinks"],
+    async run(f) {
+      await checkRejects(
+        () => f.fs.symlink("target", `${at(f, "link")}/`),
+        NotFound,
+        "symlink('target', 'link/')",
+      );
+      await checkMissing(f.fs, at(f, "link"), "no link created");
+    },
+  },
+  {
     name: "readLink() of a path that is not a symlink fails with a port error",
     needs: ["symlinks"],
     async run(f) {
@@ -1271,6 +1558,31 @@ export const CHECKS: readonly Check[] = [
         `homeDir() returned ${JSON.stringify(home)}`,
       );
       return Promise.resolve();
+    },
+  },
+
+  {
+    name: "a path component longer than 255 UTF-8 bytes fails with FsIoError ENAMETOOLONG",
+    async run(f) {
+      // 255 bytes is the longest name (NAME_MAX), counted in UTF-8 bytes, not characters.
+      const longest = ["n".repeat(255), "\u20ac".repeat(85)];
+      for (const name of longest) await f.fs.writeFile(at(f, name), bytes("x"));
+      checkEqual((await f.fs.readDir(f.root)).length, 2, "files with 255-byte names");
+      for (const name of ["n".repeat(256), "\u00e9".repeat(128)]) {
+        const path = at(f, name);
+        const calls: readonly (readonly [string, string, () => Promise<unknown>])[] = [
+          ["writeFile", path, () => f.fs.writeFile(path, bytes("x"))],
+          ["stat", path, () => f.fs.stat(path)],
+          ["mkdir", path, () => f.fs.mkdir(path)],
+          ["stat below it", join(path, "x"), () => f.fs.stat(join(path, "x"))],
+        ];
+        for (const [call, named, run] of calls) {
+          const what = `${call} with a name of ${bytes(name).length} bytes`;
+          const error = await checkRejectsCode(run, "ENAMETOOLONG", what);
+          checkEqual(error.path, named, `${what}: error path`);
+        }
+      }
+      checkEqual((await f.fs.readDir(f.root)).length, 2, "nothing created with a longer name");
     },
   },
 
