@@ -208,6 +208,74 @@ test("a queued save that fails validation rejects alone; the batch is written wi
   assert.equal(session.hasPendingSave, false);
 });
 
+test("a save that is not an array rejects in its turn, naming the log, and the others are written", async () => {
+  const { store } = await rig();
+  const session = await store.create(CWD);
+  const history = conversation(1);
+  await session.commit(history);
+  const settled: string[] = [];
+  const track = (label: string, p: Promise<void>) =>
+    p.then(() => settled.push(label), (error) => {
+      settled.push(`${label} rejected`);
+      throw error;
+    });
+  const [q, a] = [user("q"), assistant("a")];
+  const first = track("first", session.commit([...history, q]));
+  const notArray = "not an array" as unknown as Message[];
+  const bad = track("commit", session.commit(notArray));
+  const worse = track("append", session.append(notArray));
+  const last = track("last", session.append([a]));
+  await first;
+  for (const rejected of [bad, worse]) {
+    await assert.rejects(rejected, (error: unknown) => {
+      assert.ok(error instanceof SessionFormatError);
+      assert.equal(error.file, `${session.getSessionPath()}/messages.jsonl`);
+      assert.equal(error.path, "messages");
+      return true;
+    });
+  }
+  await last;
+  assert.deepEqual(settled, ["first", "commit rejected", "append rejected", "last"]);
+  assert.deepEqual(await savedOn(store, session), [...history, q, a]);
+});
+
+test("saves rejected because an earlier failed write could not be settled stay pending for flush()", async () => {
+  const memory = new MemoryFs();
+  const { store } = await rig(memory);
+  const session = await store.create(CWD);
+  const history = conversation(1);
+  await session.commit(history);
+  // The disk fails from a pin's write on: the pin rejects, and so does the undo of its attempt.
+  memory.failAt(memory.operationCount + 1, { error: "EIO", persistent: true });
+  await assert.rejects(session.setPinned(true), FsIoError);
+  // The next saves find that attempt unsettled, and settling it fails too: nothing is written.
+  const more = [...history, user("q2"), assistant("important output")];
+  const saves = [
+    session.commit(more.slice(0, -1)),
+    session.append([more.at(-1) as Message]),
+    session.append("bad" as unknown as Message[]),
+  ];
+  await assert.rejects(saves[0] as Promise<void>, FsIoError);
+  await assert.rejects(saves[1] as Promise<void>, FsIoError);
+  await assert.rejects(saves[2] as Promise<void>, SessionFormatError);
+  assert.equal(session.hasPendingSave, true);
+  // A later save, failing the same way while one is pending, leaves that one as it is.
+  await assert.rejects(session.append([user("not written")]), FsIoError);
+  // Once the disk works again, flush() writes exactly what was pending.
+  memory.clearFaults();
+  await session.flush();
+  assert.equal(session.hasPendingSave, false);
+  assert.deepEqual(session.messages, more);
+  assert.deepEqual(await savedOn(store, session), more);
+  const next = user("next");
+  await session.append([next]);
+  assert.deepEqual(await savedOn(store, session), [...more, next]);
+  // The failed pin never took effect.
+  const reopened = await store.open(session.getSessionPath(), { readOnly: true });
+  assert.equal(reopened.getHeader().pinnedAt, undefined);
+  await reopened.close();
+});
+
 test("a replacement in a batch writes one new generation holding what was appended after it", async () => {
   const { store, publishes, holdNextPublish } = await rig();
   const session = await store.create(CWD);

@@ -688,9 +688,13 @@ export class SessionManager {
     promptTimings?: readonly PromptTiming[],
     context?: CommitContext,
   ): Promise<void> {
-    if (!Array.isArray(messages)) return Promise.reject(notAnArray(messages));
+    // A history that is not an array, or metadata that cannot be copied, fails the save when its
+    // turn comes, as validation does (so saves settle in call order).
+    if (!Array.isArray(messages)) {
+      const error = notAnArray(messages, this.#messagesFile);
+      return this.#enqueueSave("commit", () => throwing(error));
+    }
     const owned = this.#ownMetadata(runtimeContexts, promptTimings, context);
-    // Metadata that cannot be copied fails the save when its turn comes, as validation does.
     if (owned instanceof Error) return this.#enqueueSave("commit", () => throwing(owned));
     ({ runtimeContexts, promptTimings, context } = owned);
     const at = this.#context.now();
@@ -759,7 +763,10 @@ export class SessionManager {
     promptTimings?: readonly PromptTiming[],
     context?: CommitContext,
   ): Promise<void> {
-    if (!Array.isArray(messages)) return Promise.reject(notAnArray(messages));
+    if (!Array.isArray(messages)) {
+      const error = notAnArray(messages, this.#messagesFile);
+      return this.#enqueueSave("append", () => throwing(error));
+    }
     const owned = this.#ownMetadata(runtimeContexts, promptTimings, context);
     if (owned instanceof Error) return this.#enqueueSave("append", () => throwing(owned));
     ({ runtimeContexts, promptTimings, context } = owned);
@@ -889,7 +896,14 @@ export class SessionManager {
     try {
       await this.#reconcile();
     } catch (error) {
-      for (const save of saves) save.reject(error);
+      // Nothing of these saves was written: they stay pending, as a failed write leaves them, so
+      // `flush()` retries them (another writer's change is final: reopen the session). A save
+      // pending already is kept as it is: these were never going to be written before it.
+      const together = error instanceof SessionBusyError || this.#pending !== undefined
+        ? undefined
+        : this.#prepareTogether(saves);
+      if (together !== undefined) this.#keepPending(together.prepared);
+      for (const save of together?.members ?? saves) save.reject(error);
       return;
     }
     if (this.#pending !== undefined) {
@@ -910,6 +924,25 @@ export class SessionManager {
     saves: readonly QueuedSave[],
     replace: PendingReplace | undefined,
   ): Promise<void> {
+    const together = this.#prepareTogether(saves);
+    if (together === undefined) return;
+    try {
+      await this.#apply(together.prepared, replace);
+    } catch (error) {
+      for (const save of together.members) save.reject(error);
+      return;
+    }
+    for (const save of together.members) save.resolve();
+  }
+
+  /**
+   * Prepares `saves` one after another on the committed state, each on the state the one before
+   * leads to, and merges them into one write. A save that fails validation is rejected at once
+   * (nothing was written) and left out. Undefined when none is left.
+   */
+  #prepareTogether(
+    saves: readonly QueuedSave[],
+  ): { prepared: PreparedCommit; members: QueuedSave[] } | undefined {
     let base: HistoryBase = this.#committed;
     const prepares: PreparedCommit[] = [];
     const members: QueuedSave[] = [];
@@ -931,14 +964,8 @@ export class SessionManager {
       };
     }
     const [first, ...rest] = prepares;
-    if (first === undefined) return;
-    try {
-      await this.#apply(mergePrepared([first, ...rest]), replace);
-    } catch (error) {
-      for (const save of members) save.reject(error);
-      return;
-    }
-    for (const save of members) save.resolve();
+    if (first === undefined) return undefined;
+    return { prepared: mergePrepared([first, ...rest]), members };
   }
 
   /**
@@ -1145,25 +1172,32 @@ export class SessionManager {
       await this.#publish({ ...history, meta, header, hash }, false, staged);
       this.#pending = undefined;
     } catch (error) {
-      // The snapshot to retry is what this attempt serialized, as it was: the caller keeps its
-      // objects (and may finish the last message in place meanwhile), so the messages this
-      // attempt wrote are copied. The saved ones before them are the manager's own and compare by
-      // identity; the metadata arrays are the manager's own copies already (`ownMetadata`).
-      const messages = prepared.arrays.messages.slice(0, prepared.count);
-      for (let i = prepared.first; i < messages.length; i++) {
-        messages[i] = clone(messages[i] as Message);
-      }
-      this.#pending = {
-        messages,
-        runtimeContexts: prepared.runtimeContexts,
-        promptTimings: prepared.promptTimings,
-        context: prepared.context,
-        updatedAt: prepared.updatedAt,
-        unread: prepared.unread,
-      };
+      this.#keepPending(prepared);
       throw error;
     }
     await this.#publishIndexAfterCommit();
+  }
+
+  /**
+   * Keeps `prepared`, a save that was not written, as the pending save `flush()` retries. The
+   * snapshot is what was serialized, as it was: the caller keeps its objects (and may finish the
+   * last message in place meanwhile), so the new messages are copied. The saved ones before them
+   * are the manager's own and compare by identity; the metadata arrays are the manager's own
+   * copies already (`ownMetadata`).
+   */
+  #keepPending(prepared: PreparedCommit): void {
+    const messages = prepared.arrays.messages.slice(0, prepared.count);
+    for (let i = prepared.first; i < messages.length; i++) {
+      messages[i] = clone(messages[i] as Message);
+    }
+    this.#pending = {
+      messages,
+      runtimeContexts: prepared.runtimeContexts,
+      promptTimings: prepared.promptTimings,
+      context: prepared.context,
+      updatedAt: prepared.updatedAt,
+      unread: prepared.unread,
+    };
   }
 
   /**
@@ -2029,8 +2063,9 @@ export function pageBounds(
 }
 
 /** The error for a history argument that is not an array. */
-function notAnArray(messages: unknown): SessionFormatError {
+function notAnArray(messages: unknown, file: string): SessionFormatError {
   return new SessionFormatError("Invalid session messages: expected an array", {
+    file,
     path: "messages",
     value: messages,
   });
