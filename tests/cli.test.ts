@@ -164,6 +164,11 @@ test("sessions history pages rounds and follows --before", () => {
   assert.equal(previous.code, 0, previous.err);
   assert.equal(JSON.parse(previous.out).end, Number(earlier[1]));
   assert.equal(cli(["sessions", "history", sessionB, "--before", "-3"]).code, 2);
+  assert.equal(cli(["sessions", "history", sessionB, "--before", "0x1"]).code, 2);
+  // A count that is not where a round starts is a bad argument (2), not a finding (1).
+  const inside = cli(["sessions", "history", sessionB, "--before", "1"]);
+  assert.equal(inside.code, 2, inside.err);
+  assert.match(inside.err, /--before/);
 });
 
 test("sessions verify passes a healthy session and exits 1 on corruption without modifying it", async () => {

@@ -65,9 +65,14 @@ export function parseArgs(args: readonly string[], spec: FlagSpec): ParsedArgs {
     if (eq >= 0) value = arg.slice(eq + 1);
     else {
       value = args[i + 1];
+      // An option in its place is not this one's value (`--to --json`): a value that starts
+      // with a dash is given as `--name=value`.
+      if (value !== undefined && value.startsWith("-") && !/^-\d/.test(value)) value = undefined;
       i++;
     }
-    if (value === undefined) throw new UsageError(`option '--${name}' needs a value`);
+    if (value === undefined || value === "") {
+      throw new UsageError(`option '--${name}' needs a value`);
+    }
     values.set(name, value);
     if (kind === "values") lists.set(name, [...(lists.get(name) ?? []), value]);
   }
@@ -82,9 +87,10 @@ export function numberOption(
 ): number | undefined {
   const raw = parsed.values.get(name);
   if (raw === undefined) return undefined;
+  // Plain decimal digits only (`Number` would also take `0x1`, `1e3` or ` 2 `).
   const value = Number(raw);
   if (
-    raw.trim() === "" || !Number.isFinite(value) || value < 0 ||
+    !(integer ? /^\d+$/ : /^\d+(\.\d+)?$/).test(raw) || !Number.isFinite(value) ||
     (integer && !Number.isSafeInteger(value))
   ) {
     throw new UsageError(

@@ -603,9 +603,16 @@ async function history(io: CliIo, flags: StoreFlags, args: readonly string[]): P
   }
   const before = numberOption(parsed, "before", true);
   const located = await locate(io, flags, target);
-  const page = located.kind === "legacy"
-    ? await legacyPage(io, located.file, before)
-    : await committedPage(storeFor(io, flags, located.collection), located.dir, before);
+  let page: HistoryPage;
+  try {
+    page = located.kind === "legacy"
+      ? await legacyPage(io, located.file, before)
+      : await committedPage(storeFor(io, flags, located.collection), located.dir, before);
+  } catch (error) {
+    // A `--before` that is not a round start of this history is a bad argument, not a finding.
+    if (error instanceof InvalidArgumentError) throw new UsageError(`--before: ${error.message}`);
+    throw error;
+  }
   {
     if (parsed.flags.has("json")) {
       printJson(io, page);
@@ -987,7 +994,11 @@ async function compact(io: CliIo, flags: StoreFlags, args: readonly string[]): P
     );
   } else {
     io.out(`not compacted: ${result.dir} is corrupt\n`);
-    for (const finding of errors) io.err(`error: ${finding.message} (in '${finding.file}')\n`);
+    for (const finding of errors) {
+      // A finding taken from an error's message may name its file already.
+      const where = finding.message.includes(finding.file) ? "" : ` (in '${finding.file}')`;
+      io.err(`error: ${finding.message}${where}\n`);
+    }
   }
   return report.ok ? 0 : 1;
 }
