@@ -308,6 +308,18 @@ test("compact says what it did, and a corrupt committed range is exit code 1", a
   assert.equal(corrupt.code, 1, corrupt.out);
   assert.match(corrupt.out, /not compacted: .* is corrupt/);
   assert.match(corrupt.err, /committed bytes hash to/);
+  // A finding whose message names its file already (an anchor past the history) names it once.
+  writeFileSync(log, bytes.with(bytes.indexOf("\n") + 1, 0x7b));
+  const metaPath = join(collection, damaged, "meta.json");
+  const meta = JSON.parse(readFileSync(metaPath, "utf8"));
+  meta.header.promptTimings = [{ userMessageIndex: 1, startedAt: 1, finishedAt: 2 }];
+  writeFileSync(metaPath, JSON.stringify(meta));
+  const anchored = cli(["sessions", "compact", damaged]);
+  assert.equal(anchored.code, 1, anchored.out);
+  assert.match(anchored.err, /promptTimings/);
+  for (const line of [...corrupt.err.trim().split("\n"), ...anchored.err.trim().split("\n")]) {
+    assert.equal(line.split(collection).length, 2, line);
+  }
   const json = cli(["sessions", "compact", damaged, "--json"]);
   assert.equal(json.code, 1);
   assert.equal(JSON.parse(json.out).ok, false);
