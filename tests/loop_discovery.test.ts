@@ -382,7 +382,8 @@ for (const mode of READ_MODES) {
     assert.deepEqual([...files].sort(), ["index.json", "messages.jsonl", "meta.json"]);
     // What each session costs: with no-follow reads, a session with a stored title or one its
     // index records is two reads; one whose index records no title also opens its log
-    // (no-follow, its kind from the open) to read the first user message from it.
+    // (no-follow, its kind from the open) to read the first user message from it, then reads
+    // meta.json again to know that line was of the range it read first.
     for (const session of [titled, sessions[2] as SessionManager]) {
       const id = session.id;
       assert.deepEqual(
@@ -402,6 +403,7 @@ for (const mode of READ_MODES) {
         `readFileNoFollow ${other}/meta.json`,
         `readFileNoFollow ${other}/index.json`,
         `openNoFollow ${other}/messages.jsonl`,
+        `readFileNoFollow ${other}/meta.json`,
       ]);
     }
   });

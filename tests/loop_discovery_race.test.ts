@@ -7,7 +7,16 @@ import { MemoryFs } from "../adapters/memory.ts";
 import type { FileSystem } from "../src/port/fs.ts";
 import { FsIoError } from "../src/port/errors.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
-import { conversation, legacySessionBytes, user } from "./_fixtures.ts";
+import {
+  assistant,
+  conversation,
+  legacySessionBytes,
+  toolResult,
+  user,
+  withoutRecordedTitle,
+} from "./_fixtures.ts";
+import type { Message } from "../src/loop/records/mod.ts";
+import type { ProcessProbe } from "../src/loop/lock.ts";
 import { gate, hookedFs, withoutNoFollow } from "./_hooks.ts";
 
 const CWD = "/work/project";
@@ -256,3 +265,119 @@ for (const commits of [false, true]) {
     );
   }
 }
+
+test("a fast listing racing a replacement and a compaction shows one committed state, and caches only that", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const alive = new Set([100, 200, 300]);
+  /** A store of process `pid` (its own view of `fs`, as another process has). */
+  const storeAs = (pid: number, view: FileSystem = hookedFs(fs, {})) => {
+    const probe: ProcessProbe = { pid, host: "h", isAlive: (other) => alive.has(other) };
+    return new SessionStore({ fs: view, agentDir: AGENT, process: probe });
+  };
+  const size = (messages: Message[]) =>
+    messages.reduce((sum, message) => sum + JSON.stringify(message).length + 1, 0);
+  // B: one round with a tool call. A: two rounds, padded to B's bytes and message count, so
+  // once compacted B has A's start, length and count, and only its generation differs.
+  const b = [
+    user("Title B"),
+    assistant("call", [{ id: "c1", name: "read" }]),
+    toolResult("c1", "read"),
+    assistant("done"),
+  ];
+  const padless = [user("Title A"), assistant("x"), user("second"), assistant("")];
+  const a = [...padless.slice(0, 3), assistant("y".repeat(size(b) - size(padless)))];
+  assert.equal(size(a), size(b));
+  const writer = await storeAs(100).create(CWD);
+  await writer.commit(a);
+  await writer.close();
+  const dir = writer.getSessionPath();
+  const stateA = ["Title A", 2];
+  const metaRead = gate();
+  const resume = gate();
+  let armed = true;
+  const lister = storeAs(
+    300,
+    hookedFs(fs, {
+      after: async (method, args) => {
+        if (armed && method.startsWith("readFile") && args[0] === `${dir}/meta.json`) {
+          armed = false;
+          metaRead.open();
+          await resume.wait;
+        }
+      },
+    }),
+  );
+  const listing = lister.listDetailed(CWD, undefined, { fast: true });
+  await metaRead.wait;
+  // Another process replaces the history; a third compacts it (its log restarts at 0).
+  const replacing = await storeAs(100).open(dir);
+  await replacing.commit(b);
+  await replacing.close();
+  assert.equal((await storeAs(200).compact(dir)).compacted, true);
+  resume.open();
+  const result = await listing;
+  assert.deepEqual(result.failures, []);
+  const seen = result.sessions[0];
+  const truth = (await storeAs(300).list(CWD))[0];
+  assert.deepEqual(
+    [seen?.updatedAt, seen?.title?.text, seen?.userMessageCount],
+    [truth?.updatedAt, truth?.title?.text, truth?.userMessageCount],
+  );
+  // Back to exactly state A: the listing store's cache must not answer with B's title and count.
+  const rewinding = await storeAs(100).open(dir);
+  await rewinding.commit(a);
+  await rewinding.close();
+  await storeAs(200).compact(dir);
+  const again = (await lister.list(CWD, undefined, { fast: true }))[0];
+  assert.deepEqual([again?.title?.text, again?.userMessageCount], stateA);
+});
+
+test("a fast listing that read a line of the log while a save changed the session lists it again", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(CWD);
+  const first = conversation(2);
+  await session.commit(first);
+  await session.close();
+  const dir = session.getSessionPath();
+  // An index that records no title: the listing reads the first user line from the log.
+  await withoutRecordedTitle(fs, dir);
+  const opened = gate();
+  const resume = gate();
+  let armed = true;
+  const metaReads: string[] = [];
+  const lister = new SessionStore({
+    fs: hookedFs(fs, {
+      after: async (method, args) => {
+        if (String(args[0]) === `${dir}/meta.json`) metaReads.push(method);
+        if (armed && method.startsWith("open") && args[0] === `${dir}/messages.jsonl`) {
+          armed = false;
+          opened.open();
+          await resume.wait;
+        }
+      },
+    }),
+    agentDir: AGENT,
+  });
+  const listing = lister.listDetailed(CWD, undefined, { fast: true });
+  await opened.wait;
+  // A save commits more while the listing reads the line.
+  const writer = await store.open(dir);
+  const more = [...first, user("third round"), assistant("ok")];
+  await writer.commit(more);
+  await writer.close();
+  resume.open();
+  const result = await listing;
+  assert.deepEqual(result.failures, []);
+  // meta.json read, read again after the line (changed), then the session listed again.
+  assert.ok(metaReads.length >= 3, metaReads.join(", "));
+  const listed = result.sessions[0];
+  const truth = (await store.list(CWD))[0];
+  assert.equal(listed?.messageCount, more.length);
+  assert.deepEqual(
+    [listed?.updatedAt, listed?.userMessageCount, listed?.title?.text],
+    [truth?.updatedAt, truth?.userMessageCount, truth?.title?.text],
+  );
+});

@@ -787,7 +787,8 @@ export async function fastSummary(
     const meta = await readMetaNoFollow(fs, metaPath);
     if (meta !== undefined) {
       const openLog = (): Promise<RegularFile> => openSessionFile(fs, logPath);
-      return await summarizeFrom(context, dir, meta, cache, undefined, openLog);
+      const reread = () => readMetaNoFollow(fs, metaPath);
+      return await summarizeFrom(context, dir, meta, cache, undefined, openLog, reread);
     }
     // Not a valid meta.json read that way: the listing below says why, exactly as without it.
   }
@@ -814,6 +815,7 @@ export async function fastSummary(
     cache,
     kinds.get(INDEX_FILE) === "file",
     async () => sizedLater(await fs.open(logPath)),
+    () => readStorageMeta(fs, dir),
   );
 }
 
@@ -846,8 +848,9 @@ async function readMetaNoFollow(
 
 /**
  * The fast summary from a read meta.json. `indexIsFile` is what a listing of the directory said
- * of index.json (undefined: not listed, its kind is checked as it is read); `openLog` opens the
- * log only if it is a regular file.
+ * of index.json (undefined: not listed, its kind is checked as it is read); `openLogAt` opens
+ * the log only if it is a regular file; `reread` reads meta.json again as it was read (undefined
+ * when that read finds no valid one).
  */
 async function summarizeFrom(
   context: StoreContext,
@@ -855,9 +858,17 @@ async function summarizeFrom(
   meta: StorageMeta,
   cache: ListingCache | undefined,
   indexIsFile: boolean | undefined,
-  openLog: () => Promise<RegularFile>,
+  openLogAt: () => Promise<RegularFile>,
+  reread: () => Promise<StorageMeta | undefined>,
 ): Promise<Summary> {
   const fs = context.fs;
+  // What is read of the log (a tail, a round's line) is checked against nothing but meta.json's
+  // range: whether that range was still the committed one is asked once it is read (below).
+  let logRead = false;
+  const openLog = (): Promise<RegularFile> => {
+    logRead = true;
+    return openLogAt();
+  };
   if (meta.messageCount === 0) {
     return { header: meta.header, messageCount: 0, userMessageCount: 0, fallbackTitle: undefined };
   }
@@ -898,6 +909,7 @@ async function summarizeFrom(
       openLog,
     )
     : await fastCounts(context, dir, meta, indexRead?.index, needTitle, openLog);
+  if (logRead) requireStillCommitted(await reread(), meta, dir);
   // Only the fields a fallback title has (a title an index recorded may carry more).
   const title = summary.fallbackTitle === undefined
     ? undefined
@@ -1086,11 +1098,31 @@ function roundsFit(index: RoundIndex): boolean {
   return index.bytes - byteOffset >= MIN_LINE_BYTES * (index.messageCount - messageIndex);
 }
 
-/** True when `index` describes an earlier, shorter state of the same committed generation chain. */
+/**
+ * Throws `CorruptSessionError` unless meta.json, read again (`now`), still commits the range of
+ * `meta`: lines read from the log by path after meta.json (a compaction may have swapped the
+ * directory since, and restarted its log at 0) belong to that range only while it is. The
+ * listing then looks again.
+ */
+function requireStillCommitted(now: StorageMeta | undefined, meta: StorageMeta, dir: string): void {
+  if (
+    now === undefined || now.generation !== meta.generation || now.start !== meta.start ||
+    now.bytes !== meta.bytes || now.messageCount !== meta.messageCount
+  ) {
+    throw new CorruptSessionError("The session's committed range changed while it was listed", {
+      file: join(dir, META_FILE),
+    });
+  }
+}
+
+/**
+ * True when `index` describes an earlier, strictly shorter state of the same committed generation
+ * chain (an index of as many bytes is of this very state only when its generation matches).
+ */
 function coversPrefix(index: RoundIndex, meta: StorageMeta): boolean {
   if (
-    index.start !== meta.start || index.bytes > meta.bytes ||
-    index.messageCount > meta.messageCount || index.bytes === 0
+    index.start !== meta.start || index.bytes >= meta.bytes ||
+    index.messageCount >= meta.messageCount || index.bytes === 0
   ) return false;
   let previous = -1;
   let previousOffset = -1;
