@@ -9,6 +9,7 @@ import {
   checkTraceSeals,
   findWorkingSession,
   isSessionId,
+  LayoutRecordError,
   listTraces,
   loadSessionTree,
   LogicalReferenceError,
@@ -16,12 +17,14 @@ import {
   openSessionPaths,
   parseSessionOutcome,
   pruneRaw,
+  readChildrenLedger,
   readRecord,
   readSessionState,
   readTraceRef,
+  recordChildOutcome,
   sessionIdForm,
 } from "../layout.ts";
-import { newRepo, writeJson } from "./layout_fixtures.ts";
+import { deterministic, newRepo, patchState, readJson, writeJson } from "./layout_fixtures.ts";
 import {
   buildMirrorTree,
   CHILD_ATTEMPT,
@@ -272,4 +275,110 @@ test("the age limit and symlinks apply to legacy trees too", async () => {
     ["linked--x--finished.json"],
   );
   assert.ok((await fs.lstat("/outside/traces")).kind === "directory");
+});
+
+// ---------------------------------------------------------------------------------------------
+// A mirror parent's v1 children.json (rules §3: the v1 form, and a bare list, are read)
+
+test("a mirror session's v1 children.json and a bare list are read into the typed ledger", async () => {
+  const { fs, tree } = await mirror();
+  const paths = await openSessionPaths(fs, tree.rootDir);
+  // The fixture's own ledger: `{schema_version: 1, children: []}`.
+  assert.deepEqual(await readChildrenLedger(fs, paths, MIRROR_ROOT_ID), {
+    schema_version: 1,
+    parent_session_id: MIRROR_ROOT_ID,
+    revision: 0,
+    children: [],
+  });
+  // A bare list is the v1 form too; an old record without a request id is read as it is.
+  const old = { session_id: MIRROR_CHILD_ID, status: "goal_met", request_file: "phase.json" };
+  await writeJson(fs, paths.childrenJson, [old]);
+  const ledger = await readChildrenLedger(fs, paths, MIRROR_ROOT_ID);
+  assert.equal(ledger.schema_version, 1);
+  assert.equal(ledger.revision, 0);
+  assert.deepEqual(ledger.children, [old]);
+  // A v1 record is still checked: a typed error names the file and the field.
+  await writeJson(fs, paths.childrenJson, {
+    schema_version: 1,
+    children: [{ ...old, status: "paused" }],
+  });
+  await assert.rejects(readChildrenLedger(fs, paths, MIRROR_ROOT_ID), (error: unknown) => {
+    assert.ok(error instanceof LayoutRecordError, String(error));
+    assert.equal(error.file, paths.childrenJson);
+    assert.equal(error.path, "children[0].status");
+    return true;
+  });
+  await writeJson(fs, paths.childrenJson, { schema_version: 3, children: [] });
+  await assert.rejects(
+    readChildrenLedger(fs, paths, MIRROR_ROOT_ID),
+    (error: unknown) => error instanceof LayoutRecordError && error.path === "schema_version",
+  );
+});
+
+test("recordChildOutcome works for a mirror parent with a v1 ledger, which keeps its v1 form", async () => {
+  for (const form of ["object", "list"] as const) {
+    const { fs, tree } = await mirror();
+    await patchState(fs, tree.rootDir, {
+      current_task: null,
+      active_child_session_id: MIRROR_CHILD_ID,
+    });
+    const record = {
+      session_id: MIRROR_CHILD_ID,
+      workflow_set: "main",
+      request_id: "legacy-phase",
+      status: "running",
+      created_at: "2026-04-19T15:05:01.123456Z",
+    };
+    await writeJson(
+      fs,
+      `${tree.rootDir}/children.json`,
+      form === "list" ? [record] : { schema_version: 1, children: [record] },
+    );
+    const outcome = await recordChildOutcome(fs, {
+      repoRoot: tree.repoRoot,
+      parentSessionId: MIRROR_ROOT_ID,
+      ...deterministic(),
+    });
+    assert.equal(outcome.child_session_id, MIRROR_CHILD_ID, form);
+    assert.equal(outcome.request_id, "legacy-phase", form);
+    // Rewritten as the engine rewrites a v1 ledger: `{schema_version: 1, children}`, no revision.
+    assert.deepEqual(await readJson(fs, `${tree.rootDir}/children.json`), {
+      schema_version: 1,
+      children: [{
+        ...record,
+        status: "goal_met",
+        outcome_ref: "session:/child_outcomes/legacy-phase.json",
+        updated_at: "2026-04-19T14:30:22Z",
+      }],
+    }, form);
+    assert.equal((await readSessionState(fs, tree.rootDir)).active_child_session_id, null, form);
+    // Rerunning after the pointer was cleared is a typed refusal, and the ledger stays v1.
+    await assert.rejects(
+      recordChildOutcome(fs, { repoRoot: tree.repoRoot, parentSessionId: MIRROR_ROOT_ID }),
+    );
+  }
+});
+
+test("a v1 ledger record without a request id cannot name its child outcome: a typed error", async () => {
+  const { fs, tree } = await mirror();
+  await patchState(fs, tree.rootDir, {
+    current_task: null,
+    active_child_session_id: MIRROR_CHILD_ID,
+  });
+  const ledger = {
+    schema_version: 1,
+    children: [{ session_id: MIRROR_CHILD_ID, status: "running", request_file: "phase.json" }],
+  };
+  await writeJson(fs, `${tree.rootDir}/children.json`, ledger);
+  await assert.rejects(
+    recordChildOutcome(fs, { repoRoot: tree.repoRoot, parentSessionId: MIRROR_ROOT_ID }),
+    (error: unknown) => {
+      assert.ok(error instanceof LayoutRecordError, String(error));
+      assert.equal(error.file, `${tree.rootDir}/children.json`);
+      assert.equal(error.path, "children[0].request_id");
+      return true;
+    },
+  );
+  assert.deepEqual(await readJson(fs, `${tree.rootDir}/children.json`), ledger);
+  await assert.rejects(fs.lstat(`${tree.rootDir}/child_outcomes/undefined.json`), NotFound);
 });

@@ -7,6 +7,8 @@ import { MemoryFs } from "../adapters/memory.ts";
 import {
   createAttemptArtifacts,
   createRootSession,
+  ensureRepository,
+  ImmutableArtifactError,
   ordinalReservationName,
   processNextChildRequest,
   pruneRaw,
@@ -14,7 +16,9 @@ import {
   readSessionState,
   recordChildOutcome,
   SessionStateError,
+  sha256Ref,
   updateSessionState,
+  writeAttemptResult,
 } from "../layout.ts";
 import {
   childRequest,
@@ -25,6 +29,7 @@ import {
   newRoot,
   patchState,
   pauseAfter,
+  readJson,
   writeJson,
 } from "./layout_fixtures.ts";
 
@@ -256,4 +261,93 @@ test("root sessions created one after another leave no reservation behind", asyn
     "001_first-goal",
     "002_second-goal",
   ]);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Write-once artifacts and the attempt result against concurrent writers
+
+test("a result rewrite and the attempt's finish never interleave: a finished attempt's result is never rewritten", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  const attempt = { iteration: 1, workflowId: "outer", attemptId: "a1b2c3d4e5f6" };
+  await patchState(fs, root.dir, {
+    current_task: { workflow_id: "outer", iteration: 1, attempt_id: attempt.attemptId },
+  });
+  const { paths } = await createAttemptArtifacts(fs, root.paths, attempt, {
+    prompt: "p",
+    pathsMap: {},
+  });
+  await writeAttemptResult(fs, paths, { status: "running" });
+  const order: string[] = [];
+  // The rewrite reads state.json (the attempt is running) and stops right there.
+  const pausing = pauseAfter(
+    fs,
+    (method, path) => (method === "readFile" || method === "open") && path.endsWith("/state.json"),
+  );
+  const rewrite = writeAttemptResult(pausing.fs, paths, { status: "rewritten" }).then(
+    () => order.push("rewritten"),
+    (error: unknown) => {
+      assert.ok(error instanceof ImmutableArtifactError, String(error));
+      order.push("refused");
+    },
+  );
+  await pausing.paused;
+  // Meanwhile the engine finishes the attempt.
+  const finish = updateSessionState(fs, root.dir, (state) => {
+    state.current_task = null;
+  }, { updatedAt: AT }).then(() => order.push("finished"));
+  await Promise.race([finish, new Promise((resolve) => setTimeout(resolve, 50))]);
+  pausing.release();
+  await Promise.all([rewrite, finish]);
+  const result = await readJson(fs, paths.resultJson);
+  if (order[0] === "finished") {
+    // The finish committed first: the rewrite, whatever it read before, is refused.
+    assert.deepEqual(order, ["finished", "refused"]);
+    assert.deepEqual(result, { status: "running" });
+  } else {
+    // The rewrite went first, while the attempt was running; the finish came after it.
+    assert.deepEqual(order, ["rewritten", "finished"]);
+    assert.deepEqual(result, { status: "rewritten" });
+  }
+  await assert.rejects(writeAttemptResult(fs, paths, { status: "late" }), ImmutableArtifactError);
+});
+
+test("two concurrent freezes of one snapshot file: exactly one wins, the other is refused", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  const attempt = { iteration: 1, workflowId: "outer", attemptId: "a1b2c3d4e5f6" };
+  const make = (objective: string) =>
+    createAttemptArtifacts(fs, root.paths, attempt, {
+      prompt: objective,
+      pathsMap: {},
+      snapshot: { "assignment.json": { objective } },
+    });
+  const results = await Promise.allSettled([make("A"), make("B")]);
+  const file =
+    `${root.paths.dir}/iterations/0001_outer/workflow_snapshot/${attempt.attemptId}/assignment.json`;
+  const onDisk = sha256Ref(await fs.readFile(file));
+  const won = results.filter((r) => r.status === "fulfilled");
+  const lost = results.filter((r) => r.status === "rejected");
+  assert.equal(won.length, 1);
+  assert.equal(won[0]?.value.snapshotHashes["assignment.json"], onDisk);
+  assert.ok(lost[0]?.reason instanceof ImmutableArtifactError, String(lost[0]?.reason));
+  assert.equal(lost[0]?.reason.file, file);
+});
+
+test("concurrent ensureRepository calls agree on one repository id", async () => {
+  const fs = await newRepo();
+  let n = 0;
+  const options = () => ({ uuid: () => (++n).toString(16).padStart(32, "0") });
+  const records = await Promise.all([
+    ensureRepository(fs, "/repo", options()),
+    ensureRepository(fs, "/repo", options()),
+    ensureRepository(fs, "/repo/", options()),
+  ]);
+  const disk = await readJson(fs, `${LOOPY}/repository.json`);
+  for (const record of records) assert.deepEqual(record, disk);
+  assert.equal(
+    (await fs.readFile("/repo/.gitignore").then((b) => new TextDecoder().decode(b)))
+      .split("\n").filter((line) => line.includes("raw/")).length,
+    1,
+  );
 });

@@ -6,6 +6,7 @@ import {
   LayoutRecordError,
   NEUTRAL_CONTROL,
   parseChildOutcome,
+  parseChildrenLedger,
   parseChildRequest,
   parseControlRecord,
   parseGoalContract,
@@ -436,5 +437,28 @@ test("a folded trace_ref points at exactly its own raw directory", () => {
   assertRecordError(
     () => parseTraceRef({ ...ref, raw_dir_ref: "trace:trace-a26:/" }, FILE, "folded"),
     "raw_dir_ref",
+  );
+});
+
+test("counts past 2^53 - 1 are typed errors naming the field, never silently rounded", () => {
+  const file = "/s/children.json";
+  const ledger = { schema_version: 2, parent_session_id: "001_demo", children: [] };
+  assert.equal(
+    parseChildrenLedger({ ...ledger, revision: Number.MAX_SAFE_INTEGER }, file).revision,
+    Number.MAX_SAFE_INTEGER,
+  );
+  // JSON.parse("9007199254740993") is 2^53: one more revision would not change it.
+  for (const revision of [2 ** 53, JSON.parse("9007199254740993"), 1e300]) {
+    assert.throws(() => parseChildrenLedger({ ...ledger, revision }, file), (error: unknown) => {
+      assert.ok(error instanceof LayoutRecordError, String(error));
+      assert.equal(error.file, file);
+      assert.equal(error.path, "revision");
+      return true;
+    });
+  }
+  const state = { schema_version: 2, status: "running", state_revision: 2 ** 53 };
+  assert.throws(
+    () => parseSessionState(state, "/s/state.json"),
+    (error: unknown) => error instanceof LayoutRecordError && error.path === "state_revision",
   );
 });

@@ -747,6 +747,7 @@ async function observeSession(
   }));
 
   const ledger = await readChildrenLedger(fs, paths, id);
+  assert.ok(ledger.schema_version === 2, `${id}: a folded session's ledger is schema 2`);
   for (const child of ledger.children) {
     await bound(child.accepted_request_ref, child.accepted_request_sha256, child.request_id);
   }

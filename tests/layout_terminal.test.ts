@@ -2,8 +2,12 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
 import {
+  acceptEvalReceipt,
+  createAttemptArtifacts,
   type Handoff,
   type HandoffExpectation,
+  type HandoffObservation,
+  ImmutableArtifactError,
   LayoutRecordError,
   observeHandoff,
   parseHandoff,
@@ -13,6 +17,7 @@ import {
   type SessionPaths,
   SessionStateError,
   sha256Ref,
+  writeGitReceipt,
   writeSessionOutcome,
 } from "../layout.ts";
 import { newRepo, newRoot, readJson, writeJson, writeText } from "./layout_fixtures.ts";
@@ -195,11 +200,16 @@ test("readTerminalControl accepts only a record from the exact current attempt",
 });
 
 test("a malformed or stale handoff never overrides an authentic completion", async () => {
-  const { fs, paths, goal } = await setup();
-  await writeJson(fs, paths.controlJson, goalMet);
-  const control = await readTerminalControl(fs, paths, current);
-  for (const bad of ["{torn", JSON.stringify(handoffAt(goal, 1))]) {
-    await writeText(fs, paths.handoffJson, bad);
+  for (const bad of ["{torn", "stale"]) {
+    // A fresh session for each case: a session's outcome is written once.
+    const { fs, paths, goal } = await setup();
+    await writeJson(fs, paths.controlJson, goalMet);
+    const control = await readTerminalControl(fs, paths, current);
+    await writeText(
+      fs,
+      paths.handoffJson,
+      bad === "stale" ? JSON.stringify(handoffAt(goal, 1)) : bad,
+    );
     const handoff = await observeHandoff(fs, paths, {
       sessionId: ROOT_ID,
       goalSha256: goal,
@@ -302,4 +312,268 @@ test("a malformed handoff.json read directly is a typed error naming the file an
     assert.equal(error.path, "accepted_outcomes");
     return true;
   });
+});
+
+// ---------------------------------------------------------------------------------------------
+// The re-stamp rule compares instants, not strings
+
+test("a re-stamp is judged by the instant of updated_at, fractional seconds included", async () => {
+  const { fs, paths, goal } = await setup();
+  const observeAt = async (storedAt: string, restampedAt: string) => {
+    const stored = handoffAt(goal, 4, {
+      producer: { workflow_id: "outer", attempt_id: "a20" },
+      updated_at: storedAt,
+    });
+    await writeJson(fs, paths.handoffJson, stored);
+    const storedSha256 = sha256Ref(await fs.readFile(paths.handoffJson));
+    await writeJson(fs, paths.handoffJson, handoffAt(goal, 4, { updated_at: restampedAt }));
+    return (await observeHandoff(fs, paths, {
+      sessionId: ROOT_ID,
+      goalSha256: goal,
+      storedRevision: 4,
+      storedSha256,
+      storedHandoff: parseHandoff(stored, "stored"),
+      currentAttemptId: "a26",
+      knownAttemptIds: ["a20"],
+    })).status;
+  };
+  // 500 ms later ("Z" sorts after "." as text, so a string comparison called it earlier).
+  assert.equal(await observeAt("2026-04-19T15:00:00Z", "2026-04-19T15:00:00.500Z"), "valid");
+  // 900 ms earlier (a string comparison called it later).
+  assert.equal(
+    await observeAt("2026-04-19T15:00:00.900Z", "2026-04-19T15:00:00Z"),
+    "non_monotonic",
+  );
+  // The same instant spelled two ways is not going back in time.
+  assert.equal(await observeAt("2026-04-19T15:00:00+00:00", "2026-04-19T15:00:00Z"), "valid");
+});
+
+// ---------------------------------------------------------------------------------------------
+// goal_met: its evidence must exist and its eval receipts must be accepted (rules §3)
+
+/** Accepts eval receipt `tests-pass` produced by attempt a26 (iteration 26) of the root. */
+async function acceptedEval(fs: MemoryFs, paths: SessionPaths): Promise<void> {
+  const attempt = { iteration: 26, workflowId: "outer", attemptId: "a26" };
+  await createAttemptArtifacts(fs, paths, attempt, { prompt: "p", pathsMap: {} });
+  await writeJson(fs, `${paths.dir}/raw/0026_outer/eval/report.json`, { passed: 3 });
+  await writeGitReceipt(fs, paths, ROOT_ID, attempt, "after", {
+    head: "c0ffee",
+    branch: "main",
+    dirty: false,
+  });
+  await writeJson(fs, paths.evalReceipt("tests-pass"), {
+    schema_version: 1,
+    eval_id: "tests-pass",
+    verdict: "pass",
+    producer: { session_id: ROOT_ID, workflow_id: "outer", attempt_id: "a26", iteration: 26 },
+    raw_report_refs: ["session:/raw/0026_outer/eval/report.json"],
+    git_receipt_ref: "session:/receipts/0026_outer_git_after.json",
+    created_at: "2026-04-19T15:00:00Z",
+  });
+  await acceptEvalReceipt(fs, paths, "tests-pass", { sessionId: ROOT_ID });
+}
+
+test("a goal_met control citing missing evidence or an unaccepted eval receipt is refused", async () => {
+  const EVAL = "session:/eval_receipts/tests-pass.json";
+  const refused = async (
+    fields: Record<string, unknown>,
+    path: string,
+    prepare: (fs: MemoryFs, paths: SessionPaths) => Promise<void> = async () => {},
+  ) => {
+    const { fs, paths } = await setup();
+    await prepare(fs, paths);
+    await writeJson(fs, paths.controlJson, { ...goalMet, ...fields });
+    await assert.rejects(readTerminalControl(fs, paths, current), (error: unknown) => {
+      assert.ok(error instanceof LayoutRecordError, String(error));
+      assert.equal(error.file, paths.controlJson);
+      assert.equal(error.path, path, error.message);
+      return true;
+    }, `${JSON.stringify(fields)} was accepted`);
+  };
+  await refused(
+    { evidence_refs: ["session:/project_state/does-not-exist.md"] },
+    "evidence_refs[0]",
+  );
+  await refused({
+    evidence_refs: ["session:/project_state/finished.md", "session:/project_state/tasks"],
+  }, "evidence_refs[1]");
+  await refused({ evidence_refs: ["session:99_nobody:/x.md"] }, "evidence_refs[0]");
+  // Never accepted: no acceptance seal.
+  await refused(
+    { eval_receipt_refs: ["session:/eval_receipts/never-accepted.json"] },
+    "eval_receipt_refs[0]",
+  );
+  await refused({ eval_receipt_refs: [EVAL] }, "eval_receipt_refs[0]", async (fs, paths) => {
+    await writeJson(fs, paths.evalReceipt("tests-pass"), { schema_version: 1 });
+  });
+  // Accepted, then edited: the bytes no longer match the seal.
+  await refused({ eval_receipt_refs: [EVAL] }, "eval_receipt_refs[0]", async (fs, paths) => {
+    await acceptedEval(fs, paths);
+    const receipt = await readJson(fs, paths.evalReceipt("tests-pass"));
+    await writeJson(fs, paths.evalReceipt("tests-pass"), { ...receipt, verdict: "fail" });
+  });
+  // Not an eval receipt of this session at all.
+  await refused(
+    { eval_receipt_refs: ["session:/project_state/finished.md"] },
+    "eval_receipt_refs[0]",
+  );
+  // An accepted receipt and existing evidence are accepted, whatever the spelling.
+  const { fs, paths } = await setup();
+  await acceptedEval(fs, paths);
+  await writeJson(fs, paths.controlJson, {
+    ...goalMet,
+    evidence_refs: ["session:/project_state/finished.md", "repo:/.gitignore"],
+    eval_receipt_refs: [EVAL, `session:${ROOT_ID}:/eval_receipts/tests-pass.json`],
+  });
+  const accepted = await readTerminalControl(fs, paths, current);
+  assert.deepEqual(accepted?.record.eval_receipt_refs, [
+    EVAL,
+    `session:${ROOT_ID}:/eval_receipts/tests-pass.json`,
+  ]);
+});
+
+// ---------------------------------------------------------------------------------------------
+// session_outcome.json binds its basis and is written once
+
+async function missingHandoff(fs: MemoryFs, paths: SessionPaths, goal: string) {
+  return await observeHandoff(fs, paths, {
+    sessionId: ROOT_ID,
+    goalSha256: goal,
+    storedRevision: 0,
+    storedSha256: null,
+  });
+}
+
+const blocker = {
+  schema_version: 3,
+  state: "stopped",
+  stop_reason: "unresolvable_error",
+  control_id: "blk-1",
+  reason: "The API is gone",
+  created_at: "2026-04-19T15:00:00Z",
+  producer: { session_id: ROOT_ID, workflow_id: "outer", attempt_id: "a26" },
+  attempted_routes: ["retry", "alternate endpoint"],
+};
+
+test("an outcome's status and stop reason must be those of the control it binds", async () => {
+  const { fs, paths, goal } = await setup();
+  await writeJson(fs, paths.controlJson, blocker);
+  const control = await readTerminalControl(fs, paths, {
+    ...current,
+    blockerReportingRoles: ["outer"],
+  });
+  const handoff = await missingHandoff(fs, paths, goal);
+  const base = {
+    sessionId: ROOT_ID,
+    rootSessionId: ROOT_ID,
+    goalSha256: goal,
+    terminalStateRevision: 3,
+    terminalAt: "2026-04-19T15:00:01Z",
+    handoff,
+  };
+  const cases: [Record<string, unknown>, string][] = [
+    // An unresolvable_error control cannot stand for a completion.
+    [{ terminalStatus: "goal_met", stopReason: "goal_met", control }, "stop_reason"],
+    // A control binds only the transition it decided.
+    [{ terminalStatus: "max_turns", stopReason: "max_turns", control }, "control"],
+    // unresolvable_error fails the session; goal_met and only goal_met completes it.
+    [{ terminalStatus: "stopped", stopReason: "unresolvable_error", control }, "terminal_status"],
+    [{ terminalStatus: "goal_met", stopReason: "max_turns" }, "terminal_status"],
+  ];
+  for (const [fields, path] of cases) {
+    await assert.rejects(
+      writeSessionOutcome(
+        fs,
+        paths,
+        { ...base, ...fields } as Parameters<typeof writeSessionOutcome>[2],
+      ),
+      (error: unknown) => {
+        assert.ok(error instanceof LayoutRecordError, String(error));
+        assert.equal(error.file, paths.sessionOutcomeJson);
+        assert.equal(error.path, path, error.message);
+        return true;
+      },
+      `${fields.terminalStatus} / ${fields.stopReason}`,
+    );
+    await assert.rejects(fs.lstat(paths.sessionOutcomeJson), { code: "ENOENT" });
+  }
+  const outcome = await writeSessionOutcome(fs, paths, {
+    ...base,
+    terminalStatus: "failed",
+    stopReason: "unresolvable_error",
+    control,
+  });
+  assert.deepEqual(outcome.control, { ref: "session:/control.json", sha256: control?.sha256 });
+});
+
+test("an outcome's session, root and goal are those of session.json", async () => {
+  const { fs, paths, goal } = await setup();
+  const handoff: HandoffObservation = await missingHandoff(fs, paths, goal);
+  const base = {
+    sessionId: ROOT_ID,
+    rootSessionId: ROOT_ID,
+    goalSha256: goal,
+    terminalStatus: "max_turns" as const,
+    stopReason: "max_turns",
+    terminalStateRevision: 3,
+    terminalAt: "2026-04-19T15:00:01Z",
+    handoff,
+  };
+  const cases: [Record<string, unknown>, string][] = [
+    [{ sessionId: "002_other" }, "session_id"],
+    [{ rootSessionId: "002_other" }, "root_session_id"],
+    [{ goalSha256: `sha256:${"b".repeat(64)}` }, "goal_sha256"],
+  ];
+  for (const [fields, path] of cases) {
+    await assert.rejects(
+      writeSessionOutcome(fs, paths, { ...base, ...fields }),
+      (error: unknown) => {
+        assert.ok(error instanceof LayoutRecordError, String(error));
+        assert.equal(error.file, paths.sessionOutcomeJson);
+        assert.equal(error.path, path, error.message);
+        return true;
+      },
+    );
+    await assert.rejects(fs.lstat(paths.sessionOutcomeJson), { code: "ENOENT" });
+  }
+  assert.equal((await writeSessionOutcome(fs, paths, base)).session_id, ROOT_ID);
+});
+
+test("session_outcome.json is written once: the same outcome again is a no-op, another is refused", async () => {
+  const { fs, paths, goal } = await setup();
+  const base = {
+    sessionId: ROOT_ID,
+    rootSessionId: ROOT_ID,
+    goalSha256: goal,
+    handoff: await missingHandoff(fs, paths, goal),
+  };
+  const first = {
+    ...base,
+    terminalStatus: "max_turns" as const,
+    stopReason: "max_turns",
+    terminalStateRevision: 3,
+    terminalAt: "2026-04-19T15:00:01Z",
+  };
+  const written = await writeSessionOutcome(fs, paths, first);
+  const bytes = await fs.readFile(paths.sessionOutcomeJson);
+  // A restart that writes the same terminal basis again gets the same outcome back.
+  assert.deepEqual(await writeSessionOutcome(fs, paths, first), written);
+  for (
+    const [fields, path] of [
+      [{ terminalStatus: "failed", stopReason: "max_cost_usd" }, "terminal_status"],
+      [{ terminalStateRevision: 9 }, "terminal_state_revision"],
+      [{ terminalAt: "2026-04-20T15:00:01Z" }, "created_at"],
+    ] as const
+  ) {
+    await assert.rejects(
+      writeSessionOutcome(fs, paths, { ...first, ...fields }),
+      (error: unknown) => {
+        assert.ok(error instanceof ImmutableArtifactError, String(error));
+        assert.equal(error.file, paths.sessionOutcomeJson);
+        assert.equal(error.path, path, error.message);
+        return true;
+      },
+    );
+    assert.deepEqual(await fs.readFile(paths.sessionOutcomeJson), bytes);
+  }
 });

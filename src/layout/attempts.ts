@@ -150,6 +150,14 @@ export async function createAttemptArtifacts(
  * names one, attempt id) as its current task — and, in a mirror session, only while the
  * attempt's trace is not sealed (`trace_seals/<attempt_id>.json`). Otherwise the result of a
  * finished or sealed attempt is final: `ImmutableArtifactError` naming `result.json`.
+ *
+ * The decision and the write run serialized with this process's updates of the session's
+ * `state.json` (`updateSessionState`, keyed by its canonical path): a finish that commits while
+ * a rewrite is being decided is either before it (the rewrite is refused) or after it (the
+ * rewrite happened while the attempt ran), never between the check and the write. A rewrite of
+ * a finished attempt is refused early, before waiting for that serialization, and is checked
+ * again inside it. Must not be called from an `updateSessionState` change of the same session
+ * (that task holds the key it would wait for).
  */
 export async function writeAttemptResult(
   fs: FileSystem,
@@ -161,13 +169,20 @@ export async function writeAttemptResult(
   const file = paths.resultJson;
   parseAttemptResult(result, file);
   const bytes = encodeJson(result);
-  await serializedOn(fs, file, async () => {
+  const durability = resolveWriteOptions(options).durability;
+  // Early refusal without queueing behind the state's writers; decided for good below.
+  const seen = await readIfExists(fs, file);
+  if (seen !== undefined) {
+    if (bytesEqual(seen, bytes)) return;
+    await requireRunningAttempt(fs, paths, file);
+  }
+  await serializedOn(fs, paths.session.stateJson, async () => {
     const existing = await readIfExists(fs, file);
     if (existing !== undefined) {
       if (bytesEqual(existing, bytes)) return;
       await requireRunningAttempt(fs, paths, file);
     }
-    await atomicReplace(fs, file, bytes, { durability: resolveWriteOptions(options).durability });
+    await atomicReplace(fs, file, bytes, { durability });
   });
 }
 

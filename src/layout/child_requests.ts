@@ -54,10 +54,12 @@ import {
 } from "./options.ts";
 import { LOOPY_DIRNAME, type SessionPaths } from "./paths.ts";
 import {
+  type AnyChildrenLedger,
   type ChildOutcome,
   type ChildRecord,
   type ChildrenLedger,
   type ChildRequest,
+  type LegacyChildRecord,
   LIVE_CHILD_STATUSES,
   type ParentAcceptance,
   type ParentDecision,
@@ -81,14 +83,28 @@ import { serializedOn } from "./serial.ts";
 // ---------------------------------------------------------------------------------------------
 // Ledger
 
-/** Reads and validates `children.json`; its `parent_session_id` must be the session's own id. */
+/**
+ * Reads and validates `children.json`; a schema-2 ledger's `parent_session_id` must be the
+ * session's own id. A legacy mirror session's v1 ledger (`{schema_version: 1, children}`, or a
+ * bare list of records) is read as a `LegacyChildrenLedger` of the session (revision 0).
+ *
+ * A v1 ledger keeps its form when this library rewrites it (`recordChildOutcome` on a mirror
+ * parent): it is written as `{schema_version: 1, children: [...]}` — a bare list too — with no
+ * revision or parent id, which is how the engine itself rewrites a v1 ledger (it reads either
+ * form as that object). A legacy session finishes under its frozen shape; it is never upgraded
+ * to schema 2.
+ */
 export async function readChildrenLedger(
   fs: FileSystem,
   paths: SessionPaths,
   sessionId: string,
-): Promise<ChildrenLedger> {
+): Promise<AnyChildrenLedger> {
   fs = confined(fs, paths.dir);
-  const { record } = await readRecord(fs, paths.childrenJson, parseChildrenLedger);
+  const { record } = await readRecord(
+    fs,
+    paths.childrenJson,
+    (value, file) => parseChildrenLedger(value, file, sessionId),
+  );
   if (record.parent_session_id !== sessionId) {
     throw new LayoutRecordError(paths.childrenJson, "children.json belongs to another session", {
       path: "parent_session_id",
@@ -98,18 +114,46 @@ export async function readChildrenLedger(
   return record;
 }
 
-/** Rewrites `children.json` with `children`, one revision higher, validated, atomically. */
-async function writeChildrenLedger(
+/**
+ * The schema-2 ledger of a folded session: a folded session is created with one, so a v1 ledger
+ * there is a `LayoutRecordError` naming `schema_version`.
+ */
+async function readFoldedLedger(
   fs: FileSystem,
   paths: SessionPaths,
-  ledger: ChildrenLedger,
-  children: readonly ChildRecord[],
-  options: ResolvedWriteOptions,
+  sessionId: string,
 ): Promise<ChildrenLedger> {
-  const next = { ...ledger, revision: ledger.revision + 1, children };
-  const validated = parseChildrenLedger(next, paths.childrenJson);
+  const ledger = await readChildrenLedger(fs, paths, sessionId);
+  if (ledger.schema_version !== 2) {
+    throw new LayoutRecordError(
+      paths.childrenJson,
+      "A folded session's children.json is schema 2",
+      {
+        path: "schema_version",
+        value: ledger.schema_version,
+      },
+    );
+  }
+  return ledger;
+}
+
+/**
+ * Rewrites `children.json` with `children`, validated, atomically. A schema-2 ledger goes one
+ * revision higher; a v1 ledger keeps its v1 form (see `readChildrenLedger`).
+ */
+async function writeChildrenLedger<L extends AnyChildrenLedger>(
+  fs: FileSystem,
+  paths: SessionPaths,
+  ledger: L,
+  children: L["children"],
+  options: ResolvedWriteOptions,
+): Promise<L> {
+  const next = ledger.schema_version === 1
+    ? { schema_version: 1, children }
+    : { ...ledger, revision: ledger.revision + 1, children };
+  const validated = parseChildrenLedger(next, paths.childrenJson, ledger.parent_session_id);
   await writeJsonAtomic(fs, paths.childrenJson, next, options.durability);
-  return validated;
+  return validated as L;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -314,7 +358,7 @@ async function processNext(
       "Child requests are considered only after the parent attempt has finished",
     );
   }
-  const ledger = await readChildrenLedger(fs, paths, parent.sessionId);
+  const ledger = await readFoldedLedger(fs, paths, parent.sessionId);
   const live = ledger.children.find((c) => LIVE_CHILD_STATUSES.includes(c.status));
   let name: string | undefined;
   let bytes: Uint8Array | undefined;
@@ -799,7 +843,10 @@ export interface RecordChildOutcomeOptions extends LayoutWriteOptions {
  * are never touched: a child's `goal_met` does not complete its parent. Every step is
  * repeatable, so rerunning after an interruption completes the same record. Serialized with the
  * other child-lifecycle operations on the same parent (see `processNextChildRequest`). Works
- * for a mirror parent too: a running mirror session finishes under its own layout.
+ * for a mirror parent too: a running mirror session finishes under its own layout, and its v1
+ * `children.json` is updated in its v1 form (see `readChildrenLedger`). A ledger record without
+ * a request id (an early v1 record) cannot name `child_outcomes/<request_id>.json`: a
+ * `LayoutRecordError` at `children[<i>].request_id`, and nothing is recorded.
  */
 export async function recordChildOutcome(
   fs: FileSystem,
@@ -858,21 +905,32 @@ async function recordOutcome(
     resolved.sha256,
   );
   const ledger = await readChildrenLedger(fs, paths, parent.sessionId);
-  const record = ledger.children.find((c) => c.session_id === childId);
+  const children: readonly LegacyChildRecord[] = ledger.children;
+  const index = children.findIndex((c) => c.session_id === childId);
+  const record = children[index];
   if (record === undefined) {
     throw new LayoutRecordError(paths.childrenJson, "The active child is not in the ledger", {
       path: "children",
       value: childId,
     });
   }
+  const requestId = record.request_id;
+  if (requestId == null) {
+    // An early v1 record names only its request file: there is no child_outcomes/ name for it.
+    throw new LayoutRecordError(
+      paths.childrenJson,
+      "The active child's ledger record has no request id to name its child outcome",
+      { path: `children[${index}].request_id`, value: requestId },
+    );
+  }
   const childOutcome: ChildOutcome = {
     schema_version: 2,
-    request_id: record.request_id,
+    request_id: requestId,
     child_session_id: childId,
     session_outcome_ref: `session:${childId}:/session_outcome.json`,
     session_outcome_sha256: outcome.sha256,
   };
-  const outcomeFile = paths.childOutcome(record.request_id);
+  const outcomeFile = paths.childOutcome(requestId);
   await freezeBytes(
     fs,
     outcomeFile,
@@ -880,24 +938,34 @@ async function recordOutcome(
     resolved.durability,
   );
   const now = utcSeconds(resolved.now());
-  const outcomeRef = `session:/child_outcomes/${record.request_id}.json`;
+  const outcomeRef = `session:/child_outcomes/${requestId}.json`;
   const status = outcome.record.terminal_status;
   if (record.status !== status || record.outcome_ref !== outcomeRef) {
-    const updated: ChildRecord = { ...record, status, outcome_ref: outcomeRef, updated_at: now };
-    await writeChildrenLedger(
-      fs,
-      paths,
-      ledger,
-      ledger.children.map((c) => c.session_id === childId ? updated : c),
-      resolved,
-    );
+    const changed = { status, outcome_ref: outcomeRef, updated_at: now };
+    if (ledger.schema_version === 2) {
+      await writeChildrenLedger(
+        fs,
+        paths,
+        ledger,
+        ledger.children.map((c, i): ChildRecord => i === index ? { ...c, ...changed } : c),
+        resolved,
+      );
+    } else {
+      await writeChildrenLedger(
+        fs,
+        paths,
+        ledger,
+        ledger.children.map((c, i): LegacyChildRecord => i === index ? { ...c, ...changed } : c),
+        resolved,
+      );
+    }
   }
   await updateSessionState(fs, parent.dir, (next) => {
     next.active_child_session_id = null;
   }, { updatedAt: now, durability: resolved.durability });
   await appendEventAfterCommit(fs, paths.eventsJsonl, parent.sessionId, {
     type: "child_finished",
-    payload: { request_id: record.request_id, child_session_id: childId, status },
+    payload: { request_id: requestId, child_session_id: childId, status },
   }, resolved);
   return childOutcome;
 }

@@ -18,6 +18,7 @@ import { atomicReplace, type Durability, durableAppend, readIfExists } from "../
 import { portableSha256, type Sha256Factory, sha256Hex } from "../port/sha256.ts";
 import { ImmutableArtifactError, LayoutRecordError } from "./errors.ts";
 import { confined } from "./no_links.ts";
+import { serializedOn } from "./serial.ts";
 
 /** A JSON value. */
 export type JsonValue =
@@ -152,6 +153,11 @@ export async function writeJsonAtomic(
  * Freezes `bytes` at `file`: writes them atomically when the file is absent, does nothing when it
  * holds the same bytes, and throws `ImmutableArtifactError` when it holds different bytes.
  * Returns true when it wrote.
+ *
+ * The check and the write of one file run serialized with every other freeze of it in this
+ * process (keyed by its canonical path, see `serializedOn`): of two concurrent freezes with
+ * different bytes exactly one writes and the other is refused, never both told they froze.
+ * Must not be called by a task already serialized on `file`'s own key.
  */
 export async function freezeBytes(
   fs: FileSystem,
@@ -160,13 +166,15 @@ export async function freezeBytes(
   durability: Durability = "full",
 ): Promise<boolean> {
   fs = confined(fs, file);
-  const existing = await readIfExists(fs, file);
-  if (existing !== undefined) {
-    if (bytesEqual(existing, bytes)) return false;
-    throw new ImmutableArtifactError(file);
-  }
-  await atomicReplace(fs, file, bytes, { durability });
-  return true;
+  return await serializedOn(fs, file, async () => {
+    const existing = await readIfExists(fs, file);
+    if (existing !== undefined) {
+      if (bytesEqual(existing, bytes)) return false;
+      throw new ImmutableArtifactError(file);
+    }
+    await atomicReplace(fs, file, bytes, { durability });
+    return true;
+  });
 }
 
 /**
@@ -208,6 +216,24 @@ export function jsonEqual(a: unknown, b: unknown): boolean {
   const bo = b as Record<string, unknown>;
   const ao = a as Record<string, unknown>;
   return ak.every((key) => Object.hasOwn(bo, key) && jsonEqual(ao[key], bo[key]));
+}
+
+/**
+ * The first top-level field (in `next`'s key order, then `previous`'s) whose JSON value differs
+ * between two records, ignoring `ignored`; `undefined` when they are equal.
+ */
+export function firstDifference(
+  previous: object,
+  next: object,
+  ignored: readonly string[],
+): string | undefined {
+  const a = previous as Record<string, unknown>;
+  const b = next as Record<string, unknown>;
+  for (const key of new Set([...Object.keys(b), ...Object.keys(a)])) {
+    if (ignored.includes(key)) continue;
+    if (!jsonEqual(a[key], b[key])) return key;
+  }
+  return undefined;
 }
 
 /** The current time as a UTC timestamp to the second: `2026-04-19T14:30:22Z`. */

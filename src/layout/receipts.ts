@@ -14,7 +14,7 @@ import { atomicReplace, ensurePrivateDir } from "../port/durable.ts";
 import { join } from "../port/path.ts";
 import { ImmutableArtifactError, LayoutRecordError } from "./errors.ts";
 import {
-  jsonEqual,
+  firstDifference,
   readRecord,
   readRecordIfExists,
   utcSeconds,
@@ -129,24 +129,6 @@ export async function writeGitReceipt(
     await writeJsonAtomic(fs, file, receipt, durability);
     return { file, ref, receipt };
   });
-}
-
-/**
- * The first top-level field (in `next`'s key order, then `previous`'s) whose JSON value differs
- * between two records, ignoring `ignored`; `undefined` when they are equal.
- */
-function firstDifference(
-  previous: object,
-  next: object,
-  ignored: readonly string[],
-): string | undefined {
-  const a = previous as Record<string, unknown>;
-  const b = next as Record<string, unknown>;
-  for (const key of new Set([...Object.keys(b), ...Object.keys(a)])) {
-    if (ignored.includes(key)) continue;
-    if (!jsonEqual(a[key], b[key])) return key;
-  }
-  return undefined;
 }
 
 /** The logical reference of a delivery receipt (`session:/receipts/<name>` when folded). */

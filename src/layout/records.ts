@@ -48,7 +48,14 @@ const LogicalRef = v.pipe(
   v.check(isLogicalReference, "Expected a logical reference (scope:/path)"),
 );
 const NonBlank = v.pipe(v.string(), v.check((s) => s.trim() !== "", "Expected a non-blank string"));
-const Count = v.pipe(v.number(), v.integer(), v.minValue(0));
+// A count or revision: a non-negative safe integer. Past 2^53 - 1 a JSON number no longer grows
+// by one (2^53 + 1 reads as 2^53), so a revision there would silently stop increasing.
+const Count = v.pipe(
+  v.number(),
+  v.integer(),
+  v.minValue(0),
+  v.maxValue(Number.MAX_SAFE_INTEGER, "Expected a safe integer (at most 2^53 - 1)"),
+);
 const StringList = v.array(v.string());
 const AnyObject = v.record(v.string(), v.unknown());
 
@@ -932,18 +939,61 @@ export interface ChildrenLedger {
   readonly [key: string]: unknown;
 }
 
+/**
+ * One child of a v1 `children.json` (a legacy mirror session). Only its session id and status
+ * are required; an old record may have no request id (the engine's early records name the
+ * request file instead) and has no accepted request. Other fields are kept as they are.
+ */
+export interface LegacyChildRecord {
+  /** The child's session id. */
+  readonly session_id: string;
+  /** The request that created it, when the record names one. */
+  readonly request_id?: string | null | undefined;
+  /** Its status. */
+  readonly status: ChildStatus;
+  /** The accepted request, when the record names one. */
+  readonly accepted_request_ref?: string | null | undefined;
+  /** `session:/child_outcomes/<request_id>.json` once recorded here. */
+  readonly outcome_ref?: string | null | undefined;
+  /** Other fields (`workflow_set`, `goal_hash`, `created_at`, `completed_at`, ...). */
+  readonly [key: string]: unknown;
+}
+
+/**
+ * A v1 `children.json` of a legacy mirror session — `{schema_version: 1, children: [...]}` or a
+ * bare list of records, which is read as the same form — mapped into the typed ledger. The v1
+ * form names neither its session nor a revision: `parent_session_id` is the session whose
+ * directory holds the file (given to the reader), and `revision` is always 0. A rewrite keeps
+ * the v1 form (see `readChildrenLedger`).
+ */
+export interface LegacyChildrenLedger {
+  /** Always 1 (a bare list included). */
+  readonly schema_version: 1;
+  /** The session whose directory holds the file (not recorded in a v1 ledger). */
+  readonly parent_session_id: string;
+  /** Always 0: a v1 ledger has no revision. */
+  readonly revision: 0;
+  /** The children, in creation order. */
+  readonly children: readonly LegacyChildRecord[];
+}
+
+/** Any supported `children.json`: schema 2, or the v1 form of a legacy mirror session. */
+export type AnyChildrenLedger = ChildrenLedger | LegacyChildrenLedger;
+
+const CHILD_STATUS = v.picklist([
+  "dispatching",
+  "running",
+  "stopped",
+  "goal_met",
+  "failed",
+  "max_turns",
+  "failed_dispatch",
+]);
+
 const ChildRecordSchema: v.GenericSchema<unknown, ChildRecord> = v.looseObject({
   session_id: SessionId,
   request_id: SafeId,
-  status: v.picklist([
-    "dispatching",
-    "running",
-    "stopped",
-    "goal_met",
-    "failed",
-    "max_turns",
-    "failed_dispatch",
-  ]),
+  status: CHILD_STATUS,
   accepted_request_ref: LogicalRef,
   accepted_request_sha256: v.optional(Sha256),
   outcome_ref: v.optional(v.nullable(LogicalRef)),
@@ -958,14 +1008,61 @@ const ChildrenLedgerSchema: v.GenericSchema<unknown, ChildrenLedger> = v.looseOb
   children: v.array(ChildRecordSchema),
 });
 
+const LegacyChildRecordSchema: v.GenericSchema<unknown, LegacyChildRecord> = v.looseObject({
+  session_id: SessionId,
+  request_id: v.optional(v.nullable(SafeId)),
+  status: CHILD_STATUS,
+  accepted_request_ref: v.optional(v.nullable(LogicalRef)),
+  outcome_ref: v.optional(v.nullable(LogicalRef)),
+});
+
+const LegacyChildrenSchema = v.array(LegacyChildRecordSchema);
+
 /**
- * Validates `children.json` (schema 2): unique session and request ids, at most one live child
- * (dispatching or running).
+ * Validates `children.json`. Schema 2: unique session and request ids, at most one live child
+ * (dispatching or running). The v1 form of a legacy mirror session (`{schema_version: 1,
+ * children}` or a bare list) is read as a `LegacyChildrenLedger`: each record needs a session id
+ * and a known status, and may have a safe request id; the v2 cross-record checks are not
+ * applied (the rules name them for v2). A v1 ledger does not name its session, so reading one
+ * needs `sessionId` (the session whose directory holds it); without it a v1 ledger is a
+ * `LayoutRecordError`. A v1 object that carries `parent_session_id` or `revision` is refused
+ * too: those are schema-2 fields, and which form it is would be a guess.
  */
-export function parseChildrenLedger(value: unknown, file: string): ChildrenLedger {
-  const object = requireObject(value, file, "children.json");
-  if (object.schema_version !== 2) {
-    fail(file, "Unsupported children.json version", "schema_version", object.schema_version);
+export function parseChildrenLedger(
+  value: unknown,
+  file: string,
+  sessionId?: string,
+): AnyChildrenLedger {
+  const legacy = Array.isArray(value) ? value : undefined;
+  const object = legacy === undefined ? requireObject(value, file, "children.json") : undefined;
+  if (legacy !== undefined || object?.schema_version === 1) {
+    if (object !== undefined) {
+      for (const field of ["parent_session_id", "revision"]) {
+        if (field in object) {
+          fail(file, "A v1 children.json has no schema-2 fields", field, object[field]);
+        }
+      }
+      if (!Array.isArray(object.children)) {
+        fail(file, "Invalid children.json: children must be a list", "children", object.children);
+      }
+    }
+    if (sessionId === undefined) {
+      fail(
+        file,
+        "A v1 children.json does not name its session; read it with the session's id",
+        "schema_version",
+        1,
+      );
+    }
+    // Issue paths are those of the file: `children[0].status`, or `[0].status` for a bare list.
+    const children = legacy === undefined
+      ? parseWithSchema(v.object({ children: LegacyChildrenSchema }), value, file, "children.json")
+        .children
+      : parseWithSchema(LegacyChildrenSchema, value, file, "children.json");
+    return { schema_version: 1, parent_session_id: sessionId, revision: 0, children };
+  }
+  if (object?.schema_version !== 2) {
+    fail(file, "Unsupported children.json version", "schema_version", object?.schema_version);
   }
   const ledger = parseWithSchema(ChildrenLedgerSchema, value, file, "children.json");
   const sessions = new Set<string>();

@@ -79,6 +79,10 @@ import { serializedOn } from "./serial.ts";
  * line that ignores every session's raw directory (`REPO_GITIGNORE_RAW_LINE`) to the repository
  * `.gitignore` when it is not there.
  * Idempotent; returns the repository record.
+ *
+ * Concurrent calls for one repository in this process run one after another (serialized on the
+ * canonical path of `repository.json`, see `serializedOn`), so they all return the one identity
+ * the first of them wrote, whatever spelling of the repository each was given.
  */
 export async function ensureRepository(
   fs: FileSystem,
@@ -88,16 +92,18 @@ export async function ensureRepository(
   const resolved = resolveWriteOptions(options);
   const paths = repositoryPaths(repoRoot);
   await ensurePrivateDir(fs, paths.loopyDir, resolved.durability);
-  await ensureGitignoreLine(fs, paths.gitignore, REPO_GITIGNORE_RAW_LINE, resolved.durability);
-  const existing = await readRecordIfExists(fs, paths.repositoryJson, parseRepositoryRecord);
-  if (existing !== undefined) return existing.record;
-  const record = parseRepositoryRecord({
-    schema_version: 1,
-    repository_id: resolved.uuidHex(),
-    created_at: utcSeconds(resolved.now()),
-  }, paths.repositoryJson);
-  await writeJsonAtomic(fs, paths.repositoryJson, record, resolved.durability);
-  return record;
+  return await serializedOn(fs, paths.repositoryJson, async () => {
+    await ensureGitignoreLine(fs, paths.gitignore, REPO_GITIGNORE_RAW_LINE, resolved.durability);
+    const existing = await readRecordIfExists(fs, paths.repositoryJson, parseRepositoryRecord);
+    if (existing !== undefined) return existing.record;
+    const record = parseRepositoryRecord({
+      schema_version: 1,
+      repository_id: resolved.uuidHex(),
+      created_at: utcSeconds(resolved.now()),
+    }, paths.repositoryJson);
+    await writeJsonAtomic(fs, paths.repositoryJson, record, resolved.durability);
+    return record;
+  });
 }
 
 async function ensureGitignoreLine(

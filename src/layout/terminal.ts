@@ -9,9 +9,10 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
-import { readDirIfExists, readIfExists } from "../port/durable.ts";
+import { atomicReplace, readDirIfExists, readIfExists } from "../port/durable.ts";
 import { dirname } from "../port/path.ts";
 import {
+  ImmutableArtifactError,
   LayoutRecordError,
   LogicalReferenceError,
   SessionStateError,
@@ -19,13 +20,17 @@ import {
   UnknownSessionError,
 } from "./errors.ts";
 import {
+  bytesEqual,
   decodeJson,
+  encodeJson,
+  firstDifference,
   jsonEqual,
   type ReadRecord,
   readRecord,
+  readRecordIfExists,
   sha256Ref,
-  writeJsonAtomic,
 } from "./json_io.ts";
+import { isSafeId } from "./ids.ts";
 import { type LayoutWriteOptions, resolveWriteOptions } from "./options.ts";
 import { LOOPY_DIRNAME, type SessionPaths } from "./paths.ts";
 import {
@@ -36,7 +41,9 @@ import {
   type HandoffStatus,
   isTerminalControl,
   parseControlRecord,
+  parseEvalAcceptance,
   parseHandoff,
+  parseSessionManifest,
   parseSessionOutcome,
   type SessionOutcome,
   type SessionStatus,
@@ -46,6 +53,7 @@ import {
 import { canonicalPath, confined, loopyDirOf } from "./no_links.ts";
 import { LogicalReferenceResolver, type ReferenceHolder } from "./refs.ts";
 import { parseLogicalReference } from "./ref_grammar.ts";
+import { serializedOn } from "./serial.ts";
 
 /** Reads and validates `control.json` (a typed error names the file and field when malformed). */
 export async function readControl(
@@ -60,6 +68,15 @@ export async function readControl(
  * Reads `control.json` and, when it is a v3 terminal record, checks that it names the exact
  * current session/workflow/attempt and a producer with the needed role. Returns the terminal
  * record with its bytes and hash, or `undefined` while the session is still running.
+ *
+ * A `goal_met` record must also stand on what it cites (the layout rules, §3): every
+ * `evidence_refs` entry must resolve to a file, and every `eval_receipt_refs` entry must name an
+ * eval receipt of this session (`eval_receipts/<eval_id>.json`, in any spelling) whose
+ * acceptance seal (`eval_receipts/accepted/<eval_id>.json`, see `acceptEvalReceipt`) binds
+ * exactly the receipt's current bytes and names that receipt and this session. Otherwise a
+ * `LayoutRecordError` names `control.json` and the entry (`evidence_refs[0]`,
+ * `eval_receipt_refs[1]`). The references are resolved in the validated session tree
+ * (`LogicalReferenceResolver`); a tree that cannot be loaded is its own typed error.
  */
 export async function readTerminalControl(
   fs: FileSystem,
@@ -78,7 +95,124 @@ export async function readTerminalControl(
     );
   }
   assertTerminalControlMatches(control, expected, paths.controlJson);
+  if (control.stop_reason === "goal_met") {
+    await checkCompletionCitations(fs, paths, expected.sessionId, control);
+  }
   return { record: control, bytes: read.bytes, sha256: read.sha256 };
+}
+
+/**
+ * Refuses (`LayoutRecordError` naming `control.json` and the entry) a goal_met control whose
+ * evidence does not resolve to a file or whose eval receipt references have no acceptance seal
+ * binding the receipt's bytes (see `readTerminalControl`).
+ */
+async function checkCompletionCitations(
+  fs: FileSystem,
+  paths: SessionPaths,
+  sessionId: string,
+  control: TerminalControl,
+): Promise<void> {
+  const file = paths.controlJson;
+  const evidence = control.evidence_refs ?? [];
+  const evals = control.eval_receipt_refs ?? [];
+  if (evidence.length === 0 && evals.length === 0) return;
+  const resolver = await treeResolver(fs, paths, sessionId);
+  const refuse = (field: string, ref: string, message: string, cause?: unknown): never => {
+    throw new LayoutRecordError(file, message, {
+      path: field,
+      value: ref,
+      ...(cause === undefined ? {} : { cause }),
+    });
+  };
+  for (const [index, ref] of evidence.entries()) {
+    const field = `evidence_refs[${index}]`;
+    let found;
+    try {
+      found = await resolver.resolve(ref);
+    } catch (error) {
+      if (!(error instanceof LogicalReferenceError)) throw error;
+      return refuse(
+        field,
+        ref,
+        `A goal_met control's evidence must resolve: ${error.message}`,
+        error,
+      );
+    }
+    if (!found.exists || found.kind !== "file") {
+      refuse(field, ref, "A goal_met control's evidence must resolve to an existing file");
+    }
+  }
+  for (const [index, ref] of evals.entries()) {
+    const field = `eval_receipt_refs[${index}]`;
+    let holder: ReferenceHolder | undefined;
+    try {
+      holder = await resolver.holder(ref);
+    } catch (error) {
+      if (!(error instanceof LogicalReferenceError)) throw error;
+      return refuse(field, ref, `An eval receipt reference must resolve: ${error.message}`, error);
+    }
+    const named = holder?.inTree === true && holder.sessionId === sessionId
+      ? /^eval_receipts\/([^/]+)\.json$/.exec(holder.relative)?.[1]
+      : undefined;
+    if (named === undefined || !isSafeId(named)) {
+      return refuse(
+        field,
+        ref,
+        "An eval receipt reference must name an eval receipt of this session " +
+          "(eval_receipts/<eval_id>.json)",
+      );
+    }
+    const sealFile = paths.evalAcceptedSidecar(named);
+    let seal;
+    try {
+      seal = await readRecordIfExists(fs, sealFile, parseEvalAcceptance);
+    } catch (error) {
+      if (!(error instanceof LayoutRecordError)) throw error;
+      return refuse(
+        field,
+        ref,
+        `The eval receipt's acceptance seal is invalid: ${error.message}`,
+        error,
+      );
+    }
+    if (seal === undefined) {
+      return refuse(field, ref, `The eval receipt was never accepted (no ${sealFile})`);
+    }
+    const bytes = await readIfExists(fs, paths.evalReceipt(named));
+    if (bytes === undefined) return refuse(field, ref, "The accepted eval receipt is absent");
+    if (sha256Ref(bytes) !== seal.record.receipt_sha256) {
+      refuse(field, ref, "The eval receipt's bytes are not those its acceptance seal binds");
+    }
+    const identity = seal.record.eval_id === named &&
+      seal.record.receipt_ref === `session:/eval_receipts/${named}.json` &&
+      seal.record.producer.session_id === sessionId;
+    if (!identity) {
+      refuse(field, ref, "The eval receipt's acceptance seal names another receipt or session");
+    }
+  }
+}
+
+/**
+ * A resolver for `sessionId` of its validated tree, which must be the session at `paths.dir`;
+ * anything else is a typed error (`TopologyError`, `UnknownSessionError`, ...).
+ */
+async function treeResolver(
+  fs: FileSystem,
+  paths: SessionPaths,
+  sessionId: string,
+): Promise<LogicalReferenceResolver> {
+  const loopyDir = loopyDirOf(paths.dir);
+  if (loopyDir === undefined) {
+    throw new TopologyError(paths.dir, "The session is not inside a .loopy_loop directory");
+  }
+  const resolver = await LogicalReferenceResolver.forSession(fs, {
+    repoRoot: dirname(loopyDir),
+    sessionId,
+  });
+  if (resolver.current.dir !== (await canonicalPath(fs, paths.dir))) {
+    throw new TopologyError(paths.dir, `Session ${sessionId} of the tree is not this directory`);
+  }
+  return resolver;
 }
 
 /**
@@ -206,13 +340,19 @@ export async function observeHandoff(
   return observe("valid", handoff, undefined);
 }
 
-/** Only `producer` and `updated_at` changed, by the current attempt, without going back in time. */
+/**
+ * Only `producer` and `updated_at` changed, by the current attempt, without going back in time.
+ * Times are compared as instants (`Date.parse`), never as text: `…:00Z` sorts after `…:00.500Z`
+ * as a string although it is earlier, and `…+00:00` and `…Z` spell one instant.
+ */
 function isRestamp(handoff: Handoff, expected: HandoffExpectation): boolean {
   const stored = expected.storedHandoff;
   if (stored === undefined || handoff.producer?.attempt_id !== expected.currentAttemptId) {
     return false;
   }
-  if (handoff.updated_at < stored.updated_at) return false;
+  const now = Date.parse(handoff.updated_at);
+  const before = Date.parse(stored.updated_at);
+  if (Number.isNaN(now) || Number.isNaN(before) || now < before) return false;
   const strip = (h: Handoff): Omit<Handoff, "producer" | "updated_at"> => {
     const { producer: _producer, updated_at: _updated, ...rest } = h;
     return rest;
@@ -254,6 +394,25 @@ export interface SessionOutcomeInput extends LayoutWriteOptions {
  * recorded as observed, and when it is not valid a fallback summary (the control's reason, else
  * the engine's stop reason) stands in for it.
  *
+ * The outcome is tied to its basis before anything is written:
+ *
+ * - goal_met and unresolvable_error need the accepted control (`SessionStateError` without it),
+ *   and the control must be the one that decided this transition: its `stop_reason` is the
+ *   transition's (else a `LayoutRecordError` at `stop_reason`), and no other stop binds a
+ *   control (at `control`);
+ * - the status follows the stop reason as the engine's stop precedence sets them: goal_met, and
+ *   only goal_met, completes (`goal_met`), and unresolvable_error fails the session (`failed`);
+ *   anything else is a `LayoutRecordError` at `terminal_status`;
+ * - the session, root and goal hash are those of the session's `session.json`
+ *   (`LayoutRecordError` at `session_id`, `root_session_id` or `goal_sha256`; a schema-1
+ *   manifest records no root for a child, so only a root's is checked there).
+ *
+ * The outcome is written once: a restart cannot rewrite the terminal basis. Writing it again
+ * with the same bytes returns it as it is; other contents (another status, revision, time,
+ * control, ...) are an `ImmutableArtifactError` naming the file and the first field that
+ * would change, and the file is left alone. Concurrent writes of one outcome in this process
+ * run one after another (serialized on its canonical path, see `serializedOn`).
+ *
  * A folded outcome has no trace seals, and its evidence, delivery and eval references may not
  * use the `trace:` scope, name the mirror trace tree (`.loopy_loop/traces/`, its outbox), or
  * land in the `delivery_receipts/` of a folded session (folded delivery receipts live in
@@ -270,6 +429,7 @@ export async function writeSessionOutcome(
   input: SessionOutcomeInput,
 ): Promise<SessionOutcome> {
   fs = confined(fs, paths.dir);
+  const file = paths.sessionOutcomeJson;
   const control = input.control;
   if (
     (input.stopReason === "goal_met" || input.stopReason === "unresolvable_error") &&
@@ -280,6 +440,8 @@ export async function writeSessionOutcome(
       `A ${input.stopReason} transition needs the accepted control record`,
     );
   }
+  checkTransition(file, input);
+  await checkIdentity(fs, paths, input);
   const dedupe = (refs: readonly string[]): string[] => [...new Set(refs)];
   const handoff = input.handoff;
   const outcome = {
@@ -314,15 +476,100 @@ export async function writeSessionOutcome(
     trace_seal_refs: paths.layout === "folded" ? [] : await traceSealRefs(fs, paths),
     created_at: input.terminalAt,
   };
-  const validated = parseSessionOutcome(outcome, paths.sessionOutcomeJson, paths.layout);
-  if (paths.layout === "folded") await checkFoldedCitations(fs, paths, input.sessionId, validated);
-  await writeJsonAtomic(
-    fs,
-    paths.sessionOutcomeJson,
-    outcome,
-    resolveWriteOptions(input).durability,
-  );
-  return validated;
+  const validated = parseSessionOutcome(outcome, file, paths.layout);
+  const bytes = encodeJson(outcome);
+  return await serializedOn(fs, file, async () => {
+    const existing = await readIfExists(fs, file);
+    if (existing !== undefined) {
+      if (bytesEqual(existing, bytes)) return validated;
+      const previous = decodeJson(existing, file);
+      throw new ImmutableArtifactError(
+        file,
+        "session_outcome.json is written once; a restart cannot rewrite the terminal basis",
+        (typeof previous === "object" && previous !== null
+          ? firstDifference(previous, outcome, [])
+          : undefined) ?? "",
+      );
+    }
+    if (paths.layout === "folded") {
+      await checkFoldedCitations(fs, paths, input.sessionId, validated);
+    }
+    await atomicReplace(fs, file, bytes, { durability: resolveWriteOptions(input).durability });
+    return validated;
+  });
+}
+
+/**
+ * Refuses (`LayoutRecordError` naming `session_outcome.json` and the field) a transition whose
+ * control, stop reason and status do not belong together (see `writeSessionOutcome`).
+ */
+function checkTransition(file: string, input: SessionOutcomeInput): void {
+  const control = input.control;
+  const decided = input.stopReason === "goal_met" || input.stopReason === "unresolvable_error";
+  if (control !== undefined && !decided) {
+    throw new LayoutRecordError(
+      file,
+      `A ${input.stopReason} transition binds no control record; only goal_met and ` +
+        "unresolvable_error are decided by one",
+      { path: "control", value: control.sha256 },
+    );
+  }
+  if (control !== undefined && control.record.stop_reason !== input.stopReason) {
+    throw new LayoutRecordError(
+      file,
+      `The bound control record decided ${control.record.stop_reason}, not this transition`,
+      { path: "stop_reason", value: input.stopReason },
+    );
+  }
+  // The engine's stop precedence: goal_met sets the status goal_met, unresolvable_error sets it
+  // failed, and no other stop sets goal_met.
+  const status = input.stopReason === "goal_met"
+    ? "goal_met"
+    : input.stopReason === "unresolvable_error"
+    ? "failed"
+    : undefined;
+  if (
+    status !== undefined ? input.terminalStatus !== status : input.terminalStatus === "goal_met"
+  ) {
+    throw new LayoutRecordError(
+      file,
+      status !== undefined
+        ? `A ${input.stopReason} stop leaves the session ${status}`
+        : "Only a goal_met stop completes a session",
+      { path: "terminal_status", value: input.terminalStatus },
+    );
+  }
+}
+
+/**
+ * Refuses (`LayoutRecordError` naming `session_outcome.json` and the field) an outcome whose
+ * session, root or goal hash is not the one `session.json` records.
+ */
+async function checkIdentity(
+  fs: FileSystem,
+  paths: SessionPaths,
+  input: SessionOutcomeInput,
+): Promise<void> {
+  const manifest = (await readRecord(fs, paths.sessionJson, parseSessionManifest)).record;
+  const root = manifest.schema_version === 2
+    ? manifest.root_session_id
+    : manifest.parent_session_id === null
+    ? manifest.session_id
+    : undefined;
+  const checks: readonly [string, string, string | undefined][] = [
+    ["session_id", input.sessionId, manifest.session_id],
+    ["root_session_id", input.rootSessionId, root],
+    ["goal_sha256", input.goalSha256, manifest.goal_hash],
+  ];
+  for (const [field, actual, wanted] of checks) {
+    if (wanted !== undefined && actual !== wanted) {
+      throw new LayoutRecordError(
+        paths.sessionOutcomeJson,
+        `${field} must be the session's own (${wanted}, as session.json records)`,
+        { path: field, value: actual },
+      );
+    }
+  }
 }
 
 /**
