@@ -4,6 +4,7 @@
  *
  * ```sh
  * deno run -A jsr:@loop/sessions/cli sessions list --all-workspaces
+ * # in a checkout, once `npx --yes deno@2.9.6 install` has installed tsx:
  * node --import tsx src/cli/bin.ts sessions verify --all
  * ```
  *

@@ -30,9 +30,10 @@ Loop session store (default ~/.loop, or $LOOP_DATA_DIR, or --data-dir):
   sessions list [--cwd DIR | --dir COLLECTION | --all-workspaces] [--fast] [--json]
   sessions show <id|path> [--json]
   sessions history <id|path> [--before N] [--json]
-  sessions verify [<id|path> | --all] [--json]
-  sessions migrate [<path> | --all] [--dry-run] [--json]
-  sessions archive|restore|delete <id|path...> [--dir COLLECTION] [--include-unarchived] [--json]
+  sessions verify (<id|path> | --all) [--json]
+  sessions migrate (<path> | --all) [--dry-run] [--json]
+  sessions archive|restore <id|path...> [--dir COLLECTION] [--json]
+  sessions delete <id|path...> [--dir COLLECTION] [--include-unarchived] [--json]
   sessions compact <id|path> [--json]
   sessions salvage <id|path> --to <collection dir> [--json]
 

@@ -47,11 +47,11 @@ membership. Reads only.`,
   history: `Usage: loop-sessions sessions history <id|path> [--before N] [--json]
 
 Prints a page of history: the latest three user rounds, or the three before message index N.`,
-  verify: `Usage: loop-sessions sessions verify [<id|path> | --all] [--json]
+  verify: `Usage: loop-sessions sessions verify (<id|path> | --all) [--json]
 
 Checks checksums, every message and every metadata rule. Exit code 1 when anything is corrupt.
 Never modifies anything; points at the first bad byte and message.`,
-  migrate: `Usage: loop-sessions sessions migrate [<path> | --all] [--dry-run] [--json]
+  migrate: `Usage: loop-sessions sessions migrate (<path> | --all) [--dry-run] [--json]
 
 Migrates legacy version-2 <id>.jsonl sessions to version-3 directories. The original file is
 kept unchanged as a backup. --dry-run lists what would migrate.`,
