@@ -882,7 +882,11 @@ test("a collection lock this process failed to remove is taken over by its next 
   assert.deepEqual(await store.archive.list(CWD), [session.id]);
 });
 
-test("a writer lock whose removal failed at close is taken over by the next writer of this process, also with process instances", async () => {
+/**
+ * A session whose writer (process 300, on a probe that knows process instances) failed to remove
+ * its lock file at close: the file is left, naming that process.
+ */
+async function leftWriterLock() {
   const { fs, alive, session } = await setup();
   alive.add(300);
   const dir = session.getSessionPath();
@@ -897,6 +901,11 @@ test("a writer lock whose removal failed at close is taken over by the next writ
   faults.removes = 2;
   await assert.rejects(writer.close(), (error) => error instanceof FsIoError);
   assert.equal((await lockRecord(fs, dir)).pid, 300);
+  return { fs, alive, dir, lock, store };
+}
+
+test("a writer lock whose removal failed at close is taken over by the next writer of this process, also with process instances", async () => {
+  const { fs, alive, dir, lock, store } = await leftWriterLock();
   // Another process sees a live holder: this process may still write there, for all it knows.
   const other = new SessionStore({
     fs: view(fs),
@@ -915,20 +924,7 @@ test("a writer lock whose removal failed at close is taken over by the next writ
 });
 
 test("cleanup() removes a writer lock whose removal failed at close in this process, also with process instances", async () => {
-  const { fs, alive, session } = await setup();
-  alive.add(300);
-  const dir = session.getSessionPath();
-  const lock = `${dir}/${WRITER_LOCK_FILE}`;
-  const faults = { removes: 0 };
-  const store = new SessionStore({
-    fs: failingRemovals(fs, lock, faults),
-    agentDir: AGENT,
-    process: instanceProbe(300, alive),
-  });
-  const writer = await store.open(dir);
-  faults.removes = 2;
-  await assert.rejects(writer.close(), (error) => error instanceof FsIoError);
-  assert.equal((await lockRecord(fs, dir)).pid, 300);
+  const { fs, alive, dir, lock, store } = await leftWriterLock();
   const report = await store.cleanup(CWD);
   assert.deepEqual(report.removed, [lock]);
   await assert.rejects(fs.lstat(lock));
