@@ -188,6 +188,31 @@ test("compaction refuses a checksum mismatch, unknown entries and an open writer
   );
 });
 
+test("compaction refuses an empty committed range past the end of a cut or missing log", async () => {
+  for (const damage of ["cut", "missing"] as const) {
+    const fs = new MemoryFs();
+    await fs.mkdir(CWD, { recursive: true });
+    const store = storeOn(fs);
+    const session = await store.create(CWD);
+    await session.commit(conversation(2));
+    await session.commit([]); // an empty generation where the log ends
+    await session.close();
+    const dir = session.getSessionPath();
+    const logPath = `${dir}/messages.jsonl`;
+    if (damage === "cut") await fs.writeFile(logPath, encoder.encode("{}\n"));
+    else await fs.remove(logPath);
+    const damaged = fs.snapshotTree(AGENT);
+    await assert.rejects(store.open(dir, { readOnly: true }), CorruptSessionError);
+    await assert.rejects(store.compact(dir), (error: unknown) => {
+      assert.ok(error instanceof CorruptSessionError, String(error));
+      assert.equal(error.file, logPath);
+      assert.equal(error.offset, damage === "cut" ? 3 : 0);
+      return true;
+    });
+    assert.deepEqual(fs.snapshotTree(AGENT), damaged, damage);
+  }
+});
+
 test("removeLegacyBackup() removes the backup only once the directory is valid", async () => {
   const fs = new MemoryFs();
   await fs.mkdir(CWD, { recursive: true });

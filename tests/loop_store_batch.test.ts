@@ -259,8 +259,9 @@ test("saves rejected because an earlier failed write could not be settled stay p
   await assert.rejects(saves[1] as Promise<void>, FsIoError);
   await assert.rejects(saves[2] as Promise<void>, SessionFormatError);
   assert.equal(session.hasPendingSave, true);
-  // A later save, failing the same way while one is pending, leaves that one as it is.
-  await assert.rejects(session.append([user("not written")]), FsIoError);
+  // A later save is refused while one is pending (nothing is written before it), and the
+  // pending one is left as it is.
+  await assert.rejects(session.append([user("not written")]), PendingSaveError);
   // Once the disk works again, flush() writes exactly what was pending.
   memory.clearFaults();
   await session.flush();

@@ -265,6 +265,15 @@ export async function compactSession(
     }
     const messagesPath = join(dir, MESSAGES_FILE);
     const bytesBefore = await sizeOf(context, messagesPath);
+    if (bytesBefore < meta.start + meta.bytes) {
+      // An empty range too: the log must reach where the committed range lies, as an open says.
+      throw new CorruptSessionError(
+        `Message log is shorter than its committed range (${bytesBefore} bytes, committed range ends at ${
+          meta.start + meta.bytes
+        }); the session is damaged and was not modified`,
+        { file: messagesPath, offset: bytesBefore },
+      );
+    }
     if (meta.start === 0 && bytesBefore === meta.bytes) {
       return {
         compacted: false,

@@ -898,7 +898,7 @@ async function summarizeFrom(
   const indexRead = indexIsFile === false
     ? undefined
     : await readListingIndex(fs, dir, meta, indexIsFile === true);
-  const summary = indexRead !== undefined && "head" in indexRead
+  let summary = indexRead !== undefined && "head" in indexRead
     ? await fastCountsFromHead(
       context,
       dir,
@@ -909,7 +909,13 @@ async function summarizeFrom(
       openLog,
     )
     : await fastCounts(context, dir, meta, indexRead?.index, needTitle, openLog);
-  if (logRead) requireStillCommitted(await reread(), meta, dir);
+  if (logRead && !sameRange(await reread(), meta)) {
+    // The committed range changed while lines were read from the log by path: a save appended
+    // (what was read is intact: a log never changes under a committed range) or a compaction
+    // swapped the log. A checked scan of the range read tells them apart: it passes on the same
+    // log, and is a `CorruptSessionError` on another (the listing then looks again).
+    summary = await scanCommitted(context, dir, meta, needTitle, openLogAt);
+  }
   // Only the fields a fallback title has (a title an index recorded may carry more).
   const title = summary.fallbackTitle === undefined
     ? undefined
@@ -1099,20 +1105,13 @@ function roundsFit(index: RoundIndex): boolean {
 }
 
 /**
- * Throws `CorruptSessionError` unless meta.json, read again (`now`), still commits the range of
- * `meta`: lines read from the log by path after meta.json (a compaction may have swapped the
- * directory since, and restarted its log at 0) belong to that range only while it is. The
- * listing then looks again.
+ * True when meta.json read again (`now`; undefined when that read found no valid one) commits the
+ * range of `meta`. Lines read from the log by path after meta.json belong to that range only
+ * while it does (a compaction may have swapped the directory since, restarting its log at 0).
  */
-function requireStillCommitted(now: StorageMeta | undefined, meta: StorageMeta, dir: string): void {
-  if (
-    now === undefined || now.generation !== meta.generation || now.start !== meta.start ||
-    now.bytes !== meta.bytes || now.messageCount !== meta.messageCount
-  ) {
-    throw new CorruptSessionError("The session's committed range changed while it was listed", {
-      file: join(dir, META_FILE),
-    });
-  }
+function sameRange(now: StorageMeta | undefined, meta: StorageMeta): boolean {
+  return now !== undefined && now.generation === meta.generation && now.start === meta.start &&
+    now.bytes === meta.bytes && now.messageCount === meta.messageCount;
 }
 
 /**

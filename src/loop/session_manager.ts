@@ -893,23 +893,21 @@ export class SessionManager {
       if (refused !== undefined) save.reject(refused);
     }
     if (this.#refusal("commit") !== undefined) return;
-    try {
-      await this.#reconcile();
-    } catch (error) {
-      // Nothing of these saves was written: they stay pending, as a failed write leaves them, so
-      // `flush()` retries them (another writer's change is final: reopen the session). A save
-      // pending already is kept as it is: these were never going to be written before it.
-      const together = error instanceof SessionBusyError || this.#pending !== undefined
-        ? undefined
-        : this.#prepareTogether(saves);
-      if (together !== undefined) this.#keepPending(together.prepared);
-      for (const save of together?.members ?? saves) save.reject(error);
-      return;
-    }
+    // Behind a pending save nothing is written (`flush()` first), whatever the disk would say.
     if (this.#pending !== undefined) {
       for (const save of saves) {
         save.reject(new PendingSaveError(save.operation, { file: this.getSessionFile() }));
       }
+      return;
+    }
+    try {
+      await this.#reconcile();
+    } catch (error) {
+      // Nothing of these saves was written: they stay pending, as a failed write leaves them, so
+      // `flush()` retries them (another writer's change is final: reopen the session).
+      const together = error instanceof SessionBusyError ? undefined : this.#prepareTogether(saves);
+      if (together !== undefined) this.#keepPending(together.prepared);
+      for (const save of together?.members ?? saves) save.reject(error);
       return;
     }
     await this.#applyTogether(saves, replace);

@@ -8,8 +8,8 @@
  *   are accepted; order is not checked) and a `role` of `user`, `assistant` or `toolResult`;
  * - a `user` message has string `content`, or an array of `text` and `image` blocks;
  * - an `assistant` message has an array of `text`, `thinking` and `toolCall` blocks, string
- *   `api`, `provider` and `model`, an object `usage` (its fields are not inspected), a known
- *   `stopReason`, and an `errorMessage` that is absent or a string;
+ *   `api`, `provider` and `model`, an object `usage` (an array too; its fields are not
+ *   inspected) and a known `stopReason`; its `errorMessage` is kept as stored, unchecked;
  * - a `toolResult` has an array of `text` and `image` blocks, string `toolCallId` and
  *   `toolName`, and a boolean `isError`; `details` is opaque host data and never inspected;
  * - blocks: `text` has string `text`; `image` has string `data` and `mimeType` (neither the
