@@ -153,17 +153,35 @@ test("a frozen workflow snapshot cannot be rewritten with other contents", async
   await createAttemptArtifacts(fs, paths, ATTEMPT, options);
   // The same contents again is fine (a resumed dispatch).
   await createAttemptArtifacts(fs, paths, ATTEMPT, options);
+  const iteration = `${paths.dir}/iterations/0026_outer`;
+  const written = fs.snapshotTree(iteration);
+  // Refused before anything is written: the prompt and paths stay those of the frozen snapshot.
   await assert.rejects(
     createAttemptArtifacts(fs, paths, ATTEMPT, {
-      ...options,
+      prompt: "another prompt",
+      pathsMap: { raw_dir: "elsewhere" },
       snapshot: { "assignment.json": { a: 2 } },
     }),
     ImmutableArtifactError,
   );
+  assert.deepEqual(fs.snapshotTree(iteration), written);
   await assert.rejects(
     createAttemptArtifacts(fs, paths, ATTEMPT, { ...options, snapshot: { "../escape": 1 } }),
     LayoutError,
   );
+  // Two creations with other snapshots at once: one wins, and its prompt is the one kept.
+  const [a, b] = await Promise.allSettled(
+    ["x", "y"].map((tag) =>
+      createAttemptArtifacts(fs, paths, { ...ATTEMPT, attemptId: "b0b0b0b0b0b0" }, {
+        prompt: tag,
+        pathsMap: {},
+        snapshot: { "assignment.json": { tag } },
+      })
+    ),
+  );
+  assert.deepEqual([a?.status, b?.status].sort(), ["fulfilled", "rejected"]);
+  const winner = a?.status === "fulfilled" ? "x" : "y";
+  assert.equal(await readText(fs, `${iteration}/prompt.txt`), winner);
 });
 
 test("mirror sessions are read-only here", async () => {

@@ -346,6 +346,16 @@ test("a re-stamp is judged by the instant of updated_at, fractional seconds incl
   );
   // The same instant spelled two ways is not going back in time.
   assert.equal(await observeAt("2026-04-19T15:00:00+00:00", "2026-04-19T15:00:00Z"), "valid");
+  assert.equal(await observeAt("2026-04-19T15:00:00.5Z", "2026-04-19T15:00:00.500000Z"), "valid");
+  // Microseconds count (the engine writes them): 333 µs back is going back, 1 µs on is not.
+  assert.equal(
+    await observeAt("2026-04-19T15:00:00.123789Z", "2026-04-19T15:00:00.123456Z"),
+    "non_monotonic",
+  );
+  assert.equal(
+    await observeAt("2026-04-19T15:00:00.123456Z", "2026-04-19T15:00:00.123457+00:00"),
+    "valid",
+  );
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -576,4 +586,11 @@ test("session_outcome.json is written once: the same outcome again is a no-op, a
     );
     assert.deepEqual(await fs.readFile(paths.sessionOutcomeJson), bytes);
   }
+  // The same record in the engine's bytes (non-ASCII escaped, other spacing) is the same basis.
+  const text = new TextDecoder().decode(bytes);
+  const escaped = JSON.stringify(JSON.parse(text), null, 4)
+    .replace(/[\u0080-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+  await fs.writeFile(paths.sessionOutcomeJson, new TextEncoder().encode(escaped));
+  assert.deepEqual(await writeSessionOutcome(fs, paths, first), written);
+  assert.equal(new TextDecoder().decode(await fs.readFile(paths.sessionOutcomeJson)), escaped);
 });

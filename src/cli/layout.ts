@@ -16,7 +16,7 @@ import {
   type SessionTree,
 } from "../layout/tree.ts";
 import { LogicalReferenceResolver } from "../layout/refs.ts";
-import { type PruneKind, pruneRaw } from "../layout/prune.ts";
+import { type PrunedEntry, type PruneKind, pruneRaw } from "../layout/prune.ts";
 import { findLoopyRoot } from "../layout/loopy_root.ts";
 import { inspectTrace, listTraces } from "../layout/traces.ts";
 import { numberOption, parseArgs, UsageError } from "./args.ts";
@@ -256,11 +256,20 @@ export async function runPruneRaw(io: CliIo, args: readonly string[]): Promise<n
   const verb = report.dryRun ? "would remove" : "removed";
   for (const item of report.removed) io.out(`${verb} ${item.path} (${formatBytes(item.bytes)})\n`);
   for (const item of report.skipped) io.out(`skipped ${item.path}: ${item.reason}\n`);
-  // Raw attempt directories (an interrupted prune's leftovers were ones) and trace trees apart.
-  const counted = (...kinds: PruneKind[]) =>
-    report.removed.filter((item) => kinds.includes(item.kind)).length;
+  // Raw attempt directories and trace trees apart; an interrupted prune's leftover counts as what
+  // it was, by where it lies.
+  const kindOf = (item: PrunedEntry): PruneKind => {
+    if (item.kind !== "pruning_leftover") return item.kind;
+    if (item.path.includes(`/${LOOPY_DIRNAME}/traces/`)) return "legacy_traces";
+    if (item.path.includes(`/${LOOPY_DIRNAME}/trace_finalization_outbox/`)) {
+      return "finalization_outbox";
+    }
+    return "raw_attempt";
+  };
+  const counted = (kind: PruneKind) =>
+    report.removed.filter((item) => kindOf(item) === kind).length;
   let summary = `${report.dryRun ? "would prune" : "pruned"} ${
-    counted("raw_attempt", "pruning_leftover")
+    counted("raw_attempt")
   } raw attempt dir(s)`;
   if (parsed.flags.has("legacy-traces")) {
     summary += `; ${verb} ${counted("legacy_traces")} legacy trace tree(s)`;

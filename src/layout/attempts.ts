@@ -82,7 +82,8 @@ const SNAPSHOT_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
  * Everything is checked before the first write: the iteration, the workflow id and the attempt
  * id (each one safe path component; an invalid one is a `LayoutRecordError` naming
  * `trace_ref.json` and the field), the `trace_ref.json` record against its own reader's schema,
- * and every snapshot file name.
+ * every snapshot file name, and that no snapshot file of the attempt was frozen with other
+ * contents (`ImmutableArtifactError`). Calls for one attempt run one at a time.
  */
 export async function createAttemptArtifacts(
   fs: FileSystem,
@@ -121,23 +122,33 @@ export async function createAttemptArtifacts(
   }
   const snapshotDir = paths.snapshotDir(traceRef.attempt_id);
 
-  await ensurePrivateDir(fs, paths.iterationDir, durability);
-  await ensurePrivateDir(fs, paths.rawDir, durability);
-  for (const subarea of RAW_SUBAREAS) {
-    await ensurePrivateDir(fs, paths.rawSubarea(subarea), durability);
-  }
-  await atomicReplace(fs, paths.promptTxt, encodeText(options.prompt), { durability });
-  await writeJsonAtomic(fs, paths.pathsJson, options.pathsMap, durability);
-  await writeJsonAtomic(fs, paths.traceRefJson, traceRef, durability);
-  const snapshotHashes: Record<string, string> = {};
-  if (snapshotFiles.length > 0) {
-    await ensurePrivateDir(fs, snapshotDir, durability);
+  // One creation of an attempt at a time: a snapshot frozen with other contents refuses the call
+  // before it writes anything (the prompt and paths of the attempt that froze it stay).
+  return await serializedOn(fs, snapshotDir, async () => {
     for (const { name, bytes } of snapshotFiles) {
-      await freezeBytes(fs, join(snapshotDir, name), bytes, durability);
-      snapshotHashes[name] = sha256Ref(bytes, resolved.sha256);
+      const existing = await readIfExists(fs, join(snapshotDir, name));
+      if (existing !== undefined && !bytesEqual(existing, bytes)) {
+        throw new ImmutableArtifactError(join(snapshotDir, name));
+      }
     }
-  }
-  return { paths, traceRef, snapshotHashes };
+    await ensurePrivateDir(fs, paths.iterationDir, durability);
+    await ensurePrivateDir(fs, paths.rawDir, durability);
+    for (const subarea of RAW_SUBAREAS) {
+      await ensurePrivateDir(fs, paths.rawSubarea(subarea), durability);
+    }
+    await atomicReplace(fs, paths.promptTxt, encodeText(options.prompt), { durability });
+    await writeJsonAtomic(fs, paths.pathsJson, options.pathsMap, durability);
+    await writeJsonAtomic(fs, paths.traceRefJson, traceRef, durability);
+    const snapshotHashes: Record<string, string> = {};
+    if (snapshotFiles.length > 0) {
+      await ensurePrivateDir(fs, snapshotDir, durability);
+      for (const { name, bytes } of snapshotFiles) {
+        await freezeBytes(fs, join(snapshotDir, name), bytes, durability);
+        snapshotHashes[name] = sha256Ref(bytes, resolved.sha256);
+      }
+    }
+    return { paths, traceRef, snapshotHashes };
+  });
 }
 
 /**

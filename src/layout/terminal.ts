@@ -342,7 +342,7 @@ export async function observeHandoff(
 
 /**
  * Only `producer` and `updated_at` changed, by the current attempt, without going back in time.
- * Times are compared as instants (`Date.parse`), never as text: `…:00Z` sorts after `…:00.500Z`
+ * Times are compared as instants (`compareUtc`), never as text: `…:00Z` sorts after `…:00.500Z`
  * as a string although it is earlier, and `…+00:00` and `…Z` spell one instant.
  */
 function isRestamp(handoff: Handoff, expected: HandoffExpectation): boolean {
@@ -350,14 +350,31 @@ function isRestamp(handoff: Handoff, expected: HandoffExpectation): boolean {
   if (stored === undefined || handoff.producer?.attempt_id !== expected.currentAttemptId) {
     return false;
   }
-  const now = Date.parse(handoff.updated_at);
-  const before = Date.parse(stored.updated_at);
-  if (Number.isNaN(now) || Number.isNaN(before) || now < before) return false;
+  const order = compareUtc(handoff.updated_at, stored.updated_at);
+  if (order === undefined || order < 0) return false;
   const strip = (h: Handoff): Omit<Handoff, "producer" | "updated_at"> => {
     const { producer: _producer, updated_at: _updated, ...rest } = h;
     return rest;
   };
   return jsonEqual(strip(handoff), strip(stored));
+}
+
+/**
+ * The order of two UTC timestamps of the layout's form (`YYYY-MM-DDTHH:MM:SS[.fraction]` then `Z`,
+ * `+00:00` or `-00:00`): negative when `a` is earlier, 0 for one instant, positive when later;
+ * undefined when either has another form. Every fractional digit counts (the engine writes
+ * microseconds, which `Date.parse` would drop).
+ */
+function compareUtc(a: string, b: string): number | undefined {
+  const form = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d+))?(?:Z|[+-]00:00)$/;
+  const x = form.exec(a);
+  const y = form.exec(b);
+  if (x === null || y === null) return undefined;
+  const [seconds, other] = [x[1] as string, y[1] as string];
+  if (seconds !== other) return seconds < other ? -1 : 1;
+  const width = Math.max(x[2]?.length ?? 0, y[2]?.length ?? 0);
+  const [f, g] = [(x[2] ?? "").padEnd(width, "0"), (y[2] ?? "").padEnd(width, "0")];
+  return f === g ? 0 : f < g ? -1 : 1;
 }
 
 /** What `writeSessionOutcome` binds. */
@@ -482,7 +499,9 @@ export async function writeSessionOutcome(
     const existing = await readIfExists(fs, file);
     if (existing !== undefined) {
       if (bytesEqual(existing, bytes)) return validated;
+      // The same record in other bytes (the engine escapes non-ASCII text) is the same basis.
       const previous = decodeJson(existing, file);
+      if (jsonEqual(previous, decodeJson(bytes, file))) return validated;
       throw new ImmutableArtifactError(
         file,
         "session_outcome.json is written once; a restart cannot rewrite the terminal basis",

@@ -1,0 +1,55 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import type { MemoryFs } from "../adapters/memory.ts";
+import { runPruneRaw } from "../src/cli/layout.ts";
+import type { CliIo } from "../src/cli/output.ts";
+import { portableSha256 } from "../src/port/sha256.ts";
+import { createAttemptArtifacts } from "../layout.ts";
+import { newRepo, newRoot } from "./layout_fixtures.ts";
+
+/** Runs `prune-raw args` in `/repo` of `fs`; returns its exit code and its last output line. */
+async function pruneRaw(fs: MemoryFs, args: string[]): Promise<{ code: number; summary: string }> {
+  let out = "";
+  const io: CliIo = {
+    fs,
+    sha256: portableSha256,
+    out: (text) => {
+      out += text;
+    },
+    err: () => undefined,
+    errIsTerminal: false,
+    env: () => undefined,
+    cwd: "/repo",
+    now: () => Date.parse("2026-12-01T00:00:00Z"),
+  };
+  const code = await runPruneRaw(io, args);
+  return { code, summary: out.trim().split("\n").at(-1) ?? "" };
+}
+
+test("prune-raw counts an interrupted prune's leftovers as what they were, by where they lie", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  // A raw attempt directory, and an interrupted prune's leftover of one beside it.
+  for (const iteration of [1, 2]) {
+    const attempt = { iteration, workflowId: "outer", attemptId: `a${iteration}` };
+    await createAttemptArtifacts(fs, root.paths, attempt, { prompt: "p", pathsMap: {} });
+  }
+  await fs.rename(`${root.dir}/raw/0002_outer`, `${root.dir}/raw/.pruning-0123abcd-0002_outer`);
+  // A legacy trace tree, and an interrupted prune's leftover of another.
+  const traces = "/repo/.loopy_loop/traces";
+  for (const name of ["20260419_143022_71393ee22450_ab12cd34", ".pruning-0123abcd-20260420_0"]) {
+    const attempt = `${traces}/${name}/sessions/x/attempts/a`;
+    await fs.mkdir(attempt, { recursive: true });
+    await fs.writeFile(`${attempt}/trace_manifest.json`, new TextEncoder().encode("{}"));
+  }
+  const dry = await pruneRaw(fs, ["--legacy-traces", "--dry-run"]);
+  assert.equal(dry.code, 0);
+  assert.match(
+    dry.summary,
+    /^would prune 2 raw attempt dir\(s\); would remove 2 legacy trace tree\(s\), /,
+  );
+  const run = await pruneRaw(fs, ["--legacy-traces"]);
+  assert.match(run.summary, /^pruned 2 raw attempt dir\(s\); removed 2 legacy trace tree\(s\), /);
+  assert.deepEqual(await fs.readDir(traces), []);
+  assert.deepEqual(await fs.readDir(`${root.dir}/raw`), []);
+});
