@@ -10,6 +10,7 @@ import {
   PendingSaveError,
   SessionBusyError,
   SessionCwdError,
+  SessionError,
   SessionFormatError,
   SessionNotFoundError,
   StaleRevisionError,
@@ -368,6 +369,35 @@ test("createDraft keeps a copy of the header it is given", async () => {
   await session.close();
 });
 
+test("createDraft refuses a header an open would refuse, naming meta.json and the field", async () => {
+  const { fs, store } = await setup();
+  const dir = `${AGENT}/sessions/draft`;
+  const base = newSessionHeader({
+    id: "0e5a3c1b-2d4f-4a6b-8c9d-0e1f2a3b4c5d",
+    cwd: CWD,
+    now: "2026-01-01T00:00:00.000Z",
+  });
+  const init = { context: store.context, dir, collectionDir: dirname(dir) };
+  for (
+    const [field, value] of [
+      ["pinnedAt", "2026-01-01"],
+      ["permissionPreset", "root"],
+      ["title", { text: " padded ", source: "user", messageIndices: [] }],
+    ] as const
+  ) {
+    assert.throws(
+      () => SessionManager.createDraft(init, { ...base, [field]: value } as never),
+      (error: unknown) => {
+        assert.ok(error instanceof SessionFormatError, String(error));
+        assert.equal(error.file, `${dir}/meta.json`);
+        assert.ok(error.path?.startsWith(`header.${field}`), error.path);
+        return true;
+      },
+    );
+  }
+  await assert.rejects(fs.lstat(dir), NotFound);
+});
+
 test("invalid history is rejected before anything is written", async () => {
   const { fs, store } = await setup();
   const session = await store.create(CWD);
@@ -563,6 +593,47 @@ test("setTitle() keeps activity timestamps; setModel() updates them and drops de
   assert.deepEqual(header.model, { provider: "p", id: "m" });
   assert.equal(header.updatedAt, new Date(now.t).toISOString());
   await assert.rejects(session.setModel({ provider: "p", id: "m", effort: "turbo" as never }));
+});
+
+test("setTitle() writes the title as it was when called; bad arguments name meta.json and the field", async () => {
+  const { store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  const title = { text: "Fix the parser", source: "user" as const, messageIndices: [0] };
+  const setting = session.setTitle(title);
+  // Changed by the caller before the write runs: what was checked is what is written.
+  title.text = " bad \u0007 ";
+  title.messageIndices.push(0);
+  await setting;
+  await session.close();
+  const reopened = await store.open(session.getSessionPath(), { readOnly: true });
+  assert.deepEqual(reopened.getHeader().title, {
+    text: "Fix the parser",
+    source: "user",
+    messageIndices: [0],
+  });
+  const file = reopened.getSessionFile();
+  await reopened.close();
+  const writer = await store.open(session.getSessionPath());
+  const named = (field: string) => (error: unknown) => {
+    assert.ok(error instanceof SessionError, String(error));
+    assert.equal(error.file, file, String(error));
+    const where = error instanceof InvalidArgumentError
+      ? error.argument
+      : (error as SessionFormatError).path;
+    assert.ok(where?.startsWith(field), `${where} for ${field}`);
+    return true;
+  };
+  await assert.rejects(writer.setPinned("yes" as never), named("pinned"));
+  await assert.rejects(writer.markRead(-1), named("messageCount"));
+  await assert.rejects(writer.setTitle({ ...title, text: "" }), named("header.title"));
+  await assert.rejects(
+    writer.setTitle({ text: "x", source: "user", messageIndices: [], f: () => 1 } as never),
+    named("header.title"),
+  );
+  await assert.rejects(writer.setModel({ provider: "p", id: 1 } as never), named("header.model"));
+  await assert.rejects(writer.setPermissionPreset("root" as never), named("preset"));
+  await writer.close();
 });
 
 test("getHeader() derives a fallback title without writing it", async () => {

@@ -8,7 +8,12 @@ import { NotFound } from "../port/errors.ts";
 import { basename, dirname, isAbsolute, join, normalize, resolve } from "../port/path.ts";
 import { InvalidArgumentError, SessionFormatError, SessionNotFoundError } from "../loop/errors.ts";
 import { SessionStore } from "../loop/store.ts";
-import { findSessions, type ListFailure, type SessionInfo } from "../loop/discovery.ts";
+import {
+  comparePinnedFirst,
+  findSessions,
+  type ListFailure,
+  type SessionInfo,
+} from "../loop/discovery.ts";
 import { entryKind } from "../port/durable.ts";
 import { META_FILE } from "../loop/storage.ts";
 import { salvageSession, type VerifyReport, verifySession } from "../loop/verify.ts";
@@ -37,7 +42,7 @@ export const SESSIONS_HELP: Readonly<Record<string, string>> = {
   list:
     `Usage: loop-sessions sessions list [--cwd DIR | --dir COLLECTION | --all-workspaces] [--fast] [--json]
 
-Lists sessions, newest activity first (pinned first). --fast reads only meta.json and index.json
+Lists sessions: pinned first (latest pin first), then newest activity first. --fast reads only meta.json and index.json
 (the mode for pickers); without it every history is validated. Default: the sessions of the
 current directory's workspace.`,
   show: `Usage: loop-sessions sessions show <id|path> [--json]
@@ -473,17 +478,9 @@ async function list(io: CliIo, flags: StoreFlags, args: readonly string[]): Prom
       ),
     );
   }
-  sessions.sort((
-    a,
-    b,
-  ) => (a.pinned !== b.pinned
-    ? (a.pinned ? -1 : 1)
-    : a.updatedAt < b.updatedAt
-    ? 1
-    : a.updatedAt > b.updatedAt
-    ? -1
-    : 0)
-  );
+  // The library's order, also across collections: pinned first (latest pin first), then newest
+  // activity first, then id.
+  sessions.sort(comparePinnedFirst);
   if (json) printJson(io, { sessions, failures });
   else {
     if (sessions.length === 0) io.out("No sessions found.\n");

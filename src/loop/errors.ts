@@ -183,9 +183,9 @@ export class SessionCwdError extends SessionError {
 export class InvalidArgumentError extends SessionError {
   /** The name of the argument. */
   readonly argument: string;
-  /** Creates an invalid-argument error for `argument`. */
-  constructor(argument: string, message: string) {
-    super(message);
+  /** Creates an invalid-argument error for `argument` (of the file `options.file`, when any). */
+  constructor(argument: string, message: string, options: SessionErrorOptions = {}) {
+    super(message, options);
     this.argument = argument;
   }
 }

@@ -51,6 +51,7 @@ import {
   MessageValidator,
   type ModelRef,
   parseModelRef,
+  parseSessionHeader,
   parseSessionTitle,
   type PermissionPreset,
   type PromptTiming,
@@ -414,9 +415,12 @@ export class SessionManager {
    * message. The header is copied: the caller may change its object and arrays afterwards.
    */
   static createDraft(init: SessionManagerInit, header: SessionHeader): SessionManager {
+    // Checked as a load checks it, so the first save never writes what an open would refuse.
+    const copy = copyOf(header, "header", join(init.dir, META_FILE));
+    parseSessionHeader(copy, { file: join(init.dir, META_FILE) });
     return new SessionManager(init, {
       meta: undefined,
-      header: structuredClone(header),
+      header: copy,
       arrays: { messages: [], roles: [], offsets: [0], rounds: [] },
       count: 0,
       roundCount: 0,
@@ -1654,7 +1658,9 @@ export class SessionManager {
   setPinned(pinned: boolean): Promise<string | undefined> {
     if (typeof pinned !== "boolean") {
       return Promise.reject(
-        new InvalidArgumentError("pinned", `Invalid pinned state: ${String(pinned)}`),
+        new InvalidArgumentError("pinned", `Invalid pinned state: ${String(pinned)}`, {
+          file: this.#metaFile,
+        }),
       );
     }
     const at = this.#context.now();
@@ -1678,6 +1684,7 @@ export class SessionManager {
         new InvalidArgumentError(
           "messageCount",
           `Invalid read message count: ${String(messageCount)}`,
+          { file: this.#metaFile },
         ),
       );
     }
@@ -1699,14 +1706,18 @@ export class SessionManager {
   setTitle(title: SessionTitle | undefined): Promise<void> {
     let parsed: SessionTitle | undefined;
     try {
-      parsed = title === undefined ? undefined : parseSessionTitle(title, { path: "title" });
+      // Copied when the call is made, then checked: what is checked is what is written.
+      parsed = title === undefined ? undefined : parseSessionTitle(
+        copyOf(title, "header.title", this.#metaFile),
+        { file: this.#metaFile, path: "header.title" },
+      );
     } catch (error) {
       return Promise.reject(error);
     }
     return this.#write("setTitle", async () => {
       const header: Record<string, unknown> = { ...this.#committed.header };
       if (parsed === undefined) delete header.title;
-      else header.title = clone(parsed);
+      else header.title = parsed;
       await this.#publishHeader(header as unknown as SessionHeader);
     });
   }
@@ -1715,7 +1726,7 @@ export class SessionManager {
   setModel(model: ModelRef): Promise<void> {
     let parsed: ModelRef;
     try {
-      parsed = parseModelRef(model, { path: "model" });
+      parsed = parseModelRef(model, { file: this.#metaFile, path: "header.model" });
     } catch (error) {
       return Promise.reject(error);
     }
@@ -1736,7 +1747,9 @@ export class SessionManager {
   setPermissionPreset(preset: PermissionPreset): Promise<void> {
     if (!isPermissionPreset(preset)) {
       return Promise.reject(
-        new InvalidArgumentError("preset", `Invalid permission preset: ${JSON.stringify(preset)}`),
+        new InvalidArgumentError("preset", `Invalid permission preset: ${JSON.stringify(preset)}`, {
+          file: this.#metaFile,
+        }),
       );
     }
     const at = this.#context.now();
@@ -2061,6 +2074,18 @@ export function pageBounds(
 }
 
 /** The error for a history argument that is not an array. */
+/**
+ * A structured clone of `value`, a caller's argument the manager keeps; a value that cannot be
+ * cloned (a function inside it, say) is a `SessionFormatError` naming `path` of `file`.
+ */
+function copyOf<T>(value: T, path: string, file: string): T {
+  try {
+    return structuredClone(value);
+  } catch (error) {
+    throw new SessionFormatError(`Invalid ${path}: not plain data`, { file, path, cause: error });
+  }
+}
+
 function notAnArray(messages: unknown, file: string): SessionFormatError {
   return new SessionFormatError("Invalid session messages: expected an array", {
     file,
