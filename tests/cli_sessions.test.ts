@@ -1,0 +1,63 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs } from "../adapters/memory.ts";
+import { runSessions } from "../src/cli/sessions.ts";
+import type { CliIo } from "../src/cli/output.ts";
+import { portableSha256 } from "../src/port/sha256.ts";
+import { SessionStore } from "../src/loop/store.ts";
+import { conversation } from "./_fixtures.ts";
+
+const CWD = "/work/project";
+const AGENT = "/home/user/.loop";
+
+/** Runs `sessions args` on `fs` at time `now`; returns its exit code and stdout. */
+async function sessions(
+  fs: MemoryFs,
+  now: number,
+  args: string[],
+): Promise<{ code: number; out: string }> {
+  let out = "";
+  const io: CliIo = {
+    fs,
+    sha256: portableSha256,
+    out: (text) => {
+      out += text;
+    },
+    err: () => undefined,
+    errIsTerminal: false,
+    env: () => undefined,
+    cwd: CWD,
+    now: () => now,
+  };
+  return { code: await runSessions(io, args, AGENT), out };
+}
+
+test("sessions list orders pinned sessions by latest pin, then the rest by newest activity", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const clock = { t: Date.parse("2026-03-01T00:00:00Z") };
+  const store = new SessionStore({ fs, agentDir: AGENT, now: () => clock.t });
+  const ids: Record<string, string> = {};
+  for (const name of ["a", "b", "c"]) {
+    clock.t += 60_000;
+    const session = await store.create(CWD);
+    await session.commit(conversation(1, name));
+    await session.close();
+    ids[name] = session.id;
+  }
+  // a is pinned after b, but b was active later; c is unpinned and the most recent.
+  for (const name of ["b", "a"]) {
+    clock.t += 60_000;
+    const opened = await store.open((await store.list(CWD)).find((s) => s.id === ids[name])!.path);
+    await opened.setPinned(true);
+    await opened.close();
+  }
+  const listed = await sessions(fs, clock.t, ["list", "--json"]);
+  assert.equal(listed.code, 0);
+  const order = JSON.parse(listed.out).sessions.map((s: { id: string }) => s.id);
+  assert.deepEqual(order, [ids.a, ids.b, ids.c]);
+  assert.deepEqual(
+    order,
+    (await store.list(CWD, undefined, { pinnedFirst: true })).map((s) => s.id),
+  );
+});
