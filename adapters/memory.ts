@@ -5,12 +5,14 @@
  * ## The crash model
  *
  * - Every file keeps its live bytes and its durable bytes. `FileHandle.sync()` makes the live
- *   bytes durable (data only). Closing syncs nothing.
+ *   bytes durable, and the file's mode. Closing syncs nothing.
  * - Every change of a directory entry (create, mkdir, symlink, remove, rename) and every chmod is
- *   appended to one ordered metadata journal. `syncDir(dir)` commits the journal up to and
- *   including the last operation that touched `dir` (a rename touches both parents; a chmod of a
- *   directory touches that directory). Nothing else commits metadata: a file's `sync()` does not
- *   make its directory entry durable.
+ *   appended to one ordered metadata journal. `syncDir(dir)` commits the operations that touched
+ *   `dir` (a rename touches both parents; a chmod of a directory touches that directory) and,
+ *   transitively, the earlier operations that touched a directory one of those touched, as POSIX
+ *   promises of fsync on a directory: nothing about other directories, so a new directory's own
+ *   entry needs its parent synced. Nothing else commits metadata: a file's `sync()` does not make
+ *   its directory entry durable.
  * - `crash(seed)` builds a new filesystem from the durable state: the committed journal, plus a
  *   further prefix of the uncommitted operations chosen by the seed (the journal may commit more
  *   on its own). Each surviving file gets its durable bytes; when its live bytes extend them, the
@@ -334,7 +336,7 @@ export class MemoryFs implements FileSystem {
 
   /** Makes everything durable at once: commits the whole journal and syncs every linked file. */
   syncAll(): void {
-    this.#commit(this.#seq);
+    this.#commitOps(new Set(this.#journal));
     const visit = (dir: DirNode): void => {
       for (const child of dir.entries.values()) {
         if (child.kind === "file") child.sync();
@@ -458,6 +460,7 @@ export class MemoryFs implements FileSystem {
         append,
         enter: (op) => this.#enter(op, path),
         now: this.#options.now,
+        syncMode: () => this.#commitMode(node),
       });
     });
   }
@@ -508,6 +511,7 @@ export class MemoryFs implements FileSystem {
         append,
         enter: (op) => this.#enter(op, path),
         now: this.#options.now,
+        syncMode: () => this.#commitMode(node),
       });
       return { handle, info: infoOf(node) };
     });
@@ -685,13 +689,12 @@ export class MemoryFs implements FileSystem {
   }
 
   /**
-   * Commits the metadata journal up to the last operation that touched the directory (following
-   * a symlink to it). `NotADirectory` on a file.
+   * Commits the journal operations that touched the directory (following a symlink to it), with
+   * every earlier operation they depend on (see the module doc). `NotADirectory` on a file.
    */
   syncDir(path: string): Promise<void> {
     return this.#run("syncDir", path, () => {
-      const dir = this.#existingDir("syncDir", path);
-      this.#commit(dir.lastTouch);
+      this.#commitDir(this.#existingDir("syncDir", path));
     });
   }
 
@@ -746,15 +749,34 @@ export class MemoryFs implements FileSystem {
     for (const dir of touchedBy(entry)) dir.lastTouch = entry.seq;
   }
 
-  /** Commits every journal operation with a sequence number up to `seq`. */
-  #commit(seq: number): void {
-    let count = 0;
-    for (const op of this.#journal) {
-      if (op.seq > seq) break;
-      replay(COMMITTED, op);
-      count++;
+  /**
+   * Commits, in journal order, the operations that touched `dir` and, transitively, every earlier
+   * operation that touched a directory one of them touched (a directory's entries change in order:
+   * a rename out of a directory never becomes durable before the create it moves).
+   */
+  #commitDir(dir: DirNode): void {
+    const dirs = new Set<DirNode>([dir]);
+    const chosen = new Set<JournalOp>();
+    for (let i = this.#journal.length - 1; i >= 0; i--) {
+      const op = this.#journal[i] as JournalOp;
+      const touched = touchedBy(op);
+      if (!touched.some((d) => dirs.has(d))) continue;
+      chosen.add(op);
+      for (const d of touched) dirs.add(d);
     }
-    if (count > 0) this.#journal.splice(0, count);
+    this.#commitOps(chosen);
+  }
+
+  /** Commits the chmod operations of the file `node` (a file's fsync makes its mode durable). */
+  #commitMode(node: FileNode): void {
+    this.#commitOps(new Set(this.#journal.filter((op) => op.type === "chmod" && op.node === node)));
+  }
+
+  /** Replays `ops` (journal operations) onto the committed namespace, in order, and drops them. */
+  #commitOps(ops: ReadonlySet<JournalOp>): void {
+    if (ops.size === 0) return;
+    for (const op of this.#journal) if (ops.has(op)) replay(COMMITTED, op);
+    this.#journal = this.#journal.filter((op) => !ops.has(op));
   }
 
   /** Links a new node into `parent` and journals it. */
@@ -919,6 +941,8 @@ interface HandleInit {
   readonly append: boolean;
   readonly enter: (op: MemoryOperation) => void;
   readonly now: () => number;
+  /** Commits the file's journaled mode changes (part of its fsync). */
+  readonly syncMode: () => void;
 }
 
 /** An open file of a `MemoryFs`; keeps working on its inode after the entry is removed. */
@@ -963,6 +987,7 @@ class MemoryFileHandle implements FileHandle {
   sync(): Promise<void> {
     return this.#run("sync", () => {
       this.#init.node.sync();
+      this.#init.syncMode();
     });
   }
 

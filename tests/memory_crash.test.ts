@@ -8,7 +8,13 @@ import {
   type TailMode,
 } from "../adapters/memory.ts";
 import { FsIoError, NotFound, PermissionDenied } from "../src/port/errors.ts";
-import { atomicReplace, beginReplace, durableAppend, stageReplace } from "../src/port/durable.ts";
+import {
+  atomicReplace,
+  beginReplace,
+  durableAppend,
+  ensurePrivateDir,
+  stageReplace,
+} from "../src/port/durable.ts";
 import { dirname } from "../src/port/path.ts";
 import type { FileSystem } from "../src/port/fs.ts";
 
@@ -112,7 +118,7 @@ test("a rename without a directory sync may be lost, and syncing either parent k
   }
 });
 
-test("syncDir() commits the journal prefix up to the directory's last operation, not beyond", async () => {
+test("syncDir() commits that directory's operations, not another directory's", async () => {
   const fs = new MemoryFs();
   await fs.mkdir("/a");
   await fs.mkdir("/b");
@@ -121,9 +127,22 @@ test("syncDir() commits the journal prefix up to the directory's last operation,
   await fs.writeFile("/b/second", bytes(""));
   await fs.writeFile("/a/third", bytes(""));
   await fs.syncDir("/b");
-  assert.deepEqual(Object.keys(durableState(fs)), ["a", "a/first", "b", "b/second"]);
+  assert.deepEqual(Object.keys(durableState(fs)), ["a", "b", "b/second"]);
   await fs.syncDir("/a");
   assert.deepEqual(Object.keys(durableState(fs)), ["a", "a/first", "a/third", "b", "b/second"]);
+});
+
+test("syncDir() commits what its operations depend on: a rename brings the create it moves", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/a");
+  await fs.mkdir("/b");
+  fs.syncAll();
+  await fs.writeFile("/a/moved", bytes("m"));
+  await fs.writeFile("/a/other", bytes("o"));
+  await fs.rename("/a/moved", "/b/moved");
+  await fs.syncDir("/b");
+  // The rename touched /a too, so /a's earlier operations are in order before it.
+  assert.deepEqual(Object.keys(durableState(fs)), ["a", "a/other", "b", "b/moved"]);
 });
 
 test("a new directory's entries need the parent synced too: syncing the directory alone is not enough", async () => {
@@ -133,7 +152,9 @@ test("a new directory's entries need the parent synced too: syncing the director
   assert.deepEqual(durableState(fs), {});
   await fs.writeFile("/dir/f", bytes(""));
   await fs.syncDir("/dir");
-  // The ordered journal committed the mkdir because it came before the create.
+  // The create is durable in /dir, but /dir's own entry is not: nothing is reachable.
+  assert.deepEqual(durableState(fs), {});
+  await fs.syncDir("/");
   assert.deepEqual(Object.keys(durableState(fs)), ["dir", "dir/f"]);
 });
 
@@ -144,8 +165,12 @@ test("chmod() is journaled: an uncommitted mode change is lost, a committed one 
   await fs.chmod("/f", 0o600);
   assert.equal((await fs.crash({ extraJournal: "none" }).stat("/f")).mode, 0o644);
   assert.equal((await fs.crash({ extraJournal: "all" }).stat("/f")).mode, 0o600);
-  await fs.mkdir("/later");
+  // A directory's sync does not cover a file's inode; the file's own fsync does.
   await fs.syncDir("/");
+  assert.equal((await fs.crash({ extraJournal: "none" }).stat("/f")).mode, 0o644);
+  const handle = await fs.open("/f", { write: true });
+  await handle.sync();
+  await handle.close();
   assert.equal((await fs.crash({ extraJournal: "none" }).stat("/f")).mode, 0o600);
 });
 
@@ -341,6 +366,7 @@ test("syncAll() makes the whole live state durable", async () => {
 test("clone() is independent of the original in live state, durable state and journal", async () => {
   const fs = new MemoryFs();
   await fs.mkdir("/d");
+  await fs.syncDir("/");
   await append(fs, "/d/f", bytes("synced"), true);
   await fs.syncDir("/d");
   await append(fs, "/d/f", bytes("+tail"), false);
@@ -676,6 +702,48 @@ test("durableAppend() retries a failed directory sync on its filesystem, whateve
   await durableAppend(fs, "/d/log", bytes("2\n"));
   const recovered = fs.crash({ seed: 0, extraJournal: "none", tailMode: "none" });
   assert.deepEqual(await readOrNothing(recovered, "/d/log"), bytes("1\n2\n"));
+});
+
+test("durableAppend() after another process created the file and died before syncing its entry survives power loss", async () => {
+  const baseline = new MemoryFs();
+  await baseline.mkdir("/d");
+  baseline.syncAll();
+  for (let n = 0;; n++) {
+    const fs = baseline.clone();
+    // The first process: creates the file and dies at operation n (the kernel keeps its work).
+    fs.crashAfter(n);
+    let finished = false;
+    try {
+      await durableAppend(fs, "/d/events.jsonl", bytes("first\n"), { lines: true });
+      finished = true;
+    } catch (error) {
+      if (!(error instanceof SimulatedCrash)) throw error;
+    }
+    fs.clearFaults();
+    // The next process appends; its append resolved, so a power loss must keep it.
+    const next = fs.clone();
+    await durableAppend(next, "/d/events.jsonl", bytes("second\n"), { lines: true });
+    for (const seed of [0, 1, 2]) {
+      const recovered = next.crash({ seed, extraJournal: "none", tailMode: "none" });
+      const text = new TextDecoder().decode(await recovered.readFile("/d/events.jsonl"));
+      assert.ok(text.endsWith("second\n"), `n=${n} seed=${seed}: ${JSON.stringify(text)}`);
+    }
+    if (finished) break;
+  }
+});
+
+test("ensurePrivateDir() of a directory another process created and never synced makes it durable", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/data");
+  fs.syncAll();
+  // Another process created the directory and died before syncing /data.
+  await fs.mkdir("/data/collection", { mode: 0o700 });
+  // This process (a fresh view: it knows nothing of that directory) relies on it.
+  const next = fs.clone();
+  await ensurePrivateDir(next, "/data/collection");
+  await atomicReplace(next, "/data/collection/meta.json", bytes("saved"));
+  const recovered = next.crash({ seed: 0, extraJournal: "none", tailMode: "none" });
+  assert.deepEqual(await readOrNothing(recovered, "/data/collection/meta.json"), bytes("saved"));
 });
 
 test("beginReplace() creates the temp file at once; discard before stage closes and removes it", async () => {

@@ -252,32 +252,32 @@ export async function ensurePrivateDir(
 }
 
 /**
- * Directories created here whose entry in their parent is not known to be durable (the parent's
- * fsync failed), per filesystem: whoever ensures one next syncs the parent, so a save resolved
- * after a retry never rests on an entry a power loss can take away.
+ * Directories whose entry in their parent this process has made durable (it synced the parent
+ * after creating or finding the directory), per filesystem. A directory found existing is not
+ * taken as durable: the process that created it may have died before syncing its parent, so the
+ * first process to rely on it syncs the parent once. One that a failed sync left out is synced by
+ * whoever ensures it next, so a save resolved after a retry never rests on an entry a power loss
+ * can take away.
  */
-const undurableDirs = new WeakMap<FileSystem, Set<string>>();
+const durableDirs = new WeakMap<FileSystem, Set<string>>();
 
-/** Makes the new directory `path` durable in its parent under `"full"` durability. */
+/** Makes the directory `path` durable in its parent under `"full"` durability. */
 async function syncNewDir(fs: FileSystem, path: string, durability: Durability): Promise<void> {
-  let pending = undurableDirs.get(fs);
-  if (durability !== "full") {
-    pending?.delete(path); // nothing is synced in this mode
-    return;
-  }
-  if (pending === undefined) undurableDirs.set(fs, pending = new Set());
-  pending.add(path);
+  if (durability !== "full") return; // nothing is synced in this mode
+  let known = durableDirs.get(fs);
+  if (known === undefined) durableDirs.set(fs, known = new Set());
+  known.delete(path);
   await fs.syncDir(dirname(path));
-  pending.delete(path);
+  known.add(path);
 }
 
-/** Syncs the parent of `path` when an earlier creation of it could not. */
+/** Syncs the parent of the existing directory `path` unless this process already did. */
 async function syncIfUndurable(
   fs: FileSystem,
   path: string,
   durability: Durability,
 ): Promise<void> {
-  if (durability !== "full" || undurableDirs.get(fs)?.has(path) !== true) return;
+  if (durability !== "full" || durableDirs.get(fs)?.has(path) === true) return;
   await syncNewDir(fs, path, durability);
 }
 
@@ -351,8 +351,8 @@ export interface DurableAppendOptions {
 }
 
 /**
- * Appends `data` to `path` (creating it with a private mode) and fsyncs it; when the file was
- * created, its directory entry is fsynced too. One write per call, so a record is appended whole
+ * Appends `data` to `path` (creating it with a private mode) and fsyncs it; the first append of
+ * this process to a file (and one after a failed directory sync) fsyncs its directory entry too. One write per call, so a record is appended whole
  * or, after a crash, as a torn last line that tolerant readers skip (with `lines`, the next
  * append never joins that torn line).
  */
@@ -363,7 +363,6 @@ export async function durableAppend(
   options: DurableAppendOptions = {},
 ): Promise<void> {
   const durability = options.durability ?? "full";
-  const undurable = undurableEntriesOf(fs);
   let created = false;
   let handle;
   try {
@@ -383,9 +382,6 @@ export async function durableAppend(
       if (!(createError instanceof AlreadyExists)) throw createError;
       handle = await fs.open(path, { append: true });
     }
-    // Until its directory is synced, the new file's entry may not survive a crash: whichever
-    // append gets there first (this one, or the next after a failure) syncs it.
-    undurable.add(path);
   }
   try {
     let bytes = data;
@@ -402,30 +398,23 @@ export async function durableAppend(
   } finally {
     await handle.close();
   }
-  if (durability !== "full") {
-    if (created) undurable.delete(path); // nothing is synced in this mode
-    return;
-  }
-  if (!undurable.has(path)) return;
-  // On failure the entry stays pending: the next append to the file syncs the directory.
+  if (durability !== "full") return; // nothing is synced in this mode
+  // The file's entry in its directory is durable once this process synced the directory after
+  // seeing the file: a file found existing may have been created by a process that died before
+  // syncing it. On failure the next append to the file syncs the directory again.
+  let known = durableEntries.get(fs);
+  if (known === undefined) durableEntries.set(fs, known = new Set());
+  if (created) known.delete(path);
+  if (known.has(path)) return;
   await fs.syncDir(dirname(path));
-  undurable.delete(path);
+  known.add(path);
 }
 
 /**
- * Files created by `durableAppend` whose directory entry may not be durable yet, per filesystem
- * (the same path on another filesystem is another file).
+ * Files appended to by `durableAppend` whose directory entry this process has made durable, per
+ * filesystem (the same path on another filesystem is another file).
  */
-const undurableEntries = new WeakMap<FileSystem, Set<string>>();
-
-function undurableEntriesOf(fs: FileSystem): Set<string> {
-  let entries = undurableEntries.get(fs);
-  if (entries === undefined) {
-    entries = new Set();
-    undurableEntries.set(fs, entries);
-  }
-  return entries;
-}
+const durableEntries = new WeakMap<FileSystem, Set<string>>();
 
 const NEWLINE = 0x0a;
 
