@@ -480,7 +480,10 @@ export const denoSha256: Sha256Factory = nodeSha256;
  * `Deno.hostname()` (needs `--allow-sys=hostname`), and liveness by signal 0 through
  * `node:process` (Deno's own `Deno.kill` has no signal 0): EPERM means alive but not ours, ESRCH
  * means gone. Signalling needs `--allow-run`; without it every pid is taken as alive, so a lock a
- * dead process left is refused (`SessionLockedError`) instead of taken over.
+ * dead process left is refused (`SessionLockedError`) instead of taken over. On Linux the process
+ * instance (`processStart`) is read from `/proc/<pid>/stat`, which Deno allows only under `-A`;
+ * without it the probe knows no instances, and a lock naming this pid that this library copy did
+ * not take is taken as an earlier process's leftover, so worker threads do not refuse each other.
  *
  * @returns A probe of this process and host.
  */
