@@ -2,28 +2,15 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
 import { runPruneRaw } from "../src/cli/layout.ts";
-import type { CliIo } from "../src/cli/output.ts";
-import { portableSha256 } from "../src/port/sha256.ts";
+import { memoryIo } from "./_cli_io.ts";
 import { createAttemptArtifacts } from "../layout.ts";
 import { newRepo, newRoot } from "./layout_fixtures.ts";
 
 /** Runs `prune-raw args` in `/repo` of `fs`; returns its exit code and its last output line. */
 async function pruneRaw(fs: MemoryFs, args: string[]): Promise<{ code: number; summary: string }> {
-  let out = "";
-  const io: CliIo = {
-    fs,
-    sha256: portableSha256,
-    out: (text) => {
-      out += text;
-    },
-    err: () => undefined,
-    errIsTerminal: false,
-    env: () => undefined,
-    cwd: "/repo",
-    now: () => Date.parse("2026-12-01T00:00:00Z"),
-  };
+  const { io, out } = memoryIo(fs, "/repo", Date.parse("2026-12-01T00:00:00Z"));
   const code = await runPruneRaw(io, args);
-  return { code, summary: out.trim().split("\n").at(-1) ?? "" };
+  return { code, summary: out().trim().split("\n").at(-1) ?? "" };
 }
 
 test("prune-raw counts an interrupted prune's leftovers as what they were, by where they lie", async () => {

@@ -2,8 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { runSessions } from "../src/cli/sessions.ts";
-import type { CliIo } from "../src/cli/output.ts";
-import { portableSha256 } from "../src/port/sha256.ts";
+import { memoryIo } from "./_cli_io.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import { conversation } from "./_fixtures.ts";
 
@@ -16,20 +15,8 @@ async function sessions(
   now: number,
   args: string[],
 ): Promise<{ code: number; out: string }> {
-  let out = "";
-  const io: CliIo = {
-    fs,
-    sha256: portableSha256,
-    out: (text) => {
-      out += text;
-    },
-    err: () => undefined,
-    errIsTerminal: false,
-    env: () => undefined,
-    cwd: CWD,
-    now: () => now,
-  };
-  return { code: await runSessions(io, args, AGENT), out };
+  const { io, out } = memoryIo(fs, CWD, now);
+  return { code: await runSessions(io, args, AGENT), out: out() };
 }
 
 test("sessions list orders pinned sessions by latest pin, then the rest by newest activity", async () => {

@@ -134,14 +134,13 @@ test("observeHandoff tells valid, invalid and non-monotonic handoffs apart", asy
   );
 });
 
-test("a provenance-only re-stamp by the current attempt keeps the handoff valid", async () => {
-  const { fs, paths, goal } = await setup();
-  const stored = handoffAt(goal, 4, { producer: { workflow_id: "outer", attempt_id: "a20" } });
-  await writeJson(fs, paths.handoffJson, stored);
-  const storedSha256 = sha256Ref(await fs.readFile(paths.handoffJson));
-  const restamped = handoffAt(goal, 4, { updated_at: "2026-04-19T16:00:00Z" });
-  await writeJson(fs, paths.handoffJson, restamped);
-  const expect: HandoffExpectation = {
+/** What attempt a26 expects of the root's handoff, stored at revision 4 by attempt a20. */
+function restampExpectation(
+  goal: string,
+  stored: Handoff,
+  storedSha256: string,
+): HandoffExpectation {
+  return {
     sessionId: ROOT_ID,
     goalSha256: goal,
     storedRevision: 4,
@@ -150,6 +149,15 @@ test("a provenance-only re-stamp by the current attempt keeps the handoff valid"
     currentAttemptId: "a26",
     knownAttemptIds: ["a20"],
   };
+}
+test("a provenance-only re-stamp by the current attempt keeps the handoff valid", async () => {
+  const { fs, paths, goal } = await setup();
+  const stored = handoffAt(goal, 4, { producer: { workflow_id: "outer", attempt_id: "a20" } });
+  await writeJson(fs, paths.handoffJson, stored);
+  const storedSha256 = sha256Ref(await fs.readFile(paths.handoffJson));
+  const restamped = handoffAt(goal, 4, { updated_at: "2026-04-19T16:00:00Z" });
+  await writeJson(fs, paths.handoffJson, restamped);
+  const expect = restampExpectation(goal, stored, storedSha256);
   assert.equal((await observeHandoff(fs, paths, expect)).status, "valid");
   // A changed summary at the same revision is not a re-stamp.
   await writeJson(fs, paths.handoffJson, { ...restamped, summary: "rewritten" });
@@ -327,15 +335,7 @@ test("a re-stamp is judged by the instant of updated_at, fractional seconds incl
     await writeJson(fs, paths.handoffJson, stored);
     const storedSha256 = sha256Ref(await fs.readFile(paths.handoffJson));
     await writeJson(fs, paths.handoffJson, handoffAt(goal, 4, { updated_at: restampedAt }));
-    return (await observeHandoff(fs, paths, {
-      sessionId: ROOT_ID,
-      goalSha256: goal,
-      storedRevision: 4,
-      storedSha256,
-      storedHandoff: parseHandoff(stored, "stored"),
-      currentAttemptId: "a26",
-      knownAttemptIds: ["a20"],
-    })).status;
+    return (await observeHandoff(fs, paths, restampExpectation(goal, stored, storedSha256))).status;
   };
   // 500 ms later ("Z" sorts after "." as text, so a string comparison called it earlier).
   assert.equal(await observeAt("2026-04-19T15:00:00Z", "2026-04-19T15:00:00.500Z"), "valid");
