@@ -4,7 +4,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
-import { AlreadyExists } from "../src/port/errors.ts";
+import { AlreadyExists, NotFound } from "../src/port/errors.ts";
+import { confined } from "../src/layout/no_links.ts";
 import {
   createAttemptArtifacts,
   createChildSession,
@@ -212,4 +213,20 @@ test("a request with an unsafe id is refused as a record error naming request_id
       JSON.stringify(bad),
     );
   }
+});
+
+test("a path below a planted link spelled with .. or a trailing slash is checked as it is used", async () => {
+  const { fs, root } = await setup();
+  await fs.writeFile("/outside/secret.json", encoder.encode('{"secret":true}'));
+  await fs.mkdir("/outside/sub");
+  await fs.writeFile("/outside/victim", encoder.encode("keep"));
+  await fs.symlink("/outside/sub", `${root.dir}/L`);
+  const view = confined(fs, root.dir);
+  // What `..` names is the checked, normalized path inside the tree, never the link's parent.
+  await assert.rejects(view.readFile(`${root.dir}/L/../secret.json`), NotFound);
+  await assert.rejects(view.remove(`${root.dir}/L/../victim`, { recursive: true }), NotFound);
+  assert.equal(new TextDecoder().decode(await fs.readFile("/outside/victim")), "keep");
+  // A trailing slash does not make the link followed: it is inspected as a link.
+  assert.equal((await view.lstat(`${root.dir}/L/`)).kind, "symlink");
+  await assert.rejects(view.readDir(`${root.dir}/L/`), TopologyError);
 });

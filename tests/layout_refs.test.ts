@@ -67,6 +67,8 @@ test("the grammar refuses traversal, absolute paths, NUL, empty segments and lon
     "session:/a\u0000b",
     "session:/a\\b",
     "session:/a\nb",
+    "session:/a\u009b31mb",
+    "session:/a\u0085b",
     "session:/a:/b",
     "no-marker",
     `session:/${"a".repeat(256)}`,

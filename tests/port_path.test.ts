@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { basename, dirname, join, normalize } from "../src/port/path.ts";
+import { basename, dirname, join, normalize, relativeWithin } from "../src/port/path.ts";
 
 /** The segment-by-segment algorithm, applied to every path (the reference for the fast path). */
 function reference(path: string): string {
@@ -22,7 +22,21 @@ function reference(path: string): string {
 }
 
 test("normalize() agrees with the segment-by-segment algorithm on any path", () => {
-  const segment = fc.constantFrom("a", "b.c", ".", "..", "", "...", ".hidden", "x..", "..y");
+  const segment = fc.constantFrom(
+    "a",
+    "b.c",
+    ".",
+    "..",
+    "",
+    "...",
+    ".hidden",
+    "x..",
+    "..y",
+    "line\n",
+    "\r",
+    "sep\u2028",
+    "\u2029",
+  );
   const path = fc.tuple(fc.boolean(), fc.array(segment, { maxLength: 6 }), fc.boolean()).map((
     [absolute, parts, trailing],
   ) => (absolute ? "/" : "") + parts.join("/") + (trailing ? "/" : ""));
@@ -49,4 +63,13 @@ test("normalize(), join(), dirname() and basename() on the paths the store build
   assert.equal(join("/a/", "/b"), "/a/b");
   assert.equal(dirname("/a/b/meta.json"), "/a/b");
   assert.equal(basename("/a/b/meta.json/"), "meta.json");
+});
+
+test("a name ending with a line break keeps its trailing slash trimmed like any other", () => {
+  for (const name of ["a\n", "a\r", "a\u2028", "a\u2029"]) {
+    assert.equal(normalize(`/${name}/`), `/${name}`);
+    assert.equal(dirname(`/${name}/`), "/");
+    assert.equal(basename(`/${name}/`), name);
+    assert.equal(relativeWithin(`/${name}/`, `/${name}/b`), "b");
+  }
 });

@@ -73,10 +73,15 @@ class LinkRefusingFs implements FileSystem {
   /**
    * Refuses `path` when a component below the root, up to its parent (and the path itself when
    * `last`), is a symlink. A missing component ends the check: what follows does not exist yet.
+   * Returns the spelling to use: below the root, the normalized path that was checked (a system
+   * would apply `..` after following a link, and follow a final link named with a trailing
+   * slash); elsewhere `path` as it is.
    */
-  async check(path: string, last: boolean): Promise<void> {
+  async check(path: string, last: boolean): Promise<string> {
     const relative = relativeWithin(this.root, path);
-    if (relative === undefined || relative === "") return;
+    if (relative === undefined) return path;
+    const checked = normalize(path);
+    if (relative === "") return checked;
     const segments = relative.split("/");
     const end = last ? segments.length : segments.length - 1;
     let current = this.root;
@@ -86,75 +91,77 @@ class LinkRefusingFs implements FileSystem {
       try {
         kind = (await this.inner.lstat(current)).kind;
       } catch (error) {
-        if (error instanceof NotFound) return;
+        if (error instanceof NotFound) break;
         throw error;
       }
       if (kind === "symlink") {
         throw new TopologyError(current, "A session tree may not contain a symlink");
       }
-      if (kind !== "directory") return; // the call itself reports a file used as a directory
+      if (kind !== "directory") break; // the call itself reports a file used as a directory
     }
+    return checked;
   }
 
   async open(path: string, options?: OpenOptions): Promise<FileHandle> {
-    await this.check(path, true);
+    path = await this.check(path, true);
     return await this.inner.open(path, options);
   }
   async readFile(path: string): Promise<Uint8Array> {
-    await this.check(path, true);
+    path = await this.check(path, true);
     return await this.inner.readFile(path);
   }
   async writeFile(path: string, data: Uint8Array, options?: WriteFileOptions): Promise<void> {
-    await this.check(path, true);
+    path = await this.check(path, true);
     return await this.inner.writeFile(path, data, options);
   }
   async rename(from: string, to: string): Promise<void> {
-    await this.check(from, false);
-    await this.check(to, false);
+    from = await this.check(from, false);
+    to = await this.check(to, false);
     return await this.inner.rename(from, to);
   }
   async remove(path: string, options?: RemoveOptions): Promise<void> {
-    await this.check(path, false);
+    path = await this.check(path, false);
     return await this.inner.remove(path, options);
   }
   async mkdir(path: string, options?: MkdirOptions): Promise<void> {
-    await this.check(path, true); // a link where the directory should be is named as such
+    // A link where the directory should be is named as such.
+    path = await this.check(path, true);
     return await this.inner.mkdir(path, options);
   }
   async readDir(path: string): Promise<DirEntry[]> {
-    await this.check(path, true);
+    path = await this.check(path, true);
     return await this.inner.readDir(path);
   }
   async stat(path: string): Promise<FileInfo> {
-    await this.check(path, true);
+    path = await this.check(path, true);
     return await this.inner.stat(path);
   }
   async lstat(path: string): Promise<FileInfo> {
-    await this.check(path, false);
+    path = await this.check(path, false);
     return await this.inner.lstat(path);
   }
   async realPath(path: string): Promise<string> {
-    await this.check(path, true);
+    path = await this.check(path, true);
     return await this.inner.realPath(path);
   }
   async chmod(path: string, mode: number): Promise<void> {
-    await this.check(path, true);
+    path = await this.check(path, true);
     return await this.inner.chmod(path, mode);
   }
   async symlink(target: string, path: string): Promise<void> {
-    await this.check(path, false);
+    path = await this.check(path, false);
     return await this.inner.symlink(target, path);
   }
   async readLink(path: string): Promise<string> {
-    await this.check(path, false);
+    path = await this.check(path, false);
     return await this.inner.readLink(path);
   }
   async syncDir(path: string): Promise<void> {
-    await this.check(path, true);
+    path = await this.check(path, true);
     return await this.inner.syncDir(path);
   }
   async utime(path: string, mtimeMs: number): Promise<void> {
-    await this.check(path, true);
+    path = await this.check(path, true);
     return await this.inner.utime(path, mtimeMs);
   }
   homeDir(): string | undefined {

@@ -44,8 +44,8 @@ function utf8Length(text: string): number {
 
 const IMPLICIT = new Set(["repo", "session", "root", "parent"]);
 const SAFE_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
-// deno-lint-ignore no-control-regex
-const FORBIDDEN = /[\u0000-\u001f\u007f\\]/;
+/** A control character (C0, DEL or C1: Unicode category Cc) or a backslash. */
+const FORBIDDEN = /[\p{Cc}\\]/u;
 
 /**
  * Parses a logical reference, throwing `LogicalReferenceError` (reason `grammar` or

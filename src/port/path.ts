@@ -10,7 +10,7 @@ export function isAbsolute(path: string): boolean {
 }
 
 /** A path holding any of these (`//`, a `.` or `..` segment, a trailing `/`) needs work. */
-const NEEDS_NORMALIZING = /\/\/|(?:^|\/)\.{1,2}(?:\/|$)|.\/$/;
+const NEEDS_NORMALIZING = /\/\/|(?:^|\/)\.{1,2}(?:\/|$)|[^]\/$/;
 
 /** Collapses `.`, `..`, repeated and trailing slashes. Keeps a leading `/`. */
 export function normalize(path: string): string {
