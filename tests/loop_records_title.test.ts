@@ -1,6 +1,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import fc from "fast-check";
 import {
+  FALLBACK_TITLE_MAX_BYTES,
   fallbackTitle,
   fallbackTitleOf,
   isValidTitle,
@@ -151,4 +153,41 @@ test("the fallback title is at most 96 bytes and undefined without an eligible m
   assert.equal(title.text, "word".repeat(24));
   assert.equal(fallbackTitle([assistant(), user(" ")] as unknown as Message[]), undefined);
   assert.equal(fallbackTitle([]), undefined);
+});
+
+test("the fallback title of a long message is that of its whole text, read from its start", () => {
+  // The whole text normalized, then cut: what the title is by definition.
+  const whole = (text: string): string =>
+    normalizeTitle(
+      normalizeTitle(text, FALLBACK_TITLE_MAX_BYTES).split(" ").slice(0, 8).join(" "),
+      FALLBACK_TITLE_MAX_BYTES,
+    );
+  const piece = fc.constantFrom(
+    "word",
+    "é",
+    "😀",
+    " ",
+    "\n\t ",
+    "\u200b",
+    "\u001b[31m",
+    "\u001b]8;;https://example.com/",
+    "\u0007",
+    "x".repeat(700),
+    " ".repeat(900),
+    "\u200b".repeat(1500),
+  );
+  fc.assert(
+    fc.property(fc.array(piece, { maxLength: 60 }), fc.nat(5000), (pieces, pad) => {
+      const text = " ".repeat(pad % 7) + pieces.join("") + "tail ".repeat(pad % 1100);
+      const title = fallbackTitleOf({ index: 0, text });
+      assert.equal(title.text, whole(text), JSON.stringify(text.slice(0, 200)));
+    }),
+    { numRuns: 400 },
+  );
+  // A message of megabytes is titled from its start.
+  const huge = "Fix the flaky login test " + "and more ".repeat(2_000_000);
+  assert.equal(
+    fallbackTitleOf({ index: 0, text: huge }).text,
+    "Fix the flaky login test and more and",
+  );
 });

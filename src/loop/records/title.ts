@@ -213,12 +213,34 @@ export function titleInputs(messages: readonly Message[]): TitleInput[] {
   return inputs;
 }
 
+/** How much of a long message is looked at first for its fallback title. */
+const TITLE_HEAD = 4096;
+
+/**
+ * The start of `text` that yields the same fallback title as all of it, so a message of megabytes
+ * is not normalized whole for 96 bytes of title. Without an escape character in it, normalizing
+ * is local to each character and whitespace run: the head normalizes to the start of what the
+ * whole text does, and once that start holds more bytes than a fallback title keeps, the rest
+ * cannot change them. Otherwise (an escape sequence may run past the head) the whole text.
+ */
+function titleHead(text: string): string {
+  if (text.length <= TITLE_HEAD) return text;
+  const head = text.slice(0, TITLE_HEAD);
+  if (head.includes("\u001b")) return text;
+  const clean = normalizeTitle(head, Number.POSITIVE_INFINITY);
+  let bytes = 0;
+  for (const character of clean) bytes += utf8Length(character.codePointAt(0) ?? 0);
+  // Past the bytes kept by a margin: only the head's last run of characters may normalize
+  // otherwise (a word or whitespace run the cut splits).
+  return bytes > FALLBACK_TITLE_MAX_BYTES + 16 ? head : text;
+}
+
 /**
  * The fallback title of one eligible message: its first eight words, normalized to at most 96
  * UTF-8 bytes, with source `"fallback"` and the message's index.
  */
 export function fallbackTitleOf(input: TitleInput): SessionTitle {
-  const words = normalizeTitle(input.text, FALLBACK_TITLE_MAX_BYTES)
+  const words = normalizeTitle(titleHead(input.text), FALLBACK_TITLE_MAX_BYTES)
     .split(" ")
     .slice(0, FALLBACK_TITLE_WORDS)
     .join(" ");
