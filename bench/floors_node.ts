@@ -23,7 +23,8 @@ async function syncDirectory(path: string): Promise<void> {
   }
 }
 
-async function replace(path: string, data: Uint8Array, durability: Durability): Promise<void> {
+/** The first half of an atomic replace: the temp file beside `path`, written (and fsynced). */
+async function stage(path: string, data: Uint8Array, durability: Durability): Promise<string> {
   const temp = floorTempName(path);
   const handle = await fsp.open(temp, "wx", 0o600);
   try {
@@ -32,8 +33,17 @@ async function replace(path: string, data: Uint8Array, durability: Durability): 
   } finally {
     await handle.close();
   }
+  return temp;
+}
+
+/** The second half: the rename over `path` (then the directory fsync). */
+async function publish(temp: string, path: string, durability: Durability): Promise<void> {
   await fsp.rename(temp, path);
   if (durability === "full") await syncDirectory(dirname(path));
+}
+
+async function replace(path: string, data: Uint8Array, durability: Durability): Promise<void> {
+  await publish(await stage(path, data, durability), path, durability);
 }
 
 /** Reads a whole file with the callback `readFile`, as the adapter does. */
@@ -68,9 +78,14 @@ export function nodeFloors(): Floors {
       const meta = join(dir, "meta.json");
       return {
         async commit(line, bytes) {
-          await log.write(line);
-          if (durability === "full") await log.sync();
-          await replace(meta, bytes, durability);
+          // The fastest schedule of these calls: the log's append (and fsync) and the temp
+          // file's writing run at once; the rename, the commit point, waits for both.
+          const appending = (async () => {
+            await log.write(line);
+            if (durability === "full") await log.sync();
+          })();
+          const [, temp] = await Promise.all([appending, stage(meta, bytes, durability)]);
+          await publish(temp, meta, durability);
         },
         close: () => log.close(),
       };
