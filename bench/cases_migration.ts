@@ -79,8 +79,9 @@ export const migrationCase: GlobalCase = {
         ...stats,
         maxRatio: undefined,
         bytes: file.length,
-        note: "ours re-serializes and validates every message; floor: read + SHA-256 + parse, " +
-          "write the 3 files in a staging dir, fsync, rename, fsync",
+        note: "ours validates every message and keeps each bare line's bytes (re-serializing " +
+          "only lines that are not bare JSON objects), writing while it reads; floor: read + " +
+          "SHA-256 + parse, then write the 3 files in a staging dir, fsync, rename, fsync",
       });
       await ctx.drop("migration", String(target));
     }

@@ -1,5 +1,5 @@
 // Migration against its floor: a ~50 MB legacy version-2 session file migrated to a version-3
-// directory (full validation, re-serialization, hashing, staged and fsynced publish), against
+// directory (full validation, each bare line's bytes kept, hashing, staged and fsynced publish), against
 // reading its bytes and writing them once (readFile, then an exclusive create, write and fsync).
 //
 //   npx deno@2.9.6 bench -A bench/migration_bench.ts
