@@ -3,8 +3,8 @@ import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { runSessions } from "../src/cli/sessions.ts";
 import { memoryIo } from "./_cli_io.ts";
-import { SessionStore } from "../src/loop/store.ts";
-import { conversation } from "./_fixtures.ts";
+import { SessionStore, workspaceHash } from "../src/loop/store.ts";
+import { conversation, legacySessionBytes } from "./_fixtures.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -47,4 +47,27 @@ test("sessions list orders pinned sessions by latest pin, then the rest by newes
     order,
     (await store.list(CWD, undefined, { pinnedFirst: true })).map((s) => s.id),
   );
+});
+
+test("migrate --dry-run reports a legacy file the migration would refuse, and writes nothing", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const collection = `${AGENT}/sessions/${workspaceHash(CWD)}`;
+  await fs.mkdir(collection, { recursive: true });
+  const good = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  const bad = "1b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  await fs.writeFile(`${collection}/${good}.jsonl`, legacySessionBytes(good, CWD, conversation(1)));
+  const torn = legacySessionBytes(bad, CWD, conversation(1));
+  await fs.writeFile(`${collection}/${bad}.jsonl`, torn.subarray(0, torn.length - 5));
+  const before = fs.snapshotTree(AGENT);
+  const dry = await sessions(fs, Date.now(), ["migrate", "--all", "--dry-run"]);
+  assert.equal(dry.code, 1);
+  assert.match(dry.out, new RegExp(`would migrate .*${good}\\.jsonl`));
+  assert.match(dry.out, new RegExp(`failed +.*${bad}\\.jsonl`));
+  assert.deepEqual(fs.snapshotTree(AGENT), before);
+  // The migration itself agrees.
+  const run = await sessions(fs, Date.now(), ["migrate", "--all"]);
+  assert.equal(run.code, 1);
+  assert.match(run.out, new RegExp(`^migrated .*${good}\\.jsonl`, "m"));
+  assert.match(run.out, new RegExp(`failed +.*${bad}\\.jsonl`));
 });

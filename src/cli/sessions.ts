@@ -59,7 +59,8 @@ Never modifies anything; points at the first bad byte and message.`,
   migrate: `Usage: loop-sessions sessions migrate (<path> | --all) [--dry-run] [--json]
 
 Migrates legacy version-2 <id>.jsonl sessions to version-3 directories. The original file is
-kept unchanged as a backup. --dry-run lists what would migrate.`,
+kept unchanged as a backup. --dry-run validates each file as the migration would and lists what
+would migrate and what would fail, writing nothing.`,
   archive: `Usage: loop-sessions sessions archive <id|path...> [--dir COLLECTION] [--json]
 
 Marks sessions archived in their collection. Touches no session file. A session is named by its
@@ -755,11 +756,14 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
   for (const [i, { path: file, published }] of files.entries()) {
     progress.update(i, files.length);
     if (dryRun) {
-      results.push({
-        path: file,
-        migratedTo: join(dirname(file), legacySessionId(basename(file)) as string),
-        alreadyMigrated: published,
-      });
+      const migratedTo = join(dirname(file), legacySessionId(basename(file)) as string);
+      try {
+        // Validated as the migration would (streamed, nothing written), so "would migrate" holds.
+        if (!published) await readLegacySession(io.fs, file);
+        results.push({ path: file, migratedTo, alreadyMigrated: published });
+      } catch (error) {
+        results.push({ path: file, alreadyMigrated: published, error: (error as Error).message });
+      }
       continue;
     }
     try {
