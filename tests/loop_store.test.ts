@@ -398,6 +398,54 @@ test("createDraft refuses a header an open would refuse, naming meta.json and th
   await assert.rejects(fs.lstat(dir), NotFound);
 });
 
+test("store options and call arguments of the wrong kind are refused with InvalidArgumentError", async () => {
+  const { fs, store } = await setup();
+  const refused = (argument: string) => (error: unknown) => {
+    assert.ok(error instanceof InvalidArgumentError, String(error));
+    assert.equal(error.argument, argument);
+    return true;
+  };
+  const options = { fs, agentDir: AGENT };
+  for (
+    const [name, value] of [
+      ["durability", "Full"],
+      ["collectionLockWaitMs", Number.NaN],
+      ["collectionLockWaitMs", -1],
+      ["now", "soon"],
+      ["sha256", "sha"],
+      ["process", 5],
+      ["sessionsDir", "/typo"],
+      ["fs", undefined],
+    ] as const
+  ) {
+    assert.throws(
+      () => new SessionStore({ ...options, [name]: value } as never),
+      refused(name),
+    );
+  }
+  assert.ok(new SessionStore({ ...options, collectionLockWaitMs: Infinity }));
+  assert.throws(() => workspaceHash(undefined as never), refused("canonicalCwd"));
+  assert.throws(() => workspaceHash("relative/dir"), refused("canonicalCwd"));
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  assert.equal(session.sessionFile, session.getSessionFile());
+  await session.close();
+  const dir = session.getSessionPath();
+  await assert.rejects(store.open(dir, { readOnly: "yes" as never }), refused("readOnly"));
+  for (const name of ["messages.jsonl", "index.json"]) {
+    await assert.rejects(store.open(`${dir}/${name}`), (error: unknown) => {
+      assert.ok(error instanceof InvalidArgumentError, String(error));
+      assert.match(error.message, /open the session directory or its meta\.json/);
+      return true;
+    });
+  }
+  await assert.rejects(store.archive.delete(CWD, [session.id], null as never), refused("options"));
+  await assert.rejects(
+    store.archive.delete(CWD, [session.id], { archivedOnly: "no" as never }),
+    refused("archivedOnly"),
+  );
+});
+
 test("invalid history is rejected before anything is written", async () => {
   const { fs, store } = await setup();
   const session = await store.create(CWD);

@@ -263,6 +263,12 @@ export class SessionArchive {
     options: DeleteOptions = {},
   ): Promise<void> {
     const selected = checkIds(ids, "Invalid session id");
+    if (typeof options !== "object" || options === null) {
+      throw new InvalidArgumentError("options", `Delete options must be an object`);
+    }
+    if (options.archivedOnly !== undefined && typeof options.archivedOnly !== "boolean") {
+      throw new InvalidArgumentError("archivedOnly", `archivedOnly must be a boolean`);
+    }
     const archivedOnly = options.archivedOnly !== false;
     const resolved = await this.#host.resolve(cwd);
     const { collection } = resolved;

@@ -636,6 +636,11 @@ export class SessionManager {
     return this.#metaFile;
   }
 
+  /** The path of meta.json (the seed's `sessionFile`; the same as `getSessionFile()`). */
+  get sessionFile(): string {
+    return this.#metaFile;
+  }
+
   /** The collection directory that holds this session's directory. */
   getSessionDir(): string {
     return this.#collectionDir;

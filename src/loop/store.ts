@@ -51,6 +51,7 @@ import { ensurePrivateDir, entryKind } from "../port/durable.ts";
 import {
   CorruptSessionError,
   InvalidArgumentError,
+  preview,
   SessionCwdError,
   type SessionError,
   SessionFormatError,
@@ -58,7 +59,7 @@ import {
 } from "./errors.ts";
 import { isSessionId, newSessionHeader } from "./records/mod.ts";
 import { checkSessionFiles, openCheckedSession, SessionManager } from "./session_manager.ts";
-import { META_FILE } from "./storage.ts";
+import { INDEX_FILE, MESSAGES_FILE, META_FILE } from "./storage.ts";
 import {
   acquireWriterLock,
   DEFAULT_COLLECTION_LOCK_WAIT_MS,
@@ -123,6 +124,46 @@ export interface SessionStoreOptions {
   readonly collectionLockWaitMs?: number;
 }
 
+const STORE_OPTIONS: ReadonlySet<string> = new Set([
+  "fs",
+  "agentDir",
+  "sessionDir",
+  "sha256",
+  "now",
+  "durability",
+  "process",
+  "collectionLockWaitMs",
+]);
+
+/** Refuses (`InvalidArgumentError`) store options that are unknown or of the wrong kind. */
+function checkStoreOptions(options: SessionStoreOptions): void {
+  const refuse = (name: string, expected: string, value: unknown): never => {
+    throw new InvalidArgumentError(name, `${name} must be ${expected}, got ${preview(value)}`);
+  };
+  if (typeof options !== "object" || options === null) refuse("options", "an object", options);
+  for (const key of Object.keys(options)) {
+    if (!STORE_OPTIONS.has(key)) refuse(key, "one of the store's options", "an unknown option");
+  }
+  const o = options as unknown as Record<string, unknown>;
+  if (typeof o.fs !== "object" || o.fs === null) refuse("fs", "a FileSystem", o.fs);
+  for (const name of ["agentDir", "sessionDir"]) {
+    if (o[name] !== undefined && typeof o[name] !== "string") refuse(name, "a path", o[name]);
+  }
+  for (const name of ["sha256", "now"]) {
+    if (o[name] !== undefined && typeof o[name] !== "function") refuse(name, "a function", o[name]);
+  }
+  if (o.durability !== undefined && o.durability !== "full" && o.durability !== "ordered") {
+    refuse("durability", '"full" or "ordered"', o.durability);
+  }
+  if (o.process !== undefined && o.process !== null && typeof o.process !== "object") {
+    refuse("process", "a ProcessProbe or null", o.process);
+  }
+  const wait = o.collectionLockWaitMs;
+  if (wait !== undefined && !(typeof wait === "number" && wait >= 0 && !Number.isNaN(wait))) {
+    refuse("collectionLockWaitMs", "a number of milliseconds, 0 or more", wait);
+  }
+}
+
 /** Options of `SessionStore.open`. */
 export interface OpenSessionOptions {
   /** Open without taking the writer slot; every write rejects. Default false. */
@@ -137,6 +178,12 @@ export function workspaceHash(
   canonicalCwd: string,
   sha256: Sha256Factory = portableSha256,
 ): string {
+  if (typeof canonicalCwd !== "string" || !isAbsolute(canonicalCwd)) {
+    throw new InvalidArgumentError(
+      "canonicalCwd",
+      `The workspace hash is of an absolute canonical path, got ${preview(canonicalCwd)}`,
+    );
+  }
   return sha256().update(new TextEncoder().encode(canonicalCwd)).digestHex().slice(0, 24);
 }
 
@@ -164,8 +211,13 @@ export class SessionStore {
   readonly #archive: SessionArchive;
   readonly #listingCache = new ListingCache();
 
-  /** Creates a store. Fails with `InvalidArgumentError` when no agent directory can be determined. */
+  /**
+   * Creates a store. Fails with `InvalidArgumentError` when no agent directory can be determined,
+   * or for an option that is unknown or of the wrong kind (a misspelled option would otherwise
+   * be ignored silently, and an unknown durability would sync nothing).
+   */
   constructor(options: SessionStoreOptions) {
+    checkStoreOptions(options);
     this.fs = options.fs;
     const home = options.fs.homeDir?.();
     const agentDir = options.agentDir ?? (home === undefined ? undefined : join(home, ".loop"));
@@ -299,9 +351,21 @@ export class SessionStore {
     if (!isAbsolute(path)) {
       throw new InvalidArgumentError("path", `Session path must be absolute: '${path}'`);
     }
+    if (options.readOnly !== undefined && typeof options.readOnly !== "boolean") {
+      throw new InvalidArgumentError(
+        "readOnly",
+        `readOnly must be a boolean, got ${preview(options.readOnly)}`,
+      );
+    }
     const normalized = normalize(path);
     const readOnly = options.readOnly === true;
     refusePrivatePath(path, normalized);
+    if (basename(normalized) === MESSAGES_FILE || basename(normalized) === INDEX_FILE) {
+      throw new InvalidArgumentError(
+        "path",
+        `'${path}' is a file of a session: open the session directory or its ${META_FILE}`,
+      );
+    }
     if (basename(normalized).endsWith(LEGACY_EXTENSION)) {
       return await this.#openLegacy(normalized, readOnly);
     }
