@@ -965,6 +965,41 @@ test("saves enforce 0700 directories and 0600 files even when they existed with 
   }
 });
 
+test("the private modes a save enforces survive a power loss, also when the save wrote no log bytes", async () => {
+  for (const save of ["setPinned", "commit"] as const) {
+    for (const process of ["same", "next"] as const) {
+      const { fs, store } = await setup();
+      const session = await store.create(CWD);
+      await session.commit(conversation(1));
+      await session.close();
+      const dir = session.getSessionPath();
+      const collection = session.getSessionDir();
+      await fs.chmod(dir, 0o755);
+      await fs.chmod(collection, 0o755);
+      for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
+        await fs.chmod(`${dir}/${name}`, 0o644);
+      }
+      fs.syncAll();
+      // The same store, or another process (a new filesystem view, a new store).
+      const live = process === "same" ? fs : fs.clone();
+      const writer = await (process === "same" ? store : new SessionStore({
+        fs: live,
+        agentDir: AGENT,
+      })).open(dir);
+      if (save === "setPinned") await writer.setPinned(true);
+      else await writer.commit([...writer.messages, user("more")]);
+      await writer.close();
+      const recovered = live.crash({ seed: 0, extraJournal: "none", tailMode: "none" });
+      const label = `${save}, ${process} process`;
+      assert.equal((await recovered.stat(collection)).mode, 0o700, label);
+      assert.equal((await recovered.stat(dir)).mode, 0o700, label);
+      for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
+        assert.equal((await recovered.stat(`${dir}/${name}`)).mode, 0o600, `${label}: ${name}`);
+      }
+    }
+  }
+});
+
 test("a writer changes the mode of no session file that is private already (a chmod goes by path)", async () => {
   const { fs, store } = await setup();
   const session = await store.create(CWD);

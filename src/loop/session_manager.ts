@@ -1408,6 +1408,8 @@ export class SessionManager {
         info.value.mode !== PRIVATE_FILE_MODE
       ) {
         await this.#fs.chmod(path, PRIVATE_FILE_MODE);
+        // meta.json is replaced by this very save; the log may not be written by it.
+        if (name === MESSAGES_FILE) await this.#syncMode(path);
       }
     }
     // index.json is derived and only ever replaced by rename (which replaces a planted link
@@ -1420,10 +1422,25 @@ export class SessionManager {
       indexInfo.value.mode !== PRIVATE_FILE_MODE
     ) {
       await this.#fs.chmod(index, PRIVATE_FILE_MODE);
+      await this.#syncMode(index);
     } else if (indexInfo.status === "rejected" && !(indexInfo.reason instanceof NotFound)) {
       throw indexInfo.reason;
     }
     this.#permissionsEnforced = true;
+  }
+
+  /**
+   * Under full durability, makes the mode just set on the file at `path` durable: an fsync of
+   * the file (never through a link) flushes its attributes, which a chmod alone does not.
+   */
+  async #syncMode(path: string): Promise<void> {
+    if (this.#context.durability !== "full") return;
+    const { handle } = await openSessionFile(this.#fs, path);
+    try {
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
   }
 
   async #publishMeta(meta: StorageMeta): Promise<void> {

@@ -228,9 +228,11 @@ export async function ensurePrivateDir(
   durability: Durability = "full",
 ): Promise<boolean> {
   let created = false;
+  let widened = false;
   try {
     const info = await fs.lstat(path);
     if (info.kind !== "directory") throw new AlreadyExists("mkdir", path);
+    widened = info.mode !== PRIVATE_DIR_MODE;
     await syncIfUndurable(fs, path, durability);
   } catch (error) {
     if (!(error instanceof NotFound)) throw error;
@@ -248,6 +250,8 @@ export async function ensurePrivateDir(
     else await syncIfUndurable(fs, path, durability);
   }
   await fs.chmod(path, PRIVATE_DIR_MODE);
+  // A directory's new mode is durable once the directory itself is synced.
+  if (widened && durability === "full") await fs.syncDir(path);
   return created;
 }
 
