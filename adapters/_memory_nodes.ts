@@ -21,6 +21,8 @@ export class FileNode {
   mode: number;
   /** Permission bits as of the committed journal prefix. */
   durableMode: number;
+  /** The journal sequence of the operation that set `durableMode` (0: the node's creation). */
+  durableModeSeq = 0;
   /** Last modification time in Unix milliseconds. */
   mtimeMs: number;
   /** Live bytes are `#buf[0, #size)`; the buffer grows by doubling. */
@@ -115,6 +117,7 @@ export class FileNode {
   copy(): FileNode {
     const copy = new FileNode(this.mode, this.mtimeMs);
     copy.durableMode = this.durableMode;
+    copy.durableModeSeq = this.durableModeSeq;
     copy.#buf = this.#buf.slice(0, this.#size);
     copy.#size = this.#size;
     copy.#synced = this.#synced === this.#buf ? copy.#buf : this.#synced;
@@ -147,6 +150,8 @@ export class DirNode {
   mode: number;
   /** Permission bits as of the committed journal prefix. */
   durableMode: number;
+  /** The journal sequence of the operation that set `durableMode` (0: the node's creation). */
+  durableModeSeq = 0;
   /** Last modification time in Unix milliseconds. */
   mtimeMs: number;
   /** Live entries by name. */
@@ -172,6 +177,8 @@ export class LinkNode {
   mode = 0o777;
   /** Same as `mode`: a symlink's bits never change. */
   durableMode = 0o777;
+  /** Always 0: a symlink's bits never change. */
+  durableModeSeq = 0;
   /** Last modification time in Unix milliseconds. */
   mtimeMs: number;
   /** The target string. */
@@ -238,15 +245,20 @@ export function touchedBy(op: JournalOp): DirNode[] {
 export interface NamespaceView {
   /** The mutable entries of `dir` in this namespace. */
   entries(dir: DirNode): Map<string, MemoryNode>;
-  /** Sets the mode of `node` in this namespace. */
-  setMode(node: MemoryNode, mode: number): void;
+  /**
+   * Sets the mode of `node` in this namespace as of journal operation `seq`, unless a later
+   * operation's mode is there already (a file's fsync commits its chmod before its create).
+   */
+  setMode(node: MemoryNode, mode: number, seq: number): void;
 }
 
 /** The committed namespace: replaying onto it commits an operation for good. */
 export const COMMITTED: NamespaceView = {
   entries: (dir) => dir.durableEntries,
-  setMode: (node, mode) => {
+  setMode: (node, mode, seq) => {
+    if (seq < node.durableModeSeq) return;
     node.durableMode = mode;
+    node.durableModeSeq = seq;
   },
 };
 
@@ -257,6 +269,7 @@ export const COMMITTED: NamespaceView = {
 export class OverlayView implements NamespaceView {
   readonly #entries = new Map<DirNode, Map<string, MemoryNode>>();
   readonly #modes = new Map<MemoryNode, number>();
+  readonly #seqs = new Map<MemoryNode, number>();
 
   /** The overlay's mutable copy of `dir`'s committed entries. */
   entries(dir: DirNode): Map<string, MemoryNode> {
@@ -273,9 +286,11 @@ export class OverlayView implements NamespaceView {
     return this.#entries.get(dir) ?? dir.durableEntries;
   }
 
-  /** Sets the mode of `node` in the overlay. */
-  setMode(node: MemoryNode, mode: number): void {
+  /** Sets the mode of `node` in the overlay as of operation `seq` (see `NamespaceView`). */
+  setMode(node: MemoryNode, mode: number, seq: number): void {
+    if (seq < (this.#seqs.get(node) ?? node.durableModeSeq)) return;
     this.#modes.set(node, mode);
+    this.#seqs.set(node, seq);
   }
 
   /** The mode of `node` in the overlay. */
@@ -289,7 +304,7 @@ export function replay(view: NamespaceView, op: JournalOp): void {
   switch (op.type) {
     case "link":
       view.entries(op.parent).set(op.name, op.node);
-      view.setMode(op.node, op.mode);
+      view.setMode(op.node, op.mode, op.seq);
       return;
     case "unlink":
       view.entries(op.parent).delete(op.name);
@@ -304,7 +319,7 @@ export function replay(view: NamespaceView, op: JournalOp): void {
       return;
     }
     case "chmod":
-      view.setMode(op.node, op.mode);
+      view.setMode(op.node, op.mode, op.seq);
       return;
   }
 }
@@ -324,6 +339,7 @@ export class NodeCopier {
     if (seen !== undefined) return seen as DirNode;
     const copy = new DirNode(dir.mode, dir.mtimeMs);
     copy.durableMode = dir.durableMode;
+    copy.durableModeSeq = dir.durableModeSeq;
     copy.lastTouch = dir.lastTouch;
     this.#copies.set(dir, copy);
     for (const [name, child] of dir.entries) copy.entries.set(name, this.node(child));

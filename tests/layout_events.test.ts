@@ -172,3 +172,28 @@ test("a created events file whose write, sync or close failed is made durable by
     assert.ok(types.includes("second"), `${op}: the resolved append was lost`);
   }
 });
+
+test("appends to an existing events.jsonl sync its directory once per process, not per append", async () => {
+  const memory = new MemoryFs();
+  const dir = "/repo/.loopy_loop/sessions/001_demo";
+  await memory.mkdir(dir, { recursive: true });
+  await memory.writeFile(`${dir}/events.jsonl`, encoder.encode(`${line("a")}\n`));
+  memory.syncAll();
+  let dirSyncs = 0;
+  const fs = new Proxy(memory, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (typeof value !== "function") return value;
+      return (...args: unknown[]) => {
+        if (prop === "syncDir") dirSyncs++;
+        return value.apply(target, args);
+      };
+    },
+  });
+  for (let i = 0; i < 10; i++) {
+    await appendEvents(fs, `${dir}/events.jsonl`, "001_demo", [{ type: "tick" }]);
+  }
+  // The first append of this process makes the file's entry durable; the others need not.
+  assert.equal(dirSyncs, 1);
+  assert.equal((await readEvents(memory, `${dir}/events.jsonl`)).length, 11);
+});

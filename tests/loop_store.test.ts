@@ -16,7 +16,7 @@ import {
   StaleRevisionError,
   UnsupportedSessionError,
 } from "../src/loop/errors.ts";
-import { NotFound } from "../src/port/errors.ts";
+import { FsIoError, NotFound } from "../src/port/errors.ts";
 import type { FileHandle, FileSystem } from "../src/port/fs.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import { SessionManager } from "../src/loop/session_manager.ts";
@@ -414,7 +414,6 @@ test("store options and call arguments of the wrong kind are refused with Invali
       ["now", "soon"],
       ["sha256", "sha"],
       ["process", 5],
-      ["sessionsDir", "/typo"],
       ["fs", undefined],
     ] as const
   ) {
@@ -424,6 +423,8 @@ test("store options and call arguments of the wrong kind are refused with Invali
     );
   }
   assert.ok(new SessionStore({ ...options, collectionLockWaitMs: Infinity }));
+  // Other keys are ignored: a larger configuration may be spread into the options.
+  assert.ok(new SessionStore({ ...options, theme: "dark" } as never));
   assert.throws(() => workspaceHash(undefined as never), refused("canonicalCwd"));
   assert.throws(() => workspaceHash("relative/dir"), refused("canonicalCwd"));
   const session = await store.create(CWD);
@@ -998,6 +999,36 @@ test("the private modes a save enforces survive a power loss, also when the save
       }
     }
   }
+});
+
+test("a save whose log mode it tightened works where a read-only handle cannot be fsynced", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  await session.close();
+  const dir = session.getSessionPath();
+  await fs.chmod(`${dir}/messages.jsonl`, 0o644);
+  // As on platforms that fsync only handles open for writing.
+  const strict = new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (typeof value !== "function") return value;
+      if (prop !== "open" && prop !== "openNoFollow") return value.bind(target);
+      return async (path: string, options?: { write?: boolean; append?: boolean }) => {
+        const opened = await value.call(target, path, options);
+        const handle = "handle" in opened ? opened.handle : opened;
+        if (prop === "open" && (options?.write === true || options?.append === true)) {
+          return opened;
+        }
+        handle.sync = () => Promise.reject(new FsIoError("EPERM", "fsync", path, "read-only"));
+        return opened;
+      };
+    },
+  });
+  const writer = await new SessionStore({ fs: strict, agentDir: AGENT }).open(dir);
+  await writer.setPinned(true);
+  await writer.close();
+  assert.equal((await fs.stat(`${dir}/messages.jsonl`)).mode, 0o600);
 });
 
 test("a writer changes the mode of no session file that is private already (a chmod goes by path)", async () => {

@@ -174,6 +174,23 @@ test("chmod() is journaled: an uncommitted mode change is lost, a committed one 
   assert.equal((await fs.crash({ extraJournal: "none" }).stat("/f")).mode, 0o600);
 });
 
+test("a chmod made durable by the file's fsync is not undone when its create is committed later", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/d");
+  fs.syncAll();
+  await fs.writeFile("/d/f", bytes("x"), { mode: 0o644 });
+  await fs.chmod("/d/f", 0o600);
+  const handle = await fs.open("/d/f", { write: true });
+  await handle.sync();
+  await handle.close();
+  for (const seed of [0, 1, 2, 3]) {
+    const recovered = fs.crash({ seed, extraJournal: "all" });
+    assert.equal((await recovered.stat("/d/f")).mode, 0o600, `seed ${seed}`);
+  }
+  await fs.syncDir("/d");
+  assert.equal((await fs.crash({ extraJournal: "none" }).stat("/d/f")).mode, 0o600);
+});
+
 test("syncDir() of a directory commits a chmod of that directory", async () => {
   const fs = new MemoryFs();
   await fs.mkdir("/private");
@@ -810,4 +827,29 @@ test("an atomic replace without the file sync is caught: some crash leaves a tor
   );
   assert.ok(bad.has(""), "an empty file is among the outcomes");
   assert.ok(bad.size >= 3, `torn outcomes: ${JSON.stringify([...bad])}`);
+});
+
+test("ensurePrivateDir() on an adapter without modes does not sync the directory every time", async () => {
+  const memory = new MemoryFs();
+  await memory.mkdir("/data/collection", { recursive: true });
+  memory.syncAll();
+  let dirSyncs = 0;
+  // Modes are not kept: a chmod changes nothing and every entry reports all bits.
+  const modeless = new Proxy(memory, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (typeof value !== "function") return value;
+      if (prop === "chmod") return () => Promise.resolve();
+      if (prop === "lstat" || prop === "stat") {
+        return async (path: string) => ({ ...(await value.call(target, path)), mode: 0o777 });
+      }
+      return (...args: unknown[]) => {
+        if (prop === "syncDir") dirSyncs++;
+        return value.apply(target, args);
+      };
+    },
+  });
+  for (let i = 0; i < 10; i++) await ensurePrivateDir(modeless, "/data/collection");
+  // Once, for the directory's entry in its parent; a mode that did not change needs no sync.
+  assert.equal(dirSyncs, 1);
 });

@@ -179,7 +179,17 @@ export function confined(fs: FileSystem, path: string): FileSystem {
   const root = loopyDirOf(path);
   if (root === undefined) return fs;
   if (fs instanceof LinkRefusingFs) {
-    return fs.root === root ? fs : new LinkRefusingFs(fs.inner, root);
+    if (fs.root === root) return fs;
+    fs = fs.inner;
   }
-  return new LinkRefusingFs(fs, root);
+  // One view per filesystem and root, so what the durability recipes remember of a filesystem
+  // (directories already synced in this process) holds across calls through it.
+  let views = viewsOf.get(fs);
+  if (views === undefined) viewsOf.set(fs, views = new Map());
+  let view = views.get(root);
+  if (view === undefined) views.set(root, view = new LinkRefusingFs(fs, root));
+  return view;
 }
+
+/** The confined views of each filesystem, by root. */
+const viewsOf = new WeakMap<FileSystem, Map<string, LinkRefusingFs>>();

@@ -1431,13 +1431,16 @@ export class SessionManager {
 
   /**
    * Under full durability, makes the mode just set on the file at `path` durable: an fsync of
-   * the file (never through a link) flushes its attributes, which a chmod alone does not.
+   * the file (never through a link, never waiting on a FIFO) flushes its attributes, which a
+   * chmod alone does not.
    */
   async #syncMode(path: string): Promise<void> {
     if (this.#context.durability !== "full") return;
-    const { handle } = await openSessionFile(this.#fs, path);
+    // Only a mode that did change (an adapter without modes reports the same one again), through
+    // a handle open for writing (some platforms fsync only those).
+    const { handle, mode } = await openSessionFile(this.#fs, path, { append: true });
     try {
-      await handle.sync();
+      if ((mode ?? (await handle.stat()).mode) === PRIVATE_FILE_MODE) await handle.sync();
     } finally {
       await handle.close();
     }

@@ -124,26 +124,15 @@ export interface SessionStoreOptions {
   readonly collectionLockWaitMs?: number;
 }
 
-const STORE_OPTIONS: ReadonlySet<string> = new Set([
-  "fs",
-  "agentDir",
-  "sessionDir",
-  "sha256",
-  "now",
-  "durability",
-  "process",
-  "collectionLockWaitMs",
-]);
-
-/** Refuses (`InvalidArgumentError`) store options that are unknown or of the wrong kind. */
+/**
+ * Refuses (`InvalidArgumentError`) store options of the wrong kind. Other keys are ignored, so a
+ * larger configuration object can be spread into the options.
+ */
 function checkStoreOptions(options: SessionStoreOptions): void {
   const refuse = (name: string, expected: string, value: unknown): never => {
     throw new InvalidArgumentError(name, `${name} must be ${expected}, got ${preview(value)}`);
   };
   if (typeof options !== "object" || options === null) refuse("options", "an object", options);
-  for (const key of Object.keys(options)) {
-    if (!STORE_OPTIONS.has(key)) refuse(key, "one of the store's options", "an unknown option");
-  }
   const o = options as unknown as Record<string, unknown>;
   if (typeof o.fs !== "object" || o.fs === null) refuse("fs", "a FileSystem", o.fs);
   for (const name of ["agentDir", "sessionDir"]) {
@@ -213,8 +202,7 @@ export class SessionStore {
 
   /**
    * Creates a store. Fails with `InvalidArgumentError` when no agent directory can be determined,
-   * or for an option that is unknown or of the wrong kind (a misspelled option would otherwise
-   * be ignored silently, and an unknown durability would sync nothing).
+   * or for an option of the wrong kind (an unknown durability would otherwise sync nothing).
    */
   constructor(options: SessionStoreOptions) {
     checkStoreOptions(options);

@@ -250,8 +250,11 @@ export async function ensurePrivateDir(
     else await syncIfUndurable(fs, path, durability);
   }
   await fs.chmod(path, PRIVATE_DIR_MODE);
-  // A directory's new mode is durable once the directory itself is synced.
-  if (widened && durability === "full") await fs.syncDir(path);
+  // A directory's new mode is durable once the directory itself is synced; only when the mode did
+  // change (an adapter without modes reports the same one before and after).
+  if (widened && durability === "full" && (await fs.lstat(path)).mode === PRIVATE_DIR_MODE) {
+    await fs.syncDir(path);
+  }
   return created;
 }
 
