@@ -36,6 +36,14 @@ async function setup(): Promise<{ fs: MemoryFs; store: SessionStore; now: { t: n
   return { fs, store, now };
 }
 
+/** A session of one saved round, closed. */
+async function savedSession(store: SessionStore): Promise<SessionManager> {
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  await session.close();
+  return session;
+}
+
 async function readJson(fs: MemoryFs, path: string): Promise<Record<string, unknown>> {
   return JSON.parse(text.decode(await fs.readFile(path)));
 }
@@ -916,18 +924,14 @@ test("open() reports a checksum mismatch inside the committed range", async () =
 
 test("open() requires the session's cwd to still exist", async () => {
   const { fs, store } = await setup();
-  const session = await store.create(CWD);
-  await session.commit(conversation(1));
-  await session.close();
+  const session = await savedSession(store);
   await fs.remove(CWD, { recursive: true });
   await assert.rejects(store.open(session.getSessionPath()), SessionCwdError);
 });
 
 test("open() rejects unsupported storage versions and malformed meta.json with typed errors", async () => {
   const { fs, store } = await setup();
-  const session = await store.create(CWD);
-  await session.commit(conversation(1));
-  await session.close();
+  const session = await savedSession(store);
   const metaPath = session.getSessionFile();
   const meta = await readJson(fs, metaPath);
   await fs.writeFile(metaPath, new TextEncoder().encode(JSON.stringify({ ...meta, version: 4 })));
@@ -948,9 +952,7 @@ test("open() rejects unsupported storage versions and malformed meta.json with t
 
 test("saves enforce 0700 directories and 0600 files even when they existed with wider modes", async () => {
   const { fs, store } = await setup();
-  const session = await store.create(CWD);
-  await session.commit(conversation(1));
-  await session.close();
+  const session = await savedSession(store);
   const dir = session.getSessionPath();
   await fs.chmod(dir, 0o755);
   await fs.chmod(session.getSessionDir(), 0o755);
@@ -1003,9 +1005,7 @@ test("the private modes a save enforces survive a power loss, also when the save
 
 test("a save whose log mode it tightened works where a read-only handle cannot be fsynced", async () => {
   const { fs, store } = await setup();
-  const session = await store.create(CWD);
-  await session.commit(conversation(1));
-  await session.close();
+  const session = await savedSession(store);
   const dir = session.getSessionPath();
   await fs.chmod(`${dir}/messages.jsonl`, 0o644);
   // As on platforms that fsync only handles open for writing.
@@ -1033,9 +1033,7 @@ test("a save whose log mode it tightened works where a read-only handle cannot b
 
 test("a writer changes the mode of no session file that is private already (a chmod goes by path)", async () => {
   const { fs, store } = await setup();
-  const session = await store.create(CWD);
-  await session.commit(conversation(1));
-  await session.close();
+  const session = await savedSession(store);
   const dir = session.getSessionPath();
   const chmods: string[] = [];
   const watched = hookedFs(fs, {
@@ -1084,9 +1082,7 @@ test("a second writable manager for the same session in one process is refused",
 
 test("a symlink planted at the session directory is refused", async () => {
   const { fs, store } = await setup();
-  const session = await store.create(CWD);
-  await session.commit(conversation(1));
-  await session.close();
+  const session = await savedSession(store);
   await fs.rename(session.getSessionPath(), "/elsewhere");
   await fs.symlink("/elsewhere", session.getSessionPath());
   await assert.rejects(store.open(session.getSessionPath()), SessionFormatError);
@@ -1574,9 +1570,7 @@ test("a retried save never moves updatedAt backwards", async () => {
 
 test("setPermissionPreset() validates and stores the preset; metadata writes fix every file's mode", async () => {
   const { fs, store } = await setup();
-  const session = await store.create(CWD);
-  await session.commit(conversation(1));
-  await session.close();
+  const session = await savedSession(store);
   const dir = session.getSessionPath();
   await fs.chmod(`${dir}/messages.jsonl`, 0o644);
   const reopened = await store.open(dir);
@@ -1621,9 +1615,7 @@ test("a full open checks each session file once, reads meta.json once and lists 
 
 test("read-only and writable opens refuse a symlinked session directory or meta.json", async () => {
   const { fs, store } = await setup();
-  const session = await store.create(CWD);
-  await session.commit(conversation(1));
-  await session.close();
+  const session = await savedSession(store);
   const dir = session.getSessionPath();
   await fs.rename(dir, "/elsewhere");
   await fs.symlink("/elsewhere", dir);
@@ -1651,9 +1643,7 @@ test("read-only and writable opens refuse a symlinked session directory or meta.
 
 test("opening a missing session rejects with SessionNotFoundError; SessionManager.open with meta.json's NotFound", async () => {
   const { fs, store } = await setup();
-  const session = await store.create(CWD);
-  await session.commit(conversation(1));
-  await session.close();
+  const session = await savedSession(store);
   const dir = session.getSessionPath();
   const missing = `${session.getSessionDir()}/00000000-0000-4000-8000-000000000000`;
   for (const readOnly of [true, false]) {
@@ -1791,9 +1781,7 @@ test("every handle an open makes is closed, whether the open succeeds or fails",
 
 test("a session inside a private staging or delete directory is never opened by that path", async () => {
   const { fs, store } = await setup();
-  const session = await store.create(CWD);
-  await session.commit(conversation(1));
-  await session.close();
+  const session = await savedSession(store);
   const collection = dirname(session.getSessionPath());
   for (const stage of [".delete-0123", `.staging-${session.id}-abcd`]) {
     const copy = `${collection}/${stage}/${session.id}`;
@@ -1815,9 +1803,7 @@ test("a session inside a private staging or delete directory is never opened by 
 test("a collection whose own name starts with a dot opens like any other", async () => {
   const { fs } = await setup();
   const store = new SessionStore({ fs, agentDir: AGENT, sessionDir: `${CWD}/.sessions` });
-  const session = await store.create(CWD);
-  await session.commit(conversation(1));
-  await session.close();
+  const session = await savedSession(store);
   const [listed] = await store.list(CWD);
   assert.ok(listed !== undefined);
   const reopened = await store.open(listed.path);

@@ -699,11 +699,7 @@ export class SessionManager {
   ): Promise<void> {
     // A history that is not an array, or metadata that cannot be copied, fails the save when its
     // turn comes, as validation does (so saves settle in call order).
-    if (!Array.isArray(messages)) {
-      const error = notAnArray(messages, this.#messagesFile);
-      return this.#enqueueSave("commit", () => throwing(error));
-    }
-    const owned = this.#ownMetadata(runtimeContexts, promptTimings, context);
+    const owned = this.#saveArguments(messages, runtimeContexts, promptTimings, context);
     if (owned instanceof Error) return this.#enqueueSave("commit", () => throwing(owned));
     ({ runtimeContexts, promptTimings, context } = owned);
     const at = this.#context.now();
@@ -772,11 +768,7 @@ export class SessionManager {
     promptTimings?: readonly PromptTiming[],
     context?: CommitContext,
   ): Promise<void> {
-    if (!Array.isArray(messages)) {
-      const error = notAnArray(messages, this.#messagesFile);
-      return this.#enqueueSave("append", () => throwing(error));
-    }
-    const owned = this.#ownMetadata(runtimeContexts, promptTimings, context);
+    const owned = this.#saveArguments(messages, runtimeContexts, promptTimings, context);
     if (owned instanceof Error) return this.#enqueueSave("append", () => throwing(owned));
     ({ runtimeContexts, promptTimings, context } = owned);
     const at = this.#context.now();
@@ -808,6 +800,20 @@ export class SessionManager {
         );
     const replace = this.#canPrepareNow() ? this.#beginMetaReplace() : undefined;
     return this.#enqueueSave("append", prepare, replace);
+  }
+
+  /**
+   * The metadata arguments of a save, as the manager keeps them (`ownMetadata`), or the error
+   * that refuses the save: a history that is not an array, or metadata that cannot be copied.
+   */
+  #saveArguments(
+    messages: unknown,
+    runtimeContexts: unknown,
+    promptTimings: unknown,
+    context: unknown,
+  ): SaveMetadata | SessionFormatError {
+    if (!Array.isArray(messages)) return notAnArray(messages, this.#messagesFile);
+    return this.#ownMetadata(runtimeContexts, promptTimings, context);
   }
 
   /** `ownMetadata` for this session, or the error that refuses the save. */
