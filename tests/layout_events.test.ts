@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { appendEvents, readEvents, scanEvents } from "../layout.ts";
 import { deterministic } from "./layout_fixtures.ts";
+import { hookedFs } from "./_hooks.ts";
 
 const FILE = "/s/events.jsonl";
 const encoder = new TextEncoder();
@@ -180,14 +181,9 @@ test("appends to an existing events.jsonl sync its directory once per process, n
   await memory.writeFile(`${dir}/events.jsonl`, encoder.encode(`${line("a")}\n`));
   memory.syncAll();
   let dirSyncs = 0;
-  const fs = new Proxy(memory, {
-    get(target, prop) {
-      const value = Reflect.get(target, prop, target);
-      if (typeof value !== "function") return value;
-      return (...args: unknown[]) => {
-        if (prop === "syncDir") dirSyncs++;
-        return value.apply(target, args);
-      };
+  const fs = hookedFs(memory, {
+    before: (method) => {
+      if (method === "syncDir") dirSyncs++;
     },
   });
   for (let i = 0; i < 10; i++) {

@@ -43,6 +43,7 @@ import {
   readRoundIndex,
   readStorageMeta,
   type RoundEntry,
+  shortLog,
   type StorageMeta,
 } from "./storage.ts";
 import { SessionManager } from "./session_manager.ts";
@@ -267,12 +268,7 @@ export async function compactSession(
     const bytesBefore = await sizeOf(context, messagesPath);
     if (bytesBefore < meta.start + meta.bytes) {
       // An empty range too: the log must reach where the committed range lies, as an open says.
-      throw new CorruptSessionError(
-        `Message log is shorter than its committed range (${bytesBefore} bytes, committed range ends at ${
-          meta.start + meta.bytes
-        }); the session is damaged and was not modified`,
-        { file: messagesPath, offset: bytesBefore },
-      );
+      throw shortLog(messagesPath, bytesBefore, meta.start + meta.bytes);
     }
     if (meta.start === 0 && bytesBefore === meta.bytes) {
       return {

@@ -963,13 +963,7 @@ export async function forEachCommittedLine(
       if (chunk.length !== length) {
         // A short read is the end of the file (no stat up front: one call fewer per open); the
         // file may end before the range starts, so its size is asked for here.
-        const size = (await handle.stat()).size;
-        throw new CorruptSessionError(
-          `Message log is shorter than its committed range (${size} bytes, committed range ends at ${
-            meta.start + meta.bytes
-          }); the session is damaged and was not modified`,
-          { file, offset: size },
-        );
+        throw shortLog(file, (await handle.stat()).size, meta.start + meta.bytes);
       }
       hash.update(chunk);
       let lineStart = 0;
@@ -1048,12 +1042,18 @@ async function checkLogReaches(
   } finally {
     await handle.close();
   }
-  if (size < end) {
-    throw new CorruptSessionError(
-      `Message log is shorter than its committed range (${size} bytes, committed range ends at ${end}); the session is damaged and was not modified`,
-      { file, offset: size },
-    );
-  }
+  if (size < end) throw shortLog(file, size, end);
+}
+
+/**
+ * The error of a message log `file` of `size` bytes that ends before its committed range does
+ * (at `end`): corruption, reported where the file ends.
+ */
+export function shortLog(file: string, size: number, end: number): CorruptSessionError {
+  return new CorruptSessionError(
+    `Message log is shorter than its committed range (${size} bytes, committed range ends at ${end}); the session is damaged and was not modified`,
+    { file, offset: size },
+  );
 }
 
 function checkGeneration(hash: Sha256, meta: StorageMeta, file: string): void {
