@@ -110,12 +110,11 @@ export function nodeFloors(): Floors {
     async openRange(path) {
       const handle = await fsp.open(path, "r");
       return {
-        read: async (offset, length) =>
-          parseLines((await readFully(handle, offset, length)).toString("utf8")),
+        read: async (offset, length) => parseLines(await readFully(handle, offset, length)),
         close: () => handle.close(),
       };
     },
-    async stagedPublish(stagingDir, finalDir, files, durability) {
+    async stagedPublish(stagingDir, finalDir, files, durability, ready) {
       await fsp.mkdir(stagingDir, { mode: 0o700 });
       for (const file of files) {
         const handle = await fsp.open(join(stagingDir, file.name), "wx", 0o600);
@@ -127,6 +126,7 @@ export function nodeFloors(): Floors {
         }
       }
       if (durability === "full") await syncDirectory(stagingDir);
+      await ready;
       await fsp.rename(stagingDir, finalDir);
       if (durability === "full") await syncDirectory(dirname(finalDir));
     },
@@ -195,7 +195,7 @@ export function nodeFloors(): Floors {
         if (full) {
           const bytes = await readWhole(join(collection, name, "messages.jsonl"));
           createHash("sha256").update(bytes).digest("hex");
-          parseLines(bytes.toString("utf8"));
+          parseLines(bytes);
         }
       });
       return names.length;
