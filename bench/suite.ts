@@ -42,7 +42,7 @@ export function configFor(mode: Mode): SuiteConfig {
           micro: { warmup: 50, batches: 20, batchSize: 50, maxMs: 8_000 },
           write: { warmup: 10, batches: 10, batchSize: 20, maxMs: 12_000 },
           slow: { warmup: 2, batches: 6, batchSize: 3, maxMs: 10_000 },
-          huge: { warmup: 1, batches: 4, batchSize: 1, maxMs: 30_000 },
+          huge: { warmup: 1, batches: 8, batchSize: 1, maxMs: 45_000 },
         },
       };
     case "quick":
