@@ -526,3 +526,95 @@ test("an interrupted acceptance whose declared input vanished is marked failed_d
   const next = await processNext(fs);
   assert.equal(next?.kind === "accepted" && next.childSessionId, "02_next");
 });
+
+/** A root whose request `needs-spec` failed to dispatch (its input vanished), as the test above. */
+async function failedDispatch(): Promise<
+  { fs: MemoryFs; root: CreatedSession; bytes: Uint8Array }
+> {
+  const { fs, root } = await setup();
+  const spec = `${root.dir}/project_state/tasks/spec.md`;
+  await writeText(fs, spec, "spec");
+  const request = childRequest("needs-spec", {
+    input_refs: ["session:/project_state/tasks/spec.md"],
+  });
+  const { bytes } = await publishChildRequest(fs, root.paths, request);
+  await fs.writeFile(root.paths.acceptedRequest("needs-spec"), bytes);
+  await writeJson(fs, root.paths.childrenJson, {
+    schema_version: 2,
+    parent_session_id: ROOT_ID,
+    revision: 1,
+    children: [{
+      session_id: "01_needs-spec",
+      request_id: "needs-spec",
+      status: "dispatching",
+      accepted_request_ref: "session:/child_requests/accepted/needs-spec.json",
+    }],
+  });
+  await fs.remove(spec);
+  assert.equal((await processNext(fs))?.kind, "rejected");
+  await writeText(fs, spec, "spec"); // the input is back
+  return { fs, root, bytes };
+}
+
+test("a request whose dispatch failed before its child was published is dispatched again under the same id", async () => {
+  const { fs, root } = await failedDispatch();
+  await publishChildRequest(
+    fs,
+    root.paths,
+    childRequest("needs-spec", {
+      input_refs: ["session:/project_state/tasks/spec.md"],
+    }),
+  );
+  const result = await processNext(fs);
+  assert.equal(result?.kind, "accepted", result?.kind === "rejected" ? result.receipt.reason : "");
+  assert.equal(result?.kind === "accepted" && result.childSessionId, "01_needs-spec");
+  const ledger = await readChildrenLedger(fs, root.paths, ROOT_ID);
+  assert.deepEqual(
+    ledger.children.map((c) => [c.session_id, c.status]),
+    [["01_needs-spec", "running"]],
+  );
+  const tree = await loadSessionTree(fs, "/repo", ROOT_ID);
+  assert.equal(tree.require("01_needs-spec").parentSessionId, ROOT_ID);
+  assert.deepEqual(await listPendingChildRequests(fs, root.paths), []);
+});
+
+test("a failed dispatch whose child has state.json is final; a child directory without it is refused as damaged", async () => {
+  const published = await failedDispatch();
+  const childDir = `${published.root.dir}/children/01_needs-spec`;
+  await published.fs.mkdir(childDir, { recursive: true });
+  await writeText(published.fs, `${childDir}/state.json`, "{}");
+  await assert.rejects(
+    publishChildRequest(
+      published.fs,
+      published.root.paths,
+      childRequest("needs-spec", {
+        input_refs: ["session:/project_state/tasks/spec.md"],
+      }),
+    ),
+    ChildRequestError,
+  );
+  // Written into pending/ directly (as an agent may), it is rejected when processed.
+  await published.fs.writeFile(
+    published.root.paths.pendingRequest("needs-spec"),
+    published.bytes,
+  );
+  const final = await processNext(published.fs);
+  assert.equal(final?.kind, "rejected");
+  if (final?.kind === "rejected") {
+    assert.equal(final.receipt.reason, "The request was already dispatched (failed_dispatch)");
+  }
+
+  const damaged = await failedDispatch();
+  const dir = `${damaged.root.dir}/children/01_needs-spec`;
+  await damaged.fs.mkdir(dir, { recursive: true });
+  await publishChildRequest(
+    damaged.fs,
+    damaged.root.paths,
+    childRequest("needs-spec", {
+      input_refs: ["session:/project_state/tasks/spec.md"],
+    }),
+  );
+  const before = damaged.fs.snapshotTree();
+  await assert.rejects(processNext(damaged.fs), ChildRequestError);
+  assert.deepEqual(damaged.fs.snapshotTree(), before, "nothing written, nothing removed");
+});

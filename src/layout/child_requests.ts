@@ -178,7 +178,8 @@ export interface PublishedRequest {
 /**
  * Publishes a child request atomically at `child_requests/pending/<request_id>.json` of the
  * folded session `paths`. The request is validated first; a request id that is already pending
- * or accepted is a `ChildRequestError`.
+ * or accepted is a `ChildRequestError`, except the very request (the same bytes) of a dispatch
+ * that failed before its child was published, which may be published and dispatched again.
  */
 export async function publishChildRequest(
   fs: FileSystem,
@@ -197,7 +198,12 @@ export async function publishChildRequest(
   // The check and the publication run before another operation on this parent's requests.
   await serializedOn(fs, childLifecycleKey(paths), async () => {
     for (const taken of [file, paths.acceptedRequest(request.request_id)]) {
-      if ((await readIfExists(fs, taken)) !== undefined) {
+      const existing = await readIfExists(fs, taken);
+      if (
+        existing !== undefined &&
+        !(taken !== file && bytesEqual(existing, bytes) &&
+          await canRetry(fs, paths, request.request_id))
+      ) {
         throw new ChildRequestError(
           taken,
           request.request_id,
@@ -208,6 +214,18 @@ export async function publishChildRequest(
     await atomicReplace(fs, file, bytes, { durability: options.durability ?? "full" });
   });
   return { file, sha256: sha256Ref(bytes), bytes };
+}
+
+/**
+ * True when the request `requestId` of the folded session `paths` failed to dispatch before its
+ * child was published (a `failed_dispatch` record whose child has no state.json): the same
+ * request may then be published and dispatched again, under the same child id.
+ */
+async function canRetry(fs: FileSystem, paths: SessionPaths, requestId: string): Promise<boolean> {
+  const ledger = await readChildrenLedger(fs, paths, basename(paths.dir));
+  const record = ledger.children.find((c) => c.request_id === requestId);
+  return record?.status === "failed_dispatch" &&
+    !(await isPresent(fs, join(paths.childDir(record.session_id), "state.json")));
 }
 
 /** The names of pending request files, in the order they are considered (sorted). */
@@ -285,7 +303,10 @@ interface Rejection {
 
 interface Admission {
   readonly request: ChildRequest;
-  /** The ledger record of an interrupted acceptance of this request, if any. */
+  /**
+   * The ledger record of this request, if any: an interrupted acceptance (`dispatching` or
+   * `running`), or a `failed_dispatch` whose child id the new dispatch reuses.
+   */
   readonly existing: ChildRecord | undefined;
   /** What the child is built from; `undefined` when the child is already published. */
   readonly build:
@@ -476,13 +497,28 @@ async function admit(
     };
   }
   const existing = ledger.children.find((c) => c.request_id === id);
-  if (existing !== undefined && !LIVE_CHILD_STATUSES.includes(existing.status)) {
+  // A dispatch that failed before its child was published (no state.json) is dispatched again
+  // under the same child id; any other finished record is final.
+  const retry = existing?.status === "failed_dispatch" &&
+    await canRetry(fs, paths, id);
+  if (existing !== undefined && !LIVE_CHILD_STATUSES.includes(existing.status) && !retry) {
     return {
       reason: `The request was already dispatched (${existing.status})`,
       field: "request_id",
     };
   }
-  if (existing !== undefined) {
+  if (retry && await isDirectory(fs, paths.childDir(existing.session_id))) {
+    // A child is published whole (built aside, then moved in), so a directory without state.json
+    // is damaged: it is neither adopted nor removed, and the ledger is left as it is.
+    throw new ChildRequestError(
+      file,
+      id,
+      `Child directory ${paths.childDir(existing.session_id)} exists but has no state.json`,
+    );
+  }
+  // An interrupted acceptance that cannot be completed is marked failed; a retry already is.
+  const abandoned = retry ? undefined : existing;
+  if (existing !== undefined && !retry) {
     // An interrupted acceptance: the request was admitted before. A published child is frozen
     // already; otherwise its contracts and inputs are gathered again to build it.
     if (await isDirectory(fs, paths.childDir(existing.session_id))) {
@@ -506,7 +542,7 @@ async function admit(
     return {
       reason: `Unknown workflow set ${JSON.stringify(workflowSet)}`,
       field: "workflow_set",
-      abandoned: existing,
+      abandoned,
     };
   }
   const resolver = new LogicalReferenceResolver(fs, tree, parent.sessionId);
@@ -519,14 +555,14 @@ async function admit(
         return {
           reason: `Declared input ${ref} is absent or not a file`,
           field,
-          abandoned: existing,
+          abandoned,
         };
       }
       if (!isLogicalReference(target.canonical)) {
         return {
           reason: `Declared input ${ref} has no tree-wide reference short enough to record`,
           field,
-          abandoned: existing,
+          abandoned,
         };
       }
       inputs.push({ sourceRef: target.canonical, bytes: await fs.readFile(target.path) });
@@ -538,7 +574,7 @@ async function admit(
         !(error instanceof LogicalReferenceError || error instanceof TopologyError ||
           isReferenceFault(error))
       ) throw error;
-      return { reason: (error as Error).message, field, abandoned: existing };
+      return { reason: (error as Error).message, field, abandoned };
     }
   }
   return { request, existing, build: { contracts, inputs } };
@@ -551,6 +587,17 @@ function isReferenceFault(error: unknown): boolean {
 }
 
 const REFERENCE_FAULT_CODES: ReadonlySet<string> = new Set(["ENAMETOOLONG", "ELOOP"]);
+
+/** True when anything (a link included, never followed) is at `path`. */
+async function isPresent(fs: FileSystem, path: string): Promise<boolean> {
+  try {
+    await fs.lstat(path);
+    return true;
+  } catch (error) {
+    if (error instanceof NotFound) return false;
+    throw error;
+  }
+}
 
 async function isDirectory(fs: FileSystem, path: string): Promise<boolean> {
   try {
@@ -600,7 +647,24 @@ async function accept(
 
   let ledger = initialLedger;
   let record = admission.existing;
-  if (record === undefined) {
+  if (record?.status === "failed_dispatch") {
+    // Dispatched again: the record is live once more before anything of the child is built, so
+    // a crash from here on resumes this acceptance.
+    const again: ChildRecord = {
+      ...record,
+      status: "dispatching",
+      accepted_request_sha256: sha256,
+      updated_at: now,
+    };
+    ledger = await writeChildrenLedger(
+      fs,
+      paths,
+      ledger,
+      ledger.children.map((c) => c.request_id === id ? again : c),
+      options,
+    );
+    record = again;
+  } else if (record === undefined) {
     const childId = await createSessionId(fs, {
       parentSessionDir: parent.dir,
       requestId: id,
@@ -678,6 +742,15 @@ async function ensureChild(
         file,
         request.request_id,
         `Child directory ${childDir} exists but was not created from this request`,
+      );
+    }
+    if (!(await isPresent(fs, join(childDir, "state.json")))) {
+      // A child is published whole (built aside, then moved in): one without state.json is
+      // damaged, and is neither adopted nor removed.
+      throw new ChildRequestError(
+        file,
+        request.request_id,
+        `Child directory ${childDir} exists but has no state.json`,
       );
     }
     return;
