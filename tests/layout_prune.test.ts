@@ -171,16 +171,21 @@ test("the age limit measures each entry's own modification time", async () => {
   assert.deepEqual(removedPaths(zero), [second, third].sort());
 });
 
-test("a session filter prunes only that session and its descendants", async () => {
+test("a session filter prunes only that session's raw output, not its children's", async () => {
   const { fs, tree } = await folded();
   const childOnly = await pruneRaw(fs, tree.loopyRoot, { sessionId: tree.childId });
   assert.deepEqual(removedPaths(childOnly), [`${tree.child.rawDir}/0001_leaf`]);
   for (const dir of tree.prunable.slice(0, 3)) assert.ok(await exists(fs, dir), dir);
   const fresh = await folded();
-  const withDescendants = await pruneRaw(fresh.fs, fresh.tree.loopyRoot, {
+  const rootOnly = await pruneRaw(fresh.fs, fresh.tree.loopyRoot, {
     sessionId: fresh.tree.rootId,
   });
-  assert.deepEqual(removedPaths(withDescendants), [...fresh.tree.prunable].sort());
+  const childRaw = `${fresh.tree.child.rawDir}/0001_leaf`;
+  assert.deepEqual(
+    removedPaths(rootOnly),
+    fresh.tree.prunable.filter((dir) => dir !== childRaw).sort(),
+  );
+  assert.ok(await exists(fresh.fs, childRaw), "the child's raw output stays");
   await assert.rejects(
     pruneRaw(fs, tree.loopyRoot, { sessionId: "404_missing" }),
     UnknownSessionError,
@@ -260,8 +265,8 @@ test("a state that turns unreadable after the plan keeps the raw attempts, not a
       if (done === 0) void fs.writeFile(tree.root.stateJson, new TextEncoder().encode("{ no"));
     },
   });
-  // The child's state is still readable: its finished attempt goes.
-  assert.deepEqual(removedPaths(report), [leftover, `${tree.child.rawDir}/0001_leaf`].sort());
+  // Only the leftover goes (the child's raw output is not the root's).
+  assert.deepEqual(removedPaths(report), [leftover]);
   for (const dir of tree.prunable.slice(0, 3)) {
     assert.equal(skippedFor(report, dir), "state_unreadable", dir);
     assert.ok(await exists(fs, dir), dir);
@@ -337,7 +342,7 @@ test("pruning thousands of raw directories costs the same filesystem work per di
     fs.resetCounter();
     const report = await pruneRaw(fs, tree.loopyRoot, { sessionId: tree.rootId });
     counts.push(fs.operationCount / n);
-    assert.equal(report.count, n + 3 + 1);
+    assert.equal(report.count, n + 3);
     if (n === 10_000) tenThousand = report;
   }
   const [small, , large] = counts as [number, number, number];

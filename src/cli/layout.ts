@@ -39,7 +39,8 @@ tree exists).`,
     `Usage: loop-sessions prune-raw [--older-than DAYS] [--session ID] [--legacy-traces] [--dry-run] [--json]
 
 Deletes raw attempt directories (raw/<NNNN>_<workflow>/) of folded sessions; never the durable
-tree. --legacy-traces also removes the historical .loopy_loop/traces/ mirror and its outbox.
+tree. --session prunes that session only (its children have ids of their own). --legacy-traces
+also removes the historical .loopy_loop/traces/ mirror and, without --session, its outbox.
 --dry-run prints the plan and changes nothing.`,
   traces: `Usage: loop-sessions traces list [--json]
        loop-sessions traces inspect <attempt or manifest id> [--json]

@@ -3,10 +3,10 @@
  *
  * What is prunable:
  * - the raw attempt directories of sessions, `<session>/raw/<NNNN>_<workflow>/` (every session,
- *   or one session and its descendants), optionally only those whose own modification time is
+ *   or one session's own, not its children's), optionally only those whose own modification time is
  *   older than a number of days;
  * - with `legacyTraces`, the historical mirror tree `.loopy_loop/traces/` (each root's tree, or
- *   with a session, `traces/<root>/sessions/<id>/` of the session and its descendants) and the
+ *   with a session, its `traces/<root>/sessions/<id>/` alone) and, without a session, the
  *   entries of `.loopy_loop/trace_finalization_outbox/`.
  *
  * What is kept and reported: a symlink anywhere (never followed, never removed), a raw entry that
@@ -115,7 +115,10 @@ export interface PruneReport {
 export interface PruneRawOptions {
   /** Remove only entries whose own modification time is at least this many days old. */
   readonly olderThanDays?: number | undefined;
-  /** Prune only this session and its descendants. */
+  /**
+   * Prune only this session's raw output (and with `legacyTraces` its mirror traces), not its
+   * children's, which have ids of their own; the finalization outbox is then left as it is.
+   */
   readonly sessionId?: string | undefined;
   /** Also remove the mirror layout's `traces/` tree and finalization outbox. */
   readonly legacyTraces?: boolean | undefined;
@@ -425,7 +428,7 @@ async function planLegacyTraces(
   planner: Planner,
   root: LoopyRoot,
   sessions: readonly SessionDirEntry[],
-  subtree: ReadonlySet<string> | undefined,
+  selected: ReadonlySet<string> | undefined,
 ): Promise<void> {
   const fs = planner.fs;
   if (await usableDir(planner, root.loopyDir, root.tracesDir)) {
@@ -440,7 +443,7 @@ async function planLegacyTraces(
         continue;
       }
       const treeSessions = sessions.filter((session) => session.rootSessionId === entry.name);
-      if (subtree === undefined) {
+      if (selected === undefined) {
         const kept = (await keptForRunning(planner, path, treeSessions)) ||
           !(await planner.oldEnough(path));
         if (!kept) {
@@ -463,7 +466,7 @@ async function planLegacyTraces(
       for (const child of await fs.readDir(sessionsDir)) {
         const childPath = join(sessionsDir, child.name);
         if (child.kind === "symlink") {
-          if (subtree?.has(child.name)) {
+          if (selected?.has(child.name)) {
             planner.skip(childPath, "symlink", "A symlink in traces/ is never followed or removed");
           }
           continue;
@@ -472,7 +475,7 @@ async function planLegacyTraces(
           await planner.add(sessionsDir, child.name, "pruning_leftover", null, isDir(child.kind));
           continue;
         }
-        if (subtree === undefined || !subtree.has(child.name)) continue;
+        if (selected === undefined || !selected.has(child.name)) continue;
         const owners = sessions.filter((session) => session.sessionId === child.name);
         if (await keptForRunning(planner, childPath, owners)) continue;
         if (await planner.oldEnough(childPath)) {
@@ -504,14 +507,13 @@ async function planLegacyTraces(
           isDir(entry.kind),
         );
       }
-      // Outbox records are named `<session>--<attempt>--<kind>.json`.
-      const owner = entry.name.split("--")[0] ?? "";
-      if (subtree !== undefined && !subtree.has(owner)) return undefined;
+      // With a session the outbox is left as it is (only an interrupted prune's leftovers go).
+      if (selected !== undefined) return undefined;
       return await planner.measure(
         root.outboxDir,
         entry.name,
         "finalization_outbox",
-        subtree === undefined ? null : owner,
+        null,
         isDir(entry.kind),
       );
     });
@@ -519,20 +521,14 @@ async function planLegacyTraces(
   }
 }
 
-function subtreeOf(tree: SessionTree, sessionId: string): SessionDirEntry[] {
-  const out: SessionDirEntry[] = [];
-  const visit = (id: string): void => {
-    const node = tree.require(id);
-    out.push({
-      sessionId: node.sessionId,
-      dir: node.dir,
-      rootSessionId: node.rootSessionId,
-      parentSessionId: node.parentSessionId,
-    });
-    for (const child of node.childIds) visit(child);
+function sessionEntry(tree: SessionTree, sessionId: string): SessionDirEntry {
+  const node = tree.require(sessionId);
+  return {
+    sessionId: node.sessionId,
+    dir: node.dir,
+    rootSessionId: node.rootSessionId,
+    parentSessionId: node.parentSessionId,
   };
-  visit(sessionId);
-  return out;
 }
 
 function validateOptions(options: PruneRawOptions): number | undefined {
@@ -607,11 +603,11 @@ export async function pruneRaw(
   const root = await openLoopyRoot(fs, loopyRoot);
   const planner = new Planner(fs, cutoffMs);
   let sessions: readonly SessionDirEntry[];
-  let subtree: ReadonlySet<string> | undefined;
+  let selected: ReadonlySet<string> | undefined;
   if (options.sessionId !== undefined) {
     const tree = await loadSessionTree(fs, root.repoRoot, options.sessionId);
-    sessions = subtreeOf(tree, options.sessionId);
-    subtree = new Set(sessions.map((session) => session.sessionId));
+    sessions = [sessionEntry(tree, options.sessionId)];
+    selected = new Set([options.sessionId]);
   } else {
     const walk = await walkSessionDirs(fs, root.sessionsDir);
     sessions = walk.sessions;
@@ -620,7 +616,7 @@ export async function pruneRaw(
     }
   }
   for (const session of sessions) await planRawDir(planner, session);
-  if (options.legacyTraces === true) await planLegacyTraces(planner, root, sessions, subtree);
+  if (options.legacyTraces === true) await planLegacyTraces(planner, root, sessions, selected);
 
   if (options.dryRun === true) {
     return report(planner.targets, planner.skipped, true);
