@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { SimulatedCrash } from "../adapters/memory.ts";
 import {
   createRootSession,
+  encodeJson,
   ensureRepository,
   LayoutRecordError,
   listRootSessionIds,
@@ -257,4 +258,17 @@ test("a crash at any step of root creation leaves no session directory or a comp
       assert.deepEqual(await missingScaffoldEntries(recovered, again.dir, "root"), []);
     }
   }
+});
+
+test("JSON records are written ASCII-escaped, as the engine's json.dumps writes them", async () => {
+  const fs = await newRepo();
+  const goal = "Ship the café menu ✓ 😀\u007f";
+  const root = await newRoot(fs, goal);
+  const bytes = await fs.readFile(root.paths.goalContractJson);
+  assert.deepEqual([...bytes].filter((b) => b > 0x7e), [], "printable ASCII only");
+  const text = new TextDecoder().decode(bytes);
+  // Each UTF-16 code unit from U+007F up as a lowercase \uXXXX escape, as Python's ensure_ascii.
+  assert.ok(text.includes("caf\\u00e9 menu \\u2713 \\ud83d\\ude00\\u007f"), text);
+  assert.equal((JSON.parse(text) as { goal: string }).goal, goal);
+  assert.deepEqual(bytes, encodeJson(JSON.parse(text)), "the bytes are the canonical encoding");
 });

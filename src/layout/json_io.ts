@@ -1,11 +1,13 @@
 /**
  * JSON and JSONL reading and writing for layout records, over the port.
  *
- * Canonical JSON is `JSON.stringify(value, null, 2)`: two-space indentation, keys in insertion
- * order, no trailing newline. It matches the engine's `json.dumps(indent=2)` layout, so hashes
- * over files this library writes are stable and a person can read them; records keep their key
- * order because the writers build them in a fixed order. JSONL records are compact
- * (`JSON.stringify(value)`) plus `\n`.
+ * Canonical JSON is `JSON.stringify(value, null, 2)` with every character outside printable ASCII
+ * escaped as `\uXXXX`: two-space indentation, keys in insertion order, no trailing newline. It is
+ * what the engine's `json.dumps(indent=2)` writes (ASCII-escaped), so a record this library
+ * writes has the bytes the engine would write for it: hashes over files agree, and a write-once
+ * record the engine wrote is recognized when written again. Records keep their key order because
+ * the writers build them in a fixed order. JSONL records are compact (`JSON.stringify(value)`)
+ * plus `\n`.
  *
  * Engine-owned JSON is replaced atomically (same-directory temp file, fsync, rename, directory
  * fsync); JSONL records are appended and fsynced one at a time.
@@ -35,9 +37,24 @@ export type JsonObject = { readonly [key: string]: JsonValue };
 const encoder = new TextEncoder();
 const decoder = new TextDecoder("utf-8", { fatal: true });
 
-/** Encodes `value` as canonical JSON bytes (`JSON.stringify(value, null, 2)`). */
+/**
+ * Encodes `value` as canonical JSON bytes: `JSON.stringify(value, null, 2)`, ASCII-escaped
+ * (`asciiEscaped`), as the engine's `json.dumps(indent=2)` writes it.
+ */
 export function encodeJson(value: unknown): Uint8Array {
-  return encoder.encode(JSON.stringify(value, null, 2));
+  return encoder.encode(asciiEscaped(JSON.stringify(value, null, 2)));
+}
+
+/**
+ * `json` (text `JSON.stringify` produced) with every UTF-16 code unit from U+007F up escaped as
+ * `\uXXXX` (lowercase hex, a surrogate pair as two escapes), as Python's `json.dumps` escapes
+ * with `ensure_ascii`. Such characters occur only inside strings, where the escape means the same.
+ */
+export function asciiEscaped(json: string): string {
+  return json.replace(
+    /[\u007f-\uffff]/g,
+    (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, "0")}`,
+  );
 }
 
 /** Encodes text as UTF-8. */

@@ -29,7 +29,7 @@ import {
   TraceLookupError,
 } from "./errors.ts";
 import { isSafeId, isSessionId } from "./ids.ts";
-import { decodeJson, parseWithSchema } from "./json_io.ts";
+import { asciiEscaped, decodeJson, parseWithSchema } from "./json_io.ts";
 import { chainKind, openLoopyRoot, PRUNING_PREFIX, walkSessionDirs } from "./loopy_root.ts";
 import type { JsonObject } from "./json_io.ts";
 import { canonicalPath, loopyDirOf } from "./no_links.ts";
@@ -114,10 +114,7 @@ function compareCodePoints(a: string, b: string): number {
 }
 
 function asciiJsonString(text: string): string {
-  return JSON.stringify(text).replace(
-    /[\u007f-\uffff]/g,
-    (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, "0")}`,
-  );
+  return asciiEscaped(JSON.stringify(text));
 }
 
 /** Compact JSON with sorted keys and non-ASCII escaped, as the engine hashes it. */
