@@ -48,6 +48,7 @@ import type { DirEntry, FileSystem } from "../port/fs.ts";
 import { FsError, NotFound } from "../port/errors.ts";
 import {
   atomicReplace,
+  forgetDurable,
   isTempName,
   PRIVATE_DIR_MODE,
   PRIVATE_FILE_MODE,
@@ -395,7 +396,10 @@ async function deleteStaged(
       await fs.syncDir(staging);
       await fs.syncDir(collection);
     }
-    for (const name of intent.entries) await fs.rename(join(collection, name), join(staging, name));
+    for (const name of intent.entries) {
+      forgetDurable(fs, join(collection, name));
+      await fs.rename(join(collection, name), join(staging, name));
+    }
     if (full) {
       await fs.syncDir(collection);
       await fs.syncDir(staging);
@@ -500,6 +504,7 @@ async function rollBackDeletion(
     } catch (error) {
       if (!(error instanceof NotFound)) throw error;
     }
+    forgetDurable(fs, join(collection, name));
     await fs.rename(from, join(collection, name));
     moved = true;
   }

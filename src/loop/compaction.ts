@@ -27,7 +27,13 @@
  */
 import type { EntryKind, FileSystem } from "../port/fs.ts";
 import { NotFound } from "../port/errors.ts";
-import { entryKind, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, writeNewFile } from "../port/durable.ts";
+import {
+  entryKind,
+  forgetDurable,
+  PRIVATE_DIR_MODE,
+  PRIVATE_FILE_MODE,
+  writeNewFile,
+} from "../port/durable.ts";
 import { basename, dirname, join } from "../port/path.ts";
 import { CorruptSessionError, SessionFormatError, SessionNotFoundError } from "./errors.ts";
 import {
@@ -321,6 +327,7 @@ export async function compactSession(
         await fs.syncDir(session);
         await fs.syncDir(staging);
       }
+      forgetDurable(fs, dir);
       await fs.rename(dir, join(staging, COMPACTION_PREVIOUS));
       await fs.rename(session, dir);
       if (context.durability === "full") {
@@ -410,6 +417,7 @@ export async function recoverStaging(
       // The lock there is the compaction's own: it took the writer lock before moving the
       // directory, and it no longer runs, since this recovery holds the collection lock it held.
       await dropMovedLocks(context, previous);
+      forgetDurable(fs, target);
       await fs.rename(previous, target);
       if (context.durability === "full") await fs.syncDir(collection);
       await removeStaging(context, staging);

@@ -28,7 +28,12 @@
  */
 import type { FileHandle, FileSystem } from "../port/fs.ts";
 import { NotFound } from "../port/errors.ts";
-import { PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, writeNewFile } from "../port/durable.ts";
+import {
+  forgetDurable,
+  PRIVATE_DIR_MODE,
+  PRIVATE_FILE_MODE,
+  writeNewFile,
+} from "../port/durable.ts";
 import { basename, dirname, join } from "../port/path.ts";
 import { SessionCwdError, SessionFormatError } from "./errors.ts";
 import {
@@ -720,6 +725,7 @@ export async function migrateLegacySession(
     ]);
     for (const file of files) if (file.status === "rejected") throw file.reason;
     if (context.durability === "full") await fs.syncDir(staging);
+    forgetDurable(fs, dir);
     await fs.rename(staging, dir);
     created = false;
     if (context.durability === "full") await fs.syncDir(collection);

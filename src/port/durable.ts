@@ -268,6 +268,23 @@ export async function ensurePrivateDir(
  */
 const durableDirs = new WeakMap<FileSystem, Set<string>>();
 
+/**
+ * Forgets what this process knows to be durable at `path` and below it (directory entries
+ * `ensurePrivateDir` synced, files `durableAppend` synced): call it before a rename moves a
+ * directory to or from `path`. The entry that then names `path` is another directory's, durable
+ * only once its parent is synced after the rename; should that sync fail, the next writer that
+ * relies on `path` syncs the parent itself instead of trusting what held before the move.
+ */
+export function forgetDurable(fs: FileSystem, path: string): void {
+  const below = path.endsWith("/") ? path : `${path}/`;
+  for (const known of [durableDirs.get(fs), durableEntries.get(fs)]) {
+    if (known === undefined) continue;
+    for (const entry of known) {
+      if (entry === path || entry.startsWith(below)) known.delete(entry);
+    }
+  }
+}
+
 /** Makes the directory `path` durable in its parent under `"full"` durability. */
 async function syncNewDir(fs: FileSystem, path: string, durability: Durability): Promise<void> {
   if (durability !== "full") return; // nothing is synced in this mode
@@ -452,6 +469,7 @@ export async function stagedPublish(
   } catch (error) {
     if (!(error instanceof NotFound)) throw error;
   }
+  forgetDurable(fs, finalDir);
   await fs.rename(stagingDir, finalDir);
   if (durability === "full") {
     await fs.syncDir(dirname(finalDir));
