@@ -320,3 +320,38 @@ test("property: random byte damage inside the committed range is always detected
     { numRuns: 200 },
   );
 });
+
+test("every kind of save cuts a crash tail to the committed length, also one that adds no message", async () => {
+  const saves: [string, (s: SessionManager, h: Message[]) => Promise<unknown>][] = [
+    ["an append", (s, h) => s.commit([...h, user("next")])],
+    ["the same history with new prompt timings", (s, h) => s.commit(h, undefined, [])],
+    ["the same history", (s, h) => s.commit(h)],
+    ["append() of nothing", (s) => s.append([])],
+  ];
+  for (const [name, save] of saves) {
+    const fs = new MemoryFs();
+    await fs.mkdir(CWD, { recursive: true });
+    const store = new SessionStore({ fs, agentDir: AGENT, process: null });
+    const session = await store.create(CWD);
+    const history = conversation(2);
+    await session.commit(history);
+    await session.close();
+    const log = `${session.getSessionPath()}/messages.jsonl`;
+    const end = (await fs.stat(log)).size;
+    // What a crash leaves past the committed range: bytes never published.
+    const handle = await fs.open(log, { append: true });
+    await handle.write(new TextEncoder().encode('{"role":"user","conte'));
+    await handle.close();
+    const writer = await store.open(session.getSessionPath());
+    assert.deepEqual(writer.messages, history);
+    await save(writer, history);
+    await writer.close();
+    const info = (await reopenHistory(fs, session.getSessionPath()))?.length ?? 0;
+    const meta = JSON.parse(
+      new TextDecoder().decode(await fs.readFile(`${session.getSessionPath()}/meta.json`)),
+    ) as { start: number; bytes: number };
+    assert.equal((await fs.stat(log)).size, meta.start + meta.bytes, name);
+    assert.ok(meta.start + meta.bytes >= end, name);
+    assert.ok(info >= history.length, name);
+  }
+});

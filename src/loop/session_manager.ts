@@ -1243,6 +1243,9 @@ export class SessionManager {
         start = end;
         bytes = prepared.bytes.length;
       }
+    } else if (committed.meta !== undefined && committed.meta.start + committed.meta.bytes > 0) {
+      // A save of metadata alone also cuts a crash tail (the log is opened once for it).
+      await this.#prepareLogEnd();
     }
     const meta: StorageMeta = {
       format: STORAGE_FORMAT,
