@@ -49,5 +49,13 @@ test("number options are non-negative numbers, integers where asked", () => {
   for (const raw of ["-1", "1.5", "soon", " ", " 2", "0x1", "1e3"]) {
     assert.throws(() => of(raw, true), UsageError, raw);
   }
-  assert.throws(() => of("1e3", false), UsageError);
+  // Floats as the engine's `--older-than DAYS` reads them (Python's float()).
+  for (
+    const [raw, value] of [["0.5", 0.5], [".5", 0.5], ["2.", 2], ["1e-3", 0.001], ["1E2", 100]]
+  ) {
+    assert.equal(of(raw as string, false), value, raw as string);
+  }
+  for (const raw of ["-1", "+1", ".", "e3", "1e", "0x1", " 2", "Infinity", "1e999", "1..2"]) {
+    assert.throws(() => of(raw, false), UsageError, raw);
+  }
 });

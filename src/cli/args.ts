@@ -79,7 +79,11 @@ export function parseArgs(args: readonly string[], spec: FlagSpec): ParsedArgs {
   return { positionals, flags, values, lists };
 }
 
-/** Parses a non-negative number option (integers only when `integer`). */
+/**
+ * Parses a non-negative number option: decimal digits when `integer`, otherwise a decimal float
+ * as Python's `float()` reads one (`2`, `0.5`, `.5`, `2.`, `1e-3`), for the engine's float
+ * options; never hexadecimal, blank or signed.
+ */
 export function numberOption(
   parsed: ParsedArgs,
   name: string,
@@ -87,10 +91,11 @@ export function numberOption(
 ): number | undefined {
   const raw = parsed.values.get(name);
   if (raw === undefined) return undefined;
-  // Plain decimal digits only (`Number` would also take `0x1`, `1e3` or ` 2 `).
+  // Checked before `Number`, which would also take `0x1`, ` 2 ` or `Infinity`.
   const value = Number(raw);
   if (
-    !(integer ? /^\d+$/ : /^\d+(\.\d+)?$/).test(raw) || !Number.isFinite(value) ||
+    !(integer ? /^\d+$/ : /^(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/).test(raw) ||
+    !Number.isFinite(value) ||
     (integer && !Number.isSafeInteger(value))
   ) {
     throw new UsageError(
