@@ -1003,3 +1003,28 @@ test("archiving or restoring no ids changes nothing, not even a missing collecti
   await store.archive.set(CWD, [], false);
   assert.deepEqual(fs.snapshotTree("/"), before);
 });
+
+test("structural changes refuse a collection directory replaced by a symlink, and change nothing behind it", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT, process: null });
+  const kept = await store.create(CWD);
+  await kept.commit(conversation(2));
+  await kept.close();
+  const legacyId = "11111111-2222-4333-8444-555555555555";
+  await fs.writeFile(
+    `${COLLECTION}/${legacyId}.jsonl`,
+    legacySessionBytes(legacyId, CWD, conversation(1, "l")),
+    { mode: 0o600 },
+  );
+  await fs.mkdir("/outside", { recursive: true });
+  await fs.rename(COLLECTION, "/outside/collection");
+  await fs.symlink("/outside/collection", COLLECTION);
+  const before = fs.snapshotTree("/outside");
+  await assert.rejects(store.archive.delete(CWD, [kept.id]), SessionFormatError);
+  await assert.rejects(store.open(`${COLLECTION}/${legacyId}.jsonl`), SessionFormatError);
+  await assert.rejects(store.compact(kept.getSessionPath()), SessionFormatError);
+  await assert.rejects(store.cleanup(CWD), SessionFormatError);
+  assert.deepEqual(fs.snapshotTree("/outside"), before);
+  assert.equal((await fs.lstat(COLLECTION)).kind, "symlink");
+});

@@ -617,11 +617,19 @@ export class SessionStore {
     if (options.create === true) {
       await ensurePrivateDir(this.fs, collection, this.#context.durability);
     } else {
+      let kind: string;
       try {
-        await this.fs.lstat(collection);
+        kind = (await this.fs.lstat(collection)).kind;
       } catch (error) {
         if (error instanceof NotFound) return await task();
         throw error;
+      }
+      if (kind !== "directory") {
+        // Nothing is changed through a link, as a save refuses it (`ensurePrivateDir`).
+        throw new SessionFormatError(
+          "Session collection path is not a directory (symlinks are refused)",
+          { file: collection },
+        );
       }
     }
     return await withCollectionLock(this.#context, collection, async () => {
