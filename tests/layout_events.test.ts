@@ -145,7 +145,7 @@ test("an append to a file whose last line is complete adds no blank line", async
 
 test("an append after one whose new file's directory fsync failed makes the file durable", async () => {
   const fs = new MemoryFs();
-  await fs.mkdir("/s");
+  await fs.mkdir("/s", { mode: 0o700 }); // private already: the only directory fsync is the entry's
   fs.syncAll();
   const options = deterministic();
   // The first append creates events.jsonl; its directory fsync fails once.
@@ -161,7 +161,7 @@ test("an append after one whose new file's directory fsync failed makes the file
 test("a created events file whose write, sync or close failed is made durable by the next append", async () => {
   for (const op of ["write", "sync", "close"] as const) {
     const fs = new MemoryFs();
-    await fs.mkdir("/s");
+    await fs.mkdir("/s", { mode: 0o700 });
     fs.syncAll();
     const options = deterministic();
     fs.failAt(fs.operationCount + 1, { ops: [op] });
@@ -178,7 +178,8 @@ test("appends to an existing events.jsonl sync its directory once per process, n
   const memory = new MemoryFs();
   const dir = "/repo/.loopy_loop/sessions/001_demo";
   await memory.mkdir(dir, { recursive: true });
-  await memory.writeFile(`${dir}/events.jsonl`, encoder.encode(`${line("a")}\n`));
+  await memory.chmod(dir, 0o700);
+  await memory.writeFile(`${dir}/events.jsonl`, encoder.encode(`${line("a")}\n`), { mode: 0o600 });
   memory.syncAll();
   let dirSyncs = 0;
   const fs = hookedFs(memory, {

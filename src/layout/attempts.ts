@@ -10,8 +10,13 @@
  */
 import type { FileSystem } from "../port/fs.ts";
 import { NotFound } from "../port/errors.ts";
-import { atomicReplace, ensurePrivateDir, readIfExists } from "../port/durable.ts";
-import { join } from "../port/path.ts";
+import {
+  atomicReplace,
+  ensurePrivateDir,
+  readIfExists,
+  tightenPrivateDir,
+} from "../port/durable.ts";
+import { dirname, join } from "../port/path.ts";
 import { ImmutableArtifactError, LayoutError } from "./errors.ts";
 import {
   bytesEqual,
@@ -131,6 +136,9 @@ export async function createAttemptArtifacts(
         throw new ImmutableArtifactError(join(snapshotDir, name));
       }
     }
+    // The session's iterations/ and raw/ take new entries: private too, however they were found.
+    await tightenPrivateDir(fs, paths.session.iterationsDir, durability);
+    await tightenPrivateDir(fs, paths.session.rawDir, durability);
     await ensurePrivateDir(fs, paths.iterationDir, durability);
     await ensurePrivateDir(fs, paths.rawDir, durability);
     for (const subarea of RAW_SUBAREAS) {
@@ -193,6 +201,7 @@ export async function writeAttemptResult(
       if (bytesEqual(existing, bytes)) return;
       await requireRunningAttempt(fs, paths, file);
     }
+    await tightenPrivateDir(fs, dirname(file), durability);
     await atomicReplace(fs, file, bytes, { durability });
   });
 }

@@ -23,8 +23,14 @@
  */
 import type { FileSystem } from "../port/fs.ts";
 import { FsError, IsADirectory, NotADirectory, NotFound } from "../port/errors.ts";
-import { atomicReplace, entryKind, readDirIfExists, readIfExists } from "../port/durable.ts";
-import { basename, join } from "../port/path.ts";
+import {
+  atomicReplace,
+  entryKind,
+  readDirIfExists,
+  readIfExists,
+  tightenPrivateDir,
+} from "../port/durable.ts";
+import { basename, dirname, join } from "../port/path.ts";
 import {
   ChildRequestError,
   LayoutRecordError,
@@ -211,7 +217,9 @@ export async function publishChildRequest(
         );
       }
     }
-    await atomicReplace(fs, file, bytes, { durability: options.durability ?? "full" });
+    const durability = options.durability ?? "full";
+    await tightenPrivateDir(fs, dirname(file), durability);
+    await atomicReplace(fs, file, bytes, { durability });
   });
   return { file, sha256: sha256Ref(bytes), bytes };
 }

@@ -16,7 +16,14 @@
  */
 import * as v from "valibot";
 import type { FileSystem } from "../port/fs.ts";
-import { atomicReplace, type Durability, durableAppend, readIfExists } from "../port/durable.ts";
+import {
+  atomicReplace,
+  type Durability,
+  durableAppend,
+  readIfExists,
+  tightenPrivateDir,
+} from "../port/durable.ts";
+import { dirname } from "../port/path.ts";
 import { portableSha256, type Sha256Factory, sha256Hex } from "../port/sha256.ts";
 import { ImmutableArtifactError, LayoutRecordError } from "./errors.ts";
 import { confined } from "./no_links.ts";
@@ -162,6 +169,7 @@ export async function writeJsonAtomic(
 ): Promise<Uint8Array> {
   fs = confined(fs, file);
   const bytes = encodeJson(value);
+  await tightenPrivateDir(fs, dirname(file), durability);
   await atomicReplace(fs, file, bytes, { durability });
   return bytes;
 }
@@ -189,6 +197,7 @@ export async function freezeBytes(
       if (bytesEqual(existing, bytes)) return false;
       throw new ImmutableArtifactError(file);
     }
+    await tightenPrivateDir(fs, dirname(file), durability);
     await atomicReplace(fs, file, bytes, { durability });
     return true;
   });
@@ -206,6 +215,7 @@ export async function appendJsonl(
   durability: Durability = "full",
 ): Promise<void> {
   fs = confined(fs, file);
+  await tightenPrivateDir(fs, dirname(file), durability);
   await durableAppend(fs, file, encoder.encode(`${JSON.stringify(value)}\n`), {
     durability,
     lines: true,

@@ -9,7 +9,12 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
-import { atomicReplace, readDirIfExists, readIfExists } from "../port/durable.ts";
+import {
+  atomicReplace,
+  readDirIfExists,
+  readIfExists,
+  tightenPrivateDir,
+} from "../port/durable.ts";
 import { dirname } from "../port/path.ts";
 import {
   ImmutableArtifactError,
@@ -513,7 +518,9 @@ export async function writeSessionOutcome(
     if (paths.layout === "folded") {
       await checkFoldedCitations(fs, paths, input.sessionId, validated);
     }
-    await atomicReplace(fs, file, bytes, { durability: resolveWriteOptions(input).durability });
+    const durability = resolveWriteOptions(input).durability;
+    await tightenPrivateDir(fs, dirname(file), durability);
+    await atomicReplace(fs, file, bytes, { durability });
     return validated;
   });
 }

@@ -259,6 +259,32 @@ export async function ensurePrivateDir(
 }
 
 /**
+ * Brings an existing directory `path` to the private mode (0700) when its mode is wider, making
+ * the new mode durable under `"full"` durability. Creates nothing: a missing `path`, or one that
+ * is not a directory (a link included, never followed), is left for the write into it to report.
+ * For writers that put a file into a directory that should exist already.
+ */
+export async function tightenPrivateDir(
+  fs: FileSystem,
+  path: string,
+  durability: Durability = "full",
+): Promise<void> {
+  let info;
+  try {
+    info = await fs.lstat(path);
+  } catch (error) {
+    if (error instanceof NotFound) return;
+    throw error;
+  }
+  if (info.kind !== "directory" || info.mode === PRIVATE_DIR_MODE) return;
+  await fs.chmod(path, PRIVATE_DIR_MODE);
+  // Only a mode that did change is synced (an adapter without modes reports the same one again).
+  if (durability === "full" && (await fs.lstat(path)).mode === PRIVATE_DIR_MODE) {
+    await fs.syncDir(path);
+  }
+}
+
+/**
  * Directories whose entry in their parent this process has made durable (it synced the parent
  * after creating or finding the directory), per filesystem. A directory found existing is not
  * taken as durable: the process that created it may have died before syncing its parent, so the
@@ -362,7 +388,7 @@ export async function writeNewFile(
 
 /** Options of `durableAppend`. */
 export interface DurableAppendOptions {
-  /** Mode of the file when created; default `0o600`. */
+  /** Mode of the file: a new file is created with it, an existing one brought to it; default `0o600`. */
   readonly mode?: number;
   /** Durability of the append; default `"full"`. */
   readonly durability?: Durability;
@@ -409,8 +435,13 @@ export async function durableAppend(
   }
   try {
     let bytes = data;
-    if (options.lines === true && !created) {
-      const size = (await handle.stat()).size;
+    const mode = options.mode ?? PRIVATE_FILE_MODE;
+    const info = created ? undefined : await handle.stat();
+    // An existing file with a wider mode is brought to the file's mode (made durable by the
+    // file's fsync below).
+    if (info !== undefined && info.mode !== mode) await fs.chmod(path, mode);
+    if (options.lines === true && info !== undefined) {
+      const size = info.size;
       if (size > 0 && (await handle.read(size - 1, 1))[0] !== NEWLINE) {
         bytes = new Uint8Array(data.length + 1);
         bytes[0] = NEWLINE;
