@@ -346,3 +346,27 @@ test("an unreadable or symlinked manifest is listed as failed, and lookups skip 
   await assert.rejects(inspectTrace(fs, tree.loopyRoot, `${attempts}/torn`), LayoutRecordError);
   assert.equal((await verifyTrace(fs, tree.loopyRoot, FIRST)).status, "verified");
 });
+
+test("a seal receipt is never read through a symlinked trace_seals/: the seal is a mismatch", async () => {
+  const fs = await newRepo();
+  const tree = await buildMirrorTree(fs);
+  const seals = `${tree.rootDir}/trace_seals`;
+  await fs.mkdir("/outside", { recursive: true });
+  await fs.rename(seals, "/outside/seals");
+  await fs.symlink("/outside/seals", seals);
+  fs.resetCounter();
+  const listed = await listTraces(fs, tree.loopyRoot);
+  const inspection = await inspectTrace(
+    fs,
+    tree.loopyRoot,
+    `trace-${ROOT_ATTEMPTS.first.attemptId}`,
+  );
+  const reads = fs.operationLog.filter((record) =>
+    /^(readFile|open)/.test(record.op) && record.path.startsWith(`${seals}/`)
+  );
+  assert.deepEqual(reads, [], "nothing read through the link");
+  const first = listed.find((entry) => entry.attemptId === ROOT_ATTEMPTS.first.attemptId);
+  assert.equal(first?.seal, "mismatch");
+  assert.equal(inspection.observedIntegrity.seal.status, "mismatch");
+  assert.match(inspection.observedIntegrity.seal.errors.join(), /symlink/);
+});

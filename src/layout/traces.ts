@@ -25,6 +25,7 @@ import { portableSha256, type Sha256Factory, sha256Hex } from "../port/sha256.ts
 import {
   LayoutRecordError,
   LoopyRootError,
+  TopologyError,
   TraceIntegrityError,
   TraceLookupError,
 } from "./errors.ts";
@@ -32,7 +33,7 @@ import { isSafeId, isSessionId } from "./ids.ts";
 import { asciiEscaped, decodeJson, parseWithSchema } from "./json_io.ts";
 import { chainKind, openLoopyRoot, PRUNING_PREFIX, walkSessionDirs } from "./loopy_root.ts";
 import type { JsonObject } from "./json_io.ts";
-import { canonicalPath, loopyDirOf } from "./no_links.ts";
+import { canonicalPath, confined, loopyDirOf } from "./no_links.ts";
 import { mirrorAttemptTraceDir, SessionPaths } from "./paths.ts";
 import { loadSessionTree } from "./tree.ts";
 
@@ -443,7 +444,20 @@ async function observeSeal(
     };
   }
   const receiptPath = new SessionPaths(sessionDir, "mirror").traceSealReceipt(attemptId);
-  const kind = await lstatKind(fs, receiptPath);
+  // Every directory on the way to the receipt is checked, not only its own entry: a receipt is
+  // never read through a link (`trace_seals/` planted as one included).
+  fs = confined(fs, receiptPath);
+  let kind: string | undefined;
+  try {
+    kind = await lstatKind(fs, receiptPath);
+  } catch (error) {
+    if (!(error instanceof TopologyError)) throw error;
+    return {
+      status: "mismatch",
+      receipt_path: receiptPath,
+      errors: [`trace seal receipt is reached through a symlink: ${error.message}`],
+    };
+  }
   if (kind === undefined) {
     return {
       status: "missing",
