@@ -16,6 +16,7 @@ import {
   type SessionTree,
 } from "../layout/tree.ts";
 import { LogicalReferenceResolver } from "../layout/refs.ts";
+import { parseLogicalReference } from "../layout/ref_grammar.ts";
 import { type PrunedEntry, type PruneKind, pruneRaw } from "../layout/prune.ts";
 import { findLoopyRoot } from "../layout/loopy_root.ts";
 import { inspectTrace, listTraces } from "../layout/traces.ts";
@@ -204,6 +205,8 @@ export async function runLayout(io: CliIo, args: readonly string[]): Promise<num
     if (reference === undefined || parsed.positionals.length > 1) {
       throw new UsageError("layout resolve takes one <logical ref>");
     }
+    // A reference the grammar refuses is refused before any file is read.
+    parseLogicalReference(reference);
     const repoRoot = await findRepoRoot(io, io.cwd);
     let sessionId = parsed.values.get("session");
     if (sessionId === undefined) {

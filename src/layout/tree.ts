@@ -20,6 +20,7 @@ import {
   TopologyError,
   UnknownSessionError,
 } from "./errors.ts";
+import { isSafeId } from "./ids.ts";
 import { readRecord } from "./json_io.ts";
 import {
   CHILDREN_DIRNAME,
@@ -293,6 +294,11 @@ export async function loadSessionTree(
   repoRoot: string,
   sessionId: string,
 ): Promise<SessionTree> {
+  // An id no tree can hold (a path, a dot name, a control character) is refused before a file
+  // is read.
+  if (typeof sessionId !== "string" || !isSafeId(sessionId)) {
+    throw new UnknownSessionError(String(sessionId));
+  }
   const { repoRoot: canonical, sessionsRoot } = await sessionsRootOf(fs, repoRoot);
   if (sessionsRoot === undefined) throw new UnknownSessionError(sessionId);
   const valid: Map<string, SessionNode>[] = [];
@@ -432,10 +438,15 @@ export async function assertReceivesWork(
   }
 }
 
-/** Lists the top-level root session ids of a repository (published, non-staging directories). */
+/**
+ * Lists the top-level root session ids of a repository (published, non-staging directories).
+ * `TopologyError` when `.loopy_loop/` or its `sessions/` is a symlink or not a directory.
+ */
 export async function listRootSessionIds(fs: FileSystem, repoRoot: string): Promise<string[]> {
   const out: string[] = [];
-  const sessionsRoot = repositoryPaths(repoRoot).sessionsRoot;
+  // Never through a link: `.loopy_loop/` and `sessions/` are checked as the tree's loader does.
+  const { sessionsRoot } = await sessionsRootOf(fs, repoRoot);
+  if (sessionsRoot === undefined) return out;
   for (const entry of await readDirIfExists(fs, sessionsRoot)) {
     if (entry.name.startsWith(".") || entry.kind !== "directory") continue;
     if ((await entryKind(fs, join(sessionsRoot, entry.name, "session.json"))) === "file") {
