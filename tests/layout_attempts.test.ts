@@ -24,6 +24,7 @@ import {
   deterministic,
   newRepo,
   newRoot,
+  patchState,
   readJson,
   readText,
   writeJson,
@@ -312,4 +313,30 @@ test("an eval receipt whose raw report was never written is refused", async () =
     acceptEvalReceipt(fs, paths, "tests-pass", { sessionId: ROOT_ID }),
     (error: unknown) => error instanceof LayoutRecordError && error.path === "raw_report_refs[0]",
   );
+});
+
+test("records written before JSON was ASCII-escaped are the same records when written again", async () => {
+  const { fs, paths } = await setup();
+  const snapshot = { "assignment.json": { objective: "Écrire la doc ✓" } };
+  const options = { prompt: "p", pathsMap: {}, snapshot };
+  const first = await createAttemptArtifacts(fs, paths, ATTEMPT, options);
+  const raw = (value: unknown) => new TextEncoder().encode(JSON.stringify(value, null, 2));
+  // The same records as an older version wrote them: raw UTF-8, not escaped.
+  const assignment = `${first.paths.snapshotDir(ATTEMPT.attemptId)}/assignment.json`;
+  await fs.writeFile(assignment, raw(snapshot["assignment.json"]));
+  const result = { status: "completed", summary: "Terminé ✓" };
+  await fs.writeFile(first.paths.resultJson, raw(result));
+  await patchState(fs, paths.dir, { status: "stopped", current_task: null });
+  const again = await createAttemptArtifacts(fs, paths, ATTEMPT, options);
+  assert.equal(
+    again.snapshotHashes["assignment.json"],
+    sha256Ref(await fs.readFile(assignment)),
+    "the hash of the bytes on disk",
+  );
+  await writeAttemptResult(fs, first.paths, result); // the attempt is over: only the same record
+  await assert.rejects(
+    writeAttemptResult(fs, first.paths, { ...result, summary: "autre" }),
+    ImmutableArtifactError,
+  );
+  assert.deepEqual(await fs.readFile(first.paths.resultJson), raw(result));
 });

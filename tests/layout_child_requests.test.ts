@@ -578,7 +578,7 @@ test("a request whose dispatch failed before its child was published is dispatch
   assert.deepEqual(await listPendingChildRequests(fs, root.paths), []);
 });
 
-test("a failed dispatch whose child has state.json is final; a child directory without it is refused as damaged", async () => {
+test("a failed dispatch whose child directory exists is final, and the queue goes on", async () => {
   const published = await failedDispatch();
   const childDir = `${published.root.dir}/children/01_needs-spec`;
   await published.fs.mkdir(childDir, { recursive: true });
@@ -604,17 +604,53 @@ test("a failed dispatch whose child has state.json is final; a child directory w
     assert.equal(final.receipt.reason, "The request was already dispatched (failed_dispatch)");
   }
 
+  // A child directory that exists without state.json (a child is published whole, so it is
+  // damaged) makes the failure final too: nothing of it is adopted or removed, and the queue
+  // goes on.
   const damaged = await failedDispatch();
   const dir = `${damaged.root.dir}/children/01_needs-spec`;
   await damaged.fs.mkdir(dir, { recursive: true });
-  await publishChildRequest(
-    damaged.fs,
-    damaged.root.paths,
-    childRequest("needs-spec", {
-      input_refs: ["session:/project_state/tasks/spec.md"],
-    }),
+  await writeText(damaged.fs, `${dir}/note.txt`, "left");
+  await assert.rejects(
+    publishChildRequest(
+      damaged.fs,
+      damaged.root.paths,
+      childRequest("needs-spec", {
+        input_refs: ["session:/project_state/tasks/spec.md"],
+      }),
+    ),
+    ChildRequestError,
   );
-  const before = damaged.fs.snapshotTree();
-  await assert.rejects(processNext(damaged.fs), ChildRequestError);
-  assert.deepEqual(damaged.fs.snapshotTree(), before, "nothing written, nothing removed");
+  await damaged.fs.writeFile(damaged.root.paths.pendingRequest("needs-spec"), damaged.bytes);
+  await publishChildRequest(damaged.fs, damaged.root.paths, childRequest("next"));
+  const refused = await processNext(damaged.fs);
+  assert.equal(refused?.kind, "rejected");
+  assert.equal((await damaged.fs.readFile(`${dir}/note.txt`)).length, 4, "the directory stays");
+  const next = await processNext(damaged.fs);
+  assert.equal(next?.kind === "accepted" && next.childSessionId, "02_next");
+});
+
+test("a failed dispatch accepted in other bytes (unescaped text) is published again in those bytes", async () => {
+  const { fs, root } = await setup();
+  const request = childRequest("menu", { goal: "Livrer le menu du café" });
+  // Accepted from a pending file another writer encoded with raw UTF-8; its input then vanished.
+  const raw = new TextEncoder().encode(JSON.stringify(request, null, 2));
+  await fs.writeFile(root.paths.pendingRequest("menu"), raw);
+  await fs.writeFile(root.paths.acceptedRequest("menu"), raw);
+  await writeJson(fs, root.paths.childrenJson, {
+    schema_version: 2,
+    parent_session_id: ROOT_ID,
+    revision: 1,
+    children: [{
+      session_id: "01_menu",
+      request_id: "menu",
+      status: "failed_dispatch",
+      accepted_request_ref: "session:/child_requests/accepted/menu.json",
+    }],
+  });
+  await fs.remove(root.paths.pendingRequest("menu"));
+  const published = await publishChildRequest(fs, root.paths, request);
+  assert.deepEqual(published.bytes, raw, "the accepted bytes, not a new encoding");
+  const result = await processNext(fs);
+  assert.equal(result?.kind === "accepted" && result.childSessionId, "01_menu");
 });

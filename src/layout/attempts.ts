@@ -27,6 +27,7 @@ import {
   type JsonValue,
   readRecord,
   readRecordIfExists,
+  sameJsonRecord,
   sha256Ref,
   writeJsonAtomic,
 } from "./json_io.ts";
@@ -115,26 +116,36 @@ export async function createAttemptArtifacts(
   ) as FoldedTraceRef;
   parseAttemptPathsMap(options.pathsMap, paths.pathsJson);
   const snapshot = options.snapshot ?? {};
-  const snapshotFiles: { readonly name: string; readonly bytes: Uint8Array }[] = [];
+  const snapshotFiles: {
+    readonly name: string;
+    readonly bytes: Uint8Array;
+    readonly json: boolean;
+  }[] = [];
   for (const [name, value] of Object.entries(snapshot)) {
     if (!SNAPSHOT_NAME.test(name)) {
       throw new LayoutError(`Snapshot file name is not a safe name: ${JSON.stringify(name)}`);
     }
-    snapshotFiles.push({
-      name,
-      bytes: typeof value === "string" ? encodeText(value) : encodeJson(value),
-    });
+    snapshotFiles.push(
+      typeof value === "string"
+        ? { name, bytes: encodeText(value), json: false }
+        : { name, bytes: encodeJson(value), json: true },
+    );
   }
   const snapshotDir = paths.snapshotDir(traceRef.attempt_id);
 
   // One creation of an attempt at a time: a snapshot frozen with other contents refuses the call
   // before it writes anything (the prompt and paths of the attempt that froze it stay).
   return await serializedOn(fs, snapshotDir, async () => {
-    for (const { name, bytes } of snapshotFiles) {
+    // What is frozen already stays as it is: a JSON file holding the same record in other bytes
+    // (written before JSON was ASCII-escaped) is the same file, and its own bytes are hashed.
+    const frozen = new Map<string, Uint8Array>();
+    for (const { name, bytes, json } of snapshotFiles) {
       const existing = await readIfExists(fs, join(snapshotDir, name));
-      if (existing !== undefined && !bytesEqual(existing, bytes)) {
+      if (existing === undefined) continue;
+      if (!(json ? sameJsonRecord(existing, bytes) : bytesEqual(existing, bytes))) {
         throw new ImmutableArtifactError(join(snapshotDir, name));
       }
+      frozen.set(name, existing);
     }
     // The session's iterations/ and raw/ take new entries: private too, however they were found.
     await tightenPrivateDir(fs, paths.session.iterationsDir, durability);
@@ -151,8 +162,9 @@ export async function createAttemptArtifacts(
     if (snapshotFiles.length > 0) {
       await ensurePrivateDir(fs, snapshotDir, durability);
       for (const { name, bytes } of snapshotFiles) {
-        await freezeBytes(fs, join(snapshotDir, name), bytes, durability);
-        snapshotHashes[name] = sha256Ref(bytes, resolved.sha256);
+        const kept = frozen.get(name);
+        if (kept === undefined) await freezeBytes(fs, join(snapshotDir, name), bytes, durability);
+        snapshotHashes[name] = sha256Ref(kept ?? bytes, resolved.sha256);
       }
     }
     return { paths, traceRef, snapshotHashes };
@@ -192,13 +204,13 @@ export async function writeAttemptResult(
   // Early refusal without queueing behind the state's writers; decided for good below.
   const seen = await readIfExists(fs, file);
   if (seen !== undefined) {
-    if (bytesEqual(seen, bytes)) return;
+    if (sameJsonRecord(seen, bytes)) return;
     await requireRunningAttempt(fs, paths, file);
   }
   await serializedOn(fs, paths.session.stateJson, async () => {
     const existing = await readIfExists(fs, file);
     if (existing !== undefined) {
-      if (bytesEqual(existing, bytes)) return;
+      if (sameJsonRecord(existing, bytes)) return;
       await requireRunningAttempt(fs, paths, file);
     }
     await tightenPrivateDir(fs, dirname(file), durability);

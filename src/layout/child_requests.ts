@@ -46,6 +46,7 @@ import {
   decodeJson,
   encodeJson,
   freezeBytes,
+  jsonEqual,
   type JsonObject,
   readRecord,
   readRecordIfExists,
@@ -200,22 +201,22 @@ export async function publishChildRequest(
   // The request first: its id is reported as a record field before it names any path.
   parseChildRequest(request, join(paths.childRequestsPendingDir, "request.json"));
   const file = paths.pendingRequest(request.request_id);
-  const bytes = encodeJson(request);
+  let bytes = encodeJson(request);
   // The check and the publication run before another operation on this parent's requests.
   await serializedOn(fs, childLifecycleKey(paths), async () => {
-    for (const taken of [file, paths.acceptedRequest(request.request_id)]) {
-      const existing = await readIfExists(fs, taken);
+    const inUse = (taken: string) =>
+      new ChildRequestError(taken, request.request_id, "Child request id is already in use");
+    if ((await readIfExists(fs, file)) !== undefined) throw inUse(file);
+    const acceptedFile = paths.acceptedRequest(request.request_id);
+    const accepted = await readIfExists(fs, acceptedFile);
+    if (accepted !== undefined) {
+      // Only the very request of a dispatch that failed before its child was published, in the
+      // bytes it was accepted in (whoever encoded them), so its acceptance matches them again.
       if (
-        existing !== undefined &&
-        !(taken !== file && bytesEqual(existing, bytes) &&
-          await canRetry(fs, paths, request.request_id))
-      ) {
-        throw new ChildRequestError(
-          taken,
-          request.request_id,
-          "Child request id is already in use",
-        );
-      }
+        !sameRecord(accepted, request, acceptedFile) ||
+        !(await canRetry(fs, paths, request.request_id))
+      ) throw inUse(acceptedFile);
+      bytes = accepted;
     }
     const durability = options.durability ?? "full";
     await tightenPrivateDir(fs, dirname(file), durability);
@@ -224,16 +225,28 @@ export async function publishChildRequest(
   return { file, sha256: sha256Ref(bytes), bytes };
 }
 
+/** True when `bytes` hold JSON equal to `value` (key order and escapes aside). */
+function sameRecord(bytes: Uint8Array, value: unknown, file: string): boolean {
+  try {
+    return jsonEqual(decodeJson(bytes, file), value);
+  } catch (error) {
+    if (error instanceof LayoutRecordError) return false;
+    throw error;
+  }
+}
+
 /**
  * True when the request `requestId` of the folded session `paths` failed to dispatch before its
- * child was published (a `failed_dispatch` record whose child has no state.json): the same
- * request may then be published and dispatched again, under the same child id.
+ * child was published (a `failed_dispatch` record whose child directory does not exist): the same
+ * request may then be published and dispatched again, under the same child id. A child directory
+ * that exists (even without state.json, which a child published whole always has) makes the
+ * failure final: nothing of it is adopted or removed.
  */
 async function canRetry(fs: FileSystem, paths: SessionPaths, requestId: string): Promise<boolean> {
   const ledger = await readChildrenLedger(fs, paths, basename(paths.dir));
   const record = ledger.children.find((c) => c.request_id === requestId);
   return record?.status === "failed_dispatch" &&
-    !(await isPresent(fs, join(paths.childDir(record.session_id), "state.json")));
+    !(await isPresent(fs, paths.childDir(record.session_id)));
 }
 
 /** The names of pending request files, in the order they are considered (sorted). */
@@ -505,8 +518,8 @@ async function admit(
     };
   }
   const existing = ledger.children.find((c) => c.request_id === id);
-  // A dispatch that failed before its child was published (no state.json) is dispatched again
-  // under the same child id; any other finished record is final.
+  // A dispatch that failed before its child was published is dispatched again under the same
+  // child id (`canRetry`); any other finished record is final.
   const retry = existing?.status === "failed_dispatch" &&
     await canRetry(fs, paths, id);
   if (existing !== undefined && !LIVE_CHILD_STATUSES.includes(existing.status) && !retry) {
@@ -514,15 +527,6 @@ async function admit(
       reason: `The request was already dispatched (${existing.status})`,
       field: "request_id",
     };
-  }
-  if (retry && await isDirectory(fs, paths.childDir(existing.session_id))) {
-    // A child is published whole (built aside, then moved in), so a directory without state.json
-    // is damaged: it is neither adopted nor removed, and the ledger is left as it is.
-    throw new ChildRequestError(
-      file,
-      id,
-      `Child directory ${paths.childDir(existing.session_id)} exists but has no state.json`,
-    );
   }
   // An interrupted acceptance that cannot be completed is marked failed; a retry already is.
   const abandoned = retry ? undefined : existing;

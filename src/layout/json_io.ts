@@ -229,6 +229,20 @@ export function bytesEqual(a: Uint8Array, b: Uint8Array): boolean {
   return true;
 }
 
+/**
+ * True when `existing` holds the record `bytes` encode: the same bytes, or JSON equal to them (a
+ * record written before JSON was ASCII-escaped, or by another writer that escapes differently).
+ */
+export function sameJsonRecord(existing: Uint8Array, bytes: Uint8Array): boolean {
+  if (bytesEqual(existing, bytes)) return true;
+  try {
+    return jsonEqual(decodeJson(existing, ""), decodeJson(bytes, ""));
+  } catch (error) {
+    if (error instanceof LayoutRecordError) return false;
+    throw error;
+  }
+}
+
 /** Structural equality of two JSON values (object key order ignored). */
 export function jsonEqual(a: unknown, b: unknown): boolean {
   if (a === b) return true;
