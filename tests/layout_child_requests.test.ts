@@ -492,13 +492,22 @@ test("a second child takes the next ordinal after the first finished", async () 
   assert.equal(second?.kind === "accepted" && second.childSessionId, "02_second-milestone");
 });
 
-test("an interrupted acceptance whose declared input vanished is marked failed_dispatch and rejected", async () => {
+const SPEC_REF = "session:/project_state/tasks/spec.md";
+
+/**
+ * A root whose request `needs-spec` (declaring the input `SPEC_REF`) was interrupted after the
+ * child was indexed, before it was built, and whose input then vanished.
+ */
+async function interruptedWithoutInput(): Promise<
+  { fs: MemoryFs; root: CreatedSession; bytes: Uint8Array; spec: string }
+> {
   const { fs, root } = await setup();
-  await writeText(fs, `${root.dir}/project_state/tasks/spec.md`, "spec");
+  const spec = `${root.dir}/project_state/tasks/spec.md`;
+  await writeText(fs, spec, "spec");
   const { bytes } = await publishChildRequest(
     fs,
     root.paths,
-    childRequest("needs-spec", { input_refs: ["session:/project_state/tasks/spec.md"] }),
+    childRequest("needs-spec", { input_refs: [SPEC_REF] }),
   );
   // The state an acceptance leaves when it stops after indexing the child, before building it.
   await fs.writeFile(root.paths.acceptedRequest("needs-spec"), bytes);
@@ -513,7 +522,12 @@ test("an interrupted acceptance whose declared input vanished is marked failed_d
       accepted_request_ref: "session:/child_requests/accepted/needs-spec.json",
     }],
   });
-  await fs.remove(`${root.dir}/project_state/tasks/spec.md`);
+  await fs.remove(spec);
+  return { fs, root, bytes, spec };
+}
+
+test("an interrupted acceptance whose declared input vanished is marked failed_dispatch and rejected", async () => {
+  const { fs, root } = await interruptedWithoutInput();
   const result = await processNext(fs);
   assert.equal(result?.kind, "rejected");
   if (result?.kind === "rejected") assert.equal(result.receipt.field, "input_refs[0]");
@@ -527,30 +541,11 @@ test("an interrupted acceptance whose declared input vanished is marked failed_d
   assert.equal(next?.kind === "accepted" && next.childSessionId, "02_next");
 });
 
-/** A root whose request `needs-spec` failed to dispatch (its input vanished), as the test above. */
+/** A root whose request `needs-spec` failed to dispatch (as the test above), its input back. */
 async function failedDispatch(): Promise<
   { fs: MemoryFs; root: CreatedSession; bytes: Uint8Array }
 > {
-  const { fs, root } = await setup();
-  const spec = `${root.dir}/project_state/tasks/spec.md`;
-  await writeText(fs, spec, "spec");
-  const request = childRequest("needs-spec", {
-    input_refs: ["session:/project_state/tasks/spec.md"],
-  });
-  const { bytes } = await publishChildRequest(fs, root.paths, request);
-  await fs.writeFile(root.paths.acceptedRequest("needs-spec"), bytes);
-  await writeJson(fs, root.paths.childrenJson, {
-    schema_version: 2,
-    parent_session_id: ROOT_ID,
-    revision: 1,
-    children: [{
-      session_id: "01_needs-spec",
-      request_id: "needs-spec",
-      status: "dispatching",
-      accepted_request_ref: "session:/child_requests/accepted/needs-spec.json",
-    }],
-  });
-  await fs.remove(spec);
+  const { fs, root, bytes, spec } = await interruptedWithoutInput();
   assert.equal((await processNext(fs))?.kind, "rejected");
   await writeText(fs, spec, "spec"); // the input is back
   return { fs, root, bytes };
@@ -562,7 +557,7 @@ test("a request whose dispatch failed before its child was published is dispatch
     fs,
     root.paths,
     childRequest("needs-spec", {
-      input_refs: ["session:/project_state/tasks/spec.md"],
+      input_refs: [SPEC_REF],
     }),
   );
   const result = await processNext(fs);
@@ -588,7 +583,7 @@ test("a failed dispatch whose child directory exists is final, and the queue goe
       published.fs,
       published.root.paths,
       childRequest("needs-spec", {
-        input_refs: ["session:/project_state/tasks/spec.md"],
+        input_refs: [SPEC_REF],
       }),
     ),
     ChildRequestError,
@@ -616,7 +611,7 @@ test("a failed dispatch whose child directory exists is final, and the queue goe
       damaged.fs,
       damaged.root.paths,
       childRequest("needs-spec", {
-        input_refs: ["session:/project_state/tasks/spec.md"],
+        input_refs: [SPEC_REF],
       }),
     ),
     ChildRequestError,

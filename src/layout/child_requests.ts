@@ -246,7 +246,7 @@ async function canRetry(fs: FileSystem, paths: SessionPaths, requestId: string):
   const ledger = await readChildrenLedger(fs, paths, basename(paths.dir));
   const record = ledger.children.find((c) => c.request_id === requestId);
   return record?.status === "failed_dispatch" &&
-    !(await isPresent(fs, paths.childDir(record.session_id)));
+    (await entryKind(fs, paths.childDir(record.session_id))) === undefined;
 }
 
 /** The names of pending request files, in the order they are considered (sorted). */
@@ -600,17 +600,6 @@ function isReferenceFault(error: unknown): boolean {
 
 const REFERENCE_FAULT_CODES: ReadonlySet<string> = new Set(["ENAMETOOLONG", "ELOOP"]);
 
-/** True when anything (a link included, never followed) is at `path`. */
-async function isPresent(fs: FileSystem, path: string): Promise<boolean> {
-  try {
-    await fs.lstat(path);
-    return true;
-  } catch (error) {
-    if (error instanceof NotFound) return false;
-    throw error;
-  }
-}
-
 async function isDirectory(fs: FileSystem, path: string): Promise<boolean> {
   try {
     return (await fs.lstat(path)).kind === "directory";
@@ -756,7 +745,7 @@ async function ensureChild(
         `Child directory ${childDir} exists but was not created from this request`,
       );
     }
-    if (!(await isPresent(fs, join(childDir, "state.json")))) {
+    if ((await entryKind(fs, join(childDir, "state.json"))) === undefined) {
       // A child is published whole (built aside, then moved in): one without state.json is
       // damaged, and is neither adopted nor removed.
       throw new ChildRequestError(
