@@ -446,7 +446,7 @@ async function processNext(
         fs,
         paths,
         ledger,
-        ledger.children.map((c) => c.request_id === failed.request_id ? failed : c),
+        replacing(ledger, failed),
         resolved,
       );
     }
@@ -600,6 +600,11 @@ function isReferenceFault(error: unknown): boolean {
 
 const REFERENCE_FAULT_CODES: ReadonlySet<string> = new Set(["ENAMETOOLONG", "ELOOP"]);
 
+/** The ledger's records with the one of `record`'s request replaced by it. */
+function replacing(ledger: ChildrenLedger, record: ChildRecord): ChildRecord[] {
+  return ledger.children.map((c) => c.request_id === record.request_id ? record : c);
+}
+
 async function isDirectory(fs: FileSystem, path: string): Promise<boolean> {
   try {
     return (await fs.lstat(path)).kind === "directory";
@@ -661,7 +666,7 @@ async function accept(
       fs,
       paths,
       ledger,
-      ledger.children.map((c) => c.request_id === id ? again : c),
+      replacing(ledger, again),
       options,
     );
     record = again;
@@ -694,7 +699,7 @@ async function accept(
       fs,
       paths,
       ledger,
-      ledger.children.map((c) => c.request_id === id ? running : c),
+      replacing(ledger, running),
       options,
     );
   }
