@@ -1309,6 +1309,26 @@ test("metadata arguments of the wrong type and unserializable messages reject wi
   cyclic.self = cyclic;
   await assert.rejects(session.commit([...history, cyclic as never]), SessionFormatError);
   assert.equal(session.hasPendingSave, false);
+  // What JSON writes as something else (a Date written as a string) is refused, not saved into a
+  // session that opening would then refuse.
+  const when = {
+    role: "assistant",
+    content: [{ type: "toolCall", id: "c1", name: "when", arguments: new Date(0) }],
+    api: "a",
+    provider: "p",
+    model: "m",
+    usage: {},
+    stopReason: "toolUse",
+    timestamp: 2,
+  };
+  await assert.rejects(session.commit([...history, when as never]), (error: unknown) => {
+    assert.ok(error instanceof SessionFormatError);
+    assert.match(String(error.path), /arguments/);
+    return true;
+  });
+  const reopened = await store.open(session.getSessionPath(), { readOnly: true });
+  assert.equal(reopened.messages.length, history.length);
+  await reopened.close();
 });
 
 test("a replacement of saved messages does not set unread; newly appended output does", async () => {

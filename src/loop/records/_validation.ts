@@ -8,9 +8,12 @@ import * as v from "valibot";
 import { SessionFormatError } from "../errors.ts";
 import type { RecordLocation } from "./types.ts";
 
-/** A non-null object that is not an array. */
+/** A non-null object that is not an array and that JSON writes as an object. */
 export function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
+  return typeof value === "object" && value !== null && !Array.isArray(value) &&
+    // One that serializes as something else (a `toJSON` method, as a `Date` has) is not: what is
+    // validated must be what is written, or a save would make its session unopenable.
+    typeof (value as { readonly toJSON?: unknown }).toJSON !== "function";
 }
 
 /** A safe integer that is zero or more. */
