@@ -671,6 +671,8 @@ export class SessionManager {
    * Saves the complete history. Appends only new messages; a changed or shortened history is
    * written as a new generation. Omitted optional arguments keep the stored metadata; given
    * arrays replace it (an empty array removes the field). Rejects while a save is pending.
+   * Messages are plain JSON data: an object that JSON would write as something else (one with a
+   * `toJSON` method, such as a `Date`) is refused with a `SessionFormatError` naming its field.
    *
    * Saved messages are recognized by identity: pass the same objects again (or equal new ones).
    * To change an earlier message, pass a new object in its place and leave the saved one as it
