@@ -1,8 +1,9 @@
-// prune-raw and the trace readers on a real filesystem (the Node adapter, on Deno and on Node):
-// the same fixtures as the memory tests, with real symlinks pointing outside the repository.
+// prune-raw, the trace readers and layout writes on a real filesystem (the Node adapter, on Deno
+// and on Node): the same fixtures as the memory tests, with real symlinks pointing outside the repository.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
+  chmod,
   lstat,
   mkdir,
   mkdtemp,
@@ -16,6 +17,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { nodeFs } from "../adapters/node.ts";
 import {
+  appendEvents,
   findLoopyRoot,
   listTraces,
   LogicalReferenceResolver,
@@ -86,5 +88,22 @@ test("on a real filesystem mirror traces list as verified and a changed file fai
       verifyTrace(fs, tree.loopyRoot, first),
       (error: unknown) => error instanceof TraceIntegrityError && error.file === report,
     );
+  });
+});
+
+test("on a real filesystem layout writes bring a widened session to private modes", async () => {
+  await withTempDir(async (dir) => {
+    const fs = nodeFs();
+    const tree = await buildFoldedTree(fs, dir);
+    const session = tree.root.dir;
+    const events = join(session, "events.jsonl");
+    await chmod(session, 0o755);
+    await chmod(events, 0o644);
+    await appendEvents(fs, events, tree.rootId, [{ type: "tick" }]);
+    assert.equal((await lstat(events)).mode & 0o777, 0o600);
+    assert.equal((await lstat(session)).mode & 0o777, 0o700);
+    // A second append finds both private and changes nothing more.
+    await appendEvents(fs, events, tree.rootId, [{ type: "tock" }]);
+    assert.equal((await lstat(session)).mode & 0o777, 0o700);
   });
 });
