@@ -340,3 +340,26 @@ test("records written before JSON was ASCII-escaped are the same records when wr
   );
   assert.deepEqual(await fs.readFile(first.paths.resultJson), raw(result));
 });
+
+test("a record in other bytes is the same only when it differs by escapes: not another number", async () => {
+  const { fs, paths } = await setup();
+  const options = { prompt: "p", pathsMap: {}, snapshot: { "assignment.json": { budget: 1 } } };
+  const first = await createAttemptArtifacts(fs, paths, ATTEMPT, options);
+  const encode = (text: string) => new TextEncoder().encode(text);
+  // Written by a writer with exact integers: another number than any a double holds.
+  const assignment = `${first.paths.snapshotDir(ATTEMPT.attemptId)}/assignment.json`;
+  await fs.writeFile(assignment, encode('{\n  "budget": 9007199254740993\n}'));
+  await assert.rejects(
+    createAttemptArtifacts(fs, paths, ATTEMPT, {
+      ...options,
+      snapshot: { "assignment.json": { budget: 9007199254740992 } },
+    }),
+    ImmutableArtifactError,
+  );
+  await fs.writeFile(first.paths.resultJson, encode('{\n  "tokens": 9007199254740993\n}'));
+  await patchState(fs, paths.dir, { status: "stopped", current_task: null });
+  await assert.rejects(
+    writeAttemptResult(fs, first.paths, { tokens: 9007199254740992 }),
+    ImmutableArtifactError,
+  );
+});

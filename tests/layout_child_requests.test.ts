@@ -649,3 +649,22 @@ test("a failed dispatch accepted in other bytes (unescaped text) is published ag
   const result = await processNext(fs);
   assert.equal(result?.kind === "accepted" && result.childSessionId, "01_menu");
 });
+
+test("a failed dispatch is published again from the same request object with undefined optional fields", async () => {
+  const { fs, root, spec } = await interruptedWithoutInput();
+  await fs.remove(root.paths.acceptedRequest("needs-spec"));
+  await fs.remove(root.paths.pendingRequest("needs-spec"));
+  // As TypeScript callers build it: optional fields present with the value undefined.
+  const request = childRequest("needs-spec", {
+    input_refs: [SPEC_REF],
+    workflow_set: undefined,
+    origin: { parent_attempt_id: "attempt000001", parent_work_item_id: undefined },
+  });
+  const { bytes } = await publishChildRequest(fs, root.paths, request);
+  await fs.writeFile(root.paths.acceptedRequest("needs-spec"), bytes);
+  assert.equal((await processNext(fs))?.kind, "rejected");
+  await writeText(fs, spec, "spec");
+  assert.deepEqual((await publishChildRequest(fs, root.paths, request)).bytes, bytes);
+  const result = await processNext(fs);
+  assert.equal(result?.kind === "accepted" && result.childSessionId, "01_needs-spec");
+});

@@ -1326,6 +1326,20 @@ test("metadata arguments of the wrong type and unserializable messages reject wi
     assert.match(String(error.path), /arguments/);
     return true;
   });
+  const content = [{ type: "text", text: "hi" }];
+  for (
+    const [field, odd] of [
+      ["usage", { ...when, content: [], stopReason: "stop", usage: new Date(0) }],
+      ["usage", { ...when, content: [], stopReason: "stop", usage: { toJSON: () => undefined } }],
+      ["content", { ...user("q"), content: Object.assign([...content], { toJSON: () => "x" }) }],
+    ] as const
+  ) {
+    await assert.rejects(session.commit([...history, odd as never]), (error: unknown) => {
+      assert.ok(error instanceof SessionFormatError, field);
+      assert.match(String(error.path), new RegExp(field));
+      return true;
+    });
+  }
   const reopened = await store.open(session.getSessionPath(), { readOnly: true });
   assert.equal(reopened.messages.length, history.length);
   await reopened.close();

@@ -175,7 +175,8 @@ export async function createAttemptArtifacts(
  * Writes an attempt's compact, recovery-critical `result.json` atomically, in either layout (a
  * running mirror session finishes under its own layout).
  *
- * The first write is always allowed, and writing the same bytes again does nothing. Rewriting it
+ * The first write is always allowed, and writing the same record again does nothing (also when
+ * the file holds it unescaped, as versions before JSON was ASCII-escaped wrote it). Rewriting it
  * with other contents is allowed only while the attempt is still running — the session's
  * `state.json` is `running` with this attempt (iteration, workflow and, when `trace_ref.json`
  * names one, attempt id) as its current task — and, in a mirror session, only while the

@@ -46,10 +46,10 @@ import {
   decodeJson,
   encodeJson,
   freezeBytes,
-  jsonEqual,
   type JsonObject,
   readRecord,
   readRecordIfExists,
+  sameJsonRecord,
   sha256Ref,
   utcSeconds,
   writeJsonAtomic,
@@ -185,8 +185,9 @@ export interface PublishedRequest {
 /**
  * Publishes a child request atomically at `child_requests/pending/<request_id>.json` of the
  * folded session `paths`. The request is validated first; a request id that is already pending
- * or accepted is a `ChildRequestError`, except the very request (the same bytes) of a dispatch
- * that failed before its child was published, which may be published and dispatched again.
+ * or accepted is a `ChildRequestError`, except the very request of a dispatch that failed before
+ * its child was published (its accepted copy holds this record, escaped or not), which is
+ * published again in the accepted copy's bytes and dispatched again.
  */
 export async function publishChildRequest(
   fs: FileSystem,
@@ -213,8 +214,7 @@ export async function publishChildRequest(
       // Only the very request of a dispatch that failed before its child was published, in the
       // bytes it was accepted in (whoever encoded them), so its acceptance matches them again.
       if (
-        !sameRecord(accepted, request, acceptedFile) ||
-        !(await canRetry(fs, paths, request.request_id))
+        !sameJsonRecord(accepted, bytes) || !(await canRetry(fs, paths, request.request_id))
       ) throw inUse(acceptedFile);
       bytes = accepted;
     }
@@ -223,16 +223,6 @@ export async function publishChildRequest(
     await atomicReplace(fs, file, bytes, { durability });
   });
   return { file, sha256: sha256Ref(bytes), bytes };
-}
-
-/** True when `bytes` hold JSON equal to `value` (key order and escapes aside). */
-function sameRecord(bytes: Uint8Array, value: unknown, file: string): boolean {
-  try {
-    return jsonEqual(decodeJson(bytes, file), value);
-  } catch (error) {
-    if (error instanceof LayoutRecordError) return false;
-    throw error;
-  }
 }
 
 /**

@@ -230,17 +230,20 @@ export function bytesEqual(a: Uint8Array, b: Uint8Array): boolean {
 }
 
 /**
- * True when `existing` holds the record `bytes` encode: the same bytes, or JSON equal to them (a
- * record written before JSON was ASCII-escaped, or by another writer that escapes differently).
+ * True when `existing` holds the record whose canonical bytes (`encodeJson`) are `bytes`: the same
+ * bytes, or the same text with its non-ASCII characters not escaped, as this library wrote records
+ * before it escaped them. Nothing else is the same record (numbers, keys and their order as
+ * written).
  */
 export function sameJsonRecord(existing: Uint8Array, bytes: Uint8Array): boolean {
   if (bytesEqual(existing, bytes)) return true;
+  let text: string;
   try {
-    return jsonEqual(decodeJson(existing, ""), decodeJson(bytes, ""));
-  } catch (error) {
-    if (error instanceof LayoutRecordError) return false;
-    throw error;
+    text = decoder.decode(existing);
+  } catch {
+    return false; // not UTF-8
   }
+  return bytesEqual(encoder.encode(asciiEscaped(text)), bytes);
 }
 
 /** Structural equality of two JSON values (object key order ignored). */

@@ -16,6 +16,12 @@ export function isRecord(value: unknown): value is Record<string, unknown> {
     typeof (value as { readonly toJSON?: unknown }).toJSON !== "function";
 }
 
+/** An array that JSON writes as an array (no `toJSON` method of its own). */
+export function isJsonArray(value: unknown): value is unknown[] {
+  return Array.isArray(value) &&
+    typeof (value as { readonly toJSON?: unknown }).toJSON !== "function";
+}
+
 /** A safe integer that is zero or more. */
 export function isSafeNonNegative(value: unknown): value is number {
   return Number.isSafeInteger(value) && (value as number) >= 0;

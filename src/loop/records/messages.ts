@@ -46,7 +46,7 @@ import type {
   Usage,
   UserMessage,
 } from "./types.ts";
-import { isRecord } from "./_validation.ts";
+import { isJsonArray, isRecord } from "./_validation.ts";
 
 /** Every assistant stop reason. */
 export const STOP_REASONS: readonly StopReason[] = Object.freeze([
@@ -129,7 +129,9 @@ export const ToolResultMessageSchema: RecordSchema<ToolResultMessage> = toolResu
 /**
  * The schema of one message (shape only; pairing is a cross-message rule, see
  * `MessageValidator`). `MessageValidator.push` implements the same shape rules by hand for
- * speed; tests check that both agree.
+ * speed; tests check that both agree on JSON values (what a session file holds). On values in
+ * memory `push` also refuses an object or array that JSON would write as something else (one
+ * with a `toJSON` method), so what a save validates is what it writes.
  */
 export const MessageSchema: RecordSchema<Message> = v.variant("role", [
   userMessage,
@@ -157,7 +159,9 @@ export interface MessageValidatorOptions {
  * truthy value, so an array passes); its fields are not checked.
  */
 function isUsage(value: unknown): value is Usage {
-  return typeof value === "object" && value !== null;
+  // Nor one that JSON writes as something else (a `toJSON` method), as for every object.
+  return typeof value === "object" && value !== null &&
+    typeof (value as { readonly toJSON?: unknown }).toJSON !== "function";
 }
 
 function blockPath(index: number, block: number, field?: string): string {
@@ -290,7 +294,7 @@ export class MessageValidator {
 
   #content(message: Record<string, unknown>, index: number): unknown[] {
     const content = message.content;
-    if (!Array.isArray(content)) {
+    if (!isJsonArray(content)) {
       this.#fail("content must be an array of blocks", `messages[${index}].content`, content);
     }
     return content;
@@ -347,7 +351,7 @@ export class MessageValidator {
   #user(message: Record<string, unknown>, index: number): void {
     const content = message.content;
     if (typeof content !== "string") {
-      if (!Array.isArray(content)) {
+      if (!isJsonArray(content)) {
         this.#fail(
           "content must be a string or an array of blocks",
           `messages[${index}].content`,
