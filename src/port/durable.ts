@@ -249,13 +249,25 @@ export async function ensurePrivateDir(
     if (created) await syncNewDir(fs, path, durability);
     else await syncIfUndurable(fs, path, durability);
   }
+  await restrictDir(fs, path, widened, durability);
+  return created;
+}
+
+/**
+ * Sets the directory `path` to 0700; when it was `widened`, also makes the new mode durable (the
+ * directory itself synced under `"full"`), only when the mode did change (an adapter without
+ * modes reports the same one before and after).
+ */
+async function restrictDir(
+  fs: FileSystem,
+  path: string,
+  widened: boolean,
+  durability: Durability,
+): Promise<void> {
   await fs.chmod(path, PRIVATE_DIR_MODE);
-  // A directory's new mode is durable once the directory itself is synced; only when the mode did
-  // change (an adapter without modes reports the same one before and after).
   if (widened && durability === "full" && (await fs.lstat(path)).mode === PRIVATE_DIR_MODE) {
     await fs.syncDir(path);
   }
-  return created;
 }
 
 /**
@@ -277,11 +289,7 @@ export async function tightenPrivateDir(
     throw error;
   }
   if (info.kind !== "directory" || info.mode === PRIVATE_DIR_MODE) return;
-  await fs.chmod(path, PRIVATE_DIR_MODE);
-  // Only a mode that did change is synced (an adapter without modes reports the same one again).
-  if (durability === "full" && (await fs.lstat(path)).mode === PRIVATE_DIR_MODE) {
-    await fs.syncDir(path);
-  }
+  await restrictDir(fs, path, true, durability);
 }
 
 /**
