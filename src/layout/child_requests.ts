@@ -214,7 +214,8 @@ export async function publishChildRequest(
       // Only the very request of a dispatch that failed before its child was published, in the
       // bytes it was accepted in (whoever encoded them), so its acceptance matches them again.
       if (
-        !sameJsonRecord(accepted, bytes) || !(await canRetry(fs, paths, request.request_id))
+        !sameJsonRecord(accepted, bytes) ||
+        !(await canRetry(fs, paths, await ledgerRecord(fs, paths, request.request_id)))
       ) throw inUse(acceptedFile);
       bytes = accepted;
     }
@@ -226,17 +227,30 @@ export async function publishChildRequest(
 }
 
 /**
- * True when the request `requestId` of the folded session `paths` failed to dispatch before its
- * child was published (a `failed_dispatch` record whose child directory does not exist): the same
- * request may then be published and dispatched again, under the same child id. A child directory
- * that exists (even without state.json, which a child published whole always has) makes the
- * failure final: nothing of it is adopted or removed.
+ * True when `record`, a request's record in the children ledger of the folded session `paths`,
+ * failed to dispatch before its child was published (`failed_dispatch`, and its child directory
+ * does not exist): the same request may then be published and dispatched again, under the same
+ * child id. A child directory that exists (even without state.json, which a child published whole
+ * always has) makes the failure final: nothing of it is adopted or removed.
  */
-async function canRetry(fs: FileSystem, paths: SessionPaths, requestId: string): Promise<boolean> {
-  const ledger = await readChildrenLedger(fs, paths, basename(paths.dir));
-  const record = ledger.children.find((c) => c.request_id === requestId);
+async function canRetry(
+  fs: FileSystem,
+  paths: SessionPaths,
+  record: LegacyChildRecord | undefined,
+): Promise<boolean> {
   return record?.status === "failed_dispatch" &&
     (await entryKind(fs, paths.childDir(record.session_id))) === undefined;
+}
+
+/** The children ledger's record of the request `requestId` of the session `paths`, if any. */
+async function ledgerRecord(
+  fs: FileSystem,
+  paths: SessionPaths,
+  requestId: string,
+): Promise<LegacyChildRecord | undefined> {
+  const ledger = await readChildrenLedger(fs, paths, basename(paths.dir));
+  const children: readonly LegacyChildRecord[] = ledger.children;
+  return children.find((c) => c.request_id === requestId);
 }
 
 /** The names of pending request files, in the order they are considered (sorted). */
@@ -510,8 +524,7 @@ async function admit(
   const existing = ledger.children.find((c) => c.request_id === id);
   // A dispatch that failed before its child was published is dispatched again under the same
   // child id (`canRetry`); any other finished record is final.
-  const retry = existing?.status === "failed_dispatch" &&
-    await canRetry(fs, paths, id);
+  const retry = await canRetry(fs, paths, existing);
   if (existing !== undefined && !LIVE_CHILD_STATUSES.includes(existing.status) && !retry) {
     return {
       reason: `The request was already dispatched (${existing.status})`,
