@@ -2109,7 +2109,6 @@ export function pageBounds(
   return [first <= 0 ? 0 : roundStart(first), end];
 }
 
-/** The error for a history argument that is not an array. */
 /**
  * A structured clone of `value`, a caller's argument the manager keeps; a value that cannot be
  * cloned (a function inside it, say) is a `SessionFormatError` naming `path` of `file`.
@@ -2122,6 +2121,7 @@ function copyOf<T>(value: T, path: string, file: string): T {
   }
 }
 
+/** The error for a history argument that is not an array. */
 function notAnArray(messages: unknown, file: string): SessionFormatError {
   return new SessionFormatError("Invalid session messages: expected an array", {
     file,

@@ -249,7 +249,6 @@ async function checkReadOnlyHandle(handle: FileHandle, what: string): Promise<vo
   checkBytes(await handle.read(0, 10), "abc", `the file read through the ${what}`);
 }
 
-/** The checks of the suite, in registration order. */
 /**
  * Checks that the no-follow call `call` (named `what`) refuses a final symlink to `file`, and a
  * dangling one, with `FsIoError` code `"ELOOP"`, a directory (`dir`) with `IsADirectory` and a
@@ -283,6 +282,7 @@ async function checkRefusesFinalLinks(
   await f.fs.symlink(dir, at(f, "dir-link"));
 }
 
+/** The checks of the suite, in registration order. */
 export const CHECKS: readonly Check[] = [
   {
     name: "the fixture root is an empty absolute directory",
