@@ -14,9 +14,11 @@ import {
   parseSessionManifest,
   parseSessionState,
   readSessionLayout,
+  removeStagingLeftovers,
   REPO_GITIGNORE_RAW_LINE,
   SESSION_GITIGNORE,
   sha256Ref,
+  stagingSessionId,
 } from "../layout.ts";
 import {
   CONTRACTS,
@@ -271,4 +273,35 @@ test("JSON records are written ASCII-escaped, as the engine's json.dumps writes 
   assert.ok(text.includes("caf\\u00e9 menu \\u2713 \\ud83d\\ude00\\u007f"), text);
   assert.equal((JSON.parse(text) as { goal: string }).goal, goal);
   assert.deepEqual(bytes, encodeJson(JSON.parse(text)), "the bytes are the canonical encoding");
+});
+
+test("removeStagingLeftovers with a session id removes that id's staging directories only", async () => {
+  const fs = await newRepo();
+  const scope = "/repo/.loopy_loop/sessions";
+  await fs.mkdir(scope, { recursive: true });
+  for (
+    const name of [
+      ".staging-001_ship-0a1b2c3d",
+      ".staging-001_ship-it-9f8e7d6c",
+      ".staging-001_ship-notes",
+      "001_ship",
+    ]
+  ) {
+    await fs.mkdir(`${scope}/${name}`);
+  }
+  assert.deepEqual(await removeStagingLeftovers(fs, scope, "001_ship"), [
+    ".staging-001_ship-0a1b2c3d",
+  ]);
+  assert.deepEqual(
+    (await fs.readDir(scope)).map((entry) => entry.name).sort(),
+    [".staging-001_ship-it-9f8e7d6c", ".staging-001_ship-notes", "001_ship"],
+  );
+  assert.equal(stagingSessionId(".staging-001_ship-it-9f8e7d6c"), "001_ship-it");
+  assert.equal(stagingSessionId(".staging-001_ship-notes"), undefined);
+  // Without an id, every staging leftover of the scope goes; sessions stay.
+  assert.deepEqual((await removeStagingLeftovers(fs, scope)).sort(), [
+    ".staging-001_ship-it-9f8e7d6c",
+    ".staging-001_ship-notes",
+  ]);
+  assert.deepEqual((await fs.readDir(scope)).map((entry) => entry.name), ["001_ship"]);
 });

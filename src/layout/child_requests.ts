@@ -59,7 +59,7 @@ import {
   type ResolvedWriteOptions,
   resolveWriteOptions,
 } from "./options.ts";
-import { LOOPY_DIRNAME, type SessionPaths } from "./paths.ts";
+import { LOOPY_DIRNAME, type SessionPaths, stagingSessionId } from "./paths.ts";
 import {
   type AnyChildrenLedger,
   type ChildOutcome,
@@ -770,7 +770,7 @@ async function ensureChild(
   }
   // Leftovers of an interrupted build of this very child are private garbage.
   for (const entry of await readDirIfExists(fs, paths.childrenDir)) {
-    if (entry.name.startsWith(`.staging-${childId}-`)) {
+    if (stagingSessionId(entry.name) === childId) {
       await fs.remove(join(paths.childrenDir, entry.name), { recursive: true });
     }
   }

@@ -44,6 +44,15 @@ export const SESSIONS_DIRNAME: string = "sessions";
 export const CHILDREN_DIRNAME: string = "children";
 /** The prefix of a session directory being built; readers ignore such entries. */
 export const STAGING_PREFIX: string = ".staging-";
+
+/**
+ * The session id of a staging directory name (`.staging-<id>-<8 hex>`, as creation names it), or
+ * `undefined` for any other name. The id is everything before the last `-`, so the staging
+ * directory of `001_ship-it` is never taken for one of `001_ship`.
+ */
+export function stagingSessionId(name: string): string | undefined {
+  return /^\.staging-(.+)-[0-9a-f]{8}$/.exec(name)?.[1];
+}
 /** The subareas of a folded attempt's raw directory. */
 export const RAW_SUBAREAS: readonly string[] = [
   "protocol",

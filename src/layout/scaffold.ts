@@ -45,6 +45,7 @@ import {
   SESSION_GITIGNORE,
   SessionPaths,
   STAGING_PREFIX,
+  stagingSessionId,
 } from "./paths.ts";
 import {
   ACCEPTED_REQUEST_REF,
@@ -511,7 +512,8 @@ async function removeStaging(fs: FileSystem, stagingDir: string): Promise<void> 
 
 /**
  * Removes `.staging-*` leftovers of interrupted creations in a scope directory (the sessions
- * root or a `children/` directory). With `sessionId`, only that session's leftovers.
+ * root or a `children/` directory). With `sessionId`, only that session's leftovers
+ * (`.staging-<sessionId>-<8 hex>`: not those of another id that begins with `<sessionId>-`).
  * Returns the names removed.
  */
 export async function removeStagingLeftovers(
@@ -520,10 +522,12 @@ export async function removeStagingLeftovers(
   sessionId?: string,
 ): Promise<string[]> {
   fs = confined(fs, scopeDir);
-  const prefix = sessionId === undefined ? STAGING_PREFIX : `${STAGING_PREFIX}${sessionId}-`;
   const removed: string[] = [];
   for (const entry of await readDirIfExists(fs, scopeDir)) {
-    if (!entry.name.startsWith(prefix)) continue;
+    const ours = sessionId === undefined
+      ? entry.name.startsWith(STAGING_PREFIX)
+      : stagingSessionId(entry.name) === sessionId;
+    if (!ours) continue;
     await fs.remove(join(scopeDir, entry.name), { recursive: true });
     removed.push(entry.name);
   }
