@@ -1,6 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
+import { NotFound } from "../mod.ts";
 import {
   acceptEvalReceipt,
   createAttemptArtifacts,
@@ -593,4 +594,47 @@ test("session_outcome.json is written once: the same outcome again is a no-op, a
   await fs.writeFile(paths.sessionOutcomeJson, new TextEncoder().encode(escaped));
   assert.deepEqual(await writeSessionOutcome(fs, paths, first), written);
   assert.equal(new TextDecoder().decode(await fs.readFile(paths.sessionOutcomeJson)), escaped);
+});
+
+test("another session's terminal control never finishes this one", async () => {
+  const fs = await newRepo();
+  const a = await newRoot(fs, "First goal");
+  const b = await newRoot(fs, "Second goal");
+  const producedByB = { ...goalMet, producer: { ...goalMet.producer, session_id: b.sessionId } };
+  const expectB = { ...current, sessionId: b.sessionId };
+  // A control naming B, read in A's directory with B's expectation: the directory decides.
+  await writeJson(fs, a.paths.controlJson, producedByB);
+  await assert.rejects(
+    readTerminalControl(fs, a.paths, expectB),
+    (error: unknown) =>
+      error instanceof LayoutRecordError && error.path === "producer.session_id" &&
+      error.file === a.paths.controlJson,
+  );
+  // B's own accepted control, bound to A's outcome: refused before anything is written.
+  await writeJson(fs, b.paths.controlJson, producedByB);
+  const control = await readTerminalControl(fs, b.paths, expectB);
+  assert.equal(control?.record.producer.session_id, b.sessionId);
+  const handoff = await observeHandoff(fs, a.paths, {
+    sessionId: a.sessionId,
+    goalSha256: a.manifest.goal_hash,
+    storedRevision: 0,
+    storedSha256: null,
+  });
+  await assert.rejects(
+    writeSessionOutcome(fs, a.paths, {
+      sessionId: a.sessionId,
+      rootSessionId: a.sessionId,
+      goalSha256: a.manifest.goal_hash,
+      terminalStatus: "goal_met",
+      stopReason: "goal_met",
+      terminalStateRevision: 3,
+      terminalAt: "2026-04-19T15:00:01Z",
+      control,
+      handoff,
+    }),
+    (error: unknown) =>
+      error instanceof LayoutRecordError && error.path === "control" &&
+      error.file === a.paths.sessionOutcomeJson,
+  );
+  await assert.rejects(fs.lstat(a.paths.sessionOutcomeJson), NotFound);
 });

@@ -39,6 +39,7 @@ import { isSafeId } from "./ids.ts";
 import { type LayoutWriteOptions, resolveWriteOptions } from "./options.ts";
 import { LOOPY_DIRNAME, type SessionPaths } from "./paths.ts";
 import {
+  type AnySessionManifest,
   assertTerminalControlMatches,
   type ControlRecord,
   type Handoff,
@@ -71,7 +72,8 @@ export async function readControl(
 
 /**
  * Reads `control.json` and, when it is a v3 terminal record, checks that it names the exact
- * current session/workflow/attempt and a producer with the needed role. Returns the terminal
+ * current session/workflow/attempt and a producer with the needed role; the session must also be
+ * the one this directory's `session.json` records (`producer.session_id`). Returns the terminal
  * record with its bytes and hash, or `undefined` while the session is still running.
  *
  * A `goal_met` record must also stand on what it cites (the layout rules, §3): every
@@ -100,6 +102,16 @@ export async function readTerminalControl(
     );
   }
   assertTerminalControlMatches(control, expected, paths.controlJson);
+  // The expectation is the caller's; the session is the one session.json records.
+  const own = await manifestOf(fs, paths);
+  if (control.producer.session_id !== own.session_id) {
+    throw new LayoutRecordError(
+      paths.controlJson,
+      `Terminal control names another session than this one (${own.session_id}, as ` +
+        "session.json records)",
+      { path: "producer.session_id", value: control.producer.session_id },
+    );
+  }
   if (control.stop_reason === "goal_met") {
     await checkCompletionCitations(fs, paths, expected.sessionId, control);
   }
@@ -420,8 +432,8 @@ export interface SessionOutcomeInput extends LayoutWriteOptions {
  *
  * - goal_met and unresolvable_error need the accepted control (`SessionStateError` without it),
  *   and the control must be the one that decided this transition: its `stop_reason` is the
- *   transition's (else a `LayoutRecordError` at `stop_reason`), and no other stop binds a
- *   control (at `control`);
+ *   transition's (else a `LayoutRecordError` at `stop_reason`), it was produced by this
+ *   session (at `control`), and no other stop binds a control (at `control`);
  * - the status follows the stop reason as the engine's stop precedence sets them: goal_met, and
  *   only goal_met, completes (`goal_met`), and unresolvable_error fails the session (`failed`);
  *   anything else is a `LayoutRecordError` at `terminal_status`;
@@ -464,6 +476,14 @@ export async function writeSessionOutcome(
   }
   checkTransition(file, input);
   await checkIdentity(fs, paths, input);
+  if (control !== undefined && control.record.producer.session_id !== input.sessionId) {
+    // Another session's decision never finishes this one.
+    throw new LayoutRecordError(
+      file,
+      "The bound control record was produced by another session",
+      { path: "control", value: control.record.producer.session_id },
+    );
+  }
   const dedupe = (refs: readonly string[]): string[] => [...new Set(refs)];
   const handoff = input.handoff;
   const outcome = {
@@ -567,6 +587,11 @@ function checkTransition(file: string, input: SessionOutcomeInput): void {
   }
 }
 
+/** The session's `session.json` (a typed error names it when it is malformed). */
+async function manifestOf(fs: FileSystem, paths: SessionPaths): Promise<AnySessionManifest> {
+  return (await readRecord(fs, paths.sessionJson, parseSessionManifest)).record;
+}
+
 /**
  * Refuses (`LayoutRecordError` naming `session_outcome.json` and the field) an outcome whose
  * session, root or goal hash is not the one `session.json` records.
@@ -576,7 +601,7 @@ async function checkIdentity(
   paths: SessionPaths,
   input: SessionOutcomeInput,
 ): Promise<void> {
-  const manifest = (await readRecord(fs, paths.sessionJson, parseSessionManifest)).record;
+  const manifest = await manifestOf(fs, paths);
   const root = manifest.schema_version === 2
     ? manifest.root_session_id
     : manifest.parent_session_id === null
