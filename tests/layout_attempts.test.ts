@@ -363,3 +363,64 @@ test("a record in other bytes is the same only when it differs by escapes: not a
     ImmutableArtifactError,
   );
 });
+
+test("receipts written in a session's directory are that session's own", async () => {
+  const fs = await newRepo();
+  const a = await newRoot(fs);
+  const b = await newRoot(fs, "Second goal");
+  await createAttemptArtifacts(fs, a.paths, ATTEMPT, { prompt: "p", pathsMap: {} });
+  // A git receipt for B, written into A's receipts/: refused before anything is written.
+  await assert.rejects(
+    writeGitReceipt(fs, a.paths, b.sessionId, ATTEMPT, "after", {
+      head: "c0ffee",
+      branch: "main",
+      dirty: false,
+      rawDiff: new TextEncoder().encode("diff\n"),
+    }),
+    (error: unknown) => error instanceof LayoutRecordError && error.path === "session_id",
+  );
+  await assert.rejects(fs.lstat(`${a.paths.dir}/receipts/0026_outer_git_after.json`), {
+    code: "ENOENT",
+  });
+  await assert.rejects(fs.lstat(`${a.paths.dir}/raw/0026_outer/git/after-diff.patch`), {
+    code: "ENOENT",
+  });
+  // An eval receipt in A naming B, accepted "for B": the directory decides.
+  await writeJson(fs, `${a.paths.dir}/raw/0026_outer/eval/report.json`, { passed: 12 });
+  await writeGitReceipt(fs, a.paths, ROOT_ID, ATTEMPT, "after", {
+    head: "c0ffee",
+    branch: "main",
+    dirty: false,
+  });
+  const foreign = { session_id: b.sessionId, workflow_id: "outer", attempt_id: ATTEMPT.attemptId };
+  await writeEvalReceipt(fs, a.paths, { producer: { ...foreign, iteration: 26 } });
+  await assert.rejects(
+    acceptEvalReceipt(fs, a.paths, "tests-pass", { sessionId: b.sessionId }),
+    (error: unknown) => error instanceof LayoutRecordError && error.path === "producer.session_id",
+  );
+  await assert.rejects(fs.lstat(a.paths.evalAcceptedSidecar("tests-pass")), { code: "ENOENT" });
+});
+
+test("an eval receipt is bound only to a git-after receipt of the same session, workflow and iteration", async () => {
+  const gitFile = (paths: SessionPaths) => `${paths.dir}/receipts/0026_outer_git_after.json`;
+  for (
+    const change of [
+      { session_id: "002_second-goal" },
+      { workflow_id: "inner" },
+      { iteration: 25 },
+    ]
+  ) {
+    const { fs, paths } = await evalReady();
+    await writeJson(fs, gitFile(paths), { ...(await readJson(fs, gitFile(paths))), ...change });
+    await writeEvalReceipt(fs, paths);
+    await assert.rejects(
+      acceptEvalReceipt(fs, paths, "tests-pass", { sessionId: ROOT_ID }),
+      (error: unknown) => {
+        assert.ok(error instanceof LayoutRecordError, String(error));
+        assert.equal(error.path, "git_receipt_ref", JSON.stringify(change));
+        return true;
+      },
+    );
+    await assert.rejects(fs.lstat(paths.evalAcceptedSidecar("tests-pass")), { code: "ENOENT" });
+  }
+});

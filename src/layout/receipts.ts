@@ -32,6 +32,7 @@ import {
 import type { AttemptIdentity } from "./attempts.ts";
 import { confined } from "./no_links.ts";
 import { serializedOn } from "./serial.ts";
+import { readSessionManifest } from "./tree.ts";
 
 /** What a git boundary receipt records. */
 export interface GitBoundary {
@@ -62,7 +63,8 @@ export interface WrittenGitReceipt {
  * raw output, when given) in a folded session.
  *
  * The attempt identity and the whole receipt are validated before anything is written (an
- * invalid attempt id writes neither the raw files nor the receipt). A receipt is written once:
+ * invalid attempt id writes neither the raw files nor the receipt), and `sessionId` must be the
+ * session's own, as its `session.json` records (else a `LayoutRecordError` at `session_id`). A receipt is written once:
  * writing it again for the same attempt with the same contents (everything but `created_at`)
  * returns the existing receipt and writes nothing; a different attempt or other contents is an
  * `ImmutableArtifactError` naming the receipt and the first field that would change (an eval
@@ -83,6 +85,7 @@ export async function writeGitReceipt(
   const durability = resolved.durability;
   const paths = session.attempt(attempt.iteration, attempt.workflowId);
   const file = paths.gitReceipt(phase, attempt.attemptId);
+  await requireOwnSession(fs, session, sessionId, file, "session_id");
   const ref = paths.gitReceiptRef(phase, attempt.attemptId);
   const statusName = `${phase}-status.jsonl`;
   const diffName = `${phase}-diff.patch`;
@@ -152,9 +155,11 @@ export interface AcceptEvalReceiptOptions extends LayoutWriteOptions {
 
 /**
  * Accepts `eval_receipts/<evalId>.json` of a folded session: the receipt must be valid, name
- * this session, cite exactly the producing attempt's raw report
+ * this session (`options.sessionId`, which must be the one the session's `session.json`
+ * records), cite exactly the producing attempt's raw report
  * (`session:/raw/<NNNN>_<workflow>/eval/report.json`, which must exist) and that attempt's
- * git-after receipt (which must exist and name the same attempt), and, when `currentAttempt` is
+ * git-after receipt (which must exist and name the same session, workflow, iteration and
+ * attempt), and, when `currentAttempt` is
  * given, be produced by that attempt. Writes and returns the
  * sidecar `eval_receipts/accepted/<evalId>.json` binding the receipt's hash.
  *
@@ -185,6 +190,7 @@ export async function acceptEvalReceipt(
   if (producer.session_id !== options.sessionId) {
     fail("The receipt names another session", "producer.session_id", producer.session_id);
   }
+  await requireOwnSession(fs, session, producer.session_id, file, "producer.session_id");
   const attempt = session.attempt(producer.iteration, producer.workflow_id);
   const expectedReport = attempt.evalReportRef;
   if (receipt.raw_report_refs.length !== 1 || receipt.raw_report_refs[0] !== expectedReport) {
@@ -229,7 +235,12 @@ export async function acceptEvalReceipt(
         expectedGit,
       );
     }
-    if (git.record.attempt_id !== producer.attempt_id || git.record.phase !== "after") {
+    const bound = git.record;
+    if (
+      bound.attempt_id !== producer.attempt_id || bound.phase !== "after" ||
+      bound.session_id !== producer.session_id || bound.workflow_id !== producer.workflow_id ||
+      bound.iteration !== producer.iteration
+    ) {
       fail("The git receipt belongs to another attempt", "git_receipt_ref", expectedGit);
     }
     const sidecar = parseEvalAcceptance({
@@ -280,6 +291,27 @@ export async function acceptEvalReceipt(
     await writeJsonAtomic(fs, sidecarFile, sidecar, resolved.durability);
     return sidecar;
   });
+}
+
+/**
+ * Refuses (`LayoutRecordError` naming `file` and `field`) a session id that is not the one the
+ * session's `session.json` records: a record written in a session's directory is that session's.
+ */
+async function requireOwnSession(
+  fs: FileSystem,
+  session: SessionPaths,
+  sessionId: string,
+  file: string,
+  field: string,
+): Promise<void> {
+  const own = (await readSessionManifest(fs, session.dir)).session_id;
+  if (sessionId !== own) {
+    throw new LayoutRecordError(
+      file,
+      `The record names another session than this one (${own}, as session.json records)`,
+      { path: field, value: sessionId },
+    );
+  }
 }
 
 async function isFile(fs: FileSystem, path: string): Promise<boolean> {

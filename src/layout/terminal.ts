@@ -39,7 +39,6 @@ import { isSafeId } from "./ids.ts";
 import { type LayoutWriteOptions, resolveWriteOptions } from "./options.ts";
 import { LOOPY_DIRNAME, type SessionPaths } from "./paths.ts";
 import {
-  type AnySessionManifest,
   assertTerminalControlMatches,
   type ControlRecord,
   type Handoff,
@@ -49,7 +48,6 @@ import {
   parseControlRecord,
   parseEvalAcceptance,
   parseHandoff,
-  parseSessionManifest,
   parseSessionOutcome,
   type SessionOutcome,
   type SessionStatus,
@@ -58,6 +56,7 @@ import {
 } from "./records.ts";
 import { canonicalPath, confined, loopyDirOf } from "./no_links.ts";
 import { LogicalReferenceResolver, type ReferenceHolder } from "./refs.ts";
+import { readSessionManifest } from "./tree.ts";
 import { parseLogicalReference } from "./ref_grammar.ts";
 import { serializedOn } from "./serial.ts";
 
@@ -103,7 +102,7 @@ export async function readTerminalControl(
   }
   assertTerminalControlMatches(control, expected, paths.controlJson);
   // The expectation is the caller's; the session is the one session.json records.
-  const own = await manifestOf(fs, paths);
+  const own = await readSessionManifest(fs, paths.dir);
   if (control.producer.session_id !== own.session_id) {
     throw new LayoutRecordError(
       paths.controlJson,
@@ -587,11 +586,6 @@ function checkTransition(file: string, input: SessionOutcomeInput): void {
   }
 }
 
-/** The session's `session.json` (a typed error names it when it is malformed). */
-async function manifestOf(fs: FileSystem, paths: SessionPaths): Promise<AnySessionManifest> {
-  return (await readRecord(fs, paths.sessionJson, parseSessionManifest)).record;
-}
-
 /**
  * Refuses (`LayoutRecordError` naming `session_outcome.json` and the field) an outcome whose
  * session, root or goal hash is not the one `session.json` records.
@@ -601,7 +595,7 @@ async function checkIdentity(
   paths: SessionPaths,
   input: SessionOutcomeInput,
 ): Promise<void> {
-  const manifest = await manifestOf(fs, paths);
+  const manifest = await readSessionManifest(fs, paths.dir);
   const root = manifest.schema_version === 2
     ? manifest.root_session_id
     : manifest.parent_session_id === null
