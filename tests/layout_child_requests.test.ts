@@ -668,3 +668,42 @@ test("a failed dispatch is published again from the same request object with und
   const result = await processNext(fs);
   assert.equal(result?.kind === "accepted" && result.childSessionId, "01_needs-spec");
 });
+
+test("a new child id repeats no id of the repository's trees, so every tree stays resolvable", async () => {
+  const { fs, root } = await setup();
+  const second = await newRoot(fs, "Second goal");
+  const acceptIn = async (parentSessionId: string) => {
+    const result = await processNextChildRequest(fs, {
+      repoRoot: "/repo",
+      parentSessionId,
+      ...deterministic(),
+    });
+    assert.equal(result?.kind, "accepted");
+    return result?.kind === "accepted" ? result : assert.fail("not accepted");
+  };
+  await publishChildRequest(fs, root.paths, childRequest("phase-0-foundations"));
+  assert.equal((await acceptIn(ROOT_ID)).childSessionId, "01_phase-0-foundations");
+  // The same request id under another root: the next ordinal that is free in the repository.
+  await publishChildRequest(fs, second.paths, childRequest("phase-0-foundations"));
+  const other = await acceptIn(second.sessionId);
+  assert.equal(other.childSessionId, "02_phase-0-foundations");
+  // A grandchild requested under the request id of its parent: not its parent's id either.
+  const childPaths = (await loadSessionTree(fs, "/repo", "01_phase-0-foundations")).paths(
+    "01_phase-0-foundations",
+  );
+  await publishChildRequest(fs, childPaths, childRequest("phase-0-foundations"));
+  const grandchild = await acceptIn("01_phase-0-foundations");
+  assert.equal(grandchild.childSessionId, "03_phase-0-foundations");
+  for (
+    const id of [
+      ROOT_ID,
+      second.sessionId,
+      "01_phase-0-foundations",
+      "02_phase-0-foundations",
+      "03_phase-0-foundations",
+    ]
+  ) {
+    const tree = await loadSessionTree(fs, "/repo", id);
+    assert.ok(tree.nodes.has(id));
+  }
+});

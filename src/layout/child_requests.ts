@@ -637,6 +637,32 @@ async function inheritedContracts(
   };
 }
 
+/**
+ * The id of a new child of `parent`: the next ordinal of its scope (past every id its ledger
+ * records), raised further while the id would repeat one of any valid tree of the repository.
+ * The engine checks ids across trees when it resolves a reference, so two roots that each
+ * requested a child `phase-1` would otherwise both get `01_phase-1`, and neither tree could be
+ * resolved again.
+ */
+async function newChildId(
+  fs: FileSystem,
+  tree: SessionTree,
+  parent: SessionNode,
+  requestId: string,
+  ledger: ChildrenLedger,
+): Promise<string> {
+  const reservedIds = ledger.children.map((c) => c.session_id);
+  for (;;) {
+    const childId = await createSessionId(fs, {
+      parentSessionDir: parent.dir,
+      requestId,
+      reservedIds,
+    });
+    if (!tree.nodes.has(childId) && !tree.idsElsewhere.has(childId)) return childId;
+    reservedIds.push(childId); // the next ordinal past it
+  }
+}
+
 async function accept(
   fs: FileSystem,
   tree: SessionTree,
@@ -674,11 +700,7 @@ async function accept(
     );
     record = again;
   } else if (record === undefined) {
-    const childId = await createSessionId(fs, {
-      parentSessionDir: parent.dir,
-      requestId: id,
-      reservedIds: ledger.children.map((c) => c.session_id),
-    });
+    const childId = await newChildId(fs, tree, parent, id, ledger);
     record = {
       session_id: childId,
       request_id: id,

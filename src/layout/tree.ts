@@ -68,12 +68,24 @@ export class SessionTree {
   readonly rootSessionId: string;
   /** Every session of the tree by id. */
   readonly nodes: ReadonlyMap<string, SessionNode>;
+  /**
+   * The session ids of the repository's other valid trees, as `loadSessionTree` read them. An id
+   * in two trees makes both unresolvable (`loadSessionTree` refuses the duplicate), so a new
+   * child id repeats none of these, nor an id of this tree.
+   */
+  readonly idsElsewhere: ReadonlySet<string>;
 
   /** Wraps validated nodes (use `loadSessionTree` to build one). */
-  constructor(repoRoot: string, rootSessionId: string, nodes: ReadonlyMap<string, SessionNode>) {
+  constructor(
+    repoRoot: string,
+    rootSessionId: string,
+    nodes: ReadonlyMap<string, SessionNode>,
+    idsElsewhere: ReadonlySet<string> = new Set(),
+  ) {
     this.repoRoot = repoRoot;
     this.rootSessionId = rootSessionId;
     this.nodes = nodes;
+    this.idsElsewhere = idsElsewhere;
   }
 
   /** The root session. */
@@ -348,9 +360,11 @@ export async function loadSessionTree(
     }
     throw new UnknownSessionError(sessionId);
   }
+  const elsewhere = new Set<string>();
   for (const other of valid) {
     if (other === selected) continue;
     for (const id of other.keys()) {
+      elsewhere.add(id);
       if (selected.has(id)) {
         throw new TopologyError(
           other.get(id)?.dir ?? id,
@@ -361,7 +375,7 @@ export async function loadSessionTree(
   }
   const root = [...selected.values()].find((node) => node.parentSessionId === null);
   if (root === undefined) throw new TopologyError(sessionsRoot, "Session tree has no root");
-  return new SessionTree(canonical, root.sessionId, selected);
+  return new SessionTree(canonical, root.sessionId, selected, elsewhere);
 }
 
 /** Reads and validates a session's `state.json`. */
