@@ -237,6 +237,50 @@ test("unsupported formats and versions are skipped without modification", async 
   assert.deepEqual(fs.snapshotTree(AGENT), before);
 });
 
+test("a damaged header inside a supported meta.json is reported, not skipped as unsupported", async () => {
+  const damages: [string, (header: Record<string, unknown>) => unknown, string][] = [
+    ["null", () => null, "header"],
+    ["an array", () => [], "header"],
+    ["empty", () => ({}), "header.format"],
+    ["without format", ({ format: _, ...rest }) => rest, "header.format"],
+    ["without version", ({ version: _, ...rest }) => rest, "header.version"],
+    ["with a text version", (header) => ({ ...header, version: "2" }), "header.version"],
+  ];
+  for (const [what, damage, path] of damages) {
+    const { fs, store, clock } = await setup();
+    const session = await saved(store, clock, [user(what)]);
+    const file = session.getSessionFile();
+    const meta = JSON.parse(decoder.decode(await fs.readFile(file)));
+    meta.header = damage(meta.header);
+    await fs.writeFile(file, encoder.encode(JSON.stringify(meta)));
+    const before = fs.snapshotTree(AGENT);
+    const named = (error: unknown) =>
+      error instanceof SessionFormatError && error.file === file && error.path === path;
+    for (const fast of [false, true]) {
+      for (const [cwd, dir] of [[CWD, undefined], [undefined, COLLECTION]] as const) {
+        const result = await store.listDetailed(cwd, dir, { fast });
+        assert.deepEqual(result.sessions, [], what);
+        assert.equal(result.failures.length, 1, what);
+        assert.ok(named(result.failures[0]?.error), `${what}: ${result.failures[0]?.error}`);
+      }
+    }
+    await assert.rejects(store.open(file, { readOnly: true }), named, what);
+    assert.deepEqual(fs.snapshotTree(AGENT), before, what);
+  }
+  // A header of another version inside the envelope is one this library does not read: skipped.
+  const { fs, store, clock } = await setup();
+  const future = await saved(store, clock, [user("future header")]);
+  const meta = JSON.parse(decoder.decode(await fs.readFile(future.getSessionFile())));
+  meta.header.version = 3;
+  await fs.writeFile(future.getSessionFile(), encoder.encode(JSON.stringify(meta)));
+  for (const fast of [false, true]) {
+    assert.deepEqual(await store.listDetailed(CWD, undefined, { fast }), {
+      sessions: [],
+      failures: [],
+    });
+  }
+});
+
 test("invalid JSON, invalid metadata and corruption are reported as typed failures", async () => {
   const { fs, store, clock } = await setup();
   const good = await saved(store, clock, [user("good")]);

@@ -14,7 +14,12 @@ import { join } from "../port/path.ts";
 import { entryKind } from "../port/durable.ts";
 import { CorruptSessionError, SessionFormatError, UnsupportedSessionError } from "./errors.ts";
 import type { SessionHeader, SessionTitle } from "./records/mod.ts";
-import { isValidTitle, parseSessionHeader, SessionTitleSchema } from "./records/mod.ts";
+import {
+  isValidTitle,
+  parseSessionHeader,
+  SESSION_FORMAT,
+  SessionTitleSchema,
+} from "./records/mod.ts";
 import { isSafeNonNegative } from "./records/_validation.ts";
 
 /** The file name of the storage metadata. */
@@ -211,6 +216,7 @@ export function parseStorageMeta(value: unknown, file: string): StorageMeta {
       { file, format: record.format, version: record.version },
     );
   }
+  checkEnvelopedHeader(record.header, file);
   const { generation, start, bytes, messageCount } = record;
   if (
     "header" in record && typeof generation === "string" && SHA256_HEX.test(generation) &&
@@ -241,6 +247,27 @@ export function parseStorageMeta(value: unknown, file: string): StorageMeta {
   }
   const header = parseSessionHeader(record.header, { file, path: "header" });
   return { ...result.output, header } as StorageMeta;
+}
+
+/**
+ * Inside a supported envelope the header is current-format metadata, so a header that is not an
+ * object, or one whose `format` is not the session format or whose `version` is not an integer,
+ * is damage (`SessionFormatError` naming the field), which listings report; only a header of
+ * another integer version is one this library does not read (`UnsupportedSessionError`).
+ */
+function checkEnvelopedHeader(header: unknown, file: string): void {
+  const invalid = (path: string, message: string, value: unknown): SessionFormatError =>
+    new SessionFormatError(`Invalid session metadata: ${message}`, { file, path, value });
+  if (typeof header !== "object" || header === null || Array.isArray(header)) {
+    throw invalid("header", "expected the header object", header);
+  }
+  const { format, version } = header as Record<string, unknown>;
+  if (format !== SESSION_FORMAT) {
+    throw invalid("header.format", `expected "${SESSION_FORMAT}"`, format);
+  }
+  if (typeof version !== "number" || !Number.isSafeInteger(version)) {
+    throw invalid("header.version", "expected an integer", version);
+  }
 }
 
 /** Reads and validates meta.json in `dir`. */
