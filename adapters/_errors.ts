@@ -5,6 +5,7 @@
  *
  * @module
  */
+import process from "node:process";
 import {
   AlreadyExists,
   FsError,
@@ -31,15 +32,91 @@ export function codeOf(error: unknown): string | undefined {
   return typeof code === "string" ? code : undefined;
 }
 
-/** Maps a native error of `syscall` on `path`, whose POSIX code is `code`, to the port's error. */
+/**
+ * Linux errno numbers of the conditions a runtime may report only in its message, as
+ * `"File too large (os error 27)"` (Deno, and Deno's Node layer, leave `code` out for some).
+ */
+const LINUX_ERRNOS: ReadonlyMap<number, string> = new Map([
+  [1, "EPERM"],
+  [2, "ENOENT"],
+  [5, "EIO"],
+  [6, "ENXIO"],
+  [9, "EBADF"],
+  [11, "EAGAIN"],
+  [12, "ENOMEM"],
+  [13, "EACCES"],
+  [16, "EBUSY"],
+  [17, "EEXIST"],
+  [18, "EXDEV"],
+  [19, "ENODEV"],
+  [20, "ENOTDIR"],
+  [21, "EISDIR"],
+  [22, "EINVAL"],
+  [23, "ENFILE"],
+  [24, "EMFILE"],
+  [26, "ETXTBSY"],
+  [27, "EFBIG"],
+  [28, "ENOSPC"],
+  [29, "ESPIPE"],
+  [30, "EROFS"],
+  [31, "EMLINK"],
+  [36, "ENAMETOOLONG"],
+  [37, "ENOLCK"],
+  [38, "ENOSYS"],
+  [39, "ENOTEMPTY"],
+  [40, "ELOOP"],
+  [75, "EOVERFLOW"],
+  [95, "EOPNOTSUPP"],
+  [116, "ESTALE"],
+  [122, "EDQUOT"],
+]);
+
+/**
+ * The POSIX code named by the `"(os error N)"` at the end of a native error's message, for the
+ * common Linux errnos (`LINUX_ERRNOS`); undefined when there is none, the number is not one of
+ * them, or `platform` is not Linux (other kernels number their errnos differently).
+ */
+export function osErrorCode(error: unknown, platform: string): string | undefined {
+  if (platform !== "linux" && platform !== "android") return undefined;
+  if (!(error instanceof Error)) return undefined;
+  const match = /\(os error (\d+)\)/.exec(error.message);
+  return match === null ? undefined : LINUX_ERRNOS.get(Number(match[1]));
+}
+
+/**
+ * The POSIX code for a runtime's own code: Node's argument errors (a path holding NUL is
+ * `ERR_INVALID_ARG_VALUE`) are `EINVAL`, and a file too large for one read is `EFBIG`.
+ */
+export function posixCode(code: string | undefined): string | undefined {
+  switch (code) {
+    case "ERR_INVALID_ARG_VALUE":
+    case "ERR_INVALID_ARG_TYPE":
+    case "ERR_OUT_OF_RANGE":
+      return "EINVAL";
+    case "ERR_FS_FILE_TOO_LARGE":
+      return "EFBIG";
+    default:
+      return code;
+  }
+}
+
+/** The platform the native errno numbers are read for (`node:process`' `platform`). */
+const PLATFORM: string = process.platform;
+
+/**
+ * Maps a native error of `syscall` on `path`, whose POSIX code is `code`, to the port's error. A
+ * runtime code (`ERR_INVALID_ARG_VALUE`, ...) is taken as the POSIX code it stands for; an error
+ * without a code gets the one its message's `"(os error N)"` names, or `EIO`.
+ */
 export function mapNativeError(
   error: unknown,
   syscall: string,
   path: string,
-  code: string | undefined = codeOf(error),
+  nativeCode: string | undefined = codeOf(error),
 ): FsError {
   if (error instanceof FsError) return error;
   const options = { cause: error };
+  const code = posixCode(nativeCode) ?? osErrorCode(error, PLATFORM);
   switch (code) {
     case "ENOENT":
       return new NotFound(syscall, path, options);
@@ -140,4 +217,45 @@ export async function refuseSlashedLink(
     return;
   }
   if (link) throw new NotADirectory(syscall, path);
+}
+
+/**
+ * True when the final component of `path` (trailing slashes aside) is `.` or `..`: a name the
+ * calls that change an entry refuse before touching anything, since the kernel (or a runtime's
+ * recursive remove) would act on the directory it resolves to, through any symlink before it.
+ */
+export function endsInDots(path: string): boolean {
+  const trimmed = withoutTrailingSlash(path) ?? path;
+  const last = trimmed.slice(trimmed.lastIndexOf("/") + 1);
+  return last === "." || last === "..";
+}
+
+/**
+ * Refuses a `remove` of a path whose final component is `.` or `..` with `FsIoError` code
+ * `"EINVAL"` (Linux's rmdir says so of `.`): the removal would empty the directory it resolves
+ * to, through a symlink before it, which `remove` never follows.
+ */
+export function refuseDotsRemove(path: string): void {
+  if (endsInDots(path)) {
+    throw new FsIoError("EINVAL", "remove", path, "Cannot remove an entry named '.' or '..'");
+  }
+}
+
+/**
+ * Refuses a `rename` from or to a path whose final component is `.` or `..` with `FsIoError` code
+ * `"EBUSY"`, as Linux's rename does, on every platform.
+ */
+export function refuseDotsRename(from: string, to: string): void {
+  for (const path of [from, to]) {
+    if (endsInDots(path)) {
+      throw new FsIoError("EBUSY", "rename", path, "Cannot rename an entry named '.' or '..'");
+    }
+  }
+}
+
+/** Refuses a path holding a NUL byte with `FsIoError` code `"EINVAL"`, as every call does. */
+export function refuseNul(syscall: string, path: string): void {
+  if (path.includes("\0")) {
+    throw new FsIoError("EINVAL", syscall, path, "Path contains a NUL byte");
+  }
 }

@@ -13,6 +13,22 @@
 
 const EMPTY: Uint8Array = new Uint8Array(0);
 
+/**
+ * Thrown by a `FileNode` whose bytes cannot be held (the buffer could not be allocated): the
+ * memory is the disk, and it is full. `MemoryFs` reports it as `FsIoError` code `"ENOSPC"`.
+ */
+export class NoRoom extends Error {
+  /** The length that could not be held. */
+  readonly length: number;
+
+  /** Creates the error for a file of `length` bytes. */
+  constructor(length: number, options?: { readonly cause?: unknown }) {
+    super(`Cannot hold a file of ${length} bytes in memory`, options);
+    this.name = "NoRoom";
+    this.length = length;
+  }
+}
+
 /** A regular file: live bytes in a growable buffer, and the bytes made durable by the last sync. */
 export class FileNode {
   /** The node kind. */
@@ -70,8 +86,8 @@ export class FileNode {
   write(offset: number, data: Uint8Array): number {
     const end = offset + data.length;
     if (data.length === 0) return offset;
-    this.#beforeChange(Math.min(offset, this.#size));
     this.#reserve(end);
+    this.#beforeChange(Math.min(offset, this.#size));
     if (offset > this.#size) this.#buf.fill(0, this.#size, offset);
     this.#buf.set(data, offset);
     if (end > this.#size) this.#size = end;
@@ -81,11 +97,9 @@ export class FileNode {
   /** Sets the live length; growth reads as zeros. */
   truncate(length: number): void {
     if (length === this.#size) return;
+    if (length > this.#size) this.#reserve(length);
     this.#beforeChange(Math.min(length, this.#size));
-    if (length > this.#size) {
-      this.#reserve(length);
-      this.#buf.fill(0, this.#size, length);
-    }
+    if (length > this.#size) this.#buf.fill(0, this.#size, length);
     this.#size = length;
   }
 
@@ -133,10 +147,22 @@ export class FileNode {
     if (this.#synced === this.#buf) this.#synced = this.#buf.slice(0, this.#syncedLen);
   }
 
-  /** Grows the buffer (by doubling) to hold at least `length` bytes. */
+  /**
+   * Grows the buffer (by doubling, or to exactly `length` when a doubled one cannot be had) to
+   * hold at least `length` bytes; `NoRoom` when even that cannot be allocated, nothing changed.
+   */
   #reserve(length: number): void {
     if (length <= this.#buf.length) return;
-    const grown = new Uint8Array(Math.max(length, this.#buf.length * 2));
+    let grown: Uint8Array;
+    try {
+      grown = new Uint8Array(Math.max(length, this.#buf.length * 2));
+    } catch {
+      try {
+        grown = new Uint8Array(length);
+      } catch (error) {
+        throw new NoRoom(length, { cause: error });
+      }
+    }
     grown.set(this.#buf.subarray(0, this.#size));
     this.#buf = grown;
   }

@@ -51,12 +51,20 @@ import {
   DIR_SYNC_REFUSALS,
   mapNativeError,
   notWritable,
+  osErrorCode,
+  posixCode,
+  refuseDotsRemove,
+  refuseDotsRename,
+  refuseNul,
   refuseSlashedLink,
 } from "./_errors.ts";
 
-/** The POSIX code of a Deno error: its `code`, or the one its class stands for. */
+/**
+ * The POSIX code of a Deno error: its `code`, the errno its message names (`"File too large (os
+ * error 27)"` carries no code), or the one its class stands for.
+ */
 function denoCode(error: unknown): string | undefined {
-  const code = codeOf(error);
+  const code = posixCode(codeOf(error)) ?? osErrorCode(error, Deno.build.os);
   if (code !== undefined) return code;
   if (error instanceof Deno.errors.NotFound) return "ENOENT";
   if (error instanceof Deno.errors.AlreadyExists) return "EEXIST";
@@ -321,6 +329,7 @@ class DenoFileSystem implements FileSystem {
   }
 
   async rename(from: string, to: string): Promise<void> {
+    refuseDotsRename(from, to);
     // A trailing slash makes some kernels follow a final symlink: refuse it as Linux does.
     if (from.endsWith("/")) await refuseSlashedLink("rename", from, isSymlink);
     if (to.endsWith("/")) await refuseSlashedLink("rename", to, isSymlink);
@@ -338,6 +347,9 @@ class DenoFileSystem implements FileSystem {
   }
 
   async remove(path: string, options: RemoveOptions = {}): Promise<void> {
+    // `link/.` or `dir/sub/..` names the directory it resolves to: a recursive remove would
+    // empty it through the link. Refused before anything is looked at.
+    refuseDotsRemove(path);
     // Deno.remove inspects the path with lstat: a symlink is unlinked, never followed, unless a
     // trailing slash makes the kernel follow it (a recursive remove would empty the target).
     if (path.endsWith("/")) await refuseSlashedLink("remove", path, isSymlink);
@@ -399,6 +411,8 @@ class DenoFileSystem implements FileSystem {
    */
   syncDir(path: string): Promise<void> {
     return call("fsync", path, async () => {
+      // Deno refuses a NUL byte with EINVAL, which would pass for a platform's refusal below.
+      refuseNul("fsync", path);
       let dir: Deno.FsFile;
       try {
         // The trailing slash makes the open itself refuse a non-directory (ENOTDIR), as

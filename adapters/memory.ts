@@ -84,6 +84,7 @@ import {
   type MemoryNode,
   mulberry32,
   NodeCopier,
+  NoRoom,
   OverlayView,
   replay,
   touchedBy,
@@ -236,6 +237,12 @@ interface Resolved {
 }
 
 const MAX_SYMLINK_HOPS = 40;
+/**
+ * The largest file size, as ext4's with 4 KiB blocks (16 TiB less one block): a write or truncate past it fails
+ * with `FsIoError` code `"EFBIG"`. Below it, a size the process cannot allocate fails with
+ * `"ENOSPC"` (the memory is the disk).
+ */
+const MAX_FILE_SIZE = 2 ** 44 - 4096;
 /** The longest name of one path component, in UTF-8 bytes (Linux's `NAME_MAX`). */
 const NAME_MAX = 255;
 const TAIL_MODES: readonly TailMode[] = ["none", "whole", "short", "zeros", "garbage"];
@@ -525,8 +532,9 @@ export class MemoryFs implements FileSystem {
         createNew: options.createNew === true,
         mode: options.mode,
       });
+      checkFileSize("writeFile", path, data.length);
       node.truncate(0);
-      node.write(0, data);
+      withRoom("writeFile", path, () => node.write(0, data));
       node.mtimeMs = this.#options.now();
     });
   }
@@ -576,6 +584,11 @@ export class MemoryFs implements FileSystem {
   /** Removes a file, a symlink or a directory (empty unless `recursive`); never follows links. */
   remove(path: string, options: RemoveOptions = {}): Promise<void> {
     return this.#run("remove", path, () => {
+      // `link/.` or `dir/sub/..` names the directory it resolves to (Linux's rmdir: EINVAL).
+      checkPath("remove", path);
+      if (endsInDots(path)) {
+        throw new FsIoError("EINVAL", "remove", path, "Cannot remove an entry named '.' or '..'");
+      }
       const found = this.#resolve("remove", path, false, false);
       if (found.node === undefined) throw new NotFound("remove", path);
       // A symlink named with a trailing slash is neither followed nor removed (Linux: ENOTDIR).
@@ -670,6 +683,9 @@ export class MemoryFs implements FileSystem {
       const found = this.#resolve("symlink", path, false, false);
       if (found.node !== undefined || found.parent === undefined) {
         throw new AlreadyExists("symlink", path);
+      }
+      if (target.includes("\0")) {
+        throw new FsIoError("EINVAL", "symlink", path, "Link target contains a NUL byte");
       }
       // A missing name spelled as a directory is no place for a link (Linux: ENOENT).
       if (target === "" || found.mustBeDir) throw new NotFound("symlink", path);
@@ -806,6 +822,15 @@ export class MemoryFs implements FileSystem {
     path: string,
     how: { create: boolean; createNew: boolean; mode: number | undefined },
   ): FileNode {
+    const creating = how.create || how.createNew;
+    if (creating && path.length > 1 && path.endsWith("/")) {
+      // Linux's open with O_CREAT refuses a trailing slash (EISDIR) once the parent is found,
+      // whatever is at the name.
+      let end = path.length;
+      while (end > 1 && path[end - 1] === "/") end--;
+      this.#resolve(syscall, path.slice(0, end), false);
+      throw new IsADirectory(syscall, path);
+    }
     const found = this.#resolve(syscall, path, !how.createNew);
     if (how.createNew && found.node !== undefined) throw new AlreadyExists(syscall, path);
     if (found.node !== undefined) {
@@ -968,7 +993,9 @@ class MemoryFileHandle implements FileHandle {
       this.#requireWritable("write");
       if (data.length === 0) return;
       const node = this.#init.node;
-      const end = node.write(this.#init.append ? node.size : this.#position, data);
+      const at = this.#init.append ? node.size : this.#position;
+      checkFileSize("write", this.#init.path, at + data.length);
+      const end = withRoom("write", this.#init.path, () => node.write(at, data));
       if (!this.#init.append) this.#position = end;
       node.mtimeMs = this.#init.now();
     });
@@ -978,7 +1005,8 @@ class MemoryFileHandle implements FileHandle {
     return this.#run("truncate", () => {
       this.#requireWritable("truncate");
       checkCount("truncate", this.#init.path, length);
-      this.#init.node.truncate(length);
+      checkFileSize("truncate", this.#init.path, length);
+      withRoom("truncate", this.#init.path, () => this.#init.node.truncate(length));
       if (this.#position > length) this.#position = length;
       this.#init.node.mtimeMs = this.#init.now();
     });
@@ -1035,6 +1063,29 @@ function checkCount(op: MemoryOperation, path: string, value: number): void {
   if (!Number.isSafeInteger(value) || value < 0) {
     throw new FsIoError("EINVAL", op, path, `Invalid offset or length ${value}`);
   }
+}
+
+/** Refuses a file size past `MAX_FILE_SIZE` with `FsIoError` code `"EFBIG"`. */
+function checkFileSize(op: MemoryOperation, path: string, size: number): void {
+  if (size > MAX_FILE_SIZE) {
+    throw new FsIoError("EFBIG", op, path, `File too large: ${size} bytes`);
+  }
+}
+
+/** Runs `change` of a file's bytes; bytes the process cannot allocate are `ENOSPC`. */
+function withRoom<T>(op: MemoryOperation, path: string, change: () => T): T {
+  try {
+    return change();
+  } catch (error) {
+    if (!(error instanceof NoRoom)) throw error;
+    throw new FsIoError("ENOSPC", op, path, "No space left on device (memory)", { cause: error });
+  }
+}
+
+/** True when the final component of `path` (trailing slashes aside) is `.` or `..`. */
+function endsInDots(path: string): boolean {
+  const last = path.split("/").filter((part) => part !== "").pop();
+  return last === "." || last === "..";
 }
 
 function busy(syscall: string, path: string): FsIoError {

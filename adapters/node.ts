@@ -54,6 +54,8 @@ import {
   codeOf,
   DIR_SYNC_REFUSALS,
   mapNativeError,
+  refuseDotsRemove,
+  refuseDotsRename,
   refuseSlashedLink,
   withoutTrailingSlash,
 } from "./_errors.ts";
@@ -185,6 +187,7 @@ class NodeFileSystem implements FileSystem {
   }
 
   async rename(from: string, to: string): Promise<void> {
+    refuseDotsRename(from, to);
     // A trailing slash makes some kernels follow a final symlink: refuse it as Linux does.
     if (from.endsWith("/")) await refuseSlashedLink("rename", from, isSymlink);
     if (to.endsWith("/")) await refuseSlashedLink("rename", to, isSymlink);
@@ -203,6 +206,9 @@ class NodeFileSystem implements FileSystem {
 
   remove(path: string, options: RemoveOptions = {}): Promise<void> {
     return call("remove", path, async () => {
+      // `link/.` or `dir/sub/..` names the directory it resolves to: a recursive remove would
+      // empty it through the link. Refused before anything is looked at.
+      refuseDotsRemove(path);
       // A trailing slash would make lstat and rm follow a final symlink: inspect the entry itself,
       // and refuse anything but a directory spelled so (ENOTDIR, as Linux's unlink and rmdir).
       const bare = withoutTrailingSlash(path);

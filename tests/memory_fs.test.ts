@@ -405,3 +405,36 @@ test("a 100 MiB file written in 1 MiB appends with a sync after each is stored w
   assert.equal((await recovered.stat("/big")).size, 100 * 1024 * 1024);
   assert.equal(recovered.crashReport?.files["/big"], "synced");
 });
+
+test("truncate() and write() past the largest file fail with EFBIG and change nothing", async () => {
+  const fs = new MemoryFs();
+  const handle = await fs.open("/f", { createNew: true });
+  await handle.write(bytes("abc"));
+  for (const length of [2 ** 44 + 1, 2 ** 50, Number.MAX_SAFE_INTEGER]) {
+    await assert.rejects(
+      handle.truncate(length),
+      (error: unknown) => error instanceof FsIoError && error.code === "EFBIG",
+    );
+  }
+  await handle.close();
+  const sparse = await fs.open("/f", { append: true });
+  assert.equal((await sparse.stat()).size, 3);
+  await sparse.close();
+  assert.equal(await readText(fs, "/f"), "abc");
+});
+
+test("a size the process cannot allocate fails with ENOSPC, never an untyped error", async () => {
+  const fs = new MemoryFs();
+  const handle = await fs.open("/f", { createNew: true });
+  await handle.write(bytes("abc"));
+  await handle.sync();
+  // 1 TiB: below the largest file, beyond any allocation.
+  await assert.rejects(
+    handle.truncate(2 ** 40),
+    (error: unknown) => error instanceof FsIoError && error.code === "ENOSPC",
+  );
+  assert.equal((await handle.stat()).size, 3);
+  await handle.write(bytes("de"));
+  await handle.close();
+  assert.equal(await readText(fs, "/f"), "abcde");
+});

@@ -1586,6 +1586,253 @@ export const CHECKS: readonly Check[] = [
     },
   },
 
+  // Paths that end in `.` or `..`
+  {
+    name: "remove() of a path ending in '.' or '..' fails with EINVAL and removes nothing",
+    needs: ["symlinks"],
+    async run(f) {
+      const target = at(f, "target");
+      await f.fs.mkdir(join(target, "sub"), { recursive: true });
+      await f.fs.writeFile(join(target, "keep"), bytes("precious"));
+      await f.fs.symlink(target, at(f, "link"));
+      // Spelled by hand: `join` would normalize the final `.` and `..` away.
+      const paths = [
+        `${target}/.`,
+        `${target}/sub/..`,
+        `${f.root}/link/.`,
+        `${f.root}/link/sub/..`,
+        `${f.root}/link/./`,
+        `${target}/sub/../`,
+        `${target}/sub/.`,
+      ];
+      for (const path of paths) {
+        for (const recursive of [false, true]) {
+          const what = `remove('${path}'${recursive ? ", recursive" : ""})`;
+          const error = await checkRejectsCode(
+            () => f.fs.remove(path, { recursive }),
+            "EINVAL",
+            what,
+          );
+          checkEqual(error.path, path, `${what}: error path`);
+          checkSame(
+            await f.fs.readDir(target),
+            [{ name: "keep", kind: "file" }, { name: "sub", kind: "directory" }],
+            `the target directory after ${what}`,
+          );
+          checkEqual((await f.fs.lstat(at(f, "link"))).kind, "symlink", `the link after ${what}`);
+        }
+      }
+      checkBytes(await f.fs.readFile(join(target, "keep")), "precious", "the target's file");
+    },
+  },
+  {
+    name: "rename() from or to a path ending in '.' or '..' fails with EBUSY and moves nothing",
+    needs: ["symlinks"],
+    async run(f) {
+      const target = at(f, "target");
+      await f.fs.mkdir(join(target, "sub"), { recursive: true });
+      await f.fs.writeFile(join(target, "keep"), bytes("precious"));
+      await f.fs.symlink(target, at(f, "link"));
+      await f.fs.mkdir(at(f, "other"));
+      const dotted = [
+        `${target}/.`,
+        `${target}/sub/..`,
+        `${f.root}/link/.`,
+        `${f.root}/link/sub/..`,
+      ];
+      for (const path of dotted) {
+        await checkRejectsCode(
+          () => f.fs.rename(path, at(f, "moved")),
+          "EBUSY",
+          `rename('${path}', ...)`,
+        );
+        await checkRejectsCode(
+          () => f.fs.rename(at(f, "other"), path),
+          "EBUSY",
+          `rename(..., '${path}')`,
+        );
+      }
+      checkSame(
+        await f.fs.readDir(f.root),
+        [
+          { name: "link", kind: "symlink" },
+          { name: "other", kind: "directory" },
+          { name: "target", kind: "directory" },
+        ],
+        "the root after the refused renames",
+      );
+      checkSame(
+        await f.fs.readDir(target),
+        [{ name: "keep", kind: "file" }, { name: "sub", kind: "directory" }],
+        "the target after the refused renames",
+      );
+    },
+  },
+  {
+    name:
+      "mkdir(), writeFile() and open() with create of a path ending in '.' or '..' change nothing",
+    needs: ["symlinks"],
+    async run(f) {
+      const target = at(f, "target");
+      await f.fs.mkdir(join(target, "sub"), { recursive: true });
+      await f.fs.writeFile(join(target, "keep"), bytes("precious"));
+      await f.fs.symlink(target, at(f, "link"));
+      const dotted = [
+        `${target}/.`,
+        `${target}/sub/..`,
+        `${f.root}/link/.`,
+        `${f.root}/link/sub/..`,
+      ];
+      for (const path of dotted) {
+        await checkRejects(() => f.fs.mkdir(path), AlreadyExists, `mkdir('${path}')`);
+        await f.fs.mkdir(path, { recursive: true });
+        await checkRejects(
+          () => f.fs.writeFile(path, bytes("x")),
+          IsADirectory,
+          `writeFile('${path}')`,
+        );
+        await checkRejects(
+          () => f.fs.writeFile(path, bytes("x"), { createNew: true }),
+          FsError,
+          `writeFile('${path}', createNew)`,
+        );
+        await checkRejects(
+          () => openAndClose(f.fs, path, { create: true }),
+          IsADirectory,
+          `open('${path}', create)`,
+        );
+        await checkRejects(
+          () => openAndClose(f.fs, path, { create: true, truncate: true }),
+          IsADirectory,
+          `open('${path}', create, truncate)`,
+        );
+      }
+      checkSame(
+        await f.fs.readDir(target),
+        [{ name: "keep", kind: "file" }, { name: "sub", kind: "directory" }],
+        "the target after the calls",
+      );
+      checkBytes(await f.fs.readFile(join(target, "keep")), "precious", "the target's file");
+    },
+  },
+
+  // Trailing slashes on a create
+  {
+    name:
+      "open() with create and writeFile() of a name with a trailing slash fail with IsADirectory",
+    async run(f) {
+      const file = at(f, "file");
+      await f.fs.writeFile(file, bytes("old"));
+      const calls: readonly (readonly [string, () => Promise<unknown>])[] = [
+        ["open('file/', create)", () => openAndClose(f.fs, `${file}/`, { create: true })],
+        ["open('file/', createNew)", () => openAndClose(f.fs, `${file}/`, { createNew: true })],
+        ["writeFile('file/')", () => f.fs.writeFile(`${file}/`, bytes("new"))],
+        [
+          "writeFile('file/', createNew)",
+          () => f.fs.writeFile(`${file}/`, bytes("new"), { createNew: true }),
+        ],
+        [
+          "open('missing/', create)",
+          () => openAndClose(f.fs, `${f.root}/missing/`, { create: true }),
+        ],
+        ["writeFile('missing/')", () => f.fs.writeFile(`${f.root}/missing/`, bytes("new"))],
+      ];
+      for (const [what, run] of calls) await checkRejects(run, IsADirectory, what);
+      checkBytes(await f.fs.readFile(file), "old", "the file after the refused creates");
+      await checkMissing(f.fs, at(f, "missing"), "a refused create");
+      // Without create, a file named as a directory is not one.
+      await checkRejects(() => openAndClose(f.fs, `${file}/`), NotADirectory, "open('file/')");
+      // A missing directory on the way is still reported as missing.
+      await checkRejects(
+        () => openAndClose(f.fs, `${f.root}/missing/x/`, { create: true }),
+        NotFound,
+        "open('missing/x/', create)",
+      );
+    },
+  },
+
+  // Paths holding NUL
+  {
+    name: "a path holding a NUL byte fails with FsIoError EINVAL in every call",
+    async run(f) {
+      const bad = `${f.root}/a\0b`;
+      const file = at(f, "file");
+      await f.fs.writeFile(file, bytes("x"));
+      const calls: [string, () => Promise<unknown>][] = [
+        ["open", () => openAndClose(f.fs, bad)],
+        ["open with create", () => openAndClose(f.fs, bad, { create: true })],
+        ["readFile", () => f.fs.readFile(bad)],
+        ["writeFile", () => f.fs.writeFile(bad, bytes("x"))],
+        ["rename from", () => f.fs.rename(bad, at(f, "x"))],
+        ["rename to", () => f.fs.rename(file, bad)],
+        ["remove", () => f.fs.remove(bad)],
+        ["remove with recursive", () => f.fs.remove(bad, { recursive: true })],
+        ["mkdir", () => f.fs.mkdir(bad)],
+        ["mkdir with recursive", () => f.fs.mkdir(`${bad}/c`, { recursive: true })],
+        ["readDir", () => f.fs.readDir(bad)],
+        ["stat", () => f.fs.stat(bad)],
+        ["lstat", () => f.fs.lstat(bad)],
+        ["realPath", () => f.fs.realPath(bad)],
+        ["chmod", () => f.fs.chmod(bad, 0o600)],
+        ["readLink", () => f.fs.readLink(bad)],
+        ["syncDir", () => f.fs.syncDir(bad)],
+        ["utime", () => f.fs.utime(bad, 1_600_000_000_000)],
+      ];
+      const fs = f.fs;
+      const { readFileNoFollow, openNoFollow, openAppendNoFollow } = fs;
+      if (readFileNoFollow !== undefined) {
+        calls.push(["readFileNoFollow", () => readFileNoFollow.call(fs, bad)]);
+      }
+      if (openNoFollow !== undefined) {
+        calls.push(["openNoFollow", async () => (await openNoFollow.call(fs, bad)).handle.close()]);
+      }
+      if (openAppendNoFollow !== undefined) {
+        calls.push([
+          "openAppendNoFollow",
+          async () => (await openAppendNoFollow.call(fs, bad)).handle.close(),
+        ]);
+      }
+      if (f.capabilities?.symlinks !== false) {
+        calls.push(["symlink at it", () => f.fs.symlink("target", bad)]);
+        calls.push(["symlink to it", () => f.fs.symlink(bad, at(f, "link"))]);
+      }
+      for (const [call, run] of calls) {
+        await checkRejectsCode(run, "EINVAL", `${call} of a path holding NUL`);
+      }
+      checkSame(await f.fs.readDir(f.root), [{ name: "file", kind: "file" }], "nothing created");
+    },
+  },
+
+  // Lengths
+  {
+    name: "truncate() to a length past any file's size fails with a port error or sets that size",
+    async run(f) {
+      const path = at(f, "file");
+      await withHandle(f.fs, path, { create: true }, async (handle) => {
+        for (const length of [2 ** 44, 2 ** 50, Number.MAX_SAFE_INTEGER]) {
+          const what = `truncate(${length})`;
+          let outcome: unknown;
+          try {
+            await handle.truncate(length);
+          } catch (error) {
+            outcome = error;
+          }
+          if (outcome === undefined) {
+            checkEqual((await handle.stat()).size, length, `the size after ${what}`);
+            await handle.truncate(0);
+            continue;
+          }
+          check(outcome instanceof FsIoError, `${what}: rejected with ${describeError(outcome)}`);
+          check(
+            outcome.code === "EFBIG" || outcome.code === "EINVAL",
+            `${what}: expected code EFBIG (or EINVAL), got ${outcome.code}`,
+          );
+          checkEqual((await handle.stat()).size, 0, `the size after a refused ${what}`);
+        }
+      });
+    },
+  },
+
   // Errors
   ...missingPathChecks,
 ];
