@@ -196,10 +196,15 @@ class DenoFileHandle implements FileHandle {
       let written = 0;
       while (written < data.length) {
         this.#cursor = undefined; // unknown if the call fails
-        written += await this.#file.write(data.subarray(written));
-        if (!this.#append) this.#cursor = this.#position + written;
+        const count = await this.#file.write(data.subarray(written));
+        written += count;
+        // The bytes of each call that landed stay written (POSIX), even when a later call of this
+        // write fails (ENOSPC, EFBIG): the position moves past them, as the Node adapter's does.
+        if (!this.#append) {
+          this.#position += count;
+          this.#cursor = this.#position;
+        }
       }
-      if (!this.#append) this.#position += written;
     });
   }
 
