@@ -172,6 +172,11 @@ class NodeFileSystem implements FileSystem {
     });
   }
 
+  /**
+   * Reads a whole file, whatever its size: a file over 2 GiB, which `node:fs` refuses to read in
+   * one call, is read in chunks. A file larger than one `Uint8Array` can hold fails with
+   * `FsIoError` code `"EFBIG"`. `readFileNoFollow` does the same.
+   */
   readFile(path: string): Promise<Uint8Array> {
     // The callback form: the runtime drives open, fstat, read and close itself, about three
     // times faster than `fs/promises` on small files (meta.json, index.json), in Node and Deno.
