@@ -1638,8 +1638,9 @@ test("a full open checks each session file once, reads meta.json once and lists 
       ],
       label,
     );
-    assert.deepEqual(log.filter((entry) => entry.startsWith("readFile ")), [
-      `readFile ${dir}/meta.json`,
+    // One no-follow read: never through a link, never waiting on a FIFO.
+    assert.deepEqual(log.filter((entry) => entry.startsWith("readFile")), [
+      `readFileNoFollow ${dir}/meta.json`,
     ], label);
     assert.deepEqual(log.filter((entry) => entry.startsWith("readDir ")), [], label);
     assert.deepEqual(log.filter((entry) => entry.startsWith("stat ")), [`stat ${CWD}`], label);
@@ -1891,4 +1892,67 @@ test("a session directory whose first parent fsync failed is made durable by the
   assert.equal(failed?.path, collection);
   assert.deepEqual(await saved(store, session), history);
   await session.close();
+});
+
+test("meta.json and index.json are read only by no-follow calls where the adapter has them", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(4));
+  await session.readHistory(); // index.json published
+  await session.close();
+  const dir = session.getSessionPath();
+  const watched = new Set([`${dir}/meta.json`, `${dir}/index.json`]);
+  const reads: string[] = [];
+  const recording = hookedFs(fs, {
+    before(method, args) {
+      if (watched.has(String(args[0])) && /^(readFile|open)/.test(method)) {
+        reads.push(`${method} ${String(args[0]).slice(dir.length + 1)}`);
+      }
+    },
+  });
+  const other = new SessionStore({ fs: recording, agentDir: AGENT });
+  for (const readOnly of [true, false]) {
+    const opened = await other.open(dir, { readOnly });
+    await opened.readHistory();
+    await opened.close();
+  }
+  await other.list(CWD);
+  await other.list(CWD, undefined, { fast: true });
+  assert.equal((await verifySession(recording, dir, { sha256: portableSha256 })).ok, true);
+  await other.compact(session.getSessionFile());
+  assert.ok(reads.includes("readFileNoFollow meta.json"), reads.join(", "));
+  assert.deepEqual(reads.filter((read) => !read.startsWith("readFileNoFollow")), []);
+});
+
+test("a meta.json swapped for a link after the open checked it is refused, not read through", async () => {
+  for (const readOnly of [true, false]) {
+    const { fs, store } = await setup();
+    const session = await store.create(CWD);
+    await session.commit([user("q"), assistant("a")]);
+    await session.setPinned(true);
+    await session.close();
+    const meta = session.getSessionFile();
+    // An unpinned copy elsewhere: read through a link, it would open as the session's header.
+    const copy = JSON.parse(new TextDecoder().decode(await fs.readFile(meta)));
+    delete copy.header.pinnedAt;
+    await fs.writeFile("/planted.json", new TextEncoder().encode(JSON.stringify(copy)));
+    let swapped = false;
+    const racing = hookedFs(fs, {
+      async after(method, args) {
+        if (method === "lstat" && args[0] === meta && !swapped) {
+          swapped = true;
+          await fs.rename(meta, "/aside.json");
+          await fs.symlink("/planted.json", meta);
+        }
+      },
+    });
+    const reader = new SessionStore({ fs: racing, agentDir: AGENT });
+    const error = await reader.open(session.getSessionPath(), { readOnly }).then(
+      () => assert.fail("the open read meta.json through a link"),
+      (error: unknown) => error,
+    );
+    assert.ok(swapped);
+    assert.ok(error instanceof SessionFormatError, String(error));
+    assert.equal(error.file, meta);
+  }
 });

@@ -262,7 +262,7 @@ export async function compactSession(
         file: join(dir, META_FILE),
       });
     }
-    const meta = await readStorageMeta(fs, dir);
+    const meta = await readStorageMeta(fs, dir, true);
     if (meta.header.id !== id) {
       throw new SessionFormatError("Session id does not match its directory name", {
         file: join(dir, META_FILE),
@@ -285,7 +285,7 @@ export async function compactSession(
         generation: meta.generation,
       };
     }
-    const index = await readRoundIndex(fs, dir);
+    const index = await readRoundIndex(fs, dir, true);
     const matching = index !== undefined && indexMatches(index, meta) ? index : undefined;
     const known = matching?.rounds;
     const staging = join(collection, stagingName(id));

@@ -807,7 +807,7 @@ export async function fastSummary(
   refuseIrregularFile(metaKind, metaPath);
   const logKind = kinds.get(MESSAGES_FILE);
   if (logKind !== undefined) refuseIrregularFile(logKind, logPath);
-  const meta = await readStorageMeta(fs, dir);
+  const meta = await readStorageMeta(fs, dir, true);
   return await summarizeFrom(
     context,
     dir,

@@ -461,7 +461,7 @@ export class SessionManager {
     opening.catch(() => undefined);
     let meta: StorageMeta;
     try {
-      meta = await readStorageMeta(fs, init.dir);
+      meta = await readStorageMeta(fs, init.dir, true); // checkSessionFiles saw a file
     } catch (error) {
       closeWhenOpened(opening);
       throw error;
@@ -1590,9 +1590,7 @@ export class SessionManager {
     if (this.#indexed !== undefined && this.#indexed.start === meta.start) return;
     let onDisk: RoundIndex | undefined;
     try {
-      if (await isRegularFile(this.#fs, join(this.#dir, INDEX_FILE))) {
-        onDisk = await readRoundIndex(this.#fs, this.#dir);
-      }
+      onDisk = await readRoundIndex(this.#fs, this.#dir); // never through a link
     } catch {
       // Unreadable (a planted link, malformed, an I/O error): rebuilt below, and the page is
       // served either way (the rename replaces a link, never writes through it).

@@ -270,10 +270,42 @@ function checkEnvelopedHeader(header: unknown, file: string): void {
   }
 }
 
-/** Reads and validates meta.json in `dir`. */
-export async function readStorageMeta(fs: FileSystem, dir: string): Promise<StorageMeta> {
+/**
+ * Reads and validates meta.json in `dir`, never through a link and never waiting on a FIFO
+ * (`readSessionFile`): something else there is a `SessionFormatError`, nothing a `NotFound`.
+ * `kindChecked`: the caller has just seen a regular file there (see `readSessionFile`).
+ */
+export async function readStorageMeta(
+  fs: FileSystem,
+  dir: string,
+  kindChecked = false,
+): Promise<StorageMeta> {
   const file = join(dir, META_FILE);
-  return decodeStorageMeta(await fs.readFile(file), file);
+  const read = await readSessionFile(fs, file, kindChecked);
+  if (read === undefined) throw new NotFound("open", file);
+  if (typeof read === "string") throw irregularFile(read, file);
+  return decodeStorageMeta(read, file);
+}
+
+/**
+ * `readIfRegular` for a file a call must read: a regular file that is busy (a lease another
+ * process holds makes the no-follow read fail at once) is then read as a plain read reads it,
+ * waiting for the lease, as a store without no-follow reads always does. With `kindChecked` (the
+ * caller has just seen a regular file at `path`, by `lstat` or a directory listing), a port
+ * without `readFileNoFollow` reads at once: another `lstat` would leave the same window open.
+ */
+export async function readSessionFile(
+  fs: FileSystem,
+  path: string,
+  kindChecked = false,
+): Promise<Found<Uint8Array>> {
+  if (kindChecked && fs.readFileNoFollow === undefined) return await fs.readFile(path);
+  try {
+    return await readIfRegular(fs, path);
+  } catch (error) {
+    if (!isBusy(error)) throw error;
+    return await fs.readFile(path);
+  }
 }
 
 /** Validates the bytes of meta.json read from `file`. */
@@ -443,12 +475,16 @@ export async function openSessionFile(
  * @throws {SessionFormatError} Naming the file and its kind.
  */
 export function refuseIrregularFile(kind: EntryKind, path: string): void {
-  if (kind !== "file") {
-    throw new SessionFormatError(
-      `Session file is a ${kind}, not a regular file; refusing to read or write through it`,
-      { file: path },
-    );
-  }
+  if (kind !== "file") throw irregularFile(kind, path);
+}
+
+/** The error for a session file at `path` that is a `kind` other than a regular file. */
+function irregularFile(kind: EntryKind, path: string): SessionFormatError {
+  const what = kind === "other" ? "special file (a FIFO, socket or device)" : kind;
+  return new SessionFormatError(
+    `Session file is a ${what}, not a regular file; refusing to read or write through it`,
+    { file: path },
+  );
 }
 
 /** Serializes meta.json (compact JSON and a trailing newline). */
@@ -534,18 +570,26 @@ export function encodeRoundIndex(index: RoundIndex): Uint8Array {
 }
 
 /**
- * Reads index.json in `dir`. Returns `undefined` when it is missing, unparsable or does not
- * match its schema: the index is derived data and is rebuilt, never trusted blindly.
+ * Reads index.json in `dir` (never through a link, never waiting on a FIFO; `kindChecked` as for
+ * `readStorageMeta`). Returns `undefined`
+ * when it is missing, not a regular file, unparsable or does not match its schema: the index is
+ * derived data and is rebuilt, never trusted blindly.
  */
-export async function readRoundIndex(fs: FileSystem, dir: string): Promise<RoundIndex | undefined> {
-  let bytes: Uint8Array;
+export async function readRoundIndex(
+  fs: FileSystem,
+  dir: string,
+  kindChecked = false,
+): Promise<RoundIndex | undefined> {
+  let read: Found<Uint8Array>;
   try {
-    bytes = await fs.readFile(join(dir, INDEX_FILE));
+    read = await readSessionFile(fs, join(dir, INDEX_FILE), kindChecked);
   } catch (error) {
     if (error instanceof NotFound) return undefined;
     throw error;
   }
-  return parseRoundIndexText(decoder.decode(bytes));
+  // Not a regular file (a planted link, a FIFO): never read through, and rebuilt like a missing one.
+  if (read === undefined || typeof read === "string") return undefined;
+  return parseRoundIndexText(decoder.decode(read));
 }
 
 /** The counts at the start of index.json, and its first round when it is in the first bytes. */

@@ -290,7 +290,7 @@ export async function verifySession(
   if (findings.length > 0) return { dir, ok: false, meta: undefined, validMessages: 0, findings };
   let meta: StorageMeta;
   try {
-    meta = await readStorageMeta(fs, dir);
+    meta = await readStorageMeta(fs, dir, true); // its kind was just listed
   } catch (error) {
     if (error instanceof SessionError || error instanceof NotFound) {
       findings.push({
@@ -392,7 +392,7 @@ export async function verifySession(
     }
   }
   const index = indexKind === undefined || indexKind === "file"
-    ? await readRoundIndex(fs, dir)
+    ? await readRoundIndex(fs, dir, indexKind === "file")
     : undefined;
   if (indexKind !== undefined && indexKind !== "file") {
     findings.push({
