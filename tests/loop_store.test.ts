@@ -1956,3 +1956,43 @@ test("a meta.json swapped for a link after the open checked it is refused, not r
     assert.equal(error.file, meta);
   }
 });
+
+test("an invalid line is corruption when the checksum disagrees, and a format error naming the message when it agrees", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit([user("q"), assistant("a"), user("again")]);
+  await session.close();
+  const dir = session.getSessionPath();
+  const logPath = `${dir}/messages.jsonl`;
+  const text = new TextDecoder().decode(await fs.readFile(logPath));
+  const lines = text.split("\n");
+  const offset = new TextEncoder().encode(`${lines[0]}\n`).length;
+  // Message #1 becomes a message of an unknown role: still JSON, the same length.
+  const damaged = text.replace('"role":"assistant"', '"role":"assistanX"');
+  assert.notEqual(damaged, text);
+  await fs.writeFile(logPath, new TextEncoder().encode(damaged));
+  for (const readOnly of [true, false]) {
+    const corrupt = await store.open(dir, { readOnly }).then(
+      () => assert.fail("opened a log whose checksum disagrees"),
+      (error: unknown) => error,
+    );
+    assert.ok(corrupt instanceof CorruptSessionError, String(corrupt));
+    assert.equal(corrupt.file, logPath);
+    assert.equal(corrupt.messageIndex, 1);
+    assert.equal(corrupt.offset, offset);
+  }
+  // The same bytes with a generation that agrees: written so, not damaged.
+  const metaPath = `${dir}/meta.json`;
+  const meta = JSON.parse(new TextDecoder().decode(await fs.readFile(metaPath)));
+  meta.generation = sha256Hex(new TextEncoder().encode(damaged));
+  await fs.writeFile(metaPath, new TextEncoder().encode(JSON.stringify(meta)));
+  for (const readOnly of [true, false]) {
+    const invalid = await store.open(dir, { readOnly }).then(
+      () => assert.fail("opened a log with an invalid message"),
+      (error: unknown) => error,
+    );
+    assert.ok(invalid instanceof SessionFormatError, String(invalid));
+    assert.equal(invalid.file, logPath);
+    assert.match(String(invalid.path), /^messages\[1\]/);
+  }
+});
