@@ -529,6 +529,64 @@ test("an uncommitted delete with an unreadable journal is reported, not hidden",
   assert.deepEqual(fs.snapshotTree("/"), tree);
 });
 
+test("a commit marker that is not a regular file commits nothing, for readers and recovery alike", async () => {
+  for (const plant of ["a dangling link", "a directory"] as const) {
+    const { fs, staging, base } = await interruptedDelete(false);
+    const marker = `${staging}/committed`;
+    if (plant === "a directory") await fs.mkdir(marker);
+    else await fs.symlink("/nowhere", marker);
+    // Readers see the delete as not happened ...
+    assert.deepEqual(await listings(fs, plant), base.listedBefore, plant);
+    // ... and recovery agrees: it rolls the delete back, never finishes it.
+    const report = await storeOn(fs).cleanup(CWD);
+    assert.deepEqual(report.restored, [staging], plant);
+    assert.deepEqual(report.finished, [], plant);
+    assert.deepEqual(await listings(fs, plant), base.listedBefore, plant);
+    assert.ok(!stagedDeletes(fs, base.target).staged, plant);
+  }
+});
+
+test("a delete's journal is never read through a link", async () => {
+  const { fs, staging, base } = await interruptedDelete(false);
+  const journal = JSON.parse(decoder.decode(await fs.readFile(`${staging}/intent.json`)));
+  const foreign = "0000aaaa-0000-4000-8000-00000000beef";
+  // A journal elsewhere that would restore a foreign id's membership, linked in place.
+  await fs.writeFile(
+    "/outside.json",
+    encoder.encode(JSON.stringify({
+      ...journal,
+      ids: [...journal.ids, foreign],
+      archived: [...journal.archived, foreign],
+    })),
+  );
+  await fs.remove(`${staging}/intent.json`);
+  await fs.symlink("/outside.json", `${staging}/intent.json`);
+  const store = storeOn(fs);
+  assert.equal(await store.archive.isArchived(CWD, foreign), false);
+  assert.ok(!(await store.archive.list(CWD)).includes(foreign));
+  // An unreadable journal: its session is reported, and recovery leaves it for inspection.
+  const result = await store.listDetailed(CWD);
+  assert.deepEqual(result.failures.map((f) => [f.id, f.error.constructor.name]), [
+    [base.target, "CorruptSessionError"],
+  ]);
+  assert.deepEqual((await store.cleanup(CWD)).kept, [staging]);
+});
+
+test("deleting a session whose staged delete has an unreadable journal is refused, and changes nothing", async () => {
+  const { fs, staging, base } = await interruptedDelete(false);
+  await fs.writeFile(`${staging}/intent.json`, encoder.encode("{"));
+  const tree = fs.snapshotTree("/");
+  const explicit = storeOn(fs, { sessionDir: COLLECTION });
+  const listed = await explicit.listDetailed(undefined, COLLECTION);
+  assert.equal(listed.failures[0]?.id, base.target);
+  await assert.rejects(
+    explicit.archive.delete(undefined, [base.target], { archivedOnly: false }),
+    (error: unknown) =>
+      error instanceof CorruptSessionError && error.file === `${staging}/intent.json`,
+  );
+  assert.deepEqual(fs.snapshotTree("/"), tree);
+});
+
 for (const error of ["EIO", "ENOSPC"] as const) {
   for (const persistent of [false, true]) {
     test(

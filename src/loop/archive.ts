@@ -52,7 +52,6 @@ import {
   isTempName,
   PRIVATE_DIR_MODE,
   PRIVATE_FILE_MODE,
-  readIfExists,
   tempNameFor,
 } from "../port/durable.ts";
 import { join } from "../port/path.ts";
@@ -70,7 +69,7 @@ import { acquireWriterLock, dropMovedLocks, type HeldLock, type StoreContext } f
 import type { ListResult } from "./discovery.ts";
 import { LEGACY_EXTENSION, legacySessionId } from "./legacy.ts";
 import { previousSession, stagingSessionId } from "./compaction.ts";
-import { readIfRegular, refuseIrregularFile } from "./storage.ts";
+import { readIfRegular, readSessionFile, refuseIrregularFile } from "./storage.ts";
 
 /** The file name of a collection's archive membership. */
 export const ARCHIVE_FILE = "archive.json";
@@ -295,7 +294,7 @@ export class SessionArchive {
           throw new SessionNotArchivedError(id, { file: join(collection, ARCHIVE_FILE) });
         }
       }
-      await deleteStaged(context, collection, selected, members);
+      await deleteStaged(context, collection, selected, members, failed);
     }, false);
   }
 }
@@ -357,10 +356,22 @@ async function deleteStaged(
   collection: string,
   ids: readonly string[],
   members: readonly string[],
+  failures: ReadonlyMap<string | undefined, unknown>,
 ): Promise<void> {
   const fs = context.fs;
   const full = context.durability === "full";
   const listing = await fs.readDir(collection);
+  for (const id of ids) {
+    if (entriesOf(listing, id).length > 0) continue;
+    // Nothing of the session is in the collection: its entries wait in a staged delete whose
+    // journal cannot be read (the failure its listing reported). Deleting nothing would only
+    // drop its archive membership and report success.
+    const failure = failures.get(id);
+    throw failure instanceof Error ? failure : new SessionNotFoundError(
+      `Session not found in project: ${id}`,
+      { file: join(collection, id) },
+    );
+  }
   const directories = new Set(
     listing.filter((entry) => entry.kind === "directory").map((entry) => entry.name),
   );
@@ -556,6 +567,24 @@ async function removeStagingDir(
   }
 }
 
+/**
+ * True when the listing of a delete's staging directory holds the commit marker: a regular file
+ * named `committed` (only renamed in once the delete can no longer be taken back). Anything else
+ * of that name (a link, a directory) was not written by a delete, and commits nothing.
+ */
+function isCommitted(listing: readonly DirEntry[]): boolean {
+  return listing.some((entry) => entry.name === DELETE_COMMITTED_FILE && entry.kind === "file");
+}
+
+/**
+ * The journal of the delete staged in `staging`, read without following a link or waiting on a
+ * FIFO; undefined when it is missing, not a regular file or not a valid journal.
+ */
+async function readIntent(fs: FileSystem, staging: string): Promise<DeleteIntent | undefined> {
+  const read = await readSessionFile(fs, join(staging, DELETE_INTENT_FILE));
+  return read instanceof Uint8Array ? parseIntent(read) : undefined;
+}
+
 function parseIntent(bytes: Uint8Array): DeleteIntent | undefined {
   let value: unknown;
   try {
@@ -633,7 +662,7 @@ export async function inspectDeletion(
     if (error instanceof NotFound) return undefined;
     throw error;
   }
-  if (listing.some((entry) => entry.name === DELETE_COMMITTED_FILE)) return undefined;
+  if (isCommitted(listing)) return undefined;
   // The journal and a marker still under its temp name (never committed) are not staged entries.
   const staged = listing.filter((entry) =>
     entry.name !== DELETE_INTENT_FILE && !isTempName(entry.name)
@@ -641,8 +670,7 @@ export async function inspectDeletion(
   if (staged.length === 0) {
     // Nothing staged (yet, or any more: a rollback moved everything back): the membership its
     // rollback restores still counts.
-    const journal = await readIfExists(fs, join(staging, DELETE_INTENT_FILE));
-    const pending = journal === undefined ? undefined : parseIntent(journal);
+    const pending = await readIntent(fs, staging);
     if (pending === undefined || pending.archived.length === 0) return undefined;
     return {
       dir: staging,
@@ -659,8 +687,7 @@ export async function inspectDeletion(
       return id === undefined ? [] : [id];
     })),
   ];
-  const bytes = await readIfExists(fs, join(staging, DELETE_INTENT_FILE));
-  const intent = bytes === undefined ? undefined : parseIntent(bytes);
+  const intent = await readIntent(fs, staging);
   if (intent === undefined) {
     return {
       dir: staging,
@@ -738,11 +765,13 @@ export async function recoverDeletion(
 ): Promise<"finished" | "restored" | "removed"> {
   const fs = context.fs;
   const staging = join(collection, name);
-  const bytes = await readIfExists(fs, join(staging, DELETE_INTENT_FILE));
-  const intent = bytes === undefined ? undefined : parseIntent(bytes);
-  const committed = (await readIfExists(fs, join(staging, DELETE_COMMITTED_FILE))) !== undefined;
+  const intent = await readIntent(fs, staging);
+  const listing = await fs.readDir(staging);
+  // Decided as readers decide it (`inspectDeletion`), so recovery never undoes a delete they saw
+  // done, nor finishes one they saw not happen.
+  const committed = isCommitted(listing);
   if (intent === undefined) {
-    const staged = (await fs.readDir(staging)).filter((entry) =>
+    const staged = listing.filter((entry) =>
       entry.name !== DELETE_INTENT_FILE && entry.name !== DELETE_COMMITTED_FILE &&
       !isTempName(entry.name)
     );
