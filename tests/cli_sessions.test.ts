@@ -71,3 +71,28 @@ test("migrate --dry-run reports a legacy file the migration would refuse, and wr
   assert.match(run.out, new RegExp(`^migrated .*${good}\\.jsonl`, "m"));
   assert.match(run.out, new RegExp(`failed +.*${bad}\\.jsonl`));
 });
+
+test("migrate --dry-run of a migrated file checks its published directory as the migration's open does", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const collection = `${AGENT}/sessions/${workspaceHash(CWD)}`;
+  await fs.mkdir(collection, { recursive: true });
+  const id = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  const file = `${collection}/${id}.jsonl`;
+  await fs.writeFile(file, legacySessionBytes(id, CWD, conversation(1)));
+  const migrated = await sessions(fs, Date.now(), ["migrate", file]);
+  assert.equal(migrated.code, 0, migrated.out);
+  const healthy = await sessions(fs, Date.now(), ["migrate", file, "--dry-run"]);
+  assert.equal(healthy.code, 0, healthy.out);
+  assert.match(healthy.out, /^already migrated /m);
+  // The published directory is damaged: the dry run says what the real run will.
+  await fs.writeFile(`${collection}/${id}/meta.json`, new TextEncoder().encode("{not json"));
+  const before = fs.snapshotTree(AGENT);
+  const dry = await sessions(fs, Date.now(), ["migrate", file, "--dry-run"]);
+  assert.equal(dry.code, 1, dry.out);
+  assert.match(dry.out, new RegExp(`^failed +.*${id}\\.jsonl: .*meta\\.json`, "m"));
+  assert.deepEqual(fs.snapshotTree(AGENT), before);
+  const run = await sessions(fs, Date.now(), ["migrate", file]);
+  assert.equal(run.code, 1, run.out);
+  assert.match(run.out, new RegExp(`^failed +.*${id}\\.jsonl`, "m"));
+});

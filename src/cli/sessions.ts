@@ -59,8 +59,10 @@ Never modifies anything; points at the first bad byte and message.`,
   migrate: `Usage: loop-sessions sessions migrate (<path> | --all) [--dry-run] [--json]
 
 Migrates legacy version-2 <id>.jsonl sessions to version-3 directories. The original file is
-kept unchanged as a backup. --dry-run validates each file as the migration would and lists what
-would migrate and what would fail, writing nothing.`,
+kept unchanged as a backup. --dry-run validates each file as the migration would (and the
+directory of a file migrated before, as opening it would) and lists what would migrate and what
+would fail, writing nothing. --all takes the files not migrated yet; check the directories of
+migrated ones with 'sessions verify --all'.`,
   archive: `Usage: loop-sessions sessions archive <id|path...> [--dir COLLECTION] [--json]
 
 Marks sessions archived in their collection. Touches no session file. A session is named by its
@@ -758,8 +760,16 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
     if (dryRun) {
       const migratedTo = join(dirname(file), legacySessionId(basename(file)) as string);
       try {
-        // Validated as the migration would (streamed, nothing written), so "would migrate" holds.
+        // Validated as the migration would (streamed, nothing written), so "would migrate" holds;
+        // a published directory as the open would find it (an invalid one fails the real run).
         if (!published) await readLegacySession(io.fs, file);
+        else {
+          const report = await verifySession(io.fs, await realDirectory(io, migratedTo), {
+            sha256: io.sha256,
+          });
+          const failure = report.findings.find((finding) => finding.severity === "error");
+          if (failure !== undefined) throw new Error(`${failure.message} (in '${failure.file}')`);
+        }
         results.push({ path: file, migratedTo, alreadyMigrated: published });
       } catch (error) {
         results.push({ path: file, alreadyMigrated: published, error: (error as Error).message });
