@@ -53,6 +53,14 @@ export class FileNode {
   #syncedLen = 0;
   /** True when live bytes below `#syncedLen` were changed since the last sync. */
   #rewritten = false;
+  /** The lowest offset changed since the last sync (`Infinity`: none). */
+  #dirtyFrom = Infinity;
+  /**
+   * Byte ranges `[from, to)` whose writeback failed (a failed fsync) and that were not written
+   * again since: Linux marks such pages clean, so no later fsync writes them. Their durable
+   * content stays what it was (zeros past the durable length) until they are written again.
+   */
+  #lost: [number, number][] = [];
 
   /** Creates an empty file. */
   constructor(mode: number, mtimeMs: number) {
@@ -91,6 +99,7 @@ export class FileNode {
     if (offset > this.#size) this.#buf.fill(0, this.#size, offset);
     this.#buf.set(data, offset);
     if (end > this.#size) this.#size = end;
+    this.#clearLost(offset, end);
     return end;
   }
 
@@ -101,13 +110,58 @@ export class FileNode {
     this.#beforeChange(Math.min(length, this.#size));
     if (length > this.#size) this.#buf.fill(0, this.#size, length);
     this.#size = length;
+    this.#clearLost(length, Infinity);
   }
 
-  /** Makes the live bytes durable (fsync): O(1), the buffer is shared until the next rewrite. */
+  /**
+   * Makes the live bytes durable (fsync): O(1), the buffer is shared until the next rewrite.
+   * Ranges whose writeback failed before and that were not written since stay as they were.
+   */
   sync(): void {
-    this.#synced = this.#buf;
+    if (this.#lost.length === 0) {
+      this.#synced = this.#buf;
+      this.#rewritten = false;
+    } else {
+      this.#synced = this.reachableBytes().slice();
+      // Compared byte by byte from now on: the live bytes differ in the lost ranges.
+      this.#rewritten = true;
+    }
     this.#syncedLen = this.#size;
-    this.#rewritten = false;
+    this.#dirtyFrom = Infinity;
+  }
+
+  /**
+   * A failed fsync: the bytes pending now (changed since the last sync) had their writeback fail
+   * and are marked clean, so a later successful sync does not make them durable unless they are
+   * written again first.
+   */
+  writebackFailed(): void {
+    const from = Math.min(this.#dirtyFrom, this.#syncedLen);
+    if (from < this.#size) this.#lost.push([from, this.#size]);
+  }
+
+  /**
+   * The lowest offset changed since the last sync, capped at the durable length: the durable
+   * bytes below it are untouched (live and durable agree there).
+   */
+  get untouchedPrefix(): number {
+    return Math.min(this.#dirtyFrom, this.#syncedLen, this.#size);
+  }
+
+  /**
+   * The live bytes as writeback could ever make them durable: the live bytes, with every lost
+   * range (see `writebackFailed`) holding its durable content (zeros past the durable length).
+   * A view of the live bytes when nothing is lost (do not mutate).
+   */
+  reachableBytes(): Uint8Array {
+    const live = this.liveBytes();
+    if (this.#lost.length === 0) return live;
+    const out = live.slice();
+    const durable = this.durableBytes();
+    for (const [from, to] of this.#lost) {
+      for (let i = from; i < Math.min(to, out.length); i++) out[i] = durable[i] ?? 0;
+    }
+    return out;
   }
 
   /** A view of the live bytes (do not mutate). */
@@ -120,11 +174,13 @@ export class FileNode {
     return this.#synced.subarray(0, this.#syncedLen);
   }
 
-  /** True when the durable bytes are a prefix of the live bytes (only a tail is unsynced). */
+  /**
+   * True when the durable bytes are a prefix of the reachable bytes (only a tail is unsynced).
+   */
   extendsDurable(): boolean {
     if (this.#size < this.#syncedLen) return false;
-    if (!this.#rewritten) return true;
-    return bytesEqual(this.#buf.subarray(0, this.#syncedLen), this.durableBytes());
+    if (!this.#rewritten && this.#lost.length === 0) return true;
+    return bytesEqual(this.reachableBytes().subarray(0, this.#syncedLen), this.durableBytes());
   }
 
   /** An independent copy with the same live and durable bytes. */
@@ -137,14 +193,28 @@ export class FileNode {
     copy.#synced = this.#synced === this.#buf ? copy.#buf : this.#synced;
     copy.#syncedLen = this.#syncedLen;
     copy.#rewritten = this.#rewritten;
+    copy.#dirtyFrom = this.#dirtyFrom;
+    copy.#lost = this.#lost.map(([from, to]) => [from, to]);
     return copy;
   }
 
   /** Called before live bytes from `offset` on change: keeps the durable bytes intact. */
   #beforeChange(offset: number): void {
+    if (offset < this.#dirtyFrom) this.#dirtyFrom = offset;
     if (offset >= this.#syncedLen) return;
     this.#rewritten = true;
     if (this.#synced === this.#buf) this.#synced = this.#buf.slice(0, this.#syncedLen);
+  }
+
+  /** Drops `[from, to)` from the lost ranges: those bytes were written (or cut) again. */
+  #clearLost(from: number, to: number): void {
+    if (this.#lost.length === 0) return;
+    const kept: [number, number][] = [];
+    for (const [a, b] of this.#lost) {
+      if (a < from) kept.push([a, Math.min(b, from)]);
+      if (b > to) kept.push([Math.max(a, to), b]);
+    }
+    this.#lost = kept.filter(([a, b]) => a < b);
   }
 
   /**

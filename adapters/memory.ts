@@ -17,15 +17,20 @@
  *   further prefix of the uncommitted operations chosen by the seed (the journal may commit more
  *   on its own). Each surviving file gets its durable bytes; when its live bytes extend them, the
  *   unsynced tail comes back by a seeded `TailMode` (`none`, `whole`, `short`, `zeros`,
- *   `garbage`); when the file was rewritten below its synced length, the durable or the live
- *   bytes come back. `crash({ tailMode: "whole", extraJournal: "all" })` is a process crash (the
+ *   `garbage`); when the file was rewritten below its synced length, a seeded `RewriteMode`
+ *   brings back the old bytes, the new ones, the new ones cut short, or zeros of the new length
+ *   (the prefix untouched since the last sync always stays). A `sync()` that failed (`failAt`)
+ *   loses the writeback of the bytes pending then: a later successful sync does not make them
+ *   durable unless they are written again. `crash({ tailMode: "whole", extraJournal: "all" })` is a process crash (the
  *   kernel kept everything); `crash({ tailMode: "none", extraJournal: "none" })` is strictly the
  *   durable state.
  *
  * ## Faults and the operation counter
  *
  * Every port call and every `FileHandle` call counts as one operation, numbered from 1, counted
- * before it runs. `failAt(n)` makes operation `n` fail without effect; `crashAfter(n)` makes
+ * before it runs. `failAt(n)` makes operation `n` fail (without effect, except that a failed
+ * `write` lands a prefix of its bytes and a failed `sync` loses the writeback of the bytes pending
+ * then, as on Linux); `crashAfter(n)` makes
  * every operation after `n` throw `SimulatedCrash`, after which the test calls `crash(seed)`.
  *
  * Permission bits are recorded, reported and journaled, never enforced: use `failAt` with
@@ -153,6 +158,12 @@ export interface FaultOptions {
   readonly persistent?: boolean;
   /** Only these operations fail (and count as the first match); default: every operation. */
   readonly ops?: readonly MemoryOperation[];
+  /**
+   * How many bytes of a handle `write` failing with EIO or ENOSPC land before the error, as on a
+   * real filesystem (clamped to the write's length; the write position moves past them); default:
+   * half of them, rounded down. `0` lands nothing.
+   */
+  readonly landed?: number;
 }
 
 /**
@@ -162,8 +173,15 @@ export interface FaultOptions {
  */
 export type TailMode = "none" | "whole" | "short" | "zeros" | "garbage";
 
-/** Which bytes come back for a file rewritten below its synced length since the last sync. */
-export type RewriteMode = "durable" | "live";
+/**
+ * Which bytes come back for a file rewritten below its synced length since the last sync (by
+ * `writeFile`, an open with `truncate`, a `truncate`, or a write in place): the old durable
+ * bytes; the new live bytes; the new bytes cut short (as short as the untouched prefix, so
+ * `writeFile` over a file may leave it empty); or the new length as zeros after the untouched
+ * prefix (the size made durable before the data). The prefix that was not touched since the last
+ * sync always comes back as it was.
+ */
+export type RewriteMode = "durable" | "live" | "cut" | "zeros";
 
 /** How many uncommitted journal operations a crash replays beyond the committed ones. */
 export type ExtraJournal = "none" | "all" | "random";
@@ -220,8 +238,12 @@ interface Fault {
   readonly error: FaultError;
   readonly persistent: boolean;
   readonly ops: ReadonlySet<MemoryOperation> | undefined;
+  readonly landed: number | undefined;
   fired: boolean;
 }
+
+/** The fault that raised each injected error, for the partial effects of a failed write or sync. */
+const injected = new WeakMap<object, Fault>();
 
 /** Where a path leads. `parent` is undefined when the path names a directory by `/`, `.`, `..`. */
 interface Resolved {
@@ -246,6 +268,7 @@ const MAX_FILE_SIZE = 2 ** 44 - 4096;
 /** The longest name of one path component, in UTF-8 bytes (Linux's `NAME_MAX`). */
 const NAME_MAX = 255;
 const TAIL_MODES: readonly TailMode[] = ["none", "whole", "short", "zeros", "garbage"];
+const REWRITE_MODES: readonly RewriteMode[] = ["durable", "live", "cut", "zeros"];
 const utf8Decoder = new TextDecoder("utf-8", { ignoreBOM: true });
 const utf8Encoder = new TextEncoder();
 
@@ -306,8 +329,13 @@ export class MemoryFs implements FileSystem {
 
   /**
    * Arms a fault at the absolute operation number `n`: the first operation numbered `n` or later
-   * (that is one of `ops`, when given) fails without any effect. A transient fault fires once; a
+   * (that is one of `ops`, when given) fails. A transient fault fires once; a
    * persistent one also fails every later matching operation. Faults add up until `clearFaults`.
+   *
+   * Two faults have the effects they have on Linux: a handle `write` failing with EIO or ENOSPC
+   * lands a prefix of its bytes first (`FaultOptions.landed`), and a handle `sync` failing with
+   * EIO or ENOSPC marks the bytes pending then as written back (Linux 4.13 and later mark the
+   * pages clean): no later successful sync makes them durable unless they are written again.
    */
   failAt(n: number, options: FaultOptions = {}): void {
     if (!Number.isInteger(n) || n < 1) {
@@ -318,6 +346,7 @@ export class MemoryFs implements FileSystem {
       error: options.error ?? "EIO",
       persistent: options.persistent === true,
       ops: options.ops === undefined ? undefined : new Set(options.ops),
+      landed: options.landed,
       fired: false,
     });
   }
@@ -754,7 +783,9 @@ export class MemoryFs implements FileSystem {
       if (number < fault.from || (fault.fired && !fault.persistent)) continue;
       if (fault.ops !== undefined && !fault.ops.has(op)) continue;
       fault.fired = true;
-      throw faultError(fault.error, op, path);
+      const error = faultError(fault.error, op, path);
+      injected.set(error, fault);
+      throw error;
     }
   }
 
@@ -989,16 +1020,28 @@ class MemoryFileHandle implements FileHandle {
   }
 
   write(data: Uint8Array): Promise<void> {
-    return this.#run("write", () => {
-      this.#requireWritable("write");
-      if (data.length === 0) return;
-      const node = this.#init.node;
-      const at = this.#init.append ? node.size : this.#position;
-      checkFileSize("write", this.#init.path, at + data.length);
-      const end = withRoom("write", this.#init.path, () => node.write(at, data));
-      if (!this.#init.append) this.#position = end;
-      node.mtimeMs = this.#init.now();
+    return this.#run("write", () => this.#write(data), (fault) => {
+      // A real write that fails part way keeps the bytes that landed before the error.
+      if (!this.#init.writable || !isDiskFault(fault)) return;
+      const landed = Math.min(data.length, fault.landed ?? Math.floor(data.length / 2));
+      if (landed <= 0) return;
+      try {
+        this.#write(data.subarray(0, landed));
+      } catch {
+        // The prefix did not fit either: the injected error is the one to report.
+      }
     });
+  }
+
+  #write(data: Uint8Array): void {
+    this.#requireWritable("write");
+    if (data.length === 0) return;
+    const node = this.#init.node;
+    const at = this.#init.append ? node.size : this.#position;
+    checkFileSize("write", this.#init.path, at + data.length);
+    const end = withRoom("write", this.#init.path, () => node.write(at, data));
+    if (!this.#init.append) this.#position = end;
+    node.mtimeMs = this.#init.now();
   }
 
   truncate(length: number): Promise<void> {
@@ -1016,6 +1059,9 @@ class MemoryFileHandle implements FileHandle {
     return this.#run("sync", () => {
       this.#init.node.sync();
       this.#init.syncMode();
+    }, (fault) => {
+      // Linux marks the pages whose writeback failed clean: a later fsync does not retry them.
+      if (isDiskFault(fault)) this.#init.node.writebackFailed();
     });
   }
 
@@ -1031,10 +1077,19 @@ class MemoryFileHandle implements FileHandle {
     });
   }
 
-  /** Runs one counted handle call; every call on a closed handle fails with EBADF. */
-  #run<T>(op: MemoryOperation, body: () => T): Promise<T> {
+  /**
+   * Runs one counted handle call; every call on a closed handle fails with EBADF. When an injected
+   * fault refuses the call on an open handle, `onFault` applies its partial effect first.
+   */
+  #run<T>(op: MemoryOperation, body: () => T, onFault?: (fault: Fault) => void): Promise<T> {
     try {
-      this.#init.enter(op);
+      try {
+        this.#init.enter(op);
+      } catch (error) {
+        const fault = typeof error === "object" && error !== null ? injected.get(error) : undefined;
+        if (fault !== undefined && onFault !== undefined && !this.#closed) onFault(fault);
+        throw error;
+      }
       if (this.#closed) throw new FsIoError("EBADF", op, this.#init.path, "The handle is closed");
       return Promise.resolve(body());
     } catch (error) {
@@ -1063,6 +1118,11 @@ function checkCount(op: MemoryOperation, path: string, value: number): void {
   if (!Number.isSafeInteger(value) || value < 0) {
     throw new FsIoError("EINVAL", op, path, `Invalid offset or length ${value}`);
   }
+}
+
+/** True for the faults of the storage itself (EIO, ENOSPC), not a refused permission. */
+function isDiskFault(fault: Fault): boolean {
+  return fault.error === "EIO" || fault.error === "ENOSPC";
 }
 
 /** Refuses a file size past `MAX_FILE_SIZE` with `FsIoError` code `"EFBIG"`. */
@@ -1141,10 +1201,28 @@ function recoverBytes(
   forcedRewrite: RewriteMode | undefined,
 ): { data: Uint8Array; as: RecoveredAs } {
   const durable = node.durableBytes();
-  const live = node.liveBytes();
+  // Lost writeback (a failed sync) never reaches the disk: those ranges keep their durable bytes.
+  const live = node.reachableBytes();
   if (!node.extendsDurable()) {
-    const pick = forcedRewrite ?? (random() < 0.5 ? "durable" : "live");
-    return { data: (pick === "durable" ? durable : live).slice(), as: pick };
+    const pick = forcedRewrite ??
+      REWRITE_MODES[Math.floor(random() * REWRITE_MODES.length)] ?? "durable";
+    const kept = node.untouchedPrefix;
+    switch (pick) {
+      case "durable":
+        return { data: durable.slice(), as: pick };
+      case "live":
+        return { data: live.slice(), as: pick };
+      case "cut": {
+        // From the untouched prefix alone up to one byte short of the new bytes.
+        const cut = live.length <= kept ? 0 : Math.floor(random() * (live.length - kept));
+        return { data: live.slice(0, Math.min(live.length, kept + cut)), as: pick };
+      }
+      case "zeros": {
+        const data = new Uint8Array(live.length);
+        data.set(live.subarray(0, kept));
+        return { data, as: pick };
+      }
+    }
   }
   const tail = live.subarray(durable.length);
   if (tail.length === 0) return { data: durable.slice(), as: "synced" };

@@ -291,7 +291,7 @@ test("garbage tails differ between seeds and are not the real bytes", async () =
   assert.ok(tails.size >= 19, `only ${tails.size} distinct garbage tails in 20 seeds`);
 });
 
-test("a file rewritten since its last sync comes back as its durable or its live bytes", async () => {
+test("a file rewritten since its last sync comes back old, new, cut short or zeroed", async () => {
   const fs = new MemoryFs();
   await fs.writeFile("/meta", bytes("version-1"));
   fs.syncAll();
@@ -302,11 +302,18 @@ test("a file rewritten since its last sync comes back as its durable or its live
   for (let seed = 0; seed < 50; seed++) {
     const recovered = fs.crash(seed);
     const as = recovered.crashReport?.files["/meta"] ?? "missing";
-    outcomes.set(as, new TextDecoder().decode(await recovered.readFile("/meta")));
+    const text = new TextDecoder().decode(await recovered.readFile("/meta"));
+    if (as === "cut") {
+      // Written in place from offset 0: anything from empty to one byte short of the new bytes.
+      assert.ok("VERSION-2 longer".startsWith(text) && text.length < 16, JSON.stringify(text));
+      outcomes.set(as, "a prefix");
+    } else outcomes.set(as, text);
   }
   assert.deepEqual(Object.fromEntries(outcomes), {
     durable: "version-1",
     live: "VERSION-2 longer",
+    cut: "a prefix",
+    zeros: "\0".repeat(16),
   });
   assert.deepEqual(
     await fs.crash({ seed: 1, rewriteMode: "live" }).readFile("/meta"),
@@ -522,7 +529,7 @@ async function baseline(): Promise<MemoryFs> {
   return fs;
 }
 
-test("an injected fault at any operation of a script has no effect, live or durable", async () => {
+test("an injected fault at any operation of a script has no effect when no bytes land", async () => {
   const base = await baseline();
   let total = 0;
   for (let n = 1;; n++) {
@@ -531,7 +538,8 @@ test("an injected fault at any operation of a script has no effect, live or dura
     reference.crashAfter(n - 1);
     await script(reference).catch((e: unknown) => assert.ok(e instanceof SimulatedCrash));
     const faulted = base.clone();
-    faulted.failAt(n, { error: "EIO" });
+    // A failed write lands nothing with `landed: 0` (by default it lands a prefix).
+    faulted.failAt(n, { error: "EIO", landed: 0 });
     const error = await script(faulted).then(() => undefined, (e: unknown) => e);
     if (error === undefined) {
       total = n - 1;
@@ -852,4 +860,111 @@ test("ensurePrivateDir() on an adapter without modes does not sync the directory
   for (let i = 0; i < 10; i++) await ensurePrivateDir(modeless, "/data/collection");
   // Once, for the directory's entry in its parent; a mode that did not change needs no sync.
   assert.equal(dirSyncs, 1);
+});
+
+/** Every distinct text a crash of `fs` can leave at `path`, over `seeds` seeds. */
+async function outcomesOf(fs: MemoryFs, path: string, seeds = 300): Promise<Set<string>> {
+  const seen = new Set<string>();
+  for (let seed = 0; seed < seeds; seed++) {
+    seen.add(new TextDecoder().decode(await fs.crash(seed).readFile(path)));
+  }
+  return seen;
+}
+
+/** A file at `path` holding `text`, synced with its directory entry. */
+async function syncedFile(fs: MemoryFs, path: string, text: string): Promise<void> {
+  const handle = await fs.open(path, { createNew: true });
+  await handle.write(bytes(text));
+  await handle.sync();
+  await handle.close();
+  await fs.syncDir(dirname(path));
+}
+
+test("bytes pending at a failed sync are not made durable by a later successful sync", async () => {
+  const fs = new MemoryFs();
+  await syncedFile(fs, "/f", "base");
+  const handle = await fs.open("/f", { append: true });
+  await handle.write(bytes("-lost"));
+  fs.failAt(fs.operationCount + 1, { ops: ["sync"], error: "EIO" });
+  await assert.rejects(handle.sync(), (error: unknown) => error instanceof FsIoError);
+  await handle.sync(); // Linux returns 0: the failed pages were marked clean
+  const strict = fs.crash({ seed: 1, tailMode: "none", extraJournal: "none" });
+  const text = new TextDecoder().decode(await strict.readFile("/f"));
+  assert.ok(text.startsWith("base"), text);
+  assert.notEqual(text, "base-lost");
+  assert.equal(text, "base\0\0\0\0\0");
+  // Written again after the failure, they are made durable by the next sync.
+  await handle.write(bytes("+kept"));
+  await handle.sync();
+  assert.equal(
+    new TextDecoder().decode(await fs.crash({ seed: 2, tailMode: "none" }).readFile("/f")),
+    "base\0\0\0\0\0+kept",
+  );
+  await handle.close();
+  const again = new MemoryFs();
+  await syncedFile(again, "/g", "0123456789");
+  const rewrite = await again.open("/g", { write: true });
+  await rewrite.write(bytes("abc"));
+  again.failAt(again.operationCount + 1, { ops: ["sync"], error: "ENOSPC" });
+  await assert.rejects(rewrite.sync());
+  await rewrite.write(bytes("D")); // only offset 3 is written again
+  await rewrite.sync();
+  await rewrite.close();
+  assert.equal(
+    new TextDecoder().decode(await again.crash({ seed: 0, tailMode: "none" }).readFile("/g")),
+    "012D456789",
+  );
+});
+
+test("a write failing with EIO or ENOSPC lands a prefix of its bytes first", async () => {
+  const fs = new MemoryFs();
+  const handle = await fs.open("/f", { createNew: true });
+  await handle.write(bytes("0123456789"));
+  fs.failAt(fs.operationCount + 1, { ops: ["write"], error: "ENOSPC" });
+  await assert.rejects(
+    handle.write(bytes("abcdefghij")),
+    (error: unknown) => error instanceof FsIoError && error.code === "ENOSPC",
+  );
+  assert.equal(new TextDecoder().decode(await fs.readFile("/f")), "0123456789abcde");
+  // The position moved past the bytes that landed.
+  await handle.write(bytes("Z"));
+  assert.equal(new TextDecoder().decode(await fs.readFile("/f")), "0123456789abcdeZ");
+  fs.failAt(fs.operationCount + 1, { ops: ["write"], error: "EIO", landed: 2 });
+  await assert.rejects(handle.write(bytes("xyz")));
+  fs.failAt(fs.operationCount + 1, { ops: ["write"], error: "EIO", landed: 0 });
+  await assert.rejects(handle.write(bytes("nothing")));
+  fs.failAt(fs.operationCount + 1, { ops: ["write"], error: "EACCES" });
+  await assert.rejects(handle.write(bytes("refused")));
+  await handle.close();
+  assert.equal(new TextDecoder().decode(await fs.readFile("/f")), "0123456789abcdeZxy");
+});
+
+test("a synced file rewritten in place may come back old, new, empty, cut short or zeroed", async () => {
+  const fs = new MemoryFs();
+  await syncedFile(fs, "/f", "old-old-old");
+  await fs.writeFile("/f", bytes("NEW-NEW"));
+  const seen = await outcomesOf(fs, "/f");
+  for (const text of ["old-old-old", "NEW-NEW", "", "NEW", "\0\0\0\0\0\0\0"]) {
+    assert.ok(seen.has(text), `${JSON.stringify(text)} among ${JSON.stringify([...seen])}`);
+  }
+  for (const text of seen) {
+    assert.ok(
+      text === "old-old-old" || "NEW-NEW".startsWith(text) || text === "\0".repeat(7),
+      JSON.stringify(text),
+    );
+  }
+});
+
+test("a truncate to L then an append keeps the synced bytes below L intact in every crash", async () => {
+  const fs = new MemoryFs();
+  await syncedFile(fs, "/f", "keep-TAILTAIL");
+  const handle = await fs.open("/f", { append: true });
+  await handle.truncate(4);
+  await handle.write(bytes("+new"));
+  await handle.close();
+  const seen = await outcomesOf(fs, "/f");
+  for (const text of ["keep-TAILTAIL", "keep+new", "keep", "keep+", "keep\0\0\0\0"]) {
+    assert.ok(seen.has(text), `${JSON.stringify(text)} among ${JSON.stringify([...seen])}`);
+  }
+  for (const text of seen) assert.ok(text.startsWith("keep"), JSON.stringify(text));
 });
