@@ -10,6 +10,7 @@ import {
   SessionCwdError,
   SessionFormatError,
   SessionNotFoundError,
+  ToolPairingError,
   UnsupportedSessionError,
 } from "../src/loop/errors.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
@@ -289,6 +290,46 @@ for (
     assert.deepEqual(snapshot(fs), before);
   });
 }
+
+test("a file with two faults fails on the one the version-2 order checks first", async () => {
+  const strayResult = toolResult("x", "r", "out");
+  const cases: [string, string, (error: unknown) => boolean][] = [
+    [
+      // Step 4 (the cwd) comes before step 6 (the metadata arrays).
+      "metadata arrays of the wrong type and a cwd that is gone",
+      legacyText(header({ cwd: "/gone", runtimeContexts: "bad" }), [user("x")]),
+      (error) => error instanceof SessionCwdError,
+    ],
+    [
+      // Step 5 (every line parses) comes before step 6.
+      "metadata arrays of the wrong type and a line that is not JSON",
+      JSON.stringify(header({ runtimeContexts: "bad" })) + "\n{oops\n",
+      (error) => error instanceof SessionFormatError && error.path === "messages[0]",
+    ],
+    [
+      // In step 6 the messages are validated before the arrays.
+      "metadata arrays of the wrong type and an unmatched tool result",
+      legacyText(header({ promptTimings: 7 }), [user("a"), strayResult]),
+      (error) => error instanceof ToolPairingError && error.path === "messages[1].toolCallId",
+    ],
+    [
+      // Alone, the arrays are still checked, naming the field.
+      "metadata arrays of the wrong type alone",
+      legacyText(header({ promptTimings: 7 }), [user("a")]),
+      (error) => error instanceof SessionFormatError && error.path === "header.promptTimings",
+    ],
+  ];
+  for (const [name, text, expected] of cases) {
+    const { store } = await setup(text);
+    const thrown = await store.open(LEGACY).then(() => undefined, (e: unknown) => e);
+    assert.ok(expected(thrown), `${name}: ${thrown}`);
+    // A fast listing checks the header and its arrays too (but not the messages).
+    if (!name.includes("line that is not JSON") && !name.includes("unmatched")) {
+      const listed = await store.listDetailed(undefined, COLLECTION, { fast: true });
+      assert.equal(listed.failures.length, 1, name);
+    }
+  }
+});
 
 test("leading and trailing blank lines, CRLF and a header-only file are read like version 2", async () => {
   const history = [user("one"), assistant("two")];

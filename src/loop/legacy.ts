@@ -48,6 +48,7 @@ import {
   type SessionTitle,
   validateSessionMetadata,
 } from "./records/mod.ts";
+import { parseHeaderFields } from "./records/header.ts";
 import {
   decodeLine,
   encodeRoundIndex,
@@ -328,7 +329,11 @@ async function scanLegacy(
             value = parseLine(trimmed, path, "header");
             trimmedError = parseError(error, path, "header");
           }
-          header = parseSessionHeader(value, { file: path, path: "header" });
+          // Validating, the metadata arrays are checked in the version-2 order: after the cwd and
+          // every message (`validateSessionMetadata` below); otherwise (a fast listing) here.
+          header = validate
+            ? parseHeaderFields(value, { file: path, path: "header" })
+            : parseSessionHeader(value, { file: path, path: "header" });
           await beforeMessages(header);
           continue;
         }

@@ -190,6 +190,34 @@ export function isSupportedHeader(value: unknown): boolean {
  * ```
  */
 export function parseSessionHeader(value: unknown, options: RecordLocation = {}): SessionHeader {
+  const header = parseHeaderFields(value, options);
+  const base = options.path ?? "header";
+  validateRuntimeContexts(header.runtimeContexts, undefined, {
+    file: options.file,
+    path: `${base}.runtimeContexts`,
+  });
+  validatePromptTimings(header.promptTimings, undefined, {
+    file: options.file,
+    path: `${base}.promptTimings`,
+  });
+  validateCompactions(header.compactions, undefined, {
+    file: options.file,
+    path: `${base}.compactions`,
+  });
+  validateSystemPromptCheckpoints(header.systemPromptCheckpoints, undefined, {
+    file: options.file,
+    path: `${base}.systemPromptCheckpoints`,
+  });
+  return header;
+}
+
+/**
+ * `parseSessionHeader` without the checks of the metadata arrays (runtime contexts, prompt
+ * timings, compactions, system prompt checkpoints): steps 1-3 of the version-2 order, whose step 6
+ * checks those arrays (`validateSessionMetadata`) after the cwd and every message. The result is
+ * a `SessionHeader` only once that step has passed. Internal: not exported by the package.
+ */
+export function parseHeaderFields(value: unknown, options: RecordLocation = {}): SessionHeader {
   const base = options.path ?? "header";
   if (!isSupportedHeader(value)) {
     const record = isRecord(value) ? value : {};
@@ -211,22 +239,6 @@ export function parseSessionHeader(value: unknown, options: RecordLocation = {})
   if (!plainFieldsValid(header as unknown as Record<string, unknown>)) {
     checkSchema(headerFields, header, WHAT, where);
   }
-  validateRuntimeContexts(header.runtimeContexts, undefined, {
-    file: options.file,
-    path: `${base}.runtimeContexts`,
-  });
-  validatePromptTimings(header.promptTimings, undefined, {
-    file: options.file,
-    path: `${base}.promptTimings`,
-  });
-  validateCompactions(header.compactions, undefined, {
-    file: options.file,
-    path: `${base}.compactions`,
-  });
-  validateSystemPromptCheckpoints(header.systemPromptCheckpoints, undefined, {
-    file: options.file,
-    path: `${base}.systemPromptCheckpoints`,
-  });
   return header;
 }
 
