@@ -403,7 +403,11 @@ export interface DurableAppendOptions {
   /**
    * The file holds newline-terminated lines (JSONL): when it does not end with a newline (a
    * record torn by a crash), a newline is written first, in the same write, so the torn bytes
-   * stay a line of their own and the new record starts a line. Nothing is removed.
+   * stay a line of their own and the new record starts a line. So it is after an append of this
+   * process to the file failed its write or fsync, whatever the file ends with now: after a
+   * failed fsync the bytes it did not make durable can come back from a crash as zeros even
+   * though a later fsync succeeds (Linux marks their pages clean), and the new record must not
+   * join them. Nothing is removed.
    */
   readonly lines?: boolean;
 }
@@ -448,16 +452,26 @@ export async function durableAppend(
     // An existing file with a wider mode is brought to the file's mode (made durable by the
     // file's fsync below).
     if (info !== undefined && info.mode !== mode) await fs.chmod(path, mode);
+    let suspects = unsettledTails.get(fs);
     if (options.lines === true && info !== undefined) {
       const size = info.size;
-      if (size > 0 && (await handle.read(size - 1, 1))[0] !== NEWLINE) {
+      const suspect = suspects?.has(path) === true;
+      if (size > 0 && (suspect || (await handle.read(size - 1, 1))[0] !== NEWLINE)) {
         bytes = new Uint8Array(data.length + 1);
         bytes[0] = NEWLINE;
         bytes.set(data, 1);
       }
     }
-    await handle.write(bytes);
-    if (durability === "full") await handle.sync();
+    try {
+      await handle.write(bytes);
+      if (durability === "full") await handle.sync();
+    } catch (error) {
+      if (suspects === undefined) unsettledTails.set(fs, suspects = new Set());
+      suspects.add(path);
+      throw error;
+    }
+    // Synced (or, without fsyncs, written): what follows starts after a record of this append.
+    suspects?.delete(path);
   } finally {
     await handle.close();
   }
@@ -478,6 +492,12 @@ export async function durableAppend(
  * filesystem (the same path on another filesystem is another file).
  */
 const durableEntries = new WeakMap<FileSystem, Set<string>>();
+
+/**
+ * Files whose last `durableAppend` in this process failed its write or fsync, per filesystem: the
+ * tail that append left may not be durable as it reads now (see `DurableAppendOptions.lines`).
+ */
+const unsettledTails = new WeakMap<FileSystem, Set<string>>();
 
 const NEWLINE = 0x0a;
 
