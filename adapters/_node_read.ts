@@ -28,11 +28,16 @@ export function plainBytes(buffer: Uint8Array): Uint8Array {
 const READ_CHUNK = 1024 * 1024 * 1024;
 
 /**
- * Reads a whole file through a handle opened with `flags`, in reads of at most `READ_CHUNK` bytes:
- * for a file over 2 GiB, which the callback `readFile` refuses (`ERR_FS_FILE_TOO_LARGE`). A file
- * larger than one `Uint8Array` holds fails with `FsIoError` code `"EFBIG"`.
+ * Reads a whole file through a handle opened with `flags`, in reads of at most `chunk` bytes
+ * (default `READ_CHUNK`): for a file over 2 GiB, which the callback `readFile` refuses
+ * (`ERR_FS_FILE_TOO_LARGE`). A file larger than one `Uint8Array` holds fails with `FsIoError`
+ * code `"EFBIG"`. Native errors are thrown as they are.
  */
-async function readInChunks(path: string, flags: number): Promise<Uint8Array> {
+export async function readInChunks(
+  path: string,
+  flags: number,
+  chunk: number = READ_CHUNK,
+): Promise<Uint8Array> {
   const handle = await openNative(path, flags);
   try {
     const size = (await handle.stat()).size;
@@ -49,7 +54,7 @@ async function readInChunks(path: string, flags: number): Promise<Uint8Array> {
       const { bytesRead } = await handle.read(
         buffer,
         filled,
-        Math.min(size - filled, READ_CHUNK),
+        Math.min(size - filled, chunk),
         filled,
       );
       if (bytesRead === 0) break;
@@ -65,15 +70,17 @@ async function readInChunks(path: string, flags: number): Promise<Uint8Array> {
  * Reads a whole file with the callback `readFile`, opened with `flags` when given: the runtime
  * drives open, fstat, read and close itself, about three times faster than `fs/promises` on
  * small files (meta.json, index.json), in Node and Deno. A file over 2 GiB, which it refuses, is
- * read in chunks, opened with the same flags. Errors are mapped to the port's.
+ * read in chunks, opened with the same flags. Errors are mapped to the port's. `whole` is the
+ * one-call read (replaced only by tests, to refuse a small file as Node refuses a large one).
  */
-async function readWith(
+export async function readWith(
   path: string,
   flags: number | undefined,
   map: ErrorMapper = mapNativeError,
+  whole: (path: string, flags: number | undefined) => Promise<Uint8Array> = readWhole,
 ): Promise<Uint8Array> {
   try {
-    return await readWhole(path, flags);
+    return await whole(path, flags);
   } catch (error) {
     if (codeOf(error) !== "ERR_FS_FILE_TOO_LARGE") throw map(error, "read", path);
   }

@@ -1,49 +1,50 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtemp, open, rm } from "node:fs/promises";
-import { freemem, tmpdir } from "node:os";
+import { constants } from "node:fs";
+import { mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { nodeFs } from "../adapters/node.ts";
+import { readInChunks, readWith } from "../adapters/_node_read.ts";
+import { FsIoError } from "../src/port/errors.ts";
 
-const SIZE = 2 ** 31 + 4096; // past the 2 GiB that one native readFile holds
+/** Node's refusal of a whole-file read of a file over 2 GiB. */
+function tooLarge(): Promise<Uint8Array> {
+  return Promise.reject(Object.assign(new RangeError("File size is greater than 2 GiB"), {
+    code: "ERR_FS_FILE_TOO_LARGE",
+  }));
+}
 
-// Node's readFile refuses files over 2 GiB (Deno's Node layer reads them, slowly): the test runs
-// where the limit is, and only with room for the bytes.
-const skip = "Deno" in globalThis
-  ? "Deno's Node layer has no 2 GiB limit"
-  : freemem() < 3 * SIZE
-  ? "not enough free memory"
-  : false;
+async function withFile(run: (dir: string, path: string, bytes: Uint8Array) => Promise<void>) {
+  const dir = await mkdtemp(join(tmpdir(), "loop-chunked-read-"));
+  try {
+    const bytes = new Uint8Array(1000).map((_, i) => (i * 7 + 3) % 251);
+    const path = join(dir, "file");
+    await writeFile(path, bytes);
+    await run(dir, path, bytes);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
 
-test(
-  "nodeFs reads a whole file over 2 GiB with readFile and readFileNoFollow",
-  { skip },
-  async () => {
-    const dir = await mkdtemp(join(tmpdir(), "loop-big-read-"));
-    try {
-      const path = join(dir, "big");
-      const handle = await open(path, "w");
-      // Sparse: marks at the start, across the first chunk's end and at the last byte.
-      await handle.write(new Uint8Array([1]), 0, 1, 0);
-      await handle.write(new Uint8Array([2]), 0, 1, 2 ** 30);
-      await handle.write(new Uint8Array([3]), 0, 1, SIZE - 1);
-      await handle.close();
-      const fs = nodeFs();
-      for (const read of [fs.readFile.bind(fs), fs.readFileNoFollow?.bind(fs)]) {
-        if (read === undefined) continue;
-        let data: Uint8Array | undefined = await read(path);
-        assert.equal(data.length, SIZE);
-        assert.deepEqual([data[0], data[1], data[2 ** 30], data[SIZE - 2], data[SIZE - 1]], [
-          1,
-          0,
-          2,
-          0,
-          3,
-        ]);
-        data = undefined;
-      }
-    } finally {
-      await rm(dir, { recursive: true, force: true });
+test("a file read in chunks comes back whole, whatever the chunk size", async () => {
+  await withFile(async (_dir, path, bytes) => {
+    for (const chunk of [1, 7, 999, 1000, 4096]) {
+      assert.deepEqual(await readInChunks(path, constants.O_RDONLY, chunk), bytes, `${chunk}`);
     }
-  },
-);
+  });
+});
+
+test("a file the one-call read refuses as too large is read in chunks, with the same flags", async () => {
+  await withFile(async (dir, path, bytes) => {
+    assert.deepEqual(await readWith(path, undefined, undefined, tooLarge), bytes);
+    // The no-follow flags still refuse a link when the read falls back to chunks.
+    const link = join(dir, "link");
+    await symlink(path, link);
+    const noFollow = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+    assert.deepEqual(await readWith(path, noFollow, undefined, tooLarge), bytes);
+    await assert.rejects(
+      readWith(link, noFollow, undefined, tooLarge),
+      (error: unknown) => error instanceof FsIoError && error.code === "ELOOP",
+    );
+  });
+});
