@@ -268,3 +268,36 @@ test("verifySession() warns about an index whose rounds or recorded title are no
   await fs.writeFile(indexPath, original);
   assert.deepEqual((await verifySession(fs, dir, options)).findings, []);
 });
+
+test("verifySession() reads lines longer than its reads: every message, and the right bad line", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(CWD);
+  // Message #1 spans three 4 MiB reads; the others are short, before and after it.
+  const history = [
+    user("q"),
+    assistant("x".repeat(9 * 1024 * 1024)),
+    user("again"),
+    assistant("a"),
+  ];
+  await session.commit(history);
+  await session.close();
+  const dir = session.getSessionPath();
+  const logPath = `${dir}/messages.jsonl`;
+  let report = await verifySession(fs, dir, options);
+  assert.deepEqual(report.findings, []);
+  assert.equal(report.validMessages, history.length);
+  // A byte of the long line damaged in its third read: the finding points at the line's start.
+  const log = await fs.readFile(logPath);
+  const text = new TextDecoder().decode(log);
+  const start = new TextEncoder().encode(text.slice(0, text.indexOf("\n") + 1)).length;
+  const damaged = log.slice();
+  damaged[start + 8 * 1024 * 1024 + 17] = 0x22; // a quote inside the text: no longer JSON
+  await fs.writeFile(logPath, damaged);
+  report = await verifySession(fs, dir, options);
+  const line = report.findings.find((f) => f.kind === "line");
+  assert.equal(line?.messageIndex, 1);
+  assert.equal(line?.offset, start);
+  assert.equal(report.validMessages, 1);
+});

@@ -154,24 +154,29 @@ async function scanRange(
     fileSize = await opened.size();
     const end = Math.min(fileSize, meta.start + meta.bytes);
     const chunkSize = 4 * 1024 * 1024;
-    let carry = new Uint8Array(0);
-    let carryOffset = 0;
+    // The pieces of a line begun in earlier chunks, joined once when its newline comes: a line
+    // of hundreds of megabytes costs one copy, not one per chunk.
+    let carried: Uint8Array[] = [];
+    let carriedOffset = 0;
     for (let position = meta.start; position < end;) {
       const chunk = await handle.read(position, Math.min(chunkSize, end - position));
       if (chunk.length === 0) break;
       hash.update(chunk);
-      const data = carry.length === 0 ? chunk : joinBytes([carry, chunk]);
-      const dataOffset = carry.length === 0 ? position - meta.start : carryOffset;
+      const chunkOffset = position - meta.start;
       let lineStart = 0;
       for (;;) {
-        const newline = data.indexOf(10, lineStart);
+        const newline = chunk.indexOf(10, lineStart);
         if (newline < 0) break;
-        const offset = dataOffset + lineStart;
+        const joined = carried.length > 0;
+        const offset = joined ? carriedOffset : chunkOffset + lineStart;
         if (firstBad === undefined) {
+          const bytes = joined
+            ? joinBytes([...carried, chunk.subarray(0, newline)])
+            : chunk.subarray(lineStart, newline);
           try {
             let value: unknown;
             try {
-              value = JSON.parse(decodeLine(data.subarray(lineStart, newline)));
+              value = JSON.parse(decodeLine(bytes));
             } catch (error) {
               throw new SessionFormatError(`invalid JSON (${(error as Error).message})`, {
                 path: `messages[${lines}]`,
@@ -180,7 +185,7 @@ async function scanRange(
             validator.push(value, lines);
             messages.push(value as Message);
             roles.push((value as Message).role);
-            offsets.push(dataOffset + newline + 1);
+            offsets.push(chunkOffset + newline + 1);
             if (validator.pendingToolCallIds.length === 0) closedPrefix = lines + 1;
           } catch (error) {
             firstBad = {
@@ -190,16 +195,19 @@ async function scanRange(
             };
           }
         }
+        carried = [];
         lines++;
         lineStart = newline + 1;
       }
-      carry = data.slice(lineStart);
-      carryOffset = dataOffset + lineStart;
+      if (lineStart < chunk.length) {
+        if (carried.length === 0) carriedOffset = chunkOffset + lineStart;
+        carried.push(chunk.slice(lineStart)); // a copy: the port does not promise a fresh buffer
+      }
       position += chunk.length;
     }
-    if (carry.length > 0 && firstBad === undefined) {
+    if (carried.length > 0 && firstBad === undefined) {
       firstBad = {
-        offset: meta.start + carryOffset,
+        offset: meta.start + carriedOffset,
         index: lines,
         message: "the committed range ends inside a line (no final newline)",
       };
