@@ -3,7 +3,7 @@
 // through the link, exactly as a listing that lists each session directory first reports them.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { mkdtemp, rename, rm, symlink } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -232,6 +232,52 @@ if (POSIX) {
         assert.equal((listed.failures[0]?.error as SessionFormatError).file, file);
       }
     } finally {
+      await rm(root, { recursive: true, force: true });
+    }
+  });
+
+  test("a FIFO another process holds open at meta.json or index.json is never waited on", async () => {
+    const { root, dir } = await fixture("stored");
+    /** Settles `work`, or fails the test after 5 s instead of hanging. */
+    const within = <T>(work: Promise<T>, what: string): Promise<T> =>
+      Promise.race([
+        work,
+        new Promise<T>((_, reject) =>
+          setTimeout(() => reject(new Error(`${what}: still waiting on the FIFO`)), 5000)
+        ),
+      ]);
+    /** A FIFO at `path` that a writer holds open (so a non-blocking read is busy, not empty). */
+    const heldFifo = async (path: string) => {
+      await rm(path);
+      execFileSync("mkfifo", [path]);
+      const holder = spawn("bash", ["-c", `exec 3<>'${path}'; sleep 30`], { stdio: "ignore" });
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      return holder;
+    };
+    const store = new SessionStore({
+      fs: nodeFs(),
+      sha256: nodeSha256,
+      agentDir: join(root, "agent"),
+    });
+    const holders = [];
+    try {
+      // index.json: derived data, replaced by the writer's page read, which is served.
+      holders.push(await heldFifo(join(dir, "index.json")));
+      const writer = await within(store.open(dir), "open");
+      const page = await within(writer.readHistory(), "page read");
+      assert.deepEqual(page.messages, writer.messages); // three rounds: one page
+      await writer.close();
+      // meta.json: refused by the open, typed, naming the file.
+      holders.push(await heldFifo(join(dir, "meta.json")));
+      for (const readOnly of [true, false]) {
+        await assert.rejects(
+          within(store.open(dir, { readOnly }), "open"),
+          (error: unknown) =>
+            error instanceof SessionFormatError && error.file === join(dir, "meta.json"),
+        );
+      }
+    } finally {
+      for (const holder of holders) holder.kill("SIGKILL");
       await rm(root, { recursive: true, force: true });
     }
   });

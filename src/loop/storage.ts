@@ -290,7 +290,8 @@ export async function readStorageMeta(
 /**
  * `readIfRegular` for a file a call must read: a regular file that is busy (a lease another
  * process holds makes the no-follow read fail at once) is then read as a plain read reads it,
- * waiting for the lease, as a store without no-follow reads always does. With `kindChecked` (the
+ * waiting for the lease, as a store without no-follow reads always does, once an `lstat` has seen
+ * a regular file there (a FIFO another process holds open is busy too, and is never read). With `kindChecked` (the
  * caller has just seen a regular file at `path`, by `lstat` or a directory listing), a port
  * without `readFileNoFollow` reads at once: another `lstat` would leave the same window open.
  */
@@ -304,7 +305,8 @@ export async function readSessionFile(
     return await readIfRegular(fs, path);
   } catch (error) {
     if (!isBusy(error)) throw error;
-    return await fs.readFile(path);
+    // Busy is also what a FIFO with a writer says: read only after an `lstat` saw a file.
+    return await ifRegular(fs, path, undefined, () => fs.readFile(path));
   }
 }
 
