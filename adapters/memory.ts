@@ -103,6 +103,12 @@ export interface MemoryFsOptions {
   readonly umask?: number;
   /** What `homeDir()` returns; default `"/home/user"`. The directory is not created. */
   readonly home?: string;
+  /**
+   * The most bytes one file may hold, as on a nearly full disk: a write or truncate that would
+   * grow a file past it fails with `FsIoError` code `"ENOSPC"` and changes nothing. Default: what
+   * the process can allocate (a size it cannot allocate fails the same way).
+   */
+  readonly maxFileSize?: number;
 }
 
 /**
@@ -231,6 +237,7 @@ interface ResolvedOptions {
   readonly now: () => number;
   readonly umask: number;
   readonly home: string;
+  readonly maxFileSize: number;
 }
 
 interface Fault {
@@ -294,6 +301,7 @@ export class MemoryFs implements FileSystem {
       now: options.now ?? Date.now,
       umask: options.umask ?? 0o022,
       home: options.home ?? "/home/user",
+      maxFileSize: options.maxFileSize ?? MAX_FILE_SIZE,
     };
     this.#root = new DirNode(0o777 & ~this.#options.umask, this.#options.now());
   }
@@ -496,6 +504,7 @@ export class MemoryFs implements FileSystem {
         append,
         enter: (op) => this.#enter(op, path),
         now: this.#options.now,
+        room: this.#options.maxFileSize,
         syncMode: () => this.#commitMode(node),
       });
     });
@@ -547,6 +556,7 @@ export class MemoryFs implements FileSystem {
         append,
         enter: (op) => this.#enter(op, path),
         now: this.#options.now,
+        room: this.#options.maxFileSize,
         syncMode: () => this.#commitMode(node),
       });
       return { handle, info: infoOf(node) };
@@ -562,8 +572,10 @@ export class MemoryFs implements FileSystem {
         mode: options.mode,
       });
       checkFileSize("writeFile", path, data.length);
-      node.truncate(0);
-      withRoom("writeFile", path, () => node.write(0, data));
+      withRoom("writeFile", path, data.length, this.#options.maxFileSize, () => {
+        node.truncate(0);
+        node.write(0, data);
+      });
       node.mtimeMs = this.#options.now();
     });
   }
@@ -997,6 +1009,8 @@ interface HandleInit {
   readonly append: boolean;
   readonly enter: (op: MemoryOperation) => void;
   readonly now: () => number;
+  /** The most bytes the file may hold (`MemoryFsOptions.maxFileSize`). */
+  readonly room: number;
   /** Commits the file's journaled mode changes (part of its fsync). */
   readonly syncMode: () => void;
 }
@@ -1039,7 +1053,13 @@ class MemoryFileHandle implements FileHandle {
     const node = this.#init.node;
     const at = this.#init.append ? node.size : this.#position;
     checkFileSize("write", this.#init.path, at + data.length);
-    const end = withRoom("write", this.#init.path, () => node.write(at, data));
+    const end = withRoom(
+      "write",
+      this.#init.path,
+      at + data.length,
+      this.#init.room,
+      () => node.write(at, data),
+    );
     if (!this.#init.append) this.#position = end;
     node.mtimeMs = this.#init.now();
   }
@@ -1049,7 +1069,13 @@ class MemoryFileHandle implements FileHandle {
       this.#requireWritable("truncate");
       checkCount("truncate", this.#init.path, length);
       checkFileSize("truncate", this.#init.path, length);
-      withRoom("truncate", this.#init.path, () => this.#init.node.truncate(length));
+      withRoom(
+        "truncate",
+        this.#init.path,
+        length,
+        this.#init.room,
+        () => this.#init.node.truncate(length),
+      );
       if (this.#position > length) this.#position = length;
       this.#init.node.mtimeMs = this.#init.now();
     });
@@ -1132,8 +1158,21 @@ function checkFileSize(op: MemoryOperation, path: string, size: number): void {
   }
 }
 
-/** Runs `change` of a file's bytes; bytes the process cannot allocate are `ENOSPC`. */
-function withRoom<T>(op: MemoryOperation, path: string, change: () => T): T {
+/**
+ * Runs `change` of a file's bytes, which leaves the file `size` bytes long when it grows it: past
+ * `room` bytes, and where the process cannot allocate them, it fails with `ENOSPC` and changes
+ * nothing.
+ */
+function withRoom<T>(
+  op: MemoryOperation,
+  path: string,
+  size: number,
+  room: number,
+  change: () => T,
+): T {
+  if (size > room) {
+    throw new FsIoError("ENOSPC", op, path, `No space left on device (${room} bytes per file)`);
+  }
   try {
     return change();
   } catch (error) {

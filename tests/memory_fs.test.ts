@@ -423,18 +423,21 @@ test("truncate() and write() past the largest file fail with EFBIG and change no
   assert.equal(await readText(fs, "/f"), "abc");
 });
 
-test("a size the process cannot allocate fails with ENOSPC, never an untyped error", async () => {
-  const fs = new MemoryFs();
+test("a file that would grow past the room there is fails with ENOSPC and changes nothing", async () => {
+  // The room of a nearly full disk (as a size the process cannot allocate, without needing one).
+  const fs = new MemoryFs({ maxFileSize: 8 });
   const handle = await fs.open("/f", { createNew: true });
   await handle.write(bytes("abc"));
   await handle.sync();
-  // 1 TiB: below the largest file, beyond any allocation.
-  await assert.rejects(
-    handle.truncate(2 ** 40),
-    (error: unknown) => error instanceof FsIoError && error.code === "ENOSPC",
-  );
+  const noSpace = (error: unknown) => error instanceof FsIoError && error.code === "ENOSPC";
+  await assert.rejects(handle.truncate(9), noSpace);
+  await assert.rejects(handle.write(bytes("defghi")), noSpace);
   assert.equal((await handle.stat()).size, 3);
-  await handle.write(bytes("de"));
+  await handle.write(bytes("defgh"));
   await handle.close();
-  assert.equal(await readText(fs, "/f"), "abcde");
+  assert.equal(await readText(fs, "/f"), "abcdefgh");
+  await assert.rejects(fs.writeFile("/f", bytes("123456789")), noSpace);
+  assert.equal(await readText(fs, "/f"), "abcdefgh");
+  await fs.writeFile("/f", bytes("12345678"));
+  assert.equal(await readText(fs, "/f"), "12345678");
 });
