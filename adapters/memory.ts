@@ -21,9 +21,10 @@
  *   brings back the old bytes, the new ones, the new ones cut short, or zeros of the new length
  *   (the prefix untouched since the last sync always stays). A `sync()` that failed (`failAt`)
  *   loses the writeback of the bytes pending then: a later successful sync does not make them
- *   durable unless they are written again. `crash({ tailMode: "whole", extraJournal: "all" })` is a process crash (the
- *   kernel kept everything); `crash({ tailMode: "none", extraJournal: "none" })` is strictly the
- *   durable state.
+ *   durable unless they are written again (a crash that forces the `whole` tail or the `live`
+ *   rewrite keeps them: the page cache still serves them).
+ *   `crash({ tailMode: "whole", extraJournal: "all" })` is a process crash (the kernel kept
+ *   everything); `crash({ tailMode: "none", extraJournal: "none" })` is strictly the durable state.
  *
  * ## Faults and the operation counter
  *
@@ -1240,8 +1241,12 @@ function recoverBytes(
   forcedRewrite: RewriteMode | undefined,
 ): { data: Uint8Array; as: RecoveredAs } {
   const durable = node.durableBytes();
-  // Lost writeback (a failed sync) never reaches the disk: those ranges keep their durable bytes.
-  const live = node.reachableBytes();
+  // Lost writeback (a failed sync) never reaches the disk: those ranges keep their durable bytes,
+  // unless the crash is asked to keep what the kernel holds (a process crash: the page cache
+  // still serves them).
+  const live = forcedTail === "whole" || forcedRewrite === "live"
+    ? node.liveBytes()
+    : node.reachableBytes();
   if (!node.extendsDurable()) {
     const pick = forcedRewrite ??
       REWRITE_MODES[Math.floor(random() * REWRITE_MODES.length)] ?? "durable";
