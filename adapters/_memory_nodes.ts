@@ -148,6 +148,11 @@ export class FileNode {
     return Math.min(this.#dirtyFrom, this.#syncedLen, this.#size);
   }
 
+  /** True when a failed sync lost the writeback of some live bytes (see `reachableBytes`). */
+  get lostWriteback(): boolean {
+    return this.#lost.length > 0;
+  }
+
   /**
    * The live bytes as writeback could ever make them durable: the live bytes, with every lost
    * range (see `writebackFailed`) holding its durable content (zeros past the durable length).

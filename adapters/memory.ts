@@ -1240,13 +1240,15 @@ function recoverBytes(
   forcedTail: TailMode | undefined,
   forcedRewrite: RewriteMode | undefined,
 ): { data: Uint8Array; as: RecoveredAs } {
+  // A crash asked to keep what the kernel holds (the whole tail or the live rewrite: a process
+  // crash) sees the bytes a failed sync did not write back as written: the page cache still
+  // serves them, even once a later sync made their lost state durable.
+  if ((forcedTail === "whole" || forcedRewrite === "live") && node.lostWriteback) {
+    return { data: node.liveBytes().slice(), as: forcedTail === "whole" ? "whole" : "live" };
+  }
   const durable = node.durableBytes();
-  // Lost writeback (a failed sync) never reaches the disk: those ranges keep their durable bytes,
-  // unless the crash is asked to keep what the kernel holds (a process crash: the page cache
-  // still serves them).
-  const live = forcedTail === "whole" || forcedRewrite === "live"
-    ? node.liveBytes()
-    : node.reachableBytes();
+  // Lost writeback (a failed sync) never reaches the disk: those ranges keep their durable bytes.
+  const live = node.reachableBytes();
   if (!node.extendsDurable()) {
     const pick = forcedRewrite ??
       REWRITE_MODES[Math.floor(random() * REWRITE_MODES.length)] ?? "durable";
