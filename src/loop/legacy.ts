@@ -6,7 +6,9 @@
  * parsed as JSON, so a blank line inside the file (or an empty file) is invalid JSON while leading
  * and trailing blank lines are not. Checks run in the version-2 order: the header's format and
  * version (`UnsupportedSessionError`), its fields (`SessionFormatError`), the recorded cwd
- * (`SessionCwdError`), then every message and the metadata that depends on the history.
+ * (`SessionCwdError`), then every message and the metadata arrays of the header. One difference
+ * is kept for streaming: each message is parsed and validated in turn, so a message that is not
+ * valid is reported before a later line that is not JSON (version 2 parses every line first).
  *
  * **Migration** (`migrateLegacySession`) validates the file completely while streaming it, once,
  * in chunks: a line that is one bare JSON object keeps its own bytes, any other line (surrounding

@@ -1848,7 +1848,7 @@ export class SessionManager {
     let onDisk: StorageMeta | undefined;
     try {
       if (await isRegularFile(this.#fs, this.#metaFile)) {
-        onDisk = await readStorageMeta(this.#fs, this.#dir);
+        onDisk = await readStorageMeta(this.#fs, this.#dir, true);
       }
     } catch (error) {
       if (!(error instanceof NotFound)) throw error;
