@@ -404,7 +404,8 @@ export interface DurableAppendOptions {
    * The file holds newline-terminated lines (JSONL): when it does not end with a newline (a
    * record torn by a crash), a newline is written first, in the same write, so the torn bytes
    * stay a line of their own and the new record starts a line. So it is after an append of this
-   * process to the file failed its write or fsync, whatever the file ends with now: after a
+   * process to the file through the same `FileSystem` object failed its write or fsync, whatever
+   * the file ends with now: after a
    * failed fsync the bytes it did not make durable can come back from a crash as zeros even
    * though a later fsync succeeds (Linux marks their pages clean), and the new record must not
    * join them. Nothing is removed.
