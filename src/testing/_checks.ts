@@ -282,6 +282,26 @@ async function checkRefusesFinalLinks(
   await f.fs.symlink(dir, at(f, "dir-link"));
 }
 
+/**
+ * Makes `target/` holding `keep` (a file) and `sub/`, and `link` to it, for the checks of paths
+ * ending in `.` or `..`; returns `target`.
+ */
+async function dottedFixture(f: FileSystemFixture): Promise<string> {
+  const target = at(f, "target");
+  await f.fs.mkdir(join(target, "sub"), { recursive: true });
+  await f.fs.writeFile(join(target, "keep"), bytes("precious"));
+  await f.fs.symlink(target, at(f, "link"));
+  return target;
+}
+
+/**
+ * Paths naming `target` or the link to it with a final `.` or `..`, spelled by hand (`join` would
+ * normalize them away).
+ */
+function dottedPaths(f: FileSystemFixture, target: string): string[] {
+  return [`${target}/.`, `${target}/sub/..`, `${f.root}/link/.`, `${f.root}/link/sub/..`];
+}
+
 /** The checks of the suite, in registration order. */
 export const CHECKS: readonly Check[] = [
   {
@@ -1591,16 +1611,9 @@ export const CHECKS: readonly Check[] = [
     name: "remove() of a path ending in '.' or '..' fails with EINVAL and removes nothing",
     needs: ["symlinks"],
     async run(f) {
-      const target = at(f, "target");
-      await f.fs.mkdir(join(target, "sub"), { recursive: true });
-      await f.fs.writeFile(join(target, "keep"), bytes("precious"));
-      await f.fs.symlink(target, at(f, "link"));
-      // Spelled by hand: `join` would normalize the final `.` and `..` away.
+      const target = await dottedFixture(f);
       const paths = [
-        `${target}/.`,
-        `${target}/sub/..`,
-        `${f.root}/link/.`,
-        `${f.root}/link/sub/..`,
+        ...dottedPaths(f, target),
         `${f.root}/link/./`,
         `${target}/sub/../`,
         `${target}/sub/.`,
@@ -1629,17 +1642,9 @@ export const CHECKS: readonly Check[] = [
     name: "rename() from or to a path ending in '.' or '..' fails with EBUSY and moves nothing",
     needs: ["symlinks"],
     async run(f) {
-      const target = at(f, "target");
-      await f.fs.mkdir(join(target, "sub"), { recursive: true });
-      await f.fs.writeFile(join(target, "keep"), bytes("precious"));
-      await f.fs.symlink(target, at(f, "link"));
+      const target = await dottedFixture(f);
       await f.fs.mkdir(at(f, "other"));
-      const dotted = [
-        `${target}/.`,
-        `${target}/sub/..`,
-        `${f.root}/link/.`,
-        `${f.root}/link/sub/..`,
-      ];
+      const dotted = dottedPaths(f, target);
       for (const path of dotted) {
         await checkRejectsCode(
           () => f.fs.rename(path, at(f, "moved")),
@@ -1673,16 +1678,8 @@ export const CHECKS: readonly Check[] = [
       "mkdir(), writeFile() and open() with create of a path ending in '.' or '..' change nothing",
     needs: ["symlinks"],
     async run(f) {
-      const target = at(f, "target");
-      await f.fs.mkdir(join(target, "sub"), { recursive: true });
-      await f.fs.writeFile(join(target, "keep"), bytes("precious"));
-      await f.fs.symlink(target, at(f, "link"));
-      const dotted = [
-        `${target}/.`,
-        `${target}/sub/..`,
-        `${f.root}/link/.`,
-        `${f.root}/link/sub/..`,
-      ];
+      const target = await dottedFixture(f);
+      const dotted = dottedPaths(f, target);
       for (const path of dotted) {
         await checkRejects(() => f.fs.mkdir(path), AlreadyExists, `mkdir('${path}')`);
         await f.fs.mkdir(path, { recursive: true });
