@@ -191,23 +191,7 @@ export function isSupportedHeader(value: unknown): boolean {
  */
 export function parseSessionHeader(value: unknown, options: RecordLocation = {}): SessionHeader {
   const header = parseHeaderFields(value, options);
-  const base = options.path ?? "header";
-  validateRuntimeContexts(header.runtimeContexts, undefined, {
-    file: options.file,
-    path: `${base}.runtimeContexts`,
-  });
-  validatePromptTimings(header.promptTimings, undefined, {
-    file: options.file,
-    path: `${base}.promptTimings`,
-  });
-  validateCompactions(header.compactions, undefined, {
-    file: options.file,
-    path: `${base}.compactions`,
-  });
-  validateSystemPromptCheckpoints(header.systemPromptCheckpoints, undefined, {
-    file: options.file,
-    path: `${base}.systemPromptCheckpoints`,
-  });
+  validateSessionMetadata(header, undefined, options); // their shapes: no history yet
   return header;
 }
 
@@ -256,13 +240,14 @@ export interface ValidateSessionMetadataOptions {
  * so a store can keep just the roles of a huge history.
  *
  * @param header The header (parsed, or about to be written).
- * @param roles The role of every message of the history.
+ * @param roles The role of every message of the history; `undefined` checks the arrays' shapes
+ * alone (what can be checked before the history is read).
  * @param options The file and header path for error reports.
  * @throws {SessionFormatError} Naming the offending record and field.
  */
 export function validateSessionMetadata(
   header: SessionHeader,
-  roles: readonly MessageRole[],
+  roles: readonly MessageRole[] | undefined,
   options: ValidateSessionMetadataOptions = {},
 ): void {
   const base = options.path ?? "header";
