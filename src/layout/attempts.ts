@@ -12,6 +12,7 @@ import type { FileSystem } from "../port/fs.ts";
 import { NotFound } from "../port/errors.ts";
 import {
   atomicReplace,
+  ensureFileDurable,
   ensurePrivateDir,
   readIfExists,
   tightenPrivateDir,
@@ -164,6 +165,7 @@ export async function createAttemptArtifacts(
       for (const { name, bytes } of snapshotFiles) {
         const kept = frozen.get(name);
         if (kept === undefined) await freezeBytes(fs, join(snapshotDir, name), bytes, durability);
+        else await ensureFileDurable(fs, join(snapshotDir, name), durability);
         snapshotHashes[name] = sha256Ref(kept ?? bytes, resolved.sha256);
       }
     }
@@ -205,13 +207,14 @@ export async function writeAttemptResult(
   // Early refusal without queueing behind the state's writers; decided for good below.
   const seen = await readIfExists(fs, file);
   if (seen !== undefined) {
-    if (sameJsonRecord(seen, bytes)) return;
+    // Written already (maybe by a call that failed before its directory's fsync): made durable.
+    if (sameJsonRecord(seen, bytes)) return await ensureFileDurable(fs, file, durability);
     await requireRunningAttempt(fs, paths, file);
   }
   await serializedOn(fs, paths.session.stateJson, async () => {
     const existing = await readIfExists(fs, file);
     if (existing !== undefined) {
-      if (sameJsonRecord(existing, bytes)) return;
+      if (sameJsonRecord(existing, bytes)) return await ensureFileDurable(fs, file, durability);
       await requireRunningAttempt(fs, paths, file);
     }
     await tightenPrivateDir(fs, dirname(file), durability);

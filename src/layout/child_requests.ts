@@ -25,6 +25,7 @@ import type { FileSystem } from "../port/fs.ts";
 import { FsError, IsADirectory, NotADirectory, NotFound } from "../port/errors.ts";
 import {
   atomicReplace,
+  ensureDirDurable,
   entryKind,
   readDirIfExists,
   readIfExists,
@@ -784,6 +785,9 @@ async function ensureChild(
         `Child directory ${childDir} exists but has no state.json`,
       );
     }
+    // Published already, maybe by an acceptance that failed before the fsync of children/: the
+    // ledger and state are about to build on it, so its entry is made durable first.
+    await ensureDirDurable(fs, childDir, options.durability);
     return;
   }
   const build = admission.build;

@@ -20,6 +20,7 @@ import {
   atomicReplace,
   type Durability,
   durableAppend,
+  ensureFileDurable,
   readIfExists,
   tightenPrivateDir,
 } from "../port/durable.ts";
@@ -194,7 +195,11 @@ export async function freezeBytes(
   return await serializedOn(fs, file, async () => {
     const existing = await readIfExists(fs, file);
     if (existing !== undefined) {
-      if (bytesEqual(existing, bytes)) return false;
+      if (bytesEqual(existing, bytes)) {
+        // Frozen already, maybe by a call that failed before its directory's fsync.
+        await ensureFileDurable(fs, file, durability);
+        return false;
+      }
       throw new ImmutableArtifactError(file);
     }
     await tightenPrivateDir(fs, dirname(file), durability);

@@ -10,7 +10,7 @@
  */
 import type { FileSystem } from "../port/fs.ts";
 import { NotFound } from "../port/errors.ts";
-import { atomicReplace, ensurePrivateDir } from "../port/durable.ts";
+import { atomicReplace, ensureFileDurable, ensurePrivateDir } from "../port/durable.ts";
 import { join } from "../port/path.ts";
 import { ImmutableArtifactError, LayoutRecordError } from "./errors.ts";
 import {
@@ -110,7 +110,11 @@ export async function writeGitReceipt(
     const existing = await readRecordIfExists(fs, file, parseGitReceipt);
     if (existing !== undefined) {
       const changed = firstDifference(existing.record, receipt, ["created_at"]);
-      if (changed === undefined) return { file, ref, receipt: existing.record };
+      if (changed === undefined) {
+        // Written already, maybe by a call that failed before its directory's fsync.
+        await ensureFileDurable(fs, file, durability);
+        return { file, ref, receipt: existing.record };
+      }
       throw new ImmutableArtifactError(
         file,
         "A git receipt is written once; it cannot be rewritten for another attempt or with " +
@@ -213,7 +217,9 @@ export async function acceptEvalReceipt(
     const existing = await readRecordIfExists(fs, sidecarFile, parseEvalAcceptance);
     if (existing !== undefined && existing.record.receipt_sha256 === sha256) {
       // Accepted once, these exact bytes: the sidecar is returned as it is (a rerun after a
-      // crash), even once the attempt has finished and prune-raw removed its raw output.
+      // crash), even once the attempt has finished and prune-raw removed its raw output; made
+      // durable first, should the acceptance have failed before its directory's fsync.
+      await ensureFileDurable(fs, sidecarFile, resolved.durability);
       return existing.record;
     }
     if (!(await isFile(fs, join(attempt.rawDir, "eval", "report.json")))) {

@@ -11,6 +11,7 @@ import { AlreadyExists, FsError, NotFound } from "../port/errors.ts";
 import {
   atomicReplace,
   type Durability,
+  ensureFileDurable,
   ensurePrivateDir,
   PRIVATE_DIR_MODE,
   PRIVATE_FILE_MODE,
@@ -96,7 +97,11 @@ export async function ensureRepository(
   return await serializedOn(fs, paths.repositoryJson, async () => {
     await ensureGitignoreLine(fs, paths.gitignore, REPO_GITIGNORE_RAW_LINE, resolved.durability);
     const existing = await readRecordIfExists(fs, paths.repositoryJson, parseRepositoryRecord);
-    if (existing !== undefined) return existing.record;
+    if (existing !== undefined) {
+      // Written already, maybe by a call that failed before its directory's fsync.
+      await ensureFileDurable(fs, paths.repositoryJson, resolved.durability);
+      return existing.record;
+    }
     const record = parseRepositoryRecord({
       schema_version: 1,
       repository_id: resolved.uuidHex(),
@@ -115,7 +120,9 @@ async function ensureGitignoreLine(
 ): Promise<void> {
   const existing = await readIfExists(fs, file);
   const text = existing === undefined ? "" : new TextDecoder().decode(existing);
-  if (text.split(/\r?\n/).some((l) => l.trim() === line)) return;
+  if (text.split(/\r?\n/).some((l) => l.trim() === line)) {
+    return await ensureFileDurable(fs, file, durability);
+  }
   const separator = text === "" || text.endsWith("\n") ? "" : "\n";
   // The repository's .gitignore is the user's file: keep its mode (0644 when new).
   const mode = existing === undefined ? 0o644 : (await fs.stat(file)).mode;

@@ -11,6 +11,7 @@
 import type { FileSystem } from "../port/fs.ts";
 import {
   atomicReplace,
+  ensureFileDurable,
   readDirIfExists,
   readIfExists,
   tightenPrivateDir,
@@ -519,13 +520,20 @@ export async function writeSessionOutcome(
   };
   const validated = parseSessionOutcome(outcome, file, paths.layout);
   const bytes = encodeJson(outcome);
+  const durability = resolveWriteOptions(input).durability;
   return await serializedOn(fs, file, async () => {
     const existing = await readIfExists(fs, file);
     if (existing !== undefined) {
-      if (bytesEqual(existing, bytes)) return validated;
-      // The same record in other bytes (the engine escapes non-ASCII text) is the same basis.
+      // Written already, maybe by a call that failed before its directory's fsync: made durable
+      // before it is reported as written.
+      const same = bytesEqual(existing, bytes) ||
+        // The same record in other bytes (the engine escapes non-ASCII text) is the same basis.
+        jsonEqual(decodeJson(existing, file), decodeJson(bytes, file));
+      if (same) {
+        await ensureFileDurable(fs, file, durability);
+        return validated;
+      }
       const previous = decodeJson(existing, file);
-      if (jsonEqual(previous, decodeJson(bytes, file))) return validated;
       throw new ImmutableArtifactError(
         file,
         "session_outcome.json is written once; a restart cannot rewrite the terminal basis",
@@ -537,7 +545,6 @@ export async function writeSessionOutcome(
     if (paths.layout === "folded") {
       await checkFoldedCitations(fs, paths, input.sessionId, validated);
     }
-    const durability = resolveWriteOptions(input).durability;
     await tightenPrivateDir(fs, dirname(file), durability);
     await atomicReplace(fs, file, bytes, { durability });
     return validated;

@@ -173,6 +173,8 @@ export function beginReplace(
           // A second publish, or one after discard, finds no staged file, as the rename would.
           if (done || settled) throw new NotFound("rename", temp);
           done = true;
+          // The entry is another file's once renamed: durable only once the directory is synced.
+          durableEntries.get(fs)?.delete(path);
           try {
             await fs.rename(temp, path);
             settled = true;
@@ -182,6 +184,7 @@ export function beginReplace(
           }
           if (durability === "full" && options.skipDirSync !== true) {
             await fs.syncDir(dirname(path));
+            knownDurable(durableEntries, fs).add(path);
           }
         },
         async discard(): Promise<void> {
@@ -534,7 +537,47 @@ export async function stagedPublish(
   if (durability === "full") {
     await fs.syncDir(dirname(finalDir));
     if (dirname(stagingDir) !== dirname(finalDir)) await fs.syncDir(dirname(stagingDir));
+    knownDurable(durableDirs, fs).add(finalDir);
   }
+}
+
+/**
+ * Makes the entry of the existing file `path` durable in its directory under `"full"`
+ * durability, unless this process already did (it published the file and synced the directory,
+ * or called this before): for a caller that finds the record it was about to write already
+ * there, say when it reruns a call that failed after its rename but before the directory's
+ * fsync, or one a process that died made. Returning the record found without this would let a
+ * power loss take back what the call then reports as written.
+ */
+export async function ensureFileDurable(
+  fs: FileSystem,
+  path: string,
+  durability: Durability = "full",
+): Promise<void> {
+  if (durability !== "full") return; // nothing is synced in this mode
+  const known = knownDurable(durableEntries, fs);
+  if (known.has(path)) return;
+  await fs.syncDir(dirname(path));
+  known.add(path);
+}
+
+/**
+ * `ensureFileDurable` for the existing directory `path` (one published by `stagedPublish`, say):
+ * its entry in its parent is made durable unless this process already did.
+ */
+export async function ensureDirDurable(
+  fs: FileSystem,
+  path: string,
+  durability: Durability = "full",
+): Promise<void> {
+  await syncIfUndurable(fs, path, durability);
+}
+
+/** The set of paths `known` holds for `fs`, created empty when there is none yet. */
+function knownDurable(known: WeakMap<FileSystem, Set<string>>, fs: FileSystem): Set<string> {
+  let paths = known.get(fs);
+  if (paths === undefined) known.set(fs, paths = new Set());
+  return paths;
 }
 
 /** Fsyncs every regular file and directory below (and including) `dir`, never following links. */
