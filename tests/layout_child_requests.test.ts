@@ -60,8 +60,13 @@ test("a published request is pending until the engine processes it", async () =>
   assert.equal(published.file, `${root.dir}/child_requests/pending/phase-0-foundations.json`);
   assert.equal(published.sha256, sha256Ref(await fs.readFile(published.file)));
   assert.deepEqual(await listPendingChildRequests(fs, root.paths), ["phase-0-foundations.json"]);
+  // The very request again (a rerun) is the published one; another request under its id is not.
+  assert.deepEqual(
+    await publishChildRequest(fs, root.paths, childRequest("phase-0-foundations")),
+    published,
+  );
   await assert.rejects(
-    publishChildRequest(fs, root.paths, childRequest("phase-0-foundations")),
+    publishChildRequest(fs, root.paths, childRequest("phase-0-foundations", { goal: "Other" })),
     ChildRequestError,
   );
   await assert.rejects(

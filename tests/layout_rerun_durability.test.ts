@@ -146,6 +146,19 @@ test("a rerun git receipt, repository.json and session outcome are durable once 
   assert.equal(JSON.parse(durable ?? "null")?.repository_id, record.repository_id);
 });
 
+test("a rerun child request publication is durable once the rerun resolves", async () => {
+  const memory = await newRepo();
+  const root = await newRoot(memory);
+  memory.syncAll();
+  const published = await failThenRerun(
+    memory,
+    root.paths.childRequestsPendingDir,
+    (fs) => publishChildRequest(fs, root.paths, childRequest("phase-0-foundations")),
+  );
+  const durable = await afterPowerLoss(memory, published.file);
+  assert.equal(durable, new TextDecoder().decode(published.bytes));
+});
+
 test("a rerun child acceptance builds only on a child directory made durable", async () => {
   const memory = await newRepo();
   const root = await newRoot(memory);

@@ -26,6 +26,7 @@ import { FsError, IsADirectory, NotADirectory, NotFound } from "../port/errors.t
 import {
   atomicReplace,
   ensureDirDurable,
+  ensureFileDurable,
   entryKind,
   readDirIfExists,
   readIfExists,
@@ -188,7 +189,9 @@ export interface PublishedRequest {
  * folded session `paths`. The request is validated first; a request id that is already pending
  * or accepted is a `ChildRequestError`, except the very request of a dispatch that failed before
  * its child was published (its accepted copy holds this record, escaped or not), which is
- * published again in the accepted copy's bytes and dispatched again.
+ * published again in the accepted copy's bytes and dispatched again. Publishing a request that
+ * is pending already with this very record (a rerun of a publish that failed after its rename)
+ * returns it as it is, made durable: only another request under a pending id is refused.
  */
 export async function publishChildRequest(
   fs: FileSystem,
@@ -205,10 +208,17 @@ export async function publishChildRequest(
   const file = paths.pendingRequest(request.request_id);
   let bytes = encodeJson(request);
   // The check and the publication run before another operation on this parent's requests.
+  const durability = options.durability ?? "full";
   await serializedOn(fs, childLifecycleKey(paths), async () => {
     const inUse = (taken: string) =>
       new ChildRequestError(taken, request.request_id, "Child request id is already in use");
-    if ((await readIfExists(fs, file)) !== undefined) throw inUse(file);
+    const pending = await readIfExists(fs, file);
+    if (pending !== undefined) {
+      if (!sameJsonRecord(pending, bytes)) throw inUse(file);
+      await ensureFileDurable(fs, file, durability);
+      bytes = pending;
+      return;
+    }
     const acceptedFile = paths.acceptedRequest(request.request_id);
     const accepted = await readIfExists(fs, acceptedFile);
     if (accepted !== undefined) {
@@ -220,7 +230,6 @@ export async function publishChildRequest(
       ) throw inUse(acceptedFile);
       bytes = accepted;
     }
-    const durability = options.durability ?? "full";
     await tightenPrivateDir(fs, dirname(file), durability);
     await atomicReplace(fs, file, bytes, { durability });
   });
