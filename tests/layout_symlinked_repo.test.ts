@@ -140,9 +140,10 @@ test("prune reached through the link re-reads the state in the same queue as the
 test("one request id published through both spellings at once: exactly one publication", async () => {
   const { fs, root, realDir } = await linkedRepo();
   const tree = await loadSessionTree(fs, "/link/repo", root.sessionId);
+  // Two requests under one id (the very same request twice would be one publication, rerun).
   const results = await Promise.allSettled([
     publishChildRequest(fs, root.paths, childRequest("phase-0")),
-    publishChildRequest(fs, tree.paths(root.sessionId), childRequest("phase-0")),
+    publishChildRequest(fs, tree.paths(root.sessionId), childRequest("phase-0", { goal: "Other" })),
   ]);
   assert.deepEqual(results.map((r) => r.status).sort(), ["fulfilled", "rejected"]);
   const refused = results.find((r) => r.status === "rejected") as PromiseRejectedResult;
