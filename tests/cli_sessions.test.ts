@@ -2,6 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { runSessions } from "../src/cli/sessions.ts";
+import { runCli } from "../src/cli/main.ts";
 import { memoryIo } from "./_cli_io.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import { conversation, legacySessionBytes } from "./_fixtures.ts";
@@ -95,4 +96,34 @@ test("migrate --dry-run of a migrated file checks its published directory as the
   const run = await sessions(fs, Date.now(), ["migrate", file]);
   assert.equal(run.code, 1, run.out);
   assert.match(run.out, new RegExp(`^failed +.*${id}\\.jsonl`, "m"));
+});
+
+test("stored terminal escapes are printed as visible text, in human and JSON output alike", async () => {
+  const fs = new MemoryFs();
+  const cwd = "/work/evil\u001b[2J\u001b]0;PWNED\u0007dir";
+  await fs.mkdir(cwd, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(cwd);
+  const text = "Fix the \u001b[31mflaky\u001b[0m test \u009b2J \u202eevil";
+  await session.commit([{ role: "user", content: text, timestamp: 1 }]);
+  await session.close();
+  const run = async (args: string[]) => {
+    const { io, out } = memoryIo(fs, "/", Date.now());
+    const code = await runCli(["--data-dir", AGENT, "sessions", ...args], io);
+    return { code, out: out() };
+  };
+  // deno-lint-ignore no-control-regex
+  const raw = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u202e]/;
+  const history = await run(["history", session.id]);
+  assert.equal(history.code, 0);
+  assert.doesNotMatch(history.out, raw);
+  assert.match(history.out, /Fix the \\u001b\[31mflaky\\u001b\[0m test \\u009b2J \\u202eevil/);
+  const show = await run(["show", session.id]);
+  assert.equal(show.code, 0);
+  assert.doesNotMatch(show.out, raw);
+  assert.match(show.out, /evil\\u001b\[2J\\u001b\]0;PWNED\\u0007dir/);
+  // JSON keeps the values: the escapes are JSON's own.
+  const json = await run(["history", session.id, "--json"]);
+  assert.doesNotMatch(json.out, raw);
+  assert.equal(JSON.parse(json.out).messages[0].content, text);
 });

@@ -11,7 +11,7 @@ import { FsError, PermissionDenied } from "../port/errors.ts";
 import { SessionError } from "../loop/errors.ts";
 import { LayoutError } from "../layout/errors.ts";
 import { parseArgs, UsageError } from "./args.ts";
-import { type CliIo, OutputError } from "./output.ts";
+import { type CliIo, OutputError, terminalSafeIo } from "./output.ts";
 import { runSessions } from "./sessions.ts";
 import { runLayout, runPruneRaw, runTraces } from "./layout.ts";
 
@@ -50,6 +50,8 @@ Every command takes --help. Exit codes: 0 ok, 1 findings, 2 usage.
 
 /** Runs the command line with `args` (without the program name); returns the exit code. */
 export async function runCli(args: readonly string[], io: CliIo): Promise<number> {
+  // Stored data is printed as text, never as terminal commands.
+  io = terminalSafeIo(io);
   try {
     let dataDir: string | undefined;
     let rest = [...args];

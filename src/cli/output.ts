@@ -45,6 +45,37 @@ export class OutputError extends Error {
   }
 }
 
+/**
+ * Control characters that reach a terminal as commands rather than text: C0 controls but the line
+ * feed, the tab and the carriage return (the progress line's own; rows of data flatten
+ * whitespace), DEL, C1 controls, and the bidirectional controls that reorder what is shown.
+ */
+const TERMINAL_CONTROLS =
+  // deno-lint-ignore no-control-regex
+  /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+
+/**
+ * `text` with every terminal control in it (see `TERMINAL_CONTROLS`) written as a visible
+ * `\uXXXX` escape, so stored data (message text, a cwd, a model name) printed by a command can
+ * neither run terminal commands (clear the screen, set the window title) nor reorder what is shown.
+ * Inside a JSON string the escape is the same character, so JSON output keeps its values.
+ */
+export function terminalSafe(text: string): string {
+  return text.replace(
+    TERMINAL_CONTROLS,
+    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`,
+  );
+}
+
+/** `io` with everything it writes passed through `terminalSafe`. */
+export function terminalSafeIo(io: CliIo): CliIo {
+  return {
+    ...io,
+    out: (text) => io.out(terminalSafe(text)),
+    err: (text) => io.err(terminalSafe(text)),
+  };
+}
+
 /** Formats rows as an aligned table with a header row. */
 export function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
