@@ -1,10 +1,10 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
-import { runPruneRaw } from "../src/cli/layout.ts";
+import { runLayout, runPruneRaw } from "../src/cli/layout.ts";
 import { memoryIo } from "./_cli_io.ts";
-import { createAttemptArtifacts } from "../layout.ts";
-import { newRepo, newRoot } from "./layout_fixtures.ts";
+import { createAttemptArtifacts, processNextChildRequest, publishChildRequest } from "../layout.ts";
+import { childRequest, deterministic, newRepo, newRoot } from "./layout_fixtures.ts";
 
 /** Runs `prune-raw args` in `/repo` of `fs`; returns its exit code and its last output line. */
 async function pruneRaw(fs: MemoryFs, args: string[]): Promise<{ code: number; summary: string }> {
@@ -39,4 +39,38 @@ test("prune-raw counts an interrupted prune's leftovers as what they were, by wh
   assert.match(run.summary, /^pruned 2 raw attempt dir\(s\); removed 2 legacy trace tree\(s\), /);
   assert.deepEqual(await fs.readDir(traces), []);
   assert.deepEqual(await fs.readDir(`${root.dir}/raw`), []);
+});
+
+test("layout tree shows every tree when a state.json on one tree's active chain is damaged", async () => {
+  const fs = await newRepo();
+  const first = await newRoot(fs);
+  const second = await newRoot(fs, "Second goal");
+  await publishChildRequest(fs, first.paths, childRequest("phase-0-foundations"));
+  const accepted = await processNextChildRequest(fs, {
+    repoRoot: "/repo",
+    parentSessionId: first.sessionId,
+    ...deterministic(),
+  });
+  assert.equal(accepted?.kind, "accepted");
+  const childState = `${first.dir}/children/01_phase-0-foundations/state.json`;
+  const run = async (args: string[]) => {
+    const { io, out } = memoryIo(fs, "/repo", Date.now());
+    return { code: await runLayout(io, ["tree", ...args]), out: out() };
+  };
+  const healthy = await run([]);
+  assert.equal(healthy.code, 0);
+  assert.match(healthy.out, /^\* +01_phase-0-foundations {2}running$/m);
+  await fs.writeFile(childState, new TextEncoder().encode('{"status":'));
+  const damaged = await run([]);
+  assert.equal(damaged.code, 1, "a state that cannot be read is a finding");
+  assert.match(damaged.out, new RegExp(`^ +${first.sessionId} `, "m"));
+  assert.match(damaged.out, /01_phase-0-foundations {2}invalid state\.json/);
+  assert.match(damaged.out, new RegExp(`^[* ] +${second.sessionId} `, "m"));
+  assert.match(damaged.out, /working session unknown/);
+  const json = JSON.parse((await run(["--json"])).out);
+  assert.deepEqual(json.trees.map((t: { root: string }) => t.root), [
+    first.sessionId,
+    second.sessionId,
+  ]);
+  assert.equal(typeof json.trees[0].error, "string");
 });

@@ -127,3 +127,29 @@ test("stored terminal escapes are printed as visible text, in human and JSON out
   assert.doesNotMatch(json.out, raw);
   assert.equal(JSON.parse(json.out).messages[0].content, text);
 });
+
+test("a data directory given with ~ is the home's, and a missing one is said, not taken for an empty store", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  await session.close();
+  const run = async (args: string[]) => {
+    const { io, out } = memoryIo(fs, CWD, Date.now());
+    let err = "";
+    const code = await runCli(args, { ...io, err: (text) => void (err += text) });
+    return { code, out: out(), err };
+  };
+  // The memory filesystem's home is /home/user, where AGENT is.
+  const listed = await run(["--data-dir=~/.loop", "sessions", "list", "--json"]);
+  assert.equal(listed.code, 0, listed.err);
+  assert.deepEqual(JSON.parse(listed.out).sessions.map((s: { id: string }) => s.id), [session.id]);
+  assert.equal(listed.err, "");
+  const missing = await run(["--data-dir", "/nowhere", "sessions", "list"]);
+  assert.equal(missing.code, 0);
+  assert.match(missing.err, /data directory '\/nowhere' does not exist/);
+  const noCollection = await run(["--data-dir", AGENT, "sessions", "list", "--dir", "/nowhere"]);
+  assert.equal(noCollection.code, 1);
+  assert.match(noCollection.err, /Collection directory does not exist: '\/nowhere'/);
+});

@@ -17,6 +17,8 @@ import {
   verifyTrace,
 } from "../layout.ts";
 import { newRepo, readJson, writeJson, writeText } from "./layout_fixtures.ts";
+import { memoryIo } from "./_cli_io.ts";
+import { runTraces } from "../src/cli/layout.ts";
 import {
   buildMirrorTree,
   CHILD_ATTEMPT,
@@ -369,4 +371,19 @@ test("a seal receipt is never read through a symlinked trace_seals/: the seal is
   assert.equal(first?.seal, "mismatch");
   assert.equal(inspection.observedIntegrity.seal.status, "mismatch");
   assert.match(inspection.observedIntegrity.seal.errors.join(), /symlink/);
+});
+
+test("traces list exits 1 when a trace fails its integrity check, as traces inspect does", async () => {
+  const { fs, tree } = await mirror();
+  const run = async (args: string[]) => {
+    const { io, out } = memoryIo(fs, tree.loopyRoot, Date.now());
+    return { code: await runTraces(io, args), out: out() };
+  };
+  assert.equal((await run(["list"])).code, 0);
+  await writeJson(fs, `${tree.traceDir(FIRST)}/eval/report.json`, { passed: 0, failed: 4 });
+  const table = await run(["list"]);
+  assert.equal(table.code, 1);
+  assert.match(table.out, new RegExp(`trace-${FIRST} +\\S+ +failed`));
+  assert.equal((await run(["list", "--json"])).code, 1);
+  assert.equal((await run(["inspect", `trace-${FIRST}`])).code, 1);
 });

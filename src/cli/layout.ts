@@ -85,14 +85,30 @@ interface TreeLine {
   readonly phase: string;
   readonly layout: string;
   readonly working: boolean;
+  /** True when the session's state.json could not be read. */
+  readonly invalid: boolean;
 }
 
-async function treeLines(io: CliIo, tree: SessionTree): Promise<TreeLine[]> {
-  const working = await findWorkingSession(io.fs, tree);
+/** The lines of `tree`, and why its working session is unknown (a state on its chain is bad). */
+async function treeLines(
+  io: CliIo,
+  tree: SessionTree,
+): Promise<{ lines: TreeLine[]; workingError?: string }> {
+  let working: Awaited<ReturnType<typeof findWorkingSession>>;
+  let workingError: string | undefined;
+  try {
+    working = await findWorkingSession(io.fs, tree);
+  } catch (error) {
+    // One unreadable state on the active chain leaves the working session unknown; the tree
+    // itself is still shown, that session marked invalid below.
+    if (!(error instanceof Error)) throw error;
+    workingError = error.message;
+  }
   const lines: TreeLine[] = [];
   const visit = async (node: SessionNode): Promise<void> => {
     let status = "unknown";
     let phase = "unknown";
+    let invalid = false;
     try {
       const state = await readSessionState(io.fs, node.dir);
       status = state.status;
@@ -100,6 +116,7 @@ async function treeLines(io: CliIo, tree: SessionTree): Promise<TreeLine[]> {
     } catch (error) {
       if (!(error instanceof Error)) throw error;
       status = `invalid state.json (${error.message})`;
+      invalid = true;
     }
     lines.push({
       id: node.sessionId,
@@ -108,6 +125,7 @@ async function treeLines(io: CliIo, tree: SessionTree): Promise<TreeLine[]> {
       phase,
       layout: node.layout,
       working: working?.node.sessionId === node.sessionId,
+      invalid,
     });
     for (const child of node.childIds) {
       const childNode = tree.get(child);
@@ -115,7 +133,7 @@ async function treeLines(io: CliIo, tree: SessionTree): Promise<TreeLine[]> {
     }
   };
   await visit(tree.root);
-  return lines;
+  return workingError === undefined ? { lines } : { lines, workingError };
 }
 
 /** Runs `layout <subcommand> …`; returns the exit code. */
@@ -139,15 +157,32 @@ export async function runLayout(io: CliIo, args: readonly string[]): Promise<num
     const roots = parsed.positionals.length === 1
       ? parsed.positionals
       : await listRootSessionIds(io.fs, repoRoot);
-    const trees: { root: string; sessions: TreeLine[] }[] = [];
+    const trees: { root: string; sessions: TreeLine[]; error?: string }[] = [];
     for (const root of roots) {
-      const tree = await loadSessionTree(io.fs, repoRoot, root);
-      trees.push({ root: tree.rootSessionId, sessions: await treeLines(io, tree) });
+      let tree: SessionTree;
+      try {
+        tree = await loadSessionTree(io.fs, repoRoot, root);
+      } catch (error) {
+        // Named, the tree must load; listed, one that does not is reported beside the others.
+        if (parsed.positionals.length === 1 || !(error instanceof Error)) throw error;
+        trees.push({ root, sessions: [], error: error.message });
+        continue;
+      }
+      const { lines, workingError } = await treeLines(io, tree);
+      trees.push({
+        root: tree.rootSessionId,
+        sessions: lines,
+        ...(workingError === undefined ? {} : { error: workingError }),
+      });
     }
     if (parsed.flags.has("json")) printJson(io, { repoRoot, trees });
     else {
       if (trees.length === 0) io.out("No sessions found.\n");
       for (const tree of trees) {
+        if (tree.sessions.length === 0 && tree.error !== undefined) {
+          io.out(`  ${tree.root}  invalid tree (${tree.error})\n`);
+          continue;
+        }
         for (const line of tree.sessions) {
           io.out(
             `${line.working ? "*" : " "} ${"  ".repeat(line.depth)}${line.id}  ${line.status}${
@@ -155,9 +190,12 @@ export async function runLayout(io: CliIo, args: readonly string[]): Promise<num
             }\n`,
           );
         }
+        if (tree.error !== undefined) io.out(`  (working session unknown: ${tree.error})\n`);
       }
     }
-    return 0;
+    // A tree or a state that cannot be read is a finding.
+    const findings = trees.some((t) => t.error !== undefined || t.sessions.some((s) => s.invalid));
+    return findings ? 1 : 0;
   }
   if (sub === "show") {
     const parsed = parseArgs(rest, { json: "boolean" });
@@ -318,7 +356,8 @@ export async function runTraces(io: CliIo, args: readonly string[]): Promise<num
         ),
       ));
     }
-    return 0;
+    // A trace whose integrity check failed is a finding, as `traces inspect` reports it.
+    return traces.some((t) => t.integrity === "failed") ? 1 : 0;
   }
   if (sub === "inspect") {
     const [ref] = parsed.positionals;

@@ -98,12 +98,20 @@ interface StoreFlags {
 
 function agentDirOf(io: CliIo, explicit: string | undefined): string {
   const chosen = explicit ?? io.env("LOOP_DATA_DIR");
-  if (chosen !== undefined && chosen !== "") return resolve(io.cwd, chosen);
-  const home = io.env("HOME") ?? io.fs.homeDir?.();
-  if (home === undefined) {
-    throw new UsageError("cannot find the home directory; pass --data-dir or set LOOP_DATA_DIR");
+  const home = (): string => {
+    const found = io.env("HOME") || io.fs.homeDir?.();
+    if (found === undefined || found === "") {
+      throw new UsageError("cannot find the home directory; pass --data-dir or set LOOP_DATA_DIR");
+    }
+    return found;
+  };
+  if (chosen !== undefined && chosen !== "") {
+    // `~` as a shell would have expanded it (a quoted value, or `--data-dir=~/x`, keeps it).
+    if (chosen === "~") return home();
+    if (chosen.startsWith("~/")) return join(home(), chosen.slice(2));
+    return resolve(io.cwd, chosen);
   }
-  return join(home, ".loop");
+  return join(home(), ".loop");
 }
 
 function storeFor(io: CliIo, flags: StoreFlags, sessionDir?: string): SessionStore {
@@ -407,6 +415,11 @@ export async function runSessions(
   const help = SESSIONS_HELP[sub];
   if (help === undefined) throw new UsageError(`unknown command 'sessions ${sub}'`);
   const flags = { agentDir: agentDirOf(io, dataDir) };
+  if (!rest.includes("--help") && !rest.includes("-h") && !(await exists(io, flags.agentDir))) {
+    // Not an error (a host that never saved has none), but a mistyped --data-dir would otherwise
+    // pass for an empty store.
+    io.err(`note: the data directory '${flags.agentDir}' does not exist\n`);
+  }
   switch (sub) {
     case "list":
       return await list(io, flags, rest);
@@ -465,13 +478,14 @@ async function list(io: CliIo, flags: StoreFlags, args: readonly string[]): Prom
       add(await store.listDetailed(undefined, collection, options));
     }
   } else if (parsed.values.has("dir")) {
-    add(
-      await store.listDetailed(
-        undefined,
-        resolve(io.cwd, parsed.values.get("dir") as string),
-        options,
-      ),
-    );
+    const dir = resolve(io.cwd, parsed.values.get("dir") as string);
+    // As a --cwd that does not exist, a collection that does not is an error, not an empty list.
+    if (!(await exists(io, dir))) {
+      throw new SessionNotFoundError(`Collection directory does not exist: '${dir}'`, {
+        file: dir,
+      });
+    }
+    add(await store.listDetailed(undefined, dir, options));
   } else {
     add(
       await store.listDetailed(
