@@ -513,5 +513,6 @@ export function denoProcessProbe(): ProcessProbe {
     host: Deno.hostname(),
     isAlive: node.isAlive,
     ...(node.processStart === undefined ? {} : { processStart: node.processStart }),
+    ...(node.pidNamespace === undefined ? {} : { pidNamespace: node.pidNamespace }),
   };
 }

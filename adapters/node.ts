@@ -28,7 +28,7 @@
  *
  * @module
  */
-import { constants, readFileSync } from "node:fs";
+import { constants, readFileSync, readlinkSync } from "node:fs";
 import * as fsp from "node:fs/promises";
 import type { FileHandle as NativeHandle } from "node:fs/promises";
 import { homedir, hostname } from "node:os";
@@ -393,12 +393,26 @@ export const nodeSha256: Sha256Factory = (): Sha256 => new NodeSha256(createHash
  * @returns A probe of this process and host.
  */
 export function nodeProcessProbe(): ProcessProbe {
+  const pidNamespace = process.platform === "linux" ? linuxPidNamespace() : undefined;
   return {
     pid: process.pid,
     host: hostname(),
     isAlive: isProcessAlive,
     ...(process.platform === "linux" ? { processStart: cachedProcessStart } : {}),
+    ...(pidNamespace === undefined ? {} : { pidNamespace }),
   };
+}
+
+/**
+ * This process's pid namespace on Linux: the target of `/proc/self/ns/pid` (`pid:[<inode>]`), the
+ * same for every process that sees the same pids. Undefined when it cannot be read.
+ */
+function linuxPidNamespace(): string | undefined {
+  try {
+    return readlinkSync("/proc/self/ns/pid");
+  } catch {
+    return undefined;
+  }
 }
 
 /** This process's own start, read once (it never changes); other pids are read each time. */

@@ -981,3 +981,30 @@ test("a writer lock file left by a failed acquisition is taken over by the next 
   await writer.close();
   await assert.rejects(fs.lstat(lock));
 });
+
+test("a writer in another pid namespace of the same host is never taken over as a dead pid", async () => {
+  const { fs, session } = await setup();
+  const dir = session.getSessionPath();
+  /** A process of pid namespace `ns` that sees only its own namespace's pids as alive. */
+  const inNamespace = (pid: number, ns: string) =>
+    new SessionStore({
+      fs: view(fs),
+      agentDir: AGENT,
+      process: { pid, host: HOST, pidNamespace: ns, isAlive: (other) => other === pid },
+    });
+  // Pid 1 of a sandbox holds the session; pid 1 does not exist (or is init) out here.
+  const sandboxed = await inNamespace(1, "pid:[4026532001]").open(dir);
+  assert.equal((await lockRecord(fs, dir)).pidNamespace, "pid:[4026532001]");
+  await assert.rejects(inNamespace(300, "pid:[4026531836]").open(dir), SessionLockedError);
+  // A lock of this very namespace whose pid is dead is stale, as ever.
+  await sandboxed.close();
+  await writeLock(fs, dir, {
+    pid: 7,
+    host: HOST,
+    startedAt: "2026-01-01T00:00:00.000Z",
+    token: "t",
+    pidNamespace: "pid:[4026531836]",
+  });
+  const taken = await inNamespace(300, "pid:[4026531836]").open(dir);
+  await taken.close();
+});

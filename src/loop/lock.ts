@@ -14,8 +14,9 @@
  *
  * `<session dir>/writer.lock` (or `<collection>/.collection.lock`) is created exclusively with
  * mode 0600 and holds one JSON object: `{"pid", "host", "startedAt", "token"}`, plus
- * `"processStart"` where the probe can identify process instances (Linux). A lock is *live* while
- * its holder may still run: another host (which cannot be probed), a pid the probe reports alive
+ * `"processStart"` where the probe can identify process instances and `"pidNamespace"` where it
+ * knows its pid namespace (Linux). A lock is *live* while its holder may still run: another host
+ * or another pid namespace of this host (neither can be probed), a pid the probe reports alive
  * (and, with `processStart`, still the same process), a token this copy of the library holds, or
  * this very process instance (another worker thread or copy of the library). It is *stale* when
  * its pid is dead on this host, names another process instance than the one now running with
@@ -94,6 +95,8 @@ export interface LockRecord {
   readonly token: string;
   /** The holder's `ProcessProbe.processStart`, when its probe knew it. */
   readonly processStart?: string;
+  /** The holder's `ProcessProbe.pidNamespace`, when its probe knew it. */
+  readonly pidNamespace?: string;
 }
 
 /** What a lock file says: nothing there, a live holder, or a stale leftover. */
@@ -171,7 +174,8 @@ export function parseLockRecord(bytes: Uint8Array): LockRecord | undefined {
   if (
     !Number.isSafeInteger(record.pid) || typeof record.host !== "string" ||
     typeof record.startedAt !== "string" || typeof record.token !== "string" ||
-    (record.processStart !== undefined && typeof record.processStart !== "string")
+    (record.processStart !== undefined && typeof record.processStart !== "string") ||
+    (record.pidNamespace !== undefined && typeof record.pidNamespace !== "string")
   ) return undefined;
   return record as unknown as LockRecord;
 }
@@ -197,6 +201,12 @@ async function readLockBytes(fs: FileSystem, path: string): Promise<Uint8Array |
 
 function isLive(record: LockRecord, probe: ProcessProbe): boolean {
   if (record.host !== probe.host) return true;
+  // Another pid namespace on this host (a container, a sandbox) is another host to the probe: its
+  // pids cannot be probed from here. A record or probe that does not know it compares as before.
+  if (
+    record.pidNamespace !== undefined && probe.pidNamespace !== undefined &&
+    record.pidNamespace !== probe.pidNamespace
+  ) return true;
   if (record.pid === probe.pid) {
     if (heldTokens.has(record.token)) return true;
     // A token this copy made and gave up while its file stayed: no one holds it (another thread
@@ -456,12 +466,14 @@ async function tryFileLock(
 
 function newRecord(context: StoreContext, probe: ProcessProbe): LockRecord {
   const processStart = probe.processStart?.(probe.pid);
+  const pidNamespace = probe.pidNamespace;
   return {
     pid: probe.pid,
     host: probe.host,
     startedAt: new Date(context.now()).toISOString(),
     token: globalThis.crypto.randomUUID(),
     ...(processStart === undefined ? {} : { processStart }),
+    ...(pidNamespace === undefined ? {} : { pidNamespace }),
   };
 }
 

@@ -26,4 +26,12 @@ export interface ProcessProbe {
    * library in this very process, and a lock whose pid was reused by another process as stale.
    */
   processStart?(pid: number): string | undefined;
+  /**
+   * Optional: an identity of the pid namespace this process runs in (on Linux the target of
+   * `/proc/self/ns/pid`), where the adapter can tell. Pids mean something only within one
+   * namespace: a lock taken in another one on the same host (a container sharing the host name, a
+   * sandbox) names a pid this process cannot probe, so it is treated as another host's: live,
+   * never taken over.
+   */
+  readonly pidNamespace?: string;
 }
