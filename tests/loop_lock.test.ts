@@ -1008,3 +1008,26 @@ test("a writer in another pid namespace of the same host is never taken over as 
   const taken = await inNamespace(300, "pid:[4026531836]").open(dir);
   await taken.close();
 });
+
+test("one session reached through two spellings of its data directory has one writer in this process", async () => {
+  for (const probed of [true, false]) {
+    const fs = new MemoryFs();
+    await fs.mkdir(CWD, { recursive: true });
+    await fs.mkdir(AGENT, { recursive: true });
+    await fs.symlink(AGENT, "/home/user/loop-link");
+    const options = (agentDir: string) => ({
+      fs,
+      agentDir,
+      process: probed ? probe(100, new Set([100])) : null,
+    });
+    const direct = new SessionStore(options(AGENT));
+    const linked = new SessionStore(options("/home/user/loop-link"));
+    const session = await direct.create(CWD);
+    await session.commit(conversation(1));
+    const through = session.getSessionPath().replace(AGENT, "/home/user/loop-link");
+    await assert.rejects(linked.open(through), SessionBusyError, `probe: ${probed}`);
+    await session.close();
+    const second = await linked.open(through);
+    await second.close();
+  }
+});

@@ -49,7 +49,7 @@ import type { FileSystem } from "../port/fs.ts";
 import type { ProcessProbe } from "../port/probe.ts";
 import { AlreadyExists, NotFound } from "../port/errors.ts";
 import { PRIVATE_FILE_MODE } from "../port/durable.ts";
-import { join } from "../port/path.ts";
+import { basename, dirname, join } from "../port/path.ts";
 import { SessionBusyError, SessionFormatError, SessionLockedError } from "./errors.ts";
 import type { SessionContext } from "./session_manager.ts";
 import { readIfRegular } from "./storage.ts";
@@ -253,8 +253,24 @@ export async function inspectLock(
   context: StoreContext,
   lockPath: string,
 ): Promise<LockState> {
-  if (isHeldInProcess(context.fs, lockPath)) return { kind: "held-here" };
+  if (isHeldInProcess(context.fs, await canonicalLockPath(context.fs, lockPath))) {
+    return { kind: "held-here" };
+  }
   return await inspectLockFile(context, lockPath);
+}
+
+/**
+ * `lockPath` with the links of its directory resolved, the key of this process's registrations:
+ * two spellings of one directory (a data directory reached through a link, say) are one lock. A
+ * directory that is not there yet keeps the spelling given; a failure to resolve is the caller's.
+ */
+async function canonicalLockPath(fs: FileSystem, lockPath: string): Promise<string> {
+  try {
+    return join(await fs.realPath(dirname(lockPath)), basename(lockPath));
+  } catch (error) {
+    if (error instanceof NotFound) return lockPath;
+    throw error;
+  }
 }
 
 /** Like `inspectLock`, for the lock file alone (in-process registrations are not consulted). */
@@ -527,7 +543,8 @@ export async function acquireWriterLock(
   dir: string,
   options: { readonly brief?: boolean; readonly holder?: string } = {},
 ): Promise<HeldLock> {
-  const lockPath = join(dir, WRITER_LOCK_FILE);
+  // One key however the directory is spelled, so a second spelling is refused in this process.
+  const lockPath = await canonicalLockPath(context.fs, join(dir, WRITER_LOCK_FILE));
   let holds = briefHolds.get(context.fs);
   for (let hold = holds?.get(lockPath); hold !== undefined; hold = holds?.get(lockPath)) {
     await hold;
@@ -640,7 +657,9 @@ export async function withCollectionLock<T>(
   tails.set(lockPath, tail);
   await previous;
   try {
-    const held = await takeCollectionLock(context, lockPath);
+    // Queued by the spelling given (callers keep their order), held under the directory's real
+    // path, so another spelling of it in this process waits for this one.
+    const held = await takeCollectionLock(context, await canonicalLockPath(fs, lockPath));
     try {
       return await task();
     } finally {
