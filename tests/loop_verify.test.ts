@@ -7,7 +7,7 @@ import { SessionFormatError } from "../src/loop/errors.ts";
 import { salvageSession, verifySession } from "../src/loop/verify.ts";
 import { encodeRoundIndex } from "../src/loop/storage.ts";
 import { assistant, conversation, user } from "./_fixtures.ts";
-import { linkedBeforeOpen } from "./_hooks.ts";
+import { gate, hookedFs, linkedBeforeOpen } from "./_hooks.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -300,4 +300,42 @@ test("verifySession() reads lines longer than its reads: every message, and the 
   assert.equal(line?.messageIndex, 1);
   assert.equal(line?.offset, start);
   assert.equal(report.validMessages, 1);
+});
+
+test("SessionStore.salvage builds under the target collection's lock: a cleanup meanwhile waits", async () => {
+  const { fs, dir } = await saved();
+  const target = "/rescued";
+  await fs.mkdir(target, { recursive: true });
+  const building = gate();
+  const resume = gate();
+  let paused = false;
+  const hooked = hookedFs(fs, {
+    async before(method, args) {
+      // Halfway: the staging directory exists and holds the log, meta.json is next.
+      if (
+        !paused && method === "open" && /\/\.staging-[^/]+\/\.meta\.json\./.test(String(args[0]))
+      ) {
+        paused = true;
+        building.open();
+        await resume.wait;
+      }
+    },
+  });
+  const store = new SessionStore({ fs: hooked, agentDir: AGENT, sessionDir: target });
+  const salvaging = store.salvage(dir, target);
+  await building.wait;
+  let cleaned = false;
+  const cleanup = store.cleanup(undefined, target).then((report) => {
+    cleaned = true;
+    return report;
+  });
+  await new Promise((resolve) => setTimeout(resolve, 20));
+  assert.equal(cleaned, false, "the cleanup ran while the salvage was building");
+  resume.open();
+  const result = await salvaging;
+  const report = await cleanup;
+  assert.deepEqual(report.removed, []);
+  const reopened = await store.open(result.dir, { readOnly: true });
+  assert.equal(reopened.messages.length, result.kept);
+  await reopened.close();
 });

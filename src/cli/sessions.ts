@@ -16,7 +16,7 @@ import {
 } from "../loop/discovery.ts";
 import { entryKind } from "../port/durable.ts";
 import { META_FILE } from "../loop/storage.ts";
-import { salvageSession, type VerifyReport, verifySession } from "../loop/verify.ts";
+import { type VerifyReport, verifySession } from "../loop/verify.ts";
 import {
   LEGACY_EXTENSION,
   legacySessionId,
@@ -1044,10 +1044,11 @@ async function salvage(io: CliIo, flags: StoreFlags, args: readonly string[]): P
     );
   }
   // Read where the store reads it; a link planted at the session folder is refused.
-  // salvageSession refuses a session file that is not a regular file (never read through a link).
+  // Salvage refuses a session file that is not a regular file (never read through a link).
   const dir = await realDirectory(io, located.source);
   const toCollection = isAbsolute(to) ? to : resolve(io.cwd, to);
-  const result = await salvageSession(io.fs, dir, { sha256: io.sha256, toCollection, now: io.now });
+  // Under the target collection's lock: a cleanup there never meets the copy half built.
+  const result = await storeFor(io, flags).salvage(dir, toCollection);
   if (parsed.flags.has("json")) printJson(io, result);
   else {
     io.out(`salvaged ${result.kept} message(s) into ${result.dir} (dropped ${result.dropped})\n`);

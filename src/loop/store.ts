@@ -91,6 +91,7 @@ import {
   stagingSessionId,
 } from "./compaction.ts";
 import { cleanupCollection, type CleanupReport, recoverLeftovers } from "./maintenance.ts";
+import { type SalvageResult, salvageSession } from "./verify.ts";
 
 /** Options of `SessionStore`. */
 export interface SessionStoreOptions {
@@ -737,6 +738,35 @@ export class SessionStore {
       await this.#checkSessionDirectory(dir, "none");
       return await removeLegacyBackup(this.#context, dir);
     });
+  }
+
+  /**
+   * Copies the longest valid prefix of the session directory `dir` (a damaged session, say) into
+   * a new session of the collection `toCollection` (created if missing): `salvageSession` run
+   * under that collection's lock, so a cleanup or another structural change of it, in this
+   * process or another, never meets the new session half built. The original is only read.
+   *
+   * @throws {SessionFormatError} When `dir` is not a directory itself, a session file is not a
+   * regular file, or `toCollection` is a link.
+   */
+  async salvage(
+    dir: string,
+    toCollection: string,
+    options: { readonly id?: string } = {},
+  ): Promise<SalvageResult> {
+    const context = this.#context;
+    return await this.#exclusive(
+      toCollection,
+      () =>
+        salvageSession(this.fs, dir, {
+          sha256: context.sha256,
+          toCollection,
+          now: context.now,
+          durability: context.durability,
+          ...(options.id === undefined ? {} : { id: options.id }),
+        }),
+      { create: true },
+    );
   }
 
   /**

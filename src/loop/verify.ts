@@ -505,7 +505,9 @@ export interface SalvageResult {
 /**
  * Copies the longest valid prefix of the session in `dir` into a new session directory under
  * `toCollection` (built in a staging directory and renamed into place). The original is only
- * read. Metadata that refers past the kept prefix is dropped and listed.
+ * read. Metadata that refers past the kept prefix is dropped and listed. It takes no lock: where
+ * other processes may work on `toCollection`, use `SessionStore.salvage`, which runs this under
+ * the collection's lock (a cleanup there would otherwise remove the staging directory).
  *
  * @throws {SessionFormatError} When `dir` is not a directory itself, or meta.json, messages.jsonl
  * or index.json is not a regular file (nothing is read through a link).
