@@ -59,7 +59,7 @@ import {
 } from "./errors.ts";
 import { isSessionId, newSessionHeader } from "./records/mod.ts";
 import { checkSessionFiles, openCheckedSession, SessionManager } from "./session_manager.ts";
-import { INDEX_FILE, MESSAGES_FILE, META_FILE } from "./storage.ts";
+import { INDEX_FILE, MESSAGES_FILE, META_FILE, readStorageMeta } from "./storage.ts";
 import {
   acquireWriterLock,
   DEFAULT_COLLECTION_LOCK_WAIT_MS,
@@ -91,7 +91,7 @@ import {
   stagingSessionId,
 } from "./compaction.ts";
 import { cleanupCollection, type CleanupReport, recoverLeftovers } from "./maintenance.ts";
-import { type SalvageResult, salvageSession } from "./verify.ts";
+import { irregularSessionFiles, type SalvageResult, salvageSession } from "./verify.ts";
 
 /** Options of `SessionStore`. */
 export interface SessionStoreOptions {
@@ -755,6 +755,11 @@ export class SessionStore {
     options: { readonly id?: string } = {},
   ): Promise<SalvageResult> {
     const context = this.#context;
+    // A source that would be refused (a linked file, no readable meta.json) is refused before
+    // the collection is made.
+    const [irregular] = (await irregularSessionFiles(this.fs, dir)).errors;
+    if (irregular !== undefined) throw irregular;
+    await readStorageMeta(this.fs, dir, true);
     return await this.#exclusive(
       toCollection,
       () =>

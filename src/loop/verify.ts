@@ -238,7 +238,7 @@ const SESSION_FILES = [META_FILE, MESSAGES_FILE];
  * followed, nothing is opened. A missing directory or file is no finding here (reading it reports
  * it).
  */
-async function irregularSessionFiles(
+export async function irregularSessionFiles(
   fs: FileSystem,
   dir: string,
 ): Promise<{ readonly errors: SessionFormatError[]; readonly indexKind?: EntryKind }> {
