@@ -1031,3 +1031,32 @@ test("one session reached through two spellings of its data directory has one wr
     await second.close();
   }
 });
+
+test("a writer that comes while another process takes over a stale lock waits for it, and is not refused", async () => {
+  const { fs, alive, session } = await setup();
+  const dir = session.getSessionPath();
+  // A lock left by pid 999, which is dead.
+  await writeLock(fs, dir, { pid: 999, host: HOST, startedAt: "x", token: "0dead" });
+  const removing = gate();
+  const slowRemoval = hookedFs(view(fs), {
+    async before(method, args) {
+      if (method === "remove" && String(args[0]).endsWith(`/${WRITER_LOCK_FILE}`)) {
+        removing.open();
+        await new Promise((resolve) => setTimeout(resolve, 50)); // a slow disk's unlink
+      }
+    },
+  });
+  alive.add(300);
+  const cleaner = new SessionStore({
+    fs: slowRemoval,
+    agentDir: AGENT,
+    process: probe(300, alive),
+  });
+  const cleanup = cleaner.cleanup(CWD);
+  await removing.wait;
+  // Meanwhile another process opens the session: the stale lock is being taken over, not held.
+  const writer = await storeAs(fs, 200, alive).open(dir);
+  assert.equal((await lockRecord(fs, dir)).pid, 200);
+  assert.deepEqual((await cleanup).removed, [`${dir}/${WRITER_LOCK_FILE}`]);
+  await writer.close();
+});

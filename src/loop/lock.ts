@@ -464,17 +464,34 @@ async function removeIfHolding(
 }
 
 /** A few attempts at the file lock, taking over stale locks; reports a live holder. */
+/** How many times, and how long each, an acquirer waits for another takeover of a stale lock. */
+const TAKEOVER_WAITS = 50;
+const TAKEOVER_WAIT_MS = 10;
+
 async function tryFileLock(
   context: StoreContext,
   lockPath: string,
   own: LockRecord,
 ): Promise<{ taken: true } | { taken: false; holder: LockRecord | undefined }> {
+  let waits = 0;
   for (let attempt = 0; attempt < 4; attempt++) {
     if (await createLockFile(context.fs, lockPath, own)) return { taken: true };
     const state = await inspectLockFile(context, lockPath);
     if (state.kind === "free") continue;
     if (state.kind === "live") return { taken: false, holder: state.record };
     await removeStaleLock(context, lockPath, state.record?.token, own);
+    // The same stale lock still there: another takeover of it (a cleanup's, another writer's)
+    // holds its marker. Its end is waited for (a little while) rather than spent as an attempt,
+    // so the lock is not refused as a live holder's while nobody holds it.
+    const after = await inspectLockFile(context, lockPath);
+    if (
+      after.kind === "stale" && after.record?.token === state.record?.token &&
+      waits < TAKEOVER_WAITS
+    ) {
+      waits++;
+      attempt--;
+      await sleep(TAKEOVER_WAIT_MS);
+    }
   }
   const state = await inspectLockFile(context, lockPath);
   return { taken: false, holder: state.kind === "live" ? state.record : undefined };
