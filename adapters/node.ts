@@ -443,16 +443,35 @@ function linuxProcessStart(pid: number): string | undefined {
   return start !== undefined && /^\d+$/.test(start) ? start : undefined;
 }
 
-/** True when a process with `pid` exists on this host (signal 0 sends nothing). */
+/**
+ * True when `pid` is a zombie on Linux (state `Z` in `/proc/<pid>/stat`): a process that has
+ * exited and whose parent has not reaped it yet. Signal 0 still reaches it, but it runs no more.
+ */
+function isLinuxZombie(pid: number): boolean {
+  if (process.platform !== "linux") return false;
+  let text: string;
+  try {
+    text = readFileSync(`/proc/${pid}/stat`, "latin1");
+  } catch {
+    return false;
+  }
+  // The state (field 3) follows the command name, which is in parentheses.
+  return text.charAt(text.lastIndexOf(")") + 2) === "Z";
+}
+
+/**
+ * True when a process with `pid` exists on this host and still runs (signal 0 sends nothing; an
+ * exited process its parent has not reaped yet, a zombie, no longer runs).
+ */
 function isProcessAlive(pid: number): boolean {
   // 0 and negative pids address process groups, never one process.
   if (!Number.isSafeInteger(pid) || pid <= 0) return false;
   try {
     process.kill(pid, 0);
-    return true;
+    return !isLinuxZombie(pid);
   } catch (error) {
     const code = codeOf(error);
-    if (code === "EPERM") return true;
+    if (code === "EPERM") return !isLinuxZombie(pid);
     if (code === "ESRCH") return false;
     // Deno without `--allow-run` may not signal: nothing tells the process gone, so its lock is
     // respected (a writer is refused with `SessionLockedError`, never let in).

@@ -1,6 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
@@ -325,6 +326,29 @@ test("nodeProcessProbe reports this process alive and an exited one dead", () =>
   const exited = Number(child.stdout.toString());
   assert.ok(Number.isSafeInteger(exited) && exited > 0);
   assert.equal(node.isAlive(exited), false);
+});
+
+test("nodeProcessProbe reports a zombie (exited, not yet reaped) dead on Linux", async () => {
+  if (process.platform !== "linux") return; // no procfs state elsewhere
+  // `sleep 0.1` exits under a parent (`exec sleep 5`) that never reaps it: a zombie.
+  const parent = spawn("bash", ["-c", "sleep 0.1 & echo $!; exec sleep 5"]);
+  try {
+    const zombie = await new Promise<number>((resolve) =>
+      parent.stdout.once("data", (data) => resolve(Number(String(data).trim())))
+    );
+    const node = nodeProcessProbe();
+    let state = "";
+    for (let i = 0; i < 100 && state !== "Z"; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      const stat = readFileSync(`/proc/${zombie}/stat`, "latin1");
+      state = stat.charAt(stat.lastIndexOf(")") + 2);
+    }
+    assert.equal(state, "Z", "the child became a zombie");
+    assert.equal(node.isAlive(zombie), false);
+    assert.equal(node.isAlive(parent.pid as number), true);
+  } finally {
+    parent.kill("SIGKILL");
+  }
 });
 
 test("a crafted token in a stale lock never becomes a path", async () => {
