@@ -153,3 +153,25 @@ test("a data directory given with ~ is the home's, and a missing one is said, no
   assert.equal(noCollection.code, 1);
   assert.match(noCollection.err, /Collection directory does not exist: '\/nowhere'/);
 });
+
+test("the progress line keeps its own terminal controls while stored data is escaped", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  for (let i = 0; i < 2; i++) {
+    const session = await store.create(CWD);
+    await session.commit(conversation(1, `s${i}`));
+    await session.close();
+  }
+  const { io } = memoryIo(fs, CWD, Date.now());
+  let err = "";
+  const code = await runCli(["--data-dir", AGENT, "sessions", "verify", "--all"], {
+    ...io,
+    errIsTerminal: true,
+    err: (text) => void (err += text),
+  });
+  assert.equal(code, 0);
+  assert.match(err, /\rverifying 1\/2/);
+  assert.ok(err.endsWith("\r\u001b[K"), JSON.stringify(err));
+  assert.doesNotMatch(err, /\\u001b/);
+});

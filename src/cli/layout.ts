@@ -282,15 +282,19 @@ export async function runPruneRaw(io: CliIo, args: readonly string[]): Promise<n
   const repoRoot = await findRepoRoot(io, io.cwd);
   const json = parsed.flags.has("json");
   const progress = new Progress(io, "pruning", json);
-  const report = await pruneRaw(io.fs, join(repoRoot, LOOPY_DIRNAME), {
-    ...(olderThanDays === undefined ? {} : { olderThanDays }),
-    ...(sessionId === undefined ? {} : { sessionId }),
-    legacyTraces: parsed.flags.has("legacy-traces"),
-    dryRun: parsed.flags.has("dry-run"),
-    now: () => new Date(io.now()),
-    onProgress: (done: number, total: number) => progress.update(done, total),
-  });
-  progress.end();
+  let report: Awaited<ReturnType<typeof pruneRaw>>;
+  try {
+    report = await pruneRaw(io.fs, join(repoRoot, LOOPY_DIRNAME), {
+      ...(olderThanDays === undefined ? {} : { olderThanDays }),
+      ...(sessionId === undefined ? {} : { sessionId }),
+      legacyTraces: parsed.flags.has("legacy-traces"),
+      dryRun: parsed.flags.has("dry-run"),
+      now: () => new Date(io.now()),
+      onProgress: (done: number, total: number) => progress.update(done, total),
+    });
+  } finally {
+    progress.end(); // an error's line never joins the progress line
+  }
   if (json) {
     printJson(io, report);
     return 0;

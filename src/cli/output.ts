@@ -20,6 +20,11 @@ export interface CliIo {
   readonly out: (text: string) => void;
   /** Writes to standard error. */
   readonly err: (text: string) => void;
+  /**
+   * Optional: writes the program's own terminal controls (the progress line's) to standard error
+   * as they are, where `err` escapes controls (see `terminalSafeIo`); default `err`.
+   */
+  readonly errControls?: (text: string) => void;
   /** True when standard error is a terminal (progress lines are shown only then). */
   readonly errIsTerminal: boolean;
   /** Reads an environment variable. */
@@ -73,6 +78,8 @@ export function terminalSafeIo(io: CliIo): CliIo {
     ...io,
     out: (text) => io.out(terminalSafe(text)),
     err: (text) => io.err(terminalSafe(text)),
+    // The progress line's own controls, and only them, reach the terminal as controls.
+    errControls: io.errControls ?? io.err,
   };
 }
 
@@ -108,12 +115,13 @@ export class Progress {
   update(done: number, total: number): void {
     if (!this.#enabled) return;
     this.#shown = true;
-    this.#io.err(`\r${this.#label} ${done}/${total}`);
+    // The label is the program's own text: written with its controls as they are.
+    (this.#io.errControls ?? this.#io.err)(`\r${this.#label} ${done}/${total}`);
   }
 
   /** Clears the line. */
   end(): void {
-    if (this.#shown) this.#io.err("\r\x1b[K");
+    if (this.#shown) (this.#io.errControls ?? this.#io.err)("\r\x1b[K");
   }
 }
 

@@ -722,11 +722,14 @@ async function verify(io: CliIo, flags: StoreFlags, args: readonly string[]): Pr
   }
   const progress = new Progress(io, "verifying", json);
   const reports: VerifyReport[] = [];
-  for (const [i, dir] of dirs.entries()) {
-    progress.update(i, dirs.length);
-    reports.push(await verifySession(io.fs, dir, { sha256: io.sha256 }));
+  try {
+    for (const [i, dir] of dirs.entries()) {
+      progress.update(i, dirs.length);
+      reports.push(await verifySession(io.fs, dir, { sha256: io.sha256 }));
+    }
+  } finally {
+    progress.end(); // an error's line never joins the progress line
   }
-  progress.end();
   if (json) printJson(io, reports.map(({ meta: _meta, ...rest }) => rest));
   else {
     for (const report of reports) printReport(io, report);
@@ -769,41 +772,47 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
   const results: { path: string; migratedTo?: string; alreadyMigrated: boolean; error?: string }[] =
     [];
   const progress = new Progress(io, "migrating", json);
-  for (const [i, { path: file, published }] of files.entries()) {
-    progress.update(i, files.length);
-    if (dryRun) {
-      const migratedTo = join(dirname(file), legacySessionId(basename(file)) as string);
-      try {
-        // Validated as the migration would (streamed, nothing written), so "would migrate" holds;
-        // a published directory as the open would find it (an invalid one fails the real run).
-        if (!published) await readLegacySession(io.fs, file);
-        else {
-          const report = await verifySession(io.fs, await realDirectory(io, migratedTo), {
-            sha256: io.sha256,
-          });
-          const failure = report.findings.find((finding) => finding.severity === "error");
-          if (failure !== undefined) throw new Error(`${failure.message} (in '${failure.file}')`);
+  try {
+    await migrateEach();
+  } finally {
+    progress.end(); // an error's line never joins the progress line
+  }
+  async function migrateEach(): Promise<void> {
+    for (const [i, { path: file, published }] of files.entries()) {
+      progress.update(i, files.length);
+      if (dryRun) {
+        const migratedTo = join(dirname(file), legacySessionId(basename(file)) as string);
+        try {
+          // Validated as the migration would (streamed, nothing written), so "would migrate" holds;
+          // a published directory as the open would find it (an invalid one fails the real run).
+          if (!published) await readLegacySession(io.fs, file);
+          else {
+            const report = await verifySession(io.fs, await realDirectory(io, migratedTo), {
+              sha256: io.sha256,
+            });
+            const failure = report.findings.find((finding) => finding.severity === "error");
+            if (failure !== undefined) throw new Error(`${failure.message} (in '${failure.file}')`);
+          }
+          results.push({ path: file, migratedTo, alreadyMigrated: published });
+        } catch (error) {
+          results.push({ path: file, alreadyMigrated: published, error: (error as Error).message });
         }
-        results.push({ path: file, migratedTo, alreadyMigrated: published });
+        continue;
+      }
+      try {
+        // Opening validates a published directory (an invalid one fails) or migrates the file.
+        const session = await storeFor(io, flags, dirname(file)).open(file, { readOnly: true });
+        results.push({
+          path: file,
+          migratedTo: session.getSessionPath(),
+          alreadyMigrated: published,
+        });
+        await session.close();
       } catch (error) {
         results.push({ path: file, alreadyMigrated: published, error: (error as Error).message });
       }
-      continue;
-    }
-    try {
-      // Opening validates a published directory (an invalid one fails) or migrates the file.
-      const session = await storeFor(io, flags, dirname(file)).open(file, { readOnly: true });
-      results.push({
-        path: file,
-        migratedTo: session.getSessionPath(),
-        alreadyMigrated: published,
-      });
-      await session.close();
-    } catch (error) {
-      results.push({ path: file, alreadyMigrated: published, error: (error as Error).message });
     }
   }
-  progress.end();
   if (json) printJson(io, { dryRun, results });
   else {
     if (files.length === 0) io.out("No legacy sessions to migrate.\n");
