@@ -325,8 +325,7 @@ export function forgetDurable(fs: FileSystem, path: string): void {
 /** Makes the directory `path` durable in its parent under `"full"` durability. */
 async function syncNewDir(fs: FileSystem, path: string, durability: Durability): Promise<void> {
   if (durability !== "full") return; // nothing is synced in this mode
-  let known = durableDirs.get(fs);
-  if (known === undefined) durableDirs.set(fs, known = new Set());
+  const known = knownDurable(durableDirs, fs);
   known.delete(path);
   await fs.syncDir(dirname(path));
   known.add(path);
@@ -408,10 +407,9 @@ export interface DurableAppendOptions {
    * record torn by a crash), a newline is written first, in the same write, so the torn bytes
    * stay a line of their own and the new record starts a line. So it is after an append of this
    * process to the file through the same `FileSystem` object failed its write or fsync, whatever
-   * the file ends with now: after a
-   * failed fsync the bytes it did not make durable can come back from a crash as zeros even
-   * though a later fsync succeeds (Linux marks their pages clean), and the new record must not
-   * join them. Nothing is removed.
+   * the file ends with now: after a failed fsync the bytes it did not make durable can come back
+   * from a crash as zeros even though a later fsync succeeds (Linux marks their pages clean), and
+   * the new record must not join them. Nothing is removed.
    */
   readonly lines?: boolean;
 }
@@ -483,17 +481,14 @@ export async function durableAppend(
   // The file's entry in its directory is durable once this process synced the directory after
   // seeing the file: a file found existing may have been created by a process that died before
   // syncing it. On failure the next append to the file syncs the directory again.
-  let known = durableEntries.get(fs);
-  if (known === undefined) durableEntries.set(fs, known = new Set());
-  if (created) known.delete(path);
-  if (known.has(path)) return;
-  await fs.syncDir(dirname(path));
-  known.add(path);
+  if (created) durableEntries.get(fs)?.delete(path);
+  await ensureFileDurable(fs, path, durability);
 }
 
 /**
- * Files appended to by `durableAppend` whose directory entry this process has made durable, per
- * filesystem (the same path on another filesystem is another file).
+ * Files whose directory entry this process has made durable (appended to by `durableAppend`,
+ * published by an atomic replace, or found by `ensureFileDurable`), per filesystem (the same
+ * path on another filesystem is another file).
  */
 const durableEntries = new WeakMap<FileSystem, Set<string>>();
 
