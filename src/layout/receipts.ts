@@ -32,7 +32,7 @@ import {
 import type { AttemptIdentity } from "./attempts.ts";
 import { confined } from "./no_links.ts";
 import { serializedOn } from "./serial.ts";
-import { readSessionManifest } from "./tree.ts";
+import { requireOwnSession } from "./tree.ts";
 
 /** What a git boundary receipt records. */
 export interface GitBoundary {
@@ -85,7 +85,7 @@ export async function writeGitReceipt(
   const durability = resolved.durability;
   const paths = session.attempt(attempt.iteration, attempt.workflowId);
   const file = paths.gitReceipt(phase, attempt.attemptId);
-  await requireOwnSession(fs, session, sessionId, file, "session_id");
+  await requireOwnSession(fs, session.dir, sessionId, file, "session_id");
   const ref = paths.gitReceiptRef(phase, attempt.attemptId);
   const statusName = `${phase}-status.jsonl`;
   const diffName = `${phase}-diff.patch`;
@@ -194,7 +194,7 @@ export async function acceptEvalReceipt(
   if (producer.session_id !== options.sessionId) {
     fail("The receipt names another session", "producer.session_id", producer.session_id);
   }
-  await requireOwnSession(fs, session, producer.session_id, file, "producer.session_id");
+  await requireOwnSession(fs, session.dir, producer.session_id, file, "producer.session_id");
   const attempt = session.attempt(producer.iteration, producer.workflow_id);
   const expectedReport = attempt.evalReportRef;
   if (receipt.raw_report_refs.length !== 1 || receipt.raw_report_refs[0] !== expectedReport) {
@@ -297,27 +297,6 @@ export async function acceptEvalReceipt(
     await writeJsonAtomic(fs, sidecarFile, sidecar, resolved.durability);
     return sidecar;
   });
-}
-
-/**
- * Refuses (`LayoutRecordError` naming `file` and `field`) a session id that is not the one the
- * session's `session.json` records: a record written in a session's directory is that session's.
- */
-async function requireOwnSession(
-  fs: FileSystem,
-  session: SessionPaths,
-  sessionId: string,
-  file: string,
-  field: string,
-): Promise<void> {
-  const own = (await readSessionManifest(fs, session.dir)).session_id;
-  if (sessionId !== own) {
-    throw new LayoutRecordError(
-      file,
-      `The record names another session than this one (${own}, as session.json records)`,
-      { path: field, value: sessionId },
-    );
-  }
 }
 
 async function isFile(fs: FileSystem, path: string): Promise<boolean> {

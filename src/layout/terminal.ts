@@ -57,7 +57,7 @@ import {
 } from "./records.ts";
 import { canonicalPath, confined, loopyDirOf } from "./no_links.ts";
 import { LogicalReferenceResolver, type ReferenceHolder } from "./refs.ts";
-import { readSessionManifest } from "./tree.ts";
+import { readSessionManifest, requireOwnSession } from "./tree.ts";
 import { parseLogicalReference } from "./ref_grammar.ts";
 import { serializedOn } from "./serial.ts";
 
@@ -103,15 +103,13 @@ export async function readTerminalControl(
   }
   assertTerminalControlMatches(control, expected, paths.controlJson);
   // The expectation is the caller's; the session is the one session.json records.
-  const own = await readSessionManifest(fs, paths.dir);
-  if (control.producer.session_id !== own.session_id) {
-    throw new LayoutRecordError(
-      paths.controlJson,
-      `Terminal control names another session than this one (${own.session_id}, as ` +
-        "session.json records)",
-      { path: "producer.session_id", value: control.producer.session_id },
-    );
-  }
+  await requireOwnSession(
+    fs,
+    paths.dir,
+    control.producer.session_id,
+    paths.controlJson,
+    "producer.session_id",
+  );
   if (control.stop_reason === "goal_met") {
     await checkCompletionCitations(fs, paths, expected.sessionId, control);
   }

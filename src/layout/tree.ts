@@ -121,6 +121,27 @@ export async function readSessionManifest(
 }
 
 /**
+ * Refuses (`LayoutRecordError` naming `file` and `field`) a session id that is not the one the
+ * `session.json` of `sessionDir` records: a record in a session's directory is that session's.
+ */
+export async function requireOwnSession(
+  fs: FileSystem,
+  sessionDir: string,
+  sessionId: string,
+  file: string,
+  field: string,
+): Promise<void> {
+  const own = (await readSessionManifest(fs, sessionDir)).session_id;
+  if (sessionId !== own) {
+    throw new LayoutRecordError(
+      file,
+      `The record names another session than this one (${own}, as session.json records)`,
+      { path: field, value: sessionId },
+    );
+  }
+}
+
+/**
  * The layout a session records in its `session.json` (`mirror` when a legacy manifest has no
  * layout field). A missing or malformed manifest is an error, never a guess.
  */
