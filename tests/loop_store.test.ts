@@ -850,6 +850,44 @@ for (const damage of ["missing", "truncated", "malformed", "stale"] as const) {
   });
 }
 
+for (const damage of ["missing", "truncated", "malformed", "a symlink"] as const) {
+  test(`the writer's close() publishes again an index.json made ${damage} by another process while it was open`, async () => {
+    const { fs, store } = await setup();
+    const session = await store.create(CWD);
+    const history = conversation(4);
+    await session.commit(history);
+    const indexPath = `${session.getSessionPath()}/index.json`;
+    const fresh = await fs.readFile(indexPath);
+    await session.readHistory(); // trusts the index it published
+    if (damage === "missing") await fs.remove(indexPath);
+    if (damage === "truncated") await fs.writeFile(indexPath, fresh.subarray(0, 20));
+    if (damage === "malformed") {
+      await fs.writeFile(indexPath, new TextEncoder().encode("{not json"));
+    }
+    if (damage === "a symlink") {
+      await fs.writeFile("/elsewhere.json", fresh, { mode: 0o644 });
+      await fs.remove(indexPath);
+      await fs.symlink("/elsewhere.json", indexPath);
+    }
+    const page = await session.readHistory();
+    assert.deepEqual(page.messages, history.slice(page.start));
+    await session.close();
+    assert.equal((await fs.lstat(indexPath)).kind, "file");
+    assert.deepEqual(await fs.readFile(indexPath), fresh);
+    if (damage === "a symlink") assert.deepEqual(await fs.readFile("/elsewhere.json"), fresh);
+  });
+}
+
+test("the writer's close() leaves an index.json it published and nobody changed as it is", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(4));
+  await session.readHistory();
+  const before = fs.snapshotTree?.();
+  await session.close();
+  assert.deepEqual(fs.snapshotTree?.(), before);
+});
+
 test("open() reports a log shorter than its committed range and modifies nothing", async () => {
   const { fs, store } = await setup();
   const session = await store.create(CWD);

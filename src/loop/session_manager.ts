@@ -1502,7 +1502,8 @@ export class SessionManager {
       fallbackTitle: this.#committed.title,
       rounds: this.#committed.arrays.rounds.slice(0, this.#committed.roundCount),
     };
-    await atomicReplace(this.#fs, join(this.#dir, INDEX_FILE), encodeRoundIndex(index), {
+    const bytes = encodeRoundIndex(index);
+    await atomicReplace(this.#fs, join(this.#dir, INDEX_FILE), bytes, {
       durability: this.#context.durability,
     });
     this.#indexed = {
@@ -1510,6 +1511,7 @@ export class SessionManager {
       bytes: meta.bytes,
       count: meta.messageCount,
       rounds: index.rounds.length,
+      size: bytes.length,
     };
   }
 
@@ -1520,9 +1522,11 @@ export class SessionManager {
    * A page of history: by default the latest three user rounds. `before` is an exclusive global
    * message index on a user-round boundary (or the total); `revision` rejects with
    * `StaleRevisionError` when the committed generation changed. Reads only the page's byte range
-   * of the log. A writable manager rebuilds a missing, malformed or stale index.json first (a
-   * failed rebuild is retried by the next page read and never fails the page); a read-only one
-   * never reads or writes it (its pages come from the offsets read at open).
+   * of the log. A writable manager's first page read rebuilds a missing, malformed or stale
+   * index.json (a failed rebuild is retried by the next page read and never fails the page); its
+   * later page reads trust the index it published or checked, and `close()` publishes it again
+   * when another process removed or changed it meanwhile. A read-only manager never reads or
+   * writes it (its pages come from the offsets read at open).
    *
    * @throws {InvalidArgumentError} For `before` not a safe integer on a round boundary in
    *   `[0, total]`, or a `revision` that is not a string.
@@ -1878,7 +1882,8 @@ export class SessionManager {
   // Lifecycle
 
   /**
-   * Waits for queued writes, publishes a lagging index, closes the log handles (the writer's, and
+   * Waits for queued writes, publishes a lagging index (or one removed or changed by another
+   * process since this manager published or checked it), closes the log handles (the writer's, and
    * the one page reads keep open from their first page, also in a read-only manager) and releases
    * the writer slot. A pending save stays unsaved: call `flush()` first to keep it.
    */
@@ -1888,12 +1893,15 @@ export class SessionManager {
       this.#closed = true;
       try {
         if (
-          !this.#readOnly && this.#wrote && this.#committed.meta !== undefined &&
-          this.#indexed?.count !== this.#committed.count &&
-          this.#pending === undefined
+          !this.#readOnly && this.#committed.meta !== undefined && this.#pending === undefined
         ) {
           try {
-            await this.#publishIndex();
+            // Behind the committed history after this manager's saves, or no longer the file
+            // known to be there (removed or damaged by another process): published again.
+            if (
+              (this.#wrote && this.#indexed?.count !== this.#committed.count) ||
+              !(await this.#indexStillThere())
+            ) await this.#publishIndex();
           } catch {
             // Derived data: rebuilt on the next page read.
           }
@@ -1908,6 +1916,23 @@ export class SessionManager {
         await this.#onClose?.();
       }
     });
+  }
+
+  /**
+   * False when index.json is known to have changed since this manager published or read it: it is
+   * missing, not a regular file, or (for one it published) of another size. True when nothing is
+   * known about it, or when it cannot be looked at.
+   */
+  async #indexStillThere(): Promise<boolean> {
+    const indexed = this.#indexed;
+    if (indexed === undefined) return true;
+    let info;
+    try {
+      info = await this.#fs.lstat(join(this.#dir, INDEX_FILE));
+    } catch (error) {
+      return !(error instanceof NotFound);
+    }
+    return info.kind === "file" && (indexed.size === undefined || info.size === indexed.size);
   }
 
   #assertOpen(): void {
@@ -2053,6 +2078,8 @@ interface IndexCoverage {
   readonly bytes: number;
   readonly count: number;
   readonly rounds: number;
+  /** The byte length of the index.json this manager published (undefined for one it adopted). */
+  readonly size?: number;
 }
 
 function sameMeta(a: StorageMeta, b: StorageMeta): boolean {
