@@ -464,8 +464,9 @@ function isLinuxZombie(pid: number): boolean {
  * exited process its parent has not reaped yet, a zombie, no longer runs).
  */
 function isProcessAlive(pid: number): boolean {
-  // 0 and negative pids address process groups, never one process.
-  if (!Number.isSafeInteger(pid) || pid <= 0) return false;
+  // 0 and negative pids address process groups, never one process; a pid past 2^31 - 1 is none
+  // a process can have (pid_t is a signed 32-bit integer), and the runtime refuses to signal it.
+  if (!Number.isSafeInteger(pid) || pid <= 0 || pid > 0x7fffffff) return false;
   try {
     process.kill(pid, 0);
     return !isLinuxZombie(pid);

@@ -4,12 +4,12 @@ import { spawn, spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { mkdtemp, rm } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import process from "node:process";
 import { MemoryFs } from "../adapters/memory.ts";
 import { nodeFs, nodeProcessProbe } from "../adapters/node.ts";
 import type { FileSystem } from "../src/port/fs.ts";
-import { FsIoError } from "../src/port/errors.ts";
+import { FsIoError, NotFound } from "../src/port/errors.ts";
 import { SessionBusyError, SessionFormatError, SessionLockedError } from "../src/loop/errors.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
@@ -326,6 +326,44 @@ test("nodeProcessProbe reports this process alive and an exited one dead", () =>
   const exited = Number(child.stdout.toString());
   assert.ok(Number.isSafeInteger(exited) && exited > 0);
   assert.equal(node.isAlive(exited), false);
+});
+
+test("nodeProcessProbe reports a pid no process can have (past 2^31 - 1) dead, and its lock is taken over and cleaned up", async () => {
+  const node = nodeProcessProbe();
+  for (const pid of [2 ** 31, 3_000_000_000, Number.MAX_SAFE_INTEGER]) {
+    assert.equal(node.isAlive(pid), false, String(pid));
+  }
+  const base = await mkdtemp(join(tmpdir(), "loop-lock-pid-"));
+  try {
+    const fs = nodeFs();
+    const cwd = join(base, "work");
+    await fs.mkdir(cwd);
+    const store = new SessionStore({ fs, agentDir: join(base, "agent"), process: node });
+    const session = await store.create(cwd);
+    await session.commit(conversation(2));
+    await session.close();
+    const dir = session.getSessionPath();
+    const stale = { pid: 3_000_000_000, host: hostname(), startedAt: "x", token: "stale" };
+    await writeLock(fs, dir, stale);
+    const collection = dirname(dir);
+    await fs.writeFile(
+      join(collection, COLLECTION_LOCK_FILE),
+      encoder.encode(JSON.stringify(stale)),
+    );
+    const report = await store.cleanup(cwd);
+    // The stale collection lock is taken over by cleanup's own, then released with it.
+    assert.deepEqual(
+      report.removed.map((path) => path.slice(collection.length + 1)),
+      [`${session.id}/${WRITER_LOCK_FILE}`],
+    );
+    await assert.rejects(fs.lstat(join(collection, COLLECTION_LOCK_FILE)), NotFound);
+    await writeLock(fs, dir, stale);
+    const reopened = await store.open(dir); // the stale lock is taken over
+    assert.equal((await lockRecord(fs, dir)).pid, process.pid);
+    await reopened.close();
+  } finally {
+    await rm(base, { recursive: true, force: true });
+  }
 });
 
 test("nodeProcessProbe reports a zombie (exited, not yet reaped) dead on Linux", async () => {
