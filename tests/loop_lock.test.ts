@@ -285,6 +285,63 @@ test("the collection lock serializes callers in one process instead of refusing 
   assert.deepEqual(order, ["a in", "a out", "b in", "b out"]);
 });
 
+for (const probed of [false, true]) {
+  test(
+    `the collection lock serializes callers through two spellings of one collection (a symlink), ${
+      probed ? "with" : "without"
+    } a probe, in call order`,
+    async () => {
+      const fs = new MemoryFs();
+      await fs.mkdir(COLLECTION, { recursive: true });
+      await fs.mkdir("/links", { recursive: true });
+      await fs.symlink(COLLECTION, "/links/collection");
+      const options = probed ? { process: { pid: 100, host: HOST, isAlive: () => true } } : {};
+      const context = new SessionStore({ fs, agentDir: AGENT, ...options }).context;
+      const order: string[] = [];
+      const task = (name: string) => async () => {
+        order.push(`${name} in`);
+        await new Promise((resolve) => setTimeout(resolve, 5));
+        order.push(`${name} out`);
+      };
+      await Promise.all([
+        withCollectionLock(context, COLLECTION, task("a")),
+        withCollectionLock(context, "/links/collection", task("b")),
+        withCollectionLock(context, COLLECTION, task("c")),
+      ]);
+      assert.deepEqual(order, ["a in", "a out", "b in", "b out", "c in", "c out"]);
+    },
+  );
+}
+
+test("archive.set through two spellings of one collection keeps both changes (no probe)", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  await fs.mkdir("/data/loop", { recursive: true });
+  await fs.mkdir("/home", { recursive: true });
+  await fs.symlink("/data/loop", "/home/link"); // e.g. ~/.loop linked to a dotfiles directory
+  const real = new SessionStore({ fs, agentDir: "/data/loop", sessionDir: "/data/loop/chats" });
+  const linked = new SessionStore({ fs, agentDir: "/home/link", sessionDir: "/home/link/chats" });
+  const ids: string[] = [];
+  for (let i = 0; i < 2; i++) {
+    const session = await real.create(CWD);
+    await session.commit(conversation(1));
+    ids.push(session.id);
+    await session.close();
+  }
+  const [first, second] = ids as [string, string];
+  await Promise.all([
+    real.archive.set(undefined, [first], true),
+    linked.archive.set(undefined, [second], true),
+  ]);
+  assert.deepEqual(
+    [
+      await real.archive.isArchived(undefined, first),
+      await real.archive.isArchived(undefined, second),
+    ],
+    [true, true],
+  );
+});
+
 test("cleanup() removes stale locks and markers and keeps live ones", async () => {
   const { fs, alive, session } = await setup();
   const dir = session.getSessionPath();

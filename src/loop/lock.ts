@@ -134,7 +134,10 @@ const registrations = new WeakMap<FileSystem, Map<string, string>>();
 const briefHolds = new WeakMap<FileSystem, Map<string, Promise<void>>>();
 /** What to run when a lock is released (the end of a brief hold). */
 const releaseHooks = new WeakMap<HeldLock, () => void>();
-/** In-process wait queues of collection locks: filesystem → lock path → tail promise. */
+/**
+ * In-process wait queues of collection locks: filesystem → lock path as spelled (or NUL and its
+ * real path) → tail promise.
+ */
 const queues = new WeakMap<FileSystem, Map<string, Promise<void>>>();
 
 const encoder = new TextEncoder();
@@ -665,28 +668,44 @@ export async function withCollectionLock<T>(
     tails = new Map();
     queues.set(fs, tails);
   }
-  const previous = tails.get(lockPath) ?? Promise.resolve();
+  const queue = tails;
+  // Queued by the spelling given first (callers keep their order), then by the directory's real
+  // path, so that callers through another spelling of it (a symlink) wait for this one: without
+  // a probe, nothing else keeps them apart.
+  return await inTurn(queue, lockPath, async () => {
+    const canonical = await canonicalLockPath(fs, lockPath);
+    return await inTurn(queue, `\0${canonical}`, async () => {
+      const held = await takeCollectionLock(context, canonical);
+      try {
+        return await task();
+      } finally {
+        // The operation's outcome stands either way: a lock file that cannot be removed now is
+        // stale once this process no longer holds its token, and the next writer takes it over.
+        await held.release().catch(() => undefined);
+      }
+    });
+  });
+}
+
+/** Runs `task` after the tasks queued before it under `key` in `tails` settled. */
+async function inTurn<T>(
+  tails: Map<string, Promise<void>>,
+  key: string,
+  task: () => Promise<T>,
+): Promise<T> {
+  const previous = tails.get(key) ?? Promise.resolve();
   let done!: () => void;
   const mine = new Promise<void>((resolve) => {
     done = resolve;
   });
   const tail = previous.then(() => mine);
-  tails.set(lockPath, tail);
+  tails.set(key, tail);
   await previous;
   try {
-    // Queued by the spelling given (callers keep their order), held under the directory's real
-    // path, so another spelling of it in this process waits for this one.
-    const held = await takeCollectionLock(context, await canonicalLockPath(fs, lockPath));
-    try {
-      return await task();
-    } finally {
-      // The operation's outcome stands either way: a lock file that cannot be removed now is
-      // stale once this process no longer holds its token, and the next writer takes it over.
-      await held.release().catch(() => undefined);
-    }
+    return await task();
   } finally {
     done();
-    if (tails.get(lockPath) === tail) tails.delete(lockPath);
+    if (tails.get(key) === tail) tails.delete(key);
   }
 }
 
