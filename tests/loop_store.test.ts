@@ -888,6 +888,39 @@ test("the writer's close() leaves an index.json it published and nobody changed 
   assert.deepEqual(fs.snapshotTree?.(), before);
 });
 
+for (const write of ["setPinned", "commit", "append", "setTitle"] as const) {
+  for (const gone of ["removed", "moved away"] as const) {
+    test(`a writer's first ${write} after its session directory was ${gone} is SessionNotFoundError and creates nothing there`, async () => {
+      const { fs, store } = await setup();
+      const created = await store.create(CWD);
+      const history = conversation(2);
+      await created.commit(history);
+      const dir = created.getSessionPath();
+      await created.close();
+      const writer = await store.open(dir);
+      if (gone === "removed") await fs.remove(dir, { recursive: true });
+      else await fs.rename(dir, "/elsewhere");
+      const moved = gone === "moved away" ? fs.snapshotTree?.() : undefined;
+      const saving = write === "setPinned"
+        ? writer.setPinned(true)
+        : write === "commit"
+        ? writer.commit([...history, user("again")])
+        : write === "append"
+        ? writer.append([user("again")])
+        : writer.setTitle({ text: "A title", source: "user", messageIndices: [0] });
+      await assert.rejects(saving, (error: unknown) => {
+        assert.ok(error instanceof SessionNotFoundError, String(error));
+        assert.equal(error.file, `${dir}/meta.json`);
+        return true;
+      });
+      await writer.close();
+      await assert.rejects(fs.lstat(dir), NotFound);
+      assert.deepEqual((await store.listDetailed(CWD)).failures, []);
+      if (moved !== undefined) assert.deepEqual(fs.snapshotTree?.(), moved);
+    });
+  }
+}
+
 test("open() reports a log shorter than its committed range and modifies nothing", async () => {
   const { fs, store } = await setup();
   const session = await store.create(CWD);

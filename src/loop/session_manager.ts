@@ -39,6 +39,7 @@ import {
   SessionCwdError,
   SessionError,
   SessionFormatError,
+  SessionNotFoundError,
   StaleRevisionError,
 } from "./errors.ts";
 import {
@@ -1404,6 +1405,19 @@ export class SessionManager {
   async #ensureDirectory(): Promise<void> {
     if (this.#permissionsEnforced) return;
     const durability = this.#context.durability;
+    if (this.#committed.meta !== undefined) {
+      // A saved session lives where its meta.json was read: a directory removed or moved away
+      // since then is not made again (a save there would publish metadata without its messages).
+      try {
+        await this.#fs.lstat(this.#dir);
+      } catch (error) {
+        if (!(error instanceof NotFound)) throw error;
+        throw new SessionNotFoundError(
+          "Session directory was removed or moved since the session was opened",
+          { file: this.#metaFile, cause: error },
+        );
+      }
+    }
     await ensurePrivateDir(this.#fs, this.#collectionDir, durability);
     await ensurePrivateDir(this.#fs, this.#dir, durability);
     if (this.#beforeFirstWrite !== undefined) {
