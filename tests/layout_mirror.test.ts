@@ -23,7 +23,10 @@ import {
   readTraceRef,
   recordChildOutcome,
   sessionIdForm,
+  updateSessionState,
 } from "../layout.ts";
+import { runCli } from "../src/cli/main.ts";
+import { memoryIo } from "./_cli_io.ts";
 import { deterministic, newRepo, patchState, readJson, writeJson } from "./layout_fixtures.ts";
 import {
   buildMirrorTree,
@@ -379,4 +382,148 @@ test("a v1 ledger record without a request id cannot name its child outcome: a t
   );
   assert.deepEqual(await readJson(fs, `${tree.rootDir}/children.json`), ledger);
   await assert.rejects(fs.lstat(`${tree.rootDir}/child_outcomes/undefined.json`), NotFound);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Pre-versioned legacy states (engine LoopState: "Missing means legacy v1", default 1; a v1
+// CurrentTask's attempt_id is None "only on pre-attempt persisted state")
+
+const LEGACY_ID = "20260419_143022_71393ee22450_ab12cd34";
+const LEGACY_DIR = `/repo/.loopy_loop/sessions/${LEGACY_ID}`;
+
+/** A pre-versioned v1 state, as the legacy engine dumped it: no `schema_version`. */
+const PRE_VERSIONED_STATE = {
+  state_revision: 3,
+  status: "running",
+  goal_hash: "71393ee22450",
+  workflow_set: "main",
+  parent_session_id: null,
+  max_turns: 50,
+  active_session_id: LEGACY_ID,
+  iteration_count: 2,
+  active_child_session_id: null,
+  current_task: null,
+  history: [],
+};
+
+/** A legacy root session with a v1 `session.json` and the given `state.json`. */
+async function legacySession(state: Record<string, unknown>): Promise<MemoryFs> {
+  const fs = await newRepo();
+  await fs.mkdir(LEGACY_DIR, { recursive: true });
+  await writeJson(fs, `${LEGACY_DIR}/session.json`, {
+    session_id: LEGACY_ID,
+    goal_hash: "71393ee22450",
+    workflow_set: "main",
+    parent_session_id: null,
+    created_at: "2026-04-19T14:30:22Z",
+  });
+  await writeJson(fs, `${LEGACY_DIR}/state.json`, state);
+  return fs;
+}
+
+test("a legacy state.json without schema_version is read as v1 and its session receives work", async () => {
+  const fs = await legacySession(PRE_VERSIONED_STATE);
+  const state = await readSessionState(fs, LEGACY_DIR);
+  assert.equal(state.schema_version, 1);
+  assert.equal(state.status, "running");
+  assert.equal(state.iteration_count, 2, "fields the library does not interpret are kept");
+  const tree = await loadSessionTree(fs, "/repo", LEGACY_ID);
+  assert.equal((await findWorkingSession(fs, tree))?.node.sessionId, LEGACY_ID);
+});
+
+test("layout tree lists a pre-versioned legacy session as running (mirror), exit 0", async () => {
+  const fs = await legacySession(PRE_VERSIONED_STATE);
+  const { io, out } = memoryIo(fs, "/repo", Date.parse("2026-05-01T00:00:00Z"));
+  const code = await runCli(["layout", "tree"], io);
+  assert.equal(code, 0, out());
+  assert.equal(out(), `* ${LEGACY_ID}  running (mirror)\n`);
+});
+
+test("a v1 state's current task may predate attempt ids (attempt_id null or absent)", async () => {
+  const task = {
+    workflow_set: "main",
+    workflow_id: "outer",
+    session_id: LEGACY_ID,
+    iteration: 3,
+    started_at: "2026-04-19T14:35:00Z",
+    worker: null,
+  };
+  for (const [current, attemptId] of [[{ ...task, attempt_id: null }, null], [task, undefined]]) {
+    for (const version of [{ schema_version: 1 }, {}]) {
+      const fs = await legacySession({ ...PRE_VERSIONED_STATE, ...version, current_task: current });
+      const state = await readSessionState(fs, LEGACY_DIR);
+      assert.equal(state.schema_version, 1);
+      assert.equal(state.current_task?.iteration, 3);
+      assert.equal(state.current_task?.attempt_id, attemptId);
+      const tree = await loadSessionTree(fs, "/repo", LEGACY_ID);
+      assert.equal((await findWorkingSession(fs, tree))?.state.current_task?.workflow_id, "outer");
+    }
+  }
+});
+
+test("a v2 state's current task still names its attempt: attempt_id null is a typed error", async () => {
+  const { fs, tree } = await mirror();
+  const file = `${tree.rootDir}/state.json`;
+  for (const attempt of [{ attempt_id: null }, {}]) {
+    await patchState(fs, tree.rootDir, {
+      current_task: { workflow_id: "outer", iteration: 3, ...attempt },
+    });
+    await assert.rejects(readSessionState(fs, tree.rootDir), (error: unknown) => {
+      assert.ok(error instanceof LayoutRecordError, String(error));
+      assert.equal(error.file, file);
+      assert.equal(error.path, "current_task.attempt_id");
+      return true;
+    });
+  }
+});
+
+test("prune-raw --legacy-traces removes the traces of a stopped pre-versioned legacy session", async () => {
+  const fs = await legacySession({ ...PRE_VERSIONED_STATE, status: "stopped" });
+  const traces = `/repo/.loopy_loop/traces/${LEGACY_ID}`;
+  const attempt = `${traces}/sessions/${LEGACY_ID}/attempts/a1b2c3d4e5f6`;
+  await fs.mkdir(attempt, { recursive: true });
+  await writeJson(fs, `${attempt}/trace_manifest.json`, {});
+  const report = await pruneRaw(fs, "/repo/.loopy_loop", { legacyTraces: true });
+  assert.deepEqual(report.skipped, []);
+  assert.deepEqual(report.removed.map((entry) => [entry.kind, entry.path]), [
+    ["legacy_traces", traces],
+  ]);
+});
+
+test("updating a pre-versioned state writes schema_version 1; a change of version is refused", async () => {
+  const fs = await legacySession(PRE_VERSIONED_STATE);
+  const file = `${LEGACY_DIR}/state.json`;
+  const updated = await updateSessionState(fs, LEGACY_DIR, (state) => {
+    state.status = "stopped";
+  }, { updatedAt: "2026-04-19T15:00:00Z" });
+  assert.equal(updated.schema_version, 1);
+  const written = await readJson(fs, file);
+  assert.equal(written.schema_version, 1);
+  assert.equal(Object.keys(written)[0], "schema_version");
+  assert.equal(written.state_revision, 4);
+  assert.equal(written.active_session_id, LEGACY_ID);
+  const before = await fs.readFile(file);
+  for (const change of [2, undefined]) {
+    await assert.rejects(
+      updateSessionState(fs, LEGACY_DIR, (state) => {
+        if (change === undefined) delete state.schema_version;
+        else state.schema_version = change;
+      }, { updatedAt: "2026-04-19T15:00:01Z" }),
+      (error: unknown) => {
+        assert.ok(error instanceof LayoutRecordError, String(error));
+        assert.equal(error.file, file);
+        assert.equal(error.path, "schema_version");
+        return true;
+      },
+    );
+  }
+  // A v2 state stays v2: dropping its version (which would read as v1) is refused too.
+  const { fs: v2Fs, tree } = await mirror();
+  await assert.rejects(
+    updateSessionState(v2Fs, tree.rootDir, (state) => {
+      delete state.schema_version;
+    }, { updatedAt: "2026-04-19T15:00:01Z" }),
+    (error: unknown) => error instanceof LayoutRecordError && error.path === "schema_version",
+  );
+  assert.deepEqual(await fs.readFile(file), before);
 });

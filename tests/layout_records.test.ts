@@ -221,6 +221,50 @@ test("state.json keeps unknown fields and refuses a current task beside an activ
   assert.equal(sessionPhase({ ...parsed, active_child_session_id: null }), "ready");
 });
 
+test("state.json without schema_version is v1, whose current task may predate attempt ids", () => {
+  const legacy = { status: "running", active_session_id: "001_demo", current_task: null };
+  assert.equal(parseSessionState(legacy, FILE).schema_version, 1);
+  const task = { workflow_id: "outer", iteration: 3 };
+  for (const version of [{}, { schema_version: 1 }]) {
+    for (const attempt of [{ attempt_id: null }, {}, { attempt_id: "a1" }]) {
+      const parsed = parseSessionState(
+        { ...legacy, ...version, current_task: { ...task, ...attempt } },
+        FILE,
+      );
+      assert.equal(parsed.schema_version, 1);
+      assert.equal(sessionPhase(parsed), "executing");
+    }
+    assertRecordError(
+      () =>
+        parseSessionState(
+          { ...legacy, ...version, current_task: { ...task, attempt_id: "../x" } },
+          FILE,
+        ),
+      "current_task.attempt_id",
+      "../x",
+    );
+  }
+  // v2 keeps requiring the attempt id; a null or non-integer version is not "missing".
+  for (const attempt of [{ attempt_id: null }, {}]) {
+    assertRecordError(
+      () =>
+        parseSessionState({
+          ...legacy,
+          schema_version: 2,
+          current_task: { ...task, ...attempt },
+        }, FILE),
+      "current_task.attempt_id",
+    );
+  }
+  for (const version of [null, "1", 0]) {
+    assertRecordError(
+      () => parseSessionState({ ...legacy, schema_version: version }, FILE),
+      "schema_version",
+      version,
+    );
+  }
+});
+
 test("session.json checks its identity fields and its version", () => {
   const manifest = {
     schema_version: 2,

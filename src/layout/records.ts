@@ -257,18 +257,30 @@ export interface CurrentTask {
   readonly [key: string]: unknown;
 }
 
-/** The fields of `state.json` the scheduler needs; other fields are kept as they are. */
-export interface SessionState {
-  /** 1 or 2. */
-  readonly schema_version: 1 | 2;
+/**
+ * The task of a v1 `state.json`: as `CurrentTask`, but a task persisted before the engine gave
+ * every dispatch an attempt id has `attempt_id` `null` or absent (the engine's "pre-attempt
+ * persisted state"). Such a task matches no attempt-bound record.
+ */
+export interface LegacyCurrentTask {
+  /** The workflow of the attempt. */
+  readonly workflow_id: string;
+  /** The iteration of the attempt. */
+  readonly iteration: number;
+  /** The attempt id; `null` or absent when the task predates attempt ids. */
+  readonly attempt_id?: string | null | undefined;
+  /** Other fields the engine keeps. */
+  readonly [key: string]: unknown;
+}
+
+/** The fields of `state.json` both versions share; other fields are kept as they are. */
+export interface SessionStateFields {
   /** The session id. */
   readonly session_id?: string | undefined;
   /** The scheduling status. */
   readonly status: SessionStatus;
   /** Incremented by every engine write. */
   readonly state_revision?: number | undefined;
-  /** The attempt being executed, if any. */
-  readonly current_task?: CurrentTask | null | undefined;
   /** The live child this session waits for, if any. */
   readonly active_child_session_id?: string | null | undefined;
   /** The latest accepted handoff revision. */
@@ -283,32 +295,81 @@ export interface SessionState {
   readonly [key: string]: unknown;
 }
 
+/** A schema-2 `state.json` (what this library writes): its current task names its attempt. */
+export interface SessionStateV2 extends SessionStateFields {
+  /** Always 2. */
+  readonly schema_version: 2;
+  /** The attempt being executed, if any. */
+  readonly current_task?: CurrentTask | null | undefined;
+}
+
+/**
+ * A schema-1 `state.json` of a legacy mirror session. A state without `schema_version` is v1
+ * (the engine: "Missing means legacy v1"); it is read as `schema_version: 1`.
+ */
+export interface SessionStateV1 extends SessionStateFields {
+  /** 1, also when the file has no `schema_version`. */
+  readonly schema_version: 1;
+  /** The attempt being executed, if any; it may predate attempt ids. */
+  readonly current_task?: LegacyCurrentTask | null | undefined;
+}
+
+/** The fields of `state.json` the scheduler needs, by version (`schema_version` 1 or 2). */
+export type SessionState = SessionStateV1 | SessionStateV2;
+
 const CurrentTaskSchema: v.GenericSchema<unknown, CurrentTask> = v.looseObject({
   workflow_id: SafeId,
   iteration: Count,
   attempt_id: SafeId,
 });
 
-const SessionStateSchema: v.GenericSchema<unknown, SessionState> = v.looseObject({
-  schema_version: v.picklist([1, 2]),
+const LegacyCurrentTaskSchema: v.GenericSchema<unknown, LegacyCurrentTask> = v.looseObject({
+  workflow_id: SafeId,
+  iteration: Count,
+  attempt_id: v.optional(v.nullable(SafeId)),
+});
+
+const sessionStateEntries = {
   session_id: v.optional(SessionId),
   status: v.picklist(["running", "stopped", "goal_met", "failed", "max_turns"]),
   state_revision: v.optional(Count),
-  current_task: v.optional(v.nullable(CurrentTaskSchema)),
   active_child_session_id: v.optional(v.nullable(SessionId)),
   handoff_revision: v.optional(Count),
   handoff_sha256: v.optional(v.nullable(Sha256)),
   terminal_state_revision: v.optional(v.nullable(Count)),
   terminal_at: v.optional(v.nullable(Timestamp)),
+};
+
+const SessionStateV2Schema: v.GenericSchema<unknown, SessionStateV2> = v.looseObject({
+  ...sessionStateEntries,
+  schema_version: v.literal(2),
+  current_task: v.optional(v.nullable(CurrentTaskSchema)),
 });
 
-/** Validates `state.json`; a v2 state with both a current task and an active child is refused. */
+const SessionStateV1Schema: v.GenericSchema<unknown, SessionStateV1> = v.looseObject({
+  ...sessionStateEntries,
+  // Absent means 1: the record is returned with `schema_version: 1`.
+  schema_version: v.optional(v.literal(1), 1),
+  current_task: v.optional(v.nullable(LegacyCurrentTaskSchema)),
+});
+
+/**
+ * Validates `state.json` (schema 2, or the legacy schema 1, which a state without
+ * `schema_version` is). A v1 current task may predate attempt ids (`attempt_id` `null` or
+ * absent); a v2 one must name its attempt. A v2 state with both a current task and an active
+ * child is refused.
+ */
 export function parseSessionState(value: unknown, file: string): SessionState {
-  const state = parseWithSchema(SessionStateSchema, value, file, "state.json");
-  if (
-    state.schema_version === 2 && state.current_task != null &&
-    state.active_child_session_id != null
-  ) {
+  const object = requireObject(value, file, "state.json");
+  const version = object.schema_version;
+  if (version === undefined || version === 1) {
+    return parseWithSchema(SessionStateV1Schema, value, file, "state.json");
+  }
+  if (version !== 2) {
+    fail(file, "Invalid state.json: schema_version must be 1 or 2", "schema_version", version);
+  }
+  const state = parseWithSchema(SessionStateV2Schema, value, file, "state.json");
+  if (state.current_task != null && state.active_child_session_id != null) {
     fail(
       file,
       "A session with an active child cannot have its own current task",

@@ -72,6 +72,8 @@ export interface UpdateStateOptions {
  * Reads `state.json`, validates it, lets `change` edit a copy of the raw object (unknown fields
  * kept), bumps `state_revision` and `updated_at`, validates the result and replaces the file
  * atomically. Returns the new state. A `change` that returns `false` leaves the file untouched.
+ * The state keeps its version: a legacy state without `schema_version` (v1) is written with
+ * `schema_version: 1`, and a `change` that alters the version is refused (`LayoutRecordError`).
  *
  * Updates of one session's state in this process run one after another (each reads the state
  * the previous one wrote), so two concurrent read-modify-writes never lose an update, also when
@@ -91,8 +93,20 @@ export async function updateSessionState(
   return await serializedOn(fs, file, async () => {
     const raw = decodeJson(await fs.readFile(file), file);
     const current = parseSessionState(raw, file);
-    const next: Record<string, unknown> = { ...(raw as Record<string, unknown>) };
+    // A legacy state without `schema_version` is v1; it is rewritten saying so, as the engine
+    // rewrites it (its dump writes the default), never as another version.
+    const next: Record<string, unknown> = "schema_version" in (raw as Record<string, unknown>)
+      ? { ...(raw as Record<string, unknown>) }
+      : { schema_version: current.schema_version, ...(raw as Record<string, unknown>) };
     if (change(next, current) === false) return current;
+    if (next.schema_version !== current.schema_version) {
+      // A write keeps the version it read: a v2 state never becomes a v1 one (or the reverse).
+      throw new LayoutRecordError(
+        file,
+        `Refusing to write an invalid state: schema_version must stay ${current.schema_version}`,
+        { path: "schema_version", value: next.schema_version },
+      );
+    }
     const revision = current.state_revision ?? 0;
     next.state_revision = revision + 1;
     next.updated_at = options.updatedAt;
