@@ -1,6 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
+import { NotFound } from "../src/port/errors.ts";
 import {
   assertReceivesWork,
   ChildRequestError,
@@ -711,4 +712,99 @@ test("a new child id repeats no id of the repository's trees, so every tree stay
     const tree = await loadSessionTree(fs, "/repo", id);
     assert.ok(tree.nodes.has(id));
   }
+});
+
+/** A root whose child (request `phase-0`) failed and whose outcome is recorded. */
+async function recordedChild(): Promise<{ fs: MemoryFs; root: CreatedSession; childId: string }> {
+  const { fs, root } = await setup();
+  await publishChildRequest(fs, root.paths, childRequest("phase-0"));
+  const accepted = await processNext(fs);
+  if (accepted?.kind !== "accepted") throw new Error("expected acceptance");
+  const childId = accepted.childSessionId;
+  await patchState(fs, accepted.childDir, { status: "failed" });
+  await writeJson(
+    fs,
+    `${accepted.childDir}/session_outcome.json`,
+    engineOutcome("failed", {
+      session_id: childId,
+      root_session_id: ROOT_ID,
+      goal_sha256: String((await readJson(fs, `${accepted.childDir}/session.json`)).goal_hash),
+      terminal_state_revision: 3,
+      created_at: "2026-04-19T15:00:01Z",
+    }),
+  );
+  await recordChildOutcome(fs, { repoRoot: "/repo", parentSessionId: ROOT_ID, ...deterministic() });
+  return { fs, root, childId };
+}
+
+/** Asserts a `LayoutRecordError` naming `file` and `field`. */
+function recordError(file: string, field: string): (error: unknown) => boolean {
+  return (error: unknown) => {
+    assert.ok(error instanceof LayoutRecordError, String(error));
+    assert.equal(error.file, file);
+    assert.equal(error.path, field, error.message);
+    return true;
+  };
+}
+
+function decide(fs: MemoryFs, root: CreatedSession, requestId: string, sessionId = ROOT_ID) {
+  return recordParentAcceptance(fs, {
+    paths: root.paths,
+    parentSessionId: sessionId,
+    requestId,
+    decision: "accepted",
+    reason: "Evidence reviewed",
+    producer: { workflowId: "outer", attemptId: "p2" },
+    ...deterministic(),
+  });
+}
+
+test("a child outcome naming another request than its file's is refused, and not bound", async () => {
+  const { fs, root, childId } = await recordedChild();
+  const file = root.paths.childOutcome("phase-0");
+  const own = await readJson(fs, file);
+  assert.equal(own.child_session_id, childId);
+  // Another request's record (another child), placed or damaged under phase-0's name.
+  await writeJson(fs, file, {
+    ...own,
+    request_id: "phase-9",
+    child_session_id: "09_phase-9",
+    session_outcome_ref: "session:09_phase-9:/session_outcome.json",
+  });
+  await assert.rejects(
+    readChildOutcome(fs, root.paths, "phase-0"),
+    recordError(file, "request_id"),
+  );
+  await assert.rejects(decide(fs, root, "phase-0"), recordError(file, "request_id"));
+  await assert.rejects(fs.lstat(root.paths.parentAcceptance("phase-0")), NotFound);
+  // A record of its own request for a request the ledger does not know is refused too.
+  const unknown = root.paths.childOutcome("phase-7");
+  await writeJson(fs, unknown, { ...own, request_id: "phase-7" });
+  await assert.rejects(
+    readChildOutcome(fs, root.paths, "phase-7"),
+    recordError(unknown, "request_id"),
+  );
+  await assert.rejects(decide(fs, root, "phase-7"), recordError(unknown, "request_id"));
+  await assert.rejects(fs.lstat(root.paths.parentAcceptance("phase-7")), NotFound);
+});
+
+test("a child outcome whose child is not the ledger's child for its request is refused", async () => {
+  const { fs, root } = await recordedChild();
+  const file = root.paths.childOutcome("phase-0");
+  const own = await readJson(fs, file);
+  await writeJson(fs, file, {
+    ...own,
+    child_session_id: "02_phase-0",
+    session_outcome_ref: "session:02_phase-0:/session_outcome.json",
+  });
+  await assert.rejects(
+    readChildOutcome(fs, root.paths, "phase-0"),
+    recordError(file, "child_session_id"),
+  );
+  await assert.rejects(decide(fs, root, "phase-0"), recordError(file, "child_session_id"));
+  await assert.rejects(fs.lstat(root.paths.parentAcceptance("phase-0")), NotFound);
+  // The request's own record is read and bound.
+  await writeJson(fs, file, own);
+  assert.deepEqual(await readChildOutcome(fs, root.paths, "phase-0"), own);
+  assert.equal((await decide(fs, root, "phase-0")).child_session_id, own.child_session_id);
 });

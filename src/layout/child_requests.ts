@@ -85,7 +85,13 @@ import { isLogicalReference } from "./ref_grammar.ts";
 import { LogicalReferenceResolver } from "./refs.ts";
 import { createChildSession, type InputToFreeze, type SessionContracts } from "./scaffold.ts";
 import { updateSessionState } from "./state.ts";
-import { loadSessionTree, readSessionState, type SessionNode, type SessionTree } from "./tree.ts";
+import {
+  loadSessionTree,
+  readSessionManifest,
+  readSessionState,
+  type SessionNode,
+  type SessionTree,
+} from "./tree.ts";
 import { confined } from "./no_links.ts";
 import { serializedOn } from "./serial.ts";
 
@@ -1087,14 +1093,69 @@ async function recordOutcome(
   return childOutcome;
 }
 
-/** Reads and validates `child_outcomes/<requestId>.json` of a session, if present. */
+/**
+ * Reads and validates `child_outcomes/<requestId>.json` of a session, if present. The record must
+ * be that request's: its `request_id` is `requestId` (the file's name), and its
+ * `child_session_id` is the child the session's `children.json` records for that request.
+ * Otherwise a `LayoutRecordError` names the file and the field.
+ */
 export async function readChildOutcome(
   fs: FileSystem,
   paths: SessionPaths,
   requestId: string,
 ): Promise<ChildOutcome | undefined> {
   fs = confined(fs, paths.dir);
-  return (await readRecordIfExists(fs, paths.childOutcome(requestId), parseChildOutcome))?.record;
+  const file = paths.childOutcome(requestId);
+  const outcome = (await readRecordIfExists(fs, file, parseChildOutcome))?.record;
+  if (outcome === undefined) return undefined;
+  requireOutcomeOfRequest(outcome, file, requestId);
+  const sessionId = (await readSessionManifest(fs, paths.dir)).session_id;
+  await requireLedgerChild(fs, paths, sessionId, outcome, file);
+  return outcome;
+}
+
+/** Refuses a child outcome whose `request_id` is not the one its file is named after. */
+function requireOutcomeOfRequest(outcome: ChildOutcome, file: string, requestId: string): void {
+  if (outcome.request_id !== requestId) {
+    throw new LayoutRecordError(
+      file,
+      `The child outcome of request ${requestId} records another request`,
+      { path: "request_id", value: outcome.request_id },
+    );
+  }
+}
+
+/**
+ * Refuses a child outcome whose child is not the one `children.json` of session `sessionId`
+ * records for its request (`child_session_id`), or whose request the ledger does not know
+ * (`request_id`).
+ */
+async function requireLedgerChild(
+  fs: FileSystem,
+  paths: SessionPaths,
+  sessionId: string,
+  outcome: ChildOutcome,
+  file: string,
+): Promise<void> {
+  const ledger = await readChildrenLedger(fs, paths, sessionId);
+  const children: readonly LegacyChildRecord[] = ledger.children;
+  const records = children.filter((c) => c.request_id === outcome.request_id);
+  if (records.length === 0) {
+    throw new LayoutRecordError(
+      file,
+      `children.json records no child for request ${outcome.request_id}`,
+      { path: "request_id", value: outcome.request_id },
+    );
+  }
+  if (!records.some((c) => c.session_id === outcome.child_session_id)) {
+    throw new LayoutRecordError(
+      file,
+      `The child of request ${outcome.request_id} is ${
+        records.map((c) => c.session_id).join(", ")
+      }, as children.json records`,
+      { path: "child_session_id", value: outcome.child_session_id },
+    );
+  }
 }
 
 /** Options of `recordParentAcceptance`. */
@@ -1116,7 +1177,8 @@ export interface RecordParentAcceptanceOptions extends LayoutWriteOptions {
 /**
  * Records the parent orchestrator's decision about a child's outcome in
  * `parent_acceptance/<request_id>.json`, bound to the child outcome record by reference and
- * hash. The child outcome must have been recorded first. Serialized with the other
+ * hash. The child outcome must have been recorded first, and be that request's record of the
+ * ledger's child (as `readChildOutcome` checks it). Serialized with the other
  * child-lifecycle operations on the same parent; works for a mirror parent too.
  */
 export async function recordParentAcceptance(
@@ -1137,12 +1199,11 @@ async function recordAcceptance(
 ): Promise<ParentAcceptance> {
   const resolved = resolveWriteOptions(options);
   const paths = options.paths;
-  const outcome = await readRecord(
-    fs,
-    paths.childOutcome(options.requestId),
-    parseChildOutcome,
-    resolved.sha256,
-  );
+  const outcomeFile = paths.childOutcome(options.requestId);
+  const outcome = await readRecord(fs, outcomeFile, parseChildOutcome, resolved.sha256);
+  // Only the record of this request, and of the ledger's child for it, is bound.
+  requireOutcomeOfRequest(outcome.record, outcomeFile, options.requestId);
+  await requireLedgerChild(fs, paths, options.parentSessionId, outcome.record, outcomeFile);
   const file = paths.parentAcceptance(options.requestId);
   const record = parseParentAcceptance({
     schema_version: 1,
