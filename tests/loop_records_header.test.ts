@@ -15,6 +15,7 @@ import {
   SessionHeaderSchema,
   validateSessionMetadata,
 } from "../src/loop/records/mod.ts";
+import { MAX_HEADER_NESTING } from "../src/loop/records/_validation.ts";
 import { header, SESSION_ID, throwsAt, user } from "./loop_records_fixtures.ts";
 
 function unsupported(value: unknown): UnsupportedSessionError {
@@ -359,4 +360,33 @@ test("a header parsed from JSON survives a save and load unchanged", () => {
   const twice = parseSessionHeader(JSON.parse(JSON.stringify(once)));
   assert.equal(JSON.stringify(twice), JSON.stringify(stored));
   validateSessionMetadata(twice, [JSON.parse(JSON.stringify(user())).role]);
+});
+
+/** An array holding an array ... `levels` arrays deep around 1. */
+function nestedArrays(levels: number): unknown {
+  let value: unknown = 1;
+  for (let i = 0; i < levels; i++) value = [value];
+  return value;
+}
+
+test("a header nested deeper than MAX_HEADER_NESTING levels is refused by the path of its first too-deep value", () => {
+  // The header is level 1 and its field's outermost array level 2: 199 arrays fit, 200 do not.
+  const fits = header({ futureField: nestedArrays(MAX_HEADER_NESTING - 1) } as never);
+  assert.deepEqual(parseSessionHeader(fits), fits);
+  const deep = { futureField: nestedArrays(MAX_HEADER_NESTING) };
+  const error = throwsAt(
+    () => parseSessionHeader(header(deep as never), { file: "/s/meta.json" }),
+    `header.futureField${"[0]".repeat(MAX_HEADER_NESTING - 1)}`,
+  );
+  assert.equal(error.file, "/s/meta.json");
+  assert.match(error.message, /nested deeper than 200 levels/);
+  // Any depth is judged without a stack overflow, objects as arrays.
+  let object: Record<string, unknown> = {};
+  const root = object;
+  for (let i = 0; i < 100_000; i++) object = (object.next = {}) as Record<string, unknown>;
+  const far = throwsAt(
+    () => parseSessionHeader(header({ model: { provider: "p", id: "m", extra: root } } as never)),
+    `header.model.extra${".next".repeat(MAX_HEADER_NESTING - 2)}`,
+  );
+  assert.ok(far instanceof SessionFormatError);
 });

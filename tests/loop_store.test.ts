@@ -921,6 +921,62 @@ for (const write of ["setPinned", "commit", "append", "setTitle"] as const) {
   }
 }
 
+/** An array holding an array ... `levels` arrays deep around 1. */
+function nestedArrays(levels: number): unknown {
+  let value: unknown = 1;
+  for (let i = 0; i < levels; i++) value = [value];
+  return value;
+}
+
+test("a meta.json header nested too deep to copy is a SessionFormatError in open, both listings and verify; the other sessions list", async () => {
+  const { fs, store } = await setup();
+  const healthy = await savedSession(store);
+  const damaged = await savedSession(store);
+  const metaPath = damaged.getSessionFile();
+  const meta = await readJson(fs, metaPath);
+  // Another writer's field, 5,000 levels deep: valid JSON that a structured clone cannot copy
+  // (written as text: JSON.stringify cannot write it either on Node).
+  (meta.header as Record<string, unknown>).futureField = "DEEP";
+  const deep = `${"[".repeat(5000)}1${"]".repeat(5000)}`;
+  await fs.writeFile(
+    metaPath,
+    new TextEncoder().encode(JSON.stringify(meta).replace('"DEEP"', deep)),
+  );
+  const before = fs.snapshotTree?.();
+  const isDeep = (error: unknown): boolean => {
+    assert.ok(error instanceof SessionFormatError, String(error));
+    assert.equal(error.file, metaPath);
+    assert.ok(error.path?.startsWith("header.futureField[0][0]"), error.path);
+    return true;
+  };
+  await assert.rejects(store.open(metaPath), isDeep);
+  await assert.rejects(store.open(metaPath, { readOnly: true }), isDeep);
+  for (const fast of [false, true]) {
+    const listing = await store.listDetailed(CWD, undefined, { fast });
+    assert.deepEqual(listing.sessions.map((info) => info.id), [healthy.id]);
+    assert.equal(listing.failures.length, 1);
+    isDeep(listing.failures[0]?.error);
+  }
+  const report = await verifySession(fs, damaged.getSessionPath(), { sha256: portableSha256 });
+  assert.equal(report.ok, false);
+  assert.deepEqual(fs.snapshotTree?.(), before);
+});
+
+test("a save whose metadata nests deeper than a header may is refused before anything is written", async () => {
+  const { fs, store } = await setup();
+  const session = await store.open((await savedSession(store)).getSessionPath());
+  const before = fs.snapshotTree?.();
+  const contexts = [{ userTurn: 0, content: "first", timestamp: 1, extra: nestedArrays(300) }];
+  await assert.rejects(session.commit(session.messages, contexts as never), (error) => {
+    assert.ok(error instanceof SessionFormatError, String(error));
+    assert.ok(error.path?.startsWith("header.runtimeContexts[0].extra[0]"), error.path);
+    return true;
+  });
+  assert.equal(session.hasPendingSave, false);
+  assert.deepEqual(fs.snapshotTree?.(), before);
+  await session.close();
+});
+
 test("open() reports a log shorter than its committed range and modifies nothing", async () => {
   const { fs, store } = await setup();
   const session = await store.create(CWD);

@@ -66,6 +66,7 @@ import {
   validateSessionMetadata,
   validateSystemPromptCheckpoints,
 } from "./records/mod.ts";
+import { checkNesting, MAX_HEADER_NESTING } from "./records/_validation.ts";
 import {
   closeWhenOpened,
   type EncodedArrays,
@@ -2217,15 +2218,19 @@ function ownMetadata(
 ): SaveMetadata {
   const own = (value: unknown, path: string): unknown => {
     if (!Array.isArray(value)) return value;
+    let copy: unknown[];
     try {
       // Spread first: the array may be a Proxy, which structuredClone refuses.
-      return structuredClone([...value]);
+      copy = structuredClone([...value]);
     } catch (error) {
       throw new SessionFormatError(
         `Invalid session metadata: it cannot be copied (${(error as Error).message})`,
         { file, path, cause: error },
       );
     }
+    // As a load checks the header it is written in (the arrays sit at its level 2).
+    checkNesting(copy, MAX_HEADER_NESTING, "Invalid session metadata", { file }, path, 2);
+    return copy;
   };
   let ownContext = context;
   if (typeof context === "object" && context !== null) {

@@ -41,6 +41,69 @@ export function childPath(base: string, key: string | number): string {
   return `${base}[${JSON.stringify(key)}]`;
 }
 
+/**
+ * How deeply a session header may nest objects and arrays (the header itself is level 1). Far
+ * past any header Loop writes (its deepest fields sit at level 5), and far below what the
+ * runtimes' structured clone and `JSON.stringify` can copy or write (about 1,900 levels of
+ * objects in Node 20): a header that opened could otherwise fail every later copy or save with a
+ * stack overflow instead of a typed error.
+ */
+export const MAX_HEADER_NESTING = 200;
+
+/** One object or array met by `checkNesting`, with the way to it (built only on failure). */
+interface NestingStep {
+  readonly value: object;
+  readonly level: number;
+  readonly parent: NestingStep | undefined;
+  readonly key: string | number;
+}
+
+/**
+ * Throws a `SessionFormatError` for `what` at the path of the first object or array of `value`
+ * (found at `path`, at nesting `level`) that lies deeper than `limit` levels. Iterative, so a
+ * value of any depth is judged without a stack overflow.
+ */
+export function checkNesting(
+  value: unknown,
+  limit: number,
+  what: string,
+  location: RecordLocation,
+  path: string,
+  level = 1,
+): void {
+  if (typeof value !== "object" || value === null) return;
+  const stack: NestingStep[] = [{ value, level, parent: undefined, key: "" }];
+  for (let step = stack.pop(); step !== undefined; step = stack.pop()) {
+    if (step.level > limit) {
+      const keys: (string | number)[] = [];
+      for (let at: NestingStep | undefined = step; at?.parent !== undefined; at = at.parent) {
+        keys.push(at.key);
+      }
+      const where = keys.reverse().reduce<string>((base, key) => childPath(base, key), path);
+      throw new SessionFormatError(`${what}: nested deeper than ${limit} levels`, {
+        ...(location.file === undefined ? {} : { file: location.file }),
+        path: where,
+      });
+    }
+    const node = step.value as Record<string, unknown>;
+    if (Array.isArray(node)) {
+      for (let index = 0; index < node.length; index++) {
+        const item: unknown = node[index];
+        if (typeof item === "object" && item !== null) {
+          stack.push({ value: item, level: step.level + 1, parent: step, key: index });
+        }
+      }
+      continue;
+    }
+    for (const key of Object.keys(node)) {
+      const item = node[key];
+      if (typeof item === "object" && item !== null) {
+        stack.push({ value: item, level: step.level + 1, parent: step, key });
+      }
+    }
+  }
+}
+
 /** Throws a `SessionFormatError` for `what` (the record kind) at `path`, showing `value`. */
 export function fail(
   what: string,

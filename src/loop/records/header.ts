@@ -28,7 +28,7 @@
 import * as v from "valibot";
 import { preview, SessionFormatError, UnsupportedSessionError } from "../errors.ts";
 import type { MessageRole, RecordLocation, RecordSchema, SessionHeader } from "./types.ts";
-import { checkSchema, isRecord } from "./_validation.ts";
+import { checkNesting, checkSchema, isRecord, MAX_HEADER_NESTING } from "./_validation.ts";
 import { ID_PATTERN } from "./ids.ts";
 import {
   DEFAULT_PERMISSION_PRESET,
@@ -218,6 +218,8 @@ export function parseHeaderFields(value: unknown, options: RecordLocation = {}):
       },
     );
   }
+  // Before its fields are read: a header too deep to copy or write is refused by its field.
+  checkNesting(value, MAX_HEADER_NESTING, WHAT, { file: options.file }, base);
   const header = normalizeHeader(value as Record<string, unknown>);
   const where = { file: options.file, path: base };
   if (!plainFieldsValid(header as unknown as Record<string, unknown>)) {
