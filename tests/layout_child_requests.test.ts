@@ -808,3 +808,16 @@ test("a child outcome whose child is not the ledger's child for its request is r
   assert.deepEqual(await readChildOutcome(fs, root.paths, "phase-0"), own);
   assert.equal((await decide(fs, root, "phase-0")).child_session_id, own.child_session_id);
 });
+
+test("recordParentAcceptance refuses a producer session that is not the directory's session", async () => {
+  const { fs, root, childId } = await recordedChild();
+  const file = root.paths.parentAcceptance("phase-0");
+  for (const other of [childId, "002_another-root"]) {
+    await assert.rejects(
+      decide(fs, root, "phase-0", other),
+      recordError(file, "producer.session_id"),
+    );
+    await assert.rejects(fs.lstat(file), NotFound);
+  }
+  assert.equal((await decide(fs, root, "phase-0")).producer.session_id, ROOT_ID);
+});

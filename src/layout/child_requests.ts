@@ -89,6 +89,7 @@ import {
   loadSessionTree,
   readSessionManifest,
   readSessionState,
+  requireOwnSession,
   type SessionNode,
   type SessionTree,
 } from "./tree.ts";
@@ -1178,8 +1179,10 @@ export interface RecordParentAcceptanceOptions extends LayoutWriteOptions {
  * Records the parent orchestrator's decision about a child's outcome in
  * `parent_acceptance/<request_id>.json`, bound to the child outcome record by reference and
  * hash. The child outcome must have been recorded first, and be that request's record of the
- * ledger's child (as `readChildOutcome` checks it). Serialized with the other
- * child-lifecycle operations on the same parent; works for a mirror parent too.
+ * ledger's child (as `readChildOutcome` checks it). `parentSessionId` must be the session the
+ * directory's `session.json` records (a `LayoutRecordError` at `producer.session_id`
+ * otherwise). Serialized with the other child-lifecycle operations on the same parent; works for
+ * a mirror parent too.
  */
 export async function recordParentAcceptance(
   fs: FileSystem,
@@ -1199,12 +1202,14 @@ async function recordAcceptance(
 ): Promise<ParentAcceptance> {
   const resolved = resolveWriteOptions(options);
   const paths = options.paths;
+  const file = paths.parentAcceptance(options.requestId);
+  // The decision is this session's own: its producer is the session session.json records.
+  await requireOwnSession(fs, paths.dir, options.parentSessionId, file, "producer.session_id");
   const outcomeFile = paths.childOutcome(options.requestId);
   const outcome = await readRecord(fs, outcomeFile, parseChildOutcome, resolved.sha256);
   // Only the record of this request, and of the ledger's child for it, is bound.
   requireOutcomeOfRequest(outcome.record, outcomeFile, options.requestId);
   await requireLedgerChild(fs, paths, options.parentSessionId, outcome.record, outcomeFile);
-  const file = paths.parentAcceptance(options.requestId);
   const record = parseParentAcceptance({
     schema_version: 1,
     request_id: options.requestId,
