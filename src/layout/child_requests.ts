@@ -410,7 +410,7 @@ async function processNext(
   const paths = tree.paths(parent.sessionId);
   const pending = await listPendingChildRequests(fs, paths);
   if (pending.length === 0) return undefined;
-  const state = await readSessionState(fs, parent.dir);
+  const state = await readSessionState(fs, parent.dir, parent);
   const phase = sessionPhase(state);
   if (phase === "terminal") {
     throw new SessionStateError(parent.sessionId, "A terminal session dispatches no children");
@@ -748,7 +748,7 @@ async function accept(
   await updateSessionState(fs, parent.dir, (state, current) => {
     if (current.active_child_session_id === childId) return false;
     state.active_child_session_id = childId;
-  }, { updatedAt: now, durability: options.durability });
+  }, { updatedAt: now, durability: options.durability, owner: parent });
 
   // A receipt an interrupted rejection of this very request left behind (the rerun accepts it,
   // e.g. against the parent's newer attempt) names an archive that will never exist.
@@ -994,14 +994,14 @@ async function recordOutcome(
   const tree = await loadSessionTree(fs, options.repoRoot, options.parentSessionId);
   const parent = tree.require(options.parentSessionId);
   const paths = tree.paths(parent.sessionId);
-  const state = await readSessionState(fs, parent.dir);
+  const state = await readSessionState(fs, parent.dir, parent);
   const childId = state.active_child_session_id;
   if (childId == null) {
     throw new SessionStateError(parent.sessionId, "The session has no active child");
   }
   const child = tree.require(childId);
   const childPaths = tree.paths(childId);
-  const childState = await readSessionState(fs, child.dir);
+  const childState = await readSessionState(fs, child.dir, child);
   if (sessionPhase(childState) !== "terminal") {
     throw new SessionStateError(childId, "The child is not terminal yet");
   }
@@ -1086,7 +1086,7 @@ async function recordOutcome(
   }
   await updateSessionState(fs, parent.dir, (next) => {
     next.active_child_session_id = null;
-  }, { updatedAt: now, durability: resolved.durability });
+  }, { updatedAt: now, durability: resolved.durability, owner: parent });
   await appendEventAfterCommit(fs, paths.eventsJsonl, parent.sessionId, {
     type: "child_finished",
     payload: { request_id: requestId, child_session_id: childId, status },

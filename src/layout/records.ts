@@ -275,8 +275,12 @@ export interface LegacyCurrentTask {
 
 /** The fields of `state.json` both versions share; other fields are kept as they are. */
 export interface SessionStateFields {
-  /** The session id. */
+  /** The session id (this library writes it). */
   readonly session_id?: string | undefined;
+  /** The engine's name for the session id of the state (the session it belongs to). */
+  readonly active_session_id?: string | undefined;
+  /** The tree's root session; the engine may leave it `null` (then it is the session itself). */
+  readonly root_session_id?: string | null | undefined;
   /** The scheduling status. */
   readonly status: SessionStatus;
   /** Incremented by every engine write. */
@@ -331,6 +335,8 @@ const LegacyCurrentTaskSchema: v.GenericSchema<unknown, LegacyCurrentTask> = v.l
 
 const sessionStateEntries = {
   session_id: v.optional(SessionId),
+  active_session_id: v.optional(SessionId),
+  root_session_id: v.optional(v.nullable(SessionId)),
   status: v.picklist(["running", "stopped", "goal_met", "failed", "max_turns"]),
   state_revision: v.optional(Count),
   active_child_session_id: v.optional(v.nullable(SessionId)),
@@ -378,6 +384,56 @@ export function parseSessionState(value: unknown, file: string): SessionState {
     );
   }
   return state;
+}
+
+/** The session a `state.json` must belong to: the one its directory's `session.json` records. */
+export interface StateOwner {
+  /** The session id. */
+  readonly sessionId: string;
+  /** The tree's root session, when known (a legacy v1 child manifest does not record it). */
+  readonly rootSessionId?: string | undefined;
+}
+
+/**
+ * The owner a `session.json` records: its id, and its root (a v2 manifest records it; a legacy v1
+ * root is its own root; a legacy v1 child's root is left unknown).
+ */
+export function stateOwnerOf(manifest: AnySessionManifest): StateOwner {
+  if (manifest.schema_version === 2) {
+    return { sessionId: manifest.session_id, rootSessionId: manifest.root_session_id };
+  }
+  return manifest.parent_session_id === null
+    ? { sessionId: manifest.session_id, rootSessionId: manifest.session_id }
+    : { sessionId: manifest.session_id };
+}
+
+/**
+ * Refuses (`LayoutRecordError` naming `file` and the field) a state that names another session
+ * than `owner`: a `session_id` or `active_session_id` other than its id, or a `root_session_id`
+ * other than its root (when the root is known). A field the state does not have (or a `null`
+ * root) is not checked. A state copied from another session is never read as this one's.
+ */
+export function assertStateOwner(state: SessionState, owner: StateOwner, file: string): void {
+  for (const field of ["session_id", "active_session_id"] as const) {
+    const value = state[field];
+    if (value !== undefined && value !== owner.sessionId) {
+      fail(
+        file,
+        `The state belongs to another session than ${owner.sessionId} (as session.json records)`,
+        field,
+        value,
+      );
+    }
+  }
+  const root = state.root_session_id;
+  if (root != null && owner.rootSessionId !== undefined && root !== owner.rootSessionId) {
+    fail(
+      file,
+      `The state names another root than ${owner.rootSessionId} (as session.json records)`,
+      "root_session_id",
+      root,
+    );
+  }
 }
 
 /** Where a session is in its life, from `state.json` alone. */

@@ -8,7 +8,14 @@ import type { FileSystem } from "../port/fs.ts";
 import type { Durability } from "../port/durable.ts";
 import { join } from "../port/path.ts";
 import { decodeJson, type JsonObject, writeJsonAtomic } from "./json_io.ts";
-import { parseSessionState, type SessionState } from "./records.ts";
+import {
+  assertStateOwner,
+  parseSessionState,
+  type SessionState,
+  type StateOwner,
+  stateOwnerOf,
+} from "./records.ts";
+import { readSessionManifest } from "./tree.ts";
 import { LayoutRecordError } from "./errors.ts";
 import { confined } from "./no_links.ts";
 import { serializedOn } from "./serial.ts";
@@ -66,6 +73,11 @@ export interface UpdateStateOptions {
   readonly updatedAt: string;
   /** Durability of the replace; default `"full"`. */
   readonly durability?: Durability;
+  /**
+   * The session the state must belong to, as its `session.json` records (a `SessionNode` of a
+   * loaded tree is one); when not given, `session.json` is read.
+   */
+  readonly owner?: StateOwner | undefined;
 }
 
 /**
@@ -74,6 +86,8 @@ export interface UpdateStateOptions {
  * atomically. Returns the new state. A `change` that returns `false` leaves the file untouched.
  * The state keeps its version: a legacy state without `schema_version` (v1) is written with
  * `schema_version: 1`, and a `change` that alters the version is refused (`LayoutRecordError`).
+ * The state must be the session's own, before and after `change`: one that names another session
+ * than `session.json` records is a `LayoutRecordError` at that field (see `assertStateOwner`).
  *
  * Updates of one session's state in this process run one after another (each reads the state
  * the previous one wrote), so two concurrent read-modify-writes never lose an update, also when
@@ -90,9 +104,12 @@ export async function updateSessionState(
 ): Promise<SessionState> {
   fs = confined(fs, sessionDir);
   const file = join(sessionDir, "state.json");
+  // session.json is immutable: read once, outside the serialized read-modify-write.
+  const owner = options.owner ?? stateOwnerOf(await readSessionManifest(fs, sessionDir));
   return await serializedOn(fs, file, async () => {
     const raw = decodeJson(await fs.readFile(file), file);
     const current = parseSessionState(raw, file);
+    assertStateOwner(current, owner, file);
     // A legacy state without `schema_version` is v1; it is rewritten saying so, as the engine
     // rewrites it (its dump writes the default), never as another version.
     const next: Record<string, unknown> = "schema_version" in (raw as Record<string, unknown>)
@@ -113,6 +130,7 @@ export async function updateSessionState(
     let validated: SessionState;
     try {
       validated = parseSessionState(next, file);
+      assertStateOwner(validated, owner, file);
     } catch (error) {
       if (!(error instanceof LayoutRecordError)) throw error;
       throw new LayoutRecordError(file, `Refusing to write an invalid state: ${error.message}`, {

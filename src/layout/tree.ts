@@ -31,12 +31,15 @@ import {
 } from "./paths.ts";
 import {
   type AnySessionManifest,
+  assertStateOwner,
   manifestLayout,
   parseParentManifest,
   parseSessionManifest,
   parseSessionState,
   sessionPhase,
   type SessionState,
+  type StateOwner,
+  stateOwnerOf,
 } from "./records.ts";
 import { confined } from "./no_links.ts";
 
@@ -399,10 +402,27 @@ export async function loadSessionTree(
   return new SessionTree(canonical, root.sessionId, selected, elsewhere);
 }
 
-/** Reads and validates a session's `state.json`. */
-export async function readSessionState(fs: FileSystem, sessionDir: string): Promise<SessionState> {
+/**
+ * Reads and validates a session's `state.json`, which must be the session's own: a state whose
+ * `session_id`, `active_session_id` or `root_session_id` names another session than the
+ * directory's `session.json` records is a `LayoutRecordError` at that field (`assertStateOwner`).
+ * `owner` is who `session.json` records (a `SessionNode` of a loaded tree is one); when it is not
+ * given, `session.json` is read.
+ */
+export async function readSessionState(
+  fs: FileSystem,
+  sessionDir: string,
+  owner?: StateOwner,
+): Promise<SessionState> {
   fs = confined(fs, sessionDir);
-  return (await readRecord(fs, join(sessionDir, "state.json"), parseSessionState)).record;
+  const file = join(sessionDir, "state.json");
+  const state = (await readRecord(fs, file, parseSessionState)).record;
+  assertStateOwner(
+    state,
+    owner ?? stateOwnerOf(await readSessionManifest(fs, sessionDir)),
+    file,
+  );
+  return state;
 }
 
 /** The session that receives work in a tree, and what it is waiting on. */
@@ -428,7 +448,7 @@ export async function findWorkingSession(
   tree: SessionTree,
 ): Promise<WorkingSession | undefined> {
   let node = tree.root;
-  let state = await readSessionState(fs, node.dir);
+  let state = await readSessionState(fs, node.dir, node);
   for (;;) {
     const phase = sessionPhase(state);
     if (phase === "terminal") return undefined;
@@ -441,7 +461,7 @@ export async function findWorkingSession(
         `Active child ${JSON.stringify(childId)} is not a published child of ${node.sessionId}`,
       );
     }
-    const childState = await readSessionState(fs, child.dir);
+    const childState = await readSessionState(fs, child.dir, child);
     if (sessionPhase(childState) === "terminal") return { node, state, terminalChild: child };
     node = child;
     state = childState;
