@@ -364,6 +364,39 @@ test("a record in other bytes is the same only when it differs by escapes: not a
   );
 });
 
+test("a state.json copied from another session never reopens a finished attempt's result", async () => {
+  const { fs, paths } = await setup();
+  const first = await createAttemptArtifacts(fs, paths, ATTEMPT, { prompt: "p", pathsMap: {} });
+  const result = { status: "completed", summary: "done" };
+  await writeAttemptResult(fs, first.paths, result);
+  await patchState(fs, paths.dir, { status: "stopped", current_task: null });
+  // Another session's state, running this very iteration, put in this session's place.
+  const state = await readJson(fs, `${paths.dir}/state.json`);
+  await writeJson(fs, `${paths.dir}/state.json`, {
+    ...state,
+    session_id: "002_another-goal",
+    status: "running",
+    current_task: {
+      iteration: ATTEMPT.iteration,
+      workflow_id: ATTEMPT.workflowId,
+      attempt_id: ATTEMPT.attemptId,
+    },
+  });
+  await assert.rejects(
+    writeAttemptResult(fs, first.paths, { ...result, summary: "rewritten" }),
+    (error: unknown) => {
+      assert.ok(error instanceof LayoutRecordError, String(error));
+      assert.equal(error.file, `${paths.dir}/state.json`);
+      assert.equal(error.path, "session_id");
+      return true;
+    },
+  );
+  assert.deepEqual(
+    JSON.parse(new TextDecoder().decode(await fs.readFile(first.paths.resultJson))),
+    result,
+  );
+});
+
 test("receipts written in a session's directory are that session's own", async () => {
   const fs = await newRepo();
   const a = await newRoot(fs);

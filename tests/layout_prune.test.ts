@@ -254,6 +254,23 @@ test("a session whose state cannot be read keeps all its raw output, not a prune
   assert.deepEqual(removedPaths(after), [`${tree.child.rawDir}/0001_leaf`, tree.running].sort());
 });
 
+test("a state.json copied from another session protects nothing of this one's and releases nothing: its raw output is kept", async () => {
+  const { fs, tree } = await folded();
+  // The root's (stopped) state in the running child's place: read as the child's own, it would
+  // let the running attempt's raw output go.
+  const rootState = JSON.parse(new TextDecoder().decode(await fs.readFile(tree.root.stateJson)));
+  await writeJson(fs, tree.child.stateJson, {
+    ...rootState,
+    status: "stopped",
+    current_task: null,
+  });
+  const report = await pruneRaw(fs, tree.loopyRoot);
+  assert.equal(skippedFor(report, tree.running), "state_unreadable");
+  assert.equal(skippedFor(report, `${tree.child.rawDir}/0001_leaf`), "state_unreadable");
+  assert.ok(await exists(fs, tree.running));
+  assert.deepEqual(removedPaths(report), [...tree.prunable.slice(0, 3)].sort());
+});
+
 test("a state that turns unreadable after the plan keeps the raw attempts, not a prune's leftover", async () => {
   const { fs, tree } = await folded();
   const leftover = `${tree.root.rawDir}/${PRUNING_PREFIX}1a2b3c4d-0000_outer`;

@@ -43,8 +43,8 @@ import {
   walkSessionDirs,
 } from "./loopy_root.ts";
 import { iterationName } from "./paths.ts";
-import { parseSessionState } from "./records.ts";
-import { loadSessionTree, type SessionTree } from "./tree.ts";
+import { assertStateOwner, parseSessionState, stateOwnerOf } from "./records.ts";
+import { loadSessionTree, readSessionManifest, type SessionTree } from "./tree.ts";
 import { serializedOn } from "./serial.ts";
 
 /** What a pruned entry was. */
@@ -288,6 +288,8 @@ async function readRunningState(fs: FileSystem, dir: string): Promise<RunningSta
   let state;
   try {
     state = (await readRecord(fs, file, parseSessionState)).record;
+    // A state copied from another session says nothing of what this one runs.
+    assertStateOwner(state, stateOwnerOf(await readSessionManifest(fs, dir)), file);
   } catch (error) {
     if (!(error instanceof LayoutRecordError)) throw error;
     return { readable: false, detail: error.message };
