@@ -5,6 +5,7 @@ import {
   createRootSession,
   encodeJson,
   ensureRepository,
+  LayoutOptionError,
   LayoutRecordError,
   listRootSessionIds,
   missingScaffoldEntries,
@@ -177,6 +178,49 @@ test("ensureRepository writes repository.json once and adds the raw line to .git
   assert.equal(REPO_GITIGNORE_RAW_LINE, ".loopy_loop/sessions/**/raw/");
   // The repository's own file keeps its mode.
   assert.equal((await fs.stat("/repo/.gitignore")).mode, 0o644);
+});
+
+test("ensureRepository appends the raw line after the .gitignore's bytes as they are, whatever their encoding", async () => {
+  const fs = await newRepo();
+  // "café" in Latin-1, no final newline: git matches bytes, so this is a valid pattern.
+  const original = new Uint8Array([0x63, 0x61, 0x66, 0xe9]);
+  await fs.writeFile("/repo/.gitignore", original, { mode: 0o640 });
+  await ensureRepository(fs, "/repo", deterministic());
+  const line = new TextEncoder().encode(`\n${REPO_GITIGNORE_RAW_LINE}\n`);
+  assert.deepEqual(await fs.readFile("/repo/.gitignore"), new Uint8Array([...original, ...line]));
+  assert.equal((await fs.stat("/repo/.gitignore")).mode, 0o640);
+});
+
+test("a repository .gitignore that is a symlink is left as it is, and so is its target", async () => {
+  const fs = await newRepo();
+  await fs.mkdir("/shared");
+  await writeText(fs, "/shared/gitignore", "node_modules/\n");
+  await fs.symlink("/shared/gitignore", "/repo/.gitignore");
+  const created = await newRoot(fs);
+  assert.equal((await fs.lstat("/repo/.gitignore")).kind, "symlink");
+  assert.equal(await readText(fs, "/shared/gitignore"), "node_modules/\n");
+  // The session's own .gitignore still ignores its raw output.
+  assert.equal(await readText(fs, `${created.paths.dir}/.gitignore`), SESSION_GITIGNORE);
+});
+
+test("an unknown durability is a LayoutOptionError before anything is written", async () => {
+  const fs = await newRepo();
+  const before = fs.snapshotTree("/");
+  await assert.rejects(
+    createRootSession(fs, {
+      repoRoot: "/repo",
+      goal: "Ship it",
+      ...CONTRACTS,
+      ...deterministic(),
+      durability: "Full" as never,
+    }),
+    (error: unknown) => {
+      assert.ok(error instanceof LayoutOptionError, String(error));
+      assert.equal(error.option, "durability");
+      return true;
+    },
+  );
+  assert.deepEqual(fs.snapshotTree("/"), before);
 });
 
 test("a malformed repository.json is a typed error naming the file", async () => {

@@ -6,7 +6,7 @@
  */
 import type { Durability } from "../port/durable.ts";
 import { portableSha256, type Sha256Factory } from "../port/sha256.ts";
-import { LayoutError } from "./errors.ts";
+import { LayoutError, LayoutOptionError } from "./errors.ts";
 
 /** Injectable clock and randomness, so creation is deterministic in tests. */
 export interface LayoutClock {
@@ -36,8 +36,19 @@ export interface ResolvedWriteOptions {
   readonly sha256: Sha256Factory;
 }
 
-/** Fills in the defaults of `LayoutWriteOptions`. */
+/**
+ * Fills in the defaults of `LayoutWriteOptions`. A `durability` other than `"full"` or
+ * `"ordered"` is a `LayoutOptionError`: an unknown one would otherwise sync nothing.
+ */
 export function resolveWriteOptions(options: LayoutWriteOptions = {}): ResolvedWriteOptions {
+  const durability = options.durability ?? "full";
+  if (durability !== "full" && durability !== "ordered") {
+    throw new LayoutOptionError(
+      "durability",
+      durability,
+      'Unknown durability (expected "full" or "ordered")',
+    );
+  }
   const uuid = options.uuid ?? (() => globalThis.crypto.randomUUID());
   return {
     now: options.now ?? (() => new Date()),
@@ -48,7 +59,7 @@ export function resolveWriteOptions(options: LayoutWriteOptions = {}): ResolvedW
       }
       return hex;
     },
-    durability: options.durability ?? "full",
+    durability,
     sha256: options.sha256 ?? portableSha256,
   };
 }

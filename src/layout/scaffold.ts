@@ -79,7 +79,8 @@ import { serializedOn } from "./serial.ts";
 /**
  * Creates `.loopy_loop/repository.json` (the checkout identity) when missing and adds the
  * line that ignores every session's raw directory (`REPO_GITIGNORE_RAW_LINE`) to the repository
- * `.gitignore` when it is not there.
+ * `.gitignore` when it is not there: appended after its bytes as they are, with its mode kept
+ * (0644 when new); a `.gitignore` that is not a regular file (a symlink) is left untouched.
  * Idempotent; returns the repository record.
  *
  * Concurrent calls for one repository in this process run one after another (serialized on the
@@ -118,15 +119,30 @@ async function ensureGitignoreLine(
   line: string,
   durability: Durability,
 ): Promise<void> {
-  const existing = await readIfExists(fs, file);
+  // The repository's .gitignore is the user's file: one that is not a regular file (a link to a
+  // shared ignore file, say) is left as it is, never replaced (every session's own .gitignore
+  // ignores its raw/ anyway); a regular one keeps its bytes (whatever their encoding) and mode,
+  // and gets the line appended.
+  let info;
+  try {
+    info = await fs.lstat(file);
+  } catch (error) {
+    if (!(error instanceof NotFound)) throw error;
+  }
+  if (info !== undefined && info.kind !== "file") return;
+  const existing = info === undefined ? undefined : await readIfExists(fs, file);
   const text = existing === undefined ? "" : new TextDecoder().decode(existing);
   if (text.split(/\r?\n/).some((l) => l.trim() === line)) {
     return await ensureFileDurable(fs, file, durability);
   }
-  const separator = text === "" || text.endsWith("\n") ? "" : "\n";
-  // The repository's .gitignore is the user's file: keep its mode (0644 when new).
-  const mode = existing === undefined ? 0o644 : (await fs.stat(file)).mode;
-  await atomicReplace(fs, file, encodeText(`${text}${separator}${line}\n`), { mode, durability });
+  const before = existing ?? new Uint8Array(0);
+  const separator = before.length === 0 || before[before.length - 1] === 0x0a ? "" : "\n";
+  const added = encodeText(`${separator}${line}\n`);
+  const bytes = new Uint8Array(before.length + added.length);
+  bytes.set(before);
+  bytes.set(added, before.length);
+  const mode = info === undefined ? 0o644 : info.mode;
+  await atomicReplace(fs, file, bytes, { mode, durability });
 }
 
 // ---------------------------------------------------------------------------------------------
