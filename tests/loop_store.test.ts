@@ -888,9 +888,9 @@ test("the writer's close() leaves an index.json it published and nobody changed 
   assert.deepEqual(fs.snapshotTree?.(), before);
 });
 
-for (const write of ["setPinned", "commit", "append", "setTitle"] as const) {
-  for (const gone of ["removed", "moved away"] as const) {
-    test(`a writer's first ${write} after its session directory was ${gone} is SessionNotFoundError and creates nothing there`, async () => {
+for (const write of ["setPinned", "markRead", "commit", "append", "setTitle"] as const) {
+  for (const gone of ["removed", "moved away", "replaced by an empty directory"] as const) {
+    test(`a writer's first ${write} after its session directory was ${gone} is SessionNotFoundError and writes nothing there`, async () => {
       const { fs, store } = await setup();
       const created = await store.create(CWD);
       const history = conversation(2);
@@ -900,13 +900,16 @@ for (const write of ["setPinned", "commit", "append", "setTitle"] as const) {
       const writer = await store.open(dir);
       if (gone === "removed") await fs.remove(dir, { recursive: true });
       else await fs.rename(dir, "/elsewhere");
-      const moved = gone === "moved away" ? fs.snapshotTree?.() : undefined;
+      if (gone === "replaced by an empty directory") await fs.mkdir(dir, { mode: 0o700 });
+      const moved = gone === "removed" ? undefined : fs.snapshotTree?.();
       const saving = write === "setPinned"
         ? writer.setPinned(true)
         : write === "commit"
         ? writer.commit([...history, user("again")])
         : write === "append"
         ? writer.append([user("again")])
+        : write === "markRead"
+        ? writer.markRead(history.length)
         : writer.setTitle({ text: "A title", source: "user", messageIndices: [0] });
       await assert.rejects(saving, (error: unknown) => {
         assert.ok(error instanceof SessionNotFoundError, String(error));
@@ -914,7 +917,8 @@ for (const write of ["setPinned", "commit", "append", "setTitle"] as const) {
         return true;
       });
       await writer.close();
-      await assert.rejects(fs.lstat(dir), NotFound);
+      if (gone === "replaced by an empty directory") assert.deepEqual(await fs.readDir(dir), []);
+      else await assert.rejects(fs.lstat(dir), NotFound);
       assert.deepEqual((await store.listDetailed(CWD)).failures, []);
       if (moved !== undefined) assert.deepEqual(fs.snapshotTree?.(), moved);
     });

@@ -1408,9 +1408,10 @@ export class SessionManager {
     const durability = this.#context.durability;
     if (this.#committed.meta !== undefined) {
       // A saved session lives where its meta.json was read: a directory removed or moved away
-      // since then is not made again (a save there would publish metadata without its messages).
+      // since then (or replaced by one without meta.json) is not written to (a save there would
+      // publish metadata without its messages).
       try {
-        await this.#fs.lstat(this.#dir);
+        await this.#fs.lstat(this.#metaFile);
       } catch (error) {
         if (!(error instanceof NotFound)) throw error;
         throw new SessionNotFoundError(
