@@ -60,8 +60,12 @@
  *   log. The rounds after the first are not read by a listing (a page read checks the whole index
  *   before it uses it), so listing reads the same few bytes of index.json whatever the history's
  *   length: a small index in one call, a large one by its first 4 KiB (the committed counts bound
- *   the size of a well-formed index). An index.json that is not a regular file (a planted link, a
- *   device) is never read: it counts as unusable.
+ *   the size of a well-formed index, `indexSizeBound`). An index.json larger than that bound is
+ *   not of this library's form and counts as unusable: a large one is refused by its size (from
+ *   the no-follow open's own `fstat`, otherwise an `fstat` of the handle) before any of it is
+ *   read, a small one by the length of its one whole-file read, before it is decoded. An
+ *   index.json that is not a regular file (a planted link, a device) is never read: it counts as
+ *   unusable.
  *
  * Fast mode never reads through a link, and a FIFO planted as a session file cannot make it wait.
  * Where the port has `readFileNoFollow` and `openNoFollow` (the Node and Deno adapters on POSIX,
@@ -894,7 +898,7 @@ async function summarizeFrom(
     };
   }
   // The committed counts bound a well-formed index's size: a small one is read whole in one
-  // call, a large one by its head. A missing or unusable index is just not used.
+  // call, a large one by its head. A missing or unusable index (a larger one too) is just not used.
   const indexRead = indexIsFile === false
     ? undefined
     : await readListingIndex(fs, dir, meta, indexIsFile === true);

@@ -12,7 +12,12 @@ import { FsError, NotFound } from "../port/errors.ts";
 import type { Sha256, Sha256Factory } from "../port/sha256.ts";
 import { join } from "../port/path.ts";
 import { entryKind } from "../port/durable.ts";
-import { CorruptSessionError, SessionFormatError, UnsupportedSessionError } from "./errors.ts";
+import {
+  CorruptSessionError,
+  SessionError,
+  SessionFormatError,
+  UnsupportedSessionError,
+} from "./errors.ts";
 import type { SessionHeader, SessionTitle } from "./records/mod.ts";
 import {
   isValidTitle,
@@ -573,25 +578,156 @@ export function encodeRoundIndex(index: RoundIndex): Uint8Array {
 
 /**
  * Reads index.json in `dir` (never through a link, never waiting on a FIFO; `kindChecked` as for
- * `readStorageMeta`). Returns `undefined`
- * when it is missing, not a regular file, unparsable or does not match its schema: the index is
- * derived data and is rebuilt, never trusted blindly.
+ * `readStorageMeta`). Returns `undefined` when it is missing, not a regular file, unparsable, does
+ * not match its schema, or is larger than any index of this library's form can be for the counts
+ * it is read for (`readRoundIndexWithin`): the index is derived data and is rebuilt, never trusted
+ * blindly.
  */
 export async function readRoundIndex(
   fs: FileSystem,
   dir: string,
   kindChecked = false,
+  committed?: IndexCounts,
 ): Promise<RoundIndex | undefined> {
-  let read: Found<Uint8Array>;
+  const read = await readRoundIndexWithin(fs, dir, kindChecked, committed);
+  return read === undefined || "oversized" in read ? undefined : read;
+}
+
+/** The committed counts that bound the size of an index (`indexSizeBound`). */
+export type IndexCounts = Pick<StorageMeta, "messageCount" | "bytes">;
+
+/** An index.json larger than `oversized` bytes, the bound for its counts: not parsed, not used. */
+export interface OversizedIndex {
+  /** The most bytes an index of this library's form can have for the counts it was read for. */
+  readonly oversized: number;
+}
+
+/**
+ * `readRoundIndex`, telling an index.json larger than its size bound (`OversizedIndex`, not
+ * parsed) from one that is missing, not a regular file or not valid (undefined).
+ *
+ * The bound is `indexSizeBound` of `committed` (meta.json's counts). When it exceeds
+ * `INDEX_HEAD_LIMIT` the file is opened and its size (from the open where the port has
+ * `openNoFollow`, otherwise an `fstat`) is checked before anything is read, so nothing past the
+ * bound is read. Otherwise, or without `committed`, the file is read whole in one call, as a
+ * small index is, and its length is checked before it is decoded. Without `committed` the bound is
+ * that of the counts the file's canonical head records when the file is no larger than
+ * `INDEX_HEAD_LIMIT` (an index of other counts than the committed ones is not used anyway), and
+ * otherwise that of meta.json's counts, read for it (a missing or invalid meta.json: undefined).
+ */
+export async function readRoundIndexWithin(
+  fs: FileSystem,
+  dir: string,
+  kindChecked = false,
+  committed?: IndexCounts,
+): Promise<RoundIndex | OversizedIndex | undefined> {
+  const file = join(dir, INDEX_FILE);
+  const bound = committed === undefined
+    ? undefined
+    : indexSizeBound(committed.messageCount, committed.bytes);
+  let bytes: Uint8Array;
+  if (bound !== undefined && bound > INDEX_HEAD_LIMIT) {
+    // A port that reads a file whole cannot stop at the bound: open it, and ask its size first.
+    const opened = await openIndex(fs, file, kindChecked && fs.openNoFollow === undefined, true);
+    if (opened === undefined) return undefined;
+    let within;
+    try {
+      within = await readWithin(opened, bound);
+    } finally {
+      await opened.handle.close();
+    }
+    if (within === undefined) return { oversized: bound };
+    bytes = within;
+  } else {
+    let read: Found<Uint8Array>;
+    try {
+      read = await readSessionFile(fs, file, kindChecked);
+    } catch (error) {
+      if (error instanceof NotFound) return undefined;
+      // Too large to be read whole: larger than any bound that allows reading it whole.
+      if (isTooLarge(error)) return bound === undefined ? undefined : { oversized: bound };
+      throw error;
+    }
+    // Not a regular file (a planted link, a FIFO): never read through, and rebuilt like a missing one.
+    if (read === undefined || typeof read === "string") return undefined;
+    bytes = read;
+    const limit = bound ?? await boundWithoutCounts(fs, dir, bytes);
+    if (limit === undefined) return undefined;
+    if (bytes.length > limit) return { oversized: limit };
+  }
+  return parseRoundIndexText(decoder.decode(bytes));
+}
+
+/**
+ * The size bound of index.json `bytes` read from `dir` without the committed counts: that of the
+ * counts its canonical head records when it is no larger than `INDEX_HEAD_LIMIT`, otherwise that
+ * of meta.json's counts. Undefined when meta.json is missing or not valid.
+ */
+async function boundWithoutCounts(
+  fs: FileSystem,
+  dir: string,
+  bytes: Uint8Array,
+): Promise<number | undefined> {
+  if (bytes.length <= INDEX_HEAD_LIMIT) {
+    const head = indexHeadOf(decoder.decode(bytes.subarray(0, HEAD_TEXT_BYTES)));
+    if (head !== undefined) return indexSizeBound(head.messageCount, head.bytes);
+  }
+  let meta;
   try {
-    read = await readSessionFile(fs, join(dir, INDEX_FILE), kindChecked);
+    meta = await readStorageMeta(fs, dir);
   } catch (error) {
-    if (error instanceof NotFound) return undefined;
+    if (error instanceof NotFound || error instanceof SessionError) return undefined;
     throw error;
   }
-  // Not a regular file (a planted link, a FIFO): never read through, and rebuilt like a missing one.
-  if (read === undefined || typeof read === "string") return undefined;
-  return parseRoundIndexText(decoder.decode(read));
+  return indexSizeBound(meta.messageCount, meta.bytes);
+}
+
+/** True for the failure of a whole-file read of a file too large for one buffer (`EFBIG`). */
+function isTooLarge(error: unknown): boolean {
+  return error instanceof FsError && error.code === "EFBIG";
+}
+
+/**
+ * Opens index.json at `file` for reading only if it is a regular file (`openIfRegular`), or at once
+ * with `kindKnown` (the caller saw a regular file there). Undefined when nothing is there or
+ * something else is. A regular file that the no-follow open finds busy (`EAGAIN`: a lease another
+ * process holds) is, with `wait`, opened after an `lstat` by an open that waits for the lease, and
+ * is otherwise not used (undefined): the index is derived data.
+ */
+async function openIndex(
+  fs: FileSystem,
+  file: string,
+  kindKnown: boolean,
+  wait: boolean,
+): Promise<RegularFile | undefined> {
+  if (kindKnown) {
+    try {
+      return sizedLater(await fs.open(file));
+    } catch (error) {
+      if (error instanceof NotFound) return undefined;
+      throw error;
+    }
+  }
+  let found: Found<RegularFile>;
+  try {
+    found = await openIfRegular(fs, file);
+  } catch (error) {
+    if (!isBusy(error)) throw error;
+    if (!wait) return undefined;
+    found = await ifRegular(fs, file, undefined, () => openChecked(fs, file, {}));
+  }
+  // Missing, or a link, a directory or a FIFO: not an index.
+  return typeof found === "object" ? found : undefined;
+}
+
+/**
+ * The bytes of the open `file` if it holds at most `bound` bytes, undefined if it holds more: its
+ * size (known from the open, or an `fstat`) is checked before anything is read. The caller closes
+ * it.
+ */
+async function readWithin(file: RegularFile, bound: number): Promise<Uint8Array | undefined> {
+  const size = await file.size();
+  return size > bound ? undefined : await file.handle.read(0, size);
 }
 
 /** The counts at the start of index.json, and its first round when it is in the first bytes. */
@@ -627,7 +763,9 @@ export const HEAD_TEXT_BYTES = 1024;
  * The largest index.json `encodeRoundIndex` can write for a committed range of `messageCount`
  * messages in `bytes` bytes: its fixed fields (a fallback title included, as this library writes
  * one: at most 120 bytes of text, no model) and at most one round per message, each
- * `{"messageIndex":…,"byteOffset":…},` with as many digits as those counts have.
+ * `{"messageIndex":…,"byteOffset":…},` with as many digits as those counts have. A larger
+ * index.json is not of this library's form: readers never parse it (`readListingIndex`,
+ * `readRoundIndexWithin`), and a writer's page read rebuilds it.
  */
 export function indexSizeBound(messageCount: number, bytes: number): number {
   const digits = (n: number): number => String(n).length;
@@ -649,7 +787,10 @@ export type ListingIndex =
  * When an index of this library's form for that state fits in `INDEX_HEAD_LIMIT` (see
  * `indexSizeBound`) the file is read in one call, otherwise by its first bytes
  * (`readIndexHead`), so reading the index costs the same whatever the history's size.
- * Undefined when the file is missing or not of this library's form.
+ * Undefined when the file is missing or not of this library's form, which a file larger than
+ * `indexSizeBound` for `meta`'s counts is not: a small one is refused by the length its one read
+ * returns, before it is decoded, and a large one by its size (from the open with `openNoFollow`,
+ * otherwise an `fstat`), before anything is read, here or when it is read whole.
  *
  * Not read through a link: with `kindKnown` the caller has seen index.json to be a regular file
  * (a directory listing); without it, a small index is read with `readIfRegular` (and read whole
@@ -662,63 +803,45 @@ export type ListingIndex =
 export async function readListingIndex(
   fs: FileSystem,
   dir: string,
-  meta: Pick<StorageMeta, "messageCount" | "bytes">,
+  meta: IndexCounts,
   kindKnown = true,
 ): Promise<ListingIndex | undefined> {
   const file = join(dir, INDEX_FILE);
-  const large = indexSizeBound(meta.messageCount, meta.bytes) > INDEX_HEAD_LIMIT;
-  /** The whole file, never through a link when its kind is not known. */
-  const readWhole = async (): Promise<Uint8Array | undefined> => {
-    if (kindKnown) {
-      try {
-        return await fs.readFile(file);
-      } catch (error) {
-        if (error instanceof NotFound) return undefined;
-        throw error;
-      }
-    }
-    let read;
-    try {
-      read = await readIfRegular(fs, file);
-    } catch (error) {
-      // A busy regular file is not used (derived data); any other failure is reported.
-      if (isBusy(error)) return undefined;
-      throw error;
-    }
-    // A link, a directory or a FIFO is just not an index.
-    return typeof read === "string" ? undefined : read;
-  };
-  if (large) {
-    let opened: RegularFile | undefined;
-    if (kindKnown) {
-      try {
-        opened = sizedLater(await fs.open(file));
-      } catch (error) {
-        if (error instanceof NotFound) return undefined;
-        throw error;
-      }
-    } else {
-      let found;
-      try {
-        found = await openIfRegular(fs, file);
-      } catch (error) {
-        if (isBusy(error)) return undefined;
-        throw error;
-      }
-      // Missing, or a link, a directory or a FIFO: not an index.
-      if (typeof found !== "object") return undefined;
-      opened = found;
-    }
-    const read = await readIndexHead(opened);
+  const bound = indexSizeBound(meta.messageCount, meta.bytes);
+  if (bound > INDEX_HEAD_LIMIT) {
+    const opened = await openIndex(fs, file, kindKnown, false);
+    if (opened === undefined) return undefined;
+    const read = await readIndexHead(opened, bound);
     if (read === undefined || "index" in read) return read;
     const whole = async (): Promise<RoundIndex | undefined> => {
-      const bytes = await readWhole();
+      // Opened again, and its size checked again: it may have been replaced since.
+      const again = await openIndex(fs, file, kindKnown, false);
+      if (again === undefined) return undefined;
+      let bytes;
+      try {
+        bytes = await readWithin(again, bound);
+      } finally {
+        await again.handle.close();
+      }
       return bytes === undefined ? undefined : parseRoundIndexText(decoder.decode(bytes));
     };
     return { head: read.head, whole };
   }
-  const bytes = await readWhole();
-  if (bytes === undefined) return undefined;
+  // The whole file in one call, never through a link when its kind is not known.
+  let read: Found<Uint8Array>;
+  try {
+    read = kindKnown ? await fs.readFile(file) : await readIfRegular(fs, file);
+  } catch (error) {
+    if (error instanceof NotFound) return undefined;
+    // A busy regular file is not used (derived data), nor is one too large to read whole; any
+    // other failure is reported.
+    if ((!kindKnown && isBusy(error)) || isTooLarge(error)) return undefined;
+    throw error;
+  }
+  // A link, a directory or a FIFO is just not an index, nor is a file larger than the bound: its
+  // bytes are not decoded.
+  if (typeof read !== "object" || read.length > bound) return undefined;
+  const bytes = read;
   // The head is in the first bytes of the canonical form: decode only those for it.
   const head = indexHeadOf(decoder.decode(bytes.subarray(0, HEAD_TEXT_BYTES)));
   if (head !== undefined) {
@@ -731,17 +854,21 @@ export async function readListingIndex(
 /**
  * Reads index.json by its first bytes: its counts and, when it lies in those bytes, its first
  * round (the canonical form puts them first). A head not in the canonical form makes the whole
- * file be read and parsed. Undefined when the file is missing or not of this library's form.
+ * file be read and parsed. Undefined when the file is missing or not of this library's form,
+ * which a file larger than `bound` is not: its size is checked before anything is read.
  */
 async function readIndexHead(
   file: RegularFile,
+  bound: number,
 ): Promise<{ readonly index: RoundIndex } | { readonly head: RoundIndexHead } | undefined> {
   const handle = file.handle;
   try {
+    const size = await file.size();
+    if (size > bound) return undefined;
     const first = await handle.read(0, HEAD_BYTES);
     const head = indexHeadOf(decoder.decode(first.subarray(0, HEAD_TEXT_BYTES)));
     if (head !== undefined) return { head };
-    const whole = first.length < HEAD_BYTES ? first : await handle.read(0, await file.size());
+    const whole = first.length < HEAD_BYTES ? first : await handle.read(0, size);
     const index = parseRoundIndexText(decoder.decode(whole));
     return index === undefined ? undefined : { index };
   } finally {

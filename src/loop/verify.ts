@@ -43,7 +43,7 @@ import {
   MESSAGES_FILE,
   META_FILE,
   openSessionFile,
-  readRoundIndex,
+  readRoundIndexWithin,
   readStorageMeta,
   recordsTitle,
   refuseIrregularFile,
@@ -399,15 +399,25 @@ export async function verifySession(
       });
     }
   }
-  const index = indexKind === undefined || indexKind === "file"
-    ? await readRoundIndex(fs, dir, indexKind === "file")
+  // Read within the size an index of the committed counts can have: a larger file is not parsed.
+  const read = indexKind === undefined || indexKind === "file"
+    ? await readRoundIndexWithin(fs, dir, indexKind === "file", meta)
     : undefined;
+  const index = read === undefined || "oversized" in read ? undefined : read;
   if (indexKind !== undefined && indexKind !== "file") {
     findings.push({
       severity: "warning",
       kind: "index",
       message:
         `index.json is a ${indexKind}, not a regular file; it is not read, and the next page read replaces it`,
+      file: join(dir, INDEX_FILE),
+    });
+  } else if (read !== undefined && "oversized" in read) {
+    findings.push({
+      severity: "warning",
+      kind: "index",
+      message:
+        `index.json is larger than an index of the committed range can be (at most ${read.oversized} bytes); it is not parsed, and the next page read rebuilds it`,
       file: join(dir, INDEX_FILE),
     });
   } else if (index === undefined) {
