@@ -285,7 +285,7 @@ export async function compactSession(
         generation: meta.generation,
       };
     }
-    const index = await readRoundIndex(fs, dir, true);
+    const index = await readRoundIndex(fs, dir, true, meta);
     const matching = index !== undefined && indexMatches(index, meta) ? index : undefined;
     const known = matching?.rounds;
     const staging = join(collection, stagingName(id));

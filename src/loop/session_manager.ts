@@ -1600,8 +1600,9 @@ export class SessionManager {
 
   /**
    * Makes sure index.json is usable before a page read: missing, malformed, stale or wrong
-   * indexes (a wrong or missing fallback title included) are rebuilt from the committed history. An index covering a committed prefix of the
-   * same generation start (what a commit leaves between republications) is usable.
+   * indexes (a wrong or missing fallback title included) are rebuilt from the committed history.
+   * An index covering a committed prefix of the same generation start (what a commit leaves
+   * between republications) is usable.
    */
   async #ensureIndex(meta: StorageMeta): Promise<void> {
     // Pages are served from the offsets held in memory: the index on disk matters only to other
@@ -1610,7 +1611,8 @@ export class SessionManager {
     if (this.#indexed !== undefined && this.#indexed.start === meta.start) return;
     let onDisk: RoundIndex | undefined;
     try {
-      onDisk = await readRoundIndex(this.#fs, this.#dir); // never through a link
+      // Never through a link, and never past the size an index of the committed counts can have.
+      onDisk = await readRoundIndex(this.#fs, this.#dir, false, meta);
     } catch {
       // Unreadable (a planted link, malformed, an I/O error): rebuilt below, and the page is
       // served either way (the rename replaces a link, never writes through it).
