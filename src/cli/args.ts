@@ -38,7 +38,8 @@ export function parseArgs(args: readonly string[], spec: FlagSpec): ParsedArgs {
   for (let i = 0; i < args.length; i++) {
     const arg = args[i] as string;
     if (arg === "--") {
-      positionals.push(...args.slice(i + 1));
+      // One push per argument: a spread of a long argument list would overflow the stack.
+      for (const rest of args.slice(i + 1)) positionals.push(rest);
       break;
     }
     if (arg === "-h" || arg === "--help") {

@@ -83,9 +83,18 @@ export function terminalSafeIo(io: CliIo): CliIo {
   };
 }
 
-/** Formats rows as an aligned table with a header row. */
+/**
+ * Formats rows as an aligned table with a header row. Widths are found with a loop: a listing may
+ * have more rows than a call takes arguments (`Math.max(...rows)` overflows the stack).
+ */
 export function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  const widths = header.map((h) => h.length);
+  for (const row of rows) {
+    for (const [i, width] of widths.entries()) {
+      const length = (row[i] ?? "").length;
+      if (length > width) widths[i] = length;
+    }
+  }
   const line = (cells: readonly string[]): string =>
     cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i] as number))).join("  ")
       .trimEnd();

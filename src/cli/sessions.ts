@@ -470,8 +470,9 @@ async function list(io: CliIo, flags: StoreFlags, args: readonly string[]): Prom
   const sessions: SessionInfo[] = [];
   const failures: { path: string; error: string }[] = [];
   const add = (result: { sessions: SessionInfo[]; failures: { path: string; error: Error }[] }) => {
-    sessions.push(...result.sessions);
-    failures.push(...result.failures.map((f) => ({ path: f.path, error: f.error.message })));
+    // One push per item: a collection may hold more sessions than a call takes arguments.
+    for (const session of result.sessions) sessions.push(session);
+    for (const f of result.failures) failures.push({ path: f.path, error: f.error.message });
   };
   if (parsed.flags.has("all-workspaces")) {
     for (const collection of await collections(io, flags.agentDir)) {
@@ -603,7 +604,7 @@ async function show(io: CliIo, flags: StoreFlags, args: readonly string[]): Prom
     ["pinned", header.pinnedAt ?? "no"],
     ["archived", String(archived)],
   ];
-  const width = Math.max(...rows.map(([k]) => k.length));
+  const width = rows.reduce((max, [k]) => Math.max(max, k.length), 0);
   io.out(rows.map(([k, v]) => `${k.padEnd(width)}  ${v}`).join("\n") + "\n");
   return 0;
 }
@@ -980,7 +981,7 @@ async function membership(
       }
       throw error;
     }
-    done.push(...ids.map((id) => ({ id, collection })));
+    for (const id of ids) done.push({ id, collection });
   }
   if (json) printJson(io, { action, sessions: done });
   else for (const { id } of done) io.out(`${action} ${id}\n`);
