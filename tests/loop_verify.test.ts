@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { portableSha256 } from "../src/port/sha256.ts";
 import { SessionStore } from "../src/loop/store.ts";
-import { SessionFormatError } from "../src/loop/errors.ts";
+import { InvalidArgumentError, SessionBusyError, SessionFormatError } from "../src/loop/errors.ts";
 import { salvageSession, verifySession } from "../src/loop/verify.ts";
 import { encodeRoundIndex } from "../src/loop/storage.ts";
 import { assistant, conversation, user } from "./_fixtures.ts";
@@ -161,6 +161,69 @@ test("salvageSession() stops before unanswered tool calls and drops metadata pas
   });
   assert.equal(result.kept, 2);
   assert.deepEqual(result.droppedMetadata, ["runtimeContexts"]);
+});
+
+for (const named of ["kept", "not kept"] as const) {
+  test(`salvage keeps a stored title whose messages were kept, and drops and lists one naming a message that was not (${named})`, async () => {
+    const fs = new MemoryFs();
+    await fs.mkdir(CWD, { recursive: true });
+    const store = new SessionStore({ fs, agentDir: AGENT });
+    const session = await store.create(CWD);
+    await session.commit([user("Fix the build"), assistant("done"), user("And the docs")]);
+    const title = {
+      text: "Build fixes",
+      source: "user",
+      messageIndices: [named === "kept" ? 0 : 2],
+    };
+    await session.setTitle(title as never);
+    await session.close();
+    const logPath = `${session.getSessionPath()}/messages.jsonl`;
+    const text = new TextDecoder().decode(await fs.readFile(logPath));
+    // The last line damaged in place: the first round is the valid prefix.
+    await fs.writeFile(
+      logPath,
+      new TextEncoder().encode(text.replace("And the docs", "And the d\u0000cs")),
+    );
+    const result = await store.salvage(session.getSessionPath(), "/rescue");
+    assert.equal(result.kept, 2);
+    const rescued = await store.open(result.dir, { readOnly: true });
+    if (named === "kept") {
+      assert.deepEqual(rescued.getHeader().title, title);
+      assert.deepEqual(result.droppedMetadata, []);
+    } else {
+      assert.equal(rescued.getHeader().title?.source, "fallback");
+      assert.deepEqual(result.droppedMetadata, ["title"]);
+    }
+    await rescued.close();
+  });
+}
+
+for (const id of ["NOT-A-UUID", "../../escaped", ""]) {
+  test(`salvage refuses the id ${JSON.stringify(id)} before anything is written`, async () => {
+    const { fs, store, dir } = await saved();
+    const before = fs.snapshotTree("/");
+    for (
+      const run of [
+        () => store.salvage(dir, "/rescue", { id }),
+        () => salvageSession(fs, dir, { ...options, toCollection: "/rescue", id }),
+      ]
+    ) {
+      await assert.rejects(run(), (error: unknown) => {
+        assert.ok(error instanceof InvalidArgumentError, String(error));
+        assert.equal(error.argument, "id");
+        return true;
+      });
+    }
+    assert.deepEqual(fs.snapshotTree("/"), before);
+  });
+}
+
+test("salvage into an id that already exists is SessionBusyError and leaves nothing behind", async () => {
+  const { fs, store, dir } = await saved();
+  const first = await store.salvage(dir, "/rescue");
+  const before = fs.snapshotTree("/");
+  await assert.rejects(store.salvage(dir, "/rescue", { id: first.id }), SessionBusyError);
+  assert.deepEqual(fs.snapshotTree("/"), before);
 });
 
 test("verifySession() and salvageSession() never read a session file through a link", async () => {

@@ -91,7 +91,12 @@ import {
   stagingSessionId,
 } from "./compaction.ts";
 import { cleanupCollection, type CleanupReport, recoverLeftovers } from "./maintenance.ts";
-import { irregularSessionFiles, type SalvageResult, salvageSession } from "./verify.ts";
+import {
+  checkSalvageId,
+  irregularSessionFiles,
+  type SalvageResult,
+  salvageSession,
+} from "./verify.ts";
 
 /** Options of `SessionStore`. */
 export interface SessionStoreOptions {
@@ -746,8 +751,10 @@ export class SessionStore {
    * under that collection's lock, so a cleanup or another structural change of it, in this
    * process or another, never meets the new session half built. The original is only read.
    *
+   * @throws {InvalidArgumentError} When `options.id` is not a session id (a lowercase UUID).
    * @throws {SessionFormatError} When `dir` is not a directory itself, a session file is not a
    * regular file, or `toCollection` is a link.
+   * @throws {SessionBusyError} When a session `options.id` already exists in `toCollection`.
    */
   async salvage(
     dir: string,
@@ -755,6 +762,7 @@ export class SessionStore {
     options: { readonly id?: string } = {},
   ): Promise<SalvageResult> {
     const context = this.#context;
+    if (options.id !== undefined) checkSalvageId(options.id);
     // A source that would be refused (a linked file, no readable meta.json) is refused before
     // the collection is made.
     const [irregular] = (await irregularSessionFiles(this.fs, dir)).errors;

@@ -17,7 +17,13 @@ import {
   stagedPublish,
 } from "../port/durable.ts";
 import { basename, join } from "../port/path.ts";
-import { SessionError, SessionFormatError } from "./errors.ts";
+import {
+  InvalidArgumentError,
+  preview,
+  SessionBusyError,
+  SessionError,
+  SessionFormatError,
+} from "./errors.ts";
 import {
   fallbackTitle,
   isSessionId,
@@ -512,21 +518,36 @@ export interface SalvageResult {
   readonly droppedMetadata: readonly string[];
 }
 
+/** Refuses (`InvalidArgumentError`) a salvage id that is not a session id (a lowercase UUID). */
+export function checkSalvageId(id: string): void {
+  if (!isSessionId(id)) {
+    throw new InvalidArgumentError(
+      "id",
+      `Invalid session id for the salvaged copy: ${preview(id)} (expected a lowercase UUID)`,
+    );
+  }
+}
+
 /**
  * Copies the longest valid prefix of the session in `dir` into a new session directory under
  * `toCollection` (built in a staging directory and renamed into place). The original is only
- * read. Metadata that refers past the kept prefix is dropped and listed. It takes no lock: where
- * other processes may work on `toCollection`, use `SessionStore.salvage`, which runs this under
- * the collection's lock (a cleanup there would otherwise remove the staging directory).
+ * read. Metadata that refers past the kept prefix (a stored title naming a message that was not
+ * kept included) is dropped and listed. It takes no lock: where other processes may work on
+ * `toCollection`, use `SessionStore.salvage`, which runs this under the collection's lock (a
+ * cleanup there would otherwise remove the staging directory).
  *
+ * @throws {InvalidArgumentError} When `options.id` is not a session id (a lowercase UUID), before
+ * anything is read or written.
  * @throws {SessionFormatError} When `dir` is not a directory itself, or meta.json, messages.jsonl
  * or index.json is not a regular file (nothing is read through a link).
+ * @throws {SessionBusyError} When a session `options.id` already exists in `toCollection`.
  */
 export async function salvageSession(
   fs: FileSystem,
   dir: string,
   options: SalvageOptions,
 ): Promise<SalvageResult> {
+  if (options.id !== undefined) checkSalvageId(options.id);
   // Nothing is read through a link (see `verifySession`).
   const [irregular] = (await irregularSessionFiles(fs, dir)).errors;
   if (irregular !== undefined) throw irregular;
@@ -552,11 +573,16 @@ export async function salvageSession(
       delete header[key];
     }
   }
+  // A stored title is kept when every message it names was kept.
+  const title = header.title as { readonly messageIndices?: readonly number[] } | undefined;
+  if (title !== undefined && !(title.messageIndices ?? []).every((index) => index < kept)) {
+    droppedMetadata.push("title");
+    delete header.title;
+  }
   const id = options.id ?? globalThis.crypto.randomUUID();
   const now = new Date((options.now ?? Date.now)()).toISOString();
   header.id = id;
   header.updatedAt = now;
-  delete header.title;
   // Each message serialized and encoded once; a user message's round starts where it does.
   const writer = new LineWriter(4096);
   const rounds: RoundEntry[] = [];
@@ -577,6 +603,12 @@ export async function salvageSession(
   };
   const durability = options.durability ?? "full";
   await ensurePrivateDir(fs, options.toCollection, durability);
+  const target = join(options.toCollection, id);
+  if (await entryKind(fs, target) !== undefined) {
+    throw new SessionBusyError(`A session ${id} already exists in the target collection`, {
+      file: target,
+    });
+  }
   const staging = join(
     options.toCollection,
     `.staging-${id}-${globalThis.crypto.randomUUID().slice(0, 8)}`,
@@ -599,7 +631,6 @@ export async function salvageSession(
     }),
     { durability },
   );
-  const target = join(options.toCollection, id);
   await stagedPublish(fs, staging, target, { durability });
   return {
     dir: target,
