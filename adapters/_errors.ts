@@ -136,10 +136,18 @@ export function mapNativeError(
         code ?? "EIO",
         syscall,
         path,
-        error instanceof Error ? error.message : "I/O error",
+        error instanceof Error ? withoutNativePath(error.message) : "I/O error",
         options,
       );
   }
+}
+
+/**
+ * A native error message without the call and path the runtime appended to it (`", lstat
+ * '/p'"` in Node, `": lstat '/p'"` in Deno): the port's error adds its own.
+ */
+function withoutNativePath(message: string): string {
+  return message.replace(/[,:] [a-z_]+ '[^']*'(?: -> '[^']*')?$/, "");
 }
 
 /** Runs a native call and maps whatever it throws with `map`. */

@@ -57,3 +57,34 @@ test("Node's argument and size codes map to EINVAL and EFBIG", () => {
   const big = Object.assign(new RangeError("too large"), { code: "ERR_FS_FILE_TOO_LARGE" });
   assert.equal(mapNativeError(big, "read", "/a").code, "EFBIG");
 });
+
+test("a mapped error names its call and path once, not again after the runtime's own", () => {
+  const node = Object.assign(
+    new Error("ELOOP: too many symbolic links encountered, lstat '/a/b'"),
+    { code: "ELOOP" },
+  );
+  const deno = new Error("Too many levels of symbolic links (os error 40): lstat '/a/b'");
+  const renamed = Object.assign(
+    new Error("EXDEV: cross-device link not permitted, rename '/a' -> '/b'"),
+    {
+      code: "EXDEV",
+    },
+  );
+  assert.equal(
+    mapNativeError(node, "lstat", "/a/b").message,
+    "ELOOP: too many symbolic links encountered: lstat '/a/b'",
+  );
+  assert.equal(
+    mapNativeError(deno, "lstat", "/a/b").message,
+    "Too many levels of symbolic links (os error 40): lstat '/a/b'",
+  );
+  assert.equal(
+    mapNativeError(renamed, "rename", "/a").message,
+    "EXDEV: cross-device link not permitted: rename '/a'",
+  );
+  // A message that names no call keeps all its words.
+  assert.equal(
+    mapNativeError(new Error("odd, really"), "write", "/f").message,
+    "odd, really: write '/f'",
+  );
+});
