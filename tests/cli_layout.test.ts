@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
-import { runLayout, runPruneRaw } from "../src/cli/layout.ts";
+import { runLayout, runPruneRaw, runTraces } from "../src/cli/layout.ts";
 import { memoryIo } from "./_cli_io.ts";
 import { createAttemptArtifacts, processNextChildRequest, publishChildRequest } from "../layout.ts";
 import { childRequest, deterministic, newRepo, newRoot } from "./layout_fixtures.ts";
@@ -73,4 +73,35 @@ test("layout tree shows every tree when a state.json on one tree's active chain 
     second.sessionId,
   ]);
   assert.equal(typeof json.trees[0].error, "string");
+});
+
+test("traces inspect prints a manifest nested deeper than the call stack goes, keys sorted", async () => {
+  const fs = await newRepo();
+  await fs.mkdir("/repo/.loopy_loop/sessions", { recursive: true });
+  const dir = "/repo/.loopy_loop/traces/t1";
+  await fs.mkdir(dir, { recursive: true });
+  // An agent-written manifest: an extra value 20,000 levels deep (the library reads it).
+  const depth = 20_000;
+  const text = `{"manifest_id":"trace-1","lifecycle":"sealed","identity":{"workflow_id":"w",` +
+    `"session_id":"s","attempt_id":"a"},"x":${"[".repeat(depth)}${"]".repeat(depth)}}`;
+  await fs.writeFile(`${dir}/trace_manifest.json`, new TextEncoder().encode(text));
+  const { io, out } = memoryIo(fs, "/repo", Date.now());
+  const code = await runTraces(io, ["inspect", "trace-1"]);
+  assert.equal(code, 1, "a sealed manifest without a seal fails its check");
+  const printed = JSON.parse(out());
+  assert.equal(printed.manifest_id, "trace-1");
+  assert.equal(printed.observed_integrity.status, "failed");
+  assert.deepEqual(Object.keys(printed), [
+    "identity",
+    "lifecycle",
+    "manifest_id",
+    "observed_integrity",
+    "x",
+  ]);
+  assert.deepEqual(Object.keys(printed.identity), ["attempt_id", "session_id", "workflow_id"]);
+  let level = 0;
+  for (let value = printed.x; Array.isArray(value) && value.length > 0; value = value[0]) level++;
+  assert.equal(level, depth - 1);
+  // Deep levels are written on one line, not indented 20,000 times over.
+  assert(out().length < 200_000, `${out().length} characters`);
 });

@@ -50,15 +50,41 @@ Lists legacy mirror-layout trace manifests with their seal status, or shows one 
 inventory with every file's hash verified.`,
 };
 
-/** A copy of `value` with object keys sorted, for stable JSON like the engine prints. */
+/**
+ * A copy of `value` with object keys sorted, for stable JSON like the engine prints. Iterative: a
+ * manifest is written by an agent and may be nested deeper than the call stack goes.
+ */
 function sortKeys(value: unknown): unknown {
-  if (Array.isArray(value)) return value.map(sortKeys);
-  if (value === null || typeof value !== "object") return value;
-  return Object.fromEntries(
-    Object.keys(value as Record<string, unknown>).sort().map((
-      k,
-    ) => [k, sortKeys((value as Record<string, unknown>)[k])]),
-  );
+  const copyOf = (item: unknown): unknown => {
+    if (Array.isArray(item)) return [];
+    return item === null || typeof item !== "object" ? item : {};
+  };
+  const root = copyOf(value);
+  // Each pair is a value and its copy, whose members are still to be filled in.
+  const pending: [unknown, unknown][] = root === value ? [] : [[value, root]];
+  for (let pair = pending.pop(); pair !== undefined; pair = pending.pop()) {
+    const [source, copy] = pair;
+    const add = (member: unknown): unknown => {
+      const memberCopy = copyOf(member);
+      if (memberCopy !== member) pending.push([member, memberCopy]);
+      return memberCopy;
+    };
+    if (Array.isArray(source)) {
+      for (const member of source) (copy as unknown[]).push(add(member));
+      continue;
+    }
+    const object = source as Record<string, unknown>;
+    for (const key of Object.keys(object).sort()) {
+      // Defined, not assigned: a key named `__proto__` stays a key, as with Object.fromEntries.
+      Object.defineProperty(copy, key, {
+        value: add(object[key]),
+        enumerable: true,
+        writable: true,
+        configurable: true,
+      });
+    }
+  }
+  return root;
 }
 
 /** Finds the repository root: the nearest directory from `start` upward holding `.loopy_loop/`. */

@@ -11,7 +11,7 @@ import { FsError, PermissionDenied } from "../port/errors.ts";
 import { SessionError } from "../loop/errors.ts";
 import { LayoutError } from "../layout/errors.ts";
 import { parseArgs, UsageError } from "./args.ts";
-import { type CliIo, OutputError, terminalSafeIo } from "./output.ts";
+import { type CliIo, isStackOverflow, OutputError, terminalSafeIo } from "./output.ts";
 import { runSessions } from "./sessions.ts";
 import { runLayout, runPruneRaw, runTraces } from "./layout.ts";
 
@@ -115,6 +115,16 @@ function report(io: CliIo, error: unknown): number {
   }
   if (error instanceof SessionError || error instanceof FsError || error instanceof LayoutError) {
     io.err(`error: ${(error as Error).message}\n`);
+    return 1;
+  }
+  if (isStackOverflow(error)) {
+    // Stored data nested or sized beyond what the command can walk: a failure of this input, said
+    // in one line like the others. Any other unexpected error is a defect and keeps its trace.
+    io.err(
+      `error: ${
+        (error as Error).message
+      }: the data read is nested too deeply or too large for this command\n`,
+    );
     return 1;
   }
   throw error;

@@ -101,9 +101,106 @@ export function table(header: readonly string[], rows: readonly (readonly string
   return [line(header), ...rows.map(line)].join("\n") + "\n";
 }
 
-/** Writes `value` as indented JSON with a trailing newline. */
+/** Writes `value` as indented JSON with a trailing newline (see `jsonText`). */
 export function printJson(io: CliIo, value: unknown): void {
-  io.out(JSON.stringify(value, null, 2) + "\n");
+  io.out(jsonText(value) + "\n");
+}
+
+/** True when `error` is the runtime's stack overflow (`Maximum call stack size exceeded`). */
+export function isStackOverflow(error: unknown): boolean {
+  return error instanceof RangeError && /call stack/i.test(error.message);
+}
+
+/**
+ * Nesting levels that `jsonText` writes with line breaks and indentation when `JSON.stringify`
+ * cannot write the value; deeper levels are written on one line.
+ */
+export const JSON_INDENTED_LEVELS = 100;
+
+/**
+ * `value` as `JSON.stringify(value, null, 2)` writes it. Stored data (an agent's trace manifest,
+ * a message) may be nested deeper than `JSON.stringify` goes before the call stack overflows (a
+ * few thousand levels): such a value is written by an iterative writer instead, the same values
+ * in valid JSON, its levels past `JSON_INDENTED_LEVELS` on one line (indenting them all would
+ * take space quadratic in the depth).
+ */
+export function jsonText(value: unknown): string {
+  try {
+    return JSON.stringify(value, null, 2);
+  } catch (error) {
+    if (!isStackOverflow(error)) throw error;
+  }
+  return deepJsonText(value);
+}
+
+/** One array or object that `deepJsonText` is writing. */
+interface JsonFrame {
+  readonly value: object;
+  /** The keys of an object; undefined for an array. */
+  readonly keys: readonly string[] | undefined;
+  readonly depth: number;
+  /** The next member to write. */
+  next: number;
+  /** True once a member is written. */
+  wrote: boolean;
+}
+
+/** `value` as `JSON.stringify` would take it: after `toJSON`, or undefined when it is skipped. */
+function jsonValue(value: unknown, key: string): unknown {
+  const toJSON = (value as { toJSON?: unknown } | null | undefined)?.toJSON;
+  const taken = typeof toJSON === "function" ? toJSON.call(value, key) : value;
+  return typeof taken === "function" || typeof taken === "symbol" ? undefined : taken;
+}
+
+/**
+ * `jsonText` without the call stack, by the rules of `JSON.stringify(value, null, 2)` for what the
+ * command line prints (JSON data and plain results: `toJSON`, skipped members, cycles refused).
+ */
+function deepJsonText(value: unknown): string {
+  const parts: string[] = [];
+  const stack: JsonFrame[] = [];
+  const open = new Set<object>();
+  /** Writes `item` (a primitive), or opens it (an array or object) as the deepest frame. */
+  const write = (item: unknown, depth: number): void => {
+    if (item === null || typeof item !== "object") {
+      parts.push(JSON.stringify(item) ?? "null");
+      return;
+    }
+    if (open.has(item)) throw new TypeError("Converting circular structure to JSON");
+    open.add(item);
+    const keys = Array.isArray(item) ? undefined : Object.keys(item);
+    stack.push({ value: item, keys, depth, next: 0, wrote: false });
+    parts.push(keys === undefined ? "[" : "{");
+  };
+  const top = jsonValue(value, "");
+  if (top === undefined) return "undefined";
+  write(top, 0);
+  for (let frame = stack.at(-1); frame !== undefined; frame = stack.at(-1)) {
+    const indented = frame.depth < JSON_INDENTED_LEVELS;
+    const { keys } = frame;
+    const length = keys === undefined ? (frame.value as unknown[]).length : keys.length;
+    if (frame.next >= length) {
+      stack.pop();
+      open.delete(frame.value);
+      if (frame.wrote && indented) parts.push("\n" + "  ".repeat(frame.depth));
+      parts.push(keys === undefined ? "]" : "}");
+      continue;
+    }
+    const index = frame.next++;
+    const key = keys === undefined ? String(index) : keys[index] as string;
+    let member = jsonValue((frame.value as Record<string, unknown>)[key], key);
+    if (member === undefined) {
+      if (keys !== undefined) continue; // An object leaves the member out, an array writes null.
+      member = null;
+    }
+    const separator = frame.wrote ? "," : "";
+    const indent = indented ? "\n" + "  ".repeat(frame.depth + 1) : "";
+    const name = keys === undefined ? "" : JSON.stringify(key) + (indented ? ": " : ":");
+    parts.push(separator + indent + name);
+    frame.wrote = true;
+    write(member, frame.depth + 1);
+  }
+  return parts.join("");
 }
 
 /** A progress line on standard error, shown only on a terminal and never with `--json`. */
