@@ -1,10 +1,15 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import type { MemoryFs } from "../adapters/memory.ts";
+import { MemoryFs } from "../adapters/memory.ts";
 import { runLayout, runPruneRaw, runTraces } from "../src/cli/layout.ts";
 import { memoryIo } from "./_cli_io.ts";
-import { createAttemptArtifacts, processNextChildRequest, publishChildRequest } from "../layout.ts";
-import { childRequest, deterministic, newRepo, newRoot } from "./layout_fixtures.ts";
+import {
+  createAttemptArtifacts,
+  createRootSession,
+  processNextChildRequest,
+  publishChildRequest,
+} from "../layout.ts";
+import { childRequest, CONTRACTS, deterministic, newRepo, newRoot } from "./layout_fixtures.ts";
 
 /** Runs `prune-raw args` in `/repo` of `fs`; returns its exit code and its last output line. */
 async function pruneRaw(fs: MemoryFs, args: string[]): Promise<{ code: number; summary: string }> {
@@ -104,4 +109,66 @@ test("traces inspect prints a manifest nested deeper than the call stack goes, k
   assert.equal(level, depth - 1);
   // Deep levels are written on one line, not indented 20,000 times over.
   assert(out().length < 200_000, `${out().length} characters`);
+});
+
+test("traces list writes an agent-written manifest field on its row, never as rows of its own", async () => {
+  const fs = await newRepo();
+  await fs.mkdir("/repo/.loopy_loop/sessions", { recursive: true });
+  const dir = "/repo/.loopy_loop/traces/t1";
+  await fs.mkdir(dir, { recursive: true });
+  const manifest = {
+    manifest_id: "trace-1",
+    lifecycle: "sealed\ntrace-2      sealed     verified",
+    identity: { session_id: "s", workflow_id: "w\r\t", attempt_id: "a" },
+  };
+  await fs.writeFile(
+    `${dir}/trace_manifest.json`,
+    new TextEncoder().encode(JSON.stringify(manifest)),
+  );
+  const { io, out } = memoryIo(fs, "/repo", Date.now());
+  await runTraces(io, ["list"]);
+  assert.doesNotMatch(out(), /[\r\t]/);
+  const lines = out().trimEnd().split("\n");
+  assert.equal(lines.length, 2, out());
+  assert.match(
+    lines[1] as string,
+    /^trace-1 +sealed\\u000atrace-2 {6}sealed {5}verified +\S+ +s +w\\u000d\\u0009 /,
+  );
+  // JSON keeps the values.
+  const json = memoryIo(fs, "/repo", Date.now());
+  await runTraces(json.io, ["list", "--json"]);
+  assert.equal(JSON.parse(json.out())[0].lifecycle, manifest.lifecycle);
+});
+
+test("layout show, resolve and tree write a line feed or tab in a repository's path as an escape", async () => {
+  const fs = new MemoryFs();
+  const repo = "/two\nlines\trepo";
+  await fs.mkdir(repo, { recursive: true });
+  const root = await createRootSession(fs, {
+    repoRoot: repo,
+    goal: "Goal",
+    ...CONTRACTS,
+    ...deterministic(),
+  });
+  const escaped = "/two\\u000alines\\u0009repo";
+  const run = async (args: string[]) => {
+    const { io, out } = memoryIo(fs, repo, Date.now());
+    return { code: await runLayout(io, args), out: out() };
+  };
+  const show = await run(["show", root.sessionId]);
+  assert.equal(show.code, 0);
+  assert.equal(show.out.split("\n").length, 9, show.out);
+  assert.match(
+    show.out,
+    new RegExp(`^dir {7}${escaped.replaceAll("\\", "\\\\")}/\\.loopy_loop/`, "m"),
+  );
+  const resolved = await run(["resolve", "repo:/notes.md"]);
+  assert.equal(resolved.out, `${escaped}/notes.md (absent)\n`);
+  // An unreadable state.json: the error names its path, on the tree's lines.
+  await fs.writeFile(`${root.dir}/state.json`, new TextEncoder().encode('{"status":'));
+  const tree = await run(["tree"]);
+  assert.equal(tree.code, 1);
+  assert.doesNotMatch(tree.out, /\t/);
+  assert.equal(tree.out.split("\n").length, 3, tree.out);
+  assert(tree.out.includes(escaped), tree.out);
 });

@@ -1,7 +1,7 @@
 // The command line's output helpers, on inputs of any size and content.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { jsonText, table } from "../src/cli/output.ts";
+import { fieldRows, inline, inlined, jsonText, table } from "../src/cli/output.ts";
 import { parseArgs } from "../src/cli/args.ts";
 import { runCli } from "../src/cli/main.ts";
 import { MemoryFs } from "../adapters/memory.ts";
@@ -103,4 +103,31 @@ test("runCli reports a stack overflow as a one-line error, and lets any other de
   // A programming error keeps its stack trace (bin.ts lets it escape).
   const defect = new TypeError("x is undefined");
   await assert.rejects(run(defect), (error) => error === defect);
+});
+
+test("a line feed, carriage return or tab in a cell or a value is written as an escape", () => {
+  assert.equal(inline("a\nb\rc\td\u000be"), "a\\u000ab\\u000dc\\u0009d\u000be");
+  const value = "x\ny";
+  assert.equal(inlined`one ${value} and ${3}\n`, "one x\\u000ay and 3\n");
+  assert.equal(
+    table(["A", "B"], [["1\n2", "t\tu"], ["3", "4"]]),
+    "A         B\n1\\u000a2  t\\u0009u\n3         4\n",
+  );
+  assert.equal(fieldRows([["id", "a\rb"], ["model", "m"]]), "id     a\\u000db\nmodel  m\n");
+});
+
+test("an error's message is one line whatever it quotes", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/work", { recursive: true });
+  const { io } = memoryIo(fs, "/work", Date.now());
+  let err = "";
+  const code = await runCli(["list\nerror: forged"], {
+    ...io,
+    err: (text) => void (err += text),
+  });
+  assert.equal(code, 2);
+  assert.equal(
+    err,
+    "usage error: unknown command 'list\\u000aerror: forged'\nRun 'loop-sessions --help' for the commands.\n",
+  );
 });

@@ -175,3 +175,50 @@ test("the progress line keeps its own terminal controls while stored data is esc
   assert.ok(err.endsWith("\r\u001b[K"), JSON.stringify(err));
   assert.doesNotMatch(err, /\\u001b/);
 });
+
+test("sessions show writes a stored line feed, carriage return or tab as an escape, never as a row", async () => {
+  const fs = new MemoryFs();
+  const cwd = "/work/two\nlines\tdir";
+  await fs.mkdir(cwd, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(cwd);
+  await session.commit(conversation(1));
+  // Written by a host (or another program) into the header; valid for the library.
+  const model = { provider: "acme", id: "m1\narchived    true\rpinned      yes" };
+  await session.setModel(model);
+  await session.close();
+  const run = async (args: string[]) => {
+    const { io, out } = memoryIo(fs, "/", Date.now());
+    const code = await runCli(["--data-dir", AGENT, "sessions", ...args], io);
+    return { code, out: out() };
+  };
+  const show = await run(["show", session.id]);
+  assert.equal(show.code, 0);
+  assert.doesNotMatch(show.out, /[\r\t]/);
+  const lines = show.out.trimEnd().split("\n");
+  assert.deepEqual(lines.map((line) => line.split(" ")[0]), [
+    "id",
+    "path",
+    "cwd",
+    "title",
+    "created",
+    "updated",
+    "model",
+    "permission",
+    "messages",
+    "generation",
+    "committed",
+    "unread",
+    "pinned",
+    "archived",
+  ]);
+  assert(lines.includes("cwd         /work/two\\u000alines\\u0009dir"), show.out);
+  assert(
+    lines.includes("model       acme/m1\\u000aarchived    true\\u000dpinned      yes"),
+    show.out,
+  );
+  // JSON keeps the values.
+  const json = JSON.parse((await run(["show", session.id, "--json"])).out);
+  assert.equal(json.header.cwd, cwd);
+  assert.equal(json.header.model.id, model.id);
+});

@@ -21,7 +21,15 @@ import { type PrunedEntry, type PruneKind, pruneRaw } from "../layout/prune.ts";
 import { findLoopyRoot } from "../layout/loopy_root.ts";
 import { inspectTrace, listTraces } from "../layout/traces.ts";
 import { numberOption, parseArgs, UsageError } from "./args.ts";
-import { type CliIo, formatBytes, printJson, Progress, table } from "./output.ts";
+import {
+  type CliIo,
+  fieldRows,
+  formatBytes,
+  inlined,
+  printJson,
+  Progress,
+  table,
+} from "./output.ts";
 
 const HELP: Readonly<Record<string, string>> = {
   tree: `Usage: loop-sessions layout tree [ROOT] [--json]
@@ -206,17 +214,17 @@ export async function runLayout(io: CliIo, args: readonly string[]): Promise<num
       if (trees.length === 0) io.out("No sessions found.\n");
       for (const tree of trees) {
         if (tree.sessions.length === 0 && tree.error !== undefined) {
-          io.out(`  ${tree.root}  invalid tree (${tree.error})\n`);
+          io.out(inlined`  ${tree.root}  invalid tree (${tree.error})\n`);
           continue;
         }
         for (const line of tree.sessions) {
           io.out(
-            `${line.working ? "*" : " "} ${"  ".repeat(line.depth)}${line.id}  ${line.status}${
-              line.layout === "mirror" ? " (mirror)" : ""
-            }\n`,
+            inlined`${line.working ? "*" : " "} ${
+              "  ".repeat(line.depth)
+            }${line.id}  ${line.status}${line.layout === "mirror" ? " (mirror)" : ""}\n`,
           );
         }
-        if (tree.error !== undefined) io.out(`  (working session unknown: ${tree.error})\n`);
+        if (tree.error !== undefined) io.out(inlined`  (working session unknown: ${tree.error})\n`);
       }
     }
     // A tree or a state that cannot be read is a finding.
@@ -258,7 +266,7 @@ export async function runLayout(io: CliIo, args: readonly string[]): Promise<num
         ["status", `${result.status} (${result.phase})`],
         ["children", result.children.length === 0 ? "-" : result.children.join(", ")],
       ];
-      io.out(rows.map(([k, v]) => `${k.padEnd(8)}  ${v}`).join("\n") + "\n");
+      io.out(fieldRows(rows));
     }
     return 0;
   }
@@ -284,7 +292,7 @@ export async function runLayout(io: CliIo, args: readonly string[]): Promise<num
     const resolver = await LogicalReferenceResolver.forSession(io.fs, { repoRoot, sessionId });
     const resolved = await resolver.resolve(reference);
     if (parsed.flags.has("json")) printJson(io, { sessionId, ...resolved });
-    else io.out(`${resolved.path}${resolved.exists ? "" : " (absent)"}\n`);
+    else io.out(inlined`${resolved.path}${resolved.exists ? "" : " (absent)"}\n`);
     return 0;
   }
   throw new UsageError(`unknown command 'layout ${sub}'`);
@@ -326,8 +334,10 @@ export async function runPruneRaw(io: CliIo, args: readonly string[]): Promise<n
     return 0;
   }
   const verb = report.dryRun ? "would remove" : "removed";
-  for (const item of report.removed) io.out(`${verb} ${item.path} (${formatBytes(item.bytes)})\n`);
-  for (const item of report.skipped) io.out(`skipped ${item.path}: ${item.reason}\n`);
+  for (const item of report.removed) {
+    io.out(inlined`${verb} ${item.path} (${formatBytes(item.bytes)})\n`);
+  }
+  for (const item of report.skipped) io.out(inlined`skipped ${item.path}: ${item.reason}\n`);
   // Raw attempt directories and trace trees apart; an interrupted prune's leftover counts as what
   // it was, by where it lies.
   const kindOf = (item: PrunedEntry): PruneKind => {

@@ -11,7 +11,7 @@ import { FsError, PermissionDenied } from "../port/errors.ts";
 import { SessionError } from "../loop/errors.ts";
 import { LayoutError } from "../layout/errors.ts";
 import { parseArgs, UsageError } from "./args.ts";
-import { type CliIo, isStackOverflow, OutputError, terminalSafeIo } from "./output.ts";
+import { type CliIo, inlined, isStackOverflow, OutputError, terminalSafeIo } from "./output.ts";
 import { runSessions } from "./sessions.ts";
 import { runLayout, runPruneRaw, runTraces } from "./layout.ts";
 
@@ -102,26 +102,26 @@ export async function runCli(args: readonly string[], io: CliIo): Promise<number
 /** Prints one line for a failure and returns its exit code. */
 function report(io: CliIo, error: unknown): number {
   if (error instanceof UsageError) {
-    io.err(`usage error: ${error.message}\nRun 'loop-sessions --help' for the commands.\n`);
+    io.err(inlined`usage error: ${error.message}\nRun 'loop-sessions --help' for the commands.\n`);
     return 2;
   }
   if (error instanceof OutputError) {
-    io.err(`error: ${error.message}\n`);
+    io.err(inlined`error: ${error.message}\n`);
     return 1;
   }
   if (error instanceof PermissionDenied) {
-    io.err(`error: permission denied: ${error.path}; check the file's owner and mode\n`);
+    io.err(inlined`error: permission denied: ${error.path}; check the file's owner and mode\n`);
     return 1;
   }
   if (error instanceof SessionError || error instanceof FsError || error instanceof LayoutError) {
-    io.err(`error: ${(error as Error).message}\n`);
+    io.err(inlined`error: ${(error as Error).message}\n`);
     return 1;
   }
   if (isStackOverflow(error)) {
     // Stored data nested or sized beyond what the command can walk: a failure of this input, said
     // in one line like the others. Any other unexpected error is a defect and keeps its trace.
     io.err(
-      `error: ${
+      inlined`error: ${
         (error as Error).message
       }: the data read is nested too deeply or too large for this command\n`,
     );

@@ -52,8 +52,9 @@ export class OutputError extends Error {
 
 /**
  * Control characters that reach a terminal as commands rather than text: C0 controls but the line
- * feed, the tab and the carriage return (the progress line's own; rows of data flatten
- * whitespace), DEL, C1 controls, and the bidirectional controls that reorder what is shown.
+ * feed, the tab and the carriage return (the output's own line breaks and the progress line's;
+ * stored data put into a line of human output passes through `inline`), DEL, C1 controls, and the
+ * bidirectional controls that reorder what is shown.
  */
 const TERMINAL_CONTROLS =
   // deno-lint-ignore no-control-regex
@@ -72,6 +73,38 @@ export function terminalSafe(text: string): string {
   );
 }
 
+/** The line feed, the carriage return and the tab: the controls `TERMINAL_CONTROLS` lets through. */
+const LINE_CONTROLS = /[\t\n\r]/g;
+
+/**
+ * `text` for one line of human output (a table cell, a `key  value` row, a path or a message in a
+ * line): the line feed, the carriage return and the tab written as visible `\uXXXX` escapes, as
+ * `terminalSafe` writes the other controls, so stored data can neither forge rows nor overprint
+ * them. Never applied to JSON output, whose strings escape these characters already.
+ */
+export function inline(text: string): string {
+  return text.replace(
+    LINE_CONTROLS,
+    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`,
+  );
+}
+
+/**
+ * A template tag for lines of human output: the template's own text as written (its line
+ * breaks included), every value put into it passed through `inline`.
+ */
+export function inlined(strings: TemplateStringsArray, ...values: unknown[]): string {
+  let text = strings[0] ?? "";
+  for (const [i, value] of values.entries()) text += inline(String(value)) + (strings[i + 1] ?? "");
+  return text;
+}
+
+/** Formats `key  value` rows, keys padded to the longest, each value on its own line (`inline`). */
+export function fieldRows(rows: readonly (readonly [string, string])[]): string {
+  const width = rows.reduce((max, [key]) => Math.max(max, key.length), 0);
+  return rows.map(([key, value]) => `${key.padEnd(width)}  ${inline(value)}`).join("\n") + "\n";
+}
+
 /** `io` with everything it writes passed through `terminalSafe`. */
 export function terminalSafeIo(io: CliIo): CliIo {
   return {
@@ -84,12 +117,14 @@ export function terminalSafeIo(io: CliIo): CliIo {
 }
 
 /**
- * Formats rows as an aligned table with a header row. Widths are found with a loop: a listing may
- * have more rows than a call takes arguments (`Math.max(...rows)` overflows the stack).
+ * Formats rows as an aligned table with a header row, every cell on its row (see `inline`). Widths
+ * are found with a loop: a listing may have more rows than a call takes arguments
+ * (`Math.max(...rows)` overflows the stack).
  */
 export function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
   const widths = header.map((h) => h.length);
-  for (const row of rows) {
+  const cells = rows.map((row) => row.map(inline));
+  for (const row of cells) {
     for (const [i, width] of widths.entries()) {
       const length = (row[i] ?? "").length;
       if (length > width) widths[i] = length;
@@ -98,7 +133,7 @@ export function table(header: readonly string[], rows: readonly (readonly string
   const line = (cells: readonly string[]): string =>
     cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i] as number))).join("  ")
       .trimEnd();
-  return [line(header), ...rows.map(line)].join("\n") + "\n";
+  return [line(header), ...cells.map(line)].join("\n") + "\n";
 }
 
 /** Writes `value` as indented JSON with a trailing newline (see `jsonText`). */

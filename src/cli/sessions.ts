@@ -35,7 +35,15 @@ import { isSessionId } from "../loop/records/mod.ts";
 import { type HistoryPage, pageBounds } from "../loop/session_manager.ts";
 import type { Message } from "../loop/records/mod.ts";
 import { numberOption, parseArgs, UsageError } from "./args.ts";
-import { type CliIo, formatBytes, printJson, Progress, table } from "./output.ts";
+import {
+  type CliIo,
+  fieldRows,
+  formatBytes,
+  inlined,
+  printJson,
+  Progress,
+  table,
+} from "./output.ts";
 
 /** Help text of every `sessions` subcommand. */
 export const SESSIONS_HELP: Readonly<Record<string, string>> = {
@@ -418,7 +426,7 @@ export async function runSessions(
   if (!rest.includes("--help") && !rest.includes("-h") && !(await exists(io, flags.agentDir))) {
     // Not an error (a host that never saved has none), but a mistyped --data-dir would otherwise
     // pass for an empty store.
-    io.err(`note: the data directory '${flags.agentDir}' does not exist\n`);
+    io.err(inlined`note: the data directory '${flags.agentDir}' does not exist\n`);
   }
   switch (sub) {
     case "list":
@@ -503,7 +511,7 @@ async function list(io: CliIo, flags: StoreFlags, args: readonly string[]): Prom
   else {
     if (sessions.length === 0) io.out("No sessions found.\n");
     else io.out(table(["ID", "UPDATED", "MESSAGES", "STATE", "TITLE"], sessions.map(infoRow)));
-    for (const failure of failures) io.err(`error: ${failure.error}\n`);
+    for (const failure of failures) io.err(inlined`error: ${failure.error}\n`);
   }
   return failures.length > 0 ? 1 : 0;
 }
@@ -604,8 +612,7 @@ async function show(io: CliIo, flags: StoreFlags, args: readonly string[]): Prom
     ["pinned", header.pinnedAt ?? "no"],
     ["archived", String(archived)],
   ];
-  const width = rows.reduce((max, [k]) => Math.max(max, k.length), 0);
-  io.out(rows.map(([k, v]) => `${k.padEnd(width)}  ${v}`).join("\n") + "\n");
+  io.out(fieldRows(rows));
   return 0;
 }
 
@@ -676,17 +683,17 @@ async function legacyPage(
 
 function printReport(io: CliIo, report: VerifyReport): void {
   if (report.findings.length === 0) {
-    io.out(`ok       ${report.dir} (${report.validMessages} messages)\n`);
+    io.out(inlined`ok       ${report.dir} (${report.validMessages} messages)\n`);
     return;
   }
-  io.out(`${report.ok ? "warning" : "CORRUPT"}  ${report.dir}\n`);
+  io.out(inlined`${report.ok ? "warning" : "CORRUPT"}  ${report.dir}\n`);
   for (const finding of report.findings) {
     const at = [
       finding.messageIndex === undefined ? "" : `message #${finding.messageIndex}`,
       finding.offset === undefined ? "" : `byte ${finding.offset}`,
     ].filter((s) => s !== "").join(", ");
     io.out(
-      `  ${finding.severity}: ${finding.message}${
+      inlined`  ${finding.severity}: ${finding.message}${
         at === "" ? "" : ` (${at})`
       }\n    in ${finding.file}\n`,
     );
@@ -818,10 +825,12 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
   else {
     if (files.length === 0) io.out("No legacy sessions to migrate.\n");
     for (const r of results) {
-      if (r.error !== undefined) io.out(`failed   ${r.path}: ${r.error}\n`);
+      if (r.error !== undefined) io.out(inlined`failed   ${r.path}: ${r.error}\n`);
       else if (r.alreadyMigrated) {
-        io.out(`already migrated ${r.path} -> ${r.migratedTo} (nothing to do)\n`);
-      } else io.out(`${dryRun ? "would migrate" : "migrated"} ${r.path} -> ${r.migratedTo}\n`);
+        io.out(inlined`already migrated ${r.path} -> ${r.migratedTo} (nothing to do)\n`);
+      } else {
+        io.out(inlined`${dryRun ? "would migrate" : "migrated"} ${r.path} -> ${r.migratedTo}\n`);
+      }
     }
   }
   return results.some((r) => r.error !== undefined) ? 1 : 0;
@@ -972,10 +981,10 @@ async function membership(
             error: { collection, message: (error as Error).message },
           });
         } else {
-          for (const { id } of done) io.out(`${action} ${id}\n`);
+          for (const { id } of done) io.out(inlined`${action} ${id}\n`);
           io.err(
-            `${action} ${done.length} session(s) before the failure in '${collection}'; ` +
-              `not ${action}: ${pending.join(", ")}\n`,
+            inlined`${action} ${done.length} session(s) before the failure in '${collection}'; ` +
+              inlined`not ${action}: ${pending.join(", ")}\n`,
           );
         }
       }
@@ -984,7 +993,7 @@ async function membership(
     for (const id of ids) done.push({ id, collection });
   }
   if (json) printJson(io, { action, sessions: done });
-  else for (const { id } of done) io.out(`${action} ${id}\n`);
+  else for (const { id } of done) io.out(inlined`${action} ${id}\n`);
   return 0;
 }
 
@@ -1008,7 +1017,7 @@ async function compact(io: CliIo, flags: StoreFlags, args: readonly string[]): P
     if (json) printJson(io, { ...result, ok: true });
     else {
       io.out(
-        `compacted ${result.dir}: messages.jsonl ${formatBytes(result.bytesBefore)} -> ${
+        inlined`compacted ${result.dir}: messages.jsonl ${formatBytes(result.bytesBefore)} -> ${
           formatBytes(result.bytesAfter)
         }\n`,
       );
@@ -1023,16 +1032,16 @@ async function compact(io: CliIo, flags: StoreFlags, args: readonly string[]): P
   if (json) printJson(io, { ...result, ok: report.ok, findings: errors });
   else if (report.ok) {
     io.out(
-      `not compacted: ${result.dir} already holds only the committed generation (${
+      inlined`not compacted: ${result.dir} already holds only the committed generation (${
         formatBytes(result.bytesAfter)
       })\n`,
     );
   } else {
-    io.out(`not compacted: ${result.dir} is corrupt\n`);
+    io.out(inlined`not compacted: ${result.dir} is corrupt\n`);
     for (const finding of errors) {
       // A finding taken from an error's message may name its file already.
       const where = finding.message.includes(finding.file) ? "" : ` (in '${finding.file}')`;
-      io.err(`error: ${finding.message}${where}\n`);
+      io.err(inlined`error: ${finding.message}${where}\n`);
     }
   }
   return report.ok ? 0 : 1;
@@ -1061,9 +1070,11 @@ async function salvage(io: CliIo, flags: StoreFlags, args: readonly string[]): P
   const result = await storeFor(io, flags).salvage(dir, toCollection);
   if (parsed.flags.has("json")) printJson(io, result);
   else {
-    io.out(`salvaged ${result.kept} message(s) into ${result.dir} (dropped ${result.dropped})\n`);
+    io.out(
+      inlined`salvaged ${result.kept} message(s) into ${result.dir} (dropped ${result.dropped})\n`,
+    );
     if (result.droppedMetadata.length > 0) {
-      io.out(`dropped metadata: ${result.droppedMetadata.join(", ")}\n`);
+      io.out(inlined`dropped metadata: ${result.droppedMetadata.join(", ")}\n`);
     }
   }
   return 0;
