@@ -4,6 +4,8 @@ import { MemoryFs } from "../adapters/memory.ts";
 import { runSessions } from "../src/cli/sessions.ts";
 import { runCli } from "../src/cli/main.ts";
 import { memoryIo } from "./_cli_io.ts";
+import { hookedFs } from "./_hooks.ts";
+import type { CliIo } from "../src/cli/output.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import { conversation, legacySessionBytes } from "./_fixtures.ts";
 
@@ -221,4 +223,47 @@ test("sessions show writes a stored line feed, carriage return or tab as an esca
   const json = JSON.parse((await run(["show", session.id, "--json"])).out);
   assert.equal(json.header.cwd, cwd);
   assert.equal(json.header.model.id, model.id);
+});
+
+test("sessions delete of a session that is not archived names --include-unarchived, not the API's option", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  await session.close();
+  const run = async (io: CliIo) => {
+    let err = "";
+    const code = await runCli(
+      ["--data-dir", AGENT, "sessions", "delete", session.id],
+      { ...io, err: (text) => void (err += text) },
+    );
+    return { code, err };
+  };
+  const refused = await run(memoryIo(fs, CWD, Date.now()).io);
+  assert.equal(refused.code, 1);
+  assert.match(
+    refused.err,
+    /^error: Session is not archived: .*--include-unarchived.*archive\.json/,
+  );
+  assert.doesNotMatch(refused.err, /archivedOnly/);
+  // Archived when the command checks, restored by another process before the delete takes the
+  // collection's lock: the library refuses it, and the command says so in its own words.
+  await store.archive.set(CWD, [session.id], true);
+  const archive = `${AGENT}/sessions/${workspaceHash(CWD)}/archive.json`;
+  let restored = false;
+  const hooked = hookedFs(fs, {
+    before: async (_method, args) => {
+      if (!restored && String(args[0]).endsWith("/.collection.lock")) {
+        restored = true;
+        await fs.writeFile(archive, new TextEncoder().encode("[]\n"));
+      }
+    },
+  });
+  const raced = await run({ ...memoryIo(fs, CWD, Date.now()).io, fs: hooked });
+  assert(restored, "the collection lock was taken");
+  assert.equal(raced.code, 1);
+  assert.match(raced.err, /^error: Session is not archived: .*--include-unarchived/);
+  assert.doesNotMatch(raced.err, /archivedOnly/);
+  assert.equal((await store.list(CWD)).length, 1, "nothing was deleted");
 });

@@ -6,7 +6,12 @@
  */
 import { NotFound } from "../port/errors.ts";
 import { basename, dirname, isAbsolute, join, normalize, resolve } from "../port/path.ts";
-import { InvalidArgumentError, SessionFormatError, SessionNotFoundError } from "../loop/errors.ts";
+import {
+  InvalidArgumentError,
+  SessionError,
+  SessionFormatError,
+  SessionNotFoundError,
+} from "../loop/errors.ts";
 import { SessionStore } from "../loop/store.ts";
 import {
   comparePinnedFirst,
@@ -956,7 +961,9 @@ async function membership(
       const archived = new Set(await storeFor(io, flags, collection).archive.list(undefined));
       const missing = ids.find((id) => !archived.has(id));
       if (missing !== undefined) {
-        throw new SessionNotArchivedError(missing, { file: join(collection, ARCHIVE_FILE) });
+        throw forCommandLine(
+          new SessionNotArchivedError(missing, { file: join(collection, ARCHIVE_FILE) }),
+        );
       }
     }
   }
@@ -969,7 +976,8 @@ async function membership(
     try {
       if (sub === "delete") await store.archive.delete(undefined, ids, { archivedOnly });
       else await store.archive.set(undefined, ids, sub === "archive");
-    } catch (error) {
+    } catch (thrown) {
+      const error = forCommandLine(thrown);
       // What the earlier collections did stays done: say so before the error.
       if (done.length > 0) {
         const pending = groups.slice(i).flatMap((group) => group.ids);
@@ -1078,6 +1086,19 @@ async function salvage(io: CliIo, flags: StoreFlags, args: readonly string[]): P
     }
   }
   return 0;
+}
+
+/**
+ * `error` as the command line says it: the library's `SessionNotArchivedError` tells its caller
+ * to pass `{ archivedOnly: false }`, which a user of `sessions delete` passes as
+ * `--include-unarchived`. Any other error is returned as it is.
+ */
+function forCommandLine(error: unknown): unknown {
+  if (!(error instanceof SessionNotArchivedError)) return error;
+  return new SessionError(
+    `Session is not archived: ${error.id}; archive it first ('sessions archive') or pass --include-unarchived`,
+    { ...(error.file === undefined ? {} : { file: error.file }), cause: error },
+  );
 }
 
 /** The real path of `path` (links resolved), or `path` itself when it cannot be resolved. */
