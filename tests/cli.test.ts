@@ -3,7 +3,7 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createRequire } from "node:module";
@@ -189,6 +189,21 @@ test("sessions verify passes a healthy session and exits 1 on corruption without
   assert.equal(salvaged.code, 0, salvaged.err);
   assert.match(salvaged.out, /salvaged 1 message\(s\)/);
   assert.deepEqual(readFileSync(log), before);
+});
+
+test("a file of a session given as the target names the session directory to use instead", () => {
+  const sessions = join(agentDir, "sessions");
+  const collection = readdirSync(sessions).map((name) => join(sessions, name))
+    .find((path) => existsSync(join(path, sessionB))) as string;
+  const dir = join(collection, sessionB);
+  for (const file of ["messages.jsonl", "index.json"]) {
+    for (const command of ["verify", "show", "history"]) {
+      const run = cli(["sessions", command, join(dir, file)]);
+      assert.equal(run.code, 1, run.err);
+      assert.match(run.err, /is a file of a session: name the session directory or its meta\.json/);
+      assert.doesNotMatch(run.err, /legacy/);
+    }
+  }
 });
 
 /** A session in its own collection whose second message is damaged. */

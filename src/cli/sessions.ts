@@ -20,7 +20,7 @@ import {
   type SessionInfo,
 } from "../loop/discovery.ts";
 import { entryKind } from "../port/durable.ts";
-import { META_FILE } from "../loop/storage.ts";
+import { INDEX_FILE, MESSAGES_FILE, META_FILE } from "../loop/storage.ts";
 import { type VerifyReport, verifySession } from "../loop/verify.ts";
 import {
   LEGACY_EXTENSION,
@@ -287,6 +287,13 @@ async function locateTarget(
       throw new InvalidArgumentError(
         "path",
         `Session path is inside a private staging directory: '${path}'; name the session by its id or its collection path`,
+      );
+    }
+    if (name === MESSAGES_FILE || name === INDEX_FILE) {
+      // As the store refuses it: a file of a session names no session by itself.
+      throw new InvalidArgumentError(
+        "path",
+        `'${path}' is a file of a session: name the session directory or its ${META_FILE}`,
       );
     }
     const isFile = name.endsWith(LEGACY_EXTENSION);
