@@ -1,6 +1,7 @@
 // A filesystem seen through hooks (to pause or fail one call of one caller at a chosen point),
-// and a gate to hold a caller there: the races of the store's tests are staged with these.
-import type { FileSystem } from "../src/port/fs.ts";
+// and a gate to hold a caller there: the races of the store's tests are staged with these. Also a
+// filesystem that records what is read through it, and the two ways a fast listing reads.
+import type { FileHandle, FileSystem } from "../src/port/fs.ts";
 
 /** What runs before and after every call of a hooked filesystem. */
 export interface FsHooks {
@@ -79,4 +80,56 @@ export function linkedBeforeOpen(
     },
   });
   return { fs: racing, swapped: () => swapped };
+}
+
+/** The two ways a fast listing reads: no-follow reads (MemoryFs has them), or a listing first. */
+export const READ_MODES = [
+  { name: "no-follow reads", port: (fs: FileSystem): FileSystem => fs },
+  { name: "a directory listing", port: withoutNoFollow },
+] as const;
+
+/** What a recording filesystem saw: each read (whole-file or by a handle) and each call. */
+export interface Recorded {
+  readonly fs: FileSystem;
+  readonly reads: { path: string; bytes: number }[];
+  readonly calls: string[];
+}
+
+/**
+ * `fs` recording the bytes every read returns (whole-file reads and handle reads), by path, and
+ * the name of every call made on an index.json.
+ */
+export function recording(fs: FileSystem): Recorded {
+  const reads: { path: string; bytes: number }[] = [];
+  const calls: string[] = [];
+  const counted = (handle: FileHandle, path: string): FileHandle => ({
+    read: async (offset, length) => {
+      const bytes = await handle.read(offset, length);
+      reads.push({ path, bytes: bytes.length });
+      return bytes;
+    },
+    write: (data) => handle.write(data),
+    truncate: (length) => handle.truncate(length),
+    sync: () => handle.sync(),
+    stat: () => handle.stat(),
+    close: () => handle.close(),
+  });
+  const wrapped = new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (typeof value !== "function") return value;
+      return async (...args: unknown[]) => {
+        const path = String(args[0]);
+        if (path.endsWith("/index.json")) calls.push(String(prop));
+        const result = await value.apply(target, args);
+        if (prop === "readFile" || prop === "readFileNoFollow") {
+          reads.push({ path, bytes: (result as Uint8Array).length });
+        }
+        if (prop === "open") return counted(result, path);
+        if (prop === "openNoFollow") return { ...result, handle: counted(result.handle, path) };
+        return result;
+      };
+    },
+  });
+  return { fs: wrapped, reads, calls };
 }

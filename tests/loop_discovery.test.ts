@@ -8,7 +8,6 @@ import { MemoryFs } from "../adapters/memory.ts";
 import { nodeFs } from "../adapters/node.ts";
 import { FsIoError, NotFound } from "../src/port/errors.ts";
 import { sha256Hex } from "../src/port/sha256.ts";
-import type { FileHandle, FileSystem } from "../src/port/fs.ts";
 import {
   CorruptSessionError,
   InvalidArgumentError,
@@ -26,7 +25,7 @@ import {
   type RoundIndex,
 } from "../src/loop/storage.ts";
 import { assistant, conversation, rewriteIndex, user, withoutRecordedTitle } from "./_fixtures.ts";
-import { hookedFs, withoutNoFollow } from "./_hooks.ts";
+import { hookedFs, READ_MODES, recording, withoutNoFollow } from "./_hooks.ts";
 
 const CWD = "/work/project";
 const OTHER = "/work/other";
@@ -75,58 +74,6 @@ function legacyFile(id: string, cwd: string, messages: readonly Message[], versi
     permissionPreset: "read-only",
   };
   return [head, ...messages].map((r) => JSON.stringify(r)).join("\n") + "\n";
-}
-
-/** The two ways a fast listing reads: no-follow reads (MemoryFs has them), or a listing first. */
-const READ_MODES = [
-  { name: "no-follow reads", port: (fs: FileSystem): FileSystem => fs },
-  { name: "a directory listing", port: withoutNoFollow },
-] as const;
-
-/** A filesystem that records every byte read (whole-file and handle reads), by path. */
-function recording(fs: FileSystem): { fs: FileSystem; reads: { path: string; bytes: number }[] } {
-  const reads: { path: string; bytes: number }[] = [];
-  const wrapped = new Proxy(fs, {
-    get(target, prop) {
-      if (prop === "readFile" || prop === "readFileNoFollow") {
-        const read = Reflect.get(target, prop, target) as FileSystem["readFile"] | undefined;
-        if (read === undefined) return undefined;
-        return async (path: string) => {
-          const bytes = await read.call(target, path);
-          reads.push({ path, bytes: bytes.length });
-          return bytes;
-        };
-      }
-      /** `handle`, with its reads recorded under `path`. */
-      const counted = (handle: FileHandle, path: string): FileHandle => ({
-        read: async (offset, length) => {
-          const bytes = await handle.read(offset, length);
-          reads.push({ path, bytes: bytes.length });
-          return bytes;
-        },
-        write: (data) => handle.write(data),
-        truncate: (length) => handle.truncate(length),
-        sync: () => handle.sync(),
-        stat: () => handle.stat(),
-        close: () => handle.close(),
-      });
-      if (prop === "open") {
-        return async (path: string, options?: Parameters<FileSystem["open"]>[1]) =>
-          counted(await target.open(path, options), path);
-      }
-      if (prop === "openNoFollow") {
-        const open = target.openNoFollow?.bind(target);
-        if (open === undefined) return undefined;
-        return async (path: string) => {
-          const { handle, info } = await open(path);
-          return { handle: counted(handle, path), info };
-        };
-      }
-      const value = Reflect.get(target, prop, target);
-      return typeof value === "function" ? value.bind(target) : value;
-    },
-  });
-  return { fs: wrapped, reads };
 }
 
 test("list(cwd) lists both layouts, each session once, newest activity first", async () => {

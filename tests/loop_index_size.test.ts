@@ -9,7 +9,6 @@ import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { FsIoError } from "../src/port/errors.ts";
 import { portableSha256 } from "../src/port/sha256.ts";
-import type { FileHandle, FileSystem } from "../src/port/fs.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import { verifySession } from "../src/loop/verify.ts";
 import {
@@ -19,17 +18,11 @@ import {
   readStorageMeta,
 } from "../src/loop/storage.ts";
 import { conversation } from "./_fixtures.ts";
-import { withoutNoFollow } from "./_hooks.ts";
+import { READ_MODES, recording } from "./_hooks.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
 const decoder = new TextDecoder();
-
-/** The two ways a fast listing reads: no-follow reads (MemoryFs has them), or a listing first. */
-const READ_MODES = [
-  { name: "no-follow reads", port: (fs: FileSystem): FileSystem => fs },
-  { name: "a directory listing", port: withoutNoFollow },
-] as const;
 
 /** A short history (its bound is below INDEX_HEAD_LIMIT) and a long one (above it). */
 const SIZES = [
@@ -39,49 +32,6 @@ const SIZES = [
 
 /** Where the padding goes: before the index (not the canonical form) or after it (canonical head). */
 const PADDINGS = ["leading", "trailing"] as const;
-
-/** What a recording filesystem saw: each read (whole-file or by a handle) and each call. */
-interface Recorded {
-  readonly fs: FileSystem;
-  readonly reads: { path: string; bytes: number }[];
-  readonly calls: string[];
-}
-
-/** `fs` recording the bytes every read returns, by path, and every call on index.json. */
-function recording(fs: FileSystem): Recorded {
-  const reads: { path: string; bytes: number }[] = [];
-  const calls: string[] = [];
-  const counted = (handle: FileHandle, path: string): FileHandle => ({
-    read: async (offset, length) => {
-      const bytes = await handle.read(offset, length);
-      reads.push({ path, bytes: bytes.length });
-      return bytes;
-    },
-    write: (data) => handle.write(data),
-    truncate: (length) => handle.truncate(length),
-    sync: () => handle.sync(),
-    stat: () => handle.stat(),
-    close: () => handle.close(),
-  });
-  const wrapped = new Proxy(fs, {
-    get(target, prop) {
-      const value = Reflect.get(target, prop, target);
-      if (typeof value !== "function") return value;
-      return async (...args: unknown[]) => {
-        const path = String(args[0]);
-        if (path.endsWith("/index.json")) calls.push(String(prop));
-        const result = await value.apply(target, args);
-        if (prop === "readFile" || prop === "readFileNoFollow") {
-          reads.push({ path, bytes: (result as Uint8Array).length });
-        }
-        if (prop === "open") return counted(result, path);
-        if (prop === "openNoFollow") return { ...result, handle: counted(result.handle, path) };
-        return result;
-      };
-    },
-  });
-  return { fs: wrapped, reads, calls };
-}
 
 /** Whether two byte arrays are equal (without the diff a failed deep equality prints of them). */
 function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
