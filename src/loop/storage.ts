@@ -12,12 +12,7 @@ import { FsError, NotFound } from "../port/errors.ts";
 import type { Sha256, Sha256Factory } from "../port/sha256.ts";
 import { join } from "../port/path.ts";
 import { entryKind } from "../port/durable.ts";
-import {
-  CorruptSessionError,
-  SessionError,
-  SessionFormatError,
-  UnsupportedSessionError,
-} from "./errors.ts";
+import { CorruptSessionError, SessionFormatError, UnsupportedSessionError } from "./errors.ts";
 import type { SessionHeader, SessionTitle } from "./records/mod.ts";
 import {
   isValidTitle,
@@ -579,15 +574,15 @@ export function encodeRoundIndex(index: RoundIndex): Uint8Array {
 /**
  * Reads index.json in `dir` (never through a link, never waiting on a FIFO; `kindChecked` as for
  * `readStorageMeta`). Returns `undefined` when it is missing, not a regular file, unparsable, does
- * not match its schema, or is larger than any index of this library's form can be for the counts
- * it is read for (`readRoundIndexWithin`): the index is derived data and is rebuilt, never trusted
- * blindly.
+ * not match its schema, or is larger than any index of this library's form can be for the
+ * `committed` counts (`readRoundIndexWithin`): the index is derived data and is rebuilt, never
+ * trusted blindly.
  */
 export async function readRoundIndex(
   fs: FileSystem,
   dir: string,
-  kindChecked = false,
-  committed?: IndexCounts,
+  kindChecked: boolean,
+  committed: IndexCounts,
 ): Promise<RoundIndex | undefined> {
   const read = await readRoundIndexWithin(fs, dir, kindChecked, committed);
   return read === undefined || "oversized" in read ? undefined : read;
@@ -609,34 +604,24 @@ export interface OversizedIndex {
  * The bound is `indexSizeBound` of `committed` (meta.json's counts). When it exceeds
  * `INDEX_HEAD_LIMIT` the file is opened and its size (from the open where the port has
  * `openNoFollow`, otherwise an `fstat`) is checked before anything is read, so nothing past the
- * bound is read. Otherwise, or without `committed`, the file is read whole in one call, as a
- * small index is, and its length is checked before it is decoded. Without `committed` the bound is
- * that of the counts the file's canonical head records when the file is no larger than
- * `INDEX_HEAD_LIMIT` (an index of other counts than the committed ones is not used anyway), and
- * otherwise that of meta.json's counts, read for it (a missing or invalid meta.json: undefined).
+ * bound is read. Otherwise the file is read whole in one call, as a small index is, and its
+ * length is checked before it is decoded.
  */
 export async function readRoundIndexWithin(
   fs: FileSystem,
   dir: string,
-  kindChecked = false,
-  committed?: IndexCounts,
+  kindChecked: boolean,
+  committed: IndexCounts,
 ): Promise<RoundIndex | OversizedIndex | undefined> {
   const file = join(dir, INDEX_FILE);
-  const bound = committed === undefined
-    ? undefined
-    : indexSizeBound(committed.messageCount, committed.bytes);
+  const bound = indexSizeBound(committed.messageCount, committed.bytes);
   let bytes: Uint8Array;
-  if (bound !== undefined && bound > INDEX_HEAD_LIMIT) {
+  if (bound > INDEX_HEAD_LIMIT) {
     // A port that reads a file whole cannot stop at the bound: open it, and ask its size first.
-    const opened = await openIndex(fs, file, kindChecked && fs.openNoFollow === undefined, true);
-    if (opened === undefined) return undefined;
-    let within;
-    try {
-      within = await readWithin(opened, bound);
-    } finally {
-      await opened.handle.close();
-    }
-    if (within === undefined) return { oversized: bound };
+    const kindKnown = kindChecked && fs.openNoFollow === undefined;
+    const within = await readIndexWithin(fs, file, kindKnown, true, bound);
+    if (within === undefined) return undefined;
+    if (within === "oversized") return { oversized: bound };
     bytes = within;
   } else {
     let read: Found<Uint8Array>;
@@ -645,41 +630,15 @@ export async function readRoundIndexWithin(
     } catch (error) {
       if (error instanceof NotFound) return undefined;
       // Too large to be read whole: larger than any bound that allows reading it whole.
-      if (isTooLarge(error)) return bound === undefined ? undefined : { oversized: bound };
+      if (isTooLarge(error)) return { oversized: bound };
       throw error;
     }
     // Not a regular file (a planted link, a FIFO): never read through, and rebuilt like a missing one.
     if (read === undefined || typeof read === "string") return undefined;
     bytes = read;
-    const limit = bound ?? await boundWithoutCounts(fs, dir, bytes);
-    if (limit === undefined) return undefined;
-    if (bytes.length > limit) return { oversized: limit };
+    if (bytes.length > bound) return { oversized: bound };
   }
   return parseRoundIndexText(decoder.decode(bytes));
-}
-
-/**
- * The size bound of index.json `bytes` read from `dir` without the committed counts: that of the
- * counts its canonical head records when it is no larger than `INDEX_HEAD_LIMIT`, otherwise that
- * of meta.json's counts. Undefined when meta.json is missing or not valid.
- */
-async function boundWithoutCounts(
-  fs: FileSystem,
-  dir: string,
-  bytes: Uint8Array,
-): Promise<number | undefined> {
-  if (bytes.length <= INDEX_HEAD_LIMIT) {
-    const head = indexHeadOf(decoder.decode(bytes.subarray(0, HEAD_TEXT_BYTES)));
-    if (head !== undefined) return indexSizeBound(head.messageCount, head.bytes);
-  }
-  let meta;
-  try {
-    meta = await readStorageMeta(fs, dir);
-  } catch (error) {
-    if (error instanceof NotFound || error instanceof SessionError) return undefined;
-    throw error;
-  }
-  return indexSizeBound(meta.messageCount, meta.bytes);
 }
 
 /** True for the failure of a whole-file read of a file too large for one buffer (`EFBIG`). */
@@ -721,13 +680,25 @@ async function openIndex(
 }
 
 /**
- * The bytes of the open `file` if it holds at most `bound` bytes, undefined if it holds more: its
- * size (known from the open, or an `fstat`) is checked before anything is read. The caller closes
- * it.
+ * Opens index.json at `file` (`openIndex`) and reads it whole if it holds at most `bound` bytes:
+ * its size (known from the open, or an `fstat`) is checked before anything is read. `"oversized"`
+ * when it holds more; undefined when `openIndex` finds no index there.
  */
-async function readWithin(file: RegularFile, bound: number): Promise<Uint8Array | undefined> {
-  const size = await file.size();
-  return size > bound ? undefined : await file.handle.read(0, size);
+async function readIndexWithin(
+  fs: FileSystem,
+  file: string,
+  kindKnown: boolean,
+  wait: boolean,
+  bound: number,
+): Promise<Uint8Array | "oversized" | undefined> {
+  const opened = await openIndex(fs, file, kindKnown, wait);
+  if (opened === undefined) return undefined;
+  try {
+    const size = await opened.size();
+    return size > bound ? "oversized" : await opened.handle.read(0, size);
+  } finally {
+    await opened.handle.close();
+  }
 }
 
 /** The counts at the start of index.json, and its first round when it is in the first bytes. */
@@ -815,15 +786,8 @@ export async function readListingIndex(
     if (read === undefined || "index" in read) return read;
     const whole = async (): Promise<RoundIndex | undefined> => {
       // Opened again, and its size checked again: it may have been replaced since.
-      const again = await openIndex(fs, file, kindKnown, false);
-      if (again === undefined) return undefined;
-      let bytes;
-      try {
-        bytes = await readWithin(again, bound);
-      } finally {
-        await again.handle.close();
-      }
-      return bytes === undefined ? undefined : parseRoundIndexText(decoder.decode(bytes));
+      const bytes = await readIndexWithin(fs, file, kindKnown, false, bound);
+      return bytes instanceof Uint8Array ? parseRoundIndexText(decoder.decode(bytes)) : undefined;
     };
     return { head: read.head, whole };
   }
