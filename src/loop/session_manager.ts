@@ -1406,17 +1406,17 @@ export class SessionManager {
   async #ensureDirectory(): Promise<void> {
     if (this.#permissionsEnforced) return;
     const durability = this.#context.durability;
+    let metaInfo: PromiseSettledResult<FileInfo> | undefined;
     if (this.#committed.meta !== undefined) {
       // A saved session lives where its meta.json was read: a directory removed or moved away
       // since then (or replaced by one without meta.json) is not written to (a save there would
-      // publish metadata without its messages).
-      try {
-        await this.#fs.lstat(this.#metaFile);
-      } catch (error) {
-        if (!(error instanceof NotFound)) throw error;
+      // publish metadata without its messages). The same lstat serves the mode check below.
+      [metaInfo] = await Promise.allSettled([this.#fs.lstat(this.#metaFile)]);
+      if (metaInfo.status === "rejected") {
+        if (!(metaInfo.reason instanceof NotFound)) throw metaInfo.reason;
         throw new SessionNotFoundError(
           "Session directory was removed or moved since the session was opened",
-          { file: this.#metaFile, cause: error },
+          { file: this.#metaFile, cause: metaInfo.reason },
         );
       }
     }
@@ -1429,7 +1429,9 @@ export class SessionManager {
     // A chmod goes by path: only for a file that is not private yet.
     for (const name of [META_FILE, MESSAGES_FILE]) {
       const path = join(this.#dir, name);
-      const [info] = await Promise.allSettled([this.#fs.lstat(path)]);
+      const [info] = name === META_FILE && metaInfo !== undefined
+        ? [metaInfo]
+        : await Promise.allSettled([this.#fs.lstat(path)]);
       if (
         isRegularFileInfo(info, path) && info.status === "fulfilled" &&
         info.value.mode !== PRIVATE_FILE_MODE
