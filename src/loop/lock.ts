@@ -663,12 +663,8 @@ export async function withCollectionLock<T>(
 ): Promise<T> {
   const fs = context.fs;
   const lockPath = join(collection, COLLECTION_LOCK_FILE);
-  let tails = queues.get(fs);
-  if (tails === undefined) {
-    tails = new Map();
-    queues.set(fs, tails);
-  }
-  const queue = tails;
+  const queue = queues.get(fs) ?? new Map<string, Promise<void>>();
+  queues.set(fs, queue);
   // Queued by the spelling given first (callers keep their order), then by the directory's real
   // path, so that callers through another spelling of it (a symlink) wait for this one: without
   // a probe, nothing else keeps them apart.
