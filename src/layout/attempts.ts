@@ -35,17 +35,14 @@ import {
 import { type LayoutWriteOptions, resolveWriteOptions } from "./options.ts";
 import { type AttemptPaths, RAW_SUBAREAS, requireFolded, type SessionPaths } from "./paths.ts";
 import {
-  assertStateOwner,
   type FoldedTraceRef,
   type MirrorTraceRef,
   parseAttemptPathsMap,
   parseAttemptResult,
-  parseSessionState,
   parseTraceRef,
-  stateOwnerOf,
 } from "./records.ts";
 import { confined } from "./no_links.ts";
-import { readSessionManifest } from "./tree.ts";
+import { readSessionStateIfExists } from "./tree.ts";
 import { serializedOn } from "./serial.ts";
 
 /** Which attempt: iteration, workflow and attempt id. */
@@ -247,17 +244,10 @@ async function requireRunningAttempt(
       );
     }
   }
-  const state = await readRecordIfExists(fs, session.stateJson, parseSessionState);
-  // A state copied from another session says nothing of what this one runs.
-  if (state !== undefined) {
-    assertStateOwner(
-      state.record,
-      stateOwnerOf(await readSessionManifest(fs, session.dir)),
-      session.stateJson,
-    );
-  }
-  const task = state?.record.current_task;
-  const running = state?.record.status === "running" && task != null &&
+  // The session's own state: one copied from another session says nothing of what this one runs.
+  const state = await readSessionStateIfExists(fs, session.dir);
+  const task = state?.current_task;
+  const running = state?.status === "running" && task != null &&
     task.iteration === paths.iteration && task.workflow_id === paths.workflowId &&
     (attemptId === undefined || task.attempt_id === attemptId);
   if (!running) {

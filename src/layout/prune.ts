@@ -33,7 +33,6 @@ import { entryKind } from "../port/durable.ts";
 import { mapLimit } from "../port/limit.ts";
 import { LayoutOptionError, LayoutRecordError } from "./errors.ts";
 import { isSafeId } from "./ids.ts";
-import { readRecord } from "./json_io.ts";
 import {
   chainKind,
   type LoopyRoot,
@@ -43,8 +42,7 @@ import {
   walkSessionDirs,
 } from "./loopy_root.ts";
 import { iterationName } from "./paths.ts";
-import { assertStateOwner, parseSessionState, stateOwnerOf } from "./records.ts";
-import { loadSessionTree, readSessionManifest, type SessionTree } from "./tree.ts";
+import { loadSessionTree, readSessionState, type SessionTree } from "./tree.ts";
 import { serializedOn } from "./serial.ts";
 
 /** What a pruned entry was. */
@@ -287,9 +285,8 @@ async function readRunningState(fs: FileSystem, dir: string): Promise<RunningSta
   }
   let state;
   try {
-    state = (await readRecord(fs, file, parseSessionState)).record;
-    // A state copied from another session says nothing of what this one runs.
-    assertStateOwner(state, stateOwnerOf(await readSessionManifest(fs, dir)), file);
+    // The session's own state: one copied from another session says nothing of what this one runs.
+    state = await readSessionState(fs, dir);
   } catch (error) {
     if (!(error instanceof LayoutRecordError)) throw error;
     return { readable: false, detail: error.message };

@@ -21,7 +21,7 @@ import {
   UnknownSessionError,
 } from "./errors.ts";
 import { isSafeId } from "./ids.ts";
-import { readRecord } from "./json_io.ts";
+import { readRecord, readRecordIfExists } from "./json_io.ts";
 import {
   CHILDREN_DIRNAME,
   repositoryPaths,
@@ -417,10 +417,32 @@ export async function readSessionState(
   fs = confined(fs, sessionDir);
   const file = join(sessionDir, "state.json");
   const state = (await readRecord(fs, file, parseSessionState)).record;
+  return await ownState(fs, sessionDir, state, owner);
+}
+
+/** `readSessionState`, or undefined when the session has no `state.json`. */
+export async function readSessionStateIfExists(
+  fs: FileSystem,
+  sessionDir: string,
+  owner?: StateOwner,
+): Promise<SessionState | undefined> {
+  fs = confined(fs, sessionDir);
+  const file = join(sessionDir, "state.json");
+  const state = (await readRecordIfExists(fs, file, parseSessionState))?.record;
+  return state === undefined ? undefined : await ownState(fs, sessionDir, state, owner);
+}
+
+/** `state`, read from `sessionDir`, once `assertStateOwner` accepted it for `owner`. */
+async function ownState(
+  fs: FileSystem,
+  sessionDir: string,
+  state: SessionState,
+  owner: StateOwner | undefined,
+): Promise<SessionState> {
   assertStateOwner(
     state,
     owner ?? stateOwnerOf(await readSessionManifest(fs, sessionDir)),
-    file,
+    join(sessionDir, "state.json"),
   );
   return state;
 }
