@@ -17,6 +17,7 @@ import {
   verifyTrace,
 } from "../layout.ts";
 import { newRepo, readJson, writeJson, writeText } from "./layout_fixtures.ts";
+import { sha256Hex } from "../src/port/sha256.ts";
 import { memoryIo } from "./_cli_io.ts";
 import { runTraces } from "../src/cli/layout.ts";
 import {
@@ -291,6 +292,62 @@ test("checkTraceSeals verifies each seal and reports one for a missing attempt o
   assert.equal(
     (await resolver.resolve("trace:trace-ffffffffffff:/eval/report.json")).status,
     "pruned",
+  );
+});
+
+test("checkTraceSeals compares each receipt with its manifest, whatever session the manifest names", async () => {
+  const { fs, tree } = await mirror();
+  const dir = tree.traceDir(FIRST);
+  const manifestPath = `${dir}/trace_manifest.json`;
+  // A sealed file replaced, the inventory re-hashed to match it, and the manifest's identity
+  // pointed at a session that does not exist, so that no receipt is found through it.
+  const forged = new TextEncoder().encode(JSON.stringify({ passed: 0, failed: 9 }));
+  await fs.writeFile(`${dir}/eval/report.json`, forged);
+  const manifest = await readJson(fs, manifestPath);
+  const inventory = (manifest.inventory as Record<string, unknown>[]).map((item) =>
+    item.path === "eval/report.json"
+      ? { ...item, sha256: `sha256:${sha256Hex(forged)}`, size: forged.length }
+      : item
+  );
+  const identity = {
+    ...(manifest.identity as Record<string, unknown>),
+    session_id: "ghost-session",
+  };
+  await writeJson(fs, manifestPath, { ...manifest, inventory, identity });
+  const checks = await checkTraceSeals(fs, tree.loopyRoot, { sessionId: MIRROR_ROOT_ID });
+  const first = checks.find((check) => check.attemptId === FIRST);
+  assert.equal(first?.status, "failed");
+  const problems = first?.problems ?? [];
+  for (const field of ["manifest_sha256", "inventory_root_sha256", "session_id"]) {
+    assert.ok(
+      problems.includes(`trace seal receipt field '${field}' does not match`),
+      problems.join("; "),
+    );
+  }
+  assert.ok(
+    problems.some((problem) => problem.includes("'identity.session_id'")),
+    problems.join("; "),
+  );
+  // The other seal is untouched.
+  assert.equal(
+    checks.find((check) => check.attemptId === ROOT_ATTEMPTS.second.attemptId)?.status,
+    "verified",
+  );
+  // An identity naming the attempt of another directory is caught the same way.
+  await writeJson(fs, manifestPath, {
+    ...manifest,
+    identity: { ...(manifest.identity as Record<string, unknown>), attempt_id: "0123456789ab" },
+  });
+  const moved = await checkTraceSeals(fs, tree.loopyRoot, { sessionId: MIRROR_ROOT_ID });
+  const again = moved.find((check) => check.attemptId === FIRST);
+  assert.equal(again?.status, "failed");
+  assert.ok(
+    again?.problems.includes("trace seal receipt field 'attempt_id' does not match"),
+    again?.problems.join("; "),
+  );
+  assert.ok(
+    again?.problems.some((problem) => problem.includes("'identity.attempt_id'")),
+    again?.problems.join("; "),
   );
 });
 

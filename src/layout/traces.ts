@@ -154,6 +154,22 @@ export interface TraceLocation {
   readonly manifestPath: string;
   /** The manifest entry's own kind (`symlink` manifests are never read). */
   readonly manifestKind: "file" | "directory" | "symlink" | "other";
+  /**
+   * The names of the conventional directory the trace sits in
+   * (`traces/<root>/sessions/<session>/attempts/<attempt_id>/`), when it was found there: a
+   * finalized manifest's `identity` must name the same session and attempt.
+   */
+  readonly directory?: TraceDirectoryNames | undefined;
+}
+
+/** The names along a trace's conventional directory `traces/<root>/sessions/<session>/attempts/<attempt_id>/`. */
+export interface TraceDirectoryNames {
+  /** The `<root>` directory's name: the root session of the tree. */
+  readonly rootSessionId: string;
+  /** The `<session>` directory's name: the session the attempt belongs to. */
+  readonly sessionId: string;
+  /** The `<attempt_id>` directory's name: the attempt. */
+  readonly attemptId: string;
 }
 
 /**
@@ -514,6 +530,65 @@ async function observeSeal(
   };
 }
 
+/**
+ * How a manifest's `identity` contradicts the directory it sits in: the engine creates a trace at
+ * `traces/<root>/sessions/<session_id>/attempts/<attempt_id>/` from the same identity it records,
+ * so a finalized manifest naming another session or attempt is not the trace of its directory.
+ */
+function directoryIdentityErrors(
+  manifest: Record<string, unknown>,
+  directory: TraceDirectoryNames,
+): string[] {
+  const errors: string[] = [];
+  for (
+    const [field, name] of [
+      ["session_id", directory.sessionId],
+      ["attempt_id", directory.attemptId],
+    ] as const
+  ) {
+    const value = identityField(manifest, field);
+    if (value !== name) {
+      errors.push(
+        `trace manifest field 'identity.${field}' (${
+          value === null ? "missing" : JSON.stringify(value)
+        }) does not match its directory (${JSON.stringify(name)})`,
+      );
+    }
+  }
+  return errors;
+}
+
+/**
+ * How a seal receipt contradicts the manifest it seals, field by field, compared directly (not
+ * through the session the manifest's identity names, which an edited manifest can point
+ * anywhere): the receipt's `manifest_sha256` and `inventory_root_sha256` must be those of the
+ * manifest as it is now, and its `manifest_id`, `session_id`, `attempt_id`, `lifecycle` and
+ * `sealed_at` the manifest's.
+ */
+async function receiptContradictions(
+  fs: FileSystem,
+  manifestPath: string,
+  manifest: Record<string, unknown>,
+  receipt: TraceSealReceipt,
+  factory: Sha256Factory,
+): Promise<string[]> {
+  const expected: Record<string, unknown> = {
+    manifest_id: manifest.manifest_id,
+    session_id: identityField(manifest, "session_id"),
+    attempt_id: identityField(manifest, "attempt_id"),
+    manifest_sha256: (await hashFile(fs, manifestPath, factory)).sha256,
+    inventory_root_sha256: traceInventoryRootSha256(manifest.inventory, factory),
+    lifecycle: manifest.lifecycle,
+    sealed_at: manifest.sealed_at,
+  };
+  const errors: string[] = [];
+  for (const [key, value] of Object.entries(expected)) {
+    const recorded = (receipt as unknown as Record<string, unknown>)[key];
+    if (recorded !== value) errors.push(`trace seal receipt field '${key}' does not match`);
+  }
+  return errors;
+}
+
 const NOT_FINALIZED: TraceIntegrityReport = {
   status: "not_finalized",
   expected_file_count: 0,
@@ -540,6 +615,9 @@ async function verifyIntegrity(
   const { expected, errors } = validatedInventory(manifest);
   if (typeof manifest.sealed_at !== "string" || manifest.sealed_at === "") {
     errors.push("finalized trace has no sealed_at timestamp");
+  }
+  if (location.directory !== undefined) {
+    errors.push(...directoryIdentityErrors(manifest, location.directory));
   }
   const seal = await observeSeal(fs, location.manifestPath, manifest, sessions, factory);
   errors.push(...seal.errors);
@@ -963,7 +1041,11 @@ export interface CheckTraceSealsOptions extends TraceReadOptions {
  * Checks every seal receipt in a mirror session's `trace_seals/`: each must be a valid receipt
  * named after its attempt and naming this session; its trace
  * (`.loopy_loop/traces/<root>/sessions/<session>/attempts/<attempt>/`) is verified against the
- * receipt and its inventory. A seal whose trace is gone is reported as `trace_absent` (traces are
+ * receipt and its inventory. The receipt is compared with the manifest directly (its
+ * `manifest_sha256`, `inventory_root_sha256`, `manifest_id`, `session_id`, `attempt_id`,
+ * `lifecycle` and `sealed_at`), and the manifest's `identity.session_id` / `identity.attempt_id`
+ * must name this session and the attempt of its directory; each mismatch is a `failed` problem
+ * naming the field. A seal whose trace is gone is reported as `trace_absent` (traces are
  * prunable), never followed elsewhere. Nothing is written.
  */
 export async function checkTraceSeals(
@@ -1053,6 +1135,11 @@ export async function checkTraceSeals(
           manifestKind === "symlink"
         ? manifestKind
         : "other",
+      directory: {
+        rootSessionId: tree.rootSessionId,
+        sessionId: node.sessionId,
+        attemptId: seal.attempt_id,
+      },
     };
     let manifest: Record<string, unknown>;
     try {
@@ -1069,9 +1156,15 @@ export async function checkTraceSeals(
       });
       continue;
     }
+    // The receipt in hand is compared with the manifest directly: the integrity check below finds
+    // a receipt through the session the manifest's identity names, which an edited manifest can
+    // point at a session that does not exist (and then no receipt is required).
+    const problems = await receiptContradictions(fs, manifestPath, manifest, seal, factory);
     const report = await verifyIntegrity(fs, location, manifest, sessions, factory);
-    const problems = problemsOf(report);
     if (report.status === "not_finalized") problems.push("the sealed trace's manifest is active");
+    for (const problem of problemsOf(report)) {
+      if (!problems.includes(problem)) problems.push(problem);
+    }
     out.push({
       sealPath,
       manifestId: seal.manifest_id,
