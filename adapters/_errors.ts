@@ -16,6 +16,7 @@ import {
   NotFound,
   PermissionDenied,
 } from "../src/port/errors.ts";
+import { isPermissionRefusal } from "./_probe.ts";
 
 /** Codes with which a platform refuses to open or fsync a directory (documented no-op). */
 export const DIR_SYNC_REFUSALS: ReadonlySet<string> = new Set([
@@ -104,15 +105,25 @@ export function posixCode(code: string | undefined): string | undefined {
 const PLATFORM: string = process.platform;
 
 /**
- * Maps a native error of `syscall` on `path`, whose POSIX code is `code`, to the port's error. A
- * runtime code (`ERR_INVALID_ARG_VALUE`, ...) is taken as the POSIX code it stands for; an error
- * without a code gets the one its message's `"(os error N)"` names, or `EIO`.
+ * The POSIX code of an error thrown through `node:fs`: its `code`, or `EACCES` for Deno's
+ * permission refusal (`NotCapable`, `PermissionDenied`), which Deno's Node layer throws as Deno's
+ * own class, without a code.
+ */
+function nodeCode(error: unknown): string | undefined {
+  return codeOf(error) ?? (isPermissionRefusal(error) ? "EACCES" : undefined);
+}
+
+/**
+ * Maps a native error of `syscall` on `path`, whose POSIX code is `nativeCode` (by default
+ * `nodeCode(error)`), to the port's error. A runtime code (`ERR_INVALID_ARG_VALUE`, ...) is taken
+ * as the POSIX code it stands for; an error without a code gets the one its message's
+ * `"(os error N)"` names, or `EIO`.
  */
 export function mapNativeError(
   error: unknown,
   syscall: string,
   path: string,
-  nativeCode: string | undefined = codeOf(error),
+  nativeCode: string | undefined = nodeCode(error),
 ): FsError {
   if (error instanceof FsError) return error;
   const options = { cause: error };
