@@ -9,6 +9,7 @@ import {
   LayoutRecordError,
   listTraces,
   locateTrace,
+  LogicalReferenceError,
   LogicalReferenceResolver,
   TraceIntegrityError,
   traceInventoryRootSha256,
@@ -348,6 +349,72 @@ test("checkTraceSeals compares each receipt with its manifest, whatever session 
   assert.ok(
     again?.problems.some((problem) => problem.includes("'identity.attempt_id'")),
     again?.problems.join("; "),
+  );
+});
+
+test("a trace_manifest.json above the attempts hides no trace below it and is listed as failed", async () => {
+  const { fs, tree } = await mirror();
+  await writeJson(fs, `${tree.traceDir(FIRST)}/eval/report.json`, { passed: 99 });
+  const sessionTraces = `${tree.tracesDir}/${MIRROR_ROOT_ID}/sessions/${MIRROR_ROOT_ID}`;
+  const decoy = `${sessionTraces}/trace_manifest.json`;
+  await writeJson(fs, decoy, {
+    schema_version: 1,
+    manifest_id: "trace-decoy",
+    lifecycle: "active",
+  });
+  const listed = await listTraces(fs, tree.loopyRoot);
+  const integrity = Object.fromEntries(
+    listed.map((entry) => [entry.manifestPath, entry.integrity]),
+  );
+  assert.deepEqual(integrity, {
+    [decoy]: "failed",
+    [`${tree.traceDir(ROOT_ATTEMPTS.second.attemptId)}/trace_manifest.json`]: "verified",
+    [`${tree.traceDir(FIRST)}/trace_manifest.json`]: "failed",
+    [`${tree.traceDir(ROOT_ATTEMPTS.active.attemptId)}/trace_manifest.json`]: "not_finalized",
+    [`${tree.traceDir(CHILD_ATTEMPT.attemptId)}/trace_manifest.json`]: "verified",
+  });
+  const misplaced = listed.find((entry) => entry.manifestPath === decoy);
+  assert.match(misplaced?.problems.join() ?? "", /not in an attempt's trace directory/);
+  await assert.rejects(verifyTrace(fs, tree.loopyRoot, "trace-decoy"), integrityFails(decoy));
+  // Lookups and references still reach the traces below it.
+  assert.equal(
+    (await locateTrace(fs, tree.loopyRoot, `trace-${FIRST}`)).traceDir,
+    tree.traceDir(FIRST),
+  );
+  const resolver = await LogicalReferenceResolver.forSession(fs, {
+    repoRoot: tree.repoRoot,
+    sessionId: MIRROR_ROOT_ID,
+  });
+  const report = await resolver.resolve(`trace:trace-${FIRST}:/eval/report.json`);
+  assert.deepEqual([report.exists, report.status], [true, "present"]);
+  // A misplaced manifest is never the target of a trace: reference.
+  await assert.rejects(
+    resolver.resolve("trace:trace-decoy:/attempts"),
+    (error: unknown) => error instanceof LogicalReferenceError && error.reason === "unknown_trace",
+  );
+  const { io } = memoryIo(fs, tree.loopyRoot, Date.now());
+  assert.equal(await runTraces(io, ["list"]), 1);
+});
+
+test("a finalized manifest whose identity names another session or attempt than its directory fails", async () => {
+  const { fs, tree } = await mirror();
+  const manifestPath = `${tree.traceDir(FIRST)}/trace_manifest.json`;
+  const manifest = await readJson(fs, manifestPath);
+  await writeJson(fs, manifestPath, {
+    ...manifest,
+    identity: { ...(manifest.identity as Record<string, unknown>), session_id: "ghost-session" },
+  });
+  const inspected = await inspectTrace(fs, tree.loopyRoot, `trace-${FIRST}`);
+  assert.equal(inspected.integrity, "failed");
+  assert.ok(
+    inspected.observedIntegrity.manifest_errors.some((error) =>
+      error.includes("'identity.session_id'")
+    ),
+    inspected.observedIntegrity.manifest_errors.join("; "),
+  );
+  await assert.rejects(
+    verifyTrace(fs, tree.loopyRoot, `trace-${FIRST}`),
+    integrityFails(manifestPath),
   );
 });
 

@@ -491,7 +491,8 @@ export class LogicalReferenceResolver {
 
   /**
    * The directory of trace manifest `id` of this tree (mirror sessions only), found through the
-   * manifests under `.loopy_loop/traces/<root>/`. Unreadable manifests are skipped; a symlinked
+   * manifests in the attempts' trace directories under `.loopy_loop/traces/<root>/` (a manifest
+   * anywhere else is not a trace and is skipped). Unreadable manifests are skipped; a symlinked
    * manifest is refused; two manifests with the id are a `TopologyError`. When no manifest has
    * the id but a session of the tree records it (a seal receipt or an iteration's
    * `trace_ref.json`), the trace was pruned: its conventional directory is returned as pruned.
@@ -514,7 +515,12 @@ export class LogicalReferenceResolver {
     }
     const tracesRoot = join(traces, this.tree.rootSessionId);
     const found: string[] = [];
-    for (const location of await scanTraceManifests(this.fs, tracesRoot)) {
+    const scanned = await scanTraceManifests(this.fs, traces, {
+      rootSessionId: this.tree.rootSessionId,
+    });
+    for (const location of scanned) {
+      // A manifest outside an attempt's trace directory is no trace (`traces list` reports it).
+      if (location.directory === undefined) continue;
       if (location.manifestKind === "symlink") {
         throw new LogicalReferenceError(
           parsed.reference,

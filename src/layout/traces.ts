@@ -155,9 +155,10 @@ export interface TraceLocation {
   /** The manifest entry's own kind (`symlink` manifests are never read). */
   readonly manifestKind: "file" | "directory" | "symlink" | "other";
   /**
-   * The names of the conventional directory the trace sits in
-   * (`traces/<root>/sessions/<session>/attempts/<attempt_id>/`), when it was found there: a
-   * finalized manifest's `identity` must name the same session and attempt.
+   * The names of the attempt's trace directory the manifest sits in,
+   * `traces/<root>/sessions/<session>/attempts/<attempt_id>/` (a finalized manifest's `identity`
+   * must name the same session and attempt); `undefined` for a manifest anywhere else, which is
+   * misplaced: listed and inspected as `failed`, never the target of a `trace:` reference.
    */
   readonly directory?: TraceDirectoryNames | undefined;
 }
@@ -173,14 +174,47 @@ export interface TraceDirectoryNames {
 }
 
 /**
- * Finds every trace manifest below `dir` (normally `.loopy_loop/traces/` or one root's part of
- * it), in path order. A directory holding a `trace_manifest.json` is a trace; the walk does not
- * look inside it. Symlinked directories are not entered and entries a prune renamed away
- * (`.pruning-*`) are gone.
+ * The names along `traceDir` when it is an attempt's trace directory
+ * `<tracesDir>/<root>/sessions/<session>/attempts/<attempt_id>` (each name a safe id), else
+ * `undefined`. Pure.
+ */
+export function traceDirectoryNames(
+  tracesDir: string,
+  traceDir: string,
+): TraceDirectoryNames | undefined {
+  const relative = relativeWithin(tracesDir, traceDir);
+  const parts = relative === undefined || relative === "" ? [] : relative.split("/");
+  if (parts.length !== 5 || parts[1] !== "sessions" || parts[3] !== "attempts") return undefined;
+  const [rootSessionId, , sessionId, , attemptId] = parts as [
+    string,
+    string,
+    string,
+    string,
+    string,
+  ];
+  if (![rootSessionId, sessionId, attemptId].every(isSafeId)) return undefined;
+  return { rootSessionId, sessionId, attemptId };
+}
+
+/** Options of `scanTraceManifests`. */
+export interface TraceScanOptions {
+  /** Only the part of one tree, `<tracesDir>/<rootSessionId>/`. */
+  readonly rootSessionId?: string | undefined;
+}
+
+/**
+ * Finds every `trace_manifest.json` below `tracesDir` (the repository's `.loopy_loop/traces/`),
+ * in path order. The engine writes a manifest only in an attempt's trace directory
+ * `<root>/sessions/<session>/attempts/<attempt_id>/`; such a directory is a trace (its `directory`
+ * names are set) and the walk does not look inside it, since everything below it is the trace's
+ * own content, checked against its inventory. A manifest anywhere else is returned too, with no
+ * `directory` (misplaced), and the walk goes on below it, so that it hides no trace. Symlinked
+ * directories are not entered and entries a prune renamed away (`.pruning-*`) are gone.
  */
 export async function scanTraceManifests(
   fs: FileSystem,
-  dir: string,
+  tracesDir: string,
+  options: TraceScanOptions = {},
 ): Promise<TraceLocation[]> {
   const found: TraceLocation[] = [];
   const visit = async (current: string): Promise<void> => {
@@ -193,25 +227,30 @@ export async function scanTraceManifests(
     }
     const manifest = entries.find((entry) => entry.name === TRACE_MANIFEST_FILENAME);
     if (manifest !== undefined) {
+      const directory = traceDirectoryNames(tracesDir, current);
       found.push({
         traceDir: current,
         manifestPath: join(current, TRACE_MANIFEST_FILENAME),
         manifestKind: manifest.kind,
+        directory,
       });
-      return;
+      if (directory !== undefined) return;
     }
     for (const entry of entries) {
       if (entry.kind !== "directory" || entry.name.startsWith(PRUNING_PREFIX)) continue;
       await visit(join(current, entry.name));
     }
   };
+  const start = options.rootSessionId === undefined
+    ? tracesDir
+    : join(tracesDir, options.rootSessionId);
   try {
-    if ((await fs.lstat(dir)).kind !== "directory") return found;
+    if ((await fs.lstat(start)).kind !== "directory") return found;
   } catch (error) {
     if (error instanceof NotFound) return found;
     throw error;
   }
-  await visit(dir);
+  await visit(start);
   return found;
 }
 
@@ -589,6 +628,10 @@ async function receiptContradictions(
   return errors;
 }
 
+/** The problem of a manifest outside an attempt's trace directory. */
+const MISPLACED_MANIFEST = "trace manifest is not in an attempt's trace directory " +
+  "(traces/<root>/sessions/<session>/attempts/<attempt_id>/), where the engine writes every one";
+
 const NOT_FINALIZED: TraceIntegrityReport = {
   status: "not_finalized",
   expected_file_count: 0,
@@ -609,10 +652,14 @@ async function verifyIntegrity(
   sessions: SessionDirIndex,
   factory: Sha256Factory,
 ): Promise<TraceIntegrityReport> {
+  const misplaced = location.directory === undefined ? [MISPLACED_MANIFEST] : [];
   if (typeof manifest.lifecycle !== "string" || !FINALIZED.has(manifest.lifecycle)) {
-    return NOT_FINALIZED;
+    return misplaced.length === 0
+      ? NOT_FINALIZED
+      : { ...NOT_FINALIZED, status: "failed", manifest_errors: misplaced };
   }
   const { expected, errors } = validatedInventory(manifest);
+  errors.unshift(...misplaced);
   if (typeof manifest.sealed_at !== "string" || manifest.sealed_at === "") {
     errors.push("finalized trace has no sealed_at timestamp");
   }
@@ -741,8 +788,10 @@ function problemsOf(report: TraceIntegrityReport): string[] {
 /**
  * Lists every trace manifest under `.loopy_loop/traces/` with its lifecycle and observed
  * integrity (each listed file hashed, each seal receipt checked), in path order. An unreadable
- * manifest is listed as `failed` with the reason; nothing is followed through a symlink and
- * nothing is written. `loopyRoot` is the `.loopy_loop/` directory (see `findLoopyRoot`).
+ * manifest is listed as `failed` with the reason, and so is a manifest outside an attempt's trace
+ * directory `traces/<root>/sessions/<session>/attempts/<attempt_id>/` (see
+ * `scanTraceManifests`: it hides none of the traces below it); nothing is followed through a
+ * symlink and nothing is written. `loopyRoot` is the `.loopy_loop/` directory (see `findLoopyRoot`).
  *
  * @example List the traces of a repository without any
  * ```ts
@@ -915,7 +964,12 @@ async function locateByPath(
         `Trace path must name a trace directory or ${TRACE_MANIFEST_FILENAME}`,
       );
     }
-    return { traceDir: path, manifestPath, manifestKind: "file" };
+    return {
+      traceDir: path,
+      manifestPath,
+      manifestKind: "file",
+      directory: traceDirectoryNames(tracesDir, path),
+    };
   }
   if (basename(path) !== TRACE_MANIFEST_FILENAME || kind !== "file") {
     throw new TraceLookupError(
@@ -924,7 +978,12 @@ async function locateByPath(
       `Trace path must name a trace directory or ${TRACE_MANIFEST_FILENAME}`,
     );
   }
-  return { traceDir: dirname(path), manifestPath: path, manifestKind: "file" };
+  return {
+    traceDir: dirname(path),
+    manifestPath: path,
+    manifestKind: "file",
+    directory: traceDirectoryNames(tracesDir, dirname(path)),
+  };
 }
 
 /**
