@@ -662,17 +662,30 @@ export class MemoryFs implements FileSystem {
       const parts = path.split("/").filter((part) => part !== "");
       for (let i = 1; i <= parts.length; i++) {
         const prefix = "/" + parts.slice(0, i).join("/");
-        const found = this.#resolve("mkdir", prefix, true);
-        if (found.node?.kind === "directory") continue;
-        if (found.node !== undefined) {
-          if (i === parts.length) throw new AlreadyExists("mkdir", path);
-          throw new NotADirectory("mkdir", path);
-        }
+        const last = i === parts.length;
         const own = this.#resolve("mkdir", prefix, false);
-        if (own.node !== undefined || own.parent === undefined) {
-          throw new AlreadyExists("mkdir", path); // a dangling symlink is in the way
+        if (own.node === undefined) {
+          if (own.parent === undefined) throw new AlreadyExists("mkdir", path);
+          this.#link(own.parent, own.name, new DirNode(mode, this.#options.now()));
+          continue;
         }
-        this.#link(own.parent, own.name, new DirNode(mode, this.#options.now()));
+        let node: MemoryNode | undefined = own.node;
+        let throughFile = false;
+        if (node.kind === "symlink") {
+          try {
+            node = this.#resolve("mkdir", prefix, true).node;
+          } catch (error) {
+            if (!(error instanceof NotFound || error instanceof NotADirectory)) throw error;
+            node = undefined;
+            throughFile = error instanceof NotADirectory;
+          }
+        }
+        if (node?.kind === "directory") continue;
+        // Something is in the way (EEXIST): an entry at the final name, or a dangling symlink,
+        // whether its target or a directory above the target is missing. Beneath a file, or a
+        // link that leads through one, no directory can be made (ENOTDIR), as on Linux.
+        if (last || (node === undefined && !throughFile)) throw new AlreadyExists("mkdir", path);
+        throw new NotADirectory("mkdir", path);
       }
     });
   }

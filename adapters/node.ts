@@ -92,7 +92,8 @@ async function isSymlink(path: string): Promise<boolean> {
 
 /**
  * True when a component of `path` is a dangling symlink (checked after a recursive mkdir failed,
- * never on success).
+ * never on success): its target, or a directory above the target, is missing, or, for the final
+ * component only, the target lies beneath a file (beneath such a link, ENOTDIR is the answer).
  */
 async function danglingOnPath(path: string): Promise<boolean> {
   const parts = path.split("/").filter((part) => part !== "");
@@ -108,7 +109,8 @@ async function danglingOnPath(path: string): Promise<boolean> {
     try {
       if (!(await fsp.stat(prefix)).isDirectory()) return false;
     } catch (error) {
-      return codeOf(error) === "ENOENT";
+      const code = codeOf(error);
+      return code === "ENOENT" || (code === "ENOTDIR" && i === parts.length);
     }
   }
   return false;

@@ -1240,20 +1240,38 @@ export const CHECKS: readonly Check[] = [
     name: "mkdir() of a dangling symlink fails with AlreadyExists, with recursive too",
     needs: ["symlinks"],
     async run(f) {
-      const dangling = at(f, "dangling");
-      await f.fs.symlink(at(f, "nowhere"), dangling);
-      const calls: readonly (readonly [string, () => Promise<unknown>])[] = [
-        ["mkdir(dangling)", () => f.fs.mkdir(dangling)],
-        ["mkdir('dangling/')", () => f.fs.mkdir(`${dangling}/`)],
-        ["mkdir(dangling, recursive)", () => f.fs.mkdir(dangling, { recursive: true })],
-        [
-          "mkdir(dangling/child, recursive)",
-          () => f.fs.mkdir(join(dangling, "child"), { recursive: true }),
-        ],
+      const file = at(f, "file");
+      await f.fs.writeFile(file, bytes("F"));
+      // Targets whose final name is missing, whose parent is missing (relative and absolute), and
+      // one that leads through a file.
+      const targets: readonly (readonly [string, string])[] = [
+        ["dangling", at(f, "nowhere")],
+        ["relative", join("missing", "target")],
+        ["absolute", at(f, "absent", "deeper")],
+        ["through-file", join("file", "target")],
       ];
-      for (const [call, run] of calls) await checkRejects(run, AlreadyExists, call);
-      await checkMissing(f.fs, at(f, "nowhere"), "nothing created through the link");
-      checkEqual((await f.fs.lstat(dangling)).kind, "symlink", "the link stays a link");
+      for (const [name, target] of targets) {
+        const link = at(f, name);
+        await f.fs.symlink(target, link);
+        const calls: readonly (readonly [string, () => Promise<unknown>])[] = [
+          [`mkdir(${name})`, () => f.fs.mkdir(link)],
+          [`mkdir('${name}/')`, () => f.fs.mkdir(`${link}/`)],
+          [`mkdir(${name}, recursive)`, () => f.fs.mkdir(link, { recursive: true })],
+        ];
+        for (const [call, run] of calls) await checkRejects(run, AlreadyExists, call);
+        // Beneath the link, a directory is in the way as much as the link is, unless the link
+        // leads through a file, which holds no directory (as mkdir() under a file).
+        await checkRejects(
+          () => f.fs.mkdir(join(link, "child"), { recursive: true }),
+          name === "through-file" ? NotADirectory : AlreadyExists,
+          `mkdir(${name}/child, recursive)`,
+        );
+        checkEqual((await f.fs.lstat(link)).kind, "symlink", `${name}: the link stays a link`);
+      }
+      for (const missing of ["nowhere", "missing", "absent"]) {
+        await checkMissing(f.fs, at(f, missing), "nothing created through the links");
+      }
+      checkBytes(await f.fs.readFile(file), "F", "the file left intact");
     },
   },
   {
