@@ -136,3 +136,112 @@ test("isArchived racing a delete that rolls back says archived", async () => {
     "isArchived said false for a session archived before, during and after",
   );
 });
+
+for (const fast of [false, true]) {
+  test(`listing (fast ${fast}) that read archive.json during a delete later rolled back keeps archived: true`, async () => {
+    const fs = new MemoryFs();
+    await fs.mkdir(CWD, { recursive: true });
+    const store = new SessionStore({ fs, agentDir: AGENT });
+    const s = await store.create(CWD);
+    await s.commit(conversation(1));
+    await s.close();
+    await store.archive.set(CWD, [s.id], true);
+
+    const collectionRead = gate();
+    const resumeListing = gate();
+    const membershipRead = gate();
+    const rolledBack = gate();
+    let firstDir = true;
+    let firstMembership = true;
+    const lister = new SessionStore({
+      fs: hookedFs(fs, {
+        after: async (method, args) => {
+          if (method === "readDir" && args[0] === COLLECTION && firstDir) {
+            firstDir = false;
+            collectionRead.open();
+            await resumeListing.wait;
+          }
+          if (
+            (method === "readFile" || method === "readFileNoFollow") &&
+            String(args[0]).endsWith("/archive.json") && firstMembership
+          ) {
+            firstMembership = false;
+            membershipRead.open();
+            await rolledBack.wait;
+          }
+        },
+      }),
+      agentDir: AGENT,
+    });
+    const markerReached = gate();
+    const failMarker = gate();
+    const deleter = failingDeleter(fs, markerReached, failMarker);
+    const listing = lister.listDetailed(CWD, undefined, { fast });
+    await collectionRead.wait; // the session directory in place, no delete staging yet
+    const deleting = deleter.archive.delete(CWD, [s.id]).then(
+      () => "resolved",
+      (e) => `rejected ${e.name}`,
+    );
+    await markerReached.wait; // staged, and taken out of archive.json
+    resumeListing.open();
+    await membershipRead.wait; // the listing read archive.json without the id
+    failMarker.open();
+    assert.equal(await deleting, "rejected FsIoError"); // moved back, membership restored
+    rolledBack.open(); // the listing reads the session in place
+    const result = await listing;
+    assert.deepEqual(result.failures, []);
+    assert.equal(await store.archive.isArchived(CWD, s.id), true);
+    const info = result.sessions.find((x) => x.id === s.id);
+    assert.ok(info !== undefined, "listed");
+    assert.equal(
+      info.archived,
+      true,
+      "racing listing reported archived:false for an archived session whose delete never happened",
+    );
+  });
+}
+
+test("a whole listing looks at archive membership a second time once, not once per session", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const ids: string[] = [];
+  for (let i = 0; i < 6; i++) {
+    const s = await store.create(CWD);
+    await s.commit([user(`hello ${i}`)]);
+    await s.close();
+    ids.push(s.id);
+  }
+  await store.archive.set(CWD, [ids[0] as string], true);
+  const count = async (only: number) => {
+    const calls = { total: 0, collection: 0, membership: 0 };
+    const lister = new SessionStore({
+      fs: hookedFs(fs, {
+        before: (method, args) => {
+          calls.total++;
+          if (method === "readDir" && args[0] === COLLECTION) calls.collection++;
+          if (String(args[0]).endsWith("/archive.json")) calls.membership++;
+        },
+      }),
+      agentDir: AGENT,
+    });
+    const result = await lister.listDetailed(CWD, undefined, { fast: true });
+    assert.equal(result.sessions.length, only);
+    return calls;
+  };
+  const six = await count(6);
+  // Two more sessions cost their meta.json and index.json reads, and nothing else.
+  for (let i = 0; i < 2; i++) {
+    const s = await store.create(CWD);
+    await s.commit([user(`more ${i}`)]);
+    await s.close();
+  }
+  const eight = await count(8);
+  assert.equal(eight.total - six.total, 4);
+  assert.deepEqual([eight.collection, eight.membership], [2, 2]);
+  // With every listed session archived by the first read, there is no second look.
+  await store.archive.set(CWD, (await store.list(CWD)).map((x) => x.id), true);
+  const archived = await count(8);
+  assert.deepEqual([archived.collection, archived.membership], [1, 1]);
+  assert.equal(archived.total, eight.total - 2);
+});

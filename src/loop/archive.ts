@@ -726,15 +726,32 @@ export async function inspectDeletion(
 
 /**
  * archive.json's membership, the ids the rollback of an uncommitted delete restores, and
- * archive.json's membership once more (see below).
+ * archive.json's membership once more (see `addRestoredMembership`).
  */
 async function effectiveMembership(fs: FileSystem, collection: string): Promise<string[]> {
   const members = await readArchiveMembership(fs, collection);
+  await addRestoredMembership(fs, collection, members);
+  return members;
+}
+
+/**
+ * Adds to `members` (a membership read before) the ids the rollback of an uncommitted delete
+ * restores, then archive.json's membership read once more, in that order: a delete that took an
+ * id out of archive.json after `members` was read either is still staged (its journal counts
+ * it), or rolled back meanwhile, and a rollback restores the membership before removing its
+ * staging directory, so the read after the journals sees the id. A fixed cost per collection: one
+ * listing, one read of archive.json, and per delete staging directory its listing and journal.
+ */
+export async function addRestoredMembership(
+  fs: FileSystem,
+  collection: string,
+  members: string[],
+): Promise<void> {
   let entries;
   try {
     entries = await fs.readDir(collection);
   } catch (error) {
-    if (error instanceof NotFound) return members;
+    if (error instanceof NotFound) return;
     throw error;
   }
   const names = entries
@@ -745,12 +762,9 @@ async function effectiveMembership(fs: FileSystem, collection: string): Promise<
     const deletion = await inspectDeletion(fs, collection, name);
     for (const id of deletion?.archived ?? []) if (!members.includes(id)) members.push(id);
   }
-  // Read again: a rollback that finished meanwhile restored the membership it had taken away
-  // before removing its staging directory, so one of the two reads saw each archived id.
   for (const id of await readArchiveMembership(fs, collection)) {
     if (!members.includes(id)) members.push(id);
   }
-  return members;
 }
 
 /**

@@ -16,7 +16,11 @@
  *   delete that has not committed (`.delete-<uuid>` without its `committed` marker) **did not
  *   happen**: its staged sessions are listed from inside the staging directory, with the archive
  *   membership its rollback restores. A committed delete's sessions are gone. Recovery itself is
- *   left to the next structural operation; listing only reads.
+ *   left to the next structural operation; listing only reads. archive.json is read before the
+ *   sessions; when a listed session is not archived by that read, the journals of uncommitted
+ *   deletes and archive.json are read once more after them (once per listing, not per session),
+ *   so a delete that takes a session out of archive.json and then rolls back while the listing
+ *   runs never makes an archived session look restored.
  *
  * Everything else is skipped without being read: symlinks (even named like a session), a
  * directory named like a legacy file, a file named like a session directory, other names. Files
@@ -154,6 +158,7 @@ import { SessionManager } from "./session_manager.ts";
 import type { StoreContext } from "./lock.ts";
 import { LEGACY_EXTENSION, legacySessionId, readLegacySession } from "./legacy.ts";
 import {
+  addRestoredMembership,
   ARCHIVE_FILE,
   DELETE_INTENT_FILE,
   DELETE_PREFIX,
@@ -552,9 +557,12 @@ async function readCollection(
   const { candidates, hasArchive, archived: restored } = await candidatesOf(fs, collection, only);
   const failures: ListFailure[] = [];
   let archived = new Set<string>();
+  /** True when archive.json was read: a second look after the sessions are read may be due. */
+  let membershipRead = false;
   if (hasArchive && only === undefined) {
     try {
       archived = new Set(await readArchiveMembership(fs, collection));
+      membershipRead = true;
     } catch (error) {
       if (!isReportable(error)) throw error;
       failures.push({ path: join(collection, ARCHIVE_FILE), id: undefined, error });
@@ -598,6 +606,28 @@ async function readCollection(
       return { candidate, error };
     }
   });
+  if (
+    membershipRead &&
+    read.some((item) =>
+      item !== undefined && !("error" in item) && !archived.has(item.candidate.id) &&
+      restoredLater?.has(item.candidate.id) !== true
+    )
+  ) {
+    // A second look, once per listing: a delete that began after the collection was read may
+    // have taken a session out of archive.json before it was read above, then rolled back and
+    // moved the session back before it was read (in place, so `lookAgain` never ran). Its
+    // journal, or archive.json once more, says what the rollback restores (`effectiveMembership`
+    // looks the same way). Needed only when a listed session is not known archived already.
+    const members = [...archived];
+    try {
+      await addRestoredMembership(fs, collection, members);
+    } catch (error) {
+      if (!isReportable(error)) throw error;
+      const path = error instanceof FsError ? error.path : error.file ?? collection;
+      failures.push({ path, id: undefined, error });
+    }
+    for (const id of members) archived.add(id);
+  }
   const sessions: SessionInfo[] = [];
   for (const item of read) {
     if (item === undefined) continue;
