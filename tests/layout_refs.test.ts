@@ -16,6 +16,7 @@ import {
   UnknownSessionError,
 } from "../layout.ts";
 import { childRequest, newRepo, newRoot, readJson, writeJson } from "./layout_fixtures.ts";
+import { buildMirrorTree, MIRROR_ROOT_ID, ROOT_ATTEMPTS } from "./fixtures/mirror_tree.ts";
 
 const ROOT_ID = "001_ship-the-ultimate-memory-program";
 const ROOT_DIR = `/repo/.loopy_loop/sessions/${ROOT_ID}`;
@@ -380,4 +381,34 @@ test("a trace: reference in a mirror session without traces is unknown", async (
     resolver.resolve("trace:trace-abc:/eval/report.json"),
     refusal("unknown_trace"),
   );
+});
+
+test("a trace: reference whose trace is present but whose manifest is corrupt is an error naming the manifest, not pruned", async () => {
+  const fs = await newRepo();
+  const tree = await buildMirrorTree(fs);
+  const attempt = ROOT_ATTEMPTS.first.attemptId;
+  const reference = `trace:trace-${attempt}:/eval/report.json`;
+  const manifestPath = `${tree.traceDir(attempt)}/trace_manifest.json`;
+  const resolver = await resolverFor(fs, MIRROR_ROOT_ID);
+  assert.equal((await resolver.resolve(reference)).status, "present");
+  const recordFails = (path: string) => (error: unknown): boolean => {
+    assert.ok(error instanceof LayoutRecordError, String(error));
+    assert.equal(error.file, manifestPath, error.message);
+    assert.equal(error.path, path, error.message);
+    return true;
+  };
+  const intact = await fs.readFile(manifestPath);
+  // A torn write.
+  await fs.writeFile(manifestPath, intact.subarray(0, 40));
+  await assert.rejects(resolver.resolve(reference), recordFails(""));
+  // A manifest that names another trace.
+  await writeJson(fs, manifestPath, { schema_version: 1, manifest_id: "trace-other" });
+  await assert.rejects(resolver.resolve(reference), recordFails("manifest_id"));
+  // The manifest gone while the trace's files are still there.
+  await fs.remove(manifestPath);
+  await assert.rejects(resolver.resolve(reference), recordFails(""));
+  // Only a trace directory that is gone is pruned.
+  await fs.remove(tree.traceDir(attempt), { recursive: true });
+  const pruned = await resolver.resolve(reference);
+  assert.deepEqual([pruned.exists, pruned.status], [false, "pruned"]);
 });

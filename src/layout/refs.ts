@@ -32,7 +32,12 @@ import {
 } from "./paths.ts";
 import { manifestLayout, parseSessionManifest } from "./records.ts";
 import { type LogicalScope, type ParsedReference, parseLogicalReference } from "./ref_grammar.ts";
-import { recordedTraces, scanTraceManifests, traceManifestId } from "./traces.ts";
+import {
+  recordedTraces,
+  scanTraceManifests,
+  TRACE_MANIFEST_FILENAME,
+  traceManifestId,
+} from "./traces.ts";
 import { loadSessionTree, type SessionNode, type SessionTree } from "./tree.ts";
 
 /**
@@ -156,7 +161,9 @@ export class LogicalReferenceResolver {
    * result says `exists: false`, with `status: "pruned"` when it lies in prunable raw output (a
    * session's `raw/<NNNN>_<workflow>/…`, or a mirror trace that was pruned) and `"absent"`
    * otherwise (a file not written yet). Refusals are `LogicalReferenceError`s; a symlink planted
-   * on the path is refused (reason `symlink`).
+   * on the path is refused (reason `symlink`). A `trace:` reference to a trace whose directory is
+   * still there but whose `trace_manifest.json` is missing, unreadable or carries another id is a
+   * `LayoutRecordError` naming that manifest (it is not pruned).
    */
   async resolve(reference: string): Promise<ResolvedReference> {
     // The length limits apply to the text the caller passed, never to a derived spelling.
@@ -495,7 +502,9 @@ export class LogicalReferenceResolver {
    * anywhere else is not a trace and is skipped). Unreadable manifests are skipped; a symlinked
    * manifest is refused; two manifests with the id are a `TopologyError`. When no manifest has
    * the id but a session of the tree records it (a seal receipt or an iteration's
-   * `trace_ref.json`), the trace was pruned: its conventional directory is returned as pruned.
+   * `trace_ref.json`), the trace was pruned when its conventional directory is gone (that
+   * directory is returned as pruned); when the directory is still there, its manifest is broken
+   * and a `LayoutRecordError` names it.
    */
   async #traceRoot(parsed: ParsedReference): Promise<{ dir: string; pruned: boolean }> {
     const id = parsed.id ?? "";
@@ -558,12 +567,18 @@ export class LogicalReferenceResolver {
         recorded.sessionId,
         recorded.attemptId,
       );
-      if ((await chainKind(this.fs, traces, conventional)) === "symlink") {
+      const present = await chainKind(this.fs, traces, conventional);
+      if (present === "symlink") {
         throw new LogicalReferenceError(
           parsed.reference,
           "symlink",
           `The pruned trace's directory passes through a symlink at ${conventional}`,
         );
+      }
+      // Pruned only when the trace's directory is gone: a directory still there whose manifest
+      // did not give the id is a broken trace, and its files are not to be reported as pruned.
+      if (present !== undefined) {
+        throw await this.#unusableTraceManifest(conventional, id);
       }
       return { dir: conventional, pruned: true };
     }
@@ -571,6 +586,58 @@ export class LogicalReferenceResolver {
       parsed.reference,
       "unknown_trace",
       "Logical reference names no trace manifest of this tree",
+    );
+  }
+
+  /**
+   * Why the trace directory `traceDir`, which a session records for trace `id` and which is still
+   * present, gave no manifest with the id: a `LayoutRecordError` naming its `trace_manifest.json`
+   * (missing, not a regular file, unreadable, or carrying another id at `manifest_id`).
+   */
+  async #unusableTraceManifest(traceDir: string, id: string): Promise<LayoutRecordError> {
+    const manifestPath = join(traceDir, TRACE_MANIFEST_FILENAME);
+    const kind = await this.#kind(manifestPath);
+    if (kind === undefined) {
+      return new LayoutRecordError(
+        manifestPath,
+        `Trace manifest of ${JSON.stringify(id)} is missing while its trace directory is present`,
+      );
+    }
+    if (kind !== "file") {
+      return new LayoutRecordError(
+        manifestPath,
+        `Trace manifest of ${JSON.stringify(id)} is not a regular file (${kind})`,
+      );
+    }
+    let manifest: unknown;
+    try {
+      manifest = decodeJson(await this.fs.readFile(manifestPath), manifestPath);
+    } catch (error) {
+      if (!(error instanceof LayoutRecordError)) throw error;
+      return new LayoutRecordError(
+        manifestPath,
+        `Trace manifest of ${JSON.stringify(id)} is corrupt while its trace directory is present`,
+        { cause: error },
+      );
+    }
+    if (typeof manifest !== "object" || manifest === null || Array.isArray(manifest)) {
+      return new LayoutRecordError(
+        manifestPath,
+        `Trace manifest of ${JSON.stringify(id)} is not a JSON object`,
+      );
+    }
+    const found = traceManifestId(manifest);
+    if (found === id) {
+      return new LayoutRecordError(
+        manifestPath,
+        `Trace manifest of ${JSON.stringify(id)} changed while the reference was resolved`,
+        { path: "manifest_id", value: found },
+      );
+    }
+    return new LayoutRecordError(
+      manifestPath,
+      `Trace manifest in the directory of ${JSON.stringify(id)} carries another id`,
+      { path: "manifest_id", value: found },
     );
   }
 }
