@@ -274,7 +274,13 @@ for (
       "a cwd that no longer exists",
       legacyText(header({ cwd: "/gone" }), [user("a")]),
       SessionCwdError,
-      undefined,
+      "/gone",
+    ],
+    [
+      "a cwd whose path now runs through a file",
+      legacyText(header({ cwd: `${LEGACY}/project` }), [user("a")]),
+      SessionCwdError,
+      `${LEGACY}/project`,
     ],
   ] as const
 ) {
@@ -286,7 +292,7 @@ for (
     // Case 15: the error names the file, and the field (or, for the cwd, the directory).
     assert.equal(thrown.file, LEGACY);
     if (thrown instanceof SessionFormatError) assert.equal(thrown.path, path);
-    else assert.equal((thrown as SessionCwdError).cwd, "/gone");
+    else assert.equal((thrown as SessionCwdError).cwd, path);
     assert.deepEqual(snapshot(fs), before);
   });
 }

@@ -1060,6 +1060,24 @@ test("open() requires the session's cwd to still exist", async () => {
   await assert.rejects(store.open(session.getSessionPath()), SessionCwdError);
 });
 
+test("a cwd whose path now runs through a file is gone: open rejects it, verify reports it", async () => {
+  const { fs, store } = await setup();
+  const session = await savedSession(store);
+  await session.close();
+  // The project directory's parent is replaced by a file: stat of the cwd fails with ENOTDIR.
+  await fs.remove("/work", { recursive: true });
+  await fs.writeFile("/work", new TextEncoder().encode("a file now"));
+  const thrown = await store.open(session.getSessionPath()).then(() => undefined, (e) => e);
+  assert.ok(thrown instanceof SessionCwdError, String(thrown));
+  assert.equal(thrown.cwd, CWD);
+  assert.equal(thrown.file, session.getSessionFile());
+  const report = await verifySession(fs, session.getSessionPath(), { sha256: portableSha256 });
+  assert.deepEqual(
+    report.findings.map((f) => [f.severity, f.kind, f.message]),
+    [["error", "cwd", `cwd no longer exists: ${CWD}`]],
+  );
+});
+
 test("open() rejects unsupported storage versions and malformed meta.json with typed errors", async () => {
   const { fs, store } = await setup();
   const session = await savedSession(store);

@@ -29,7 +29,6 @@
  * @module
  */
 import type { FileHandle, FileSystem } from "../port/fs.ts";
-import { NotFound } from "../port/errors.ts";
 import {
   forgetDurable,
   PRIVATE_DIR_MODE,
@@ -37,7 +36,7 @@ import {
   writeNewFile,
 } from "../port/durable.ts";
 import { basename, dirname, join } from "../port/path.ts";
-import { SessionCwdError, SessionFormatError } from "./errors.ts";
+import { SessionFormatError } from "./errors.ts";
 import {
   eligibleTitleOf,
   isSessionId,
@@ -52,6 +51,7 @@ import {
 } from "./records/mod.ts";
 import { parseHeaderFields } from "./records/header.ts";
 import {
+  checkSessionCwd,
   decodeLine,
   encodeRoundIndex,
   encodeStorageMeta,
@@ -413,26 +413,6 @@ function parseError(error: unknown, file: string, path: string): SessionFormatEr
   });
 }
 
-/** Checks that a header's recorded cwd still exists as a directory. */
-export async function checkSessionCwd(fs: FileSystem, header: SessionHeader, file: string) {
-  const cwd = header.cwd;
-  try {
-    const info = await fs.stat(cwd);
-    if (info.kind !== "directory") {
-      throw new SessionCwdError(cwd, `Session cwd is not a directory: '${cwd}'`, { file });
-    }
-  } catch (error) {
-    if (error instanceof NotFound) {
-      throw new SessionCwdError(
-        cwd,
-        `Session cwd no longer exists: '${cwd}'; restore the directory to open the session`,
-        { file, cause: error },
-      );
-    }
-    throw error;
-  }
-}
-
 function checkIdMatches(header: SessionHeader, path: string): void {
   const id = legacySessionId(basename(path));
   if (header.id !== id) {
@@ -461,7 +441,7 @@ export async function readLegacySession(
   const validate = options.validate !== false;
   const scan = await scanLegacy(fs, path, validate, async (header) => {
     checkIdMatches(header, path);
-    if (validate) await checkSessionCwd(fs, header, path);
+    if (validate) await checkSessionCwd(fs, header.cwd, path);
   }, undefined);
   return {
     header: scan.header,
@@ -691,7 +671,7 @@ export async function migrateLegacySession(
       true,
       async (header) => {
         checkIdMatches(header, legacyPath);
-        await checkSessionCwd(fs, header, legacyPath);
+        await checkSessionCwd(fs, header.cwd, legacyPath);
         await fs.mkdir(staging, { mode: PRIVATE_DIR_MODE });
         created = true;
         await fs.chmod(staging, PRIVATE_DIR_MODE);

@@ -36,7 +36,6 @@ import {
   InvalidArgumentError,
   PendingSaveError,
   SessionBusyError,
-  SessionCwdError,
   SessionError,
   SessionFormatError,
   SessionNotFoundError,
@@ -68,6 +67,7 @@ import {
 } from "./records/mod.ts";
 import { checkNesting, MAX_HEADER_NESTING } from "./records/_validation.ts";
 import {
+  checkSessionCwd,
   closeWhenOpened,
   type EncodedArrays,
   encodeRoundIndex,
@@ -470,7 +470,7 @@ export class SessionManager {
     }
     // The cwd check runs beside the log read; its outcome is judged after the history's, in the
     // same order as ever.
-    const cwdChecked = checkCwd(fs, meta.header.cwd, metaFile);
+    const cwdChecked = checkSessionCwd(fs, meta.header.cwd, metaFile);
     cwdChecked.catch(() => {});
     const messages: Message[] = [];
     const offsets: number[] = [];
@@ -2303,25 +2303,4 @@ function isRegularFileInfo(info: PromiseSettledResult<FileInfo>, path: string): 
   }
   refuseIrregularFile(info.value.kind, path);
   return true;
-}
-
-async function checkCwd(fs: FileSystem, cwd: string, file: string): Promise<void> {
-  try {
-    const info = await fs.stat(cwd);
-    if (info.kind !== "directory") {
-      throw new SessionCwdError(cwd, `Session cwd is not a directory: '${cwd}'`, { file });
-    }
-  } catch (error) {
-    if (error instanceof NotFound) {
-      throw new SessionCwdError(
-        cwd,
-        `Session cwd no longer exists: '${cwd}'; restore the directory to open the session`,
-        {
-          file,
-          cause: error,
-        },
-      );
-    }
-    throw error;
-  }
 }

@@ -8,11 +8,16 @@
  */
 import * as v from "valibot";
 import type { EntryKind, FileHandle, FileSystem } from "../port/fs.ts";
-import { FsError, NotFound } from "../port/errors.ts";
+import { FsError, NotADirectory, NotFound } from "../port/errors.ts";
 import type { Sha256, Sha256Factory } from "../port/sha256.ts";
 import { join } from "../port/path.ts";
 import { entryKind } from "../port/durable.ts";
-import { CorruptSessionError, SessionFormatError, UnsupportedSessionError } from "./errors.ts";
+import {
+  CorruptSessionError,
+  SessionCwdError,
+  SessionFormatError,
+  UnsupportedSessionError,
+} from "./errors.ts";
 import type { SessionHeader, SessionTitle } from "./records/mod.ts";
 import {
   isValidTitle,
@@ -1279,4 +1284,38 @@ export function joinBytes(
     offset += piece.length;
   }
   return out;
+}
+
+/**
+ * What a session's recorded cwd is now: a directory, something else, or gone: missing, or its
+ * path running through a file (ENOTDIR), as listings treat it. Other storage errors are thrown.
+ */
+export async function cwdState(
+  fs: FileSystem,
+  cwd: string,
+): Promise<"directory" | "not-directory" | "gone"> {
+  try {
+    return (await fs.stat(cwd)).kind === "directory" ? "directory" : "not-directory";
+  } catch (error) {
+    if (error instanceof NotFound || error instanceof NotADirectory) return "gone";
+    throw error;
+  }
+}
+
+/**
+ * Checks that a session's recorded cwd still exists as a directory: `SessionCwdError` (naming
+ * `file`, the session's meta.json or legacy file) when it does not.
+ */
+export async function checkSessionCwd(fs: FileSystem, cwd: string, file: string): Promise<void> {
+  const state = await cwdState(fs, cwd);
+  if (state === "not-directory") {
+    throw new SessionCwdError(cwd, `Session cwd is not a directory: '${cwd}'`, { file });
+  }
+  if (state === "gone") {
+    throw new SessionCwdError(
+      cwd,
+      `Session cwd no longer exists: '${cwd}'; restore the directory to open the session`,
+      { file },
+    );
+  }
 }

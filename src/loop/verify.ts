@@ -38,6 +38,7 @@ import {
   validateSystemPromptCheckpoints,
 } from "./records/mod.ts";
 import {
+  cwdState,
   decodeLine,
   encodeRoundIndex,
   encodeStorageMeta,
@@ -385,22 +386,14 @@ export async function verifySession(
     }
   }
   if (options.checkCwd !== false) {
-    try {
-      const info = await fs.stat(meta.header.cwd);
-      if (info.kind !== "directory") {
-        findings.push({
-          severity: "error",
-          kind: "cwd",
-          message: `cwd is not a directory: ${meta.header.cwd}`,
-          file: metaFile,
-        });
-      }
-    } catch (error) {
-      if (!(error instanceof NotFound)) throw error;
+    const state = await cwdState(fs, meta.header.cwd);
+    if (state !== "directory") {
       findings.push({
         severity: "error",
         kind: "cwd",
-        message: `cwd no longer exists: ${meta.header.cwd}`,
+        message: state === "gone"
+          ? `cwd no longer exists: ${meta.header.cwd}`
+          : `cwd is not a directory: ${meta.header.cwd}`,
         file: metaFile,
       });
     }
