@@ -245,3 +245,58 @@ test("a whole listing looks at archive membership a second time once, not once p
   assert.deepEqual([archived.collection, archived.membership], [1, 1]);
   assert.equal(archived.total, eight.total - 2);
 });
+
+for (const readOnly of [true, false]) {
+  test(`open (readOnly ${readOnly}) racing a delete that rolls back opens the session in place`, async () => {
+    const fs = new MemoryFs();
+    await fs.mkdir(CWD, { recursive: true });
+    const store = new SessionStore({ fs, agentDir: AGENT });
+    const s = await store.create(CWD);
+    await s.commit(conversation(2));
+    await s.close();
+    await store.archive.set(CWD, [s.id], true);
+    const path = `${COLLECTION}/${s.id}`;
+
+    const markerReached = gate();
+    const failMarker = gate();
+    const deleter = failingDeleter(fs, markerReached, failMarker);
+    const lookingForCopy = gate();
+    const rolledBack = gate();
+    let first = true;
+    const reader = new SessionStore({
+      fs: hookedFs(fs, {
+        before: async (method, args) => {
+          if (method === "readDir" && args[0] === COLLECTION && first) {
+            first = false;
+            lookingForCopy.open();
+            await rolledBack.wait;
+          }
+        },
+      }),
+      agentDir: AGENT,
+    });
+    const deleting = deleter.archive.delete(CWD, [s.id]).then(
+      () => "resolved",
+      (e) => `rejected ${e.name}`,
+    );
+    await markerReached.wait; // the directory is staged, the delete not committed
+    const opening = reader.open(path, { readOnly }).then(
+      async (session) => {
+        const count = session.messages.length;
+        await session.close();
+        return `opened ${count}`;
+      },
+      (e) => `rejected ${e.name}`,
+    );
+    await lookingForCopy.wait; // no directory in place: about to look in the staging directories
+    failMarker.open();
+    assert.equal(await deleting, "rejected FsIoError"); // the directory is back, staging gone
+    rolledBack.open();
+    assert.equal(
+      await opening,
+      `opened ${conversation(2).length}`,
+      "an open racing a delete that never happened said the session does not exist",
+    );
+    assert.equal(await store.archive.isArchived(CWD, s.id), true);
+  });
+}

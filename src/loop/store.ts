@@ -507,7 +507,10 @@ export class SessionStore {
    * missing session directory may be mid-compaction or mid-delete (after a crash, or in another
    * process). With `"write"` the collection's leftovers are recovered once before giving up; with
    * `"read"` an uncommitted delete's staged copy or an interrupted compaction's previous
-   * directory is returned as is (nothing is written); with `"none"` nothing is tried.
+   * directory is returned as is (nothing is written); with either, when no copy is staged any
+   * more, `dir` is looked at once more (an operation that moved it aside may have put it back
+   * meanwhile: a compaction that finished, a delete that rolled back); with `"none"` nothing is
+   * tried.
    */
   async #checkSessionDirectory(dir: string, recover: "write" | "read" | "none"): Promise<string> {
     try {
@@ -534,9 +537,6 @@ export class SessionStore {
           // directory of a compaction caught between its renames (or interrupted there).
           const copy = this.#stagedCopy(staging);
           if (copy !== undefined) return copy;
-          // A compaction whose staging directory no longer holds the previous copy finished (or
-          // rolled back) since `dir` was looked at: the session directory is back in place.
-          if (staging.compaction) return await this.#checkSessionDirectory(dir, "none");
         } else if (
           staging.compaction || staging.deleted !== undefined || staging.error !== undefined
         ) {
@@ -551,6 +551,11 @@ export class SessionStore {
             throw error;
           }
         }
+        // No copy staged any more: a compaction, or a delete that rolled back, finished since
+        // `dir` was looked at and put the session directory back in place (a delete moves it
+        // back before it restores membership and removes its staging directory). One more look
+        // there, writing nothing, before the session is said not to exist.
+        return await this.#checkSessionDirectory(dir, "none");
       }
       throw new SessionNotFoundError(`No session at '${dir}': meta.json not found`, {
         file: join(dir, META_FILE),
