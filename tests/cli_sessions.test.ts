@@ -100,6 +100,29 @@ test("migrate --dry-run of a migrated file checks its published directory as the
   assert.match(run.out, new RegExp(`^failed +.*${id}\\.jsonl`, "m"));
 });
 
+test("migrate --all skips the backup of a session whose directory an interrupted compaction staged", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const collection = `${AGENT}/sessions/${workspaceHash(CWD)}`;
+  await fs.mkdir(collection, { recursive: true });
+  const id = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  await fs.writeFile(`${collection}/${id}.jsonl`, legacySessionBytes(id, CWD, conversation(1)));
+  assert.equal((await sessions(fs, Date.now(), ["migrate", `${collection}/${id}.jsonl`])).code, 0);
+  // A compaction interrupted between its two renames holds the session's directory.
+  await fs.mkdir(`${collection}/.staging-${id}-abcdef12`);
+  await fs.rename(`${collection}/${id}`, `${collection}/.staging-${id}-abcdef12/previous`);
+  // Still the store's session, found where it is staged.
+  const listed = await new SessionStore({ fs, agentDir: AGENT }).list(CWD);
+  assert.deepEqual(listed.map((s) => [s.id, s.storage]), [[id, "directory"]]);
+  const before = fs.snapshotTree(AGENT);
+  for (const args of [["migrate", "--all", "--dry-run"], ["migrate", "--all"]]) {
+    const run = await sessions(fs, Date.now(), args);
+    assert.equal(run.code, 0, run.out);
+    assert.equal(run.out, "No legacy sessions to migrate.\n");
+  }
+  assert.deepEqual(fs.snapshotTree(AGENT), before);
+});
+
 test("stored terminal escapes are printed as visible text, in human and JSON output alike", async () => {
   const fs = new MemoryFs();
   const cwd = "/work/evil\u001b[2J\u001b]0;PWNED\u0007dir";

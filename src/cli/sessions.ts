@@ -770,7 +770,10 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
       for (const entry of await io.fs.readDir(collection)) {
         if (entry.kind !== "file" || legacySessionId(entry.name) === undefined) continue;
         const id = legacySessionId(entry.name) as string;
-        if (await exists(io, join(collection, id))) continue; // Already migrated: the backup stays.
+        // Already migrated: the backup stays. The session's directory is in place, or held by an
+        // interrupted compaction (the store opens that copy, never the backup).
+        if (await exists(io, join(collection, id))) continue;
+        if ((await stagedCopy(io, collection, id)).dir !== undefined) continue;
         files.push({ path: join(collection, entry.name), published: false });
       }
     }
