@@ -17,7 +17,7 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
-import { NotFound } from "../port/errors.ts";
+import { NotADirectory, NotFound } from "../port/errors.ts";
 import { join, relativeWithin } from "../port/path.ts";
 import { LayoutRecordError, LogicalReferenceError, TopologyError } from "./errors.ts";
 import { decodeJson, readRecord } from "./json_io.ts";
@@ -161,7 +161,9 @@ export class LogicalReferenceResolver {
    * result says `exists: false`, with `status: "pruned"` when it lies in prunable raw output (a
    * session's `raw/<NNNN>_<workflow>/…`, or a mirror trace that was pruned) and `"absent"`
    * otherwise (a file not written yet). Refusals are `LogicalReferenceError`s; a symlink planted
-   * on the path is refused (reason `symlink`). A `trace:` reference to a trace whose directory is
+   * on the path is refused (reason `symlink`). On a case-insensitive filesystem a name that
+   * decides where the target is (`raw`, `children`, a session id, ...) spelled in other letter
+   * case is classified, and returned, as its directory lists it. A `trace:` reference to a trace whose directory is
    * still there but whose `trace_manifest.json` is missing, unreadable or carries another id is a
    * `LayoutRecordError` naming that manifest (it is not pruned).
    */
@@ -169,7 +171,9 @@ export class LogicalReferenceResolver {
     // The length limits apply to the text the caller passed, never to a derived spelling.
     const parsed = parseLogicalReference(reference);
     const scope = await this.#scope(parsed);
-    const segments = parsed.segments;
+    const segments = scope.canonicalScope === "trace"
+      ? parsed.segments
+      : await this.#listedSpelling(scope.root, parsed.segments);
     // Classified by where the target physically is, so every spelling of it (repo:/…,
     // session:/children/<id>/…, session:<id>:/…, root:/…, parent:/…) gets the same answer.
     const place = this.#place(join(scope.root, ...segments), scope);
@@ -289,7 +293,9 @@ export class LogicalReferenceResolver {
    * same way `resolve` names it: a target inside a session of the tree becomes
    * `session:<id>:/…` of the deepest session that physically contains it (whatever the
    * spelling: `repo:/…`, `session:/children/<id>/…`, `root:/…`, `parent:/…`), anything else
-   * `repo:/…`. Touches no file. The canonical form may be longer than the reference given.
+   * `repo:/…`. Touches no file, so a name is classified as spelled (where `resolve` and `holder`
+   * use the spelling a case-insensitive filesystem's directory lists). The canonical form may be
+   * longer than the reference given.
    */
   canonicalize(reference: string): string {
     const parsed = parseLogicalReference(reference);
@@ -311,7 +317,7 @@ export class LogicalReferenceResolver {
    * The session that physically holds the target of `reference` (a `repo:/…` spelling of a
    * session's file included), or `undefined` when no session does (a repository file, a mirror
    * trace). The deepest session of this tree whose directory contains the target, as `resolve`
-   * and `canonicalize` classify it; for a target under `.loopy_loop/sessions/` outside this tree,
+   * classifies it (names spelled as a case-insensitive filesystem lists them); for a target under `.loopy_loop/sessions/` outside this tree,
    * the deepest directory on its way (a top-level session, then `children/<id>/` nesting) that
    * holds a valid `session.json`, never passing a symlink. Refusals are those of `canonicalize`
    * (`trace:` in a folded session, an unknown session id, `parent:/` at a root).
@@ -323,7 +329,8 @@ export class LogicalReferenceResolver {
       return undefined;
     }
     const node = this.#sessionScope(parsed);
-    const path = join(node === undefined ? this.tree.repoRoot : node.dir, ...parsed.segments);
+    const base = node === undefined ? this.tree.repoRoot : node.dir;
+    const path = join(base, ...await this.#listedSpelling(base, parsed.segments));
     let owner: SessionNode | undefined;
     for (const candidate of this.tree.nodes.values()) {
       if (relativeWithin(candidate.dir, path) === undefined) continue;
@@ -359,6 +366,81 @@ export class LogicalReferenceResolver {
       index += 2;
     }
     return found;
+  }
+
+  /**
+   * `segments` below `base`, each name that decides where a target is (`raw`, `children`,
+   * `.loopy_loop`, `sessions`, `traces`, `trace_finalization_outbox`, a session id of this tree)
+   * spelled as its directory lists it when the reference spells it in other letter case and the
+   * filesystem reaches the listed entry through that spelling (a case-insensitive filesystem).
+   * A name spelled exactly, or one that no such name folds to, costs no call; on a case-sensitive
+   * filesystem the other spelling is another (absent or real) entry and is kept.
+   */
+  async #listedSpelling(base: string, segments: readonly string[]): Promise<readonly string[]> {
+    const placement = this.#placementNames();
+    let out: string[] | undefined;
+    let dir = base;
+    for (const [index, segment] of segments.entries()) {
+      let name = segment;
+      const folded = placement.get(segment.toLowerCase());
+      // Only a directory reached without a link is listed (a link on the way is refused by the
+      // caller's own walk, and nothing is read through one).
+      if (
+        folded !== undefined && !folded.has(segment) &&
+        (await chainKind(this.fs, base, dir)) === "directory"
+      ) {
+        name = await this.#listedName(dir, segment);
+        if (name !== segment) (out ??= [...segments])[index] = name;
+      }
+      dir = join(dir, name);
+    }
+    return out ?? segments;
+  }
+
+  #placement: ReadonlyMap<string, ReadonlySet<string>> | undefined;
+
+  /** The names that decide where a target is, by their lowercase form. */
+  #placementNames(): ReadonlyMap<string, ReadonlySet<string>> {
+    if (this.#placement !== undefined) return this.#placement;
+    const names = new Map<string, Set<string>>();
+    const fixed = [
+      "raw",
+      CHILDREN_DIRNAME,
+      LOOPY_DIRNAME,
+      SESSIONS_DIRNAME,
+      "traces",
+      "trace_finalization_outbox",
+    ];
+    for (const name of [...fixed, ...this.tree.nodes.keys()]) {
+      const folded = name.toLowerCase();
+      const spellings = names.get(folded) ?? new Set<string>();
+      spellings.add(name);
+      names.set(folded, spellings);
+    }
+    this.#placement = names;
+    return names;
+  }
+
+  /**
+   * The entry of `dir` that `segment` reaches: `segment` itself when `dir` lists it (or cannot be
+   * listed), else the one entry that `dir` lists in other letter case when `segment` reaches an
+   * entry at all (`lstat`), else `segment`.
+   */
+  async #listedName(dir: string, segment: string): Promise<string> {
+    let entries;
+    try {
+      entries = await this.fs.readDir(dir);
+    } catch (error) {
+      if (error instanceof NotFound || error instanceof NotADirectory) return segment;
+      throw error;
+    }
+    if (entries.some((entry) => entry.name === segment)) return segment;
+    const folded = segment.toLowerCase();
+    const matches = entries.filter((entry) => entry.name.toLowerCase() === folded);
+    if (matches.length !== 1) return segment;
+    return (await this.#kind(join(dir, segment))) === undefined
+      ? segment
+      : (matches[0] as { readonly name: string }).name;
   }
 
   /** The kind of `path` itself (`lstat`), `undefined` when absent. */
