@@ -275,6 +275,11 @@ const MAX_SYMLINK_HOPS = 40;
 const MAX_FILE_SIZE = 2 ** 44 - 4096;
 /** The longest name of one path component, in UTF-8 bytes (Linux's `NAME_MAX`). */
 const NAME_MAX = 255;
+/**
+ * Linux's `PATH_MAX`: a path, or a symlink target, of this many UTF-8 bytes or more (the kernel
+ * counts the terminating NUL) fails with `FsIoError` code `"ENAMETOOLONG"`.
+ */
+const PATH_MAX = 4096;
 const TAIL_MODES: readonly TailMode[] = ["none", "whole", "short", "zeros", "garbage"];
 const REWRITE_MODES: readonly RewriteMode[] = ["durable", "live", "cut", "zeros"];
 const utf8Decoder = new TextDecoder("utf-8", { ignoreBOM: true });
@@ -658,6 +663,7 @@ export class MemoryFs implements FileSystem {
         this.#link(found.parent, found.name, new DirNode(mode, this.#options.now()));
         return;
       }
+      // The whole path is checked first: a path too long creates none of its parents.
       checkPath("mkdir", path);
       const parts = path.split("/").filter((part) => part !== "");
       for (let i = 1; i <= parts.length; i++) {
@@ -714,11 +720,19 @@ export class MemoryFs implements FileSystem {
     });
   }
 
-  /** The canonical absolute path with every symlink resolved. */
+  /**
+   * The canonical absolute path with every symlink resolved. As `realpath(3)`, which walks the
+   * path itself, it takes a path of `PATH_MAX` bytes or more, and fails with `FsIoError` code
+   * `"ENAMETOOLONG"` only when the canonical path is that long.
+   */
   realPath(path: string): Promise<string> {
     return this.#run("realPath", path, () => {
-      const found = this.#resolve("realPath", path, true);
+      checkPathForm("realPath", path);
+      const found = this.#walk("realPath", path, true);
       if (found.node === undefined) throw new NotFound("realPath", path);
+      if (tooLongForPath(found.path)) {
+        throw new FsIoError("ENAMETOOLONG", "realPath", path, "File name too long");
+      }
       return found.path;
     });
   }
@@ -732,15 +746,22 @@ export class MemoryFs implements FileSystem {
     });
   }
 
-  /** Creates a symlink at `path` whose target string is `target`. */
+  /**
+   * Creates a symlink at `path` whose target string is `target`; a target of `PATH_MAX` (4096)
+   * UTF-8 bytes or more fails with `FsIoError` code `"ENAMETOOLONG"`, as on Linux.
+   */
   symlink(target: string, path: string): Promise<void> {
     return this.#run("symlink", path, () => {
+      // The target is taken in before the link's name is looked up, as Linux's symlink does.
+      if (target.includes("\0")) {
+        throw new FsIoError("EINVAL", "symlink", path, "Link target contains a NUL byte");
+      }
+      if (tooLongForPath(target)) {
+        throw new FsIoError("ENAMETOOLONG", "symlink", path, "Link target too long");
+      }
       const found = this.#resolve("symlink", path, false, false);
       if (found.node !== undefined || found.parent === undefined) {
         throw new AlreadyExists("symlink", path);
-      }
-      if (target.includes("\0")) {
-        throw new FsIoError("EINVAL", "symlink", path, "Link target contains a NUL byte");
       }
       // A missing name spelled as a directory is no place for a link (Linux: ENOENT).
       if (target === "" || found.mustBeDir) throw new NotFound("symlink", path);
@@ -938,12 +959,18 @@ export class MemoryFs implements FileSystem {
    * `followFinal` (or the path ends with `/` and `slashFollows`), in the final one. `..` goes to
    * the physical parent. A missing final entry is reported with its parent; a missing or
    * non-directory intermediate component fails with `NotFound` / `NotADirectory`, a component
-   * longer than `NAME_MAX` bytes with `FsIoError` code `"ENAMETOOLONG"`. Without `slashFollows`, a
+   * longer than `NAME_MAX` bytes, or a path of `PATH_MAX` bytes or more, with `FsIoError` code
+   * `"ENAMETOOLONG"`. Without `slashFollows`, a
    * final symlink named with a trailing slash is returned unfollowed with `mustBeDir`, as Linux's
    * unlink, rmdir, rename, mkdir and symlink look it up: the caller refuses it.
    */
   #resolve(syscall: string, path: string, followFinal: boolean, slashFollows = true): Resolved {
     checkPath(syscall, path);
+    return this.#walk(syscall, path, followFinal, slashFollows);
+  }
+
+  /** `#resolve` without the checks of the path's form and length (`checkPath`). */
+  #walk(syscall: string, path: string, followFinal: boolean, slashFollows = true): Resolved {
     let mustBeDir = path.length > 1 && path.endsWith("/");
     const pending = path.split("/").filter((part) => part !== "").reverse();
     const dirs: DirNode[] = [this.#root];
@@ -1144,14 +1171,32 @@ class MemoryFileHandle implements FileHandle {
   }
 }
 
-/** Port paths are absolute and free of NUL bytes. */
+/**
+ * Port paths are absolute, free of NUL bytes and shorter than `PATH_MAX` UTF-8 bytes: a longer one
+ * fails with `FsIoError` code `"ENAMETOOLONG"` before anything is looked up, as the kernel refuses
+ * it.
+ */
 function checkPath(syscall: string, path: string): void {
+  checkPathForm(syscall, path);
+  if (tooLongForPath(path)) {
+    throw new FsIoError("ENAMETOOLONG", syscall, path, "File name too long");
+  }
+}
+
+/** Port paths are absolute and free of NUL bytes. */
+function checkPathForm(syscall: string, path: string): void {
   if (!path.startsWith("/")) {
     throw new FsIoError("EINVAL", syscall, path, "Path is not absolute");
   }
   if (path.includes("\0")) {
     throw new FsIoError("EINVAL", syscall, path, "Path contains a NUL byte");
   }
+}
+
+/** True when `text` has `PATH_MAX` UTF-8 bytes or more. */
+function tooLongForPath(text: string): boolean {
+  // Three UTF-8 bytes at most per UTF-16 unit: only a long text needs its bytes counted.
+  return text.length * 3 >= PATH_MAX && utf8Encoder.encode(text).length >= PATH_MAX;
 }
 
 function checkCount(op: MemoryOperation, path: string, value: number): void {

@@ -98,6 +98,33 @@ test("paths that are relative or hold a NUL byte are rejected with EINVAL", asyn
   assert.deepEqual(await fs.readDir("/"), []);
 });
 
+test("a path of 4095 UTF-8 bytes is looked up, one of 4096 is too long, and realPath() takes either", async () => {
+  const fs = new MemoryFs();
+  // Names of 200 bytes below /d, filled up to exactly `total` bytes.
+  const pathOf = (total: number): string => {
+    let path = "";
+    while (path.length < total) {
+      const room = total - path.length - 1;
+      path += "/" + "d".repeat(room >= 202 ? 200 : room);
+    }
+    return path;
+  };
+  const longest = pathOf(4095);
+  const dir = longest.slice(0, longest.lastIndexOf("/"));
+  await assert.rejects(fs.stat(longest), NotFound);
+  await fs.mkdir(dir, { recursive: true });
+  await fs.writeFile(longest, bytes("x"));
+  assert.equal(await fs.realPath(longest), longest);
+  const tooLong = `${longest}/`;
+  await assert.rejects(fs.stat(tooLong), (e: unknown) => {
+    return e instanceof FsIoError && e.code === "ENAMETOOLONG" && e.path === tooLong;
+  });
+  // realpath(3) walks a long path itself: only the canonical path must be shorter than PATH_MAX.
+  assert.equal(await fs.realPath(dir + "/.".repeat(200)), dir);
+  await fs.symlink("/" + "t".repeat(4094), "/longest-target");
+  assert.equal((await fs.readLink("/longest-target")).length, 4095);
+});
+
 test("errors carry POSIX codes, the call and the path", async () => {
   const fs = new MemoryFs();
   await fs.writeFile("/file", bytes("F"));

@@ -82,6 +82,21 @@ function pattern(length: number): Uint8Array {
   return out;
 }
 
+/**
+ * An absolute path of exactly `total` UTF-8 bytes below `root`, of names of 200 bytes made of
+ * `unit` (one or two UTF-8 bytes), the last one filled up with `d`s; nothing of it exists.
+ */
+function pathOfBytes(root: string, total: number, unit: string): string {
+  const name = unit.repeat(200 / bytes(unit).length);
+  let path = root;
+  for (;;) {
+    const room = total - bytes(path).length - 1;
+    if (room < 1) return path;
+    // Leaves at least two bytes for the last name (a slash and a letter).
+    path += "/" + (room >= 202 ? name : "d".repeat(room));
+  }
+}
+
 async function checkMissing(fs: FileSystem, path: string, what: string): Promise<void> {
   await checkRejects(() => fs.lstat(path), NotFound, `${what}: lstat('${path}')`);
 }
@@ -1621,6 +1636,65 @@ export const CHECKS: readonly Check[] = [
         }
       }
       checkEqual((await f.fs.readDir(f.root)).length, 2, "nothing created with a longer name");
+    },
+  },
+  {
+    name: "a path of 4096 UTF-8 bytes or more fails with FsIoError ENAMETOOLONG",
+    async run(f) {
+      // Linux's PATH_MAX counts bytes with the terminating NUL: 4096 bytes is one too many. The
+      // second path is shorter than that in UTF-16 units, but not in UTF-8 bytes. (realPath() is
+      // left out: realpath(3) walks the path itself, and reports a missing entry first.)
+      const file = at(f, "file");
+      await f.fs.writeFile(file, bytes("F"));
+      for (const unit of ["d", "\u00e9"]) {
+        const path = pathOfBytes(f.root, 4096, unit);
+        const calls: readonly (readonly [string, () => Promise<unknown>])[] = [
+          ["stat", () => f.fs.stat(path)],
+          ["lstat", () => f.fs.lstat(path)],
+          ["readFile", () => f.fs.readFile(path)],
+          ["writeFile", () => f.fs.writeFile(path, bytes("x"))],
+          ["open with create", () => openAndClose(f.fs, path, { create: true, write: true })],
+          ["mkdir with recursive", () => f.fs.mkdir(path, { recursive: true })],
+          ["readDir", () => f.fs.readDir(path)],
+          ["remove", () => f.fs.remove(path)],
+        ];
+        for (const [call, run] of calls) {
+          const what = `${call} of a path of ${bytes(path).length} bytes (${path.length} units)`;
+          const error = await checkRejectsCode(run, "ENAMETOOLONG", what);
+          checkEqual(error.path, path, `${what}: error path`);
+        }
+        await checkRejectsCode(
+          () => f.fs.rename(file, path),
+          "ENAMETOOLONG",
+          `rename() to a path of ${bytes(path).length} bytes`,
+        );
+      }
+      checkSame(await f.fs.readDir(f.root), [{ name: "file", kind: "file" }], "nothing created");
+    },
+  },
+  {
+    name: "symlink() at a path or to a target of 4096 UTF-8 bytes or more fails with ENAMETOOLONG",
+    needs: ["symlinks"],
+    async run(f) {
+      const link = at(f, "link");
+      for (const target of ["/" + "x/".repeat(2048), "/" + "x".repeat(4095)]) {
+        const what = `symlink() with a target of ${bytes(target).length} bytes`;
+        const error = await checkRejectsCode(
+          () => f.fs.symlink(target, link),
+          "ENAMETOOLONG",
+          what,
+        );
+        checkEqual(error.path, link, `${what}: error path`);
+      }
+      const path = pathOfBytes(f.root, 4096, "d");
+      const what = `symlink() at a path of ${bytes(path).length} bytes`;
+      const error = await checkRejectsCode(
+        () => f.fs.symlink("target", path),
+        "ENAMETOOLONG",
+        what,
+      );
+      checkEqual(error.path, path, `${what}: error path`);
+      checkSame(await f.fs.readDir(f.root), [], "nothing created");
     },
   },
 
