@@ -1086,3 +1086,119 @@ test("structural changes refuse a collection directory replaced by a symlink, an
   assert.deepEqual(fs.snapshotTree("/outside"), before);
   assert.equal((await fs.lstat(COLLECTION)).kind, "symlink");
 });
+
+test("a rollback that cannot put back a trace file written since keeps it staged, restores membership, and restore works", async () => {
+  const { fs, store } = await setup();
+  const s = await saved(store, conversation(1));
+  const keep = await saved(store, [user("keep")]);
+  const trace = `${COLLECTION}/${s.id}.trace.jsonl`;
+  await fs.writeFile(trace, encoder.encode('{"old":1}\n'));
+  await store.archive.set(CWD, [s.id, keep.id], true);
+  // The delete stages everything and takes the id out of archive.json; the host then writes a
+  // new trace for the session it still sees, and the delete fails before its commit point.
+  const deleter = new SessionStore({
+    fs: hookedFs(fs, {
+      before: async (method, args) => {
+        if (method === "open" && String(args[0]).includes("/.committed.")) {
+          await fs.writeFile(trace, encoder.encode('{"new":1}\n'));
+          throw new FsIoError("EIO", "open", String(args[0]), "injected");
+        }
+      },
+    }),
+    agentDir: AGENT,
+  });
+  await assert.rejects(deleter.archive.delete(CWD, [s.id]), FsIoError);
+  // Rolled back: the session and its membership are back, the new trace is untouched and the
+  // old one is kept staged (nothing is deleted that was not asked to be).
+  const staging = (await fs.readDir(COLLECTION)).map((e) => e.name)
+    .filter((name) => name.startsWith(".delete-"));
+  assert.equal(staging.length, 1);
+  const kept = `${COLLECTION}/${staging[0]}`;
+  assert.equal(decoder.decode(await fs.readFile(trace)), '{"new":1}\n');
+  assert.equal(
+    decoder.decode(await fs.readFile(`${kept}/${s.id}.trace.jsonl`)),
+    '{"old":1}\n',
+  );
+  assert.equal(await archiveJson(fs), JSON.stringify([s.id, keep.id]) + "\n");
+  const archivedOf = async () =>
+    Object.fromEntries((await store.list(CWD)).map((x) => [x.id, x.archived]));
+  assert.deepEqual(await archivedOf(), { [s.id]: true, [keep.id]: true });
+  assert.deepEqual((await store.cleanup(CWD)).kept, [kept]);
+  // Restoring works for every reader, and a delete then says why it refuses.
+  await store.archive.set(CWD, [s.id], false);
+  assert.equal(await store.archive.isArchived(CWD, s.id), false);
+  assert.deepEqual(await store.archive.list(CWD), [keep.id]);
+  assert.deepEqual(await archivedOf(), { [s.id]: false, [keep.id]: true });
+  await assert.rejects(store.archive.delete(CWD, [s.id]), SessionNotArchivedError);
+  // Archived again, it is deleted like any session.
+  await store.archive.set(CWD, [s.id], true);
+  assert.equal(await store.archive.isArchived(CWD, s.id), true);
+  await store.archive.delete(CWD, [s.id]);
+  assert.deepEqual(await archivedOf(), { [keep.id]: true });
+  await assert.rejects(fs.lstat(trace));
+});
+
+test("a crash at any step of recovering a delete whose trace file name is taken again keeps the session archived, then restorable", async () => {
+  const { fs, store } = await setup();
+  const s = await saved(store, conversation(1));
+  const keep = await saved(store, [user("keep")]);
+  await store.archive.set(CWD, [s.id, keep.id], true);
+  // The state a crash leaves after a delete staged the session and its trace and took it out
+  // of archive.json, before its commit point; the host then wrote a new trace.
+  const staging = `${COLLECTION}/.delete-0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f`;
+  const traceName = `${s.id}.trace.jsonl`;
+  await fs.mkdir(staging, { mode: 0o700 });
+  await fs.writeFile(
+    `${staging}/intent.json`,
+    encoder.encode(
+      JSON.stringify({
+        operation: "delete",
+        ids: [s.id],
+        entries: [traceName, s.id],
+        archived: [s.id],
+        membersBefore: [s.id, keep.id],
+      }) + "\n",
+    ),
+  );
+  await fs.writeFile(`${staging}/${traceName}`, encoder.encode('{"old":1}\n'));
+  await fs.rename(`${COLLECTION}/${s.id}`, `${staging}/${s.id}`);
+  await fs.writeFile(
+    `${COLLECTION}/archive.json`,
+    encoder.encode(JSON.stringify([keep.id]) + "\n"),
+  );
+  await fs.writeFile(`${COLLECTION}/${traceName}`, encoder.encode('{"new":1}\n'));
+  fs.syncAll();
+  const archivedOf = async (view: MemoryFs) =>
+    Object.fromEntries((await storeOn(view).list(CWD)).map((x) => [x.id, x.archived]));
+  const both = { [s.id]: true, [keep.id]: true };
+  assert.deepEqual(await archivedOf(fs), both);
+  const points = await crashAtEveryOperation({
+    baseline: fs,
+    seeds: [0, 3],
+    run: async (run) => {
+      await storeOn(run).cleanup(CWD);
+    },
+    check: async (after, { n, seed }) => {
+      const label = `crash after ${n}, seed ${seed}`;
+      assert.deepEqual(await archivedOf(after), both, label);
+      assert.equal(await storeOn(after).archive.isArchived(CWD, s.id), true, label);
+      const report = await storeOn(after).cleanup(CWD);
+      assert.deepEqual(report.kept, [staging], label);
+      assert.deepEqual(await archivedOf(after), both, label);
+      assert.equal(
+        decoder.decode(await after.readFile(`${staging}/${traceName}`)),
+        '{"old":1}\n',
+        label,
+      );
+      assert.equal(
+        decoder.decode(await after.readFile(`${COLLECTION}/${traceName}`)),
+        '{"new":1}\n',
+        label,
+      );
+      await storeOn(after).archive.set(CWD, [s.id], false);
+      assert.deepEqual(await archivedOf(after), { [s.id]: false, [keep.id]: true }, label);
+      assert.equal(await storeOn(after).archive.isArchived(CWD, s.id), false, label);
+    },
+  });
+  assert.ok(points > 5, `${points} crash points`);
+});

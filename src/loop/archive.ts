@@ -30,7 +30,10 @@
  * 5. the staging directory is fsynced, then the staged entries are removed, the journal last.
  *
  * A failure before the commit point moves everything back (the directory first) and restores
- * membership. A failure after it is reported and never rolled back: the sessions stay gone, and
+ * membership. A companion whose name exists again in the collection by then (a trace file written
+ * since) is not moved over it: it stays in the staging directory, which recovery then keeps and
+ * `SessionStore.cleanup` reports as kept, and whose journal no longer restores membership once the
+ * rollback restored it (archiving and restoring then work as for any session). A failure after it is reported and never rolled back: the sessions stay gone, and
  * what is still staged is removed by the next recovery. After a crash, the next structural
  * operation in the collection (or `SessionStore.cleanup`) reads the journal: with `committed` it
  * finishes the removal, without it it rolls back. Each session is therefore either fully present
@@ -48,6 +51,7 @@ import type { DirEntry, FileSystem } from "../port/fs.ts";
 import { FsError, NotFound } from "../port/errors.ts";
 import {
   atomicReplace,
+  entryKind,
   forgetDurable,
   isTempName,
   PRIVATE_DIR_MODE,
@@ -475,13 +479,45 @@ async function markerPresent(fs: FileSystem, staging: string): Promise<boolean> 
   }
 }
 
-/** Moves staged entries back (the directory first), restores membership, removes the staging. */
+/**
+ * True for a companion of a session as a delete stages it: a regular file `<id>.<anything>` that
+ * is not the legacy backup `<id>.jsonl` (not the session, nor a previous copy of it).
+ */
+function isCompanion(name: string, kind: string): boolean {
+  return kind === "file" && name.length > 36 && sessionIdOfEntry(name) !== undefined &&
+    legacySessionId(name) === undefined;
+}
+
+/**
+ * Moves staged entries back (the directory first), restores membership, removes the staging;
+ * true when everything went back. A session directory, legacy backup or compaction staging
+ * directory whose name exists again in the collection stops the rollback with a
+ * `CorruptSessionError` before membership is restored (the staged copy may be the session's only
+ * one: recovery keeps the staging directory, and readers keep reading the session there). A
+ * companion whose name exists again (a trace file written since, for the session still in place)
+ * does not stop it: the staged companion stays in the staging directory (nothing is deleted that
+ * was not asked to be), the rest goes back, membership is restored, and then the journal is
+ * replaced by one that restores no membership (`archived` empty), since the delete is rolled back
+ * for every reader from then on: membership belongs to archive.json again, and a restore the user
+ * makes later is not undone by a journal still naming the ids. Such a rollback returns false and
+ * leaves the staging directory for `cleanup` to report as kept; a later recovery, once the name
+ * is free, moves the companion back and removes the staging directory.
+ *
+ * Every crash state stays correct: until the journal is replaced, it restores membership (to
+ * readers, and to the next recovery, which rolls back the same way); once it is replaced,
+ * archive.json already holds the restored membership (written, and fsynced under `"full"`
+ * durability, before the journal's replace), and the journal is replaced atomically, so it is
+ * the old one or the new one, never unreadable. Counting membership only for ids whose directory
+ * or backup is still staged would not do: a rollback interrupted after moving those back but
+ * before restoring membership would show the sessions restored to readers, and then archived
+ * again after recovery.
+ */
 async function rollBackDeletion(
   context: StoreContext,
   collection: string,
   staging: string,
   intent: DeleteIntent,
-): Promise<void> {
+): Promise<boolean> {
   const fs = context.fs;
   const full = context.durability === "full";
   // A delete is rolled back only while its marker is not at its name (a delete that renamed it in
@@ -495,6 +531,7 @@ async function rollBackDeletion(
     if (!(error instanceof NotFound)) throw error;
   }
   let moved = false;
+  let kept = false;
   for (const name of [...intent.entries].reverse()) {
     const from = join(staging, name);
     let kind;
@@ -506,14 +543,15 @@ async function rollBackDeletion(
     }
     // A session directory goes back without the delete's writer lock (see `dropMovedLocks`).
     if (kind === "directory" && isSessionId(name)) await dropMovedLocks(context, from);
-    try {
-      await fs.lstat(join(collection, name));
+    if (await entryKind(fs, join(collection, name)) !== undefined) {
+      if (isCompanion(name, kind)) {
+        kept = true;
+        continue;
+      }
       throw new CorruptSessionError(
         `Cannot restore a staged deletion: '${name}' exists again in the collection; the staged copy is kept in '${staging}'`,
         { file: from },
       );
-    } catch (error) {
-      if (!(error instanceof NotFound)) throw error;
     }
     forgetDurable(fs, join(collection, name));
     await fs.rename(from, join(collection, name));
@@ -531,8 +569,22 @@ async function rollBackDeletion(
       await writeArchiveMembership(context, collection, restored);
     }
   }
+  if (kept) {
+    // Membership is restored: the kept staging directory no longer claims any (see above).
+    if (intent.archived.length > 0) {
+      const settled: DeleteIntent = { ...intent, archived: [] };
+      await atomicReplace(
+        fs,
+        join(staging, DELETE_INTENT_FILE),
+        encoder.encode(JSON.stringify(settled) + "\n"),
+        { durability: context.durability },
+      );
+    }
+    return false;
+  }
   await removeStagingDir(context, staging, []);
   if (full) await fs.syncDir(collection);
+  return true;
 }
 
 /** Removes the staged entries, then the journal and marker, then the staging directory. */
@@ -771,12 +823,14 @@ export async function addRestoredMembership(
  * Recovers the delete staging directory `name` of `collection` after a crash: finishes a committed
  * delete, rolls back an uncommitted one, removes one that never staged anything. A journal that
  * cannot be read while entries were staged is reported (`CorruptSessionError`) and left alone.
+ * `"kept"`: rolled back, but companions whose names exist again in the collection stay in the
+ * staging directory, which no longer claims membership (see `rollBackDeletion`).
  */
 export async function recoverDeletion(
   context: StoreContext,
   collection: string,
   name: string,
-): Promise<"finished" | "restored" | "removed"> {
+): Promise<"finished" | "restored" | "removed" | "kept"> {
   const fs = context.fs;
   const staging = join(collection, name);
   const intent = await readIntent(fs, staging);
@@ -808,6 +862,5 @@ export async function recoverDeletion(
     await finishDeletion(context, collection, staging, intent.entries);
     return "finished";
   }
-  await rollBackDeletion(context, collection, staging, intent);
-  return "restored";
+  return await rollBackDeletion(context, collection, staging, intent) ? "restored" : "kept";
 }

@@ -49,8 +49,9 @@ export interface CleanupReport {
   /**
    * Staging directories left in place: a compaction's that holds a session's previous directory
    * while something other than a session directory is where it belongs (or whose name names no
-   * session), and a delete's whose journal cannot be read while it holds staged entries. Either
-   * may hold a session's only copy. Look at them by hand.
+   * session), a delete's whose journal cannot be read while it holds staged entries, and a
+   * rolled-back delete's that still holds companion files (trace files) whose names exist again
+   * in the collection. The first two may hold a session's only copy. Look at them by hand.
    */
   readonly kept: string[];
 }
@@ -101,6 +102,8 @@ export async function recoverLeftovers(
         ? report.restored
         : outcome === "finished"
         ? report.finished
+        : outcome === "kept"
+        ? report.kept
         : report.removed).push(path);
     } else if (entry.kind === "file" && isTempName(entry.name)) {
       await fs.remove(path);
