@@ -123,6 +123,39 @@ test("a read-only open of a legacy file whose migration crashed migrates it, the
   assert.ok(!(await crashed.readDir(COLLECTION)).some((e) => e.name.startsWith(".staging-")));
 });
 
+test("a read-only open of a never-migrated legacy file an uncommitted delete staged rolls the delete back, then migrates it", async () => {
+  const history = conversation(2);
+  const { fs } = await setup(legacyText(header(), history));
+  await new SessionStore({ fs, agentDir: AGENT }).archive.set(CWD, [ID], true);
+  fs.syncAll();
+  const probe = fs.clone();
+  probe.resetCounter();
+  await new SessionStore({ fs: probe, agentDir: AGENT }).archive.delete(CWD, [ID]);
+  // A crash once the legacy file was moved into the delete's staging directory.
+  const n = probe.operationLog.find((r) => r.op === "rename" && r.path === LEGACY)!.number;
+  const running = fs.clone();
+  running.resetCounter();
+  running.crashAfter(n);
+  await assert.rejects(
+    new SessionStore({ fs: running, agentDir: AGENT }).archive.delete(CWD, [ID]),
+  );
+  const crashed = running.crash({ seed: 0, tailMode: "whole", extraJournal: "all" });
+  const store = new SessionStore({ fs: crashed, agentDir: AGENT });
+  // The delete did not happen: the session is listed, from inside the staging directory.
+  const [listed] = await store.list(CWD);
+  assert.equal(listed?.id, ID);
+  assert.equal(listed?.storage, "legacy");
+  // Opening a legacy file migrates it, which writes; so the open first recovers the collection,
+  // as a writable open does (documented on SessionStore.open).
+  const reader = await store.open(listed.path, { readOnly: true });
+  assert.deepEqual(reader.messages, history);
+  assert.equal(reader.getSessionPath(), DIR);
+  await reader.close();
+  const names = (await crashed.readDir(COLLECTION)).map((e) => e.name).sort();
+  assert.deepEqual(names, [ID, `${ID}.jsonl`, "archive.json"]);
+  assert.ok(await store.archive.isArchived(CWD, ID));
+});
+
 test("open() of a legacy file publishes the three-file directory and keeps the file as a backup", async () => {
   const history = conversation(3);
   const text = legacyText(header({ runTimings: [{ obsolete: true }] }), history);

@@ -33,17 +33,19 @@
  * membership. A companion whose name exists again in the collection by then (a trace file written
  * since) is not moved over it: it stays in the staging directory, which recovery then keeps and
  * `SessionStore.cleanup` reports as kept, and whose journal no longer restores membership once the
- * rollback restored it (archiving and restoring then work as for any session). A failure after it is reported and never rolled back: the sessions stay gone, and
- * what is still staged is removed by the next recovery. After a crash, the next structural
- * operation in the collection (or `SessionStore.cleanup`) reads the journal: with `committed` it
- * finishes the removal, without it it rolls back. Each session is therefore either fully present
+ * rollback restored it (archiving and restoring then work as for any session). A failure after
+ * the commit point is reported and never rolled back: the sessions stay gone, and what is still
+ * staged is removed by the next recovery. After a crash, the next structural operation in the
+ * collection (or `SessionStore.cleanup`) reads the journal: with `committed` it finishes the
+ * removal, without it it rolls back. Each session is therefore either fully present
  * or fully gone, and after a successful delete nothing of it can reappear.
  *
  * Readers never wait for that recovery and never run it: until the `committed` marker exists, a
  * delete **did not happen** for them. Discovery lists a staged session from inside the staging
  * directory, with the archive membership a rollback would restore, and a read-only
- * `SessionStore.open` reads it there (`inspectDeletion`); a writable open recovers first. Once
- * the marker exists the staged sessions are gone for everyone.
+ * `SessionStore.open` reads it there (`inspectDeletion`); a writable open recovers first, and so
+ * does any open of a staged legacy file whose session was never migrated (migrating it writes).
+ * Once the marker exists the staged sessions are gone for everyone.
  *
  * @module
  */

@@ -338,8 +338,11 @@ export class SessionStore {
    * process) is still there: a writable open first recovers the collection (rolling the delete
    * back, or putting the previous directory back), while a read-only open, also through the
    * session's legacy file, reads the staged copy or the previous directory in place and writes
-   * nothing (its `getSessionPath()` is then that directory). An open that raced a compaction's
-   * swap (a log that does not match the metadata it read, or a file gone) is tried once more.
+   * nothing (its `getSessionPath()` is then that directory). The exception is a session never
+   * migrated whose legacy file an uncommitted delete staged: opening it migrates it, which writes
+   * anyway, so even a read-only open first recovers the collection (rolling the delete back), or
+   * waits for a delete running in another process. An open that raced a compaction's swap (a log
+   * that does not match the metadata it read, or a file gone) is tried once more.
    */
   async open(path: string, options: OpenSessionOptions = {}): Promise<SessionManager> {
     if (!isAbsolute(path)) {
