@@ -286,6 +286,15 @@ const utf8Decoder = new TextDecoder("utf-8", { ignoreBOM: true });
 const utf8Encoder = new TextEncoder();
 
 /**
+ * `text` as it comes back from the disk: a real filesystem takes names and link targets as UTF-8,
+ * where a lone UTF-16 surrogate becomes U+FFFD, so two names that differ only there are one.
+ */
+const asOnDisk: (text: string) => string = typeof "".toWellFormed === "function"
+  ? (text) => text.toWellFormed()
+  // Runtimes older than ES2024: the same, by a round trip through UTF-8.
+  : (text) => utf8Decoder.decode(utf8Encoder.encode(text));
+
+/**
  * An in-memory filesystem with POSIX semantics, crash simulation and fault injection; see the
  * module documentation for the model. Only the root `/` exists at first.
  */
@@ -765,7 +774,7 @@ export class MemoryFs implements FileSystem {
       }
       // A missing name spelled as a directory is no place for a link (Linux: ENOENT).
       if (target === "" || found.mustBeDir) throw new NotFound("symlink", path);
-      this.#link(found.parent, found.name, new LinkNode(target, this.#options.now()));
+      this.#link(found.parent, found.name, new LinkNode(asOnDisk(target), this.#options.now()));
     });
   }
 
@@ -972,7 +981,9 @@ export class MemoryFs implements FileSystem {
   /** `#resolve` without the checks of the path's form and length (`checkPath`). */
   #walk(syscall: string, path: string, followFinal: boolean, slashFollows = true): Resolved {
     let mustBeDir = path.length > 1 && path.endsWith("/");
-    const pending = path.split("/").filter((part) => part !== "").reverse();
+    // Names are looked up, created and reported as the disk keeps them (a surrogate pair never
+    // holds a `/`, so the whole path is made well-formed at once).
+    const pending = asOnDisk(path).split("/").filter((part) => part !== "").reverse();
     const dirs: DirNode[] = [this.#root];
     const names: string[] = [];
     let current = this.#root;

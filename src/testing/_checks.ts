@@ -1639,6 +1639,49 @@ export const CHECKS: readonly Check[] = [
     },
   },
   {
+    name: "a lone UTF-16 surrogate in a name becomes U+FFFD, as the name is stored in UTF-8",
+    async run(f) {
+      // Two names that differ only in a lone surrogate are one name on disk.
+      await f.fs.writeFile(at(f, "note-\uD800"), bytes("first"));
+      await f.fs.writeFile(at(f, "note-\uDC00"), bytes("second"));
+      checkSame(
+        await f.fs.readDir(f.root),
+        [{ name: "note-\uFFFD", kind: "file" }],
+        "listing after writing 'note-\\uD800' and 'note-\\uDC00'",
+      );
+      checkBytes(await f.fs.readFile(at(f, "note-\uD800")), "second", "readFile('note-\\uD800')");
+      checkBytes(await f.fs.readFile(at(f, "note-\uFFFD")), "second", "readFile('note-\\uFFFD')");
+      await f.fs.mkdir(at(f, "dir-\uDBFF"));
+      await checkRejects(
+        () => f.fs.mkdir(at(f, "dir-\uFFFD")),
+        AlreadyExists,
+        "mkdir('dir-\\uFFFD') after mkdir('dir-\\uDBFF')",
+      );
+      checkEqual((await f.fs.stat(at(f, "dir-\uDC01"))).kind, "directory", "stat('dir-\\uDC01')");
+      await f.fs.rename(at(f, "note-\uDFFF"), at(f, "dir-\uD83D", "moved-\uD83D"));
+      checkSame(
+        await f.fs.readDir(at(f, "dir-\uFFFD")),
+        [{ name: "moved-\uFFFD", kind: "file" }],
+        "listing after a rename to 'moved-\\uD83D'",
+      );
+      checkEqual(
+        await f.fs.realPath(at(f, "dir-\uDFFF")),
+        join(await f.fs.realPath(f.root), "dir-\uFFFD"),
+        "realPath('dir-\\uDFFF')",
+      );
+    },
+  },
+  {
+    name: "a lone UTF-16 surrogate in a symlink target becomes U+FFFD",
+    needs: ["symlinks"],
+    async run(f) {
+      await f.fs.mkdir(at(f, "dir-\uFFFD"));
+      await f.fs.symlink("dir-\uD800", at(f, "link-\uDC00"));
+      checkEqual(await f.fs.readLink(at(f, "link-\uFFFD")), "dir-\uFFFD", "readLink of the link");
+      checkEqual((await f.fs.stat(at(f, "link-\uD800"))).kind, "directory", "stat through it");
+    },
+  },
+  {
     name: "a path of 4096 UTF-8 bytes or more fails with FsIoError ENAMETOOLONG",
     async run(f) {
       // Linux's PATH_MAX counts bytes with the terminating NUL: 4096 bytes is one too many. The
