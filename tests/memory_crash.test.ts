@@ -17,6 +17,7 @@ import {
 } from "../src/port/durable.ts";
 import { dirname } from "../src/port/path.ts";
 import type { FileSystem } from "../src/port/fs.ts";
+import { repeatsEarlierCrashState } from "./_crash.ts";
 
 const encoder = new TextEncoder();
 
@@ -551,6 +552,53 @@ test("an injected fault at any operation of a script has no effect when no bytes
     assert.deepEqual(durableState(faulted), durableState(reference), `durable after ${op} ${n}`);
   }
   assert.equal(total, 20, "the script has 20 operations");
+});
+
+test("a crash right after a read recovers what a crash right after the operation before it does", async () => {
+  // Each read between writes that are not yet durable: a skipped crash point (see
+  // `repeatsEarlierCrashState`) must recover the very state of the point before it, every seed.
+  const reads = async (fs: MemoryFs): Promise<void> => {
+    await fs.readFile("/w/log");
+    await fs.readFileNoFollow?.("/w/log");
+    await fs.readDir("/w");
+    await fs.stat("/w/log");
+    await fs.lstat("/w/link");
+    await fs.realPath("/w/link");
+    await fs.readLink("/w/link");
+    const opened = await fs.openNoFollow?.("/w/log");
+    await opened?.handle.read(0, 3);
+    await opened?.handle.stat();
+    await opened?.handle.close();
+  };
+  const run = async (fs: MemoryFs): Promise<void> => {
+    await fs.mkdir("/w");
+    const handle = await fs.open("/w/log", { append: true, createNew: true });
+    await handle.write(bytes("one;"));
+    await fs.symlink("log", "/w/link");
+    await reads(fs);
+    await handle.sync();
+    await handle.write(bytes("two;"));
+    await fs.writeFile("/w/other", bytes("other"));
+    await reads(fs);
+    await fs.rename("/w/other", "/w/renamed");
+    await reads(fs);
+    await handle.close();
+  };
+  const base = await baseline();
+  const states: Record<string, string>[][] = [];
+  let skipped = 0;
+  for (let n = 0;; n++) {
+    const fs = base.clone();
+    fs.crashAfter(n);
+    await run(fs).catch((e: unknown) => assert.ok(e instanceof SimulatedCrash, String(e)));
+    if (!fs.crashTriggered) break;
+    states.push([0, 1, 2, 3, 7].map((seed) => fs.crash(seed).snapshotTree()));
+    if (repeatsEarlierCrashState(fs, n)) {
+      skipped++;
+      assert.deepEqual(states[n], states[n - 1], `after ${fs.operationLog[n - 1]?.op} ${n}`);
+    }
+  }
+  assert.ok(skipped >= 30, `only ${skipped} read crash points`);
 });
 
 test("crashAfter(n) lets exactly n operations run, then every call throws SimulatedCrash", async () => {
