@@ -35,6 +35,66 @@ test("each message must be an object", () => {
   for (const bad of [null, 5, "user", [user()]]) invalidAt([bad], "messages[0]");
 });
 
+test("MessageValidator refuses in-memory values JSON writes as something else; null-prototype objects are plain", () => {
+  const hidden = (value: Record<string, unknown>, field: string) =>
+    Object.defineProperty(value, field, { value: value[field], enumerable: false });
+  const inherits = (value: Record<string, unknown>, field: string) => {
+    const child = Object.assign(Object.create({ [field]: value[field] }), value);
+    delete child[field];
+    return child;
+  };
+  const cases: [unknown[], string][] = [
+    [[user(), assistant(undefined, "stop", { usage: new Number(1) })], "messages[1].usage"],
+    [[user(new String("hi"))], "messages[0].content"],
+    [
+      [user(), assistant([call("c1", "read", new String("x"))], "toolUse")],
+      "messages[1].content[0].arguments",
+    ],
+    [
+      [user([Object.assign(new Boolean(true), { type: "text", text: "a" })])],
+      "messages[0].content[0]",
+    ],
+    [[Object.assign(new Number(1), user())], "messages[0]"],
+    [[inherits(user(), "role")], "messages[0]"],
+    [[user(), inherits(assistant(), "api")], "messages[1]"],
+    [[hidden(user(), "timestamp")], "messages[0].timestamp"],
+    [[hidden(user(), "role")], "messages[0].role"],
+    [[user(), hidden(assistant(), "stopReason")], "messages[1].stopReason"],
+    [[user(), assistant(), hidden(result("x"), "toolCallId")], "messages[2].toolCallId"],
+    [
+      [user([hidden({ type: "image", data: "x", mimeType: "i" }, "mimeType")])],
+      "messages[0].content[0].mimeType",
+    ],
+    [
+      [user(), assistant([hidden({ type: "thinking", thinking: "t" }, "thinking")])],
+      "messages[1].content[0].thinking",
+    ],
+    [
+      [user(), assistant([hidden(call("c1"), "arguments")], "toolUse")],
+      "messages[1].content[0].arguments",
+    ],
+  ];
+  const rawJson = (JSON as { rawJSON?: (text: string) => unknown }).rawJSON;
+  if (rawJson !== undefined) {
+    // Written as its raw text (`1`), not as the object it is in memory.
+    cases.push([
+      [user(), assistant(undefined, "stop", { usage: rawJson("1") })],
+      "messages[1].usage",
+    ]);
+  }
+  for (const [messages, path] of cases) {
+    const error = throwsAt(() => validateMessages(messages), path);
+    assert.ok(!(error instanceof ToolPairingError), error.message);
+  }
+  // Objects without a prototype are written as they are.
+  const bare = <T extends object>(value: T): T => Object.assign(Object.create(null), value);
+  valid([
+    bare(user([bare({ type: "text", text: "a" })])),
+    bare(assistant([bare(call("c1"))], "toolUse", { usage: bare({}) })),
+    bare(result("c1")),
+  ]);
+});
+
 test("timestamps are finite numbers, negative and fractional values included", () => {
   valid([user("a", -5), user("b", 1.5), user("c", 0)]);
   for (const bad of ["1", Number.NaN, Number.POSITIVE_INFINITY, null, undefined]) {

@@ -1494,6 +1494,91 @@ test("metadata arguments of the wrong type and unserializable messages reject wi
   await reopened.close();
 });
 
+test("a save refuses messages JSON writes as something else (boxed primitives, inherited or non-enumerable fields) before anything is written", async () => {
+  const { fs, store } = await setup();
+  const session = await store.open((await savedSession(store)).getSessionPath());
+  const history = session.messages;
+  const messagesFile = `${session.getSessionPath()}/messages.jsonl`;
+  const reply = (over: Record<string, unknown>) => ({
+    ...(assistant("a") as unknown as Record<string, unknown>),
+    ...over,
+  });
+  class Reply {
+    content = [{ type: "text", text: "a" }];
+    api = "a";
+    provider = "p";
+    model = "m";
+    usage = {};
+    stopReason = "stop";
+    timestamp = 2;
+    get role(): string {
+      return "assistant";
+    }
+  }
+  const hidden = (value: Record<string, unknown>, field: string) =>
+    Object.defineProperty(value, field, { value: value[field], enumerable: false });
+  const inherited = Object.assign(Object.create({ role: "assistant" }), reply({}));
+  delete inherited.role;
+  const cases: [string, unknown[], RegExp][] = [
+    ["usage = new Number(1)", [reply({ usage: new Number(1) })], /^messages\[\d+\]\.usage$/],
+    [
+      "toolCall arguments = new String('x')",
+      [
+        reply({
+          stopReason: "toolUse",
+          content: [{ type: "toolCall", id: "c", name: "t", arguments: new String("x") }],
+        }),
+        { ...toolResult("c", "t") },
+      ],
+      /^messages\[\d+\]\.content\[0\]\.arguments$/,
+    ],
+    [
+      "a content block that is a boxed Boolean with fields",
+      [reply({ content: [Object.assign(new Boolean(true), { type: "text", text: "a" })] })],
+      /^messages\[\d+\]\.content\[0\]$/,
+    ],
+    ["a role inherited from a prototype", [inherited], /^messages\[\d+\]$/],
+    ["a class instance whose role is a getter", [new Reply()], /^messages\[\d+\]$/],
+    [
+      "a non-enumerable timestamp",
+      [hidden(reply({}), "timestamp")],
+      /^messages\[\d+\]\.timestamp$/,
+    ],
+    [
+      "a non-enumerable block text",
+      [reply({ content: [hidden({ type: "text", text: "a" }, "text")] })],
+      /^messages\[\d+\]\.content\[0\]\.text$/,
+    ],
+    [
+      "a non-enumerable user content",
+      [hidden({ ...user("q") }, "content")],
+      /^messages\[\d+\]\.content$/,
+    ],
+  ];
+  const before = fs.snapshotTree?.();
+  for (const [label, added, path] of cases) {
+    for (const save of ["commit", "append"] as const) {
+      const saving = save === "commit"
+        ? session.commit([...history, ...added] as never)
+        : session.append(added as never);
+      await assert.rejects(saving, (error: unknown) => {
+        assert.ok(error instanceof SessionFormatError, `${label} (${save}): ${error}`);
+        assert.equal(error.file, messagesFile, label);
+        assert.match(String(error.path), path, `${label} (${save})`);
+        return true;
+      });
+      assert.equal(session.hasPendingSave, false, label);
+    }
+  }
+  assert.deepEqual(fs.snapshotTree?.(), before, "nothing was written");
+  // A plain copy, with the role as an own field, saves.
+  await session.commit([...history, { ...new Reply(), role: "assistant" } as never]);
+  await session.close();
+  const reopened = await store.open(session.getSessionPath(), { readOnly: true });
+  assert.equal(reopened.messages.length, history.length + 1);
+  await reopened.close();
+});
+
 test("a replacement of saved messages does not set unread; newly appended output does", async () => {
   const { store } = await setup();
   const session = await store.create(CWD);

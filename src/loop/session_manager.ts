@@ -674,7 +674,10 @@ export class SessionManager {
    * written as a new generation. Omitted optional arguments keep the stored metadata; given
    * arrays replace it (an empty array removes the field). Rejects while a save is pending.
    * Messages are plain JSON data: an object that JSON would write as something else (one with a
-   * `toJSON` method, such as a `Date`) is refused with a `SessionFormatError` naming its field.
+   * `toJSON` method, such as a `Date`; a boxed primitive such as `new Number(1)`; a class instance
+   * or any object whose prototype is not `Object.prototype` or `null`) and a field the validator
+   * reads that JSON would not write (a non-enumerable one) are refused with a `SessionFormatError`
+   * naming the field, before anything is written.
    *
    * Saved messages are recognized by identity: pass the same objects again (or equal new ones).
    * To change an earlier message, pass a new object in its place and leave the saved one as it

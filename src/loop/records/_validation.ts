@@ -8,15 +8,57 @@ import * as v from "valibot";
 import { SessionFormatError } from "../errors.ts";
 import type { RecordLocation } from "./types.ts";
 
-/** A non-null object that is not an array and that JSON writes as an object. */
+/** `JSON.isRawJSON`, where the runtime has it (not Node 20). */
+const isRawJson: ((value: unknown) => boolean) | undefined =
+  (JSON as { readonly isRawJSON?: (value: unknown) => boolean }).isRawJSON;
+
+/**
+ * A plain object that JSON writes as itself: its prototype is `Object.prototype` or `null`, and
+ * it has no `toJSON` method (a `Date` has one). What is validated must be what is written, or a
+ * save would make its session unopenable, so neither is a record: a boxed primitive
+ * (`new Number(1)`, written as `1`), a class instance (whose fields may come from its prototype,
+ * which JSON does not write) or a `JSON.rawJSON` value (written as its raw text). Objects that
+ * `JSON.parse` and `structuredClone` make always are records. An object of another realm (a
+ * `node:vm` context) is not: its prototype is that realm's `Object.prototype`.
+ */
 export function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value) &&
-    // One that serializes as something else (a `toJSON` method, as a `Date` has) is not: what is
-    // validated must be what is written, or a save would make its session unopenable.
-    typeof (value as { readonly toJSON?: unknown }).toJSON !== "function";
+  if (typeof value !== "object" || value === null) return false;
+  const proto: unknown = Object.getPrototypeOf(value);
+  if (proto === Object.prototype) {
+    return typeof (value as { readonly toJSON?: unknown }).toJSON !== "function";
+  }
+  return proto === null && typeof (value as { readonly toJSON?: unknown }).toJSON !== "function" &&
+    (isRawJson === undefined || !isRawJson(value));
 }
 
-/** An array that JSON writes as an array (no `toJSON` method of its own). */
+/**
+ * For an error message: why `value`, an object `isRecord` refuses, is not a plain object (` (a
+ * Number object: JSON writes it as a primitive)`); empty for anything else.
+ */
+export function notPlainReason(value: unknown): string {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return "";
+  if (typeof (value as { readonly toJSON?: unknown }).toJSON === "function") {
+    return " (it has a toJSON method: JSON writes what that returns)";
+  }
+  const proto: unknown = Object.getPrototypeOf(value);
+  if (proto === null) return isRecord(value) ? "" : " (a JSON.rawJSON value: JSON writes its text)";
+  if (proto === Object.prototype) return "";
+  const name = (proto as { readonly constructor?: { readonly name?: unknown } }).constructor?.name;
+  if (typeof name === "string" && BOXED.has(name)) {
+    return ` (a ${name} object: JSON writes it as a primitive)`;
+  }
+  const kind = typeof name === "string" && name !== "" && name !== "Object"
+    ? `an instance of ${name}`
+    : "its prototype is not Object.prototype";
+  return ` (${kind}: JSON writes only its own enumerable fields, none it inherits)`;
+}
+
+const BOXED: ReadonlySet<string> = new Set(["Number", "String", "Boolean", "BigInt", "Symbol"]);
+
+/**
+ * An array that JSON writes as an array (no `toJSON` method of its own). JSON writes any array
+ * (a subclass's too) element by element, reading each index as a validator does.
+ */
 export function isJsonArray(value: unknown): value is unknown[] {
   return Array.isArray(value) &&
     typeof (value as { readonly toJSON?: unknown }).toJSON !== "function";
@@ -140,7 +182,8 @@ function isMissingKey(issue: v.BaseIssue<unknown>): boolean {
   const last = issue.path?.[issue.path.length - 1];
   if (last === undefined || last.type !== "object" || issue.input !== undefined) return false;
   const parent = last.input;
-  return isRecord(parent) && !(String(last.key) in parent);
+  // Any object: valibot's object schemas accept class instances too (values in memory).
+  return typeof parent === "object" && parent !== null && !(String(last.key) in parent);
 }
 
 /**

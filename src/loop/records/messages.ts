@@ -29,6 +29,11 @@
  *
  * Unknown extra fields on messages and blocks pass through untouched.
  *
+ * Values in memory (what a save is given) must be what JSON writes: the message, its blocks,
+ * `usage` and `arguments` must be plain objects (prototype `Object.prototype` or `null`, no
+ * `toJSON` method; so no boxed primitive, class instance, `Date` or `JSON.rawJSON` value), and
+ * every field the rules above read must be an own enumerable property. Parsed JSON always is.
+ *
  * @module
  */
 import * as v from "valibot";
@@ -46,7 +51,7 @@ import type {
   Usage,
   UserMessage,
 } from "./types.ts";
-import { isJsonArray, isRecord } from "./_validation.ts";
+import { isJsonArray, isRecord, notPlainReason } from "./_validation.ts";
 
 /** Every assistant stop reason. */
 export const STOP_REASONS: readonly StopReason[] = Object.freeze([
@@ -80,7 +85,7 @@ const toolCallBlock = v.looseObject({
   name: v.string(),
   arguments: v.custom<Readonly<Record<string, unknown>>>(
     isRecord,
-    "arguments must be a non-null object that is not an array",
+    "arguments must be a plain object (not null, not an array)",
   ),
 });
 const mediaBlocks = v.array(v.variant("type", [textBlock, imageBlock]));
@@ -95,7 +100,7 @@ const assistantMessage = v.looseObject({
   api: v.string(),
   provider: v.string(),
   model: v.string(),
-  usage: v.custom<Usage>(isUsage, "usage must be an object"),
+  usage: v.custom<Usage>(isUsage, "usage must be a plain object or an array"),
   stopReason: v.picklist(STOP_REASONS),
   // Not checked, as Loop's loader does not: kept as it was stored.
   errorMessage: v.optional(v.custom<string>(() => true)),
@@ -131,7 +136,8 @@ export const ToolResultMessageSchema: RecordSchema<ToolResultMessage> = toolResu
  * `MessageValidator`). `MessageValidator.push` implements the same shape rules by hand for
  * speed; tests check that both agree on JSON values (what a session file holds). On values in
  * memory `push` also refuses an object or array that JSON would write as something else (one
- * with a `toJSON` method), so what a save validates is what it writes.
+ * with a `toJSON` method, a boxed primitive, a class instance) and a field it reads that JSON
+ * would not write (not own enumerable), so what a save validates is what it writes.
  */
 export const MessageSchema: RecordSchema<Message> = v.variant("role", [
   userMessage,
@@ -156,12 +162,120 @@ export interface MessageValidatorOptions {
 
 /**
  * An assistant's `usage`: any object (Loop's loader asks only `typeof usage === "object"` of a
- * truthy value, so an array passes); its fields are not checked.
+ * truthy value, so an array passes); its fields are not checked. Nor one that JSON writes as
+ * something else (a boxed primitive, a `toJSON` method), as for every object.
  */
 function isUsage(value: unknown): value is Usage {
-  // Nor one that JSON writes as something else (a `toJSON` method), as for every object.
-  return typeof value === "object" && value !== null &&
-    typeof (value as { readonly toJSON?: unknown }).toJSON !== "function";
+  return isRecord(value) || isJsonArray(value);
+}
+
+/**
+ * The fields the validator reads of each kind of message and block, all required. Each must be a
+ * key JSON writes (an own enumerable property), or a save would write a line without it.
+ */
+const USER_FIELDS: readonly string[] = ["role", "content", "timestamp"];
+const ASSISTANT_FIELDS: readonly string[] = [
+  "role",
+  "content",
+  "api",
+  "provider",
+  "model",
+  "usage",
+  "stopReason",
+  "timestamp",
+];
+const TOOL_RESULT_FIELDS: readonly string[] = [
+  "role",
+  "content",
+  "toolCallId",
+  "toolName",
+  "isError",
+  "timestamp",
+];
+const TEXT_FIELDS: readonly string[] = ["type", "text"];
+const IMAGE_FIELDS: readonly string[] = ["type", "data", "mimeType"];
+const THINKING_FIELDS: readonly string[] = ["type", "thinking"];
+const TOOL_CALL_FIELDS: readonly string[] = ["type", "id", "name", "arguments"];
+
+// Each counts, in one `for...in` (the enumerable keys, which JSON writes of a plain object), how
+// many of a kind's fields are among them: all are when the count is the number of fields. One
+// function per kind with the names in a `switch` (compared by identity, as interned strings) is
+// several times cheaper than asking `propertyIsEnumerable` of each field or a `Set` of each key.
+
+function userFieldsWritten(record: object): boolean {
+  let count = 0;
+  for (const key in record) if (key === "role" || key === "content" || key === "timestamp") count++;
+  return count === 3;
+}
+
+function assistantFieldsWritten(record: object): boolean {
+  let count = 0;
+  for (const key in record) {
+    switch (key) {
+      case "role":
+      case "content":
+      case "api":
+      case "provider":
+      case "model":
+      case "usage":
+      case "stopReason":
+      case "timestamp":
+        count++;
+    }
+  }
+  return count === 8;
+}
+
+function toolResultFieldsWritten(record: object): boolean {
+  let count = 0;
+  for (const key in record) {
+    switch (key) {
+      case "role":
+      case "content":
+      case "toolCallId":
+      case "toolName":
+      case "isError":
+      case "timestamp":
+        count++;
+    }
+  }
+  return count === 6;
+}
+
+function textFieldsWritten(record: object): boolean {
+  let count = 0;
+  for (const key in record) if (key === "type" || key === "text") count++;
+  return count === 2;
+}
+
+function imageFieldsWritten(record: object): boolean {
+  let count = 0;
+  for (const key in record) if (key === "type" || key === "data" || key === "mimeType") count++;
+  return count === 3;
+}
+
+function thinkingFieldsWritten(record: object): boolean {
+  let count = 0;
+  for (const key in record) if (key === "type" || key === "thinking") count++;
+  return count === 2;
+}
+
+function toolCallFieldsWritten(record: object): boolean {
+  let count = 0;
+  for (const key in record) {
+    if (key === "type" || key === "id" || key === "name" || key === "arguments") count++;
+  }
+  return count === 4;
+}
+
+const propertyIsEnumerable = Object.prototype.propertyIsEnumerable;
+
+/** The first of `fields` that `record` holds but JSON does not write (not own enumerable). */
+function unwrittenField(record: object, fields: readonly string[]): string | undefined {
+  for (const field of fields) {
+    if (field in record && !propertyIsEnumerable.call(record, field)) return field;
+  }
+  return undefined;
 }
 
 function blockPath(index: number, block: number, field?: string): string {
@@ -240,7 +354,13 @@ export class MessageValidator {
         } does not follow the validated history; expected ${this.#next}`,
       );
     }
-    if (!isRecord(message)) this.#fail("message must be an object", `messages[${index}]`, message);
+    if (!isRecord(message)) {
+      this.#fail(
+        `message must be a plain object${notPlainReason(message)}`,
+        `messages[${index}]`,
+        message,
+      );
+    }
     const timestamp = message.timestamp;
     if (typeof timestamp !== "number" || !Number.isFinite(timestamp)) {
       this.#fail("timestamp must be a finite number", `messages[${index}].timestamp`, timestamp);
@@ -263,6 +383,22 @@ export class MessageValidator {
         );
     }
     this.#next = index + 1;
+  }
+
+  /**
+   * Refuses a field the validator read of `record` (at `path`) that JSON does not write: one that
+   * is not an own enumerable property (a field defined non-enumerable, say). Called only when
+   * the record's count of written fields (`written`) came short; a missing field is left to the
+   * shape checks, which ran first.
+   */
+  #unwritten(record: object, fields: readonly string[], path: string): void {
+    const field = unwrittenField(record, fields);
+    if (field === undefined) return;
+    this.#fail(
+      `${field} must be an own enumerable field: JSON would not write it`,
+      `${path}.${field}`,
+      (record as Record<string, unknown>)[field],
+    );
   }
 
   /**
@@ -304,12 +440,19 @@ export class MessageValidator {
   #mediaBlocks(content: unknown[], index: number, role: string): void {
     for (let j = 0; j < content.length; j++) {
       const block = content[j];
-      if (!isRecord(block)) this.#fail("block must be an object", blockPath(index, j), block);
+      if (!isRecord(block)) {
+        this.#fail(
+          `block must be a plain object${notPlainReason(block)}`,
+          blockPath(index, j),
+          block,
+        );
+      }
       switch (block.type) {
         case "text":
           if (typeof block.text !== "string") {
             this.#fail("text must be a string", blockPath(index, j, "text"), block.text);
           }
+          if (!textFieldsWritten(block)) this.#unwritten(block, TEXT_FIELDS, blockPath(index, j));
           break;
         case "image":
           if (typeof block.data !== "string") {
@@ -326,6 +469,7 @@ export class MessageValidator {
               block.mimeType,
             );
           }
+          if (!imageFieldsWritten(block)) this.#unwritten(block, IMAGE_FIELDS, blockPath(index, j));
           break;
         default:
           this.#fail(
@@ -360,6 +504,7 @@ export class MessageValidator {
       }
       this.#mediaBlocks(content, index, "user");
     }
+    if (!userFieldsWritten(message)) this.#unwritten(message, USER_FIELDS, `messages[${index}]`);
     if (this.#pending.size > 0) this.#unfinishedBefore(index);
   }
 
@@ -368,12 +513,19 @@ export class MessageValidator {
     let calls = 0;
     for (let j = 0; j < content.length; j++) {
       const block = content[j];
-      if (!isRecord(block)) this.#fail("block must be an object", blockPath(index, j), block);
+      if (!isRecord(block)) {
+        this.#fail(
+          `block must be a plain object${notPlainReason(block)}`,
+          blockPath(index, j),
+          block,
+        );
+      }
       switch (block.type) {
         case "text":
           if (typeof block.text !== "string") {
             this.#fail("text must be a string", blockPath(index, j, "text"), block.text);
           }
+          if (!textFieldsWritten(block)) this.#unwritten(block, TEXT_FIELDS, blockPath(index, j));
           break;
         case "thinking":
           if (typeof block.thinking !== "string") {
@@ -382,6 +534,9 @@ export class MessageValidator {
               blockPath(index, j, "thinking"),
               block.thinking,
             );
+          }
+          if (!thinkingFieldsWritten(block)) {
+            this.#unwritten(block, THINKING_FIELDS, blockPath(index, j));
           }
           break;
         case "toolCall":
@@ -393,10 +548,14 @@ export class MessageValidator {
           }
           if (!isRecord(block.arguments)) {
             this.#fail(
-              "tool call arguments must be a non-null object that is not an array",
+              "tool call arguments must be a plain object (not null, not an array)" +
+                notPlainReason(block.arguments),
               blockPath(index, j, "arguments"),
               block.arguments,
             );
+          }
+          if (!toolCallFieldsWritten(block)) {
+            this.#unwritten(block, TOOL_CALL_FIELDS, blockPath(index, j));
           }
           calls++;
           break;
@@ -426,9 +585,16 @@ export class MessageValidator {
       this.#fail("api must be a string", `messages[${index}].api`, message.api);
     }
     if (!isUsage(message.usage)) {
-      this.#fail("usage must be an object", `messages[${index}].usage`, message.usage);
+      this.#fail(
+        `usage must be a plain object or an array${notPlainReason(message.usage)}`,
+        `messages[${index}].usage`,
+        message.usage,
+      );
     }
     // `errorMessage` is not checked, as Loop's loader does not: it is kept as it was stored.
+    if (!assistantFieldsWritten(message)) {
+      this.#unwritten(message, ASSISTANT_FIELDS, `messages[${index}]`);
+    }
 
     if (this.#pending.size > 0) this.#unfinishedBefore(index);
     // Calls of error/aborted assistants are excluded: replay drops those assistants.
@@ -466,6 +632,9 @@ export class MessageValidator {
     }
     if (typeof message.isError !== "boolean") {
       this.#fail("isError must be a boolean", `messages[${index}].isError`, message.isError);
+    }
+    if (!toolResultFieldsWritten(message)) {
+      this.#unwritten(message, TOOL_RESULT_FIELDS, `messages[${index}]`);
     }
     const call = this.#pending.get(toolCallId);
     if (call === undefined) {
