@@ -981,6 +981,51 @@ test("a save whose metadata nests deeper than a header may is refused before any
   await session.close();
 });
 
+test("setTitle() refuses a title nested deeper than a header may, on a saved session and on a draft, before anything is written; one at the limit saves and opens", async () => {
+  const { fs, store } = await setup();
+  const session = await store.open((await savedSession(store)).getSessionPath());
+  const file = session.getSessionFile();
+  const title = { text: "Deep", source: "user" as const, messageIndices: [0] };
+  // The header is level 1 and its title level 2: 199 arrays below the title reach level 201.
+  const tooDeep = (error: unknown): boolean => {
+    assert.ok(error instanceof SessionFormatError, String(error));
+    assert.equal(error.file, file);
+    assert.ok(error.path?.startsWith("header.title.extra[0]"), error.path);
+    return true;
+  };
+  const before = fs.snapshotTree?.();
+  await assert.rejects(session.setTitle({ ...title, extra: nestedArrays(199) } as never), tooDeep);
+  assert.deepEqual(fs.snapshotTree?.(), before);
+  assert.equal(session.getHeader().title?.source, "fallback");
+  await session.setTitle({ ...title, extra: nestedArrays(198) } as never);
+  await session.close();
+  const reopened = await store.open(session.getSessionPath(), { readOnly: true });
+  assert.equal(reopened.getHeader().title?.text, "Deep");
+  await reopened.close();
+  for (const fast of [false, true]) {
+    assert.deepEqual((await store.listDetailed(CWD, undefined, { fast })).failures, []);
+  }
+  // A draft keeps its title in memory until its first save: refused when set, so that save (and
+  // the session it creates) is never one an open would refuse.
+  const draft = await store.create(CWD);
+  await assert.rejects(
+    draft.setTitle({ ...title, messageIndices: [], extra: nestedArrays(199) } as never),
+    (error: unknown) => {
+      assert.ok(error instanceof SessionFormatError, String(error));
+      assert.equal(error.file, draft.getSessionFile());
+      assert.ok(error.path?.startsWith("header.title.extra[0]"), error.path);
+      return true;
+    },
+  );
+  await draft.commit(conversation(1));
+  assert.equal(draft.hasPendingSave, false);
+  await draft.close();
+  const opened = await store.open(draft.getSessionPath(), { readOnly: true });
+  assert.equal(opened.getHeader().title?.source, "fallback");
+  await opened.close();
+  assert.equal((await store.list(CWD)).length, 2);
+});
+
 test("open() reports a log shorter than its committed range and modifies nothing", async () => {
   const { fs, store } = await setup();
   const session = await store.create(CWD);

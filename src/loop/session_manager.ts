@@ -1763,15 +1763,29 @@ export class SessionManager {
     });
   }
 
-  /** Stores a title (validated and normalized form only); `undefined` removes it. Preserves `updatedAt`. */
+  /**
+   * Stores a title (validated and normalized form only); `undefined` removes it. Preserves
+   * `updatedAt`. Extra fields pass through, within the header's nesting limit: a title that
+   * opening would refuse is refused here (on a draft too, before its first save).
+   */
   setTitle(title: SessionTitle | undefined): Promise<void> {
     let parsed: SessionTitle | undefined;
     try {
-      // Copied when the call is made, then checked: what is checked is what is written.
-      parsed = title === undefined ? undefined : parseSessionTitle(
-        copyOf(title, "header.title", this.#metaFile),
-        { file: this.#metaFile, path: "header.title" },
-      );
+      // Copied when the call is made, then checked as a load checks it (the title sits at the
+      // header's level 2): what is checked is what is written.
+      if (title !== undefined) {
+        const file = this.#metaFile;
+        const copy = copyOf(title, "header.title", file);
+        checkNesting(
+          copy,
+          MAX_HEADER_NESTING,
+          "Invalid session metadata",
+          { file },
+          "header.title",
+          2,
+        );
+        parsed = parseSessionTitle(copy, { file, path: "header.title" });
+      }
     } catch (error) {
       return Promise.reject(error);
     }
