@@ -20,6 +20,7 @@ import { FsIoError, NotFound } from "../src/port/errors.ts";
 import type { FileHandle, FileSystem } from "../src/port/fs.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import { SessionManager } from "../src/loop/session_manager.ts";
+import { encodeStorageMeta, encodeStorageMetaReusing } from "../src/loop/storage.ts";
 import { type Message, newSessionHeader } from "../src/loop/records/mod.ts";
 import { assistant, conversation, toolResult, user } from "./_fixtures.ts";
 import { hookedFs, linkedBeforeOpen } from "./_hooks.ts";
@@ -979,6 +980,169 @@ test("a save whose metadata nests deeper than a header may is refused before any
   assert.equal(session.hasPendingSave, false);
   assert.deepEqual(fs.snapshotTree?.(), before);
   await session.close();
+});
+
+test("metadata holding a BigInt is refused with a SessionFormatError naming meta.json and the field, before anything is written and never kept pending", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(2));
+  const file = session.getSessionFile();
+  const history = session.messages;
+  const users = history.flatMap((message, i) => (message.role === "user" ? [i] : []));
+  const refused = (path: string) => (error: unknown): boolean => {
+    assert.ok(error instanceof SessionFormatError, String(error));
+    assert.equal(error.file, file);
+    assert.equal(error.path, path);
+    return true;
+  };
+  const usage = { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, totalTokens: 0 };
+  const saves: [string, (extra: unknown) => Promise<void>][] = [
+    [
+      "header.runtimeContexts[0].extra",
+      (extra) =>
+        session.commit(history, [{ userTurn: 0, content: "c", timestamp: 1, extra }] as never),
+    ],
+    [
+      "header.promptTimings[0].extra",
+      (extra) =>
+        session.append([], undefined, [{
+          userMessageIndex: users[0],
+          startedAt: 1,
+          finishedAt: 2,
+          extra,
+        }] as never),
+    ],
+    [
+      "header.compactions[0].usage.cost",
+      (extra) =>
+        session.commit(history, undefined, undefined, {
+          compactions: [{
+            id: "a1111111-2222-3333-4444-55555555555b",
+            firstKeptMessageIndex: users[1],
+            historyMessageCount: history.length,
+            summary: "s",
+            timestamp: 1,
+            provider: "p",
+            model: "m",
+            usage: { ...usage, cost: extra },
+          }],
+        } as never),
+    ],
+    [
+      "header.systemPromptCheckpoints[0].extra",
+      (extra) =>
+        session.commit(history, undefined, undefined, {
+          systemPromptCheckpoints: [{ messageCount: 1, timestamp: 1, sections: { a: "x" }, extra }],
+        } as never),
+    ],
+    [
+      "header.title.extra",
+      (extra) =>
+        session.setTitle({ text: "T", source: "user", messageIndices: [0], extra } as never),
+    ],
+  ];
+  const header = session.getHeader();
+  const before = fs.snapshotTree?.();
+  for (const [path, save] of saves) {
+    for (const value of [1n, Object(2n), [3n], { deeper: [{ n: 4n }] }]) {
+      const where = Array.isArray(value) ? `${path}[0]` : typeof value === "object" &&
+          (value as { deeper?: unknown }).deeper !== undefined
+        ? `${path}.deeper[0].n`
+        : path;
+      await assert.rejects(save(value), refused(where));
+      assert.equal(session.hasPendingSave, false, where);
+    }
+  }
+  assert.deepEqual(fs.snapshotTree?.(), before, "nothing was written");
+  assert.deepEqual(session.getHeader(), header);
+  // Nothing is pending, so the session goes on saving.
+  await session.flush();
+  await session.commit([...history, user("more")]);
+  await session.close();
+  const reopened = await store.open(session.getSessionPath(), { readOnly: true });
+  assert.equal(reopened.messages.length, history.length + 1);
+  await reopened.close();
+
+  // A draft keeps its title and header in memory until its first save: refused when given.
+  const draft = await store.create(CWD);
+  await assert.rejects(
+    draft.setTitle({ text: "Draft", source: "user", messageIndices: [], extra: 2n } as never),
+    (error: unknown) => {
+      assert.ok(error instanceof SessionFormatError, String(error));
+      assert.equal(error.file, draft.getSessionFile());
+      assert.equal(error.path, "header.title.extra");
+      return true;
+    },
+  );
+  await draft.commit([user("first")]);
+  assert.equal(draft.hasPendingSave, false);
+  await draft.close();
+  const dir = `${AGENT}/sessions/draft`;
+  assert.throws(
+    () =>
+      SessionManager.createDraft(
+        { context: store.context, dir, collectionDir: dirname(dir) },
+        {
+          ...newSessionHeader({
+            id: "0e5a3c1b-2d4f-4a6b-8c9d-0e1f2a3b4c5d",
+            cwd: CWD,
+            now: "2026-01-01T00:00:00.000Z",
+          }),
+          futureField: { n: 5n },
+        } as never,
+      ),
+    (error: unknown) => {
+      assert.ok(error instanceof SessionFormatError, String(error));
+      assert.equal(error.file, `${dir}/meta.json`);
+      assert.equal(error.path, "header.futureField.n");
+      return true;
+    },
+  );
+  assert.equal((await store.list(CWD)).length, 2);
+});
+
+test("the meta.json encoders refuse a value JSON cannot write with a SessionFormatError naming the file and the field", () => {
+  const header = {
+    ...newSessionHeader({
+      id: "0e5a3c1b-2d4f-4a6b-8c9d-0e1f2a3b4c5d",
+      cwd: CWD,
+      now: "2026-01-01T00:00:00.000Z",
+    }),
+  };
+  const meta = (extra: Record<string, unknown>) =>
+    ({
+      format: "loop-session-storage",
+      version: 3,
+      header: { ...header, ...extra },
+      generation: "0".repeat(64),
+      start: 0,
+      bytes: 0,
+      messageCount: 0,
+    }) as never;
+  for (
+    const [extra, path] of [
+      [{ title: { text: "T", source: "user", messageIndices: [], n: 1n } }, "header.title"],
+      [
+        { runtimeContexts: [{ userTurn: 0, content: "c", timestamp: 1, n: 1n }] },
+        "header.runtimeContexts",
+      ],
+      [{ futureField: 1n }, "header.futureField"],
+    ] as const
+  ) {
+    for (
+      const encode of [
+        () => encodeStorageMeta(meta(extra), "/s/meta.json"),
+        () => encodeStorageMetaReusing(meta(extra), new WeakMap(), "/s/meta.json"),
+      ]
+    ) {
+      assert.throws(encode, (error: unknown) => {
+        assert.ok(error instanceof SessionFormatError, String(error));
+        assert.equal(error.file, "/s/meta.json");
+        assert.equal(error.path, path);
+        return true;
+      });
+    }
+  }
 });
 
 test("setTitle() refuses a title nested deeper than a header may, on a saved session and on a draft, before anything is written; one at the limit saves and opens", async () => {

@@ -65,7 +65,7 @@ import {
   validateSessionMetadata,
   validateSystemPromptCheckpoints,
 } from "./records/mod.ts";
-import { checkNesting, MAX_HEADER_NESTING } from "./records/_validation.ts";
+import { checkJsonData, MAX_HEADER_NESTING } from "./records/_validation.ts";
 import {
   checkSessionCwd,
   closeWhenOpened,
@@ -417,9 +417,12 @@ export class SessionManager {
    * message. The header is copied: the caller may change its object and arrays afterwards.
    */
   static createDraft(init: SessionManagerInit, header: SessionHeader): SessionManager {
-    // Checked as a load checks it, so the first save never writes what an open would refuse.
-    const copy = copyOf(header, "header", join(init.dir, META_FILE));
-    parseSessionHeader(copy, { file: join(init.dir, META_FILE) });
+    // Checked as a load checks it, so the first save never writes what an open would refuse, and
+    // for a value JSON cannot write (a BigInt), which would leave that save pending forever.
+    const file = join(init.dir, META_FILE);
+    const copy = copyOf(header, "header", file);
+    checkJsonData(copy, MAX_HEADER_NESTING, "Invalid session metadata", { file }, "header");
+    parseSessionHeader(copy, { file });
     return new SessionManager(init, {
       meta: undefined,
       header: copy,
@@ -1192,7 +1195,10 @@ export class SessionManager {
       await this.#publish({ ...history, meta, header, hash }, false, staged);
       this.#pending = undefined;
     } catch (error) {
-      this.#keepPending(prepared);
+      // A save that can never be written is refused, not kept pending (and a pending save whose
+      // retry found it so is dropped: every retry would fail the same way).
+      if (refusedSaves.has(error as object)) this.#pending = undefined;
+      else this.#keepPending(prepared);
       throw error;
     }
     await this.#publishIndexAfterCommit();
@@ -1265,7 +1271,16 @@ export class SessionManager {
       bytes,
       messageCount: prepared.count,
     };
-    const data = encodeStorageMetaReusing(meta, this.#encodedArrays);
+    let data: Uint8Array;
+    try {
+      data = this.#encodeMeta(meta);
+    } catch (error) {
+      // A header JSON cannot write (what the checks on taking metadata keep out): refused as a
+      // validation failure, not kept pending. Message bytes already written are an uncommitted
+      // tail, cut by the next save.
+      await written?.catch(() => undefined);
+      throw refusedBeforeCommit(error);
+    }
     const staging = replace !== undefined
       ? replace.stage(data)
       : stageReplace(this.#fs, this.#metaFile, data, { durability: this.#context.durability });
@@ -1479,14 +1494,14 @@ export class SessionManager {
   }
 
   async #publishMeta(meta: StorageMeta): Promise<void> {
-    await atomicReplace(
-      this.#fs,
-      this.#metaFile,
-      encodeStorageMetaReusing(meta, this.#encodedArrays),
-      {
-        durability: this.#context.durability,
-      },
-    );
+    await atomicReplace(this.#fs, this.#metaFile, this.#encodeMeta(meta), {
+      durability: this.#context.durability,
+    });
+  }
+
+  /** The bytes of meta.json for `meta` (see `encodeStorageMetaReusing`). */
+  #encodeMeta(meta: StorageMeta): Uint8Array {
+    return encodeStorageMetaReusing(meta, this.#encodedArrays, this.#metaFile);
   }
 
   /**
@@ -1776,7 +1791,7 @@ export class SessionManager {
       if (title !== undefined) {
         const file = this.#metaFile;
         const copy = copyOf(title, "header.title", file);
-        checkNesting(
+        checkJsonData(
           copy,
           MAX_HEADER_NESTING,
           "Invalid session metadata",
@@ -1861,11 +1876,17 @@ export class SessionManager {
     metadataOnly = false,
     staged?: StagedReplace,
   ): Promise<void> {
+    // Encoded before anything is attempted: a header JSON cannot write is refused, unwritten.
+    const data = staged === undefined ? this.#encodeMeta(next.meta as StorageMeta) : undefined;
     this.#attempt = next;
     this.#attemptIsMetadata = metadataOnly;
     try {
       if (staged !== undefined) await staged.publish();
-      else await this.#publishMeta(next.meta as StorageMeta);
+      else {
+        await atomicReplace(this.#fs, this.#metaFile, data as Uint8Array, {
+          durability: this.#context.durability,
+        });
+      }
     } catch (error) {
       // A metadata write the caller is told failed must not be seen by readers in the meantime:
       // it is undone now when possible (else before the next write, or at close).
@@ -2211,6 +2232,18 @@ function serializeMessage(message: Message, index: number, file: string): string
   }
 }
 
+/**
+ * Errors of saves refused when their meta.json was encoded (a header JSON cannot write): a
+ * validation failure found late, so the save is not kept pending (see `#apply`).
+ */
+const refusedSaves = new WeakSet<object>();
+
+/** Marks `error` (from encoding a save's meta.json) as refusing the save; returns it. */
+function refusedBeforeCommit(error: unknown): unknown {
+  if (typeof error === "object" && error !== null) refusedSaves.add(error);
+  return error;
+}
+
 /** Throws `error`: the `prepare` of a save refused before it was queued. */
 function throwing(error: Error): never {
   throw error;
@@ -2229,8 +2262,9 @@ interface SaveMetadata {
  * save's turn comes must be what is written. The manager never changes the copies (its getters
  * return copies of their own). A value that is not an array, or a context that is not an object,
  * is kept as given for the shape checks to reject with their usual error; an array that cannot be
- * copied (one holding a function, say) is refused with an error naming the field, which fails the
- * save when its turn comes, as a failed validation does.
+ * copied (one holding a function, say), that nests deeper than a header may or that holds a value
+ * JSON cannot write (a BigInt) is refused with an error naming the field, which fails the save
+ * when its turn comes, as a failed validation does (it is never kept pending).
  */
 function ownMetadata(
   runtimeContexts: unknown,
@@ -2250,8 +2284,10 @@ function ownMetadata(
         { file, path, cause: error },
       );
     }
-    // As a load checks the header it is written in (the arrays sit at its level 2).
-    checkNesting(copy, MAX_HEADER_NESTING, "Invalid session metadata", { file }, path, 2);
+    // As a load checks the header it is written in (the arrays sit at its level 2), and for a
+    // value JSON cannot write (a BigInt): refused now, never found by the write, which would
+    // leave a pending save that can never be written.
+    checkJsonData(copy, MAX_HEADER_NESTING, "Invalid session metadata", { file }, path, 2);
     return copy;
   };
   let ownContext = context;

@@ -25,7 +25,7 @@ import {
   SESSION_FORMAT,
   SessionTitleSchema,
 } from "./records/mod.ts";
-import { isSafeNonNegative } from "./records/_validation.ts";
+import { childPath, isSafeNonNegative } from "./records/_validation.ts";
 
 /** The file name of the storage metadata. */
 export const META_FILE = "meta.json";
@@ -494,9 +494,72 @@ function irregularFile(kind: EntryKind, path: string): SessionFormatError {
   );
 }
 
-/** Serializes meta.json (compact JSON and a trailing newline). */
-export function encodeStorageMeta(meta: StorageMeta): Uint8Array {
-  return encoder.encode(JSON.stringify(meta) + "\n");
+/**
+ * Serializes meta.json (compact JSON and a trailing newline).
+ *
+ * @param meta The storage metadata.
+ * @param file The meta.json path, for error reports.
+ * @throws {SessionFormatError} When a field holds a value JSON cannot write (a BigInt), naming
+ * the field: a validation failure, found before anything is written.
+ */
+export function encodeStorageMeta(meta: StorageMeta, file?: string): Uint8Array {
+  let text: string;
+  try {
+    text = JSON.stringify(meta);
+  } catch (error) {
+    throw unwritableMeta(error, unwritablePath(meta), file);
+  }
+  return encoder.encode(text + "\n");
+}
+
+/** `JSON.stringify(value)`; a value JSON cannot write is refused as `unwritableMeta` at `path`. */
+function metaJson(value: unknown, path: string, file: string | undefined): string | undefined {
+  try {
+    return JSON.stringify(value);
+  } catch (error) {
+    throw unwritableMeta(error, path, file);
+  }
+}
+
+/** The path (`header.title`, say) of the first field of `meta` that JSON cannot write. */
+function unwritablePath(meta: StorageMeta): string | undefined {
+  for (const [key, value] of Object.entries(meta)) {
+    const fields = key === "header" && typeof value === "object" && value !== null
+      ? Object.entries(value)
+      : [];
+    for (const [field, fieldValue] of fields) {
+      try {
+        JSON.stringify(fieldValue);
+      } catch {
+        return childPath(key, field);
+      }
+    }
+    try {
+      JSON.stringify(value);
+    } catch {
+      return key;
+    }
+  }
+  return undefined;
+}
+
+/**
+ * The error for metadata that JSON cannot write (`cause`, the error `JSON.stringify` threw): a
+ * `SessionFormatError`, as a failed validation is.
+ */
+function unwritableMeta(
+  cause: unknown,
+  path: string | undefined,
+  file: string | undefined,
+): SessionFormatError {
+  return new SessionFormatError(
+    `Invalid session metadata: it cannot be written as JSON (${(cause as Error).message})`,
+    {
+      ...(file === undefined ? {} : { file }),
+      ...(path === undefined ? {} : { path }),
+      cause,
+    },
+  );
 }
 
 /**
@@ -511,9 +574,14 @@ export type EncodedArrays = WeakMap<readonly unknown[], Uint8Array>;
  * and are rarely given again): the encoded bytes of each non-empty array of the header are kept in
  * `cache` and reused while the header holds the same array object, so a save that keeps them
  * copies their bytes instead of serializing and encoding them again. The caller must never change
- * an array once it was encoded here.
+ * an array once it was encoded here. A value JSON cannot write is refused as `encodeStorageMeta`
+ * refuses it (a `SessionFormatError` naming `file` and the field).
  */
-export function encodeStorageMetaReusing(meta: StorageMeta, cache: EncodedArrays): Uint8Array {
+export function encodeStorageMetaReusing(
+  meta: StorageMeta,
+  cache: EncodedArrays,
+  file?: string,
+): Uint8Array {
   const parts: Uint8Array[] = [];
   let text = "{";
   // JSON.stringify's own order and omissions: own enumerable string keys in property order, a
@@ -522,7 +590,7 @@ export function encodeStorageMetaReusing(meta: StorageMeta, cache: EncodedArrays
   for (const [key, value] of Object.entries(meta)) {
     const comma = firstKey ? "" : ",";
     if (key !== "header" || typeof value !== "object" || value === null || Array.isArray(value)) {
-      const json = JSON.stringify(value);
+      const json = metaJson(value, key, file);
       if (json === undefined) continue;
       text += `${comma}${JSON.stringify(key)}:${json}`;
       firstKey = false;
@@ -535,14 +603,14 @@ export function encodeStorageMetaReusing(meta: StorageMeta, cache: EncodedArrays
       if (Array.isArray(fieldValue) && fieldValue.length > 0) {
         let bytes = cache.get(fieldValue);
         if (bytes === undefined) {
-          bytes = encoder.encode(JSON.stringify(fieldValue));
+          bytes = encoder.encode(metaJson(fieldValue, childPath(key, field), file) as string);
           cache.set(fieldValue, bytes);
         }
         text += `${first ? "" : ","}${JSON.stringify(field)}:`;
         parts.push(encoder.encode(text), bytes);
         text = "";
       } else {
-        const json = JSON.stringify(fieldValue);
+        const json = metaJson(fieldValue, childPath(key, field), file);
         if (json === undefined) continue;
         text += `${first ? "" : ","}${JSON.stringify(field)}:${json}`;
       }

@@ -113,18 +113,74 @@ export function checkNesting(
   path: string,
   level = 1,
 ): void {
+  walk(value, limit, what, location, path, level, false);
+}
+
+/**
+ * `checkNesting`, and also refuses a value JSON cannot write: a BigInt (a primitive or a boxed
+ * one), on which `JSON.stringify` throws. For metadata a caller gives a save (a structured clone
+ * of it, so nothing else in it can make `JSON.stringify` throw): refused when it is taken, never
+ * found by the write that would leave it pending.
+ */
+export function checkJsonData(
+  value: unknown,
+  limit: number,
+  what: string,
+  location: RecordLocation,
+  path: string,
+  level = 1,
+): void {
+  if (typeof value === "bigint") {
+    throw new SessionFormatError(`${what}: a BigInt cannot be written as JSON`, {
+      ...(location.file === undefined ? {} : { file: location.file }),
+      path,
+    });
+  }
+  walk(value, limit, what, location, path, level, true);
+}
+
+/** The path of `step` (below `path`), with `key` appended when given. */
+function stepPath(step: NestingStep, path: string, key?: string | number): string {
+  const keys: (string | number)[] = key === undefined ? [] : [key];
+  for (let at: NestingStep | undefined = step; at?.parent !== undefined; at = at.parent) {
+    keys.push(at.key);
+  }
+  return keys.reverse().reduce<string>((base, item) => childPath(base, item), path);
+}
+
+/** True for a boxed BigInt (`Object(1n)`), which `JSON.stringify` throws on. */
+function isBoxedBigInt(value: object): boolean {
+  try {
+    BigInt.prototype.valueOf.call(value);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function walk(
+  value: unknown,
+  limit: number,
+  what: string,
+  location: RecordLocation,
+  path: string,
+  level: number,
+  bigints: boolean,
+): void {
   if (typeof value !== "object" || value === null) return;
+  const where = location.file === undefined ? {} : { file: location.file };
+  const unwritable = (step: NestingStep, key?: string | number): never => {
+    throw new SessionFormatError(`${what}: a BigInt cannot be written as JSON`, {
+      ...where,
+      path: stepPath(step, path, key),
+    });
+  };
   const stack: NestingStep[] = [{ value, level, parent: undefined, key: "" }];
   for (let step = stack.pop(); step !== undefined; step = stack.pop()) {
     if (step.level > limit) {
-      const keys: (string | number)[] = [];
-      for (let at: NestingStep | undefined = step; at?.parent !== undefined; at = at.parent) {
-        keys.push(at.key);
-      }
-      const where = keys.reverse().reduce<string>((base, key) => childPath(base, key), path);
       throw new SessionFormatError(`${what}: nested deeper than ${limit} levels`, {
-        ...(location.file === undefined ? {} : { file: location.file }),
-        path: where,
+        ...where,
+        path: stepPath(step, path),
       });
     }
     const node = step.value as Record<string, unknown>;
@@ -133,15 +189,20 @@ export function checkNesting(
         const item: unknown = node[index];
         if (typeof item === "object" && item !== null) {
           stack.push({ value: item, level: step.level + 1, parent: step, key: index });
-        }
+        } else if (bigints && typeof item === "bigint") unwritable(step, index);
       }
       continue;
+    }
+    if (bigints) {
+      // Only an object of another kind than a plain one can be a boxed BigInt.
+      const proto: unknown = Object.getPrototypeOf(node);
+      if (proto !== Object.prototype && proto !== null && isBoxedBigInt(node)) unwritable(step);
     }
     for (const key of Object.keys(node)) {
       const item = node[key];
       if (typeof item === "object" && item !== null) {
         stack.push({ value: item, level: step.level + 1, parent: step, key });
-      }
+      } else if (bigints && typeof item === "bigint") unwritable(step, key);
     }
   }
 }
