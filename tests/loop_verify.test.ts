@@ -69,6 +69,40 @@ test("verifySession() points at the first bad byte and message of a damaged line
   assert.deepEqual(fs.snapshotTree(), before, "verify modifies nothing");
 });
 
+test("verifySession() reports tool calls unanswered at the end of the history against messages.jsonl and the message, as open does", async () => {
+  const { fs, store, dir, history, logPath } = await saved(1);
+  // Written by another program: a history whose last assistant's tool call has no result.
+  const calling = assistant("calling", [{ id: "c1", name: "read" }]);
+  const text = [...history, user("next"), calling].map((m) => JSON.stringify(m) + "\n").join("");
+  const bytes = new TextEncoder().encode(text);
+  const metaPath = `${dir}/meta.json`;
+  const meta = JSON.parse(new TextDecoder().decode(await fs.readFile(metaPath)));
+  const index = history.length + 1;
+  Object.assign(meta, {
+    generation: await portableSha256().update(bytes).digestHex(),
+    start: 0,
+    bytes: bytes.length,
+    messageCount: history.length + 2,
+  });
+  await fs.writeFile(logPath, bytes);
+  await fs.writeFile(metaPath, new TextEncoder().encode(JSON.stringify(meta) + "\n"));
+  await fs.remove(`${dir}/index.json`);
+  const opening = await store.open(dir, { readOnly: true }).then(
+    () => assert.fail("opened"),
+    (error: unknown) => error,
+  );
+  assert.ok(opening instanceof SessionFormatError);
+  assert.equal(opening.file, logPath);
+  const report = await verifySession(fs, dir, options);
+  assert.equal(report.ok, false);
+  const errors = report.findings.filter((f) => f.severity === "error");
+  assert.deepEqual(errors.map((f) => [f.kind, f.file, f.messageIndex]), [["line", logPath, index]]);
+  const offset = bytes.length - new TextEncoder().encode(JSON.stringify(calling) + "\n").length;
+  assert.equal(errors[0]?.offset, offset);
+  assert.match(errors[0]?.message ?? "", /Unfinished tool calls/);
+  assert.ok(errors[0]?.message.includes(`messages[${index}]`), errors[0]?.message);
+});
+
 test("verifySession() reports a short log, bad meta.json and a missing cwd", async () => {
   const { fs, dir, logPath } = await saved();
   const log = await fs.readFile(logPath);

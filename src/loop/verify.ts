@@ -23,6 +23,7 @@ import {
   SessionBusyError,
   SessionError,
   SessionFormatError,
+  ToolPairingError,
 } from "./errors.ts";
 import {
   fallbackTitle,
@@ -69,7 +70,11 @@ export type FindingSeverity = "error" | "warning";
 export interface VerifyFinding {
   /** `"error"`: the session cannot be opened as is; `"warning"`: derived data to rebuild. */
   readonly severity: FindingSeverity;
-  /** A stable kind: `file`, `meta`, `short-log`, `checksum`, `line`, `count`, `metadata`, `cwd`, `index`. */
+  /**
+   * A stable kind: `file`, `meta`, `short-log`, `checksum`, `line`, `count`, `metadata`, `cwd`,
+   * `index`. `line` is a message problem in messages.jsonl (a line that is not a valid message,
+   * or a history ending with tool calls that have no result), with its message index and offset.
+   */
   readonly kind: string;
   /** What was found, in a sentence. */
   readonly message: string;
@@ -111,6 +116,11 @@ interface ScanResult {
   /** Number of messages after which no tool call was unanswered (the longest closed prefix). */
   readonly closedPrefix: number;
   readonly firstBad: { offset: number; index: number; message: string } | undefined;
+  /**
+   * When every line is valid but tool calls are still unanswered at the end of the history: the
+   * assistant message that made the first of them (the message open names) and why.
+   */
+  readonly unfinished: { offset: number; index: number; message: string } | undefined;
   readonly digest: string;
   readonly lines: number;
   readonly fileSize: number;
@@ -149,6 +159,7 @@ async function scanRange(
         firstBad: meta.bytes > 0
           ? { offset: meta.start, index: 0, message: "message log is missing" }
           : undefined,
+        unfinished: undefined,
         digest: hash.digestHex(),
         lines,
         fileSize,
@@ -222,12 +233,27 @@ async function scanRange(
   } finally {
     await handle.close();
   }
+  let unfinished: ScanResult["unfinished"];
+  if (firstBad === undefined) {
+    try {
+      validator.finish();
+    } catch (error) {
+      // The end-of-history rule, checked as open checks it: the same message and message index.
+      if (!(error instanceof ToolPairingError)) throw error;
+      unfinished = {
+        offset: meta.start + (offsets[error.messageIndex] as number),
+        index: error.messageIndex,
+        message: error.message,
+      };
+    }
+  }
   return {
     messages,
     roles,
     offsets,
     closedPrefix,
     firstBad,
+    unfinished,
     digest: hash.digestHex(),
     lines,
     fileSize,
@@ -368,12 +394,19 @@ export async function verifySession(
       file: metaFile,
     });
   } else {
+    if (scan.unfinished !== undefined) {
+      // A message problem, as open reports it: in messages.jsonl, at the assistant message whose
+      // tool calls have no result.
+      findings.push({
+        severity: "error",
+        kind: "line",
+        message: scan.unfinished.message,
+        file: logFile,
+        offset: scan.unfinished.offset,
+        messageIndex: scan.unfinished.index,
+      });
+    }
     try {
-      if (scan.closedPrefix !== scan.lines) {
-        throw new SessionFormatError("tool calls are unfinished at the end of the history", {
-          path: `messages[${scan.closedPrefix}]`,
-        });
-      }
       validateSessionMetadata(meta.header, scan.roles, { file: metaFile });
     } catch (error) {
       if (!(error instanceof SessionError)) throw error;
