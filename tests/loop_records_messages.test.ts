@@ -1,5 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { runInNewContext } from "node:vm";
 import * as v from "valibot";
 import { InvalidArgumentError, SessionFormatError, ToolPairingError } from "../src/loop/errors.ts";
 import {
@@ -93,6 +94,18 @@ test("MessageValidator refuses in-memory values JSON writes as something else; n
     bare(assistant([bare(call("c1"))], "toolUse", { usage: bare({}) })),
     bare(result("c1")),
   ]);
+  // Plain objects made in another realm are written as they are too.
+  const foreign = runInNewContext(
+    `[{ role: "user", content: [{ type: "text", text: "a" }], timestamp: 1 }]`,
+  ) as unknown[];
+  valid(foreign);
+  valid([...foreign, assistant(undefined, "stop", { usage: runInNewContext("({})") })]);
+  // A foreign class instance is not.
+  const instance = runInNewContext(
+    `class Message { constructor() { this.role = "user"; this.content = "a"; this.timestamp = 1; } }
+    new Message()`,
+  );
+  throwsAt(() => validateMessages([instance]), "messages[0]");
 });
 
 test("timestamps are finite numbers, negative and fractional values included", () => {

@@ -18,17 +18,34 @@ const isRawJson: ((value: unknown) => boolean) | undefined =
  * save would make its session unopenable, so neither is a record: a boxed primitive
  * (`new Number(1)`, written as `1`), a class instance (whose fields may come from its prototype,
  * which JSON does not write) or a `JSON.rawJSON` value (written as its raw text). Objects that
- * `JSON.parse` and `structuredClone` make always are records. An object of another realm (a
- * `node:vm` context) is not: its prototype is that realm's `Object.prototype`.
+ * `JSON.parse` and `structuredClone` make always are records, and so are plain objects made in
+ * another realm (a `node:vm` context), whose prototype is that realm's `Object.prototype`.
  */
 export function isRecord(value: unknown): value is Record<string, unknown> {
   if (typeof value !== "object" || value === null) return false;
   const proto: unknown = Object.getPrototypeOf(value);
-  if (proto === Object.prototype) {
+  if (proto === Object.prototype || isForeignObjectPrototype(proto)) {
     return typeof (value as { readonly toJSON?: unknown }).toJSON !== "function";
   }
   return proto === null && typeof (value as { readonly toJSON?: unknown }).toJSON !== "function" &&
     (isRawJson === undefined || !isRawJson(value));
+}
+
+/**
+ * True when `proto` is the `Object.prototype` of another realm: the end of its prototype chain,
+ * with that realm's own `hasOwnProperty` and `toString` methods and no enumerable field (so an
+ * object inheriting from it inherits nothing JSON would miss). Checked only off the fast path.
+ */
+function isForeignObjectPrototype(proto: unknown): boolean {
+  if (typeof proto !== "object" || proto === null || Object.getPrototypeOf(proto) !== null) {
+    return false;
+  }
+  const own = (name: string): boolean =>
+    Object.prototype.hasOwnProperty.call(proto, name) &&
+    typeof (proto as Record<string, unknown>)[name] === "function" &&
+    !Object.prototype.propertyIsEnumerable.call(proto, name);
+  return own("hasOwnProperty") && own("toString") && own("isPrototypeOf") &&
+    Object.keys(proto).length === 0 && Object.prototype.toString.call(proto) === "[object Object]";
 }
 
 /**
@@ -42,7 +59,7 @@ export function notPlainReason(value: unknown): string {
   }
   const proto: unknown = Object.getPrototypeOf(value);
   if (proto === null) return isRecord(value) ? "" : " (a JSON.rawJSON value: JSON writes its text)";
-  if (proto === Object.prototype) return "";
+  if (proto === Object.prototype || isForeignObjectPrototype(proto)) return "";
   const name = (proto as { readonly constructor?: { readonly name?: unknown } }).constructor?.name;
   if (typeof name === "string" && BOXED.has(name)) {
     return ` (a ${name} object: JSON writes it as a primitive)`;
