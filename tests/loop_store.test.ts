@@ -1955,6 +1955,52 @@ test("a failed pin or read receipt whose meta.json landed is undone at once, and
   assert.equal(await pinned(), undefined);
 });
 
+test("close() rejects, once closed, when a rejected metadata change it must undo cannot be undone", async () => {
+  for (const change of ["pin", "title", "read"] as const) {
+    const { fs: memory } = await setup();
+    // Once armed, the directory fsync after the rename fails, and so does every call after it
+    // until the disk is mended: the write's own undo and close()'s.
+    let armed = false;
+    let broken = false;
+    const fs = hookedFs(memory, {
+      before(method, args) {
+        if (armed && method === "syncDir") [armed, broken] = [false, true];
+        if (broken) throw new FsIoError("EIO", method, String(args[0]), "the disk fails");
+      },
+    });
+    const store = new SessionStore({ fs, agentDir: AGENT });
+    const session = await store.create(CWD);
+    const history = conversation(1);
+    await session.commit(history);
+    await session.setTitle({ text: "Accepted", source: "user", messageIndices: [] });
+    const write = () =>
+      change === "pin"
+        ? session.setPinned(true)
+        : change === "title"
+        ? session.setTitle({ text: "Rejected", source: "user", messageIndices: [] })
+        : session.markRead(history.length);
+    armed = true;
+    await assert.rejects(write(), FsIoError);
+    const closing = await session.close().then(() => undefined, (e: unknown) => e);
+    assert.ok(closing instanceof SessionError, `${change}: ${closing}`);
+    assert.equal(closing.file, session.getSessionFile());
+    assert.ok(closing.cause instanceof FsIoError, `${change}: ${closing.cause}`);
+    assert.match(closing.message, /could not be undone/);
+    broken = false;
+    // The session is closed all the same: its writer slot is free and the change is reported.
+    await assert.rejects(session.setPinned(false), SessionError);
+    const reopened = await store.open(session.getSessionPath());
+    const header = reopened.getHeader();
+    const landed = change === "pin"
+      ? header.pinnedAt !== undefined
+      : change === "title"
+      ? header.title?.text === "Rejected"
+      : header.unread === false;
+    assert.ok(landed, `${change}: the rejected change is what meta.json holds, as close() said`);
+    await reopened.close();
+  }
+});
+
 test("readHistory() never reads through a link planted at messages.jsonl after the session was opened", async () => {
   const { fs, store } = await setup();
   const session = await store.create(CWD);

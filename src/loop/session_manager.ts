@@ -1943,12 +1943,17 @@ export class SessionManager {
    * Waits for queued writes, publishes a lagging index (or one removed or changed by another
    * process since this manager published or checked it), closes the log handles (the writer's, and
    * the one page reads keep open from their first page, also in a read-only manager) and releases
-   * the writer slot. A pending save stays unsaved: call `flush()` first to keep it.
+   * the writer slot. A pending save stays unsaved: call `flush()` first to keep it. A metadata
+   * change that was rejected after its meta.json may have landed (a pin, title, model, permission
+   * preset or read receipt whose write failed) is undone here if no later write undid it; when
+   * that fails too, the session is still closed and the call rejects with a `SessionError` naming
+   * meta.json, which may then hold the rejected change.
    */
   close(): Promise<void> {
     return this.#schedule(async () => {
       if (this.#closed) return;
       this.#closed = true;
+      let unsettled: unknown;
       try {
         if (
           !this.#readOnly && this.#committed.meta !== undefined && this.#pending === undefined
@@ -1965,13 +1970,29 @@ export class SessionManager {
           }
         }
         // A failed write whose meta.json may have landed is settled as the next write would: a
-        // rejected metadata change is undone (best effort: it stays the attempt if this fails).
-        if (!this.#readOnly) await this.#reconcile().catch(() => undefined);
+        // rejected metadata change is undone. If that fails too, the change the caller was told
+        // failed may be what meta.json holds: close() says so once the session is closed.
+        if (!this.#readOnly) {
+          const metadata = this.#attemptIsMetadata;
+          try {
+            await this.#reconcile();
+          } catch (error) {
+            if (metadata) unsettled = error;
+          }
+        }
         await this.#dropLog();
         await this.#dropReader();
       } finally {
         if (!this.#readOnly) releaseWriter(this.#fs, this.#dir, this);
         await this.#onClose?.();
+      }
+      if (unsettled !== undefined) {
+        throw new SessionError(
+          "Session closed, but a rejected metadata change (pin, title, model, permission preset " +
+            "or read receipt) could not be undone: meta.json may hold it; reopen the session to " +
+            "see which header it holds",
+          { file: this.#metaFile, cause: unsettled },
+        );
       }
     });
   }
