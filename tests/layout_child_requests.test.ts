@@ -821,3 +821,173 @@ test("recordParentAcceptance refuses a producer session that is not the director
   }
   assert.equal((await decide(fs, root, "phase-0")).producer.session_id, ROOT_ID);
 });
+
+// ---------------------------------------------------------------------------------------------
+// state.json is the trust root of the contract projections a child inherits
+
+/** A root with one pending request, and its parent-side files as they were frozen. */
+async function pendingWithFrozenProjections() {
+  const { fs, root } = await setup();
+  await publishChildRequest(fs, root.paths, childRequest("phase-0"));
+  const frozen = {
+    contract: await fs.readFile(root.paths.workflowContractJson),
+    roster: await fs.readFile(root.paths.workflowRosterJson),
+    harness: await fs.readFile(root.paths.harnessCapabilityRosterJson),
+  };
+  return { fs, root, frozen };
+}
+
+/** The request is still pending, and nothing of a dispatch or a rejection was written. */
+async function assertUntouched(fs: MemoryFs, root: CreatedSession, label: string) {
+  assert.deepEqual(await listPendingChildRequests(fs, root.paths), ["phase-0.json"], label);
+  assert.deepEqual(await fs.readDir(root.paths.childRequestsRejectedDir), [], label);
+  assert.deepEqual(await fs.readDir(root.paths.childRequestsAcceptedDir), [], label);
+  assert.deepEqual((await readChildrenLedger(fs, root.paths, ROOT_ID)).children, [], label);
+  assert.equal((await readJson(fs, root.paths.stateJson)).active_child_session_id, null, label);
+}
+
+test("a child inherits the workflow contract state.json records, not an edited workflow_contract.json", async () => {
+  const { fs, root, frozen } = await pendingWithFrozenProjections();
+  const recorded = (await readJson(fs, root.paths.stateJson)).workflow_contract;
+  await writeJson(fs, root.paths.workflowContractJson, {
+    orchestration: { completion_role: "rogue" },
+  });
+  const result = await processNext(fs);
+  assert.equal(result?.kind, "accepted");
+  if (result?.kind !== "accepted") return;
+  const childState = await readJson(fs, `${result.childDir}/state.json`);
+  assert.deepEqual(childState.workflow_contract, recorded);
+  assert.deepEqual(await fs.readFile(`${result.childDir}/workflow_contract.json`), frozen.contract);
+  assert.equal(childState.workflow_contract_sha256, sha256Ref(frozen.contract));
+});
+
+test("an edited workflow_roster.json or root harness roster leaves the request pending with an error naming state.json and the field", async () => {
+  const cases = [
+    ["workflowRosterJson", "workflow_roster_sha256", "roster"],
+    ["harnessCapabilityRosterJson", "harness_capability_roster.sha256", "harness"],
+  ] as const;
+  for (const [projection, field, key] of cases) {
+    const { fs, root, frozen } = await pendingWithFrozenProjections();
+    const edited = { roles: [{ id: "rogue" }] };
+    await writeJson(fs, root.paths[projection], edited);
+    await assert.rejects(processNext(fs), (error: unknown) => {
+      assert.ok(error instanceof LayoutRecordError, String(error));
+      assert.equal(error.file, root.paths.stateJson);
+      assert.equal(error.path, field);
+      assert.equal(
+        error.value,
+        sha256Ref(new TextEncoder().encode(JSON.stringify(edited, null, 2))),
+      );
+      assert.ok(error.message.includes(root.paths[projection]), error.message);
+      return true;
+    });
+    // The parent's corruption, not the request's fault: the request is neither rejected nor
+    // half accepted, and once the projection is restored it is dispatched.
+    await assertUntouched(fs, root, field);
+    await fs.writeFile(root.paths[projection], frozen[key]);
+    const result = await processNext(fs);
+    assert.equal(result?.kind, "accepted", field);
+    if (result?.kind !== "accepted") return;
+    assert.equal(
+      (await readJson(fs, `${result.childDir}/state.json`)).workflow_contract_sha256,
+      sha256Ref(frozen.contract),
+    );
+  }
+});
+
+test("a grandchild is built against the harness roster the root's state.json pins", async () => {
+  const { fs, root, frozen } = await pendingWithFrozenProjections();
+  const child = await processNext(fs);
+  assert.equal(child?.kind, "accepted");
+  if (child?.kind !== "accepted") return;
+  const tree = await loadSessionTree(fs, "/repo", ROOT_ID);
+  const childPaths = tree.paths(child.childSessionId);
+  await publishChildRequest(fs, childPaths, childRequest("deeper"));
+  const processChild = () =>
+    processNextChildRequest(fs, {
+      repoRoot: "/repo",
+      parentSessionId: child.childSessionId,
+      ...deterministic(),
+    });
+  await writeJson(fs, root.paths.harnessCapabilityRosterJson, { coordinator: "rogue" });
+  await assert.rejects(processChild(), (error: unknown) => {
+    assert.ok(error instanceof LayoutRecordError, String(error));
+    assert.equal(error.file, root.paths.stateJson);
+    assert.equal(error.path, "harness_capability_roster.sha256");
+    return true;
+  });
+  assert.deepEqual(await listPendingChildRequests(fs, childPaths), ["deeper.json"]);
+  await fs.writeFile(root.paths.harnessCapabilityRosterJson, frozen.harness);
+  const grandchild = await processChild();
+  assert.equal(grandchild?.kind, "accepted");
+  if (grandchild?.kind !== "accepted") return;
+  assert.equal(
+    ((await readJson(fs, `${grandchild.childDir}/state.json`)).harness_capability_roster as {
+      sha256: string;
+    }).sha256,
+    sha256Ref(frozen.harness),
+  );
+});
+
+test("a state whose recorded contract or pins are damaged leaves the request pending", async () => {
+  const cases: [Record<string, unknown>, string][] = [
+    [{ workflow_contract: { orchestration: { completion_role: "rogue" } } }, "workflow_contract"],
+    [{ workflow_contract: ["not", "an", "object"] }, "workflow_contract"],
+    [{ workflow_contract_sha256: "sha256:" + "0".repeat(64) }, "workflow_contract"],
+    [{ workflow_roster_sha256: "not-a-hash" }, "workflow_roster_sha256"],
+    [{ harness_capability_roster: { sha256: 7 } }, "harness_capability_roster.sha256"],
+  ];
+  for (const [patch, field] of cases) {
+    const { fs, root } = await pendingWithFrozenProjections();
+    await patchState(fs, root.dir, patch);
+    await assert.rejects(processNext(fs), (error: unknown) => {
+      assert.ok(error instanceof LayoutRecordError, String(error));
+      assert.equal(error.file, root.paths.stateJson, JSON.stringify(patch));
+      assert.equal(error.path, field, error.message);
+      return true;
+    });
+    await assertUntouched(fs, root, field);
+  }
+});
+
+test("a contract pinned in the engine's own bytes, or a legacy state without pins, still dispatches", async () => {
+  // The engine wrote the projection in other bytes than this library would; the state's pin is
+  // the hash of those bytes, and they hold the very contract the state records.
+  {
+    const { fs, root } = await pendingWithFrozenProjections();
+    const recorded = (await readJson(fs, root.paths.stateJson)).workflow_contract;
+    const engineBytes = new TextEncoder().encode(JSON.stringify(recorded));
+    await fs.writeFile(root.paths.workflowContractJson, engineBytes);
+    await patchState(fs, root.dir, { workflow_contract_sha256: sha256Ref(engineBytes) });
+    const result = await processNext(fs);
+    assert.equal(result?.kind, "accepted");
+    if (result?.kind === "accepted") {
+      assert.deepEqual(
+        (await readJson(fs, `${result.childDir}/state.json`)).workflow_contract,
+        recorded,
+      );
+    }
+  }
+  // A legacy state records no contract and no pins: the projections are inherited as they are.
+  {
+    const { fs, root } = await pendingWithFrozenProjections();
+    const state = await readJson(fs, root.paths.stateJson);
+    for (
+      const field of [
+        "workflow_contract",
+        "workflow_contract_sha256",
+        "workflow_roster_sha256",
+        "harness_capability_roster",
+      ]
+    ) delete state[field];
+    await writeJson(fs, root.paths.stateJson, state);
+    const result = await processNext(fs);
+    assert.equal(result?.kind, "accepted");
+    if (result?.kind === "accepted") {
+      assert.deepEqual(
+        await fs.readFile(`${result.childDir}/workflow_contract.json`),
+        await fs.readFile(root.paths.workflowContractJson),
+      );
+    }
+  }
+});

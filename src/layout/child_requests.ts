@@ -22,6 +22,7 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
+import type { Sha256Factory } from "../port/sha256.ts";
 import { FsError, IsADirectory, NotADirectory, NotFound } from "../port/errors.ts";
 import {
   atomicReplace,
@@ -48,6 +49,7 @@ import {
   decodeJson,
   encodeJson,
   freezeBytes,
+  jsonEqual,
   type JsonObject,
   readRecord,
   readRecordIfExists,
@@ -80,6 +82,9 @@ import {
   parseSessionOutcome,
   type RejectedRequestReceipt,
   sessionPhase,
+  type SessionState,
+  type StateContractPins,
+  stateContractPins,
 } from "./records.ts";
 import { isLogicalReference } from "./ref_grammar.ts";
 import { LogicalReferenceResolver } from "./refs.ts";
@@ -351,9 +356,20 @@ interface Admission {
    */
   readonly existing: ChildRecord | undefined;
   /** What the child is built from; `undefined` when the child is already published. */
-  readonly build:
-    | { readonly contracts: SessionContracts; readonly inputs: readonly InputToFreeze[] }
-    | undefined;
+  readonly build: ChildBuild | undefined;
+}
+
+/** What a new child is built from, gathered (and checked) before anything is written. */
+interface ChildBuild {
+  /** The frozen contracts the child gets. */
+  readonly contracts: SessionContracts;
+  /** The declared parent inputs with their bytes. */
+  readonly inputs: readonly InputToFreeze[];
+  /**
+   * `sha256:` of the root's `harness_capability_roster.json`, checked against the hash the root's
+   * `state.json` pins (when it pins one).
+   */
+  readonly harnessCapabilityRosterSha256: string;
 }
 
 /**
@@ -362,7 +378,11 @@ interface Admission {
  * interrupted acceptance with the same child id. Returns `undefined` when nothing is pending.
  *
  * Throws `SessionStateError` (and leaves the request pending) when the parent cannot dispatch
- * now: it is terminal, executing an attempt, or already waiting for another live child. The
+ * now: it is terminal, executing an attempt, or already waiting for another live child. A parent
+ * whose frozen `workflow_contract.json` / `workflow_roster.json` (or the root's
+ * `harness_capability_roster.json`) contradicts what its `state.json` (the root's) pins is the
+ * parent's corruption, not the request's fault: a `LayoutRecordError` naming that `state.json`
+ * and the field, and the request stays pending (see `inheritedContracts`). The
  * `child_started` event is appended after the commit point, best effort: a failure to append it
  * (`events.jsonl` is an observability stream) leaves the event out and still returns the result.
  *
@@ -453,7 +473,18 @@ async function processNext(
   bytes ??= await fs.readFile(file);
   const sha256 = sha256Ref(bytes, resolved.sha256);
 
-  const verdict = await admit(fs, tree, parent, paths, ledger, file, bytes, options);
+  const verdict = await admit(
+    fs,
+    tree,
+    parent,
+    state,
+    paths,
+    ledger,
+    file,
+    bytes,
+    options,
+    resolved,
+  );
   if ("reason" in verdict) {
     if (verdict.abandoned !== undefined) {
       // The interrupted acceptance cannot be completed (its inputs are gone): the ledger says so
@@ -513,15 +544,25 @@ function requestIdOf(bytes: Uint8Array, file: string): string | null {
   }
 }
 
+/**
+ * Decides whether the request at `file` can be accepted, and gathers what its child is built
+ * from. What is the request's fault is a `Rejection` (the request is archived); a parent whose
+ * frozen projections contradict the trust root its `state.json` pins (or the root's, for the
+ * harness capability roster) is the parent's corruption, not the request's: a
+ * `LayoutRecordError` is thrown and the request stays pending (see `inheritedContracts` and
+ * `pinnedHarnessRosterSha256`).
+ */
 async function admit(
   fs: FileSystem,
   tree: SessionTree,
   parent: SessionNode,
+  state: SessionState,
   paths: SessionPaths,
   ledger: ChildrenLedger,
   file: string,
   bytes: Uint8Array,
   options: ProcessChildRequestOptions,
+  resolved: ResolvedWriteOptions,
 ): Promise<Admission | Rejection> {
   let request: ChildRequest;
   try {
@@ -568,7 +609,7 @@ async function admit(
   }
   const workflowSet = request.workflow_set ?? parent.manifest.workflow_set;
   const contracts = options.resolveWorkflow === undefined
-    ? await inheritedContracts(fs, parent, paths, workflowSet)
+    ? await inheritedContracts(fs, parent, paths, state, workflowSet, resolved.sha256)
     : await options.resolveWorkflow(workflowSet);
   if (contracts === undefined || contracts.workflowSet !== workflowSet) {
     return {
@@ -577,6 +618,13 @@ async function admit(
       abandoned,
     };
   }
+  const harnessCapabilityRosterSha256 = await pinnedHarnessRosterSha256(
+    fs,
+    tree,
+    parent,
+    state,
+    resolved.sha256,
+  );
   const resolver = new LogicalReferenceResolver(fs, tree, parent.sessionId);
   const inputs: InputToFreeze[] = [];
   for (const [index, ref] of (request.input_refs ?? []).entries()) {
@@ -609,7 +657,7 @@ async function admit(
       return { reason: (error as Error).message, field, abandoned };
     }
   }
-  return { request, existing, build: { contracts, inputs } };
+  return { request, existing, build: { contracts, inputs, harnessCapabilityRosterSha256 } };
 }
 
 /** A filesystem error caused by the path a reference names rather than by the storage. */
@@ -634,24 +682,151 @@ async function isDirectory(fs: FileSystem, path: string): Promise<boolean> {
   }
 }
 
+/**
+ * The parent's frozen workflow contract and roster, which a child of the parent's own workflow
+ * set inherits; `undefined` for another workflow set. The parent's `state.json` is their trust
+ * root (the seed: "The complete parsed contract also lives in engine-owned state.json"):
+ *
+ * - the contract is the one the state records (`workflow_contract`), checked against
+ *   `workflow_contract_sha256`: the hash of its canonical bytes, or of `workflow_contract.json`
+ *   when those bytes are the pinned ones and hold this very contract (an engine may have written
+ *   the projection in other bytes). A recorded contract is what the child inherits, never the
+ *   on-disk projection;
+ * - `workflow_roster.json` must have the bytes `workflow_roster_sha256` pins.
+ *
+ * A contradiction is a `LayoutRecordError` naming the parent's `state.json` and the field
+ * (`workflow_contract`, `workflow_roster_sha256`; the message names the projection). A field the
+ * state does not record (a legacy state) is not checked: the projection is read as it is, as
+ * before this state recorded pins.
+ */
 async function inheritedContracts(
   fs: FileSystem,
   parent: SessionNode,
   paths: SessionPaths,
+  state: SessionState,
   workflowSet: string,
+  sha256: Sha256Factory,
 ): Promise<SessionContracts | undefined> {
   if (workflowSet !== parent.manifest.workflow_set) return undefined;
-  const object = (value: unknown, file: string): JsonObject => {
-    if (typeof value !== "object" || value === null || Array.isArray(value)) {
-      throw new LayoutRecordError(file, "Expected a JSON object", { value });
-    }
-    return value as JsonObject;
-  };
+  const pins = stateContractPins(state, paths.stateJson);
+  const rosterBytes = await fs.readFile(paths.workflowRosterJson);
+  requirePinnedBytes(
+    rosterBytes,
+    paths.workflowRosterJson,
+    pins.workflowRosterSha256,
+    paths.stateJson,
+    "workflow_roster_sha256",
+    sha256,
+  );
   return {
     workflowSet,
-    workflowContract: (await readRecord(fs, paths.workflowContractJson, object)).record,
-    workflowRoster: (await readRecord(fs, paths.workflowRosterJson, object)).record,
+    workflowContract: await trustedWorkflowContract(fs, paths, pins, sha256),
+    workflowRoster: jsonObject(
+      decodeJson(rosterBytes, paths.workflowRosterJson),
+      paths.workflowRosterJson,
+    ),
   };
+}
+
+/** The workflow contract a state records, checked against its pin (see `inheritedContracts`). */
+async function trustedWorkflowContract(
+  fs: FileSystem,
+  paths: SessionPaths,
+  pins: StateContractPins,
+  sha256: Sha256Factory,
+): Promise<JsonObject> {
+  const projection = paths.workflowContractJson;
+  const pin = pins.workflowContractSha256;
+  const recorded = pins.workflowContract as JsonObject | undefined;
+  if (recorded === undefined) {
+    // A legacy state records no contract: the projection, checked against the pin if any.
+    const bytes = await fs.readFile(projection);
+    requirePinnedBytes(
+      bytes,
+      projection,
+      pin,
+      paths.stateJson,
+      "workflow_contract_sha256",
+      sha256,
+    );
+    return jsonObject(decodeJson(bytes, projection), projection);
+  }
+  if (pin === undefined || sha256Ref(encodeJson(recorded), sha256) === pin) return recorded;
+  // The pinned bytes may be the engine's spelling of this very contract.
+  const bytes = await readIfExists(fs, projection);
+  if (
+    bytes !== undefined && sha256Ref(bytes, sha256) === pin &&
+    jsonEqual(decodeJson(bytes, projection), recorded)
+  ) return recorded;
+  throw new LayoutRecordError(
+    paths.stateJson,
+    `The workflow contract this state records is not the one workflow_contract_sha256 pins ` +
+      `(${pin}), and neither is ${projection}`,
+    { path: "workflow_contract", value: recorded },
+  );
+}
+
+/**
+ * `sha256:` of the root's `harness_capability_roster.json`, which every descendant references:
+ * its bytes must be the ones the root's `state.json` pins (`harness_capability_roster.sha256`),
+ * else a `LayoutRecordError` naming the root's `state.json` and that field. A root state that
+ * pins no roster (a legacy state) is not checked.
+ */
+async function pinnedHarnessRosterSha256(
+  fs: FileSystem,
+  tree: SessionTree,
+  parent: SessionNode,
+  state: SessionState,
+  sha256: Sha256Factory,
+): Promise<string> {
+  const root = tree.root;
+  const rootPaths = tree.paths(root.sessionId);
+  const rootState = root.sessionId === parent.sessionId
+    ? state
+    : await readSessionState(fs, root.dir, root);
+  const pin = stateContractPins(rootState, rootPaths.stateJson).harnessCapabilityRosterSha256;
+  const bytes = await fs.readFile(rootPaths.harnessCapabilityRosterJson);
+  return requirePinnedBytes(
+    bytes,
+    rootPaths.harnessCapabilityRosterJson,
+    pin,
+    rootPaths.stateJson,
+    "harness_capability_roster.sha256",
+    sha256,
+  );
+}
+
+/**
+ * `sha256:` of `bytes`, the contents of the projection `projection`; a `LayoutRecordError`
+ * naming `stateFile` and `field` when `pin` is given and is another hash (the projection was
+ * changed after it was frozen).
+ */
+function requirePinnedBytes(
+  bytes: Uint8Array,
+  projection: string,
+  pin: string | undefined,
+  stateFile: string,
+  field: string,
+  sha256: Sha256Factory,
+): string {
+  const actual = sha256Ref(bytes, sha256);
+  if (pin !== undefined && actual !== pin) {
+    throw new LayoutRecordError(
+      stateFile,
+      `The frozen projection ${projection} was changed: it has ${actual}, not the ${pin} ` +
+        "this state pins",
+      { path: field, value: actual },
+    );
+  }
+  return actual;
+}
+
+/** `value` when it is a JSON object; else a `LayoutRecordError` naming `file`. */
+function jsonObject(value: unknown, file: string): JsonObject {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new LayoutRecordError(file, "Expected a JSON object", { value });
+  }
+  return value as JsonObject;
 }
 
 /**
@@ -733,7 +908,7 @@ async function accept(
   const childId = record.session_id;
   const childDir = paths.childDir(childId);
 
-  await ensureChild(fs, tree, parent, paths, childId, file, bytes, admission, options);
+  await ensureChild(fs, parent, paths, childId, file, bytes, admission, options);
 
   if (record.status === "dispatching") {
     const running: ChildRecord = { ...record, status: "running", updated_at: now };
@@ -772,7 +947,6 @@ async function accept(
 /** Creates the child unless a complete child for this request is already published. */
 async function ensureChild(
   fs: FileSystem,
-  tree: SessionTree,
   parent: SessionNode,
   paths: SessionPaths,
   childId: string,
@@ -816,7 +990,6 @@ async function ensureChild(
       await fs.remove(join(paths.childrenDir, entry.name), { recursive: true });
     }
   }
-  const rosterBytes = await fs.readFile(tree.paths(tree.rootSessionId).harnessCapabilityRosterJson);
   await createChildSession(fs, {
     parentDir: parent.dir,
     parentSessionId: parent.sessionId,
@@ -826,7 +999,7 @@ async function ensureChild(
     request,
     requestBytes: bytes,
     inputs: build.inputs,
-    harnessCapabilityRosterSha256: sha256Ref(rosterBytes, options.sha256),
+    harnessCapabilityRosterSha256: build.harnessCapabilityRosterSha256,
     workflowSet: build.contracts.workflowSet,
     workflowContract: build.contracts.workflowContract,
     workflowRoster: build.contracts.workflowRoster,

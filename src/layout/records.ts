@@ -450,6 +450,49 @@ export function sessionPhase(state: SessionState): SessionPhase {
   return "ready";
 }
 
+/**
+ * What a `state.json` pins of the session's frozen contracts: the trust root of the on-disk
+ * projections `workflow_contract.json`, `workflow_roster.json` and the root's
+ * `harness_capability_roster.json`. A field the state does not record (absent or `null`, as in a
+ * legacy state) is `undefined`.
+ */
+export interface StateContractPins {
+  /** `workflow_contract`: the complete parsed workflow contract. */
+  readonly workflowContract: OpenObject | undefined;
+  /** `workflow_contract_sha256`: `sha256:` of `workflow_contract.json`. */
+  readonly workflowContractSha256: string | undefined;
+  /** `workflow_roster_sha256`: `sha256:` of `workflow_roster.json`. */
+  readonly workflowRosterSha256: string | undefined;
+  /** `harness_capability_roster.sha256`: `sha256:` of the root's `harness_capability_roster.json`. */
+  readonly harnessCapabilityRosterSha256: string | undefined;
+}
+
+const StateContractPinsSchema = v.looseObject({
+  workflow_contract: v.optional(v.nullable(AnyObject)),
+  workflow_contract_sha256: v.optional(v.nullable(Sha256)),
+  workflow_roster_sha256: v.optional(v.nullable(Sha256)),
+  harness_capability_roster: v.optional(
+    v.nullable(v.looseObject({ sha256: v.optional(v.nullable(Sha256)) })),
+  ),
+});
+
+/**
+ * The contract pins of a validated state (see `StateContractPins`). They are checked here, when
+ * a projection is about to be trusted, not by `parseSessionState`, so a reader that needs no
+ * contract is not stopped by them: a recorded pin that is malformed (a contract that is not an
+ * object, a hash that is not `sha256:<64 hex>`) is a `LayoutRecordError` naming `file` and the
+ * field (`workflow_roster_sha256`, `harness_capability_roster.sha256`).
+ */
+export function stateContractPins(state: SessionState, file: string): StateContractPins {
+  const pins = parseWithSchema(StateContractPinsSchema, state, file, "state.json");
+  return {
+    workflowContract: pins.workflow_contract ?? undefined,
+    workflowContractSha256: pins.workflow_contract_sha256 ?? undefined,
+    workflowRosterSha256: pins.workflow_roster_sha256 ?? undefined,
+    harnessCapabilityRosterSha256: pins.harness_capability_roster?.sha256 ?? undefined,
+  };
+}
+
 // ---------------------------------------------------------------------------------------------
 // control.json
 
