@@ -15,20 +15,22 @@ import {
   processNextChildRequest,
   readChildrenLedger,
   readEvents,
+  readSessionState,
   readTerminalControl,
   recordChildOutcome,
   scanEvents,
   SessionPaths,
   sha256Ref,
   STAGING_PREFIX,
+  updateSessionState,
   writeSessionOutcome,
 } from "../layout.ts";
 import {
   childRequest,
+  commitTerminalState,
   deterministic,
   newRepo,
   newRoot,
-  patchState,
   readJson,
   writeJson,
 } from "./layout_fixtures.ts";
@@ -225,7 +227,7 @@ test("a crash at any step of recording a child outcome resumes to the same recor
     workflowId: "outer",
     attemptId: "c9",
   });
-  await patchState(fs, childPaths.dir, { status: "failed" });
+  await commitTerminalState(fs, childPaths.dir, "failed", 2, "2026-04-19T15:00:01Z");
   await writeSessionOutcome(fs, childPaths, {
     sessionId: CHILD_ID,
     rootSessionId: ROOT_ID,
@@ -277,6 +279,77 @@ test("a crash at any step of recording a child outcome resumes to the same recor
         sha256Ref(await recovered.readFile(childPaths.sessionOutcomeJson)),
         label,
       );
+    }
+  }
+});
+
+test("a crash at any step of a terminal transition and its outcome resumes to the outcome the state records", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  fs.syncAll();
+  const goal = root.manifest.goal_hash;
+  const at = "2026-04-19T15:00:01Z";
+  const outcomeOf = (revision: number) =>
+    writeSessionOutcome(engine, rootPaths, {
+      sessionId: ROOT_ID,
+      rootSessionId: ROOT_ID,
+      goalSha256: goal,
+      terminalStatus: "max_turns",
+      stopReason: "max_turns",
+      terminalStateRevision: revision,
+      terminalAt: at,
+      handoff: {
+        status: "missing",
+        handoff: undefined,
+        sha256: null,
+        revision: null,
+        diagnosis: "-",
+      },
+    });
+  // The engine's order: commit the transition to state.json (unless it is committed already),
+  // then write the outcome bound to the revision and time the state froze.
+  const finish = async () => {
+    let state = await readSessionState(engine, ROOT_DIR);
+    if (state.status === "running") {
+      state = await updateSessionState(engine, ROOT_DIR, (next, current) => {
+        next.status = "max_turns";
+        next.terminal_state_revision = (current.state_revision ?? 0) + 1;
+        next.terminal_at = at;
+      }, { updatedAt: at });
+    }
+    return await outcomeOf(state.terminal_state_revision ?? -1);
+  };
+  let engine: MemoryFs = fs;
+  let completed = false;
+  for (let n = 1; !completed; n++) {
+    engine = fs.clone();
+    engine.crashAfter(n);
+    try {
+      await finish();
+      completed = true;
+    } catch (error) {
+      if (!(error instanceof SimulatedCrash)) throw error;
+    }
+    if (repeatsEarlierCrashState(engine, n)) continue; // the state of crash point n - 1
+    const crashed = engine;
+    for (const seed of SEEDS) {
+      const label = `n=${n} seed=${seed}`;
+      engine = crashed.crash(seed);
+      // An outcome on disk is always the transition's the state records.
+      const state = await readJson(engine, rootPaths.stateJson);
+      const before = await readIfExists(engine, rootPaths.sessionOutcomeJson);
+      if (before !== undefined) {
+        const outcome = JSON.parse(new TextDecoder().decode(before));
+        assert.equal(state.status, "max_turns", label);
+        assert.equal(outcome.terminal_state_revision, state.terminal_state_revision, label);
+        assert.equal(outcome.created_at, state.terminal_at, label);
+      }
+      if (completed) assert.ok(before !== undefined, label);
+      // The engine restarts and finishes; the outcome is the one the state records.
+      const written = await finish();
+      const after = await readJson(engine, rootPaths.stateJson);
+      assert.equal(written.terminal_state_revision, after.terminal_state_revision, label);
+      assert.equal(after.terminal_state_revision, 1, label);
     }
   }
 });

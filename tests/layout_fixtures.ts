@@ -97,6 +97,25 @@ export async function patchState(
   await writeJson(fs, `${sessionDir}/state.json`, { ...state, ...patch });
 }
 
+/**
+ * Commits a terminal transition to a session's state.json as the engine does before it writes
+ * `session_outcome.json`: the status, the frozen transition revision and time, no current task.
+ */
+export async function commitTerminalState(
+  fs: MemoryFs,
+  sessionDir: string,
+  status: string,
+  terminalStateRevision: number,
+  terminalAt: string,
+): Promise<void> {
+  await patchState(fs, sessionDir, {
+    status,
+    current_task: null,
+    terminal_state_revision: terminalStateRevision,
+    terminal_at: terminalAt,
+  });
+}
+
 const ASYNC_FS_METHODS: ReadonlySet<string> = new Set([
   "open",
   "readFile",

@@ -28,6 +28,7 @@ import {
   writeSessionOutcome,
 } from "../layout.ts";
 import {
+  commitTerminalState,
   deterministic,
   newRepo,
   newRoot,
@@ -514,6 +515,7 @@ test("a folded session_outcome.json refuses trace: refs and delivery_receipts/ r
   const root = await newRoot(fs);
   const id = root.sessionId;
   const base = outcomeInput(id, root.manifest.goal_hash);
+  await commitTerminalState(fs, root.dir, "failed", 3, "2026-04-19T15:00:00Z");
   const refused: [Partial<SessionOutcomeInput>, string][] = [
     [{ evidenceRefs: ["trace:trace-97521a5ed6b7:/eval/report.json"] }, "evidence_refs[0]"],
     [
@@ -620,6 +622,8 @@ test("a mirror session's outcome references the seal receipts in its trace_seals
   const tree = await buildMirrorTree(fs);
   const paths = await openSessionPaths(fs, tree.rootDir);
   const goal = String((await readJson(fs, paths.sessionJson)).goal_hash);
+  // A legacy state records no terminal revision or time: only its status is compared.
+  await patchState(fs, paths.dir, { status: "failed", current_task: null });
   const outcome = await writeSessionOutcome(fs, paths, {
     ...outcomeInput(MIRROR_ROOT_ID, goal),
     handoff: await observeHandoff(fs, paths, {

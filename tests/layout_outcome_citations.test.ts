@@ -20,6 +20,7 @@ import {
 } from "../layout.ts";
 import {
   childRequest,
+  commitTerminalState,
   CONTRACTS,
   deterministic,
   engineOutcome,
@@ -82,6 +83,7 @@ test("a folded root may cite an older mirror session's delivery receipts, not a 
   const other = await newRoot(fs, "Another folded program");
   const id = root.sessionId;
   const base = outcomeInput(id, id, root.manifest.goal_hash);
+  await commitTerminalState(fs, root.dir, "failed", 3, "2026-04-19T15:00:01Z");
   const written = await writeSessionOutcome(fs, root.paths, {
     ...base,
     evidenceRefs: [`${MIRROR_SESSIONS}/delivery_receipts/${MIRROR_DELIVERY}`],
@@ -154,6 +156,7 @@ async function foldedChildOfMirror(): Promise<
 test("a folded child of a mirror parent may cite the parent's delivery receipts, not its own", async () => {
   const { fs, childId, childPaths, goal } = await foldedChildOfMirror();
   const base = outcomeInput(childId, MIRROR_ROOT_ID, goal);
+  await commitTerminalState(fs, childPaths.dir, "failed", 3, "2026-04-19T15:00:01Z");
   const citations = [
     `parent:/delivery_receipts/${MIRROR_DELIVERY}`,
     `root:/delivery_receipts/${MIRROR_DELIVERY}`,

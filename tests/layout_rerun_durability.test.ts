@@ -19,7 +19,13 @@ import {
   writeGitReceipt,
   writeSessionOutcome,
 } from "../layout.ts";
-import { childRequest, deterministic, newRepo, newRoot } from "./layout_fixtures.ts";
+import {
+  childRequest,
+  commitTerminalState,
+  deterministic,
+  newRepo,
+  newRoot,
+} from "./layout_fixtures.ts";
 import { hookedFs } from "./_hooks.ts";
 
 const ATTEMPT: AttemptIdentity = { iteration: 26, workflowId: "outer", attemptId: "97521a5ed6b7" };
@@ -132,6 +138,8 @@ test("a rerun git receipt, repository.json and session outcome are durable once 
     terminalAt: "2026-04-19T15:00:01Z",
     handoff,
   } as const;
+  await commitTerminalState(memory, root.dir, "max_turns", 4, "2026-04-19T15:00:01Z");
+  memory.syncAll();
   await failThenRerun(memory, root.dir, (fs) => writeSessionOutcome(fs, root.paths, outcome));
   const written = await afterPowerLoss(memory, root.paths.sessionOutcomeJson);
   assert.equal(JSON.parse(written ?? "null")?.stop_reason, "max_turns");

@@ -10,18 +10,29 @@ import {
   type HandoffObservation,
   ImmutableArtifactError,
   LayoutRecordError,
+  loadSessionTree,
   observeHandoff,
   parseHandoff,
+  processNextChildRequest,
   readControl,
   readHandoff,
   readTerminalControl,
+  recordChildOutcome,
   type SessionPaths,
   SessionStateError,
   sha256Ref,
+  updateSessionState,
   writeGitReceipt,
   writeSessionOutcome,
 } from "../layout.ts";
-import { newRepo, newRoot, readJson, writeJson, writeText } from "./layout_fixtures.ts";
+import {
+  commitTerminalState,
+  newRepo,
+  newRoot,
+  readJson,
+  writeJson,
+  writeText,
+} from "./layout_fixtures.ts";
 
 const ROOT_ID = "001_ship-the-ultimate-memory-program";
 
@@ -214,6 +225,7 @@ test("a malformed or stale handoff never overrides an authentic completion", asy
     const { fs, paths, goal } = await setup();
     await writeJson(fs, paths.controlJson, goalMet);
     const control = await readTerminalControl(fs, paths, current);
+    await commitTerminalState(fs, paths.dir, "goal_met", 9, "2026-04-19T15:00:01Z");
     await writeText(
       fs,
       paths.handoffJson,
@@ -261,6 +273,7 @@ test("a valid handoff is bound into the outcome without a fallback", async () =>
     storedRevision: 2,
     storedSha256: null,
   });
+  await commitTerminalState(fs, paths.dir, "goal_met", 9, "2026-04-19T15:00:01Z");
   const outcome = await writeSessionOutcome(fs, paths, {
     sessionId: ROOT_ID,
     rootSessionId: ROOT_ID,
@@ -302,6 +315,7 @@ test("a completion without its accepted control is refused; an engine stop falls
     writeSessionOutcome(fs, paths, { ...base, terminalStatus: "goal_met", stopReason: "goal_met" }),
     SessionStateError,
   );
+  await commitTerminalState(fs, paths.dir, "max_turns", 4, "2026-04-19T15:00:01Z");
   const outcome = await writeSessionOutcome(fs, paths, {
     ...base,
     terminalStatus: "max_turns",
@@ -508,6 +522,7 @@ test("an outcome's status and stop reason must be those of the control it binds"
     );
     await assert.rejects(fs.lstat(paths.sessionOutcomeJson), { code: "ENOENT" });
   }
+  await commitTerminalState(fs, paths.dir, "failed", 3, "2026-04-19T15:00:01Z");
   const outcome = await writeSessionOutcome(fs, paths, {
     ...base,
     terminalStatus: "failed",
@@ -547,6 +562,7 @@ test("an outcome's session, root and goal are those of session.json", async () =
     );
     await assert.rejects(fs.lstat(paths.sessionOutcomeJson), { code: "ENOENT" });
   }
+  await commitTerminalState(fs, paths.dir, "max_turns", 3, "2026-04-19T15:00:01Z");
   assert.equal((await writeSessionOutcome(fs, paths, base)).session_id, ROOT_ID);
 });
 
@@ -565,6 +581,7 @@ test("session_outcome.json is written once: the same outcome again is a no-op, a
     terminalStateRevision: 3,
     terminalAt: "2026-04-19T15:00:01Z",
   };
+  await commitTerminalState(fs, paths.dir, "max_turns", 3, "2026-04-19T15:00:01Z");
   const written = await writeSessionOutcome(fs, paths, first);
   const bytes = await fs.readFile(paths.sessionOutcomeJson);
   // A restart that writes the same terminal basis again gets the same outcome back.
@@ -637,4 +654,110 @@ test("another session's terminal control never finishes this one", async () => {
       error.file === a.paths.sessionOutcomeJson,
   );
   await assert.rejects(fs.lstat(a.paths.sessionOutcomeJson), NotFound);
+});
+
+test("session_outcome.json is written only for the terminal transition state.json records", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  await writeJson(fs, `${root.paths.childRequestsPendingDir}/phase-1.json`, {
+    schema_version: 3,
+    request_id: "phase-1",
+    goal: "Phase one",
+    origin: { parent_attempt_id: "a1b2c3d4e5f6" },
+  });
+  const accepted = await processNextChildRequest(fs, {
+    repoRoot: "/repo",
+    parentSessionId: ROOT_ID,
+  });
+  assert.ok(accepted?.kind === "accepted");
+  const childId = accepted.childSessionId;
+  const childPaths = (await loadSessionTree(fs, "/repo", childId)).paths(childId);
+  const goal = String((await readJson(fs, childPaths.sessionJson)).goal_hash);
+  const real = {
+    sessionId: childId,
+    rootSessionId: ROOT_ID,
+    goalSha256: goal,
+    terminalStatus: "failed",
+    stopReason: "max_cost_usd",
+    terminalStateRevision: 1,
+    terminalAt: "2026-04-19T15:00:00Z",
+    handoff: await missingHandoff(fs, childPaths, goal),
+  } as const;
+  // Still running: no outcome, so it cannot pre-empt the real one.
+  await assert.rejects(
+    writeSessionOutcome(fs, childPaths, {
+      ...real,
+      terminalStatus: "max_turns",
+      stopReason: "max_turns",
+      terminalStateRevision: 999,
+      terminalAt: "2030-01-01T00:00:00Z",
+    }),
+    (error: unknown) => error instanceof SessionStateError && error.sessionId === childId,
+  );
+  await assert.rejects(fs.lstat(childPaths.sessionOutcomeJson), NotFound);
+  // The engine commits the transition to state.json, then writes the outcome.
+  await updateSessionState(fs, childPaths.dir, (state) => {
+    state.status = "failed";
+    state.terminal_state_revision = 1;
+    state.terminal_at = "2026-04-19T15:00:00Z";
+  }, { updatedAt: "2026-04-19T15:00:00Z" });
+  const cases: [Record<string, unknown>, string, unknown][] = [
+    [{ terminalStatus: "max_turns", stopReason: "max_turns" }, "terminal_status", "max_turns"],
+    [{ terminalStateRevision: 999 }, "terminal_state_revision", 999],
+    [{ terminalAt: "2030-01-01T00:00:00Z" }, "created_at", "2030-01-01T00:00:00Z"],
+  ];
+  for (const [fields, path, value] of cases) {
+    await assert.rejects(
+      writeSessionOutcome(fs, childPaths, { ...real, ...fields }),
+      (error: unknown) => {
+        assert.ok(error instanceof LayoutRecordError, String(error));
+        assert.equal(error.file, childPaths.sessionOutcomeJson);
+        assert.equal(error.path, path, error.message);
+        assert.equal(error.value, value);
+        return true;
+      },
+    );
+    await assert.rejects(fs.lstat(childPaths.sessionOutcomeJson), NotFound);
+  }
+  const written = await writeSessionOutcome(fs, childPaths, real);
+  assert.equal(written.terminal_state_revision, 1);
+  // A rerun (the engine restarting after the write) gets the same outcome back.
+  assert.deepEqual(await writeSessionOutcome(fs, childPaths, real), written);
+  // And the parent records it.
+  const recorded = await recordChildOutcome(fs, { repoRoot: "/repo", parentSessionId: ROOT_ID });
+  assert.equal(
+    recorded.session_outcome_sha256,
+    sha256Ref(await fs.readFile(childPaths.sessionOutcomeJson)),
+  );
+});
+
+test("an outcome already on disk is not confirmed for a state that never made that transition", async () => {
+  const { fs, paths, goal } = await setup();
+  const input = {
+    sessionId: ROOT_ID,
+    rootSessionId: ROOT_ID,
+    goalSha256: goal,
+    terminalStatus: "max_turns",
+    stopReason: "max_turns",
+    terminalStateRevision: 3,
+    terminalAt: "2026-04-19T15:00:01Z",
+    handoff: await missingHandoff(fs, paths, goal),
+  } as const;
+  await commitTerminalState(fs, paths.dir, "max_turns", 3, "2026-04-19T15:00:01Z");
+  await writeSessionOutcome(fs, paths, input);
+  // The same outcome asked for again of a state that records another transition (a state put
+  // back by hand, a copy): refused, and the outcome stays as it is.
+  const bytes = await fs.readFile(paths.sessionOutcomeJson);
+  await commitTerminalState(fs, paths.dir, "max_turns", 5, "2026-04-19T15:00:01Z");
+  await assert.rejects(
+    writeSessionOutcome(fs, paths, input),
+    (error: unknown) =>
+      error instanceof LayoutRecordError && error.path === "terminal_state_revision",
+  );
+  await writeJson(fs, paths.stateJson, {
+    ...(await readJson(fs, paths.stateJson)),
+    status: "running",
+  });
+  await assert.rejects(writeSessionOutcome(fs, paths, input), SessionStateError);
+  assert.deepEqual(await fs.readFile(paths.sessionOutcomeJson), bytes);
 });

@@ -51,13 +51,14 @@ import {
   parseHandoff,
   parseSessionOutcome,
   type SessionOutcome,
+  sessionPhase,
   type SessionStatus,
   type TerminalControl,
   type TerminalControlExpectation,
 } from "./records.ts";
 import { canonicalPath, confined, loopyDirOf } from "./no_links.ts";
 import { LogicalReferenceResolver, type ReferenceHolder } from "./refs.ts";
-import { readSessionManifest, requireOwnSession } from "./tree.ts";
+import { readSessionManifest, readSessionState, requireOwnSession } from "./tree.ts";
 import { parseLogicalReference } from "./ref_grammar.ts";
 import { serializedOn } from "./serial.ts";
 
@@ -428,6 +429,12 @@ export interface SessionOutcomeInput extends LayoutWriteOptions {
  *
  * The outcome is tied to its basis before anything is written:
  *
+ * - the transition is the one `state.json` records: a session whose state is not terminal is a
+ *   `SessionStateError`, and the status, `terminal_state_revision` and `terminal_at` must be the
+ *   state's (`LayoutRecordError` at `terminal_status`, `terminal_state_revision` or `created_at`;
+ *   a field the state does not record, as in a legacy v1 state, is not compared). The engine
+ *   commits the transition to `state.json` first, then writes the outcome; the state is read
+ *   under the outcome's lock, also when the very outcome is already written (a rerun);
  * - goal_met and unresolvable_error need the accepted control (`SessionStateError` without it),
  *   and the control must be the one that decided this transition: its `stop_reason` is the
  *   transition's (else a `LayoutRecordError` at `stop_reason`), it was produced by this
@@ -522,12 +529,13 @@ export async function writeSessionOutcome(
   return await serializedOn(fs, file, async () => {
     const existing = await readIfExists(fs, file);
     if (existing !== undefined) {
-      // Written already, maybe by a call that failed before its directory's fsync: made durable
-      // before it is reported as written.
       const same = bytesEqual(existing, bytes) ||
         // The same record in other bytes (the engine escapes non-ASCII text) is the same basis.
         jsonEqual(decodeJson(existing, file), decodeJson(bytes, file));
       if (same) {
+        // Written already, maybe by a call that failed before its directory's fsync: confirmed
+        // only for the transition the state records, and made durable before it is reported.
+        await checkRecordedTransition(fs, paths, input);
         await ensureFileDurable(fs, file, durability);
         return validated;
       }
@@ -540,6 +548,9 @@ export async function writeSessionOutcome(
           : undefined) ?? "",
       );
     }
+    // The outcome follows the transition state.json records; read under the outcome's lock, so
+    // no outcome is written for a transition the state has not committed.
+    await checkRecordedTransition(fs, paths, input);
     if (paths.layout === "folded") {
       await checkFoldedCitations(fs, paths, input.sessionId, validated);
     }
@@ -547,6 +558,47 @@ export async function writeSessionOutcome(
     await atomicReplace(fs, file, bytes, { durability });
     return validated;
   });
+}
+
+/**
+ * Refuses an outcome for a transition `state.json` has not recorded: a session whose state is not
+ * terminal is a `SessionStateError`; a terminal status, `terminal_state_revision` or
+ * `terminal_at` other than the state's is a `LayoutRecordError` naming `session_outcome.json`
+ * and the field (`terminal_status`, `terminal_state_revision`, `created_at`). A field the state
+ * does not record (absent or `null`, as in a legacy v1 state) is not compared.
+ */
+async function checkRecordedTransition(
+  fs: FileSystem,
+  paths: SessionPaths,
+  input: SessionOutcomeInput,
+): Promise<void> {
+  const state = await readSessionState(fs, paths.dir);
+  if (sessionPhase(state) !== "terminal") {
+    throw new SessionStateError(
+      input.sessionId,
+      "session_outcome.json is written after the terminal transition; state.json records the " +
+        "session as running",
+    );
+  }
+  const checks: readonly [string, string, unknown, unknown][] = [
+    ["terminal_status", "status", input.terminalStatus, state.status],
+    [
+      "terminal_state_revision",
+      "terminal_state_revision",
+      input.terminalStateRevision,
+      state.terminal_state_revision,
+    ],
+    ["created_at", "terminal_at", input.terminalAt, state.terminal_at],
+  ];
+  for (const [field, stateField, actual, recorded] of checks) {
+    if (recorded != null && actual !== recorded) {
+      throw new LayoutRecordError(
+        paths.sessionOutcomeJson,
+        `${field} must be the transition's (${recorded}, as state.json records at ${stateField})`,
+        { path: field, value: actual },
+      );
+    }
+  }
 }
 
 /**
