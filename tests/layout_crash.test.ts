@@ -7,8 +7,10 @@ import { type MemoryFs, SimulatedCrash } from "../adapters/memory.ts";
 import { FsIoError } from "../src/port/errors.ts";
 import { readIfExists } from "../src/port/durable.ts";
 import {
+  acceptEvalReceipt,
   appendEvents,
   type ChildRequestResult,
+  createAttemptArtifacts,
   type CreatedSession,
   missingScaffoldEntries,
   parseRejectedRequestReceipt,
@@ -23,6 +25,7 @@ import {
   sha256Ref,
   STAGING_PREFIX,
   updateSessionState,
+  writeGitReceipt,
   writeSessionOutcome,
 } from "../layout.ts";
 import {
@@ -352,6 +355,96 @@ test("a crash at any step of a terminal transition and its outcome resumes to th
       assert.equal(after.terminal_state_revision, 1, label);
     }
   }
+});
+
+test("a crash at any step of an eval acceptance leaves no sidecar without its state seal, and a rerun completes it", async () => {
+  const fs = await newRepo();
+  await newRoot(fs);
+  const attempt = { iteration: 26, workflowId: "outer", attemptId: "a26" };
+  await createAttemptArtifacts(fs, rootPaths, attempt, { prompt: "p", pathsMap: {} });
+  const report = `${ROOT_DIR}/raw/0026_outer/eval/report.json`;
+  await writeJson(fs, report, { passed: 3 });
+  await writeGitReceipt(fs, rootPaths, ROOT_ID, attempt, "after", {
+    head: "c0ffee",
+    branch: "main",
+    dirty: false,
+  });
+  const producer = { session_id: ROOT_ID, workflow_id: "outer", attempt_id: "a26", iteration: 26 };
+  await writeJson(fs, rootPaths.evalReceipt("tests-pass"), {
+    schema_version: 1,
+    eval_id: "tests-pass",
+    verdict: "pass",
+    producer,
+    raw_report_refs: ["session:/raw/0026_outer/eval/report.json"],
+    git_receipt_ref: "session:/receipts/0026_outer_git_after.json",
+    created_at: "2026-04-19T15:00:00Z",
+  });
+  await writeJson(fs, rootPaths.controlJson, {
+    schema_version: 3,
+    state: "stopped",
+    stop_reason: "goal_met",
+    control_id: "done-1",
+    reason: "Every outcome is accepted",
+    created_at: "2026-04-19T15:00:00Z",
+    producer: { session_id: ROOT_ID, workflow_id: "outer", attempt_id: "a26" },
+    eval_receipt_refs: ["session:/eval_receipts/tests-pass.json"],
+  });
+  fs.syncAll();
+  const KEY = "session:/eval_receipts/tests-pass.json";
+  const accept = (on: MemoryFs) =>
+    acceptEvalReceipt(on, rootPaths, "tests-pass", {
+      sessionId: ROOT_ID,
+      currentAttempt: attempt,
+      ...deterministic(),
+    });
+  const sealOf = async (on: MemoryFs) =>
+    ((await readJson(on, rootPaths.stateJson)).accepted_eval_seals as Record<string, unknown>)[
+      KEY
+    ];
+  let completed = false;
+  let sawSealOnly = false;
+  for (let n = 1; !completed; n++) {
+    const clone = fs.clone();
+    clone.crashAfter(n);
+    try {
+      await accept(clone);
+      completed = true;
+    } catch (error) {
+      if (!(error instanceof SimulatedCrash)) throw error;
+    }
+    if (repeatsEarlierCrashState(clone, n)) continue; // the state of crash point n - 1
+    for (const seed of SEEDS) {
+      const label = `n=${n} seed=${seed}`;
+      const recovered = clone.crash(seed);
+      const seal = await sealOf(recovered);
+      const sidecar = await readIfExists(recovered, rootPaths.evalAcceptedSidecar("tests-pass"));
+      // The seal is written first: a sidecar never stands without it.
+      if (sidecar !== undefined) {
+        assert.deepEqual(JSON.parse(new TextDecoder().decode(sidecar)), seal, label);
+      }
+      if (completed) assert.ok(seal !== undefined && sidecar !== undefined, label);
+      if (seal !== undefined && sidecar === undefined) {
+        sawSealOnly = true;
+        // The seal alone completes the acceptance: even with the raw report pruned meanwhile.
+        await recovered.remove(report);
+      }
+      const accepted = await accept(recovered);
+      assert.deepEqual(await sealOf(recovered), accepted, label);
+      assert.deepEqual(
+        await readJson(recovered, rootPaths.evalAcceptedSidecar("tests-pass")),
+        accepted,
+        label,
+      );
+      const control = await readTerminalControl(recovered, rootPaths, {
+        sessionId: ROOT_ID,
+        workflowId: "outer",
+        attemptId: "a26",
+        completionRole: "outer",
+      });
+      assert.deepEqual(control?.record.eval_receipt_refs, [KEY], label);
+    }
+  }
+  assert.ok(sawSealOnly, "a crash between the seal and its sidecar was reached");
 });
 
 test("a crash while appending events leaves a prefix of the batch and nothing else", async () => {

@@ -29,6 +29,7 @@ import {
   commitTerminalState,
   newRepo,
   newRoot,
+  patchState,
   readJson,
   writeJson,
   writeText,
@@ -455,6 +456,158 @@ test("a goal_met control citing missing evidence or an unaccepted eval receipt i
     EVAL,
     `session:${ROOT_ID}:/eval_receipts/tests-pass.json`,
   ]);
+});
+
+/** A control completing the root with the eval receipt `tests-pass`, and reading it. */
+async function citeTestsPass(fs: MemoryFs, paths: SessionPaths) {
+  await writeJson(fs, paths.controlJson, {
+    ...goalMet,
+    eval_receipt_refs: ["session:/eval_receipts/tests-pass.json"],
+  });
+  return await readTerminalControl(fs, paths, current);
+}
+
+function refusedAtEvalRef(paths: SessionPaths) {
+  return (error: unknown): boolean => {
+    assert.ok(error instanceof LayoutRecordError, String(error));
+    assert.equal(error.file, paths.controlJson);
+    assert.equal(error.path, "eval_receipt_refs[0]", error.message);
+    return true;
+  };
+}
+
+test("an acceptance is sealed in state.json, and only that seal lets goal_met cite the receipt", async () => {
+  const { fs, paths } = await setup();
+  await acceptedEval(fs, paths);
+  const sidecar = await readJson(fs, paths.evalAcceptedSidecar("tests-pass"));
+  const state = await readJson(fs, paths.stateJson);
+  assert.deepEqual(state.accepted_eval_seals, {
+    "session:/eval_receipts/tests-pass.json": sidecar,
+  });
+  assert.ok(await citeTestsPass(fs, paths));
+  // The sidecar is only the seal's copy: gone or edited, the state still decides.
+  await fs.remove(paths.evalAcceptedSidecar("tests-pass"));
+  assert.ok(await citeTestsPass(fs, paths));
+  await writeJson(fs, paths.evalAcceptedSidecar("tests-pass"), { ...sidecar, eval_id: "other" });
+  assert.ok(await citeTestsPass(fs, paths));
+  // Accepting the same bytes again writes the copy back from the seal.
+  await acceptEvalReceipt(fs, paths, "tests-pass", { sessionId: ROOT_ID });
+  assert.deepEqual(await readJson(fs, paths.evalAcceptedSidecar("tests-pass")), sidecar);
+});
+
+test("a sidecar the engine never sealed in state.json does not let goal_met cite its receipt", async () => {
+  const { fs, paths } = await setup();
+  // An agent writes a receipt and a sidecar binding it: no raw report, no git receipt, and no
+  // acceptEvalReceipt call, so state.json seals nothing.
+  await writeJson(fs, paths.evalReceipt("tests-pass"), {
+    schema_version: 1,
+    eval_id: "tests-pass",
+    verdict: "pass",
+    producer: { session_id: ROOT_ID, workflow_id: "outer", attempt_id: "a26", iteration: 26 },
+    raw_report_refs: ["session:/raw/0026_outer/eval/report.json"],
+    git_receipt_ref: "session:/receipts/0026_outer_git_after.json",
+    created_at: "2026-04-19T15:00:00Z",
+  });
+  await fs.mkdir(paths.evalReceiptsAcceptedDir, { recursive: true });
+  await writeJson(fs, paths.evalAcceptedSidecar("tests-pass"), {
+    schema_version: 1,
+    eval_id: "tests-pass",
+    receipt_ref: "session:/eval_receipts/tests-pass.json",
+    receipt_sha256: sha256Ref(await fs.readFile(paths.evalReceipt("tests-pass"))),
+    producer: { session_id: ROOT_ID, workflow_id: "outer", attempt_id: "a26", iteration: 26 },
+    raw_report_refs: ["session:/raw/0026_outer/eval/report.json"],
+    git_receipt_ref: "session:/receipts/0026_outer_git_after.json",
+    git_receipt_sha256: `sha256:${"0".repeat(64)}`,
+    accepted_at: "2026-04-19T15:00:00Z",
+  });
+  await assert.rejects(citeTestsPass(fs, paths), refusedAtEvalRef(paths));
+  // Nor does accepting it now: the raw report it cites was never written.
+  await assert.rejects(
+    acceptEvalReceipt(fs, paths, "tests-pass", { sessionId: ROOT_ID }),
+    (error: unknown) => error instanceof LayoutRecordError && error.path === "raw_report_refs[0]",
+  );
+  assert.deepEqual((await readJson(fs, paths.stateJson)).accepted_eval_seals, {});
+});
+
+test("a state seal that is damaged, another session's or another receipt's is refused at the citation", async () => {
+  const KEY = "session:/eval_receipts/tests-pass.json";
+  const cases: [string, (seal: Record<string, unknown>) => unknown][] = [
+    ["malformed", (seal) => ({ ...seal, receipt_sha256: "sha256:nope" })],
+    ["another session's", (seal) => ({
+      ...seal,
+      producer: { ...(seal.producer as object), session_id: "002_other" },
+    })],
+    ["another receipt's", (seal) => ({ ...seal, eval_id: "other", receipt_ref: "x:/y" })],
+    ["other bytes'", (seal) => ({ ...seal, receipt_sha256: `sha256:${"1".repeat(64)}` })],
+  ];
+  for (const [label, damage] of cases) {
+    const { fs, paths } = await setup();
+    await acceptedEval(fs, paths);
+    const state = await readJson(fs, paths.stateJson);
+    const seals = state.accepted_eval_seals as Record<string, Record<string, unknown>>;
+    await writeJson(fs, paths.stateJson, {
+      ...state,
+      accepted_eval_seals: { [KEY]: damage(seals[KEY] ?? {}) },
+    });
+    await assert.rejects(citeTestsPass(fs, paths), refusedAtEvalRef(paths), label);
+  }
+  // A damaged seal is named by its field in state.json.
+  const { fs, paths } = await setup();
+  await acceptedEval(fs, paths);
+  const state = await readJson(fs, paths.stateJson);
+  await writeJson(fs, paths.stateJson, {
+    ...state,
+    accepted_eval_seals: { [KEY]: { eval_id: 1 } },
+  });
+  await assert.rejects(citeTestsPass(fs, paths), (error: unknown) => {
+    assert.ok(error instanceof LayoutRecordError, String(error));
+    const cause = error.cause;
+    assert.ok(cause instanceof LayoutRecordError, String(cause));
+    assert.equal(cause.file, paths.stateJson);
+    assert.equal(cause.path, `accepted_eval_seals[${JSON.stringify(KEY)}].schema_version`);
+    return true;
+  });
+});
+
+test("a legacy state without accepted_eval_seals keeps sidecar-only acceptances", async () => {
+  const { fs, paths } = await setup();
+  const state = await readJson(fs, paths.stateJson);
+  delete state.accepted_eval_seals;
+  await writeJson(fs, paths.stateJson, state);
+  await acceptedEval(fs, paths);
+  assert.equal("accepted_eval_seals" in (await readJson(fs, paths.stateJson)), false);
+  assert.ok(await citeTestsPass(fs, paths));
+  await fs.remove(paths.evalAcceptedSidecar("tests-pass"));
+  await assert.rejects(citeTestsPass(fs, paths), refusedAtEvalRef(paths));
+});
+
+test("a sidecar accepted before the state recorded seals is sealed when the receipt is accepted again", async () => {
+  const { fs, paths } = await setup();
+  await acceptedEval(fs, paths);
+  const sidecar = await readJson(fs, paths.evalAcceptedSidecar("tests-pass"));
+  // As an earlier version left it: the sidecar only.
+  await patchState(fs, paths.dir, { accepted_eval_seals: {} });
+  await assert.rejects(citeTestsPass(fs, paths), refusedAtEvalRef(paths));
+  const later = () => new Date("2026-04-21T00:00:00Z");
+  const again = await acceptEvalReceipt(fs, paths, "tests-pass", {
+    sessionId: ROOT_ID,
+    now: later,
+  });
+  assert.deepEqual(again, sidecar, "adopted with its own time");
+  assert.deepEqual((await readJson(fs, paths.stateJson)).accepted_eval_seals, {
+    "session:/eval_receipts/tests-pass.json": sidecar,
+  });
+  assert.ok(await citeTestsPass(fs, paths));
+  // An unsealed sidecar that is no acceptance at all is replaced by the one sealed now.
+  await patchState(fs, paths.dir, { accepted_eval_seals: {} });
+  await writeText(fs, paths.evalAcceptedSidecar("tests-pass"), "{torn");
+  const fresh = await acceptEvalReceipt(fs, paths, "tests-pass", {
+    sessionId: ROOT_ID,
+    now: later,
+  });
+  assert.equal(fresh.accepted_at, "2026-04-21T00:00:00Z");
+  assert.deepEqual(await readJson(fs, paths.evalAcceptedSidecar("tests-pass")), fresh);
+  assert.ok(await citeTestsPass(fs, paths));
 });
 
 // ---------------------------------------------------------------------------------------------

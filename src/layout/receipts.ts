@@ -3,36 +3,52 @@
  * self-describing names (`receipts/0026_outer_git_after.json`); the compact git receipt points at
  * its verbose status and diff in the attempt's raw `git/` subarea. Eval receipts keep
  * `eval_receipts/<eval_id>.json`; accepting one checks that its raw report and git binding are
- * those of the producing attempt and writes the engine-owned sidecar
- * `eval_receipts/accepted/<eval_id>.json`.
+ * those of the producing attempt, seals it in `state.json` (`accepted_eval_seals`) and writes
+ * the engine-owned sidecar `eval_receipts/accepted/<eval_id>.json`, its human-readable copy.
  *
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
 import { NotFound } from "../port/errors.ts";
-import { atomicReplace, ensureFileDurable, ensurePrivateDir } from "../port/durable.ts";
+import {
+  atomicReplace,
+  type Durability,
+  ensureFileDurable,
+  ensurePrivateDir,
+  readIfExists,
+} from "../port/durable.ts";
 import { join } from "../port/path.ts";
 import { ImmutableArtifactError, LayoutRecordError } from "./errors.ts";
 import {
+  decodeJson,
   firstDifference,
+  jsonEqual,
   readRecord,
   readRecordIfExists,
   utcSeconds,
   writeJsonAtomic,
 } from "./json_io.ts";
-import { type LayoutWriteOptions, resolveWriteOptions } from "./options.ts";
+import {
+  type LayoutWriteOptions,
+  type ResolvedWriteOptions,
+  resolveWriteOptions,
+} from "./options.ts";
 import { type GitPhase, requireFolded, type SessionPaths } from "./paths.ts";
 import {
   type EvalAcceptance,
+  evalSealKey,
   type GitReceipt,
   parseEvalAcceptance,
   parseEvalReceipt,
   parseGitReceipt,
+  stateEvalSeal,
+  stateEvalSeals,
 } from "./records.ts";
 import type { AttemptIdentity } from "./attempts.ts";
 import { confined } from "./no_links.ts";
 import { serializedOn } from "./serial.ts";
-import { requireOwnSession } from "./tree.ts";
+import { readSessionState, requireOwnSession } from "./tree.ts";
+import { updateSessionState } from "./state.ts";
 
 /** What a git boundary receipt records. */
 export interface GitBoundary {
@@ -164,14 +180,22 @@ export interface AcceptEvalReceiptOptions extends LayoutWriteOptions {
  * (`session:/raw/<NNNN>_<workflow>/eval/report.json`, which must exist) and that attempt's
  * git-after receipt (which must exist and name the same session, workflow, iteration and
  * attempt), and, when `currentAttempt` is
- * given, be produced by that attempt. Writes and returns the
- * sidecar `eval_receipts/accepted/<evalId>.json` binding the receipt's hash.
+ * given, be produced by that attempt. Seals the acceptance binding the receipt's hash in the
+ * state's `accepted_eval_seals` (under `session:/eval_receipts/<evalId>.json`, see
+ * `evalSealKey`), then writes its copy, the sidecar `eval_receipts/accepted/<evalId>.json`, and
+ * returns it. The state is the trust root (`readTerminalControl` checks a citation against the
+ * seal, not the sidecar); a crash between the two writes is completed by running the call again.
+ * A legacy state that records no `accepted_eval_seals` gets no seal: its acceptances are their
+ * sidecars, as before.
  *
- * The sidecar is written once: accepting the same receipt bytes again returns the existing
- * sidecar before the raw report and the git receipt are looked at (also after the attempt
- * finished and prune-raw removed its raw output), and a receipt edited after its acceptance (or
- * one now bound to another git receipt) is an `ImmutableArtifactError` naming the sidecar and the
- * first field that would change.
+ * An acceptance is made once: accepting the same receipt bytes again returns the sealed
+ * acceptance before the raw report and the git receipt are looked at (also after the attempt
+ * finished and prune-raw removed its raw output), writing its sidecar again from the seal if the
+ * sidecar is missing or says otherwise; a receipt edited after its acceptance (or one now bound to
+ * another git receipt) is an `ImmutableArtifactError` naming the sidecar and the first field
+ * that would change. A sidecar the state does not seal is adopted (its time kept) only when it
+ * says exactly what was just verified, is otherwise such an `ImmutableArtifactError` when it is a
+ * valid acceptance, and is replaced when it is not.
  */
 export async function acceptEvalReceipt(
   fs: FileSystem,
@@ -213,14 +237,30 @@ export async function acceptEvalReceipt(
     );
   }
   const sidecarFile = session.evalAcceptedSidecar(evalId);
+  const durability = resolved.durability;
   return await serializedOn(fs, sidecarFile, async () => {
-    const existing = await readRecordIfExists(fs, sidecarFile, parseEvalAcceptance);
-    if (existing !== undefined && existing.record.receipt_sha256 === sha256) {
-      // Accepted once, these exact bytes: the sidecar is returned as it is (a rerun after a
-      // crash), even once the attempt has finished and prune-raw removed its raw output; made
-      // durable first, should the acceptance have failed before its directory's fsync.
-      await ensureFileDurable(fs, sidecarFile, resolved.durability);
-      return existing.record;
+    // state.json is the trust root of acceptances: the sidecar is its copy in the agent-writable
+    // tree. A legacy state that records no seals keeps its sidecar-only acceptances.
+    const state = await readSessionState(fs, session.dir);
+    const seals = stateEvalSeals(state, session.stateJson);
+    let bound: EvalAcceptance | undefined;
+    if (seals !== undefined) {
+      bound = stateEvalSeal(seals, evalId, session.stateJson);
+      if (bound !== undefined && bound.receipt_sha256 === sha256) {
+        // Accepted once, these exact bytes (a rerun, maybe after a crash between the seal and
+        // its sidecar, maybe once prune-raw removed the raw output): the sealed acceptance, its
+        // sidecar written again from the seal when it is missing or says otherwise.
+        await copySealToSidecar(fs, session, sidecarFile, bound, durability);
+        return bound;
+      }
+    } else {
+      bound = (await readRecordIfExists(fs, sidecarFile, parseEvalAcceptance))?.record;
+      if (bound !== undefined && bound.receipt_sha256 === sha256) {
+        // Accepted once, these exact bytes: the sidecar is returned as it is, made durable first,
+        // should the acceptance have failed before its directory's fsync.
+        await ensureFileDurable(fs, sidecarFile, durability);
+        return bound;
+      }
     }
     if (!(await isFile(fs, join(attempt.rawDir, "eval", "report.json")))) {
       fail(
@@ -241,18 +281,19 @@ export async function acceptEvalReceipt(
         expectedGit,
       );
     }
-    const bound = git.record;
+    const gitReceipt = git.record;
     if (
-      bound.attempt_id !== producer.attempt_id || bound.phase !== "after" ||
-      bound.session_id !== producer.session_id || bound.workflow_id !== producer.workflow_id ||
-      bound.iteration !== producer.iteration
+      gitReceipt.attempt_id !== producer.attempt_id || gitReceipt.phase !== "after" ||
+      gitReceipt.session_id !== producer.session_id ||
+      gitReceipt.workflow_id !== producer.workflow_id ||
+      gitReceipt.iteration !== producer.iteration
     ) {
       fail("The git receipt belongs to another attempt", "git_receipt_ref", expectedGit);
     }
     const sidecar = parseEvalAcceptance({
       schema_version: 1,
       eval_id: evalId,
-      receipt_ref: `session:/eval_receipts/${evalId}.json`,
+      receipt_ref: evalSealKey(evalId),
       receipt_sha256: sha256,
       producer,
       raw_report_refs: receipt.raw_report_refs,
@@ -260,13 +301,34 @@ export async function acceptEvalReceipt(
       git_receipt_sha256: git.sha256,
       accepted_at: utcSeconds(resolved.now()),
     }, sidecarFile);
-    if (existing !== undefined) {
-      // Accepted before with other bytes: the sidecar binds those and never changes.
+    if (bound !== undefined) {
+      // Accepted before with other bytes: the acceptance binds those and never changes.
       throw new ImmutableArtifactError(
         sidecarFile,
         "The eval receipt was already accepted with other contents; an acceptance never changes",
-        firstDifference(existing.record, sidecar, ["accepted_at"]) ?? "receipt_sha256",
+        firstDifference(bound, sidecar, ["accepted_at"]) ?? "receipt_sha256",
       );
+    }
+    let accepted = sidecar;
+    let unsealed: EvalAcceptance | undefined;
+    if (seals !== undefined) {
+      // A sidecar the state does not seal (written before the state recorded seals, or not by
+      // the engine) is adopted only when it says exactly what was just verified (its time
+      // kept); any other valid one is an acceptance that never changes, as it always was. One
+      // that is not even a valid acceptance is replaced.
+      unsealed = await readUnsealedSidecar(fs, sidecarFile);
+      if (unsealed !== undefined) {
+        const changed = firstDifference(unsealed, sidecar, ["accepted_at"]);
+        if (changed !== undefined) {
+          throw new ImmutableArtifactError(
+            sidecarFile,
+            "The eval receipt was already accepted with other contents; an acceptance never " +
+              "changes",
+            changed,
+          );
+        }
+        accepted = unsealed;
+      }
     }
     // Only a receipt of the current attempt is sealed.
     const current = options.currentAttempt;
@@ -293,10 +355,89 @@ export async function acceptEvalReceipt(
         );
       }
     }
-    await ensurePrivateDir(fs, session.evalReceiptsAcceptedDir, resolved.durability);
-    await writeJsonAtomic(fs, sidecarFile, sidecar, resolved.durability);
-    return sidecar;
+    if (seals !== undefined) {
+      // The seal first, then its sidecar: a crash in between leaves an acceptance that a rerun
+      // completes from the state alone (the branch at the top), whatever happened to the raw
+      // output since; the other order would leave a sidecar that a rerun must verify again.
+      await sealInState(fs, session, evalId, accepted, resolved);
+    }
+    if (unsealed !== undefined) {
+      await ensureFileDurable(fs, sidecarFile, durability);
+      return accepted;
+    }
+    await ensurePrivateDir(fs, session.evalReceiptsAcceptedDir, durability);
+    await writeJsonAtomic(fs, sidecarFile, accepted, durability);
+    return accepted;
   });
+}
+
+/**
+ * Records `seal` in the state's `accepted_eval_seals` under `evalSealKey(evalId)`. A seal already
+ * there is left as it is when it is the same, and is an `ImmutableArtifactError` otherwise.
+ */
+async function sealInState(
+  fs: FileSystem,
+  session: SessionPaths,
+  evalId: string,
+  seal: EvalAcceptance,
+  options: ResolvedWriteOptions,
+): Promise<void> {
+  const key = evalSealKey(evalId);
+  await updateSessionState(fs, session.dir, (next) => {
+    const seals = (next.accepted_eval_seals ?? {}) as Record<string, unknown>;
+    if (Object.hasOwn(seals, key)) {
+      if (jsonEqual(seals[key], seal)) return false;
+      throw new ImmutableArtifactError(
+        session.stateJson,
+        "The eval receipt was already sealed with other contents; an acceptance never changes",
+        "accepted_eval_seals",
+      );
+    }
+    next.accepted_eval_seals = { ...seals, [key]: seal };
+  }, { updatedAt: utcSeconds(options.now()), durability: options.durability });
+}
+
+/**
+ * Makes the sidecar `file` the copy of the state's `seal`: kept (made durable) when it holds the
+ * same record, written atomically when it is missing, damaged or says otherwise.
+ */
+async function copySealToSidecar(
+  fs: FileSystem,
+  session: SessionPaths,
+  file: string,
+  seal: EvalAcceptance,
+  durability: Durability,
+): Promise<void> {
+  const bytes = await readIfExists(fs, file);
+  if (bytes !== undefined && sameRecord(bytes, file, seal)) {
+    await ensureFileDurable(fs, file, durability);
+    return;
+  }
+  await ensurePrivateDir(fs, session.evalReceiptsAcceptedDir, durability);
+  await writeJsonAtomic(fs, file, seal, durability);
+}
+
+/** The sidecar at `file` when it is a valid eval acceptance; `undefined` when absent or invalid. */
+async function readUnsealedSidecar(
+  fs: FileSystem,
+  file: string,
+): Promise<EvalAcceptance | undefined> {
+  try {
+    return (await readRecordIfExists(fs, file, parseEvalAcceptance))?.record;
+  } catch (error) {
+    if (error instanceof LayoutRecordError) return undefined;
+    throw error;
+  }
+}
+
+/** True when `bytes` (read from `file`) decode to the JSON of `record`. */
+function sameRecord(bytes: Uint8Array, file: string, record: unknown): boolean {
+  try {
+    return jsonEqual(decodeJson(bytes, file), record);
+  } catch (error) {
+    if (error instanceof LayoutRecordError) return false;
+    throw error;
+  }
 }
 
 async function isFile(fs: FileSystem, path: string): Promise<boolean> {

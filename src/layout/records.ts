@@ -13,7 +13,7 @@
 import * as v from "valibot";
 import { LayoutRecordError } from "./errors.ts";
 import { isSafeId, isSessionId } from "./ids.ts";
-import { parseWithSchema } from "./json_io.ts";
+import { issuePath, parseWithSchema } from "./json_io.ts";
 import { iterationName, type SessionLayout } from "./paths.ts";
 import { isLogicalReference } from "./ref_grammar.ts";
 
@@ -1709,6 +1709,55 @@ const EvalAcceptanceSchema: v.GenericSchema<unknown, EvalAcceptance> = v.looseOb
 /** Validates an eval acceptance sidecar. */
 export function parseEvalAcceptance(value: unknown, file: string): EvalAcceptance {
   return parseWithSchema(EvalAcceptanceSchema, value, file, "eval acceptance");
+}
+
+/**
+ * The key `state.json` seals an accepted eval receipt under (`accepted_eval_seals`): the
+ * receipt's reference `session:/eval_receipts/<eval_id>.json`.
+ */
+export function evalSealKey(evalId: string): string {
+  return `session:/eval_receipts/${evalId}.json`;
+}
+
+const StateEvalSealsSchema = v.looseObject({
+  accepted_eval_seals: v.optional(v.nullable(AnyObject)),
+});
+
+/**
+ * The accepted eval-receipt seals a validated state records (`accepted_eval_seals`: each seal,
+ * the record its sidecar `eval_receipts/accepted/<eval_id>.json` copies, under `evalSealKey`), or
+ * `undefined` when the state records none (absent or `null`: a legacy state, whose acceptances
+ * are their sidecars alone). A field that is not an object is a `LayoutRecordError` naming `file`
+ * and `accepted_eval_seals`; each seal is validated when it is read (`stateEvalSeal`), so one
+ * damaged seal does not hide the others.
+ */
+export function stateEvalSeals(state: SessionState, file: string): OpenObject | undefined {
+  return parseWithSchema(StateEvalSealsSchema, state, file, "state.json").accepted_eval_seals ??
+    undefined;
+}
+
+/**
+ * The seal `seals` (see `stateEvalSeals`) records for the eval receipt `evalId`, validated as an
+ * eval acceptance; `undefined` when there is none. A malformed seal is a `LayoutRecordError`
+ * naming `file` and the field (`accepted_eval_seals["session:/eval_receipts/<eval_id>.json"]
+ * .receipt_sha256`).
+ */
+export function stateEvalSeal(
+  seals: OpenObject,
+  evalId: string,
+  file: string,
+): EvalAcceptance | undefined {
+  const key = evalSealKey(evalId);
+  if (!Object.hasOwn(seals, key)) return undefined;
+  const result = v.safeParse(EvalAcceptanceSchema, seals[key]);
+  if (result.success) return result.output;
+  const issue = result.issues[0];
+  const at = `accepted_eval_seals[${JSON.stringify(key)}]`;
+  const field = issuePath(issue);
+  throw new LayoutRecordError(file, `Invalid eval seal: ${issue.message}`, {
+    path: field === "" ? at : `${at}.${field}`,
+    value: issue.input,
+  });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -42,6 +42,8 @@ import { LOOPY_DIRNAME, type SessionPaths } from "./paths.ts";
 import {
   assertTerminalControlMatches,
   type ControlRecord,
+  type EvalAcceptance,
+  evalSealKey,
   type Handoff,
   HANDOFF_REF,
   type HandoffStatus,
@@ -53,6 +55,8 @@ import {
   type SessionOutcome,
   sessionPhase,
   type SessionStatus,
+  stateEvalSeal,
+  stateEvalSeals,
   type TerminalControl,
   type TerminalControlExpectation,
 } from "./records.ts";
@@ -80,8 +84,11 @@ export async function readControl(
  * A `goal_met` record must also stand on what it cites (the layout rules, §3): every
  * `evidence_refs` entry must resolve to a file, and every `eval_receipt_refs` entry must name an
  * eval receipt of this session (`eval_receipts/<eval_id>.json`, in any spelling) whose
- * acceptance seal (`eval_receipts/accepted/<eval_id>.json`, see `acceptEvalReceipt`) binds
- * exactly the receipt's current bytes and names that receipt and this session. Otherwise a
+ * acceptance seal binds exactly the receipt's current bytes and names that receipt and this
+ * session. The seal is the one the engine-owned `state.json` records in `accepted_eval_seals`
+ * (see `acceptEvalReceipt`), never the sidecar `eval_receipts/accepted/<eval_id>.json` in the
+ * agent-writable tree, which is only its copy; a legacy state that records no
+ * `accepted_eval_seals` is checked against the sidecar, as before. Otherwise a
  * `LayoutRecordError` names `control.json` and the entry (`evidence_refs[0]`,
  * `eval_receipt_refs[1]`). The references are resolved in the validated session tree
  * (`LogicalReferenceResolver`); a tree that cannot be loaded is its own typed error.
@@ -133,6 +140,11 @@ async function checkCompletionCitations(
   const evals = control.eval_receipt_refs ?? [];
   if (evidence.length === 0 && evals.length === 0) return;
   const resolver = await treeResolver(fs, paths, sessionId);
+  // The accepted eval-receipt seals of the engine-owned state (a state that cannot be read is its
+  // own typed error); `undefined` for a legacy state that records none.
+  const seals = evals.length === 0
+    ? undefined
+    : stateEvalSeals(await readSessionState(fs, paths.dir), paths.stateJson);
   const refuse = (field: string, ref: string, message: string, cause?: unknown): never => {
     throw new LayoutRecordError(file, message, {
       path: field,
@@ -178,30 +190,48 @@ async function checkCompletionCitations(
           "(eval_receipts/<eval_id>.json)",
       );
     }
-    const sealFile = paths.evalAcceptedSidecar(named);
-    let seal;
-    try {
-      seal = await readRecordIfExists(fs, sealFile, parseEvalAcceptance);
-    } catch (error) {
-      if (!(error instanceof LayoutRecordError)) throw error;
-      return refuse(
-        field,
-        ref,
-        `The eval receipt's acceptance seal is invalid: ${error.message}`,
-        error,
-      );
-    }
-    if (seal === undefined) {
-      return refuse(field, ref, `The eval receipt was never accepted (no ${sealFile})`);
+    let seal: EvalAcceptance | undefined;
+    if (seals !== undefined) {
+      // The seal state.json records is the acceptance; the sidecar is only its copy.
+      try {
+        seal = stateEvalSeal(seals, named, paths.stateJson);
+      } catch (error) {
+        if (!(error instanceof LayoutRecordError)) throw error;
+        return refuse(field, ref, `The eval receipt's seal is invalid: ${error.message}`, error);
+      }
+      if (seal === undefined) {
+        return refuse(
+          field,
+          ref,
+          `The eval receipt was never accepted (state.json seals no ${evalSealKey(named)} in ` +
+            "accepted_eval_seals)",
+        );
+      }
+    } else {
+      // A legacy state records no seals: its acceptances are their sidecars.
+      const sealFile = paths.evalAcceptedSidecar(named);
+      try {
+        seal = (await readRecordIfExists(fs, sealFile, parseEvalAcceptance))?.record;
+      } catch (error) {
+        if (!(error instanceof LayoutRecordError)) throw error;
+        return refuse(
+          field,
+          ref,
+          `The eval receipt's acceptance seal is invalid: ${error.message}`,
+          error,
+        );
+      }
+      if (seal === undefined) {
+        return refuse(field, ref, `The eval receipt was never accepted (no ${sealFile})`);
+      }
     }
     const bytes = await readIfExists(fs, paths.evalReceipt(named));
     if (bytes === undefined) return refuse(field, ref, "The accepted eval receipt is absent");
-    if (sha256Ref(bytes) !== seal.record.receipt_sha256) {
+    if (sha256Ref(bytes) !== seal.receipt_sha256) {
       refuse(field, ref, "The eval receipt's bytes are not those its acceptance seal binds");
     }
-    const identity = seal.record.eval_id === named &&
-      seal.record.receipt_ref === `session:/eval_receipts/${named}.json` &&
-      seal.record.producer.session_id === sessionId;
+    const identity = seal.eval_id === named && seal.receipt_ref === evalSealKey(named) &&
+      seal.producer.session_id === sessionId;
     if (!identity) {
       refuse(field, ref, "The eval receipt's acceptance seal names another receipt or session");
     }
