@@ -238,6 +238,63 @@ test("a listing that saw a compaction between its renames lists the session once
   }
 });
 
+test("a listing whose second look found a compaction's previous copy, removed before it was read, lists the session", async () => {
+  for (const fast of [true, false]) {
+    const fs = await freshFs();
+    const { dir, id, history } = await replaced(fs);
+    const listedOnce = gate();
+    const betweenRenames = gate();
+    const finish = gate();
+    let compacting: Promise<unknown> | undefined;
+    let readDirs = 0;
+    const compactFs = hookedFs(fs, {
+      before: async (method, args) => {
+        if (method === "rename" && args[1] === dir) { // the second rename: session -> <id>
+          betweenRenames.open();
+          await finish.wait;
+        }
+      },
+    });
+    const listFs = hookedFs(fs, {
+      after: async (method, args) => {
+        if (method === "readDir" && args[0] === COLLECTION && ++readDirs === 1) {
+          // The collection is read before the compaction; the session is read between its renames.
+          listedOnce.open();
+          await betweenRenames.wait;
+        }
+        if (
+          method === "lstat" && String(args[0]).endsWith("/previous/meta.json") && readDirs === 2
+        ) {
+          // The second look found the previous copy: the compaction finishes before it is read.
+          finish.open();
+          await compacting;
+        }
+      },
+    });
+    const listing = storeOn(listFs).listDetailed(CWD, undefined, { fast });
+    await listedOnce.wait;
+    compacting = storeOn(compactFs).compact(dir);
+    const result = await listing;
+    assert.equal(((await compacting) as { compacted: boolean }).compacted, true);
+    assert.deepEqual(result.failures, [], `fast: ${fast}`);
+    assert.deepEqual(
+      result.sessions.map((s) => [s.id, s.storage, s.messageCount]),
+      [[id, "directory", history.length]],
+      `fast: ${fast}`,
+    );
+    assert.ok(readDirs >= 3, `fast: ${fast}, looks: ${readDirs}`);
+    // Nothing racing, a listing reads the collection once.
+    let quietReads = 0;
+    const quiet = await storeOn(hookedFs(fs, {
+      after: (method, args) => {
+        if (method === "readDir" && args[0] === COLLECTION) quietReads++;
+      },
+    })).listDetailed(CWD, undefined, { fast });
+    assert.equal(quiet.sessions.length, 1);
+    assert.equal(quietReads, 1, `fast: ${fast}`);
+  }
+});
+
 test("a read-only open that saw a compaction between its renames opens the session once it finished", async () => {
   const fs = await freshFs();
   const { dir, history } = await replaced(fs);

@@ -577,24 +577,32 @@ async function readCollection(
     let candidate = first;
     try {
       let summary: Summary | undefined;
-      try {
-        summary = await summarize(context, candidate, fast, cache);
-      } catch (error) {
-        if (!mayHaveMoved(candidate, error)) throw error;
+      /** What the last read threw, when it may be a session that moved (see `mayHaveMoved`). */
+      let failure: { error: unknown } | undefined;
+      // A read that failed, or found no meta.json (never committed, or moved aside by a delete
+      // or a compaction meanwhile), looks at the collection again and reads the session where it
+      // is now: while each look finds it somewhere else (a compaction moves it from `<id>/` to
+      // its previous copy and back), up to `MAX_LOOKS` times. A look that finds it where it was
+      // read gets one more read (a compaction's swap between reading meta.json and the log), and
+      // that read ends it; so does a look that finds nothing.
+      for (let looks = 0, last = false;; looks++) {
+        failure = undefined;
+        try {
+          summary = await summarize(context, candidate, fast, cache);
+        } catch (error) {
+          if (!mayHaveMoved(candidate, error)) throw error;
+          summary = undefined;
+          failure = { error };
+        }
+        if (summary !== undefined || last || looks === MAX_LOOKS) break;
+        if (failure === undefined && !mayHaveMoved(candidate, undefined)) break;
         const again = await lookAgain(fs, collection, candidate, restoredLater);
         if (again === "gone") return undefined; // deleted meanwhile: not listed, not a failure
-        if (again === "same") throw error;
+        if (again === "same") break;
+        last = placeOf(again) === placeOf(candidate);
         candidate = again;
-        summary = await summarize(context, candidate, fast, cache);
       }
-      if (summary === undefined && mayHaveMoved(candidate, undefined)) {
-        // No meta.json: never committed, or moved aside by a delete or compaction meanwhile.
-        const again = await lookAgain(fs, collection, candidate, restoredLater);
-        if (typeof again === "object") {
-          candidate = again;
-          summary = await summarize(context, candidate, fast, cache);
-        }
-      }
+      if (failure !== undefined) throw failure.error;
       if (summary === undefined) return undefined;
       if (matchesCwd !== undefined && !(await matchesCwd(summary.header.cwd))) return undefined;
       return { candidate, summary };
@@ -656,6 +664,18 @@ function mayHaveMoved(candidate: Candidate, error: unknown): boolean {
   if (source.kind !== "directory") return false;
   return error === undefined || error instanceof NotFound || error instanceof CorruptSessionError ||
     error instanceof SessionNotFoundError;
+}
+
+/** How many times one listing looks again for a session that moved while it was read. */
+const MAX_LOOKS = 4;
+
+/** Where `candidate` is read from: two candidates in the same place read the same files. */
+function placeOf(candidate: Candidate): string {
+  const source = candidate.source;
+  if (source.kind === "legacy") return `legacy:${source.file}`;
+  if (source.kind === "failed") return "failed";
+  const copy = typeof source.copy === "string" ? source.copy : source.copy?.name ?? "";
+  return `directory:${source.dir}:${copy}`;
 }
 
 /**
