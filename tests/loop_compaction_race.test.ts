@@ -295,6 +295,52 @@ test("a listing whose second look found a compaction's previous copy, removed be
   }
 });
 
+test("a read-only open whose retry found a compaction's previous copy, removed before it was read, opens the session", async () => {
+  const fs = await freshFs();
+  const { dir, history } = await replaced(fs);
+  const reading = gate();
+  const betweenRenames = gate();
+  const finish = gate();
+  let compacting: Promise<unknown> | undefined;
+  let armed = true;
+  const compactFs = hookedFs(fs, {
+    before: async (method, args) => {
+      if (method === "rename" && args[1] === dir) { // the second rename: session -> <id>
+        betweenRenames.open();
+        await finish.wait;
+      }
+    },
+  });
+  let previousLooks = 0;
+  const openFs = hookedFs(fs, {
+    before: async (method, args) => {
+      if (armed && /^readFile/.test(method) && args[0] === `${dir}/meta.json`) {
+        // The open's read of meta.json comes after the first rename: the file is gone.
+        armed = false;
+        reading.open();
+        await betweenRenames.wait;
+      }
+    },
+    after: async (method, args) => {
+      if (!armed && method === "lstat" && String(args[0]).endsWith("/previous/meta.json")) {
+        // Its retry found the previous copy: the compaction finishes before it is read.
+        previousLooks++;
+        finish.open();
+        await compacting;
+      }
+    },
+  });
+  const opening = storeOn(openFs).open(dir, { readOnly: true });
+  await reading.wait;
+  compacting = storeOn(compactFs).compact(dir);
+  const opened = await opening;
+  assert.equal(((await compacting) as { compacted: boolean }).compacted, true);
+  assert.equal(previousLooks, 1);
+  assert.deepEqual(opened.messages, history);
+  assert.equal(opened.getSessionPath(), dir);
+  await opened.close();
+});
+
 test("a read-only open that saw a compaction between its renames opens the session once it finished", async () => {
   const fs = await freshFs();
   const { dir, history } = await replaced(fs);

@@ -194,6 +194,17 @@ interface Staging {
   readonly error: SessionError | undefined;
 }
 
+/** Where an open reads a session directory from (see `#sourceOf`). */
+interface Source {
+  /** The session directory itself, or a copy of it staged elsewhere. */
+  readonly source: string;
+  /** True when its files were checked already. */
+  readonly checked: boolean;
+}
+
+/** How many times a read-only open tries a session that moves while it is opened. */
+const MAX_READ_ONLY_TRIES = 4;
+
 /** A store of Loop sessions on one filesystem. */
 export class SessionStore {
   /** The filesystem the store uses. */
@@ -342,7 +353,9 @@ export class SessionStore {
    * migrated whose legacy file an uncommitted delete staged: opening it migrates it, which writes
    * anyway, so even a read-only open first recovers the collection (rolling the delete back), or
    * waits for a delete running in another process. An open that raced a compaction's swap (a log
-   * that does not match the metadata it read, or a file gone) is tried once more.
+   * that does not match the metadata it read, or a file gone) is tried again: a writable open
+   * once, a read-only open while each try finds the session somewhere else (its directory, the
+   * previous directory, its directory again), a few times at most.
    */
   async open(path: string, options: OpenSessionOptions = {}): Promise<SessionManager> {
     if (!isAbsolute(path)) {
@@ -426,60 +439,85 @@ export class SessionStore {
     return await this.#openDirectory(dir, readOnly);
   }
 
-  async #openDirectory(
-    dir: string,
-    readOnly: boolean,
-    retried = false,
-  ): Promise<SessionManager> {
-    try {
-      return await this.#openDirectoryOnce(dir, readOnly);
-    } catch (error) {
-      // A compaction (here or in another process) swaps the whole directory: an open that read
-      // meta.json and the log on either side of the swap sees a log that does not match, or a
-      // file gone. It tries once more: a writer first waits for the collection (the compaction
-      // holds its lock) and lets recovery finish or roll back an interrupted one; a read-only
-      // open writes nothing and just looks again (a missing directory then finds a compaction's
-      // leftovers as it always does). A session really damaged fails the same way again, and
-      // that error is the one reported.
-      if (retried || !(error instanceof CorruptSessionError || error instanceof NotFound)) {
-        throw error;
-      }
-      if (!readOnly) {
+  async #openDirectory(dir: string, readOnly: boolean): Promise<SessionManager> {
+    // A compaction (here or in another process) swaps the whole directory: an open that read
+    // meta.json and the log on either side of the swap sees a log that does not match, or a
+    // file gone. A session really damaged fails the same way again, and that error is the one
+    // reported.
+    if (readOnly) {
+      // A read-only open writes nothing and just looks again (a missing directory then finds a
+      // compaction's leftovers as it always does), while each look finds the session somewhere
+      // else than the try that failed: the compaction moves it from its directory to the
+      // previous directory and back, and may remove the previous directory before it is read.
+      // A look that finds it where the last try failed gets that one more try, and no other.
+      let failed: string | undefined;
+      for (let tries = 1;; tries++) {
+        let found: Source | undefined;
         try {
-          await this.#exclusive(dirname(dir), () => Promise.resolve());
-        } catch (waitError) {
-          // The collection could not be waited for or recovered. Damage found by the open is
-          // what to report; otherwise (a file gone under the open) the collection's own typed
-          // error says why (locked by another process, an unreadable journal).
-          throw error instanceof CorruptSessionError ? error : waitError;
+          found = await this.#sourceOf(dir, true);
+          return await this.#openSource(dir, found, true);
+        } catch (error) {
+          const place = found?.source ?? dir;
+          if (
+            !(error instanceof CorruptSessionError || error instanceof NotFound) ||
+            place === failed || tries >= MAX_READ_ONLY_TRIES
+          ) {
+            throw error;
+          }
+          failed = place;
         }
       }
-      return await this.#openDirectory(dir, readOnly, true);
+    }
+    try {
+      return await this.#openSource(dir, await this.#sourceOf(dir, false), false);
+    } catch (error) {
+      // A writer tries once more, after waiting for the collection (the compaction holds its
+      // lock) and letting recovery finish or roll back an interrupted one.
+      if (!(error instanceof CorruptSessionError || error instanceof NotFound)) throw error;
+      try {
+        await this.#exclusive(dirname(dir), () => Promise.resolve());
+      } catch (waitError) {
+        // The collection could not be waited for or recovered. Damage found by the open is
+        // what to report; otherwise (a file gone under the open) the collection's own typed
+        // error says why (locked by another process, an unreadable journal).
+        throw error instanceof CorruptSessionError ? error : waitError;
+      }
+      return await this.#openSource(dir, await this.#sourceOf(dir, false), false);
     }
   }
 
-  async #openDirectoryOnce(dir: string, readOnly: boolean): Promise<SessionManager> {
-    // The directory and its files are checked once, in one round trip (`checkSessionFiles`); a
-    // missing session is then looked for by `#checkSessionDirectory` (an uncommitted delete's
-    // staged copy, a compaction's leftovers), which finds it or throws `SessionNotFoundError`.
-    let source = dir;
+  /**
+   * The directory to read session directory `dir` from: `dir`, or (a missing session) what
+   * `#checkSessionDirectory` finds (an uncommitted delete's staged copy, a compaction's
+   * leftovers), whose files `#openSource` checks; it throws `SessionNotFoundError` when there is
+   * none.
+   */
+  async #sourceOf(dir: string, readOnly: boolean): Promise<Source> {
+    // The directory and its files are checked once, in one round trip (`checkSessionFiles`).
     try {
       await checkSessionFiles(this.fs, dir);
+      return { source: dir, checked: true };
     } catch (error) {
       if (error instanceof NotFound) {
-        source = await this.#checkSessionDirectory(dir, readOnly ? "read" : "write");
-      } else if (readOnly && error instanceof SessionFormatError && error.file === dir) {
+        const source = await this.#checkSessionDirectory(dir, readOnly ? "read" : "write");
+        return { source, checked: false };
+      }
+      if (readOnly && error instanceof SessionFormatError && error.file === dir) {
         // Something that is not a directory took the place of a session caught mid-compaction
         // or mid-delete: recovery keeps the session's copy until that is gone, and listings read
         // it there. So does a read-only open, writing nothing; a writer is refused.
         const copy = this.#stagedCopy(await this.#staging(dir));
         if (copy === undefined) throw error;
-        source = copy;
-      } else {
-        throw error;
+        return { source: copy, checked: false };
       }
-      await checkSessionFiles(this.fs, source);
+      throw error;
     }
+  }
+
+  /** Opens session directory `dir` from where `#sourceOf` found it. */
+  async #openSource(dir: string, found: Source, readOnly: boolean): Promise<SessionManager> {
+    const source = found.source;
+    if (!found.checked) await checkSessionFiles(this.fs, source);
     const lock = readOnly ? undefined : await acquireWriterLock(this.#context, dir);
     let manager: SessionManager;
     try {
