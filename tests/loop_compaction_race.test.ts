@@ -4,6 +4,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs, type OperationRecord, SimulatedCrash } from "../adapters/memory.ts";
 import type { FileSystem } from "../src/port/fs.ts";
+import { basename } from "../src/port/path.ts";
 import { FsIoError } from "../src/port/errors.ts";
 import {
   CorruptSessionError,
@@ -339,6 +340,32 @@ test("a read-only open whose retry found a compaction's previous copy, removed b
   assert.deepEqual(opened.messages, history);
   assert.equal(opened.getSessionPath(), dir);
   await opened.close();
+});
+
+test("salvage into its own collection of a session caught between a compaction's renames reads it where recovery put it, and refuses the staged path", async () => {
+  const fs = await freshFs();
+  const { dir, id, history } = await replaced(fs);
+  for (const to of [COLLECTION, "/rescue"]) {
+    const crashed = await crashedBetweenRenames(fs, dir);
+    const staging = (await crashed.readDir(COLLECTION)).map((entry) => entry.name)
+      .find((name) => name.startsWith(".staging-"));
+    assert.ok(staging !== undefined);
+    const previous = `${COLLECTION}/${staging}/previous`;
+    const store = storeOn(crashed);
+    await assert.rejects(store.salvage(previous, to), InvalidArgumentError, previous);
+    const result = await store.salvage(dir, to);
+    assert.equal(result.kept, history.length, to);
+    assert.notEqual(basename(result.dir), id);
+    const copy = await store.open(result.dir, { readOnly: true });
+    assert.deepEqual(copy.messages, history, to);
+    await copy.close();
+    // The session itself is whole, back in place once its collection is recovered.
+    await store.cleanup(CWD);
+    const session = await store.open(dir, { readOnly: true });
+    assert.deepEqual(session.messages, history, to);
+    assert.equal(session.getSessionPath(), dir);
+    await session.close();
+  }
 });
 
 test("a read-only open that saw a compaction between its renames opens the session once it finished", async () => {

@@ -1080,9 +1080,10 @@ async function salvage(io: CliIo, flags: StoreFlags, args: readonly string[]): P
       `'${located.file}' is a legacy version-2 file; migrate it first, then salvage its directory`,
     );
   }
-  // Read where the store reads it; a link planted at the session folder is refused.
-  // Salvage refuses a session file that is not a regular file (never read through a link).
-  const dir = await realDirectory(io, located.source);
+  // By its collection path: the store reads a copy an interrupted delete or compaction staged
+  // where it is, or in place once recovery put it back. A link planted at the session folder is
+  // refused; salvage refuses a session file that is not a regular file (never read through a link).
+  const dir = await realDirectory(io, located.dir);
   const toCollection = isAbsolute(to) ? to : resolve(io.cwd, to);
   // Under the target collection's lock: a cleanup there never meets the copy half built.
   const result = await storeFor(io, flags).salvage(dir, toCollection);

@@ -797,7 +797,12 @@ export class SessionStore {
    * under that collection's lock, so a cleanup or another structural change of it, in this
    * process or another, never meets the new session half built. The original is only read.
    *
-   * @throws {InvalidArgumentError} When `options.id` is not a session id (a lowercase UUID).
+   * A session an uncommitted delete or an interrupted compaction moved aside is salvaged by its
+   * collection path (`dir` itself is then missing), from where it is staged, or from `dir` once
+   * the recovery of `toCollection`, when that is its own collection, put it back.
+   *
+   * @throws {InvalidArgumentError} When `options.id` is not a session id (a lowercase UUID), or
+   * `dir` is inside a private staging or delete directory.
    * @throws {SessionFormatError} When `dir` is not a directory itself, a session file is not a
    * regular file, or `toCollection` is a link.
    * @throws {SessionBusyError} When a session `options.id` already exists in `toCollection`.
@@ -809,15 +814,19 @@ export class SessionStore {
   ): Promise<SalvageResult> {
     const context = this.#context;
     if (options.id !== undefined) checkSalvageId(options.id);
+    refusePrivatePath(dir, normalize(dir));
     // A source that would be refused (a linked file, no readable meta.json) is refused before
     // the collection is made.
-    const [irregular] = (await irregularSessionFiles(this.fs, dir)).errors;
+    const source = await this.#salvageSource(dir);
+    const [irregular] = (await irregularSessionFiles(this.fs, source)).errors;
     if (irregular !== undefined) throw irregular;
-    await readStorageMeta(this.fs, dir, true);
+    await readStorageMeta(this.fs, source, true);
     return await this.#exclusive(
       toCollection,
-      () =>
-        salvageSession(this.fs, dir, {
+      // Looked for again once the collection is held: when it is the session's own, its recovery
+      // may have put a compaction's previous directory (or a delete's staged copy) back in place.
+      async () =>
+        salvageSession(this.fs, await this.#salvageSource(dir), {
           sha256: context.sha256,
           toCollection,
           now: context.now,
@@ -826,6 +835,22 @@ export class SessionStore {
         }),
       { create: true },
     );
+  }
+
+  /**
+   * Where `salvage` reads session directory `dir` from: `dir`, or, when it has no meta.json and
+   * is named by a session id, the copy an uncommitted delete or an interrupted (or running)
+   * compaction staged of it, as a read-only open reads it (`dir` when there is none).
+   */
+  async #salvageSource(dir: string): Promise<string> {
+    const normalized = normalize(dir);
+    if (
+      !isSessionId(basename(normalized)) ||
+      await entryKind(this.fs, join(normalized, META_FILE)) !== undefined
+    ) {
+      return dir;
+    }
+    return this.#stagedCopy(await this.#staging(normalized)) ?? dir;
   }
 
   /**
