@@ -8,6 +8,8 @@ import { hookedFs } from "./_hooks.ts";
 import type { CliIo } from "../src/cli/output.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import { conversation, legacySessionBytes } from "./_fixtures.ts";
+import type { Message } from "../src/loop/records/mod.ts";
+import { dirname } from "../src/port/path.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -121,6 +123,43 @@ test("migrate --all skips the backup of a session whose directory an interrupted
     assert.equal(run.out, "No legacy sessions to migrate.\n");
   }
   assert.deepEqual(fs.snapshotTree(AGENT), before);
+});
+
+test("sessions salvage of a session an interrupted compaction holds works into its own collection and another", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(CWD);
+  const history = conversation(3);
+  await session.commit(history);
+  await session.commit([{ ...history[0]!, content: "edited" } as Message, ...history.slice(1)]);
+  await session.close();
+  const dir = session.getSessionPath();
+  fs.syncAll();
+  // A compaction that crashed right after moving the session to its previous directory.
+  const probe = fs.clone();
+  probe.resetCounter();
+  await new SessionStore({ fs: probe, agentDir: AGENT }).compact(dir);
+  const n = probe.operationLog.find((r) => r.op === "rename" && r.to?.endsWith("/previous"))!
+    .number;
+  const running = fs.clone();
+  running.resetCounter();
+  running.crashAfter(n);
+  await assert.rejects(new SessionStore({ fs: running, agentDir: AGENT }).compact(dir));
+  const crashed = running.crash({ seed: 0, tailMode: "whole", extraJournal: "all" });
+  await assert.rejects(crashed.lstat(dir));
+  for (const to of [dirname(dir), "/rescue"]) {
+    const copy = crashed.clone();
+    const run = await sessions(copy, Date.now(), ["salvage", session.id, "--to", to, "--json"]);
+    assert.equal(run.code, 0, `${to}: ${run.out}`);
+    const salvaged = JSON.parse(run.out) as { dir: string; kept: number };
+    const reopened = await new SessionStore({ fs: copy, agentDir: AGENT }).open(salvaged.dir, {
+      readOnly: true,
+    });
+    assert.equal(reopened.messages.length, history.length, to);
+    assert.equal(reopened.messages[0]?.content, "edited", to);
+    await reopened.close();
+  }
 });
 
 test("stored terminal escapes are printed as visible text, in human and JSON output alike", async () => {
