@@ -246,7 +246,7 @@ test("a listing whose second look found a compaction's previous copy, removed be
     const listedOnce = gate();
     const betweenRenames = gate();
     const finish = gate();
-    let compacting: Promise<unknown> | undefined;
+    let compacting: Promise<unknown> = Promise.resolve(); // the compaction, once started
     let readDirs = 0;
     const compactFs = hookedFs(fs, {
       before: async (method, args) => {
@@ -302,7 +302,7 @@ test("a read-only open whose retry found a compaction's previous copy, removed b
   const reading = gate();
   const betweenRenames = gate();
   const finish = gate();
-  let compacting: Promise<unknown> | undefined;
+  let compacting: Promise<unknown> = Promise.resolve(); // the compaction, once started
   let armed = true;
   const compactFs = hookedFs(fs, {
     before: async (method, args) => {
