@@ -560,6 +560,46 @@ test("a folded session_outcome.json refuses trace: refs and delivery_receipts/ r
   );
 });
 
+test("session_outcome.json's eval_refs add the keys of the eval seals state.json records, each once", async () => {
+  const { fs, paths, sessionId } = await evalReady();
+  await writeEvalReceipt(fs, paths, sessionId, "pass");
+  await acceptEvalReceipt(fs, paths, "ev-1", {
+    sessionId,
+    currentAttempt: ATTEMPT,
+    ...deterministic(),
+  });
+  const key = "session:/eval_receipts/ev-1.json";
+  const seals = (await readJson(fs, paths.stateJson)).accepted_eval_seals as object;
+  assert.deepEqual(Object.keys(seals), [key]);
+  await commitTerminalState(fs, paths.dir, "failed", 3, "2026-04-19T15:00:00Z");
+  const manifest = await readJson(fs, `${paths.dir}/session.json`);
+  const input = {
+    ...outcomeInput(sessionId, String(manifest.goal_hash)),
+    evalRefs: ["session:/eval_receipts/ev-0.json", key],
+  };
+  const written = await writeSessionOutcome(fs, paths, input);
+  assert.deepEqual(written.eval_refs, ["session:/eval_receipts/ev-0.json", key]);
+  // Not cited: the sealed key is still there, after what is cited.
+  const fresh = await evalReady();
+  await writeEvalReceipt(fresh.fs, fresh.paths, fresh.sessionId, "pass");
+  await acceptEvalReceipt(fresh.fs, fresh.paths, "ev-1", {
+    sessionId: fresh.sessionId,
+    currentAttempt: ATTEMPT,
+    ...deterministic(),
+  });
+  await commitTerminalState(fresh.fs, fresh.paths.dir, "failed", 3, "2026-04-19T15:00:00Z");
+  const goal = String((await readJson(fresh.fs, `${fresh.paths.dir}/session.json`)).goal_hash);
+  const plain = outcomeInput(fresh.sessionId, goal);
+  const outcome = await writeSessionOutcome(fresh.fs, fresh.paths, plain);
+  assert.deepEqual(outcome.eval_refs, [key]);
+  const file = fresh.paths.sessionOutcomeJson;
+  assert.deepEqual((await readJson(fresh.fs, file)).eval_refs, [key]);
+  // A rerun with the same input finds the same outcome.
+  const bytes = await fresh.fs.readFile(file);
+  assert.deepEqual(await writeSessionOutcome(fresh.fs, fresh.paths, plain), outcome);
+  assert.deepEqual(await fresh.fs.readFile(file), bytes);
+});
+
 // ---------------------------------------------------------------------------------------------
 // 9. Results are final once an attempt finished (or its trace is sealed); mirror sessions finish
 

@@ -54,6 +54,7 @@ import {
   parseSessionOutcome,
   type SessionOutcome,
   sessionPhase,
+  type SessionState,
   type SessionStatus,
   stateEvalSeal,
   stateEvalSeals,
@@ -447,7 +448,11 @@ export interface SessionOutcomeInput extends LayoutWriteOptions {
   readonly evidenceRefs?: readonly string[] | undefined;
   /** Delivery references (folded: `session:/receipts/…`). */
   readonly deliveryRefs?: readonly string[] | undefined;
-  /** Accepted eval references. */
+  /**
+   * Eval references the outcome cites. The outcome's `eval_refs` holds the control's
+   * `eval_receipt_refs`, then these, then the key of every seal `state.json` records in
+   * `accepted_eval_seals`, each once.
+   */
   readonly evalRefs?: readonly string[] | undefined;
 }
 
@@ -475,6 +480,10 @@ export interface SessionOutcomeInput extends LayoutWriteOptions {
  * - the session, root and goal hash are those of the session's `session.json`
  *   (`LayoutRecordError` at `session_id`, `root_session_id` or `goal_sha256`; a schema-1
  *   manifest records no root for a child, so only a root's is checked there).
+ *
+ * Its `eval_refs` are the cited references (the control's `eval_receipt_refs`, then
+ * `evalRefs`) followed by the keys of the eval seals `state.json` records
+ * (`session:/eval_receipts/<eval_id>.json`), each once, as the engine writes them.
  *
  * The outcome is written once: a restart cannot rewrite the terminal basis. Writing it again
  * with the same bytes returns it as it is; other contents (another status, revision, time,
@@ -553,10 +562,19 @@ export async function writeSessionOutcome(
     trace_seal_refs: paths.layout === "folded" ? [] : await traceSealRefs(fs, paths),
     created_at: input.terminalAt,
   };
-  const validated = parseSessionOutcome(outcome, file, paths.layout);
-  const bytes = encodeJson(outcome);
+  // What the caller gave is refused before anything is read under the lock.
+  parseSessionOutcome(outcome, file, paths.layout);
   const durability = resolveWriteOptions(input).durability;
   return await serializedOn(fs, file, async () => {
+    // The state is read under the outcome's lock: its accepted eval seals join the cited eval
+    // references, and its transition is the one the outcome must record.
+    const state = await readSessionState(fs, paths.dir);
+    const sealed = Object.keys(stateEvalSeals(state, paths.stateJson) ?? {});
+    const full = sealed.length === 0
+      ? outcome
+      : { ...outcome, eval_refs: dedupe([...outcome.eval_refs, ...sealed]) };
+    const validated = parseSessionOutcome(full, file, paths.layout);
+    const bytes = encodeJson(full);
     const existing = await readIfExists(fs, file);
     if (existing !== undefined) {
       const same = bytesEqual(existing, bytes) ||
@@ -565,7 +583,7 @@ export async function writeSessionOutcome(
       if (same) {
         // Written already, maybe by a call that failed before its directory's fsync: confirmed
         // only for the transition the state records, and made durable before it is reported.
-        await checkRecordedTransition(fs, paths, input);
+        checkRecordedTransition(state, paths, input);
         await ensureFileDurable(fs, file, durability);
         return validated;
       }
@@ -574,13 +592,13 @@ export async function writeSessionOutcome(
         file,
         "session_outcome.json is written once; a restart cannot rewrite the terminal basis",
         (typeof previous === "object" && previous !== null
-          ? firstDifference(previous, outcome, [])
+          ? firstDifference(previous, full, [])
           : undefined) ?? "",
       );
     }
-    // The outcome follows the transition state.json records; read under the outcome's lock, so
+    // The outcome follows the transition state.json records (read under the outcome's lock), so
     // no outcome is written for a transition the state has not committed.
-    await checkRecordedTransition(fs, paths, input);
+    checkRecordedTransition(state, paths, input);
     if (paths.layout === "folded") {
       await checkFoldedCitations(fs, paths, input.sessionId, validated);
     }
@@ -597,12 +615,11 @@ export async function writeSessionOutcome(
  * and the field (`terminal_status`, `terminal_state_revision`, `created_at`). A field the state
  * does not record (absent or `null`, as in a legacy v1 state) is not compared.
  */
-async function checkRecordedTransition(
-  fs: FileSystem,
+function checkRecordedTransition(
+  state: SessionState,
   paths: SessionPaths,
   input: SessionOutcomeInput,
-): Promise<void> {
-  const state = await readSessionState(fs, paths.dir);
+): void {
   if (sessionPhase(state) !== "terminal") {
     throw new SessionStateError(
       input.sessionId,
