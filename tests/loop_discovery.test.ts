@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { MemoryFs } from "../adapters/memory.ts";
 import { nodeFs } from "../adapters/node.ts";
 import { FsIoError, NotFound } from "../src/port/errors.ts";
-import { sha256Hex } from "../src/port/sha256.ts";
+import { portableSha256, sha256Hex } from "../src/port/sha256.ts";
 import {
   CorruptSessionError,
   InvalidArgumentError,
@@ -17,6 +17,7 @@ import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { comparePinnedFirst, compareSessions, type SessionInfo } from "../src/loop/discovery.ts";
+import { verifySession } from "../src/loop/verify.ts";
 import {
   encodeRoundIndex,
   HEAD_TEXT_BYTES,
@@ -1278,6 +1279,80 @@ test("metadata that lies about its message count is reported in both modes", asy
     assert.ok(result.failures[0]?.error instanceof CorruptSessionError, `fast: ${fast}`);
   }
   assert.deepEqual(fs.snapshotTree(AGENT), before);
+});
+
+test("metadata that claims no messages over a non-empty range, or an empty range of another hash, is reported in both modes, by open and by verify", async () => {
+  const EMPTY = sha256Hex(new Uint8Array(0));
+  const damages: [string, (meta: Record<string, unknown>) => void][] = [
+    ["count 0 over the range", (meta) => (meta.messageCount = 0)],
+    ["count 0 over the range, empty generation", (meta) => {
+      meta.messageCount = 0;
+      meta.generation = EMPTY;
+    }],
+    ["an empty range of the old generation", (meta) => {
+      meta.messageCount = 0;
+      meta.bytes = 0;
+    }],
+    ["an empty range of another generation", (meta) => {
+      meta.messageCount = 0;
+      meta.bytes = 0;
+      meta.generation = "0".repeat(64);
+    }],
+  ];
+  for (const [what, damage] of damages) {
+    for (const mode of READ_MODES) {
+      const { fs, store, clock } = await setup();
+      const session = await saved(store, clock, conversation(3));
+      const file = session.getSessionFile();
+      // A first listing fills the store's listing cache with the valid state.
+      const listed = await store.list(CWD, undefined, { fast: true });
+      assert.equal(listed[0]?.messageCount, conversation(3).length);
+      const meta = JSON.parse(decoder.decode(await fs.readFile(file)));
+      damage(meta);
+      await fs.writeFile(file, encoder.encode(JSON.stringify(meta) + "\n"));
+      const before = fs.snapshotTree(AGENT);
+      const port = mode.port(fs);
+      for (const lister of [store, new SessionStore({ fs: port, agentDir: AGENT })]) {
+        for (const fast of [false, true]) {
+          const label = `${what}, ${mode.name}, fast: ${fast}`;
+          const result = await lister.listDetailed(CWD, undefined, { fast });
+          assert.deepEqual(result.sessions, [], label);
+          assert.equal(result.failures.length, 1, label);
+          assert.ok(result.failures[0]?.error instanceof CorruptSessionError, label);
+          assert.equal(result.failures[0]?.id, session.id, label);
+        }
+      }
+      const reader = new SessionStore({ fs: port, agentDir: AGENT });
+      await assert.rejects(reader.open(file, { readOnly: true }), CorruptSessionError, what);
+      await assert.rejects(reader.open(file), CorruptSessionError, what);
+      const report = await verifySession(port, session.getSessionPath(), {
+        sha256: portableSha256,
+      });
+      assert.equal(report.ok, false, what);
+      assert.ok(report.findings.some((f) => f.severity === "error"), what);
+      assert.deepEqual(fs.snapshotTree(AGENT), before, what);
+    }
+  }
+  // A history cleared (nothing committed after earlier generations) lists as before.
+  const { fs, store, clock } = await setup();
+  const cleared = await saved(store, clock, conversation(2));
+  const again = await store.open(cleared.getSessionFile());
+  await again.commit([]);
+  await again.close();
+  const meta = JSON.parse(decoder.decode(await fs.readFile(cleared.getSessionFile())));
+  assert.deepEqual([meta.messageCount, meta.bytes, meta.generation], [0, 0, EMPTY]);
+  assert.ok(meta.start > 0);
+  for (const mode of READ_MODES) {
+    for (const fast of [false, true]) {
+      const lister = new SessionStore({ fs: mode.port(fs), agentDir: AGENT });
+      const result = await lister.listDetailed(CWD, undefined, { fast });
+      assert.deepEqual(result.failures, [], `${mode.name}, fast: ${fast}`);
+      assert.deepEqual(
+        result.sessions.map((s) => [s.id, s.messageCount, s.userMessageCount]),
+        [[cleared.id, 0, 0]],
+      );
+    }
+  }
 });
 
 test("fast listing reads a few KiB of a large index whatever the history's length", async () => {

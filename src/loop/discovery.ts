@@ -56,6 +56,8 @@
  * - **meta.json**: the header, the committed range and the message count are taken as stored;
  *   the messages and the checksum of the committed range are not verified while the index is
  *   used, and the recorded cwd is not checked to be a directory (the cwd filter resolves it).
+ *   A count of 0 is taken without reading anything else only over an empty range whose
+ *   generation is the SHA-256 of no bytes; any other range is scanned, which reports it.
  * - **index.json's head**: the counts at its start (generation, start, bytes, message count,
  *   round count) and its first round, only when the counts match meta.json (same generation,
  *   start, bytes and message count) **and** fit: no more rounds than messages, at least one round
@@ -825,6 +827,8 @@ async function fullSummary(context: StoreContext, dir: string): Promise<Summary>
 
 const decoder = new TextDecoder();
 const USER_ROLE = '"role":"user"';
+/** The generation of an empty committed range: the SHA-256 of no bytes. */
+const EMPTY_GENERATION = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
 /** The fast summary of a version-3 directory: meta.json, index.json and what they point to. */
 export async function fastSummary(
@@ -924,6 +928,12 @@ async function summarizeFrom(
     return openLogAt();
   };
   if (meta.messageCount === 0) {
+    // Nothing committed: an empty range whose generation is the hash of nothing. A count of 0
+    // over a non-empty range, or an empty range of another hash, is no such state: the checked
+    // scan reports it, as a full listing and an open do.
+    if (meta.bytes !== 0 || meta.generation !== EMPTY_GENERATION) {
+      return await scanCommitted(context, dir, meta, !meta.header.title, openLog);
+    }
     return { header: meta.header, messageCount: 0, userMessageCount: 0, fallbackTitle: undefined };
   }
   const needTitle = !meta.header.title;
