@@ -12,6 +12,7 @@ import {
   CorruptSessionError,
   InvalidArgumentError,
   SessionFormatError,
+  UnsupportedSessionError,
 } from "../src/loop/errors.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
@@ -183,6 +184,75 @@ test("unsupported formats and versions are skipped without modification", async 
     assert.deepEqual(result.failures, []);
   }
   assert.deepEqual(fs.snapshotTree(AGENT), before);
+});
+
+test("an unsupported session is skipped whatever its log is, and an open refuses it as unsupported", async () => {
+  const { fs, store, clock } = await setup();
+  const good = await saved(store, clock, [user("good")]);
+  const envelope = JSON.parse(decoder.decode(await fs.readFile(good.getSessionFile())));
+  const id = "5b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  const dir = `${COLLECTION}/${id}`;
+  const metas: [string, unknown][] = [
+    ["version 4", { format: "loop-session", version: 4, whatever: true }],
+    ["another format", { format: "other-tool", version: 3 }],
+    ["a header of another version", {
+      ...envelope,
+      header: { ...envelope.header, id, version: 3 },
+    }],
+  ];
+  const logs = ["missing", "a file", "a directory", "a symlink", "a dangling symlink"] as const;
+  for (const [what, meta] of metas) {
+    for (const log of logs) {
+      try {
+        await fs.remove(dir, { recursive: true });
+      } catch (error) {
+        if (!(error instanceof NotFound)) throw error;
+      }
+      await fs.mkdir(dir);
+      await fs.writeFile(`${dir}/meta.json`, encoder.encode(JSON.stringify(meta) + "\n"));
+      const logFile = `${dir}/messages.jsonl`;
+      if (log === "a file") await fs.writeFile(logFile, encoder.encode("x\n"));
+      if (log === "a directory") await fs.mkdir(logFile);
+      if (log === "a symlink") await fs.symlink(good.getSessionPath() + "/messages.jsonl", logFile);
+      if (log === "a dangling symlink") await fs.symlink("/nowhere", logFile);
+      const before = fs.snapshotTree(AGENT);
+      for (const mode of READ_MODES) {
+        const port = mode.port(fs);
+        const lister = new SessionStore({ fs: port, agentDir: AGENT });
+        for (const fast of [false, true]) {
+          const label = `${what}, log ${log}, ${mode.name}, fast: ${fast}`;
+          const result = await lister.listDetailed(CWD, undefined, { fast });
+          assert.deepEqual(result.sessions.map((s) => s.id), [good.id], label);
+          assert.deepEqual(result.failures, [], label);
+          const listed = await lister.list(undefined, COLLECTION, { fast });
+          assert.deepEqual(listed.map((s) => s.id), [good.id], label);
+        }
+        const label = `${what}, log ${log}, ${mode.name}`;
+        const unsupported = (error: unknown) =>
+          error instanceof UnsupportedSessionError && error.file === `${dir}/meta.json`;
+        await assert.rejects(
+          lister.open(`${dir}/meta.json`, { readOnly: true }),
+          unsupported,
+          label,
+        );
+        await assert.rejects(lister.open(`${dir}/meta.json`), unsupported, label);
+      }
+      assert.deepEqual(fs.snapshotTree(AGENT), before, `${what}, log ${log}`);
+    }
+  }
+  // A supported session's log that is not a regular file is still refused, in both modes.
+  await fs.remove(dir, { recursive: true });
+  await fs.remove(`${good.getSessionPath()}/index.json`);
+  await fs.remove(`${good.getSessionPath()}/messages.jsonl`);
+  await fs.mkdir(`${good.getSessionPath()}/messages.jsonl`);
+  for (const mode of READ_MODES) {
+    const lister = new SessionStore({ fs: mode.port(fs), agentDir: AGENT });
+    for (const fast of [false, true]) {
+      const result = await lister.listDetailed(CWD, undefined, { fast });
+      assert.deepEqual(result.sessions, [], `${mode.name}, fast: ${fast}`);
+      assert.ok(result.failures[0]?.error instanceof SessionFormatError, `${mode.name}, ${fast}`);
+    }
+  }
 });
 
 test("a damaged header inside a supported meta.json is reported, not skipped as unsupported", async () => {

@@ -84,8 +84,9 @@
  * checksum. The log and a large index.json are opened the same way (`openNoFollow`), and the
  * kind checked is the one the opened file's own `fstat` reports: what is checked is what is read.
  * A port without these calls makes fast mode list each session directory first (links not
- * followed) and refuse a meta.json or messages.jsonl that is not a regular file, read or not;
- * there the kind is checked by a call of its own (the listing, or an `lstat`), and a file
+ * followed) and refuse a meta.json or messages.jsonl that is not a regular file, read or not
+ * (a log beside a meta.json of an unsupported format or version is not judged: that session is
+ * skipped); there the kind is checked by a call of its own (the listing, or an `lstat`), and a file
  * swapped for a link or a FIFO between that check and the open, by a process that can write the
  * session directory, is not excluded. An index.json that a no-follow read or open finds busy
  * (`EAGAIN`, a lease held by another process) is not used, as if missing.
@@ -863,9 +864,19 @@ export async function fastSummary(
   const metaKind = kinds.get(META_FILE);
   if (metaKind === undefined) throw new NotFound("readdir", metaPath);
   refuseIrregularFile(metaKind, metaPath);
+  // meta.json is read before the log's kind is judged: a session of an unsupported format or
+  // version is skipped whatever its log is (as a full listing does). Any other failure to read
+  // it is reported after the log's kind, as an open reports them.
   const logKind = kinds.get(MESSAGES_FILE);
+  let meta: StorageMeta;
+  try {
+    meta = await readStorageMeta(fs, dir, true);
+  } catch (error) {
+    const unsupported = error instanceof UnsupportedSessionError;
+    if (!unsupported && logKind !== undefined) refuseIrregularFile(logKind, logPath);
+    throw error;
+  }
   if (logKind !== undefined) refuseIrregularFile(logKind, logPath);
-  const meta = await readStorageMeta(fs, dir, true);
   return await summarizeFrom(
     context,
     dir,

@@ -40,6 +40,7 @@ import {
   SessionFormatError,
   SessionNotFoundError,
   StaleRevisionError,
+  UnsupportedSessionError,
 } from "./errors.ts";
 import {
   type CompactionCheckpoint,
@@ -152,7 +153,9 @@ export interface SessionContext {
  * directory that is not one (a symlink) is a `SessionFormatError`, so is a meta.json or
  * messages.jsonl that is not a regular file (see `isRegularFile`); a missing directory or
  * meta.json rejects with the `NotFound` of meta.json. A missing messages.jsonl is left to the
- * reader (it is fine while meta.json commits no bytes).
+ * reader (it is fine while meta.json commits no bytes). A messages.jsonl refused beside a
+ * meta.json of an unsupported format or version is not judged: that meta.json's
+ * `UnsupportedSessionError` is thrown instead, as when the log is a regular file.
  */
 export async function checkSessionFiles(fs: FileSystem, dir: string): Promise<void> {
   const metaFile = join(dir, META_FILE);
@@ -173,7 +176,27 @@ export async function checkSessionFiles(fs: FileSystem, dir: string): Promise<vo
   }
   if (metaInfo.status === "rejected") throw metaInfo.reason;
   refuseIrregularFile(metaInfo.value.kind, metaFile);
-  isRegularFileInfo(logInfo, messagesFile);
+  try {
+    isRegularFileInfo(logInfo, messagesFile);
+  } catch (error) {
+    // A session of an unsupported format or version is that whatever its log is: discovery
+    // skips it, and an open refuses it as unsupported, without looking at its log.
+    await refuseUnsupported(fs, dir);
+    throw error;
+  }
+}
+
+/**
+ * Throws the `UnsupportedSessionError` of `dir`'s meta.json (a regular file, just checked) when
+ * it is of an unsupported format or version; returns otherwise, also when it cannot be read or
+ * is invalid (the caller reports what it found first).
+ */
+async function refuseUnsupported(fs: FileSystem, dir: string): Promise<void> {
+  try {
+    await readStorageMeta(fs, dir, true);
+  } catch (error) {
+    if (error instanceof UnsupportedSessionError) throw error;
+  }
 }
 
 /**
