@@ -172,3 +172,12 @@ test("layout show, resolve and tree write a line feed or tab in a repository's p
   assert.equal(tree.out.split("\n").length, 3, tree.out);
   assert(tree.out.includes(escaped), tree.out);
 });
+
+test("'traces help' prints the traces help like 'sessions help' and 'layout help' (exit 0)", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/repo", { recursive: true });
+  const { io, out } = memoryIo(fs, "/repo", Date.parse("2026-12-01T00:00:00Z"));
+  assert.equal(await runTraces(io, ["help"]), 0);
+  assert.match(out(), /traces list/);
+  assert.match(out(), /traces inspect/);
+});

@@ -373,7 +373,7 @@ export async function runTraces(io: CliIo, args: readonly string[]): Promise<num
     io.err(HELP.traces + "\n");
     return 2;
   }
-  if (sub === "--help" || sub === "-h" || parsed.flags.has("help")) {
+  if (sub === "help" || sub === "--help" || sub === "-h" || parsed.flags.has("help")) {
     io.out(HELP.traces + "\n");
     return 0;
   }
