@@ -329,3 +329,25 @@ test("sessions delete of a session that is not archived names --include-unarchiv
   assert.doesNotMatch(raced.err, /archivedOnly/);
   assert.equal((await store.list(CWD)).length, 1, "nothing was deleted");
 });
+
+test("sessions compact --json has one shape: findings is always there, empty when none", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(CWD);
+  const history = conversation(2);
+  await session.commit(history);
+  // A rewrite leaves the earlier generation's bytes in messages.jsonl: something to compact.
+  await session.commit([{ ...history[0]!, content: "edited" } as Message, ...history.slice(1)]);
+  await session.close();
+  const keys = (out: string) => Object.keys(JSON.parse(out)).sort();
+  const compacted = await sessions(fs, Date.now(), ["compact", session.id, "--json"]);
+  assert.equal(compacted.code, 0, compacted.out);
+  assert.equal(JSON.parse(compacted.out).compacted, true);
+  assert.deepEqual(JSON.parse(compacted.out).findings, []);
+  const again = await sessions(fs, Date.now(), ["compact", session.id, "--json"]);
+  assert.equal(again.code, 0, again.out);
+  assert.equal(JSON.parse(again.out).compacted, false);
+  assert.deepEqual(JSON.parse(again.out).findings, []);
+  assert.deepEqual(keys(compacted.out), keys(again.out));
+});

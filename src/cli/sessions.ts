@@ -1032,7 +1032,8 @@ async function compact(io: CliIo, flags: StoreFlags, args: readonly string[]): P
   const result = await storeFor(io, flags, located.collection).compact(located.dir);
   const json = parsed.flags.has("json");
   if (result.compacted) {
-    if (json) printJson(io, { ...result, ok: true });
+    // One shape whichever way it went: `findings` is there, empty when there are none.
+    if (json) printJson(io, { ...result, ok: true, findings: [] });
     else {
       io.out(
         inlined`compacted ${result.dir}: messages.jsonl ${formatBytes(result.bytesBefore)} -> ${
