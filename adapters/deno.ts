@@ -503,6 +503,12 @@ export const denoSha256: Sha256Factory = nodeSha256;
  * instance (`processStart`) is read from `/proc/<pid>/stat`, which Deno allows only under `-A`;
  * without it the probe knows no instances, and a lock naming this pid that this library copy did
  * not take is taken as an earlier process's leftover, so worker threads do not refuse each other.
+ * Its pid namespace (`/proc/self/ns/pid`) too is read only under `-A`: without it the probe knows
+ * none, so its locks name none (a writer in another pid namespace sharing the host name and disk,
+ * a container, judges them by pid, and cannot tell them from a dead process's lock when that pid
+ * does not exist there), and a lock that names a namespace is respected as live, never taken over
+ * nor removed by cleanup: whether its holder runs cannot be checked. Writers in containers that
+ * share the host name and disk need `-A` on Deno for their locks to be respected.
  *
  * @returns A probe of this process and host.
  */

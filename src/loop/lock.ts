@@ -16,14 +16,16 @@
  * mode 0600 and holds one JSON object: `{"pid", "host", "startedAt", "token"}`, plus
  * `"processStart"` where the probe can identify process instances and `"pidNamespace"` where it
  * knows its pid namespace (Linux). A lock is *live* while its holder may still run: another host
- * or another pid namespace of this host (neither can be probed), a pid the probe reports alive
- * (and, with `processStart`, still the same process), a token this copy of the library holds, or
- * this very process instance (another worker thread or copy of the library). It is *stale* when
- * its pid is dead on this host, names another process instance than the one now running with
- * that pid, or names this process's pid with a token it does not hold and no `processStart` to
- * tell otherwise (then assumed a leftover of an earlier process that had the same pid). A lock
- * file that cannot be parsed is given a short grace period (its writer may be between create and
- * write) and is stale after it.
+ * or another pid namespace of this host (neither can be probed), a pid namespace where the probe
+ * cannot tell its own (Deno without `-A`: the lock's pid may be another namespace's, so nothing
+ * here tells whether it runs; a lock that names no namespace is judged by its pid), a pid the
+ * probe reports alive (and, with `processStart`, still the same process), a token this copy of
+ * the library holds, or this very process instance (another worker thread or copy of the
+ * library). It is *stale* when its pid is dead on this host, names another process instance
+ * than the one now running with that pid, or names this process's pid with a token it does not
+ * hold and no `processStart` to tell otherwise (then assumed a leftover of an earlier process
+ * that had the same pid). A lock file that cannot be parsed is given a short grace period (its
+ * writer may be between create and write) and is stale after it.
  *
  * A lock file this copy of the library gave up while it could not remove it (a release, or a
  * failed acquisition, whose removal failed) carries a token it *abandoned*: no one holds it, so
@@ -202,10 +204,23 @@ async function readLockBytes(fs: FileSystem, path: string): Promise<Uint8Array |
   return read;
 }
 
+/**
+ * True when `record` names a pid namespace this probe cannot compare with its own, since it does
+ * not know its own (Deno without `-A` cannot read `/proc/self/ns/pid`): its pid may be one of
+ * another namespace, which cannot be probed from here.
+ */
+function namespaceUnknown(record: LockRecord, probe: ProcessProbe): boolean {
+  return record.host === probe.host && record.pidNamespace !== undefined &&
+    probe.pidNamespace === undefined;
+}
+
 function isLive(record: LockRecord, probe: ProcessProbe): boolean {
   if (record.host !== probe.host) return true;
   // Another pid namespace on this host (a container, a sandbox) is another host to the probe: its
-  // pids cannot be probed from here. A record or probe that does not know it compares as before.
+  // pids cannot be probed from here. So is a namespace this probe cannot compare with its own (it
+  // does not know its own): live, unless the token is this copy's own (held, or given up). A
+  // record that names no namespace (its writer's probe could not tell) compares by pid as before.
+  if (namespaceUnknown(record, probe)) return !abandonedTokens.has(record.token);
   if (
     record.pidNamespace !== undefined && probe.pidNamespace !== undefined &&
     record.pidNamespace !== probe.pidNamespace
@@ -523,7 +538,7 @@ function lockedError(
     : `process ${holder.pid} on host ${JSON.stringify(holder.host)} (since ${holder.startedAt})`;
   return new SessionLockedError(
     `Session is being written by ${who}; close it there first, or open it read-only${
-      context.probe === undefined ? PROBELESS_HINT : ""
+      hint(context, holder)
     }`,
     { file: lockPath, pid: holder?.pid, host: holder?.host },
   );
@@ -537,9 +552,24 @@ function collectionLockedError(
   return new SessionLockedError(
     `Session collection is locked by ${
       holder === undefined ? "another process" : `process ${holder.pid}`
-    }; try again when its operation finished${context.probe === undefined ? PROBELESS_HINT : ""}`,
+    }; try again when its operation finished${hint(context, holder)}`,
     { file: lockPath, pid: holder?.pid, host: holder?.host },
   );
+}
+
+/** What a refusal adds when this store cannot tell whether the holder still runs. */
+function hint(context: StoreContext, holder: LockRecord | undefined): string {
+  const probe = context.probe;
+  if (probe === undefined) return PROBELESS_HINT;
+  if (holder !== undefined && namespaceUnknown(holder, probe)) {
+    return ` (its lock names pid namespace ${
+      JSON.stringify(holder.pidNamespace)
+    } and this process cannot read its own from /proc/self/ns/pid, so whether that process ` +
+      "still runs cannot be checked from here: it may run in a container or sandbox sharing " +
+      "this host name. Run with permission to read /proc (on Deno, -A) to check it, or, if no " +
+      "process holds the lock, remove the lock file by hand)";
+  }
+  return "";
 }
 
 /** What a refusal adds when the store has no probe to tell a dead holder from a live one. */
