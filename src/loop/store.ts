@@ -159,6 +159,35 @@ function checkStoreOptions(options: SessionStoreOptions): void {
   }
 }
 
+/**
+ * Refuses (`InvalidArgumentError` naming it) a path argument `name` that is not a string, or (with
+ * `optional`) undefined, before anything is looked at: never a raw `TypeError` from deep inside.
+ */
+function checkPathArgument(name: string, value: unknown, optional = false): void {
+  if (typeof value === "string" || (optional && value === undefined)) return;
+  throw new InvalidArgumentError(
+    name,
+    `${name} must be a path (a string)${optional ? " or undefined" : ""}, got ${preview(value)}`,
+  );
+}
+
+/**
+ * Refuses (`InvalidArgumentError`) an options argument that is neither an object nor undefined,
+ * and a flag of it among `booleans` that is set to anything but a boolean.
+ */
+function checkOptionsArgument(value: unknown, booleans: readonly string[] = []): void {
+  if (value === undefined) return;
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new InvalidArgumentError("options", `options must be an object, got ${preview(value)}`);
+  }
+  for (const name of booleans) {
+    const flag = (value as Record<string, unknown>)[name];
+    if (flag !== undefined && typeof flag !== "boolean") {
+      throw new InvalidArgumentError(name, `${name} must be a boolean, got ${preview(flag)}`);
+    }
+  }
+}
+
 /** Options of `SessionStore.open`. */
 export interface OpenSessionOptions {
   /** Open without taking the writer slot; every write rejects. Default false. */
@@ -282,6 +311,7 @@ export class SessionStore {
 
   /** The canonical form of `cwd` (every symlink resolved); it must be an existing directory. */
   async canonicalCwd(cwd: string): Promise<string> {
+    checkPathArgument("cwd", cwd);
     if (!isAbsolute(cwd)) {
       throw new InvalidArgumentError("cwd", `cwd must be an absolute path: '${cwd}'`);
     }
@@ -358,15 +388,11 @@ export class SessionStore {
    * previous directory, its directory again), a few times at most.
    */
   async open(path: string, options: OpenSessionOptions = {}): Promise<SessionManager> {
+    checkPathArgument("path", path);
     if (!isAbsolute(path)) {
       throw new InvalidArgumentError("path", `Session path must be absolute: '${path}'`);
     }
-    if (options.readOnly !== undefined && typeof options.readOnly !== "boolean") {
-      throw new InvalidArgumentError(
-        "readOnly",
-        `readOnly must be a boolean, got ${preview(options.readOnly)}`,
-      );
-    }
+    checkOptionsArgument(options, ["readOnly"]);
     const normalized = normalize(path);
     const readOnly = options.readOnly === true;
     refusePrivatePath(path, normalized);
@@ -704,6 +730,8 @@ export class SessionStore {
     cwd: string | undefined,
     sessionDir: string | undefined,
   ): Promise<{ collection: string; cwd: string | undefined }> {
+    checkPathArgument("cwd", cwd, true);
+    checkPathArgument("sessionDir", sessionDir, true);
     if (sessionDir !== undefined && !isAbsolute(sessionDir)) {
       throw new InvalidArgumentError("sessionDir", `sessionDir must be absolute: '${sessionDir}'`);
     }
@@ -745,6 +773,7 @@ export class SessionStore {
     sessionDir?: string,
     options: ListOptions = {},
   ): Promise<ListResult> {
+    checkOptionsArgument(options, ["fast", "pinnedFirst"]);
     const concurrency = options.concurrency;
     if (concurrency !== undefined && !(Number.isSafeInteger(concurrency) && concurrency >= 1)) {
       throw new InvalidArgumentError(
@@ -801,8 +830,9 @@ export class SessionStore {
    * collection path (`dir` itself is then missing), from where it is staged, or from `dir` once
    * the recovery of `toCollection`, when that is its own collection, put it back.
    *
-   * @throws {InvalidArgumentError} When `options.id` is not a session id (a lowercase UUID), or
-   * `dir` is inside a private staging or delete directory.
+   * @throws {InvalidArgumentError} When `dir` or `toCollection` is not an absolute path,
+   * `options` not an object, `options.id` not a session id (a lowercase UUID), or `dir` is inside
+   * a private staging or delete directory.
    * @throws {SessionFormatError} When `dir` is not a directory itself, a session file is not a
    * regular file, or `toCollection` is a link.
    * @throws {SessionBusyError} When a session `options.id` already exists in `toCollection`.
@@ -813,6 +843,13 @@ export class SessionStore {
     options: { readonly id?: string } = {},
   ): Promise<SalvageResult> {
     const context = this.#context;
+    for (const [name, path] of [["dir", dir], ["toCollection", toCollection]] as const) {
+      checkPathArgument(name, path);
+      if (!isAbsolute(path)) {
+        throw new InvalidArgumentError(name, `${name} must be an absolute path: '${path}'`);
+      }
+    }
+    checkOptionsArgument(options);
     if (options.id !== undefined) checkSalvageId(options.id);
     refusePrivatePath(dir, normalize(dir));
     // A source that would be refused (a linked file, no readable meta.json) is refused before
@@ -874,6 +911,7 @@ export class SessionStore {
    * recovery goes by), and not inside a private staging or delete directory.
    */
   #sessionDirOf(path: string): string {
+    checkPathArgument("path", path);
     if (!isAbsolute(path)) {
       throw new InvalidArgumentError("path", `Session path must be absolute: '${path}'`);
     }
