@@ -701,7 +701,9 @@ export interface StagedDeletion {
  * that must see an uncommitted delete as not happened (see the module doc). Undefined when the
  * delete committed (the `committed` marker exists: its sessions are gone), when the directory is
  * gone, or when it stages nothing. Only entries the journal names are reported, like a rollback
- * only moves those back.
+ * only moves those back. A journal missing while entries are listed is looked for again (the
+ * delete may have finished or rolled back between the listing and the read, in another process):
+ * only entries still staged without a journal, look after look, are reported as damage (`error`).
  */
 export async function inspectDeletion(
   fs: FileSystem,
@@ -709,18 +711,60 @@ export async function inspectDeletion(
   name: string,
 ): Promise<StagedDeletion | undefined> {
   const staging = join(collection, name);
-  let listing;
+  for (let look = 1;; look++) {
+    const found = await inspectDeletionOnce(fs, staging);
+    // A journal missing while entries were listed: the delete may have finished (or rolled
+    // back) between the listing and the read, by another process. Both remove the journal only
+    // once the entries are gone (a finished delete's marker after it), so a second look sees the
+    // directory gone, committed or emptied; entries still there without a journal are damage.
+    if (found === undefined || !("missingJournal" in found)) return found;
+    if (look >= JOURNAL_LOOKS) {
+      return {
+        dir: staging,
+        directories: new Map(),
+        legacy: new Map(),
+        archived: [],
+        error: new CorruptSessionError(
+          "A staged deletion has entries but no readable journal; it was left for inspection",
+          { file: join(staging, DELETE_INTENT_FILE) },
+        ),
+        ids: found.missingJournal,
+      };
+    }
+  }
+}
+
+/** How many times `inspectDeletion` looks at a staging directory whose journal is missing. */
+const JOURNAL_LOOKS = 3;
+
+/** The listing of the delete staging directory `staging`, undefined when it is gone. */
+async function listStaging(fs: FileSystem, staging: string): Promise<DirEntry[] | undefined> {
   try {
-    listing = await fs.readDir(staging);
+    return await fs.readDir(staging);
   } catch (error) {
     if (error instanceof NotFound) return undefined;
     throw error;
   }
+}
+
+/** The staged entries of a delete staging directory's listing (not its journal, not temp files). */
+function stagedEntries(listing: readonly DirEntry[]): DirEntry[] {
+  return listing.filter((entry) => entry.name !== DELETE_INTENT_FILE && !isTempName(entry.name));
+}
+
+/**
+ * One look of `inspectDeletion`; `missingJournal` (the ids of the staged entries) when entries
+ * were listed and no journal was read.
+ */
+async function inspectDeletionOnce(
+  fs: FileSystem,
+  staging: string,
+): Promise<StagedDeletion | undefined | { readonly missingJournal: readonly string[] }> {
+  const listing = await listStaging(fs, staging);
+  if (listing === undefined) return undefined;
   if (isCommitted(listing)) return undefined;
   // The journal and a marker still under its temp name (never committed) are not staged entries.
-  const staged = listing.filter((entry) =>
-    entry.name !== DELETE_INTENT_FILE && !isTempName(entry.name)
-  );
+  const staged = stagedEntries(listing);
   if (staged.length === 0) {
     // Nothing staged (yet, or any more: a rollback moved everything back): the membership its
     // rollback restores still counts.
@@ -742,19 +786,7 @@ export async function inspectDeletion(
     })),
   ];
   const intent = await readIntent(fs, staging);
-  if (intent === undefined) {
-    return {
-      dir: staging,
-      directories: new Map(),
-      legacy: new Map(),
-      archived: [],
-      error: new CorruptSessionError(
-        "A staged deletion has entries but no readable journal; it was left for inspection",
-        { file: join(staging, DELETE_INTENT_FILE) },
-      ),
-      ids,
-    };
-  }
+  if (intent === undefined) return { missingJournal: ids };
   const directories = new Map<string, string>();
   const legacy = new Map<string, string>();
   const kept: [string, string][] = [];
