@@ -249,7 +249,11 @@ export async function acceptEvalReceipt(
       if (bound !== undefined && bound.receipt_sha256 === sha256) {
         // Accepted once, these exact bytes (a rerun, maybe after a crash between the seal and
         // its sidecar, maybe once prune-raw removed the raw output): the sealed acceptance, its
-        // sidecar written again from the seal when it is missing or says otherwise.
+        // sidecar written again from the seal when it is missing or says otherwise. The seal may
+        // be one a call that failed before the fsync of state.json's directory wrote: it is made
+        // durable first, so neither the sidecar nor the result stands on a seal a power loss
+        // can take back.
+        await ensureFileDurable(fs, session.stateJson, durability);
         await copySealToSidecar(fs, session, sidecarFile, bound, durability);
         return bound;
       }

@@ -5,7 +5,7 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
-import type { Durability } from "../port/durable.ts";
+import { type Durability, ensureFileDurable } from "../port/durable.ts";
 import { join } from "../port/path.ts";
 import { decodeJson, type JsonObject, writeJsonAtomic } from "./json_io.ts";
 import {
@@ -83,7 +83,10 @@ export interface UpdateStateOptions {
 /**
  * Reads `state.json`, validates it, lets `change` edit a copy of the raw object (unknown fields
  * kept), bumps `state_revision` and `updated_at`, validates the result and replaces the file
- * atomically. Returns the new state. A `change` that returns `false` leaves the file untouched.
+ * atomically. Returns the new state. A `change` that returns `false` leaves the file untouched,
+ * made durable (its directory synced under `"full"` durability, unless this process already did
+ * since the file was last published): the state it returns may be one that a call which failed
+ * before its directory's fsync wrote, and a caller builds on it.
  * The state keeps its version: a legacy state without `schema_version` (v1) is written with
  * `schema_version: 1`, and a `change` that alters the version is refused (`LayoutRecordError`).
  * The state must be the session's own, before and after `change`: one that names another session
@@ -115,7 +118,14 @@ export async function updateSessionState(
     const next: Record<string, unknown> = "schema_version" in (raw as Record<string, unknown>)
       ? { ...(raw as Record<string, unknown>) }
       : { schema_version: current.schema_version, ...(raw as Record<string, unknown>) };
-    if (change(next, current) === false) return current;
+    if (change(next, current) === false) {
+      // Nothing to change: the state already says what the caller relies on, maybe because a
+      // call that failed after its rename (before the directory's fsync) wrote it. It is made
+      // durable before it is reported, unless this process already synced it since it was
+      // last published.
+      await ensureFileDurable(fs, file, options.durability);
+      return current;
+    }
     if (next.schema_version !== current.schema_version) {
       // A write keeps the version it read: a v2 state never becomes a v1 one (or the reverse).
       throw new LayoutRecordError(
