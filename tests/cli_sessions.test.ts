@@ -351,3 +351,29 @@ test("sessions compact --json has one shape: findings is always there, empty whe
   assert.deepEqual(JSON.parse(again.out).findings, []);
   assert.deepEqual(keys(compacted.out), keys(again.out));
 });
+
+test("sessions salvage --to a private staging directory or into a session is refused in one line, writing nothing", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  await session.close();
+  const dir = session.getSessionPath();
+  const collection = dirname(dir);
+  fs.syncAll();
+  const before = fs.clone();
+  for (const to of [`${collection}/.staging-rescue`, `${collection}/.delete-rescue`, dir]) {
+    let err = "";
+    const { io, out } = memoryIo(fs, CWD, Date.now());
+    const code = await runCli(
+      ["--data-dir", AGENT, "sessions", "salvage", session.id, "--to", to],
+      { ...io, err: (text) => void (err += text) },
+    );
+    assert.equal(code, 1, `${to}: ${out()}`);
+    assert.match(err, /^error: Salvage destination .* is not a collection: .*\n$/, to);
+    assert.equal(err.split("\n").length, 2, err);
+    assert.equal(out(), "", to);
+  }
+  assert.deepEqual(fs.snapshotTree(), before.snapshotTree());
+});

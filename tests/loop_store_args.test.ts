@@ -7,6 +7,7 @@ import { MemoryFs } from "../adapters/memory.ts";
 import { InvalidArgumentError } from "../src/loop/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import { conversation } from "./_fixtures.ts";
+import { dirname } from "../src/port/path.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -64,4 +65,62 @@ test("store methods refuse a path, cwd or options argument of the wrong kind wit
   }
   // Nothing was written by any of them.
   assert.deepEqual(fs.snapshotTree(), before.snapshotTree());
+});
+
+test("salvage refuses a destination that is no collection: a private directory, the sessions root, or inside a session", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const saved = async (on: SessionStore) => {
+    const session = await on.create(CWD);
+    await session.commit(conversation(1));
+    await session.close();
+    return session;
+  };
+  const damaged = await saved(store);
+  const other = await saved(store);
+  const collection = dirname(damaged.getSessionPath());
+  const otherDir = other.getSessionPath();
+  // A collection outside the data directory, with a session in it and one a compaction holds.
+  const custom = new SessionStore({ fs, agentDir: AGENT, sessionDir: "/custom" });
+  const inCustom = (await saved(custom)).getSessionPath();
+  const heldDir = (await saved(custom)).getSessionPath();
+  const held = heldDir.slice("/custom/".length);
+  await fs.mkdir(`/custom/.staging-${held}-abcdef12`);
+  await fs.rename(heldDir, `/custom/.staging-${held}-abcdef12/previous`);
+  // A link into a session directory, and a session directory not named by its id.
+  await fs.symlink(otherDir, "/linked");
+  await fs.mkdir("/odd", { recursive: true });
+  await fs.writeFile("/odd/meta.json", await fs.readFile(`${otherDir}/meta.json`));
+  fs.syncAll();
+  const before = fs.clone();
+  for (
+    const to of [
+      `${collection}/.staging-rescue`,
+      `${collection}/.delete-rescue`,
+      `${collection}/.staging-rescue/deeper`,
+      `${AGENT}/sessions/.rescue`,
+      `${AGENT}/sessions/.rescue/sub`,
+      `${AGENT}/sessions`,
+      otherDir,
+      `${otherDir}/nested`,
+      `${collection}/${damaged.id}`,
+      "/custom/.delete-x",
+      inCustom,
+      `${inCustom}/nested`,
+      heldDir,
+      "/linked",
+      "/linked/nested",
+      "/odd",
+    ]
+  ) {
+    await assert.rejects(store.salvage(damaged.getSessionPath(), to), refused("toCollection"), to);
+  }
+  assert.deepEqual(fs.snapshotTree(), before.snapshotTree());
+  // A collection of the store, a new one, another directory, an explicit collection: accepted.
+  for (const to of [collection, `${AGENT}/sessions/rescued`, "/rescue", "/custom"]) {
+    const result = await store.salvage(damaged.getSessionPath(), to);
+    assert.equal(dirname(result.dir), to);
+    assert.equal(result.kept, 2, to);
+  }
 });

@@ -101,7 +101,10 @@ nothing else already, nothing is rewritten and the committed range is verified i
   salvage: `Usage: loop-sessions sessions salvage <id|path> --to <collection dir> [--json]
 
 Exports the longest valid prefix of a damaged session into a new session under the given
-collection directory. The original is left untouched.`,
+collection directory. The original is left untouched. The destination must be a collection: the
+sessions root itself, a private directory of the store (a name starting with '.' under
+<data dir>/sessions/, or a .staging-*/.delete-* directory anywhere) and a place inside a session
+directory are refused (exit 1), as a later cleanup, compaction or delete would take them along.`,
 };
 
 /** Shared options of the sessions commands. */

@@ -831,8 +831,9 @@ export class SessionStore {
    * the recovery of `toCollection`, when that is its own collection, put it back.
    *
    * @throws {InvalidArgumentError} When `dir` or `toCollection` is not an absolute path,
-   * `options` not an object, `options.id` not a session id (a lowercase UUID), or `dir` is inside
-   * a private staging or delete directory.
+   * `options` not an object, `options.id` not a session id (a lowercase UUID), `dir` is inside
+   * a private staging or delete directory, or `toCollection` is no collection: the sessions root,
+   * a private directory of the store, or a place inside a session (see `#checkSalvageDestination`).
    * @throws {SessionFormatError} When `dir` is not a directory itself, a session file is not a
    * regular file, or `toCollection` is a link.
    * @throws {SessionBusyError} When a session `options.id` already exists in `toCollection`.
@@ -852,6 +853,7 @@ export class SessionStore {
     checkOptionsArgument(options);
     if (options.id !== undefined) checkSalvageId(options.id);
     refusePrivatePath(dir, normalize(dir));
+    await this.#checkSalvageDestination(toCollection);
     // A source that would be refused (a linked file, no readable meta.json) is refused before
     // the collection is made.
     const source = await this.#salvageSource(dir);
@@ -872,6 +874,79 @@ export class SessionStore {
         }),
       { create: true },
     );
+  }
+
+  /**
+   * Refuses (`InvalidArgumentError`) a salvage destination that is no collection, before anything
+   * is written: the sessions root `<agentDir>/sessions` itself (its entries are collections), a
+   * directory private to the store or inside one (`.staging-*`, `.delete-*` anywhere; below the
+   * sessions root, any name starting with '.', which listings skip), or a place inside a session,
+   * which its delete or compaction would take along: below the sessions root, a directory named
+   * like a session or its files (`<id>`, `<id>.<…>`); anywhere, a directory named by a session id
+   * that holds a meta.json or whose copy a compaction or a delete holds aside, and a destination
+   * (or, below the sessions root, a directory on the way to it) holding a meta.json. Judged on
+   * the path as given and on its real path, so a link never leads into one.
+   */
+  async #checkSalvageDestination(toCollection: string): Promise<void> {
+    const root = join(this.agentDir, "sessions");
+    const given = normalize(toCollection);
+    const judged: [string, string][] = [[given, root]];
+    const [realPath, realRoot] = [await this.#realPrefix(given), await this.#realPrefix(root)];
+    if (realPath !== given || realRoot !== root) judged.push([realPath, realRoot]);
+    const refuse = (why: string): never => {
+      throw new InvalidArgumentError(
+        "toCollection",
+        `Salvage destination '${toCollection}' is not a collection: ${why}; salvage into a collection directory`,
+      );
+    };
+    for (const [path, sessions] of judged) {
+      if (path === sessions) refuse("it is the sessions root, whose entries are collections");
+      const below = path.startsWith(sessions + "/");
+      for (const name of path.split("/")) {
+        if (name.startsWith(STAGING_PREFIX) || name.startsWith(DELETE_PREFIX)) {
+          refuse(`'${name}' is a private staging directory of the store`);
+        }
+      }
+      for (let dir = path; dir !== dirname(dir); dir = dirname(dir)) {
+        const name = basename(dir);
+        const inStore = below && dir.startsWith(sessions + "/");
+        if (inStore && name.startsWith(".")) {
+          refuse(`'${name}' below '${sessions}' is a private directory of the store`);
+        }
+        const id = name.slice(0, 36);
+        if (inStore && isSessionId(id) && (name.length === 36 || name.charAt(36) === ".")) {
+          refuse(`'${dir}' is named like a session in a collection`);
+        }
+        if (
+          (dir === path || inStore || isSessionId(name)) &&
+          await entryKind(this.fs, join(dir, META_FILE)) !== undefined
+        ) {
+          refuse(`'${dir}' is a session directory (it holds ${META_FILE})`);
+        }
+        if (isSessionId(name)) {
+          const staging = await this.#staging(dir);
+          if (staging.compaction || staging.deleted !== undefined || staging.error !== undefined) {
+            refuse(`'${dir}' is a session that a compaction or a delete holds aside`);
+          }
+        }
+      }
+    }
+  }
+
+  /**
+   * The real path of `path`: its deepest existing ancestor's, links resolved, with the rest of
+   * `path` after it (`path` itself when nothing of it resolves).
+   */
+  async #realPrefix(path: string): Promise<string> {
+    const rest: string[] = [];
+    for (let dir = path;; dir = dirname(dir)) {
+      try {
+        return normalize(join(await this.fs.realPath(dir), ...rest.reverse()));
+      } catch (error) {
+        if (!(error instanceof NotFound) || dir === dirname(dir)) return path;
+        rest.push(basename(dir));
+      }
+    }
   }
 
   /**
