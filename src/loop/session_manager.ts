@@ -66,7 +66,13 @@ import {
   validateSessionMetadata,
   validateSystemPromptCheckpoints,
 } from "./records/mod.ts";
-import { checkJsonData, MAX_HEADER_NESTING } from "./records/_validation.ts";
+import {
+  checkJsonData,
+  checkNesting,
+  jsonNestsDeeper,
+  MAX_HEADER_NESTING,
+  MAX_MESSAGE_NESTING,
+} from "./records/_validation.ts";
 import {
   checkSessionCwd,
   closeWhenOpened,
@@ -529,6 +535,11 @@ export class SessionManager {
           );
         }
         validator.push(message, line.index);
+        // As a save refuses it: a message this deep could not be copied or written on every
+        // runtime (judged without recursion; a short line cannot nest that deep).
+        if (jsonNestsDeeper(message, text, MAX_MESSAGE_NESTING)) {
+          refuseDeepMessage(message, line.index, messagesFile);
+        }
         messages.push(message as Message);
         roles.push((message as Message).role);
         offsets.push(line.offset);
@@ -567,8 +578,10 @@ export class SessionManager {
     offsets.push(meta.bytes);
     const rounds = roundsOf(roles, offsets, 0);
     // Compare the last message with its canonical serialization, whatever bytes a legacy writer
-    // or a migration left: an unchanged message must not look edited.
-    if (messages.length > 0) lastLine = JSON.stringify(messages[messages.length - 1]);
+    // or a migration left: an unchanged message must not look edited. Every message read is
+    // within `MAX_MESSAGE_NESTING`, which JSON writes on every runtime; the line read stands in
+    // should that ever fail.
+    if (messages.length > 0) lastLine = canonicalLine(messages[messages.length - 1], lastLine);
     const manager = new SessionManager(init, {
       meta,
       header: meta.header,
@@ -703,7 +716,8 @@ export class SessionManager {
    * `toJSON` method, such as a `Date`; a boxed primitive such as `new Number(1)`; a class instance
    * or any object whose prototype is not `Object.prototype` or `null`) and a field the validator
    * reads that JSON would not write (a non-enumerable one) are refused with a `SessionFormatError`
-   * naming the field, before anything is written.
+   * naming the field, before anything is written; so is a message JSON writes nested deeper than
+   * `MAX_MESSAGE_NESTING` (1,000) levels, on every runtime.
    *
    * Saved messages are recognized by identity: pass the same objects again (or equal new ones).
    * To change an earlier message, pass a new object in its place and leave the saved one as it
@@ -713,8 +727,8 @@ export class SessionManager {
    * (hosts may finish it in place). The identity check costs a few nanoseconds per saved
    * message; `append()` skips it. The metadata arrays given are copied when the call is made, so
    * the caller may change them at once: what is validated is what is written. A save that fails
-   * stays pending as it was given (the messages it had not saved are copied), and `flush()`
-   * retries exactly that.
+   * stays pending as it was serialized (the messages it had not saved are copied from their
+   * lines), and `flush()` retries exactly that.
    *
    * Saves (`commit()` and `append()`) called while another call is in flight are queued, and
    * those queued back to back are written together: each is validated on the state the ones
@@ -1230,15 +1244,13 @@ export class SessionManager {
   /**
    * Keeps `prepared`, a save that was not written, as the pending save `flush()` retries. The
    * snapshot is what was serialized, as it was: the caller keeps its objects (and may finish the
-   * last message in place meanwhile), so the new messages are copied. The saved ones before them
-   * are the manager's own and compare by identity; the metadata arrays are the manager's own
-   * copies already (`ownMetadata`).
+   * last message in place meanwhile), so the new messages are copied, parsed back from the lines
+   * the save serialized (`writtenCopies`): a copy that cannot fail, so the write's error is the
+   * one the save rejects with. The saved ones before them are the manager's own and compare by
+   * identity; the metadata arrays are the manager's own copies already (`ownMetadata`).
    */
   #keepPending(prepared: PreparedCommit): void {
-    const messages = prepared.arrays.messages.slice(0, prepared.count);
-    for (let i = prepared.first; i < messages.length; i++) {
-      messages[i] = clone(messages[i] as Message);
-    }
+    const messages = writtenCopies(prepared);
     this.#pending = {
       messages,
       runtimeContexts: prepared.runtimeContexts,
@@ -1618,7 +1630,10 @@ export class SessionManager {
           before,
         );
         return {
-          messages: clone(messages.slice(start, end)),
+          // Copied as a page read from the log copies them: parsed from their JSON.
+          messages: messages.slice(start, end).map((message, i) =>
+            JSON.parse(serializeMessage(message, start + i, this.#messagesFile)) as Message
+          ),
           start,
           end,
           total: messages.length,
@@ -2263,17 +2278,72 @@ function laterTime(candidate: string, current: string): string {
   return Number.isFinite(existing) && existing > Date.parse(candidate) ? current : candidate;
 }
 
-/** Serializes one message line; a value JSON cannot represent is a format error, not a crash. */
+/**
+ * Serializes one message line (global index `index`); a value JSON cannot represent is a format
+ * error, not a crash, and so is a message nested deeper than `MAX_MESSAGE_NESTING` levels,
+ * whichever runtime writes it (see `refuseDeepMessage`).
+ */
 function serializeMessage(message: Message, index: number, file: string): string {
+  let line: string;
   try {
-    return JSON.stringify(message);
+    line = JSON.stringify(message);
   } catch (error) {
+    // Node's JSON.stringify overflows the stack past about 4,000 levels (Deno's writes any
+    // depth): a message that deep is refused as every runtime refuses it.
+    if (error instanceof RangeError) {
+      checkNesting(message, MAX_MESSAGE_NESTING, INVALID_MESSAGE, { file }, `messages[${index}]`);
+    }
     throw new SessionFormatError(`Message cannot be serialized: ${(error as Error).message}`, {
       file,
       path: `messages[${index}]`,
       cause: error,
     });
   }
+  if (jsonNestsDeeper(message, line, MAX_MESSAGE_NESTING)) refuseDeepMessage(message, index, file);
+  return line;
+}
+
+const INVALID_MESSAGE = "Invalid session message";
+
+/**
+ * Throws the `SessionFormatError` of `message` (global index `index` of `file`), whose JSON nests
+ * deeper than `MAX_MESSAGE_NESTING` levels: at the path of its first object or array past the
+ * limit, found without recursion, or at the message itself when its objects do not show it (a
+ * `toJSON` method returned something deeper than itself).
+ */
+function refuseDeepMessage(message: unknown, index: number, file: string): never {
+  const path = `messages[${index}]`;
+  checkNesting(message, MAX_MESSAGE_NESTING, INVALID_MESSAGE, { file }, path);
+  throw new SessionFormatError(
+    `${INVALID_MESSAGE}: nested deeper than ${MAX_MESSAGE_NESTING} levels`,
+    { file, path },
+  );
+}
+
+/** `JSON.stringify(message)`, or `fallback` should that fail. */
+function canonicalLine(message: unknown, fallback: string | undefined): string | undefined {
+  try {
+    return JSON.stringify(message);
+  } catch {
+    return fallback;
+  }
+}
+
+/**
+ * The history `prepared` leads to, its messages from `prepared.first` on (the ones it serialized)
+ * replaced by copies parsed back from the lines it serialized: what the save writes, whatever the
+ * caller does to its objects later. Unlike a structured clone, this never fails for a message the
+ * save accepted (a function JSON leaves out, a nesting a runtime cannot clone): `JSON.parse` is
+ * iterative, and the lines are JSON the save wrote.
+ */
+function writtenCopies(prepared: PreparedCommit): Message[] {
+  const messages = prepared.arrays.messages.slice(0, prepared.count);
+  const lines = decoder.decode(prepared.bytes).split("\n");
+  for (let i = prepared.first; i < messages.length; i++) {
+    const line = lines[i - prepared.first];
+    if (line !== undefined) messages[i] = JSON.parse(line) as Message;
+  }
+  return messages;
 }
 
 /**

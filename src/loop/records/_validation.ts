@@ -109,6 +109,93 @@ export function childPath(base: string, key: string | number): string {
  */
 export const MAX_HEADER_NESTING = 200;
 
+/**
+ * How deeply a message may nest objects and arrays (the message itself is level 1; a tool
+ * result's `details` is level 2), on save and on load, the same on every runtime. Far past any
+ * message a host writes, and well within what the runtimes' structured clone and
+ * `JSON.stringify` can copy or write (about 1,900 and 4,100 levels in Node 20, 2,700 and no limit
+ * in Deno): without it a message one runtime saves could be one another cannot open, or a save
+ * could fail with a stack overflow instead of a typed error.
+ */
+export const MAX_MESSAGE_NESTING = 1000;
+
+/**
+ * True when `value`, written by `JSON.stringify` as `text`, nests objects and arrays deeper than
+ * `limit` levels (`value` itself is level 1). Cheap, and iterative: a text shorter than
+ * `2 * (limit + 1)` characters cannot nest that deep, and is not looked at further; otherwise the
+ * objects of `value` are walked (a cost per object, not per character), and the text is scanned
+ * only when they cannot tell what JSON writes (an object with a `toJSON` method, or one that is
+ * not a plain object or an array).
+ */
+export function jsonNestsDeeper(value: unknown, text: string, limit: number): boolean {
+  if (text.length < 2 * (limit + 1)) return false;
+  return objectsNestDeeper(value, limit) ?? textNestsDeeper(text, limit);
+}
+
+/**
+ * True when the plain objects and arrays of `value` nest deeper than `limit` levels; undefined
+ * when one of them is written by JSON as something else than its own keys or items, so only
+ * the text can tell.
+ */
+function objectsNestDeeper(value: unknown, limit: number): boolean | undefined {
+  if (typeof value !== "object" || value === null) return false;
+  const values: object[] = [value];
+  const levels: number[] = [1];
+  for (let node = values.pop(); node !== undefined; node = values.pop()) {
+    const level = levels.pop() as number;
+    if (level > limit) return true;
+    if (typeof (node as { readonly toJSON?: unknown }).toJSON === "function") return undefined;
+    if (Array.isArray(node)) {
+      for (let index = 0; index < node.length; index++) {
+        const item: unknown = node[index];
+        if (typeof item === "object" && item !== null) {
+          values.push(item);
+          levels.push(level + 1);
+        }
+      }
+      continue;
+    }
+    const proto: unknown = Object.getPrototypeOf(node);
+    if (proto !== Object.prototype && proto !== null) return undefined;
+    for (const key of Object.keys(node)) {
+      const item: unknown = (node as Record<string, unknown>)[key];
+      if (typeof item === "object" && item !== null) {
+        values.push(item);
+        levels.push(level + 1);
+      }
+    }
+  }
+  return false;
+}
+
+/** True when the JSON text `text` nests objects and arrays deeper than `limit` levels. */
+function textNestsDeeper(text: string, limit: number): boolean {
+  const length = text.length;
+  let depth = 0;
+  let at = 0;
+  while (at < length) {
+    const code = text.charCodeAt(at);
+    if (code === 0x22) {
+      // A string: its closing quote is the next one not escaped (after an even run of `\`).
+      let end = text.indexOf('"', at + 1);
+      for (;;) {
+        if (end < 0) return false; // not JSON: not this function's to judge
+        let slash = end - 1;
+        while (text.charCodeAt(slash) === 0x5c) slash--;
+        if ((end - 1 - slash) % 2 === 0) break;
+        end = text.indexOf('"', end + 1);
+      }
+      at = end + 1;
+      continue;
+    }
+    if (code === 0x7b || code === 0x5b) {
+      if (++depth > limit) return true;
+    } else if (code === 0x7d || code === 0x5d) depth--;
+    at++;
+  }
+  return false;
+}
+
 /** One object or array met by `checkNesting`, with the way to it (built only on failure). */
 interface NestingStep {
   readonly value: object;
