@@ -7,6 +7,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { FaultError, MemoryFs } from "../adapters/memory.ts";
 import { FsError } from "../src/port/errors.ts";
+import { readIfExists } from "../src/port/durable.ts";
 import {
   acceptEvalReceipt,
   appendEvents,
@@ -14,11 +15,16 @@ import {
   type LayoutWriteOptions,
   processNextChildRequest,
   readChildrenLedger,
+  readTerminalControl,
+  recordChildOutcome,
   SessionPaths,
+  SessionStateError,
   writeGitReceipt,
+  writeSessionOutcome,
 } from "../layout.ts";
 import {
   childRequest,
+  commitTerminalState,
   deterministic,
   newRepo,
   newRoot,
@@ -177,4 +183,116 @@ test("a rerun eval acceptance resolves only once its seal in state.json is durab
     Object.hasOwn(seals, "session:/eval_receipts/tests-pass.json"),
     "the resolved acceptance's seal was lost",
   );
+});
+
+/**
+ * A clone of `baseline` as a long-running engine holds it, with the child's events.jsonl
+ * appended to as well (when there is a child).
+ */
+async function engineWithChild(baseline: MemoryFs): Promise<MemoryFs> {
+  const fs = await engine(baseline);
+  const child = new SessionPaths(`${ROOT_DIR}/children/${CHILD_ID}`, "folded");
+  await appendEvents(
+    fs,
+    child.eventsJsonl,
+    CHILD_ID,
+    [{ type: "session_started" }],
+    deterministic(),
+  );
+  fs.resetCounter();
+  return fs;
+}
+
+test("a rerun after an acceptance failed at the fsync of pending/ reports nothing pending only once the request left it durably", async () => {
+  const baseline = await withPendingRequest();
+  const probe = await engine(baseline);
+  await processNext(probe);
+  const log = probe.operationLog;
+  const removed = log.findIndex((e) =>
+    e.op === "remove" && /pending\/phase-0\.json$/.test(String(e.path))
+  );
+  assert.ok(removed >= 0);
+  const n = log.slice(removed).find((e) => e.op === "syncDir")!.number;
+  const { fs, rerun } = await failThenRerun(baseline, engine, processNext, n);
+  assert.equal(rerun, undefined, "nothing is pending any more");
+  const after = powerLoss(fs);
+  assert.equal(await readIfExists(after, rootPaths.pendingRequest("phase-0")), undefined);
+  assert.equal((await readJson(after, rootPaths.stateJson)).active_child_session_id, CHILD_ID);
+});
+
+test("a rerun after a rejection failed at the fsync of rejected/ reports nothing pending only once the request is archived durably", async () => {
+  for (const error of ["EIO", "ENOSPC"] as const) {
+    const baseline = await newRepo();
+    const root = await newRoot(baseline);
+    const pending = `${root.paths.childRequestsPendingDir}/phase-0.json`;
+    await baseline.writeFile(pending, new TextEncoder().encode("{torn json"));
+    baseline.syncAll();
+    const n = await syncAfterRename(baseline, engine, processNext, /pending\/phase-0\.json$/);
+    const { fs, rerun } = await failThenRerun(baseline, engine, processNext, n, error);
+    assert.equal(rerun, undefined, "nothing is pending any more");
+    const after = powerLoss(fs);
+    assert.equal(await readIfExists(after, pending), undefined, `${error}: the request came back`);
+    const archived = await readIfExists(
+      after,
+      `${root.paths.childRequestsRejectedDir}/phase-0.json`,
+    );
+    assert.equal(new TextDecoder().decode(archived), "{torn json");
+  }
+});
+
+/** A root whose active child `01_phase-0` is terminal and has its outcome, all durable. */
+async function withTerminalChild(): Promise<MemoryFs> {
+  const fs = await withPendingRequest();
+  await processNext(fs);
+  const child = new SessionPaths(`${ROOT_DIR}/children/${CHILD_ID}`, "folded");
+  await writeJson(fs, child.controlJson, {
+    schema_version: 3,
+    state: "stopped",
+    stop_reason: "unresolvable_error",
+    control_id: "blocked-1",
+    reason: "The upstream API is gone",
+    created_at: "2026-04-19T15:00:00Z",
+    producer: { session_id: CHILD_ID, workflow_id: "outer", attempt_id: "c9" },
+    attempted_routes: ["retry with backoff", "alternative endpoint"],
+  });
+  const control = await readTerminalControl(fs, child, {
+    sessionId: CHILD_ID,
+    workflowId: "outer",
+    attemptId: "c9",
+  });
+  await commitTerminalState(fs, child.dir, "failed", 2, "2026-04-19T15:00:01Z");
+  await writeSessionOutcome(fs, child, {
+    sessionId: CHILD_ID,
+    rootSessionId: ROOT_ID,
+    goalSha256: String((await readJson(fs, child.sessionJson)).goal_hash),
+    terminalStatus: "failed",
+    stopReason: "unresolvable_error",
+    terminalStateRevision: 2,
+    terminalAt: "2026-04-19T15:00:01Z",
+    control,
+    handoff: {
+      status: "missing",
+      handoff: undefined,
+      sha256: null,
+      revision: null,
+      diagnosis: "-",
+    },
+  });
+  fs.syncAll();
+  return fs;
+}
+
+test("a rerun child outcome that finds the active child cleared reports it once the cleared state is durable", async () => {
+  const baseline = await withTerminalChild();
+  const record = (fs: MemoryFs) =>
+    recordChildOutcome(fs, { repoRoot: "/repo", parentSessionId: ROOT_ID, ...deterministic() });
+  const n = await syncAfterRename(baseline, engineWithChild, record, STATE_TEMP);
+  const fs = await engineWithChild(baseline);
+  fs.failAt(n, { error: "EIO" });
+  await assert.rejects(record(fs), (e: unknown) => e instanceof FsError);
+  fs.clearFaults();
+  await assert.rejects(record(fs), (e: unknown) => e instanceof SessionStateError);
+  // What the rerun reported (no active child) is what a power loss leaves.
+  const state = await readJson(powerLoss(fs), rootPaths.stateJson);
+  assert.equal(state.active_child_session_id, null);
 });

@@ -26,6 +26,7 @@ import type { Sha256Factory } from "../port/sha256.ts";
 import { FsError, IsADirectory, NotADirectory, NotFound } from "../port/errors.ts";
 import {
   atomicReplace,
+  type Durability,
   ensureDirDurable,
   ensureFileDurable,
   entryKind,
@@ -376,6 +377,9 @@ interface ChildBuild {
  * Processes the first pending child request of a folded parent (sorted by file name), if any:
  * accepts it (and creates the child) or rejects it. Rerunning after a crash resumes an
  * interrupted acceptance with the same child id. Returns `undefined` when nothing is pending.
+ * What a call finds done already (a ledger record, the state's active child, a request an
+ * earlier call of this process accepted or archived while the fsync of its directory failed) is
+ * made durable before the call reports on it, `undefined` included.
  *
  * Throws `SessionStateError` (and leaves the request pending) when the parent cannot dispatch
  * now: it is terminal, executing an attempt, or already waiting for another live child. A parent
@@ -428,6 +432,14 @@ async function processNext(
     throw new UnsupportedLayoutError(parent.dir, "Child requests are processed in folded sessions");
   }
   const paths = tree.paths(parent.sessionId);
+  // A request an earlier call of this process took out of pending/ (accepted or archived) while
+  // the fsync of the directories failed is gone for good only once they are synced: nothing
+  // below, "nothing pending" included, is reported on a removal a power loss can take back.
+  await syncUnsettledDirs(
+    fs,
+    [paths.childRequestsRejectedDir, paths.childRequestsPendingDir],
+    resolved.durability,
+  );
   const pending = await listPendingChildRequests(fs, paths);
   if (pending.length === 0) return undefined;
   const state = await readSessionState(fs, parent.dir, parent);
@@ -919,6 +931,10 @@ async function accept(
       replacing(ledger, running),
       options,
     );
+  } else {
+    // Running already, maybe written by an acceptance that failed before the fsync of its
+    // directory: durable before the state and the commit point build on it.
+    await ensureFileDurable(fs, paths.childrenJson, options.durability);
   }
   await updateSessionState(fs, parent.dir, (state, current) => {
     if (current.active_child_session_id === childId) return false;
@@ -930,13 +946,15 @@ async function accept(
   const name = basename(file);
   const slot = await archiveSlot(fs, paths, name, sha256);
   if (slot.leftover !== undefined) {
+    unsettle(fs, [paths.childRequestsRejectedDir], options.durability);
     await fs.remove(join(paths.childRequestsRejectedDir, receiptName(slot.archived)));
-    if (options.durability === "full") await fs.syncDir(paths.childRequestsRejectedDir);
+    await syncUnsettledDirs(fs, [paths.childRequestsRejectedDir], options.durability);
   }
 
   // The commit point: the request leaves pending only now that everything above is durable.
+  unsettle(fs, [paths.childRequestsPendingDir], options.durability);
   await fs.remove(file);
-  if (options.durability === "full") await fs.syncDir(paths.childRequestsPendingDir);
+  await syncUnsettledDirs(fs, [paths.childRequestsPendingDir], options.durability);
   await appendEventAfterCommit(fs, paths.eventsJsonl, parent.sessionId, {
     type: "child_started",
     payload: { request_id: id, child_session_id: childId },
@@ -1044,12 +1062,43 @@ async function reject(
     // archive slot is still empty, so that receipt was never final.
     await writeJsonAtomic(fs, receiptFile, receipt, options.durability);
   }
+  const dirs = [paths.childRequestsRejectedDir, paths.childRequestsPendingDir];
+  unsettle(fs, dirs, options.durability);
   await fs.rename(join(paths.childRequestsPendingDir, name), archivedFile);
-  if (options.durability === "full") {
-    await fs.syncDir(paths.childRequestsRejectedDir);
-    await fs.syncDir(paths.childRequestsPendingDir);
-  }
+  await syncUnsettledDirs(fs, dirs, options.durability);
   return { kind: "rejected", receipt, archivedFile, receiptFile };
+}
+
+/**
+ * Directories of child requests (`pending/`, `rejected/`) from which this process moved or
+ * removed an entry (or into which it moved one) and has not synced since, per filesystem: the
+ * change is visible, but a power loss can still take it back, so the next child-lifecycle call
+ * on the parent syncs them before it reports anything (see `processNext`).
+ */
+const unsettledDirs = new WeakMap<FileSystem, Set<string>>();
+
+/** Marks `dirs` unsettled before a change of their entries (under `"full"` durability). */
+function unsettle(fs: FileSystem, dirs: readonly string[], durability: Durability): void {
+  if (durability !== "full") return; // nothing is synced in this mode
+  let set = unsettledDirs.get(fs);
+  if (set === undefined) unsettledDirs.set(fs, set = new Set());
+  for (const dir of dirs) set.add(dir);
+}
+
+/** Fsyncs each of `dirs` that is unsettled (in order), settling it once its fsync succeeded. */
+async function syncUnsettledDirs(
+  fs: FileSystem,
+  dirs: readonly string[],
+  durability: Durability,
+): Promise<void> {
+  if (durability !== "full") return;
+  const set = unsettledDirs.get(fs);
+  if (set === undefined) return;
+  for (const dir of dirs) {
+    if (!set.has(dir)) continue;
+    await fs.syncDir(dir);
+    set.delete(dir);
+  }
 }
 
 const RECEIPT_SUFFIX = ".receipt.json";
@@ -1138,7 +1187,10 @@ export interface RecordChildOutcomeOptions extends LayoutWriteOptions {
  * hash, the ledger entry takes the child's terminal status, and the parent's
  * `active_child_session_id` is cleared so the parent resumes. The parent's control and status
  * are never touched: a child's `goal_met` does not complete its parent. Every step is
- * repeatable, so rerunning after an interruption completes the same record. Serialized with the
+ * repeatable, so rerunning after an interruption completes the same record; a step found done
+ * already is made durable before the next builds on it. A rerun after the state was cleared
+ * finds no active child: a `SessionStateError`, thrown once that cleared state is durable (a
+ * power loss then cannot bring the child back as active). Serialized with the
  * other child-lifecycle operations on the same parent (see `processNextChildRequest`). Works
  * for a mirror parent too: a running mirror session finishes under its own layout, and its v1
  * `children.json` is updated in its v1 form (see `readChildrenLedger`). A ledger record without
@@ -1170,6 +1222,9 @@ async function recordOutcome(
   const state = await readSessionState(fs, parent.dir, parent);
   const childId = state.active_child_session_id;
   if (childId == null) {
+    // Maybe cleared by a call that failed before the fsync of state.json's directory: what the
+    // error reports is made durable first.
+    await ensureFileDurable(fs, paths.stateJson, resolved.durability);
     throw new SessionStateError(parent.sessionId, "The session has no active child");
   }
   const child = tree.require(childId);
@@ -1237,7 +1292,11 @@ async function recordOutcome(
   const now = utcSeconds(resolved.now());
   const outcomeRef = `session:/child_outcomes/${requestId}.json`;
   const status = outcome.record.terminal_status;
-  if (record.status !== status || record.outcome_ref !== outcomeRef) {
+  if (record.status === status && record.outcome_ref === outcomeRef) {
+    // Recorded already, maybe by a call that failed before the fsync of its directory: durable
+    // before the state is cleared on it.
+    await ensureFileDurable(fs, paths.childrenJson, resolved.durability);
+  } else {
     const changed = { status, outcome_ref: outcomeRef, updated_at: now };
     if (ledger.schema_version === 2) {
       await writeChildrenLedger(
