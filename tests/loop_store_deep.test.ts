@@ -252,3 +252,43 @@ test("nesting is judged on what JSON writes: a toJSON method returning something
   );
   await reopened.close();
 });
+
+test("a changed copy of a saved message JSON cannot write (a BigInt, a circular reference) is refused as an appended one is: a SessionFormatError naming messages.jsonl and messages[N], nothing written, nothing pending", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  const saved = [user("q"), assistant("a"), user("q2"), assistant("a2")];
+  await session.commit(saved);
+  const file = `${session.getSessionPath()}/messages.jsonl`;
+  const before = fs.snapshotTree?.();
+  const refused = (index: number) => (error: unknown): boolean => {
+    assert.ok(error instanceof SessionFormatError, String(error));
+    assert.equal(error.file, file);
+    assert.equal(error.path, `messages[${index}]`);
+    assert.match(error.message, /cannot be serialized/);
+    return true;
+  };
+  const circular = (message: Message): Message => {
+    const copy = { ...message } as Record<string, unknown>;
+    copy.self = copy;
+    return copy as unknown as Message;
+  };
+  const bigint = (message: Message): Message => ({ ...message, extra: 1n }) as unknown as Message;
+  for (const change of [bigint, circular]) {
+    // The same value in a new message, for reference.
+    await assert.rejects(session.commit([...saved, change(user("q3"))]), refused(4));
+    // In place of a saved message, and of the last one.
+    const replaced = [saved[0]!, change(saved[1]!), saved[2]!, saved[3]!];
+    await assert.rejects(session.commit(replaced), refused(1));
+    await assert.rejects(session.commit([...saved.slice(0, 3), change(saved[3]!)]), refused(3));
+    assert.equal(session.hasPendingSave, false);
+  }
+  assert.deepEqual(fs.snapshotTree?.(), before);
+  // A saved message changed in place into something JSON cannot write is replaced by a copy.
+  (saved[1] as unknown as Record<string, unknown>).extra = 1n;
+  const fixed = { ...saved[1]!, extra: "one" } as unknown as Message;
+  await session.commit([saved[0]!, fixed, saved[2]!, saved[3]!]);
+  await session.close();
+  const reopened = await store.open(session.getSessionPath(), { readOnly: true });
+  assert.equal((reopened.messages[1] as unknown as { extra: string }).extra, "one");
+  await reopened.close();
+});

@@ -1074,17 +1074,18 @@ export class SessionManager {
     const stored = arrays.messages;
     common = identicalPrefix(messages, stored, base, limit);
     if (common < limit) {
-      // Not the same objects: compare by value from there on.
+      // Not the same objects: compare by value from there on (a value JSON cannot write is
+      // refused as in a new message, naming it).
       while (
         common < limit &&
-        JSON.stringify(messages[common - base]) === JSON.stringify(stored[common])
+        comparedLine(messages[common - base], common, messagesFile) === savedLine(stored[common])
       ) {
         common++;
       }
     }
     if (
       base < count && common === count && count > 0 &&
-      JSON.stringify(messages[count - 1 - base]) !== committed.lastLine
+      comparedLine(messages[count - 1 - base], count - 1, messagesFile) !== committed.lastLine
     ) {
       common = count - 1;
     }
@@ -2318,6 +2319,33 @@ function refuseDeepMessage(message: unknown, index: number, file: string): never
     `${INVALID_MESSAGE}: nested deeper than ${MAX_MESSAGE_NESTING} levels`,
     { file, path },
   );
+}
+
+/**
+ * The line JSON writes of `message` (global index `index` of `file`), to compare it with a saved
+ * one: a value JSON cannot write (a BigInt, a circular reference) is refused as `serializeMessage`
+ * refuses it in a new message. Undefined for a value JSON writes nothing of (not a message: the
+ * validator refuses it). A line that differs from the saved one is serialized again when written,
+ * and its nesting checked then (an equal one nests as the saved one).
+ */
+function comparedLine(message: unknown, index: number, file: string): string | undefined {
+  try {
+    return JSON.stringify(message);
+  } catch {
+    return serializeMessage(message as Message, index, file); // throws the typed error
+  }
+}
+
+/**
+ * The line JSON writes of a saved message, to compare a new one with it; undefined when it can no
+ * longer be written (changed in place since it was saved): the new one then replaces it.
+ */
+function savedLine(message: Message | undefined): string | undefined {
+  try {
+    return JSON.stringify(message);
+  } catch {
+    return undefined;
+  }
 }
 
 /** `JSON.stringify(message)`, or `fallback` should that fail. */
