@@ -390,3 +390,33 @@ test("a header nested deeper than MAX_HEADER_NESTING levels is refused by the pa
   );
   assert.ok(far instanceof SessionFormatError);
 });
+
+test("SessionManager.createDraft keeps the header as parsed: an obsolete runTimings is never written, a missing unread reads as false", async () => {
+  const { MemoryFs } = await import("../adapters/memory.ts");
+  const { SessionManager } = await import("../src/loop/session_manager.ts");
+  const { portableSha256 } = await import("../src/port/sha256.ts");
+  const fs = new MemoryFs();
+  await fs.mkdir("/work/p", { recursive: true });
+  const dir = `/coll/${SESSION_ID}`;
+  const given = { ...header({ cwd: "/work/p" }), runTimings: [{ obsolete: true }] } as Record<
+    string,
+    unknown
+  >;
+  delete given.unread;
+  const draft = SessionManager.createDraft({
+    context: { fs, sha256: portableSha256, now: Date.now, durability: "full" },
+    dir,
+    collectionDir: "/coll",
+  }, given as never);
+  const before = draft.getHeader() as unknown as Record<string, unknown>;
+  assert.equal("runTimings" in before, false);
+  assert.equal(before.unread, false);
+  assert.equal(draft.unread, false);
+  await draft.commit([user("hi") as never]);
+  await draft.close();
+  const meta = JSON.parse(new TextDecoder().decode(await fs.readFile(`${dir}/meta.json`)));
+  assert.equal("runTimings" in meta.header, false);
+  assert.equal(meta.header.unread, false); // written, as every save writes it
+  // The caller's object is not changed.
+  assert.deepEqual(given.runTimings, [{ obsolete: true }]);
+});

@@ -443,7 +443,9 @@ export class SessionManager {
 
   /**
    * Creates an unsaved draft session with `header`; nothing is written until the first user
-   * message. The header is copied: the caller may change its object and arrays afterwards.
+   * message. The header is copied, and kept as a load parses it (without an obsolete
+   * `runTimings`, a missing `unread` read as false): the caller may change its object and arrays
+   * afterwards.
    */
   static createDraft(init: SessionManagerInit, header: SessionHeader): SessionManager {
     // Checked as a load checks it, so the first save never writes what an open would refuse, and
@@ -451,10 +453,11 @@ export class SessionManager {
     const file = join(init.dir, META_FILE);
     const copy = copyOf(header, "header", file);
     checkJsonData(copy, MAX_HEADER_NESTING, "Invalid session metadata", { file }, "header");
-    parseSessionHeader(copy, { file });
     return new SessionManager(init, {
       meta: undefined,
-      header: copy,
+      // As parsed, as a load keeps it: an obsolete `runTimings` dropped (never written), a
+      // missing `unread` read as false.
+      header: parseSessionHeader(copy, { file }),
       arrays: { messages: [], roles: [], offsets: [0], rounds: [] },
       count: 0,
       roundCount: 0,
