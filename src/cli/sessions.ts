@@ -4,13 +4,14 @@
  *
  * @module
  */
-import { NotFound } from "../port/errors.ts";
+import { FsError, NotFound } from "../port/errors.ts";
 import { basename, dirname, isAbsolute, join, normalize, resolve } from "../port/path.ts";
 import {
   InvalidArgumentError,
   SessionError,
   SessionFormatError,
   SessionNotFoundError,
+  UnsupportedSessionError,
 } from "../loop/errors.ts";
 import { SessionStore } from "../loop/store.ts";
 import {
@@ -68,7 +69,10 @@ Prints a page of history: the latest three user rounds, or the three before mess
   verify: `Usage: loop-sessions sessions verify (<id|path> | --all) [--json]
 
 Checks checksums, every message and every metadata rule. Exit code 1 when anything is corrupt.
-Never modifies anything; points at the first bad byte and message.`,
+Never modifies anything; points at the first bad byte and message. --all verifies every session
+'sessions list --all-workspaces' finds, where the store reads it (also the copy an interrupted
+compaction or delete holds), and legacy version-2 files not migrated yet with the legacy reader;
+a link or a file at a session's name is reported beside the other sessions (exit code 1).`,
   migrate: `Usage: loop-sessions sessions migrate (<path> | --all) [--dry-run] [--json]
 
 Migrates legacy version-2 <id>.jsonl sessions to version-3 directories. The original file is
@@ -719,46 +723,163 @@ async function verify(io: CliIo, flags: StoreFlags, args: readonly string[]): Pr
   const parsed = parseArgs(args, { all: "boolean", json: "boolean" });
   if (wantsHelp(io, "verify", parsed)) return 0;
   const json = parsed.flags.has("json");
-  const dirs: string[] = [];
   if (parsed.flags.has("all")) {
     if (parsed.positionals.length > 0) throw new UsageError("pass either <id|path> or --all");
-    for (const collection of await collections(io, flags.agentDir)) {
-      for (const entry of await io.fs.readDir(collection)) {
-        if (entry.kind === "directory" && isSessionId(entry.name)) {
-          dirs.push(join(collection, entry.name));
-        }
-      }
+    return printReports(io, json, await verifyEverySession(io, flags, json));
+  }
+  const [target] = parsed.positionals;
+  if (target === undefined || parsed.positionals.length > 1) {
+    throw new UsageError("sessions verify takes one <id|path> or --all");
+  }
+  const located = await locate(io, flags, target);
+  if (located.kind === "legacy") {
+    throw new UsageError(
+      `'${located.file}' is a legacy version-2 file; migrate it first, or verify its directory`,
+    );
+  }
+  // Verified where the store reads it; a link planted at the session folder is refused.
+  const dir = await realDirectory(io, located.source);
+  const progress = new Progress(io, "verifying", json);
+  let report: VerifyReport;
+  try {
+    progress.update(0, 1);
+    report = await verifySession(io.fs, dir, { sha256: io.sha256 });
+  } finally {
+    progress.end(); // an error's line never joins the progress line
+  }
+  return printReports(io, json, [report]);
+}
+
+/** Prints verification reports; returns the exit code: 1 when one is not ok. */
+function printReports(io: CliIo, json: boolean, reports: readonly VerifyReport[]): number {
+  if (json) printJson(io, reports.map(({ meta: _meta, ...rest }) => rest));
+  else {
+    for (const report of reports) printReport(io, report);
+    if (reports.length === 0) io.out("No sessions found.\n");
+  }
+  return reports.every((r) => r.ok) ? 0 : 1;
+}
+
+/**
+ * The report of something `verify --all` could not verify: one error finding, of `kind`, with
+ * the error's message and the file it names (an `FsError`'s path, a `SessionError`'s file, else
+ * `dir`).
+ */
+function failedReport(dir: string, error: SessionError | FsError, kind?: string): VerifyReport {
+  const file = error instanceof FsError ? error.path : error.file ?? dir;
+  return {
+    dir,
+    ok: false,
+    meta: undefined,
+    validMessages: 0,
+    findings: [{
+      severity: "error",
+      kind: kind ?? (error instanceof FsError ? "read" : "file"),
+      message: error.message,
+      file,
+    }],
+  };
+}
+
+function isReportable(error: unknown): error is SessionError {
+  return error instanceof SessionError;
+}
+
+/**
+ * Verifies every session of the data directory's collections, found as `sessions list
+ * --all-workspaces` finds them and read where `sessions verify <id>` reads them: a session
+ * directory in place, or the copy an interrupted compaction or an uncommitted delete holds; a
+ * legacy version-2 file not migrated yet, validated by the legacy reader as its migration would.
+ * Anything else at a session's name (a link, a file) is a finding, beside the other sessions.
+ * Reads only.
+ */
+async function verifyEverySession(
+  io: CliIo,
+  flags: StoreFlags,
+  json: boolean,
+): Promise<VerifyReport[]> {
+  const store = storeFor(io, flags);
+  const context = store.context;
+  const reports: VerifyReport[] = [];
+  const targets: { collection: string; id: string }[] = [];
+  for (const collection of await collections(io, flags.agentDir)) {
+    const ids = new Set<string>();
+    // The listing's sessions and failures (with the copies interrupted operations hold), and
+    // every entry named by a session id, whatever it is (the listing skips a link there).
+    const listed = await store.listDetailed(undefined, collection, { fast: true });
+    for (const session of listed.sessions) ids.add(session.id);
+    for (const failure of listed.failures) {
+      if (failure.id !== undefined) ids.add(failure.id);
+      else reports.push(failedReport(failure.path, failure.error));
     }
-  } else {
-    const [target] = parsed.positionals;
-    if (target === undefined || parsed.positionals.length > 1) {
-      throw new UsageError("sessions verify takes one <id|path> or --all");
+    for (const entry of await io.fs.readDir(collection)) {
+      const id = isSessionId(entry.name) ? entry.name : legacySessionId(entry.name);
+      if (id !== undefined) ids.add(id);
     }
-    const located = await locate(io, flags, target);
-    if (located.kind === "legacy") {
-      throw new UsageError(
-        `'${located.file}' is a legacy version-2 file; migrate it first, or verify its directory`,
-      );
-    }
-    // Verified where the store reads it; a link planted at the session folder is refused.
-    dirs.push(await realDirectory(io, located.source));
+    for (const id of [...ids].sort()) targets.push({ collection, id });
   }
   const progress = new Progress(io, "verifying", json);
-  const reports: VerifyReport[] = [];
   try {
-    for (const [i, dir] of dirs.entries()) {
-      progress.update(i, dirs.length);
-      reports.push(await verifySession(io.fs, dir, { sha256: io.sha256 }));
+    for (const [i, { collection, id }] of targets.entries()) {
+      progress.update(i, targets.length);
+      const report = await verifyOne(io, context, collection, id);
+      if (report !== undefined) reports.push(report);
     }
   } finally {
     progress.end(); // an error's line never joins the progress line
   }
-  if (json) printJson(io, reports.map(({ meta: _meta, ...rest }) => rest));
-  else {
-    for (const report of reports) printReport(io, report);
-    if (dirs.length === 0) io.out("No sessions found.\n");
+  return reports;
+}
+
+/**
+ * Verifies session `id` of `collection` where the store finds it (see `lookup`); undefined when
+ * there is nothing to verify (gone meanwhile, or a legacy file of a format the store skips).
+ */
+async function verifyOne(
+  io: CliIo,
+  context: StoreContext,
+  collection: string,
+  id: string,
+): Promise<VerifyReport | undefined> {
+  let found: Lookup;
+  try {
+    found = await lookup(io, context, collection, id);
+  } catch (error) {
+    if (!isReportable(error)) throw error;
+    return failedReport(join(collection, id), error);
   }
-  return reports.every((r) => r.ok) ? 0 : 1;
+  const located = found.located;
+  if (located === undefined) {
+    const failure = found.failure;
+    return failure === undefined ? undefined : failedReport(failure.path, failure.error);
+  }
+  if (located.kind === "legacy") {
+    // Not listed and no failure: a format the store skips (the listing does not list it).
+    if (!found.listed && found.failure === undefined) return undefined;
+    try {
+      const legacy = await readLegacySession(io.fs, located.file);
+      return {
+        dir: located.file,
+        ok: true,
+        meta: undefined,
+        validMessages: legacy.messageCount,
+        findings: [],
+      };
+    } catch (error) {
+      if (error instanceof UnsupportedSessionError) return undefined;
+      if (!isReportable(error)) throw error;
+      return failedReport(located.file, error, error instanceof FsError ? "read" : "legacy");
+    }
+  }
+  try {
+    // Where the store reads it; a link (or a file) at the session's name is refused, never read.
+    return await verifySession(io.fs, await realDirectory(io, located.source), {
+      sha256: io.sha256,
+    });
+  } catch (error) {
+    if (!isReportable(error)) throw error;
+    return failedReport(located.source, error);
+  }
 }
 
 async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): Promise<number> {

@@ -1,0 +1,103 @@
+// `sessions verify --all` verifies every session the store lists, where the store reads it, and
+// reports what it cannot verify beside the rest instead of skipping it or stopping.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs } from "../adapters/memory.ts";
+import { runCli } from "../src/cli/main.ts";
+import { memoryIo } from "./_cli_io.ts";
+import type { CliIo } from "../src/cli/output.ts";
+import { SessionStore } from "../src/loop/store.ts";
+import { conversation, legacySessionBytes } from "./_fixtures.ts";
+import { dirname } from "../src/port/path.ts";
+
+const CWD = "/work/project";
+const AGENT = "/home/user/.loop";
+
+interface Report {
+  readonly dir: string;
+  readonly ok: boolean;
+  readonly findings: { severity: string; kind: string; message: string; file: string }[];
+}
+
+/** Runs `sessions verify --all --json`; returns its exit code, reports and stderr. */
+async function verifyAll(io: CliIo): Promise<{ code: number; reports: Report[]; err: string }> {
+  let out = "";
+  let err = "";
+  const code = await runCli(["--data-dir", AGENT, "sessions", "verify", "--all", "--json"], {
+    ...io,
+    out: (text) => void (out += text),
+    err: (text) => void (err += text),
+  });
+  return { code, reports: out === "" ? [] : JSON.parse(out) as Report[], err };
+}
+
+async function saved(store: SessionStore, rounds = 1): Promise<{ id: string; dir: string }> {
+  const session = await store.create(CWD);
+  await session.commit(conversation(rounds));
+  await session.close();
+  return { id: session.id, dir: session.getSessionPath() };
+}
+
+test("verify --all verifies staged copies, reports a link at a session's name and legacy files", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const healthy = await saved(store);
+  const compacted = await saved(store);
+  const deleted = await saved(store, 2);
+  const linked = await saved(store);
+  const collection = dirname(healthy.dir);
+  // A compaction interrupted between its two renames holds a copy that is damaged.
+  const staging = `${collection}/.staging-${compacted.id}-abcdef12`;
+  await fs.mkdir(staging);
+  await fs.rename(compacted.dir, `${staging}/previous`);
+  const log = await fs.readFile(`${staging}/previous/messages.jsonl`);
+  log[5] = log[5]! ^ 1;
+  await fs.writeFile(`${staging}/previous/messages.jsonl`, log);
+  // A delete that staged a session but did not commit: it did not happen.
+  const deleting = `${collection}/.delete-00000000-0000-4000-8000-000000000000`;
+  await fs.mkdir(deleting);
+  await fs.writeFile(
+    `${deleting}/intent.json`,
+    new TextEncoder().encode(
+      JSON.stringify({
+        operation: "delete",
+        ids: [deleted.id],
+        entries: [deleted.id],
+        archived: [],
+        membersBefore: [],
+      }) + "\n",
+    ),
+  );
+  await fs.rename(deleted.dir, `${deleting}/${deleted.id}`);
+  // A session folder replaced by a link to a copy elsewhere.
+  await fs.rename(linked.dir, "/elsewhere");
+  await fs.symlink("/elsewhere", linked.dir);
+  // Legacy version-2 files, never migrated: one valid, one whose second line is not JSON.
+  const legacyGood = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  const legacyBad = "1b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  await fs.writeFile(
+    `${collection}/${legacyGood}.jsonl`,
+    legacySessionBytes(legacyGood, CWD, conversation(1)),
+  );
+  const torn = legacySessionBytes(legacyBad, CWD, conversation(1));
+  await fs.writeFile(`${collection}/${legacyBad}.jsonl`, torn.subarray(0, torn.length - 5));
+  const before = fs.snapshotTree("/");
+  const { code, reports } = await verifyAll(memoryIo(fs, CWD, Date.now()).io);
+  assert.equal(code, 1);
+  const byDir = new Map(reports.map((r) => [r.dir, r]));
+  assert.equal(byDir.get(healthy.dir)?.ok, true, JSON.stringify(reports));
+  assert.equal(byDir.get(`${staging}/previous`)?.ok, false, JSON.stringify(reports));
+  assert.equal(byDir.get(`${deleting}/${deleted.id}`)?.ok, true, JSON.stringify(reports));
+  const link = byDir.get(linked.dir);
+  assert.equal(link?.ok, false, JSON.stringify(reports));
+  assert.equal(link?.findings[0]?.file, linked.dir);
+  assert.match(link?.findings[0]?.message ?? "", /not a directory/);
+  assert.equal(byDir.get(`${collection}/${legacyGood}.jsonl`)?.ok, true, JSON.stringify(reports));
+  const bad = byDir.get(`${collection}/${legacyBad}.jsonl`);
+  assert.equal(bad?.ok, false, JSON.stringify(reports));
+  assert.equal(bad?.findings[0]?.file, `${collection}/${legacyBad}.jsonl`);
+  assert.equal(reports.length, 6, JSON.stringify(reports.map((r) => r.dir)));
+  // Reading only.
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
