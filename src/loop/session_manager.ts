@@ -496,15 +496,17 @@ export class SessionManager {
       ? openSessionFile(fs, messagesFile).then((log) => log.handle)
       : fs.open(messagesFile);
     opening.catch(() => undefined);
+    // The version-2 order of checks (the first failure wins): the header's fields, the cwd, every
+    // message line, then the metadata arrays against the history. So meta.json's header is read
+    // without its arrays, which `validateSessionMetadata` checks below.
     let meta: StorageMeta;
     try {
-      meta = await readStorageMeta(fs, init.dir, true); // checkSessionFiles saw a file
+      meta = await readStorageMeta(fs, init.dir, true, true); // checkSessionFiles saw a file
     } catch (error) {
       closeWhenOpened(opening);
       throw error;
     }
-    // The cwd check runs beside the log read; its outcome is judged after the history's, in the
-    // same order as ever.
+    // The cwd check runs beside the log read; its outcome is judged before the log's.
     const cwdChecked = checkSessionCwd(fs, meta.header.cwd, metaFile);
     cwdChecked.catch(() => {});
     const messages: Message[] = [];
@@ -516,7 +518,7 @@ export class SessionManager {
     // A read-only manager keeps the log it verified: its pages read that file, even after a
     // compaction elsewhere publishes a new log (a writer's lock keeps compaction away instead).
     const keepOpen = init.readOnly === true;
-    const summary = await forEachCommittedLine(fs, init.dir, meta, {
+    const scanned = forEachCommittedLine(fs, init.dir, meta, {
       sha256,
       opening,
       keepOpen,
@@ -569,11 +571,16 @@ export class SessionManager {
       }
       throw error;
     });
+    const [scan, cwd] = await Promise.allSettled([scanned, cwdChecked]);
+    if (scan.status === "rejected" || cwd.status === "rejected") {
+      if (scan.status === "fulfilled") await scan.value.handle?.close().catch(() => undefined);
+      throw cwd.status === "rejected" ? cwd.reason : (scan as PromiseRejectedResult).reason;
+    }
+    const summary = scan.value;
     try {
       if (firstError !== undefined) throw firstError.error;
       validator.finish();
       validateSessionMetadata(meta.header, roles, { file: metaFile });
-      await cwdChecked;
     } catch (error) {
       await summary.handle?.close().catch(() => undefined);
       throw error;

@@ -26,6 +26,7 @@ import {
   SessionTitleSchema,
 } from "./records/mod.ts";
 import { childPath, isSafeNonNegative } from "./records/_validation.ts";
+import { parseHeaderFields } from "./records/header.ts";
 
 /** The file name of the storage metadata. */
 export const META_FILE = "meta.json";
@@ -201,8 +202,16 @@ export function parseJsonText(text: string, file: string): unknown {
 /**
  * Validates parsed meta.json content. An unknown format or version is `UnsupportedSessionError`;
  * anything else that does not fit is `SessionFormatError` with the field's JSON path.
+ * `headerFieldsOnly`: the header's metadata arrays (runtime contexts, prompt timings, compactions,
+ * system prompt checkpoints) are left for the caller to check, as an open does after the cwd and
+ * every message (the version-2 order of checks; see `parseHeaderFields`).
  */
-export function parseStorageMeta(value: unknown, file: string): StorageMeta {
+export function parseStorageMeta(
+  value: unknown,
+  file: string,
+  headerFieldsOnly = false,
+): StorageMeta {
+  const parseHeader = headerFieldsOnly ? parseHeaderFields : parseSessionHeader;
   if (typeof value !== "object" || value === null || Array.isArray(value)) {
     throw new SessionFormatError("Invalid session metadata: expected a JSON object", {
       file,
@@ -233,7 +242,7 @@ export function parseStorageMeta(value: unknown, file: string): StorageMeta {
     return {
       format: STORAGE_FORMAT,
       version: STORAGE_VERSION,
-      header: parseSessionHeader(record.header, { file, path: "header" }),
+      header: parseHeader(record.header, { file, path: "header" }),
       generation,
       start,
       bytes,
@@ -250,7 +259,7 @@ export function parseStorageMeta(value: unknown, file: string): StorageMeta {
       value: issue.input,
     });
   }
-  const header = parseSessionHeader(record.header, { file, path: "header" });
+  const header = parseHeader(record.header, { file, path: "header" });
   return { ...result.output, header } as StorageMeta;
 }
 
@@ -279,17 +288,19 @@ function checkEnvelopedHeader(header: unknown, file: string): void {
  * Reads and validates meta.json in `dir`, never through a link and never waiting on a FIFO
  * (`readSessionFile`): something else there is a `SessionFormatError`, nothing a `NotFound`.
  * `kindChecked`: the caller has just seen a regular file there (see `readSessionFile`).
+ * `headerFieldsOnly`: see `parseStorageMeta`.
  */
 export async function readStorageMeta(
   fs: FileSystem,
   dir: string,
   kindChecked = false,
+  headerFieldsOnly = false,
 ): Promise<StorageMeta> {
   const file = join(dir, META_FILE);
   const read = await readSessionFile(fs, file, kindChecked);
   if (read === undefined) throw new NotFound("open", file);
   if (typeof read === "string") throw irregularFile(read, file);
-  return decodeStorageMeta(read, file);
+  return decodeStorageMeta(read, file, headerFieldsOnly);
 }
 
 /**
@@ -315,9 +326,13 @@ export async function readSessionFile(
   }
 }
 
-/** Validates the bytes of meta.json read from `file`. */
-export function decodeStorageMeta(bytes: Uint8Array, file: string): StorageMeta {
-  return parseStorageMeta(parseJsonText(decoder.decode(bytes), file), file);
+/** Validates the bytes of meta.json read from `file` (`headerFieldsOnly`: see `parseStorageMeta`). */
+export function decodeStorageMeta(
+  bytes: Uint8Array,
+  file: string,
+  headerFieldsOnly = false,
+): StorageMeta {
+  return parseStorageMeta(parseJsonText(decoder.decode(bytes), file), file, headerFieldsOnly);
 }
 
 /**
