@@ -5,7 +5,9 @@ import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { runCli } from "../src/cli/main.ts";
 import { memoryIo } from "./_cli_io.ts";
+import { hookedFs } from "./_hooks.ts";
 import type { CliIo } from "../src/cli/output.ts";
+import { PermissionDenied } from "../src/port/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import { conversation, legacySessionBytes } from "./_fixtures.ts";
 import { dirname } from "../src/port/path.ts";
@@ -100,4 +102,57 @@ test("verify --all verifies staged copies, reports a link at a session's name an
   assert.equal(reports.length, 6, JSON.stringify(reports.map((r) => r.dir)));
   // Reading only.
   assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("verify --all reports a session it cannot read beside the others and goes on", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const first = await saved(store);
+  const denied = await saved(store);
+  const last = await saved(store);
+  const deniedLog = `${denied.dir}/messages.jsonl`;
+  // A collection of another workspace whose directory cannot be listed.
+  await fs.mkdir("/work/other", { recursive: true });
+  const session = await store.create("/work/other");
+  await session.commit(conversation(1));
+  await session.close();
+  const deniedCollection = dirname(session.getSessionPath());
+  const io = {
+    ...memoryIo(fs, CWD, Date.now()).io,
+    fs: hookedFs(fs, {
+      before: (method, args) => {
+        if (args[0] === deniedLog && /^(open|read)/.test(method)) {
+          throw new PermissionDenied(method, deniedLog);
+        }
+        if (args[0] === deniedCollection && method === "readDir") {
+          throw new PermissionDenied(method, deniedCollection);
+        }
+      },
+    }),
+  };
+  const { code, reports, err } = await verifyAll(io);
+  assert.equal(code, 1, err);
+  const byDir = new Map(reports.map((r) => [r.dir, r]));
+  assert.equal(byDir.get(first.dir)?.ok, true, JSON.stringify(reports));
+  assert.equal(byDir.get(last.dir)?.ok, true, JSON.stringify(reports));
+  const failed = byDir.get(denied.dir);
+  assert.equal(failed?.ok, false, JSON.stringify(reports));
+  assert.equal(failed?.findings[0]?.file, deniedLog);
+  assert.match(failed?.findings[0]?.message ?? "", /Permission denied/);
+  const unlisted = byDir.get(deniedCollection);
+  assert.equal(unlisted?.ok, false, JSON.stringify(reports));
+  assert.equal(unlisted?.findings[0]?.file, deniedCollection);
+  assert.equal(reports.length, 4);
+  // In human output too: every session, the unreadable one as a finding naming its file.
+  let out = "";
+  const human = await runCli(["--data-dir", AGENT, "sessions", "verify", "--all"], {
+    ...io,
+    out: (text) => void (out += text),
+    err: () => undefined,
+  });
+  assert.equal(human, 1);
+  assert.match(out, new RegExp(`ok +${first.dir}`));
+  assert.match(out, new RegExp(`ok +${last.dir}`));
+  assert.match(out, new RegExp(`FAILED +${denied.dir}\\n.*Permission denied`));
 });

@@ -72,7 +72,8 @@ Checks checksums, every message and every metadata rule. Exit code 1 when anythi
 Never modifies anything; points at the first bad byte and message. --all verifies every session
 'sessions list --all-workspaces' finds, where the store reads it (also the copy an interrupted
 compaction or delete holds), and legacy version-2 files not migrated yet with the legacy reader;
-a link or a file at a session's name is reported beside the other sessions (exit code 1).`,
+a link or a file at a session's name, and a file that cannot be read, are reported beside the
+other sessions (exit code 1).`,
   migrate: `Usage: loop-sessions sessions migrate (<path> | --all) [--dry-run] [--json]
 
 Migrates legacy version-2 <id>.jsonl sessions to version-3 directories. The original file is
@@ -705,7 +706,10 @@ function printReport(io: CliIo, report: VerifyReport): void {
     io.out(inlined`ok       ${report.dir} (${report.validMessages} messages)\n`);
     return;
   }
-  io.out(inlined`${report.ok ? "warning" : "CORRUPT"}  ${report.dir}\n`);
+  // A report whose only errors are files that could not be read says so, not that it is corrupt.
+  const unread = !report.ok &&
+    report.findings.every((f) => f.severity !== "error" || f.kind === "read");
+  io.out(inlined`${report.ok ? "warning" : unread ? "FAILED " : "CORRUPT"}  ${report.dir}\n`);
   for (const finding of report.findings) {
     const at = [
       finding.messageIndex === undefined ? "" : `message #${finding.messageIndex}`,
@@ -781,8 +785,8 @@ function failedReport(dir: string, error: SessionError | FsError, kind?: string)
   };
 }
 
-function isReportable(error: unknown): error is SessionError {
-  return error instanceof SessionError;
+function isReportable(error: unknown): error is SessionError | FsError {
+  return error instanceof SessionError || error instanceof FsError;
 }
 
 /**
@@ -790,8 +794,8 @@ function isReportable(error: unknown): error is SessionError {
  * --all-workspaces` finds them and read where `sessions verify <id>` reads them: a session
  * directory in place, or the copy an interrupted compaction or an uncommitted delete holds; a
  * legacy version-2 file not migrated yet, validated by the legacy reader as its migration would.
- * Anything else at a session's name (a link, a file) is a finding, beside the other sessions.
- * Reads only.
+ * Anything else at a session's name (a link, a file) is a finding, and so is whatever cannot be
+ * read (the file it names), each beside the other sessions. Reads only.
  */
 async function verifyEverySession(
   io: CliIo,
@@ -804,17 +808,23 @@ async function verifyEverySession(
   const targets: { collection: string; id: string }[] = [];
   for (const collection of await collections(io, flags.agentDir)) {
     const ids = new Set<string>();
-    // The listing's sessions and failures (with the copies interrupted operations hold), and
-    // every entry named by a session id, whatever it is (the listing skips a link there).
-    const listed = await store.listDetailed(undefined, collection, { fast: true });
-    for (const session of listed.sessions) ids.add(session.id);
-    for (const failure of listed.failures) {
-      if (failure.id !== undefined) ids.add(failure.id);
-      else reports.push(failedReport(failure.path, failure.error));
-    }
-    for (const entry of await io.fs.readDir(collection)) {
-      const id = isSessionId(entry.name) ? entry.name : legacySessionId(entry.name);
-      if (id !== undefined) ids.add(id);
+    try {
+      // The listing's sessions and failures (with the copies interrupted operations hold), and
+      // every entry named by a session id, whatever it is (the listing skips a link there).
+      const listed = await store.listDetailed(undefined, collection, { fast: true });
+      for (const session of listed.sessions) ids.add(session.id);
+      for (const failure of listed.failures) {
+        if (failure.id !== undefined) ids.add(failure.id);
+        else reports.push(failedReport(failure.path, failure.error));
+      }
+      for (const entry of await io.fs.readDir(collection)) {
+        const id = isSessionId(entry.name) ? entry.name : legacySessionId(entry.name);
+        if (id !== undefined) ids.add(id);
+      }
+    } catch (error) {
+      if (!isReportable(error)) throw error;
+      reports.push(failedReport(collection, error));
+      continue;
     }
     for (const id of [...ids].sort()) targets.push({ collection, id });
   }
