@@ -7,18 +7,22 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { FaultError, MemoryFs } from "../adapters/memory.ts";
 import { FsError } from "../src/port/errors.ts";
-import { readIfExists } from "../src/port/durable.ts";
+import { readDirIfExists, readIfExists } from "../src/port/durable.ts";
 import {
   acceptEvalReceipt,
   appendEvents,
   createAttemptArtifacts,
+  LayoutError,
   type LayoutWriteOptions,
+  loadSessionTree,
+  missingScaffoldEntries,
   processNextChildRequest,
   readChildrenLedger,
   readTerminalControl,
   recordChildOutcome,
   SessionPaths,
   SessionStateError,
+  UnconfirmedPublishError,
   writeGitReceipt,
   writeSessionOutcome,
 } from "../layout.ts";
@@ -295,4 +299,68 @@ test("a rerun child outcome that finds the active child cleared reports it once 
   // What the rerun reported (no active child) is what a power loss leaves.
   const state = await readJson(powerLoss(fs), rootPaths.stateJson);
   assert.equal(state.active_child_session_id, null);
+});
+
+/** The session names visible in `.loopy_loop/sessions/` (hidden reservations and staging left out). */
+async function visibleSessions(fs: MemoryFs): Promise<string[]> {
+  return (await readDirIfExists(fs, "/repo/.loopy_loop/sessions")).map((e) => e.name)
+    .filter((name) => !name.startsWith("."));
+}
+
+test("a root creation that fails after publishing its session says so and names it, so a caller adopts it instead of creating a second", async () => {
+  const baseline = await newRepo();
+  baseline.syncAll();
+  const probe = baseline.clone();
+  await newRoot(probe);
+  const log = probe.operationLog;
+  const rename = log.findIndex((e) => e.op === "rename" && String(e.path).includes("/.staging-"));
+  const n = log.slice(rename).find((e) => e.op === "syncDir")!.number;
+  for (const error of ["EIO", "ENOSPC"] as const) {
+    for (const persistent of [false, true]) {
+      const label = `${error} ${persistent ? "persistent" : "transient"}`;
+      const fs = baseline.clone();
+      fs.failAt(n, { error, persistent });
+      const failure = await newRoot(fs).catch((e) => e);
+      fs.clearFaults();
+      assert.ok(failure instanceof UnconfirmedPublishError, `${label}: ${failure}`);
+      assert.ok(failure instanceof LayoutError, label);
+      assert.ok(failure.cause instanceof FsError, label);
+      assert.equal(failure.sessionId, ROOT_ID, label);
+      assert.equal(failure.dir, ROOT_DIR, label);
+      assert.match(failure.message, /published/, label);
+      // The session it names is there and complete: the caller adopts it.
+      assert.deepEqual(await visibleSessions(fs), [ROOT_ID], label);
+      assert.deepEqual(await missingScaffoldEntries(fs, failure.dir, "root"), [], label);
+      const tree = await loadSessionTree(fs, "/repo", failure.sessionId);
+      assert.equal(tree.require(failure.sessionId).dir, failure.dir, label);
+    }
+  }
+});
+
+test("a root creation failing at any operation either published nothing (a storage error) or names the session it published", async () => {
+  const baseline = await newRepo();
+  baseline.syncAll();
+  for (const persistent of [false, true]) {
+    for (let n = 1;; n++) {
+      const label = `n=${n} ${persistent ? "persistent" : "transient"}`;
+      const fs = baseline.clone();
+      fs.failAt(n, { error: "EIO", persistent });
+      let failure: unknown;
+      try {
+        await newRoot(fs);
+      } catch (error) {
+        failure = error;
+      }
+      const reached = fs.operationCount >= n;
+      fs.clearFaults();
+      const visible = await visibleSessions(fs);
+      if (failure === undefined || failure instanceof UnconfirmedPublishError) {
+        assert.deepEqual(visible, [ROOT_ID], label);
+      } else {
+        assert.ok(failure instanceof FsError, `${label}: ${failure}`);
+        assert.deepEqual(visible, [], `${label}: ${failure}`);
+      }
+      if (!reached) break;
+    }
+  }
 });

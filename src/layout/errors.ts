@@ -160,6 +160,33 @@ export class SessionStateError extends LayoutError {
   }
 }
 
+/**
+ * A session was published (its directory renamed into place, complete, visible to every reader)
+ * but the fsync that makes its entry durable failed, so the call that created it rejects: a
+ * power loss may still take the session away, and the failed fsync is not retried (after a
+ * failed fsync the kernel may have dropped what it did not write). The session exists as
+ * `sessionId` at `dir`: a caller adopts it, as if the creation had resolved, instead of creating
+ * another (a second call would derive the next ordinal and leave two sessions for one goal).
+ * `cause` is the storage error.
+ */
+export class UnconfirmedPublishError extends LayoutError {
+  /** The id of the published session. */
+  readonly sessionId: string;
+  /** Its published directory. */
+  readonly dir: string;
+  /** Creates the error for the session `sessionId` published at `dir`. */
+  constructor(sessionId: string, dir: string, cause: unknown) {
+    super(
+      `Session ${quote(sessionId)} was published at '${dir}', but its durability could not be ` +
+        `confirmed (${cause instanceof Error ? cause.message : String(cause)}); adopt it ` +
+        "instead of creating another",
+      { cause },
+    );
+    this.sessionId = sessionId;
+    this.dir = dir;
+  }
+}
+
 /** What failed while handling a child request (besides an invalid request, which is archived). */
 export class ChildRequestError extends LayoutError {
   /** The request id, when known. */

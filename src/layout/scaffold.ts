@@ -11,6 +11,7 @@ import { AlreadyExists, FsError, NotFound } from "../port/errors.ts";
 import {
   atomicReplace,
   type Durability,
+  ensureDirDurable,
   ensureFileDurable,
   ensurePrivateDir,
   PRIVATE_DIR_MODE,
@@ -18,9 +19,10 @@ import {
   readDirIfExists,
   readIfExists,
   stagedPublish,
+  syncTree,
 } from "../port/durable.ts";
 import { join } from "../port/path.ts";
-import { LayoutError } from "./errors.ts";
+import { LayoutError, UnconfirmedPublishError } from "./errors.ts";
 import {
   assertSessionId,
   formatSessionId,
@@ -492,7 +494,10 @@ async function writeScaffold(
 /**
  * Builds a session in `<scopeDir>/.staging-<id>-<8hex>` and publishes it at `<scopeDir>/<id>`.
  * A failure before the rename removes the staging directory; `AlreadyExists` from the rename
- * means another creator took the id first.
+ * means another creator took the id first. A failure after the rename (the fsync of `scopeDir`)
+ * leaves the session published: a root's is an `UnconfirmedPublishError` naming it (a rerun
+ * would create another root); a child's is the storage error as it is, since a rerun of its
+ * acceptance adopts the published child (`ensureChild`).
  */
 async function buildAndPublish(
   fs: FileSystem,
@@ -508,10 +513,23 @@ async function buildAndPublish(
   );
   await fs.mkdir(stagingDir, { mode: PRIVATE_DIR_MODE });
   let manifest: SessionManifest;
+  let published = false;
   try {
     manifest = await writeScaffold(fs, stagingDir, spec, options);
-    await stagedPublish(fs, stagingDir, finalDir, { durability: options.durability });
+    // `stagedPublish` in steps, so a failure is known to come before or after the rename: the
+    // tree synced, then renamed into place (`"ordered"`: its checks and the rename, no fsync),
+    // then its entry in `scopeDir` synced.
+    if (options.durability === "full") await syncTree(fs, stagingDir);
+    await stagedPublish(fs, stagingDir, finalDir, { durability: "ordered" });
+    published = true;
+    await ensureDirDurable(fs, finalDir, options.durability);
   } catch (error) {
+    if (published) {
+      // Published, complete and visible; only its durability is unknown (a failed fsync is not
+      // retried). Nothing is removed.
+      if (spec.parentSessionId !== null) throw error;
+      throw new UnconfirmedPublishError(spec.sessionId, finalDir, error);
+    }
     // The staging directory is private to this call: remove it, then report the real failure.
     await removeStaging(fs, stagingDir);
     throw error;
@@ -579,6 +597,13 @@ export interface CreateRootSessionOptions
  * `.loopy_loop/sessions/.ordinal-<NNN>` exclusively (a creator that loses the race chooses the
  * next ordinal), and the reservation is removed once the session is published. A reservation
  * left by a crash is a hidden entry every reader ignores; it only leaves a gap in the ordinals.
+ *
+ * A storage error (`FsError`) means no session was published. The one exception is a failure
+ * after the session was renamed into place, at the fsync that makes its entry in `sessions/`
+ * durable: the session is then published and complete, but a power loss may still take it away
+ * (a failed fsync is not retried), and the call rejects with an `UnconfirmedPublishError` whose
+ * `sessionId` and `dir` name it (`cause` is the storage error). Adopt that session instead of
+ * calling again: a second call derives the next ordinal and creates another root for the goal.
  *
  * @example Create a root session on the memory filesystem
  * ```ts
