@@ -62,6 +62,7 @@ import {
   type StorageMeta,
 } from "./storage.ts";
 import { LineWriter } from "./line_writer.ts";
+import { checkNesting, jsonNestsDeeper, MAX_MESSAGE_NESTING } from "./records/_validation.ts";
 
 /** The severity of a verification finding. */
 export type FindingSeverity = "error" | "warning";
@@ -192,15 +193,19 @@ async function scanRange(
             ? joinBytes([...carried, chunk.subarray(0, newline)])
             : chunk.subarray(lineStart, newline);
           try {
+            const text = decodeLine(bytes);
             let value: unknown;
             try {
-              value = JSON.parse(decodeLine(bytes));
+              value = JSON.parse(text);
             } catch (error) {
               throw new SessionFormatError(`invalid JSON (${(error as Error).message})`, {
                 path: `messages[${lines}]`,
               });
             }
             validator.push(value, lines);
+            // As open refuses it (and a salvage could not write it on every runtime): a message
+            // nested deeper than `MAX_MESSAGE_NESTING` levels. A short line is not looked at.
+            if (jsonNestsDeeper(value, text, MAX_MESSAGE_NESTING)) refuseDeep(value, lines, file);
             messages.push(value as Message);
             roles.push((value as Message).role);
             offsets.push(chunkOffset + newline + 1);
@@ -259,6 +264,22 @@ async function scanRange(
     fileSize,
   };
 }
+
+/**
+ * Throws the `SessionFormatError` open throws for message `index` of `file`, nested deeper than
+ * `MAX_MESSAGE_NESTING` levels: at the path of its first object or array past the limit (found
+ * without recursion).
+ */
+function refuseDeep(message: unknown, index: number, file: string): never {
+  const path = `messages[${index}]`;
+  checkNesting(message, MAX_MESSAGE_NESTING, INVALID_MESSAGE, { file }, path);
+  throw new SessionFormatError(
+    `${INVALID_MESSAGE}: nested deeper than ${MAX_MESSAGE_NESTING} levels`,
+    { file, path },
+  );
+}
+
+const INVALID_MESSAGE = "Invalid session message";
 
 /** The files of a session directory an open reads (and must be regular files). */
 const SESSION_FILES = [META_FILE, MESSAGES_FILE];
@@ -609,7 +630,9 @@ export async function salvageSession(
   const now = new Date((options.now ?? Date.now)()).toISOString();
   header.id = id;
   header.updatedAt = now;
-  // Each message serialized and encoded once; a user message's round starts where it does.
+  // Each message serialized and encoded once; a user message's round starts where it does. Each
+  // was parsed from JSON and is within `MAX_MESSAGE_NESTING` (the scan stops at a deeper line, as
+  // at any bad line), which JSON.stringify writes on every runtime.
   const writer = new LineWriter(4096);
   const rounds: RoundEntry[] = [];
   messages.forEach((m, i) => {

@@ -1,0 +1,142 @@
+// The message nesting limit (`MAX_MESSAGE_NESTING`) where the open is not the reader: verification
+// and salvage of a session directory. Each judges a line nested past the limit as an open does,
+// the same on Deno, Node and in memory, and never fails with an untyped error.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs } from "../adapters/memory.ts";
+import { portableSha256, sha256Hex } from "../src/port/sha256.ts";
+import { SessionFormatError } from "../src/loop/errors.ts";
+import { SessionStore } from "../src/loop/store.ts";
+import { salvageSession, verifySession } from "../src/loop/verify.ts";
+import type { Message } from "../src/loop/records/mod.ts";
+import { MAX_MESSAGE_NESTING } from "../src/loop/records/_validation.ts";
+import { assistant, toolResult, user } from "./_fixtures.ts";
+
+const CWD = "/work/project";
+const AGENT = "/home/user/.loop";
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+/**
+ * Depths past the limit: 1,001 levels, 4,999 (past JSON.stringify on Node, not on Deno) and
+ * 20,000.
+ */
+const TOO_DEEP = [MAX_MESSAGE_NESTING, 4999, 20_000];
+
+async function setup(): Promise<{ fs: MemoryFs; store: SessionStore }> {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  return { fs, store };
+}
+
+/** The first two messages of the tests' history: a user, an assistant calling a tool. */
+const HEAD: Message[] = [user("parse this"), assistant("calling", [{ id: "c1", name: "ast" }])];
+
+/**
+ * The JSON line of the tool result answering HEAD's call, whose `details` (at the message's level
+ * 2) holds `levels` levels of objects, built as text (Node's JSON.stringify stops near 4,000).
+ */
+function deepResultLine(levels: number): string {
+  const details = '{"a":'.repeat(levels - 1) + "{}" + "}".repeat(levels - 1);
+  return JSON.stringify(toolResult("c1", "ast")).slice(0, -1) + `,"details":${details}}`;
+}
+
+/** The path of the first object of `deepResultLine(levels)` (message index 2) past the limit. */
+const DEEP_PATH = `messages[2].details${".a".repeat(MAX_MESSAGE_NESTING - 1)}`;
+
+function tooDeep(file: string) {
+  return (error: unknown): boolean => {
+    assert.ok(error instanceof SessionFormatError, String(error));
+    assert.equal(error.file, file);
+    assert.equal(error.path, DEEP_PATH);
+    assert.match(error.message, new RegExp(`nested deeper than ${MAX_MESSAGE_NESTING} levels`));
+    return true;
+  };
+}
+
+/**
+ * A saved session whose log holds HEAD and a tool result `levels` deep, written by hand (as
+ * Deno's JSON.stringify writes it), with a matching meta.json; and the offset of that line.
+ */
+async function handWritten(levels: number): Promise<{
+  fs: MemoryFs;
+  store: SessionStore;
+  dir: string;
+  offset: number;
+}> {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(HEAD.slice(0, 1));
+  await session.close();
+  const dir = session.getSessionPath();
+  const head = HEAD.map((message) => JSON.stringify(message) + "\n").join("");
+  const bytes = encoder.encode(head + deepResultLine(levels) + "\n");
+  await fs.writeFile(`${dir}/messages.jsonl`, bytes);
+  const meta = JSON.parse(decoder.decode(await fs.readFile(`${dir}/meta.json`)));
+  Object.assign(meta, { start: 0, bytes: bytes.length, messageCount: 3 });
+  meta.generation = sha256Hex(bytes);
+  await fs.writeFile(`${dir}/meta.json`, encoder.encode(JSON.stringify(meta) + "\n"));
+  return { fs, store, dir, offset: encoder.encode(head).length };
+}
+
+test("verifySession reports a log line nested deeper than MAX_MESSAGE_NESTING as the line finding open refuses, reading only", async () => {
+  for (const levels of TOO_DEEP) {
+    const { fs, store, dir, offset } = await handWritten(levels);
+    const file = `${dir}/messages.jsonl`;
+    const before = fs.snapshotTree();
+    let refused: unknown;
+    await assert.rejects(store.open(dir, { readOnly: true }), (error) => {
+      refused = error;
+      return tooDeep(file)(error);
+    });
+    const report = await verifySession(fs, dir, { sha256: portableSha256 });
+    assert.equal(report.ok, false, `${levels}`);
+    assert.equal(report.validMessages, 2);
+    const errors = report.findings.filter((finding) => finding.severity === "error");
+    assert.equal(errors.length, 1, JSON.stringify(errors).slice(0, 500));
+    const [finding] = errors;
+    assert.equal(finding?.kind, "line");
+    assert.equal(finding?.file, file);
+    assert.equal(finding?.messageIndex, 2);
+    assert.equal(finding?.offset, offset);
+    // The open's own words, at the message.
+    assert.equal(finding?.message, `message #2 is not valid: ${(refused as Error).message}`);
+    assert.deepEqual(fs.snapshotTree(), before);
+  }
+});
+
+test("verifySession passes a log line at MAX_MESSAGE_NESTING levels, which open reads", async () => {
+  const { fs, store, dir } = await handWritten(MAX_MESSAGE_NESTING - 1);
+  const report = await verifySession(fs, dir, { sha256: portableSha256 });
+  assert.deepEqual(report.findings.filter((finding) => finding.severity === "error"), []);
+  assert.equal(report.ok, true);
+  assert.equal(report.validMessages, 3);
+  const reopened = await store.open(dir, { readOnly: true });
+  assert.equal(reopened.messages.length, 3);
+  await reopened.close();
+});
+
+test("a salvage leaves out a log line nested deeper than MAX_MESSAGE_NESTING as it leaves out other bad lines, on every runtime, never with a raw RangeError", async () => {
+  for (const levels of TOO_DEEP) {
+    const { fs, store, dir } = await handWritten(levels);
+    const before = fs.snapshotTree(dir);
+    const collection = `${AGENT}/salvaged`;
+    for (
+      const salvage of [
+        () => salvageSession(fs, dir, { sha256: portableSha256, toCollection: collection }),
+        () => store.salvage(dir, collection),
+      ]
+    ) {
+      const result = await salvage();
+      // The user message is kept; the call the bad line answered is left out with it.
+      assert.equal(result.kept, 1, `${levels}`);
+      assert.equal(result.dropped, 2);
+      const salvaged = await store.open(result.dir, { readOnly: true });
+      assert.deepEqual(salvaged.messages, HEAD.slice(0, 1));
+      await salvaged.close();
+      assert.equal((await verifySession(fs, result.dir, { sha256: portableSha256 })).ok, true);
+    }
+    assert.deepEqual(fs.snapshotTree(dir), before);
+  }
+});
