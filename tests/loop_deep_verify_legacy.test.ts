@@ -1,6 +1,7 @@
 // The message nesting limit (`MAX_MESSAGE_NESTING`) where the open is not the reader: verification
-// and salvage of a session directory. Each judges a line nested past the limit as an open does,
-// the same on Deno, Node and in memory, and never fails with an untyped error.
+// and salvage of a session directory, and the legacy version-2 reader (its listing, plain reads and
+// migration). Each judges a line nested past the limit as an open does, the same on Deno, Node and
+// in memory, and never fails with an untyped error.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
@@ -8,12 +9,16 @@ import { portableSha256, sha256Hex } from "../src/port/sha256.ts";
 import { SessionFormatError } from "../src/loop/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import { salvageSession, verifySession } from "../src/loop/verify.ts";
+import { readLegacySession } from "../src/loop/legacy.ts";
+import { runSessions } from "../src/cli/sessions.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { MAX_MESSAGE_NESTING } from "../src/loop/records/_validation.ts";
-import { assistant, toolResult, user } from "./_fixtures.ts";
+import { memoryIo } from "./_cli_io.ts";
+import { assistant, legacySessionBytes, toolResult, user } from "./_fixtures.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
+const LEGACY_ID = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
@@ -139,4 +144,60 @@ test("a salvage leaves out a log line nested deeper than MAX_MESSAGE_NESTING as 
     }
     assert.deepEqual(fs.snapshotTree(dir), before);
   }
+});
+
+/** A collection holding the legacy file LEGACY_ID.jsonl: HEAD and a tool result `levels` deep. */
+async function legacyWritten(levels: number): Promise<{
+  fs: MemoryFs;
+  store: SessionStore;
+  collection: string;
+  file: string;
+}> {
+  const { fs, store } = await setup();
+  const collection = await store.collectionFor(CWD);
+  await fs.mkdir(collection, { recursive: true });
+  const file = `${collection}/${LEGACY_ID}.jsonl`;
+  const text = decoder.decode(legacySessionBytes(LEGACY_ID, CWD, HEAD)) + deepResultLine(levels) +
+    "\n";
+  await fs.writeFile(file, encoder.encode(text));
+  return { fs, store, collection, file };
+}
+
+test("a legacy line nested deeper than MAX_MESSAGE_NESTING is refused by open, migration and a full listing with the error naming the legacy file, before anything is written", async () => {
+  for (const levels of TOO_DEEP) {
+    const { fs, store, collection, file } = await legacyWritten(levels);
+    const before = fs.snapshotTree();
+    for (const readOnly of [true, false]) {
+      await assert.rejects(store.open(file, { readOnly }), tooDeep(file), `${levels}`);
+      assert.deepEqual(fs.snapshotTree(), before);
+    }
+    await assert.rejects(readLegacySession(fs, file), tooDeep(file));
+    const listing = await store.listDetailed(CWD);
+    assert.deepEqual(listing.sessions, []);
+    assert.equal(listing.failures.length, 1);
+    tooDeep(file)(listing.failures[0]?.error);
+    // `sessions migrate`, dry and real: a failure, nothing written.
+    for (const args of [["migrate", file, "--dry-run"], ["migrate", file], ["migrate", "--all"]]) {
+      const { io, out } = memoryIo(fs, CWD, Date.now());
+      assert.equal(await runSessions(io, args, AGENT), 1, args.join(" "));
+      assert.match(out(), /nested deeper than 1000 levels/);
+    }
+    assert.deepEqual(fs.snapshotTree(), before);
+    assert.deepEqual((await fs.readDir(collection)).map((entry) => entry.name), [
+      `${LEGACY_ID}.jsonl`,
+    ]);
+  }
+});
+
+test("a legacy line at MAX_MESSAGE_NESTING levels lists, opens and migrates", async () => {
+  const { fs, store, collection, file } = await legacyWritten(MAX_MESSAGE_NESTING - 1);
+  assert.equal((await readLegacySession(fs, file)).messageCount, 3);
+  assert.equal((await store.listDetailed(CWD)).failures.length, 0);
+  const session = await store.open(file);
+  assert.equal(session.messages.length, 3);
+  await session.commit([...session.messages, assistant("done")]);
+  await session.close();
+  assert.equal(session.getSessionPath(), `${collection}/${LEGACY_ID}`);
+  const report = await verifySession(fs, session.getSessionPath(), { sha256: portableSha256 });
+  assert.equal(report.ok, true);
 });
