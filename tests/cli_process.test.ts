@@ -252,35 +252,3 @@ test("output that cannot be written (a full disk) is a one-line error and exit c
     closeSync(full);
   }
 });
-
-test("'deno task cli' runs the command line where it is called, not in the checkout", {
-  skip: (!isDeno && "a Deno task (Node has no 'deno task')") || process.platform === "win32",
-}, () => {
-  // As from a shell: deno task sets INIT_CWD to where it is called only when it is not set (an
-  // npm or npx around this test set it). `env -u`, as Deno's child_process keeps a deleted
-  // variable of its own environment.
-  const run = spawnSync(
-    "env",
-    [
-      "-u",
-      "INIT_CWD",
-      process.execPath,
-      "task",
-      "--quiet",
-      "--config",
-      join(ROOT, "deno.json"),
-      "cli",
-      // From the workspace of the session, with a relative --data-dir: both are the caller's.
-      "--data-dir",
-      "../agent",
-      "sessions",
-      "list",
-      "--fast",
-      "--json",
-    ],
-    { cwd: work, env: { ...env(), LOOP_DATA_DIR: "" }, encoding: "utf8" },
-  );
-  assert.equal(run.status, 0, run.stderr);
-  const listed = JSON.parse(run.stdout) as { sessions: { id: string }[] };
-  assert.deepEqual(listed.sessions.map((s) => s.id), [bigId], run.stderr);
-});
