@@ -10,7 +10,7 @@ import { SessionFormatError } from "../src/loop/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
 import type { Message } from "../src/loop/records/mod.ts";
-import { MAX_MESSAGE_NESTING } from "../src/loop/records/_validation.ts";
+import { jsonNestsDeeper, MAX_MESSAGE_NESTING } from "../src/loop/records/_validation.ts";
 import { assistant, toolResult, user } from "./_fixtures.ts";
 
 const CWD = "/work/project";
@@ -291,4 +291,22 @@ test("a changed copy of a saved message JSON cannot write (a BigInt, a circular 
   const reopened = await store.open(session.getSessionPath(), { readOnly: true });
   assert.equal((reopened.messages[1] as unknown as { extra: string }).extra, "one");
   await reopened.close();
+});
+
+test("the nesting check counts levels, not brackets: wide values and brackets in text are not deep", () => {
+  const limit = MAX_MESSAGE_NESTING;
+  const judge = (value: unknown): boolean => jsonNestsDeeper(value, JSON.stringify(value), limit);
+  // Many objects and arrays side by side, and brackets inside strings: shallow.
+  assert.equal(
+    judge({ items: Array.from({ length: 3 * limit }, (_, i) => ({ i, list: [i] })) }),
+    false,
+  );
+  assert.equal(judge({ text: "{[".repeat(3 * limit) }), false);
+  // Exactly at the limit, and one level past it (the value itself is level 1).
+  assert.equal(judge(nested(limit)), false);
+  assert.equal(judge(nested(limit + 1)), true);
+  // A deep chain of arrays with wide siblings before it.
+  let deep: unknown = [];
+  for (let i = 1; i <= limit; i++) deep = [deep];
+  assert.equal(judge({ wide: Array.from({ length: limit }, () => ({})), deep }), true);
 });

@@ -122,14 +122,31 @@ export const MAX_MESSAGE_NESTING = 1000;
 /**
  * True when `value`, written by `JSON.stringify` as `text`, nests objects and arrays deeper than
  * `limit` levels (`value` itself is level 1). Cheap, and iterative: a text shorter than
- * `2 * (limit + 1)` characters cannot nest that deep, and is not looked at further; otherwise the
+ * `2 * (limit + 1)` characters, or holding no more than `limit` `{` and `[`, cannot nest that
+ * deep, and is not looked at further; otherwise the
  * objects of `value` are walked (a cost per object, not per character), and the text is scanned
  * only when they cannot tell what JSON writes (an object with a `toJSON` method, or one that is
  * not a plain object or an array).
  */
 export function jsonNestsDeeper(value: unknown, text: string, limit: number): boolean {
-  if (text.length < 2 * (limit + 1)) return false;
+  if (text.length < 2 * (limit + 1) || !opensMoreThan(text, limit)) return false;
   return objectsNestDeeper(value, limit) ?? textNestsDeeper(text, limit);
+}
+
+/**
+ * True when the text holds more than `limit` `{` and `[` characters (in strings or not): a text
+ * holding fewer cannot nest deeper than `limit` levels. Counted with `indexOf`, whose scan is the
+ * engine's own, so a long line of prose costs a few calls rather than a walk of its objects.
+ */
+function opensMoreThan(text: string, limit: number): boolean {
+  let count = 0;
+  for (let at = text.indexOf("{"); at >= 0; at = text.indexOf("{", at + 1)) {
+    if (++count > limit) return true;
+  }
+  for (let at = text.indexOf("["); at >= 0; at = text.indexOf("[", at + 1)) {
+    if (++count > limit) return true;
+  }
+  return false;
 }
 
 /**
