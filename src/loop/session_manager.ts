@@ -18,7 +18,7 @@
  * @module
  */
 import type { FileHandle, FileInfo, FileSystem } from "../port/fs.ts";
-import { NotFound } from "../port/errors.ts";
+import { AlreadyExists, NotFound } from "../port/errors.ts";
 import type { Sha256, Sha256Factory } from "../port/sha256.ts";
 import {
   atomicReplace,
@@ -150,6 +150,38 @@ export interface SessionContext {
   readonly now: () => number;
   /** The durability of writes. */
   readonly durability: Durability;
+}
+
+/**
+ * The refusal of a session collection path that is not a directory: a symlink (nothing is
+ * written through it, whatever it points to) or anything else. `cause` is the error that found it.
+ */
+export function collectionNotADirectory(collection: string, cause?: unknown): SessionFormatError {
+  return new SessionFormatError(
+    "Session collection path is not a directory (symlinks are refused)",
+    cause === undefined ? { file: collection } : { file: collection, cause },
+  );
+}
+
+/**
+ * `ensurePrivateDir` for a session collection: a link (or a file) at `collection` is refused with
+ * `collectionNotADirectory` instead of the bare `AlreadyExists` of the mkdir it stands in for. An
+ * ancestor that is no directory keeps its own error (a linked agent directory or `sessions/` is
+ * followed, as a directory).
+ */
+export async function ensureCollectionDir(
+  fs: FileSystem,
+  collection: string,
+  durability: Durability,
+): Promise<boolean> {
+  try {
+    return await ensurePrivateDir(fs, collection, durability);
+  } catch (error) {
+    if (error instanceof AlreadyExists && error.path === collection) {
+      throw collectionNotADirectory(collection, error);
+    }
+    throw error;
+  }
 }
 
 /**
@@ -1484,8 +1516,20 @@ export class SessionManager {
         );
       }
     }
-    await ensurePrivateDir(this.#fs, this.#collectionDir, durability);
-    await ensurePrivateDir(this.#fs, this.#dir, durability);
+    // A collection (or session directory) that became a link, or anything else, since the open
+    // is refused by name: found only where the mkdir it stands in for fails, no extra look.
+    await ensureCollectionDir(this.#fs, this.#collectionDir, durability);
+    try {
+      await ensurePrivateDir(this.#fs, this.#dir, durability);
+    } catch (error) {
+      if (error instanceof AlreadyExists && error.path === this.#dir) {
+        throw new SessionFormatError("Session path is not a directory (symlinks are refused)", {
+          file: this.#dir,
+          cause: error,
+        });
+      }
+      throw error;
+    }
     if (this.#beforeFirstWrite !== undefined) {
       await this.#beforeFirstWrite();
       this.#beforeFirstWrite = undefined;

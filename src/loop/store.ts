@@ -47,7 +47,7 @@ import { portableSha256, type Sha256Factory } from "../port/sha256.ts";
 import type { Durability } from "../port/durable.ts";
 import { basename, dirname, isAbsolute, join, normalize } from "../port/path.ts";
 import { NotFound } from "../port/errors.ts";
-import { ensurePrivateDir, entryKind } from "../port/durable.ts";
+import { entryKind } from "../port/durable.ts";
 import {
   CorruptSessionError,
   InvalidArgumentError,
@@ -58,7 +58,13 @@ import {
   SessionNotFoundError,
 } from "./errors.ts";
 import { isSessionId, newSessionHeader } from "./records/mod.ts";
-import { checkSessionFiles, openCheckedSession, SessionManager } from "./session_manager.ts";
+import {
+  checkSessionFiles,
+  collectionNotADirectory,
+  ensureCollectionDir,
+  openCheckedSession,
+  SessionManager,
+} from "./session_manager.ts";
 import { INDEX_FILE, MESSAGES_FILE, META_FILE, readStorageMeta } from "./storage.ts";
 import {
   acquireWriterLock,
@@ -341,7 +347,9 @@ export class SessionStore {
 
   /**
    * Creates a new session for `cwd` (in the configured `sessionDir`, or the workspace collection).
-   * Nothing is written until the history holds a user message.
+   * Nothing is written until the history holds a user message. A collection that is a symlink (or
+   * no directory) is refused at once with a `SessionFormatError` naming it (a linked agent
+   * directory or `sessions/` is fine); one that becomes a link later fails the save the same way.
    */
   async create(cwd: string): Promise<SessionManager> {
     const canonical = await this.canonicalCwd(cwd);
@@ -354,6 +362,9 @@ export class SessionStore {
       now: new Date(this.#context.now()).toISOString(),
     });
     const dir = join(collectionDir, id);
+    // Refused now, not at the first save (which would find it anyway): nothing is written
+    // through a linked collection.
+    await this.#collectionExists(collectionDir);
     let lock: HeldLock | undefined;
     return SessionManager.createDraft({
       context: this.#context,
@@ -386,6 +397,10 @@ export class SessionStore {
    * that does not match the metadata it read, or a file gone) is tried again: a writable open
    * once, a read-only open while each try finds the session somewhere else (its directory, the
    * previous directory, its directory again), a few times at most.
+   *
+   * A writable open refuses a collection that is a symlink (or no directory) with a
+   * `SessionFormatError` naming it, before anything (the lock file included) is written; a
+   * read-only open reads through it.
    */
   async open(path: string, options: OpenSessionOptions = {}): Promise<SessionManager> {
     checkPathArgument("path", path);
@@ -544,7 +559,7 @@ export class SessionStore {
   async #openSource(dir: string, found: Source, readOnly: boolean): Promise<SessionManager> {
     const source = found.source;
     if (!found.checked) await checkSessionFiles(this.fs, source);
-    const lock = readOnly ? undefined : await acquireWriterLock(this.#context, dir);
+    const lock = readOnly ? undefined : await this.#writerLock(dir);
     let manager: SessionManager;
     try {
       manager = await openCheckedSession({
@@ -567,6 +582,31 @@ export class SessionStore {
       });
     }
     return manager;
+  }
+
+  /**
+   * Takes the writer lock of session directory `dir` for a writable open, refusing a collection
+   * that is a link (or no directory) with `collectionNotADirectory`, as a save would: nothing,
+   * not even the lock file, is written through it. With a probe (the lock writes a file) the
+   * collection is looked at first; without one (the lock writes nothing) only when the real path
+   * the lock resolves shows a link on the way, so an open with no link pays no extra call.
+   */
+  async #writerLock(dir: string): Promise<HeldLock> {
+    const collection = dirname(dir);
+    if (this.#context.probe !== undefined) {
+      await this.#collectionExists(collection);
+      return await acquireWriterLock(this.#context, dir);
+    }
+    const lock = await acquireWriterLock(this.#context, dir);
+    if (dirname(lock.path) !== dir) {
+      try {
+        await this.#collectionExists(collection);
+      } catch (error) {
+        await lock.release();
+        throw error;
+      }
+    }
+    return lock;
   }
 
   /**
@@ -692,28 +732,33 @@ export class SessionStore {
     task: () => Promise<T>,
     options: { readonly create?: boolean; readonly recover?: boolean } = {},
   ): Promise<T> {
+    // Nothing is changed through a link, as a save refuses it (`ensureCollectionDir`).
     if (options.create === true) {
-      await ensurePrivateDir(this.fs, collection, this.#context.durability);
-    } else {
-      let kind: string;
-      try {
-        kind = (await this.fs.lstat(collection)).kind;
-      } catch (error) {
-        if (error instanceof NotFound) return await task();
-        throw error;
-      }
-      if (kind !== "directory") {
-        // Nothing is changed through a link, as a save refuses it (`ensurePrivateDir`).
-        throw new SessionFormatError(
-          "Session collection path is not a directory (symlinks are refused)",
-          { file: collection },
-        );
-      }
+      await ensureCollectionDir(this.fs, collection, this.#context.durability);
+    } else if (!await this.#collectionExists(collection)) {
+      return await task();
     }
     return await withCollectionLock(this.#context, collection, async () => {
       if (options.recover !== false) await recoverLeftovers(this.#context, collection);
       return await task();
     });
+  }
+
+  /**
+   * Whether `collection` exists; one that is not a directory (a symlink included, never followed)
+   * is refused with `collectionNotADirectory`. A linked agent directory or `sessions/` above it is
+   * fine.
+   */
+  async #collectionExists(collection: string): Promise<boolean> {
+    let kind: string;
+    try {
+      kind = (await this.fs.lstat(collection)).kind;
+    } catch (error) {
+      if (error instanceof NotFound) return false;
+      throw error;
+    }
+    if (kind !== "directory") throw collectionNotADirectory(collection);
+    return true;
   }
 
   #configuredCollection(): string {
