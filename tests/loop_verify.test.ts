@@ -176,6 +176,26 @@ test("salvageSession() exports the longest valid prefix into a new session and k
   await rescued.close();
 });
 
+test("salvage into a collection that is a link is refused as the store refuses it, writing nothing through it", async () => {
+  const { fs, store, dir } = await saved(2);
+  await fs.mkdir("/real-rescue", { recursive: true });
+  await fs.symlink("/real-rescue", "/rescue");
+  for (
+    const call of [
+      () => salvageSession(fs, dir, { ...options, toCollection: "/rescue" }),
+      () => store.salvage(dir, "/rescue"),
+    ]
+  ) {
+    await assert.rejects(call(), (error: unknown) => {
+      assert.ok(error instanceof SessionFormatError, String(error));
+      assert.equal(error.file, "/rescue");
+      assert.match(error.message, /symlinks are refused/);
+      return true;
+    });
+    assert.deepEqual(await fs.readDir("/real-rescue"), []);
+  }
+});
+
 test("salvageSession() stops before unanswered tool calls and drops metadata past the prefix", async () => {
   const fs = new MemoryFs();
   await fs.mkdir(CWD, { recursive: true });

@@ -61,6 +61,7 @@ import {
   STORAGE_VERSION,
   type StorageMeta,
 } from "./storage.ts";
+import { ensureCollectionDir } from "./session_manager.ts";
 import { LineWriter } from "./line_writer.ts";
 import { checkNesting, jsonNestsDeeper, MAX_MESSAGE_NESTING } from "./records/_validation.ts";
 
@@ -651,7 +652,8 @@ export async function salvageSession(
     messageCount: messages.length,
   };
   const durability = options.durability ?? "full";
-  await ensurePrivateDir(fs, options.toCollection, durability);
+  // A link or a file at the collection is refused as the store refuses it for a save.
+  await ensureCollectionDir(fs, options.toCollection, durability);
   const target = join(options.toCollection, id);
   if (await entryKind(fs, target) !== undefined) {
     throw new SessionBusyError(`A session ${id} already exists in the target collection`, {
