@@ -118,18 +118,45 @@ function asciiJsonString(text: string): string {
   return asciiEscaped(JSON.stringify(text));
 }
 
-/** Compact JSON with sorted keys and non-ASCII escaped, as the engine hashes it. */
+/**
+ * Compact JSON with sorted keys and non-ASCII escaped, as the engine hashes it. Written with an
+ * explicit stack, not by recursion: a manifest holds whatever its writer put there, and a value
+ * nested some thousands of levels deep (a few kilobytes of `[`) must hash like any other, not
+ * overflow the call stack of every trace reader.
+ */
 function engineCanonicalJson(value: unknown): string {
-  if (value === null || typeof value === "boolean") return String(value);
-  if (typeof value === "number") return Number.isFinite(value) ? String(value) : "null";
-  if (typeof value === "string") return asciiJsonString(value);
-  if (Array.isArray(value)) return `[${value.map(engineCanonicalJson).join(",")}]`;
-  if (typeof value === "object") {
-    const record = value as Record<string, unknown>;
-    const keys = Object.keys(record).sort(compareCodePoints);
-    return `{${keys.map((key) => `${asciiJsonString(key)}:${engineCanonicalJson(record[key])}`)}}`;
+  const parts: string[] = [];
+  // What is left to write, last first: a value, or text (`[`, `,`, `"key":`, ...) as it is.
+  const stack: ({ readonly value: unknown } | { readonly text: string })[] = [{ value }];
+  for (let work = stack.pop(); work !== undefined; work = stack.pop()) {
+    if ("text" in work) {
+      parts.push(work.text);
+      continue;
+    }
+    const item = work.value;
+    if (item === null || typeof item === "boolean") parts.push(String(item));
+    else if (typeof item === "number") parts.push(Number.isFinite(item) ? String(item) : "null");
+    else if (typeof item === "string") parts.push(asciiJsonString(item));
+    else if (Array.isArray(item)) {
+      parts.push("[");
+      stack.push({ text: "]" });
+      for (let i = item.length - 1; i >= 0; i--) {
+        stack.push({ value: item[i] });
+        if (i > 0) stack.push({ text: "," });
+      }
+    } else if (typeof item === "object") {
+      const record = item as Record<string, unknown>;
+      const keys = Object.keys(record).sort(compareCodePoints);
+      parts.push("{");
+      stack.push({ text: "}" });
+      for (let i = keys.length - 1; i >= 0; i--) {
+        const key = keys[i] as string;
+        stack.push({ value: record[key] });
+        stack.push({ text: `${i > 0 ? "," : ""}${asciiJsonString(key)}:` });
+      }
+    } else parts.push("null");
   }
-  return "null";
+  return parts.join("");
 }
 
 /**
@@ -814,40 +841,46 @@ export async function listTraces(
   const sessions = await sessionDirIndex(fs, root.sessionsDir);
   const out: TraceListEntry[] = [];
   for (const location of await scanTraceManifests(fs, root.tracesDir)) {
-    let manifest: Record<string, unknown>;
+    // A record error of one trace (its manifest unreadable, or found wrong while verifying it)
+    // is that trace's failure: it hides none of the others.
+    let manifest: Record<string, unknown> | undefined;
     try {
       manifest = await readManifestObject(fs, location);
+      const report = await verifyIntegrity(fs, location, manifest, sessions, factory);
+      out.push({
+        ...listedManifest(location, manifest),
+        integrity: report.status,
+        seal: report.seal.status,
+        problems: problemsOf(report),
+      });
     } catch (error) {
       if (!(error instanceof LayoutRecordError)) throw error;
       out.push({
-        manifestId: null,
-        lifecycle: null,
+        ...listedManifest(location, manifest),
         integrity: "failed",
         seal: null,
-        sessionId: null,
-        workflowId: null,
-        attemptId: null,
-        manifestPath: location.manifestPath,
-        traceDir: location.traceDir,
         problems: [error.message],
       });
-      continue;
     }
-    const report = await verifyIntegrity(fs, location, manifest, sessions, factory);
-    out.push({
-      manifestId: typeof manifest.manifest_id === "string" ? manifest.manifest_id : null,
-      lifecycle: typeof manifest.lifecycle === "string" ? manifest.lifecycle : null,
-      integrity: report.status,
-      seal: report.seal.status,
-      sessionId: identityField(manifest, "session_id"),
-      workflowId: identityField(manifest, "workflow_id"),
-      attemptId: identityField(manifest, "attempt_id"),
-      manifestPath: location.manifestPath,
-      traceDir: location.traceDir,
-      problems: problemsOf(report),
-    });
   }
   return out;
+}
+
+/** The fields of a `listTraces` entry the manifest gives (`null` when it was not read). */
+function listedManifest(
+  location: TraceLocation,
+  manifest: Record<string, unknown> | undefined,
+): Omit<TraceListEntry, "integrity" | "seal" | "problems"> {
+  const field = (value: unknown): string | null => typeof value === "string" ? value : null;
+  return {
+    manifestId: field(manifest?.manifest_id),
+    lifecycle: field(manifest?.lifecycle),
+    sessionId: manifest === undefined ? null : identityField(manifest, "session_id"),
+    workflowId: manifest === undefined ? null : identityField(manifest, "workflow_id"),
+    attemptId: manifest === undefined ? null : identityField(manifest, "attempt_id"),
+    manifestPath: location.manifestPath,
+    traceDir: location.traceDir,
+  };
 }
 
 async function requireRealTracesDir(fs: FileSystem, tracesDir: string): Promise<void> {
@@ -1200,10 +1233,20 @@ export async function checkTraceSeals(
         attemptId: seal.attempt_id,
       },
     };
-    let manifest: Record<string, unknown>;
+    let problems: string[];
     try {
-      manifest = await readManifestObject(fs, location);
+      const manifest = await readManifestObject(fs, location);
+      // The receipt in hand is compared with the manifest directly: the integrity check below
+      // finds a receipt through the session the manifest's identity names, which an edited
+      // manifest can point at a session that does not exist (and then no receipt is required).
+      problems = await receiptContradictions(fs, manifestPath, manifest, seal, factory);
+      const report = await verifyIntegrity(fs, location, manifest, sessions, factory);
+      if (report.status === "not_finalized") problems.push("the sealed trace's manifest is active");
+      for (const problem of problemsOf(report)) {
+        if (!problems.includes(problem)) problems.push(problem);
+      }
     } catch (error) {
+      // A record error of this trace is this seal's failure: it hides none of the others.
       if (!(error instanceof LayoutRecordError)) throw error;
       out.push({
         sealPath,
@@ -1214,15 +1257,6 @@ export async function checkTraceSeals(
         problems: [error.message],
       });
       continue;
-    }
-    // The receipt in hand is compared with the manifest directly: the integrity check below finds
-    // a receipt through the session the manifest's identity names, which an edited manifest can
-    // point at a session that does not exist (and then no receipt is required).
-    const problems = await receiptContradictions(fs, manifestPath, manifest, seal, factory);
-    const report = await verifyIntegrity(fs, location, manifest, sessions, factory);
-    if (report.status === "not_finalized") problems.push("the sealed trace's manifest is active");
-    for (const problem of problemsOf(report)) {
-      if (!problems.includes(problem)) problems.push(problem);
     }
     out.push({
       sealPath,
