@@ -7,7 +7,9 @@ import type { MemoryFs } from "../adapters/memory.ts";
 import {
   checkTraceSeals,
   inspectTrace,
+  isSafeFileId,
   listTraces,
+  MAX_FILE_NAME_BYTES,
   TraceIntegrityError,
   traceInventoryRootSha256,
   verifyTrace,
@@ -134,4 +136,85 @@ test("a manifest whose inventory nests a value 4,000 or 200,000 levels deep fail
     for (const id of SEALED) assert.match(out(), new RegExp(`trace-${id}`), label);
     assert.equal(JSON.stringify(fs.snapshotTree("/")), before, `${label}: nothing written`);
   }
+});
+
+test("safe ids made into file names are at most 255 bytes with their extension", () => {
+  assert.equal(MAX_FILE_NAME_BYTES, 255);
+  assert.ok(isSafeFileId("a".repeat(250), ".json"));
+  assert.ok(!isSafeFileId("a".repeat(251), ".json"));
+  assert.ok(isSafeFileId("a".repeat(255)));
+  assert.ok(!isSafeFileId("a".repeat(256)));
+  assert.ok(isSafeFileId(FIRST, ".json"));
+  for (const unsafe of ["", ".hidden", "a/b", "-x", "a b"]) {
+    assert.ok(!isSafeFileId(unsafe), unsafe);
+  }
+});
+
+test("a manifest whose identity.attempt_id is too long for a file name fails that trace only", async () => {
+  for (const length of [251, 300, 5_000]) {
+    const { fs, tree, manifestPath } = await damageFirst((manifest) => {
+      (manifest.identity as Record<string, unknown>).attempt_id = "a".repeat(length);
+      return JSON.stringify(manifest, null, 2);
+    });
+    const before = JSON.stringify(fs.snapshotTree("/"));
+    const label = `${length} characters`;
+    const listed = await listTraces(fs, tree.loopyRoot);
+    const damaged = listed.find((entry) => entry.manifestPath === manifestPath);
+    assert.equal(damaged?.integrity, "failed", label);
+    assert.equal(damaged?.seal, "mismatch", label);
+    assert.ok(
+      damaged?.problems.includes("finalized trace identity cannot locate its seal receipt"),
+      `${label}: ${damaged?.problems}`,
+    );
+    await othersListedNormally(fs, tree);
+    const inspected = await inspectTrace(fs, tree.loopyRoot, manifestPath);
+    assert.equal(inspected.observedIntegrity.seal.status, "mismatch", label);
+    assert.equal(inspected.observedIntegrity.seal.receipt_path, null, label);
+    await assert.rejects(
+      verifyTrace(fs, tree.loopyRoot, manifestPath),
+      (error: unknown) => error instanceof TraceIntegrityError && error.file === manifestPath,
+      label,
+    );
+    const seals = await checkTraceSeals(fs, tree.loopyRoot, { sessionId: MIRROR_ROOT_ID });
+    const first = seals.find((seal) => seal.attemptId === FIRST);
+    assert.equal(first?.status, "failed", label);
+    assert.ok(
+      first?.problems.includes("trace seal receipt field 'attempt_id' does not match"),
+      label,
+    );
+    const { io } = memoryIo(fs, tree.loopyRoot, Date.now());
+    assert.equal(await runTraces(io, ["list"]), 1, label);
+    assert.equal(JSON.stringify(fs.snapshotTree("/")), before, `${label}: nothing written`);
+  }
+});
+
+test("a seal receipt path too long to look up (a deep repository) is a mismatch of that trace only", async () => {
+  // The repository's path leaves room for every file of the tree (at most 158 bytes below it),
+  // not for a receipt named after a 250-character attempt id (327 bytes below it).
+  const repoRoot = `/${Array.from({ length: 19 }, () => "d".repeat(200)).join("/")}/${
+    "r".repeat(30)
+  }`;
+  assert.equal(repoRoot.length, 3850);
+  const fs = await newRepo();
+  await fs.mkdir(repoRoot, { recursive: true });
+  const tree = await buildMirrorTree(fs, repoRoot);
+  const manifestPath = `${tree.traceDir(FIRST)}/trace_manifest.json`;
+  const manifest = await readJson(fs, manifestPath);
+  (manifest.identity as Record<string, unknown>).attempt_id = "a".repeat(250);
+  await writeText(fs, manifestPath, JSON.stringify(manifest, null, 2));
+  const before = JSON.stringify(fs.snapshotTree("/"));
+  const listed = await listTraces(fs, tree.loopyRoot);
+  const damaged = listed.find((entry) => entry.manifestPath === manifestPath);
+  assert.equal(damaged?.integrity, "failed");
+  assert.equal(damaged?.seal, "mismatch");
+  assert.ok(
+    damaged?.problems.includes("trace seal receipt path is too long to be looked up"),
+    String(damaged?.problems),
+  );
+  await othersListedNormally(fs, tree);
+  const inspected = await inspectTrace(fs, tree.loopyRoot, manifestPath);
+  assert.equal(inspected.observedIntegrity.seal.status, "mismatch");
+  const seals = await checkTraceSeals(fs, tree.loopyRoot, { sessionId: MIRROR_ROOT_ID });
+  assert.equal(seals.find((seal) => seal.attemptId === FIRST)?.status, "failed");
+  assert.equal(JSON.stringify(fs.snapshotTree("/")), before, "nothing written");
 });

@@ -59,6 +59,22 @@ export function isSafeId(value: string): boolean {
   return SAFE_ID.test(value);
 }
 
+/**
+ * The longest file name, in bytes, a safe id may make with its extension (`<id>.json`): 255, the
+ * limit of a name on common filesystems (`NAME_MAX`). A longer name cannot be looked up at all
+ * (`ENAMETOOLONG`), so a reader must not build one from a recorded id.
+ */
+export const MAX_FILE_NAME_BYTES = 255;
+
+/**
+ * True when `value` is a safe id (`isSafeId`) that makes, with `extension` (ASCII, such as
+ * `.json`), a file name of at most `MAX_FILE_NAME_BYTES` bytes (a safe id is ASCII: one byte a
+ * character). For an id read from a record and then used as a file name.
+ */
+export function isSafeFileId(value: string, extension = ""): boolean {
+  return value.length + extension.length <= MAX_FILE_NAME_BYTES && isSafeId(value);
+}
+
 /** The form of a session id: readable (`NNN_<slug>` / `NN_<slug>`) or legacy (timestamped). */
 export type SessionIdForm = "readable" | "legacy";
 

@@ -19,7 +19,7 @@
  */
 import * as v from "valibot";
 import type { FileSystem } from "../port/fs.ts";
-import { NotFound } from "../port/errors.ts";
+import { FsError, NotFound } from "../port/errors.ts";
 import { basename, dirname, isAbsolute, join, normalize, relativeWithin } from "../port/path.ts";
 import { portableSha256, type Sha256Factory, sha256Hex } from "../port/sha256.ts";
 import {
@@ -29,7 +29,7 @@ import {
   TraceIntegrityError,
   TraceLookupError,
 } from "./errors.ts";
-import { isSafeId, isSessionId } from "./ids.ts";
+import { isSafeFileId, isSafeId, isSessionId } from "./ids.ts";
 import { asciiEscaped, decodeJson, parseWithSchema } from "./json_io.ts";
 import { chainKind, openLoopyRoot, PRUNING_PREFIX, walkSessionDirs } from "./loopy_root.ts";
 import type { JsonObject } from "./json_io.ts";
@@ -503,9 +503,10 @@ async function observeSeal(
   }
   const sessionId = (identity as Record<string, unknown>).session_id;
   const attemptId = (identity as Record<string, unknown>).attempt_id;
+  // The attempt id names the receipt's file: one too long for a file name locates nothing.
   if (
     typeof sessionId !== "string" || typeof attemptId !== "string" || !isSafeId(sessionId) ||
-    !isSafeId(attemptId)
+    !isSafeFileId(attemptId, ".json")
   ) {
     return {
       status: "mismatch",
@@ -533,6 +534,14 @@ async function observeSeal(
   try {
     kind = await lstatKind(fs, receiptPath);
   } catch (error) {
+    if (error instanceof FsError && error.code === "ENAMETOOLONG") {
+      // The receipt's path (its session's directory included) is too long to look up.
+      return {
+        status: "mismatch",
+        receipt_path: receiptPath,
+        errors: ["trace seal receipt path is too long to be looked up"],
+      };
+    }
     if (!(error instanceof TopologyError)) throw error;
     return {
       status: "mismatch",
