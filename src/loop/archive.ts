@@ -49,6 +49,7 @@
  *
  * @module
  */
+import * as v from "valibot";
 import type { DirEntry, FileSystem } from "../port/fs.ts";
 import { FsError, NotFound } from "../port/errors.ts";
 import {
@@ -75,7 +76,7 @@ import { acquireWriterLock, dropMovedLocks, type HeldLock, type StoreContext } f
 import type { ListResult } from "./discovery.ts";
 import { LEGACY_EXTENSION, legacySessionId } from "./legacy.ts";
 import { previousSession, stagingSessionId } from "./compaction.ts";
-import { readIfRegular, readSessionFile, refuseIrregularFile } from "./storage.ts";
+import { issuePath, readIfRegular, readSessionFile, refuseIrregularFile } from "./storage.ts";
 
 /** The file name of a collection's archive membership. */
 export const ARCHIVE_FILE = "archive.json";
@@ -630,41 +631,117 @@ function isCommitted(listing: readonly DirEntry[]): boolean {
   return listing.some((entry) => entry.name === DELETE_COMMITTED_FILE && entry.kind === "file");
 }
 
-/**
- * The journal of the delete staged in `staging`, read without following a link or waiting on a
- * FIFO; undefined when it is missing, not a regular file or not a valid journal.
- */
-async function readIntent(fs: FileSystem, staging: string): Promise<DeleteIntent | undefined> {
-  const read = await readSessionFile(fs, join(staging, DELETE_INTENT_FILE));
-  return read instanceof Uint8Array ? parseIntent(read) : undefined;
+/** What `readIntent` found: the journal, or none (with why, when it is there but invalid). */
+interface JournalRead {
+  /** The journal; undefined when it is missing, not a regular file or not a valid journal. */
+  readonly intent: DeleteIntent | undefined;
+  /** Why the journal is not valid (naming `intent.json` and the field), when it is not. */
+  readonly invalid?: SessionFormatError | undefined;
 }
 
-function parseIntent(bytes: Uint8Array): DeleteIntent | undefined {
+/**
+ * The journal of the delete staged in `staging`, read without following a link or waiting on a
+ * FIFO; no `intent` when it is missing, not a regular file or not a valid journal.
+ */
+async function readIntent(fs: FileSystem, staging: string): Promise<JournalRead> {
+  const file = join(staging, DELETE_INTENT_FILE);
+  const read = await readSessionFile(fs, file);
+  if (!(read instanceof Uint8Array)) return { intent: undefined };
+  try {
+    return { intent: parseIntent(read, file) };
+  } catch (error) {
+    if (!(error instanceof SessionFormatError)) throw error;
+    return { intent: undefined, invalid: error };
+  }
+}
+
+const JournalSessionId = v.pipe(
+  v.string(),
+  v.check((id: string) => isSessionId(id), "not a session id"),
+);
+
+/** The valibot schema of a delete journal (`intent.json`); unknown keys are ignored. */
+const DeleteIntentSchema = v.object({
+  operation: v.literal("delete"),
+  ids: v.array(JournalSessionId),
+  entries: v.array(v.string()),
+  archived: v.array(JournalSessionId),
+  membersBefore: v.array(JournalSessionId),
+});
+
+/**
+ * Validates a delete journal read from `file`. Anything wrong is a `SessionFormatError` naming
+ * `file` and the JSON path of the first field at fault (with its value when that is not an object
+ * or array: a journal holds whatever damage put there, nested however deep).
+ */
+function parseIntent(bytes: Uint8Array, file: string): DeleteIntent {
   let value: unknown;
   try {
     value = JSON.parse(decoder.decode(bytes));
-  } catch {
-    return undefined;
+  } catch (error) {
+    throw new SessionFormatError(`Invalid delete journal: ${(error as Error).message}`, {
+      file,
+      cause: error,
+    });
   }
-  if (typeof value !== "object" || value === null) return undefined;
-  const record = value as Record<string, unknown>;
-  const ids = record.ids;
-  const entries = record.entries;
-  const archived = record.archived;
-  const membersBefore = record.membersBefore;
-  const strings = (v: unknown): v is string[] =>
-    Array.isArray(v) && v.every((x) => typeof x === "string");
-  if (
-    record.operation !== "delete" || !strings(ids) || !strings(entries) || !strings(archived) ||
-    !strings(membersBefore) || !ids.every(isSessionId) || !archived.every(isSessionId) ||
-    !membersBefore.every(isSessionId)
-  ) return undefined;
+  const invalid = (detail: string, path: string, input: unknown): SessionFormatError =>
+    new SessionFormatError(`Invalid delete journal: ${detail}`, {
+      file,
+      path,
+      ...(typeof input === "object" && input !== null ? {} : { value: input }),
+    });
+  if (Array.isArray(value)) throw invalid("expected a JSON object", "", value);
+  const result = v.safeParse(DeleteIntentSchema, value, { abortEarly: true });
+  if (!result.success) {
+    const issue = result.issues[0];
+    const last = issue.path?.[issue.path.length - 1];
+    const missing = last !== undefined && issue.input === undefined &&
+      typeof last.input === "object" && last.input !== null && !(String(last.key) in last.input);
+    if (missing) {
+      throw new SessionFormatError("Invalid delete journal: missing required field", {
+        file,
+        path: issuePath(issue),
+      });
+    }
+    const detail = issue.kind === "schema" ? `expected ${issue.expected}` : issue.message;
+    throw invalid(detail, issuePath(issue), issue.input);
+  }
+  const { ids, entries, archived, membersBefore } = result.output;
   // Entry names come back into the collection on rollback: only names of the journal's sessions.
   const ownName = (name: string): boolean =>
     ids.some((id) => name === id || name.startsWith(id + ".") || stagingSessionId(name) === id) &&
     !name.includes("/");
-  if (!entries.every(ownName)) return undefined;
+  const foreign = entries.findIndex((name) => !ownName(name));
+  if (foreign !== -1) {
+    throw invalid(
+      "not an entry of the journal's sessions",
+      `entries[${foreign}]`,
+      entries[foreign],
+    );
+  }
   return { operation: "delete", ids, entries, archived, membersBefore };
+}
+
+/**
+ * The error for a delete staging directory that holds entries but no readable journal: it names
+ * `intent.json`, and when the journal is there but invalid, says why (the field at fault) and
+ * carries that `SessionFormatError` as its `cause`.
+ */
+function unreadableJournal(
+  staging: string,
+  invalid: SessionFormatError | undefined,
+): CorruptSessionError {
+  const file = join(staging, DELETE_INTENT_FILE);
+  const where = ` (in '${file}')`;
+  const why = invalid === undefined
+    ? ""
+    : ` (${
+      invalid.message.endsWith(where) ? invalid.message.slice(0, -where.length) : invalid.message
+    })`;
+  return new CorruptSessionError(
+    `A staged deletion has entries but no readable journal${why}; it was left for inspection`,
+    { file, cause: invalid },
+  );
 }
 
 /** The session an entry of a collection belongs to: `<id>`, `<id>.jsonl` or `<id>.<anything>`. */
@@ -724,10 +801,7 @@ export async function inspectDeletion(
         directories: new Map(),
         legacy: new Map(),
         archived: [],
-        error: new CorruptSessionError(
-          "A staged deletion has entries but no readable journal; it was left for inspection",
-          { file: join(staging, DELETE_INTENT_FILE) },
-        ),
+        error: unreadableJournal(staging, found.invalid),
         ids: found.missingJournal,
       };
     }
@@ -754,12 +828,17 @@ function stagedEntries(listing: readonly DirEntry[]): DirEntry[] {
 
 /**
  * One look of `inspectDeletion`; `missingJournal` (the ids of the staged entries) when entries
- * were listed and no journal was read.
+ * were listed and no journal was read (`invalid`: why, when the journal is there but invalid).
  */
 async function inspectDeletionOnce(
   fs: FileSystem,
   staging: string,
-): Promise<StagedDeletion | undefined | { readonly missingJournal: readonly string[] }> {
+): Promise<
+  StagedDeletion | undefined | {
+    readonly missingJournal: readonly string[];
+    readonly invalid: SessionFormatError | undefined;
+  }
+> {
   const listing = await listStaging(fs, staging);
   if (listing === undefined) return undefined;
   if (isCommitted(listing)) return undefined;
@@ -768,7 +847,7 @@ async function inspectDeletionOnce(
   if (staged.length === 0) {
     // Nothing staged (yet, or any more: a rollback moved everything back): the membership its
     // rollback restores still counts.
-    const pending = await readIntent(fs, staging);
+    const pending = (await readIntent(fs, staging)).intent;
     if (pending === undefined || pending.archived.length === 0) return undefined;
     return {
       dir: staging,
@@ -785,8 +864,8 @@ async function inspectDeletionOnce(
       return id === undefined ? [] : [id];
     })),
   ];
-  const intent = await readIntent(fs, staging);
-  if (intent === undefined) return { missingJournal: ids };
+  const { intent, invalid } = await readIntent(fs, staging);
+  if (intent === undefined) return { missingJournal: ids, invalid };
   const directories = new Map<string, string>();
   const legacy = new Map<string, string>();
   const kept: [string, string][] = [];
@@ -867,7 +946,7 @@ export async function recoverDeletion(
 ): Promise<"finished" | "restored" | "removed" | "kept"> {
   const fs = context.fs;
   const staging = join(collection, name);
-  const intent = await readIntent(fs, staging);
+  const { intent, invalid } = await readIntent(fs, staging);
   const listing = await fs.readDir(staging);
   // Decided as readers decide it (`inspectDeletion`), so recovery never undoes a delete they saw
   // done, nor finishes one they saw not happen.
@@ -877,12 +956,7 @@ export async function recoverDeletion(
       entry.name !== DELETE_INTENT_FILE && entry.name !== DELETE_COMMITTED_FILE &&
       !isTempName(entry.name)
     );
-    if (staged.length > 0 && !committed) {
-      throw new CorruptSessionError(
-        "A staged deletion has entries but no readable journal; it was left for inspection",
-        { file: join(staging, DELETE_INTENT_FILE) },
-      );
-    }
+    if (staged.length > 0 && !committed) throw unreadableJournal(staging, invalid);
     // The marker is made durable before anything staged is removed (see below).
     if (committed && context.durability === "full") await fs.syncDir(staging);
     await removeStagingDir(context, staging, staged.map((entry) => entry.name));

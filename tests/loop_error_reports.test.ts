@@ -1,0 +1,151 @@
+// Error reports name the file and the field at fault, and keep stored values short: a damaged
+// delete journal (intent.json) names the field that is wrong.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs, SimulatedCrash } from "../adapters/memory.ts";
+import { CorruptSessionError, SessionFormatError } from "../src/loop/errors.ts";
+import { SessionStore } from "../src/loop/store.ts";
+import { conversation } from "./_fixtures.ts";
+
+const CWD = "/work/project";
+const AGENT = "/home/user/.loop";
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+function storeOn(fs: MemoryFs): SessionStore {
+  return new SessionStore({ fs, agentDir: AGENT });
+}
+
+/**
+ * A collection with two sessions, `keep` and the archived `target`, after a crash inside the
+ * delete of `target` that left it staged with its journal and no commit marker.
+ */
+async function stagedDelete(): Promise<{
+  fs: MemoryFs;
+  staging: string;
+  target: string;
+  keep: string;
+  collection: string;
+}> {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = storeOn(fs);
+  const ids: string[] = [];
+  let collection = "";
+  for (const tag of ["keep", "target"]) {
+    const session = await store.create(CWD);
+    await session.commit(conversation(2, tag));
+    ids.push(session.id);
+    collection = session.getSessionPath().slice(0, -session.id.length - 1);
+    await session.close();
+  }
+  const [keep, target] = ids as [string, string];
+  await store.archive.set(CWD, [target], true);
+  fs.syncAll();
+  for (let n = 1; n < 500; n++) {
+    const trial = fs.clone();
+    trial.crashAfter(n);
+    try {
+      await storeOn(trial).archive.delete(CWD, [target]);
+    } catch (error) {
+      if (!(error instanceof SimulatedCrash) && !trial.crashTriggered) throw error;
+    }
+    const crashed = trial.crash({ tailMode: "whole", extraJournal: "all" });
+    const name = (await crashed.readDir(collection))
+      .map((entry) => entry.name)
+      .find((entry) => entry.startsWith(".delete-"));
+    if (name === undefined) continue;
+    const inner = (await crashed.readDir(`${collection}/${name}`)).map((entry) => entry.name);
+    if (inner.includes("intent.json") && !inner.includes("committed") && inner.includes(target)) {
+      return { fs: crashed, staging: `${collection}/${name}`, target, keep, collection };
+    }
+  }
+  throw new Error("no crash state with a staged, uncommitted delete");
+}
+
+/** The ways a journal is damaged, and the JSON path each report must name. */
+const DAMAGE:
+  readonly (readonly [string, (journal: Record<string, unknown>) => unknown, string])[] = [
+    ["ids[0] a number", (j) => ({ ...j, ids: [1] }), "ids[0]"],
+    ["operation missing", ({ operation: _, ...rest }) => rest, "operation"],
+    ["operation another", (j) => ({ ...j, operation: "rename" }), "operation"],
+    ["archived an object", (j) => ({ ...j, archived: {} }), "archived"],
+    ["membersBefore[1] not an id", (j) => ({
+      ...j,
+      membersBefore: [...(j.membersBefore as string[]), "nope"],
+    }), "membersBefore[1]"],
+    ["entries[0] outside the collection", (j) => ({ ...j, entries: ["../x"] }), "entries[0]"],
+    ["entries[1] not the journal's", (j) => ({
+      ...j,
+      entries: [...(j.entries as string[]), "0000aaaa-0000-4000-8000-00000000beef"],
+    }), "entries[1]"],
+    ["an array", () => [], ""],
+  ];
+
+function reportsField(file: string, path: string, label: string) {
+  return (error: unknown): boolean => {
+    assert.ok(error instanceof CorruptSessionError, `${label}: ${error}`);
+    assert.equal(error.file, file, label);
+    const cause = error.cause;
+    assert.ok(cause instanceof SessionFormatError, `${label}: cause ${cause}`);
+    assert.equal(cause.file, file, label);
+    assert.equal(cause.path, path, label);
+    if (path !== "") assert.ok(error.message.includes(` at ${path}`), `${label}: ${error.message}`);
+    assert.ok(error.message.length < 400, `${label}: ${error.message.length} characters`);
+    return true;
+  };
+}
+
+test("a damaged delete journal is reported with the file and the JSON path of the field", async () => {
+  const base = await stagedDelete();
+  const file = `${base.staging}/intent.json`;
+  const journal = JSON.parse(decoder.decode(await base.fs.readFile(file)));
+  assert.equal(journal.membersBefore.length, 1);
+  for (const [label, damage, path] of DAMAGE) {
+    const fs = base.fs.clone();
+    await fs.writeFile(file, encoder.encode(JSON.stringify(damage(journal))));
+    const tree = fs.snapshotTree("/");
+    const staged = fs.snapshotTree(base.staging);
+    const store = storeOn(fs);
+    for (const fast of [false, true]) {
+      const listed = await store.listDetailed(CWD, undefined, { fast });
+      // Reported as before: the staged session a failure naming the journal, the other listed.
+      assert.deepEqual(listed.sessions.map((s) => s.id), [base.keep], label);
+      assert.deepEqual(listed.failures.map((f) => [f.id, f.path]), [[base.target, file]], label);
+      reportsField(file, path, label)(listed.failures[0]?.error);
+    }
+    const meta = `${base.collection}/${base.target}/meta.json`;
+    await assert.rejects(store.open(meta, { readOnly: true }), reportsField(file, path, label));
+    assert.deepEqual(fs.snapshotTree("/"), tree, `${label}: reading wrote`);
+    // Recovery still refuses it the same way and keeps the staging directory for inspection.
+    await assert.rejects(store.open(meta), reportsField(file, path, label));
+    await assert.rejects(
+      new SessionStore({ fs, agentDir: AGENT, sessionDir: base.collection }).archive.delete(
+        undefined,
+        [base.target],
+        { archivedOnly: false },
+      ),
+      reportsField(file, path, label),
+    );
+    assert.deepEqual((await store.cleanup(CWD)).kept, [base.staging], label);
+    assert.deepEqual(fs.snapshotTree(base.staging), staged, `${label}: the staging was changed`);
+  }
+});
+
+test("a delete journal that is not JSON names the file, and a missing one reports as before", async () => {
+  const base = await stagedDelete();
+  const file = `${base.staging}/intent.json`;
+  const fs = base.fs.clone();
+  await fs.writeFile(file, encoder.encode("{"));
+  const listed = await storeOn(fs).listDetailed(CWD);
+  reportsField(file, "", "not JSON")(listed.failures[0]?.error);
+  // A field nested 200,000 levels deep is named like any other (its value is not shown).
+  const deep = "[".repeat(200_000) + "]".repeat(200_000);
+  await fs.writeFile(file, encoder.encode(`{"operation":"delete","ids":[${deep}]}`));
+  reportsField(file, "ids[0]", "deep")((await storeOn(fs).listDetailed(CWD)).failures[0]?.error);
+  await fs.remove(file);
+  const missing = (await storeOn(fs).listDetailed(CWD)).failures[0]?.error;
+  assert.ok(missing instanceof CorruptSessionError);
+  assert.equal(missing.file, file);
+  assert.equal(missing.cause, undefined);
+});
