@@ -218,3 +218,26 @@ test("a seal receipt path too long to look up (a deep repository) is a mismatch 
   assert.equal(seals.find((seal) => seal.attemptId === FIRST)?.status, "failed");
   assert.equal(JSON.stringify(fs.snapshotTree("/")), before, "nothing written");
 });
+
+test("a manifest holding a 200,000-character string shows it short in every problem and error", async () => {
+  const huge = "a".repeat(200_000);
+  const { fs, tree, manifestPath } = await damageFirst((manifest) => {
+    (manifest.identity as Record<string, unknown>).attempt_id = huge;
+    const inventory = manifest.inventory as Record<string, unknown>[];
+    (inventory[0] as Record<string, unknown>).path = `../${huge}`;
+    return JSON.stringify(manifest, null, 2);
+  });
+  const damaged = (await listTraces(fs, tree.loopyRoot))
+    .find((entry) => entry.manifestPath === manifestPath);
+  assert.equal(damaged?.integrity, "failed");
+  assert.ok(damaged?.problems.some((problem) => problem.startsWith("inventory[0].path")));
+  assert.ok(damaged?.problems.some((problem) => problem.includes("identity.attempt_id")));
+  for (const problem of damaged?.problems ?? []) {
+    assert.ok(problem.length < 500, `${problem.length}`);
+  }
+  await assert.rejects(verifyTrace(fs, tree.loopyRoot, manifestPath), (error: unknown) => {
+    assert.ok(error instanceof TraceIntegrityError, String(error));
+    assert.ok(error.message.length < 1_000, `${error.message.length} characters`);
+    return true;
+  });
+});

@@ -1,9 +1,15 @@
 // Error reports name the file and the field at fault, and keep stored values short: a damaged
-// delete journal (intent.json) names the field that is wrong.
+// delete journal (intent.json) names the field that is wrong; a huge stored value is shown short.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs, SimulatedCrash } from "../adapters/memory.ts";
-import { CorruptSessionError, SessionFormatError } from "../src/loop/errors.ts";
+import {
+  CorruptSessionError,
+  SessionFormatError,
+  UnsupportedSessionError,
+} from "../src/loop/errors.ts";
+import { LayoutRecordError, loadSessionTree, parseSessionManifest } from "../layout.ts";
+import { newRoot } from "./layout_fixtures.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import { conversation } from "./_fixtures.ts";
 
@@ -148,4 +154,73 @@ test("a delete journal that is not JSON names the file, and a missing one report
   assert.ok(missing instanceof CorruptSessionError);
   assert.equal(missing.file, file);
   assert.equal(missing.cause, undefined);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Stored values are shown short in messages (SessionFormatError: "kept short in the message").
+
+const HUGE = "x".repeat(200_000);
+
+/** A session saved in a collection, and the path of its meta.json. */
+async function savedSession(): Promise<{ fs: MemoryFs; dir: string; meta: string }> {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const session = await storeOn(fs).create(CWD);
+  await session.commit(conversation(2, "a"));
+  const dir = session.getSessionPath();
+  await session.close();
+  return { fs, dir, meta: `${dir}/meta.json` };
+}
+
+test("meta.json fields holding a 200,000-character string are shown short in the error", async () => {
+  const base = await savedSession();
+  const meta = JSON.parse(decoder.decode(await base.fs.readFile(base.meta)));
+  for (const field of ["format", "version", "generation", "start", "messageCount"]) {
+    const fs = base.fs.clone();
+    await fs.writeFile(base.meta, encoder.encode(JSON.stringify({ ...meta, [field]: HUGE })));
+    await assert.rejects(storeOn(fs).open(base.dir, { readOnly: true }), (error: unknown) => {
+      assert.ok(error instanceof Error, String(error));
+      assert.ok(error.message.length < 500, `${field}: ${error.message.length} characters`);
+      assert.ok(error.message.includes(`"xxxxxxxxxx`), `${field}: ${error.message}`);
+      assert.ok(error.message.includes(base.meta), `${field}: ${error.message}`);
+      if (error instanceof SessionFormatError) assert.equal(error.path, field);
+      else {
+        assert.ok(error instanceof UnsupportedSessionError, `${field}: ${error}`);
+        assert.equal(error[field as "format" | "version"], HUGE, "the value is kept whole");
+      }
+      return true;
+    });
+    const listed = await storeOn(fs).listDetailed(CWD);
+    assert.ok(
+      listed.failures.every((failure) => failure.error.message.length < 500),
+      `${field}: a listing's failure`,
+    );
+  }
+});
+
+test("layout records holding a 200,000-character string name the field and show the value short", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/repo");
+  const root = await newRoot(fs);
+  const file = `${root.paths.dir}/session.json`;
+  const manifest = JSON.parse(decoder.decode(await fs.readFile(file)));
+  // A picklist (`layout`), a literal (`schema_version`), checks (`session_id`, `created_at`):
+  // valibot's own messages show the value received, in full.
+  for (const field of ["layout", "schema_version", "session_id", "created_at"]) {
+    const value = { ...manifest, [field]: HUGE };
+    assert.throws(() => parseSessionManifest(value, file), (error: unknown) => {
+      assert.ok(error instanceof LayoutRecordError, `${field}: ${error}`);
+      assert.equal(error.path, field);
+      assert.equal(error.value, HUGE, "the value is kept whole");
+      assert.ok(error.message.length < 500, `${field}: ${error.message.length} characters`);
+      return true;
+    });
+  }
+  await fs.writeFile(file, encoder.encode(JSON.stringify({ ...manifest, layout: HUGE })));
+  await assert.rejects(loadSessionTree(fs, "/repo", root.sessionId), (error: unknown) => {
+    assert.ok(error instanceof Error, String(error));
+    assert.ok(error.message.length < 1_000, `${error.message.length} characters`);
+    assert.ok(error.message.includes("layout"), error.message);
+    return true;
+  });
 });

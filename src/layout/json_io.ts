@@ -29,6 +29,7 @@ import { portableSha256, type Sha256Factory, sha256Hex } from "../port/sha256.ts
 import { ImmutableArtifactError, LayoutRecordError } from "./errors.ts";
 import { confined } from "./no_links.ts";
 import { serializedOn } from "./serial.ts";
+import { preview } from "../loop/errors.ts";
 
 /** A JSON value. */
 export type JsonValue =
@@ -102,8 +103,24 @@ export function issuePath(issue: v.BaseIssue<unknown>): string {
 }
 
 /**
+ * A valibot issue's message with the value received shown short: valibot's own messages end
+ * with the value in full (a 200,000-character string would be all of the message); a string,
+ * number or other scalar is shown as `preview` shows it (at most 80 characters), an object or
+ * array by its kind, as valibot names it (never walked: it may be nested however deep).
+ */
+export function issueMessage(issue: v.BaseIssue<unknown>): string {
+  const input = issue.input;
+  const shown = typeof input === "object" && input !== null ? issue.received : preview(input);
+  // valibot's own messages: `Invalid <what>: Expected <this> but received <value>`, or
+  // `Invalid <what>: Received <value>`; a schema's own message names no value.
+  return issue.message.endsWith(`eceived ${issue.received}`)
+    ? `${issue.message.slice(0, -issue.received.length)}${shown}`
+    : issue.message;
+}
+
+/**
  * Validates `value` with a valibot schema; the first issue becomes a `LayoutRecordError` naming
- * `file`, the field's JSON path and its value.
+ * `file`, the field's JSON path and its value (shown short in the message, see `issueMessage`).
  */
 export function parseWithSchema<T>(
   schema: v.GenericSchema<unknown, T>,
@@ -114,7 +131,7 @@ export function parseWithSchema<T>(
   const result = v.safeParse(schema, value);
   if (result.success) return result.output;
   const issue = result.issues[0];
-  throw new LayoutRecordError(file, `Invalid ${label}: ${issue.message}`, {
+  throw new LayoutRecordError(file, `Invalid ${label}: ${issueMessage(issue)}`, {
     path: issuePath(issue),
     value: issue.input,
   });

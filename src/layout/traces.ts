@@ -35,6 +35,7 @@ import { chainKind, openLoopyRoot, PRUNING_PREFIX, walkSessionDirs } from "./loo
 import type { JsonObject } from "./json_io.ts";
 import { canonicalPath, confined, loopyDirOf } from "./no_links.ts";
 import { mirrorAttemptTraceDir, SessionPaths } from "./paths.ts";
+import { preview } from "../loop/errors.ts";
 import { loadSessionTree } from "./tree.ts";
 
 /** The name of a mirror attempt's manifest. */
@@ -438,7 +439,7 @@ function validatedInventory(
       continue;
     }
     if (!isMemberPath(path) || path === TRACE_MANIFEST_FILENAME) {
-      errors.push(`${label}.path is not a valid trace-relative member: ${JSON.stringify(path)}`);
+      errors.push(`${label}.path is not a valid trace-relative member: ${preview(path)}`);
       continue;
     }
     if (expected.has(path)) {
@@ -625,7 +626,7 @@ function directoryIdentityErrors(
     if (value !== name) {
       errors.push(
         `trace manifest field 'identity.${field}' (${
-          value === null ? "missing" : JSON.stringify(value)
+          value === null ? "missing" : preview(value)
         }) does not match its directory (${JSON.stringify(name)})`,
       );
     }

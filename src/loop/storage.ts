@@ -14,6 +14,7 @@ import { join } from "../port/path.ts";
 import { entryKind } from "../port/durable.ts";
 import {
   CorruptSessionError,
+  preview,
   SessionCwdError,
   SessionFormatError,
   UnsupportedSessionError,
@@ -187,6 +188,20 @@ export function issuePath(issue: v.BaseIssue<unknown>, prefix = ""): string {
   return path;
 }
 
+/**
+ * What a valibot issue says is wrong, for a `SessionFormatError` that shows the value itself
+ * (short, see `preview`): as `checkSchema` words it, `expected <type>` for a wrong type, else the
+ * issue's message without the value received that valibot's own messages end with (in full: a
+ * 200,000-character string would be all of the message).
+ */
+function issueDetail(issue: v.BaseIssue<unknown>): string {
+  if (issue.kind === "schema") return `expected ${issue.expected ?? "a valid value"}`;
+  for (const tail of [` but received ${issue.received}`, `: Received ${issue.received}`]) {
+    if (issue.message.endsWith(tail)) return issue.message.slice(0, -tail.length);
+  }
+  return issue.message;
+}
+
 /** Parses JSON text, mapping a syntax error to a `SessionFormatError` naming the file. */
 export function parseJsonText(text: string, file: string): unknown {
   try {
@@ -221,12 +236,10 @@ export function parseStorageMeta(
   }
   const record = value as Record<string, unknown>;
   if (record.format !== STORAGE_FORMAT || record.version !== STORAGE_VERSION) {
+    // The values found are shown short (`preview`) and kept whole on the error.
     throw new UnsupportedSessionError(
-      `Unsupported session storage format or version (format ${
-        JSON.stringify(record.format)
-      }, version ${
-        JSON.stringify(record.version)
-      }); this library reads format "loop-session" version 3`,
+      `Unsupported session storage format or version (format ${preview(record.format)}, ` +
+        `version ${preview(record.version)}); this library reads format "loop-session" version 3`,
       { file, format: record.format, version: record.version },
     );
   }
@@ -253,7 +266,7 @@ export function parseStorageMeta(
   if (!result.success) {
     const issue = result.issues[0];
     const path = issuePath(issue);
-    throw new SessionFormatError(`Invalid session metadata: ${issue.message}`, {
+    throw new SessionFormatError(`Invalid session metadata: ${issueDetail(issue)}`, {
       file,
       path,
       value: issue.input,
