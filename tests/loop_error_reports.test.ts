@@ -5,11 +5,13 @@ import assert from "node:assert/strict";
 import { MemoryFs, SimulatedCrash } from "../adapters/memory.ts";
 import {
   CorruptSessionError,
+  preview,
   SessionFormatError,
   UnsupportedSessionError,
 } from "../src/loop/errors.ts";
 import { LayoutRecordError, loadSessionTree, parseSessionManifest } from "../layout.ts";
 import { newRoot } from "./layout_fixtures.ts";
+import { stateEvalSeal } from "../src/layout/records.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import { conversation } from "./_fixtures.ts";
 
@@ -221,6 +223,64 @@ test("layout records holding a 200,000-character string name the field and show 
     assert.ok(error instanceof Error, String(error));
     assert.ok(error.message.length < 1_000, `${error.message.length} characters`);
     assert.ok(error.message.includes("layout"), error.message);
+    return true;
+  });
+});
+
+test("meta.json fields holding arrays nested 200,000 deep are typed errors on every runtime", async () => {
+  const base = await savedSession();
+  const meta = JSON.parse(decoder.decode(await base.fs.readFile(base.meta)));
+  const deep = "[".repeat(200_000) + "]".repeat(200_000);
+  for (const field of ["format", "version", "generation", "start", "messageCount"]) {
+    const fs = base.fs.clone();
+    // Written as text: JSON.stringify of such a value overflows Node's stack.
+    const damaged = JSON.stringify({ ...meta, [field]: "@deep@" }).replace('"@deep@"', deep);
+    await fs.writeFile(base.meta, encoder.encode(damaged));
+    await assert.rejects(storeOn(fs).open(base.dir, { readOnly: true }), (error: unknown) => {
+      assert.ok(
+        error instanceof SessionFormatError || error instanceof UnsupportedSessionError,
+        `${field}: ${error}`,
+      );
+      assert.ok(error.message.length < 500, `${field}: ${error.message.length} characters`);
+      return true;
+    });
+    const listed = await storeOn(fs).listDetailed(CWD);
+    // An unsupported format or version is skipped; any other damage is the session's failure.
+    assert.equal(listed.sessions.length, 0, field);
+    const unsupported = field === "format" || field === "version";
+    assert.equal(listed.failures.length, unsupported ? 0 : 1, field);
+    for (const failure of listed.failures) {
+      assert.ok(failure.error instanceof SessionFormatError, `${field}: ${failure.error}`);
+      assert.ok(failure.error.message.length < 500, field);
+    }
+  }
+});
+
+test("preview() renders any value short and never throws", () => {
+  let deep: unknown[] = [];
+  for (let i = 0; i < 200_000; i++) deep = [deep];
+  const cyclic: Record<string, unknown> = {};
+  cyclic.self = cyclic;
+  for (
+    const value of [deep, cyclic, [1n], { big: 2n }, 3n, Symbol("s"), undefined, "x".repeat(500)]
+  ) {
+    const text = preview(value);
+    assert.ok(text.length <= 80, text);
+  }
+  assert.equal(preview(cyclic), "[object]");
+  assert.equal(preview([1n]), "[array]");
+  assert.equal(preview(3n), "3");
+  assert.equal(preview("ab"), '"ab"');
+});
+
+test("an eval seal in state.json holding a 200,000-character string is shown short", () => {
+  const key = "session:/eval_receipts/ev-1.json";
+  const seal = { schema_version: HUGE };
+  assert.throws(() => stateEvalSeal({ [key]: seal }, "ev-1", "/s/state.json"), (error: unknown) => {
+    assert.ok(error instanceof LayoutRecordError, String(error));
+    assert.equal(error.file, "/s/state.json");
+    assert.ok(error.path?.startsWith(`accepted_eval_seals[${JSON.stringify(key)}]`), error.path);
+    assert.ok(error.message.length < 500, `${error.message.length} characters`);
     return true;
   });
 });

@@ -13,7 +13,7 @@
 import * as v from "valibot";
 import { LayoutRecordError } from "./errors.ts";
 import { isSafeId, isSessionId } from "./ids.ts";
-import { issuePath, parseWithSchema } from "./json_io.ts";
+import { issueMessage, issuePath, parseWithSchema } from "./json_io.ts";
 import { iterationName, type SessionLayout } from "./paths.ts";
 import { isLogicalReference } from "./ref_grammar.ts";
 
@@ -1754,7 +1754,7 @@ export function stateEvalSeal(
   const issue = result.issues[0];
   const at = `accepted_eval_seals[${JSON.stringify(key)}]`;
   const field = issuePath(issue);
-  throw new LayoutRecordError(file, `Invalid eval seal: ${issue.message}`, {
+  throw new LayoutRecordError(file, `Invalid eval seal: ${issueMessage(issue)}`, {
     path: field === "" ? at : `${at}.${field}`,
     value: issue.input,
   });

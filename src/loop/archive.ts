@@ -72,6 +72,7 @@ import {
   SessionNotFoundError,
 } from "./errors.ts";
 import { isSessionId } from "./records/mod.ts";
+import { issueDetail } from "./records/_validation.ts";
 import { acquireWriterLock, dropMovedLocks, type HeldLock, type StoreContext } from "./lock.ts";
 import type { ListResult } from "./discovery.ts";
 import { LEGACY_EXTENSION, legacySessionId } from "./legacy.ts";
@@ -703,8 +704,7 @@ function parseIntent(bytes: Uint8Array, file: string): DeleteIntent {
         path: issuePath(issue),
       });
     }
-    const detail = issue.kind === "schema" ? `expected ${issue.expected}` : issue.message;
-    throw invalid(detail, issuePath(issue), issue.input);
+    throw invalid(issueDetail(issue), issuePath(issue), issue.input);
   }
   const { ids, entries, archived, membersBefore } = result.output;
   // Entry names come back into the collection on rollback: only names of the journal's sessions.

@@ -190,13 +190,22 @@ export class InvalidArgumentError extends SessionError {
   }
 }
 
-/** A short, safe rendering of a value for an error message. */
+/**
+ * A short, safe rendering of a value for an error message: its JSON cut to 80 characters. A value
+ * JSON cannot write (a BigInt, a cycle, arrays nested past the runtime's stack) is named by its
+ * kind (`[array]`, `[object]`) or, for a primitive, by `String()`; never an exception.
+ */
 export function preview(value: unknown): string {
   let text: string;
   try {
     text = value === undefined ? "undefined" : JSON.stringify(value) ?? String(value);
   } catch {
-    text = String(value);
+    // Not String(value) for objects: an array's join recurses as deep as JSON.stringify did.
+    text = typeof value !== "object" || value === null
+      ? String(value)
+      : Array.isArray(value)
+      ? "[array]"
+      : "[object]";
   }
   return text.length > 80 ? text.slice(0, 77) + "..." : text;
 }

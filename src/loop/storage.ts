@@ -26,7 +26,7 @@ import {
   SESSION_FORMAT,
   SessionTitleSchema,
 } from "./records/mod.ts";
-import { childPath, isSafeNonNegative } from "./records/_validation.ts";
+import { childPath, isSafeNonNegative, issueDetail } from "./records/_validation.ts";
 import { parseHeaderFields } from "./records/header.ts";
 
 /** The file name of the storage metadata. */
@@ -186,20 +186,6 @@ export function issuePath(issue: v.BaseIssue<unknown>, prefix = ""): string {
     path += typeof key === "number" ? `[${key}]` : path === "" ? String(key) : `.${String(key)}`;
   }
   return path;
-}
-
-/**
- * What a valibot issue says is wrong, for a `SessionFormatError` that shows the value itself
- * (short, see `preview`): as `checkSchema` words it, `expected <type>` for a wrong type, else the
- * issue's message without the value received that valibot's own messages end with (in full: a
- * 200,000-character string would be all of the message).
- */
-function issueDetail(issue: v.BaseIssue<unknown>): string {
-  if (issue.kind === "schema") return `expected ${issue.expected ?? "a valid value"}`;
-  for (const tail of [` but received ${issue.received}`, `: Received ${issue.received}`]) {
-    if (issue.message.endsWith(tail)) return issue.message.slice(0, -tail.length);
-  }
-  return issue.message;
 }
 
 /** Parses JSON text, mapping a syntax error to a `SessionFormatError` naming the file. */

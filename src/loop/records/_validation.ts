@@ -369,6 +369,20 @@ function isMissingKey(issue: v.BaseIssue<unknown>): boolean {
 }
 
 /**
+ * What a valibot issue says is wrong, for a `SessionFormatError` that shows the value itself
+ * (short, see `preview`): as `checkSchema` words it, `expected <type>` for a wrong type, else the
+ * issue's message without the value received that valibot's own messages end with (in full: a
+ * 200,000-character string would be all of the message).
+ */
+export function issueDetail(issue: v.BaseIssue<unknown>): string {
+  if (issue.kind === "schema") return `expected ${issue.expected ?? "a valid value"}`;
+  for (const tail of [` but received ${issue.received}`, `: Received ${issue.received}`]) {
+    if (issue.message.endsWith(tail)) return issue.message.slice(0, -tail.length);
+  }
+  return issue.message;
+}
+
+/**
  * Runs `schema` on `value` and turns the first issue into a `SessionFormatError` that names
  * the JSON path below `location.path` and the offending value.
  */
@@ -383,9 +397,7 @@ export function checkSchema(
   const issue = result.issues[0];
   const path = issuePath(location.path ?? "", issue);
   if (isMissingKey(issue)) failMissing(what, location, path);
-  const detail = issue.kind === "schema" ? `expected ${issue.expected ?? "a valid value"}` : issue
-    .message;
-  fail(what, detail, location, path, issue.input);
+  fail(what, issueDetail(issue), location, path, issue.input);
 }
 
 /** A field of a record that breaks a rule spanning several of its fields. */
