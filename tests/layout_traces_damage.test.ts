@@ -9,12 +9,14 @@ import {
   inspectTrace,
   isSafeFileId,
   listTraces,
+  LogicalReferenceError,
+  LogicalReferenceResolver,
   MAX_FILE_NAME_BYTES,
   TraceIntegrityError,
   traceInventoryRootSha256,
   verifyTrace,
 } from "../layout.ts";
-import { newRepo, readJson, writeText } from "./layout_fixtures.ts";
+import { newRepo, readJson, writeJson, writeText } from "./layout_fixtures.ts";
 import { sha256Hex } from "../src/port/sha256.ts";
 import { memoryIo } from "./_cli_io.ts";
 import { runTraces } from "../src/cli/layout.ts";
@@ -240,4 +242,32 @@ test("a manifest holding a 200,000-character string shows it short in every prob
     assert.ok(error.message.length < 1_000, `${error.message.length} characters`);
     return true;
   });
+});
+
+test("a trace record naming an attempt id too long for a file name is skipped when resolving trace: refs", async () => {
+  const fs = await newRepo();
+  const tree = await buildMirrorTree(fs);
+  await fs.mkdir(`${tree.rootDir}/iterations/0009_outer`, { recursive: true });
+  const statuses: string[] = [];
+  for (const length of [12, 250, 300]) {
+    await writeJson(fs, `${tree.rootDir}/iterations/0009_outer/trace_ref.json`, {
+      manifest_id: `trace-long-${length}`,
+      attempt_id: "a".repeat(length),
+    });
+    const resolver = await LogicalReferenceResolver.forSession(fs, {
+      repoRoot: tree.repoRoot,
+      sessionId: MIRROR_ROOT_ID,
+    });
+    const reference = `trace:trace-long-${length}:/eval/report.json`;
+    try {
+      statuses.push((await resolver.resolve(reference)).status);
+    } catch (error) {
+      // A record that cannot name a trace directory names no trace: an unknown manifest.
+      assert.ok(error instanceof LogicalReferenceError, `${length}: ${error}`);
+      statuses.push("refused");
+    }
+  }
+  // Recorded and resolvable (its trace was pruned) while the attempt id makes a file name.
+  assert.deepEqual(statuses.slice(0, 2), ["pruned", "pruned"]);
+  assert.equal(statuses[2], "refused");
 });

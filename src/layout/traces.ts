@@ -1319,7 +1319,8 @@ export async function recordedTraces(
     const attemptId = record?.attempt_id;
     if (
       typeof manifestId === "string" && typeof attemptId === "string" && isSafeId(manifestId) &&
-      isSafeId(attemptId)
+      // The attempt id names the trace's directory: one too long for a file name names none.
+      isSafeFileId(attemptId)
     ) {
       out.push({ manifestId, sessionId, attemptId });
     }
