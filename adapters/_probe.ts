@@ -6,20 +6,36 @@
  */
 import type { ProcessProbe } from "../src/port/probe.ts";
 
+/** A permission Deno may be asked about, as `Deno.permissions.querySync` takes it. */
+export type DenoPermission =
+  | { name: "sys"; kind: "hostname" }
+  | { name: "read"; path: string }
+  | { name: "run" };
+
 /** Deno's permission query, where the code runs on Deno (the Node adapter runs there too). */
 interface DenoPermissions {
-  querySync(descriptor: { name: "sys"; kind: "hostname" }): { state: string };
+  querySync(descriptor: DenoPermission): { state: string };
 }
 
 /**
- * True unless the runtime is Deno without the permission to read the host name. Asked with a
- * query, never a request: a store never makes Deno prompt.
+ * True unless the runtime is Deno and `permission` is not granted now (or cannot be queried).
+ * Asked with a query, never a request: a store never makes Deno prompt. Off Deno (Node, Bun),
+ * always true: there the runtime's own access checks apply.
  */
-function mayReadHostName(): boolean {
+export function denoGrants(permission: DenoPermission): boolean {
   const deno = (globalThis as { Deno?: { permissions?: DenoPermissions } }).Deno;
   const permissions = deno?.permissions;
   if (permissions === undefined) return true;
-  return permissions.querySync({ name: "sys", kind: "hostname" }).state === "granted";
+  try {
+    return permissions.querySync(permission).state === "granted";
+  } catch {
+    return false;
+  }
+}
+
+/** True unless the runtime is Deno without the permission to read the host name. */
+function mayReadHostName(): boolean {
+  return denoGrants({ name: "sys", kind: "hostname" });
 }
 
 /**

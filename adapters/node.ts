@@ -60,7 +60,7 @@ import {
   withoutTrailingSlash,
 } from "./_errors.ts";
 import { openNoFollowNative, readFileNative, readFileNoFollowNative } from "./_node_read.ts";
-import { isPermissionRefusal, lazyProbe } from "./_probe.ts";
+import { denoGrants, isPermissionRefusal, lazyProbe } from "./_probe.ts";
 import { NodeFileHandle, toInfo } from "./_node_handle.ts";
 
 /** Maps a native error of `syscall` on `path` to the port's typed error. */
@@ -390,7 +390,10 @@ export const nodeSha256: Sha256Factory = (): Sha256 => new NodeSha256(createHash
  * The process probe of the Node adapter, for cross-process session locks (`nodeFs()` offers it as
  * `processes`, so a store of `nodeFs()` uses it by default): `process.pid`,
  * `os.hostname()`, and liveness by `process.kill(pid, 0)` (EPERM means alive but not ours,
- * ESRCH means gone). Also works on Deno and Bun through their Node compatibility.
+ * ESRCH means gone). Also works on Deno and Bun through their Node compatibility. On Deno each
+ * call that needs a permission (reading `/proc`, signalling) is made only where a query finds it
+ * granted, so Deno never prompts: without the read no pid namespace and no process start are
+ * known, and without `--allow-run` every pid is taken as alive.
  *
  * @returns A probe of this process and host.
  */
@@ -405,13 +408,30 @@ export function nodeProcessProbe(): ProcessProbe {
   };
 }
 
+const PID_NAMESPACE = "/proc/self/ns/pid";
+
+/**
+ * The text of `/proc/<pid>/stat`, or undefined when it cannot be read (the process is gone, no
+ * procfs, or Deno does not grant the read: it is queried first, so Deno never prompts for it).
+ */
+function readProcStat(pid: number): string | undefined {
+  const path = `/proc/${pid}/stat`;
+  if (!denoGrants({ name: "read", path })) return undefined;
+  try {
+    return readFileSync(path, "latin1");
+  } catch {
+    return undefined;
+  }
+}
+
 /**
  * This process's pid namespace on Linux: the target of `/proc/self/ns/pid` (`pid:[<inode>]`), the
  * same for every process that sees the same pids. Undefined when it cannot be read.
  */
 function linuxPidNamespace(): string | undefined {
+  if (!denoGrants({ name: "read", path: PID_NAMESPACE })) return undefined;
   try {
-    return readlinkSync("/proc/self/ns/pid");
+    return readlinkSync(PID_NAMESPACE);
   } catch {
     return undefined;
   }
@@ -433,12 +453,8 @@ function cachedProcessStart(pid: number): string | undefined {
  */
 function linuxProcessStart(pid: number): string | undefined {
   if (!Number.isSafeInteger(pid) || pid <= 0) return undefined;
-  let text: string;
-  try {
-    text = readFileSync(`/proc/${pid}/stat`, "latin1");
-  } catch {
-    return undefined;
-  }
+  const text = readProcStat(pid);
+  if (text === undefined) return undefined;
   // The command name (field 2) is in parentheses and may hold spaces and parentheses itself.
   const fields = text.slice(text.lastIndexOf(")") + 2).split(" ");
   const start = fields[19]; // field 22; the fields after the name start at field 3
@@ -451,12 +467,8 @@ function linuxProcessStart(pid: number): string | undefined {
  */
 function isLinuxZombie(pid: number): boolean {
   if (process.platform !== "linux") return false;
-  let text: string;
-  try {
-    text = readFileSync(`/proc/${pid}/stat`, "latin1");
-  } catch {
-    return false;
-  }
+  const text = readProcStat(pid);
+  if (text === undefined) return false;
   // The state (field 3) follows the command name, which is in parentheses.
   return text.charAt(text.lastIndexOf(")") + 2) === "Z";
 }
@@ -469,6 +481,9 @@ function isProcessAlive(pid: number): boolean {
   // 0 and negative pids address process groups, never one process; a pid past 2^31 - 1 is none
   // a process can have (pid_t is a signed 32-bit integer), and the runtime refuses to signal it.
   if (!Number.isSafeInteger(pid) || pid <= 0 || pid > 0x7fffffff) return false;
+  // Deno without `--allow-run` may not signal (and would prompt for it in a terminal): asked by a
+  // query first, such a pid is taken as alive, as a refusal below is.
+  if (!mayRunSignal()) return true;
   try {
     process.kill(pid, 0);
     return !isLinuxZombie(pid);
@@ -481,4 +496,9 @@ function isProcessAlive(pid: number): boolean {
     if (isPermissionRefusal(error)) return true;
     throw mapError(error, "kill", String(pid));
   }
+}
+
+/** True unless the runtime is Deno without `--allow-run` (queried, never requested). */
+function mayRunSignal(): boolean {
+  return denoGrants({ name: "run" });
 }
