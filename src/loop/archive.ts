@@ -42,7 +42,8 @@
  *
  * Readers never wait for that recovery and never run it: until the `committed` marker exists, a
  * delete **did not happen** for them. Discovery lists a staged session from inside the staging
- * directory, with the archive membership a rollback would restore, and a read-only
+ * directory, with the archive membership a rollback would restore (and one that a rollback moved
+ * back since the collection was listed, in place: `StagedDeletion.movedBack`), and a read-only
  * `SessionStore.open` reads it there (`inspectDeletion`); a writable open recovers first, and so
  * does any open of a staged legacy file whose session was never migrated (migrating it writes).
  * Once the marker exists the staged sessions are gone for everyone.
@@ -771,16 +772,31 @@ export interface StagedDeletion {
   readonly error: CorruptSessionError | undefined;
   /** The ids of every staged entry. */
   readonly ids: readonly string[];
+  /**
+   * The ids of the delete (its journal's, or those of entries an earlier look listed staged)
+   * with no session directory staged while the delete is not committed: a rollback, by another
+   * process, moved it back into the collection since (it goes back first), the delete has not
+   * staged it yet, or the session has only a legacy file (in `legacy` while it is staged). A
+   * reader that listed the collection while they were staged looks for them in place, at
+   * `<collection>/<id>` and then `<collection>/<id>.jsonl`: a delete that did not happen never
+   * made them stop existing (one that finished meanwhile left nothing there).
+   */
+  readonly movedBack: readonly string[];
 }
 
 /**
  * Reads the delete staging directory `name` of `collection` without changing anything, for readers
  * that must see an uncommitted delete as not happened (see the module doc). Undefined when the
  * delete committed (the `committed` marker exists: its sessions are gone), when the directory is
- * gone, or when it stages nothing. Only entries the journal names are reported, like a rollback
+ * gone, or when it stages nothing and has no journal naming a session or membership (a reader that
+ * listed the collection before cannot tell which sessions such a directory held: it reads the
+ * collection again). Only entries the journal names are reported, like a rollback
  * only moves those back. A journal missing while entries are listed is looked for again (the
  * delete may have finished or rolled back between the listing and the read, in another process):
  * only entries still staged without a journal, look after look, are reported as damage (`error`).
+ * When a later look finds them no longer staged (the directory gone or emptied) and no
+ * `committed` marker, their ids are returned as `movedBack`: a rollback may have put them back
+ * (a delete that finished meanwhile left nothing there, which the reader then finds).
  */
 export async function inspectDeletion(
   fs: FileSystem,
@@ -788,13 +804,35 @@ export async function inspectDeletion(
   name: string,
 ): Promise<StagedDeletion | undefined> {
   const staging = join(collection, name);
+  /** The ids of entries an earlier look listed staged without a journal. */
+  let seen: readonly string[] = [];
   for (let look = 1;; look++) {
     const found = await inspectDeletionOnce(fs, staging);
+    if (found === "committed") return undefined;
+    if (found === "unstaged") {
+      // Nothing staged, or the directory gone, and no journal: a delete that rolled back (or
+      // finished) since an earlier look listed entries puts them back (or left nothing).
+      return seen.length === 0 ? undefined : {
+        dir: staging,
+        directories: new Map(),
+        legacy: new Map(),
+        archived: [],
+        error: undefined,
+        ids: [],
+        movedBack: seen,
+      };
+    }
+    if (!("missingJournal" in found)) {
+      const unseen = seen.filter((id) =>
+        !found.movedBack.includes(id) && !found.directories.has(id)
+      );
+      return unseen.length === 0 ? found : { ...found, movedBack: [...found.movedBack, ...unseen] };
+    }
     // A journal missing while entries were listed: the delete may have finished (or rolled
     // back) between the listing and the read, by another process. Both remove the journal only
     // once the entries are gone (a finished delete's marker after it), so a second look sees the
     // directory gone, committed or emptied; entries still there without a journal are damage.
-    if (found === undefined || !("missingJournal" in found)) return found;
+    seen = [...new Set([...seen, ...found.missingJournal])];
     if (look >= JOURNAL_LOOKS) {
       return {
         dir: staging,
@@ -803,6 +841,7 @@ export async function inspectDeletion(
         archived: [],
         error: unreadableJournal(staging, found.invalid),
         ids: found.missingJournal,
+        movedBack: seen.filter((id) => !found.missingJournal.includes(id)),
       };
     }
   }
@@ -827,28 +866,33 @@ function stagedEntries(listing: readonly DirEntry[]): DirEntry[] {
 }
 
 /**
- * One look of `inspectDeletion`; `missingJournal` (the ids of the staged entries) when entries
- * were listed and no journal was read (`invalid`: why, when the journal is there but invalid).
+ * One look of `inspectDeletion`: `committed` when the marker is there; `unstaged` when the
+ * directory is gone, or stages nothing and has no journal naming anything; `missingJournal` (the
+ * ids of the staged entries) when entries were listed and no journal was read (`invalid`: why,
+ * when the journal is there but invalid); otherwise what is staged, and the journal's ids with
+ * nothing staged (`movedBack`).
  */
 async function inspectDeletionOnce(
   fs: FileSystem,
   staging: string,
 ): Promise<
-  StagedDeletion | undefined | {
+  StagedDeletion | "committed" | "unstaged" | {
     readonly missingJournal: readonly string[];
     readonly invalid: SessionFormatError | undefined;
   }
 > {
   const listing = await listStaging(fs, staging);
-  if (listing === undefined) return undefined;
-  if (isCommitted(listing)) return undefined;
+  if (listing === undefined) return "unstaged";
+  if (isCommitted(listing)) return "committed";
   // The journal and a marker still under its temp name (never committed) are not staged entries.
   const staged = stagedEntries(listing);
   if (staged.length === 0) {
     // Nothing staged (yet, or any more: a rollback moved everything back): the membership its
-    // rollback restores still counts.
+    // rollback restores still counts, and its sessions are where they were, or back there.
     const pending = (await readIntent(fs, staging)).intent;
-    if (pending === undefined || pending.archived.length === 0) return undefined;
+    if (pending === undefined || (pending.archived.length === 0 && pending.ids.length === 0)) {
+      return "unstaged";
+    }
     return {
       dir: staging,
       directories: new Map(),
@@ -856,6 +900,7 @@ async function inspectDeletionOnce(
       archived: pending.archived,
       error: undefined,
       ids: [],
+      movedBack: pending.ids,
     };
   }
   const ids = [
@@ -886,7 +931,19 @@ async function inspectDeletionOnce(
     const previous = await previousSession(fs, dir);
     if (previous !== undefined) directories.set(id, previous);
   }
-  return { dir: staging, directories, legacy, archived: intent.archived, error: undefined, ids };
+  // The journal's sessions with no directory staged: not staged yet, moved back by a rollback
+  // (the directory goes back first; a kept companion may hold the staging directory on), or
+  // sessions that have only a legacy file.
+  const movedBack = intent.ids.filter((id) => !directories.has(id));
+  return {
+    dir: staging,
+    directories,
+    legacy,
+    archived: intent.archived,
+    error: undefined,
+    ids,
+    movedBack,
+  };
 }
 
 /**

@@ -15,7 +15,10 @@
  *   it finished since the collection was read, from the session directory back in place), and a
  *   delete that has not committed (`.delete-<uuid>` without its `committed` marker) **did not
  *   happen**: its staged sessions are listed from inside the staging directory, with the archive
- *   membership its rollback restores. A committed delete's sessions are gone. Recovery itself is
+ *   membership its rollback restores (or, when it rolled back since the collection was read,
+ *   from where the rollback put them back: the ids its journal or staging directory named, or,
+ *   when the staging directory was already gone or emptied when looked at, those the
+ *   collection read once more holds). A committed delete's sessions are gone. Recovery itself is
  *   left to the next structural operation; listing only reads. archive.json is read before the
  *   sessions; when a listed session is not archived by that read, the journals of uncommitted
  *   deletes and archive.json are read once more after them (once per listing, not per session),
@@ -343,23 +346,46 @@ async function candidatesOf(
   const deletedLegacy = new Map<string, string>();
   const unreadable = new Map<string, { error: SessionError; file: string }>();
   const archived: string[] = [];
+  // Sessions of deletes that may have rolled back since the collection was read (another
+  // process's delete, settling meanwhile): looked for in place, where a rollback puts them back.
+  const movedBack = new Set<string>();
+  /** A delete seen in the collection's listing had settled, its sessions unknown, when looked at. */
+  let settled = false;
   for (const name of deletions.sort()) {
     const deletion = await inspectDeletion(fs, collection, name);
-    if (deletion === undefined) continue;
+    if (deletion === undefined) {
+      settled = true;
+      continue;
+    }
+    for (const id of deletion.movedBack) movedBack.add(id);
     if (deletion.error !== undefined) {
       const failure = { error: deletion.error, file: join(deletion.dir, DELETE_INTENT_FILE) };
       for (const id of deletion.ids) if (!unreadable.has(id)) unreadable.set(id, failure);
       continue;
     }
     for (const [id, dir] of deletion.directories) {
-      // As a read-only open counts it: a staged copy holding a meta.json file.
-      if (deletedDirs.has(id) || await entryKind(fs, join(dir, META_FILE)) !== "file") continue;
+      if (deletedDirs.has(id)) continue;
+      // As a read-only open counts it: a staged copy holding a meta.json file. One that is gone
+      // since the staging directory was listed was moved back by a rollback, or removed by a
+      // delete that finished (then nothing is in place).
+      if (await entryKind(fs, join(dir, META_FILE)) !== "file") {
+        movedBack.add(id);
+        continue;
+      }
       deletedDirs.set(id, dir);
     }
     for (const [id, file] of deletion.legacy) {
       if (!deletedLegacy.has(id)) deletedLegacy.set(id, file);
     }
     archived.push(...deletion.archived);
+  }
+  if (settled) {
+    // A delete staging directory of the listing was gone (or held nothing naming its sessions)
+    // when looked at: its delete finished, or rolled back, since the collection was read. What a
+    // rollback moved back is not in that listing: the collection is read once more for it.
+    for (const id of await sessionsOf(fs, collection)) {
+      if (!dirs.has(id)) movedBack.add(id);
+    }
   }
   const candidates: Candidate[] = [];
   const ids = [
@@ -370,6 +396,7 @@ async function candidatesOf(
       ...deletedDirs.keys(),
       ...deletedLegacy.keys(),
       ...unreadable.keys(),
+      ...movedBack,
     ]),
   ].sort();
   for (const id of ids) {
@@ -418,6 +445,17 @@ async function candidatesOf(
       candidates.push({ id, source: { kind: "failed", error: failed.error }, path: failed.file });
     } else if (previous !== undefined) {
       candidates.push({ id, source: { kind: "directory", dir: previous, hasBackup }, path });
+    } else if (
+      movedBack.has(id) && await entryKind(fs, join(collection, id)) === "directory"
+    ) {
+      // A delete that staged it rolled back since the collection was read: the session
+      // directory is back in place, and listed from there, never missed.
+      const backup = hasBackup || await entryKind(fs, file) === "file";
+      candidates.push({
+        id,
+        source: { kind: "directory", dir: join(collection, id), hasBackup: backup },
+        path,
+      });
     } else if (notDirs.has(id) && hasBackup) {
       // As for an open: what is published is refused, and the stale backup is not listed instead.
       const dir = join(collection, id);
@@ -431,9 +469,35 @@ async function candidatesOf(
     } else if (deletedLegacy.has(id)) {
       const stagedFile = deletedLegacy.get(id) as string;
       candidates.push({ id, source: { kind: "legacy", file: stagedFile }, path: file });
+    } else if (movedBack.has(id) && await entryKind(fs, file) === "file") {
+      // The same for a session that has only a legacy file.
+      candidates.push({ id, source: { kind: "legacy", file }, path: file });
     }
   }
   return { candidates, hasArchive, archived };
+}
+
+/**
+ * The ids of the session directories and legacy files `collection` lists now (none when it is
+ * gone), classified as `candidatesOf` does.
+ */
+async function sessionsOf(fs: FileSystem, collection: string): Promise<string[]> {
+  let entries;
+  try {
+    entries = await fs.readDir(collection);
+  } catch (error) {
+    if (error instanceof NotFound) return [];
+    throw error;
+  }
+  const ids: string[] = [];
+  for (const entry of entries) {
+    if (entry.kind === "directory" && isSessionId(entry.name)) ids.push(entry.name);
+    else if (entry.kind === "file") {
+      const id = legacySessionId(entry.name);
+      if (id !== undefined) ids.push(id);
+    }
+  }
+  return ids;
 }
 
 /** The previous directory of an interrupted compaction (its session dir is missing), if any. */
