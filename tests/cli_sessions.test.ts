@@ -377,3 +377,46 @@ test("sessions salvage --to a private staging directory or into a session is ref
   }
   assert.deepEqual(fs.snapshotTree(), before.snapshotTree());
 });
+
+test("sessions salvage --to a linked collection is refused however it is spelled (a trailing slash too), writing nothing through the link", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  await session.close();
+  await fs.mkdir("/real-rescue", { recursive: true });
+  await fs.symlink("/real-rescue", "/rescue");
+  await fs.symlink("/real-rescue", `${CWD}/rescue`);
+  fs.syncAll();
+  const before = fs.clone();
+  for (const to of ["/rescue", "/rescue/", "/rescue//", "/rescue/.", "rescue/", "./rescue/"]) {
+    let err = "";
+    const { io, out } = memoryIo(fs, CWD, Date.now());
+    const code = await runCli(
+      ["--data-dir", AGENT, "sessions", "salvage", session.id, "--to", to],
+      { ...io, err: (text) => void (err += text) },
+    );
+    assert.equal(code, 1, `${to}: ${out()}`);
+    assert.match(
+      err,
+      /^error: Session collection path is not a directory \(symlinks are refused\)/,
+      to,
+    );
+    assert.equal(out(), "", to);
+    assert.deepEqual(await fs.readDir("/real-rescue"), [], to);
+  }
+  assert.deepEqual(fs.snapshotTree(), before.snapshotTree());
+  // A real collection with a trailing slash: salvaged there, the path printed normalized.
+  const { io, out } = memoryIo(fs, CWD, Date.now());
+  assert.equal(
+    await runCli(
+      ["--data-dir", AGENT, "sessions", "salvage", session.id, "--to", "/ok/", "--json"],
+      io,
+    ),
+    0,
+  );
+  const salvaged = JSON.parse(out()) as { dir: string; id: string; kept: number };
+  assert.equal(salvaged.dir, `/ok/${salvaged.id}`);
+  assert.equal(salvaged.kept, 2);
+});

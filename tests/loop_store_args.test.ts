@@ -3,8 +3,12 @@
 // nothing.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { mkdtemp, realpath, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { MemoryFs } from "../adapters/memory.ts";
-import { InvalidArgumentError } from "../src/loop/errors.ts";
+import { nodeFs } from "../adapters/node.ts";
+import { InvalidArgumentError, SessionFormatError } from "../src/loop/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import { conversation } from "./_fixtures.ts";
 import { dirname } from "../src/port/path.ts";
@@ -122,5 +126,68 @@ test("salvage refuses a destination that is no collection: a private directory, 
     const result = await store.salvage(damaged.getSessionPath(), to);
     assert.equal(dirname(result.dir), to);
     assert.equal(result.kept, 2, to);
+  }
+});
+
+test("salvage takes a path with a trailing slash as the path itself: a linked collection or session directory stays refused (memory and the runtime's disk)", async () => {
+  const isDeno = (globalThis as { Deno?: unknown }).Deno !== undefined;
+  const runtimeFs = isDeno ? (await import("../adapters/deno.ts")).denoFs() : nodeFs();
+  const base = await realpath(await mkdtemp(join(tmpdir(), "loop-salvage-slash-")));
+  try {
+    for (
+      const [name, fs, root] of [["memory", new MemoryFs(), "/base"], [
+        "disk",
+        runtimeFs,
+        base,
+      ]] as const
+    ) {
+      const cwd = `${root}/cwd`;
+      await fs.mkdir(cwd, { recursive: true });
+      const store = new SessionStore({ fs, agentDir: `${root}/agent` });
+      const saved = async () => {
+        const session = await store.create(cwd);
+        await session.commit(conversation(1));
+        await session.close();
+        return session.getSessionPath();
+      };
+      const dir = await saved();
+      const names = async (path: string) => (await fs.readDir(path)).map((entry) => entry.name);
+      // A linked collection: refused however it is spelled, and nothing is written through it.
+      await fs.mkdir(`${root}/real-rescue`, { recursive: true });
+      await fs.symlink(`${root}/real-rescue`, `${root}/rescue`);
+      for (
+        const to of [`${root}/rescue`, `${root}/rescue/`, `${root}/rescue//`, `${root}/rescue/.`]
+      ) {
+        await assert.rejects(
+          store.salvage(dir, to),
+          (error: unknown) =>
+            error instanceof SessionFormatError && /symlinks are refused/.test(error.message),
+          `${name} ${to}`,
+        );
+        assert.deepEqual(await names(`${root}/real-rescue`), [], `${name} ${to}`);
+      }
+      // A link planted at a session's name in its collection: refused with a trailing slash too,
+      // before the destination collection is made.
+      const linked = await saved();
+      await fs.mkdir(`${root}/elsewhere`, { recursive: true });
+      await fs.rename(linked, `${root}/elsewhere/x`);
+      await fs.symlink(`${root}/elsewhere/x`, linked);
+      for (const from of [linked, `${linked}/`, `${linked}/.`]) {
+        await assert.rejects(
+          store.salvage(from, `${root}/fresh`),
+          (error: unknown) =>
+            error instanceof SessionFormatError && /symlinks are refused/.test(error.message),
+          `${name} ${from}`,
+        );
+        assert.equal(await names(`${root}`).then((entries) => entries.includes("fresh")), false);
+      }
+      // A real collection and session spelled with a trailing slash: salvaged, the path normalized.
+      const result = await store.salvage(`${dir}/`, `${root}/ok/`);
+      assert.equal(result.dir, `${root}/ok/${result.id}`, name);
+      assert.equal(result.kept, 2, name);
+      assert.deepEqual(await names(`${root}/ok`), [result.id], name);
+    }
+  } finally {
+    await rm(base, { recursive: true, force: true });
   }
 });

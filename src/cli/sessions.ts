@@ -5,7 +5,7 @@
  * @module
  */
 import { FsError, NotFound } from "../port/errors.ts";
-import { basename, dirname, isAbsolute, join, normalize, resolve } from "../port/path.ts";
+import { basename, dirname, join, normalize, resolve } from "../port/path.ts";
 import {
   InvalidArgumentError,
   SessionError,
@@ -1219,7 +1219,8 @@ async function salvage(io: CliIo, flags: StoreFlags, args: readonly string[]): P
   // where it is, or in place once recovery put it back. A link planted at the session folder is
   // refused; salvage refuses a session file that is not a regular file (never read through a link).
   const dir = await realDirectory(io, located.dir);
-  const toCollection = isAbsolute(to) ? to : resolve(io.cwd, to);
+  // Normalized as the store takes it (a trailing slash never reaches a lookup).
+  const toCollection = resolve(io.cwd, to);
   // Under the target collection's lock: a cleanup there never meets the copy half built.
   const result = await storeFor(io, flags).salvage(dir, toCollection);
   if (parsed.flags.has("json")) printJson(io, result);

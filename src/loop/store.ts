@@ -875,6 +875,9 @@ export class SessionStore {
    * collection path (`dir` itself is then missing), from where it is staged, or from `dir` once
    * the recovery of `toCollection`, when that is its own collection, put it back.
    *
+   * Both paths are taken normalized: `<link>/` (or `<link>/.`) names the link itself, refused as
+   * `<link>` is, never the directory it points to.
+   *
    * @throws {InvalidArgumentError} When `dir` or `toCollection` is not an absolute path,
    * `options` not an object, `options.id` not a session id (a lowercase UUID), `dir` is inside
    * a private staging or delete directory, or `toCollection` is no collection: the sessions root,
@@ -897,22 +900,26 @@ export class SessionStore {
     }
     checkOptionsArgument(options);
     if (options.id !== undefined) checkSalvageId(options.id);
-    refusePrivatePath(dir, normalize(dir));
+    // Only the normalized forms go on: a trailing slash ('<link>/') would make lstat follow a
+    // link that the path as given is refused for (a linked collection or session directory).
+    const from = normalize(dir);
+    const to = normalize(toCollection);
+    refusePrivatePath(dir, from);
     await this.#checkSalvageDestination(toCollection);
     // A source that would be refused (a linked file, no readable meta.json) is refused before
     // the collection is made.
-    const source = await this.#salvageSource(dir);
+    const source = await this.#salvageSource(from);
     const [irregular] = (await irregularSessionFiles(this.fs, source)).errors;
     if (irregular !== undefined) throw irregular;
     await readStorageMeta(this.fs, source, true);
     return await this.#exclusive(
-      toCollection,
+      to,
       // Looked for again once the collection is held: when it is the session's own, its recovery
       // may have put a compaction's previous directory (or a delete's staged copy) back in place.
       async () =>
-        salvageSession(this.fs, await this.#salvageSource(dir), {
+        salvageSession(this.fs, await this.#salvageSource(from), {
           sha256: context.sha256,
-          toCollection,
+          toCollection: to,
           now: context.now,
           durability: context.durability,
           ...(options.id === undefined ? {} : { id: options.id }),
@@ -997,17 +1004,17 @@ export class SessionStore {
   /**
    * Where `salvage` reads session directory `dir` from: `dir`, or, when it has no meta.json and
    * is named by a session id, the copy an uncommitted delete or an interrupted (or running)
-   * compaction staged of it, as a read-only open reads it (`dir` when there is none).
+   * compaction staged of it, as a read-only open reads it (`dir` when there is none). `dir` is
+   * normalized (no trailing slash, which would make lstat follow a link).
    */
   async #salvageSource(dir: string): Promise<string> {
-    const normalized = normalize(dir);
     if (
-      !isSessionId(basename(normalized)) ||
-      await entryKind(this.fs, join(normalized, META_FILE)) !== undefined
+      !isSessionId(basename(dir)) ||
+      await entryKind(this.fs, join(dir, META_FILE)) !== undefined
     ) {
       return dir;
     }
-    return this.#stagedCopy(await this.#staging(normalized)) ?? dir;
+    return this.#stagedCopy(await this.#staging(dir)) ?? dir;
   }
 
   /**
