@@ -498,8 +498,9 @@ export const denoSha256: Sha256Factory = nodeSha256;
  * `processes`, so a store of `denoFs()` uses it by default): `Deno.pid`,
  * `Deno.hostname()` (needs `--allow-sys=hostname`), and liveness by signal 0 through
  * `node:process` (Deno's own `Deno.kill` has no signal 0): EPERM means alive but not ours, ESRCH
- * means gone. Signalling needs `--allow-run`; without it every pid is taken as alive, so a lock a
- * dead process left is refused (`SessionLockedError`) instead of taken over. On Linux the process
+ * means gone. Signalling needs `--allow-run`; without it every pid is taken as alive (and
+ * `maySignal()` is false), so a lock a dead process left is refused (`SessionLockedError`, saying
+ * that this process may not signal its holder) instead of taken over. On Linux the process
  * instance (`processStart`) is read from `/proc/<pid>/stat`, which Deno allows only under `-A`;
  * without it the probe knows no instances, and a lock naming this pid that this library copy did
  * not take is taken as an earlier process's leftover, so worker threads do not refuse each other.
@@ -518,6 +519,7 @@ export function denoProcessProbe(): ProcessProbe {
     pid: Deno.pid,
     host: Deno.hostname(),
     isAlive: node.isAlive,
+    ...(node.maySignal === undefined ? {} : { maySignal: node.maySignal }),
     ...(node.processStart === undefined ? {} : { processStart: node.processStart }),
     ...(node.pidNamespace === undefined ? {} : { pidNamespace: node.pidNamespace }),
   };

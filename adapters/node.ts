@@ -403,6 +403,7 @@ export function nodeProcessProbe(): ProcessProbe {
     pid: process.pid,
     host: hostname(),
     isAlive: isProcessAlive,
+    maySignal: mayRunSignal,
     ...(process.platform === "linux" ? { processStart: cachedProcessStart } : {}),
     ...(pidNamespace === undefined ? {} : { pidNamespace }),
   };

@@ -102,3 +102,57 @@ test("denoFs()'s probe under narrow permissions: never a prompt, and a lock it c
     await Deno.remove(base, { recursive: true });
   }
 });
+
+test("without --allow-run, a dead process's lock is refused saying this process may not signal it", async () => {
+  const probe = denoProcessProbe();
+  assert.equal(probe.maySignal?.(), true);
+  assert.equal(denoFs().processes?.maySignal?.(), true);
+  const base = await Deno.makeTempDir({ prefix: "loop-lock-norun-" });
+  try {
+    const cwd = `${base}/work`;
+    const agentDir = `${base}/agent`;
+    await denoFs().mkdir(cwd, { recursive: true });
+    const writer = await new SessionStore({ fs: denoFs(), agentDir }).create(cwd);
+    await writer.commit(conversation(1));
+    await writer.close();
+    const dir = writer.getSessionPath();
+    const exited = await new Deno.Command(Deno.execPath(), {
+      args: ["eval", "console.log(Deno.pid)"],
+      stdout: "piped",
+    }).output();
+    const pid = Number(new TextDecoder().decode(exited.stdout).trim());
+    await Deno.writeTextFile(
+      `${dir}/writer.lock`,
+      JSON.stringify({
+        pid,
+        host: Deno.hostname(),
+        startedAt: "2026-01-01T00:00:00.000Z",
+        token: "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f",
+      }),
+      { mode: 0o600 },
+    );
+    const child = new URL("./_lock_perm_child.ts", import.meta.url).pathname;
+    const output = await new Deno.Command(Deno.execPath(), {
+      args: [
+        "run",
+        "--no-prompt",
+        `--allow-read=${base}`,
+        `--allow-write=${base}`,
+        "--allow-sys=hostname",
+        child,
+        dir,
+        agentDir,
+      ],
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const text = new TextDecoder().decode(output.stdout).trim();
+    assert.ok(text.length > 0, new TextDecoder().decode(output.stderr));
+    const result = JSON.parse(text) as { probe: boolean; outcome: string; message?: string };
+    assert.deepEqual([result.probe, result.outcome], [true, "SessionLockedError"]);
+    assert.match(result.message ?? "", new RegExp(`may not signal process ${pid}[^]*--allow-run`));
+  } finally {
+    await Deno.remove(base, { recursive: true });
+  }
+});

@@ -569,7 +569,22 @@ function hint(context: StoreContext, holder: LockRecord | undefined): string {
       "this host name. Run with permission to read /proc (on Deno, -A) to check it, or, if no " +
       "process holds the lock, remove the lock file by hand)";
   }
+  if (holder !== undefined && mayNotSignal(holder, probe)) {
+    return ` (this process may not signal process ${holder.pid} to check whether it still runs, ` +
+      "so its lock is respected as live: on Deno, grant --allow-run to take over a lock whose " +
+      "holder is gone, or, if no process holds the lock, remove the lock file by hand)";
+  }
   return "";
+}
+
+/**
+ * True when `record` was judged by its pid on this host (same host and pid namespace, another
+ * pid) with a probe that may not signal that pid, which it reports alive for want of a check.
+ */
+function mayNotSignal(record: LockRecord, probe: ProcessProbe): boolean {
+  return record.host === probe.host && record.pid !== probe.pid &&
+    (record.pidNamespace === undefined || record.pidNamespace === probe.pidNamespace) &&
+    probe.maySignal?.() === false;
 }
 
 /** What a refusal adds when the store has no probe to tell a dead holder from a live one. */

@@ -19,6 +19,12 @@ export interface ProcessProbe {
   /** True when a process with `pid` exists on this host (a process we may not signal is alive). */
   isAlive(pid: number): boolean;
   /**
+   * Optional: false when this process may not signal other processes at the moment (Deno without
+   * `--allow-run`), so `isAlive` cannot check and reports every pid alive. A lock refused for that
+   * reason says so (with what to grant), instead of naming its holder as a live writer.
+   */
+  maySignal?(): boolean;
+  /**
    * Optional: an identity of the running process instance with `pid` that no other process with
    * that pid shares and every thread of it does (on Linux its start time since boot, from
    * `/proc/<pid>/stat`), or undefined where the adapter cannot tell. With it, a lock that names
