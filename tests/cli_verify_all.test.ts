@@ -156,3 +156,34 @@ test("verify --all reports a session it cannot read beside the others and goes o
   assert.match(out, new RegExp(`ok +${last.dir}`));
   assert.match(out, new RegExp(`FAILED +${denied.dir}\\n.*Permission denied`));
 });
+
+test("verify --all reads each collection a fixed number of times, however many sessions it holds", async () => {
+  /** How many times verify --all reads the collection of `count` sessions and `count` legacy files. */
+  const collectionReads = async (count: number): Promise<number> => {
+    const fs = new MemoryFs();
+    await fs.mkdir(CWD, { recursive: true });
+    const store = new SessionStore({ fs, agentDir: AGENT });
+    let collection = "";
+    for (let i = 0; i < count; i++) collection = dirname((await saved(store)).dir);
+    for (let i = 0; i < count; i++) {
+      const id = `${i.toString(16).padStart(8, "0")}-3c1d-4a5b-9e6f-7a8b9c0d1e2f`;
+      await fs.writeFile(`${collection}/${id}.jsonl`, legacySessionBytes(id, CWD, conversation(1)));
+    }
+    let reads = 0;
+    const io = {
+      ...memoryIo(fs, CWD, Date.now()).io,
+      fs: hookedFs(fs, {
+        before: (method, args) => {
+          if (method === "readDir" && args[0] === collection) reads++;
+        },
+      }),
+    };
+    const { code, reports, err } = await verifyAll(io);
+    assert.equal(code, 0, err);
+    assert.equal(reports.length, 2 * count);
+    assert.ok(reports.every((report) => report.ok), JSON.stringify(reports));
+    return reads;
+  };
+  const few = await collectionReads(2);
+  assert.equal(await collectionReads(20), few);
+});

@@ -5,6 +5,7 @@
  * @module
  */
 import { FsError, NotFound } from "../port/errors.ts";
+import type { DirEntry } from "../port/fs.ts";
 import { basename, dirname, join, normalize, resolve } from "../port/path.ts";
 import {
   InvalidArgumentError,
@@ -201,15 +202,17 @@ async function stagedCopy(
   io: CliIo,
   collection: string,
   id: string,
+  privateDirectories?: readonly string[],
 ): Promise<{ dir?: string; file?: string }> {
-  let entries;
-  try {
-    entries = await io.fs.readDir(collection);
-  } catch (error) {
-    if (error instanceof NotFound) return {};
-    throw error;
+  let names = privateDirectories;
+  if (names === undefined) {
+    try {
+      names = privateDirectoriesOf(await io.fs.readDir(collection));
+    } catch (error) {
+      if (error instanceof NotFound) return {};
+      throw error;
+    }
   }
-  const names = entries.filter((e) => e.kind === "directory").map((e) => e.name).sort();
   const hasMeta = async (dir: string): Promise<boolean> =>
     (await entryKind(io.fs, dir)) === "directory" &&
     (await entryKind(io.fs, join(dir, META_FILE))) === "file";
@@ -227,6 +230,67 @@ async function stagedCopy(
     file ??= deletion?.legacy.get(id);
   }
   return file === undefined ? {} : { file };
+}
+
+/**
+ * The names of the staging and delete directories among a collection's `entries`, sorted: where
+ * `stagedCopy` looks for the copies interrupted operations hold.
+ */
+function privateDirectoriesOf(entries: readonly DirEntry[]): string[] {
+  return entries
+    .filter((e) =>
+      e.kind === "directory" &&
+      (e.name.startsWith(STAGING_PREFIX) || e.name.startsWith(DELETE_PREFIX))
+    )
+    .map((e) => e.name)
+    .sort();
+}
+
+/** What one listing of a whole collection found, read once for every session verified in it. */
+interface CollectionListing {
+  /** The ids the store's listing lists. */
+  readonly listed: ReadonlySet<string>;
+  /** The listing's failure of each session that cannot be listed. */
+  readonly failures: ReadonlyMap<string, ListFailure>;
+  /** The names of the collection's entries when it was read. */
+  readonly names: ReadonlySet<string>;
+  /** Its staging and delete directories then (`privateDirectoriesOf`). */
+  readonly privateDirectories: readonly string[];
+}
+
+/**
+ * `lookup` of session `id` answered from `listing` (one read of the collection for all its
+ * sessions, instead of one each), or undefined when the listing does not explain where it is now:
+ * its `<id>/` moved away since the collection was read, or it is found nowhere (gone meanwhile, or
+ * a failure `lookup` throws). `lookup` then looks at the collection again.
+ */
+async function lookupListed(
+  io: CliIo,
+  listing: CollectionListing,
+  collection: string,
+  id: string,
+): Promise<Lookup | undefined> {
+  const dir = join(collection, id);
+  const file = join(collection, id + LEGACY_EXTENSION);
+  const listed = listing.listed.has(id);
+  const failure = listing.failures.get(id);
+  const located = (found: Located): Lookup => ({ located: found, listed, failure });
+  if ((await entryKind(io.fs, dir)) !== undefined) {
+    return located({ kind: "directory", collection, id, dir, source: dir });
+  }
+  if (listing.names.has(id)) return undefined;
+  const staged = await stagedCopy(io, collection, id, listing.privateDirectories);
+  if (staged.dir !== undefined) {
+    return located({ kind: "directory", collection, id, dir, source: staged.dir });
+  }
+  if (failure !== undefined && failure.path !== file) return undefined;
+  if ((await entryKind(io.fs, file)) === "file") {
+    return located({ kind: "legacy", collection, id, file });
+  }
+  if (staged.file !== undefined) {
+    return located({ kind: "legacy", collection, id, file: staged.file });
+  }
+  return undefined;
 }
 
 /**
@@ -805,34 +869,45 @@ async function verifyEverySession(
   const store = storeFor(io, flags);
   const context = store.context;
   const reports: VerifyReport[] = [];
-  const targets: { collection: string; id: string }[] = [];
+  const targets: { collection: string; id: string; listing: CollectionListing }[] = [];
   for (const collection of await collections(io, flags.agentDir)) {
     const ids = new Set<string>();
+    let listing: CollectionListing;
     try {
       // The listing's sessions and failures (with the copies interrupted operations hold), and
       // every entry named by a session id, whatever it is (the listing skips a link there).
       const listed = await store.listDetailed(undefined, collection, { fast: true });
+      const failures = new Map<string, ListFailure>();
       for (const session of listed.sessions) ids.add(session.id);
       for (const failure of listed.failures) {
-        if (failure.id !== undefined) ids.add(failure.id);
-        else reports.push(failedReport(failure.path, failure.error));
+        if (failure.id !== undefined) {
+          ids.add(failure.id);
+          if (!failures.has(failure.id)) failures.set(failure.id, failure);
+        } else reports.push(failedReport(failure.path, failure.error));
       }
-      for (const entry of await io.fs.readDir(collection)) {
+      const entries = await io.fs.readDir(collection);
+      for (const entry of entries) {
         const id = isSessionId(entry.name) ? entry.name : legacySessionId(entry.name);
         if (id !== undefined) ids.add(id);
       }
+      listing = {
+        listed: new Set(listed.sessions.map((session) => session.id)),
+        failures,
+        names: new Set(entries.map((entry) => entry.name)),
+        privateDirectories: privateDirectoriesOf(entries),
+      };
     } catch (error) {
       if (!isReportable(error)) throw error;
       reports.push(failedReport(collection, error));
       continue;
     }
-    for (const id of [...ids].sort()) targets.push({ collection, id });
+    for (const id of [...ids].sort()) targets.push({ collection, id, listing });
   }
   const progress = new Progress(io, "verifying", json);
   try {
-    for (const [i, { collection, id }] of targets.entries()) {
+    for (const [i, { collection, id, listing }] of targets.entries()) {
       progress.update(i, targets.length);
-      const report = await verifyOne(io, context, collection, id);
+      const report = await verifyOne(io, context, collection, id, listing);
       if (report !== undefined) reports.push(report);
     }
   } finally {
@@ -842,18 +917,21 @@ async function verifyEverySession(
 }
 
 /**
- * Verifies session `id` of `collection` where the store finds it (see `lookup`); undefined when
- * there is nothing to verify (gone meanwhile, or a legacy file of a format the store skips).
+ * Verifies session `id` of `collection` where the store finds it (see `lookup`; answered from
+ * `listing`, the collection's listing in hand, where it can be); undefined when there is nothing
+ * to verify (gone meanwhile, or a legacy file of a format the store skips).
  */
 async function verifyOne(
   io: CliIo,
   context: StoreContext,
   collection: string,
   id: string,
+  listing: CollectionListing,
 ): Promise<VerifyReport | undefined> {
   let found: Lookup;
   try {
-    found = await lookup(io, context, collection, id);
+    found = await lookupListed(io, listing, collection, id) ??
+      await lookup(io, context, collection, id);
   } catch (error) {
     if (!isReportable(error)) throw error;
     return failedReport(join(collection, id), error);
