@@ -191,3 +191,20 @@ test("salvage takes a path with a trailing slash as the path itself: a linked co
     await rm(base, { recursive: true, force: true });
   }
 });
+
+test("a store given its agent directory never asks the adapter for the home directory", () => {
+  const fs = new MemoryFs();
+  let asked = 0;
+  const counting = Object.assign(Object.create(fs) as MemoryFs, {
+    homeDir: (): string | undefined => {
+      asked++;
+      return "/home/someone";
+    },
+  });
+  const named = new SessionStore({ fs: counting, agentDir: "/data/agent" });
+  assert.equal(named.agentDir, "/data/agent");
+  assert.equal(asked, 0);
+  // Without one, the home directory is asked for, once, and the agent directory is under it.
+  assert.equal(new SessionStore({ fs: counting }).agentDir, "/home/someone/.loop");
+  assert.equal(asked, 1);
+});

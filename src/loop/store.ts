@@ -259,14 +259,17 @@ export class SessionStore {
   constructor(options: SessionStoreOptions) {
     checkStoreOptions(options);
     this.fs = options.fs;
-    const home = options.fs.homeDir?.();
+    // The home directory only when it is needed: asking may need a permission (on Deno,
+    // `--allow-env=HOME`) a host that names its agent directory never granted.
+    const home = options.agentDir === undefined ? options.fs.homeDir?.() : undefined;
     const agentDir = options.agentDir ?? (home === undefined ? undefined : join(home, ".loop"));
     if (agentDir === undefined || !isAbsolute(agentDir)) {
       throw new InvalidArgumentError(
         "agentDir",
         `An absolute agent directory is required (got ${
           JSON.stringify(agentDir)
-        }); pass agentDir or use an adapter that knows the home directory`,
+        }); pass agentDir or use an adapter that knows the home directory (on Deno, ` +
+          "denoFs() needs --allow-env=HOME for it)",
       );
     }
     this.agentDir = normalize(agentDir);
