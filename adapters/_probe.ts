@@ -39,6 +39,23 @@ function mayReadHostName(): boolean {
 }
 
 /**
+ * Throws Deno's `NotCapable` naming `--allow-sys=hostname` where the runtime is Deno without the
+ * permission to read the host name (found by a query, so Deno never prompts for it), which the
+ * process probe made by `caller` needs.
+ */
+export function requireHostName(caller: string): void {
+  if (mayReadHostName()) return;
+  type Errors = Record<string, new (message: string) => Error>;
+  const errors = (globalThis as unknown as { Deno?: { errors?: Errors } }).Deno?.errors;
+  const NotCapable = errors?.NotCapable ?? errors?.PermissionDenied ?? Error;
+  throw new NotCapable(
+    `${caller}() needs to read the host name, which this Deno process may not: run it with ` +
+      "--allow-sys=hostname, or leave a store's process option unset (a store of denoFs() or " +
+      "nodeFs() then has no process probe: its locks hold within this process only)",
+  );
+}
+
+/**
  * A getter of the probe `make()` returns, made on first use and kept; undefined (kept too) where
  * the runtime may not read the host name (Deno without `--allow-sys=hostname`) or `make` throws:
  * a store then locks within its process only, and respects the lock files of others as live.

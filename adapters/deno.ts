@@ -40,7 +40,7 @@ import { IsADirectory, NotEmpty } from "../src/port/errors.ts";
 import type { Sha256Factory } from "../src/port/sha256.ts";
 import { nodeProcessProbe, nodeSha256 } from "./node.ts";
 import { openNoFollowNative, readFileNoFollowNative } from "./_node_read.ts";
-import { lazyProbe } from "./_probe.ts";
+import { lazyProbe, requireHostName } from "./_probe.ts";
 import type { ProcessProbe } from "../src/loop/lock.ts";
 import {
   callMapped,
@@ -512,8 +512,11 @@ export const denoSha256: Sha256Factory = nodeSha256;
  * share the host name and disk need `-A` on Deno for their locks to be respected.
  *
  * @returns A probe of this process and host.
+ * @throws {Deno.errors.NotCapable} Without `--allow-sys=hostname` (queried first, so Deno does
+ * not prompt for it): the message names the flag. `denoFs().processes` is undefined there instead.
  */
 export function denoProcessProbe(): ProcessProbe {
+  requireHostName("denoProcessProbe");
   const node = nodeProcessProbe();
   return {
     pid: Deno.pid,

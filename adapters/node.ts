@@ -60,7 +60,7 @@ import {
   withoutTrailingSlash,
 } from "./_errors.ts";
 import { openNoFollowNative, readFileNative, readFileNoFollowNative } from "./_node_read.ts";
-import { denoGrants, isPermissionRefusal, lazyProbe } from "./_probe.ts";
+import { denoGrants, isPermissionRefusal, lazyProbe, requireHostName } from "./_probe.ts";
 import { NodeFileHandle, toInfo } from "./_node_handle.ts";
 
 /** Maps a native error of `syscall` on `path` to the port's typed error. */
@@ -396,8 +396,11 @@ export const nodeSha256: Sha256Factory = (): Sha256 => new NodeSha256(createHash
  * known, and without `--allow-run` every pid is taken as alive.
  *
  * @returns A probe of this process and host.
+ * @throws {Deno.errors.NotCapable} On Deno without `--allow-sys=hostname` (queried first, so
+ * Deno does not prompt for it): the message names the flag.
  */
 export function nodeProcessProbe(): ProcessProbe {
+  requireHostName("nodeProcessProbe");
   const pidNamespace = process.platform === "linux" ? linuxPidNamespace() : undefined;
   return {
     pid: process.pid,

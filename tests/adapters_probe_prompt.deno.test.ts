@@ -125,16 +125,17 @@ const quote = (text: string) => `'${text.replaceAll("'", `'\\''`)}'`;
 
 /**
  * Runs `deno run <args>` in a pseudo-terminal, without --no-prompt and answering nothing, for at
- * most `ms`; returns what it printed and whether it finished in time.
+ * most `ms`, in the directory `cwd`; returns what it printed and whether it finished in time.
  */
 async function inTerminal(
   args: string[],
+  cwd = repo,
   ms = 20_000,
 ): Promise<{ text: string; finished: boolean }> {
   const command = [Deno.execPath(), "run", "--quiet", ...args].map(quote).join(" ");
   const child = new Deno.Command("script", {
     args: ["-qfec", command, "/dev/null"],
-    cwd: repo,
+    cwd,
     stdin: "piped",
     stdout: "piped",
     stderr: "piped",
@@ -192,6 +193,74 @@ Deno.test("a store of denoFs() under narrow permissions never makes Deno prompt 
     await Deno.writeTextFile(`${dir}/writer.lock`, lock, { mode: 0o600 });
     const refused = await outcome(files);
     assert.deepEqual([refused.probe, refused.outcome], [true, "SessionLockedError"]);
+  } finally {
+    await Deno.remove(base, { recursive: true });
+  }
+});
+
+for (
+  const [name, make] of [["nodeProcessProbe", nodeProcessProbe], [
+    "denoProcessProbe",
+    denoProcessProbe,
+  ]] as const
+) {
+  Deno.test(`${name} on Deno without the host name granted throws NotCapable naming --allow-sys=hostname`, () => {
+    let thrown: unknown;
+    const asked = withQueries((d) => d.name === "sys", () => {
+      try {
+        make();
+      } catch (error) {
+        thrown = error;
+      }
+    });
+    assert.ok(thrown instanceof Deno.errors.NotCapable, String(thrown));
+    assert.match(thrown.message, new RegExp(`^${name}\\(\\)[^]*--allow-sys=hostname`));
+    assert.ok(asked.some((d) => d.name === "sys" && d.kind === "hostname"), JSON.stringify(asked));
+  });
+}
+
+/** Runs the command line `sessions list` of the agent directory `agentDir` under `permissions`. */
+function cliArgs(permissions: string[], agentDir: string): string[] {
+  return [
+    ...permissions,
+    `--config=${repo}deno.json`,
+    `${repo}src/cli/bin.ts`,
+    "--data-dir",
+    agentDir,
+    "sessions",
+    "list",
+  ];
+}
+
+Deno.test("the command line on Deno without --allow-sys lists sessions, without a probe and without a stack trace", async () => {
+  const base = await Deno.realPath(await Deno.makeTempDir({ prefix: "loop-cli-nosys-" }));
+  try {
+    const cwd = `${base}/work`;
+    const agentDir = `${base}/agent`;
+    await denoFs().mkdir(cwd, { recursive: true });
+    const writer = await new SessionStore({ fs: denoFs(), agentDir }).create(cwd);
+    await writer.commit(conversation(1));
+    await writer.close();
+    const permissions = [`--allow-read=${base}`, `--allow-write=${base}`, "--allow-env"];
+    const output = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "--quiet", "--no-prompt", ...cliArgs(permissions, agentDir)],
+      cwd,
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const decoder = new TextDecoder();
+    const [out, err] = [decoder.decode(output.stdout), decoder.decode(output.stderr)];
+    assert.equal(output.code, 0, err);
+    assert.ok(!/NotCapable|Uncaught/.test(err), err);
+    assert.ok(out.includes(writer.id), out);
+    if (await hasScript()) {
+      // In a terminal, without --no-prompt: no prompt for the host name either.
+      const { text, finished } = await inTerminal(cliArgs(permissions, agentDir), cwd);
+      assert.ok(!/Deno requests/.test(text), text);
+      assert.ok(finished, text);
+      assert.ok(text.includes(writer.id), text);
+    }
   } finally {
     await Deno.remove(base, { recursive: true });
   }

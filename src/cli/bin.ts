@@ -1,6 +1,7 @@
 /**
  * The `loop-sessions` executable: runs the command line on Deno (with `denoFs`) or on Node
- * (with `nodeFs`), with native SHA-256 and the runtime's process probe for writer locks.
+ * (with `nodeFs`), with native SHA-256 and the filesystem's own process probe for writer locks
+ * (`processes`: on Deno none without `--allow-sys=hostname`, so locks then hold within the process).
  *
  * ```sh
  * deno run -A jsr:@loop/sessions/cli sessions list --all-workspaces
@@ -12,6 +13,8 @@
  */
 import { type CliIo, OutputError, writeFully } from "./output.ts";
 import { runCli } from "./main.ts";
+import type { FileSystem } from "../port/fs.ts";
+import type { ProcessProbe } from "../port/probe.ts";
 
 export type { CliIo } from "./output.ts";
 export { runCli } from "./main.ts";
@@ -43,6 +46,12 @@ function nodeWriteAll(fs: NodeWrite, fd: number, data: Uint8Array): boolean {
   return writeFully((offset) => fs.writeSync(fd, data, offset, data.length - offset), data.length);
 }
 
+/** The `process` of a `CliIo`: the filesystem's own probe, as a store would take by default. */
+function probeOf(fs: FileSystem): { process?: ProcessProbe } {
+  const probe = fs.processes;
+  return probe === undefined ? {} : { process: probe };
+}
+
 /** Builds the runtime's `CliIo` and the program arguments. */
 export async function runtimeIo(): Promise<
   { io: CliIo; args: string[]; exit: (code: number) => void }
@@ -52,7 +61,7 @@ export async function runtimeIo(): Promise<
   // Once a reader is gone (`loop-sessions … | head`), later output to it is dropped quietly.
   const gone = new Set<string>();
   if (deno !== undefined) {
-    const { denoFs, denoSha256, denoProcessProbe } = await import("../../adapters/deno.ts");
+    const { denoFs, denoSha256 } = await import("../../adapters/deno.ts");
     const writeAll = (
       name: string,
       sink: { writeSync(data: Uint8Array): number },
@@ -83,10 +92,13 @@ export async function runtimeIo(): Promise<
         throw new OutputError(name, error);
       }
     };
+    const fs = denoFs();
     const io: CliIo = {
-      fs: denoFs(),
+      fs,
       sha256: denoSha256,
-      process: denoProcessProbe(),
+      // The filesystem's own probe, made on first use where Deno grants the host name (a query,
+      // never a prompt); without --allow-sys=hostname, none: locks hold within this process only.
+      ...probeOf(fs),
       out: (text) => writeAll("stdout", deno.stdout, text),
       err: (text) => writeAll("stderr", deno.stderr, text),
       errIsTerminal: deno.stderr.isTerminal(),
@@ -102,7 +114,7 @@ export async function runtimeIo(): Promise<
     };
     return { io, args: deno.args, exit: (code) => deno.exit(code) };
   }
-  const { nodeFs, nodeSha256, nodeProcessProbe } = await import("../../adapters/node.ts");
+  const { nodeFs, nodeSha256 } = await import("../../adapters/node.ts");
   const process = await import("node:process");
   const fs: NodeWrite = await import("node:fs");
   const writeAll = (fd: number, text: string): void => {
@@ -118,10 +130,11 @@ export async function runtimeIo(): Promise<
     }
     if (!written) gone.add(name);
   };
+  const files = nodeFs();
   const io: CliIo = {
-    fs: nodeFs(),
+    fs: files,
     sha256: nodeSha256,
-    process: nodeProcessProbe(),
+    ...probeOf(files),
     out: (text) => writeAll(1, text),
     err: (text) => writeAll(2, text),
     errIsTerminal: process.stderr.isTTY === true,
