@@ -30,8 +30,8 @@ import {
 } from "../layout.ts";
 import {
   childRequest,
-  commitTerminalState,
   deterministic,
+  finishChildBlocked,
   newRepo,
   newRoot,
   readJson,
@@ -215,39 +215,7 @@ test("a crash at any step of recording a child outcome resumes to the same recor
   const { fs } = await baselineWithPending();
   await process(fs);
   const childPaths = new SessionPaths(rootPaths.childDir(CHILD_ID), "folded");
-  await writeJson(fs, childPaths.controlJson, {
-    schema_version: 3,
-    state: "stopped",
-    stop_reason: "unresolvable_error",
-    control_id: "blocked-1",
-    reason: "The upstream API is gone",
-    created_at: "2026-04-19T15:00:00Z",
-    producer: { session_id: CHILD_ID, workflow_id: "outer", attempt_id: "c9" },
-    attempted_routes: ["retry with backoff", "alternative endpoint"],
-  });
-  const control = await readTerminalControl(fs, childPaths, {
-    sessionId: CHILD_ID,
-    workflowId: "outer",
-    attemptId: "c9",
-  });
-  await commitTerminalState(fs, childPaths.dir, "failed", 2, "2026-04-19T15:00:01Z");
-  await writeSessionOutcome(fs, childPaths, {
-    sessionId: CHILD_ID,
-    rootSessionId: ROOT_ID,
-    goalSha256: String((await readJson(fs, childPaths.sessionJson)).goal_hash),
-    terminalStatus: "failed",
-    stopReason: "unresolvable_error",
-    terminalStateRevision: 2,
-    terminalAt: "2026-04-19T15:00:01Z",
-    control,
-    handoff: {
-      status: "missing",
-      handoff: undefined,
-      sha256: null,
-      revision: null,
-      diagnosis: "-",
-    },
-  });
+  await finishChildBlocked(fs, childPaths, CHILD_ID, ROOT_ID);
   fs.syncAll();
   const record = () =>
     recordChildOutcome(fs2, { repoRoot: "/repo", parentSessionId: ROOT_ID, ...deterministic() });

@@ -18,18 +18,16 @@ import {
   missingScaffoldEntries,
   processNextChildRequest,
   readChildrenLedger,
-  readTerminalControl,
   recordChildOutcome,
   SessionPaths,
   SessionStateError,
   UnconfirmedPublishError,
   writeGitReceipt,
-  writeSessionOutcome,
 } from "../layout.ts";
 import {
   childRequest,
-  commitTerminalState,
   deterministic,
+  finishChildBlocked,
   newRepo,
   newRoot,
   readJson,
@@ -249,39 +247,7 @@ async function withTerminalChild(): Promise<MemoryFs> {
   const fs = await withPendingRequest();
   await processNext(fs);
   const child = new SessionPaths(`${ROOT_DIR}/children/${CHILD_ID}`, "folded");
-  await writeJson(fs, child.controlJson, {
-    schema_version: 3,
-    state: "stopped",
-    stop_reason: "unresolvable_error",
-    control_id: "blocked-1",
-    reason: "The upstream API is gone",
-    created_at: "2026-04-19T15:00:00Z",
-    producer: { session_id: CHILD_ID, workflow_id: "outer", attempt_id: "c9" },
-    attempted_routes: ["retry with backoff", "alternative endpoint"],
-  });
-  const control = await readTerminalControl(fs, child, {
-    sessionId: CHILD_ID,
-    workflowId: "outer",
-    attemptId: "c9",
-  });
-  await commitTerminalState(fs, child.dir, "failed", 2, "2026-04-19T15:00:01Z");
-  await writeSessionOutcome(fs, child, {
-    sessionId: CHILD_ID,
-    rootSessionId: ROOT_ID,
-    goalSha256: String((await readJson(fs, child.sessionJson)).goal_hash),
-    terminalStatus: "failed",
-    stopReason: "unresolvable_error",
-    terminalStateRevision: 2,
-    terminalAt: "2026-04-19T15:00:01Z",
-    control,
-    handoff: {
-      status: "missing",
-      handoff: undefined,
-      sha256: null,
-      revision: null,
-      diagnosis: "-",
-    },
-  });
+  await finishChildBlocked(fs, child, CHILD_ID, ROOT_ID);
   fs.syncAll();
   return fs;
 }

@@ -7,6 +7,9 @@ import {
   type CreatedSession,
   createRootSession,
   type LayoutWriteOptions,
+  readTerminalControl,
+  type SessionPaths,
+  writeSessionOutcome,
 } from "../layout.ts";
 
 /** A fixed clock: every timestamp is 2026-04-19T14:30:22Z. */
@@ -218,4 +221,50 @@ export function engineOutcome(
     trace_seal_refs: fields.trace_seal_refs ?? [],
     created_at: fields.created_at,
   };
+}
+
+/**
+ * Finishes the child session at `child` (of the root `rootId`) as blocked: its control record
+ * (`unresolvable_error`, produced by attempt `c9` of workflow `outer`), the terminal state
+ * committed to its state.json (`failed`, revision 2), then its `session_outcome.json`.
+ */
+export async function finishChildBlocked(
+  fs: MemoryFs,
+  child: SessionPaths,
+  childId: string,
+  rootId: string,
+): Promise<void> {
+  await writeJson(fs, child.controlJson, {
+    schema_version: 3,
+    state: "stopped",
+    stop_reason: "unresolvable_error",
+    control_id: "blocked-1",
+    reason: "The upstream API is gone",
+    created_at: "2026-04-19T15:00:00Z",
+    producer: { session_id: childId, workflow_id: "outer", attempt_id: "c9" },
+    attempted_routes: ["retry with backoff", "alternative endpoint"],
+  });
+  const control = await readTerminalControl(fs, child, {
+    sessionId: childId,
+    workflowId: "outer",
+    attemptId: "c9",
+  });
+  await commitTerminalState(fs, child.dir, "failed", 2, "2026-04-19T15:00:01Z");
+  await writeSessionOutcome(fs, child, {
+    sessionId: childId,
+    rootSessionId: rootId,
+    goalSha256: String((await readJson(fs, child.sessionJson)).goal_hash),
+    terminalStatus: "failed",
+    stopReason: "unresolvable_error",
+    terminalStateRevision: 2,
+    terminalAt: "2026-04-19T15:00:01Z",
+    control,
+    handoff: {
+      status: "missing",
+      handoff: undefined,
+      sha256: null,
+      revision: null,
+      diagnosis: "-",
+    },
+  });
 }
