@@ -6,7 +6,6 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { portableSha256, sha256Hex } from "../src/port/sha256.ts";
-import { SessionFormatError } from "../src/loop/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import { salvageSession, verifySession } from "../src/loop/verify.ts";
 import { readLegacySession } from "../src/loop/legacy.ts";
@@ -14,7 +13,8 @@ import { runSessions } from "../src/cli/sessions.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { MAX_MESSAGE_NESTING } from "../src/loop/records/_validation.ts";
 import { memoryIo } from "./_cli_io.ts";
-import { assistant, legacySessionBytes, toolResult, user } from "./_fixtures.ts";
+import { assistant, legacySessionBytes, user } from "./_fixtures.ts";
+import { deepResultLine, tooDeep } from "./_deep.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -37,28 +37,6 @@ async function setup(): Promise<{ fs: MemoryFs; store: SessionStore }> {
 
 /** The first two messages of the tests' history: a user, an assistant calling a tool. */
 const HEAD: Message[] = [user("parse this"), assistant("calling", [{ id: "c1", name: "ast" }])];
-
-/**
- * The JSON line of the tool result answering HEAD's call, whose `details` (at the message's level
- * 2) holds `levels` levels of objects, built as text (Node's JSON.stringify stops near 4,000).
- */
-function deepResultLine(levels: number): string {
-  const details = '{"a":'.repeat(levels - 1) + "{}" + "}".repeat(levels - 1);
-  return JSON.stringify(toolResult("c1", "ast")).slice(0, -1) + `,"details":${details}}`;
-}
-
-/** The path of the first object of `deepResultLine(levels)` (message index 2) past the limit. */
-const DEEP_PATH = `messages[2].details${".a".repeat(MAX_MESSAGE_NESTING - 1)}`;
-
-function tooDeep(file: string) {
-  return (error: unknown): boolean => {
-    assert.ok(error instanceof SessionFormatError, String(error));
-    assert.equal(error.file, file);
-    assert.equal(error.path, DEEP_PATH);
-    assert.match(error.message, new RegExp(`nested deeper than ${MAX_MESSAGE_NESTING} levels`));
-    return true;
-  };
-}
 
 /**
  * A saved session whose log holds HEAD and a tool result `levels` deep, written by hand (as

@@ -12,6 +12,7 @@ import type { SessionManager } from "../src/loop/session_manager.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { jsonNestsDeeper, MAX_MESSAGE_NESTING } from "../src/loop/records/_validation.ts";
 import { assistant, toolResult, user } from "./_fixtures.ts";
+import { deepResult, deepResultLine, nested, tooDeep } from "./_deep.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -25,39 +26,9 @@ async function setup(): Promise<{ fs: MemoryFs; store: SessionStore }> {
   return { fs, store };
 }
 
-/** A chain of `levels` objects, each holding the next under `a`. */
-function nested(levels: number): Record<string, unknown> {
-  let value: Record<string, unknown> = {};
-  for (let i = 1; i < levels; i++) value = { a: value };
-  return value;
-}
-
-/** The JSON text of `nested(levels)`, built as text (Node's JSON.stringify stops near 4,000). */
-function nestedText(levels: number): string {
-  return '{"a":'.repeat(levels - 1) + "{}" + "}".repeat(levels - 1);
-}
-
-/** A tool result whose `details` (at the message's level 2) holds `levels` levels of objects. */
-function deepResult(levels: number): Message {
-  return { ...toolResult("c1", "ast"), details: nested(levels) } as Message;
-}
-
 /** The history of the tests: a user, an assistant calling a tool, its result, an answer. */
 function history(result: Message): Message[] {
   return [user("parse this"), assistant("calling", [{ id: "c1", name: "ast" }]), result];
-}
-
-/** The path of the first object of `deepResult(levels)` (message index 2) past the limit. */
-const DEEP_PATH = `messages[2].details${".a".repeat(MAX_MESSAGE_NESTING - 1)}`;
-
-function tooDeep(file: string) {
-  return (error: unknown): boolean => {
-    assert.ok(error instanceof SessionFormatError, String(error));
-    assert.equal(error.file, file);
-    assert.equal(error.path, DEEP_PATH);
-    assert.match(error.message, new RegExp(`nested deeper than ${MAX_MESSAGE_NESTING} levels`));
-    return true;
-  };
 }
 
 test("MAX_MESSAGE_NESTING is 1,000 levels: far past any message, within every runtime's copy and JSON limits", () => {
@@ -183,8 +154,7 @@ async function handWritten(levels: number): Promise<{
   await session.commit(head.slice(0, 1));
   await session.close();
   const dir = session.getSessionPath();
-  const result = JSON.stringify(toolResult("c1", "ast")).slice(0, -1) +
-    `,"details":${nestedText(levels)}}`;
+  const result = deepResultLine(levels);
   const bytes = encoder.encode(
     head.map((message) => JSON.stringify(message)).join("\n") + "\n" + result + "\n",
   );
