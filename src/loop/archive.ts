@@ -421,8 +421,13 @@ async function deleteStaged(
       await fs.rename(join(collection, name), join(staging, name));
     }
     if (full) {
-      await fs.syncDir(collection);
+      // The destination first: POSIX does not promise that an fsync of the source directory
+      // makes a rename's arrival durable with its removal, so syncing the collection first could
+      // let a crash between the two leave an entry in neither directory (ext4, xfs and btrfs
+      // happen to order it). With staging synced first, each entry is always in one of them:
+      // still in place, or staged, where recovery rolls the uncommitted delete back.
       await fs.syncDir(staging);
+      await fs.syncDir(collection);
     }
     const remaining = members.filter((id) => !ids.includes(id));
     if (remaining.length !== members.length) {

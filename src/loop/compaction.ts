@@ -326,13 +326,24 @@ export async function compactSession(
       if (context.durability === "full") {
         await fs.syncDir(session);
         await fs.syncDir(staging);
+        // The staging directory's own entry, before anything moves into it: an fsync of staging
+        // does not promise that its creation in the collection is durable, and the previous copy
+        // must never be durable in a directory that a crash can take away.
+        await fs.syncDir(collection);
       }
       forgetDurable(fs, dir);
       await fs.rename(dir, join(staging, COMPACTION_PREVIOUS));
       await fs.rename(session, dir);
       if (context.durability === "full") {
-        await fs.syncDir(collection);
+        // The staging directory first, the destination of the previous directory's move: POSIX
+        // does not promise that an fsync of the collection (its source) makes its arrival in
+        // staging durable too, so syncing the collection first could let a crash between the two
+        // leave the session in neither place (ext4, xfs and btrfs happen to order it). With
+        // staging synced first, the previous copy is durable in staging before its removal from
+        // the collection can be, and recovery renames it back should the compacted copy not be
+        // in place yet.
         await fs.syncDir(staging);
+        await fs.syncDir(collection);
       }
     } catch (error) {
       // Before the swap the session is untouched; midway, recovery renames `previous` back.
