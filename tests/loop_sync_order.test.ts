@@ -1,8 +1,10 @@
-// The order of the directory fsyncs around the store's cross-directory moves. POSIX does not
-// promise that an fsync of one directory makes a rename out of it durable together with its
-// arrival in another: syncing the source first can leave the entry in neither directory after a
-// crash (ext4, xfs and btrfs happen to order it). The destination is synced first, so the entry
-// is always in one of them.
+// The order of the directory fsyncs around the store's cross-directory moves and the end of a
+// committed delete. POSIX does not promise that an fsync of one directory makes a rename out of
+// it durable together with its arrival in another: syncing the source first can leave the entry
+// in neither directory after a crash (ext4, xfs and btrfs happen to order it). The destination is
+// synced first, so the entry is always in one of them. A committed delete makes the removal of
+// its staged entries and journal durable before it removes its commit marker, so a crash never
+// leaves the marker gone with a half-removed session still staged (recovery would roll it back).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
@@ -107,6 +109,77 @@ test("a compaction syncs the staging directory before the collection after its s
   const before = lastIndex(calls, (c) => c.method === "syncDir", swapOut);
   assert.equal(calls[before]?.args[0], collection, "the collection is synced before the swap");
   assert.deepEqual(syncsAfter(calls, swapIn), [staging, collection]);
+});
+
+/**
+ * Asserts that the staging directory was synced after the removal of the staged session and the
+ * journal and before the removal of the commit marker.
+ */
+function assertSyncedBeforeMarkerRemoved(calls: readonly Call[], staging: string, id: string) {
+  const marker = lastIndex(
+    calls,
+    (c) => c.method === "remove" && c.args[0] === `${staging}/committed`,
+  );
+  assert.ok(marker >= 0, "the commit marker was removed");
+  const entry = lastIndex(
+    calls,
+    (c) => c.method === "remove" && c.args[0] === `${staging}/${id}`,
+    marker,
+  );
+  const journal = lastIndex(
+    calls,
+    (c) => c.method === "remove" && c.args[0] === `${staging}/intent.json`,
+    marker,
+  );
+  assert.ok(entry >= 0 && journal >= 0, "the entry and the journal were removed before");
+  const synced = lastIndex(
+    calls,
+    (c) => c.method === "syncDir" && c.args[0] === staging,
+    marker,
+  );
+  assert.ok(
+    synced > Math.max(entry, journal),
+    "the staging directory was synced between removing the entries and the journal and removing the marker",
+  );
+}
+
+test("finishing a committed delete syncs the staging directory before it removes the commit marker", async () => {
+  const { view, calls } = await recorded();
+  const store = new SessionStore({ fs: view, agentDir: AGENT });
+  const { id } = await savedSession(store);
+  calls.length = 0;
+  await store.archive.delete(CWD, [id], { archivedOnly: false });
+  const staging = String(
+    calls.find((c) => c.method === "rename" && nameOf(String(c.args[1])) === id)?.args[1],
+  );
+  assertSyncedBeforeMarkerRemoved(calls, dirOf(staging), id);
+});
+
+test("recovery finishing a committed delete syncs the staging directory before it removes the commit marker", async () => {
+  // The staging directory's fsync right after the marker is renamed in fails: the delete is
+  // committed, reported, and left for recovery to finish.
+  let failed = false;
+  const { view, calls } = await recorded((path, seen) => {
+    const last = seen[seen.length - 1];
+    if (
+      !failed && last?.method === "rename" && String(last.args[1]) === `${path}/committed`
+    ) {
+      failed = true;
+      return true;
+    }
+    return false;
+  });
+  const store = new SessionStore({ fs: view, agentDir: AGENT });
+  const { id } = await savedSession(store);
+  calls.length = 0;
+  await assert.rejects(store.archive.delete(CWD, [id], { archivedOnly: false }));
+  assert.ok(failed, "the injected failure was reached");
+  const staging = dirOf(
+    String(calls.find((c) => c.method === "rename" && nameOf(String(c.args[1])) === id)?.args[1]),
+  );
+  calls.length = 0;
+  await store.cleanup(CWD);
+  assertSyncedBeforeMarkerRemoved(calls, staging, id);
 });
 
 test('under "ordered" durability, a delete and a compaction sync no directory', async () => {

@@ -592,35 +592,47 @@ async function rollBackDeletion(
     }
     return false;
   }
-  await removeStagingDir(context, staging, []);
+  await removeStagingDir(context, staging, [], false);
   if (full) await fs.syncDir(collection);
   return true;
 }
 
-/** Removes the staged entries, then the journal and marker, then the staging directory. */
+/** Finishes a committed delete: the staged entries and journal, then the marker and directory. */
 async function finishDeletion(
   context: StoreContext,
   collection: string,
   staging: string,
   entries: readonly string[],
 ): Promise<void> {
-  await removeStagingDir(context, staging, entries);
+  await removeStagingDir(context, staging, entries, true);
   if (context.durability === "full") await context.fs.syncDir(collection);
 }
 
+/**
+ * Removes the staged `entries`, the journal, the commit marker, then `staging` itself. With
+ * `committed` (the marker is there, and durable), the removal of the entries and the journal is
+ * made durable (under `"full"` durability) before the marker goes: nothing orders the removals
+ * of one directory on disk otherwise, and a crash keeping the marker's removal but not a staged
+ * session's would leave an uncommitted delete with a half-removed session, which recovery rolls
+ * back (or, without the journal, reports).
+ */
 async function removeStagingDir(
   context: StoreContext,
   staging: string,
   entries: readonly string[],
+  committed: boolean,
 ): Promise<void> {
   const fs = context.fs;
-  for (const name of [...entries, DELETE_INTENT_FILE, DELETE_COMMITTED_FILE]) {
+  const remove = async (name: string) => {
     try {
       await fs.remove(join(staging, name), { recursive: true });
     } catch (error) {
       if (!(error instanceof NotFound)) throw error;
     }
-  }
+  };
+  for (const name of [...entries, DELETE_INTENT_FILE]) await remove(name);
+  if (committed && context.durability === "full") await fs.syncDir(staging);
+  await remove(DELETE_COMMITTED_FILE);
   try {
     await fs.remove(staging, { recursive: true });
   } catch (error) {
@@ -1021,7 +1033,7 @@ export async function recoverDeletion(
     if (staged.length > 0 && !committed) throw unreadableJournal(staging, invalid);
     // The marker is made durable before anything staged is removed (see below).
     if (committed && context.durability === "full") await fs.syncDir(staging);
-    await removeStagingDir(context, staging, staged.map((entry) => entry.name));
+    await removeStagingDir(context, staging, staged.map((entry) => entry.name), committed);
     if (context.durability === "full") await fs.syncDir(collection);
     return committed ? "finished" : "removed";
   }
