@@ -120,19 +120,22 @@ export function issueMessage(issue: v.BaseIssue<unknown>): string {
 
 /**
  * Validates `value` with a valibot schema; the first issue becomes a `LayoutRecordError` naming
- * `file`, the field's JSON path and its value (shown short in the message, see `issueMessage`).
+ * `file`, the field's JSON path (below `at`, the path of `value` in its file, when given) and its
+ * value (shown short in the message, see `issueMessage`).
  */
 export function parseWithSchema<T>(
   schema: v.GenericSchema<unknown, T>,
   value: unknown,
   file: string,
   label: string,
+  at?: string,
 ): T {
   const result = v.safeParse(schema, value);
   if (result.success) return result.output;
   const issue = result.issues[0];
+  const path = issuePath(issue);
   throw new LayoutRecordError(file, `Invalid ${label}: ${issueMessage(issue)}`, {
-    path: issuePath(issue),
+    path: at === undefined ? path : path === "" ? at : `${at}.${path}`,
     value: issue.input,
   });
 }

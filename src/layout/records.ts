@@ -13,7 +13,7 @@
 import * as v from "valibot";
 import { LayoutRecordError } from "./errors.ts";
 import { isSafeId, isSessionId } from "./ids.ts";
-import { issueMessage, issuePath, parseWithSchema } from "./json_io.ts";
+import { parseWithSchema } from "./json_io.ts";
 import { iterationName, type SessionLayout } from "./paths.ts";
 import { isLogicalReference } from "./ref_grammar.ts";
 
@@ -1749,15 +1749,8 @@ export function stateEvalSeal(
 ): EvalAcceptance | undefined {
   const key = evalSealKey(evalId);
   if (!Object.hasOwn(seals, key)) return undefined;
-  const result = v.safeParse(EvalAcceptanceSchema, seals[key]);
-  if (result.success) return result.output;
-  const issue = result.issues[0];
   const at = `accepted_eval_seals[${JSON.stringify(key)}]`;
-  const field = issuePath(issue);
-  throw new LayoutRecordError(file, `Invalid eval seal: ${issueMessage(issue)}`, {
-    path: field === "" ? at : `${at}.${field}`,
-    value: issue.input,
-  });
+  return parseWithSchema(EvalAcceptanceSchema, seals[key], file, "eval seal", at);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -563,7 +563,7 @@ export async function writeSessionOutcome(
     created_at: input.terminalAt,
   };
   // What the caller gave is refused before anything is read under the lock.
-  parseSessionOutcome(outcome, file, paths.layout);
+  const checked = parseSessionOutcome(outcome, file, paths.layout);
   const durability = resolveWriteOptions(input).durability;
   return await serializedOn(fs, file, async () => {
     // The state is read under the outcome's lock: its accepted eval seals join the cited eval
@@ -573,7 +573,7 @@ export async function writeSessionOutcome(
     const full = sealed.length === 0
       ? outcome
       : { ...outcome, eval_refs: dedupe([...outcome.eval_refs, ...sealed]) };
-    const validated = parseSessionOutcome(full, file, paths.layout);
+    const validated = full === outcome ? checked : parseSessionOutcome(full, file, paths.layout);
     const bytes = encodeJson(full);
     const existing = await readIfExists(fs, file);
     if (existing !== undefined) {
