@@ -39,7 +39,7 @@ import {
 import { COMPACTION_PREVIOUS, stagingSessionId } from "../loop/compaction.ts";
 import type { StoreContext } from "../loop/lock.ts";
 import { isSessionId } from "../loop/records/mod.ts";
-import { type HistoryPage, pageBounds } from "../loop/session_manager.ts";
+import { type HistoryPage, pageBounds, sessionNotADirectory } from "../loop/session_manager.ts";
 import type { Message } from "../loop/records/mod.ts";
 import { numberOption, parseArgs, UsageError } from "./args.ts";
 import {
@@ -442,9 +442,7 @@ async function locate(io: CliIo, flags: StoreFlags, target: string): Promise<Loc
 async function realDirectory(io: CliIo, dir: string): Promise<string> {
   const kind = await entryKind(io.fs, dir);
   if (kind !== undefined && kind !== "directory") {
-    throw new SessionFormatError("Session path is not a directory (symlinks are refused)", {
-      file: dir,
-    });
+    throw sessionNotADirectory(dir);
   }
   return dir;
 }

@@ -120,7 +120,7 @@
 import type { EntryKind, FileHandle, FileSystem } from "../port/fs.ts";
 import { FsError, NotADirectory, NotFound } from "../port/errors.ts";
 import { dirname, join } from "../port/path.ts";
-import { entryKind } from "../port/durable.ts";
+import { entryKind, readDirIfExists } from "../port/durable.ts";
 import { mapLimit } from "../port/limit.ts";
 import {
   CorruptSessionError,
@@ -482,15 +482,8 @@ async function candidatesOf(
  * gone), classified as `candidatesOf` does.
  */
 async function sessionsOf(fs: FileSystem, collection: string): Promise<string[]> {
-  let entries;
-  try {
-    entries = await fs.readDir(collection);
-  } catch (error) {
-    if (error instanceof NotFound) return [];
-    throw error;
-  }
   const ids: string[] = [];
-  for (const entry of entries) {
+  for (const entry of await readDirIfExists(fs, collection)) {
     if (entry.kind === "directory" && isSessionId(entry.name)) ids.push(entry.name);
     else if (entry.kind === "file") {
       const id = legacySessionId(entry.name);

@@ -50,7 +50,7 @@ import {
   validateSessionMetadata,
 } from "./records/mod.ts";
 import { parseHeaderFields } from "./records/header.ts";
-import { checkNesting, jsonNestsDeeper, MAX_MESSAGE_NESTING } from "./records/_validation.ts";
+import { jsonNestsDeeper, MAX_MESSAGE_NESTING, refuseDeepMessage } from "./records/_validation.ts";
 import {
   checkSessionCwd,
   decodeLine,
@@ -363,7 +363,9 @@ async function scanLegacy(
           // As an open of a session directory refuses it, before the migration writes it: a
           // message nested deeper than `MAX_MESSAGE_NESTING` levels (a short line is not looked
           // at).
-          if (jsonNestsDeeper(value, text, MAX_MESSAGE_NESTING)) refuseDeep(value, path, where);
+          if (jsonNestsDeeper(value, text, MAX_MESSAGE_NESTING)) {
+            refuseDeepMessage(value, path, where);
+          }
         } else if (
           typeof value !== "object" || value === null ||
           typeof (value as { role?: unknown }).role !== "string"
@@ -409,19 +411,6 @@ async function scanLegacy(
   } finally {
     await handle.close();
   }
-}
-
-/**
- * Throws the `SessionFormatError` of `message` (at `path` of `file`), nested deeper than
- * `MAX_MESSAGE_NESTING` levels: at the path of its first object or array past the limit (found
- * without recursion), as an open of a session directory names it.
- */
-function refuseDeep(message: unknown, file: string, path: string): never {
-  checkNesting(message, MAX_MESSAGE_NESTING, "Invalid session message", { file }, path);
-  throw new SessionFormatError(
-    `Invalid session message: nested deeper than ${MAX_MESSAGE_NESTING} levels`,
-    { file, path },
-  );
 }
 
 function parseError(error: unknown, file: string, path: string): SessionFormatError {

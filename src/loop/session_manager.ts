@@ -69,9 +69,11 @@ import {
 import {
   checkJsonData,
   checkNesting,
+  INVALID_MESSAGE,
   jsonNestsDeeper,
   MAX_HEADER_NESTING,
   MAX_MESSAGE_NESTING,
+  refuseDeepMessage,
 } from "./records/_validation.ts";
 import {
   checkSessionCwd,
@@ -164,24 +166,42 @@ export function collectionNotADirectory(collection: string, cause?: unknown): Se
 }
 
 /**
- * `ensurePrivateDir` for a session collection: a link (or a file) at `collection` is refused with
- * `collectionNotADirectory` instead of the bare `AlreadyExists` of the mkdir it stands in for. An
- * ancestor that is no directory keeps its own error (a linked agent directory or `sessions/` is
- * followed, as a directory).
+ * The refusal of a session directory path that is not a directory (a symlink is never read or
+ * written through). `cause` is the error that found it.
  */
-export async function ensureCollectionDir(
+export function sessionNotADirectory(dir: string, cause?: unknown): SessionFormatError {
+  return new SessionFormatError(
+    "Session path is not a directory (symlinks are refused)",
+    cause === undefined ? { file: dir } : { file: dir, cause },
+  );
+}
+
+/**
+ * `ensurePrivateDir`, with a link (or a file) at `dir` itself refused by `refusal` instead of the
+ * bare `AlreadyExists` of the mkdir it stands in for. An ancestor that is no directory keeps its
+ * own error (a linked agent directory or `sessions/` is followed, as a directory).
+ */
+async function ensureOwnDir(
+  fs: FileSystem,
+  dir: string,
+  durability: Durability,
+  refusal: (dir: string, cause: unknown) => SessionFormatError,
+): Promise<boolean> {
+  try {
+    return await ensurePrivateDir(fs, dir, durability);
+  } catch (error) {
+    if (error instanceof AlreadyExists && error.path === dir) throw refusal(dir, error);
+    throw error;
+  }
+}
+
+/** `ensureOwnDir` for a session collection, refused with `collectionNotADirectory`. */
+export function ensureCollectionDir(
   fs: FileSystem,
   collection: string,
   durability: Durability,
 ): Promise<boolean> {
-  try {
-    return await ensurePrivateDir(fs, collection, durability);
-  } catch (error) {
-    if (error instanceof AlreadyExists && error.path === collection) {
-      throw collectionNotADirectory(collection, error);
-    }
-    throw error;
-  }
+  return ensureOwnDir(fs, collection, durability, collectionNotADirectory);
 }
 
 /**
@@ -204,9 +224,7 @@ export async function checkSessionFiles(fs: FileSystem, dir: string): Promise<vo
     fs.lstat(messagesFile),
   ]);
   if (dirInfo.status === "fulfilled" && dirInfo.value.kind !== "directory") {
-    throw new SessionFormatError("Session path is not a directory (symlinks are refused)", {
-      file: dir,
-    });
+    throw sessionNotADirectory(dir);
   }
   // A missing directory shows as a missing meta.json below.
   if (dirInfo.status === "rejected" && !(dirInfo.reason instanceof NotFound)) {
@@ -575,7 +593,7 @@ export class SessionManager {
         // As a save refuses it: a message this deep could not be copied or written on every
         // runtime (judged without recursion; a short line cannot nest that deep).
         if (jsonNestsDeeper(message, text, MAX_MESSAGE_NESTING)) {
-          refuseDeepMessage(message, line.index, messagesFile);
+          refuseDeepMessage(message, messagesFile, `messages[${line.index}]`);
         }
         messages.push(message as Message);
         roles.push((message as Message).role);
@@ -1120,7 +1138,8 @@ export class SessionManager {
       // refused as in a new message, naming it).
       while (
         common < limit &&
-        comparedLine(messages[common - base], common, messagesFile) === savedLine(stored[common])
+        comparedLine(messages[common - base], common, messagesFile) ===
+          canonicalLine(stored[common], undefined)
       ) {
         common++;
       }
@@ -1519,17 +1538,7 @@ export class SessionManager {
     // A collection (or session directory) that became a link, or anything else, since the open
     // is refused by name: found only where the mkdir it stands in for fails, no extra look.
     await ensureCollectionDir(this.#fs, this.#collectionDir, durability);
-    try {
-      await ensurePrivateDir(this.#fs, this.#dir, durability);
-    } catch (error) {
-      if (error instanceof AlreadyExists && error.path === this.#dir) {
-        throw new SessionFormatError("Session path is not a directory (symlinks are refused)", {
-          file: this.#dir,
-          cause: error,
-        });
-      }
-      throw error;
-    }
+    await ensureOwnDir(this.#fs, this.#dir, durability, sessionNotADirectory);
     if (this.#beforeFirstWrite !== undefined) {
       await this.#beforeFirstWrite();
       this.#beforeFirstWrite = undefined;
@@ -2354,25 +2363,10 @@ function serializeMessage(message: Message, index: number, file: string): string
       cause: error,
     });
   }
-  if (jsonNestsDeeper(message, line, MAX_MESSAGE_NESTING)) refuseDeepMessage(message, index, file);
+  if (jsonNestsDeeper(message, line, MAX_MESSAGE_NESTING)) {
+    refuseDeepMessage(message, file, `messages[${index}]`);
+  }
   return line;
-}
-
-const INVALID_MESSAGE = "Invalid session message";
-
-/**
- * Throws the `SessionFormatError` of `message` (global index `index` of `file`), whose JSON nests
- * deeper than `MAX_MESSAGE_NESTING` levels: at the path of its first object or array past the
- * limit, found without recursion, or at the message itself when its objects do not show it (a
- * `toJSON` method returned something deeper than itself).
- */
-function refuseDeepMessage(message: unknown, index: number, file: string): never {
-  const path = `messages[${index}]`;
-  checkNesting(message, MAX_MESSAGE_NESTING, INVALID_MESSAGE, { file }, path);
-  throw new SessionFormatError(
-    `${INVALID_MESSAGE}: nested deeper than ${MAX_MESSAGE_NESTING} levels`,
-    { file, path },
-  );
 }
 
 /**
@@ -2391,18 +2385,9 @@ function comparedLine(message: unknown, index: number, file: string): string | u
 }
 
 /**
- * The line JSON writes of a saved message, to compare a new one with it; undefined when it can no
- * longer be written (changed in place since it was saved): the new one then replaces it.
+ * `JSON.stringify(message)`, or `fallback` should that fail (a saved message changed in place
+ * since it was saved into one JSON cannot write: with no fallback, a new one then replaces it).
  */
-function savedLine(message: Message | undefined): string | undefined {
-  try {
-    return JSON.stringify(message);
-  } catch {
-    return undefined;
-  }
-}
-
-/** `JSON.stringify(message)`, or `fallback` should that fail. */
 function canonicalLine(message: unknown, fallback: string | undefined): string | undefined {
   try {
     return JSON.stringify(message);

@@ -64,6 +64,7 @@ import {
   ensureCollectionDir,
   openCheckedSession,
   SessionManager,
+  sessionNotADirectory,
 } from "./session_manager.ts";
 import { INDEX_FILE, MESSAGES_FILE, META_FILE, readStorageMeta } from "./storage.ts";
 import {
@@ -632,9 +633,7 @@ export class SessionStore {
       ]);
       if (info.status === "rejected") throw info.reason;
       if (info.value.kind !== "directory") {
-        throw new SessionFormatError("Session path is not a directory (symlinks are refused)", {
-          file: dir,
-        });
+        throw sessionNotADirectory(dir);
       }
       if (meta.status === "rejected") throw meta.reason;
       return dir;
@@ -753,13 +752,8 @@ export class SessionStore {
    * fine.
    */
   async #collectionExists(collection: string): Promise<boolean> {
-    let kind: string;
-    try {
-      kind = (await this.fs.lstat(collection)).kind;
-    } catch (error) {
-      if (error instanceof NotFound) return false;
-      throw error;
-    }
+    const kind = await entryKind(this.fs, collection);
+    if (kind === undefined) return false;
     if (kind !== "directory") throw collectionNotADirectory(collection);
     return true;
   }

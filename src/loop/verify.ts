@@ -61,9 +61,9 @@ import {
   STORAGE_VERSION,
   type StorageMeta,
 } from "./storage.ts";
-import { ensureCollectionDir } from "./session_manager.ts";
+import { ensureCollectionDir, sessionNotADirectory } from "./session_manager.ts";
 import { LineWriter } from "./line_writer.ts";
-import { checkNesting, jsonNestsDeeper, MAX_MESSAGE_NESTING } from "./records/_validation.ts";
+import { jsonNestsDeeper, MAX_MESSAGE_NESTING, refuseDeepMessage } from "./records/_validation.ts";
 
 /** The severity of a verification finding. */
 export type FindingSeverity = "error" | "warning";
@@ -206,7 +206,9 @@ async function scanRange(
             validator.push(value, lines);
             // As open refuses it (and a salvage could not write it on every runtime): a message
             // nested deeper than `MAX_MESSAGE_NESTING` levels. A short line is not looked at.
-            if (jsonNestsDeeper(value, text, MAX_MESSAGE_NESTING)) refuseDeep(value, lines, file);
+            if (jsonNestsDeeper(value, text, MAX_MESSAGE_NESTING)) {
+              refuseDeepMessage(value, file, `messages[${lines}]`);
+            }
             messages.push(value as Message);
             roles.push((value as Message).role);
             offsets.push(chunkOffset + newline + 1);
@@ -266,22 +268,6 @@ async function scanRange(
   };
 }
 
-/**
- * Throws the `SessionFormatError` open throws for message `index` of `file`, nested deeper than
- * `MAX_MESSAGE_NESTING` levels: at the path of its first object or array past the limit (found
- * without recursion).
- */
-function refuseDeep(message: unknown, index: number, file: string): never {
-  const path = `messages[${index}]`;
-  checkNesting(message, MAX_MESSAGE_NESTING, INVALID_MESSAGE, { file }, path);
-  throw new SessionFormatError(
-    `${INVALID_MESSAGE}: nested deeper than ${MAX_MESSAGE_NESTING} levels`,
-    { file, path },
-  );
-}
-
-const INVALID_MESSAGE = "Invalid session message";
-
 /** The files of a session directory an open reads (and must be regular files). */
 const SESSION_FILES = [META_FILE, MESSAGES_FILE];
 
@@ -302,9 +288,7 @@ export async function irregularSessionFiles(
   if (kind !== "directory") {
     return {
       errors: [
-        new SessionFormatError("Session path is not a directory (symlinks are refused)", {
-          file: dir,
-        }),
+        sessionNotADirectory(dir),
       ],
     };
   }

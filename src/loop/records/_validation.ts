@@ -134,6 +134,24 @@ export function jsonNestsDeeper(value: unknown, text: string, limit: number): bo
 }
 
 /**
+ * Throws the `SessionFormatError` of a message (at `path`, `messages[N]`, of `file`) whose JSON
+ * nests deeper than `MAX_MESSAGE_NESTING` levels: at the path of its first object or array past
+ * the limit, found without recursion, or at the message itself when its objects do not show it (a
+ * `toJSON` method returned something deeper than itself). Open, save, verify, salvage and the
+ * legacy reader refuse a deep message with it.
+ */
+export function refuseDeepMessage(message: unknown, file: string, path: string): never {
+  checkNesting(message, MAX_MESSAGE_NESTING, INVALID_MESSAGE, { file }, path);
+  throw new SessionFormatError(
+    `${INVALID_MESSAGE}: nested deeper than ${MAX_MESSAGE_NESTING} levels`,
+    { file, path },
+  );
+}
+
+/** How a message the limits refuse is named in its error. */
+export const INVALID_MESSAGE = "Invalid session message";
+
+/**
  * True when the text holds more than `limit` `{` and `[` characters (in strings or not): a text
  * holding fewer cannot nest deeper than `limit` levels. Counted with `indexOf`, whose scan is the
  * engine's own, so a long line of prose costs a few calls rather than a walk of its objects.
