@@ -21,13 +21,17 @@ export const DURABILITY_MODES: readonly (readonly [string, string])[] = [
     "`ordered`",
     "The same steps in the same order, without any fsync. A save that resolved survives a " +
     "crash of the process (kill -9, an uncaught error, the OOM killer): its writes are already " +
-    "in the kernel, which writes them out later. Readers never see a half-written meta.json " +
-    "(temp file + rename). It does not survive a power loss or a kernel crash: the saves of the " +
-    "last seconds (the kernel's writeback delay, about 30 s on Linux by default) can be lost, " +
-    "and the session then reopens at an older committed state, or, when the disk got the new " +
-    "meta.json before the message bytes it commits, opening reports a `CorruptSessionError` " +
-    "(log shorter than its committed range, or checksum mismatch) instead of showing wrong " +
-    "history. Nothing is silently repaired.",
+    "in the kernel, which writes them out later. While the machine stays up, readers never see " +
+    "a half-written meta.json (temp file + rename). It does not survive a power loss or a " +
+    "kernel crash: the saves of the last seconds (the kernel's writeback delay, about 30 s on " +
+    "Linux by default) can be lost, and what the session reopens as depends on the order in " +
+    "which the filesystem wrote them out: an older committed state; or, when the disk got the " +
+    "new meta.json before the message bytes it commits, a `CorruptSessionError` (log shorter " +
+    "than its committed range, or checksum mismatch); or, when it got the rename before the " +
+    "temp file's bytes, a `SessionFormatError` naming meta.json (empty or torn), after which " +
+    "the session's header is gone and neither open nor salvage can read it (its " +
+    "messages.jsonl is still there). Wrong history is never shown and nothing is silently " +
+    "repaired.",
   ],
 ];
 
