@@ -2,9 +2,13 @@
  * `prune-raw`: deletes prunable mechanical noise and never the durable tree.
  *
  * What is prunable:
- * - the raw attempt directories of sessions, `<session>/raw/<NNNN>_<workflow>/` (every session,
- *   or one session's own, not its children's), optionally only those whose own modification time is
- *   older than a number of days;
+ * - the raw attempt directories of folded sessions, `<session>/raw/<NNNN>_<workflow>/` (every
+ *   session, or one session's own, not its children's), optionally only those whose own
+ *   modification time is older than a number of days. Whether a session is folded is read from
+ *   the `layout` its `session.json` records, never guessed from the directories it holds: the
+ *   mirror layout has no `raw/` area, so a `raw/` in a mirror session is none of prune's and is
+ *   kept whole (reported once, `mirror_layout`), and so is the `raw/` of a session whose
+ *   `session.json` cannot be read or names another session (`manifest_unreadable`);
  * - with `legacyTraces`, the historical mirror tree `.loopy_loop/traces/` (each root's tree, or
  *   with a session, its `traces/<root>/sessions/<id>/` alone) and, without a session, the
  *   entries of `.loopy_loop/trace_finalization_outbox/`.
@@ -32,6 +36,7 @@ import { join } from "../port/path.ts";
 import { entryKind } from "../port/durable.ts";
 import { mapLimit } from "../port/limit.ts";
 import { LayoutOptionError, LayoutRecordError } from "./errors.ts";
+import { manifestLayout } from "./records.ts";
 import { isSafeId } from "./ids.ts";
 import {
   chainKind,
@@ -41,8 +46,13 @@ import {
   type SessionDirEntry,
   walkSessionDirs,
 } from "./loopy_root.ts";
-import { iterationName } from "./paths.ts";
-import { loadSessionTree, readSessionState, type SessionTree } from "./tree.ts";
+import { iterationName, type SessionLayout } from "./paths.ts";
+import {
+  loadSessionTree,
+  readSessionManifest,
+  readSessionState,
+  type SessionTree,
+} from "./tree.ts";
 import { serializedOn } from "./serial.ts";
 
 /** What a pruned entry was. */
@@ -70,6 +80,16 @@ export type PruneSkipReason =
   | "running_attempt"
   /** The session's `state.json` cannot be read, so what is running is unknown. */
   | "state_unreadable"
+  /**
+   * The session's `session.json` records the mirror layout, which has no prunable `raw/`: its
+   * `raw/` directory is kept whole.
+   */
+  | "mirror_layout"
+  /**
+   * The session's `session.json` cannot be read (or names another session), so its layout is
+   * unknown: its `raw/` directory is kept whole.
+   */
+  | "manifest_unreadable"
   /** The entry disappeared while pruning (another prune removed it). */
   | "vanished";
 
@@ -324,11 +344,54 @@ function keepRawEntry(
   return undefined;
 }
 
+/**
+ * The layout the `session.json` of `session` records, or why it cannot be told: the manifest is
+ * unreadable, gone, or names another session than its directory's. Read, never guessed.
+ */
+async function recordedLayout(
+  fs: FileSystem,
+  session: SessionDirEntry,
+): Promise<{ readonly layout: SessionLayout } | { readonly unreadable: string }> {
+  let manifest;
+  try {
+    manifest = await readSessionManifest(fs, session.dir);
+  } catch (error) {
+    if (error instanceof LayoutRecordError) return { unreadable: error.message };
+    if (error instanceof NotFound) return { unreadable: "session.json disappeared" };
+    throw error;
+  }
+  if (manifest.session_id !== session.sessionId) {
+    return {
+      unreadable: `session.json names another session (${manifest.session_id}) than its directory`,
+    };
+  }
+  return { layout: manifestLayout(manifest) };
+}
+
 async function planRawDir(planner: Planner, session: SessionDirEntry): Promise<void> {
   const fs = planner.fs;
   const rawDir = join(session.dir, "raw");
   const kind = await entryKind(fs, rawDir);
   if (kind === undefined) return;
+  // Only a folded session has a prunable raw/, as its session.json records (the manifest is
+  // immutable, so this reading holds until the entries are removed).
+  const recorded = await recordedLayout(fs, session);
+  if ("unreadable" in recorded) {
+    planner.skip(
+      rawDir,
+      "manifest_unreadable",
+      `The session's layout is unknown, so its raw/ is kept: ${recorded.unreadable}`,
+    );
+    return;
+  }
+  if (recorded.layout !== "folded") {
+    planner.skip(
+      rawDir,
+      "mirror_layout",
+      "The session records the mirror layout, which has no prunable raw/; it is kept",
+    );
+    return;
+  }
   if (kind === "symlink") {
     planner.skip(rawDir, "symlink", "The raw directory is a symlink; it is not followed");
     return;

@@ -42,9 +42,11 @@ import { loadSessionTree, type SessionNode, type SessionTree } from "./tree.ts";
 
 /**
  * Whether a resolved target is there: `present`, `absent`, or `pruned` — absent inside prunable
- * raw output (a session's `raw/<NNNN>_<workflow>/…`, or a mirror trace that durable records name
- * but the traces tree no longer holds). A pruned target is not an error of the session: the
- * durable tree that cites it is intact.
+ * raw output (a folded session's `raw/<NNNN>_<workflow>/…`, or a mirror trace that durable
+ * records name but the traces tree no longer holds). A pruned target is not an error of the
+ * session: the durable tree that cites it is intact. A mirror session has no `raw/` area (its raw
+ * output is the traces tree), so a target in its `raw/` is `present` or `absent`, as anywhere
+ * else in its durable tree.
  */
 export type ReferenceStatus = "present" | "absent" | "pruned";
 
@@ -159,8 +161,9 @@ export class LogicalReferenceResolver {
   /**
    * Resolves a reference to a confined absolute path. An absent target is not an error: the
    * result says `exists: false`, with `status: "pruned"` when it lies in prunable raw output (a
-   * session's `raw/<NNNN>_<workflow>/…`, or a mirror trace that was pruned) and `"absent"`
-   * otherwise (a file not written yet). Refusals are `LogicalReferenceError`s; a symlink planted
+   * folded session's `raw/<NNNN>_<workflow>/…`, as the layout its `session.json` records says,
+   * or a mirror trace that was pruned) and `"absent"` otherwise (a file not written yet, or
+   * anything in a mirror session's `raw/`). Refusals are `LogicalReferenceError`s; a symlink planted
    * on the path is refused (reason `symlink`). On a case-insensitive filesystem a name that
    * decides where the target is (`raw`, `children`, a session id, ...) spelled in other letter
    * case is classified, and returned, as its directory lists it. A `trace:` reference to a trace whose directory is
@@ -221,9 +224,10 @@ export class LogicalReferenceResolver {
   /**
    * Where the absolute `path` (at or below the scope's root) physically is: the deepest session
    * of the tree whose directory contains it, else the repository (or the trace, for `trace:`).
-   * Gives the canonical reference, whether the target lies in prunable raw output (a session's
-   * `raw/<entry>/…`, the mirror `traces/` tree or its outbox), and whether a prune has renamed
-   * it away (`.pruning-*` where prune renames entries: such an entry is already gone). Pure.
+   * Gives the canonical reference, whether the target lies in prunable raw output (a folded
+   * session's `raw/<entry>/…`, the mirror `traces/` tree or its outbox), and whether a prune has
+   * renamed it away (`.pruning-*` where prune renames entries: such an entry is already gone).
+   * Pure.
    */
   #place(
     path: string,
@@ -257,7 +261,9 @@ export class LogicalReferenceResolver {
     }
     if (owner !== undefined) {
       const inside = ownerRelative === "" ? [] : ownerRelative.split("/");
-      const inRaw = inside[0] === "raw" && inside.length >= 2;
+      // Only a folded session has a raw/ area (prune-raw leaves a mirror session's raw/ alone),
+      // as the layout its session.json records says.
+      const inRaw = owner.layout === "folded" && inside[0] === "raw" && inside.length >= 2;
       return {
         canonical: canonicalReference("session", owner.sessionId, ownerRelative),
         prunable: inRaw,
