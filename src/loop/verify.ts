@@ -570,8 +570,9 @@ export function checkSalvageId(id: string): void {
  *
  * @throws {InvalidArgumentError} When `options.id` is not a session id (a lowercase UUID), before
  * anything is read or written.
- * @throws {SessionFormatError} When `dir` is not a directory itself, or meta.json, messages.jsonl
- * or index.json is not a regular file (nothing is read through a link).
+ * @throws {SessionFormatError} When `dir` is not a directory itself, or meta.json or
+ * messages.jsonl is not a regular file (nothing is read through a link). index.json is never read:
+ * one that is not a regular file (a link…) is ignored, and the new session gets its own.
  * @throws {SessionBusyError} When a session `options.id` already exists in `toCollection`.
  */
 export async function salvageSession(
