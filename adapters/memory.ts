@@ -690,15 +690,21 @@ export class MemoryFs implements FileSystem {
           try {
             node = this.#resolve("mkdir", prefix, true).node;
           } catch (error) {
-            if (!(error instanceof NotFound || error instanceof NotADirectory)) throw error;
+            const loop = error instanceof FsIoError && error.code === "ELOOP";
+            if (!(error instanceof NotFound || error instanceof NotADirectory || loop)) throw error;
+            // A link loop at the final name is in the way; beneath one, the loop is the error.
+            if (loop && !last) {
+              throw new FsIoError("ELOOP", "mkdir", path, "Too many levels of symbolic links");
+            }
             node = undefined;
             throughFile = error instanceof NotADirectory;
           }
         }
         if (node?.kind === "directory") continue;
-        // Something is in the way (EEXIST): an entry at the final name, or a dangling symlink,
-        // whether its target or a directory above the target is missing. Beneath a file, or a
-        // link that leads through one, no directory can be made (ENOTDIR), as on Linux.
+        // Something is in the way (EEXIST): an entry at the final name (a link loop included), or
+        // a dangling symlink, whether its target or a directory above the target is missing.
+        // Beneath a file, or a link that leads through one, no directory can be made (ENOTDIR),
+        // as on Linux.
         if (last || (node === undefined && !throughFile)) throw new AlreadyExists("mkdir", path);
         throw new NotADirectory("mkdir", path);
       }

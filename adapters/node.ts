@@ -28,7 +28,7 @@
  *
  * @module
  */
-import { constants, readFileSync, readlinkSync } from "node:fs";
+import { constants, readFileSync, readlinkSync, type Stats } from "node:fs";
 import * as fsp from "node:fs/promises";
 import type { FileHandle as NativeHandle } from "node:fs/promises";
 import { homedir, hostname } from "node:os";
@@ -114,6 +114,28 @@ async function danglingOnPath(path: string): Promise<boolean> {
     }
   }
   return false;
+}
+
+/**
+ * True when something other than a directory is at the final name of `path` (trailing slashes
+ * aside): a file, or a symlink that does not lead to a directory (dangling, to a file, a loop).
+ * Checked after a recursive mkdir failed, never on success.
+ */
+async function inTheWay(path: string): Promise<boolean> {
+  const entry = withoutTrailingSlash(path) ?? path;
+  let own: Stats;
+  try {
+    own = await fsp.lstat(entry);
+  } catch {
+    return false;
+  }
+  if (own.isDirectory()) return false;
+  if (!own.isSymbolicLink()) return true;
+  try {
+    return !(await fsp.stat(entry)).isDirectory();
+  } catch {
+    return true;
+  }
 }
 
 class NodeFileSystem implements FileSystem {
@@ -243,9 +265,14 @@ class NodeFileSystem implements FileSystem {
       try {
         await fsp.mkdir(path, { mode: options.mode ?? 0o777, recursive });
       } catch (error) {
-        // Node's recursive mkdir reports a dangling symlink on the path as ENOENT or ENOTDIR;
-        // something is in the way, as the other adapters say (EEXIST).
+        // Node's recursive mkdir reports a file at the final name spelled with a trailing slash,
+        // or a link there to a file, as ENOTDIR, a link loop there as ELOOP, and a dangling
+        // symlink on the path as ENOENT or ENOTDIR; something is in the way, as the other
+        // adapters say (EEXIST).
         const code = codeOf(error);
+        if (recursive && await inTheWay(path)) {
+          throw new AlreadyExists("mkdir", path, { cause: error });
+        }
         if (recursive && (code === "ENOENT" || code === "ENOTDIR") && await danglingOnPath(path)) {
           throw new AlreadyExists("mkdir", path, { cause: error });
         }

@@ -174,7 +174,12 @@ export interface FileSystem {
    * with a trailing `/` must name a directory: a symlink (even to one) fails with `NotADirectory`.
    */
   remove(path: string, options?: RemoveOptions): Promise<void>;
-  /** Creates a directory. */
+  /**
+   * Creates a directory. Anything at the final name that is not a directory (a file, or a symlink
+   * that does not lead to one: dangling, to a file, a loop) is in the way: it fails with
+   * `AlreadyExists`, even spelled with a trailing `/` and with `recursive` too. Beneath a file
+   * (or a link that leads through one) it fails with `NotADirectory`.
+   */
   mkdir(path: string, options?: MkdirOptions): Promise<void>;
   /** Lists a directory's entries, sorted by name. */
   readDir(path: string): Promise<DirEntry[]>;

@@ -10,8 +10,16 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
-import { ConformanceFailure, describeError } from "./_assert.ts";
-import { type Capability, CAPABILITY_FALLBACKS, CHECKS } from "./_checks.ts";
+import { AlreadyExists, FsIoError } from "../port/errors.ts";
+import { join } from "../port/path.ts";
+import {
+  checkBytes,
+  checkEqual,
+  checkRejects,
+  ConformanceFailure,
+  describeError,
+} from "./_assert.ts";
+import { type Capability, CAPABILITY_FALLBACKS, type Check, CHECKS } from "./_checks.ts";
 
 export { ConformanceFailure, type ConformanceFailureOptions } from "./_assert.ts";
 
@@ -59,8 +67,54 @@ export interface TestFileSystemOptions {
   setup(): Promise<FileSystemFixture> | FileSystemFixture;
 }
 
+const encoder = new TextEncoder();
+
+/**
+ * The rules the adapters were once found to disagree on by a differential run (memory, Node,
+ * Deno): each check holds every adapter to the one answer the port documents.
+ */
+const PARITY_CHECKS: readonly Check[] = [
+  {
+    name:
+      "mkdir() with recursive of a file, a link to a file or a link loop, even with a trailing slash, fails with AlreadyExists",
+    needs: ["symlinks"],
+    async run(f) {
+      const file = join(f.root, "file");
+      await f.fs.writeFile(file, encoder.encode("F"));
+      await f.fs.symlink("file", join(f.root, "file-link"));
+      await f.fs.symlink("loop", join(f.root, "loop"));
+      for (const name of ["file", "file-link", "loop"]) {
+        const path = join(f.root, name);
+        for (const spelled of [path, `${path}/`]) {
+          const what = `mkdir('${name}${spelled === path ? "" : "/"}', recursive)`;
+          const error = await checkRejects(
+            () => f.fs.mkdir(spelled, { recursive: true }),
+            AlreadyExists,
+            what,
+          );
+          checkEqual(error.path, spelled, `${what}: error path`);
+        }
+      }
+      // Beneath a link loop, nothing is in the way: the loop itself is the error.
+      const below = join(f.root, "loop", "sub");
+      const loop = await checkRejects(
+        () => f.fs.mkdir(below, { recursive: true }),
+        FsIoError,
+        "mkdir('loop/sub', recursive)",
+      );
+      checkEqual(loop.code, "ELOOP", "mkdir('loop/sub', recursive): error code");
+      checkEqual(loop.path, below, "mkdir('loop/sub', recursive): error path");
+      checkBytes(await f.fs.readFile(file), "F", "the file left intact");
+      checkEqual((await f.fs.lstat(join(f.root, "loop"))).kind, "symlink", "the loop left alone");
+    },
+  },
+];
+
+/** Every check of the suite, in registration order. */
+const ALL_CHECKS: readonly Check[] = [...CHECKS, ...PARITY_CHECKS];
+
 /** The names of every check the suite registers, in registration order. */
-export const CONFORMANCE_CHECK_NAMES: readonly string[] = CHECKS.map((c) => c.name);
+export const CONFORMANCE_CHECK_NAMES: readonly string[] = ALL_CHECKS.map((c) => c.name);
 
 /**
  * Registers the conformance suite: one test per check, each named `"<name>: <check>"`, each
@@ -71,7 +125,7 @@ export const CONFORMANCE_CHECK_NAMES: readonly string[] = CHECKS.map((c) => c.na
  * See the `@loop/sessions/testing` entry point for examples with `node:test` and without a runner.
  */
 export function testFileSystem(options: TestFileSystemOptions): void {
-  for (const entry of CHECKS) {
+  for (const entry of ALL_CHECKS) {
     options.test(`${options.name}: ${entry.name}`, async () => {
       const fixture = await options.setup();
       let checkError: unknown;
