@@ -42,7 +42,7 @@ import {
   parseTraceRef,
 } from "./records.ts";
 import { confined } from "./no_links.ts";
-import { readSessionStateIfExists } from "./tree.ts";
+import { readSessionLayout, readSessionStateIfExists } from "./tree.ts";
 import { serializedOn } from "./serial.ts";
 
 /** Which attempt: iteration, workflow and attempt id. */
@@ -84,7 +84,9 @@ const SNAPSHOT_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
 /**
  * Creates the durable iteration directory and the raw directory (with every subarea) of an
  * attempt in a folded session, and writes `prompt.txt`, `paths.json`, `trace_ref.json` and the
- * workflow snapshot. Mirror sessions get no new folded artifacts (`UnsupportedLayoutError`).
+ * workflow snapshot. Mirror sessions get no new folded artifacts (`UnsupportedLayoutError`): the
+ * layout is the one the session's `session.json` records, whatever `session` was built for, and
+ * it is read before anything is written.
  *
  * Everything is checked before the first write: the iteration, the workflow id and the attempt
  * id (each one safe path component; an invalid one is a `LayoutRecordError` naming
@@ -100,6 +102,8 @@ export async function createAttemptArtifacts(
 ): Promise<AttemptArtifacts> {
   fs = confined(fs, session.dir);
   requireFolded(session);
+  // The layout session.json records decides, not the one the caller built the paths for.
+  requireFolded(session, await readSessionLayout(fs, session.dir));
   const resolved = resolveWriteOptions(options);
   const durability = resolved.durability;
   const paths = session.attempt(attempt.iteration, attempt.workflowId);

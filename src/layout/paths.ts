@@ -455,10 +455,22 @@ export function mirrorAttemptTraceDir(
  * under its own layout through the writers that apply to both layouts (state, events, results,
  * outcomes).
  *
- * @throws {UnsupportedLayoutError} For a mirror session.
+ * `recorded` is the layout the session's `session.json` records (`readSessionLayout`): the
+ * writers pass it, so a `SessionPaths` built as folded for a session that records another layout
+ * is refused too. Without it only the paths' own layout is checked (no file is read).
+ *
+ * @throws {UnsupportedLayoutError} For a mirror session, or paths built for another layout than
+ * the recorded one.
  */
-export function requireFolded(session: SessionPaths): void {
+export function requireFolded(session: SessionPaths, recorded?: SessionLayout): void {
   if (session.layout !== "folded") {
     throw new UnsupportedLayoutError(session.dir, "Mirror sessions are read-only in this library");
+  }
+  if (recorded !== undefined && recorded !== "folded") {
+    throw new UnsupportedLayoutError(
+      session.dir,
+      `Mirror sessions are read-only in this library: session.json records the ${recorded} ` +
+        "layout, whatever layout the paths were built for",
+    );
   }
 }

@@ -47,7 +47,7 @@ import {
 import type { AttemptIdentity } from "./attempts.ts";
 import { confined } from "./no_links.ts";
 import { serializedOn } from "./serial.ts";
-import { readSessionState, requireOwnSession } from "./tree.ts";
+import { readSessionLayout, readSessionState, requireOwnSession } from "./tree.ts";
 import { updateSessionState } from "./state.ts";
 
 /** What a git boundary receipt records. */
@@ -76,7 +76,9 @@ export interface WrittenGitReceipt {
 
 /**
  * Writes an attempt's git receipt `receipts/<NNNN>_<workflow>_git_<phase>.json` (and its verbose
- * raw output, when given) in a folded session.
+ * raw output, when given) in a folded session. A session whose `session.json` records the mirror
+ * layout is refused (`UnsupportedLayoutError`) before anything is written, whatever layout
+ * `session` was built for.
  *
  * The attempt identity and the whole receipt are validated before anything is written (an
  * invalid attempt id writes neither the raw files nor the receipt), and `sessionId` must be the
@@ -97,6 +99,8 @@ export async function writeGitReceipt(
 ): Promise<WrittenGitReceipt> {
   fs = confined(fs, session.dir);
   requireFolded(session);
+  // The layout session.json records decides, not the one the caller built the paths for.
+  requireFolded(session, await readSessionLayout(fs, session.dir));
   const resolved = resolveWriteOptions(options);
   const durability = resolved.durability;
   const paths = session.attempt(attempt.iteration, attempt.workflowId);
@@ -195,7 +199,9 @@ export interface AcceptEvalReceiptOptions extends LayoutWriteOptions {
  * another git receipt) is an `ImmutableArtifactError` naming the sidecar and the first field
  * that would change. A sidecar the state does not seal is adopted (its time kept) only when it
  * says exactly what was just verified, is otherwise such an `ImmutableArtifactError` when it is a
- * valid acceptance, and is replaced when it is not.
+ * valid acceptance, and is replaced when it is not. A session whose `session.json` records the
+ * mirror layout is refused (`UnsupportedLayoutError`) before the receipt is read or anything is
+ * written, whatever layout `session` was built for.
  */
 export async function acceptEvalReceipt(
   fs: FileSystem,
@@ -205,6 +211,7 @@ export async function acceptEvalReceipt(
 ): Promise<EvalAcceptance> {
   fs = confined(fs, session.dir);
   requireFolded(session);
+  requireFolded(session, await readSessionLayout(fs, session.dir));
   const resolved = resolveWriteOptions(options);
   const file = session.evalReceipt(evalId);
   const { record: receipt, sha256 } = await readRecord(fs, file, parseEvalReceipt, resolved.sha256);
