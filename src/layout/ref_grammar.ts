@@ -8,8 +8,9 @@
  * id        := [A-Za-z0-9][A-Za-z0-9_.-]*
  * ```
  *
- * A reference is at most 4096 characters, a segment at most 255, and neither may contain a
- * control character (NUL included), a backslash, or a second `:/`.
+ * A reference is at most 4096 UTF-8 bytes, a segment at most 255 (UTF-8 bytes, not characters:
+ * what a filesystem limits), and neither may contain a control character (NUL included), a
+ * backslash, or a second `:/`.
  *
  * @module
  */
