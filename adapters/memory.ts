@@ -600,6 +600,9 @@ export class MemoryFs implements FileSystem {
     return this.#run("rename", from, () => {
       const source = this.#resolve("rename", from, false, false);
       if (source.node === undefined) throw new NotFound("rename", from);
+      if (source.mustBeDir && source.node.kind !== "directory" && source.node.kind !== "symlink") {
+        throw new NotADirectory("rename", from);
+      }
       if (source.parent === undefined) throw busy("rename", from);
       const target = this.#resolve("rename", to, false, false);
       if (target.parent === undefined) throw busy("rename", to);
@@ -647,8 +650,11 @@ export class MemoryFs implements FileSystem {
       }
       const found = this.#resolve("remove", path, false, false);
       if (found.node === undefined) throw new NotFound("remove", path);
-      // A symlink named with a trailing slash is neither followed nor removed (Linux: ENOTDIR).
-      if (found.mustBeDir && found.node.kind === "symlink") throw new NotADirectory("remove", path);
+      // Only a directory may be named with a trailing slash: a file is not removed, and a symlink
+      // neither followed nor removed (Linux: ENOTDIR).
+      if (found.mustBeDir && found.node.kind !== "directory") {
+        throw new NotADirectory("remove", path);
+      }
       if (found.parent === undefined) throw busy("remove", path);
       if (
         found.node.kind === "directory" && found.node.entries.size > 0 && options.recursive !== true
@@ -664,7 +670,8 @@ export class MemoryFs implements FileSystem {
     return this.#run("mkdir", path, () => {
       const mode = this.#createMode(options.mode ?? 0o777);
       if (options.recursive !== true) {
-        // A symlink named with a trailing slash is in the way, never followed (Linux: EEXIST).
+        // Anything at the name is in the way, even named with a trailing slash; a symlink named so
+        // is never followed (Linux: EEXIST).
         const found = this.#resolve("mkdir", path, false, false);
         if (found.node !== undefined || found.parent === undefined) {
           throw new AlreadyExists("mkdir", path);
@@ -916,9 +923,10 @@ export class MemoryFs implements FileSystem {
     how: { create: boolean; createNew: boolean; mode: number | undefined },
   ): FileNode {
     const creating = how.create || how.createNew;
-    if (creating && path.length > 1 && path.endsWith("/")) {
-      // Linux's open with O_CREAT refuses a trailing slash (EISDIR) once the parent is found,
-      // whatever is at the name.
+    if (creating && path.length > 1 && path.endsWith("/") && !endsInDots(path)) {
+      // Linux's open with O_CREAT refuses a trailing slash after a name (EISDIR) once the parent
+      // is found, whatever is at the name. After `.` or `..` the slash changes nothing: the path
+      // names an existing directory, which createNew finds in the way (EEXIST).
       let end = path.length;
       while (end > 1 && path[end - 1] === "/") end--;
       this.#resolve(syscall, path.slice(0, end), false);
@@ -975,9 +983,11 @@ export class MemoryFs implements FileSystem {
    * the physical parent. A missing final entry is reported with its parent; a missing or
    * non-directory intermediate component fails with `NotFound` / `NotADirectory`, a component
    * longer than `NAME_MAX` bytes, or a path of `PATH_MAX` bytes or more, with `FsIoError` code
-   * `"ENAMETOOLONG"`. Without `slashFollows`, a
-   * final symlink named with a trailing slash is returned unfollowed with `mustBeDir`, as Linux's
-   * unlink, rmdir, rename, mkdir and symlink look it up: the caller refuses it.
+   * `"ENAMETOOLONG"`. With `slashFollows`, a final entry named with a trailing slash must be a
+   * directory (a file fails with `NotADirectory`). Without it, the final entry named so (a file,
+   * a symlink) is returned as it is, unfollowed, with `mustBeDir`, as Linux's unlink, rmdir,
+   * rename, mkdir and symlink look it up: the caller decides (mkdir and symlink find it in the
+   * way, remove and rename refuse anything but a directory).
    */
   #resolve(syscall: string, path: string, followFinal: boolean, slashFollows = true): Resolved {
     checkPath(syscall, path);
@@ -1037,7 +1047,8 @@ export class MemoryFs implements FileSystem {
       }
       if (last) {
         if (
-          mustBeDir && child !== undefined && child.kind !== "directory" && child.kind !== "symlink"
+          mustBeDir && slashFollows && child !== undefined && child.kind !== "directory" &&
+          child.kind !== "symlink"
         ) {
           throw new NotADirectory(syscall, path);
         }

@@ -45,7 +45,11 @@ export interface OpenOptions {
   readonly append?: boolean;
   /** Create the file when it does not exist (implies `write`). */
   readonly create?: boolean;
-  /** Create the file and fail with `AlreadyExists` when anything (even a dangling symlink) is at the path. */
+  /**
+   * Create the file and fail with `AlreadyExists` when anything (even a dangling symlink) is at
+   * the path, or when the path ends in `.` or `..` (with or without a trailing `/`: it names a
+   * directory). A trailing `/` after a name fails with `IsADirectory`, as with `create`.
+   */
   readonly createNew?: boolean;
   /** Truncate an existing file to zero bytes on open (implies `write`). */
   readonly truncate?: boolean;
@@ -65,7 +69,7 @@ export interface OpenedFile {
 export interface WriteFileOptions {
   /** Permission bits for a newly created file. */
   readonly mode?: number;
-  /** Fail with `AlreadyExists` when anything is at the path. */
+  /** Fail with `AlreadyExists` when anything is at the path (as `OpenOptions.createNew`). */
   readonly createNew?: boolean;
 }
 
@@ -191,7 +195,10 @@ export interface FileSystem {
   realPath(path: string): Promise<string>;
   /** Sets the permission bits of a path (following symlinks). */
   chmod(path: string, mode: number): Promise<void>;
-  /** Creates a symlink at `path` whose target string is `target`. */
+  /**
+   * Creates a symlink at `path` whose target string is `target`. Anything at `path`, even spelled
+   * with a trailing `/`, fails with `AlreadyExists`.
+   */
   symlink(target: string, path: string): Promise<void>;
   /** The target string of the symlink at `path`. */
   readLink(path: string): Promise<string>;

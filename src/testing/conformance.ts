@@ -10,7 +10,7 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
-import { AlreadyExists, FsIoError } from "../port/errors.ts";
+import { AlreadyExists, FsIoError, NotADirectory } from "../port/errors.ts";
 import { join } from "../port/path.ts";
 import {
   checkBytes,
@@ -106,6 +106,50 @@ const PARITY_CHECKS: readonly Check[] = [
       checkEqual(loop.path, below, "mkdir('loop/sub', recursive): error path");
       checkBytes(await f.fs.readFile(file), "F", "the file left intact");
       checkEqual((await f.fs.lstat(join(f.root, "loop"))).kind, "symlink", "the loop left alone");
+    },
+  },
+  {
+    name:
+      "mkdir(), symlink() and a create with createNew of an existing entry fail with AlreadyExists, even spelled with a trailing slash",
+    async run(f) {
+      const file = join(f.root, "file");
+      const dir = join(f.root, "dir");
+      await f.fs.writeFile(file, encoder.encode("F"));
+      await f.fs.mkdir(join(dir, "sub"), { recursive: true });
+      const calls: [string, () => Promise<unknown>][] = [
+        ["mkdir('file/')", () => f.fs.mkdir(`${file}/`)],
+        ["mkdir('dir/')", () => f.fs.mkdir(`${dir}/`)],
+      ];
+      // A path ending in `.` or `..` names an existing directory: a trailing slash changes nothing.
+      for (const dotted of [`${dir}/./`, `${dir}/.`, `${dir}/sub/..`, `${dir}/sub/../`]) {
+        calls.push([
+          `writeFile('${dotted.slice(f.root.length + 1)}', createNew)`,
+          () => f.fs.writeFile(dotted, encoder.encode("x"), { createNew: true }),
+        ]);
+        calls.push([
+          `open('${dotted.slice(f.root.length + 1)}', createNew)`,
+          async () => await (await f.fs.open(dotted, { createNew: true })).close(),
+        ]);
+      }
+      if (f.capabilities?.symlinks !== false) {
+        await f.fs.symlink("file", join(f.root, "file-link"));
+        await f.fs.symlink("loop", join(f.root, "loop"));
+        calls.push(
+          ["symlink('target', 'file/')", () => f.fs.symlink("target", `${file}/`)],
+          ["symlink('target', 'dir/')", () => f.fs.symlink("target", `${dir}/`)],
+          ["mkdir('file-link/')", () => f.fs.mkdir(`${join(f.root, "file-link")}/`)],
+          ["mkdir('loop/')", () => f.fs.mkdir(`${join(f.root, "loop")}/`)],
+        );
+      }
+      for (const [what, run] of calls) await checkRejects(run, AlreadyExists, what);
+      // Removing a file spelled as a directory is still refused as not one.
+      await checkRejects(() => f.fs.remove(`${file}/`), NotADirectory, "remove('file/')");
+      checkBytes(await f.fs.readFile(file), "F", "the file left intact");
+      checkEqual(
+        JSON.stringify(await f.fs.readDir(dir)),
+        JSON.stringify([{ name: "sub", kind: "directory" }]),
+        "the directory left as it was",
+      );
     },
   },
 ];
