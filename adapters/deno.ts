@@ -36,7 +36,7 @@ import type {
   WriteFileOptions,
 } from "../src/port/fs.ts";
 import type { FsError } from "../src/port/errors.ts";
-import { IsADirectory, NotEmpty } from "../src/port/errors.ts";
+import { IsADirectory, NotADirectory, NotEmpty } from "../src/port/errors.ts";
 import type { Sha256Factory } from "../src/port/sha256.ts";
 import { nodeProcessProbe, nodeSha256 } from "./node.ts";
 import { openNoFollowNative, readFileNoFollowNative } from "./_node_read.ts";
@@ -418,17 +418,20 @@ class DenoFileSystem implements FileSystem {
     return call("fsync", path, async () => {
       // Deno refuses a NUL byte with EINVAL, which would pass for a platform's refusal below.
       refuseNul("fsync", path);
+      // Deno.open cannot pass O_DIRECTORY, and a trailing slash (which would refuse a
+      // non-directory in the open itself) makes a directory whose path is 4095 bytes too long to
+      // open. The kind is checked before the open (a FIFO would block it) and on the handle.
+      if (!(await Deno.stat(path)).isDirectory) throw new NotADirectory("fsync", path);
       let dir: Deno.FsFile;
       try {
-        // The trailing slash makes the open itself refuse a non-directory (ENOTDIR), as
-        // O_DIRECTORY does, which Deno.open cannot pass.
-        dir = await Deno.open(path.endsWith("/") ? path : `${path}/`, { read: true });
+        dir = await Deno.open(path, { read: true });
       } catch (error) {
         const code = codeOf(error);
         if (code !== undefined && DIR_SYNC_REFUSALS.has(code)) return;
         throw error;
       }
       try {
+        if (!(await dir.stat()).isDirectory) throw new NotADirectory("fsync", path);
         await dir.sync();
       } catch (error) {
         const code = codeOf(error);

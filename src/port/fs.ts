@@ -203,8 +203,10 @@ export interface FileSystem {
   /** The target string of the symlink at `path`. */
   readLink(path: string): Promise<string>;
   /**
-   * Makes a directory's entries (files created, renamed in or out, removed) durable. Where the
-   * platform cannot sync a directory, the adapter documents the call as a no-op.
+   * Makes a directory's entries (files created, renamed in or out, removed) durable. A symlink is
+   * followed; anything but a directory fails with `NotADirectory` (a dangling link with
+   * `NotFound`). Where the platform cannot sync a directory, the adapter documents the call as a
+   * no-op.
    */
   syncDir(path: string): Promise<void>;
   /** Updates the modification time of a path (following symlinks), in Unix milliseconds. */

@@ -10,7 +10,7 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
-import { AlreadyExists, FsIoError, NotADirectory } from "../port/errors.ts";
+import { AlreadyExists, FsIoError, NotADirectory, NotFound } from "../port/errors.ts";
 import { join } from "../port/path.ts";
 import {
   checkBytes,
@@ -18,6 +18,7 @@ import {
   checkRejects,
   ConformanceFailure,
   describeError,
+  type FsErrorClass,
 } from "./_assert.ts";
 import { type Capability, CAPABILITY_FALLBACKS, type Check, CHECKS } from "./_checks.ts";
 
@@ -150,6 +151,47 @@ const PARITY_CHECKS: readonly Check[] = [
         JSON.stringify([{ name: "sub", kind: "directory" }]),
         "the directory left as it was",
       );
+    },
+  },
+  {
+    name:
+      "syncDir() of a directory whose path is 4095 bytes succeeds, and of anything but a directory fails",
+    async run(f) {
+      // 4095 bytes is the longest path (Linux's PATH_MAX counts the terminating NUL).
+      let long = f.root;
+      for (;;) {
+        const room = 4095 - encoder.encode(long).length - 1;
+        if (room < 1) break;
+        long += "/" + (room >= 202 ? "n".repeat(200) : "d".repeat(room));
+      }
+      await f.fs.mkdir(long, { recursive: true });
+      checkEqual(encoder.encode(long).length, 4095, "the length of the directory's path");
+      await f.fs.syncDir(long);
+      const file = join(f.root, "file");
+      await f.fs.writeFile(file, encoder.encode("F"));
+      const refusals: [string, string, FsErrorClass, string?][] = [
+        ["file", file, NotADirectory],
+        ["file/", `${file}/`, NotADirectory],
+      ];
+      if (f.capabilities?.symlinks !== false) {
+        await f.fs.symlink("file", join(f.root, "file-link"));
+        await f.fs.symlink("nowhere", join(f.root, "dangling"));
+        await f.fs.symlink("loop", join(f.root, "loop"));
+        refusals.push(
+          ["file-link", join(f.root, "file-link"), NotADirectory],
+          ["dangling", join(f.root, "dangling"), NotFound],
+          ["loop", join(f.root, "loop"), FsIoError, "ELOOP"],
+        );
+      }
+      for (const [name, path, errorClass, code] of refusals) {
+        const error = await checkRejects(
+          () => f.fs.syncDir(path),
+          errorClass,
+          `syncDir('${name}')`,
+        );
+        checkEqual(error.path, path, `syncDir('${name}'): error path`);
+        if (code !== undefined) checkEqual(error.code, code, `syncDir('${name}'): error code`);
+      }
     },
   },
 ];
