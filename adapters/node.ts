@@ -138,6 +138,58 @@ async function inTheWay(path: string): Promise<boolean> {
   }
 }
 
+/** Linux's `PATH_MAX`, which counts the terminating NUL: a path holds 4095 bytes at most. */
+const PATH_MAX = 4096;
+/** The longest name of one path component, in bytes (`NAME_MAX`). */
+const NAME_MAX = 255;
+/** The longest directory path below which any entry can still be named by its path. */
+const DEEPEST_DIR = PATH_MAX - 1 - 1 - NAME_MAX;
+const utf8 = new TextEncoder();
+
+/**
+ * Removes the directory `top` and everything below it, symlinks unlinked and never followed,
+ * without naming a path longer than `PATH_MAX`: a directory whose path would leave no room for
+ * its entries' names is first moved to a short unused name directly under `top` (everything in
+ * it is removed anyway). For the trees `fs.rm` gives up on (ENAMETOOLONG) after removing part.
+ */
+async function removeTreeStepwise(top: string): Promise<void> {
+  let next = 0;
+  const moveUp = async (dir: string): Promise<string> => {
+    for (;;) {
+      const short = `${top}/.remove-${next++}`;
+      try {
+        await fsp.lstat(short);
+        continue;
+      } catch (error) {
+        if (codeOf(error) !== "ENOENT") throw error;
+      }
+      try {
+        await fsp.rename(dir, short);
+        return short;
+      } catch (error) {
+        // Taken meanwhile: try the next name. (An empty directory made there meanwhile would be
+        // replaced, and it is under `top`, removed anyway.)
+        const code = codeOf(error);
+        if (code !== "EEXIST" && code !== "ENOTEMPTY" && code !== "ENOTDIR") throw error;
+      }
+    }
+  };
+  const empty = async (dir: string): Promise<void> => {
+    for (const entry of await fsp.readdir(dir, { withFileTypes: true })) {
+      let child = `${dir}/${entry.name}`;
+      if (!entry.isDirectory()) {
+        await fsp.unlink(child);
+        continue;
+      }
+      if (utf8.encode(child).length > DEEPEST_DIR) child = await moveUp(child);
+      await empty(child);
+      await fsp.rmdir(child);
+    }
+  };
+  await empty(top);
+  await fsp.rmdir(top);
+}
+
 class NodeFileSystem implements FileSystem {
   readonly #processes = lazyProbe(nodeProcessProbe);
 
@@ -233,6 +285,13 @@ class NodeFileSystem implements FileSystem {
     }
   }
 
+  /**
+   * See `FileSystem.remove`. A recursive remove of a tree deeper than `PATH_MAX` (4096 bytes),
+   * which `fs.rm` cannot name, goes on entry by entry: a directory whose path grows too long is
+   * first moved to a short name directly under the directory being removed. That needs room
+   * below that directory: one whose own path is longer than about 3,800 bytes may still fail
+   * with `FsIoError` code `"ENAMETOOLONG"`, part of its tree removed.
+   */
   remove(path: string, options: RemoveOptions = {}): Promise<void> {
     return call("remove", path, async () => {
       // `link/.` or `dir/sub/..` names the directory it resolves to: a recursive remove would
@@ -245,7 +304,15 @@ class NodeFileSystem implements FileSystem {
       const stats = await fsp.lstat(entry);
       if (bare !== undefined && !stats.isDirectory()) throw new NotADirectory("remove", path);
       if (!stats.isDirectory()) return await fsp.unlink(entry);
-      if (options.recursive === true) return await fsp.rm(entry, { recursive: true });
+      if (options.recursive === true) {
+        try {
+          return await fsp.rm(entry, { recursive: true });
+        } catch (error) {
+          // `fs.rm` names every entry by its whole path: past PATH_MAX it gives up part way.
+          if (codeOf(error) !== "ENAMETOOLONG") throw error;
+          return await removeTreeStepwise(entry);
+        }
+      }
       try {
         await fsp.rmdir(entry);
       } catch (error) {

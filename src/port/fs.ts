@@ -83,7 +83,10 @@ export interface MkdirOptions {
 
 /** Options of `FileSystem.remove`. */
 export interface RemoveOptions {
-  /** Remove a non-empty directory with everything below it. Symlinks are removed, never followed. */
+  /**
+   * Remove a non-empty directory with everything below it, even a tree deeper than any one path
+   * can name (`PATH_MAX`). Symlinks are removed, never followed.
+   */
   readonly recursive?: boolean;
 }
 

@@ -16,6 +16,7 @@ import {
   checkBytes,
   checkEqual,
   checkRejects,
+  checkSame,
   ConformanceFailure,
   describeError,
   type FsErrorClass,
@@ -192,6 +193,40 @@ const PARITY_CHECKS: readonly Check[] = [
         checkEqual(error.path, path, `syncDir('${name}'): error path`);
         if (code !== undefined) checkEqual(error.code, code, `syncDir('${name}'): error code`);
       }
+    },
+  },
+  {
+    name: "remove() with recursive deletes a tree deeper than PATH_MAX, following no symlink in it",
+    async run(f) {
+      // Paths into the tree reach 6,000 bytes, past the 4,096 any one call may name: the tree is
+      // made in two halves of 3,000 bytes each, one moved to the bottom of the other.
+      const deep = async (top: string): Promise<string> => {
+        await f.fs.mkdir(top);
+        let path = top;
+        while (encoder.encode(path).length < 3000) path = join(path, "n".repeat(200));
+        await f.fs.mkdir(path, { recursive: true });
+        return path;
+      };
+      const outside = join(f.root, "outside");
+      await f.fs.mkdir(outside);
+      await f.fs.writeFile(join(outside, "precious"), encoder.encode("P"));
+      const upper = await deep(join(f.root, "tree"));
+      const lower = await deep(join(f.root, "lower"));
+      await f.fs.writeFile(join(lower, "leaf"), encoder.encode("L"));
+      await f.fs.writeFile(join(upper, "middle"), encoder.encode("M"));
+      if (f.capabilities?.symlinks !== false) {
+        await f.fs.symlink(outside, join(lower, "to-outside"));
+        await f.fs.symlink(outside, join(f.root, "lower", "near-top"));
+      }
+      await f.fs.rename(join(f.root, "lower"), join(upper, "lower"));
+      await f.fs.remove(join(f.root, "tree"), { recursive: true });
+      await checkRejects(() => f.fs.lstat(join(f.root, "tree")), NotFound, "lstat('tree')");
+      checkSame(
+        await f.fs.readDir(f.root),
+        [{ name: "outside", kind: "directory" }],
+        "the root after the remove",
+      );
+      checkBytes(await f.fs.readFile(join(outside, "precious")), "P", "the outside target");
     },
   },
 ];
