@@ -244,10 +244,12 @@ async function compactionBaseline(): Promise<{
 }> {
   const { fs, session, history } = await replaced();
   const id = session.id;
-  await fs.writeFile(
-    `${COLLECTION}/${id}.jsonl`,
-    legacySessionBytes(id, CWD, [user("stale backup")]),
+  // The file it was migrated from: its header's id, cwd and createdAt are the session's.
+  const backup = decoder.decode(legacySessionBytes(id, CWD, [user("stale backup")])).replace(
+    '"createdAt":"2025-01-01T00:00:00.000Z"',
+    `"createdAt":${JSON.stringify(session.getHeader().createdAt)}`,
   );
+  await fs.writeFile(`${COLLECTION}/${id}.jsonl`, encoder.encode(backup));
   fs.syncAll();
   const generation = (await json(fs, session.getSessionFile())).generation as string;
   return { baseline: fs, dir: session.getSessionPath(), id, history, generation };
@@ -364,11 +366,14 @@ atEveryFault(
   (fs, expected) => storeOn(fs).removeLegacyBackup(expected.dir),
   async (fs, expected, { resolved, n, label }) => {
     if (resolved && fs.operationCount >= n) {
-      // Only the close of the log the directory's check read may fail unreported: the check had
-      // read everything, and closing a file only read changes nothing.
+      // Only the close of the log the directory's check read may fail unreported (the check had
+      // read everything, and closing a file only read changes nothing), or the read ahead of the
+      // backup's header check past the header it needed.
       const faulted = fs.operationLog[n - 1];
-      assert.equal(faulted?.op, "close", `${label}: a fault fired but it resolved`);
-      assert.ok(faulted?.path.endsWith("/messages.jsonl"), label);
+      const unused = faulted?.op === "close"
+        ? faulted.path.endsWith("/messages.jsonl")
+        : faulted?.op === "read" && faulted.path === `${COLLECTION}/${expected.id}.jsonl`;
+      assert.ok(unused, `${label}: a fault fired but it resolved (${JSON.stringify(faulted)})`);
     }
     // The session reads the same either way; the backup is gone only after success (or a fault
     // after its removal), and a retry once the faults are over removes it.
@@ -383,3 +388,53 @@ atEveryFault(
     assert.deepEqual(after, [expected.id], label);
   },
 );
+
+test("removeLegacyBackup() leaves a legacy file the directory under its id was not migrated from", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  await fs.mkdir(COLLECTION, { recursive: true });
+  const store = storeOn(fs);
+  const id = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  const legacy = `${COLLECTION}/${id}.jsonl`;
+  const dir = `${COLLECTION}/${id}`;
+  // Another session published under the legacy session's id (as a salvage with that id did):
+  // the directory is valid and named by its id, but the file is not its backup.
+  const other = await store.create(CWD);
+  await other.commit(conversation(1));
+  await other.close();
+  const copy = await store.salvage(other.getSessionPath(), "/elsewhere", { id });
+  await fs.writeFile(legacy, legacySessionBytes(id, CWD, [user("the legacy session's only copy")]));
+  await fs.rename(copy.dir, dir);
+  const bytes = await fs.readFile(legacy);
+  await assert.rejects(store.removeLegacyBackup(dir), (error: unknown) => {
+    assert.ok(error instanceof SessionFormatError, String(error));
+    assert.equal(error.file, legacy);
+    assert.equal(error.path, "header.createdAt");
+    return true;
+  });
+  assert.deepEqual(await fs.readFile(legacy), bytes);
+  // A header that cannot be read tells nothing either: the file is left alone.
+  await fs.writeFile(legacy, encoder.encode("{not json\n"));
+  await assert.rejects(store.removeLegacyBackup(dir), (error: unknown) => {
+    assert.ok(error instanceof SessionFormatError, String(error));
+    assert.equal(error.file, legacy);
+    return true;
+  });
+  assert.equal((await fs.lstat(legacy)).kind, "file");
+});
+
+test("removeLegacyBackup() removes the backup of a migrated session written to since, whose history is no longer the file's", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  await fs.mkdir(COLLECTION, { recursive: true });
+  const id = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  const legacy = `${COLLECTION}/${id}.jsonl`;
+  await fs.writeFile(legacy, legacySessionBytes(id, CWD, [user("q"), assistant("a")]));
+  const store = storeOn(fs);
+  const session = await store.open(legacy);
+  await session.commit([user("a new first question"), assistant("b")]);
+  await session.setTitle({ text: "Renamed", source: "user", messageIndices: [0] } as never);
+  await session.close();
+  assert.equal(await store.removeLegacyBackup(`${COLLECTION}/${id}`), true);
+  await assert.rejects(fs.lstat(legacy));
+});

@@ -456,3 +456,77 @@ test("SessionStore.salvage builds under the target collection's lock: a cleanup 
   assert.equal(reopened.messages.length, result.kept);
   await reopened.close();
 });
+
+test("salvage refuses an id its destination uses in any form (a legacy file, a link, a staging or delete directory), writing nothing", async () => {
+  const id = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  const legacy = new TextEncoder().encode(
+    [
+      {
+        format: "loop-session",
+        version: 2,
+        id,
+        cwd: CWD,
+        createdAt: "2025-06-01T10:00:00.000Z",
+        updatedAt: "2025-06-01T10:00:00.000Z",
+        permissionPreset: "read-only",
+      },
+      user("the legacy session's only copy"),
+    ].map((record) => JSON.stringify(record)).join("\n") + "\n",
+  );
+  const forms: [string, (fs: MemoryFs) => Promise<string>][] = [
+    ["a legacy session file", async (fs) => {
+      await fs.writeFile(`/rescue/${id}.jsonl`, legacy);
+      return `/rescue/${id}.jsonl`;
+    }],
+    ["a link named like a legacy file", async (fs) => {
+      await fs.symlink("/nowhere", `/rescue/${id}.jsonl`);
+      return `/rescue/${id}.jsonl`;
+    }],
+    ["a dangling link at its name", async (fs) => {
+      await fs.symlink("/nowhere", `/rescue/${id}`);
+      return `/rescue/${id}`;
+    }],
+    ["a migration's staging directory", async (fs) => {
+      await fs.mkdir(`/rescue/.staging-${id}-abcdef12`);
+      return `/rescue/.staging-${id}-abcdef12`;
+    }],
+    ["an uncommitted delete that staged its legacy file", async (fs) => {
+      const deleting = "/rescue/.delete-00000000-0000-4000-8000-000000000000";
+      await fs.mkdir(deleting);
+      await fs.writeFile(
+        `${deleting}/intent.json`,
+        new TextEncoder().encode(
+          JSON.stringify({
+            operation: "delete",
+            ids: [id],
+            entries: [`${id}.jsonl`],
+            archived: [],
+            membersBefore: [],
+          }) + "\n",
+        ),
+      );
+      await fs.writeFile(`${deleting}/${id}.jsonl`, legacy);
+      return deleting;
+    }],
+  ];
+  for (const [form, plant] of forms) {
+    const { fs, store, dir } = await saved();
+    await fs.mkdir("/rescue", { mode: 0o700 });
+    const file = await plant(fs);
+    const before = fs.snapshotTree("/");
+    await assert.rejects(
+      salvageSession(fs, dir, { ...options, toCollection: "/rescue", id }),
+      (error: unknown) => {
+        assert.ok(error instanceof SessionBusyError, `${form}: ${error}`);
+        assert.equal(error.file, file, form);
+        return true;
+      },
+    );
+    assert.deepEqual(fs.snapshotTree("/"), before, form);
+    if (form === "a legacy session file") {
+      // The store's salvage too: under the lock, after its recovery, the file is still there.
+      await assert.rejects(store.salvage(dir, "/rescue", { id }), SessionBusyError);
+      assert.deepEqual(fs.snapshotTree("/"), before, form);
+    }
+  }
+});

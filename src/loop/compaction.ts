@@ -35,7 +35,12 @@ import {
   writeNewFile,
 } from "../port/durable.ts";
 import { basename, dirname, join } from "../port/path.ts";
-import { CorruptSessionError, SessionFormatError, SessionNotFoundError } from "./errors.ts";
+import {
+  CorruptSessionError,
+  SessionError,
+  SessionFormatError,
+  SessionNotFoundError,
+} from "./errors.ts";
 import {
   encodeRoundIndex,
   encodeStorageMeta,
@@ -54,8 +59,14 @@ import {
 } from "./storage.ts";
 import { SessionManager } from "./session_manager.ts";
 import { acquireWriterLock, dropMovedLocks, isLockFileName, type StoreContext } from "./lock.ts";
-import { LEGACY_EXTENSION, STAGING_PREFIX, stagingName } from "./legacy.ts";
-import { eligibleTitleOf, isSessionId, type Message, type SessionTitle } from "./records/mod.ts";
+import { LEGACY_EXTENSION, readLegacyHeader, STAGING_PREFIX, stagingName } from "./legacy.ts";
+import {
+  eligibleTitleOf,
+  isSessionId,
+  type Message,
+  type SessionHeader,
+  type SessionTitle,
+} from "./records/mod.ts";
 
 /** The staged new session directory inside a compaction's staging directory. */
 export const COMPACTION_SESSION = "session";
@@ -461,10 +472,18 @@ async function holdsSession(context: StoreContext, dir: string, id: string): Pro
 
 /**
  * Removes the legacy backup `<collection>/<id>.jsonl` of the session directory `dir` once the
- * directory is valid (fully validated like an open). Returns false when there is no backup. The
- * caller holds the collection lock.
+ * directory is valid (fully validated like an open) and the file is the one it was migrated from.
+ * Returns false when there is no backup. The caller holds the collection lock.
+ *
+ * A migration copies the file's header into the directory, and nothing changes its id, cwd or
+ * createdAt afterwards (its history may change completely): a file whose header differs from the
+ * directory's in one of them, or cannot be read, was not migrated into it. Such a file (another
+ * session's, which a directory published under its id hides) may be the only copy of its session,
+ * and is left alone.
  *
  * @throws Whatever opening `dir` throws: an invalid directory keeps its backup.
+ * @throws {SessionFormatError} When the file is not a regular file, its header cannot be read, or
+ * its id, cwd or createdAt is not the directory's (naming the file and the field).
  */
 export async function removeLegacyBackup(context: StoreContext, dir: string): Promise<boolean> {
   const fs = context.fs;
@@ -495,6 +514,29 @@ export async function removeLegacyBackup(context: StoreContext, dir: string): Pr
       "Session id does not match its directory name; the legacy backup was left alone",
       { file: manager.getSessionFile(), path: "header.id", value: manager.id },
     );
+  }
+  let backup: SessionHeader;
+  try {
+    backup = await readLegacyHeader(fs, legacy);
+  } catch (error) {
+    if (!(error instanceof SessionError)) throw error;
+    throw new SessionFormatError(
+      "Legacy file's header cannot be read, so it is not known to be this session's backup; it was left alone",
+      {
+        file: legacy,
+        ...(error instanceof SessionFormatError && error.path !== "" ? { path: error.path } : {}),
+        cause: error,
+      },
+    );
+  }
+  const header = manager.getHeader();
+  for (const field of ["id", "cwd", "createdAt"] as const) {
+    if (backup[field] !== header[field]) {
+      throw new SessionFormatError(
+        `Legacy file is not the one this session was migrated from (its ${field} is not the session's); it was left alone`,
+        { file: legacy, path: `header.${field}`, value: backup[field] },
+      );
+    }
   }
   await fs.remove(legacy);
   if (context.durability === "full") await fs.syncDir(collection);

@@ -279,32 +279,109 @@ interface LegacyScan extends LegacySummary {
   readonly roles: MessageRole[];
 }
 
+/** How far `scanLegacy` reads a legacy file. */
+type ScanUntil =
+  /** Every line: the first thing that is not valid is thrown. */
+  | "end"
+  /** The header only (and the next line that is not blank, which may invalidate it). */
+  | "header";
+
+/** Options of `scanLegacy`. */
+interface ScanOptions {
+  /** Validate every message (`readLegacySession`'s `validate`). */
+  readonly validate: boolean;
+  /** Called once the header is read, before any message is parsed. */
+  readonly beforeMessages?: (header: SessionHeader) => Promise<void>;
+  /** Receives every message. */
+  readonly sink?: MessageSink;
+  /** Bytes read at a time. */
+  readonly readChunk?: number;
+  /** How far to read; default `"end"`. */
+  readonly until?: ScanUntil;
+}
+
 /**
  * Streams the legacy file at `path`: the header is validated (and the cwd checked when
- * validating) before any message is parsed; every message is handed to `sink`.
+ * validating) before any message is parsed; every message is handed to `options.sink`.
  */
 async function scanLegacy(
   fs: FileSystem,
   path: string,
-  validate: boolean,
-  beforeMessages: (header: SessionHeader) => Promise<void>,
-  sink: MessageSink | undefined,
-  readChunk: number = READ_CHUNK,
+  options: ScanOptions,
 ): Promise<LegacyScan> {
+  const { validate, sink } = options;
+  const until = options.until ?? "end";
   // Never through a link, never waiting on a FIFO, even one swapped in since its kind was seen.
   const { handle } = await openSessionFile(fs, path);
   try {
-    const reader = new LineReader(handle, readChunk);
+    const reader = new LineReader(handle, options.readChunk ?? READ_CHUNK);
     let header: SessionHeader | undefined;
     let index = 0;
     let userMessageCount = 0;
     let title: SessionTitle | undefined;
     let blankAt: number | undefined;
     /** A last line that parsed only after trimming: valid only if nothing follows it. */
-    let trimmedError: unknown;
+    let trimmedError: SessionFormatError | undefined;
     const roles: MessageRole[] = [];
     const validator = validate ? new MessageValidator({ file: path }) : undefined;
-    for (;;) {
+    /** Parses, checks and hands on the message on `text`, the line `chunk[start, end)`. */
+    const takeMessage = (text: string, chunk: Uint8Array, start: number, end: number): void => {
+      const where = `messages[${index}]`;
+      if (trimmedError !== undefined) throw trimmedError;
+      if (blankAt !== undefined) {
+        throw new SessionFormatError(
+          "Invalid JSON: a blank line inside a session file is not a record",
+          { file: path, path: `messages[${blankAt}]` },
+        );
+      }
+      let value: unknown;
+      try {
+        value = JSON.parse(text);
+      } catch (error) {
+        // The version-2 reader trims the whole file, so the last line may end in any whitespace.
+        const trimmed = text.trimEnd();
+        if (trimmed === text) throw parseError(error, path, where);
+        value = parseLine(trimmed, path, where);
+        trimmedError = parseError(error, path, where);
+      }
+      if (validator !== undefined) {
+        validator.push(value, index);
+        // As an open of a session directory refuses it, before the migration writes it: a
+        // message nested deeper than `MAX_MESSAGE_NESTING` levels (a short line is not looked
+        // at).
+        if (jsonNestsDeeper(value, text, MAX_MESSAGE_NESTING)) {
+          refuseDeepMessage(value, path, where);
+        }
+      } else if (
+        typeof value !== "object" || value === null ||
+        typeof (value as { role?: unknown }).role !== "string"
+      ) {
+        throw new SessionFormatError("Invalid session message: expected an object with a role", {
+          file: path,
+          path: where,
+        });
+      }
+      const message = value as Message;
+      roles.push(message.role);
+      if (message.role === "user") {
+        userMessageCount++;
+        if (title === undefined) {
+          // Unvalidated (a fast listing): content a title cannot be read from is refused.
+          const malformed = malformedTitleText(message);
+          if (malformed !== undefined) {
+            throw new SessionFormatError("Invalid user message content", {
+              file: path,
+              path: `${where}.${malformed.path}`,
+              value: malformed.value,
+            });
+          }
+          title = eligibleTitleOf(message, index);
+        }
+      }
+      sink?.message(message, chunk, start, end, index, text.includes("\uFFFD"));
+      index++;
+    };
+    reading: for (;;) {
       const chunk = await reader.next();
       if (chunk === undefined) break;
       let byteAt = 0;
@@ -337,63 +414,13 @@ async function scanLegacy(
           header = validate
             ? parseHeaderFields(value, { file: path, path: "header" })
             : parseSessionHeader(value, { file: path, path: "header" });
-          await beforeMessages(header);
+          await options.beforeMessages?.(header);
           continue;
         }
-        const where = `messages[${index}]`;
-        if (trimmedError !== undefined) throw trimmedError;
-        if (blankAt !== undefined) {
-          throw new SessionFormatError(
-            "Invalid JSON: a blank line inside a session file is not a record",
-            { file: path, path: `messages[${blankAt}]` },
-          );
-        }
-        let value: unknown;
-        try {
-          value = JSON.parse(text);
-        } catch (error) {
-          // The version-2 reader trims the whole file, so the last line may end in any whitespace.
-          const trimmed = text.trimEnd();
-          if (trimmed === text) throw parseError(error, path, where);
-          value = parseLine(trimmed, path, where);
-          trimmedError = parseError(error, path, where);
-        }
-        if (validator !== undefined) {
-          validator.push(value, index);
-          // As an open of a session directory refuses it, before the migration writes it: a
-          // message nested deeper than `MAX_MESSAGE_NESTING` levels (a short line is not looked
-          // at).
-          if (jsonNestsDeeper(value, text, MAX_MESSAGE_NESTING)) {
-            refuseDeepMessage(value, path, where);
-          }
-        } else if (
-          typeof value !== "object" || value === null ||
-          typeof (value as { role?: unknown }).role !== "string"
-        ) {
-          throw new SessionFormatError("Invalid session message: expected an object with a role", {
-            file: path,
-            path: where,
-          });
-        }
-        const message = value as Message;
-        roles.push(message.role);
-        if (message.role === "user") {
-          userMessageCount++;
-          if (title === undefined) {
-            // Unvalidated (a fast listing): content a title cannot be read from is refused.
-            const malformed = malformedTitleText(message);
-            if (malformed !== undefined) {
-              throw new SessionFormatError("Invalid user message content", {
-                file: path,
-                path: `${where}.${malformed.path}`,
-                value: malformed.value,
-              });
-            }
-            title = eligibleTitleOf(message, index);
-          }
-        }
-        sink?.message(message, chunk, lineStart, byteEnd, index, text.includes("\uFFFD"));
-        index++;
+        // A header that parsed only after trimming is invalid once a line follows it.
+        if (index === 0 && trimmedError !== undefined) throw trimmedError;
+        if (until === "header") break reading;
+        takeMessage(text, chunk, lineStart, byteEnd);
       }
       await sink?.flush();
     }
@@ -403,7 +430,7 @@ async function scanLegacy(
         path: "header",
       });
     }
-    if (validator !== undefined) {
+    if (validator !== undefined && until === "end") {
       validator.finish();
       validateSessionMetadata(header, roles, { file: path });
     }
@@ -447,16 +474,33 @@ export async function readLegacySession(
   options: ReadLegacyOptions = {},
 ): Promise<LegacySummary> {
   const validate = options.validate !== false;
-  const scan = await scanLegacy(fs, path, validate, async (header) => {
-    checkIdMatches(header, path);
-    if (validate) await checkSessionCwd(fs, header.cwd, path);
-  }, undefined);
+  const scan = await scanLegacy(fs, path, {
+    validate,
+    beforeMessages: async (header) => {
+      checkIdMatches(header, path);
+      if (validate) await checkSessionCwd(fs, header.cwd, path);
+    },
+  });
   return {
     header: scan.header,
     messageCount: scan.messageCount,
     userMessageCount: scan.userMessageCount,
     fallbackTitle: scan.fallbackTitle,
   };
+}
+
+/**
+ * The header of the legacy version-2 file at `path`, by the rules `readLegacySession` reads it
+ * with (its fields; the metadata arrays are not checked against the history, which is not read).
+ * Reads the file's first lines only (never through a link); modifies nothing. Its id is not
+ * compared with the file name.
+ *
+ * @throws {UnsupportedSessionError} For a header of another format or version.
+ * @throws {SessionFormatError} For an empty file, or a header that is not valid JSON or has an
+ * invalid field.
+ */
+export async function readLegacyHeader(fs: FileSystem, path: string): Promise<SessionHeader> {
+  return (await scanLegacy(fs, path, { validate: true, until: "header" })).header;
 }
 
 /** The result of `migrateLegacySession`. */
@@ -673,11 +717,9 @@ export async function migrateLegacySession(
   const log = new StagedLog(context, join(staging, MESSAGES_FILE), pacing);
   let created = false;
   try {
-    const scan = await scanLegacy(
-      fs,
-      legacyPath,
-      true,
-      async (header) => {
+    const scan = await scanLegacy(fs, legacyPath, {
+      validate: true,
+      beforeMessages: async (header) => {
         checkIdMatches(header, legacyPath);
         await checkSessionCwd(fs, header.cwd, legacyPath);
         await fs.mkdir(staging, { mode: PRIVATE_DIR_MODE });
@@ -685,9 +727,9 @@ export async function migrateLegacySession(
         await fs.chmod(staging, PRIVATE_DIR_MODE);
         await log.open();
       },
-      log,
-      pacing.readChunk,
-    );
+      sink: log,
+      readChunk: pacing.readChunk,
+    });
     const generation = await log.end();
     const meta: StorageMeta = {
       format: STORAGE_FORMAT,

@@ -63,6 +63,9 @@ import {
 } from "./storage.ts";
 import { ensureCollectionDir, sessionNotADirectory } from "./session_manager.ts";
 import { LineWriter } from "./line_writer.ts";
+import { LEGACY_EXTENSION } from "./legacy.ts";
+import { stagingSessionId } from "./compaction.ts";
+import { DELETE_PREFIX, inspectDeletion } from "./archive.ts";
 import { jsonNestsDeeper, MAX_MESSAGE_NESTING, refuseDeepMessage } from "./records/_validation.ts";
 
 /** The severity of a verification finding. */
@@ -561,6 +564,40 @@ export function checkSalvageId(id: string): void {
 }
 
 /**
+ * Refuses (`SessionBusyError`, naming the entry) the id `id` when `collection` already uses it in
+ * any form: anything at `<id>` (a session directory, a link, a file), anything at `<id>.jsonl` (a
+ * legacy session not migrated yet, which a directory `<id>/` would hide from listings and opens,
+ * or the backup of a migrated one), a staging directory of a migration or compaction of it, or an
+ * uncommitted delete that names it (whose rollback would put it back). Reads only.
+ */
+async function refuseUsedId(fs: FileSystem, collection: string, id: string): Promise<void> {
+  const used = (name: string, what: string): SessionBusyError =>
+    new SessionBusyError(`A session ${id} already exists in the target collection (${what})`, {
+      file: join(collection, name),
+    });
+  for (const entry of await fs.readDir(collection)) {
+    if (entry.name === id) throw used(entry.name, `a ${entry.kind} at its name`);
+    if (entry.name === id + LEGACY_EXTENSION) {
+      throw used(entry.name, `a ${entry.kind} at its legacy file name`);
+    }
+    if (entry.kind !== "directory") continue;
+    if (stagingSessionId(entry.name) === id) {
+      throw used(entry.name, "a staging directory of a migration or compaction of it");
+    }
+    if (entry.name.startsWith(DELETE_PREFIX)) {
+      const deletion = await inspectDeletion(fs, collection, entry.name);
+      if (
+        deletion !== undefined &&
+        (deletion.ids.includes(id) || deletion.movedBack.includes(id) ||
+          deletion.directories.has(id) || deletion.legacy.has(id))
+      ) {
+        throw used(entry.name, "an uncommitted delete that staged it");
+      }
+    }
+  }
+}
+
+/**
  * Copies the longest valid prefix of the session in `dir` into a new session directory under
  * `toCollection` (built in a staging directory and renamed into place). The original is only
  * read. Metadata that refers past the kept prefix (a stored title naming a message that was not
@@ -573,7 +610,9 @@ export function checkSalvageId(id: string): void {
  * @throws {SessionFormatError} When `dir` is not a directory itself, or meta.json or
  * messages.jsonl is not a regular file (nothing is read through a link). index.json is never read:
  * one that is not a regular file (a link…) is ignored, and the new session gets its own.
- * @throws {SessionBusyError} When a session `options.id` already exists in `toCollection`.
+ * @throws {SessionBusyError} When `toCollection` already uses the id `options.id` in any form: a
+ * session directory or anything else at `<id>`, a legacy file `<id>.jsonl`, or a staging or
+ * uncommitted delete directory of that session.
  */
 export async function salvageSession(
   fs: FileSystem,
@@ -640,11 +679,7 @@ export async function salvageSession(
   // A link or a file at the collection is refused as the store refuses it for a save.
   await ensureCollectionDir(fs, options.toCollection, durability);
   const target = join(options.toCollection, id);
-  if (await entryKind(fs, target) !== undefined) {
-    throw new SessionBusyError(`A session ${id} already exists in the target collection`, {
-      file: target,
-    });
-  }
+  await refuseUsedId(fs, options.toCollection, id);
   const staging = join(
     options.toCollection,
     `.staging-${id}-${globalThis.crypto.randomUUID().slice(0, 8)}`,
