@@ -194,6 +194,16 @@ export function checkCount(syscall: string, path: string, value: number): void {
   }
 }
 
+/**
+ * Refuses a modification time that is not a finite number of milliseconds (`EINVAL`), as every
+ * adapter does: Node would take a non-finite one as "now", Deno as the epoch.
+ */
+export function checkTime(syscall: string, path: string, timeMs: number): void {
+  if (!Number.isFinite(timeMs)) {
+    throw new FsIoError("EINVAL", syscall, path, `Invalid time ${timeMs}`);
+  }
+}
+
 /** The error of any call on a closed handle, a second close included. */
 export function closedHandle(syscall: string, path: string): FsIoError {
   return new FsIoError("EBADF", syscall, path, "The handle is closed");

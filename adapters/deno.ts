@@ -46,6 +46,7 @@ import {
   callMapped,
   checkCount,
   checkReadRange,
+  checkTime,
   closedHandle,
   codeOf,
   DIR_SYNC_REFUSALS,
@@ -442,11 +443,17 @@ class DenoFileSystem implements FileSystem {
     });
   }
 
+  /**
+   * See `FileSystem.utime`. The time is kept to the millisecond (a `FileInfo` from Deno carries
+   * no finer time), a time before 1970 included.
+   */
   utime(path: string, mtimeMs: number): Promise<void> {
     return call("utime", path, async () => {
+      checkTime("utime", path, mtimeMs);
       const info = await Deno.stat(path);
-      const atime = info.atime ?? new Date(mtimeMs);
-      await Deno.utime(path, atime, mtimeMs / 1000);
+      // A Date, whole milliseconds, reaches the disk exactly; seconds as a number may be cut.
+      const mtime = new Date(mtimeMs);
+      await Deno.utime(path, info.atime ?? mtime, mtime);
     });
   }
 

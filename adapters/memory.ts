@@ -812,9 +812,15 @@ export class MemoryFs implements FileSystem {
     });
   }
 
-  /** Sets the modification time (following symlinks). Not journaled. */
+  /**
+   * Sets the modification time exactly (following symlinks); a time that is not a finite number
+   * fails with `FsIoError` code `"EINVAL"`. Not journaled.
+   */
   utime(path: string, mtimeMs: number): Promise<void> {
     return this.#run("utime", path, () => {
+      if (!Number.isFinite(mtimeMs)) {
+        throw new FsIoError("EINVAL", "utime", path, `Invalid time ${mtimeMs}`);
+      }
       this.#existing("utime", path, true).mtimeMs = mtimeMs;
     });
   }

@@ -51,6 +51,7 @@ import type { Sha256, Sha256Factory } from "../src/port/sha256.ts";
 import type { ProcessProbe } from "../src/loop/lock.ts";
 import {
   callMapped,
+  checkTime,
   codeOf,
   DIR_SYNC_REFUSALS,
   mapNativeError,
@@ -136,6 +137,22 @@ async function inTheWay(path: string): Promise<boolean> {
   } catch {
     return true;
   }
+}
+
+const ON_DENO = typeof (globalThis as { Deno?: unknown }).Deno !== "undefined";
+
+/**
+ * `ms` (finite) as `fs.utimes` takes a time without changing it. It takes seconds and keeps whole
+ * microseconds, cut toward zero: half a microsecond further from zero lands on the nearest one
+ * (`1700000000.123` would come back as `…122.999` ms). It takes a negative number as "now": a
+ * numeric string is taken as it is on Node, a `Date` (whole milliseconds) on Deno's Node layer,
+ * which takes the string as "now" too.
+ */
+function nodeTime(ms: number): number | string | Date {
+  const micros = Math.round(ms * 1000);
+  const seconds = (micros + Math.sign(micros) * 0.5) / 1e6;
+  if (seconds >= 0) return seconds;
+  return ON_DENO ? new Date(ms) : String(seconds);
 }
 
 /** Linux's `PATH_MAX`, which counts the terminating NUL: a path holds 4095 bytes at most. */
@@ -415,10 +432,15 @@ class NodeFileSystem implements FileSystem {
     });
   }
 
+  /**
+   * See `FileSystem.utime`. The time is kept to the microsecond (Node) or the millisecond (Deno's
+   * Node layer), a time before 1970 included.
+   */
   utime(path: string, mtimeMs: number): Promise<void> {
     return call("utime", path, async () => {
+      checkTime("utime", path, mtimeMs);
       const stats = await fsp.stat(path);
-      await fsp.utimes(path, stats.atimeMs / 1000, mtimeMs / 1000);
+      await fsp.utimes(path, nodeTime(stats.atimeMs), nodeTime(mtimeMs));
     });
   }
 

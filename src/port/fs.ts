@@ -212,7 +212,12 @@ export interface FileSystem {
    * no-op.
    */
   syncDir(path: string): Promise<void>;
-  /** Updates the modification time of a path (following symlinks), in Unix milliseconds. */
+  /**
+   * Updates the modification time of a path (following symlinks), in Unix milliseconds. A time
+   * before 1970 is kept, and a whole number of milliseconds reads back exactly (a finer fraction
+   * may be cut to what the platform keeps); a time that is not a finite number fails with
+   * `FsIoError` code `"EINVAL"`, changing nothing.
+   */
   utime(path: string, mtimeMs: number): Promise<void>;
   /** The current user's home directory, when the adapter knows one (used for `~/.loop`). */
   homeDir?(): string | undefined;

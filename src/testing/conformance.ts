@@ -13,6 +13,7 @@ import type { FileSystem } from "../port/fs.ts";
 import { AlreadyExists, FsIoError, NotADirectory, NotFound } from "../port/errors.ts";
 import { join } from "../port/path.ts";
 import {
+  check,
   checkBytes,
   checkEqual,
   checkRejects,
@@ -227,6 +228,33 @@ const PARITY_CHECKS: readonly Check[] = [
         "the root after the remove",
       );
       checkBytes(await f.fs.readFile(join(outside, "precious")), "P", "the outside target");
+    },
+  },
+  {
+    name:
+      "utime() keeps a time before 1970 and whole milliseconds exactly, and refuses a time that is not finite with EINVAL",
+    async run(f) {
+      const file = join(f.root, "file");
+      await f.fs.writeFile(file, encoder.encode("F"));
+      for (const mtime of [1_700_000_000_123, -86_400_000, -1_700_000_000_123, 0, 1]) {
+        await f.fs.utime(file, mtime);
+        checkEqual((await f.fs.stat(file)).mtimeMs, mtime, `mtimeMs after utime(${mtime})`);
+      }
+      // A fraction of a millisecond may be cut, never more.
+      await f.fs.utime(file, 1_700_000_000_123.5);
+      const fraction = (await f.fs.stat(file)).mtimeMs;
+      check(
+        fraction >= 1_700_000_000_123 && fraction <= 1_700_000_000_123.5,
+        `mtimeMs after utime(1700000000123.5): ${fraction}`,
+      );
+      await f.fs.utime(file, 1_600_000_000_000);
+      for (const mtime of [Number.NaN, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY]) {
+        const what = `utime(file, ${mtime})`;
+        const error = await checkRejects(() => f.fs.utime(file, mtime), FsIoError, what);
+        checkEqual(error.code, "EINVAL", `${what}: error code`);
+        checkEqual(error.path, file, `${what}: error path`);
+      }
+      checkEqual((await f.fs.stat(file)).mtimeMs, 1_600_000_000_000, "mtimeMs after refusals");
     },
   },
 ];
