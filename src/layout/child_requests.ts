@@ -64,7 +64,7 @@ import {
   type ResolvedWriteOptions,
   resolveWriteOptions,
 } from "./options.ts";
-import { LOOPY_DIRNAME, type SessionPaths, stagingSessionId } from "./paths.ts";
+import { LOOPY_DIRNAME, requireFolded, type SessionPaths, stagingSessionId } from "./paths.ts";
 import {
   type AnyChildrenLedger,
   type ChildOutcome,
@@ -93,6 +93,7 @@ import { createChildSession, type InputToFreeze, type SessionContracts } from ".
 import { updateSessionState } from "./state.ts";
 import {
   loadSessionTree,
+  readSessionLayout,
   readSessionManifest,
   readSessionState,
   requireOwnSession,
@@ -205,6 +206,10 @@ export interface PublishedRequest {
  * published again in the accepted copy's bytes and dispatched again. Publishing a request that
  * is pending already with this very record (a rerun of a publish that failed after its rename)
  * returns it as it is, made durable: only another request under a pending id is refused.
+ *
+ * A session whose `session.json` records the mirror layout is refused (`UnsupportedLayoutError`)
+ * before anything is written, whatever layout `paths` was built for; a directory without a
+ * readable `session.json` is refused with the error reading it.
  */
 export async function publishChildRequest(
   fs: FileSystem,
@@ -218,6 +223,8 @@ export async function publishChildRequest(
   }
   // The request first: its id is reported as a record field before it names any path.
   parseChildRequest(request, join(paths.childRequestsPendingDir, "request.json"));
+  // The layout session.json records decides, not the one the caller built the paths for.
+  requireFolded(paths, await readSessionLayout(fs, paths.dir));
   const file = paths.pendingRequest(request.request_id);
   let bytes = encodeJson(request);
   // The check and the publication run before another operation on this parent's requests.
