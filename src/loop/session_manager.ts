@@ -78,6 +78,7 @@ import {
 import {
   checkSessionCwd,
   closeWhenOpened,
+  decodeLine,
   type EncodedArrays,
   encodeRoundIndex,
   encodeStorageMetaReusing,
@@ -1666,7 +1667,9 @@ export class SessionManager {
    * @throws {InvalidArgumentError} For `before` not a safe integer on a round boundary in
    *   `[0, total]`, or a `revision` that is not a string.
    * @throws {StaleRevisionError} When `revision` is not the committed generation.
-   * @throws {CorruptSessionError} When the log is missing or shorter than the committed range.
+   * @throws {CorruptSessionError} When the log is missing or shorter than the committed range, or
+   *   a message of the page is not the JSON line its committed offsets say (naming messages.jsonl
+   *   and the message's index).
    */
   readHistory(before?: number, revision?: string): Promise<HistoryPage> {
     return this.#schedule(async () => {
@@ -1802,27 +1805,31 @@ export class SessionManager {
         offset: meta.start + from + bytes.length,
       });
     }
-    const text = decoder.decode(bytes);
-    const lines = text.split("\n");
-    lines.pop();
-    if (lines.length !== end - start) {
-      throw new CorruptSessionError("Message log lines do not match the committed index", {
-        file,
-        offset: meta.start + from,
-      });
-    }
-    return lines.map((line, i) => {
+    // Each message is decoded and parsed alone from the offsets held (as open read it): no string
+    // of the whole page, which may be longer than the largest string of the runtime.
+    const messages: Message[] = [];
+    for (let index = start; index < end; index++) {
+      const lineStart = (offsets[index] as number) - from;
+      const lineEnd = (offsets[index + 1] as number) - from; // past its newline
+      const offset = meta.start + (offsets[index] as number);
+      if (bytes.indexOf(10, lineStart) !== lineEnd - 1) {
+        throw new CorruptSessionError(
+          "Message log line does not match its committed offsets (a newline is missing or moved)",
+          { file, offset, messageIndex: index },
+        );
+      }
       try {
-        return JSON.parse(line) as Message;
+        messages.push(JSON.parse(decodeLine(bytes.subarray(lineStart, lineEnd - 1))) as Message);
       } catch (error) {
         throw new CorruptSessionError(`Committed message line is not valid JSON`, {
           file,
-          offset: meta.start + (offsets[start + i] as number),
-          messageIndex: start + i,
+          offset,
+          messageIndex: index,
           cause: error,
         });
       }
-    });
+    }
+    return messages;
   }
 
   // ---------------------------------------------------------------------------------------------

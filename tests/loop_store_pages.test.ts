@@ -1,0 +1,174 @@
+// History pages (`readHistory`): each message of a page is decoded and parsed alone from the byte
+// offsets the manager holds; a writer's page read after its session directory went away; the
+// index.json a writer's close() leaves after a replacement whose index publication failed.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs } from "../adapters/memory.ts";
+import { CorruptSessionError } from "../src/loop/errors.ts";
+import type { FileSystem } from "../src/port/fs.ts";
+import { SessionStore } from "../src/loop/store.ts";
+import type { SessionManager } from "../src/loop/session_manager.ts";
+import type { Message } from "../src/loop/records/mod.ts";
+import { assistant, conversation, toolResult, user } from "./_fixtures.ts";
+
+const CWD = "/work/project";
+const AGENT = "/home/user/.loop";
+
+async function setup(fs: FileSystem = new MemoryFs()): Promise<SessionStore> {
+  await fs.mkdir(CWD, { recursive: true });
+  return new SessionStore({
+    fs,
+    agentDir: AGENT,
+    now: () => Date.parse("2026-01-02T03:04:05.000Z"),
+  });
+}
+
+/** A saved session of `history`, closed; returns its directory. */
+async function saved(store: SessionStore, history: Message[]): Promise<string> {
+  const session = await store.create(CWD);
+  await session.commit(history);
+  await session.close();
+  return session.getSessionPath();
+}
+
+/** Every page of `session`, latest first, joined oldest first. */
+async function allPages(session: SessionManager): Promise<Message[]> {
+  let page = await session.readHistory();
+  const pages = [page.messages];
+  while (page.start > 0) {
+    page = await session.readHistory(page.start, page.revision);
+    pages.unshift(page.messages);
+  }
+  return pages.flat();
+}
+
+/** The byte offset of each line of `bytes` (and the length at the end). */
+function lineOffsets(bytes: Uint8Array): number[] {
+  const offsets = [0];
+  for (let i = 0; i < bytes.length; i++) if (bytes[i] === 10) offsets.push(i + 1);
+  return offsets;
+}
+
+/**
+ * Runs `body` with every `TextDecoder.decode` refusing input longer than `limit` bytes, as the
+ * runtime refuses a string longer than its largest (Node `ERR_STRING_TOO_LONG`, Deno
+ * `TypeError`): a page read that decodes each message alone never meets the limit of one line.
+ */
+async function withDecodeLimit<T>(limit: number, body: () => Promise<T>): Promise<T> {
+  const proto = TextDecoder.prototype;
+  const decode = proto.decode;
+  proto.decode = function (this: TextDecoder, input?: AllowSharedBufferSource, options?) {
+    if (input !== undefined && input.byteLength > limit) {
+      throw Object.assign(new RangeError("Cannot create a string longer than the limit"), {
+        code: "ERR_STRING_TOO_LONG",
+      });
+    }
+    return decode.call(this, input, options);
+  };
+  try {
+    return await body();
+  } finally {
+    proto.decode = decode;
+  }
+}
+
+/** A history of 3 rounds, each of `per` tool calls whose results are ~1 KB lines. */
+function longRounds(per: number): Message[] {
+  const history: Message[] = [];
+  for (let r = 0; r < 3; r++) {
+    history.push(user(`round ${r}`));
+    for (let i = 0; i < per; i++) {
+      history.push(assistant(`call ${r}.${i}`, [{ id: `c${r}_${i}`, name: "read" }]));
+      history.push(toolResult(`c${r}_${i}`, "read", `${r}.${i} ` + "x".repeat(900)));
+    }
+    history.push(assistant(`done ${r}`));
+  }
+  return history;
+}
+
+for (const mode of ["read-only", "writer"] as const) {
+  test(`a ${mode} page read decodes each message alone: a page longer than the largest string is served`, async () => {
+    const store = await setup();
+    const history = longRounds(20); // a page of ~123 lines, ~130 KB
+    const dir = await saved(store, history);
+    const session = await store.open(dir, { readOnly: mode === "read-only" });
+    if (mode === "writer") await session.readHistory(); // index.json checked outside the limit
+    // No line is longer than 2 KB; the page is 60 times that.
+    const page = await withDecodeLimit(2048, () => session.readHistory());
+    assert.equal(page.start, 0);
+    assert.deepEqual(page.messages, history);
+    await session.close();
+  });
+}
+
+test("page reads split lines of multi-byte UTF-8 exactly at the offsets held", async () => {
+  const store = await setup();
+  const history: Message[] = [];
+  const samples = ["é", "✓", "😀", "中文", "\u2028", "ß😀✓é"];
+  for (let r = 0; r < 8; r++) {
+    const s = samples[r % samples.length] as string;
+    history.push(user(`${s}${r} question ${s}`));
+    history.push(assistant(`${s}`, [{ id: `${s}${r}`, name: `${s}tool` }]));
+    history.push(toolResult(`${s}${r}`, `${s}tool`, `${s.repeat(r + 1)}`));
+    history.push(assistant(`${s}${s} answer ${r} ${s}`));
+  }
+  const dir = await saved(store, history);
+  for (const readOnly of [true, false]) {
+    const session = await store.open(dir, { readOnly });
+    assert.deepEqual(await allPages(session), history);
+    await session.close();
+  }
+});
+
+test("a page of many lines equals the history, read-only and writer, page by page", async () => {
+  const store = await setup();
+  const history: Message[] = [...conversation(3, "a")];
+  history.push(user("a long autonomous run"));
+  for (let i = 0; i < 600; i++) {
+    history.push(assistant(`step ${i} ✓`, [{ id: `s${i}`, name: "run" }]));
+    history.push(toolResult(`s${i}`, "run", `out ${i} 😀`));
+  }
+  history.push(assistant("finished"));
+  history.push(...conversation(4, "b"));
+  const dir = await saved(store, history);
+  for (const readOnly of [true, false]) {
+    const session = await store.open(dir, { readOnly });
+    assert.deepEqual(await allPages(session), history);
+    await session.close();
+  }
+});
+
+for (const damage of ["invalid JSON", "no newline at its end", "a newline inside"] as const) {
+  test(`damage (${damage}) in the middle line of a page names messages.jsonl and that message`, async () => {
+    const fs = new MemoryFs();
+    const store = await setup(fs);
+    const history = conversation(6);
+    const dir = await saved(store, history);
+    const log = `${dir}/messages.jsonl`;
+    const bytes = await fs.readFile(log);
+    const offsets = lineOffsets(bytes);
+    // A writer opens the log on its first page read (after the damage below).
+    const writer = await store.open(dir);
+    const reader = await store.open(dir, { readOnly: true });
+    const { start, end } = await reader.readHistory();
+    await reader.close();
+    const middle = Math.floor((start + end) / 2);
+    assert.ok(middle > start && middle < end - 1);
+    const at = offsets[middle] as number;
+    const next = offsets[middle + 1] as number;
+    const damaged = bytes.slice();
+    if (damage === "invalid JSON") damaged[at] = 0x5b; // "[" for "{"
+    if (damage === "no newline at its end") damaged[next - 1] = 0x20;
+    if (damage === "a newline inside") damaged[at + 1] = 0x0a; // "{\n"role":...
+    await fs.writeFile(log, damaged);
+    const error = await writer.readHistory().then(
+      () => assert.fail("the damaged page was served"),
+      (e: unknown) => e,
+    );
+    assert.ok(error instanceof CorruptSessionError, String(error));
+    assert.equal(error.file, log);
+    assert.equal(error.messageIndex, middle);
+    assert.equal(error.offset, at);
+    await writer.close();
+  });
+}
