@@ -27,6 +27,7 @@ import { type VerifyReport, verifySession } from "../loop/verify.ts";
 import {
   LEGACY_EXTENSION,
   legacySessionId,
+  readLegacyHistory,
   readLegacySession,
   STAGING_PREFIX,
 } from "../loop/legacy.ts";
@@ -744,15 +745,16 @@ async function committedPage(
   }
 }
 
-/** A history page of a legacy version-2 file, read in place (validated first, never migrated). */
+/**
+ * A history page of a legacy version-2 file, read in place (never migrated): from the one read
+ * that validated it (never through a link).
+ */
 async function legacyPage(
   io: CliIo,
   path: string,
   before: number | undefined,
 ): Promise<HistoryPage> {
-  await readLegacySession(io.fs, path);
-  const lines = new TextDecoder().decode(await io.fs.readFile(path)).trim().split("\n").slice(1);
-  const messages = lines.map((line) => JSON.parse(line) as Message);
+  const { messages } = await readLegacyHistory(io.fs, path);
   const starts = messages.flatMap((m, i) => (m.role === "user" ? [i] : []));
   const [start, end] = pageBounds(
     (k) => starts[k] as number,

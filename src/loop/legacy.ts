@@ -473,13 +473,42 @@ export async function readLegacySession(
   path: string,
   options: ReadLegacyOptions = {},
 ): Promise<LegacySummary> {
-  const validate = options.validate !== false;
+  return await readLegacy(fs, path, options.validate !== false);
+}
+
+/**
+ * `readLegacySession` (validating everything) with the messages it read: the history, read once
+ * (never through a link), exactly as it was validated.
+ *
+ * @throws {UnsupportedSessionError} For a header of another format or version.
+ * @throws {SessionFormatError} For invalid JSON, a blank inner line, invalid fields or messages.
+ * @throws {SessionCwdError} When the recorded cwd is gone.
+ */
+export async function readLegacyHistory(
+  fs: FileSystem,
+  path: string,
+): Promise<LegacySummary & { readonly messages: readonly Message[] }> {
+  const messages: Message[] = [];
+  const summary = await readLegacy(fs, path, true, {
+    message: (message) => void messages.push(message),
+    flush: () => Promise.resolve(),
+  });
+  return { ...summary, messages };
+}
+
+async function readLegacy(
+  fs: FileSystem,
+  path: string,
+  validate: boolean,
+  sink?: MessageSink,
+): Promise<LegacySummary> {
   const scan = await scanLegacy(fs, path, {
     validate,
     beforeMessages: async (header) => {
       checkIdMatches(header, path);
       if (validate) await checkSessionCwd(fs, header.cwd, path);
     },
+    ...(sink === undefined ? {} : { sink }),
   });
   return {
     header: scan.header,
