@@ -282,6 +282,73 @@ export function refuseDotsRename(from: string, to: string): void {
   }
 }
 
+/** What `renameInOrder` needs of a runtime. */
+export interface NativeRename {
+  /** The kind of the entry at `path`, never following it (an `lstat`); throws the native error. */
+  readonly kind: (path: string) => Promise<"directory" | "symlink" | "other">;
+  /** The native rename; throws the native error. */
+  readonly rename: (from: string, to: string) => Promise<void>;
+  /** The adapter's mapping of a native error to the port's error. */
+  readonly map: (error: unknown, syscall: string, path: string) => FsError;
+}
+
+/** Codes of a failed rename that come from one side only: the source when it is not there. */
+const ONE_SIDED_RENAME_CODES: ReadonlySet<string> = new Set([
+  "ENOENT",
+  "ENOTDIR",
+  "ELOOP",
+  "ENAMETOOLONG",
+  "EINVAL",
+]);
+
+/**
+ * Renames `from` to `to` through `native`, reporting a failure in the port's order (see
+ * `FileSystem.rename`), whichever the kernel found first: a final `.` or `..` on either side
+ * (EBUSY); then the source (missing, or a path through a file, a loop, too long: named `from`);
+ * then anything but a directory spelled with a trailing slash on either side (NotADirectory,
+ * naming the slashed path), a symlink included, which is never followed; then the destination
+ * (named `to`). A failure that may come from either side (a refused permission, EXDEV, EIO) names
+ * `from`. The source is looked at before the rename only when a path ends with a slash, and after
+ * it only when it failed.
+ */
+export async function renameInOrder(from: string, to: string, native: NativeRename): Promise<void> {
+  refuseDotsRename(from, to);
+  const fromBare = withoutTrailingSlash(from);
+  const toBare = withoutTrailingSlash(to);
+  const source = async (): Promise<string> => {
+    try {
+      return await native.kind(fromBare ?? from);
+    } catch (error) {
+      throw native.map(error, "rename", from);
+    }
+  };
+  if (fromBare !== undefined || toBare !== undefined) {
+    if (await source() !== "directory") {
+      throw new NotADirectory("rename", fromBare !== undefined ? from : to);
+    }
+    // A trailing slash makes some kernels follow a final symlink: refuse it as Linux does.
+    if (toBare !== undefined) {
+      await refuseSlashedLink("rename", to, async (bare) => {
+        return await native.kind(bare) === "symlink";
+      });
+    }
+  }
+  try {
+    await native.rename(from, to);
+  } catch (error) {
+    const mapped = native.map(error, "rename", to);
+    // POSIX allows either code for a directory renamed over a non-empty one.
+    if (mapped.code === "ENOTEMPTY" || mapped.code === "EEXIST") {
+      throw new NotEmpty("rename", to, { cause: error });
+    }
+    if (mapped.code === "EISDIR") throw mapped;
+    if (!ONE_SIDED_RENAME_CODES.has(mapped.code)) throw native.map(error, "rename", from);
+    // Which side: when the source is there, the destination is at fault.
+    await source();
+    throw mapped;
+  }
+}
+
 /** Refuses a path holding a NUL byte with `FsIoError` code `"EINVAL"`, as every call does. */
 export function refuseNul(syscall: string, path: string): void {
   if (path.includes("\0")) {

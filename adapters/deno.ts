@@ -55,9 +55,9 @@ import {
   osErrorCode,
   posixCode,
   refuseDotsRemove,
-  refuseDotsRename,
   refuseNul,
   refuseSlashedLink,
+  renameInOrder,
 } from "./_errors.ts";
 
 /**
@@ -334,22 +334,16 @@ class DenoFileSystem implements FileSystem {
     });
   }
 
-  async rename(from: string, to: string): Promise<void> {
-    refuseDotsRename(from, to);
-    // A trailing slash makes some kernels follow a final symlink: refuse it as Linux does.
-    if (from.endsWith("/")) await refuseSlashedLink("rename", from, isSymlink);
-    if (to.endsWith("/")) await refuseSlashedLink("rename", to, isSymlink);
-    try {
-      await Deno.rename(from, to);
-    } catch (error) {
-      const code = codeOf(error);
-      // POSIX allows either code for a directory renamed over a non-empty one.
-      if (code === "ENOTEMPTY" || code === "EEXIST") {
-        throw new NotEmpty("rename", to, { cause: error });
-      }
-      if (code === "EISDIR") throw new IsADirectory("rename", to, { cause: error });
-      throw mapError(error, "rename", from);
-    }
+  /** See `FileSystem.rename`: its errors come in the port's order (`renameInOrder`). */
+  rename(from: string, to: string): Promise<void> {
+    return renameInOrder(from, to, {
+      kind: async (path) => {
+        const info = await Deno.lstat(path);
+        return info.isDirectory ? "directory" : info.isSymlink ? "symlink" : "other";
+      },
+      rename: (from, to) => Deno.rename(from, to),
+      map: mapError,
+    });
   }
 
   async remove(path: string, options: RemoveOptions = {}): Promise<void> {

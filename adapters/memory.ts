@@ -595,25 +595,32 @@ export class MemoryFs implements FileSystem {
     });
   }
 
-  /** Renames an entry (never following either side); one journal operation. */
+  /**
+   * Renames an entry (never following either side); one journal operation. Errors come in the
+   * port's order (see `FileSystem.rename`): a final `.` or `..`, the source, a non-directory
+   * spelled with a trailing slash, then the destination.
+   */
   rename(from: string, to: string): Promise<void> {
     return this.#run("rename", from, () => {
+      for (const path of [from, to]) if (endsInDots(path)) throw busy("rename", path);
       const source = this.#resolve("rename", from, false, false);
       if (source.node === undefined) throw new NotFound("rename", from);
-      if (source.mustBeDir && source.node.kind !== "directory" && source.node.kind !== "symlink") {
-        throw new NotADirectory("rename", from);
+      const moving = source.node;
+      // Only a directory may be named with a trailing slash (Linux: ENOTDIR), a symlink included.
+      const toSlashed = to.length > 1 && to.endsWith("/");
+      if (moving.kind !== "directory" && (source.mustBeDir || toSlashed)) {
+        throw new NotADirectory("rename", source.mustBeDir ? from : to);
       }
       if (source.parent === undefined) throw busy("rename", from);
       const target = this.#resolve("rename", to, false, false);
       if (target.parent === undefined) throw busy("rename", to);
-      const moving = source.node;
-      // Only a directory may be named with a trailing slash (Linux: ENOTDIR), a symlink included.
-      if (moving.kind !== "directory" && (source.mustBeDir || target.mustBeDir)) {
-        throw new NotADirectory("rename", source.mustBeDir ? from : to);
-      }
       if (target.node === moving) return;
       if (moving.kind === "directory" && target.ancestors.includes(moving)) {
         throw new FsIoError("EINVAL", "rename", to, "Cannot move a directory into itself");
+      }
+      // A directory the source lies in is not empty (Linux checks this before the kinds).
+      if (target.node?.kind === "directory" && source.ancestors.includes(target.node)) {
+        throw new NotEmpty("rename", to);
       }
       const replaced = target.node;
       if (replaced !== undefined) {

@@ -56,8 +56,7 @@ import {
   DIR_SYNC_REFUSALS,
   mapNativeError,
   refuseDotsRemove,
-  refuseDotsRename,
-  refuseSlashedLink,
+  renameInOrder,
   withoutTrailingSlash,
 } from "./_errors.ts";
 import { openNoFollowNative, readFileNative, readFileNoFollowNative } from "./_node_read.ts";
@@ -84,11 +83,6 @@ function openFlags(options: OpenOptions): number {
   // With append, the file is truncated right after the open (Deno's Node layer refuses both).
   if (options.truncate === true && options.append !== true) flags |= constants.O_TRUNC;
   return flags;
-}
-
-/** True when `path` itself is a symlink (never followed). */
-async function isSymlink(path: string): Promise<boolean> {
-  return (await fsp.lstat(path)).isSymbolicLink();
 }
 
 /**
@@ -284,22 +278,16 @@ class NodeFileSystem implements FileSystem {
       }));
   }
 
-  async rename(from: string, to: string): Promise<void> {
-    refuseDotsRename(from, to);
-    // A trailing slash makes some kernels follow a final symlink: refuse it as Linux does.
-    if (from.endsWith("/")) await refuseSlashedLink("rename", from, isSymlink);
-    if (to.endsWith("/")) await refuseSlashedLink("rename", to, isSymlink);
-    try {
-      await fsp.rename(from, to);
-    } catch (error) {
-      const code = codeOf(error);
-      // POSIX allows either code for a directory renamed over a non-empty one.
-      if (code === "ENOTEMPTY" || code === "EEXIST") {
-        throw new NotEmpty("rename", to, { cause: error });
-      }
-      if (code === "EISDIR") throw new IsADirectory("rename", to, { cause: error });
-      throw mapError(error, "rename", from);
-    }
+  /** See `FileSystem.rename`: its errors come in the port's order (`renameInOrder`). */
+  rename(from: string, to: string): Promise<void> {
+    return renameInOrder(from, to, {
+      kind: async (path) => {
+        const stats = await fsp.lstat(path);
+        return stats.isDirectory() ? "directory" : stats.isSymbolicLink() ? "symlink" : "other";
+      },
+      rename: (from, to) => fsp.rename(from, to),
+      map: mapError,
+    });
   }
 
   /**

@@ -174,6 +174,22 @@ export interface FileSystem {
    * only an empty directory. Neither side is followed when it is a symlink, even spelled with a
    * trailing `/`: moving anything but a directory (a symlink included) with a trailing `/` on
    * either side fails with `NotADirectory`.
+   *
+   * When several things are wrong, the first of these is reported, whatever the platform finds
+   * first:
+   * 1. a final `.` or `..` on either side: `FsIoError` code `"EBUSY"`, naming that path;
+   * 2. the source: missing (`NotFound`), beneath a file (`NotADirectory`), through a link loop,
+   *    too long or holding NUL (`FsIoError`), naming `from`;
+   * 3. anything but a directory spelled with a trailing `/` on either side: `NotADirectory`,
+   *    naming the side spelled so (`from` when both are);
+   * 4. the destination, naming `to`: a missing directory on the way (`NotFound`), a file on the
+   *    way or a directory moved over a non-directory (`NotADirectory`), a file moved over a
+   *    directory (`IsADirectory`), a directory moved into itself (`FsIoError` code `"EINVAL"`),
+   *    over a non-empty directory or over a directory the source lies in (`NotEmpty`), a path
+   *    through a link loop, too long or holding NUL (`FsIoError`).
+   *
+   * A failure that may come from either side (a refused permission, a move across devices, an
+   * I/O error) names `from`.
    */
   rename(from: string, to: string): Promise<void>;
   /**

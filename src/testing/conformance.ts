@@ -10,7 +10,14 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
-import { AlreadyExists, FsIoError, NotADirectory, NotFound } from "../port/errors.ts";
+import {
+  AlreadyExists,
+  FsIoError,
+  IsADirectory,
+  NotADirectory,
+  NotEmpty,
+  NotFound,
+} from "../port/errors.ts";
 import { join } from "../port/path.ts";
 import {
   check,
@@ -255,6 +262,71 @@ const PARITY_CHECKS: readonly Check[] = [
         checkEqual(error.path, file, `${what}: error path`);
       }
       checkEqual((await f.fs.stat(file)).mtimeMs, 1_600_000_000_000, "mtimeMs after refusals");
+    },
+  },
+  {
+    name:
+      "rename() reports a missing source first, then a non-directory spelled with a trailing slash, then what is wrong with the destination, naming the path at fault",
+    async run(f) {
+      const file = join(f.root, "file");
+      const dir = join(f.root, "dir");
+      const missing = join(f.root, "missing");
+      await f.fs.writeFile(file, encoder.encode("F"));
+      await f.fs.mkdir(join(dir, "sub"), { recursive: true });
+      await f.fs.writeFile(join(dir, "in"), encoder.encode("I"));
+      let long = f.root;
+      while (encoder.encode(long).length < 4096) long += "/" + "n".repeat(200);
+      const cases: [string, string, FsErrorClass, string, string?][] = [
+        // The source first: missing (whatever the destination), or beneath a file.
+        [missing, join(f.root, "nowhere", "x"), NotFound, missing],
+        [missing, `${file}/`, NotFound, missing],
+        [join(file, "x"), join(f.root, "moved"), NotADirectory, join(file, "x")],
+        [`${f.root}/a\0b`, join(f.root, "moved"), FsIoError, `${f.root}/a\0b`, "EINVAL"],
+        // Then anything but a directory spelled with a trailing slash, on either side.
+        [`${file}/`, join(missing, "x"), NotADirectory, `${file}/`],
+        [file, `${join(f.root, "new")}/`, NotADirectory, `${join(f.root, "new")}/`],
+        // Then the destination.
+        [file, join(missing, "x"), NotFound, join(missing, "x")],
+        [file, join(file, "x"), NotADirectory, join(file, "x")],
+        [file, `${f.root}/a\0b`, FsIoError, `${f.root}/a\0b`, "EINVAL"],
+        [file, long, FsIoError, long, "ENAMETOOLONG"],
+        [dir, join(dir, "sub", "x"), FsIoError, join(dir, "sub", "x"), "EINVAL"],
+        [join(dir, "in"), dir, NotEmpty, dir],
+        [join(dir, "sub"), dir, NotEmpty, dir],
+        [dir, file, NotADirectory, file],
+        [file, dir, IsADirectory, dir],
+      ];
+      if (f.capabilities?.symlinks !== false) {
+        const link = join(f.root, "link");
+        const loop = join(f.root, "loop");
+        await f.fs.symlink(dir, link);
+        await f.fs.symlink("loop", loop);
+        cases.push(
+          [missing, `${link}/`, NotFound, missing],
+          [join(loop, "x"), join(f.root, "moved"), FsIoError, join(loop, "x"), "ELOOP"],
+          [`${link}/`, join(missing, "x"), NotADirectory, `${link}/`],
+          [file, join(loop, "x"), FsIoError, join(loop, "x"), "ELOOP"],
+          [join(dir, "sub"), link, NotADirectory, link],
+        );
+      }
+      const name = (path: string) => path.length > 300 ? "<4096 bytes>" : path;
+      for (const [from, to, errorClass, path, code] of cases) {
+        const what = `rename('${name(from)}', '${name(to)}')`;
+        const error = await checkRejects(() => f.fs.rename(from, to), errorClass, what);
+        check(
+          error.path === path,
+          `${what}: error path '${name(error.path)}', not '${name(path)}'`,
+        );
+        if (code !== undefined) checkEqual(error.code, code, `${what}: error code`);
+      }
+      checkBytes(await f.fs.readFile(file), "F", "the file after the refused renames");
+      checkSame(
+        await f.fs.readDir(dir),
+        [{ name: "in", kind: "file" }, { name: "sub", kind: "directory" }],
+        "the directory after the refused renames",
+      );
+      await checkRejects(() => f.fs.lstat(missing), NotFound, "nothing made at 'missing'");
+      await checkRejects(() => f.fs.lstat(join(f.root, "new")), NotFound, "nothing made at 'new'");
     },
   },
 ];
