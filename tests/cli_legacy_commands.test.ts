@@ -74,3 +74,48 @@ test("sessions history of a legacy file prints what it validated, even when a li
   assert.equal(page.total, 2);
   assert.ok(!out.includes("PLANTED"), out);
 });
+
+test("migrate --all reports a legacy file it cannot migrate because a link or a file is at its name, as migrate <file> does", async () => {
+  for (const planted of ["a dangling link", "a file"] as const) {
+    const fs = await legacyStore([user("hi"), assistant("yo")]);
+    const dir = `${COLLECTION}/${ID}`;
+    if (planted === "a file") await fs.writeFile(dir, new TextEncoder().encode("stray"));
+    else await fs.symlink("/nowhere", dir);
+    const before = fs.snapshotTree("/");
+    for (const dryRun of [false, true]) {
+      const label = `${planted}${dryRun ? ", --dry-run" : ""}`;
+      const args = ["migrate", "--all", ...(dryRun ? ["--dry-run"] : [])];
+      const human = await sessions(fs, args);
+      assert.equal(human.code, 1, `${label}: ${human.out}`);
+      assert.match(
+        human.out,
+        new RegExp(`^failed +${LEGACY.replaceAll(".", "\\.")}: .*not a directory`, "m"),
+        label,
+      );
+      const json = await sessions(fs, [...args, "--json"]);
+      assert.equal(json.code, 1, label);
+      const { results } = JSON.parse(json.out);
+      assert.equal(results.length, 1, label);
+      assert.equal(results[0].path, LEGACY, label);
+      assert.equal(results[0].alreadyMigrated, false, label);
+      assert.match(results[0].error, /not a directory/, label);
+      // The single form says the same.
+      assert.equal(
+        (await sessions(fs, ["migrate", LEGACY, ...(dryRun ? ["--dry-run"] : [])])).code,
+        1,
+        label,
+      );
+    }
+    assert.deepEqual(fs.snapshotTree("/"), before, `${planted}: nothing was written`);
+  }
+});
+
+test("migrate --all still skips the backup of a session whose directory is in place", async () => {
+  const fs = await legacyStore([user("hi"), assistant("yo")]);
+  assert.equal((await sessions(fs, ["migrate", "--all"])).code, 0);
+  for (const args of [["migrate", "--all"], ["migrate", "--all", "--dry-run"]]) {
+    const { code, out } = await sessions(fs, args);
+    assert.equal(code, 0, out);
+    assert.equal(out, "No legacy sessions to migrate.\n");
+  }
+});

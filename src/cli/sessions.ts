@@ -983,8 +983,10 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
         if (entry.kind !== "file" || legacySessionId(entry.name) === undefined) continue;
         const id = legacySessionId(entry.name) as string;
         // Already migrated: the backup stays. The session's directory is in place, or held by an
-        // interrupted compaction (the store opens that copy, never the backup).
-        if (await exists(io, join(collection, id))) continue;
+        // interrupted compaction (the store opens that copy, never the backup). Anything else at
+        // its name (a link, a file) is no migration: the file is taken, and fails as it does
+        // alone.
+        if ((await entryKind(io.fs, join(collection, id))) === "directory") continue;
         if ((await stagedCopy(io, collection, id)).dir !== undefined) continue;
         files.push({ path: join(collection, entry.name), published: false });
       }
@@ -1018,10 +1020,13 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
       if (dryRun) {
         const migratedTo = join(dirname(file), legacySessionId(basename(file)) as string);
         try {
-          // Validated as the migration would (streamed, nothing written), so "would migrate" holds;
-          // a published directory as the open would find it (an invalid one fails the real run).
-          if (!published) await readLegacySession(io.fs, file);
-          else {
+          // Validated as the migration would (streamed, nothing written), so "would migrate" holds
+          // (a link or a file at the directory's name fails it, as it fails the migration); a
+          // published directory as the open would find it (an invalid one fails the real run).
+          if (!published) {
+            await realDirectory(io, migratedTo);
+            await readLegacySession(io.fs, file);
+          } else {
             const report = await verifySession(io.fs, await realDirectory(io, migratedTo), {
               sha256: io.sha256,
             });
