@@ -194,12 +194,16 @@ export function checkCount(syscall: string, path: string, value: number): void {
   }
 }
 
+/** The furthest time from 1970 a `Date` holds, in milliseconds either way. */
+const MAX_TIME_MS = 8.64e15;
+
 /**
- * Refuses a modification time that is not a finite number of milliseconds (`EINVAL`), as every
- * adapter does: Node would take a non-finite one as "now", Deno as the epoch.
+ * Refuses a modification time that is not a finite number of milliseconds within what a `Date`
+ * holds (`EINVAL`), as every adapter does: Node would take a non-finite one as "now", Deno as the
+ * epoch, and Deno takes a `Date` past the range as the epoch too.
  */
 export function checkTime(syscall: string, path: string, timeMs: number): void {
-  if (!Number.isFinite(timeMs)) {
+  if (!Number.isFinite(timeMs) || Math.abs(timeMs) > MAX_TIME_MS) {
     throw new FsIoError("EINVAL", syscall, path, `Invalid time ${timeMs}`);
   }
 }

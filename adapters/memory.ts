@@ -821,11 +821,11 @@ export class MemoryFs implements FileSystem {
 
   /**
    * Sets the modification time exactly (following symlinks); a time that is not a finite number
-   * fails with `FsIoError` code `"EINVAL"`. Not journaled.
+   * within what a `Date` holds (±8.64e15 ms) fails with `FsIoError` code `"EINVAL"`. Not journaled.
    */
   utime(path: string, mtimeMs: number): Promise<void> {
     return this.#run("utime", path, () => {
-      if (!Number.isFinite(mtimeMs)) {
+      if (!Number.isFinite(mtimeMs) || Math.abs(mtimeMs) > 8.64e15) {
         throw new FsIoError("EINVAL", "utime", path, `Invalid time ${mtimeMs}`);
       }
       this.#existing("utime", path, true).mtimeMs = mtimeMs;

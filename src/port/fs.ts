@@ -231,8 +231,9 @@ export interface FileSystem {
   /**
    * Updates the modification time of a path (following symlinks), in Unix milliseconds. A time
    * before 1970 is kept, and a whole number of milliseconds reads back exactly (a finer fraction
-   * may be cut to what the platform keeps); a time that is not a finite number fails with
-   * `FsIoError` code `"EINVAL"`, changing nothing.
+   * may be cut to what the platform keeps); a time that is not a finite number within what a
+   * `Date` holds (±8.64e15 ms) fails with `FsIoError` code `"EINVAL"`, changing nothing. (A
+   * filesystem may keep a narrower range: ext4, for one, stops in 2446.)
    */
   utime(path: string, mtimeMs: number): Promise<void>;
   /** The current user's home directory, when the adapter knows one (used for `~/.loop`). */
