@@ -4,7 +4,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
-import { CorruptSessionError } from "../src/loop/errors.ts";
+import { CorruptSessionError, SessionNotFoundError } from "../src/loop/errors.ts";
 import type { FileSystem } from "../src/port/fs.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
@@ -169,6 +169,27 @@ for (const damage of ["invalid JSON", "no newline at its end", "a newline inside
     assert.equal(error.file, log);
     assert.equal(error.messageIndex, middle);
     assert.equal(error.offset, at);
+    await writer.close();
+  });
+}
+
+for (const gone of ["removed", "moved away", "replaced by an empty directory"] as const) {
+  test(`a writer's page read after its session directory was ${gone} is SessionNotFoundError naming meta.json`, async () => {
+    const fs = new MemoryFs();
+    const store = await setup(fs);
+    const dir = await saved(store, conversation(3));
+    const writer = await store.open(dir);
+    if (gone === "removed") await fs.remove(dir, { recursive: true });
+    else await fs.rename(dir, "/elsewhere");
+    if (gone === "replaced by an empty directory") await fs.mkdir(dir, { mode: 0o700 });
+    const error = await writer.readHistory().then(
+      () => assert.fail("a page was served"),
+      (e: unknown) => e,
+    );
+    assert.ok(error instanceof SessionNotFoundError, String(error));
+    assert.equal(error.file, `${dir}/meta.json`);
+    // As its writes say.
+    await assert.rejects(writer.setPinned(true), SessionNotFoundError);
     await writer.close();
   });
 }

@@ -1476,15 +1476,19 @@ export class SessionManager {
         try {
           return (await openSessionFile(this.#fs, file)).handle;
         } catch (error) {
-          // As at open: a log missing beside the metadata that commits it is corruption (a
-          // session directory removed as a whole is simply not found).
-          if (error instanceof NotFound && await isRegularFile(this.#fs, this.#metaFile)) {
+          if (!(error instanceof NotFound)) throw error;
+          // As at open: a log missing beside the metadata that commits it is corruption; a
+          // session directory removed or moved away as a whole is not found, as a write says.
+          if (await isRegularFile(this.#fs, this.#metaFile)) {
             throw new CorruptSessionError("Message log is missing but metadata commits messages", {
               file,
               cause: error,
             });
           }
-          throw error;
+          throw new SessionNotFoundError(
+            "Session directory was removed or moved since the session was opened",
+            { file: this.#metaFile, cause: error },
+          );
         }
       })();
       this.#reader = opening;
@@ -1667,6 +1671,9 @@ export class SessionManager {
    * @throws {InvalidArgumentError} For `before` not a safe integer on a round boundary in
    *   `[0, total]`, or a `revision` that is not a string.
    * @throws {StaleRevisionError} When `revision` is not the committed generation.
+   * @throws {SessionNotFoundError} When a page read that opens the log (a writer's first) finds
+   *   the session directory removed or moved away since the open (naming meta.json), as a write
+   *   does.
    * @throws {CorruptSessionError} When the log is missing or shorter than the committed range, or
    *   a message of the page is not the JSON line its committed offsets say (naming messages.jsonl
    *   and the message's index).
