@@ -22,7 +22,7 @@ import {
   syncTree,
 } from "../port/durable.ts";
 import { join } from "../port/path.ts";
-import { LayoutError, UnconfirmedPublishError } from "./errors.ts";
+import { LayoutError, LayoutRecordError, UnconfirmedPublishError } from "./errors.ts";
 import {
   assertSessionId,
   formatSessionId,
@@ -36,6 +36,7 @@ import {
   encodeJson,
   encodeText,
   type JsonObject,
+  readRecord,
   readRecordIfExists,
   sha256Ref,
   utcSeconds,
@@ -736,6 +737,15 @@ export interface CreateChildSessionOptions extends LayoutWriteOptions, SessionCo
  * Creates a child session at `<parent>/children/<id>` from an accepted request: the request's
  * exact bytes and every declared input are frozen into the child's `inputs/` and bound by hash
  * in its goal contract. Built in a staging directory and renamed into place.
+ *
+ * The parent is the session the `session.json` of `parentDir` records, whatever its layout (both
+ * layouts nest children at `children/<id>`; the child itself is always folded). Before anything
+ * is written, `parentSessionId`, `rootSessionId` and `parentDepth` are checked against it: one it
+ * does not record is a `LayoutRecordError` naming the child's `session.json` and the field
+ * (`parent_session_id`, `root_session_id`, `depth`) it would have contradicted its physical
+ * parent in. A legacy v1 parent records no root or depth: they are checked only for a v1 root
+ * (its own root, depth 0). A `parentDir` whose `session.json` cannot be read is refused with the
+ * error reading it.
  */
 export async function createChildSession(
   fs: FileSystem,
@@ -744,7 +754,9 @@ export async function createChildSession(
   assertSessionId(options.sessionId);
   fs = confined(fs, options.parentDir);
   const resolved = resolveWriteOptions(options);
+  // Only `children/` is built from these paths, the same in both layouts.
   const parent = new SessionPaths(options.parentDir, "folded");
+  await requireParentIdentity(fs, parent, options);
   const request = options.request;
   const acceptedSha256 = sha256Ref(options.requestBytes, resolved.sha256);
   return await buildAndPublish(fs, parent.childrenDir, {
@@ -776,4 +788,39 @@ export async function createChildSession(
     },
     child: { request, requestBytes: options.requestBytes, inputs: options.inputs },
   }, resolved);
+}
+
+/**
+ * Refuses (before anything is written) a child identity the parent's `session.json` does not
+ * record: the child's `session.json` would contradict its physical parent, and the whole tree
+ * would no longer load.
+ */
+async function requireParentIdentity(
+  fs: FileSystem,
+  parent: SessionPaths,
+  options: CreateChildSessionOptions,
+): Promise<void> {
+  const manifest = (await readRecord(fs, parent.sessionJson, parseSessionManifest)).record;
+  const childManifest = join(parent.childDir(options.sessionId), "session.json");
+  const refuse = (field: string, value: unknown, recorded: string): never => {
+    throw new LayoutRecordError(
+      childManifest,
+      `The child would contradict its parent (whose session.json records ${recorded})`,
+      { path: field, value },
+    );
+  };
+  if (options.parentSessionId !== manifest.session_id) {
+    refuse("parent_session_id", options.parentSessionId, `the id ${manifest.session_id}`);
+  }
+  const [root, depth] = manifest.schema_version === 2
+    ? [manifest.root_session_id, manifest.depth]
+    : manifest.parent_session_id === null
+    ? [manifest.session_id, 0]
+    : [undefined, undefined];
+  if (root !== undefined && options.rootSessionId !== root) {
+    refuse("root_session_id", options.rootSessionId, `the root ${root}`);
+  }
+  if (depth !== undefined && options.parentDepth !== depth) {
+    refuse("depth", options.parentDepth + 1, `depth ${depth}`);
+  }
 }
