@@ -692,7 +692,16 @@ export class MemoryFs implements FileSystem {
       for (let i = 1; i <= parts.length; i++) {
         const prefix = "/" + parts.slice(0, i).join("/");
         const last = i === parts.length;
-        const own = this.#resolve("mkdir", prefix, false);
+        let own: Resolved;
+        try {
+          own = this.#resolve("mkdir", prefix, false);
+        } catch (error) {
+          // A name too long is reported of the whole path, as the kernel's walk of it does.
+          if (error instanceof FsIoError && error.code === "ENAMETOOLONG") {
+            throw new FsIoError("ENAMETOOLONG", "mkdir", path, "File name too long");
+          }
+          throw error;
+        }
         if (own.node === undefined) {
           if (own.parent === undefined) throw new AlreadyExists("mkdir", path);
           this.#link(own.parent, own.name, new DirNode(mode, this.#options.now()));

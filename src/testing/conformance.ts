@@ -330,6 +330,27 @@ const PARITY_CHECKS: readonly Check[] = [
       await checkRejects(() => f.fs.lstat(join(f.root, "new")), NotFound, "nothing made at 'new'");
     },
   },
+  {
+    name:
+      "mkdir() with recursive through a name longer than 255 bytes fails with ENAMETOOLONG naming the whole path",
+    async run(f) {
+      const long = "n".repeat(256);
+      const paths: [string, string][] = [
+        ["a/<256 bytes>/x", join(f.root, "a", long, "x")],
+        ["<256 bytes>/../x", `${f.root}/${long}/../x`],
+      ];
+      for (const [spelled, path] of paths) {
+        const what = `mkdir('${spelled}', recursive)`;
+        const error = await checkRejects(
+          () => f.fs.mkdir(path, { recursive: true }),
+          FsIoError,
+          what,
+        );
+        checkEqual(error.code, "ENAMETOOLONG", `${what}: error code`);
+        check(error.path === path, `${what}: the error names another path, '${error.path}'`);
+      }
+    },
+  },
 ];
 
 /** Every check of the suite, in registration order. */
