@@ -4,15 +4,20 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
+import { portableSha256 } from "../src/port/sha256.ts";
+import { verifySession } from "../src/loop/verify.ts";
 import { CorruptSessionError, SessionNotFoundError } from "../src/loop/errors.ts";
 import type { FileSystem } from "../src/port/fs.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
+import { parseRoundIndexText } from "../src/loop/storage.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { assistant, conversation, toolResult, user } from "./_fixtures.ts";
+import { hookedFs } from "./_hooks.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
+const text = new TextDecoder();
 
 async function setup(fs: FileSystem = new MemoryFs()): Promise<SessionStore> {
   await fs.mkdir(CWD, { recursive: true });
@@ -193,3 +198,42 @@ for (const gone of ["removed", "moved away", "replaced by an empty directory"] a
     await writer.close();
   });
 }
+
+test("close() republishes index.json after a same-count replacement whose index publication failed", async () => {
+  const mem = new MemoryFs();
+  let failIndex = false;
+  const fs = hookedFs(mem, {
+    before: (method, args) => {
+      if (failIndex && method === "rename" && String(args[1]).endsWith("/index.json")) {
+        failIndex = false;
+        throw new Error("injected: index publication fails");
+      }
+    },
+  });
+  const store = await setup(fs);
+  const session = await store.create(CWD);
+  const history = conversation(4);
+  await session.commit(history);
+  failIndex = true;
+  const replaced = [user("edited first prompt"), ...history.slice(1)];
+  await session.commit(replaced); // the same message count, a new generation
+  assert.equal(failIndex, false, "the index publication was attempted and failed");
+  const dir = session.getSessionPath();
+  await session.close();
+  const meta = JSON.parse(text.decode(await mem.readFile(`${dir}/meta.json`)));
+  const index = parseRoundIndexText(text.decode(await mem.readFile(`${dir}/index.json`)));
+  assert.ok(index !== undefined);
+  assert.equal(index.generation, meta.generation);
+  assert.equal(index.start, meta.start);
+  assert.equal(index.bytes, meta.bytes);
+  const report = await verifySession(mem, dir, { sha256: portableSha256 });
+  assert.deepEqual(report.findings, []);
+  // And equal to the index a page read of a fresh writer builds.
+  const built = await mem.readFile(`${dir}/index.json`);
+  await mem.remove(`${dir}/index.json`);
+  const reopened = await store.open(dir);
+  const page = await reopened.readHistory();
+  assert.deepEqual(page.messages, replaced.slice(page.start));
+  await reopened.close();
+  assert.deepEqual(await mem.readFile(`${dir}/index.json`), built);
+});

@@ -2075,10 +2075,16 @@ export class SessionManager {
           !this.#readOnly && this.#committed.meta !== undefined && this.#pending === undefined
         ) {
           try {
-            // Behind the committed history after this manager's saves, or no longer the file
-            // known to be there (removed or damaged by another process): published again.
+            // Behind the committed history after this manager's saves (fewer messages, or another
+            // generation's range: a replacement of as many messages whose publication failed), or
+            // no longer the file known to be there (removed or damaged by another process):
+            // published again.
+            const { meta, count } = this.#committed;
+            const indexed = this.#indexed;
             if (
-              (this.#wrote && this.#indexed?.count !== this.#committed.count) ||
+              (this.#wrote &&
+                (indexed === undefined || indexed.count !== count ||
+                  indexed.start !== meta.start || indexed.bytes !== meta.bytes)) ||
               !(await this.#indexStillThere())
             ) await this.#publishIndex();
           } catch {
