@@ -799,6 +799,14 @@ export interface StagedDeletion {
    * made them stop existing (one that finished meanwhile left nothing there).
    */
   readonly movedBack: readonly string[];
+  /**
+   * True when a look found entries staged and no journal: the delete finished or rolled back
+   * since the staging directory was listed (or its journal is damaged, then `error` says so).
+   * What a rollback put back may then include sessions no look listed staged (moved back before
+   * the listing of the staging directory), which only the collection read once more shows; a
+   * reader that listed the collection before reads it again, as for a staging directory gone.
+   */
+  readonly settled: boolean;
 }
 
 /**
@@ -813,7 +821,10 @@ export interface StagedDeletion {
  * only entries still staged without a journal, look after look, are reported as damage (`error`).
  * When a later look finds them no longer staged (the directory gone or emptied) and no
  * `committed` marker, their ids are returned as `movedBack`: a rollback may have put them back
- * (a delete that finished meanwhile left nothing there, which the reader then finds).
+ * (a delete that finished meanwhile left nothing there, which the reader then finds). Whenever a
+ * journal was found missing, the result is `settled`: the rollback may also have put back
+ * sessions that no look listed staged (moved back before the staging directory was listed), so a
+ * reader that listed the collection before reads it once more, as for a directory gone.
  */
 export async function inspectDeletion(
   fs: FileSystem,
@@ -837,13 +848,15 @@ export async function inspectDeletion(
         error: undefined,
         ids: [],
         movedBack: seen,
+        settled: true,
       };
     }
     if (!("missingJournal" in found)) {
+      if (seen.length === 0) return found;
       const unseen = seen.filter((id) =>
         !found.movedBack.includes(id) && !found.directories.has(id)
       );
-      return unseen.length === 0 ? found : { ...found, movedBack: [...found.movedBack, ...unseen] };
+      return { ...found, movedBack: [...found.movedBack, ...unseen], settled: true };
     }
     // A journal missing while entries were listed: the delete may have finished (or rolled
     // back) between the listing and the read, by another process. Both remove the journal only
@@ -859,6 +872,7 @@ export async function inspectDeletion(
         error: unreadableJournal(staging, found.invalid),
         ids: found.missingJournal,
         movedBack: seen.filter((id) => !found.missingJournal.includes(id)),
+        settled: true,
       };
     }
   }
@@ -918,6 +932,7 @@ async function inspectDeletionOnce(
       error: undefined,
       ids: [],
       movedBack: pending.ids,
+      settled: false,
     };
   }
   const ids = [
@@ -960,6 +975,7 @@ async function inspectDeletionOnce(
     error: undefined,
     ids,
     movedBack,
+    settled: false,
   };
 }
 

@@ -357,6 +357,9 @@ async function candidatesOf(
       settled = true;
       continue;
     }
+    // Its journal was found missing: it settled meanwhile, and its rollback may have moved back
+    // sessions that were no longer staged when its staging directory was listed.
+    if (deletion.settled) settled = true;
     for (const id of deletion.movedBack) movedBack.add(id);
     if (deletion.error !== undefined) {
       const failure = { error: deletion.error, file: join(deletion.dir, DELETE_INTENT_FILE) };
@@ -380,9 +383,10 @@ async function candidatesOf(
     archived.push(...deletion.archived);
   }
   if (settled) {
-    // A delete staging directory of the listing was gone (or held nothing naming its sessions)
-    // when looked at: its delete finished, or rolled back, since the collection was read. What a
-    // rollback moved back is not in that listing: the collection is read once more for it.
+    // A delete staging directory of the listing was gone (or held nothing naming its sessions,
+    // or its journal was gone) when looked at: its delete finished, or rolled back, since the
+    // collection was read. What a rollback moved back is not in that listing: the collection is
+    // read once more for it.
     for (const id of await sessionsOf(fs, collection)) {
       if (!dirs.has(id)) movedBack.add(id);
     }
