@@ -119,3 +119,40 @@ test("migrate --all still skips the backup of a session whose directory is in pl
     assert.equal(out, "No legacy sessions to migrate.\n");
   }
 });
+
+test("sessions verify <legacy id|path> verifies the file in place as verify --all does, writing nothing", async () => {
+  const fs = await legacyStore([user("q"), assistant("a")]);
+  const before = fs.snapshotTree("/");
+  for (const target of [ID, LEGACY]) {
+    const human = await sessions(fs, ["verify", target]);
+    assert.equal(human.code, 0, human.out);
+    assert.equal(human.out, `ok       ${LEGACY} (2 messages)\n`);
+    const json = await sessions(fs, ["verify", target, "--json"]);
+    assert.equal(json.code, 0);
+    const all = await sessions(fs, ["verify", "--all", "--json"]);
+    assert.deepEqual(JSON.parse(json.out), JSON.parse(all.out));
+  }
+  // Damaged: a finding naming the file and the field, exit 1.
+  const bytes = await fs.readFile(LEGACY);
+  const torn = bytes.subarray(0, bytes.length - 5);
+  await fs.writeFile(LEGACY, torn);
+  const damaged = fs.snapshotTree("/");
+  for (const target of [ID, LEGACY]) {
+    const json = await sessions(fs, ["verify", target, "--json"]);
+    assert.equal(json.code, 1, json.out);
+    const [report] = JSON.parse(json.out);
+    assert.equal(report.dir, LEGACY);
+    assert.equal(report.ok, false);
+    assert.equal(report.findings[0].kind, "legacy");
+    assert.equal(report.findings[0].file, LEGACY);
+    assert.match(report.findings[0].message, /messages\[1\]/);
+    const all = await sessions(fs, ["verify", "--all", "--json"]);
+    assert.deepEqual(JSON.parse(json.out), JSON.parse(all.out));
+    const human = await sessions(fs, ["verify", target]);
+    assert.equal(human.code, 1);
+    assert.match(human.out, /^CORRUPT  /);
+  }
+  assert.deepEqual(fs.snapshotTree("/"), damaged, "verify never writes");
+  await fs.writeFile(LEGACY, bytes);
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});

@@ -71,9 +71,10 @@ Prints a page of history: the latest three user rounds, or the three before mess
   verify: `Usage: loop-sessions sessions verify (<id|path> | --all) [--json]
 
 Checks checksums, every message and every metadata rule. Exit code 1 when anything is corrupt.
-Never modifies anything; points at the first bad byte and message. --all verifies every session
-'sessions list --all-workspaces' finds, where the store reads it (also the copy an interrupted
-compaction or delete holds), and legacy version-2 files not migrated yet with the legacy reader;
+Never modifies anything; points at the first bad byte and message. A legacy version-2 file not
+migrated yet is validated in place with the legacy reader, as its migration would validate it.
+--all verifies every session 'sessions list --all-workspaces' finds, where the store reads it
+(also the copy an interrupted compaction or delete holds), legacy files not migrated yet included;
 a link or a file at a session's name, and a file that cannot be read, are reported beside the
 other sessions (exit code 1).`,
   migrate: `Usage: loop-sessions sessions migrate (<path> | --all) [--dry-run] [--json]
@@ -800,18 +801,18 @@ async function verify(io: CliIo, flags: StoreFlags, args: readonly string[]): Pr
     throw new UsageError("sessions verify takes one <id|path> or --all");
   }
   const located = await locate(io, flags, target);
-  if (located.kind === "legacy") {
-    throw new UsageError(
-      `'${located.file}' is a legacy version-2 file; migrate it first, or verify its directory`,
-    );
-  }
-  // Verified where the store reads it; a link planted at the session folder is refused.
-  const dir = await realDirectory(io, located.source);
+  // Verified where the store reads it; a link planted at the session folder is refused. A legacy
+  // file not migrated yet is read in place, as 'verify --all' reads it.
+  const source = located.kind === "legacy"
+    ? { file: located.file }
+    : { dir: await realDirectory(io, located.source) };
   const progress = new Progress(io, "verifying", json);
   let report: VerifyReport;
   try {
     progress.update(0, 1);
-    report = await verifySession(io.fs, dir, { sha256: io.sha256 });
+    report = "file" in source
+      ? await verifyLegacy(io, source.file, false) as VerifyReport
+      : await verifySession(io.fs, source.dir, { sha256: io.sha256 });
   } finally {
     progress.end(); // an error's line never joins the progress line
   }
@@ -917,6 +918,33 @@ async function verifyEverySession(
 }
 
 /**
+ * Verifies the legacy version-2 file `file` in place with the legacy reader, as its migration
+ * would validate it: ok, or one error finding naming the file (kind `legacy`; `read` when it
+ * cannot be read). Undefined, with `skipUnsupported`, for a header of another format or version
+ * (a file the store's listing skips). Reads only.
+ */
+async function verifyLegacy(
+  io: CliIo,
+  file: string,
+  skipUnsupported: boolean,
+): Promise<VerifyReport | undefined> {
+  try {
+    const legacy = await readLegacySession(io.fs, file);
+    return {
+      dir: file,
+      ok: true,
+      meta: undefined,
+      validMessages: legacy.messageCount,
+      findings: [],
+    };
+  } catch (error) {
+    if (skipUnsupported && error instanceof UnsupportedSessionError) return undefined;
+    if (!isReportable(error)) throw error;
+    return failedReport(file, error, error instanceof FsError ? "read" : "legacy");
+  }
+}
+
+/**
  * Verifies session `id` of `collection` where the store finds it (see `lookup`; answered from
  * `listing`, the collection's listing in hand, where it can be); undefined when there is nothing
  * to verify (gone meanwhile, or a legacy file of a format the store skips).
@@ -944,20 +972,7 @@ async function verifyOne(
   if (located.kind === "legacy") {
     // Not listed and no failure: a format the store skips (the listing does not list it).
     if (!found.listed && found.failure === undefined) return undefined;
-    try {
-      const legacy = await readLegacySession(io.fs, located.file);
-      return {
-        dir: located.file,
-        ok: true,
-        meta: undefined,
-        validMessages: legacy.messageCount,
-        findings: [],
-      };
-    } catch (error) {
-      if (error instanceof UnsupportedSessionError) return undefined;
-      if (!isReportable(error)) throw error;
-      return failedReport(located.file, error, error instanceof FsError ? "read" : "legacy");
-    }
+    return await verifyLegacy(io, located.file, true);
   }
   try {
     // Where the store reads it; a link (or a file) at the session's name is refused, never read.
