@@ -1,20 +1,21 @@
-// Listings racing a delete of several sessions that fails before its commit point and rolls back
-// while the listing looks at it: the rollback moves the sessions back one by one and then removes
-// its journal and staging directory, so the listing may see some sessions staged, others already
-// back, and then no journal at all. The delete did not happen: every session is listed, none
-// reported as a failure.
+// Listings racing a delete of several sessions (or of a legacy file) that fails before its commit
+// point and rolls back while the listing looks at it: the rollback moves the sessions back one by
+// one and then removes its journal and staging directory, so the listing may see some sessions
+// staged, others already back, and then no journal at all. The delete did not happen: every
+// session is listed, none reported as a failure.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { FsIoError } from "../src/port/errors.ts";
 import { SessionStore, workspaceHash } from "../mod.ts";
 import { DELETE_PREFIX } from "../src/loop/archive.ts";
-import { conversation, user } from "./_fixtures.ts";
+import { conversation, legacySessionBytes, user } from "./_fixtures.ts";
 import { gate, hookedFs } from "./_hooks.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
 const COLLECTION = `${AGENT}/sessions/${workspaceHash(CWD)}`;
+const LEGACY_ID = "0c7d5a3e-9b1f-4e2a-8c6d-2f4b7a9e1d30";
 
 const MODES = ["list", "listDetailed", "fast listDetailed"] as const;
 type Mode = typeof MODES[number];
@@ -112,6 +113,75 @@ for (const archived of [false, true]) {
       );
       // The delete did not happen: both sessions are listed, with their membership.
       assert.deepEqual(sessions.map((s) => `${s.id} ${s.archived}`).sort(), before);
+    });
+  }
+}
+
+for (const archived of [false, true]) {
+  for (const mode of MODES) {
+    test(`${mode} whose read of ${archived ? "an archived" : "a"} legacy file fails while a delete stages it, the delete rolling back before the listing looks again, lists the session`, async () => {
+      const fs = new MemoryFs();
+      await fs.mkdir(CWD, { recursive: true });
+      const store = new SessionStore({ fs, agentDir: AGENT });
+      const keep = await store.create(CWD);
+      await keep.commit([user("keep")]);
+      await keep.close();
+      const file = `${COLLECTION}/${LEGACY_ID}.jsonl`;
+      await fs.writeFile(file, legacySessionBytes(LEGACY_ID, CWD, conversation(1)));
+      if (archived) await store.archive.set(CWD, [LEGACY_ID], true);
+      const before = (await store.list(CWD)).map((s) => `${s.id} ${s.storage} ${s.archived}`)
+        .sort();
+
+      const atLegacy = gate();
+      const staged = gate();
+      const resume = gate();
+      const settled = gate();
+      let phase = 0;
+      const reader = new SessionStore({
+        fs: hookedFs(fs, {
+          before: async (method, args) => {
+            const path = String(args[0]);
+            if (phase === 0 && path === file) {
+              // The listing read the collection (the file in place) and is about to read the
+              // file: a delete stages it meanwhile, so the read fails with NotFound.
+              phase = 1;
+              atLegacy.open();
+              await staged.wait;
+            } else if (phase === 1 && method === "readDir" && path === COLLECTION) {
+              // The listing looks at the collection again: the delete has rolled back by now,
+              // the file is back at the same path.
+              phase = 2;
+              resume.open();
+              await settled.wait;
+            }
+          },
+        }),
+        agentDir: AGENT,
+      });
+      const deleter = new SessionStore({
+        fs: hookedFs(fs, {
+          before: async (method, args) => {
+            if (method === "open" && String(args[0]).includes("/.committed.")) {
+              staged.open();
+              await resume.wait;
+              throw new FsIoError("EIO", "open", String(args[0]), "injected");
+            }
+          },
+        }),
+        agentDir: AGENT,
+      });
+      const listing = listIn(reader, mode);
+      await atLegacy.wait;
+      const deleting = deleter.archive.delete(CWD, [LEGACY_ID], { archivedOnly: false }).then(
+        () => "resolved",
+        (e) => `rejected ${e.name}`,
+      );
+      assert.equal(await deleting, "rejected FsIoError");
+      settled.open();
+      const sessions = await listing;
+      assert.equal(phase, 2, "the race was staged");
+      // The delete did not happen: the session is listed from its file, as before.
+      assert.deepEqual(sessions.map((s) => `${s.id} ${s.storage} ${s.archived}`).sort(), before);
     });
   }
 }

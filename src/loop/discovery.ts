@@ -647,8 +647,9 @@ async function readCollection(
       // or a compaction meanwhile), looks at the collection again and reads the session where it
       // is now: while each look finds it somewhere else (a compaction moves it from `<id>/` to
       // its previous copy and back), up to `MAX_LOOKS` times. A look that finds it where it was
-      // read gets one more read (a compaction's swap between reading meta.json and the log), and
-      // that read ends it; so does a look that finds nothing.
+      // read gets one more read (a compaction's swap between reading meta.json and the log, or a
+      // legacy file a delete staged and its rollback put back), and that read ends it; so does a
+      // look that finds nothing.
       for (let looks = 0, last = false;; looks++) {
         failure = undefined;
         try {
@@ -662,7 +663,13 @@ async function readCollection(
         if (failure === undefined && !mayHaveMoved(candidate, undefined)) break;
         const again = await lookAgain(fs, collection, candidate, restoredLater);
         if (again === "gone") return undefined; // deleted meanwhile: not listed, not a failure
-        if (again === "same") break;
+        if (again === "same") {
+          // A legacy file that was not found, and is in place again at the same path: a delete
+          // that staged it rolled back meanwhile. It gets one final read, as a directory does.
+          if (candidate.source.kind !== "legacy" || last) break;
+          last = true;
+          continue;
+        }
         last = placeOf(again) === placeOf(candidate);
         candidate = again;
       }
@@ -745,7 +752,8 @@ function placeOf(candidate: Candidate): string {
 /**
  * `candidate`'s session as the collection holds it now: a candidate to read again (its files moved
  * into a delete's or a compaction's staging, or back; the same directory too, since one more read
- * tells a compaction's swap from a real failure), `"same"` for the same legacy file or failure,
+ * tells a compaction's swap from a real failure), `"same"` for the same legacy file (which the
+ * caller reads once more: a delete that staged it may have rolled back) or failure,
  * or `"gone"` when the session is no longer there (a delete committed meanwhile). A session is
  * never lost, or failed, by a listing racing an operation.
  */
