@@ -36,7 +36,7 @@ import {
   writeNewFile,
 } from "../port/durable.ts";
 import { basename, dirname, join } from "../port/path.ts";
-import { SessionFormatError } from "./errors.ts";
+import { SessionError, SessionFormatError } from "./errors.ts";
 import {
   eligibleTitleOf,
   isSessionId,
@@ -277,6 +277,12 @@ interface MessageSink {
 /** The outcome of streaming a legacy file. */
 interface LegacyScan extends LegacySummary {
   readonly roles: MessageRole[];
+  /**
+   * With `until: "prefix"`: how many messages make the longest valid prefix that leaves no tool
+   * call unanswered, and how many message records the file holds in all (its lines after the
+   * header up to the last that is not blank, as the version-2 reader splits them).
+   */
+  readonly prefix?: { readonly kept: number; readonly records: number };
 }
 
 /** How far `scanLegacy` reads a legacy file. */
@@ -284,7 +290,13 @@ type ScanUntil =
   /** Every line: the first thing that is not valid is thrown. */
   | "end"
   /** The header only (and the next line that is not blank, which may invalidate it). */
-  | "header";
+  | "header"
+  /**
+   * The longest valid prefix (validating only): the header must be valid, and a message record
+   * that is not stops the scan instead of throwing; the end-of-history and metadata rules are
+   * left to the caller (see `LegacyScan.prefix`).
+   */
+  | "prefix";
 
 /** Options of `scanLegacy`. */
 interface ScanOptions {
@@ -292,7 +304,7 @@ interface ScanOptions {
   readonly validate: boolean;
   /** Called once the header is read, before any message is parsed. */
   readonly beforeMessages?: (header: SessionHeader) => Promise<void>;
-  /** Receives every message. */
+  /** Receives every message (with `until: "prefix"`, those up to the first invalid record). */
   readonly sink?: MessageSink;
   /** Bytes read at a time. */
   readonly readChunk?: number;
@@ -322,6 +334,17 @@ async function scanLegacy(
     let blankAt: number | undefined;
     /** A last line that parsed only after trimming: valid only if nothing follows it. */
     let trimmedError: SessionFormatError | undefined;
+    /**
+     * The longest prefix of the messages taken so far that leaves no tool call unanswered, and
+     * that prefix before the last message was taken (prefix mode).
+     */
+    let closed = 0;
+    let closedBefore = 0;
+    /** Prefix mode: the first invalid record was found; lines are only counted from then on. */
+    let stopped = false;
+    /** Prefix mode: lines after the header, and that count at the last line not blank. */
+    let linesAfterHeader = 0;
+    let records = 0;
     const roles: MessageRole[] = [];
     const validator = validate ? new MessageValidator({ file: path }) : undefined;
     /** Parses, checks and hands on the message on `text`, the line `chunk[start, end)`. */
@@ -380,6 +403,8 @@ async function scanLegacy(
       }
       sink?.message(message, chunk, start, end, index, text.includes("\uFFFD"));
       index++;
+      closedBefore = closed;
+      if (validator !== undefined && validator.pendingToolCallIds.length === 0) closed = index;
     };
     reading: for (;;) {
       const chunk = await reader.next();
@@ -392,6 +417,7 @@ async function scanLegacy(
         // Each line is decoded alone (a newline is never part of a multi-byte sequence).
         const text = decodeLine(chunk.subarray(byteAt, byteEnd));
         byteAt = byteEnd + 1;
+        if (header !== undefined) linesAfterHeader++;
         if (isBlank(text)) {
           if (header !== undefined && blankAt === undefined) blankAt = index;
           continue;
@@ -417,10 +443,20 @@ async function scanLegacy(
           await options.beforeMessages?.(header);
           continue;
         }
+        records = linesAfterHeader;
+        if (stopped) continue;
         // A header that parsed only after trimming is invalid once a line follows it.
         if (index === 0 && trimmedError !== undefined) throw trimmedError;
         if (until === "header") break reading;
-        takeMessage(text, chunk, lineStart, byteEnd);
+        try {
+          takeMessage(text, chunk, lineStart, byteEnd);
+        } catch (error) {
+          if (until !== "prefix" || !(error instanceof SessionError)) throw error;
+          // The first record that is not valid: the message before it when that one parsed only
+          // after trimming and is not the last, else this one (or the blank line before it).
+          stopped = true;
+          if (error === trimmedError) closed = closedBefore;
+        }
       }
       await sink?.flush();
     }
@@ -429,6 +465,16 @@ async function scanLegacy(
         file: path,
         path: "header",
       });
+    }
+    if (until === "prefix") {
+      return {
+        header,
+        messageCount: index,
+        userMessageCount,
+        fallbackTitle: title,
+        roles,
+        prefix: { kept: closed, records },
+      };
     }
     if (validator !== undefined && until === "end") {
       validator.finish();
@@ -530,6 +576,45 @@ async function readLegacy(
  */
 export async function readLegacyHeader(fs: FileSystem, path: string): Promise<SessionHeader> {
   return (await scanLegacy(fs, path, { validate: true, until: "header" })).header;
+}
+
+/** The longest valid prefix of a legacy version-2 file (`readLegacyPrefix`). */
+export interface LegacyPrefix {
+  /** The header, valid by the legacy reader's rules for its fields (see `readLegacyPrefix`). */
+  readonly header: SessionHeader;
+  /** The longest prefix of valid messages that leaves no tool call unanswered. */
+  readonly messages: readonly Message[];
+  /** The message records the file holds in all, valid or not (as the version-2 reader splits it). */
+  readonly records: number;
+}
+
+/**
+ * The longest valid prefix of the legacy version-2 file at `path`, for a salvage. The header must
+ * be valid as `readLegacySession` reads it (format and version, then its fields; its id is not
+ * compared with the file name, the recorded cwd is not checked, and the metadata arrays are left
+ * to the caller, as the history they refer to is cut). The messages are validated as a migration
+ * validates them (JSON, the version-2 reader's rules for blank lines and trailing whitespace,
+ * each message, its nesting, tool call pairing) up to the first record that is not valid; those
+ * kept are the longest prefix before it that leaves no tool call unanswered. Reads only, never
+ * through a link.
+ *
+ * @throws {UnsupportedSessionError} For a header of another format or version.
+ * @throws {SessionFormatError} For an empty file, or a header that is not valid JSON or has an
+ * invalid field (naming the file and the field), or a path that is not a regular file.
+ */
+export async function readLegacyPrefix(fs: FileSystem, path: string): Promise<LegacyPrefix> {
+  const messages: Message[] = [];
+  const scan = await scanLegacy(fs, path, {
+    validate: true,
+    until: "prefix",
+    sink: {
+      message: (message) => void messages.push(message),
+      flush: () => Promise.resolve(),
+    },
+  });
+  const { kept, records } = scan.prefix as { kept: number; records: number };
+  messages.length = kept;
+  return { header: scan.header, messages, records };
 }
 
 /** The result of `migrateLegacySession`. */

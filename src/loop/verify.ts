@@ -2,7 +2,8 @@
  * Verification and salvage of Loop session directories. `verifySession` checks everything a
  * full open checks (and the round index) and reports every finding with the file, byte offset
  * and message index, without modifying anything. `salvageSession` copies the longest valid
- * prefix of a damaged session into a new session and leaves the original untouched.
+ * prefix of a damaged session (a session directory, or a legacy version-2 file that cannot be
+ * migrated) into a new session and leaves the original untouched.
  *
  * @module
  */
@@ -16,7 +17,7 @@ import {
   entryKind,
   stagedPublish,
 } from "../port/durable.ts";
-import { basename, join } from "../port/path.ts";
+import { basename, join, normalize } from "../port/path.ts";
 import {
   InvalidArgumentError,
   preview,
@@ -63,7 +64,7 @@ import {
 } from "./storage.ts";
 import { ensureCollectionDir, sessionNotADirectory } from "./session_manager.ts";
 import { LineWriter } from "./line_writer.ts";
-import { LEGACY_EXTENSION } from "./legacy.ts";
+import { LEGACY_EXTENSION, readLegacyPrefix } from "./legacy.ts";
 import { stagingSessionId } from "./compaction.ts";
 import { DELETE_PREFIX, inspectDeletion } from "./archive.ts";
 import { jsonNestsDeeper, MAX_MESSAGE_NESTING, refuseDeepMessage } from "./records/_validation.ts";
@@ -605,11 +606,21 @@ async function refuseUsedId(fs: FileSystem, collection: string, id: string): Pro
  * `toCollection`, use `SessionStore.salvage`, which runs this under the collection's lock (a
  * cleanup there would otherwise remove the staging directory).
  *
+ * `dir` may also be a legacy version-2 file (a path ending in `.jsonl`), such as one whose damage
+ * makes its migration fail: its header must be valid by the legacy reader's rules, and its
+ * messages are validated as the migration validates them, up to the first record that is not
+ * valid (see `readLegacyPrefix`; the recorded cwd is not checked). The new session is a
+ * version-3 directory like any other salvage's.
+ *
  * @throws {InvalidArgumentError} When `options.id` is not a session id (a lowercase UUID), before
  * anything is read or written.
  * @throws {SessionFormatError} When `dir` is not a directory itself, or meta.json or
  * messages.jsonl is not a regular file (nothing is read through a link). index.json is never read:
- * one that is not a regular file (a link…) is ignored, and the new session gets its own.
+ * one that is not a regular file (a link…) is ignored, and the new session gets its own. For a
+ * legacy file: when it is not a regular file, is empty, or its header is not valid JSON or has an
+ * invalid field (naming the file and the field).
+ * @throws {UnsupportedSessionError} For a legacy file whose header is of another format or
+ * version.
  * @throws {SessionBusyError} When `toCollection` already uses the id `options.id` in any form: a
  * session directory or anything else at `<id>`, a legacy file `<id>.jsonl`, or a staging or
  * uncommitted delete directory of that session.
@@ -620,16 +631,14 @@ export async function salvageSession(
   options: SalvageOptions,
 ): Promise<SalvageResult> {
   if (options.id !== undefined) checkSalvageId(options.id);
-  // Nothing is read through a link (see `verifySession`).
-  const [irregular] = (await irregularSessionFiles(fs, dir)).errors;
-  if (irregular !== undefined) throw irregular;
-  const meta = await readStorageMeta(fs, dir);
-  const scan = await scanRange(fs, join(dir, MESSAGES_FILE), meta, options.sha256);
-  const kept = scan.closedPrefix;
-  const messages = scan.messages.slice(0, kept);
-  const roles = scan.roles.slice(0, kept);
+  const source = isLegacySalvageSource(dir)
+    ? await legacyPrefix(fs, dir)
+    : await directoryPrefix(fs, dir, options.sha256);
+  const messages = source.messages;
+  const kept = messages.length;
+  const roles = messages.map((message) => message.role);
   const droppedMetadata: string[] = [];
-  const header: Record<string, unknown> = { ...meta.header };
+  const header: Record<string, unknown> = { ...source.header };
   const checks: [string, (value: unknown) => void][] = [
     ["runtimeContexts", (v) => validateRuntimeContexts(v, roles)],
     ["promptTimings", (v) => validatePromptTimings(v, roles)],
@@ -707,7 +716,47 @@ export async function salvageSession(
     dir: target,
     id,
     kept,
-    dropped: Math.max(meta.messageCount, scan.lines) - kept,
+    dropped: source.total - kept,
     droppedMetadata,
   };
+}
+
+/** What a salvage copies: the source's header, the messages it keeps, and how many it holds. */
+interface SalvageSource {
+  readonly header: SessionHeader;
+  /** The longest valid prefix of the messages that leaves no tool call unanswered. */
+  readonly messages: readonly Message[];
+  /** The messages (or message records) of the source in all, valid or not. */
+  readonly total: number;
+}
+
+/** True when `path` names a legacy version-2 file (`….jsonl`), not a session directory. */
+export function isLegacySalvageSource(path: string): boolean {
+  return basename(normalize(path)).endsWith(LEGACY_EXTENSION);
+}
+
+/**
+ * The salvage source of the session directory `dir`: its committed range, never read through a
+ * link (see `verifySession`).
+ */
+async function directoryPrefix(
+  fs: FileSystem,
+  dir: string,
+  sha256: Sha256Factory,
+): Promise<SalvageSource> {
+  const [irregular] = (await irregularSessionFiles(fs, dir)).errors;
+  if (irregular !== undefined) throw irregular;
+  const meta = await readStorageMeta(fs, dir);
+  const scan = await scanRange(fs, join(dir, MESSAGES_FILE), meta, sha256);
+  return {
+    header: meta.header,
+    messages: scan.messages.slice(0, scan.closedPrefix),
+    total: Math.max(meta.messageCount, scan.lines),
+  };
+}
+
+/** The salvage source of the legacy version-2 file `file` (see `readLegacyPrefix`). */
+async function legacyPrefix(fs: FileSystem, file: string): Promise<SalvageSource> {
+  const prefix = await readLegacyPrefix(fs, file);
+  return { header: prefix.header, messages: prefix.messages, total: prefix.records };
 }
