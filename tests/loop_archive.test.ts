@@ -1202,3 +1202,272 @@ test("a crash at any step of recovering a delete whose trace file name is taken 
   });
   assert.ok(points > 5, `${points} crash points`);
 });
+
+/**
+ * The state a rolled-back delete of `sessions` leaves when the host wrote a new trace file of each
+ * while the delete had the old one staged: the sessions back and archived, each new trace in
+ * place, each old one kept in the delete's staging directory.
+ */
+async function keptTraces(sessions: number): Promise<{
+  fs: MemoryFs;
+  store: SessionStore;
+  ids: string[];
+  histories: Message[][];
+  keep: string;
+  kept: string;
+}> {
+  const { fs, store } = await setup();
+  const ids: string[] = [];
+  const histories: Message[][] = [];
+  for (let i = 0; i < sessions; i++) {
+    histories.push(conversation(1, `s${i}`));
+    ids.push((await saved(store, histories[i] as Message[])).id);
+  }
+  const keep = await saved(store, [user("keep")]);
+  for (const id of ids) {
+    await fs.writeFile(`${COLLECTION}/${id}.trace.jsonl`, encoder.encode(`{"old":"${id}"}\n`));
+  }
+  await store.archive.set(CWD, [...ids, keep.id], true);
+  const deleter = new SessionStore({
+    fs: hookedFs(fs, {
+      before: async (method, args) => {
+        if (method === "open" && String(args[0]).includes("/.committed.")) {
+          for (const id of ids) {
+            await fs.writeFile(
+              `${COLLECTION}/${id}.trace.jsonl`,
+              encoder.encode(`{"new":"${id}"}\n`),
+            );
+          }
+          throw new FsIoError("EIO", "open", String(args[0]), "injected");
+        }
+      },
+    }),
+    agentDir: AGENT,
+  });
+  await assert.rejects(deleter.archive.delete(CWD, ids), FsIoError);
+  const kept = (await fs.readDir(COLLECTION)).map((e) => e.name)
+    .filter((name) => name.startsWith(".delete-"));
+  assert.equal(kept.length, 1);
+  return { fs, store, ids, histories, keep: keep.id, kept: `${COLLECTION}/${kept[0]}` };
+}
+
+/** The files of session `id` anywhere in the collection (staging directories too), by content. */
+function filesOf(fs: MemoryFs, id: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [path, node] of Object.entries(collectionTree(fs))) {
+    const name = path.slice(path.lastIndexOf("/") + 1);
+    if (!name.startsWith(`${id}.`) || !node.startsWith("file ")) continue;
+    // `file <mode> <JSON text>`.
+    out[path] = JSON.parse(node.slice(node.indexOf(" ", 5) + 1));
+  }
+  return out;
+}
+
+test("a delete takes along the old trace files a rolled-back delete kept of its sessions: nothing of them comes back", async () => {
+  const { fs, store, ids, keep, kept } = await keptTraces(2);
+  const [s, t] = ids as [string, string];
+  assert.deepEqual(Object.values(filesOf(fs, s)).sort(), [`{"new":"${s}"}\n`, `{"old":"${s}"}\n`]);
+  await store.archive.delete(CWD, [s]);
+  // Gone, with every file of it: the old trace is not waiting anywhere to come back.
+  assert.deepEqual(filesOf(fs, s), {});
+  assert.deepEqual((await store.list(CWD)).map((x) => x.id).sort(), [t, keep].sort());
+  const report = await store.cleanup(CWD);
+  assert.deepEqual(filesOf(fs, s), {}, "the old trace came back");
+  // The other session's old trace stays kept, its new trace in place.
+  assert.deepEqual(report.kept, [kept]);
+  assert.deepEqual(filesOf(fs, t), {
+    [`${t}.trace.jsonl`]: `{"new":"${t}"}\n`,
+    [`${kept.slice(COLLECTION.length + 1)}/${t}.trace.jsonl`]: `{"old":"${t}"}\n`,
+  });
+  await store.archive.delete(CWD, [t]);
+  assert.deepEqual(filesOf(fs, t), {});
+  await store.cleanup(CWD);
+  assert.deepEqual(filesOf(fs, t), {});
+  assert.deepEqual(
+    (await fs.readDir(COLLECTION)).map((e) => e.name).filter((n) => n.startsWith(".delete-")),
+    [],
+  );
+  assert.deepEqual((await store.list(CWD)).map((x) => x.id), [keep]);
+});
+
+test("a delete that took along a kept old trace file and fails keeps the old trace, never over the new one", async () => {
+  const { fs, store, ids, keep } = await keptTraces(1);
+  const s = ids[0] as string;
+  const failing = new SessionStore({
+    fs: hookedFs(fs, {
+      before: (method, args) => {
+        if (method === "open" && String(args[0]).includes("/.committed.")) {
+          throw new FsIoError("EIO", "open", String(args[0]), "injected");
+        }
+      },
+    }),
+    agentDir: AGENT,
+  });
+  await assert.rejects(failing.archive.delete(CWD, [s]), FsIoError);
+  const check = async (label: string) => {
+    const files = filesOf(fs, s);
+    assert.equal(files[`${s}.trace.jsonl`], `{"new":"${s}"}\n`, label);
+    assert.deepEqual(Object.values(files).sort(), [`{"new":"${s}"}\n`, `{"old":"${s}"}\n`], label);
+    assert.deepEqual(
+      Object.fromEntries((await store.list(CWD)).map((x) => [x.id, x.archived])),
+      { [s]: true, [keep]: true },
+      label,
+    );
+  };
+  await check("rolled back");
+  assert.equal((await store.cleanup(CWD)).kept.length, 1);
+  await check("recovered");
+  // Once the new trace is gone, recovery puts the old one back, as for any kept trace.
+  await fs.remove(`${COLLECTION}/${s}.trace.jsonl`);
+  await store.cleanup(CWD);
+  assert.deepEqual(filesOf(fs, s), { [`${s}.trace.jsonl`]: `{"old":"${s}"}\n` });
+  await store.archive.delete(CWD, [s]);
+  await store.cleanup(CWD);
+  assert.deepEqual(filesOf(fs, s), {});
+});
+
+for (const sessions of [1, 2]) {
+  test(`a crash at every step of a delete that takes along a kept old trace file leaves the session present with its traces, or gone with every file of it (${sessions} kept by the earlier delete)`, async () => {
+    const { fs, ids, histories, keep } = await keptTraces(sessions);
+    const s = ids[0] as string;
+    // The other session's traces stay as they are: the new one in place, the old one kept.
+    const other = ids[1];
+    const otherFiles = other === undefined ? {} : filesOf(fs, other);
+    fs.syncAll();
+    const history = histories[0] as Message[];
+    const listedBefore = await listings(fs);
+    const done = fs.clone();
+    await storeOn(done).archive.delete(CWD, [s]);
+    const listedAfter = await listings(done);
+    const traces = [`{"new":"${s}"}\n`, `{"old":"${s}"}\n`];
+    /** Recovery keeps what readers saw; the store stays usable; the other session is untouched. */
+    const afterwards = async (recovered: MemoryFs, present: boolean, label: string) => {
+      for (let round = 0; round < 2; round++) {
+        await storeOn(recovered).cleanup(CWD);
+        const files = filesOf(recovered, s);
+        if (present) {
+          // Both traces, the new one in place; the old one kept aside.
+          assert.equal(files[`${s}.trace.jsonl`], traces[0], label);
+          assert.deepEqual(Object.values(files).sort(), traces, label);
+        } else {
+          assert.deepEqual(files, {}, `${label}: a file of the deleted session is back`);
+        }
+        assert.deepEqual(await listings(recovered, label), present ? listedBefore : listedAfter);
+      }
+      if (present) {
+        await storeOn(recovered).archive.delete(CWD, [s]);
+        await storeOn(recovered).cleanup(CWD);
+        assert.deepEqual(filesOf(recovered, s), {}, label);
+      }
+      if (other !== undefined) {
+        assert.deepEqual(
+          Object.values(filesOf(recovered, other)).sort(),
+          Object.values(otherFiles).sort(),
+          label,
+        );
+        assert.equal(
+          filesOf(recovered, other)[`${other}.trace.jsonl`],
+          `{"new":"${other}"}\n`,
+          label,
+        );
+      }
+      assert.deepEqual(
+        (await storeOn(recovered).list(CWD)).map((x) => x.id).sort(),
+        [keep, ...(other === undefined ? [] : [other])].sort(),
+        label,
+      );
+    };
+    let goneForGood: number | undefined;
+    let goneHere = true;
+    let point = -1;
+    const points = await crashAtEveryOperation({
+      baseline: fs,
+      run: async (run) => {
+        await storeOn(run).archive.delete(CWD, [s]);
+      },
+      check: async (recovered, { resolved, n, seed }) => {
+        const label = `crash after op ${n}, seed ${seed}`;
+        if (n !== point) {
+          if (goneHere && point >= 0) goneForGood ??= point;
+          point = n;
+          goneHere = true;
+        }
+        const present = await checkStrict(recovered, {
+          target: s,
+          history,
+          listedBefore,
+          listedAfter,
+          label,
+        });
+        if (present) goneHere = false;
+        if (resolved) assert.equal(present, false, label);
+        if (goneForGood !== undefined) {
+          assert.equal(present, false, `${label}: back after being gone at op ${goneForGood}`);
+        }
+        await afterwards(recovered, present, label);
+      },
+    });
+    assert.ok(points > 15, `only ${points} crash points`);
+    assert.ok(goneForGood !== undefined, "the delete never committed");
+    // A failure at any step: rolled back (present, as before) or committed (gone, as after).
+    await failAtEveryOperation({
+      baseline: fs,
+      error: "EIO",
+      persistent: false,
+      run: async (run) => {
+        await storeOn(run).archive.delete(CWD, [s]);
+      },
+      check: async (failed, { resolved, n }) => {
+        const label = `EIO at ${n}`;
+        const listed = await listings(failed, label);
+        const present = listed.full.some((x) => x.id === s);
+        assert.deepEqual(listed, present ? listedBefore : listedAfter, label);
+        if (resolved) assert.equal(present, false, label);
+        await afterwards(failed, present, label);
+      },
+    });
+  });
+}
+
+test("a delete journal naming as taken along anything but a companion of its sessions is refused, naming the field, and nothing moves", async () => {
+  const { fs, store } = await setup();
+  const victim = (await saved(store, conversation(1))).id;
+  const other = (await saved(store, conversation(2))).id;
+  for (
+    const [kept, value] of [
+      [[`${other}.trace.jsonl`], `${other}.trace.jsonl`],
+      [[`${victim}.jsonl`], `${victim}.jsonl`],
+      [[`${victim}.a/b`], `${victim}.a/b`],
+      [[victim], victim],
+      [["archive.json"], "archive.json"],
+      [[`${victim}.trace.jsonl`, 7], 7],
+    ] as const
+  ) {
+    const view = fs.clone();
+    const staging = `${COLLECTION}/.delete-00000000-0000-4000-8000-000000000000`;
+    await view.mkdir(staging);
+    await view.mkdir(`${staging}/kept-0`);
+    await view.writeFile(`${staging}/kept-0/x`, encoder.encode("{}\n"));
+    await view.rename(`${COLLECTION}/${victim}`, `${staging}/${victim}`);
+    const intent = {
+      operation: "delete",
+      ids: [victim],
+      entries: [victim],
+      archived: [],
+      membersBefore: [],
+      kept,
+    };
+    await view.writeFile(`${staging}/intent.json`, encoder.encode(JSON.stringify(intent)));
+    const tree = view.snapshotTree(staging);
+    const listed = await storeOn(view).listDetailed(CWD);
+    assert.deepEqual(listed.sessions.map((s) => s.id), [other]);
+    const error = listed.failures[0]?.error;
+    assert.ok(error instanceof CorruptSessionError, String(error));
+    const cause = error.cause;
+    assert.ok(cause instanceof SessionFormatError, String(cause));
+    assert.equal(cause.path, `kept[${kept.length - 1}]`);
+    assert.equal(cause.value, value);
+    assert.deepEqual((await storeOn(view).cleanup(CWD)).kept, [staging]);
+    assert.deepEqual(view.snapshotTree(staging), tree);
+  }
+});

@@ -20,11 +20,11 @@
  * 1. every id must be listed in the collection (for the cwd, when given) and, by default,
  *    archived; a session open for writing is refused (`SessionBusyError` / `SessionLockedError`);
  * 2. a private staging directory `<collection>/.delete-<uuid>` (0700) is created and its journal
- *    `intent.json` (the ids, the entry names in move order, the ids that were archived) is
- *    written durably;
- * 3. kept compaction staging directories, companions, then the legacy backup, then the session
- *    directory are renamed into it — a crash midway never leaves a backup or a previous copy
- *    listed in place of its directory;
+ *    `intent.json` (the ids, the entry names in move order, the ids that were archived, and the
+ *    companions taken along, see below) is written durably;
+ * 3. companions an earlier rolled-back delete kept (below), kept compaction staging directories,
+ *    companions, then the legacy backup, then the session directory are renamed into it — a
+ *    crash midway never leaves a backup or a previous copy listed in place of its directory;
  * 4. the membership change is written, then the `committed` marker (written and fsynced under a
  *    temp name, then renamed in): **the commit point**;
  * 5. the staging directory is fsynced, then the staged entries are removed, the journal last.
@@ -33,7 +33,12 @@
  * membership. A companion whose name exists again in the collection by then (a trace file written
  * since) is not moved over it: it stays in the staging directory, which recovery then keeps and
  * `SessionStore.cleanup` reports as kept, and whose journal no longer restores membership once the
- * rollback restored it (archiving and restoring then work as for any session). A failure after
+ * rollback restored it (archiving and restoring then work as for any session). A later delete of
+ * the session takes such kept companions along (each into a `kept-<n>` directory of its own
+ * staging directory, before its own entries; its rollback puts them back last, into the
+ * collection when their name is free, otherwise keeping them the same way), so none is left to be
+ * moved back once the session is gone; once finished it recovers the staging directories it took
+ * them from, which hold nothing of its sessions any more. A failure after
  * the commit point is reported and never rolled back: the sessions stay gone, and what is still
  * staged is removed by the next recovery. After a crash, the next structural operation in the
  * collection (or `SessionStore.cleanup`) reads the journal: with `committed` it finishes the
@@ -318,6 +323,81 @@ interface DeleteIntent {
   readonly archived: readonly string[];
   /** The whole membership before the delete (its order is restored on rollback). */
   readonly membersBefore: readonly string[];
+  /**
+   * The names of the companions taken along from the staging directories of earlier rolled-back
+   * deletes that kept them (see `keptCompanionsOf`); the i-th is staged as
+   * `<staging>/kept-<i>/<name>`. Missing in journals that took none along.
+   */
+  readonly kept?: readonly string[];
+}
+
+/** The prefix of the subdirectory of a delete's staging directory holding a companion taken along. */
+const KEPT_PREFIX = "kept-";
+
+/** Where the i-th companion taken along waits in a delete's staging directory (relative to it). */
+function keptDir(index: number): string {
+  return `${KEPT_PREFIX}${index}`;
+}
+
+/** The names a delete stages in its staging directory: its entries, then what it took along. */
+function stagedNames(intent: DeleteIntent): string[] {
+  return [...intent.entries, ...(intent.kept ?? []).map((_, i) => keptDir(i))];
+}
+
+/** A companion of a session that a rolled-back delete kept, to be taken along by a new delete. */
+interface KeptCompanion {
+  /** The delete staging directory that keeps it (its name in the collection). */
+  readonly from: string;
+  /** The directory holding it: `from`, or a subdirectory of `from` holding one taken along. */
+  readonly dir: string;
+  /** Its name, in that directory and in the collection. */
+  readonly name: string;
+}
+
+/**
+ * The companions of the sessions `ids` that the staging directories of earlier deletes of
+ * `listing` (the collection's) keep: uncommitted deletes with a readable journal (under the
+ * collection lock, after recovery, rolled back but for companions whose names exist again), whose
+ * journal names them, staged as regular files. A new delete of those sessions takes them along,
+ * so that nothing of a deleted session is left to come back: recovery moves a kept companion back
+ * once its name is free, as it is once the session is deleted.
+ */
+async function keptCompanionsOf(
+  fs: FileSystem,
+  collection: string,
+  listing: readonly DirEntry[],
+  ids: readonly string[],
+): Promise<KeptCompanion[]> {
+  const out: KeptCompanion[] = [];
+  const ours = (name: string) => {
+    const id = sessionIdOfEntry(name);
+    return id !== undefined && ids.includes(id) && isCompanion(name, "file");
+  };
+  const names = listing
+    .filter((entry) => entry.kind === "directory" && entry.name.startsWith(DELETE_PREFIX))
+    .map((entry) => entry.name)
+    .sort();
+  for (const from of names) {
+    const staging = join(collection, from);
+    const staged = await listStaging(fs, staging);
+    if (staged === undefined || isCommitted(staged)) continue;
+    const { intent } = await readIntent(fs, staging);
+    if (intent === undefined) continue;
+    for (const name of intent.entries) {
+      if (!ours(name)) continue;
+      if (staged.some((entry) => entry.name === name && entry.kind === "file")) {
+        out.push({ from, dir: staging, name });
+      }
+    }
+    const kept = intent.kept ?? [];
+    for (let i = 0; i < kept.length; i++) {
+      const name = kept[i] as string;
+      if (!ours(name)) continue;
+      const dir = join(staging, keptDir(i));
+      if (await entryKind(fs, join(dir, name)) === "file") out.push({ from, dir, name });
+    }
+  }
+  return out;
 }
 
 /**
@@ -381,6 +461,8 @@ async function deleteStaged(
       { file: join(collection, id) },
     );
   }
+  // Companions an earlier rolled-back delete kept: taken along, so none comes back afterwards.
+  const adopted = await keptCompanionsOf(fs, collection, listing, ids);
   const directories = new Set(
     listing.filter((entry) => entry.kind === "directory").map((entry) => entry.name),
   );
@@ -401,6 +483,7 @@ async function deleteStaged(
     entries: ids.flatMap((id) => entriesOf(listing, id)),
     archived: ids.filter((id) => members.includes(id)),
     membersBefore: members,
+    ...(adopted.length === 0 ? {} : { kept: adopted.map((companion) => companion.name) }),
   };
   const staging = join(collection, DELETE_PREFIX + globalThis.crypto.randomUUID());
   let committed = false;
@@ -412,9 +495,21 @@ async function deleteStaged(
       join(staging, DELETE_INTENT_FILE),
       encoder.encode(JSON.stringify(intent) + "\n"),
     );
+    // The directories of the kept companions taken along, made durable with the journal: a
+    // companion is never moved into a directory whose own entry a crash could still lose.
+    for (let i = 0; i < adopted.length; i++) {
+      await fs.mkdir(join(staging, keptDir(i)), { mode: PRIVATE_DIR_MODE });
+    }
     if (full) {
       await fs.syncDir(staging);
       await fs.syncDir(collection);
+    }
+    // Kept companions first: the rollback puts them back last, after the session's own
+    // companions, so an old trace never takes the name of the one the session has now.
+    for (let i = 0; i < adopted.length; i++) {
+      const { dir, name } = adopted[i] as KeptCompanion;
+      forgetDurable(fs, join(dir, name));
+      await fs.rename(join(dir, name), join(staging, keptDir(i), name));
     }
     for (const name of intent.entries) {
       forgetDurable(fs, join(collection, name));
@@ -425,8 +520,12 @@ async function deleteStaged(
       // makes a rename's arrival durable with its removal, so syncing the collection first could
       // let a crash between the two leave an entry in neither directory (ext4, xfs and btrfs
       // happen to order it). With staging synced first, each entry is always in one of them:
-      // still in place, or staged, where recovery rolls the uncommitted delete back.
+      // still in place, or staged, where recovery rolls the uncommitted delete back. The same
+      // for a kept companion taken along: its new directory, then the staging directory holding
+      // that, then the directory it left.
+      for (let i = 0; i < adopted.length; i++) await fs.syncDir(join(staging, keptDir(i)));
       await fs.syncDir(staging);
+      for (const dir of new Set(adopted.map((companion) => companion.dir))) await fs.syncDir(dir);
       await fs.syncDir(collection);
     }
     const remaining = members.filter((id) => !ids.includes(id));
@@ -467,7 +566,17 @@ async function deleteStaged(
   } finally {
     if (committed) { for (const lock of locks) lock.forget(); }
   }
-  await finishDeletion(context, collection, staging, intent.entries);
+  await finishDeletion(context, collection, staging, stagedNames(intent));
+  // The staging directories the kept companions were taken from keep nothing of these sessions
+  // any more: recovered now (as the next recovery would), so no journal names them afterwards.
+  // The delete is done: one that cannot be recovered now is left to the next recovery.
+  for (const from of new Set(adopted.map((companion) => companion.from))) {
+    try {
+      await recoverDeletion(context, collection, from);
+    } catch {
+      // Recovery runs again before the next structural operation of the collection.
+    }
+  }
 }
 
 /**
@@ -562,6 +671,21 @@ async function rollBackDeletion(
         `Cannot restore a staged deletion: '${name}' exists again in the collection; the staged copy is kept in '${staging}'`,
         { file: from },
       );
+    }
+    forgetDurable(fs, join(collection, name));
+    await fs.rename(from, join(collection, name));
+    moved = true;
+  }
+  // Companions taken along from an earlier rolled-back delete go back last, as it would put them
+  // back: in place when their name is free, otherwise kept here.
+  const adopted = intent.kept ?? [];
+  for (let i = adopted.length - 1; i >= 0; i--) {
+    const name = adopted[i] as string;
+    const from = join(staging, keptDir(i), name);
+    if (await entryKind(fs, from) === undefined) continue;
+    if (await entryKind(fs, join(collection, name)) !== undefined) {
+      kept = true;
+      continue;
     }
     forgetDurable(fs, join(collection, name));
     await fs.rename(from, join(collection, name));
@@ -686,6 +810,7 @@ const DeleteIntentSchema = v.object({
   entries: v.array(v.string()),
   archived: v.array(JournalSessionId),
   membersBefore: v.array(JournalSessionId),
+  kept: v.optional(v.array(v.string())),
 });
 
 /**
@@ -724,7 +849,7 @@ function parseIntent(bytes: Uint8Array, file: string): DeleteIntent {
     }
     throw invalid(issueDetail(issue), issuePath(issue), issue.input);
   }
-  const { ids, entries, archived, membersBefore } = result.output;
+  const { ids, entries, archived, membersBefore, kept } = result.output;
   // Entry names come back into the collection on rollback: only names of the journal's sessions.
   const ownName = (name: string): boolean =>
     ids.some((id) => name === id || name.startsWith(id + ".") || stagingSessionId(name) === id) &&
@@ -737,7 +862,24 @@ function parseIntent(bytes: Uint8Array, file: string): DeleteIntent {
       entries[foreign],
     );
   }
-  return { operation: "delete", ids, entries, archived, membersBefore };
+  // A companion taken along comes back into the collection too: only a companion of the
+  // journal's sessions.
+  const stray = (kept ?? []).findIndex((name) => {
+    const id = sessionIdOfEntry(name);
+    return id === undefined || !ids.includes(id) || !isCompanion(name, "file") ||
+      name.includes("/");
+  });
+  if (stray !== -1) {
+    throw invalid("not a companion of the journal's sessions", `kept[${stray}]`, kept?.[stray]);
+  }
+  return {
+    operation: "delete",
+    ids,
+    entries,
+    archived,
+    membersBefore,
+    ...(kept === undefined ? {} : { kept }),
+  };
 }
 
 /**
@@ -1057,7 +1199,7 @@ export async function recoverDeletion(
     // The marker may not be durable yet (the delete failed at its directory's fsync): it is made
     // durable before anything staged is removed.
     if (context.durability === "full") await fs.syncDir(staging);
-    await finishDeletion(context, collection, staging, intent.entries);
+    await finishDeletion(context, collection, staging, stagedNames(intent));
     return "finished";
   }
   return await rollBackDeletion(context, collection, staging, intent) ? "restored" : "kept";
