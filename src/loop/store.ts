@@ -404,7 +404,11 @@ export class SessionStore {
    *
    * A writable open refuses a collection that is a symlink (or no directory) with a
    * `SessionFormatError` naming it, before anything (the lock file included) is written; a
-   * read-only open reads through it.
+   * read-only open reads through it, except for a legacy file never migrated: migrating it writes
+   * its directory into the collection, so that open fails as a writable one does (as it fails
+   * with the port's `PermissionDenied` where the collection cannot be written). Such a file is
+   * still listed (`list()` reads it in place), and the CLI's `show`, `history` and `verify` read
+   * it in place.
    */
   async open(path: string, options: OpenSessionOptions = {}): Promise<SessionManager> {
     checkPathArgument("path", path);
