@@ -109,10 +109,12 @@ nothing else already, nothing is rewritten and the committed range is verified i
   salvage: `Usage: loop-sessions sessions salvage <id|path> --to <collection dir> [--json]
 
 Exports the longest valid prefix of a damaged session into a new session under the given
-collection directory. The original is left untouched. The destination must be a collection: the
-sessions root itself, a private directory of the store (a name starting with '.' under
-<data dir>/sessions/, or a .staging-*/.delete-* directory anywhere) and a place inside a session
-directory are refused (exit 1), as a later cleanup, compaction or delete would take them along.`,
+collection directory: a session directory, or a legacy version-2 file not migrated yet (one whose
+damage makes 'sessions migrate' fail). The original is left untouched. The destination must be a
+collection: the sessions root itself, a private directory of the store (a name starting with '.'
+under <data dir>/sessions/, or a .staging-*/.delete-* directory anywhere) and a place inside a
+session directory are refused (exit 1), as a later cleanup, compaction or delete would take them
+along.`,
 };
 
 /** Shared options of the sessions commands. */
@@ -1308,19 +1310,15 @@ async function salvage(io: CliIo, flags: StoreFlags, args: readonly string[]): P
   }
   if (to === "") throw new UsageError("option '--to' needs a non-empty value");
   const located = await locate(io, flags, target);
-  if (located.kind === "legacy") {
-    throw new UsageError(
-      `'${located.file}' is a legacy version-2 file; migrate it first, then salvage its directory`,
-    );
-  }
   // By its collection path: the store reads a copy an interrupted delete or compaction staged
   // where it is, or in place once recovery put it back. A link planted at the session folder is
   // refused; salvage refuses a session file that is not a regular file (never read through a link).
-  const dir = await realDirectory(io, located.dir);
+  // A legacy version-2 file not migrated yet (a damaged one cannot be) is salvaged from itself.
+  const source = located.kind === "legacy" ? located.file : await realDirectory(io, located.dir);
   // Normalized as the store takes it (a trailing slash never reaches a lookup).
   const toCollection = resolve(io.cwd, to);
   // Under the target collection's lock: a cleanup there never meets the copy half built.
-  const result = await storeFor(io, flags).salvage(dir, toCollection);
+  const result = await storeFor(io, flags).salvage(source, toCollection);
   if (parsed.flags.has("json")) printJson(io, result);
   else {
     io.out(

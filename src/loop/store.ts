@@ -79,6 +79,7 @@ import {
   LEGACY_EXTENSION,
   legacySessionId,
   migrateLegacySession,
+  readLegacyHeader,
   STAGING_PREFIX,
 } from "./legacy.ts";
 import {
@@ -101,6 +102,7 @@ import { cleanupCollection, type CleanupReport, recoverLeftovers } from "./maint
 import {
   checkSalvageId,
   irregularSessionFiles,
+  isLegacySalvageSource,
   type SalvageResult,
   salvageSession,
 } from "./verify.ts";
@@ -867,8 +869,9 @@ export class SessionStore {
   }
 
   /**
-   * Copies the longest valid prefix of the session directory `dir` (a damaged session, say) into
-   * a new session of the collection `toCollection` (created if missing): `salvageSession` run
+   * Copies the longest valid prefix of the session directory `dir` (a damaged session, say), or
+   * of a legacy version-2 file `dir` (`….jsonl`, one whose damage makes its migration fail, say),
+   * into a new session of the collection `toCollection` (created if missing): `salvageSession` run
    * under that collection's lock, so a cleanup or another structural change of it, in this
    * process or another, never meets the new session half built. The original is only read.
    *
@@ -884,8 +887,13 @@ export class SessionStore {
    * a private staging or delete directory, or `toCollection` is no collection: the sessions root,
    * a private directory of the store, or a place inside a session (see `#checkSalvageDestination`).
    * @throws {SessionFormatError} When `dir` is not a directory itself, a session file is not a
-   * regular file, or `toCollection` is a link.
-   * @throws {SessionBusyError} When a session `options.id` already exists in `toCollection`.
+   * regular file, or `toCollection` is a link; for a legacy file, when it is not a regular file or
+   * its header cannot be read (naming the file and the field).
+   * @throws {UnsupportedSessionError} For a legacy file whose header is of another format or
+   * version.
+   * @throws {SessionBusyError} When `toCollection` already uses the id `options.id` in any form
+   * (a session directory or anything else at `<id>`, a legacy file `<id>.jsonl`, a staging or
+   * uncommitted delete directory of it; see `salvageSession`).
    */
   async salvage(
     dir: string,
@@ -910,9 +918,14 @@ export class SessionStore {
     // A source that would be refused (a linked file, no readable meta.json) is refused before
     // the collection is made.
     const source = await this.#salvageSource(from);
-    const [irregular] = (await irregularSessionFiles(this.fs, source)).errors;
-    if (irregular !== undefined) throw irregular;
-    await readStorageMeta(this.fs, source, true);
+    if (isLegacySalvageSource(source)) {
+      // A legacy version-2 file: its header must be readable (never through a link).
+      await readLegacyHeader(this.fs, source);
+    } else {
+      const [irregular] = (await irregularSessionFiles(this.fs, source)).errors;
+      if (irregular !== undefined) throw irregular;
+      await readStorageMeta(this.fs, source, true);
+    }
     return await this.#exclusive(
       to,
       // Looked for again once the collection is held: when it is the session's own, its recovery
