@@ -4,7 +4,7 @@
  *
  * @module
  */
-import { FsError, NotFound } from "../port/errors.ts";
+import { FsError, FsIoError, NotADirectory, NotFound } from "../port/errors.ts";
 import type { DirEntry } from "../port/fs.ts";
 import { basename, dirname, join, normalize, resolve } from "../port/path.ts";
 import {
@@ -155,15 +155,45 @@ async function exists(io: CliIo, path: string): Promise<boolean> {
   return (await entryKind(io.fs, path)) !== undefined;
 }
 
-/** The collection directories under `<agentDir>/sessions`. */
-async function collections(io: CliIo, agentDir: string): Promise<string[]> {
+/**
+ * The collection directories under `<agentDir>/sessions`. With `throughLinks` (the commands that
+ * read, and the lookup of an id), a collection that is a link to a directory is one too, as the
+ * store's listings read through it; a command that writes into every collection leaves it out, as
+ * the store refuses it for writing. A dangling link, a link loop or a link to anything but a
+ * directory is no collection.
+ */
+async function collections(
+  io: CliIo,
+  agentDir: string,
+  throughLinks: boolean,
+): Promise<string[]> {
   const root = join(agentDir, "sessions");
+  let entries: DirEntry[];
   try {
-    return (await io.fs.readDir(root))
-      .filter((e) => e.kind === "directory" && !e.name.startsWith("."))
-      .map((e) => join(root, e.name));
+    entries = await io.fs.readDir(root);
   } catch (error) {
     if (error instanceof NotFound) return [];
+    throw error;
+  }
+  const found: string[] = [];
+  for (const entry of entries) {
+    if (entry.name.startsWith(".")) continue;
+    const path = join(root, entry.name);
+    if (entry.kind === "directory") found.push(path);
+    else if (entry.kind === "symlink" && throughLinks && await linksToDirectory(io, path)) {
+      found.push(path);
+    }
+  }
+  return found;
+}
+
+/** True when the link at `path` leads to a directory (false when dangling or a loop). */
+async function linksToDirectory(io: CliIo, path: string): Promise<boolean> {
+  try {
+    return (await io.fs.stat(path)).kind === "directory";
+  } catch (error) {
+    const loop = error instanceof FsIoError && error.code === "ELOOP";
+    if (error instanceof NotFound || error instanceof NotADirectory || loop) return false;
     throw error;
   }
 }
@@ -410,7 +440,7 @@ async function locateTarget(
     throw new UsageError(`'${target}' is neither a session id (a lowercase UUID) nor a path`);
   }
   const found: (Lookup & { readonly located: Located })[] = [];
-  for (const collection of within ?? await collections(io, flags.agentDir)) {
+  for (const collection of within ?? await collections(io, flags.agentDir, true)) {
     const result = await lookup(io, context, collection, target);
     if (result.located !== undefined) found.push({ ...result, located: result.located });
   }
@@ -569,7 +599,7 @@ async function list(io: CliIo, flags: StoreFlags, args: readonly string[]): Prom
     for (const f of result.failures) failures.push({ path: f.path, error: f.error.message });
   };
   if (parsed.flags.has("all-workspaces")) {
-    for (const collection of await collections(io, flags.agentDir)) {
+    for (const collection of await collections(io, flags.agentDir, true)) {
       add(await store.listDetailed(undefined, collection, options));
     }
   } else if (parsed.values.has("dir")) {
@@ -873,7 +903,7 @@ async function verifyEverySession(
   const context = store.context;
   const reports: VerifyReport[] = [];
   const targets: { collection: string; id: string; listing: CollectionListing }[] = [];
-  for (const collection of await collections(io, flags.agentDir)) {
+  for (const collection of await collections(io, flags.agentDir, true)) {
     const ids = new Set<string>();
     let listing: CollectionListing;
     try {
@@ -995,7 +1025,7 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
   const files: { path: string; published: boolean }[] = [];
   if (parsed.flags.has("all")) {
     if (parsed.positionals.length > 0) throw new UsageError("pass either <path> or --all");
-    for (const collection of await collections(io, flags.agentDir)) {
+    for (const collection of await collections(io, flags.agentDir, false)) {
       for (const entry of await io.fs.readDir(collection)) {
         if (entry.kind !== "file" || legacySessionId(entry.name) === undefined) continue;
         const id = legacySessionId(entry.name) as string;

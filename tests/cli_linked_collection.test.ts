@@ -1,0 +1,127 @@
+// A collection under `<data dir>/sessions/` that is a link to a directory: the read-only commands
+// read through it, as the library's listings do (`sessions list` by cwd lists it), and the
+// commands that write into a collection keep refusing it, as the store refuses it for writing.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs } from "../adapters/memory.ts";
+import { runCli } from "../src/cli/main.ts";
+import { memoryIo } from "./_cli_io.ts";
+import { SessionStore, workspaceHash } from "../src/loop/store.ts";
+import { conversation } from "./_fixtures.ts";
+
+const CWD = "/work/project";
+const OTHER = "/work/other";
+const AGENT = "/home/user/.loop";
+const ROOT = `${AGENT}/sessions`;
+
+/** Runs `sessions args` on `fs`; returns its exit code, stdout and stderr. */
+async function sessions(
+  fs: MemoryFs,
+  args: string[],
+): Promise<{ code: number; out: string; err: string }> {
+  const { io, out } = memoryIo(fs, CWD, Date.parse("2026-03-01T00:00:00Z"));
+  let err = "";
+  const code = await runCli(["--data-dir", AGENT, "sessions", ...args], {
+    ...io,
+    err: (text) => void (err += text),
+  });
+  return { code, out: out(), err };
+}
+
+/** A session of `cwd`'s collection, moved elsewhere and linked back; and one in a real one. */
+async function linkedStore(): Promise<{ fs: MemoryFs; linked: string; real: string }> {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  await fs.mkdir(OTHER, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const ids: string[] = [];
+  for (const cwd of [CWD, OTHER]) {
+    const session = await store.create(cwd);
+    await session.commit(conversation(1, cwd));
+    await session.close();
+    ids.push(session.id);
+  }
+  // The collection lives on another disk, say, linked into the store.
+  const collection = `${ROOT}/${workspaceHash(CWD)}`;
+  await fs.mkdir("/disk2", { recursive: true });
+  await fs.rename(collection, "/disk2/collection");
+  await fs.symlink("/disk2/collection", collection);
+  // Neither a dangling link, a link loop nor a link to a file is a collection.
+  await fs.symlink("/nowhere", `${ROOT}/dangling`);
+  await fs.symlink(`${ROOT}/loop`, `${ROOT}/loop`);
+  await fs.writeFile("/disk2/file", new Uint8Array([1]));
+  await fs.symlink("/disk2/file", `${ROOT}/to-a-file`);
+  fs.syncAll();
+  return { fs, linked: ids[0]!, real: ids[1]! };
+}
+
+test("read-only commands read a linked collection as the library's listing does", async () => {
+  const { fs, linked, real } = await linkedStore();
+  const byCwd = await sessions(fs, ["list", "--json"]);
+  assert.equal(byCwd.code, 0, byCwd.err);
+  assert.deepEqual(
+    JSON.parse(byCwd.out).sessions.map((s: { id: string }) => s.id),
+    [linked],
+  );
+  const all = await sessions(fs, ["list", "--all-workspaces", "--json"]);
+  assert.equal(all.code, 0, all.err);
+  assert.deepEqual(
+    JSON.parse(all.out).sessions.map((s: { id: string }) => s.id).sort(),
+    [linked, real].sort(),
+  );
+  assert.deepEqual(JSON.parse(all.out).failures, []);
+  const show = await sessions(fs, ["show", linked, "--json"]);
+  assert.equal(show.code, 0, show.err);
+  assert.match(show.out, new RegExp(linked));
+  const history = await sessions(fs, ["history", linked]);
+  assert.equal(history.code, 0, history.err);
+  assert.notEqual(history.out, "");
+  const verify = await sessions(fs, ["verify", linked]);
+  assert.equal(verify.code, 0, verify.err);
+  const verifyAll = await sessions(fs, ["verify", "--all", "--json"]);
+  assert.equal(verifyAll.code, 0, verifyAll.err);
+  const reports = JSON.parse(verifyAll.out) as { dir: string; ok: boolean }[];
+  assert.equal(reports.length, 2, verifyAll.out);
+  assert.ok(reports.every((r) => r.ok), verifyAll.out);
+  assert.ok(reports.some((r) => r.dir.endsWith(linked)), verifyAll.out);
+});
+
+test("writing commands keep refusing a linked collection, by id as by path, changing nothing", async () => {
+  const { fs, linked } = await linkedStore();
+  const before = fs.clone();
+  const collection = `${ROOT}/${workspaceHash(CWD)}`;
+  const notInStore = /^usage error: '.*' is not in a collection of the store/;
+  for (const target of [linked, `${collection}/${linked}`]) {
+    for (
+      const args of [
+        ["archive", target],
+        ["restore", target],
+        ["delete", "--include-unarchived", target],
+      ]
+    ) {
+      const result = await sessions(fs, args);
+      assert.equal(result.code, 2, `${args.join(" ")}: ${result.out}`);
+      assert.match(result.err, notInStore, args.join(" "));
+    }
+    const compacted = await sessions(fs, ["compact", target]);
+    assert.equal(compacted.code, 1, compacted.out);
+    assert.match(
+      compacted.err,
+      /^error: Session collection path is not a directory \(symlinks are refused\)/,
+    );
+  }
+  const salvaged = await sessions(fs, [
+    "salvage",
+    `/disk2/collection/${linked}`,
+    "--to",
+    collection,
+  ]);
+  assert.equal(salvaged.code, 1, salvaged.out);
+  assert.match(
+    salvaged.err,
+    /^error: Session collection path is not a directory \(symlinks are refused\)/,
+  );
+  const migrated = await sessions(fs, ["migrate", "--all"]);
+  assert.equal(migrated.code, 0, migrated.err);
+  assert.deepEqual(fs.snapshotTree(), before.snapshotTree());
+});
