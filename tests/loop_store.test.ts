@@ -2091,6 +2091,26 @@ test("a retried save never moves updatedAt backwards", async () => {
   assert.equal(session.getHeader().updatedAt, modelTime);
 });
 
+test("a save sets updatedAt to its own time, even when the stored one is later (a clock stepped back)", async () => {
+  const { store, now } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(1);
+  now.t += 60_000;
+  await session.commit(history);
+  const ahead = session.getHeader().updatedAt;
+  now.t -= 30_000; // the clock is stepped back: the stored time is now in the future
+  await session.commit([...history, user("q"), assistant("a")]);
+  assert.equal(session.getHeader().updatedAt, new Date(now.t).toISOString());
+  assert.ok(session.getHeader().updatedAt < ahead);
+  now.t -= 1_000;
+  await session.append([user("r")]);
+  assert.equal(session.getHeader().updatedAt, new Date(now.t).toISOString());
+  await session.close();
+  const reopened = await store.open(session.getSessionPath(), { readOnly: true });
+  assert.equal(reopened.getHeader().updatedAt, new Date(now.t).toISOString());
+  await reopened.close();
+});
+
 test("setPermissionPreset() validates and stores the preset; metadata writes fix every file's mode", async () => {
   const { fs, store } = await setup();
   const session = await savedSession(store);

@@ -337,6 +337,13 @@ interface PreparedCommit {
   readonly title: SessionTitle | null;
   /** The index of the first message this attempt serialized (the ones before it were saved). */
   readonly first: number;
+  /**
+   * True for `flush()`'s retry of a pending save: its `updatedAt` is the time of the save it
+   * retries, which must not move the header's back past a later write (a model set meanwhile).
+   * Any other save sets `updatedAt` to its own time, as the format's rules say, even when the
+   * stored one is later (a clock stepped back).
+   */
+  readonly retry?: boolean;
 }
 
 /**
@@ -856,7 +863,11 @@ export class SessionManager {
       // A pending save is what a write attempt failed to save, so it is written, even on a new
       // session and without a user round (a draft otherwise): a batch that created the session's
       // files and then left no round (a history emptied, say) is saved, as those saves one by one.
-      await this.#apply(prepared.kind === "draft" ? { ...prepared, kind: "replace" } : prepared);
+      await this.#apply({
+        ...prepared,
+        kind: prepared.kind === "draft" ? "replace" : prepared.kind,
+        retry: true,
+      });
     });
   }
 
@@ -1276,7 +1287,9 @@ export class SessionManager {
         prepared.promptTimings,
         prepared.context,
       ),
-      updatedAt: laterTime(prepared.updatedAt, header.updatedAt),
+      updatedAt: prepared.retry === true
+        ? laterTime(prepared.updatedAt, header.updatedAt)
+        : prepared.updatedAt,
       unread: prepared.unread,
     } as SessionHeader;
   }
@@ -2356,7 +2369,10 @@ function notAnArray(messages: unknown, file: string): SessionFormatError {
   });
 }
 
-/** The later of two ISO times (a retried save never moves `updatedAt` backwards). */
+/**
+ * The later of two ISO times: a retried save never moves `updatedAt` backwards, and a batch takes
+ * the time of its latest save.
+ */
 function laterTime(candidate: string, current: string): string {
   const existing = Date.parse(current);
   return Number.isFinite(existing) && existing > Date.parse(candidate) ? current : candidate;
