@@ -35,6 +35,8 @@ import type {
   RemoveOptions,
   WriteFileOptions,
 } from "../src/port/fs.ts";
+import { constants as nodeConstants } from "node:fs";
+import { open as openNode } from "node:fs/promises";
 import type { FsError } from "../src/port/errors.ts";
 import { IsADirectory, NotADirectory, NotEmpty } from "../src/port/errors.ts";
 import type { Sha256Factory } from "../src/port/sha256.ts";
@@ -235,6 +237,56 @@ class DenoFileHandle implements FileHandle {
   }
 }
 
+/** A directory opened by `openDirectory`: fsync and close. */
+interface SyncableDirectory {
+  sync(): Promise<void>;
+  close(): Promise<void>;
+}
+
+/**
+ * Read-only, refusing anything but a directory in the open itself (`ENOTDIR`), never waiting on a
+ * FIFO: for `openDirectory` where a trailing slash makes the path too long. Undefined where the
+ * platform lacks the flags (Windows, which has no FIFO at a path).
+ */
+const DIRECTORY_READ: number | undefined =
+  typeof nodeConstants.O_DIRECTORY === "number" && typeof nodeConstants.O_NONBLOCK === "number"
+    ? nodeConstants.O_RDONLY | nodeConstants.O_DIRECTORY | nodeConstants.O_NONBLOCK
+    : undefined;
+
+/**
+ * Opens `path` for `syncDir`, refusing anything but a directory (`NotADirectory`, or the open's
+ * ENOTDIR) without ever opening a FIFO, which a read-only open would wait on for a writer (a
+ * directory swapped for one after a stat included). `Deno.open` cannot pass `O_DIRECTORY`, so the
+ * path is opened with a trailing slash, which makes the open itself refuse a non-directory; where
+ * that is too long (a path of 4095 bytes, with Linux's PATH_MAX of 4096 counting the NUL), it is
+ * opened through Deno's Node layer with `O_DIRECTORY | O_NONBLOCK`; where the platform lacks those
+ * (Windows), as given after a stat finds a directory, and the handle is checked again.
+ */
+async function openDirectory(path: string): Promise<SyncableDirectory> {
+  const denoDirectory = (file: Deno.FsFile): SyncableDirectory => ({
+    sync: () => file.sync(),
+    close: () => Promise.resolve(file.close()),
+  });
+  try {
+    return denoDirectory(await Deno.open(path.endsWith("/") ? path : `${path}/`, { read: true }));
+  } catch (error) {
+    if (denoCode(error) !== "ENAMETOOLONG" || path.endsWith("/")) throw error;
+  }
+  if (DIRECTORY_READ !== undefined) {
+    const handle = await openNode(path, DIRECTORY_READ);
+    return { sync: () => handle.sync(), close: () => handle.close() };
+  }
+  if (!(await Deno.stat(path)).isDirectory) throw new NotADirectory("fsync", path);
+  const file = await Deno.open(path, { read: true });
+  try {
+    if (!(await file.stat()).isDirectory) throw new NotADirectory("fsync", path);
+  } catch (error) {
+    file.close();
+    throw error;
+  }
+  return denoDirectory(file);
+}
+
 class DenoFileSystem implements FileSystem {
   /**
    * See `FileSystem.readFileNoFollow`. `Deno.open` cannot refuse a final symlink, so this one
@@ -413,26 +465,21 @@ class DenoFileSystem implements FileSystem {
     return call("fsync", path, async () => {
       // Deno refuses a NUL byte with EINVAL, which would pass for a platform's refusal below.
       refuseNul("fsync", path);
-      // Deno.open cannot pass O_DIRECTORY, and a trailing slash (which would refuse a
-      // non-directory in the open itself) makes a directory whose path is 4095 bytes too long to
-      // open. The kind is checked before the open (a FIFO would block it) and on the handle.
-      if (!(await Deno.stat(path)).isDirectory) throw new NotADirectory("fsync", path);
-      let dir: Deno.FsFile;
+      let dir: SyncableDirectory;
       try {
-        dir = await Deno.open(path, { read: true });
+        dir = await openDirectory(path);
       } catch (error) {
         const code = codeOf(error);
         if (code !== undefined && DIR_SYNC_REFUSALS.has(code)) return;
         throw error;
       }
       try {
-        if (!(await dir.stat()).isDirectory) throw new NotADirectory("fsync", path);
         await dir.sync();
       } catch (error) {
         const code = codeOf(error);
         if (code === undefined || !DIR_SYNC_REFUSALS.has(code)) throw error;
       } finally {
-        dir.close();
+        await dir.close();
       }
     });
   }
