@@ -16,7 +16,12 @@ import { SessionNotArchivedError } from "../src/loop/archive.ts";
 import type { SessionInfo } from "../src/loop/discovery.ts";
 import type { ProcessProbe } from "../src/loop/lock.ts";
 import type { Message } from "../src/loop/records/mod.ts";
-import { crashAtEveryOperation, failAtEveryOperation } from "./_crash.ts";
+import {
+  crashAtEveryOperation,
+  failAtEveryOperation,
+  repeatsEarlierCrashState,
+  SEEDS,
+} from "./_crash.ts";
 import { assistant, conversation, legacySessionBytes, user } from "./_fixtures.ts";
 import { hookedFs, withoutNoFollow } from "./_hooks.ts";
 
@@ -1469,5 +1474,134 @@ test("a delete journal naming as taken along anything but a companion of its ses
     assert.equal(cause.value, value);
     assert.deepEqual((await storeOn(view).cleanup(CWD)).kept, [staging]);
     assert.deepEqual(view.snapshotTree(staging), tree);
+  }
+});
+
+/** The delete staging directories of the collection that hold no journal, with what they hold. */
+async function journalLess(fs: MemoryFs): Promise<string[]> {
+  const out: string[] = [];
+  for (const entry of await fs.readDir(COLLECTION)) {
+    if (!entry.name.startsWith(".delete-")) continue;
+    const inside = (await fs.readDir(`${COLLECTION}/${entry.name}`)).map((e) => e.name);
+    if (!inside.includes("intent.json")) out.push(`${entry.name}: [${inside.join(", ")}]`);
+  }
+  return out;
+}
+
+test("a rolled-back delete that took along a kept old trace file leaves no staging directory without its journal, even when its last removal fails", async () => {
+  const { fs, store, ids, kept } = await keptTraces(1);
+  const s = ids[0] as string;
+  const ours = (path: string) => /\/\.delete-[^/]+$/.test(path) && path !== kept;
+  let failedRemove = false;
+  const failing = new SessionStore({
+    fs: hookedFs(fs, {
+      before: (method, args) => {
+        const path = String(args[0]);
+        if (method === "rename" && String(args[1]).includes("/kept-0/")) {
+          throw new FsIoError("EIO", "rename", path, "injected");
+        }
+        if (method === "remove" && ours(path) && !failedRemove) {
+          failedRemove = true;
+          throw new FsIoError("EIO", "remove", path, "injected");
+        }
+      },
+    }),
+    agentDir: AGENT,
+  });
+  await assert.rejects(failing.archive.delete(CWD, [s]), FsIoError);
+  for (let round = 0; round < 2; round++) {
+    const report = await store.cleanup(CWD);
+    assert.deepEqual(report.kept, [kept], `round ${round}`);
+    assert.deepEqual(await journalLess(fs), [], `round ${round}`);
+  }
+  assert.deepEqual(Object.values(filesOf(fs, s)).sort(), [`{"new":"${s}"}\n`, `{"old":"${s}"}\n`]);
+});
+
+test("a delete staging directory holding only empty kept-<n> directories and no journal is nothing staged: listed past, removed by recovery", async () => {
+  const { fs, store } = await setup();
+  const id = (await saved(store, conversation(1))).id;
+  const staging = `${COLLECTION}/.delete-00000000-0000-4000-8000-000000000000`;
+  await fs.mkdir(`${staging}/kept-0`, { recursive: true });
+  await fs.mkdir(`${staging}/kept-1`);
+  const tree = fs.snapshotTree("/");
+  const counting = hookedFs(fs, {
+    before: (method, args) => {
+      if (method === "readDir" && String(args[0]) === staging) looks++;
+    },
+  });
+  let looks = 0;
+  const listed = await new SessionStore({ fs: counting, agentDir: AGENT }).listDetailed(CWD);
+  assert.deepEqual(listed.sessions.map((x) => x.id), [id]);
+  assert.deepEqual(listed.failures, []);
+  // Looked at as a staging directory staging nothing: once per look of the listing, not three.
+  assert.ok(looks <= 2, `${looks} looks`);
+  assert.deepEqual(fs.snapshotTree("/"), tree);
+  const report = await store.cleanup(CWD);
+  assert.deepEqual(report.kept, []);
+  assert.deepEqual(report.removed, [staging]);
+  assert.deepEqual(await journalLess(fs), []);
+  // A kept-<n> that holds something is still staged content: kept and reported.
+  await fs.mkdir(`${staging}/kept-0`, { recursive: true });
+  await fs.writeFile(`${staging}/kept-0/${id}.trace.jsonl`, encoder.encode("{}\n"));
+  assert.deepEqual((await store.cleanup(CWD)).kept, [staging]);
+});
+
+test("a crash at every step of recovering a crashed delete that took along a kept old trace file leaves no staging directory without its journal", async () => {
+  const { fs, ids, keep } = await keptTraces(1);
+  const s = ids[0] as string;
+  fs.syncAll();
+  const listedBefore = await listings(fs);
+  // The delete crashed at each step before its commit marker, with kept-0/ staged.
+  const states = new Map<string, MemoryFs>();
+  for (let n = 0;; n++) {
+    const run = fs.clone();
+    run.crashAfter(n);
+    await storeOn(run).archive.delete(CWD, [s]).catch((error) => {
+      if (!run.crashTriggered) throw error;
+    });
+    if (!run.crashTriggered) break;
+    if (repeatsEarlierCrashState(run, n)) continue;
+    for (const seed of SEEDS) {
+      const crashed = run.crash(seed);
+      const tree = crashed.snapshotTree(COLLECTION);
+      if (Object.keys(tree).some((p) => p.endsWith("/committed"))) continue;
+      if (!Object.keys(tree).some((p) => /\/kept-0$/.test(p))) continue;
+      states.set(JSON.stringify(tree), crashed);
+    }
+  }
+  assert.ok(states.size > 3, `only ${states.size} states`);
+  for (const staged of states.values()) {
+    await crashAtEveryOperation({
+      baseline: staged,
+      run: async (run) => {
+        await storeOn(run).cleanup(CWD);
+      },
+      check: async (recovered, { n, seed }) => {
+        const label = `recovery crashed after op ${n}, seed ${seed}`;
+        assert.deepEqual(await listings(recovered, label), listedBefore, label);
+        for (let round = 0; round < 2; round++) {
+          const report = await storeOn(recovered).cleanup(CWD);
+          assert.deepEqual(await journalLess(recovered), [], label);
+          assert.equal(report.kept.length, 1, `${label}: ${report.kept}`);
+          assert.deepEqual(
+            (await storeOn(recovered).listDetailed(CWD)).failures,
+            [],
+            label,
+          );
+        }
+        const files = filesOf(recovered, s);
+        assert.equal(files[`${s}.trace.jsonl`], `{"new":"${s}"}\n`, label);
+        assert.deepEqual(
+          Object.values(files).sort(),
+          [`{"new":"${s}"}\n`, `{"old":"${s}"}\n`],
+          label,
+        );
+        assert.deepEqual(
+          (await storeOn(recovered).list(CWD)).map((x) => x.id).sort(),
+          [s, keep].sort(),
+          label,
+        );
+      },
+    });
   }
 });

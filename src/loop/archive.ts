@@ -339,6 +339,34 @@ function keptDir(index: number): string {
   return `${KEPT_PREFIX}${index}`;
 }
 
+/** True for the name of a directory a delete stages a companion taken along in (`kept-<n>`). */
+function isKeptDirName(name: string): boolean {
+  return /^kept-(0|[1-9][0-9]*)$/.test(name);
+}
+
+/**
+ * `entries` (of the listing of the delete staging directory `staging`) less its empty `kept-<n>`
+ * directories: such a directory stages nothing (a delete makes it before moving a companion in,
+ * and its rollback empties it before removing it, then the journal), so a staging directory
+ * holding only those and no journal is one that staged nothing, or whose rollback was interrupted
+ * at its end: it is removed as such, never reported as a delete whose journal is missing.
+ */
+async function withoutEmptyKeptDirs(
+  fs: FileSystem,
+  staging: string,
+  entries: readonly DirEntry[],
+): Promise<DirEntry[]> {
+  const out: DirEntry[] = [];
+  for (const entry of entries) {
+    if (entry.kind === "directory" && isKeptDirName(entry.name)) {
+      const inside = await listStaging(fs, join(staging, entry.name));
+      if (inside === undefined || inside.length === 0) continue;
+    }
+    out.push(entry);
+  }
+  return out;
+}
+
 /** The names a delete stages in its staging directory: its entries, then what it took along. */
 function stagedNames(intent: DeleteIntent): string[] {
   return [...intent.entries, ...(intent.kept ?? []).map((_, i) => keptDir(i))];
@@ -620,7 +648,8 @@ function isCompanion(name: string, kind: string): boolean {
  * for every reader from then on: membership belongs to archive.json again, and a restore the user
  * makes later is not undone by a journal still naming the ids. Such a rollback returns false and
  * leaves the staging directory for `cleanup` to report as kept; a later recovery, once the name
- * is free, moves the companion back and removes the staging directory.
+ * is free, moves the companion back and removes the staging directory. A `kept-<n>` directory
+ * holding anything but its companion stays, and the staging directory is kept the same way.
  *
  * Every crash state stays correct: until the journal is replaced, it restores membership (to
  * readers, and to the next recovery, which rolls back the same way); once it is replaced,
@@ -679,17 +708,28 @@ async function rollBackDeletion(
   // Companions taken along from an earlier rolled-back delete go back last, as it would put them
   // back: in place when their name is free, otherwise kept here.
   const adopted = intent.kept ?? [];
+  /** The `kept-<n>` directories emptied: removed before the journal (see below). */
+  const emptied: string[] = [];
   for (let i = adopted.length - 1; i >= 0; i--) {
     const name = adopted[i] as string;
-    const from = join(staging, keptDir(i), name);
-    if (await entryKind(fs, from) === undefined) continue;
-    if (await entryKind(fs, join(collection, name)) !== undefined) {
+    const dir = join(staging, keptDir(i));
+    if (await entryKind(fs, dir) === undefined) continue;
+    const from = join(dir, name);
+    if (await entryKind(fs, from) !== undefined) {
+      if (await entryKind(fs, join(collection, name)) !== undefined) {
+        kept = true;
+        continue;
+      }
+      forgetDurable(fs, join(collection, name));
+      await fs.rename(from, join(collection, name));
+      moved = true;
+    }
+    // Anything else in it is not the delete's: it stays, with the staging directory (kept).
+    if ((await listStaging(fs, dir) ?? []).length > 0) {
       kept = true;
       continue;
     }
-    forgetDurable(fs, join(collection, name));
-    await fs.rename(from, join(collection, name));
-    moved = true;
+    emptied.push(dir);
   }
   if (moved && full) await fs.syncDir(collection);
   if (intent.archived.length > 0) {
@@ -716,6 +756,17 @@ async function rollBackDeletion(
     }
     return false;
   }
+  // The emptied kept-<n> directories go before the journal (durably, under "full": nothing else
+  // orders removals in one directory): a staging directory never outlives its journal holding
+  // anything but what recovery and readers count as nothing staged.
+  for (const dir of emptied) {
+    try {
+      await fs.remove(dir);
+    } catch (error) {
+      if (!(error instanceof NotFound)) throw error;
+    }
+  }
+  if (emptied.length > 0 && full) await fs.syncDir(staging);
   await removeStagingDir(context, staging, [], false);
   if (full) await fs.syncDir(collection);
   return true;
@@ -1057,8 +1108,9 @@ async function inspectDeletionOnce(
   const listing = await listStaging(fs, staging);
   if (listing === undefined) return "unstaged";
   if (isCommitted(listing)) return "committed";
-  // The journal and a marker still under its temp name (never committed) are not staged entries.
-  const staged = stagedEntries(listing);
+  // The journal, a marker still under its temp name (never committed) and an empty kept-<n>
+  // directory are not staged entries.
+  const staged = await withoutEmptyKeptDirs(fs, staging, stagedEntries(listing));
   if (staged.length === 0) {
     // Nothing staged (yet, or any more: a rollback moved everything back): the membership its
     // rollback restores still counts, and its sessions are where they were, or back there.
@@ -1184,9 +1236,14 @@ export async function recoverDeletion(
   // done, nor finishes one they saw not happen.
   const committed = isCommitted(listing);
   if (intent === undefined) {
-    const staged = listing.filter((entry) =>
-      entry.name !== DELETE_INTENT_FILE && entry.name !== DELETE_COMMITTED_FILE &&
-      !isTempName(entry.name)
+    // An empty kept-<n> directory stages nothing (see `withoutEmptyKeptDirs`).
+    const staged = await withoutEmptyKeptDirs(
+      fs,
+      staging,
+      listing.filter((entry) =>
+        entry.name !== DELETE_INTENT_FILE && entry.name !== DELETE_COMMITTED_FILE &&
+        !isTempName(entry.name)
+      ),
     );
     if (staged.length > 0 && !committed) throw unreadableJournal(staging, invalid);
     // The marker is made durable before anything staged is removed (see below).
