@@ -386,7 +386,11 @@ interface ChildBuild {
  * interrupted acceptance with the same child id. Returns `undefined` when nothing is pending.
  * What a call finds done already (a ledger record, the state's active child, a request an
  * earlier call of this process accepted or archived while the fsync of its directory failed) is
- * made durable before the call reports on it, `undefined` included.
+ * made durable before the call reports on it, `undefined` included. An interrupted acceptance
+ * that can no longer be completed (its request was removed, rewritten with another body, or made
+ * unparsable, while the parent's state names no active child) is marked `failed_dispatch` in the
+ * ledger, and the parent's other requests are considered: it never keeps the parent waiting for a
+ * child it does not point at. A child the state names is never given up this way.
  *
  * Throws `SessionStateError` (and leaves the request pending) when the parent cannot dispatch
  * now: it is terminal, executing an attempt, or already waiting for another live child. A parent
@@ -460,11 +464,21 @@ async function processNext(
       "Child requests are considered only after the parent attempt has finished",
     );
   }
-  const ledger = await readFoldedLedger(fs, paths, parent.sessionId);
-  const live = ledger.children.find((c) => LIVE_CHILD_STATUSES.includes(c.status));
+  let ledger = await readFoldedLedger(fs, paths, parent.sessionId);
   let name: string | undefined;
   let bytes: Uint8Array | undefined;
-  if (live !== undefined) {
+  for (;;) {
+    const live = ledger.children.find((c) => LIVE_CHILD_STATUSES.includes(c.status));
+    if (live === undefined) {
+      if (phase === "suspended") {
+        throw new SessionStateError(
+          parent.sessionId,
+          `Record the outcome of child ${state.active_child_session_id} before dispatching another`,
+        );
+      }
+      name = pending[0] ?? "";
+      break;
+    }
     // A live child whose request is still pending is an interrupted acceptance: finish it first.
     for (const candidate of pending) {
       const candidateBytes = await fs.readFile(join(paths.childRequestsPendingDir, candidate));
@@ -474,19 +488,29 @@ async function processNext(
         break;
       }
     }
-    if (name === undefined) {
+    if (name !== undefined) break;
+    if (phase === "suspended") {
+      // The state names an active child (this one, once its acceptance committed): it runs.
       throw new SessionStateError(
         parent.sessionId,
         `The session is suspended until child ${live.session_id} is terminal`,
       );
     }
-  } else if (phase === "suspended") {
-    throw new SessionStateError(
-      parent.sessionId,
-      `Record the outcome of child ${state.active_child_session_id} before dispatching another`,
+    // A live record whose request is no longer pending (removed, or rewritten under another id
+    // or into bytes that name none) while the state names no active child is an acceptance
+    // interrupted before its commit point that can no longer be completed: it failed to
+    // dispatch, and the parent goes on with its other requests.
+    ledger = await writeChildrenLedger(
+      fs,
+      paths,
+      ledger,
+      replacing(ledger, {
+        ...live,
+        status: "failed_dispatch",
+        updated_at: utcSeconds(resolved.now()),
+      }),
+      resolved,
     );
-  } else {
-    name = pending[0] ?? "";
   }
   const file = join(paths.childRequestsPendingDir, name);
   bytes ??= await fs.readFile(file);
@@ -591,14 +615,18 @@ async function admit(
     return { reason: error.message, field: error.path };
   }
   const id = request.request_id;
+  const existing = ledger.children.find((c) => c.request_id === id);
   const accepted = await readIfExists(fs, paths.acceptedRequest(id));
   if (accepted !== undefined && !bytesEqual(accepted, bytes)) {
     return {
       reason: "The request id was already accepted with a different body",
       field: "request_id",
+      // An interrupted acceptance of the earlier body can no longer be completed.
+      abandoned: existing !== undefined && LIVE_CHILD_STATUSES.includes(existing.status)
+        ? existing
+        : undefined,
     };
   }
-  const existing = ledger.children.find((c) => c.request_id === id);
   // A dispatch that failed before its child was published is dispatched again under the same
   // child id (`canRetry`); any other finished record is final.
   const retry = await canRetry(fs, paths, existing);

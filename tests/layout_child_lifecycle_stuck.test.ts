@@ -1,0 +1,124 @@
+// A parent's child lifecycle never gets stuck: an interrupted acceptance followed by a changed or
+// vanished request, a rejection after an interrupted acceptance, two roots accepting at once, a
+// very long pending file name, and a request id pending under another file name.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { type MemoryFs, SimulatedCrash } from "../adapters/memory.ts";
+import {
+  processNextChildRequest,
+  publishChildRequest,
+  readChildrenLedger,
+  SessionPaths,
+  SessionStateError,
+} from "../layout.ts";
+import {
+  childRequest,
+  deterministic,
+  newRepo,
+  newRoot,
+  readJson,
+  writeJson,
+  writeText,
+} from "./layout_fixtures.ts";
+
+const ROOT_ID = "001_ship-the-ultimate-memory-program";
+const paths = new SessionPaths(`/repo/.loopy_loop/sessions/${ROOT_ID}`, "folded");
+
+async function processNext(fs: MemoryFs, expectedParentAttemptId?: string) {
+  return await processNextChildRequest(fs, {
+    repoRoot: "/repo",
+    parentSessionId: ROOT_ID,
+    expectedParentAttemptId,
+    ...deterministic(),
+  });
+}
+
+/**
+ * A repository whose root has `request` pending, after a processNextChildRequest that crashed
+ * right after the fsync following the `nth` rename `isTarget` picks (everything synced before).
+ */
+async function interrupted(
+  isTarget: (to: string) => boolean,
+  nth: number,
+  request = childRequest("phase-0"),
+  expectedParentAttemptId?: string,
+): Promise<MemoryFs> {
+  const baseline = await newRepo();
+  await newRoot(baseline);
+  await publishChildRequest(baseline, paths, request);
+  baseline.syncAll();
+  baseline.resetCounter();
+  const probe = baseline.clone();
+  await processNext(probe, expectedParentAttemptId);
+  const log = probe.operationLog;
+  const renames = log.filter((e) => e.op === "rename" && isTarget(String(e.to ?? e.path)));
+  const target = renames[nth];
+  assert.ok(target !== undefined, "the crash point exists");
+  const sync = log.slice(log.indexOf(target)).find((e) => e.op === "syncDir");
+  assert.ok(sync !== undefined);
+  const fs = baseline.clone();
+  fs.crashAfter(sync.number);
+  await assert.rejects(processNext(fs, expectedParentAttemptId), SimulatedCrash);
+  return fs.crash({ seed: 0, tailMode: "none", extraJournal: "none" });
+}
+
+const ledgerRename = (to: string) => /children\.json$/.test(to);
+
+async function ledgerStatuses(fs: MemoryFs): Promise<[string, string][]> {
+  const ledger = await readChildrenLedger(fs, paths, ROOT_ID);
+  return ledger.children.map((c) => [c.session_id, c.status]);
+}
+
+for (const [where, nth] of [["dispatching", 0], ["running", 1]] as const) {
+  test(`an interrupted acceptance (${where}) whose request was rewritten is abandoned, not stuck`, async () => {
+    const fs = await interrupted(ledgerRename, nth);
+    assert.deepEqual(await ledgerStatuses(fs), [["01_phase-0", where]]);
+    assert.equal((await readJson(fs, paths.stateJson)).active_child_session_id, null);
+    // The parent (not suspended) ran again and rewrote its request.
+    await writeJson(
+      fs,
+      paths.pendingRequest("phase-0"),
+      childRequest("phase-0", { goal: "Deliver phase-0, revised" }),
+    );
+    const rerun = await processNext(fs);
+    assert.equal(rerun?.kind, "rejected");
+    assert.deepEqual(await ledgerStatuses(fs), [["01_phase-0", "failed_dispatch"]]);
+    await publishChildRequest(fs, paths, childRequest("phase-1"));
+    const next = await processNext(fs);
+    assert.equal(next?.kind, "accepted");
+    assert.equal(next?.kind === "accepted" ? next.childSessionId : "", "02_phase-1");
+  });
+
+  test(`an interrupted acceptance (${where}) whose request vanished is abandoned, not stuck`, async () => {
+    const fs = await interrupted(ledgerRename, nth);
+    await fs.remove(paths.pendingRequest("phase-0"));
+    await publishChildRequest(fs, paths, childRequest("phase-1"));
+    const next = await processNext(fs);
+    assert.equal(next?.kind === "accepted" ? next.childSessionId : next?.kind, "02_phase-1");
+    assert.deepEqual(await ledgerStatuses(fs), [
+      ["01_phase-0", "failed_dispatch"],
+      ["02_phase-1", "running"],
+    ]);
+  });
+}
+
+test("an interrupted acceptance whose request became unparsable is abandoned, not stuck", async () => {
+  const fs = await interrupted(ledgerRename, 0);
+  await writeText(fs, paths.pendingRequest("phase-0"), "{not json");
+  const rerun = await processNext(fs);
+  assert.equal(rerun?.kind, "rejected");
+  await publishChildRequest(fs, paths, childRequest("phase-1"));
+  assert.equal((await processNext(fs))?.kind, "accepted");
+  assert.deepEqual((await ledgerStatuses(fs))[0], ["01_phase-0", "failed_dispatch"]);
+});
+
+test("a live child the state names is never abandoned when its request is gone", async () => {
+  const fs = await newRepo();
+  await newRoot(fs);
+  await publishChildRequest(fs, paths, childRequest("phase-0"));
+  assert.equal((await processNext(fs))?.kind, "accepted");
+  await publishChildRequest(fs, paths, childRequest("phase-1"));
+  await assert.rejects(processNext(fs), SessionStateError);
+  assert.deepEqual(await ledgerStatuses(fs), [["01_phase-0", "running"]]);
+  assert.equal((await readJson(fs, paths.stateJson)).active_child_session_id, "01_phase-0");
+});
