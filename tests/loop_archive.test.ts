@@ -1605,3 +1605,49 @@ test("a crash at every step of recovering a crashed delete that took along a kep
     });
   }
 });
+
+for (const planted of ["a link to a directory", "a file"] as const) {
+  test(`a kept-<n> of a delete staging directory that is ${planted} is never looked through: nothing moves through it, and it is kept and reported`, async () => {
+    const { fs, store } = await setup();
+    const s = (await saved(store, conversation(1))).id;
+    const name = `${s}.trace.jsonl`;
+    // Outside the collection: a user's copy of the trace.
+    await fs.mkdir("/home/user/backup", { recursive: true });
+    await fs.writeFile(`/home/user/backup/${name}`, encoder.encode('{"backup":1}\n'));
+    const staging = `${COLLECTION}/.delete-00000000-0000-4000-8000-000000000000`;
+    await fs.mkdir(staging, { mode: 0o700 });
+    if (planted === "a file") await fs.writeFile(`${staging}/kept-0`, encoder.encode("x\n"));
+    else await fs.symlink("/home/user/backup", `${staging}/kept-0`);
+    const intent = {
+      operation: "delete",
+      ids: [s],
+      entries: [],
+      archived: [s],
+      membersBefore: [s],
+      kept: [name],
+    };
+    await fs.writeFile(`${staging}/intent.json`, encoder.encode(JSON.stringify(intent)));
+    const outside = () => fs.snapshotTree("/home/user/backup");
+    const before = outside();
+    // Recovery, with the name free in the collection: nothing comes in through the link.
+    const report = await store.cleanup(CWD);
+    assert.deepEqual(report.kept, [staging]);
+    assert.deepEqual(filesOf(fs, s), {});
+    assert.deepEqual(outside(), before);
+    assert.equal(
+      (await fs.lstat(`${staging}/kept-0`)).kind,
+      planted === "a file" ? "file" : "symlink",
+    );
+    // Membership restored as for any rollback, and the journal claims it no more.
+    assert.deepEqual(await store.archive.list(CWD), [s]);
+    // A delete of the session takes nothing along through it, and deletes nothing outside.
+    await fs.writeFile(`${COLLECTION}/${name}`, encoder.encode('{"new":1}\n'));
+    await store.archive.delete(CWD, [s]);
+    assert.deepEqual(filesOf(fs, s), {});
+    assert.deepEqual(outside(), before);
+    assert.deepEqual((await store.cleanup(CWD)).kept, [staging]);
+    assert.deepEqual(outside(), before);
+    assert.deepEqual(await store.list(CWD), []);
+    assert.deepEqual((await store.listDetailed(CWD)).failures, []);
+  });
+}

@@ -422,6 +422,9 @@ async function keptCompanionsOf(
       const name = kept[i] as string;
       if (!ours(name)) continue;
       const dir = join(staging, keptDir(i));
+      // Only a directory a delete made holds a companion taken along: anything else at its name
+      // (a link above all, which would lead outside the collection) is never looked through.
+      if (await entryKind(fs, dir) !== "directory") continue;
       if (await entryKind(fs, join(dir, name)) === "file") out.push({ from, dir, name });
     }
   }
@@ -649,7 +652,9 @@ function isCompanion(name: string, kind: string): boolean {
  * makes later is not undone by a journal still naming the ids. Such a rollback returns false and
  * leaves the staging directory for `cleanup` to report as kept; a later recovery, once the name
  * is free, moves the companion back and removes the staging directory. A `kept-<n>` directory
- * holding anything but its companion stays, and the staging directory is kept the same way.
+ * holding anything but its companion, or a `kept-<n>` that is not a directory at all (a link,
+ * which could lead outside the collection), is never looked through: it stays, and the staging
+ * directory is kept the same way.
  *
  * Every crash state stays correct: until the journal is replaced, it restores membership (to
  * readers, and to the next recovery, which rolls back the same way); once it is replaced,
@@ -713,7 +718,14 @@ async function rollBackDeletion(
   for (let i = adopted.length - 1; i >= 0; i--) {
     const name = adopted[i] as string;
     const dir = join(staging, keptDir(i));
-    if (await entryKind(fs, dir) === undefined) continue;
+    const dirKind = await entryKind(fs, dir);
+    if (dirKind === undefined) continue;
+    if (dirKind !== "directory") {
+      // Not a directory a delete made (a link, above all, which could lead outside the
+      // collection): nothing is moved through it; it stays, with the staging directory (kept).
+      kept = true;
+      continue;
+    }
     const from = join(dir, name);
     if (await entryKind(fs, from) !== undefined) {
       if (await entryKind(fs, join(collection, name)) !== undefined) {
