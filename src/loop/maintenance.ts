@@ -51,8 +51,9 @@ export interface CleanupReport {
    * while something other than a session directory is where it belongs (or whose name names no
    * session), a delete's whose journal cannot be read while it holds staged entries, and a
    * rolled-back delete's that still holds companion files (trace files) whose names exist again
-   * in the collection (a later delete of that session takes them along). The first two may hold
-   * a session's only copy. Look at them by hand.
+   * in the collection (a later delete of that session takes them along), or a `kept-<n>` folder
+   * that is not a directory (a link is never followed) or holds something other than its trace
+   * file. The first two may hold a session's only copy. Look at them by hand.
    */
   readonly kept: string[];
 }
