@@ -122,3 +122,23 @@ test("a live child the state names is never abandoned when its request is gone",
   assert.deepEqual(await ledgerStatuses(fs), [["01_phase-0", "running"]]);
   assert.equal((await readJson(fs, paths.stateJson)).active_child_session_id, "01_phase-0");
 });
+
+test("a rejection after an interrupted acceptance leaves the request id free", async () => {
+  const request = childRequest("phase-0", { origin: { parent_attempt_id: "attempt000001" } });
+  const fs = await interrupted(
+    (to) => /accepted\/phase-0\.json$/.test(to),
+    0,
+    request,
+    "attempt000001",
+  );
+  assert.ok((await fs.readFile(paths.acceptedRequest("phase-0"))).length > 0);
+  assert.deepEqual(await ledgerStatuses(fs), []);
+  // The parent ran another attempt meanwhile.
+  const rerun = await processNext(fs, "attempt000002");
+  assert.equal(rerun?.kind, "rejected");
+  await assert.rejects(fs.readFile(paths.acceptedRequest("phase-0")));
+  const again = childRequest("phase-0", { origin: { parent_attempt_id: "attempt000002" } });
+  await publishChildRequest(fs, paths, again);
+  const accepted = await processNext(fs, "attempt000002");
+  assert.equal(accepted?.kind === "accepted" ? accepted.childSessionId : "", "01_phase-0");
+});

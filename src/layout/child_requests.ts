@@ -448,7 +448,7 @@ async function processNext(
   // below, "nothing pending" included, is reported on a removal a power loss can take back.
   await syncUnsettledDirs(
     fs,
-    [paths.childRequestsRejectedDir, paths.childRequestsPendingDir],
+    [paths.childRequestsAcceptedDir, paths.childRequestsRejectedDir, paths.childRequestsPendingDir],
     resolved.durability,
   );
   const pending = await listPendingChildRequests(fs, paths);
@@ -545,17 +545,34 @@ async function processNext(
         resolved,
       );
     }
-    return await reject(
-      fs,
-      paths,
-      name,
-      sha256,
-      verdict,
-      requestIdOf(bytes, file),
-      resolved,
-    );
+    const requestId = requestIdOf(bytes, file);
+    if (requestId !== null && !ledger.children.some((c) => c.request_id === requestId)) {
+      await removeUnindexedAcceptedCopy(fs, paths, requestId, resolved.durability);
+    }
+    return await reject(fs, paths, name, sha256, verdict, requestId, resolved);
   }
   return await accept(fs, tree, parent, paths, ledger, file, bytes, sha256, verdict, resolved);
+}
+
+/**
+ * Removes `accepted/<requestId>.json` when the ledger has no record of the request: an acceptance
+ * interrupted before it indexed the request froze that copy, and the request is being rejected
+ * now, so the copy would otherwise keep the id taken for good (`publishChildRequest` refuses an
+ * accepted id). The removal is durable before the request is archived, so the request is always
+ * either pending (with or without that copy) or rejected with the id free, never half.
+ */
+async function removeUnindexedAcceptedCopy(
+  fs: FileSystem,
+  paths: SessionPaths,
+  requestId: string,
+  durability: Durability,
+): Promise<void> {
+  const name = `${requestId}.json`;
+  const entries = await readDirIfExists(fs, paths.childRequestsAcceptedDir);
+  if (!entries.some((e) => e.name === name && e.kind === "file")) return;
+  unsettle(fs, [paths.childRequestsAcceptedDir], durability);
+  await fs.remove(join(paths.childRequestsAcceptedDir, name));
+  await syncUnsettledDirs(fs, [paths.childRequestsAcceptedDir], durability);
 }
 
 /**
@@ -1105,7 +1122,7 @@ async function reject(
 }
 
 /**
- * Directories of child requests (`pending/`, `rejected/`) from which this process moved or
+ * Directories of child requests (`pending/`, `rejected/`, `accepted/`) from which this process moved or
  * removed an entry (or into which it moved one) and has not synced since, per filesystem: the
  * change is visible, but a power loss can still take it back, so the next child-lifecycle call
  * on the parent syncs them before it reports anything (see `processNext`).
