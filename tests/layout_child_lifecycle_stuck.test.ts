@@ -5,6 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { type MemoryFs, SimulatedCrash } from "../adapters/memory.ts";
 import {
+  loadSessionTree,
   processNextChildRequest,
   publishChildRequest,
   readChildrenLedger,
@@ -141,4 +142,19 @@ test("a rejection after an interrupted acceptance leaves the request id free", a
   await publishChildRequest(fs, paths, again);
   const accepted = await processNext(fs, "attempt000002");
   assert.equal(accepted?.kind === "accepted" ? accepted.childSessionId : "", "01_phase-0");
+});
+
+test("two roots accepting the same request id at once get distinct child ids", async () => {
+  const fs = await newRepo();
+  const a = await newRoot(fs, "First goal");
+  const b = await newRoot(fs, "Second goal");
+  await publishChildRequest(fs, a.paths, childRequest("phase-1"));
+  await publishChildRequest(fs, b.paths, childRequest("phase-1"));
+  const run = (id: string) =>
+    processNextChildRequest(fs, { repoRoot: "/repo", parentSessionId: id, ...deterministic() });
+  const [ra, rb] = await Promise.all([run(a.sessionId), run(b.sessionId)]);
+  const ids = [ra, rb].map((r) => r?.kind === "accepted" ? r.childSessionId : "");
+  assert.notEqual(ids[0], ids[1]);
+  await loadSessionTree(fs, "/repo", a.sessionId);
+  await loadSessionTree(fs, "/repo", b.sessionId);
 });

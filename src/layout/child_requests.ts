@@ -64,7 +64,13 @@ import {
   type ResolvedWriteOptions,
   resolveWriteOptions,
 } from "./options.ts";
-import { LOOPY_DIRNAME, requireFolded, type SessionPaths, stagingSessionId } from "./paths.ts";
+import {
+  LOOPY_DIRNAME,
+  repositoryPaths,
+  requireFolded,
+  type SessionPaths,
+  stagingSessionId,
+} from "./paths.ts";
 import {
   type AnyChildrenLedger,
   type ChildOutcome,
@@ -405,7 +411,10 @@ interface ChildBuild {
  * `publishChildRequest`, `recordChildOutcome` and `recordParentAcceptance` on the same parent),
  * and each reads the pending requests, the ledger and the state afresh: a second caller sees
  * the first one's result (the request is no longer pending), so one request never yields two
- * children. Processes do not coordinate: one engine process runs a repository.
+ * children. Acceptances under different parents of one repository (two roots, say) choose their
+ * child ids and publish their children one after another, each reading the ids the others
+ * published, so no id is in two trees. Processes do not coordinate: one engine process runs a
+ * repository.
  */
 export async function processNextChildRequest(
   fs: FileSystem,
@@ -936,43 +945,30 @@ async function accept(
   const now = utcSeconds(options.now());
   await freezeBytes(fs, paths.acceptedRequest(id), bytes, options.durability);
 
-  let ledger = initialLedger;
-  let record = admission.existing;
-  if (record?.status === "failed_dispatch") {
-    // Dispatched again: the record is live once more before anything of the child is built, so
-    // a crash from here on resumes this acceptance.
-    const again: ChildRecord = {
-      ...record,
-      status: "dispatching",
-      accepted_request_sha256: sha256,
-      updated_at: now,
-    };
-    ledger = await writeChildrenLedger(
-      fs,
-      paths,
-      ledger,
-      replacing(ledger, again),
-      options,
-    );
-    record = again;
-  } else if (record === undefined) {
-    const childId = await newChildId(fs, tree, parent, id, ledger);
-    record = {
-      session_id: childId,
-      request_id: id,
-      status: "dispatching",
-      accepted_request_ref: `session:/child_requests/accepted/${id}.json`,
-      accepted_request_sha256: sha256,
-      outcome_ref: null,
-      created_at: now,
-      updated_at: now,
-    };
-    ledger = await writeChildrenLedger(fs, paths, ledger, [...ledger.children, record], options);
-  }
+  // The child id is chosen and the child published before an acceptance under another parent
+  // of this repository (another root's, say) chooses: each reads the ids the others published.
+  const dispatched = await serializedOn(
+    fs,
+    repositoryPaths(tree.repoRoot).sessionsRoot,
+    () =>
+      dispatchChild(
+        fs,
+        tree,
+        parent,
+        paths,
+        initialLedger,
+        file,
+        bytes,
+        sha256,
+        admission,
+        now,
+        options,
+      ),
+  );
+  let ledger = dispatched.ledger;
+  const record = dispatched.record;
   const childId = record.session_id;
   const childDir = paths.childDir(childId);
-
-  await ensureChild(fs, parent, paths, childId, file, bytes, admission, options);
 
   if (record.status === "dispatching") {
     const running: ChildRecord = { ...record, status: "running", updated_at: now };
@@ -1012,6 +1008,63 @@ async function accept(
     payload: { request_id: id, child_session_id: childId },
   }, options);
   return { kind: "accepted", requestId: id, childSessionId: childId, childDir, sha256 };
+}
+
+/**
+ * Records (or revives) the ledger entry of an accepted request and publishes its child. Runs
+ * serialized on the repository's sessions root (see `accept`).
+ */
+async function dispatchChild(
+  fs: FileSystem,
+  tree: SessionTree,
+  parent: SessionNode,
+  paths: SessionPaths,
+  initialLedger: ChildrenLedger,
+  file: string,
+  bytes: Uint8Array,
+  sha256: string,
+  admission: Admission,
+  now: string,
+  options: ResolvedWriteOptions,
+): Promise<{ readonly ledger: ChildrenLedger; readonly record: ChildRecord }> {
+  const id = admission.request.request_id;
+  let ledger = initialLedger;
+  let record = admission.existing;
+  if (record?.status === "failed_dispatch") {
+    // Dispatched again: the record is live once more before anything of the child is built, so
+    // a crash from here on resumes this acceptance.
+    const again: ChildRecord = {
+      ...record,
+      status: "dispatching",
+      accepted_request_sha256: sha256,
+      updated_at: now,
+    };
+    ledger = await writeChildrenLedger(
+      fs,
+      paths,
+      ledger,
+      replacing(ledger, again),
+      options,
+    );
+    record = again;
+  } else if (record === undefined) {
+    // The other trees' ids as they are now, not as the caller's tree read them.
+    const current = await loadSessionTree(fs, tree.repoRoot, parent.sessionId);
+    const childId = await newChildId(fs, current, parent, id, ledger);
+    record = {
+      session_id: childId,
+      request_id: id,
+      status: "dispatching",
+      accepted_request_ref: `session:/child_requests/accepted/${id}.json`,
+      accepted_request_sha256: sha256,
+      outcome_ref: null,
+      created_at: now,
+      updated_at: now,
+    };
+    ledger = await writeChildrenLedger(fs, paths, ledger, [...ledger.children, record], options);
+  }
+  await ensureChild(fs, parent, paths, record.session_id, file, bytes, admission, options);
+  return { ledger, record };
 }
 
 /** Creates the child unless a complete child for this request is already published. */
