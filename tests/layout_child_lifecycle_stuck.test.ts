@@ -5,6 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { type MemoryFs, SimulatedCrash } from "../adapters/memory.ts";
 import {
+  listPendingChildRequests,
   loadSessionTree,
   processNextChildRequest,
   publishChildRequest,
@@ -157,4 +158,42 @@ test("two roots accepting the same request id at once get distinct child ids", a
   assert.notEqual(ids[0], ids[1]);
   await loadSessionTree(fs, "/repo", a.sessionId);
   await loadSessionTree(fs, "/repo", b.sessionId);
+});
+
+for (const valid of [true, false]) {
+  test(`a ${valid ? "valid" : "invalid"} request under a 251-byte name does not block the queue`, async () => {
+    const fs = await newRepo();
+    await newRoot(fs);
+    const name = `0${"a".repeat(245)}.json`;
+    const file = `${paths.childRequestsPendingDir}/${name}`;
+    if (valid) await writeJson(fs, file, childRequest("phase-0"));
+    else await writeText(fs, file, "{not json");
+    await publishChildRequest(fs, paths, childRequest("phase-1"));
+    const first = await processNext(fs);
+    assert.equal(first?.kind, valid ? "accepted" : "rejected");
+    if (first?.kind === "rejected") {
+      for (const f of [first.archivedFile, first.receiptFile]) {
+        const base = f.slice(f.lastIndexOf("/") + 1);
+        assert.ok(new TextEncoder().encode(base).length <= 255, base);
+        assert.ok((await fs.readFile(f)).length > 0);
+      }
+      assert.equal(first.receipt.request_file, name);
+      assert.equal((await processNext(fs))?.kind, "accepted");
+    }
+    assert.deepEqual(await listPendingChildRequests(fs, paths), valid ? ["phase-1.json"] : []);
+  });
+}
+
+test("two long names sharing a prefix are archived apart, each under a stable name", async () => {
+  const fs = await newRepo();
+  await newRoot(fs);
+  const names = ["x", "y"].map((c) => `0${"a".repeat(230)}${c}${"b".repeat(10)}.json`);
+  for (const name of names) {
+    await writeText(fs, `${paths.childRequestsPendingDir}/${name}`, "{not json");
+  }
+  const first = await processNext(fs);
+  const second = await processNext(fs);
+  assert.ok(first?.kind === "rejected" && second?.kind === "rejected");
+  assert.notEqual(first.archivedFile, second.archivedFile);
+  assert.deepEqual([first.receipt.request_file, second.receipt.request_file], names);
 });

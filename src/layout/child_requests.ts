@@ -1222,7 +1222,10 @@ function receiptName(archived: string): string {
  * an acceptance removes it. Archive names
  * never end with `.receipt.json`, so an archived request can never take a receipt's name.
  * Candidates: the original name, then `<stem>.<first 8 hex of its sha256><ext>`, then
- * `-2`, `-3`, ... Deterministic, so a rerun after a crash finds the same slot. Nothing is
+ * `-2`, `-3`, ... A name longer than `MAX_ARCHIVE_NAME_BYTES` (UTF-8) gets a shortened stem
+ * instead, a prefix of its stem and `~<first 8 hex of the sha256 of the name>`, so the archive,
+ * its receipt and their temp files stay within a filesystem's 255-byte names while two long
+ * names stay apart. Deterministic, so a rerun after a crash finds the same slot. Nothing is
  * overwritten.
  */
 async function archiveSlot(
@@ -1232,10 +1235,19 @@ async function archiveSlot(
   sha256: string,
 ): Promise<{ readonly archived: string; readonly leftover: RejectedRequestReceipt | undefined }> {
   const dot = name.lastIndexOf(".");
-  const stem = dot > 0 ? name.slice(0, dot) : name;
-  const ext = dot > 0 ? name.slice(dot) : "";
+  let stem = dot > 0 ? name.slice(0, dot) : name;
+  let ext = dot > 0 ? name.slice(dot) : "";
+  let first = name;
+  if (utf8Length(name) > MAX_ARCHIVE_NAME_BYTES) {
+    if (utf8Length(ext) > 16) [stem, ext] = [name, ""];
+    // Room for `~<8 hex>`, `.<8 hex>` and a `-<n>` counter beside the extension.
+    const room = MAX_ARCHIVE_NAME_BYTES - 9 - 9 - 8 - utf8Length(ext);
+    const nameHex = sha256Ref(new TextEncoder().encode(name)).slice(7, 15);
+    stem = `${utf8Prefix(stem, room)}~${nameHex}`;
+    first = `${stem}${ext}`;
+  }
   const hex = sha256.slice(7, 15);
-  const candidates = [name, `${stem}.${hex}${ext}`];
+  const candidates = [first, `${stem}.${hex}${ext}`];
   for (let i = 0;; i++) {
     const candidate = candidates[i] ?? `${stem}.${hex}-${i - candidates.length + 2}${ext}`;
     if (candidate.endsWith(RECEIPT_SUFFIX)) continue;
@@ -1248,6 +1260,28 @@ async function archiveSlot(
     const leftover = await ownLeftoverReceipt(fs, receiptFile, name, candidate, sha256);
     if (leftover !== undefined) return { archived: candidate, leftover };
   }
+}
+
+/**
+ * The longest archive name (UTF-8 bytes) kept as it is: its receipt (`.receipt.json`) and the
+ * temp file of that receipt (`.<name>.<random>.tmp`) must fit a 255-byte file name too.
+ */
+const MAX_ARCHIVE_NAME_BYTES = 200;
+
+function utf8Length(text: string): number {
+  return new TextEncoder().encode(text).length;
+}
+
+/** The longest prefix of `text` (whole code points) of at most `max` UTF-8 bytes. */
+function utf8Prefix(text: string, max: number): string {
+  let out = "";
+  let length = 0;
+  for (const char of text) {
+    length += utf8Length(char);
+    if (length > max) break;
+    out += char;
+  }
+  return out;
 }
 
 /**
