@@ -5,6 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { type MemoryFs, SimulatedCrash } from "../adapters/memory.ts";
 import {
+  ChildRequestError,
   listPendingChildRequests,
   loadSessionTree,
   processNextChildRequest,
@@ -196,4 +197,26 @@ test("two long names sharing a prefix are archived apart, each under a stable na
   assert.ok(first?.kind === "rejected" && second?.kind === "rejected");
   assert.notEqual(first.archivedFile, second.archivedFile);
   assert.deepEqual([first.receipt.request_file, second.receipt.request_file], names);
+});
+
+test("a request id pending under another file name is refused by publishChildRequest", async () => {
+  const fs = await newRepo();
+  await newRoot(fs);
+  await writeJson(
+    fs,
+    `${paths.childRequestsPendingDir}/0-first.json`,
+    childRequest("phase-0", { goal: "Agent's phase-0" }),
+  );
+  await assert.rejects(
+    publishChildRequest(fs, paths, childRequest("phase-0", { goal: "Host's phase-0" })),
+    ChildRequestError,
+  );
+  await assert.rejects(
+    publishChildRequest(fs, paths, childRequest("phase-0", { goal: "Agent's phase-0" })),
+    ChildRequestError,
+  );
+  assert.deepEqual(await listPendingChildRequests(fs, paths), ["0-first.json"]);
+  // An unrelated or unparsable pending file does not get in the way.
+  await writeText(fs, `${paths.childRequestsPendingDir}/junk.json`, "{not json");
+  await publishChildRequest(fs, paths, childRequest("phase-1"));
 });

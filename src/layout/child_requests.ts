@@ -207,11 +207,13 @@ export interface PublishedRequest {
 /**
  * Publishes a child request atomically at `child_requests/pending/<request_id>.json` of the
  * folded session `paths`. The request is validated first; a request id that is already pending
- * or accepted is a `ChildRequestError`, except the very request of a dispatch that failed before
+ * (under any file name of `pending/`: processing goes by the `request_id` a file holds) or
+ * accepted is a `ChildRequestError`, except the very request of a dispatch that failed before
  * its child was published (its accepted copy holds this record, escaped or not), which is
  * published again in the accepted copy's bytes and dispatched again. Publishing a request that
- * is pending already with this very record (a rerun of a publish that failed after its rename)
- * returns it as it is, made durable: only another request under a pending id is refused.
+ * is pending already at `pending/<request_id>.json` with this very record (a rerun of a publish
+ * that failed after its rename) returns it as it is, made durable: only another request under a
+ * pending id, or the id pending under another file name, is refused.
  *
  * A session whose `session.json` records the mirror layout is refused (`UnsupportedLayoutError`)
  * before anything is written, whatever layout `paths` was built for; a directory without a
@@ -244,6 +246,16 @@ export async function publishChildRequest(
       await ensureFileDurable(fs, file, durability);
       bytes = pending;
       return;
+    }
+    // An agent may have published the id under another file name: processing goes by the id
+    // the file holds, so that request is pending too.
+    for (const other of await listPendingChildRequests(fs, paths)) {
+      const otherFile = join(paths.childRequestsPendingDir, other);
+      if (otherFile === file) continue;
+      const otherBytes = await readIfExists(fs, otherFile);
+      if (otherBytes !== undefined && requestIdOf(otherBytes, otherFile) === request.request_id) {
+        throw inUse(otherFile);
+      }
     }
     const acceptedFile = paths.acceptedRequest(request.request_id);
     const accepted = await readIfExists(fs, acceptedFile);
