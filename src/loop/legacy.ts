@@ -67,6 +67,7 @@ import {
   STORAGE_FORMAT,
   STORAGE_VERSION,
   type StorageMeta,
+  undecodable,
 } from "./storage.ts";
 import type { StoreContext } from "./lock.ts";
 
@@ -348,7 +349,12 @@ async function scanLegacy(
     const roles: MessageRole[] = [];
     const validator = validate ? new MessageValidator({ file: path }) : undefined;
     /** Parses, checks and hands on the message on `text`, the line `chunk[start, end)`. */
-    const takeMessage = (text: string, chunk: Uint8Array, start: number, end: number): void => {
+    const takeMessage = (
+      text: string | SessionFormatError,
+      chunk: Uint8Array,
+      start: number,
+      end: number,
+    ): void => {
       const where = `messages[${index}]`;
       if (trimmedError !== undefined) throw trimmedError;
       if (blankAt !== undefined) {
@@ -357,6 +363,8 @@ async function scanLegacy(
           { file: path, path: `messages[${blankAt}]` },
         );
       }
+      // A line that could not be decoded (see the loop below).
+      if (typeof text !== "string") throw text;
       let value: unknown;
       try {
         value = JSON.parse(text);
@@ -414,15 +422,24 @@ async function scanLegacy(
         let byteEnd = chunk.indexOf(NEWLINE, byteAt);
         if (byteEnd < 0) byteEnd = chunk.length;
         const lineStart = byteAt;
-        // Each line is decoded alone (a newline is never part of a multi-byte sequence).
-        const text = decodeLine(chunk.subarray(byteAt, byteEnd));
+        // Each line is decoded alone (a newline is never part of a multi-byte sequence). A line
+        // too long for one string is an invalid record, reported where a line that is not JSON
+        // is.
+        let text: string | SessionFormatError;
+        try {
+          text = decodeLine(chunk.subarray(byteAt, byteEnd));
+        } catch (error) {
+          const where = header === undefined ? "header" : `messages[${index}]`;
+          text = undecodable(error, byteEnd - byteAt, path, where);
+        }
         byteAt = byteEnd + 1;
         if (header !== undefined) linesAfterHeader++;
-        if (isBlank(text)) {
+        if (typeof text === "string" && isBlank(text)) {
           if (header !== undefined && blankAt === undefined) blankAt = index;
           continue;
         }
         if (header === undefined) {
+          if (typeof text !== "string") throw text;
           // The version-2 reader trims the whole file: the header line loses its leading
           // whitespace, and its trailing whitespace only when nothing follows it.
           const start = text.trimStart();

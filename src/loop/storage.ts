@@ -331,7 +331,37 @@ export function decodeStorageMeta(
   file: string,
   headerFieldsOnly = false,
 ): StorageMeta {
-  return parseStorageMeta(parseJsonText(decoder.decode(bytes), file), file, headerFieldsOnly);
+  return parseStorageMeta(parseJsonBytes(bytes, file), file, headerFieldsOnly);
+}
+
+/**
+ * Decodes and parses the JSON text of `file`: a failure of either (bytes too many for the
+ * runtime's longest string included) is a `SessionFormatError` naming the file.
+ */
+export function parseJsonBytes(bytes: Uint8Array, file: string): unknown {
+  let text: string;
+  try {
+    text = decoder.decode(bytes);
+  } catch (error) {
+    throw undecodable(error, bytes.length, file);
+  }
+  return parseJsonText(text, file);
+}
+
+/**
+ * The `SessionFormatError` for `length` bytes of `file` (at JSON path `path`) that the runtime
+ * could not decode as one string (more characters than its longest string holds).
+ */
+export function undecodable(
+  error: unknown,
+  length: number,
+  file: string,
+  path?: string,
+): SessionFormatError {
+  return new SessionFormatError(
+    `Invalid JSON: ${length} bytes cannot be read as one string (${(error as Error).message})`,
+    { file, ...(path === undefined ? {} : { path }), cause: error },
+  );
 }
 
 /**

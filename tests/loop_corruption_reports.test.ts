@@ -1,0 +1,135 @@
+// Corruption is reported as a typed error naming the damaged file (and field), and a listing
+// reports the damaged session as a failure beside the healthy ones: a session file too long to
+// be decoded as one string.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs } from "../adapters/memory.ts";
+import { portableSha256 } from "../src/port/sha256.ts";
+import { SessionFormatError } from "../src/loop/errors.ts";
+import { SessionStore } from "../src/loop/store.ts";
+import { verifySession } from "../src/loop/verify.ts";
+import { assistant, conversation, legacySessionBytes, user } from "./_fixtures.ts";
+
+const CWD = "/work/app";
+const AGENT = "/home/user/.loop";
+const LEGACY_ID = "0f0e0d0c-0b0a-4908-8706-050403020100";
+/** Decodes of more bytes than this fail in these tests; every healthy file is far shorter. */
+const LIMIT = 32 * 1024;
+
+/**
+ * Runs `body` with every `TextDecoder.decode` refusing input longer than `LIMIT` bytes, as the
+ * runtime refuses a string longer than its largest (Node `ERR_STRING_TOO_LONG`, Deno
+ * `TypeError: buffer exceeds maximum length`) for a file of ~600 MiB.
+ */
+async function withDecodeLimit<T>(error: () => Error, body: () => Promise<T>): Promise<T> {
+  const proto = TextDecoder.prototype;
+  const decode = proto.decode;
+  proto.decode = function (this: TextDecoder, input?: AllowSharedBufferSource, options?) {
+    if (input !== undefined && input.byteLength > LIMIT) throw error();
+    return decode.call(this, input, options);
+  };
+  try {
+    return await body();
+  } finally {
+    proto.decode = decode;
+  }
+}
+
+const RUNTIME_ERRORS: [string, () => Error][] = [
+  ["Deno", () => new TypeError("buffer exceeds maximum length")],
+  [
+    "Node",
+    () =>
+      Object.assign(new Error("Cannot create a string longer than 0x1fffffe8 characters"), {
+        code: "ERR_STRING_TOO_LONG",
+      }),
+  ],
+];
+
+/** `bytes` followed by `extra` zero bytes (no newline). */
+function grown(bytes: Uint8Array, extra = 2 * LIMIT): Uint8Array {
+  const out = new Uint8Array(bytes.length + extra);
+  out.set(bytes);
+  return out;
+}
+
+async function healthyStore(): Promise<{ fs: MemoryFs; store: SessionStore; healthy: string }> {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(CWD);
+  await session.commit(conversation(1, "healthy"));
+  await session.close();
+  return { fs, store, healthy: session.id };
+}
+
+function assertFormatError(error: unknown, file: string, path?: string): true {
+  assert.ok(error instanceof SessionFormatError, `expected SessionFormatError, got ${error}`);
+  assert.equal(error.file, file);
+  if (path !== undefined) assert.equal(error.path, path);
+  return true;
+}
+
+/** Both listings report `failed` (at `file`, `path`) and still list `healthy`. */
+async function assertListed(
+  fs: MemoryFs,
+  healthy: string,
+  failed: string,
+  file: string,
+  path?: string,
+): Promise<void> {
+  for (const fast of [true, false]) {
+    const store = new SessionStore({ fs, agentDir: AGENT });
+    const listed = await store.listDetailed(CWD, undefined, { fast });
+    assert.deepEqual(listed.sessions.map((s) => s.id), [healthy], `fast: ${fast}`);
+    const [failure, ...more] = listed.failures;
+    assert.ok(failure !== undefined && more.length === 0, `fast: ${fast}`);
+    assert.equal(failure.id, failed);
+    assertFormatError(failure.error, file, path);
+  }
+}
+
+for (const [runtime, error] of RUNTIME_ERRORS) {
+  test(`a meta.json too long to decode is a SessionFormatError naming it (${runtime})`, async () => {
+    const { fs, store, healthy } = await healthyStore();
+    const session = await store.create(CWD);
+    await session.commit(conversation(2));
+    await session.close();
+    const dir = session.getSessionPath();
+    const meta = `${dir}/meta.json`;
+    await fs.writeFile(meta, grown(await fs.readFile(meta)));
+    await withDecodeLimit(error, async () => {
+      for (const readOnly of [true, false]) {
+        const fresh = new SessionStore({ fs, agentDir: AGENT });
+        await assert.rejects(fresh.open(dir, { readOnly }), (e) => assertFormatError(e, meta));
+      }
+      await assertListed(fs, healthy, session.id, meta);
+      const report = await verifySession(fs, dir, { sha256: portableSha256 });
+      assert.equal(report.ok, false);
+      assert.ok(report.findings.some((f) => f.file === meta), JSON.stringify(report.findings));
+    });
+  });
+
+  test(`a legacy line too long to decode is a SessionFormatError naming it (${runtime})`, async () => {
+    const { fs, store, healthy } = await healthyStore();
+    const collection = await store.collectionFor(CWD);
+    const file = `${collection}/${LEGACY_ID}.jsonl`;
+    const bytes = legacySessionBytes(LEGACY_ID, CWD, [user("hi"), assistant("ho")]);
+    await fs.writeFile(file, grown(bytes));
+    await withDecodeLimit(error, async () => {
+      await assertListed(fs, healthy, LEGACY_ID, file, "messages[2]");
+      for (const readOnly of [true, false]) {
+        const fresh = new SessionStore({ fs, agentDir: AGENT });
+        await assert.rejects(
+          fresh.open(file, { readOnly }),
+          (e) => assertFormatError(e, file, "messages[2]"),
+        );
+      }
+    });
+    // The header line itself too long (the file is one line).
+    await fs.writeFile(file, grown(bytes.subarray(0, bytes.indexOf(10))));
+    await withDecodeLimit(error, async () => {
+      await assertListed(fs, healthy, LEGACY_ID, file, "header");
+    });
+  });
+}
