@@ -1,11 +1,11 @@
 // Corruption is reported as a typed error naming the damaged file (and field), and a listing
 // reports the damaged session as a failure beside the healthy ones: a session file too long to
-// be decoded as one string.
+// be decoded as one string, and a meta.json that belongs to another session.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { portableSha256 } from "../src/port/sha256.ts";
-import { SessionFormatError } from "../src/loop/errors.ts";
+import { type SessionError, SessionFormatError } from "../src/loop/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import { verifySession } from "../src/loop/verify.ts";
 import { assistant, conversation, legacySessionBytes, user } from "./_fixtures.ts";
@@ -133,3 +133,42 @@ for (const [runtime, error] of RUNTIME_ERRORS) {
     });
   });
 }
+
+test("a meta.json of another session is reported as meta.json's header.id", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const big = await store.create(CWD);
+  await big.commit(conversation(6, "big"));
+  await big.close();
+  const small = await store.create(CWD);
+  await small.commit(conversation(2, "small"));
+  await small.close();
+  for (const [into, from] of [[small, big], [big, small]] as const) {
+    const work = fs.clone();
+    const dir = into.getSessionPath();
+    const meta = `${dir}/meta.json`;
+    await work.writeFile(meta, await work.readFile(`${from.getSessionPath()}/meta.json`));
+    for (const readOnly of [true, false]) {
+      const fresh = new SessionStore({ fs: work, agentDir: AGENT });
+      await assert.rejects(fresh.open(dir, { readOnly }), (e) => {
+        assertFormatError(e, meta, "header.id");
+        const message = (e as SessionError).message;
+        assert.ok(message.startsWith("Session id does not match its directory name"), message);
+        return true;
+      });
+    }
+    for (const fast of [true, false]) {
+      const listed = await new SessionStore({ fs: work, agentDir: AGENT }).listDetailed(
+        CWD,
+        undefined,
+        { fast },
+      );
+      assert.deepEqual(listed.sessions.map((s) => s.id), [from.id], `fast: ${fast}`);
+      const [failure, ...more] = listed.failures;
+      assert.ok(failure !== undefined && more.length === 0, `fast: ${fast}`);
+      assert.equal(failure.id, into.id);
+      assertFormatError(failure.error, meta, "header.id");
+    }
+  }
+});

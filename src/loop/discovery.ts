@@ -160,7 +160,7 @@ import {
   sizedLater,
   type StorageMeta,
 } from "./storage.ts";
-import { SessionManager } from "./session_manager.ts";
+import { checkMetaId, SessionManager } from "./session_manager.ts";
 import type { StoreContext } from "./lock.ts";
 import { LEGACY_EXTENSION, legacySessionId, readLegacySession } from "./legacy.ts";
 import {
@@ -839,8 +839,8 @@ async function summarize(
   }
   try {
     const summary = fast
-      ? await fastSummary(context, source.dir, cache)
-      : await fullSummary(context, source.dir);
+      ? await fastSummary(context, source.dir, cache, candidate.id)
+      : await fullSummary(context, source.dir, candidate.id);
     if (summary.header.id !== candidate.id) {
       // As for an open: a directory holding another session (a copy) is not that session.
       throw new SessionFormatError("Session id does not match its directory name", {
@@ -872,12 +872,14 @@ async function summarize(
   }
 }
 
-async function fullSummary(context: StoreContext, dir: string): Promise<Summary> {
+async function fullSummary(context: StoreContext, dir: string, id: string): Promise<Summary> {
+  // A meta.json of another session is refused as soon as it is read, as an open refuses it.
   const manager = await SessionManager.open({
     context,
     dir,
     collectionDir: dirname(dir),
     readOnly: true,
+    id,
   });
   try {
     const messages = manager.messages;
@@ -900,11 +902,16 @@ const USER_ROLE = '"role":"user"';
 /** The generation of an empty committed range: the SHA-256 of no bytes. */
 const EMPTY_GENERATION = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
-/** The fast summary of a version-3 directory: meta.json, index.json and what they point to. */
+/**
+ * The fast summary of a version-3 directory: meta.json, index.json and what they point to. With
+ * `id` (the session's id, where `dir` may be a copy under another name), a meta.json whose
+ * `header.id` differs is refused before the log is read.
+ */
 export async function fastSummary(
   context: StoreContext,
   dir: string,
   cache?: ListingCache,
+  id?: string,
 ): Promise<Summary> {
   const fs = context.fs;
   const metaPath = join(dir, META_FILE);
@@ -913,7 +920,9 @@ export async function fastSummary(
     // One call per file that never goes through a link: no listing of the directory. The log is
     // checked to be a regular file only when it is read.
     const meta = await readMetaNoFollow(fs, metaPath);
-    if (meta !== undefined) {
+    // A meta.json of another session (`id`: the session's id) is reported below, after the
+    // log's kind, as an open reports it.
+    if (meta !== undefined && (id === undefined || meta.header.id === id)) {
       const openLog = (): Promise<RegularFile> => openSessionFile(fs, logPath);
       const reread = () => readMetaNoFollow(fs, metaPath);
       return await summarizeFrom(context, dir, meta, cache, undefined, openLog, reread);
@@ -946,6 +955,8 @@ export async function fastSummary(
     throw error;
   }
   if (logKind !== undefined) refuseIrregularFile(logKind, logPath);
+  // As an open: a meta.json of another session, before anything else is read.
+  if (id !== undefined) checkMetaId(meta, id, metaPath);
   return await summarizeFrom(
     context,
     dir,

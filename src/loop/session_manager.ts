@@ -264,6 +264,20 @@ export function openCheckedSession(init: SessionManagerInit): Promise<SessionMan
   return openChecked(init);
 }
 
+/**
+ * Refuses meta.json `file` of a session directory named `id` when its header holds another id
+ * (a copy of another session's meta.json): a `SessionFormatError` naming `header.id`.
+ */
+export function checkMetaId(meta: StorageMeta, id: string, file: string): void {
+  if (meta.header.id !== id) {
+    throw new SessionFormatError("Session id does not match its directory name", {
+      file,
+      path: "header.id",
+      value: meta.header.id,
+    });
+  }
+}
+
 let openChecked: (init: SessionManagerInit) => Promise<SessionManager>;
 
 /**
@@ -428,6 +442,12 @@ export interface SessionManagerInit {
   readonly collectionDir: string;
   /** Open without claiming the writer slot; every write then rejects. */
   readonly readOnly?: boolean;
+  /**
+   * The session id the directory's name says (`dir` may be a copy under another name): a
+   * meta.json whose `header.id` differs is refused as soon as it is read, with the header's
+   * fields (a `SessionFormatError` naming meta.json and `header.id`), before the log is judged.
+   */
+  readonly id?: string;
   /** Called once by `close()` after the manager released its resources (e.g. a writer lock). */
   readonly onClose?: () => Promise<void>;
   /**
@@ -560,6 +580,7 @@ export class SessionManager {
     let meta: StorageMeta;
     try {
       meta = await readStorageMeta(fs, init.dir, true, true); // checkSessionFiles saw a file
+      if (init.id !== undefined) checkMetaId(meta, init.id, metaFile);
     } catch (error) {
       closeWhenOpened(opening);
       throw error;

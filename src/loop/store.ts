@@ -577,6 +577,7 @@ export class SessionStore {
         dir: source,
         collectionDir: dirname(dir),
         readOnly,
+        id: basename(dir),
         ...(lock === undefined ? {} : { onClose: () => lock.release() }),
       });
     } catch (error) {
