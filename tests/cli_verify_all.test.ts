@@ -104,6 +104,37 @@ test("verify --all verifies staged copies, reports a link at a session's name an
   assert.deepEqual(fs.snapshotTree("/"), before);
 });
 
+test("verify --all reports a link or a directory at a never-migrated legacy <id>.jsonl", async () => {
+  for (const kind of ["link", "directory"] as const) {
+    const fs = new MemoryFs();
+    await fs.mkdir(CWD, { recursive: true });
+    const store = new SessionStore({ fs, agentDir: AGENT });
+    const healthy = await saved(store);
+    const collection = dirname(healthy.dir);
+    const id = "0f0e0d0c-0b0a-4908-8706-050403020100";
+    const file = `${collection}/${id}.jsonl`;
+    if (kind === "link") {
+      // A link to a valid copy: never read through.
+      await fs.writeFile("/elsewhere.jsonl", legacySessionBytes(id, CWD, conversation(1)));
+      await fs.symlink("/elsewhere.jsonl", file);
+    } else {
+      await fs.mkdir(file);
+    }
+    const before = fs.snapshotTree("/");
+    const { code, reports } = await verifyAll(memoryIo(fs, CWD, Date.now()).io);
+    assert.equal(code, 1, kind);
+    const byDir = new Map(reports.map((r) => [r.dir, r]));
+    assert.equal(byDir.get(healthy.dir)?.ok, true, JSON.stringify(reports));
+    const report = byDir.get(file);
+    assert.equal(report?.ok, false, JSON.stringify(reports));
+    assert.equal(report?.findings[0]?.kind, "file");
+    assert.equal(report?.findings[0]?.file, file);
+    assert.match(report?.findings[0]?.message ?? "", /not a regular file/);
+    assert.equal(reports.length, 2, JSON.stringify(reports.map((r) => r.dir)));
+    assert.deepEqual(fs.snapshotTree("/"), before);
+  }
+});
+
 test("verify --all reports a session it cannot read beside the others and goes on", async () => {
   const fs = new MemoryFs();
   await fs.mkdir(CWD, { recursive: true });

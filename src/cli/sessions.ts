@@ -999,7 +999,24 @@ async function verifyOne(
   const located = found.located;
   if (located === undefined) {
     const failure = found.failure;
-    return failure === undefined ? undefined : failedReport(failure.path, failure.error);
+    if (failure !== undefined) return failedReport(failure.path, failure.error);
+    // No `<id>/` and no staged copy: anything but a regular file at `<id>.jsonl` (a link, a
+    // directory) is a finding, as a link at `<id>/` is; the listing skips it, never reading it.
+    const file = join(collection, id + LEGACY_EXTENSION);
+    let kind;
+    try {
+      kind = await entryKind(io.fs, file);
+    } catch (error) {
+      if (!isReportable(error)) throw error;
+      return failedReport(file, error);
+    }
+    if (kind === undefined || kind === "file") return undefined;
+    return failedReport(
+      file,
+      new SessionFormatError("Legacy session file is not a regular file (links are refused)", {
+        file,
+      }),
+    );
   }
   if (located.kind === "legacy") {
     // Not listed and no failure: a format the store skips (the listing does not list it).
