@@ -1702,6 +1702,13 @@ export class SessionManager {
    * when another process removed or changed it meanwhile. A read-only manager never reads or
    * writes it (its pages come from the offsets read at open).
    *
+   * Pages trust the committed range the open verified (or the manager's own saves wrote): a page
+   * read checks the structure of the bytes it reads (a newline at each held offset, each line
+   * JSON), not their checksum nor each message's fields. So bytes of the committed range that
+   * another program changed in place after the open, keeping that structure, are returned as
+   * they now are, without an error; the next open reports the change (`CorruptSessionError`, a
+   * checksum mismatch), and so does `verifySession` (a `checksum` finding).
+   *
    * @throws {InvalidArgumentError} For `before` not a safe integer on a round boundary in
    *   `[0, total]`, or a `revision` that is not a string.
    * @throws {StaleRevisionError} When `revision` is not the committed generation.
