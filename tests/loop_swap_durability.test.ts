@@ -29,9 +29,14 @@ async function reopen(fs: MemoryFs, dir: string): Promise<Message[]> {
 async function lostAfterFailedChange(
   error: FaultError,
   change: (store: SessionStore, dir: string) => Promise<unknown>,
-): Promise<{ tried: number; lost: string[] }> {
+  options: { cleanupFirst?: boolean } = {},
+): Promise<{ tried: number; lost: string[]; movedFirst: number; gone: number }> {
   const lost: string[] = [];
   let tried = 0;
+  /** Fault points the change failed at after it had renamed the session directory away. */
+  let movedFirst = 0;
+  /** Fault points after which the change had committed (the session is gone: nothing to save). */
+  let gone = 0;
   for (let n = 1; n < 500; n++) {
     const fs = new MemoryFs();
     await fs.mkdir(CWD, { recursive: true });
@@ -59,6 +64,20 @@ async function lostAfterFailedChange(
     fs.clearFaults();
     if (!reached) break;
     if (!failed) continue;
+    const renamed = fs.operationLog.slice(start, start + n - 1).some((record) =>
+      record.op === "rename" && record.path === dir
+    );
+    if (renamed) movedFirst++;
+
+    if (options.cleanupFirst === true) {
+      // Finishes or rolls back what the failed change left staged, as the next structural
+      // operation of the collection would.
+      await store.cleanup(CWD);
+      if (!(await exists(fs, dir))) {
+        gone++;
+        continue;
+      }
+    }
     tried++;
 
     const writer = await store.open(dir);
@@ -73,7 +92,16 @@ async function lostAfterFailedChange(
       lost.push(`op ${n} (${failedOp?.op} ${failedOp?.path}): ${seen.length}/${after.length}`);
     }
   }
-  return { tried, lost };
+  return { tried, lost, movedFirst, gone };
+}
+
+async function exists(fs: MemoryFs, path: string): Promise<boolean> {
+  try {
+    await fs.lstat(path);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 for (const error of ["EIO", "ENOSPC"] as const) {
@@ -84,11 +112,24 @@ for (const error of ["EIO", "ENOSPC"] as const) {
   });
 
   test(`a commit resolved after a delete failed and rolled back (${error}, persistent) survives a power loss`, async () => {
-    const { tried, lost } = await lostAfterFailedChange(error, async (store, dir) => {
-      const id = dir.slice(dir.lastIndexOf("/") + 1);
-      await store.archive.delete(CWD, [id]);
-    });
+    const { tried, lost, movedFirst, gone } = await lostAfterFailedChange(
+      error,
+      async (store, dir) => {
+        const id = dir.slice(dir.lastIndexOf("/") + 1);
+        // The session is not archived: archivedOnly false, or the delete refuses before moving.
+        await store.archive.delete(CWD, [id], { archivedOnly: false });
+      },
+      { cleanupFirst: true },
+    );
     assert.ok(tried > 3, `only ${tried} fault points failed the delete`);
+    // The delete's move of the session directory really ran before some of the faults, so the
+    // rollback had something to move back.
+    assert.ok(
+      movedFirst > 3,
+      `the delete failed after moving the session only ${movedFirst} times`,
+    );
+    // A fault after the commit point leaves the delete done (cleanup finishes it).
+    assert.ok(gone > 0, `no fault point failed the delete after its commit point`);
     assert.deepEqual(lost, []);
   });
 }
