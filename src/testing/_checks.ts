@@ -1600,6 +1600,99 @@ export const CHECKS: readonly Check[] = [
       check(Math.abs(time - mtime) < 1, `target mtimeMs ${time}, expected ${mtime}`);
     },
   },
+  {
+    name:
+      "utime() shows in the mtimeMs of lstat(), stat() and a handle's stat() of a file, and of lstat() and stat() of a directory",
+    async run(f) {
+      const file = at(f, "file");
+      const dir = at(f, "dir");
+      await f.fs.writeFile(file, bytes("F"));
+      await f.fs.mkdir(dir);
+      for (const mtime of [1_600_000_000_000, -86_400_000, 1_700_000_000_123]) {
+        await f.fs.utime(file, mtime);
+        await f.fs.utime(dir, mtime + 5_000);
+        checkEqual((await f.fs.lstat(file)).mtimeMs, mtime, "lstat(file).mtimeMs after utime");
+        checkEqual((await f.fs.stat(file)).mtimeMs, mtime, "stat(file).mtimeMs after utime");
+        const held = await withHandle(f.fs, file, {}, (handle) => handle.stat());
+        checkEqual(held.mtimeMs, mtime, "the handle's stat().mtimeMs after utime");
+        checkEqual(
+          (await f.fs.lstat(dir)).mtimeMs,
+          mtime + 5_000,
+          "lstat(dir).mtimeMs after utime",
+        );
+        checkEqual((await f.fs.stat(dir)).mtimeMs, mtime + 5_000, "stat(dir).mtimeMs after utime");
+      }
+    },
+  },
+  {
+    name:
+      "a write moves a file's mtimeMs past an older time, in lstat(), stat() and the handle's stat()",
+    async run(f) {
+      const file = at(f, "file");
+      await f.fs.writeFile(file, bytes("F"));
+      // Before 1970: earlier than any clock reads, even one that starts at 0.
+      const old = -86_400_000;
+      const after = async (what: string, handle?: FileHandle) => {
+        const infos: [string, number][] = [
+          ["lstat", (await f.fs.lstat(file)).mtimeMs],
+          ["stat", (await f.fs.stat(file)).mtimeMs],
+        ];
+        if (handle !== undefined) infos.push(["the handle's stat", (await handle.stat()).mtimeMs]);
+        for (const [call, mtimeMs] of infos) {
+          check(mtimeMs > old, `${call}().mtimeMs ${mtimeMs} ${what}: not past ${old}`);
+        }
+      };
+      const baseline = async () => {
+        await f.fs.utime(file, old);
+        checkEqual((await f.fs.lstat(file)).mtimeMs, old, "lstat().mtimeMs after utime");
+        checkEqual((await f.fs.stat(file)).mtimeMs, old, "stat().mtimeMs after utime");
+      };
+      await baseline();
+      await withHandle(f.fs, file, { write: true }, async (handle) => {
+        checkEqual((await handle.stat()).mtimeMs, old, "the handle's stat().mtimeMs after utime");
+        await handle.write(bytes("more"));
+        await after("after a write through a handle", handle);
+      });
+      await after("after a write through a handle, closed");
+      await baseline();
+      await f.fs.writeFile(file, bytes("new"));
+      await after("after writeFile()");
+    },
+  },
+  {
+    name:
+      "lstat() of a symlink reports the link's own mtimeMs, not its target's, before and after utime() through the link",
+    needs: ["symlinks"],
+    async run(f) {
+      const before = at(f, "before");
+      const target = at(f, "target");
+      const link = at(f, "link");
+      await f.fs.writeFile(before, bytes("B"));
+      await f.fs.writeFile(target, bytes("T"));
+      const old = 1_000_000_000_000;
+      await f.fs.utime(target, old);
+      await f.fs.symlink("target", link);
+      const made = (await f.fs.stat(before)).mtimeMs;
+      const own = (await f.fs.lstat(link)).mtimeMs;
+      checkEqual((await f.fs.stat(link)).mtimeMs, old, "stat(link).mtimeMs (its target's)");
+      check(own !== old, `lstat(link).mtimeMs ${own} is its target's`);
+      // The link was made after 'before' was written: its time is not earlier (a second of slack
+      // for coarse clocks).
+      check(
+        own >= made - 1_000,
+        `lstat(link).mtimeMs ${own} is before 'before' was written, ${made}`,
+      );
+      const later = 1_500_000_000_000;
+      await f.fs.utime(link, later);
+      checkEqual(
+        (await f.fs.stat(target)).mtimeMs,
+        later,
+        "stat(target).mtimeMs after utime(link)",
+      );
+      checkEqual((await f.fs.stat(link)).mtimeMs, later, "stat(link).mtimeMs after utime(link)");
+      checkEqual((await f.fs.lstat(link)).mtimeMs, own, "lstat(link).mtimeMs after utime(link)");
+    },
+  },
 
   // homeDir()
   {
