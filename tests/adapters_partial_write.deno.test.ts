@@ -55,7 +55,7 @@ Deno.test({
         b: 96,
       });
       // Deno's Node layer reports the failed write without the bytes that landed, so nodeFs() on
-      // Deno cannot move past them; only the code is held here (Node itself: see the Node run).
+      // Deno cannot move past them; only the code is held here (Node itself: tests/adapters_partial_write_node.test.ts).
       const node = results.node as { crossing: string; size: number };
       assert.equal(node.crossing, "EFBIG");
       assert.equal(node.size, 4096);
