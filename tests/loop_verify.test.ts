@@ -304,14 +304,15 @@ test("verifySession() and salvageSession() never read a session file through a l
 });
 
 test("a linked index.json is a warning: verify checks everything else, salvage ignores it", async () => {
-  const { fs, dir } = await saved();
+  const { fs, dir, history } = await saved();
   await fs.mkdir("/elsewhere", { recursive: true });
   await fs.rename(`${dir}/index.json`, "/elsewhere/index.json");
   await fs.symlink("/elsewhere/index.json", `${dir}/index.json`);
-  // A damaged byte in the log: still found, the link notwithstanding.
+  // A damaged byte in the log's last message: still found, the link notwithstanding.
   const logPath = `${dir}/messages.jsonl`;
   const log = await fs.readFile(logPath);
-  log[5] = log[5] === 0x61 ? 0x62 : 0x61;
+  const at = log.length - 5;
+  log[at] = log[at] === 0x61 ? 0x62 : 0x61;
   await fs.writeFile(logPath, log);
   fs.resetCounter();
   const report = await verifySession(fs, dir, options);
@@ -326,8 +327,15 @@ test("a linked index.json is a warning: verify checks everything else, salvage i
     fs.operationLog.every((r) => !(r.path === `${dir}/index.json` && r.op !== "lstat")),
     "index.json was read through the link",
   );
+  fs.resetCounter();
   const result = await salvageSession(fs, dir, { ...options, toCollection: "/rescue" });
-  assert.ok(result.kept >= 0);
+  assert.ok(
+    fs.operationLog.every((r) => !(r.path === `${dir}/index.json` && r.op !== "lstat")),
+    "salvage read index.json (through the link)",
+  );
+  // Everything before the damaged last message, from the log alone.
+  assert.equal(history.length, 8);
+  assert.deepEqual([result.kept, result.dropped], [history.length - 1, 1]);
 });
 
 test("verifySession() warns about an index whose rounds or recorded title are not the session's", async () => {
