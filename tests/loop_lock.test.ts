@@ -147,7 +147,18 @@ test("a leftover lock with this process's pid but a foreign token is stale", asy
   const dir = session.getSessionPath();
   await writeLock(fs, dir, { pid: 200, host: HOST, startedAt: "x", token: "not-ours" });
   const writer = await storeAs(fs, 200, alive).open(dir);
+  // Taken over: the record is this writer's now (its pid, a fresh token this copy holds, so
+  // another open by the same pid finds it live), and close() removes it as its own.
+  const record = await lockRecord(fs, dir);
+  assert.equal(record.pid, 200);
+  assert.equal(typeof record.token, "string");
+  assert.notEqual(record.token, "not-ours");
+  await assert.rejects(
+    storeAs(fs, 200, alive).open(dir),
+    (error: Error) => error instanceof SessionBusyError || error instanceof SessionLockedError,
+  );
   await writer.close();
+  await assert.rejects(fs.lstat(`${dir}/${WRITER_LOCK_FILE}`), NotFound);
 });
 
 test("an unparsable lock file is stale after a short grace period", async () => {
@@ -423,8 +434,9 @@ test("nodeProcessProbe reports a pid no process can have (past 2^31 - 1) dead, a
   }
 });
 
-test("nodeProcessProbe reports a zombie (exited, not yet reaped) dead on Linux", async () => {
-  if (process.platform !== "linux") return; // no procfs state elsewhere
+test("nodeProcessProbe reports a zombie (exited, not yet reaped) dead on Linux", {
+  skip: process.platform !== "linux" && "no procfs process state outside Linux",
+}, async () => {
   // `sleep 0.1` exits under a parent (`exec sleep 5`) that never reaps it: a zombie.
   const parent = spawn("bash", ["-c", "sleep 0.1 & echo $!; exec sleep 5"]);
   try {
