@@ -422,20 +422,22 @@ async function candidatesOf(
       continue;
     }
     const stagingNames = staged.get(id) ?? [];
-    const previous = await compactionPrevious(fs, collection, stagingNames);
-    if (
-      previous === undefined && stagingNames.length > 0 &&
-      await entryKind(fs, join(collection, id)) === "directory"
-    ) {
+    let previous = await compactionPrevious(fs, collection, stagingNames);
+    if (previous === undefined && stagingNames.length > 0) {
       // A compaction seen between its renames finished (or rolled back) since the collection was
-      // read: its staging directory no longer holds the previous copy, and the session directory
-      // is back in place. Listed from there, never from a stale backup, never missed.
-      candidates.push({
-        id,
-        source: { kind: "directory", dir: join(collection, id), hasBackup },
-        path,
-      });
-      continue;
+      // read: its staging directory no longer holds the previous copy. The session directory is
+      // back in place, or (a recovery that put it back, then a compaction that moved it again)
+      // in another staging directory: listed from there, never from a stale backup, never missed.
+      const moved = await movedByCompaction(fs, collection, id);
+      if (moved === "in place") {
+        candidates.push({
+          id,
+          source: { kind: "directory", dir: join(collection, id), hasBackup },
+          path,
+        });
+        continue;
+      }
+      previous = moved;
     }
     const deleted = deletedDirs.get(id);
     const failed = unreadable.get(id);
@@ -495,6 +497,36 @@ async function sessionsOf(fs: FileSystem, collection: string): Promise<string[]>
     }
   }
   return ids;
+}
+
+/**
+ * Where session `id` of `collection` is now, when a compaction staging directory of it was listed
+ * and no longer holds its previous copy: `"in place"` when `<id>/` is a directory, else the
+ * previous directory of a compaction staging directory of it (the compaction that moved it was
+ * recovered, and another moved it again, since the collection was read), else undefined (it is
+ * gone). While the collection shows only a staging directory of it that holds no previous copy
+ * when looked at (moved once more meanwhile), the collection is read again, up to `MAX_LOOKS`
+ * times.
+ */
+async function movedByCompaction(
+  fs: FileSystem,
+  collection: string,
+  id: string,
+): Promise<"in place" | string | undefined> {
+  if (await entryKind(fs, join(collection, id)) === "directory") return "in place";
+  for (let looks = 0; looks < MAX_LOOKS; looks++) {
+    const names: string[] = [];
+    for (const entry of await readDirIfExists(fs, collection)) {
+      if (entry.kind !== "directory") continue;
+      if (entry.name === id) return "in place";
+      if (stagingSessionId(entry.name) === id) names.push(entry.name);
+    }
+    if (names.length === 0) return undefined;
+    const previous = await compactionPrevious(fs, collection, names.sort());
+    if (previous !== undefined) return previous;
+    if (await entryKind(fs, join(collection, id)) === "directory") return "in place";
+  }
+  return undefined;
 }
 
 /** The previous directory of an interrupted compaction (its session dir is missing), if any. */

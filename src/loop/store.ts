@@ -646,14 +646,33 @@ export class SessionStore {
       return dir;
     } catch (error) {
       if (!(error instanceof NotFound)) throw error;
-      if (recover !== "none") {
-        const staging = await this.#staging(dir);
-        if (recover === "read") {
-          // Read in place, writing nothing: an uncommitted delete's staged copy, or the previous
-          // directory of a compaction caught between its renames (or interrupted there).
+      if (recover === "read") {
+        // Read in place, writing nothing: an uncommitted delete's staged copy, or the previous
+        // directory of a compaction caught between its renames (or interrupted there). When
+        // none is staged any more, `dir` is looked at once more, as for a writer below. A compaction
+        // staging directory seen that no longer holds the previous copy, with `dir` not in
+        // place, means the session moved again meanwhile (a recovery put it back, and another
+        // compaction moved it into a new staging directory): the collection is read again, up
+        // to `MAX_READ_ONLY_TRIES` times, before the session is said not to exist.
+        for (let looks = 1;; looks++) {
+          const staging = await this.#staging(dir);
           const copy = this.#stagedCopy(staging);
           if (copy !== undefined) return copy;
-        } else if (
+          try {
+            return await this.#checkSessionDirectory(dir, "none");
+          } catch (error) {
+            if (
+              !(error instanceof SessionNotFoundError) || !staging.compaction ||
+              looks >= MAX_READ_ONLY_TRIES
+            ) {
+              throw error;
+            }
+          }
+        }
+      }
+      if (recover === "write") {
+        const staging = await this.#staging(dir);
+        if (
           staging.compaction || staging.deleted !== undefined || staging.error !== undefined
         ) {
           await this.#exclusive(dirname(dir), () => Promise.resolve());

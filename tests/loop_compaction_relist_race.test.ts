@@ -1,0 +1,154 @@
+// A listing or a read-only open that saw an interrupted compaction's staging directory, racing
+// one compact() call that recovers it (puts the session back in place, removes that staging
+// directory) and compacts again (moves the session into a new staging directory): the session
+// is found in the new staging directory, never missed.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs, SimulatedCrash } from "../adapters/memory.ts";
+import type { FileSystem } from "../src/port/fs.ts";
+import { SessionNotFoundError } from "../src/loop/errors.ts";
+import { SessionStore, workspaceHash } from "../src/loop/store.ts";
+import type { Message } from "../src/loop/records/mod.ts";
+import { assistant, conversation, user } from "./_fixtures.ts";
+import { gate, hookedFs } from "./_hooks.ts";
+
+const CWD = "/work/project";
+const AGENT = "/home/user/.loop";
+const COLLECTION = `${AGENT}/sessions/${workspaceHash(CWD)}`;
+
+function storeOn(fs: FileSystem): SessionStore {
+  return new SessionStore({ fs, agentDir: AGENT });
+}
+
+/** A collection whose session was caught by a crash between its compaction's two renames. */
+async function crashedBetweenRenames(): Promise<
+  { fs: MemoryFs; id: string; dir: string; history: Message[] }
+> {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const session = await storeOn(fs).create(CWD);
+  const history = [user("edited"), ...conversation(2).slice(1), user("more"), assistant("ok")];
+  await session.commit(conversation(2));
+  await session.commit(history);
+  await session.close();
+  const dir = session.getSessionPath();
+  const probe = fs.clone();
+  probe.resetCounter();
+  await storeOn(probe).compact(dir);
+  const n = probe.operationLog.find((r) => r.op === "rename" && r.to?.endsWith("/previous"))!
+    .number;
+  const crashing = fs.clone();
+  crashing.resetCounter();
+  crashing.crashAfter(n);
+  await assert.rejects(storeOn(crashing).compact(dir), SimulatedCrash);
+  const crashed = crashing.crash({ seed: 0, tailMode: "whole", extraJournal: "all" });
+  const names = (await crashed.readDir(COLLECTION)).map((e) => e.name);
+  assert.deepEqual(names.filter((name) => name === session.id), [], "caught between renames");
+  assert.equal(names.filter((name) => name.startsWith(`.staging-${session.id}-`)).length, 1);
+  return { fs: crashed, id: session.id, dir, history };
+}
+
+/**
+ * Runs `read` with a filesystem that pauses it right after its first read of the collection
+ * (which shows only the interrupted compaction's staging directory); meanwhile one compact()
+ * recovers and compacts again, and is held between its renames while `read` resumes.
+ */
+async function acrossRecoveredThenCompacted<T>(
+  fs: MemoryFs,
+  dir: string,
+  read: (fs: FileSystem) => Promise<T>,
+): Promise<T> {
+  const readerPaused = gate();
+  const readerGo = gate();
+  let armed = true;
+  const readerFs = hookedFs(fs, {
+    after: async (method, args) => {
+      if (armed && method === "readDir" && args[0] === COLLECTION) {
+        armed = false;
+        readerPaused.open();
+        await readerGo.wait;
+      }
+    },
+  });
+  const compactorPaused = gate();
+  const compactorGo = gate();
+  let renames = 0;
+  const compactorFs = hookedFs(fs, {
+    before: async (method, args) => {
+      // 1: the recovery puts previous/ back; 2: the new compaction's swap into place.
+      if (method === "rename" && args[1] === dir && ++renames === 2) {
+        compactorPaused.open();
+        await compactorGo.wait;
+      }
+    },
+  });
+  const reading = read(readerFs).then(
+    (value) => ({ value }),
+    (error: unknown) => ({ error }),
+  );
+  await readerPaused.wait;
+  const compacting = storeOn(compactorFs).compact(dir);
+  await compactorPaused.wait;
+  const names = (await fs.readDir(COLLECTION)).map((e) => e.name);
+  assert.ok(!names.includes(dir.slice(COLLECTION.length + 1)), "the session is moved away");
+  readerGo.open();
+  const got = await reading;
+  compactorGo.open();
+  assert.equal((await compacting).compacted, true);
+  if ("error" in got) throw got.error;
+  return got.value;
+}
+
+test("a listing that saw an interrupted compaction, recovered and compacted again meanwhile, lists the session", async () => {
+  for (const fast of [true, false]) {
+    const { fs, id, dir, history } = await crashedBetweenRenames();
+    const result = await acrossRecoveredThenCompacted(
+      fs,
+      dir,
+      (racing) => storeOn(racing).listDetailed(CWD, undefined, { fast }),
+    );
+    assert.deepEqual(result.failures, [], `fast: ${fast}`);
+    assert.deepEqual(
+      result.sessions.map((s) => [s.id, s.storage, s.messageCount]),
+      [[id, "directory", history.length]],
+      `fast: ${fast}`,
+    );
+  }
+});
+
+test("a read-only open that saw an interrupted compaction, recovered and compacted again meanwhile, opens the session", async () => {
+  const { fs, id, dir, history } = await crashedBetweenRenames();
+  const opened = await acrossRecoveredThenCompacted(
+    fs,
+    dir,
+    (racing) => storeOn(racing).open(dir, { readOnly: true }),
+  );
+  assert.deepEqual(opened.messages, history);
+  // Read where the racing compaction holds it (its previous directory), as such an open does.
+  assert.equal(opened.id, id);
+  await opened.close();
+});
+
+test("a session whose compaction staging directory holds no copy and is not in place stays not found, after a bounded number of looks", async () => {
+  const { fs, id, dir } = await crashedBetweenRenames();
+  // The session is really gone: only an empty staging directory of it is left.
+  const staging = (await fs.readDir(COLLECTION)).find((e) => e.name.startsWith(`.staging-${id}-`))!;
+  await fs.remove(`${COLLECTION}/${staging.name}`, { recursive: true });
+  await fs.mkdir(`${COLLECTION}/${staging.name}`);
+  for (const reader of ["list", "list fast", "open"] as const) {
+    let reads = 0;
+    const counting = hookedFs(fs, {
+      after: (method, args) => {
+        if (method === "readDir" && args[0] === COLLECTION) reads++;
+      },
+    });
+    const store = storeOn(counting);
+    if (reader === "open") {
+      await assert.rejects(store.open(dir, { readOnly: true }), SessionNotFoundError);
+    } else {
+      const result = await store.listDetailed(CWD, undefined, { fast: reader === "list fast" });
+      assert.deepEqual([result.sessions, result.failures], [[], []], reader);
+    }
+    assert.ok(reads >= 1 && reads <= 10, `${reader}: ${reads} reads of the collection`);
+  }
+});
