@@ -57,7 +57,7 @@ import {
   shortLog,
   type StorageMeta,
 } from "./storage.ts";
-import { SessionManager } from "./session_manager.ts";
+import { checkMetaId, SessionManager } from "./session_manager.ts";
 import { acquireWriterLock, dropMovedLocks, isLockFileName, type StoreContext } from "./lock.ts";
 import { LEGACY_EXTENSION, readLegacyHeader, STAGING_PREFIX, stagingName } from "./legacy.ts";
 import {
@@ -274,13 +274,7 @@ export async function compactSession(
       });
     }
     const meta = await readStorageMeta(fs, dir, true);
-    if (meta.header.id !== id) {
-      throw new SessionFormatError("Session id does not match its directory name", {
-        file: join(dir, META_FILE),
-        path: "header.id",
-        value: meta.header.id,
-      });
-    }
+    checkMetaId(meta, id, join(dir, META_FILE));
     const messagesPath = join(dir, MESSAGES_FILE);
     const bytesBefore = await sizeOf(context, messagesPath);
     if (bytesBefore < meta.start + meta.bytes) {

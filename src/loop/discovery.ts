@@ -870,18 +870,11 @@ async function summarize(
     return await readLegacySession(context.fs, source.file, { validate: !fast });
   }
   try {
-    const summary = fast
+    // As for an open: a directory holding another session (a copy) is not that session, which
+    // both summaries refuse once meta.json is read (`checkMetaId`).
+    return fast
       ? await fastSummary(context, source.dir, cache, candidate.id)
       : await fullSummary(context, source.dir, candidate.id);
-    if (summary.header.id !== candidate.id) {
-      // As for an open: a directory holding another session (a copy) is not that session.
-      throw new SessionFormatError("Session id does not match its directory name", {
-        file: join(source.dir, META_FILE),
-        path: "header.id",
-        value: summary.header.id,
-      });
-    }
-    return summary;
   } catch (error) {
     // Only a missing meta.json itself means "never committed"; anything else is a failure.
     if (!(error instanceof NotFound) || error.path !== join(source.dir, META_FILE)) throw error;

@@ -584,14 +584,6 @@ export class SessionStore {
       await lock?.release();
       throw error;
     }
-    if (manager.id !== basename(dir)) {
-      await manager.close();
-      throw new SessionFormatError("Session id does not match its directory name", {
-        file: manager.getSessionFile(),
-        path: "header.id",
-        value: manager.id,
-      });
-    }
     return manager;
   }
 
