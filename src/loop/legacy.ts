@@ -552,11 +552,16 @@ export async function readLegacyHistory(
   path: string,
 ): Promise<LegacySummary & { readonly messages: readonly Message[] }> {
   const messages: Message[] = [];
-  const summary = await readLegacy(fs, path, true, {
+  const summary = await readLegacy(fs, path, true, collectingInto(messages));
+  return { ...summary, messages };
+}
+
+/** A sink that keeps every message it is handed in `messages`. */
+function collectingInto(messages: Message[]): MessageSink {
+  return {
     message: (message) => void messages.push(message),
     flush: () => Promise.resolve(),
-  });
-  return { ...summary, messages };
+  };
 }
 
 async function readLegacy(
@@ -624,10 +629,7 @@ export async function readLegacyPrefix(fs: FileSystem, path: string): Promise<Le
   const scan = await scanLegacy(fs, path, {
     validate: true,
     until: "prefix",
-    sink: {
-      message: (message) => void messages.push(message),
-      flush: () => Promise.resolve(),
-    },
+    sink: collectingInto(messages),
   });
   const { kept, records } = scan.prefix as { kept: number; records: number };
   messages.length = kept;
