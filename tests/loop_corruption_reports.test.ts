@@ -172,3 +172,48 @@ test("a meta.json of another session is reported as meta.json's header.id", asyn
     }
   }
 });
+
+for (const [runtime, error] of RUNTIME_ERRORS) {
+  test(`a committed message line too long to decode is a typed error naming it (${runtime})`, async () => {
+    const { fs, store, healthy } = await healthyStore();
+    const session = await store.create(CWD);
+    // Message 2 is longer than the decode limit; the others are short.
+    await session.commit([
+      user("first"),
+      assistant("ok"),
+      user("y".repeat(2 * LIMIT)),
+      assistant("done"),
+    ]);
+    await session.close();
+    const dir = session.getSessionPath();
+    const log = `${dir}/messages.jsonl`;
+    await withDecodeLimit(error, async () => {
+      for (const readOnly of [true, false]) {
+        const fresh = new SessionStore({ fs, agentDir: AGENT });
+        await assert.rejects(
+          fresh.open(dir, { readOnly }),
+          (e) => assertFormatError(e, log, "messages[2]"),
+        );
+      }
+      // The full listing reads every committed line: the session is a failure naming the log,
+      // beside the healthy one.
+      const listed = await new SessionStore({ fs, agentDir: AGENT }).listDetailed(
+        CWD,
+        undefined,
+        { fast: false },
+      );
+      assert.deepEqual(listed.sessions.map((s) => s.id), [healthy]);
+      const [failure, ...more] = listed.failures;
+      assert.ok(failure !== undefined && more.length === 0, JSON.stringify(listed.failures));
+      assert.equal(failure.id, session.id);
+      assertFormatError(failure.error, log, "messages[2]");
+      const report = await verifySession(fs, dir, { sha256: portableSha256 });
+      assert.equal(report.ok, false);
+      assert.ok(report.findings.some((f) => f.file === log), JSON.stringify(report.findings));
+    });
+    // Nothing was modified: without the limit the session opens whole.
+    const reopened = await new SessionStore({ fs, agentDir: AGENT }).open(dir, { readOnly: true });
+    assert.equal(reopened.messages.length, 4);
+    await reopened.close();
+  });
+}

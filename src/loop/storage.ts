@@ -1147,7 +1147,10 @@ export interface CommittedLine {
   readonly offset: number;
   /** The line's bytes, without the newline. Valid only during the callback. */
   readonly bytes: Uint8Array;
-  /** The line decoded as UTF-8. */
+  /**
+   * The line decoded as UTF-8. Reading it throws a `SessionFormatError` (path `messages[<index>]`)
+   * for a line longer than the runtime's longest string.
+   */
   readonly text: string;
 }
 
@@ -1235,7 +1238,23 @@ export async function forEachCommittedLine(
         );
       }
       // Each line is decoded alone (a newline never occurs inside a multi-byte sequence).
-      onLine({ index: lines, offset, bytes, text: decodeLine(bytes) });
+      let line: CommittedLine;
+      try {
+        line = { index: lines, offset, bytes, text: decodeLine(bytes) };
+      } catch (error) {
+        // More bytes than the runtime's longest string: the callback meets the typed error where
+        // it reads the text, as it meets a line that is not JSON (the range is still hashed).
+        const failure = undecodable(error, bytes.length, file, `messages[${lines}]`);
+        line = {
+          index: lines,
+          offset,
+          bytes,
+          get text(): string {
+            throw failure;
+          },
+        };
+      }
+      onLine(line);
       lines++;
     };
     while (position < meta.bytes) {
