@@ -72,7 +72,8 @@ Prints a page of history: the latest three user rounds, or the three before mess
 
 Checks checksums, every message and every metadata rule. Exit code 1 when anything is corrupt.
 Never modifies anything; points at the first bad byte and message. A legacy version-2 file not
-migrated yet is validated in place with the legacy reader, as its migration would validate it.
+migrated yet is validated in place with the legacy reader, as its migration would validate it;
+anything but a regular file at its <id>.jsonl (a link) is a finding, never read through.
 --all verifies every session 'sessions list --all-workspaces' finds, where the store reads it
 (also the copy an interrupted compaction or delete holds), legacy files not migrated yet included;
 a link or a file at a session's name, and a file that cannot be read, are reported beside the
@@ -225,6 +226,23 @@ interface Lookup {
   readonly listed: boolean;
   /** The store listing's failure for the session, when it cannot be listed. */
   readonly failure: ListFailure | undefined;
+  /**
+   * When nothing is `located`: the never-migrated `<id>.jsonl` that is there but is no regular
+   * file (a link, a directory), which the listing skips and nothing reads.
+   */
+  readonly irregular?: string | undefined;
+}
+
+/**
+ * The refusal of a never-migrated legacy `<id>.jsonl` that is not a regular file (a link, whatever
+ * it points to, or a directory): nothing is read through it. `sessions verify` reports it as a
+ * finding, as `verify --all` does; the other commands refuse it.
+ */
+class LegacyFileNotRegularError extends SessionFormatError {
+  /** Creates the refusal of `file`. */
+  constructor(file: string) {
+    super("Legacy session file is not a regular file (links are refused)", { file });
+  }
 }
 
 /**
@@ -358,11 +376,16 @@ async function lookup(
   }
   const staged = await stagedCopy(io, collection, id);
   let located: Located | undefined;
+  let irregular: string | undefined;
   if (staged.dir !== undefined) located = directory(staged.dir);
   else if (failure !== undefined && failure.path !== file) throw failure.error;
-  else if ((await entryKind(io.fs, file)) === "file") located = legacy(file);
-  else if (staged.file !== undefined) located = legacy(staged.file);
-  return { located, listed, failure };
+  else {
+    const kind = await entryKind(io.fs, file);
+    if (kind === "file") located = legacy(file);
+    else if (staged.file !== undefined) located = legacy(staged.file);
+    else if (kind !== undefined) irregular = file;
+  }
+  return { located, listed, failure, irregular };
 }
 
 function isPathTarget(target: string): boolean {
@@ -421,15 +444,11 @@ async function locateTarget(
     if (
       isFile && kind !== undefined && kind !== "file" && !(await exists(io, join(collection, id)))
     ) {
-      throw new SessionFormatError(
-        "Legacy session file is not a regular file (links are refused)",
-        {
-          file: path,
-        },
-      );
+      throw new LegacyFileNotRegularError(path);
     }
     const found = await lookup(io, context, collection, id);
     if (found.located === undefined) {
+      if (found.irregular !== undefined) throw new LegacyFileNotRegularError(found.irregular);
       throw new SessionNotFoundError(
         `No session at '${path}'${kind === undefined ? ": the path does not exist" : ""}`,
       );
@@ -440,12 +459,23 @@ async function locateTarget(
     throw new UsageError(`'${target}' is neither a session id (a lowercase UUID) nor a path`);
   }
   const found: (Lookup & { readonly located: Located })[] = [];
+  const irregular: string[] = [];
   for (const collection of within ?? await collections(io, flags.agentDir, true)) {
     const result = await lookup(io, context, collection, target);
     if (result.located !== undefined) found.push({ ...result, located: result.located });
+    else if (result.irregular !== undefined) irregular.push(result.irregular);
   }
   const first = found[0];
   if (first === undefined) {
+    // No session, but something at a never-migrated `<id>.jsonl`: said as for its path.
+    if (irregular.length > 1) {
+      throw new UsageError(
+        `Session id ${target} names a file in several collections; pass a path: ${
+          irregular.join(", ")
+        }`,
+      );
+    }
+    if (irregular[0] !== undefined) throw new LegacyFileNotRegularError(irregular[0]);
     throw new SessionNotFoundError(
       within === undefined
         ? `No session with id ${target} under '${
@@ -832,7 +862,15 @@ async function verify(io: CliIo, flags: StoreFlags, args: readonly string[]): Pr
   if (target === undefined || parsed.positionals.length > 1) {
     throw new UsageError("sessions verify takes one <id|path> or --all");
   }
-  const located = await locate(io, flags, target);
+  let located: Located;
+  try {
+    located = await locate(io, flags, target);
+  } catch (error) {
+    // Anything but a regular file at a never-migrated `<id>.jsonl` (never read): a finding, as
+    // 'verify --all' reports it.
+    if (!(error instanceof LegacyFileNotRegularError)) throw error;
+    return printReports(io, json, [failedReport(error.file ?? target, error)]);
+  }
   // Verified where the store reads it; a link planted at the session folder is refused. A legacy
   // file not migrated yet is read in place, as 'verify --all' reads it.
   const source = located.kind === "legacy"
@@ -1011,12 +1049,7 @@ async function verifyOne(
       return failedReport(file, error);
     }
     if (kind === undefined || kind === "file") return undefined;
-    return failedReport(
-      file,
-      new SessionFormatError("Legacy session file is not a regular file (links are refused)", {
-        file,
-      }),
-    );
+    return failedReport(file, new LegacyFileNotRegularError(file));
   }
   if (located.kind === "legacy") {
     // Not listed and no failure: a format the store skips (the listing does not list it).
