@@ -86,22 +86,31 @@ test("read-only commands read a linked collection as the library's listing does"
   assert.ok(reports.some((r) => r.dir.endsWith(linked)), verifyAll.out);
 });
 
+/** What `archive`, `restore` and `delete` say of a session in the linked `collection`. */
+function linkRefusal(sub: string, collection: string): string {
+  return `error: Session collection path is a link, not a directory: 'sessions ${sub}' writes ` +
+    `into the collection, and a link is never followed for writes (symlinks are refused); ` +
+    `nothing was changed (in '${collection}')\n`;
+}
+
 test("writing commands keep refusing a linked collection, by id as by path, changing nothing", async () => {
   const { fs, linked } = await linkedStore();
   const before = fs.clone();
   const collection = `${ROOT}/${workspaceHash(CWD)}`;
-  const notInStore = /^usage error: '.*' is not in a collection of the store/;
   for (const target of [linked, `${collection}/${linked}`]) {
     for (
       const args of [
         ["archive", target],
         ["restore", target],
         ["delete", "--include-unarchived", target],
+        ["delete", target],
       ]
     ) {
+      // Refused as compaction and salvage into it are (exit 1), naming the linked collection.
       const result = await sessions(fs, args);
-      assert.equal(result.code, 2, `${args.join(" ")}: ${result.out}`);
-      assert.match(result.err, notInStore, args.join(" "));
+      assert.equal(result.code, 1, `${args.join(" ")}: ${result.out}`);
+      assert.equal(result.out, "", args.join(" "));
+      assert.equal(result.err, linkRefusal(args[0] as string, collection), args.join(" "));
     }
     const compacted = await sessions(fs, ["compact", target]);
     assert.equal(compacted.code, 1, compacted.out);
@@ -124,4 +133,33 @@ test("writing commands keep refusing a linked collection, by id as by path, chan
   const migrated = await sessions(fs, ["migrate", "--all"]);
   assert.equal(migrated.code, 0, migrated.err);
   assert.deepEqual(fs.snapshotTree(), before.snapshotTree());
+});
+
+test("archive, restore and delete refuse a linked collection before changing anything, also with --dir and beside a real one", async () => {
+  const { fs, linked, real } = await linkedStore();
+  const before = fs.clone();
+  const collection = `${ROOT}/${workspaceHash(CWD)}`;
+  for (const sub of ["archive", "restore", "delete"]) {
+    const extra = sub === "delete" ? ["--include-unarchived"] : [];
+    for (
+      const args of [
+        // The real collection's session first: it is checked, never changed.
+        [sub, ...extra, real, linked],
+        [sub, ...extra, "--json", real, linked],
+        [sub, ...extra, "--dir", collection, linked],
+        // By a path through the link, while --dir names the directory it leads to.
+        [sub, ...extra, "--dir", "/disk2/collection", `${collection}/${linked}`],
+      ]
+    ) {
+      const result = await sessions(fs, args);
+      assert.equal(result.code, 1, `${args.join(" ")}: ${result.out}`);
+      assert.equal(result.out, "", args.join(" "));
+      assert.equal(result.err, linkRefusal(sub, collection), args.join(" "));
+    }
+  }
+  assert.deepEqual(fs.snapshotTree(), before.snapshotTree());
+  // The real collection's session alone is archived as before.
+  const archived = await sessions(fs, ["archive", real]);
+  assert.equal(archived.code, 0, archived.err);
+  assert.equal(archived.out, `archived ${real}\n`);
 });

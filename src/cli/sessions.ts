@@ -90,7 +90,8 @@ migrated ones with 'sessions verify --all'.`,
 Marks sessions archived in their collection. Touches no session file. A session is named by its
 id or by its path in a collection of the store (<data dir>/sessions/<collection>/), or of the
 collection given with --dir. Paths with '..' and a --dir named with a leading '.' (the store's
-private staging directories) are refused.`,
+private staging directories) are refused. A session of a collection that is a link is refused
+(exit 1, nothing changed): the store never writes through a link.`,
   restore: `Usage: loop-sessions sessions restore <id|path...> [--dir COLLECTION] [--json]
 
 Removes sessions from their collection's archive (sessions named as for archive).`,
@@ -1165,13 +1166,17 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
   return results.some((r) => r.error !== undefined) ? 1 : 0;
 }
 
-/** True when `collection` is one of the data directory's collections, or the explicit one. */
-async function inScope(
+/**
+ * Where `collection` is: `in` one of the data directory's collections (a real directory directly
+ * under <data dir>/sessions/, as listings find them), or the explicit one; `linked` when it would
+ * be, but is a link to a directory (read through, never written through); else `out`.
+ */
+async function scopeOf(
   io: CliIo,
   flags: StoreFlags,
   collection: string,
   explicit: string | undefined,
-): Promise<boolean> {
+): Promise<"in" | "linked" | "out"> {
   const same = async (a: string, b: string): Promise<boolean> => {
     if (normalize(a) === normalize(b)) return true;
     try {
@@ -1181,11 +1186,30 @@ async function inScope(
       throw error;
     }
   };
-  if (explicit !== undefined) return await same(collection, explicit);
-  // A collection is a real directory directly under <data dir>/sessions/, as listings find them.
-  if (basename(collection).startsWith(".")) return false;
-  if ((await entryKind(io.fs, collection)) !== "directory") return false;
-  return await same(dirname(collection), join(flags.agentDir, "sessions"));
+  const kind = await entryKind(io.fs, collection);
+  if (explicit !== undefined) {
+    if (!(await same(collection, explicit))) return "out";
+    return kind === "symlink" ? "linked" : "in";
+  }
+  if (basename(collection).startsWith(".")) return "out";
+  if (kind !== "directory" && !(kind === "symlink" && await linksToDirectory(io, collection))) {
+    return "out";
+  }
+  if (!(await same(dirname(collection), join(flags.agentDir, "sessions")))) return "out";
+  return kind === "directory" ? "in" : "linked";
+}
+
+/**
+ * The refusal of `sessions sub` for a session of `collection`, a collection that is a link: the
+ * store never writes through a link (its listings read through it). Nothing was changed.
+ */
+function linkedCollectionRefused(sub: string, collection: string): SessionFormatError {
+  return new SessionFormatError(
+    `Session collection path is a link, not a directory: 'sessions ${sub}' writes into the ` +
+      "collection, and a link is never followed for writes (symlinks are refused); nothing was " +
+      "changed",
+    { file: collection },
+  );
 }
 
 /**
@@ -1258,7 +1282,9 @@ async function membership(
       explicit === undefined ? undefined : [explicit],
     );
     const { collection, id } = found.located;
-    if (!(await inScope(io, flags, collection, explicit))) {
+    const scope = await scopeOf(io, flags, collection, explicit);
+    if (scope === "linked") throw linkedCollectionRefused(sub, collection);
+    if (scope === "out") {
       throw new UsageError(
         `'${found.path}' is not in ${
           explicit === undefined
