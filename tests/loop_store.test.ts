@@ -926,6 +926,25 @@ for (const write of ["setPinned", "markRead", "commit", "append", "setTitle"] as
   }
 }
 
+for (const gone of ["removed", "moved away", "replaced by an empty directory"] as const) {
+  test(`close() publishes no index.json once the session directory was ${gone}`, async () => {
+    const { fs, store } = await setup();
+    const created = await store.create(CWD);
+    await created.commit(conversation(4));
+    const dir = created.getSessionPath();
+    await created.close();
+    const writer = await store.open(dir);
+    await writer.readHistory(); // the index is known to be there
+    await writer.append([user("one more")]); // and lags behind the history
+    if (gone === "removed") await fs.remove(dir, { recursive: true });
+    else await fs.rename(dir, "/elsewhere");
+    if (gone === "replaced by an empty directory") await fs.mkdir(dir, { mode: 0o700 });
+    const before = fs.snapshotTree?.();
+    await writer.close();
+    assert.deepEqual(fs.snapshotTree?.(), before);
+  });
+}
+
 /** An array holding an array ... `levels` arrays deep around 1. */
 function nestedArrays(levels: number): unknown {
   let value: unknown = 1;

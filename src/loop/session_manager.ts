@@ -2098,7 +2098,8 @@ export class SessionManager {
 
   /**
    * Waits for queued writes, publishes a lagging index (or one removed or changed by another
-   * process since this manager published or checked it), closes the log handles (the writer's, and
+   * process since this manager published or checked it; never once the session directory was
+   * removed, moved away or replaced by one without meta.json), closes the log handles (the writer's, and
    * the one page reads keep open from their first page, also in a read-only manager) and releases
    * the writer slot. A pending save stays unsaved: call `flush()` first to keep it. A metadata
    * change that was rejected after its meta.json may have landed (a pin, title, model, permission
@@ -2123,10 +2124,13 @@ export class SessionManager {
             const { meta, count } = this.#committed;
             const indexed = this.#indexed;
             if (
-              (this.#wrote &&
+              ((this.#wrote &&
                 (indexed === undefined || indexed.count !== count ||
                   indexed.start !== meta.start || indexed.bytes !== meta.bytes)) ||
-              !(await this.#indexStillThere())
+                !(await this.#indexStillThere())) &&
+              // Never into a directory that no longer holds the session (removed, moved away or
+              // replaced since: a write there is refused with SessionNotFoundError).
+              await isRegularFile(this.#fs, this.#metaFile)
             ) await this.#publishIndex();
           } catch {
             // Derived data: rebuilt on the next page read.
