@@ -7,7 +7,7 @@ import { MemoryFs } from "../adapters/memory.ts";
 import { runCli } from "../src/cli/main.ts";
 import { memoryIo } from "./_cli_io.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
-import { conversation } from "./_fixtures.ts";
+import { conversation, legacySessionBytes } from "./_fixtures.ts";
 
 const CWD = "/work/project";
 const OTHER = "/work/other";
@@ -93,6 +93,10 @@ function linkRefusal(sub: string, collection: string): string {
     `nothing was changed (in '${collection}')\n`;
 }
 
+/** Why `migrate --all` leaves a linked collection out. */
+const migrateRefusal = "Session collection path is a link, not a directory: 'sessions migrate' " +
+  "writes into the collection, and a link is never followed for writes (symlinks are refused)";
+
 test("writing commands keep refusing a linked collection, by id as by path, changing nothing", async () => {
   const { fs, linked } = await linkedStore();
   const before = fs.clone();
@@ -130,8 +134,20 @@ test("writing commands keep refusing a linked collection, by id as by path, chan
     salvaged.err,
     /^error: Session collection path is not a directory \(symlinks are refused\)/,
   );
+  // Left out, and said so: nothing in it is left unmigrated (exit 0).
   const migrated = await sessions(fs, ["migrate", "--all"]);
   assert.equal(migrated.code, 0, migrated.err);
+  assert.equal(
+    migrated.out,
+    `No legacy sessions to migrate.\nskipped  ${collection}: ${migrateRefusal}\n`,
+  );
+  const json = await sessions(fs, ["migrate", "--all", "--json"]);
+  assert.equal(json.code, 0, json.err);
+  assert.deepEqual(JSON.parse(json.out), {
+    dryRun: false,
+    results: [],
+    skipped: [{ collection, reason: migrateRefusal, files: [] }],
+  });
   assert.deepEqual(fs.snapshotTree(), before.snapshotTree());
 });
 
@@ -162,4 +178,57 @@ test("archive, restore and delete refuse a linked collection before changing any
   const archived = await sessions(fs, ["archive", real]);
   assert.equal(archived.code, 0, archived.err);
   assert.equal(archived.out, `archived ${real}\n`);
+});
+
+test("migrate --all reports a linked collection with legacy files it leaves unmigrated (exit 1)", async () => {
+  const { fs } = await linkedStore();
+  const collection = `${ROOT}/${workspaceHash(CWD)}`;
+  const otherCollection = `${ROOT}/${workspaceHash(OTHER)}`;
+  const inLink = "0f0e0d0c-0b0a-4908-8706-050403020100";
+  const inReal = "0f0e0d0c-0b0a-4908-8706-050403020101";
+  await fs.writeFile(
+    `/disk2/collection/${inLink}.jsonl`,
+    legacySessionBytes(inLink, CWD, conversation(1)),
+  );
+  await fs.writeFile(
+    `${otherCollection}/${inReal}.jsonl`,
+    legacySessionBytes(inReal, OTHER, conversation(1)),
+  );
+  fs.syncAll();
+  const skipped = [{
+    collection,
+    reason: migrateRefusal,
+    files: [`${collection}/${inLink}.jsonl`],
+  }];
+  const before = fs.clone();
+  const dry = await sessions(fs, ["migrate", "--all", "--dry-run"]);
+  assert.equal(dry.code, 1, dry.out + dry.err);
+  assert.equal(
+    dry.out,
+    `would migrate ${otherCollection}/${inReal}.jsonl -> ${otherCollection}/${inReal}\n` +
+      `would skip ${collection}: ${migrateRefusal}\n` +
+      `  not migrated: ${collection}/${inLink}.jsonl\n`,
+  );
+  const dryJson = await sessions(fs, ["migrate", "--all", "--dry-run", "--json"]);
+  assert.equal(dryJson.code, 1, dryJson.err);
+  assert.deepEqual(JSON.parse(dryJson.out).skipped, skipped);
+  assert.deepEqual(fs.snapshotTree(), before.snapshotTree());
+  const json = await sessions(fs, ["migrate", "--all", "--json"]);
+  assert.equal(json.code, 1, json.err);
+  const parsed = JSON.parse(json.out);
+  assert.deepEqual(parsed.results, [{
+    path: `${otherCollection}/${inReal}.jsonl`,
+    migratedTo: `${otherCollection}/${inReal}`,
+    alreadyMigrated: false,
+  }]);
+  assert.deepEqual(parsed.skipped, skipped);
+  // Nothing was written through the link.
+  assert.equal(await fs.lstat(`/disk2/collection/${inLink}`).catch(() => undefined), undefined);
+  // Run again: the real collection's file is a backup now; the linked one is still reported.
+  const again = await sessions(fs, ["migrate", "--all"]);
+  assert.equal(again.code, 1, again.err);
+  assert.equal(
+    again.out,
+    `skipped  ${collection}: ${migrateRefusal}\n  not migrated: ${collection}/${inLink}.jsonl\n`,
+  );
 });

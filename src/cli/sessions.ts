@@ -84,7 +84,9 @@ Migrates legacy version-2 <id>.jsonl sessions to version-3 directories. The orig
 kept unchanged as a backup. --dry-run validates each file as the migration would (and the
 directory of a file migrated before, as opening it would) and lists what would migrate and what
 would fail, writing nothing. --all takes the files not migrated yet; check the directories of
-migrated ones with 'sessions verify --all'.`,
+migrated ones with 'sessions verify --all'. A collection that is a link is never written through:
+--all reports it as skipped, with the legacy files it leaves unmigrated there (exit code 1 when
+there are any; with --json, 'skipped').`,
   archive: `Usage: loop-sessions sessions archive <id|path...> [--dir COLLECTION] [--json]
 
 Marks sessions archived in their collection. Touches no session file. A session is named by its
@@ -158,17 +160,14 @@ async function exists(io: CliIo, path: string): Promise<boolean> {
 }
 
 /**
- * The collection directories under `<agentDir>/sessions`. With `throughLinks` (the commands that
- * read, and the lookup of an id), a collection that is a link to a directory is one too, as the
- * store's listings read through it; a command that writes into every collection leaves it out, as
- * the store refuses it for writing. A dangling link, a link loop or a link to anything but a
- * directory is no collection.
+ * The collections under `<agentDir>/sessions`: its directories, and its links to a directory
+ * (`linked`), which the store's listings read through and never writes through. A dangling link,
+ * a link loop or a link to anything but a directory is no collection.
  */
-async function collections(
+async function collectionEntries(
   io: CliIo,
   agentDir: string,
-  throughLinks: boolean,
-): Promise<string[]> {
+): Promise<{ path: string; linked: boolean }[]> {
   const root = join(agentDir, "sessions");
   let entries: DirEntry[];
   try {
@@ -177,16 +176,24 @@ async function collections(
     if (error instanceof NotFound) return [];
     throw error;
   }
-  const found: string[] = [];
+  const found: { path: string; linked: boolean }[] = [];
   for (const entry of entries) {
     if (entry.name.startsWith(".")) continue;
     const path = join(root, entry.name);
-    if (entry.kind === "directory") found.push(path);
-    else if (entry.kind === "symlink" && throughLinks && await linksToDirectory(io, path)) {
-      found.push(path);
+    if (entry.kind === "directory") found.push({ path, linked: false });
+    else if (entry.kind === "symlink" && await linksToDirectory(io, path)) {
+      found.push({ path, linked: true });
     }
   }
   return found;
+}
+
+/**
+ * The paths of the collections under `<agentDir>/sessions` (`collectionEntries`), linked ones
+ * included: the commands that read, and the lookup of an id, read through them.
+ */
+async function collections(io: CliIo, agentDir: string): Promise<string[]> {
+  return (await collectionEntries(io, agentDir)).map((collection) => collection.path);
 }
 
 /** True when the link at `path` leads to a directory (false when dangling or a loop). */
@@ -461,7 +468,7 @@ async function locateTarget(
   }
   const found: (Lookup & { readonly located: Located })[] = [];
   const irregular: string[] = [];
-  for (const collection of within ?? await collections(io, flags.agentDir, true)) {
+  for (const collection of within ?? await collections(io, flags.agentDir)) {
     const result = await lookup(io, context, collection, target);
     if (result.located !== undefined) found.push({ ...result, located: result.located });
     else if (result.irregular !== undefined) irregular.push(result.irregular);
@@ -630,7 +637,7 @@ async function list(io: CliIo, flags: StoreFlags, args: readonly string[]): Prom
     for (const f of result.failures) failures.push({ path: f.path, error: f.error.message });
   };
   if (parsed.flags.has("all-workspaces")) {
-    for (const collection of await collections(io, flags.agentDir, true)) {
+    for (const collection of await collections(io, flags.agentDir)) {
       add(await store.listDetailed(undefined, collection, options));
     }
   } else if (parsed.values.has("dir")) {
@@ -942,7 +949,7 @@ async function verifyEverySession(
   const context = store.context;
   const reports: VerifyReport[] = [];
   const targets: { collection: string; id: string; listing: CollectionListing }[] = [];
-  for (const collection of await collections(io, flags.agentDir, true)) {
+  for (const collection of await collections(io, flags.agentDir)) {
     const ids = new Set<string>();
     let listing: CollectionListing;
     try {
@@ -1074,20 +1081,17 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
   const json = parsed.flags.has("json");
   const dryRun = parsed.flags.has("dry-run");
   const files: { path: string; published: boolean }[] = [];
+  /** The linked collections `--all` leaves out, and their legacy files it leaves unmigrated. */
+  const skipped: { collection: string; reason: string; files: string[] }[] = [];
   if (parsed.flags.has("all")) {
     if (parsed.positionals.length > 0) throw new UsageError("pass either <path> or --all");
-    for (const collection of await collections(io, flags.agentDir, false)) {
-      for (const entry of await io.fs.readDir(collection)) {
-        if (entry.kind !== "file" || legacySessionId(entry.name) === undefined) continue;
-        const id = legacySessionId(entry.name) as string;
-        // Already migrated: the backup stays. The session's directory is in place, or held by an
-        // interrupted compaction (the store opens that copy, never the backup). Anything else at
-        // its name (a link, a file) is no migration: the file is taken, and fails as it does
-        // alone.
-        if ((await entryKind(io.fs, join(collection, id))) === "directory") continue;
-        if ((await stagedCopy(io, collection, id)).dir !== undefined) continue;
-        files.push({ path: join(collection, entry.name), published: false });
-      }
+    for (const { path: collection, linked } of await collectionEntries(io, flags.agentDir)) {
+      const pending = await unmigratedFiles(io, collection);
+      // A linked collection is read through (reading only), never written through: said, with
+      // what it leaves unmigrated there.
+      if (linked) {
+        skipped.push({ collection, reason: linkedCollectionReason("migrate"), files: pending });
+      } else for (const path of pending) files.push({ path, published: false });
     }
   } else {
     const [target] = parsed.positionals;
@@ -1151,9 +1155,10 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
       }
     }
   }
-  if (json) printJson(io, { dryRun, results });
+  const left = skipped.some((s) => s.files.length > 0);
+  if (json) printJson(io, { dryRun, results, skipped });
   else {
-    if (files.length === 0) io.out("No legacy sessions to migrate.\n");
+    if (files.length === 0 && !left) io.out("No legacy sessions to migrate.\n");
     for (const r of results) {
       if (r.error !== undefined) io.out(inlined`failed   ${r.path}: ${r.error}\n`);
       else if (r.alreadyMigrated) {
@@ -1162,8 +1167,31 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
         io.out(inlined`${dryRun ? "would migrate" : "migrated"} ${r.path} -> ${r.migratedTo}\n`);
       }
     }
+    for (const s of skipped) {
+      io.out(inlined`${dryRun ? "would skip" : "skipped "} ${s.collection}: ${s.reason}\n`);
+      for (const file of s.files) io.out(inlined`  not migrated: ${file}\n`);
+    }
   }
-  return results.some((r) => r.error !== undefined) ? 1 : 0;
+  // Not everything migrated: a file failed, or is left in a linked collection.
+  return results.some((r) => r.error !== undefined) || left ? 1 : 0;
+}
+
+/**
+ * The legacy `<id>.jsonl` files of `collection` not migrated yet: regular files whose session has
+ * no directory in place and none held by an interrupted compaction (the store opens that copy,
+ * never the backup, which stays). Anything else at its name (a link, a file) is no migration: the
+ * file is taken, and fails as it does alone. Reads only.
+ */
+async function unmigratedFiles(io: CliIo, collection: string): Promise<string[]> {
+  const found: string[] = [];
+  for (const entry of await io.fs.readDir(collection)) {
+    const id = legacySessionId(entry.name);
+    if (entry.kind !== "file" || id === undefined) continue;
+    if ((await entryKind(io.fs, join(collection, id))) === "directory") continue;
+    if ((await stagedCopy(io, collection, id)).dir !== undefined) continue;
+    found.push(join(collection, entry.name));
+  }
+  return found;
 }
 
 /**
@@ -1200,16 +1228,19 @@ async function scopeOf(
 }
 
 /**
- * The refusal of `sessions sub` for a session of `collection`, a collection that is a link: the
- * store never writes through a link (its listings read through it). Nothing was changed.
+ * Why `sessions sub` leaves alone a collection that is a link: the store never writes through a
+ * link (its listings read through it).
  */
+function linkedCollectionReason(sub: string): string {
+  return `Session collection path is a link, not a directory: 'sessions ${sub}' writes into the ` +
+    "collection, and a link is never followed for writes (symlinks are refused)";
+}
+
+/** The refusal of `sessions sub` for a session of `collection`, a collection that is a link. */
 function linkedCollectionRefused(sub: string, collection: string): SessionFormatError {
-  return new SessionFormatError(
-    `Session collection path is a link, not a directory: 'sessions ${sub}' writes into the ` +
-      "collection, and a link is never followed for writes (symlinks are refused); nothing was " +
-      "changed",
-    { file: collection },
-  );
+  return new SessionFormatError(`${linkedCollectionReason(sub)}; nothing was changed`, {
+    file: collection,
+  });
 }
 
 /**
