@@ -588,6 +588,13 @@ export class SessionManager {
     // The cwd check runs beside the log read; its outcome is judged before the log's.
     const cwdChecked = checkSessionCwd(fs, meta.header.cwd, metaFile);
     cwdChecked.catch(() => {});
+    // A writer reads index.json beside the log too (never through a link, never past the size an
+    // index of the committed counts can have), to adopt it when it covers a prefix of what the
+    // open reads: then neither the first save, a page read nor close() rewrites an index that is
+    // current (a whole rewrite, ~1.5 MB at 100,000 messages). Unreadable is unknown, as before.
+    const indexRead = init.readOnly === true || meta.messageCount === 0
+      ? undefined
+      : readRoundIndex(fs, init.dir, false, meta).catch(() => undefined);
     const messages: Message[] = [];
     const offsets: number[] = [];
     const roles: MessageRole[] = [];
@@ -684,6 +691,8 @@ export class SessionManager {
       title: fallbackTitle(messages) ?? null,
     });
     if (summary.handle !== undefined) manager.#reader = Promise.resolve(summary.handle);
+    const onDisk = await indexRead;
+    if (onDisk !== undefined) manager.#adoptIndex(onDisk, meta);
     return manager;
   }
 
@@ -1696,9 +1705,9 @@ export class SessionManager {
    * A page of history: by default the latest three user rounds. `before` is an exclusive global
    * message index on a user-round boundary (or the total); `revision` rejects with
    * `StaleRevisionError` when the committed generation changed. Reads only the page's byte range
-   * of the log. A writable manager's first page read rebuilds a missing, malformed or stale
-   * index.json (a failed rebuild is retried by the next page read and never fails the page); its
-   * later page reads trust the index it published or checked, and `close()` publishes it again
+   * of the log. A writable manager checks index.json at open, and its first page read rebuilds one
+   * that was then missing, malformed or stale (a failed rebuild is retried by the next page read
+   * and never fails the page); its later page reads trust the index it published or checked, and `close()` publishes it again
    * when another process removed or changed it meanwhile. A read-only manager never reads or
    * writes it (its pages come from the offsets read at open).
    *
@@ -1790,20 +1799,27 @@ export class SessionManager {
       // Unreadable (a planted link, malformed, an I/O error): rebuilt below, and the page is
       // served either way (the rename replaces a link, never writes through it).
     }
-    if (onDisk !== undefined && this.#coversPrefix(onDisk, meta)) {
-      this.#indexed = {
-        start: onDisk.start,
-        bytes: onDisk.bytes,
-        count: onDisk.messageCount,
-        rounds: onDisk.rounds.length,
-      };
-      return;
-    }
+    if (onDisk !== undefined && this.#adoptIndex(onDisk, meta)) return;
     try {
       await this.#publishIndex();
     } catch {
       // The page is served from the committed range either way; the rebuild is retried next time.
     }
+  }
+
+  /**
+   * Takes `index` (read from disk) as the coverage of index.json when it describes a prefix of the
+   * committed history (`#coversPrefix`); returns whether it did.
+   */
+  #adoptIndex(index: RoundIndex, meta: StorageMeta): boolean {
+    if (!this.#coversPrefix(index, meta)) return false;
+    this.#indexed = {
+      start: index.start,
+      bytes: index.bytes,
+      count: index.messageCount,
+      rounds: index.rounds.length,
+    };
+    return true;
   }
 
   /**

@@ -1,0 +1,96 @@
+// A writer adopts a current index.json at open: the first save after an open, a page read and
+// close() after a metadata change do not rewrite an index that already covers the history (a
+// whole rewrite, ~1.5 MB at 100,000 messages), while a stale, damaged or foreign one is still
+// rebuilt as before.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs } from "../adapters/memory.ts";
+import { SessionStore } from "../src/loop/store.ts";
+import { readRoundIndex } from "../src/loop/storage.ts";
+import { assistant, conversation, rewriteIndex, user } from "./_fixtures.ts";
+
+const CWD = "/work/app";
+const AGENT = "/home/user/.loop";
+
+/** A MemoryFs that records every path renamed onto. */
+class RenameLog extends MemoryFs {
+  readonly renamed: string[] = [];
+  override rename(from: string, to: string): Promise<void> {
+    this.renamed.push(to);
+    return super.rename(from, to);
+  }
+  /** How many times index.json was replaced since the last call. */
+  indexWrites(): number {
+    const n = this.renamed.filter((path) => path.endsWith("/index.json")).length;
+    this.renamed.length = 0;
+    return n;
+  }
+}
+
+/** A closed session of `rounds` rounds whose index.json covers its whole history. */
+async function indexedSession(rounds: number): Promise<{ fs: RenameLog; dir: string }> {
+  const fs = new RenameLog();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(CWD);
+  await session.commit(conversation(rounds));
+  await session.readHistory(); // publishes the index of the whole history
+  await session.close();
+  const dir = session.getSessionPath();
+  const meta = JSON.parse(new TextDecoder().decode(await fs.readFile(`${dir}/meta.json`)));
+  const index = await readRoundIndex(fs, dir, false, meta);
+  assert.equal(index?.messageCount, meta.messageCount, "the index covers the whole history");
+  fs.indexWrites();
+  return { fs, dir };
+}
+
+test("the first append after an open does not rewrite a current index.json", async () => {
+  const { fs, dir } = await indexedSession(200);
+  const session = await new SessionStore({ fs, agentDir: AGENT }).open(dir);
+  await session.append([user("one more"), assistant("done")]);
+  assert.equal(fs.indexWrites(), 0, "first append");
+  await session.readHistory();
+  assert.equal(fs.indexWrites(), 0, "page read");
+  // close() publishes the lag of its own saves, as documented.
+  await session.close();
+  assert.equal(fs.indexWrites(), 1, "close after a save");
+  const reopened = await new SessionStore({ fs, agentDir: AGENT }).open(dir, { readOnly: true });
+  const page = await reopened.readHistory();
+  assert.equal(page.total, reopened.messages.length);
+  await reopened.close();
+});
+
+test("a pin, a read receipt or a title change then close() leave a current index.json alone", async () => {
+  const { fs, dir } = await indexedSession(50);
+  const session = await new SessionStore({ fs, agentDir: AGENT }).open(dir);
+  await session.setPinned(true);
+  await session.markRead(session.messages.length);
+  await session.setTitle({ text: "Renamed", source: "user", messageIndices: [] });
+  await session.close();
+  assert.equal(fs.indexWrites(), 0);
+});
+
+test("an index.json that no longer matches the history is still rebuilt by a writer", async () => {
+  for (const damage of ["rounds", "missing"] as const) {
+    const { fs, dir } = await indexedSession(50);
+    const current = new TextDecoder().decode(await fs.readFile(`${dir}/index.json`));
+    if (damage === "missing") {
+      await fs.remove(`${dir}/index.json`);
+    } else {
+      await rewriteIndex(fs, dir, (index) => ({
+        ...index,
+        rounds: index.rounds.map((round, k) =>
+          k === 3 ? { ...round, byteOffset: round.byteOffset + 1 } : round
+        ),
+      }));
+    }
+    fs.indexWrites();
+    const session = await new SessionStore({ fs, agentDir: AGENT }).open(dir);
+    await session.readHistory();
+    assert.equal(fs.indexWrites(), 1, damage);
+    await session.close();
+    assert.equal(fs.indexWrites(), 0, damage);
+    // Rebuilt as the index the history makes.
+    assert.equal(new TextDecoder().decode(await fs.readFile(`${dir}/index.json`)), current, damage);
+  }
+});
