@@ -323,7 +323,18 @@ interface Committed {
 
 /** A save that failed and waits for `flush()`. */
 interface PendingCommit {
+  /**
+   * The history the save leads to: the saved messages it kept, then copies of the ones it
+   * serialized (parsed back from their lines).
+   */
   readonly messages: readonly Message[];
+  /**
+   * For a save that appends to the saved history (or changes only metadata), the number of saved
+   * messages it appends to: `flush()` appends the rest again, without looking at the saved ones
+   * (the last of which the host may have finished in place since). Undefined for a save that
+   * writes a whole history, whose messages are all copies.
+   */
+  readonly appendFrom: number | undefined;
   readonly runtimeContexts: readonly RuntimeContextSnapshot[] | undefined;
   readonly promptTimings: readonly PromptTiming[] | undefined;
   readonly context: CommitContext | undefined;
@@ -826,7 +837,9 @@ export class SessionManager {
    * message; `append()` skips it. The metadata arrays given are copied when the call is made, so
    * the caller may change them at once: what is validated is what is written. A save that fails
    * stays pending as it was serialized (the messages it had not saved are copied from their
-   * lines), and `flush()` retries exactly that.
+   * lines), and `flush()` retries exactly that: a save that added messages to the saved history
+   * adds those copies again, without looking at the saved messages (a last saved message the host
+   * finished in place meanwhile is saved by the next `commit()`, as after an `append()`).
    *
    * Saves (`commit()` and `append()`) called while another call is in flight are queued, and
    * those queued back to back are written together: each is validated on the state the ones
@@ -877,18 +890,32 @@ export class SessionManager {
     );
   }
 
-  /** Retries a pending save with the same snapshot. Resolves at once when nothing is pending. */
+  /**
+   * Retries a pending save with the same snapshot: what the failed save serialized, whatever the
+   * caller did to its message objects since (see `commit()`). Resolves at once when nothing is
+   * pending.
+   */
   flush(): Promise<void> {
     return this.#write("flush", async () => {
       const pending = this.#pending;
       if (pending === undefined) return;
+      // A save that appended is appended again to the saved history: the saved messages are the
+      // caller's objects, which it may have changed in place since (the last one it may finish),
+      // so they are not compared again. The saved history is the one it appended to, or, when
+      // its meta.json was found published after all, the one it leads to (nothing left to add).
+      const committed = this.#committed;
+      const from = pending.appendFrom !== undefined && isSaved(committed) &&
+          pending.appendFrom <= committed.count && committed.count <= pending.messages.length
+        ? committed.count
+        : 0;
       const prepared = this.#prepare(
-        pending.messages,
+        from === 0 ? pending.messages : pending.messages.slice(from),
         pending.runtimeContexts,
         pending.promptTimings,
         pending.context,
         Date.parse(pending.updatedAt),
         pending.unread,
+        from,
       );
       // A pending save is what a write attempt failed to save, so it is written, even on a new
       // session and without a user round (a draft otherwise): a batch that created the session's
@@ -1352,13 +1379,18 @@ export class SessionManager {
    * snapshot is what was serialized, as it was: the caller keeps its objects (and may finish the
    * last message in place meanwhile), so the new messages are copied, parsed back from the lines
    * the save serialized (`writtenCopies`): a copy that cannot fail, so the write's error is the
-   * one the save rejects with. The saved ones before them are the manager's own and compare by
-   * identity; the metadata arrays are the manager's own copies already (`ownMetadata`).
+   * one the save rejects with. The saved ones before them (for a save that appends) are the
+   * caller's objects, which `flush()` does not look at again: it appends the copies to the saved
+   * history (`appendFrom`). The metadata arrays are the manager's own copies already
+   * (`ownMetadata`). Only a failed save pays for the copies.
    */
   #keepPending(prepared: PreparedCommit): void {
     const messages = writtenCopies(prepared);
     this.#pending = {
       messages,
+      appendFrom: prepared.kind === "append" || prepared.kind === "metadata"
+        ? prepared.first
+        : undefined,
       runtimeContexts: prepared.runtimeContexts,
       promptTimings: prepared.promptTimings,
       context: prepared.context,
