@@ -841,8 +841,11 @@ export class SessionManager {
    * adds those copies again, without looking at the saved messages (a last saved message the host
    * finished in place meanwhile is saved by the next `commit()`, as after an `append()`).
    *
-   * Saves (`commit()` and `append()`) called while another call is in flight are queued, and
-   * those queued back to back are written together: each is validated on the state the ones
+   * A save called while the session is idle validates and serializes its messages at the call,
+   * so the caller may change its array and its message objects at once. Saves (`commit()` and
+   * `append()`) called while another call is in flight are queued: such a save copies its array
+   * at the call but reads its message objects when its turn comes, so leave them as they are
+   * until it settles. Those queued back to back are written together: each is validated on the state the ones
    * before it lead to, then one log write and one meta.json publish commit them all, so a crash
    * shows the state before the batch or after it. They resolve together, or reject together with
    * the write's error, the batch's last state then being the pending save; a save that fails
@@ -862,24 +865,13 @@ export class SessionManager {
     ({ runtimeContexts, promptTimings, context } = owned);
     const at = this.#context.now();
     if (this.#canPrepareNow()) {
-      // Nothing is queued: validate and serialize now, so the caller may reuse its array at once
-      // without the cost of copying the whole history. The temp file of the next meta.json is
-      // created meanwhile.
-      const replace = this.#beginMetaReplace();
-      let prepared: PreparedCommit;
-      try {
-        prepared = this.#prepare(messages, runtimeContexts, promptTimings, context, at);
-      } catch (error) {
-        // Rejected before anything was written, once the temp file is removed (in the queue, so
-        // before the session's next operation runs).
-        if (replace === undefined) return Promise.reject(error);
-        return this.#schedule(async () => {
-          await replace.discard();
-          throw error;
-        });
-      }
-      // Prepared on the committed state, which stays so until this batch, the next task, runs.
-      return this.#enqueueSave("commit", () => prepared, replace);
+      // Nothing is queued: validate and serialize now, so the caller may reuse its array (and
+      // its message objects) at once without the cost of copying the whole history.
+      return this.#enqueuePreparedNow(
+        "commit",
+        (base) =>
+          this.#prepare(messages, runtimeContexts, promptTimings, context, at, undefined, 0, base),
+      );
     }
     // Queued behind another call: prepared when its turn comes, on a copy of the array.
     const snapshot = messages.slice();
@@ -934,9 +926,11 @@ export class SessionManager {
    * checks every earlier message by identity, a few nanoseconds each). Optional arguments work as
    * in `commit()`. Rejects while a save is pending. The history appended to is the one saved when
    * this call's turn in the write queue comes, or the one the saves of its batch before it lead
-   * to, so saves queued before it are kept. Earlier messages are not looked at: a saved message
-   * finished in place (which `commit()` notices for the last one) is saved by `commit()`, not by
-   * `append()`.
+   * to, so saves queued before it are kept. As with `commit()`, the new messages are validated
+   * and serialized at the call when the session is idle (the caller may change them at once);
+   * a save queued behind another call reads them when its turn comes. Earlier messages are not
+   * looked at: a saved message finished in place (which `commit()` notices for the last one) is
+   * saved by `commit()`, not by `append()`.
    */
   append(
     messages: readonly Message[],
@@ -948,11 +942,11 @@ export class SessionManager {
     if (owned instanceof Error) return this.#enqueueSave("append", () => throwing(owned));
     ({ runtimeContexts, promptTimings, context } = owned);
     const at = this.#context.now();
-    const tail = messages.slice();
-    // Prepared when its turn comes, on the history saved by then: an append adds to it (so
-    // saves queued before it are kept); on a draft, which has no saved history to append to
-    // yet, it saves that history whole with the new messages.
-    const prepare = (base: HistoryBase): PreparedCommit =>
+    // Prepared on the history saved by then (now, when nothing is queued, as `commit()` is; else
+    // when its turn comes): an append adds to it (so saves queued before it are kept); on a
+    // draft, which has no saved history to append to yet, it saves that history whole with the
+    // new messages.
+    const prepareOn = (base: HistoryBase, tail: readonly Message[]): PreparedCommit =>
       !isSaved(base)
         ? this.#prepare(
           [...base.arrays.messages.slice(0, base.count), ...tail],
@@ -974,8 +968,37 @@ export class SessionManager {
           base.count,
           base,
         );
-    const replace = this.#canPrepareNow() ? this.#beginMetaReplace() : undefined;
-    return this.#enqueueSave("append", prepare, replace);
+    if (this.#canPrepareNow()) {
+      return this.#enqueuePreparedNow("append", (base) => prepareOn(base, messages));
+    }
+    // Queued behind another call: prepared when its turn comes, on a copy of the array.
+    const tail = messages.slice();
+    return this.#enqueueSave("append", (base) => prepareOn(base, tail));
+  }
+
+  /**
+   * Queues a save prepared now, on the committed state (the queue is idle: `#canPrepareNow`),
+   * which stays so until the save's batch, the next task, runs. The temp file of the next
+   * meta.json is created meanwhile. A save that fails validation rejects before anything is
+   * written, once that temp file is removed (in the queue, so before the session's next
+   * operation runs).
+   */
+  #enqueuePreparedNow(
+    operation: QueuedSave["operation"],
+    prepare: (base: HistoryBase) => PreparedCommit,
+  ): Promise<void> {
+    const replace = this.#beginMetaReplace();
+    let prepared: PreparedCommit;
+    try {
+      prepared = prepare(this.#committed);
+    } catch (error) {
+      if (replace === undefined) return Promise.reject(error);
+      return this.#schedule(async () => {
+        await replace.discard();
+        throw error;
+      });
+    }
+    return this.#enqueueSave(operation, () => prepared, replace);
   }
 
   /**
