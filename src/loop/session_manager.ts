@@ -1289,9 +1289,16 @@ export class SessionManager {
     validator.clone().finish();
     const header = this.#headerWith(committed.header, runtimeContexts, promptTimings, context);
     if (appendOnly) {
-      // Appending keeps every stored anchor valid; only arrays the caller passed need checking.
+      // Appending keeps every stored anchor valid; only arrays the caller passed need checking,
+      // in `validateSessionMetadata`'s order. Runtime contexts need only the number of user
+      // messages, which is the number of rounds (not a count over every role).
+      if (runtimeContexts !== undefined) {
+        validateRuntimeContexts(header.runtimeContexts, next.rounds.length, {
+          file: metaFile,
+          path: "header.runtimeContexts",
+        });
+      }
       const only = {
-        ...(runtimeContexts !== undefined ? { runtimeContexts: header.runtimeContexts } : {}),
         ...(promptTimings !== undefined ? { promptTimings: header.promptTimings } : {}),
         ...(context?.compactions !== undefined ? { compactions: header.compactions } : {}),
         ...(context?.systemPromptCheckpoints !== undefined

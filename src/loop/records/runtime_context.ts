@@ -63,14 +63,16 @@ export const RuntimeContextSnapshotSchema: RecordSchema<RuntimeContextSnapshot> 
  * Validates runtime context snapshots against the history's roles (see the module doc).
  *
  * @param value The stored or committed snapshots; `undefined` is accepted.
- * @param roles The role of every message, or `undefined` to skip the checks that need the
- * history (header-only parsing).
+ * @param roles The role of every message; or the number of user messages, for a caller that
+ * counts them already (a writer appending to a long history: the check then costs nothing per
+ * message, and refuses what it refuses given the roles, with the same errors); or `undefined` to
+ * skip the checks that need the history (header-only parsing).
  * @param options The file and JSON path (default `"header.runtimeContexts"`) for error reports.
  * @throws {SessionFormatError} Naming the offending snapshot and field.
  */
 export function validateRuntimeContexts(
   value: unknown,
-  roles: readonly MessageRole[] | undefined,
+  roles: readonly MessageRole[] | number | undefined,
   options: RecordLocation = {},
 ): asserts value is readonly RuntimeContextSnapshot[] | undefined {
   if (value === undefined) return;
@@ -78,7 +80,8 @@ export function validateRuntimeContexts(
   const where = { file: options.file };
   if (!Array.isArray(value)) fail(WHAT, "expected an array", where, base, value);
   let userTurns = -1;
-  if (roles !== undefined) {
+  if (typeof roles === "number") userTurns = roles;
+  else if (roles !== undefined) {
     userTurns = 0;
     for (const role of roles) if (role === "user") userTurns++;
   }
@@ -96,7 +99,7 @@ export function validateRuntimeContexts(
         snapshot.userTurn,
       );
     }
-    if (roles !== undefined && snapshot.userTurn >= userTurns) {
+    if (userTurns >= 0 && snapshot.userTurn >= userTurns) {
       fail(
         WHAT,
         `userTurn must name one of the ${userTurns} user message(s)`,
