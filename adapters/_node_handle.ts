@@ -135,7 +135,7 @@ export class NodeFileHandle implements FileHandle {
   }
 
   sync(): Promise<void> {
-    return this.#serial("fsync", () => this.#handle.sync());
+    return this.#serial("sync", () => this.#handle.sync());
   }
 
   stat(): Promise<FileInfo> {

@@ -31,12 +31,13 @@ const READ_CHUNK = 1024 * 1024 * 1024;
  * Reads a whole file through a handle opened with `flags`, in reads of at most `chunk` bytes
  * (default `READ_CHUNK`): for a file over 2 GiB, which the callback `readFile` refuses
  * (`ERR_FS_FILE_TOO_LARGE`). A file larger than one `Uint8Array` holds fails with `FsIoError`
- * code `"EFBIG"`. Native errors are thrown as they are.
+ * code `"EFBIG"`, naming the port call `syscall`. Native errors are thrown as they are.
  */
 export async function readInChunks(
   path: string,
   flags: number,
   chunk: number = READ_CHUNK,
+  syscall: string = "readFile",
 ): Promise<Uint8Array> {
   const handle = await openNative(path, flags);
   try {
@@ -45,7 +46,7 @@ export async function readInChunks(
     try {
       buffer = new Uint8Array(size);
     } catch (error) {
-      throw new FsIoError("EFBIG", "read", path, `File too large to read whole: ${size} bytes`, {
+      throw new FsIoError("EFBIG", syscall, path, `File too large to read whole: ${size} bytes`, {
         cause: error,
       });
     }
@@ -70,25 +71,27 @@ export async function readInChunks(
  * Reads a whole file with the callback `readFile`, opened with `flags` when given: the runtime
  * drives open, fstat, read and close itself, about three times faster than `fs/promises` on
  * small files (meta.json, index.json), in Node and Deno. A file over 2 GiB, which it refuses, is
- * read in chunks, opened with the same flags. Errors are mapped to the port's. `whole` is the
- * one-call read (replaced only by tests, to refuse a small file as Node refuses a large one).
+ * read in chunks, opened with the same flags. Errors are mapped to the port's, naming the port
+ * call `syscall` (by default `readFile`, or `readFileNoFollow` when `flags` are given). `whole` is
+ * the one-call read (replaced only by tests, to refuse a small file as Node refuses a large one).
  */
 export async function readWith(
   path: string,
   flags: number | undefined,
   map: ErrorMapper = mapNativeError,
   whole: (path: string, flags: number | undefined) => Promise<Uint8Array> = readWhole,
+  syscall: string = flags === undefined ? "readFile" : "readFileNoFollow",
 ): Promise<Uint8Array> {
   try {
     return await whole(path, flags);
   } catch (error) {
-    if (codeOf(error) !== "ERR_FS_FILE_TOO_LARGE") throw map(error, "read", path);
+    if (codeOf(error) !== "ERR_FS_FILE_TOO_LARGE") throw map(error, syscall, path);
   }
   return await callMapped(
     map,
-    "read",
+    syscall,
     path,
-    () => readInChunks(path, flags ?? constants.O_RDONLY),
+    () => readInChunks(path, flags ?? constants.O_RDONLY, READ_CHUNK, syscall),
   );
 }
 
@@ -108,7 +111,7 @@ function readWhole(path: string, flags: number | undefined): Promise<Uint8Array>
 
 /** `FileSystem.readFile` over `node:fs`. */
 export function readFileNative(path: string): Promise<Uint8Array> {
-  return readWith(path, undefined);
+  return readWith(path, undefined, mapNativeError, readWhole, "readFile");
 }
 
 /**
@@ -130,7 +133,8 @@ export function readFileNoFollowNative(
 ): ((path: string) => Promise<Uint8Array>) | undefined {
   const flags = NO_FOLLOW_READ;
   if (flags === undefined) return undefined;
-  return (path: string): Promise<Uint8Array> => readWith(path, flags, map);
+  return (path: string): Promise<Uint8Array> =>
+    readWith(path, flags, map, readWhole, "readFileNoFollow");
 }
 
 /**
@@ -153,8 +157,9 @@ export function openNoFollowNative(
 ): ((path: string) => Promise<OpenedFile>) | undefined {
   const flags = appending ? NO_FOLLOW_APPEND : NO_FOLLOW_READ;
   if (flags === undefined) return undefined;
+  const syscall = appending ? "openAppendNoFollow" : "openNoFollow";
   return (path: string): Promise<OpenedFile> =>
-    callMapped(map, "open", path, async () => {
+    callMapped(map, syscall, path, async () => {
       // The handle keeps O_NONBLOCK, which reads and writes of a regular file ignore (only a FIFO
       // or a device, refused by the caller from the fstat below, would be non-blocking).
       const handle = await openNative(path, flags);
@@ -167,7 +172,7 @@ export function openNoFollowNative(
       }
       if (info.kind === "directory") {
         await handle.close();
-        throw new IsADirectory("open", path);
+        throw new IsADirectory(syscall, path);
       }
       return { handle: new NodeFileHandle(handle, path, appending, appending, map), info };
     });

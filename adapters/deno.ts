@@ -221,7 +221,7 @@ class DenoFileHandle implements FileHandle {
   }
 
   sync(): Promise<void> {
-    return this.#serial("fsync", () => this.#file.sync());
+    return this.#serial("sync", () => this.#file.sync());
   }
 
   stat(): Promise<FileInfo> {
@@ -276,10 +276,10 @@ async function openDirectory(path: string): Promise<SyncableDirectory> {
     const handle = await openNode(path, DIRECTORY_READ);
     return { sync: () => handle.sync(), close: () => handle.close() };
   }
-  if (!(await Deno.stat(path)).isDirectory) throw new NotADirectory("fsync", path);
+  if (!(await Deno.stat(path)).isDirectory) throw new NotADirectory("syncDir", path);
   const file = await Deno.open(path, { read: true });
   try {
-    if (!(await file.stat()).isDirectory) throw new NotADirectory("fsync", path);
+    if (!(await file.stat()).isDirectory) throw new NotADirectory("syncDir", path);
   } catch (error) {
     file.close();
     throw error;
@@ -363,11 +363,11 @@ class DenoFileSystem implements FileSystem {
   }
 
   readFile(path: string): Promise<Uint8Array> {
-    return call("read", path, () => Deno.readFile(path));
+    return call("readFile", path, () => Deno.readFile(path));
   }
 
   writeFile(path: string, data: Uint8Array, options: WriteFileOptions = {}): Promise<void> {
-    return call("open", path, async () => {
+    return call("writeFile", path, async () => {
       // Not Deno.writeFile: it applies `mode` to an existing file too, while the port (like
       // POSIX open) applies it only to a file it creates.
       const file = await Deno.open(path, {
@@ -423,7 +423,7 @@ class DenoFileSystem implements FileSystem {
   }
 
   readDir(path: string): Promise<DirEntry[]> {
-    return call("readdir", path, async () => {
+    return call("readDir", path, async () => {
       const out: DirEntry[] = [];
       for await (const entry of Deno.readDir(path)) {
         out.push({ name: entry.name, kind: kindOf(entry) });
@@ -441,7 +441,7 @@ class DenoFileSystem implements FileSystem {
   }
 
   realPath(path: string): Promise<string> {
-    return call("realpath", path, () => Deno.realPath(path));
+    return call("realPath", path, () => Deno.realPath(path));
   }
 
   chmod(path: string, mode: number): Promise<void> {
@@ -453,7 +453,7 @@ class DenoFileSystem implements FileSystem {
   }
 
   readLink(path: string): Promise<string> {
-    return call("readlink", path, () => Deno.readLink(path));
+    return call("readLink", path, () => Deno.readLink(path));
   }
 
   /**
@@ -462,9 +462,9 @@ class DenoFileSystem implements FileSystem {
    * no-op: such platforms give no directory durability to ask for.
    */
   syncDir(path: string): Promise<void> {
-    return call("fsync", path, async () => {
+    return call("syncDir", path, async () => {
       // Deno refuses a NUL byte with EINVAL, which would pass for a platform's refusal below.
-      refuseNul("fsync", path);
+      refuseNul("syncDir", path);
       let dir: SyncableDirectory;
       try {
         dir = await openDirectory(path);

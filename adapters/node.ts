@@ -271,7 +271,7 @@ class NodeFileSystem implements FileSystem {
   }
 
   writeFile(path: string, data: Uint8Array, options: WriteFileOptions = {}): Promise<void> {
-    return call("open", path, () =>
+    return call("writeFile", path, () =>
       fsp.writeFile(path, data, {
         mode: options.mode ?? 0o666,
         flag: options.createNew === true ? "wx" : "w",
@@ -324,7 +324,7 @@ class NodeFileSystem implements FileSystem {
         // Some platforms report a non-empty directory as EEXIST.
         const code = codeOf(error);
         if (code === "EEXIST" || code === "ENOTEMPTY") {
-          throw new NotEmpty("rmdir", path, { cause: error });
+          throw new NotEmpty("remove", path, { cause: error });
         }
         throw error;
       }
@@ -354,7 +354,7 @@ class NodeFileSystem implements FileSystem {
   }
 
   readDir(path: string): Promise<DirEntry[]> {
-    return call("readdir", path, async () => {
+    return call("readDir", path, async () => {
       const entries = await fsp.readdir(path, { withFileTypes: true });
       const out: DirEntry[] = entries.map((entry) => ({
         name: entry.name,
@@ -379,7 +379,7 @@ class NodeFileSystem implements FileSystem {
   }
 
   realPath(path: string): Promise<string> {
-    return call("realpath", path, () => fsp.realpath(path));
+    return call("realPath", path, () => fsp.realpath(path));
   }
 
   chmod(path: string, mode: number): Promise<void> {
@@ -391,7 +391,7 @@ class NodeFileSystem implements FileSystem {
   }
 
   readLink(path: string): Promise<string> {
-    return call("readlink", path, () => fsp.readlink(path));
+    return call("readLink", path, () => fsp.readlink(path));
   }
 
   /**
@@ -400,7 +400,7 @@ class NodeFileSystem implements FileSystem {
    * no-op: such platforms give no directory durability to ask for.
    */
   syncDir(path: string): Promise<void> {
-    return call("fsync", path, async () => {
+    return call("syncDir", path, async () => {
       let handle: NativeHandle;
       try {
         handle = await fsp.open(path, constants.O_RDONLY | (constants.O_DIRECTORY ?? 0));

@@ -5,7 +5,7 @@ import { mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { readInChunks, readWith } from "../adapters/_node_read.ts";
-import { FsIoError } from "../src/port/errors.ts";
+import { FsIoError, NotFound } from "../src/port/errors.ts";
 
 /** Node's refusal of a whole-file read of a file over 2 GiB. */
 function tooLarge(): Promise<Uint8Array> {
@@ -44,7 +44,14 @@ test("a file the one-call read refuses as too large is read in chunks, with the 
     assert.deepEqual(await readWith(path, noFollow, undefined, tooLarge), bytes);
     await assert.rejects(
       readWith(link, noFollow, undefined, tooLarge),
-      (error: unknown) => error instanceof FsIoError && error.code === "ELOOP",
+      (error: unknown) =>
+        error instanceof FsIoError && error.code === "ELOOP" &&
+        error.syscall === "readFileNoFollow",
+    );
+    // The chunked read names the port call, as the one-call read does.
+    await assert.rejects(
+      readWith(join(dir, "missing"), undefined, undefined, tooLarge),
+      (error: unknown) => error instanceof NotFound && error.syscall === "readFile",
     );
   });
 });

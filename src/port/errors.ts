@@ -17,7 +17,12 @@ export class FsError extends Error {
   readonly code: string;
   /** The path the failed call was about. */
   readonly path: string;
-  /** The port call that failed (`open`, `rename`, ...). */
+  /**
+   * The port call that failed, by its name in the port, whatever system calls an adapter made
+   * for it: a `FileSystem` method (`open`, `readFile`, `readDir`, `syncDir`, `openNoFollow`, ...)
+   * or a `FileHandle` method (`read`, `write`, `truncate`, `sync`, `close`), with `fstat` for the
+   * handle's `stat`. The conformance suite holds every adapter to it.
+   */
   readonly syscall: string;
 
   /** Creates an error for `syscall` on `path` with a POSIX-style `code`. */

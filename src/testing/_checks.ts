@@ -101,56 +101,77 @@ async function checkMissing(fs: FileSystem, path: string, what: string): Promise
   await checkRejects(() => fs.lstat(path), NotFound, `${what}: lstat('${path}')`);
 }
 
-/** A call on a missing path that must fail with `NotFound` naming that path. */
+/**
+ * A call on a missing path that must fail with `NotFound` naming that path and, in `syscall`, the
+ * port call it was.
+ */
 interface MissingPathCall {
   readonly call: string;
+  readonly syscall: string;
   readonly run: (fs: FileSystem, missing: string, fixture: FileSystemFixture) => Promise<unknown>;
 }
 
 const MISSING_PATH_CALLS: readonly MissingPathCall[] = [
-  { call: "open() of a missing path", run: (fs, p) => openAndClose(fs, p) },
+  { call: "open() of a missing path", syscall: "open", run: (fs, p) => openAndClose(fs, p) },
   {
     call: "open() with write of a missing path",
+    syscall: "open",
     run: (fs, p) => openAndClose(fs, p, { write: true }),
   },
   {
     call: "open() with create in a missing directory",
+    syscall: "open",
     run: (fs, p) => openAndClose(fs, join(p, "file"), { create: true }),
   },
-  { call: "readFile() of a missing path", run: (fs, p) => fs.readFile(p) },
+  { call: "readFile() of a missing path", syscall: "readFile", run: (fs, p) => fs.readFile(p) },
   {
     call: "writeFile() in a missing directory",
+    syscall: "writeFile",
     run: (fs, p) => fs.writeFile(join(p, "file"), bytes("x")),
   },
-  { call: "rename() of a missing path", run: (fs, p, f) => fs.rename(p, at(f, "elsewhere")) },
-  { call: "remove() of a missing path", run: (fs, p) => fs.remove(p) },
+  {
+    call: "rename() of a missing path",
+    syscall: "rename",
+    run: (fs, p, f) => fs.rename(p, at(f, "elsewhere")),
+  },
+  { call: "remove() of a missing path", syscall: "remove", run: (fs, p) => fs.remove(p) },
   {
     call: "remove() with recursive of a missing path",
+    syscall: "remove",
     run: (fs, p) => fs.remove(p, { recursive: true }),
   },
-  { call: "mkdir() in a missing directory", run: (fs, p) => fs.mkdir(join(p, "child")) },
-  { call: "readDir() of a missing path", run: (fs, p) => fs.readDir(p) },
-  { call: "stat() of a missing path", run: (fs, p) => fs.stat(p) },
-  { call: "lstat() of a missing path", run: (fs, p) => fs.lstat(p) },
-  { call: "realPath() of a missing path", run: (fs, p) => fs.realPath(p) },
-  { call: "chmod() of a missing path", run: (fs, p) => fs.chmod(p, 0o600) },
-  { call: "readLink() of a missing path", run: (fs, p) => fs.readLink(p) },
-  { call: "utime() of a missing path", run: (fs, p) => fs.utime(p, 1_600_000_000_000) },
-  { call: "syncDir() of a missing path", run: (fs, p) => fs.syncDir(p) },
+  {
+    call: "mkdir() in a missing directory",
+    syscall: "mkdir",
+    run: (fs, p) => fs.mkdir(join(p, "child")),
+  },
+  { call: "readDir() of a missing path", syscall: "readDir", run: (fs, p) => fs.readDir(p) },
+  { call: "stat() of a missing path", syscall: "stat", run: (fs, p) => fs.stat(p) },
+  { call: "lstat() of a missing path", syscall: "lstat", run: (fs, p) => fs.lstat(p) },
+  { call: "realPath() of a missing path", syscall: "realPath", run: (fs, p) => fs.realPath(p) },
+  { call: "chmod() of a missing path", syscall: "chmod", run: (fs, p) => fs.chmod(p, 0o600) },
+  { call: "readLink() of a missing path", syscall: "readLink", run: (fs, p) => fs.readLink(p) },
+  {
+    call: "utime() of a missing path",
+    syscall: "utime",
+    run: (fs, p) => fs.utime(p, 1_600_000_000_000),
+  },
+  { call: "syncDir() of a missing path", syscall: "syncDir", run: (fs, p) => fs.syncDir(p) },
   {
     call: "symlink() in a missing directory",
+    syscall: "symlink",
     run: (fs, p) => fs.symlink("target", join(p, "link")),
   },
 ];
 
-const missingPathChecks: Check[] = MISSING_PATH_CALLS.map(({ call, run }) => ({
+const missingPathChecks: Check[] = MISSING_PATH_CALLS.map(({ call, syscall, run }) => ({
   name: `${call} fails with NotFound`,
   ...(call.startsWith("symlink") ? { needs: ["symlinks"] as const } : {}),
   async run(fixture) {
     const missing = at(fixture, "missing");
     const error = await checkRejects(() => run(fixture.fs, missing, fixture), NotFound, call);
     checkEqual(error.code, "ENOENT", `${call}: error code`);
-    check(error.syscall.length > 0, `${call}: the error names no syscall`);
+    checkEqual(error.syscall, syscall, `${call}: error syscall (the port call that failed)`);
     if (!call.includes("in a missing directory")) {
       checkEqual(error.path, missing, `${call}: error path`);
     }
@@ -2022,7 +2043,10 @@ export const CHECKS: readonly Check[] = [
         calls.push(["symlink to it", () => f.fs.symlink(bad, at(f, "link"))]);
       }
       for (const [call, run] of calls) {
-        await checkRejectsCode(run, "EINVAL", `${call} of a path holding NUL`);
+        const what = `${call} of a path holding NUL`;
+        const error = await checkRejectsCode(run, "EINVAL", what);
+        // The port call is the first word of `call`.
+        checkEqual(error.syscall, call.split(" ")[0], `${what}: error syscall`);
       }
       checkSame(await f.fs.readDir(f.root), [{ name: "file", kind: "file" }], "nothing created");
     },
@@ -2060,6 +2084,92 @@ export const CHECKS: readonly Check[] = [
 
   // Errors
   ...missingPathChecks,
+  {
+    name: "every failing call names the port call it was in error.syscall",
+    async run(f) {
+      const fs = f.fs;
+      const file = at(f, "file");
+      const dir = at(f, "dir");
+      const missing = at(f, "missing");
+      const under = join(file, "x");
+      await fs.writeFile(file, bytes("F"));
+      await fs.mkdir(dir);
+      await fs.writeFile(join(dir, "inside"), bytes("I"));
+      const calls: [string, string, () => Promise<unknown>][] = [
+        ["open", "open(file/x)", () => openAndClose(fs, under)],
+        ["open", "open(file, createNew)", () => openAndClose(fs, file, { createNew: true })],
+        ["readFile", "readFile(file/x)", () => fs.readFile(under)],
+        ["readFile", "readFile(dir)", () => fs.readFile(dir)],
+        ["writeFile", "writeFile(file/x)", () => fs.writeFile(under, bytes("x"))],
+        [
+          "writeFile",
+          "writeFile(file, createNew)",
+          () => fs.writeFile(file, bytes("x"), { createNew: true }),
+        ],
+        ["writeFile", "writeFile(dir)", () => fs.writeFile(dir, bytes("x"))],
+        ["rename", "rename(file/x, y)", () => fs.rename(under, at(f, "y"))],
+        ["rename", "rename(file, missing/x)", () => fs.rename(file, join(missing, "x"))],
+        ["rename", "rename(dir, file)", () => fs.rename(dir, file)],
+        ["remove", "remove(file/x)", () => fs.remove(under)],
+        ["remove", "remove(dir) of a non-empty directory", () => fs.remove(dir)],
+        ["mkdir", "mkdir(file/x)", () => fs.mkdir(under)],
+        ["mkdir", "mkdir(dir) of an existing directory", () => fs.mkdir(dir)],
+        ["readDir", "readDir(file)", () => fs.readDir(file)],
+        ["stat", "stat(file/x)", () => fs.stat(under)],
+        ["lstat", "lstat(file/x)", () => fs.lstat(under)],
+        ["realPath", "realPath(file/x)", () => fs.realPath(under)],
+        ["chmod", "chmod(file/x)", () => fs.chmod(under, 0o600)],
+        ["readLink", "readLink(file/x)", () => fs.readLink(under)],
+        ["syncDir", "syncDir(file)", () => fs.syncDir(file)],
+        ["utime", "utime(file/x)", () => fs.utime(under, 1_600_000_000_000)],
+      ];
+      if (f.capabilities?.symlinks !== false) {
+        calls.push(["symlink", "symlink(file/x)", () => fs.symlink("target", under)]);
+        calls.push(["symlink", "symlink(file) over a file", () => fs.symlink("target", file)]);
+      }
+      const { readFileNoFollow, openNoFollow, openAppendNoFollow } = fs;
+      if (readFileNoFollow !== undefined) {
+        const read = (path: string) => () => readFileNoFollow.call(fs, path);
+        calls.push(["readFileNoFollow", "readFileNoFollow(missing)", read(missing)]);
+        calls.push(["readFileNoFollow", "readFileNoFollow(file/x)", read(under)]);
+        calls.push(["readFileNoFollow", "readFileNoFollow(dir)", read(dir)]);
+      }
+      for (
+        const [name, open] of [["openNoFollow", openNoFollow], [
+          "openAppendNoFollow",
+          openAppendNoFollow,
+        ]] as const
+      ) {
+        if (open === undefined) continue;
+        const run = (path: string) => async () => (await open.call(fs, path)).handle.close();
+        calls.push([name, `${name}(missing)`, run(missing)]);
+        calls.push([name, `${name}(file/x)`, run(under)]);
+        calls.push([name, `${name}(dir)`, run(dir)]);
+      }
+      const readOnly = await fs.open(file);
+      try {
+        calls.push(["write", "write() on a read-only handle", () => readOnly.write(bytes("x"))]);
+        calls.push(["truncate", "truncate() on a read-only handle", () => readOnly.truncate(0)]);
+        calls.push(["read", "read(-1, 1) on a handle", () => readOnly.read(-1, 1)]);
+        const closed = await fs.open(file, { write: true });
+        await closed.close();
+        calls.push(
+          ["read", "read() on a closed handle", () => closed.read(0, 1)],
+          ["write", "write() on a closed handle", () => closed.write(bytes("x"))],
+          ["truncate", "truncate() on a closed handle", () => closed.truncate(0)],
+          ["sync", "sync() on a closed handle", () => closed.sync()],
+          ["fstat", "stat() on a closed handle", () => closed.stat()],
+          ["close", "a second close() of a handle", () => closed.close()],
+        );
+        for (const [syscall, what, run] of calls) {
+          const error = await checkRejects(run, FsError, what);
+          checkEqual(error.syscall, syscall, `${what}: error syscall (the port call that failed)`);
+        }
+      } finally {
+        await readOnly.close();
+      }
+    },
+  },
 ];
 
 /** What each capability's absence must still look like; runs instead of the skipped check. */
