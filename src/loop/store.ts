@@ -66,7 +66,7 @@ import {
   SessionManager,
   sessionNotADirectory,
 } from "./session_manager.ts";
-import { INDEX_FILE, MESSAGES_FILE, META_FILE, readStorageMeta } from "./storage.ts";
+import { INDEX_FILE, MESSAGES_FILE, META_FILE } from "./storage.ts";
 import {
   acquireWriterLock,
   DEFAULT_COLLECTION_LOCK_WAIT_MS,
@@ -103,6 +103,7 @@ import {
   checkSalvageId,
   irregularSessionFiles,
   isLegacySalvageSource,
+  readSalvageMeta,
   type SalvageResult,
   salvageSession,
 } from "./verify.ts";
@@ -898,6 +899,9 @@ export class SessionStore {
    * `options` not an object, `options.id` not a session id (a lowercase UUID), `dir` is inside
    * a private staging or delete directory, or `toCollection` is no collection: the sessions root,
    * a private directory of the store, or a place inside a session (see `#checkSalvageDestination`).
+   * @throws {SessionNotFoundError} When `dir` (a session directory) has no meta.json, or is
+   * missing (and no delete or compaction staged a copy of it): naming meta.json, before
+   * `toCollection` is made.
    * @throws {SessionFormatError} When `dir` is not a directory itself, a session file is not a
    * regular file, or `toCollection` is a link; for a legacy file, when it is not a regular file or
    * its header cannot be read (naming the file and the field).
@@ -936,7 +940,7 @@ export class SessionStore {
     } else {
       const [irregular] = (await irregularSessionFiles(this.fs, source)).errors;
       if (irregular !== undefined) throw irregular;
-      await readStorageMeta(this.fs, source, true);
+      await readSalvageMeta(this.fs, source, true);
     }
     return await this.#exclusive(
       to,

@@ -24,6 +24,7 @@ import {
   SessionBusyError,
   SessionError,
   SessionFormatError,
+  SessionNotFoundError,
   ToolPairingError,
 } from "./errors.ts";
 import {
@@ -614,6 +615,8 @@ async function refuseUsedId(fs: FileSystem, collection: string, id: string): Pro
  *
  * @throws {InvalidArgumentError} When `options.id` is not a session id (a lowercase UUID), before
  * anything is read or written.
+ * @throws {SessionNotFoundError} When `dir` (a session directory) has no meta.json, or is
+ * missing: naming meta.json, before anything is written.
  * @throws {SessionFormatError} When `dir` is not a directory itself, or meta.json or
  * messages.jsonl is not a regular file (nothing is read through a link). index.json is never read:
  * one that is not a regular file (a link…) is ignored, and the new session gets its own. For a
@@ -746,13 +749,34 @@ async function directoryPrefix(
 ): Promise<SalvageSource> {
   const [irregular] = (await irregularSessionFiles(fs, dir)).errors;
   if (irregular !== undefined) throw irregular;
-  const meta = await readStorageMeta(fs, dir);
+  const meta = await readSalvageMeta(fs, dir);
   const scan = await scanRange(fs, join(dir, MESSAGES_FILE), meta, sha256);
   return {
     header: meta.header,
     messages: scan.messages.slice(0, scan.closedPrefix),
     total: Math.max(meta.messageCount, scan.lines),
   };
+}
+
+/**
+ * meta.json of the salvage source `dir` (`kindChecked` as for `readStorageMeta`). A missing one
+ * (or a missing `dir`) is `SessionNotFoundError` naming meta.json, the port's `NotFound` as its
+ * cause, as opening such a directory says.
+ */
+export async function readSalvageMeta(
+  fs: FileSystem,
+  dir: string,
+  kindChecked = false,
+): Promise<StorageMeta> {
+  try {
+    return await readStorageMeta(fs, dir, kindChecked);
+  } catch (error) {
+    if (!(error instanceof NotFound)) throw error;
+    throw new SessionNotFoundError(`No session at '${dir}': meta.json not found`, {
+      file: join(dir, META_FILE),
+      cause: error,
+    });
+  }
 }
 
 /** The salvage source of the legacy version-2 file `file` (see `readLegacyPrefix`). */
