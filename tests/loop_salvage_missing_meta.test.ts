@@ -62,3 +62,21 @@ test("salvage of a missing session directory is SessionNotFoundError naming its 
   );
   await assert.rejects(fs.lstat("/rescue"), NotFound);
 });
+
+test("salvage of a missing legacy file is SessionNotFoundError naming it, as open says", async () => {
+  const { fs, store, dir } = await saved();
+  const file = `${dir.slice(0, dir.lastIndexOf("/"))}/00000000-0000-4000-8000-000000000000.jsonl`;
+  await assert.rejects(store.open(file), SessionNotFoundError);
+  const naming = (error: unknown) => {
+    assert.ok(error instanceof SessionNotFoundError, `got ${String(error)}`);
+    assert.equal(error.file, file);
+    assert.ok(error.cause instanceof NotFound, `cause ${String(error.cause)}`);
+    return true;
+  };
+  await assert.rejects(store.salvage(file, "/rescue"), naming);
+  await assert.rejects(
+    salvageSession(fs, file, { sha256: portableSha256, toCollection: "/rescue" }),
+    naming,
+  );
+  await assert.rejects(fs.lstat("/rescue"), NotFound);
+});

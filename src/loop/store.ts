@@ -103,6 +103,7 @@ import {
   checkSalvageId,
   irregularSessionFiles,
   isLegacySalvageSource,
+  readLegacySalvageSource,
   readSalvageMeta,
   type SalvageResult,
   salvageSession,
@@ -900,8 +901,8 @@ export class SessionStore {
    * a private staging or delete directory, or `toCollection` is no collection: the sessions root,
    * a private directory of the store, or a place inside a session (see `#checkSalvageDestination`).
    * @throws {SessionNotFoundError} When `dir` (a session directory) has no meta.json, or is
-   * missing (and no delete or compaction staged a copy of it): naming meta.json, before
-   * `toCollection` is made.
+   * missing (and no delete or compaction staged a copy of it): naming meta.json; for a legacy
+   * file, when it is missing, naming it. Before `toCollection` is made.
    * @throws {SessionFormatError} When `dir` is not a directory itself, a session file is not a
    * regular file, or `toCollection` is a link; for a legacy file, when it is not a regular file or
    * its header cannot be read (naming the file and the field).
@@ -936,7 +937,7 @@ export class SessionStore {
     const source = await this.#salvageSource(from);
     if (isLegacySalvageSource(source)) {
       // A legacy version-2 file: its header must be readable (never through a link).
-      await readLegacyHeader(this.fs, source);
+      await readLegacySalvageSource(source, () => readLegacyHeader(this.fs, source));
     } else {
       const [irregular] = (await irregularSessionFiles(this.fs, source)).errors;
       if (irregular !== undefined) throw irregular;

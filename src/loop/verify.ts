@@ -616,7 +616,8 @@ async function refuseUsedId(fs: FileSystem, collection: string, id: string): Pro
  * @throws {InvalidArgumentError} When `options.id` is not a session id (a lowercase UUID), before
  * anything is read or written.
  * @throws {SessionNotFoundError} When `dir` (a session directory) has no meta.json, or is
- * missing: naming meta.json, before anything is written.
+ * missing: naming meta.json; for a legacy file, when it is missing, naming it. Before anything is
+ * written.
  * @throws {SessionFormatError} When `dir` is not a directory itself, or meta.json or
  * messages.jsonl is not a regular file (nothing is read through a link). index.json is never read:
  * one that is not a regular file (a link…) is ignored, and the new session gets its own. For a
@@ -763,24 +764,42 @@ async function directoryPrefix(
  * (or a missing `dir`) is `SessionNotFoundError` naming meta.json, the port's `NotFound` as its
  * cause, as opening such a directory says.
  */
-export async function readSalvageMeta(
+export function readSalvageMeta(
   fs: FileSystem,
   dir: string,
   kindChecked = false,
 ): Promise<StorageMeta> {
+  return salvageSourceRead(
+    `No session at '${dir}': meta.json not found`,
+    join(dir, META_FILE),
+    () => readStorageMeta(fs, dir, kindChecked),
+  );
+}
+
+/**
+ * Runs `read` of the legacy version-2 file `file`, a salvage source: a missing one is
+ * `SessionNotFoundError` naming it, the port's `NotFound` as its cause, as opening it says.
+ */
+export function readLegacySalvageSource<T>(file: string, read: () => Promise<T>): Promise<T> {
+  return salvageSourceRead(`No session at '${file}'`, file, read);
+}
+
+/** Runs `read` of a salvage source's `file`; the port's `NotFound` becomes `SessionNotFoundError`. */
+async function salvageSourceRead<T>(
+  message: string,
+  file: string,
+  read: () => Promise<T>,
+): Promise<T> {
   try {
-    return await readStorageMeta(fs, dir, kindChecked);
+    return await read();
   } catch (error) {
     if (!(error instanceof NotFound)) throw error;
-    throw new SessionNotFoundError(`No session at '${dir}': meta.json not found`, {
-      file: join(dir, META_FILE),
-      cause: error,
-    });
+    throw new SessionNotFoundError(message, { file, cause: error });
   }
 }
 
 /** The salvage source of the legacy version-2 file `file` (see `readLegacyPrefix`). */
 async function legacyPrefix(fs: FileSystem, file: string): Promise<SalvageSource> {
-  const prefix = await readLegacyPrefix(fs, file);
+  const prefix = await readLegacySalvageSource(file, () => readLegacyPrefix(fs, file));
   return { header: prefix.header, messages: prefix.messages, total: prefix.records };
 }
