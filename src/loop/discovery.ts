@@ -961,11 +961,11 @@ export async function fastSummary(
     kinds = new Map((await fs.readDir(dir)).map((entry) => [entry.name, entry.kind]));
   } catch (error) {
     // A directory that vanished since the collection was read has no meta.json either.
-    if (error instanceof NotFound) throw new NotFound("readdir", metaPath, { cause: error });
+    if (error instanceof NotFound) throw new NotFound("readDir", metaPath, { cause: error });
     throw error;
   }
   const metaKind = kinds.get(META_FILE);
-  if (metaKind === undefined) throw new NotFound("readdir", metaPath);
+  if (metaKind === undefined) throw new NotFound("readDir", metaPath);
   refuseIrregularFile(metaKind, metaPath);
   // meta.json is read before the log's kind is judged: a session of an unsupported format or
   // version is skipped whatever its log is (as a full listing does). Any other failure to read
@@ -1010,7 +1010,7 @@ async function readMetaNoFollow(
     if (isBusy(error)) return undefined;
     throw error;
   }
-  if (read === undefined) throw new NotFound("read", metaPath);
+  if (read === undefined) throw new NotFound("readFile", metaPath);
   if (typeof read === "string") return undefined;
   try {
     return decodeStorageMeta(read, metaPath);

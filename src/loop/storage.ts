@@ -297,7 +297,7 @@ export async function readStorageMeta(
 ): Promise<StorageMeta> {
   const file = join(dir, META_FILE);
   const read = await readSessionFile(fs, file, kindChecked);
-  if (read === undefined) throw new NotFound("open", file);
+  if (read === undefined) throw new NotFound("readFile", file);
   if (typeof read === "string") throw irregularFile(read, file);
   return decodeStorageMeta(read, file, headerFieldsOnly);
 }
