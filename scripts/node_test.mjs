@@ -17,9 +17,12 @@ function collect(dir) {
 }
 
 const files = collect("tests").sort();
+// Node runs one test file at a time on a 2-core machine (its default is one less than the cores);
+// two at once, as `deno test --parallel` runs them, shortens the run (445 s against 497 s in one
+// comparison on a busy 2-core machine). Each file keeps to its own temporary directories.
 const result = spawnSync(
   process.execPath,
-  ["--import", "tsx", "--test", "--test-reporter=spec", ...files],
+  ["--import", "tsx", "--test", "--test-concurrency=2", "--test-reporter=spec", ...files],
   { stdio: "inherit" },
 );
 process.exit(result.status ?? 1);
