@@ -845,12 +845,13 @@ export class SessionManager {
    * so the caller may change its array and its message objects at once. Saves (`commit()` and
    * `append()`) called while another call is in flight are queued: such a save copies its array
    * at the call but reads its message objects when its turn comes, so leave them as they are
-   * until it settles. Those queued back to back are written together: each is validated on the state the ones
-   * before it lead to, then one log write and one meta.json publish commit them all, so a crash
-   * shows the state before the batch or after it. They resolve together, or reject together with
-   * the write's error, the batch's last state then being the pending save; a save that fails
-   * validation rejects alone and the batch is written without it. Any other call (a pin, a page
-   * read, `flush()`, `close()`) ends the batch: calls take effect in the order they were made.
+   * until it settles. Those queued back to back are written together: each is validated on the
+   * state the ones before it lead to, then one log write and one meta.json publish commit them
+   * all, so a crash shows the state before the batch or after it. They resolve together, or
+   * reject together with the write's error, the batch's last state then being the pending save; a
+   * save that fails validation rejects alone and the batch is written without it. Any other call
+   * (a pin, a page read, `flush()`, `close()`) ends the batch: calls take effect in the order they
+   * were made.
    */
   commit(
     messages: readonly Message[],
