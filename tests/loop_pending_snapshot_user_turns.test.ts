@@ -4,7 +4,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
-import { SessionFormatError } from "../src/loop/errors.ts";
+import { InvalidArgumentError, SessionFormatError } from "../src/loop/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import {
   type MessageRole,
@@ -94,4 +94,24 @@ test("append() with runtime contexts refuses a snapshot past the user messages, 
   const reopened = await store.open(session.getSessionPath(), { readOnly: true });
   assert.deepEqual(reopened.getRuntimeContexts(), [snapshot(0), snapshot(1)]);
   await reopened.close();
+});
+
+test("a user-message count that is not a non-negative safe integer is an InvalidArgumentError", () => {
+  for (const count of [-1, 1.5, 6.5, Number.NaN, Number.POSITIVE_INFINITY, 2 ** 53]) {
+    for (const value of [[snapshot(5)], undefined]) {
+      assert.throws(
+        () => validateRuntimeContexts(value, count, { file: "/s/meta.json" }),
+        (error: unknown) => {
+          assert.ok(error instanceof InvalidArgumentError, `${count}: ${error}`);
+          assert.equal(error.argument, "roles");
+          assert.equal(error.file, "/s/meta.json");
+          return true;
+        },
+        String(count),
+      );
+    }
+  }
+  // 0 and a count above every snapshot's turn are counts.
+  validateRuntimeContexts([], 0);
+  validateRuntimeContexts([snapshot(5)], 6);
 });

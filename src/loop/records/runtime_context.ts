@@ -24,6 +24,7 @@ import type {
   RuntimeContextSnapshot,
 } from "./types.ts";
 import { checkSchema, childPath, fail, hasVisibleText, safeIntegerSchema } from "./_validation.ts";
+import { InvalidArgumentError } from "../errors.ts";
 
 const WHAT = "Invalid session runtime context";
 const SKILL_WHAT = "Invalid session skill context";
@@ -69,12 +70,21 @@ export const RuntimeContextSnapshotSchema: RecordSchema<RuntimeContextSnapshot> 
  * skip the checks that need the history (header-only parsing).
  * @param options The file and JSON path (default `"header.runtimeContexts"`) for error reports.
  * @throws {SessionFormatError} Naming the offending snapshot and field.
+ * @throws {InvalidArgumentError} For a user-message count that is not a non-negative safe integer.
  */
 export function validateRuntimeContexts(
   value: unknown,
   roles: readonly MessageRole[] | number | undefined,
   options: RecordLocation = {},
 ): asserts value is readonly RuntimeContextSnapshot[] | undefined {
+  if (typeof roles === "number" && !(Number.isSafeInteger(roles) && roles >= 0)) {
+    // Not a count: the user-turn checks would pass anything (or name a fractional count).
+    throw new InvalidArgumentError(
+      "roles",
+      `Invalid user-message count: expected a non-negative safe integer, got ${String(roles)}`,
+      { file: options.file },
+    );
+  }
   if (value === undefined) return;
   const base = options.path ?? "header.runtimeContexts";
   const where = { file: options.file };
