@@ -5,6 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { runCli } from "../src/cli/main.ts";
+import { PermissionDenied } from "../src/port/errors.ts";
 import { memoryIo } from "./_cli_io.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import { conversation, legacySessionBytes } from "./_fixtures.ts";
@@ -231,4 +232,37 @@ test("migrate --all reports a linked collection with legacy files it leaves unmi
     again.out,
     `skipped  ${collection}: ${migrateRefusal}\n  not migrated: ${collection}/${inLink}.jsonl\n`,
   );
+});
+
+test("migrate --all migrates the real collections when a linked one cannot be read, and reports it (exit 1)", async () => {
+  const { fs } = await linkedStore();
+  const collection = `${ROOT}/${workspaceHash(CWD)}`;
+  const otherCollection = `${ROOT}/${workspaceHash(OTHER)}`;
+  const inReal = "0f0e0d0c-0b0a-4908-8706-050403020101";
+  await fs.writeFile(
+    `${otherCollection}/${inReal}.jsonl`,
+    legacySessionBytes(inReal, OTHER, conversation(1)),
+  );
+  // The linked directory is another user's, say: listing it fails.
+  const readDir = fs.readDir.bind(fs);
+  fs.readDir = (path: string) =>
+    path === collection || path === "/disk2/collection"
+      ? Promise.reject(new PermissionDenied("readDir", path))
+      : readDir(path);
+  const dry = await sessions(fs, ["migrate", "--all", "--dry-run", "--json"]);
+  assert.equal(dry.code, 1, dry.err);
+  const dryParsed = JSON.parse(dry.out);
+  assert.equal(dryParsed.results.length, 1);
+  assert.equal(dryParsed.skipped.length, 1);
+  assert.equal(dryParsed.skipped[0].collection, collection);
+  assert.deepEqual(dryParsed.skipped[0].files, []);
+  assert.match(dryParsed.skipped[0].error, /permission denied/i);
+  const run = await sessions(fs, ["migrate", "--all"]);
+  assert.equal(run.code, 1, run.err);
+  assert.match(
+    run.out,
+    new RegExp(`^migrated ${otherCollection}/${inReal}\\.jsonl -> ${otherCollection}/${inReal}\\n`),
+  );
+  assert.match(run.out, /skipped {2}.*\n {2}could not be read: .*permission denied/i);
+  assert.equal((await fs.lstat(`${otherCollection}/${inReal}`)).kind, "directory");
 });

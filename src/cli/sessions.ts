@@ -85,8 +85,9 @@ kept unchanged as a backup. --dry-run validates each file as the migration would
 directory of a file migrated before, as opening it would) and lists what would migrate and what
 would fail, writing nothing. --all takes the files not migrated yet; check the directories of
 migrated ones with 'sessions verify --all'. A collection that is a link is never written through:
---all reports it as skipped, with the legacy files it leaves unmigrated there (exit code 1 when
-there are any; with --json, 'skipped').`,
+--all reports it as skipped, with the legacy files it leaves unmigrated there, or why it could
+not be read (exit code 1 when there are any, or it could not be read; with --json, 'skipped', its
+'error' then set), and migrates the other collections.`,
   archive: `Usage: loop-sessions sessions archive <id|path...> [--dir COLLECTION] [--json]
 
 Marks sessions archived in their collection. Touches no session file. A session is named by its
@@ -1082,16 +1083,26 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
   const dryRun = parsed.flags.has("dry-run");
   const files: { path: string; published: boolean }[] = [];
   /** The linked collections `--all` leaves out, and their legacy files it leaves unmigrated. */
-  const skipped: { collection: string; reason: string; files: string[] }[] = [];
+  const skipped: { collection: string; reason: string; files: string[]; error?: string }[] = [];
   if (parsed.flags.has("all")) {
     if (parsed.positionals.length > 0) throw new UsageError("pass either <path> or --all");
     for (const { path: collection, linked } of await collectionEntries(io, flags.agentDir)) {
-      const pending = await unmigratedFiles(io, collection);
+      if (!linked) {
+        for (const path of await unmigratedFiles(io, collection)) {
+          files.push({ path, published: false });
+        }
+        continue;
+      }
       // A linked collection is read through (reading only), never written through: said, with
-      // what it leaves unmigrated there.
-      if (linked) {
-        skipped.push({ collection, reason: linkedCollectionReason("migrate"), files: pending });
-      } else for (const path of pending) files.push({ path, published: false });
+      // what it leaves unmigrated there. One that cannot be read is said so, and stops nothing
+      // (what it holds is unknown, so it counts as left unmigrated).
+      const reason = linkedCollectionReason("migrate");
+      try {
+        skipped.push({ collection, reason, files: await unmigratedFiles(io, collection) });
+      } catch (error) {
+        if (!isReportable(error)) throw error;
+        skipped.push({ collection, reason, files: [], error: (error as Error).message });
+      }
     }
   } else {
     const [target] = parsed.positionals;
@@ -1155,7 +1166,7 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
       }
     }
   }
-  const left = skipped.some((s) => s.files.length > 0);
+  const left = skipped.some((s) => s.files.length > 0 || s.error !== undefined);
   if (json) printJson(io, { dryRun, results, skipped });
   else {
     if (files.length === 0 && !left) io.out("No legacy sessions to migrate.\n");
@@ -1170,6 +1181,7 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
     for (const s of skipped) {
       io.out(inlined`${dryRun ? "would skip" : "skipped "} ${s.collection}: ${s.reason}\n`);
       for (const file of s.files) io.out(inlined`  not migrated: ${file}\n`);
+      if (s.error !== undefined) io.out(inlined`  could not be read: ${s.error}\n`);
     }
   }
   // Not everything migrated: a file failed, or is left in a linked collection.
