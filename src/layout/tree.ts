@@ -194,6 +194,9 @@ async function scanNode(
   if (manifestKind === "symlink") {
     throw new TopologyError(manifestPath, "Session manifest may not be a symlink");
   }
+  if (manifestKind !== undefined && manifestKind !== "file") {
+    throw new TopologyError(manifestPath, "Session manifest is not a regular file");
+  }
   const manifest = (await readRecord(fs, manifestPath, parseSessionManifest)).record;
   const id = manifest.session_id;
   if (basename(dir) !== id) {
@@ -249,11 +252,15 @@ async function scanNode(
         throw new TopologyError(childDir, "Session topology may not use a symlink");
       }
       if (entry.kind !== "directory") continue;
-      const childManifestKind = await entryKind(fs, join(childDir, "session.json"));
+      const childManifest = join(childDir, "session.json");
+      const childManifestKind = await entryKind(fs, childManifest);
       if (childManifestKind === "symlink") {
         throw new TopologyError(childDir, "Session manifest may not be a symlink");
       }
       if (childManifestKind === undefined) continue;
+      if (childManifestKind !== "file") {
+        throw new TopologyError(childManifest, "Session manifest is not a regular file");
+      }
       childDirs.push(childDir);
     }
   }
@@ -286,6 +293,7 @@ async function checkParentManifest(
   }
   if (kind === undefined) return;
   if (kind === "symlink") throw new TopologyError(path, "Parent manifest may not be a symlink");
+  if (kind !== "file") throw new TopologyError(path, "Parent manifest is not a regular file");
   const manifest = (await readRecord(fs, path, parseParentManifest)).record;
   if (manifest.parent_session_id !== parent.sessionId) {
     throw new TopologyError(path, "Parent manifest contradicts the session topology");
@@ -298,8 +306,11 @@ async function checkParentManifest(
 
 /** True when the directory tree under `topDir` physically holds a session dir named `id`. */
 async function physicallyContains(fs: FileSystem, dir: string, id: string): Promise<boolean> {
-  if (basename(dir) === id && (await entryKind(fs, join(dir, "session.json"))) === "file") {
-    return true;
+  if (basename(dir) === id) {
+    // A manifest of the wrong kind (a directory) still marks the session's directory: the tree
+    // holding it is reported as invalid rather than the id as unknown.
+    const kind = await entryKind(fs, join(dir, "session.json"));
+    if (kind !== undefined && kind !== "symlink") return true;
   }
   const childrenDir = join(dir, CHILDREN_DIRNAME);
   if ((await entryKind(fs, childrenDir)) !== "directory") return false;
