@@ -271,20 +271,33 @@ export function sameJsonRecord(existing: Uint8Array, bytes: Uint8Array): boolean
   return bytesEqual(encoder.encode(asciiEscaped(text)), bytes);
 }
 
-/** Structural equality of two JSON values (object key order ignored). */
+/**
+ * Structural equality of two JSON values (object key order ignored). Iterative, with an explicit
+ * stack: values nested deeper than the call stack compare like any other.
+ */
 export function jsonEqual(a: unknown, b: unknown): boolean {
-  if (a === b) return true;
-  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
-  if (Array.isArray(a) !== Array.isArray(b)) return false;
-  if (Array.isArray(a) && Array.isArray(b)) {
-    return a.length === b.length && a.every((item, i) => jsonEqual(item, b[i]));
+  const pending: [unknown, unknown][] = [[a, b]];
+  for (let pair = pending.pop(); pair !== undefined; pair = pending.pop()) {
+    const [x, y] = pair;
+    if (x === y) continue;
+    if (typeof x !== "object" || typeof y !== "object" || x === null || y === null) return false;
+    if (Array.isArray(x) !== Array.isArray(y)) return false;
+    if (Array.isArray(x) && Array.isArray(y)) {
+      if (x.length !== y.length) return false;
+      for (let i = x.length - 1; i >= 0; i--) pending.push([x[i], y[i]]);
+      continue;
+    }
+    const xk = Object.keys(x);
+    if (xk.length !== Object.keys(y).length) return false;
+    const xo = x as Record<string, unknown>;
+    const yo = y as Record<string, unknown>;
+    for (let i = xk.length - 1; i >= 0; i--) {
+      const key = xk[i] as string;
+      if (!Object.hasOwn(yo, key)) return false;
+      pending.push([xo[key], yo[key]]);
+    }
   }
-  const ak = Object.keys(a);
-  const bk = Object.keys(b);
-  if (ak.length !== bk.length) return false;
-  const bo = b as Record<string, unknown>;
-  const ao = a as Record<string, unknown>;
-  return ak.every((key) => Object.hasOwn(bo, key) && jsonEqual(ao[key], bo[key]));
+  return true;
 }
 
 /**
