@@ -4,18 +4,23 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
+  inspectTrace,
+  listTraces,
   loadSessionTree,
   LogicalReferenceResolver,
   observeHandoff,
   pruneRaw,
   readHandoff,
   TopologyError,
+  TraceIntegrityError,
+  verifyTrace,
 } from "../layout.ts";
-import { runLayout } from "../src/cli/layout.ts";
+import { runLayout, runTraces } from "../src/cli/layout.ts";
 import { memoryIo } from "./_cli_io.ts";
 import { newRepo, newRoot, writeText } from "./layout_fixtures.ts";
 import { firstDifference, jsonEqual } from "../src/layout/json_io.ts";
 import { buildFoldedTree } from "./fixtures/folded_tree.ts";
+import { buildMirrorTree, CHILD_ATTEMPT, ROOT_ATTEMPTS } from "./fixtures/mirror_tree.ts";
 
 test("a session.json that is a directory confines the damage to its own tree", async () => {
   const fs = await newRepo();
@@ -118,4 +123,37 @@ test("jsonEqual and firstDifference compare values nested deeper than the call s
     "b",
   );
   assert.equal(firstDifference({ a: nest(100_000, 1) }, { a: nest(100_000, 3) }, []), "a");
+});
+
+test("a mirror session's trace_seals that is a regular file fails its traces' seals only", async () => {
+  const fs = await newRepo();
+  const tree = await buildMirrorTree(fs);
+  await fs.remove(`${tree.rootDir}/trace_seals`, { recursive: true });
+  await writeText(fs, `${tree.rootDir}/trace_seals`, "x");
+  const before = JSON.stringify(fs.snapshotTree("/"));
+  const listed = await listTraces(fs, tree.loopyRoot);
+  assert.equal(listed.length, 4);
+  const byAttempt = new Map(listed.map((entry) => [entry.attemptId, entry]));
+  for (const attempt of [ROOT_ATTEMPTS.first, ROOT_ATTEMPTS.second]) {
+    const entry = byAttempt.get(attempt.attemptId);
+    assert.equal(entry?.integrity, "failed", attempt.attemptId);
+    assert.deepEqual(entry?.problems, ["trace_seals is not a directory"], attempt.attemptId);
+  }
+  assert.equal(byAttempt.get(CHILD_ATTEMPT.attemptId)?.integrity, "verified");
+  assert.equal(byAttempt.get(ROOT_ATTEMPTS.active.attemptId)?.integrity, "not_finalized");
+  const first = ROOT_ATTEMPTS.first.attemptId;
+  const inspected = await inspectTrace(fs, tree.loopyRoot, `trace-${first}`);
+  assert.equal(inspected.observedIntegrity.seal.status, "mismatch");
+  assert.deepEqual(inspected.observedIntegrity.seal.errors, ["trace_seals is not a directory"]);
+  await assert.rejects(
+    verifyTrace(fs, tree.loopyRoot, `trace-${first}`),
+    (error: unknown) =>
+      error instanceof TraceIntegrityError &&
+      error.message.includes("trace_seals is not a directory"),
+  );
+  for (const args of [["list"], ["inspect", `trace-${first}`]]) {
+    const { io } = memoryIo(fs, "/repo", 0);
+    assert.equal(typeof (await runTraces(io, args)), "number", args.join(" "));
+  }
+  assert.equal(JSON.stringify(fs.snapshotTree("/")), before);
 });

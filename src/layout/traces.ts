@@ -19,7 +19,7 @@
  */
 import * as v from "valibot";
 import type { FileSystem } from "../port/fs.ts";
-import { FsError, NotFound } from "../port/errors.ts";
+import { FsError, NotADirectory, NotFound } from "../port/errors.ts";
 import { basename, dirname, isAbsolute, join, normalize, relativeWithin } from "../port/path.ts";
 import { portableSha256, type Sha256Factory, sha256Hex } from "../port/sha256.ts";
 import {
@@ -541,6 +541,14 @@ async function observeSeal(
         status: "mismatch",
         receipt_path: receiptPath,
         errors: ["trace seal receipt path is too long to be looked up"],
+      };
+    }
+    if (error instanceof NotADirectory) {
+      // `trace_seals/` (or a directory above it) is a regular file: no receipt can be there.
+      return {
+        status: "mismatch",
+        receipt_path: receiptPath,
+        errors: ["trace_seals is not a directory"],
       };
     }
     if (!(error instanceof TopologyError)) throw error;
