@@ -5,6 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
   inspectTrace,
+  LayoutRecordError,
   listTraces,
   loadSessionTree,
   LogicalReferenceResolver,
@@ -20,7 +21,12 @@ import { memoryIo } from "./_cli_io.ts";
 import { newRepo, newRoot, writeText } from "./layout_fixtures.ts";
 import { firstDifference, jsonEqual } from "../src/layout/json_io.ts";
 import { buildFoldedTree } from "./fixtures/folded_tree.ts";
-import { buildMirrorTree, CHILD_ATTEMPT, ROOT_ATTEMPTS } from "./fixtures/mirror_tree.ts";
+import {
+  buildMirrorTree,
+  CHILD_ATTEMPT,
+  MIRROR_ROOT_ID,
+  ROOT_ATTEMPTS,
+} from "./fixtures/mirror_tree.ts";
 
 test("a session.json that is a directory confines the damage to its own tree", async () => {
   const fs = await newRepo();
@@ -156,4 +162,22 @@ test("a mirror session's trace_seals that is a regular file fails its traces' se
     assert.equal(typeof (await runTraces(io, args)), "number", args.join(" "));
   }
   assert.equal(JSON.stringify(fs.snapshotTree("/")), before);
+});
+
+test("a trace: reference whose trace directory is a regular file names its manifest", async () => {
+  const fs = await newRepo();
+  const tree = await buildMirrorTree(fs);
+  const first = ROOT_ATTEMPTS.first.attemptId;
+  const dir = tree.traceDir(first);
+  await fs.remove(dir, { recursive: true });
+  await writeText(fs, dir, "{}");
+  const resolver = await LogicalReferenceResolver.forSession(fs, {
+    repoRoot: "/repo",
+    sessionId: MIRROR_ROOT_ID,
+  });
+  await assert.rejects(
+    resolver.resolve(`trace:trace-${first}:/trace_manifest.json`),
+    (error: unknown) =>
+      error instanceof LayoutRecordError && error.file === `${dir}/trace_manifest.json`,
+  );
 });

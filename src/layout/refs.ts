@@ -680,11 +680,23 @@ export class LogicalReferenceResolver {
   /**
    * Why the trace directory `traceDir`, which a session records for trace `id` and which is still
    * present, gave no manifest with the id: a `LayoutRecordError` naming its `trace_manifest.json`
-   * (missing, not a regular file, unreadable, or carrying another id at `manifest_id`).
+   * (missing, not a regular file, under a trace directory that is a file, unreadable, or carrying
+   * another id at `manifest_id`).
    */
   async #unusableTraceManifest(traceDir: string, id: string): Promise<LayoutRecordError> {
     const manifestPath = join(traceDir, TRACE_MANIFEST_FILENAME);
-    const kind = await this.#kind(manifestPath);
+    let kind: string | undefined;
+    try {
+      kind = await this.#kind(manifestPath);
+    } catch (error) {
+      if (!(error instanceof NotADirectory)) throw error;
+      return new LayoutRecordError(
+        manifestPath,
+        `Trace manifest of ${JSON.stringify(id)} cannot be read: its trace directory is not a ` +
+          "directory",
+        { cause: error },
+      );
+    }
     if (kind === undefined) {
       return new LayoutRecordError(
         manifestPath,
