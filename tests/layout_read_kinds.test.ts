@@ -181,3 +181,29 @@ test("a trace: reference whose trace directory is a regular file names its manif
       error instanceof LayoutRecordError && error.file === `${dir}/trace_manifest.json`,
   );
 });
+
+test("a handoff.json that is a directory, or a project_state/ that is a file, is an invalid handoff", async () => {
+  for (const damage of ["handoff.json is a directory", "project_state is a file"]) {
+    const fs = await newRepo();
+    const root = await newRoot(fs);
+    const file = root.paths.handoffJson;
+    if (damage === "handoff.json is a directory") {
+      await fs.remove(file);
+      await fs.mkdir(file);
+    } else {
+      await fs.remove(`${root.dir}/project_state`, { recursive: true });
+      await writeText(fs, `${root.dir}/project_state`, "");
+    }
+    const before = JSON.stringify(fs.snapshotTree("/"));
+    const observed = await observeHandoff(fs, root.paths, {
+      sessionId: root.sessionId,
+      goalSha256: root.manifest.goal_hash,
+      storedRevision: 0,
+      storedSha256: null,
+    });
+    assert.equal(observed.status, "invalid", damage);
+    assert.equal(observed.sha256, null, damage);
+    assert.match(observed.diagnosis ?? "", /handoff\.json/, damage);
+    assert.equal(JSON.stringify(fs.snapshotTree("/")), before, damage);
+  }
+});

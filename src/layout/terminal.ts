@@ -16,6 +16,7 @@ import {
   readIfExists,
   tightenPrivateDir,
 } from "../port/durable.ts";
+import { IsADirectory, NotADirectory } from "../port/errors.ts";
 import { dirname } from "../port/path.ts";
 import {
   ImmutableArtifactError,
@@ -311,7 +312,8 @@ export interface HandoffObservation {
 
 /**
  * Observes `project_state/handoff.json`: `missing` when absent or unproduced (revision-0
- * scaffold), `invalid` on bad JSON/schema, a session or goal mismatch, a producer that is not the
+ * scaffold), `invalid` on bad JSON/schema, a path that is not a regular file (a link, a directory,
+ * under a file), a session or goal mismatch, a producer that is not the
  * owner or not an attempt of this session, `non_monotonic` when the revision drops or repeats
  * with different contents (except a provenance-only re-stamp by the current attempt), else
  * `valid`.
@@ -327,15 +329,15 @@ export async function observeHandoff(
   try {
     bytes = await readIfExists(fs, file);
   } catch (error) {
-    // A handoff planted as a link is agent output like any other: invalid, and never read.
-    if (!(error instanceof TopologyError)) throw error;
-    return {
-      status: "invalid",
-      handoff: undefined,
-      sha256: null,
-      revision: null,
-      diagnosis: error.message,
-    };
+    // A handoff planted as a link is agent output like any other: invalid, and never read; so is
+    // a directory in its place, or a `project_state/` that is a file.
+    let diagnosis: string;
+    if (error instanceof TopologyError) diagnosis = error.message;
+    else if (error instanceof IsADirectory) diagnosis = `handoff.json is a directory: '${file}'`;
+    else if (error instanceof NotADirectory) {
+      diagnosis = `handoff.json is under a path that is not a directory: '${file}'`;
+    } else throw error;
+    return { status: "invalid", handoff: undefined, sha256: null, revision: null, diagnosis };
   }
   const observe = (
     status: HandoffStatus,
