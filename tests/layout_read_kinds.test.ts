@@ -9,6 +9,7 @@ import {
   listTraces,
   loadSessionTree,
   LogicalReferenceResolver,
+  missingScaffoldEntries,
   observeHandoff,
   pruneRaw,
   readHandoff,
@@ -205,5 +206,23 @@ test("a handoff.json that is a directory, or a project_state/ that is a file, is
     assert.equal(observed.sha256, null, damage);
     assert.match(observed.diagnosis ?? "", /handoff\.json/, damage);
     assert.equal(JSON.stringify(fs.snapshotTree("/")), before, damage);
+  }
+});
+
+test("missingScaffoldEntries lists what lies under a scaffold directory that is a file", async () => {
+  for (const name of ["child_requests", "inputs", "project_state"]) {
+    const fs = await newRepo();
+    const tree = await buildFoldedTree(fs);
+    const dir = tree.child.dir;
+    const healthy = await missingScaffoldEntries(fs, dir, "child");
+    assert.deepEqual(healthy, [], name);
+    await fs.remove(`${dir}/${name}`, { recursive: true });
+    await writeText(fs, `${dir}/${name}`, "");
+    const missing = await missingScaffoldEntries(fs, dir, "child");
+    assert.ok(missing.length > 0, name);
+    assert.ok(missing.includes(name), `${name}: ${missing.join(", ")}`);
+    for (const entry of missing) {
+      assert.ok(entry === name || entry.startsWith(`${name}/`), `${name}: ${entry}`);
+    }
   }
 });

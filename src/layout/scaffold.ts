@@ -7,7 +7,7 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
-import { AlreadyExists, FsError, NotFound } from "../port/errors.ts";
+import { AlreadyExists, FsError, NotADirectory, NotFound } from "../port/errors.ts";
 import {
   atomicReplace,
   type Durability,
@@ -255,7 +255,8 @@ export async function missingScaffoldEntries(
     try {
       if ((await fs.lstat(join(sessionDir, relative))).kind !== expected) missing.push(relative);
     } catch (error) {
-      if (!(error instanceof NotFound)) throw error;
+      // Under a file (a scaffold directory replaced by one), the entry is missing too.
+      if (!(error instanceof NotFound || error instanceof NotADirectory)) throw error;
       missing.push(relative);
     }
   }
