@@ -12,7 +12,11 @@ import {
   missingScaffoldEntries,
   observeHandoff,
   pruneRaw,
+  readChildrenLedger,
+  readControl,
   readHandoff,
+  readSessionState,
+  readSessionStateIfExists,
   TopologyError,
   TraceIntegrityError,
   verifyTrace,
@@ -21,7 +25,8 @@ import { runLayout, runTraces } from "../src/cli/layout.ts";
 import { memoryIo } from "./_cli_io.ts";
 import { newRepo, newRoot, writeText } from "./layout_fixtures.ts";
 import { firstDifference, jsonEqual } from "../src/layout/json_io.ts";
-import { buildFoldedTree } from "./fixtures/folded_tree.ts";
+import type { MemoryFs } from "../adapters/memory.ts";
+import { buildFoldedTree, type FoldedTree } from "./fixtures/folded_tree.ts";
 import {
   buildMirrorTree,
   CHILD_ATTEMPT,
@@ -223,6 +228,43 @@ test("missingScaffoldEntries lists what lies under a scaffold directory that is 
     assert.ok(missing.includes(name), `${name}: ${missing.join(", ")}`);
     for (const entry of missing) {
       assert.ok(entry === name || entry.startsWith(`${name}/`), `${name}: ${entry}`);
+    }
+  }
+});
+
+test("a single record that is a directory, or under a file, is a LayoutRecordError naming it", async () => {
+  const readers: [string, (fs: MemoryFs, tree: FoldedTree) => Promise<unknown>][] = [
+    ["state.json", (fs, tree) => readSessionState(fs, tree.child.dir)],
+    ["state.json", (fs, tree) => readSessionStateIfExists(fs, tree.child.dir)],
+    ["control.json", (fs, tree) => readControl(fs, tree.child)],
+    ["project_state/handoff.json", (fs, tree) => readHandoff(fs, tree.child)],
+    ["children.json", (fs, tree) => readChildrenLedger(fs, tree.child, tree.childId)],
+  ];
+  for (const [relative, read] of readers) {
+    for (const damage of ["directory", "under a file"]) {
+      const fs = await newRepo();
+      const tree = await buildFoldedTree(fs);
+      const file = `${tree.child.dir}/${relative}`;
+      if (damage === "directory") {
+        await fs.remove(file);
+        await fs.mkdir(file);
+      } else {
+        // The directory holding the record replaced by a file.
+        if (!relative.includes("/")) continue; // a top-level record: its directory is the session
+        const dir = `${tree.child.dir}/${relative.slice(0, relative.lastIndexOf("/"))}`;
+        await fs.remove(dir, { recursive: true });
+        await writeText(fs, dir, "");
+      }
+      const label = `${relative} (${damage})`;
+      const before = JSON.stringify(fs.snapshotTree("/"));
+      await assert.rejects(
+        read(fs, tree),
+        (error: unknown) =>
+          error instanceof LayoutRecordError && error.file === file &&
+          error.message.includes("not a regular file"),
+        label,
+      );
+      assert.equal(JSON.stringify(fs.snapshotTree("/")), before, label);
     }
   }
 });

@@ -24,6 +24,7 @@ import {
   readIfExists,
   tightenPrivateDir,
 } from "../port/durable.ts";
+import { IsADirectory, NotADirectory } from "../port/errors.ts";
 import { dirname } from "../port/path.ts";
 import { portableSha256, type Sha256Factory, sha256Hex } from "../port/sha256.ts";
 import { ImmutableArtifactError, LayoutRecordError } from "./errors.ts";
@@ -154,8 +155,38 @@ export interface ReadRecord<T> {
 export type RecordParser<T> = (value: unknown, file: string) => T;
 
 /**
- * Reads and validates a JSON record. A missing file propagates the port's `NotFound`; bad JSON
- * or a schema violation is a `LayoutRecordError`. Reading never modifies anything.
+ * The bytes of the record `file`. A directory there, or a file where a directory of its path
+ * should be, is a `LayoutRecordError` naming `file` (its `cause` the port's error); a missing
+ * file is `undefined` when `ifExists`, else the port's `NotFound`.
+ */
+async function recordBytes(
+  fs: FileSystem,
+  file: string,
+  ifExists: boolean,
+): Promise<Uint8Array | undefined> {
+  try {
+    return ifExists ? await readIfExists(fs, file) : await fs.readFile(file);
+  } catch (error) {
+    if (error instanceof IsADirectory) {
+      throw new LayoutRecordError(file, "Record is not a regular file (a directory)", {
+        cause: error,
+      });
+    }
+    if (error instanceof NotADirectory) {
+      throw new LayoutRecordError(
+        file,
+        "Record is not a regular file (a directory on its path is a file)",
+        { cause: error },
+      );
+    }
+    throw error;
+  }
+}
+
+/**
+ * Reads and validates a JSON record. A missing file propagates the port's `NotFound`; a record
+ * that is not a regular file (a directory, or under a file), bad JSON or a schema violation is a
+ * `LayoutRecordError`. Reading never modifies anything.
  */
 export async function readRecord<T>(
   fs: FileSystem,
@@ -164,7 +195,7 @@ export async function readRecord<T>(
   factory: Sha256Factory = portableSha256,
 ): Promise<ReadRecord<T>> {
   fs = confined(fs, file);
-  const bytes = await fs.readFile(file);
+  const bytes = await recordBytes(fs, file, false) as Uint8Array;
   return { record: parse(decodeJson(bytes, file), file), bytes, sha256: sha256Ref(bytes, factory) };
 }
 
@@ -176,7 +207,7 @@ export async function readRecordIfExists<T>(
   factory: Sha256Factory = portableSha256,
 ): Promise<ReadRecord<T> | undefined> {
   fs = confined(fs, file);
-  const bytes = await readIfExists(fs, file);
+  const bytes = await recordBytes(fs, file, true);
   if (bytes === undefined) return undefined;
   return { record: parse(decodeJson(bytes, file), file), bytes, sha256: sha256Ref(bytes, factory) };
 }

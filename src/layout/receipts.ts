@@ -9,7 +9,7 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
-import { NotFound } from "../port/errors.ts";
+import { FsError, NotFound } from "../port/errors.ts";
 import {
   atomicReplace,
   type Durability,
@@ -436,7 +436,9 @@ async function readUnsealedSidecar(
   try {
     return (await readRecordIfExists(fs, file, parseEvalAcceptance))?.record;
   } catch (error) {
-    if (error instanceof LayoutRecordError) return undefined;
+    // Only a file with invalid contents is replaced; a directory in its place (or a file where
+    // one of its directories should be) is not, and the refusal propagates.
+    if (error instanceof LayoutRecordError && !(error.cause instanceof FsError)) return undefined;
     throw error;
   }
 }
