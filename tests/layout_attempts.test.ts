@@ -457,3 +457,22 @@ test("an eval receipt is bound only to a git-after receipt of the same session, 
     await assert.rejects(fs.lstat(paths.evalAcceptedSidecar("tests-pass")), { code: "ENOENT" });
   }
 });
+
+test("a sealed acceptance whose sidecar became a directory is refused by name, changing nothing", async () => {
+  const { fs, paths } = await evalReady();
+  await writeEvalReceipt(fs, paths);
+  await acceptEvalReceipt(fs, paths, "tests-pass", { sessionId: ROOT_ID, ...deterministic() });
+  const sidecar = `${paths.dir}/eval_receipts/accepted/tests-pass.json`;
+  await fs.remove(sidecar);
+  await fs.mkdir(sidecar);
+  const before = fs.snapshotTree();
+  await assert.rejects(
+    acceptEvalReceipt(fs, paths, "tests-pass", { sessionId: ROOT_ID, ...deterministic() }),
+    (error: unknown) => {
+      assert.ok(error instanceof LayoutRecordError, String(error));
+      assert.equal(error.file, sidecar);
+      return true;
+    },
+  );
+  assert.deepEqual(fs.snapshotTree(), before);
+});

@@ -159,7 +159,7 @@ export type RecordParser<T> = (value: unknown, file: string) => T;
  * should be, is a `LayoutRecordError` naming `file` (its `cause` the port's error); a missing
  * file is `undefined` when `ifExists`, else the port's `NotFound`.
  */
-async function recordBytes(
+export async function recordBytes(
   fs: FileSystem,
   file: string,
   ifExists: boolean,

@@ -15,7 +15,6 @@ import {
   type Durability,
   ensureFileDurable,
   ensurePrivateDir,
-  readIfExists,
 } from "../port/durable.ts";
 import { join } from "../port/path.ts";
 import { ImmutableArtifactError, LayoutRecordError } from "./errors.ts";
@@ -25,6 +24,7 @@ import {
   jsonEqual,
   readRecord,
   readRecordIfExists,
+  recordBytes,
   utcSeconds,
   writeJsonAtomic,
 } from "./json_io.ts";
@@ -419,7 +419,8 @@ async function copySealToSidecar(
   seal: EvalAcceptance,
   durability: Durability,
 ): Promise<void> {
-  const bytes = await readIfExists(fs, file);
+  // A directory (or a file on its path) there is refused by name, never replaced.
+  const bytes = await recordBytes(fs, file, true);
   if (bytes !== undefined && sameRecord(bytes, file, seal)) {
     await ensureFileDurable(fs, file, durability);
     return;
