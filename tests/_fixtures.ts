@@ -10,6 +10,25 @@ export function user(text: string): Message {
   return { role: "user", content: text, timestamp: clock++ } as Message;
 }
 
+/**
+ * A finished assistant message with text alone ("stop"), typed so a test can change it in place,
+ * as a host streaming into its last message does.
+ */
+export function streamedAssistant(
+  text: string,
+): Message & { content: unknown[]; stopReason: string } {
+  return {
+    role: "assistant",
+    content: [{ type: "text", text }],
+    api: "synthetic-api",
+    provider: "synthetic",
+    model: "model-1",
+    usage: { input: 1, output: 1, cacheRead: 0, cacheWrite: 0, totalTokens: 2 },
+    stopReason: "stop",
+    timestamp: 1,
+  } as unknown as Message & { content: unknown[]; stopReason: string };
+}
+
 /** A completed assistant message with text and optional tool calls. */
 export function assistant(text: string, toolCalls: { id: string; name: string }[] = []): Message {
   return {

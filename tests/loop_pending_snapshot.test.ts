@@ -7,7 +7,7 @@ import { FsIoError } from "../src/port/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
 import type { Message } from "../src/loop/records/mod.ts";
-import { toolResult, user } from "./_fixtures.ts";
+import { streamedAssistant, toolResult, user } from "./_fixtures.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -16,20 +16,6 @@ async function rig(): Promise<{ memory: MemoryFs; store: SessionStore }> {
   const memory = new MemoryFs();
   await memory.mkdir(CWD, { recursive: true });
   return { memory, store: new SessionStore({ fs: memory, agentDir: AGENT, process: null }) };
-}
-
-/** An assistant message a host streams into: text only, finished ("stop") for now. */
-function streaming(text: string): Message & { content: unknown[]; stopReason: string } {
-  return {
-    role: "assistant",
-    content: [{ type: "text", text }],
-    api: "synthetic-api",
-    provider: "synthetic",
-    model: "model-1",
-    usage: { input: 1, output: 1, cacheRead: 0, cacheWrite: 0, totalTokens: 2 },
-    stopReason: "stop",
-    timestamp: 1,
-  } as unknown as Message & { content: unknown[]; stopReason: string };
 }
 
 async function savedOn(store: SessionStore, session: SessionManager): Promise<Message[]> {
@@ -43,7 +29,7 @@ test("flush() retries a failed save as it was serialized, after the host finishe
   const { memory, store } = await rig();
   const session = await store.create(CWD);
   const u0 = user("q0");
-  const a0 = streaming("thinking");
+  const a0 = streamedAssistant("thinking");
   await session.commit([u0, a0]);
   const saved = structuredClone([u0, a0]);
   memory.resetCounter();
@@ -69,7 +55,7 @@ test("flush() of a failed append-only save writes the serialized tail, not an ea
   const { memory, store } = await rig();
   const session = await store.create(CWD);
   const u0 = user("q0");
-  const a0 = streaming("thinking");
+  const a0 = streamedAssistant("thinking");
   await session.commit([u0, a0]);
   const u1 = user("q1");
   const serialized = structuredClone([u0, a0, u1]);
@@ -88,7 +74,7 @@ test("flush() of a failed append() is not stuck on a saved message finished in p
   const { memory, store } = await rig();
   const session = await store.create(CWD);
   const u0 = user("q0");
-  const a0 = streaming("thinking");
+  const a0 = streamedAssistant("thinking");
   await session.commit([u0, a0]);
   const u1 = user("q1");
   memory.resetCounter();
@@ -99,17 +85,20 @@ test("flush() of a failed append() is not stuck on a saved message finished in p
   a0.stopReason = "toolUse";
   await session.flush();
   assert.equal(session.hasPendingSave, false);
-  assert.deepEqual(await savedOn(store, session), structuredClone([u0, streaming("thinking"), u1]));
+  assert.deepEqual(
+    await savedOn(store, session),
+    structuredClone([u0, streamedAssistant("thinking"), u1]),
+  );
 });
 
 test("a failed save whose meta.json landed is adopted; flush() then writes no other history", async () => {
   const { memory, store } = await rig();
   const session = await store.create(CWD);
   const u0 = user("q0");
-  const a0 = streaming("thinking");
+  const a0 = streamedAssistant("thinking");
   await session.commit([u0, a0]);
   const u1 = user("q1");
-  const a1 = streaming("answer");
+  const a1 = streamedAssistant("answer");
   const serialized = structuredClone([u0, a0, u1, a1]);
   // The rename lands, the directory fsync after it fails: the outcome is unknown to the save.
   memory.resetCounter();

@@ -7,7 +7,7 @@ import { SessionFormatError } from "../src/loop/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
 import type { Message } from "../src/loop/records/mod.ts";
-import { user } from "./_fixtures.ts";
+import { streamedAssistant, user } from "./_fixtures.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -16,20 +16,6 @@ async function rig(): Promise<{ memory: MemoryFs; store: SessionStore }> {
   const memory = new MemoryFs();
   await memory.mkdir(CWD, { recursive: true });
   return { memory, store: new SessionStore({ fs: memory, agentDir: AGENT, process: null }) };
-}
-
-/** A finished assistant message with text alone. */
-function answer(text: string): Message & { content: unknown[]; stopReason: string } {
-  return {
-    role: "assistant",
-    content: [{ type: "text", text }],
-    api: "synthetic-api",
-    provider: "synthetic",
-    model: "model-1",
-    usage: { input: 1, output: 1, cacheRead: 0, cacheWrite: 0, totalTokens: 2 },
-    stopReason: "stop",
-    timestamp: 1,
-  } as unknown as Message & { content: unknown[]; stopReason: string };
 }
 
 /** Adds an unanswered tool call to `message` in place. */
@@ -58,7 +44,7 @@ for (const how of ["commit", "append"] as const) {
     const session = await store.create(CWD);
     const u0 = user("q0");
     await session.commit([u0]);
-    const a0 = answer("thinking");
+    const a0 = streamedAssistant("thinking");
     const saving = save(session, how, [u0], [a0]);
     const serialized = structuredClone([u0, a0]);
     addToolCall(a0); // the caller reuses its object at once
@@ -71,7 +57,7 @@ for (const how of ["commit", "append"] as const) {
     const session = await store.create(CWD);
     const u0 = user("q0");
     await session.commit([u0]);
-    const a0 = answer("thinking");
+    const a0 = streamedAssistant("thinking");
     const saving = save(session, how, [u0], [a0]);
     const serialized = structuredClone([u0, a0]);
     (a0.content[0] as { text: string }).text = "edited";
@@ -83,7 +69,7 @@ for (const how of ["commit", "append"] as const) {
     const { store } = await rig();
     const session = await store.create(CWD);
     const u0 = user("q0");
-    const a0 = answer("thinking");
+    const a0 = streamedAssistant("thinking");
     const saving = how === "commit" ? session.commit([u0, a0]) : session.append([u0, a0]);
     const serialized = structuredClone([u0, a0]);
     addToolCall(a0);
@@ -96,7 +82,7 @@ for (const how of ["commit", "append"] as const) {
     const session = await store.create(CWD);
     const u0 = user("q0");
     await session.commit([u0]);
-    const a0 = answer("thinking");
+    const a0 = streamedAssistant("thinking");
     addToolCall(a0);
     const saving = save(session, how, [u0], [a0]);
     a0.content.pop(); // too late: the save was validated at the call
@@ -117,7 +103,7 @@ for (const how of ["commit", "append"] as const) {
     const u0 = user("q0");
     await session.commit([u0]);
     const pinning = session.setPinned(true); // in flight: the save below is queued behind it
-    const a0 = answer("thinking");
+    const a0 = streamedAssistant("thinking");
     const saving = save(session, how, [u0], [a0]);
     (a0.content[0] as { text: string }).text = "edited before its turn";
     await Promise.all([pinning, saving]);
