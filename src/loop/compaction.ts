@@ -39,7 +39,6 @@ import {
   CorruptSessionError,
   SessionError,
   SessionFormatError,
-  SessionNotFoundError,
 } from "./errors.ts";
 import {
   encodeRoundIndex,
@@ -50,6 +49,7 @@ import {
   indexMatches,
   MESSAGES_FILE,
   META_FILE,
+  metaNotFound,
   openMessages,
   readRoundIndex,
   readStorageMeta,
@@ -269,9 +269,7 @@ export async function compactSession(
       );
     }
     if (!entries.some((entry) => entry.name === META_FILE)) {
-      throw new SessionNotFoundError(`No session at '${dir}': meta.json not found`, {
-        file: join(dir, META_FILE),
-      });
+      throw metaNotFound(dir);
     }
     const meta = await readStorageMeta(fs, dir, true);
     checkMetaId(meta, id, join(dir, META_FILE));

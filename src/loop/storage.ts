@@ -17,6 +17,7 @@ import {
   preview,
   SessionCwdError,
   SessionFormatError,
+  SessionNotFoundError,
   UnsupportedSessionError,
 } from "./errors.ts";
 import type { SessionHeader, SessionTitle } from "./records/mod.ts";
@@ -323,6 +324,17 @@ export async function readSessionFile(
     // Busy is also what a FIFO with a writer says: read only after an `lstat` saw a file.
     return await ifRegular(fs, path, undefined, () => fs.readFile(path));
   }
+}
+
+/**
+ * The `SessionNotFoundError` for session directory `dir` without meta.json (or missing), naming
+ * meta.json; `cause` is the port's `NotFound`, when one was raised.
+ */
+export function metaNotFound(dir: string, cause?: unknown): SessionNotFoundError {
+  return new SessionNotFoundError(`No session at '${dir}': meta.json not found`, {
+    file: join(dir, META_FILE),
+    ...(cause === undefined ? {} : { cause }),
+  });
 }
 
 /** Validates the bytes of meta.json read from `file` (`headerFieldsOnly`: see `parseStorageMeta`). */

@@ -66,7 +66,7 @@ import {
   SessionManager,
   sessionNotADirectory,
 } from "./session_manager.ts";
-import { INDEX_FILE, MESSAGES_FILE, META_FILE } from "./storage.ts";
+import { INDEX_FILE, MESSAGES_FILE, META_FILE, metaNotFound } from "./storage.ts";
 import {
   acquireWriterLock,
   DEFAULT_COLLECTION_LOCK_WAIT_MS,
@@ -686,10 +686,7 @@ export class SessionStore {
         // there, writing nothing, before the session is said not to exist.
         return await this.#checkSessionDirectory(dir, "none");
       }
-      throw new SessionNotFoundError(`No session at '${dir}': meta.json not found`, {
-        file: join(dir, META_FILE),
-        cause: error,
-      });
+      throw metaNotFound(dir, error);
     }
   }
 

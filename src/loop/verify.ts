@@ -52,6 +52,7 @@ import {
   joinBytes,
   MESSAGES_FILE,
   META_FILE,
+  metaNotFound,
   openSessionFile,
   readRoundIndexWithin,
   readStorageMeta,
@@ -764,29 +765,24 @@ async function directoryPrefix(
  * (or a missing `dir`) is `SessionNotFoundError` naming meta.json, the port's `NotFound` as its
  * cause, as opening such a directory says.
  */
-export function readSalvageMeta(
+export async function readSalvageMeta(
   fs: FileSystem,
   dir: string,
   kindChecked = false,
 ): Promise<StorageMeta> {
-  return salvageSourceRead(
-    `No session at '${dir}': meta.json not found`,
-    join(dir, META_FILE),
-    () => readStorageMeta(fs, dir, kindChecked),
-  );
+  try {
+    return await readStorageMeta(fs, dir, kindChecked);
+  } catch (error) {
+    if (!(error instanceof NotFound)) throw error;
+    throw metaNotFound(dir, error);
+  }
 }
 
 /**
  * Runs `read` of the legacy version-2 file `file`, a salvage source: a missing one is
  * `SessionNotFoundError` naming it, the port's `NotFound` as its cause, as opening it says.
  */
-export function readLegacySalvageSource<T>(file: string, read: () => Promise<T>): Promise<T> {
-  return salvageSourceRead(`No session at '${file}'`, file, read);
-}
-
-/** Runs `read` of a salvage source's `file`; the port's `NotFound` becomes `SessionNotFoundError`. */
-async function salvageSourceRead<T>(
-  message: string,
+export async function readLegacySalvageSource<T>(
   file: string,
   read: () => Promise<T>,
 ): Promise<T> {
@@ -794,7 +790,7 @@ async function salvageSourceRead<T>(
     return await read();
   } catch (error) {
     if (!(error instanceof NotFound)) throw error;
-    throw new SessionNotFoundError(message, { file, cause: error });
+    throw new SessionNotFoundError(`No session at '${file}'`, { file, cause: error });
   }
 }
 
