@@ -35,11 +35,7 @@ import {
   writeNewFile,
 } from "../port/durable.ts";
 import { basename, dirname, join } from "../port/path.ts";
-import {
-  CorruptSessionError,
-  SessionError,
-  SessionFormatError,
-} from "./errors.ts";
+import { CorruptSessionError, SessionError, SessionFormatError } from "./errors.ts";
 import {
   encodeRoundIndex,
   encodeStorageMeta,
