@@ -175,6 +175,9 @@ const metadataCase: SizeCase = {
       const floorMeta = join(floorDir, "meta.json");
       const replaceFloor = () => ctx.env.floors.atomicReplace(floorMeta, fx.metaBytes, durability);
       await replaceFloor();
+      // markRead follows a commit (new output makes the session unread): its floor follows the
+      // commit floor of the same messages, so both replace a meta.json the disk has just taken.
+      const floorLog = await ctx.env.floors.commitLog(floorDir, durability);
       try {
         let pinned = session.getHeader().pinnedAt !== undefined;
         const pin = await measurePair(
@@ -193,6 +196,8 @@ const metadataCase: SizeCase = {
 
         const messages = session.messages;
         const conversation = new SyntheticConversation(202).continueAfter(lastRole(messages));
+        const theirs = new SyntheticConversation(202).continueAfter(lastRole(messages));
+        let theirLast = lastRole(messages);
         let readCount = 0;
         const mark = await measurePair(
           {
@@ -206,7 +211,19 @@ const metadataCase: SizeCase = {
               if (!(await session.markRead(readCount))) throw new BenchError("markRead refused");
             },
           },
-          { run: replaceFloor },
+          {
+            before: async () => {
+              // The same new output, through the commit floor (untimed).
+              const output: Message[] = [];
+              do {
+                const message = theirs.nextPlain();
+                output.push(message);
+                theirLast = message.role;
+              } while (theirLast === "user");
+              await floorLog.commit(joinLines(output), fx.metaBytes);
+            },
+            run: replaceFloor,
+          },
           ctx.planFor(2),
         );
         if (session.unread) throw new BenchError("markRead left the session unread");
@@ -216,9 +233,11 @@ const metadataCase: SizeCase = {
           sizeLabel: msgs(fx.size),
           ...mark,
           maxRatio: 1.3,
-          note: "after new output (untimed commit); floor: atomic replace",
+          note: "after new output (untimed commit); floor: atomic replace, after the untimed " +
+            "commit floor of the same output",
         });
       } finally {
+        await floorLog.close();
         await session.close();
         await ctx.drop("floor", `meta-${durability}-${fx.size}`);
       }
