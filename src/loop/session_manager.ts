@@ -1976,11 +1976,11 @@ export class SessionManager {
       );
     }
     const at = this.#context.now();
-    return this.#write("setPinned", async () => {
+    return this.#writeHeader("setPinned", true, async (replace) => {
       const header: Record<string, unknown> = { ...this.#committed.header };
       if (pinned) header.pinnedAt = this.#committed.header.pinnedAt ?? new Date(at).toISOString();
       else delete header.pinnedAt;
-      await this.#publishHeader(header as unknown as SessionHeader);
+      await this.#publishHeader(header as unknown as SessionHeader, replace);
       return pinned ? header.pinnedAt as string : undefined;
     });
   }
@@ -2000,7 +2000,10 @@ export class SessionManager {
         ),
       );
     }
-    return this.#write("markRead", async () => {
+    // A receipt that will clear the flag (known at the call when the session is idle).
+    const clears = this.#committed.header.unread === true && messageCount > 0 &&
+      messageCount === this.#committed.meta?.messageCount;
+    return this.#writeHeader("markRead", clears, async (replace) => {
       if (this.#pending !== undefined) {
         throw new PendingSaveError("markRead", { file: this.getSessionFile() });
       }
@@ -2009,7 +2012,7 @@ export class SessionManager {
         return false;
       }
       if (this.#committed.header.unread !== true) return true;
-      await this.#publishHeader({ ...this.#committed.header, unread: false });
+      await this.#publishHeader({ ...this.#committed.header, unread: false }, replace);
       return true;
     });
   }
@@ -2040,11 +2043,11 @@ export class SessionManager {
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.#write("setTitle", async () => {
+    return this.#writeHeader("setTitle", true, async (replace) => {
       const header: Record<string, unknown> = { ...this.#committed.header };
       if (parsed === undefined) delete header.title;
       else header.title = parsed;
-      await this.#publishHeader(header as unknown as SessionHeader);
+      await this.#publishHeader(header as unknown as SessionHeader, replace);
     });
   }
 
@@ -2057,12 +2060,11 @@ export class SessionManager {
       return Promise.reject(error);
     }
     const at = this.#context.now();
-    return this.#write("setModel", async () => {
-      await this.#publishHeader({
-        ...this.#committed.header,
-        model: parsed,
-        updatedAt: new Date(at).toISOString(),
-      });
+    return this.#writeHeader("setModel", true, async (replace) => {
+      await this.#publishHeader(
+        { ...this.#committed.header, model: parsed, updatedAt: new Date(at).toISOString() },
+        replace,
+      );
     });
   }
 
@@ -2079,16 +2081,23 @@ export class SessionManager {
       );
     }
     const at = this.#context.now();
-    return this.#write("setPermissionPreset", async () => {
-      await this.#publishHeader({
-        ...this.#committed.header,
-        permissionPreset: preset,
-        updatedAt: new Date(at).toISOString(),
-      });
+    return this.#writeHeader("setPermissionPreset", true, async (replace) => {
+      await this.#publishHeader(
+        {
+          ...this.#committed.header,
+          permissionPreset: preset,
+          updatedAt: new Date(at).toISOString(),
+        },
+        replace,
+      );
     });
   }
 
-  async #publishHeader(header: SessionHeader): Promise<void> {
+  /**
+   * Publishes `header` with the committed history (on a session not saved yet, only keeps it),
+   * through `replace` when the write began its temp file at the call.
+   */
+  async #publishHeader(header: SessionHeader, replace?: PendingReplace): Promise<void> {
     const meta = this.#committed.meta;
     if (meta === undefined) {
       this.#committed = { ...this.#committed, header };
@@ -2098,31 +2107,35 @@ export class SessionManager {
     await this.#publish(
       { ...this.#committed, meta: { ...this.#committed.meta as StorageMeta, header }, header },
       true,
+      replace,
     );
   }
 
   /**
-   * Publishes `next.meta` by atomic replace and makes `next` the committed state. When the
-   * publication fails, whether meta.json was replaced is unknown (the rename may have happened
+   * Publishes `next.meta` by atomic replace and makes `next` the committed state: through
+   * `staged` when given (a temp file written already, or one begun whose content is written
+   * here), else through a new temp file. When the publication fails, whether meta.json was replaced is unknown (the rename may have happened
    * before a failed directory fsync): the attempt is kept and `#reconcile` settles it before
    * the next write.
    */
   async #publish(
     next: Committed,
     metadataOnly = false,
-    staged?: StagedReplace,
+    staged?: StagedReplace | PendingReplace,
   ): Promise<void> {
     // Encoded before anything is attempted: a header JSON cannot write is refused, unwritten.
-    const data = staged === undefined ? this.#encodeMeta(next.meta as StorageMeta) : undefined;
+    const data = staged === undefined || "stage" in staged
+      ? this.#encodeMeta(next.meta as StorageMeta)
+      : undefined;
     this.#attempt = next;
     this.#attemptIsMetadata = metadataOnly;
     try {
-      if (staged !== undefined) await staged.publish();
-      else {
+      if (staged === undefined) {
         await atomicReplace(this.#fs, this.#metaFile, data as Uint8Array, {
           durability: this.#context.durability,
         });
-      }
+      } else if ("stage" in staged) await (await staged.stage(data as Uint8Array)).publish();
+      else await staged.publish();
     } catch (error) {
       // A metadata write the caller is told failed must not be seen by readers in the meantime:
       // it is undone now when possible (else before the next write, or at close).
@@ -2298,6 +2311,32 @@ export class SessionManager {
       if (refused !== undefined) throw refused;
       await this.#reconcile();
       return await task();
+    });
+  }
+
+  /**
+   * `#write` for a call that replaces meta.json (a header change). When the session is idle and
+   * the call `writes` (as the committed state shows at the call), the temp file of the new
+   * meta.json is begun at the call, so its create overlaps the work before it is written, as a
+   * save's does; `task` stages it (`#publishHeader`). Whatever happens, it is settled before the
+   * call settles: a temp file the task did not use is removed.
+   */
+  #writeHeader<T>(
+    operation: string,
+    writes: boolean,
+    task: (replace: PendingReplace | undefined) => Promise<T>,
+  ): Promise<T> {
+    const replace = writes && this.#canPrepareNow() ? this.#beginMetaReplace() : undefined;
+    if (replace === undefined) return this.#write(operation, () => task(undefined));
+    return this.#schedule(async () => {
+      try {
+        const refused = this.#refusal(operation);
+        if (refused !== undefined) throw refused;
+        await this.#reconcile();
+        return await task(replace);
+      } finally {
+        await replace.discard(); // unless it was staged; never rejects
+      }
     });
   }
 }
