@@ -1770,9 +1770,9 @@ export class SessionManager {
    * `StaleRevisionError` when the committed generation changed. Reads only the page's byte range
    * of the log. A writable manager checks index.json at open, and its first page read rebuilds one
    * that was then missing, malformed or stale (a failed rebuild is retried by the next page read
-   * and never fails the page); its later page reads trust the index it published or checked, and `close()` publishes it again
-   * when another process removed or changed it meanwhile. A read-only manager never reads or
-   * writes it (its pages come from the offsets read at open).
+   * and never fails the page); its later page reads trust the index it published or checked, and
+   * `close()` publishes it again when another process removed or changed it meanwhile. A
+   * read-only manager never reads or writes it (its pages come from the offsets read at open).
    *
    * Pages trust the committed range the open verified (or the manager's own saves wrote): a page
    * read checks the structure of the bytes it reads (a newline at each held offset, each line
@@ -2114,9 +2114,9 @@ export class SessionManager {
   /**
    * Publishes `next.meta` by atomic replace and makes `next` the committed state: through
    * `staged` when given (a temp file written already, or one begun whose content is written
-   * here), else through a new temp file. When the publication fails, whether meta.json was replaced is unknown (the rename may have happened
-   * before a failed directory fsync): the attempt is kept and `#reconcile` settles it before
-   * the next write.
+   * here), else through a new temp file. When the publication fails, whether meta.json was
+   * replaced is unknown (the rename may have happened before a failed directory fsync): the
+   * attempt is kept and `#reconcile` settles it before the next write.
    */
   async #publish(
     next: Committed,
@@ -2191,9 +2191,9 @@ export class SessionManager {
   /**
    * Waits for queued writes, publishes a lagging index (or one removed or changed by another
    * process since this manager published or checked it; never once the session directory was
-   * removed, moved away or replaced by one without meta.json), closes the log handles (the writer's, and
-   * the one page reads keep open from their first page, also in a read-only manager) and releases
-   * the writer slot. A pending save stays unsaved: call `flush()` first to keep it. A metadata
+   * removed, moved away or replaced by one without meta.json), closes the log handles (the
+   * writer's, and the one page reads keep open from their first page, also in a read-only
+   * manager) and releases the writer slot. A pending save stays unsaved: call `flush()` first to keep it. A metadata
    * change that was rejected after its meta.json may have landed (a pin, title, model, permission
    * preset or read receipt whose write failed) is undone here if no later write undid it; when
    * that fails too, the session is still closed and the call rejects with a `SessionError` naming
