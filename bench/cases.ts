@@ -378,7 +378,12 @@ const replaceCase: SizeCase = {
           run: () => session.commit(messages),
         },
         {
-          run: () => floor.commit(joinLines(messages), fx.metaBytes),
+          // The new generation's bytes, and their SHA-256 (meta.json records it), then the commit.
+          run: () => {
+            const bytes = joinLines(messages);
+            ctx.env.sha256().update(bytes).digestHex();
+            return floor.commit(bytes, fx.metaBytes);
+          },
         },
         ctx.planFor(linearEstimate(fx.size, 0.02)),
       );
@@ -389,7 +394,8 @@ const replaceCase: SizeCase = {
         ...stats,
         maxRatio: undefined,
         bytes: fx.bytes,
-        note: "first message edited; floor: serialize every line + append + fsync + atomic replace",
+        note: "first message edited; floor: serialize every line + SHA-256 + append + fsync + " +
+          "atomic replace (ours also republishes index.json, which the floor does not)",
       });
     } finally {
       await floor.close();

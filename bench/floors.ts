@@ -10,6 +10,7 @@
 import type { Durability, FileSystem, Sha256Factory } from "../mod.ts";
 import { dirname, join } from "../src/port/path.ts";
 import { joinBytes } from "../src/loop/storage.ts";
+import { FAST_LIST_CONCURRENCY, FULL_LIST_CONCURRENCY } from "../src/loop/discovery.ts";
 import type { Subject } from "./harness.ts";
 
 /** A message log with a held append handle and a small metadata file beside it. */
@@ -71,12 +72,16 @@ export interface Floors {
     durability: Durability,
     ready?: Promise<unknown>,
   ): Promise<void>;
-  /** Removes `path` and everything below it. */
+  /**
+   * Removes `path` and everything below it, then fsyncs its parent directory (the removal made
+   * durable, as prune-raw makes it).
+   */
   removeTree(path: string): Promise<void>;
   /**
    * Lists the session directories of `collection` (names not starting with `.`) and reads and
    * parses each one's meta.json; with `full`, also reads, hashes and parses each one's
-   * messages.jsonl. Eight sessions at a time. Returns the number of sessions.
+   * messages.jsonl. As many sessions at a time as a listing reads by default (32 fast, 4 full).
+   * Returns the number of sessions.
    */
   listCollection(collection: string, full: boolean): Promise<number>;
   /**
@@ -127,13 +132,13 @@ export function parseLines(bytes: Uint8Array): number {
   return count;
 }
 
-/** Bytes read at a time by the streaming floors (as the store reads the committed range). */
+/** Bytes read at a time by the streaming floors (the store reads its range 1 MiB at a time). */
 export const FLOOR_CHUNK = 4 * 1024 * 1024;
 
 /**
  * Reads `length` bytes at `start` in `FLOOR_CHUNK` pieces through `read`, feeds every piece to
- * `hash`, decodes each run of complete lines once and `JSON.parse`s every line. The next piece is
- * read while the current one is hashed and parsed, so reading overlaps the work on the main
+ * `hash` and `JSON.parse`s every complete line, each decoded alone (`parseLines`). The next piece
+ * is read while the current one is hashed and parsed, so reading overlaps the work on the main
  * thread. Returns the number of lines.
  */
 export async function streamLines(
@@ -249,12 +254,17 @@ export function portFloors(fs: FileSystem, sha256: Sha256Factory): Floors {
       await fs.rename(stagingDir, finalDir);
       if (durability === "full") await fs.syncDir(dirname(finalDir));
     },
-    removeTree: (path) => fs.remove(path, { recursive: true }),
+    async removeTree(path) {
+      await fs.remove(path, { recursive: true });
+      await fs.syncDir(dirname(path));
+    },
     async listCollection(collection, full) {
       const names = (await fs.readDir(collection))
         .filter((entry) => entry.kind === "directory" && !entry.name.startsWith("."))
         .map((entry) => entry.name);
-      await eachLimited(names, 8, async (name) => {
+      // As many at once as the listing measured beside it reads.
+      const limit = full ? FULL_LIST_CONCURRENCY : FAST_LIST_CONCURRENCY;
+      await eachLimited(names, limit, async (name) => {
         JSON.parse(decoder.decode(await fs.readFile(join(collection, name, "meta.json"))));
         if (full) {
           const bytes = await fs.readFile(join(collection, name, "messages.jsonl"));

@@ -12,6 +12,7 @@ import { createHash } from "node:crypto";
 import { dirname, join } from "node:path";
 import { Buffer } from "node:buffer";
 import type { Durability } from "../mod.ts";
+import { FAST_LIST_CONCURRENCY, FULL_LIST_CONCURRENCY } from "../src/loop/discovery.ts";
 import { eachLimited, type Floors, floorTempName, parseLines, streamLines } from "./floors.ts";
 
 async function syncDirectory(path: string): Promise<void> {
@@ -130,7 +131,10 @@ export function nodeFloors(): Floors {
       await fsp.rename(stagingDir, finalDir);
       if (durability === "full") await syncDirectory(dirname(finalDir));
     },
-    removeTree: (path) => fsp.rm(path, { recursive: true, force: true }),
+    async removeTree(path) {
+      await fsp.rm(path, { recursive: true, force: true });
+      await syncDirectory(dirname(path));
+    },
     async primitives(dir) {
       const log = await fsp.open(join(dir, "log"), "a", 0o600);
       const meta = await fsp.open(join(dir, "meta"), "w", 0o600);
@@ -190,7 +194,9 @@ export function nodeFloors(): Floors {
       const names = (await fsp.readdir(collection, { withFileTypes: true }))
         .filter((entry) => entry.isDirectory() && !entry.name.startsWith("."))
         .map((entry) => entry.name);
-      await eachLimited(names, 8, async (name) => {
+      // As many at once as the listing measured beside it reads.
+      const limit = full ? FULL_LIST_CONCURRENCY : FAST_LIST_CONCURRENCY;
+      await eachLimited(names, limit, async (name) => {
         JSON.parse((await readWhole(join(collection, name, "meta.json"))).toString("utf8"));
         if (full) {
           const bytes = await readWhole(join(collection, name, "messages.jsonl"));

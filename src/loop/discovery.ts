@@ -223,6 +223,15 @@ export interface ListOptions {
   readonly concurrency?: number;
 }
 
+/** How many sessions a fast listing reads at once by default (`ListOptions.concurrency`). */
+export const FAST_LIST_CONCURRENCY = 32;
+
+/**
+ * How many sessions a full listing reads at once by default (`ListOptions.concurrency`): each is
+ * read, hashed and validated whole, so fewer at once bound the memory held.
+ */
+export const FULL_LIST_CONCURRENCY = 4;
+
 /** A session (or a collection file) that could not be listed. */
 export interface ListFailure {
   /** The path at fault. */
@@ -668,7 +677,8 @@ async function readCollection(
   /** Archived ids of deletes found uncommitted by a second look (whole listings only). */
   const restoredLater = only === undefined ? new Set<string>() : undefined;
   const matchesCwd = cwd === undefined ? undefined : cwdMatcher(fs, cwd);
-  const concurrency = options.concurrency ?? (fast ? 32 : 4);
+  const concurrency = options.concurrency ??
+    (fast ? FAST_LIST_CONCURRENCY : FULL_LIST_CONCURRENCY);
   const read = await mapLimit(candidates, concurrency, async (first) => {
     let candidate = first;
     try {
