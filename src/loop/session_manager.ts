@@ -2303,14 +2303,23 @@ export class SessionManager {
 
   /**
    * Runs `task` in the session's write queue, unless the session refuses `operation` (closed,
-   * read-only), after settling any publication whose outcome is unknown.
+   * read-only), after settling any publication whose outcome is unknown. `replace`, a temp file
+   * begun for the call (`#writeHeader`), is removed before the call settles unless it was staged.
    */
-  #write<T>(operation: string, task: () => Promise<T>): Promise<T> {
+  #write<T>(
+    operation: string,
+    task: () => Promise<T>,
+    replace?: PendingReplace,
+  ): Promise<T> {
     return this.#schedule(async () => {
-      const refused = this.#refusal(operation);
-      if (refused !== undefined) throw refused;
-      await this.#reconcile();
-      return await task();
+      try {
+        const refused = this.#refusal(operation);
+        if (refused !== undefined) throw refused;
+        await this.#reconcile();
+        return await task();
+      } finally {
+        await replace?.discard(); // a temp file begun for the call and not staged; never rejects
+      }
     });
   }
 
@@ -2327,17 +2336,7 @@ export class SessionManager {
     task: (replace: PendingReplace | undefined) => Promise<T>,
   ): Promise<T> {
     const replace = writes && this.#canPrepareNow() ? this.#beginMetaReplace() : undefined;
-    if (replace === undefined) return this.#write(operation, () => task(undefined));
-    return this.#schedule(async () => {
-      try {
-        const refused = this.#refusal(operation);
-        if (refused !== undefined) throw refused;
-        await this.#reconcile();
-        return await task(replace);
-      } finally {
-        await replace.discard(); // unless it was staged; never rejects
-      }
-    });
+    return this.#write(operation, () => task(replace), replace);
   }
 }
 
