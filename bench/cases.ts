@@ -197,7 +197,6 @@ const metadataCase: SizeCase = {
         const messages = session.messages;
         const conversation = new SyntheticConversation(202).continueAfter(lastRole(messages));
         const theirs = new SyntheticConversation(202).continueAfter(lastRole(messages));
-        let theirLast = lastRole(messages);
         let readCount = 0;
         const mark = await measurePair(
           {
@@ -215,11 +214,7 @@ const metadataCase: SizeCase = {
             before: async () => {
               // The same new output, through the commit floor (untimed).
               const output: Message[] = [];
-              do {
-                const message = theirs.nextPlain();
-                output.push(message);
-                theirLast = message.role;
-              } while (theirLast === "user");
+              do output.push(theirs.nextPlain()); while (lastRole(output) === "user");
               await floorLog.commit(joinLines(output), fx.metaBytes);
             },
             run: replaceFloor,
