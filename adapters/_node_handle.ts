@@ -1,14 +1,100 @@
 /**
- * The port's file handle over `node:fs/promises`, shared by the Node adapter and the Deno
- * adapter's `openNoFollow` (through Deno's Node layer). Internal to the adapters.
+ * The port's file handle over a `node:fs` file descriptor driven by the callback calls, shared by
+ * the Node adapter and the Deno adapter's `openNoFollow` (through Deno's Node layer). Internal to
+ * the adapters.
+ *
+ * The callback calls, not `node:fs/promises` handles: on Node, many small files opened, read and
+ * closed at once (a listing reads index.json by its head) go through about three times faster,
+ * and a save's create, write and close take about a tenth less, for the same system calls.
  *
  * @module
  */
-import type { Stats } from "node:fs";
-import type { FileHandle as NativeHandle } from "node:fs/promises";
+import {
+  close as closeFd,
+  fstat,
+  fsync,
+  ftruncate,
+  open as openFd,
+  read as readFd,
+  type Stats,
+  write as writeFd,
+} from "node:fs";
 import type { EntryKind, FileHandle, FileInfo } from "../src/port/fs.ts";
 import { callMapped, checkCount, checkReadRange, closedHandle, notWritable } from "./_errors.ts";
 import type { ErrorMapper } from "./_node_read.ts";
+
+/** A callback's outcome as a promise: rejected with the native error, or resolved with the value. */
+function settle<T>(start: (done: (error: Error | null, value: T) => void) => void): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    start((
+      error,
+      value,
+    ) => (error === null || error === undefined ? resolve(value) : reject(error)));
+  });
+}
+
+/** Opens `path` with `flags` (and `mode` when it creates); native errors as thrown. */
+export function openDescriptor(path: string, flags: number, mode = 0o666): Promise<number> {
+  return settle<number>((done) => openFd(path, flags, mode, done));
+}
+
+/** The `Stats` of descriptor `fd`; native errors as thrown. */
+export function statDescriptor(fd: number): Promise<Stats> {
+  return settle<Stats>((done) => fstat(fd, done));
+}
+
+/** Flushes descriptor `fd` to the disk; native errors as thrown. */
+export function syncDescriptor(fd: number): Promise<void> {
+  return settle<void>((done) => fsync(fd, (error) => done(error, undefined)));
+}
+
+/**
+ * Reads up to `length` bytes at file offset `position` of descriptor `fd` into `buffer` from
+ * `offset`; resolves with the number read (0 at the end of the file). Native errors as thrown.
+ */
+export function readDescriptor(
+  fd: number,
+  buffer: Uint8Array,
+  offset: number,
+  length: number,
+  position: number,
+): Promise<number> {
+  return settle<number>((done) => readFd(fd, buffer, offset, length, position, done));
+}
+
+/**
+ * Writes up to `length` bytes of `data` from `offset` to descriptor `fd`, at file offset
+ * `position` (null: the current position, the end for an append descriptor); resolves with the
+ * number written. Native errors as thrown.
+ */
+export function writeDescriptor(
+  fd: number,
+  data: Uint8Array,
+  offset: number,
+  length: number,
+  position: number | null,
+): Promise<number> {
+  return settle<number>((done) => writeFd(fd, data, offset, length, position, done));
+}
+
+/** Cuts (or extends) the file of descriptor `fd` to `length` bytes; native errors as thrown. */
+export function truncateDescriptor(fd: number, length: number): Promise<void> {
+  return settle<void>((done) => ftruncate(fd, length, (error) => done(error, undefined)));
+}
+
+/** Closes descriptor `fd`; native errors as thrown. */
+export function closeDescriptor(fd: number): Promise<void> {
+  return settle<void>((done) => closeFd(fd, (error) => done(error, undefined)));
+}
+
+/**
+ * Closes descriptor `fd` after a failure, which is thrown as it was; a failure of the close is
+ * dropped (the first one is what the caller reports).
+ */
+export async function closeAfter(fd: number, error: unknown): Promise<never> {
+  await closeDescriptor(fd).catch(() => undefined);
+  throw error;
+}
 
 function kindOf(stats: Stats): EntryKind {
   if (stats.isFile()) return "file";
@@ -33,18 +119,28 @@ const LARGE_READ = 64 * 1024 * 1024;
 const MAX_READ_CALL = 1024 * 1024 * 1024;
 
 /**
- * The port's `FileHandle` over a `node:fs/promises` handle; native errors are mapped with the
- * adapter's mapper.
+ * Closes the descriptor of a handle that was dropped without being closed, as a
+ * `node:fs/promises` handle does: the descriptor is still the handle's own (a close unregisters
+ * it first), so no other file's descriptor is ever closed.
+ */
+const unclosed = new FinalizationRegistry<number>((fd) => {
+  closeFd(fd, () => undefined);
+});
+
+/**
+ * The port's `FileHandle` over a `node:fs` file descriptor; native errors are mapped with the
+ * adapter's mapper. The descriptor is closed by `close()` only (or, for a handle dropped unclosed,
+ * when it is collected).
  */
 export class NodeFileHandle implements FileHandle {
-  readonly #handle: NativeHandle;
+  readonly #fd: number;
   readonly #path: string;
   readonly #append: boolean;
   readonly #writable: boolean;
   readonly #map: ErrorMapper;
   /** The write position of a non-append handle; tracked here so reads never move it. */
   #position = 0;
-  /** Set when the close runs: every later call fails with EBADF (Node's own close is idempotent). */
+  /** Set when the close runs: every later call fails with EBADF, never touching the descriptor. */
   #closed = false;
   /**
    * Every call runs one after another, in call order, as on the other adapters: two writes issued
@@ -54,21 +150,16 @@ export class NodeFileHandle implements FileHandle {
   #queue: Promise<unknown> = Promise.resolve();
 
   /**
-   * Wraps `handle`, opened at `path` (in append mode when `append`, for writing when `writable`);
-   * `map` maps native errors.
+   * Takes over descriptor `fd`, opened at `path` (in append mode when `append`, for writing when
+   * `writable`); `map` maps native errors.
    */
-  constructor(
-    handle: NativeHandle,
-    path: string,
-    append: boolean,
-    writable: boolean,
-    map: ErrorMapper,
-  ) {
-    this.#handle = handle;
+  constructor(fd: number, path: string, append: boolean, writable: boolean, map: ErrorMapper) {
+    this.#fd = fd;
     this.#path = path;
     this.#append = append;
     this.#writable = writable;
     this.#map = map;
+    unclosed.register(this, fd, this);
   }
 
   #serial<T>(syscall: string, run: () => Promise<T>): Promise<T> {
@@ -85,20 +176,17 @@ export class NodeFileHandle implements FileHandle {
   read(offset: number, length: number): Promise<Uint8Array> {
     return this.#serial("read", async () => {
       checkReadRange(this.#path, offset, length);
+      const fd = this.#fd;
       let want = length;
       if (want > LARGE_READ) {
         // A length taken from a file's metadata may lie: never allocate past the end of the file.
-        want = Math.max(0, Math.min(want, (await this.#handle.stat()).size - offset));
+        want = Math.max(0, Math.min(want, (await statDescriptor(fd)).size - offset));
       }
       const buffer = new Uint8Array(want);
       let filled = 0;
       while (filled < want) {
-        const { bytesRead } = await this.#handle.read(
-          buffer,
-          filled,
-          Math.min(want - filled, MAX_READ_CALL),
-          offset + filled,
-        );
+        const chunk = Math.min(want - filled, MAX_READ_CALL);
+        const bytesRead = await readDescriptor(fd, buffer, filled, chunk, offset + filled);
         if (bytesRead === 0) break;
         filled += bytesRead;
       }
@@ -109,11 +197,13 @@ export class NodeFileHandle implements FileHandle {
   write(data: Uint8Array): Promise<void> {
     return this.#serial("write", async () => {
       if (!this.#writable) throw notWritable("write", this.#path);
+      const fd = this.#fd;
       let written = 0;
       while (written < data.length) {
         // An append handle writes at the end whatever the position (O_APPEND).
         const position = this.#append ? null : this.#position;
-        const { bytesWritten } = await this.#handle.write(
+        const bytesWritten = await writeDescriptor(
+          fd,
           data,
           written,
           data.length - written,
@@ -129,23 +219,24 @@ export class NodeFileHandle implements FileHandle {
     return this.#serial("truncate", async () => {
       if (!this.#writable) throw notWritable("truncate", this.#path);
       checkCount("truncate", this.#path, length);
-      await this.#handle.truncate(length);
+      await truncateDescriptor(this.#fd, length);
       if (this.#position > length) this.#position = length;
     });
   }
 
   sync(): Promise<void> {
-    return this.#serial("sync", () => this.#handle.sync());
+    return this.#serial("sync", () => syncDescriptor(this.#fd));
   }
 
   stat(): Promise<FileInfo> {
-    return this.#serial("fstat", async () => toInfo(await this.#handle.stat()));
+    return this.#serial("fstat", async () => toInfo(await statDescriptor(this.#fd)));
   }
 
   close(): Promise<void> {
     return this.#serial("close", () => {
       this.#closed = true;
-      return this.#handle.close();
+      unclosed.unregister(this);
+      return closeDescriptor(this.#fd);
     });
   }
 }

@@ -1,6 +1,6 @@
 /**
- * Whole-file reads over the callback `readFile` of `node:fs`, and no-follow opens over
- * `node:fs/promises`, shared by the Node adapter and the Deno adapter's `readFileNoFollow` and
+ * Whole-file reads over the callback `readFile` of `node:fs`, and no-follow opens over `node:fs`
+ * descriptors, shared by the Node adapter and the Deno adapter's `readFileNoFollow` and
  * `openNoFollow` (through Deno's Node layer). Internal to the adapters.
  *
  * @module
@@ -11,7 +11,13 @@ import type { FsError } from "../src/port/errors.ts";
 import { FsIoError, IsADirectory } from "../src/port/errors.ts";
 import type { OpenedFile } from "../src/port/fs.ts";
 import { callMapped, codeOf, mapNativeError } from "./_errors.ts";
-import { NodeFileHandle, toInfo } from "./_node_handle.ts";
+import {
+  closeAfter,
+  NodeFileHandle,
+  openDescriptor,
+  statDescriptor,
+  toInfo,
+} from "./_node_handle.ts";
 
 /** Maps a native error of `syscall` on `path` to the port's typed error. */
 export type ErrorMapper = (error: unknown, syscall: string, path: string) => FsError;
@@ -146,7 +152,7 @@ const NO_FOLLOW_APPEND: number | undefined = NO_FOLLOW_READ === undefined
   : constants.O_RDWR | constants.O_APPEND | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 
 /**
- * `FileSystem.openNoFollow` (or, with `appending`, `openAppendNoFollow`) over `node:fs/promises`
+ * `FileSystem.openNoFollow` (or, with `appending`, `openAppendNoFollow`) over `node:fs` descriptors
  * with the adapter's error mapping `map`: one open with the flags of `readFileNoFollow` (or for
  * appending) and one `fstat` of what it opened. Undefined where the platform lacks the flags (the
  * adapters then leave the method out).
@@ -162,18 +168,9 @@ export function openNoFollowNative(
     callMapped(map, syscall, path, async () => {
       // The handle keeps O_NONBLOCK, which reads and writes of a regular file ignore (only a FIFO
       // or a device, refused by the caller from the fstat below, would be non-blocking).
-      const handle = await openNative(path, flags);
-      let info;
-      try {
-        info = toInfo(await handle.stat());
-      } catch (error) {
-        await handle.close();
-        throw error;
-      }
-      if (info.kind === "directory") {
-        await handle.close();
-        throw new IsADirectory(syscall, path);
-      }
-      return { handle: new NodeFileHandle(handle, path, appending, appending, map), info };
+      const fd = await openDescriptor(path, flags);
+      const info = toInfo(await statDescriptor(fd).catch((error) => closeAfter(fd, error)));
+      if (info.kind === "directory") await closeAfter(fd, new IsADirectory(syscall, path));
+      return { handle: new NodeFileHandle(fd, path, appending, appending, map), info };
     });
 }

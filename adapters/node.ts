@@ -30,7 +30,6 @@
  */
 import { constants, readFileSync, readlinkSync, type Stats } from "node:fs";
 import * as fsp from "node:fs/promises";
-import type { FileHandle as NativeHandle } from "node:fs/promises";
 import { homedir, hostname } from "node:os";
 import process from "node:process";
 import { createHash, type Hash } from "node:crypto";
@@ -61,7 +60,16 @@ import {
 } from "./_errors.ts";
 import { openNoFollowNative, readFileNative, readFileNoFollowNative } from "./_node_read.ts";
 import { denoGrants, isPermissionRefusal, lazyProbe, requireHostName } from "./_probe.ts";
-import { NodeFileHandle, toInfo } from "./_node_handle.ts";
+import {
+  closeAfter,
+  closeDescriptor,
+  NodeFileHandle,
+  openDescriptor,
+  statDescriptor,
+  syncDescriptor,
+  toInfo,
+  truncateDescriptor,
+} from "./_node_handle.ts";
 
 /** Maps a native error of `syscall` on `path` to the port's typed error. */
 function mapError(error: unknown, syscall: string, path: string): FsError {
@@ -231,31 +239,17 @@ class NodeFileSystem implements FileSystem {
   open(path: string, options: OpenOptions = {}): Promise<FileHandle> {
     return call("open", path, async () => {
       const flags = openFlags(options);
-      const handle = await fsp.open(path, flags, options.mode ?? 0o666);
+      const fd = await openDescriptor(path, flags, options.mode ?? 0o666);
       if (options.truncate === true && options.append === true) {
-        try {
-          await handle.truncate(0);
-        } catch (error) {
-          await handle.close();
-          throw error;
-        }
+        await truncateDescriptor(fd, 0).catch((error) => closeAfter(fd, error));
       }
       if (flags === constants.O_RDONLY) {
         // POSIX lets a directory be opened read-only; the port refuses it.
-        let isDirectory: boolean;
-        try {
-          isDirectory = (await handle.stat()).isDirectory();
-        } catch (error) {
-          await handle.close();
-          throw error;
-        }
-        if (isDirectory) {
-          await handle.close();
-          throw new IsADirectory("open", path);
-        }
+        const stats = await statDescriptor(fd).catch((error) => closeAfter(fd, error));
+        if (stats.isDirectory()) await closeAfter(fd, new IsADirectory("open", path));
       }
       const writable = flags !== constants.O_RDONLY;
-      return new NodeFileHandle(handle, path, options.append === true, writable, mapError);
+      return new NodeFileHandle(fd, path, options.append === true, writable, mapError);
     });
   }
 
@@ -401,21 +395,21 @@ class NodeFileSystem implements FileSystem {
    */
   syncDir(path: string): Promise<void> {
     return call("syncDir", path, async () => {
-      let handle: NativeHandle;
+      let fd: number;
       try {
-        handle = await fsp.open(path, constants.O_RDONLY | (constants.O_DIRECTORY ?? 0));
+        fd = await openDescriptor(path, constants.O_RDONLY | (constants.O_DIRECTORY ?? 0));
       } catch (error) {
         const code = codeOf(error);
         if (code !== undefined && DIR_SYNC_REFUSALS.has(code)) return;
         throw error;
       }
       try {
-        await handle.sync();
+        await syncDescriptor(fd);
       } catch (error) {
         const code = codeOf(error);
         if (code === undefined || !DIR_SYNC_REFUSALS.has(code)) throw error;
       } finally {
-        await handle.close();
+        await closeDescriptor(fd);
       }
     });
   }
