@@ -1,8 +1,8 @@
 /**
- * The floors done directly with `node:fs/promises` and `node:crypto`: the calls the Node adapter
- * itself makes, without the port, the store or any validation. Whole files are read with the
- * callback `readFile`, as the adapter reads them (much faster than `fs/promises` on small files).
- * Runs on Node and on Deno.
+ * The floors done directly with `node:fs` and `node:crypto`: the calls the Node adapter itself
+ * makes, without the port, the store or any validation. Files are opened, read, written, synced
+ * and closed through descriptors with the callback calls, and whole files read with the callback
+ * `readFile`, as the adapter does (faster than `fs/promises` handles). Runs on Node and on Deno.
  *
  * @module
  */
@@ -10,29 +10,49 @@ import { constants, readFile as readFileCallback } from "node:fs";
 import * as fsp from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { dirname, join } from "node:path";
+import {
+  closeDescriptor,
+  openDescriptor,
+  readDescriptor,
+  syncDescriptor,
+  writeDescriptor,
+} from "../adapters/_node_handle.ts";
 import { Buffer } from "node:buffer";
 import type { Durability } from "../mod.ts";
 import { FAST_LIST_CONCURRENCY, FULL_LIST_CONCURRENCY } from "../src/loop/discovery.ts";
 import { eachLimited, type Floors, floorTempName, parseLines, streamLines } from "./floors.ts";
 
+/** The open flags of an exclusive create for writing (`"wx"`). */
+const CREATE_NEW = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL;
+/** The open flags of an append that creates the file (`"a"`). */
+const APPEND = constants.O_WRONLY | constants.O_CREAT | constants.O_APPEND;
+
+/** Writes all of `data` to descriptor `fd` at its position (the end, for an append). */
+async function writeAll(fd: number, data: Uint8Array): Promise<void> {
+  let written = 0;
+  while (written < data.length) {
+    written += await writeDescriptor(fd, data, written, data.length - written, null);
+  }
+}
+
 async function syncDirectory(path: string): Promise<void> {
-  const handle = await fsp.open(path, constants.O_RDONLY | (constants.O_DIRECTORY ?? 0));
+  const fd = await openDescriptor(path, constants.O_RDONLY | (constants.O_DIRECTORY ?? 0));
   try {
-    await handle.sync();
+    await syncDescriptor(fd);
   } finally {
-    await handle.close();
+    await closeDescriptor(fd);
   }
 }
 
 /** The first half of an atomic replace: the temp file beside `path`, written (and fsynced). */
 async function stage(path: string, data: Uint8Array, durability: Durability): Promise<string> {
   const temp = floorTempName(path);
-  const handle = await fsp.open(temp, "wx", 0o600);
+  const fd = await openDescriptor(temp, CREATE_NEW, 0o600);
   try {
-    await handle.write(data);
-    if (durability === "full") await handle.sync();
+    await writeAll(fd, data);
+    if (durability === "full") await syncDescriptor(fd);
   } finally {
-    await handle.close();
+    await closeDescriptor(fd);
   }
   return temp;
 }
@@ -55,15 +75,11 @@ function readWhole(path: string): Promise<Buffer> {
 }
 
 /** Reads `length` bytes at `offset` (fewer only at the end of the file). */
-async function readFully(
-  handle: fsp.FileHandle,
-  offset: number,
-  length: number,
-): Promise<Buffer> {
+async function readFully(fd: number, offset: number, length: number): Promise<Buffer> {
   const buffer = Buffer.allocUnsafe(length);
   let filled = 0;
   while (filled < length) {
-    const { bytesRead } = await handle.read(buffer, filled, length - filled, offset + filled);
+    const bytesRead = await readDescriptor(fd, buffer, filled, length - filled, offset + filled);
     if (bytesRead === 0) break;
     filled += bytesRead;
   }
@@ -75,29 +91,29 @@ export function nodeFloors(): Floors {
   return {
     name: "node:fs + node:crypto",
     async commitLog(dir, durability) {
-      const log = await fsp.open(join(dir, "messages.jsonl"), "a", 0o600);
+      const log = await openDescriptor(join(dir, "messages.jsonl"), APPEND, 0o600);
       const meta = join(dir, "meta.json");
       return {
         async commit(line, bytes) {
           // The fastest schedule of these calls: the log's append (and fsync) and the temp
           // file's writing run at once; the rename, the commit point, waits for both.
           const appending = (async () => {
-            await log.write(line);
-            if (durability === "full") await log.sync();
+            await writeAll(log, line);
+            if (durability === "full") await syncDescriptor(log);
           })();
           const [, temp] = await Promise.all([appending, stage(meta, bytes, durability)]);
           await publish(temp, meta, durability);
         },
-        close: () => log.close(),
+        close: () => closeDescriptor(log),
       };
     },
     atomicReplace: replace,
     async readAndParse(path, start, length) {
-      const handle = await fsp.open(path, "r");
+      const fd = await openDescriptor(path, constants.O_RDONLY);
       try {
         const hash = createHash("sha256");
         const lines = await streamLines(
-          (offset, size) => readFully(handle, offset, size),
+          (offset, size) => readFully(fd, offset, size),
           start,
           length,
           (bytes) => hash.update(bytes),
@@ -105,25 +121,25 @@ export function nodeFloors(): Floors {
         hash.digest("hex");
         return lines;
       } finally {
-        await handle.close();
+        await closeDescriptor(fd);
       }
     },
     async openRange(path) {
-      const handle = await fsp.open(path, "r");
+      const fd = await openDescriptor(path, constants.O_RDONLY);
       return {
-        read: async (offset, length) => parseLines(await readFully(handle, offset, length)),
-        close: () => handle.close(),
+        read: async (offset, length) => parseLines(await readFully(fd, offset, length)),
+        close: () => closeDescriptor(fd),
       };
     },
     async stagedPublish(stagingDir, finalDir, files, durability, ready) {
       await fsp.mkdir(stagingDir, { mode: 0o700 });
       for (const file of files) {
-        const handle = await fsp.open(join(stagingDir, file.name), "wx", 0o600);
+        const fd = await openDescriptor(join(stagingDir, file.name), CREATE_NEW, 0o600);
         try {
-          await handle.write(file.data);
-          if (durability === "full") await handle.sync();
+          await writeAll(fd, file.data);
+          if (durability === "full") await syncDescriptor(fd);
         } finally {
-          await handle.close();
+          await closeDescriptor(fd);
         }
       }
       if (durability === "full") await syncDirectory(stagingDir);
@@ -136,8 +152,12 @@ export function nodeFloors(): Floors {
       await syncDirectory(dirname(path));
     },
     async primitives(dir) {
-      const log = await fsp.open(join(dir, "log"), "a", 0o600);
-      const meta = await fsp.open(join(dir, "meta"), "w", 0o600);
+      const log = await openDescriptor(join(dir, "log"), APPEND, 0o600);
+      const meta = await openDescriptor(
+        join(dir, "meta"),
+        constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC,
+        0o600,
+      );
       const line = new Uint8Array(2048).fill(120);
       const small = new Uint8Array(600).fill(121);
       let n = 0;
@@ -149,23 +169,23 @@ export function nodeFloors(): Floors {
       };
       return {
         subjects: [
-          { name: "append 2 KB to a held handle", subject: { run: () => log.write(line) } },
+          { name: "append 2 KB to a held handle", subject: { run: () => writeAll(log, line) } },
           {
             name: "write 600 B in place at offset 0 of a held handle",
-            subject: { run: () => meta.write(small, 0, small.length, 0) },
+            subject: { run: () => writeDescriptor(meta, small, 0, small.length, 0) },
           },
           {
             name: "fsync a file after a 2 KB append",
-            subject: { before: () => log.write(line), run: () => log.sync() },
+            subject: { before: () => writeAll(log, line), run: () => syncDescriptor(log) },
           },
           { name: "fsync a directory", subject: { run: () => syncDirectory(dir) } },
           {
             name: "create a new file exclusively, write 600 B, close",
             subject: {
               run: async () => {
-                const handle = await fsp.open(fresh(), "wx", 0o600);
-                await handle.write(small);
-                await handle.close();
+                const fd = await openDescriptor(fresh(), CREATE_NEW, 0o600);
+                await writeAll(fd, small);
+                await closeDescriptor(fd);
               },
             },
           },
@@ -185,8 +205,8 @@ export function nodeFloors(): Floors {
           },
         ],
         close: async () => {
-          await log.close();
-          await meta.close();
+          await closeDescriptor(log);
+          await closeDescriptor(meta);
         },
       };
     },
