@@ -21,6 +21,17 @@ for (const [name, fs] of [["deno", denoFs()], ["node", nodeFs()]]) {
   const data = await Deno.readFile(path);
   out[name] = { crossing, next, size: data.length, z: data.indexOf(0x5a), b: data.filter((x) => x === 0x62).length };
 }
+// A write over 64 KiB, which the Deno adapter makes asynchronously (smaller ones synchronously).
+{
+  const path = dir + "/deno-large";
+  const h = await denoFs().open(path, { create: true });
+  await h.write(new Uint8Array(4000).fill(0x61));
+  const crossing = await code(h.write(new Uint8Array(70000).fill(0x62)));
+  const next = await code(h.write(new Uint8Array([0x5a])));
+  await h.close();
+  const data = await Deno.readFile(path);
+  out.denoLarge = { crossing, next, size: data.length, z: data.indexOf(0x5a), b: data.filter((x) => x === 0x62).length };
+}
 console.log(JSON.stringify(out));
 `;
 
@@ -54,6 +65,7 @@ Deno.test({
         z: -1,
         b: 96,
       });
+      assert.deepEqual(results.denoLarge, results.deno);
       // Deno's Node layer reports the failed write without the bytes that landed, so nodeFs() on
       // Deno cannot move past them; only the code is held here (Node itself: tests/adapters_partial_write_node.test.ts).
       const node = results.node as { crossing: string; size: number };
