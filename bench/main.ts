@@ -1,8 +1,8 @@
 /**
  * The benchmark runner: `deno task bench` (or `node --import tsx bench/main.ts`).
  *
- * Measures every case with the Node adapter and native SHA-256 on the real disk, each beside its
- * floor in the same process, compares with the peer on the same messages, prints a Markdown
+ * Measures every case with the runtime's own adapter (the Deno adapter on Deno, the Node adapter on
+ * Node) and native SHA-256 on the real disk, each beside its floor in the same process, compares with the peer on the same messages, prints a Markdown
  * report and writes it to `bench/results/`.
  *
  * Options:
@@ -12,6 +12,8 @@
  * - `--dir=DIR`: the parent of the temporary work directory (default the OS temp dir);
  * - `--peer=install|auto|off`: install the peer when missing (default for full runs), use it
  *   only when installed (default for quick runs), or skip it;
+ * - `--adapter=deno|node`: the adapter measured (default: `deno` on Deno, `node` on Node; the
+ *   floors are the same `node:fs` calls either way);
  * - `--only=a,b`: run only the cases whose names contain one of these strings;
  * - `--keep`: keep the work directory;
  * - `--strict`: exit with status 1 when a target is missed.
@@ -23,7 +25,6 @@ import * as os from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { parseArgs } from "node:util";
-import { nodeFs, nodeSha256 } from "../adapters/node.ts";
 import { nodeFloors } from "./floors_node.ts";
 import { configFor, runSuite } from "./suite.ts";
 import { renderMarkdown, tally } from "./report.ts";
@@ -31,6 +32,7 @@ import {
   BENCH_DIR,
   exposedGc,
   heapUsed,
+  loadAdapter,
   loadAverage,
   machineFacts,
   peakOpenMemory,
@@ -49,6 +51,7 @@ async function main(): Promise<void> {
       dir: { type: "string" },
       peer: { type: "string" },
       only: { type: "string" },
+      adapter: { type: "string" },
       keep: { type: "boolean", default: false },
       strict: { type: "boolean", default: false },
     },
@@ -56,6 +59,11 @@ async function main(): Promise<void> {
 
   const mode: Mode = values.quick ? "quick" : "full";
   const peerMode = values.peer ?? (mode === "full" ? "install" : "auto");
+  const adapterName = values.adapter ?? (runtimeName() === "deno" ? "deno" : "node");
+  if (adapterName !== "deno" && adapterName !== "node") {
+    throw new TypeError(`--adapter must be deno or node (got '${adapterName}')`);
+  }
+  const adapter = await loadAdapter(adapterName);
   if (!["install", "auto", "off"].includes(peerMode)) {
     throw new TypeError(`--peer must be install, auto or off (got '${peerMode}')`);
   }
@@ -76,14 +84,14 @@ async function main(): Promise<void> {
       : await preparePeer(peerMode === "install", join(workDir, "peer-commands"), log);
     const gc = exposedGc();
     const report = await runSuite({
-      fs: nodeFs(),
-      sha256: nodeSha256,
+      fs: adapter.fs,
+      sha256: adapter.sha256,
       floors: nodeFloors(),
       workDir: join(workDir, "data"),
-      machine: machineFacts(workDir, "nodeFs() + nodeSha256 (adapters/node.ts)"),
+      machine: machineFacts(workDir, adapter.label),
       heapUsed,
       ...(gc === undefined ? {} : { gc }),
-      peakOpenMemory,
+      peakOpenMemory: (dir) => peakOpenMemory(dir, adapterName),
       peer,
       log,
       ...(values.only === undefined ? {} : { only: values.only.split(",") }),

@@ -1,17 +1,17 @@
 /**
  * A child process for the memory figures: opens one session (full validation, read-only) with
- * the Node adapter and native hashing, then prints its peak resident memory (`VmHWM`) as JSON.
- * With `--baseline` it loads the same modules and opens nothing.
+ * the adapter named (`deno` or `node`) and its native hashing, then prints its peak resident
+ * memory (`VmHWM`) as JSON. With `--baseline` it loads the same modules and opens nothing.
  *
- * Usage: `deno run -A bench/open_child.ts <session-dir | --baseline>` (or `node --import tsx`).
+ * Usage: `deno run -A bench/open_child.ts <deno | node> <session-dir | --baseline>` (or
+ * `node --import tsx`).
  *
  * @module
  */
 import { readFileSync } from "node:fs";
 import process from "node:process";
 import { SessionStore } from "../mod.ts";
-import { nodeFs, nodeSha256 } from "../adapters/node.ts";
-import { runMain } from "./runtime.ts";
+import { type AdapterName, loadAdapter, runMain } from "./runtime.ts";
 
 function statusKb(field: string): number {
   const status = readFileSync("/proc/self/status", "utf8");
@@ -20,12 +20,13 @@ function statusKb(field: string): number {
 }
 
 async function main(): Promise<void> {
-  const target = process.argv[2];
+  const [adapterName, target] = process.argv.slice(2);
+  const { fs, sha256 } = await loadAdapter(adapterName === "deno" ? "deno" : "node");
   let messages = 0;
   if (target !== undefined && target !== "--baseline") {
     const store = new SessionStore({
-      fs: nodeFs(),
-      sha256: nodeSha256,
+      fs,
+      sha256,
       agentDir: "/nonexistent-agent-dir",
     });
     const session = await store.open(target, { readOnly: true });

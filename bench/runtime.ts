@@ -12,6 +12,7 @@ import * as os from "node:os";
 import { dirname, join } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
+import type { FileSystem, Sha256Factory } from "../mod.ts";
 import type { PeakMemory, PeerDriver, PeerTimings } from "./types.ts";
 import { BenchError } from "./harness.ts";
 
@@ -136,15 +137,32 @@ function run(command: string, args: readonly string[]): Promise<string> {
   });
 }
 
+/** The adapters a run can measure: the Deno adapter (on Deno only) or the Node adapter. */
+export type AdapterName = "deno" | "node";
+
+/** The port and hashing of adapter `name`; the Deno adapter is loaded only when asked for. */
+export async function loadAdapter(
+  name: AdapterName,
+): Promise<{ fs: FileSystem; sha256: Sha256Factory; label: string }> {
+  if (name === "deno") {
+    if (runtimeName() !== "deno") throw new BenchError("the Deno adapter runs on Deno only");
+    const { denoFs, denoSha256 } = await import("../adapters/deno.ts");
+    return { fs: denoFs(), sha256: denoSha256, label: "denoFs() + denoSha256 (adapters/deno.ts)" };
+  }
+  const { nodeFs, nodeSha256 } = await import("../adapters/node.ts");
+  return { fs: nodeFs(), sha256: nodeSha256, label: "nodeFs() + nodeSha256 (adapters/node.ts)" };
+}
+
 /**
- * Opens the session at `dir` in a child process of the same runtime (`bench/open_child.ts`) and
- * returns its peak resident memory, with the peak of the same child that only loads the library.
+ * Opens the session at `dir` with `adapter` in a child process of the same runtime
+ * (`bench/open_child.ts`) and returns its peak resident memory, with the peak of the same child
+ * that only loads the library.
  */
-export async function peakOpenMemory(dir: string): Promise<PeakMemory> {
+export async function peakOpenMemory(dir: string, adapter: AdapterName): Promise<PeakMemory> {
   const script = join(BENCH_DIR, "open_child.ts");
-  const [command, baseArgs] = tsCommand(script, ["--baseline"]);
+  const [command, baseArgs] = tsCommand(script, [adapter, "--baseline"]);
   const baseline = JSON.parse(await run(command, baseArgs)) as { peakKb: number };
-  const [, openArgs] = tsCommand(script, [dir]);
+  const [, openArgs] = tsCommand(script, [adapter, dir]);
   const opened = JSON.parse(await run(command, openArgs)) as { peakKb: number; messages: number };
   return { peakKb: opened.peakKb, baselineKb: baseline.peakKb, messages: opened.messages };
 }
