@@ -3,9 +3,10 @@
  * the Node adapter and the Deno adapter's `openNoFollow` (through Deno's Node layer). Internal to
  * the adapters.
  *
- * The callback calls, not `node:fs/promises` handles: on Node, many small files opened, read and
- * closed at once (a listing reads index.json by its head) go through about three times faster,
- * and a save's create, write and close take about a tenth less, for the same system calls.
+ * The callback calls, not `node:fs/promises` handles, for the same system calls: on Node, opening,
+ * reading the head of and closing 1,000 small files, 32 at a time (as a listing reads index.json
+ * by its head), took 17 ms against 47 ms, and an exclusive create, write and close followed by a
+ * rename 216 µs against 241 µs; in the store, 2-3% less per save and pin on Node and Deno.
  *
  * @module
  */

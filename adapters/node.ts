@@ -1,7 +1,7 @@
 /**
- * The Node adapter: the filesystem port over `node:fs` (its promise API, and the callback
- * `readFile`, which reads a small file about three times faster), and native SHA-256 over
- * `node:crypto`. It runs on Node, and also on Deno and Bun through their Node compatibility.
+ * The Node adapter: the filesystem port over `node:fs` (file handles over descriptors driven by
+ * its callback calls, the callback `readFile`, which reads a small file about three times faster
+ * than a promise handle, and its promise API for the rest), and native SHA-256 over `node:crypto`. It runs on Node, and also on Deno and Bun through their Node compatibility.
  *
  * Native errors are mapped to the port's typed errors (`NotFound`, `AlreadyExists`, ...), with
  * the native error kept as `cause`.
@@ -441,7 +441,7 @@ class NodeFileSystem implements FileSystem {
 }
 
 /**
- * The filesystem port over `node:fs/promises`.
+ * The filesystem port over `node:fs`.
  *
  * `open` and `readFile` follow symlinks, `lstat`, `readDir`, `rename` and `remove` never do,
  * and `readFileNoFollow` and `openNoFollow` (offered where the platform has `O_NOFOLLOW`) refuse
