@@ -121,8 +121,8 @@ const MAX_READ_CALL = 1024 * 1024 * 1024;
 
 /**
  * Closes the descriptor of a handle that was dropped without being closed, as a
- * `node:fs/promises` handle does: the descriptor is still the handle's own (a close unregisters
- * it first), so no other file's descriptor is ever closed.
+ * `node:fs/promises` handle does on Node (Deno's Node layer does not): the descriptor is still the
+ * handle's own (a close unregisters it first), so no other file's descriptor is ever closed.
  */
 const unclosed = new FinalizationRegistry<number>((fd) => {
   closeFd(fd, () => undefined);

@@ -169,7 +169,7 @@ export function openNoFollowNative(
       // The handle keeps O_NONBLOCK, which reads and writes of a regular file ignore (only a FIFO
       // or a device, refused by the caller from the fstat below, would be non-blocking).
       const fd = await openDescriptor(path, flags);
-      const info = toInfo(await statDescriptor(fd).catch((error) => closeAfter(fd, error)));
+      const info = await statDescriptor(fd).then(toInfo).catch((error) => closeAfter(fd, error));
       if (info.kind === "directory") await closeAfter(fd, new IsADirectory(syscall, path));
       return { handle: new NodeFileHandle(fd, path, appending, appending, map), info };
     });

@@ -1,7 +1,8 @@
 /**
  * The Node adapter: the filesystem port over `node:fs` (file handles over descriptors driven by
  * its callback calls, the callback `readFile`, which reads a small file about three times faster
- * than a promise handle, and its promise API for the rest), and native SHA-256 over `node:crypto`. It runs on Node, and also on Deno and Bun through their Node compatibility.
+ * than a promise handle, and its promise API for the rest), and native SHA-256 over `node:crypto`.
+ * It runs on Node, and also on Deno and Bun through their Node compatibility.
  *
  * Native errors are mapped to the port's typed errors (`NotFound`, `AlreadyExists`, ...), with
  * the native error kept as `cause`.
