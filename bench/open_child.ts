@@ -11,7 +11,7 @@
 import { readFileSync } from "node:fs";
 import process from "node:process";
 import { SessionStore } from "../mod.ts";
-import { type AdapterName, loadAdapter, runMain } from "./runtime.ts";
+import { loadAdapter, runMain } from "./runtime.ts";
 
 function statusKb(field: string): number {
   const status = readFileSync("/proc/self/status", "utf8");
