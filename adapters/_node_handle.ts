@@ -24,7 +24,7 @@ import type { EntryKind, FileHandle, FileInfo } from "../src/port/fs.ts";
 import { callMapped, checkCount, checkReadRange, closedHandle, notWritable } from "./_errors.ts";
 import type { ErrorMapper } from "./_node_read.ts";
 
-/** A callback's outcome as a promise: rejected with the native error, or resolved with the value. */
+/** A callback's outcome as a promise: rejected with the native error, else with the value. */
 function settle<T>(start: (done: (error: Error | null, value: T) => void) => void): Promise<T> {
   return new Promise<T>((resolve, reject) => {
     start((

@@ -2,8 +2,9 @@
  * The benchmark runner: `deno task bench` (or `node --import tsx bench/main.ts`).
  *
  * Measures every case with the runtime's own adapter (the Deno adapter on Deno, the Node adapter on
- * Node) and native SHA-256 on the real disk, each beside its floor in the same process, compares with the peer on the same messages, prints a Markdown
- * report and writes it to `bench/results/`.
+ * Node) and native SHA-256 on the real disk, each beside its floor in the same process, compares
+ * with the peer on the same messages, prints a Markdown report and writes it to
+ * `bench/results/`.
  *
  * Options:
  * - `--quick`: smaller sizes and fewer runs (a smoke run of well under a minute);
