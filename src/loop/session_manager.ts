@@ -2193,11 +2193,11 @@ export class SessionManager {
    * process since this manager published or checked it; never once the session directory was
    * removed, moved away or replaced by one without meta.json), closes the log handles (the
    * writer's, and the one page reads keep open from their first page, also in a read-only
-   * manager) and releases the writer slot. A pending save stays unsaved: call `flush()` first to keep it. A metadata
-   * change that was rejected after its meta.json may have landed (a pin, title, model, permission
-   * preset or read receipt whose write failed) is undone here if no later write undid it; when
-   * that fails too, the session is still closed and the call rejects with a `SessionError` naming
-   * meta.json, which may then hold the rejected change.
+   * manager) and releases the writer slot. A pending save stays unsaved: call `flush()` first to
+   * keep it. A metadata change that was rejected after its meta.json may have landed (a pin,
+   * title, model, permission preset or read receipt whose write failed) is undone here if no later
+   * write undid it; when that fails too, the session is still closed and the call rejects with a
+   * `SessionError` naming meta.json, which may then hold the rejected change.
    */
   close(): Promise<void> {
     return this.#schedule(async () => {
