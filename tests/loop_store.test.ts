@@ -23,7 +23,7 @@ import { SessionManager } from "../src/loop/session_manager.ts";
 import { encodeStorageMeta, encodeStorageMetaReusing } from "../src/loop/storage.ts";
 import { type Message, newSessionHeader } from "../src/loop/records/mod.ts";
 import { assistant, conversation, toolResult, user } from "./_fixtures.ts";
-import { hookedFs, linkedBeforeOpen } from "./_hooks.ts";
+import { gate, hookedFs, linkedBeforeOpen, withoutNoFollow } from "./_hooks.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -1626,13 +1626,19 @@ test("a log swapped for a link after the open checked it is refused by the open 
   // A copy of the log elsewhere: read through a link, it would open as the session's history.
   await fs.writeFile("/planted.jsonl", await fs.readFile(log));
   let swapped = false;
+  const swap = gate();
   const racing = hookedFs(fs, {
+    async before(method, args) {
+      // The open of the log comes after the swap (a read-only open opens it while it checks).
+      if (method === "openNoFollow" && args[0] === log) await swap.wait;
+    },
     async after(method, args) {
       // Right after the open's kind check of the log, a link takes its place.
       if (method === "lstat" && args[0] === log && !swapped) {
         swapped = true;
         await fs.remove(log);
         await fs.symlink("/planted.jsonl", log);
+        swap.open();
       }
     },
   });
@@ -2207,6 +2213,101 @@ test("read-only and writable opens refuse a symlinked session directory or meta.
   await reopened.close();
 });
 
+/**
+ * The port calls of one open of `dir`, in the order they started and ended (`start op path`,
+ * `end op path`). With `release`, the `lstat` of `dir` waits until `release` says so (at the
+ * latest 2 s after the first call, so an open that waits for it before reading fails instead of
+ * hanging).
+ */
+function orderedCalls(
+  fs: FileSystem,
+  dir: string,
+  release?: (started: readonly string[]) => boolean,
+): { readonly fs: FileSystem; readonly calls: string[] } {
+  const calls: string[] = [];
+  const held = gate();
+  let timeout: ReturnType<typeof setTimeout> | undefined;
+  const hooked = hookedFs(fs, {
+    async before(method, args) {
+      calls.push(`start ${method} ${String(args[0])}`);
+      if (release === undefined) return;
+      timeout ??= setTimeout(held.open, 2000);
+      if (release(calls)) {
+        clearTimeout(timeout);
+        held.open();
+      }
+      if (method === "lstat" && args[0] === dir) await held.wait;
+    },
+    after(method, args) {
+      calls.push(`end ${method} ${String(args[0])}`);
+      return Promise.resolve();
+    },
+  });
+  return { fs: hooked, calls };
+}
+
+test("a read-only open reads meta.json and opens the log while it checks the session directory", async () => {
+  const { fs, store } = await setup();
+  const dir = (await savedSession(store)).getSessionPath();
+  const metaRead = `start readFileNoFollow ${dir}/meta.json`;
+  const reads = [metaRead, `start openNoFollow ${dir}/messages.jsonl`];
+  const bothStarted = (started: readonly string[]) => reads.every((r) => started.includes(r));
+  for (const how of ["store", "SessionManager.open"]) {
+    const { fs: hooked, calls } = orderedCalls(fs, dir, bothStarted);
+    const reader = new SessionStore({ fs: hooked, agentDir: AGENT });
+    const opened = how === "store"
+      ? await reader.open(dir, { readOnly: true })
+      : await SessionManager.open({ context: reader.context, dir, collectionDir: dirname(dir) });
+    assert.equal(opened.messages.length, 2, how);
+    await opened.close();
+    const checked = calls.indexOf(`end lstat ${dir}`);
+    for (const read of reads) {
+      assert.ok(calls.indexOf(read) < checked, `${how}: ${calls.join(", ")}`);
+    }
+  }
+  // A writer reads only after the check (and its lock); so does a reader on a port that cannot
+  // refuse a link in the read itself.
+  const cases = [
+    { label: "writable", port: fs as FileSystem, readOnly: false, read: metaRead },
+    {
+      label: "without no-follow calls",
+      port: withoutNoFollow(fs),
+      readOnly: true,
+      read: `start readFile ${dir}/meta.json`,
+    },
+  ];
+  for (const { label, port, readOnly, read } of cases) {
+    const { fs: hooked, calls } = orderedCalls(port, dir);
+    const opened = await new SessionStore({ fs: hooked, agentDir: AGENT }).open(dir, { readOnly });
+    await opened.close();
+    const checked = calls.indexOf(`end lstat ${dir}`);
+    assert.ok(checked >= 0 && calls.indexOf(read) > checked, `${label}: ${calls.join(", ")}`);
+  }
+});
+
+test("a read-only open of a linked session directory reports the link, whatever it read through it", async () => {
+  const { fs, store } = await setup();
+  const dir = (await savedSession(store)).getSessionPath();
+  await fs.rename(dir, "/elsewhere");
+  await fs.symlink("/elsewhere", dir);
+  for (const meta of ["valid", "not JSON", "missing"]) {
+    if (meta === "not JSON") await fs.writeFile("/elsewhere/meta.json", new Uint8Array([123]));
+    if (meta === "missing") await fs.remove("/elsewhere/meta.json");
+    for (
+      const open of [
+        () => store.open(dir, { readOnly: true }),
+        () => SessionManager.open({ context: store.context, dir, collectionDir: dirname(dir) }),
+      ]
+    ) {
+      await assert.rejects(
+        open(),
+        (error: unknown) => error instanceof SessionFormatError && error.file === dir,
+        meta,
+      );
+    }
+  }
+});
+
 test("opening a missing session rejects with SessionNotFoundError; SessionManager.open with meta.json's NotFound", async () => {
   const { fs, store } = await setup();
   const session = await savedSession(store);
@@ -2468,12 +2569,18 @@ test("a meta.json swapped for a link after the open checked it is refused, not r
     delete copy.header.pinnedAt;
     await fs.writeFile("/planted.json", new TextEncoder().encode(JSON.stringify(copy)));
     let swapped = false;
+    const swap = gate();
     const racing = hookedFs(fs, {
+      async before(method, args) {
+        // The read of meta.json comes after the swap (a read-only open reads it while it checks).
+        if (method === "readFileNoFollow" && args[0] === meta) await swap.wait;
+      },
       async after(method, args) {
         if (method === "lstat" && args[0] === meta && !swapped) {
           swapped = true;
           await fs.rename(meta, "/aside.json");
           await fs.symlink("/planted.json", meta);
+          swap.open();
         }
       },
     });

@@ -258,10 +258,14 @@ async function refuseUnsupported(fs: FileSystem, dir: string): Promise<void> {
 
 /**
  * `SessionManager.open` of a directory `checkSessionFiles` has just checked (the store checks
- * before it takes the writer lock, and does not check twice).
+ * before it takes the writer lock, and does not check twice), or, with `checking`, is checking
+ * while it is read (see `SessionManager.open`).
  */
-export function openCheckedSession(init: SessionManagerInit): Promise<SessionManager> {
-  return openChecked(init);
+export function openCheckedSession(
+  init: SessionManagerInit,
+  checking?: Promise<void>,
+): Promise<SessionManager> {
+  return openChecked(init, checking);
 }
 
 /**
@@ -278,7 +282,7 @@ export function checkMetaId(meta: StorageMeta, id: string, file: string): void {
   }
 }
 
-let openChecked: (init: SessionManagerInit) => Promise<SessionManager>;
+let openChecked: (init: SessionManagerInit, checking?: Promise<void>) => Promise<SessionManager>;
 
 /**
  * The per-message arrays of a history. They are append-only and shared by successive committed
@@ -562,22 +566,36 @@ export class SessionManager {
    * committed range, every message and every metadata rule, and the recorded cwd. Reads only.
    * A session directory, meta.json or messages.jsonl that is a symlink (or of the wrong kind) is
    * refused with `SessionFormatError`; a missing directory or meta.json rejects with the
-   * `NotFound` of meta.json.
+   * `NotFound` of meta.json. Where the port has `readFileNoFollow` and `openNoFollow`, meta.json
+   * is read and the log opened while the directory and its files are checked (one round trip
+   * instead of two): neither call follows a final link or waits on a FIFO, nothing read is used
+   * before the check passes, and the check's error is the one reported when it fails.
    */
   static async open(init: SessionManagerInit): Promise<SessionManager> {
-    await checkSessionFiles(init.context.fs, init.dir);
-    return await SessionManager.#open(init);
+    return await SessionManager.#open(init, checkSessionFiles(init.context.fs, init.dir));
   }
 
   static {
-    openChecked = (init) => SessionManager.#open(init);
+    openChecked = (init, checking) => SessionManager.#open(init, checking);
   }
 
-  /** `open` once `checkSessionFiles` accepted the directory and its files. */
-  static async #open(init: SessionManagerInit): Promise<SessionManager> {
+  /**
+   * `open` once `checkSessionFiles` accepted the directory and its files, or while it checks them
+   * (`checking`): then meta.json and the log are read beside the check only where the port reads
+   * and opens without following a link, and nothing is judged before the check passed.
+   */
+  static async #open(init: SessionManagerInit, checking?: Promise<void>): Promise<SessionManager> {
     const { fs, sha256 } = init.context;
     const metaFile = join(init.dir, META_FILE);
     const messagesFile = join(init.dir, MESSAGES_FILE);
+    if (
+      checking !== undefined &&
+      (fs.readFileNoFollow === undefined || fs.openNoFollow === undefined)
+    ) {
+      // Read only what was seen to be a regular file: no call here refuses a link by itself.
+      await checking;
+      checking = undefined;
+    }
     // The log (already checked to be a regular file or missing) opens while meta.json is read;
     // its outcome is judged only once meta.json says bytes are committed. Where the port can, the
     // open checks the kind again itself, so a link swapped in since the check is not followed.
@@ -588,9 +606,13 @@ export class SessionManager {
     // The version-2 order of checks (the first failure wins): the header's fields, the cwd, every
     // message line, then the metadata arrays against the history. So meta.json's header is read
     // without its arrays, which `validateSessionMetadata` checks below.
+    // checkSessionFiles saw a file there, or is looking while the no-follow read reads it.
+    const metaRead = readStorageMeta(fs, init.dir, true, true);
+    metaRead.catch(() => undefined); // judged below, after the check
     let meta: StorageMeta;
     try {
-      meta = await readStorageMeta(fs, init.dir, true, true); // checkSessionFiles saw a file
+      if (checking !== undefined) await checking;
+      meta = await metaRead;
       if (init.id !== undefined) checkMetaId(meta, init.id, metaFile);
     } catch (error) {
       closeWhenOpened(opening);

@@ -64,6 +64,7 @@ import {
   ensureCollectionDir,
   openCheckedSession,
   SessionManager,
+  type SessionManagerInit,
   sessionNotADirectory,
 } from "./session_manager.ts";
 import { INDEX_FILE, MESSAGES_FILE, META_FILE, metaNotFound } from "./storage.ts";
@@ -392,7 +393,9 @@ export class SessionStore {
    * version-2 `<id>.jsonl` file. A legacy file is migrated first (also for a read-only open),
    * unless its published directory `<id>/` exists: a valid one is opened instead, an invalid one
    * fails (never falling back to the stale backup). A writable open takes the writer lock, which
-   * `close()` releases.
+   * `close()` releases, and reads the session once the directory and its files were checked (no
+   * link, no special file) and the lock taken; a read-only open reads them while it checks them,
+   * as `SessionManager.open` does.
    *
    * A session whose delete or compaction has not finished (interrupted, or running in another
    * process) is still there: a writable open first recovers the collection (rolling the delete
@@ -507,7 +510,14 @@ export class SessionStore {
       for (let tries = 1;; tries++) {
         let found: Source | undefined;
         try {
-          found = await this.#sourceOf(dir, true);
+          // The directory is read while its files are checked (`SessionManager.open`), and that
+          // open is the one used when the check passes; otherwise where the check's failure
+          // leads is opened, as `#sourceOf` finds it.
+          const checking = checkSessionFiles(this.fs, dir);
+          const opening = openCheckedSession(this.#readOnlyInit(dir, dir), checking);
+          opening.catch(() => undefined);
+          found = await this.#sourceOf(dir, true, checking);
+          if (found.checked && found.source === dir) return await opening;
           return await this.#openSource(dir, found, true);
         } catch (error) {
           const place = found?.source ?? dir;
@@ -545,10 +555,15 @@ export class SessionStore {
    * leftovers), whose files `#openSource` checks; it throws `SessionNotFoundError` when there is
    * none.
    */
-  async #sourceOf(dir: string, readOnly: boolean): Promise<Source> {
-    // The directory and its files are checked once, in one round trip (`checkSessionFiles`).
+  async #sourceOf(
+    dir: string,
+    readOnly: boolean,
+    checking: Promise<void> = checkSessionFiles(this.fs, dir),
+  ): Promise<Source> {
+    // The directory and its files are checked once, in one round trip (`checkSessionFiles`,
+    // or the `checking` of it already started).
     try {
-      await checkSessionFiles(this.fs, dir);
+      await checking;
       return { source: dir, checked: true };
     } catch (error) {
       if (error instanceof NotFound) {
@@ -571,22 +586,33 @@ export class SessionStore {
   async #openSource(dir: string, found: Source, readOnly: boolean): Promise<SessionManager> {
     const source = found.source;
     if (!found.checked) await checkSessionFiles(this.fs, source);
-    const lock = readOnly ? undefined : await this.#writerLock(dir);
+    if (readOnly) return await openCheckedSession(this.#readOnlyInit(dir, source));
+    const lock = await this.#writerLock(dir);
     let manager: SessionManager;
     try {
       manager = await openCheckedSession({
         context: this.#context,
         dir: source,
         collectionDir: dirname(dir),
-        readOnly,
         id: basename(dir),
-        ...(lock === undefined ? {} : { onClose: () => lock.release() }),
+        onClose: () => lock.release(),
       });
     } catch (error) {
-      await lock?.release();
+      await lock.release();
       throw error;
     }
     return manager;
+  }
+
+  /** How a read-only open of session directory `dir` opens it from `source` (no lock). */
+  #readOnlyInit(dir: string, source: string): SessionManagerInit {
+    return {
+      context: this.#context,
+      dir: source,
+      collectionDir: dirname(dir),
+      readOnly: true,
+      id: basename(dir),
+    };
   }
 
   /**
