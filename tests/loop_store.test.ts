@@ -2308,6 +2308,60 @@ test("a read-only open of a linked session directory reports the link, whatever 
   }
 });
 
+test("an open refusing an empty committed range closes the log it opened beside meta.json", async () => {
+  const { fs, store } = await setup();
+  const dir = (await savedSession(store)).getSessionPath();
+  const metaPath = `${dir}/meta.json`;
+  const saved = JSON.parse(text.decode(await fs.readFile(metaPath)));
+  const damages: Record<string, Record<string, unknown>> = {
+    "a wrong generation at start 0": {
+      start: 0,
+      bytes: 0,
+      messageCount: 0,
+      generation: "a".repeat(64),
+    },
+    "a wrong generation after earlier bytes": {
+      bytes: 0,
+      messageCount: 0,
+      generation: "a".repeat(64),
+    },
+    "messages claimed in no bytes": { bytes: 0, messageCount: 2 },
+  };
+  for (const [label, damage] of Object.entries(damages)) {
+    await fs.writeFile(metaPath, new TextEncoder().encode(JSON.stringify({ ...saved, ...damage })));
+    let opened = 0;
+    let closed = 0;
+    const counting = new Proxy(fs, {
+      get(target, prop) {
+        const value = Reflect.get(target, prop, target);
+        if (typeof value !== "function") return value;
+        if (prop !== "openNoFollow") return value.bind(target);
+        return async (path: string) => {
+          const result = await value.call(target, path);
+          opened++;
+          const close = () => {
+            closed++;
+            return result.handle.close();
+          };
+          return {
+            ...result,
+            handle: new Proxy(result.handle, {
+              get: (h, key) => key === "close" ? close : Reflect.get(h, key, h),
+            }),
+          };
+        };
+      },
+    });
+    const reader = new SessionStore({ fs: counting, agentDir: AGENT });
+    for (const readOnly of [true, false]) {
+      await assert.rejects(reader.open(dir, { readOnly }), CorruptSessionError, `${label}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 0)); // closes run in the background
+    assert.ok(opened > 0, label);
+    assert.equal(closed, opened, label);
+  }
+});
+
 test("opening a missing session rejects with SessionNotFoundError; SessionManager.open with meta.json's NotFound", async () => {
   const { fs, store } = await setup();
   const session = await savedSession(store);

@@ -1212,16 +1212,19 @@ export async function forEachCommittedLine(
   const file = join(dir, MESSAGES_FILE);
   const hash = options.sha256();
   if (meta.bytes === 0) {
-    if (meta.messageCount !== 0) {
+    try {
+      if (meta.messageCount !== 0) {
+        throw new CorruptSessionError(
+          `Session metadata claims ${meta.messageCount} messages in an empty range`,
+          { file: join(dir, META_FILE) },
+        );
+      }
+      checkGeneration(hash, meta, file);
+    } catch (error) {
+      // The log opened early is closed on every refusal, as once it is read.
       if (options.opening !== undefined) closeWhenOpened(options.opening);
-      throw new CorruptSessionError(
-        `Session metadata claims ${meta.messageCount} messages in an empty range`,
-        {
-          file: join(dir, META_FILE),
-        },
-      );
+      throw error;
     }
-    checkGeneration(hash, meta, file);
     if (meta.start === 0) {
       // Nothing committed: a log opened early is not needed (and may be missing).
       if (options.opening !== undefined) closeWhenOpened(options.opening);
