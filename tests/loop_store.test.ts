@@ -2257,7 +2257,12 @@ test("a read-only open reads meta.json and opens the log while it checks the ses
     const reader = new SessionStore({ fs: hooked, agentDir: AGENT });
     const opened = how === "store"
       ? await reader.open(dir, { readOnly: true })
-      : await SessionManager.open({ context: reader.context, dir, collectionDir: dirname(dir) });
+      : await SessionManager.open({
+        context: reader.context,
+        dir,
+        collectionDir: dirname(dir),
+        readOnly: true,
+      });
     assert.equal(opened.messages.length, 2, how);
     await opened.close();
     const checked = calls.indexOf(`end lstat ${dir}`);
@@ -2290,20 +2295,53 @@ test("a read-only open of a linked session directory reports the link, whatever 
   const dir = (await savedSession(store)).getSessionPath();
   await fs.rename(dir, "/elsewhere");
   await fs.symlink("/elsewhere", dir);
+  const metaFile = `${dir}/meta.json`;
   for (const meta of ["valid", "not JSON", "missing"]) {
     if (meta === "not JSON") await fs.writeFile("/elsewhere/meta.json", new Uint8Array([123]));
     if (meta === "missing") await fs.remove("/elsewhere/meta.json");
-    for (
-      const open of [
-        () => store.open(dir, { readOnly: true }),
-        () => SessionManager.open({ context: store.context, dir, collectionDir: dirname(dir) }),
-      ]
-    ) {
+    for (const how of ["store", "SessionManager.open"]) {
+      // The directory's lstat waits until meta.json was read through the link (its bytes, or its
+      // failure, known first), at most 2 s.
+      let read = false;
+      const readDone = gate();
+      const timeout = setTimeout(readDone.open, 2000);
+      const gated = new Proxy(fs, {
+        get(target, prop) {
+          const value = Reflect.get(target, prop, target);
+          if (typeof value !== "function") return value;
+          if (prop === "readFileNoFollow") {
+            return (path: string) => {
+              const reading = value.call(target, path) as Promise<Uint8Array>;
+              if (path === metaFile) {
+                read = true;
+                reading.then(readDone.open, readDone.open);
+              }
+              return reading;
+            };
+          }
+          if (prop === "lstat") {
+            return async (path: string) => {
+              if (path === dir) await readDone.wait;
+              return await value.call(target, path);
+            };
+          }
+          return value.bind(target);
+        },
+      });
+      const reader = new SessionStore({ fs: gated, agentDir: AGENT });
+      const opening = how === "store" ? reader.open(dir, { readOnly: true }) : SessionManager.open({
+        context: reader.context,
+        dir,
+        collectionDir: dirname(dir),
+        readOnly: true,
+      });
       await assert.rejects(
-        open(),
+        opening,
         (error: unknown) => error instanceof SessionFormatError && error.file === dir,
-        meta,
+        `${meta}, ${how}`,
       );
+      clearTimeout(timeout);
+      assert.ok(read, `${meta}, ${how}: meta.json was read before the check ended`);
     }
   }
 });

@@ -568,8 +568,10 @@ export class SessionManager {
    * refused with `SessionFormatError`; a missing directory or meta.json rejects with the
    * `NotFound` of meta.json. Where the port has `readFileNoFollow` and `openNoFollow`, meta.json
    * is read and the log opened while the directory and its files are checked (one round trip
-   * instead of two): neither call follows a final link or waits on a FIFO, nothing read is used
-   * before the check passes, and the check's error is the one reported when it fails.
+   * instead of two): neither call follows a final link or waits on a FIFO (a file another process
+   * holds a lease on is read as a port without them reads it, once an `lstat` saw a regular file
+   * there), nothing read is used before the check passes, and the check's error is the one
+   * reported when it fails.
    */
   static async open(init: SessionManagerInit): Promise<SessionManager> {
     return await SessionManager.#open(init, checkSessionFiles(init.context.fs, init.dir));
@@ -596,9 +598,10 @@ export class SessionManager {
       await checking;
       checking = undefined;
     }
-    // The log (already checked to be a regular file or missing) opens while meta.json is read;
-    // its outcome is judged only once meta.json says bytes are committed. Where the port can, the
-    // open checks the kind again itself, so a link swapped in since the check is not followed.
+    // The log (checked to be a regular file or missing, before or while it opens) opens while
+    // meta.json is read; its outcome is judged only once meta.json says bytes are committed.
+    // Where the port can, the open checks the kind itself, so a link swapped in since (or while)
+    // the check looked is not followed.
     const opening = fs.openNoFollow !== undefined
       ? openSessionFile(fs, messagesFile).then((log) => log.handle)
       : fs.open(messagesFile);

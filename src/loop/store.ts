@@ -394,8 +394,8 @@ export class SessionStore {
    * unless its published directory `<id>/` exists: a valid one is opened instead, an invalid one
    * fails (never falling back to the stale backup). A writable open takes the writer lock, which
    * `close()` releases, and reads the session once the directory and its files were checked (no
-   * link, no special file) and the lock taken; a read-only open reads them while it checks them,
-   * as `SessionManager.open` does.
+   * link, no special file) and the lock taken; a read-only open reads them while it checks them
+   * where the port reads and opens without following a link, as `SessionManager.open` does.
    *
    * A session whose delete or compaction has not finished (interrupted, or running in another
    * process) is still there: a writable open first recovers the collection (rolling the delete
