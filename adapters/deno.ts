@@ -51,6 +51,7 @@ import { IsADirectory, NotADirectory, NotEmpty } from "../src/port/errors.ts";
 import type { Sha256Factory } from "../src/port/sha256.ts";
 import { nodeProcessProbe, nodeSha256 } from "./node.ts";
 import { openNoFollowNative, readFileNoFollowNative } from "./_node_read.ts";
+import { SYNC_WRITE_LIMIT } from "./_node_handle.ts";
 import { lazyProbe, requireHostName } from "./_probe.ts";
 import type { ProcessProbe } from "../src/loop/lock.ts";
 import {
@@ -127,14 +128,13 @@ function toInfo(info: Deno.FileInfo): FileInfo {
 /** Reads longer than this are first clamped to the file's size. */
 const LARGE_READ = 64 * 1024 * 1024;
 /**
- * Writes of at most this many bytes are made with one synchronous call on the main thread, as
- * Deno's Node layer makes every file write: a small write lands in the page cache in microseconds,
- * where an asynchronous one waits for a thread of the runtime's blocking pool (about 60 µs on a
- * 2-core machine: most of a `meta.json` replace without fsync). Larger writes stay asynchronous.
+ * Writes the first bytes of `data` to `file` (all of them, unless the call is cut short): with one
+ * synchronous call on the main thread up to `SYNC_WRITE_LIMIT` bytes, as Deno's Node layer makes
+ * every file write (and the Node adapter small ones): a small write lands in the page cache in
+ * microseconds, where an asynchronous one waits for a thread of the runtime's blocking pool (about
+ * 60 µs on a 2-core machine: most of a `meta.json` replace without fsync). Larger writes stay
+ * asynchronous.
  */
-const SYNC_WRITE_LIMIT = 64 * 1024;
-
-/** Writes the first bytes of `data` to `file` (all of them, unless the call is cut short). */
 function writeSome(file: Deno.FsFile, data: Uint8Array): number | Promise<number> {
   return data.length <= SYNC_WRITE_LIMIT ? file.writeSync(data) : file.write(data);
 }

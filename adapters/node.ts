@@ -2,7 +2,11 @@
  * The Node adapter: the filesystem port over `node:fs` (file handles over descriptors driven by
  * its callback calls, the callback `readFile`, which reads a small file about three times faster
  * than a promise handle, and its promise API for the rest), and native SHA-256 over `node:crypto`.
- * It runs on Node, and also on Deno and Bun through their Node compatibility.
+ * It runs on Node, and also on Deno and Bun through their Node compatibility. A write of up to 64
+ * KiB through a file handle is one synchronous call on the main thread (a save's log append and
+ * `meta.json`: 12-15% less per `ordered` save or pin on a 2-core machine); a write that blocks (a
+ * page cache full of dirty pages, a stalled network filesystem) holds the event loop while it
+ * lasts. Larger writes, fsyncs, reads, opens and closes are asynchronous.
  *
  * Native errors are mapped to the port's typed errors (`NotFound`, `AlreadyExists`, ...), with
  * the native error kept as `cause`.

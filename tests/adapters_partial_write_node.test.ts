@@ -22,20 +22,25 @@ const { readFileSync } = await import("node:fs");
 const dir = process.argv[2];
 const code = (p) => p.then(() => "ok", (e) => e.code);
 const fs = nodeFs();
-const path = dir + "/node";
-const h = await fs.open(path, { create: true });
-await h.write(new Uint8Array(4000).fill(0x61));
-const crossing = await code(h.write(new Uint8Array(200).fill(0x62)));
-const next = await code(h.write(new Uint8Array([0x5a])));
-await h.close();
-const data = readFileSync(path);
-console.log(JSON.stringify({
-  crossing,
-  next,
-  size: data.length,
-  z: data.indexOf(0x5a),
-  b: data.filter((x) => x === 0x62).length,
-}));
+const result = {};
+// A write of 200 bytes (one synchronous call) and one of 70,000 (asynchronous) crossing the limit.
+for (const length of [200, 70000]) {
+  const path = dir + "/node-" + length;
+  const h = await fs.open(path, { create: true });
+  await h.write(new Uint8Array(4000).fill(0x61));
+  const crossing = await code(h.write(new Uint8Array(length).fill(0x62)));
+  const next = await code(h.write(new Uint8Array([0x5a])));
+  await h.close();
+  const data = readFileSync(path);
+  result[length] = {
+    crossing,
+    next,
+    size: data.length,
+    z: data.indexOf(0x5a),
+    b: data.filter((x) => x === 0x62).length,
+  };
+}
+console.log(JSON.stringify(result));
 `;
 
 test(
@@ -59,7 +64,7 @@ test(
       ], { cwd: new URL(".", ROOT).pathname, encoding: "utf8" });
       assert.equal(error, undefined, String(error));
       assert.equal(status, 0, stderr);
-      assert.deepEqual(JSON.parse(stdout), {
+      const expected = {
         // The limit cuts the write after 96 bytes; the error keeps its POSIX code.
         crossing: "EFBIG",
         // The next write goes after the 96 bytes, past the limit: nothing is overwritten.
@@ -67,7 +72,8 @@ test(
         size: 4096,
         z: -1,
         b: 96,
-      });
+      };
+      assert.deepEqual(JSON.parse(stdout), { 200: expected, 70000: expected });
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
