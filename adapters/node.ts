@@ -4,7 +4,7 @@
  * than a promise handle, and its promise API for the rest), and native SHA-256 over `node:crypto`.
  * It runs on Node, and also on Deno and Bun through their Node compatibility. A write of up to 64
  * KiB through a file handle is one synchronous call on the main thread (a save's log append and
- * `meta.json`: 12-15% less per `ordered` save or pin on a 2-core machine); a write that blocks (a
+ * `meta.json`: 10-18% less per `ordered` save or pin on a 2-core machine); a write that blocks (a
  * page cache full of dirty pages, a stalled network filesystem) holds the event loop while it
  * lasts. Larger writes, fsyncs, reads, opens and closes are asynchronous.
  *
