@@ -11,9 +11,9 @@
  * A write of up to `SYNC_WRITE_LIMIT` bytes is one synchronous call on the main thread, as the
  * Deno adapter writes and as Deno's Node layer writes: it lands in the page cache in microseconds,
  * where an asynchronous one waits for a thread of libuv's pool and then for the event loop (on a
- * 2-core machine, ~57 µs for the 600 bytes of a `meta.json`). A write that blocks (a page cache full of dirty pages, a
- * stalled network filesystem) holds the event loop while it lasts; larger writes, fsyncs, reads,
- * opens and closes stay asynchronous.
+ * 2-core machine, ~57 µs for the 600 bytes of a `meta.json`). A write that blocks (a page cache
+ * full of dirty pages, a stalled network filesystem) holds the event loop while it lasts; larger
+ * writes, fsyncs, reads, opens and closes stay asynchronous.
  *
  * @module
  */
