@@ -638,6 +638,8 @@ export function encodeStorageMetaReusing(
   cache: EncodedArrays,
   file?: string,
 ): Uint8Array {
+  // Nothing to reuse: one `JSON.stringify`, as `encodeStorageMeta` writes it (and refuses it).
+  if (!hasArrayToReuse(meta.header)) return encodeStorageMeta(meta, file);
   const parts: Uint8Array[] = [];
   let text = "{";
   // JSON.stringify's own order and omissions: own enumerable string keys in property order, a
@@ -676,6 +678,18 @@ export function encodeStorageMetaReusing(
   }
   parts.push(encoder.encode(text + "}\n"));
   return joinBytes(parts);
+}
+
+/**
+ * True when `header` holds a non-empty array, whose bytes `encodeStorageMetaReusing` keeps (an
+ * inherited enumerable field counts too: the answer only chooses the longer path).
+ */
+function hasArrayToReuse(header: unknown): boolean {
+  for (const field in header as Record<string, unknown>) {
+    const value = (header as Record<string, unknown>)[field];
+    if (Array.isArray(value) && value.length > 0) return true;
+  }
+  return false;
 }
 
 /**
