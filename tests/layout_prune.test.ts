@@ -20,6 +20,7 @@ import {
 import { deterministic, newRepo, writeJson, writeText } from "./layout_fixtures.ts";
 import { buildFoldedTree, type FoldedTree } from "./fixtures/folded_tree.ts";
 import { collectReferences } from "./fixtures/references.ts";
+import { hookedFs } from "./_hooks.ts";
 
 const DAY = 86_400_000;
 
@@ -452,4 +453,70 @@ test("the report keeps the planned order however the filesystem's answers are or
     await pruneRaw(fs, tree.loopyRoot, { ...options, dryRun: true }).then((r) => r.count),
     0,
   );
+});
+
+/**
+ * Prunes the root session of a folded tree whose `raw/` is replaced, at the call `swapAt` picks,
+ * by a link to its `iterations/` (the durable directories there have the names of the raw ones):
+ * the durable tree and the moved raw output must come out whole.
+ */
+async function pruneWithRawSwapped(
+  swapAt: (method: string, args: unknown[], tree: FoldedTree) => boolean,
+): Promise<{ report: PruneReport; swapped: boolean; fs: MemoryFs; tree: FoldedTree }> {
+  const { fs, tree } = await folded();
+  const { rawDir, iterationsDir } = tree.root;
+  const movedRaw = `${rawDir}.moved`;
+  const iterationsBefore = fs.snapshotTree(iterationsDir);
+  assert.ok(Object.keys(iterationsBefore).some((path) => path.includes("0001_outer/")));
+  let swapped = false;
+  const hooked = hookedFs(fs, {
+    async before(method, args) {
+      if (swapped || !swapAt(method, args, tree)) return;
+      swapped = true;
+      await fs.rename(rawDir, movedRaw);
+      await fs.symlink(iterationsDir, rawDir);
+    },
+  });
+  const report = await pruneRaw(hooked, tree.loopyRoot, { sessionId: tree.rootId });
+  assert.ok(swapped, "the swap happened");
+  assert.deepEqual(fs.snapshotTree(iterationsDir), iterationsBefore, "the durable tree is whole");
+  assert.equal((await fs.lstat(rawDir)).kind, "symlink", "the link is left as it is");
+  return { report, swapped, fs, tree };
+}
+
+test("a link swapped in for raw/ while prune waits for the session's state is never followed", async () => {
+  let stateReads = 0;
+  const { report, fs, tree } = await pruneWithRawSwapped((method, args, tree) =>
+    // The first read makes the plan, the second is taken right before entries move aside.
+    method === "readFile" && args[0] === tree.root.stateJson && ++stateReads === 2
+  );
+  assert.deepEqual(report.removed, []);
+  for (const dir of tree.prunable.slice(0, 3)) assert.equal(skippedFor(report, dir), "symlink");
+  // The raw output moved away with raw/ is untouched too.
+  for (const dir of tree.prunable.slice(0, 3)) {
+    assert.equal((await fs.lstat(dir.replace("/raw/", "/raw.moved/"))).kind, "directory", dir);
+  }
+});
+
+test("a link swapped in for raw/ right before an entry is moved aside: what moved through it is moved back", async () => {
+  const { report, fs, tree } = await pruneWithRawSwapped((method, args, tree) =>
+    method === "rename" && String(args[0]).startsWith(`${tree.root.rawDir}/`)
+  );
+  assert.deepEqual(report.removed, []);
+  for (const dir of tree.prunable.slice(0, 3)) assert.equal(skippedFor(report, dir), "symlink");
+  // No hidden entry is left in the durable directory.
+  const hidden = (await fs.readDir(tree.root.iterationsDir)).filter((entry) =>
+    entry.name.startsWith(PRUNING_PREFIX)
+  );
+  assert.deepEqual(hidden, []);
+});
+
+test("a link swapped in for raw/ after entries were moved aside removes nothing through it", async () => {
+  const { report, tree } = await pruneWithRawSwapped((method) => method === "remove");
+  // Whichever check sees the link, nothing was removed through it (each entry was hidden under
+  // a name nothing in iterations/ has).
+  assert.deepEqual(report.removed, []);
+  for (const dir of tree.prunable.slice(0, 3)) {
+    assert.ok(["symlink", "vanished"].includes(skippedFor(report, dir) ?? ""), dir);
+  }
 });

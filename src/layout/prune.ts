@@ -737,30 +737,28 @@ async function execute(
   }
   const removed: Target[] = [];
   for (const [parent, targets] of byParent) {
-    // The parent is checked again right before it is changed: no link may have appeared on the
-    // way to it since the plan was made.
-    const parentKind = await chainKind(fs, root.loopyDir, parent);
-    if (parentKind !== "directory") {
-      for (const target of targets) {
-        planner.skip(
-          target.path,
-          parentKind === "symlink" ? "symlink" : "vanished",
-          "The directory holding the entry changed while pruning",
-        );
-      }
+    // The chain of directories down to the parent is checked again right before it is changed (no
+    // link may have appeared on the way to it since the plan was made): when the group starts,
+    // right before its entries move aside (after any wait for a session's state), and once they
+    // moved, before anything is removed.
+    const parentChange = async (): Promise<Kept | undefined> => {
+      const kind = await chainKind(fs, root.loopyDir, parent);
+      if (kind === "directory") return undefined;
+      return { reason: kind === "symlink" ? "symlink" : "vanished", detail: PARENT_CHANGED };
+    };
+    const changed = await parentChange();
+    if (changed !== undefined) {
+      for (const target of targets) planner.skip(target.path, changed.reason, changed.detail);
       handled(targets.length);
       continue;
     }
-    // Each entry is moved aside to a hidden sibling; what happened to it is applied in the
-    // planned order, so the report does not depend on which call finished first.
-    const moveAside = async (
-      target: Target,
-      kept: { readonly reason: PruneSkipReason; readonly detail: string } | undefined,
-    ): Promise<Moved> => {
+    // Each entry is moved aside to a hidden sibling of a fresh name, a file too: what is removed
+    // then goes by a name nothing else has, even should a link replace the parent meanwhile. What
+    // happened to each entry is applied in the planned order, so the report does not depend on
+    // which call finished first.
+    const moveAside = async (target: Target, kept: Kept | undefined): Promise<Moved> => {
       if (kept !== undefined) return { target, kept };
-      if (target.kind === "pruning_leftover" || !target.isDirectory) {
-        return { target, at: target.path, renamed: false };
-      }
+      if (target.kind === "pruning_leftover") return { target, at: target.path, renamed: false };
       const at = join(parent, hiddenName(target.name));
       try {
         await fs.rename(target.path, at);
@@ -783,19 +781,24 @@ async function execute(
     const moved = session !== undefined
       ? await serializedOn(fs, join(session, "state.json"), async () => {
         const state = await readRunningState(fs, session);
+        const changedMeanwhile = await parentChange();
         return await mapLimit(targets, CONCURRENCY, (target) =>
           moveAside(
             target,
-            target.guard === undefined ? undefined : keepRawEntry(state, target.name),
+            changedMeanwhile ??
+              (target.guard === undefined ? undefined : keepRawEntry(state, target.name)),
           ));
       })
       : await mapLimit(
         targets,
         CONCURRENCY,
         (target) =>
-          guarded(fs, target, async () => await moveAside(target, await keptNow(fs, target))),
+          guarded(fs, target, async () => {
+            const kept = await keptNow(fs, target);
+            return await moveAside(target, kept ?? await parentChange());
+          }),
       );
-    const staged: { readonly target: Target; readonly at: string }[] = [];
+    let staged: { readonly target: Target; readonly at: string; readonly renamed: boolean }[] = [];
     let renamedAny = false;
     for (const entry of moved) {
       if ("kept" in entry) {
@@ -809,6 +812,18 @@ async function execute(
     // The renames are durable before any byte of the trees goes: a crash leaves each entry whole
     // at its name, or hidden.
     if (renamedAny) await fs.syncDir(parent);
+    // A link that replaced the parent before a rename made it move what the link points to: each
+    // entry is moved back (through the same link) and nothing of the group is removed.
+    const changedAfter = staged.length > 0 ? await parentChange() : undefined;
+    if (changedAfter !== undefined) {
+      await mapLimit(staged, CONCURRENCY, async ({ target, at, renamed }) => {
+        if (renamed) await fs.rename(at, target.path).catch(() => undefined);
+        planner.skip(target.path, changedAfter.reason, changedAfter.detail);
+        handled(1);
+      });
+      if (renamedAny) await fs.syncDir(parent).catch(() => undefined);
+      staged = [];
+    }
     const gone = await mapLimit(staged, CONCURRENCY, async ({ at }) => {
       let found = true;
       try {
@@ -829,12 +844,18 @@ async function execute(
   return removed;
 }
 
+/** Why an entry is kept. */
+interface Kept {
+  readonly reason: PruneSkipReason;
+  readonly detail: string;
+}
+
+/** The detail of an entry kept because the directory holding it changed while pruning. */
+const PARENT_CHANGED = "The directory holding the entry changed while pruning";
+
 /** What moving one planned entry aside did: it is kept (and why), or is at `at` to be removed. */
 type Moved =
-  | {
-    readonly target: Target;
-    readonly kept: { readonly reason: PruneSkipReason; readonly detail: string };
-  }
+  | { readonly target: Target; readonly kept: Kept }
   | { readonly target: Target; readonly at: string; readonly renamed: boolean };
 
 /**
