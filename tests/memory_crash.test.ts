@@ -16,7 +16,7 @@ import {
   stageReplace,
 } from "../src/port/durable.ts";
 import { dirname } from "../src/port/path.ts";
-import type { FileSystem } from "../src/port/fs.ts";
+import type { FileSystem, MkdirOptions } from "../src/port/fs.ts";
 import { repeatsEarlierCrashState } from "./_crash.ts";
 
 const encoder = new TextEncoder();
@@ -817,6 +817,36 @@ test("ensurePrivateDir() of a directory another process created and never synced
   await atomicReplace(next, "/data/collection/meta.json", bytes("saved"));
   const recovered = next.crash({ seed: 0, extraJournal: "none", tailMode: "none" });
   assert.deepEqual(await readOrNothing(recovered, "/data/collection/meta.json"), bytes("saved"));
+});
+
+test("ensurePrivateDir() of a directory whose parent another process creates at the same time makes that parent durable", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/data");
+  fs.syncAll();
+  // Between this process's look for /data/sessions and its mkdir, another process creates it
+  // (and dies before syncing /data).
+  let raced = false;
+  const racing = new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (prop !== "mkdir") return typeof value === "function" ? value.bind(target) : value;
+      return async (path: string, options?: MkdirOptions) => {
+        if (!raced && path === "/data/sessions") {
+          raced = true;
+          await target.mkdir(path, { mode: 0o700 });
+        }
+        return await target.mkdir(path, options);
+      };
+    },
+  });
+  await ensurePrivateDir(racing, "/data/sessions/collection");
+  await atomicReplace(racing, "/data/sessions/collection/meta.json", bytes("saved"));
+  assert.ok(raced, "the other process created the parent first");
+  const recovered = fs.crash({ seed: 0, extraJournal: "none", tailMode: "none" });
+  assert.deepEqual(
+    await readOrNothing(recovered, "/data/sessions/collection/meta.json"),
+    bytes("saved"),
+  );
 });
 
 test("beginReplace() creates the temp file at once; discard before stage closes and removes it", async () => {

@@ -361,6 +361,10 @@ async function ensureDirExists(
     await fs.mkdir(path, { mode: PRIVATE_DIR_MODE });
   } catch (error) {
     if (!(error instanceof AlreadyExists)) throw error;
+    // Another process created it meanwhile, and may die before syncing its parent: what is
+    // created below must not rest on that entry, so it is made durable here as one found is.
+    if ((await fs.stat(path)).kind !== "directory") throw error;
+    await syncIfUndurable(fs, path, durability);
     return;
   }
   await syncNewDir(fs, path, durability);
