@@ -133,3 +133,8 @@ export function recording(fs: FileSystem): Recorded {
   });
   return { fs: wrapped, reads, calls };
 }
+
+/** True for a call that reads a whole file (`readFile`, or `readFileNoFollow` where the port has it). */
+export function isRead(method: string): boolean {
+  return method === "readFile" || method === "readFileNoFollow";
+}

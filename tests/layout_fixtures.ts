@@ -121,7 +121,10 @@ export async function commitTerminalState(
 
 const ASYNC_FS_METHODS: ReadonlySet<string> = new Set([
   "open",
+  "openNoFollow",
+  "openAppendNoFollow",
   "readFile",
+  "readFileNoFollow",
   "writeFile",
   "rename",
   "remove",

@@ -32,6 +32,7 @@ import {
   readJson,
   writeJson,
 } from "./layout_fixtures.ts";
+import { isRead } from "./_hooks.ts";
 
 const SESSIONS = "/repo/.loopy_loop/sessions";
 const LOOPY = "/repo/.loopy_loop";
@@ -52,7 +53,7 @@ test("prune reads the state again before moving an entry: an attempt started aft
   // The session is idle when the prune reads its state (attempt 1 finished).
   const pausing = pauseAfter(
     fs,
-    (method, path) => method === "readFile" && path.endsWith("/state.json"),
+    (method, path) => isRead(method) && path.endsWith("/state.json"),
   );
   const prune = pruneRaw(pausing.fs, LOOPY);
   await pausing.paused;
@@ -135,7 +136,7 @@ test("a processing that read the ledger first still runs after the one that comm
   const options = { repoRoot: "/repo", parentSessionId: root.sessionId, ...deterministic() };
   const pausing = pauseAfter(
     fs,
-    (method, path) => method === "readFile" && path.endsWith("children.json"),
+    (method, path) => isRead(method) && path.endsWith("children.json"),
   );
   const slow = processNextChildRequest(pausing.fs, options);
   const fast = processNextChildRequest(fs, options);
@@ -282,7 +283,7 @@ test("a result rewrite and the attempt's finish never interleave: a finished att
   // The rewrite reads state.json (the attempt is running) and stops right there.
   const pausing = pauseAfter(
     fs,
-    (method, path) => (method === "readFile" || method === "open") && path.endsWith("/state.json"),
+    (method, path) => (isRead(method) || method === "open") && path.endsWith("/state.json"),
   );
   const rewrite = writeAttemptResult(pausing.fs, paths, { status: "rewritten" }).then(
     () => order.push("rewritten"),

@@ -26,6 +26,7 @@ import {
   readJson,
   writeJson,
 } from "./layout_fixtures.ts";
+import { isRead } from "./_hooks.ts";
 
 const AT = "2026-04-19T15:00:00Z";
 
@@ -84,7 +85,7 @@ test("an engine state update spelled through the link is serialized with an acce
   // The engine reads the parent's state (through the link) and is held there.
   const pausing = pauseAfter(
     fs,
-    (method, path) => method === "readFile" && path.endsWith("001_g/state.json"),
+    (method, path) => isRead(method) && path.endsWith("001_g/state.json"),
   );
   const engine = updateSessionState(pausing.fs, root.paths.dir, (state) => {
     state.handoff_revision = 1;
@@ -121,7 +122,7 @@ test("prune reached through the link re-reads the state in the same queue as the
   // The engine is about to start attempt 1 again (it has read the state, through the link).
   const pausing = pauseAfter(
     fs,
-    (method, path) => method === "readFile" && path.endsWith("001_g/state.json"),
+    (method, path) => isRead(method) && path.endsWith("001_g/state.json"),
   );
   const engine = updateSessionState(pausing.fs, root.paths.dir, (state) => {
     state.current_task = { workflow_id: "outer", iteration: 1, attempt_id: "a00000000001" };

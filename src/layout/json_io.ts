@@ -24,7 +24,8 @@ import {
   readIfExists,
   tightenPrivateDir,
 } from "../port/durable.ts";
-import { IsADirectory, NotADirectory } from "../port/errors.ts";
+import { IsADirectory, NotADirectory, NotFound } from "../port/errors.ts";
+import { type Found, readSessionFile } from "../port/regular.ts";
 import { dirname } from "../port/path.ts";
 import { portableSha256, type Sha256Factory, sha256Hex } from "../port/sha256.ts";
 import { ImmutableArtifactError, LayoutRecordError } from "./errors.ts";
@@ -155,17 +156,20 @@ export interface ReadRecord<T> {
 export type RecordParser<T> = (value: unknown, file: string) => T;
 
 /**
- * The bytes of the record `file`. A directory there, or a file where a directory of its path
- * should be, is a `LayoutRecordError` naming `file` (its `cause` the port's error); a missing
- * file is `undefined` when `ifExists`, else the port's `NotFound`.
+ * The bytes of the record `file`, read only if it is a regular file: never through a link in its
+ * last component and, where the port reads without following one, never waiting on a FIFO. A
+ * directory, a FIFO, socket or device there, or a file where a directory of its path should be,
+ * is a `LayoutRecordError` naming `file` (its `cause` the port's error, when one was raised); a
+ * missing file is `undefined` when `ifExists`, else the port's `NotFound`.
  */
 export async function recordBytes(
   fs: FileSystem,
   file: string,
   ifExists: boolean,
 ): Promise<Uint8Array | undefined> {
+  let found: Found<Uint8Array>;
   try {
-    return ifExists ? await readIfExists(fs, file) : await fs.readFile(file);
+    found = await readSessionFile(fs, file);
   } catch (error) {
     if (error instanceof IsADirectory) {
       throw new LayoutRecordError(file, "Record is not a regular file (a directory)", {
@@ -181,6 +185,15 @@ export async function recordBytes(
     }
     throw error;
   }
+  if (found === undefined) {
+    if (ifExists) return undefined;
+    throw new NotFound("readFile", file);
+  }
+  if (typeof found === "string") {
+    const what = found === "other" ? "a FIFO, socket or device" : `a ${found}`;
+    throw new LayoutRecordError(file, `Record is not a regular file (${what})`);
+  }
+  return found;
 }
 
 /**

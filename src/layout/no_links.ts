@@ -65,9 +65,19 @@ class LinkRefusingFs implements FileSystem {
   readonly inner: FileSystem;
   readonly root: string;
 
+  /**
+   * The inner port's `readFileNoFollow` after the link checks, where the inner port has it (a
+   * record is then read without following a link and never waiting on a FIFO).
+   */
+  readonly readFileNoFollow?: (path: string) => Promise<Uint8Array>;
+
   constructor(inner: FileSystem, root: string) {
     this.inner = inner;
     this.root = root;
+    const noFollow = inner.readFileNoFollow?.bind(inner);
+    if (noFollow !== undefined) {
+      this.readFileNoFollow = async (path) => await noFollow(await this.check(path, true));
+    }
   }
 
   /**

@@ -11,7 +11,10 @@ import type { EntryKind, FileHandle, FileSystem } from "../port/fs.ts";
 import { FsError, NotADirectory, NotFound } from "../port/errors.ts";
 import type { Sha256, Sha256Factory } from "../port/sha256.ts";
 import { join } from "../port/path.ts";
-import { entryKind } from "../port/durable.ts";
+import { type Found, ifRegular, isBusy, readIfRegular, readSessionFile } from "../port/regular.ts";
+
+// The regular-file reads the session modules use, from the port (shared with the folded layout).
+export { isBusy, readIfRegular, readSessionFile };
 import {
   CorruptSessionError,
   preview,
@@ -304,29 +307,6 @@ export async function readStorageMeta(
 }
 
 /**
- * `readIfRegular` for a file a call must read: a regular file that is busy (a lease another
- * process holds makes the no-follow read fail at once) is then read as a plain read reads it,
- * waiting for the lease, as a store without no-follow reads always does, once an `lstat` has seen
- * a regular file there (a FIFO another process holds open is busy too, and is never read). With `kindChecked` (the
- * caller has just seen a regular file at `path`, by `lstat` or a directory listing), a port
- * without `readFileNoFollow` reads at once: another `lstat` would leave the same window open.
- */
-export async function readSessionFile(
-  fs: FileSystem,
-  path: string,
-  kindChecked = false,
-): Promise<Found<Uint8Array>> {
-  if (kindChecked && fs.readFileNoFollow === undefined) return await fs.readFile(path);
-  try {
-    return await readIfRegular(fs, path);
-  } catch (error) {
-    if (!isBusy(error)) throw error;
-    // Busy is also what a FIFO with a writer says: read only after an `lstat` saw a file.
-    return await ifRegular(fs, path, undefined, () => fs.readFile(path));
-  }
-}
-
-/**
  * The `SessionNotFoundError` for session directory `dir` without meta.json (or missing), naming
  * meta.json; `cause` is the port's `NotFound`, when one was raised.
  */
@@ -374,77 +354,6 @@ export function undecodable(
     `Invalid JSON: ${length} bytes cannot be read as one string (${(error as Error).message})`,
     { file, ...(path === undefined ? {} : { path }), cause: error },
   );
-}
-
-/**
- * True for the failure of a no-follow read of a regular file that is busy (`EAGAIN`: a lease
- * held by another process makes the non-blocking open fail at once instead of waiting).
- */
-export function isBusy(error: unknown): boolean {
-  return error instanceof FsError && (error.code === "EAGAIN" || error.code === "EWOULDBLOCK");
-}
-
-/**
- * Reads the file at `path` only if it is a regular file, never through a link and never waiting
- * on a FIFO: with `readFileNoFollow` in one call (a failure, or an empty read, is then judged by
- * `lstat`), otherwise after an `lstat`. Returns the bytes, the kind of what is there instead, or
- * undefined when nothing is. A failure to read a regular file is thrown.
- */
-export async function readIfRegular(
-  fs: FileSystem,
-  path: string,
-): Promise<Found<Uint8Array>> {
-  const read = fs.readFileNoFollow?.bind(fs);
-  const noFollow = read === undefined ? undefined : async (): Promise<Found<Uint8Array>> => {
-    const bytes = await read(path);
-    if (bytes.length > 0) return bytes;
-    // A FIFO without a writer reads as empty, as does an empty file (or one between its create
-    // and its write).
-    const kind = await otherKind(fs, path);
-    return kind === null ? bytes : kind;
-  };
-  return await ifRegular(fs, path, noFollow, () => fs.readFile(path));
-}
-
-/** What is at `path` when it is not a regular file (its `lstat` kind); null for a regular file. */
-async function otherKind(
-  fs: FileSystem,
-  path: string,
-): Promise<Exclude<EntryKind, "file"> | null | undefined> {
-  const kind = await entryKind(fs, path);
-  return kind === "file" ? null : kind;
-}
-
-/** What an access to a path found: its result, the kind of what is there instead, or nothing. */
-type Found<T> = T | Exclude<EntryKind, "file"> | undefined;
-
-/**
- * Runs an access to `path` only if it is a regular file: `noFollow`, one call that refuses a link
- * and never waits on a FIFO, where the port has one (a failure is then judged by `lstat`), and
- * otherwise `follow` after an `lstat`. Returns what the access returns, the kind of what is there
- * instead, or undefined when nothing is; a failure to access a regular file is thrown.
- */
-async function ifRegular<T>(
-  fs: FileSystem,
-  path: string,
-  noFollow: (() => Promise<Found<T>>) | undefined,
-  follow: () => Promise<T>,
-): Promise<Found<T>> {
-  const access = noFollow ?? (async (): Promise<Found<T>> => {
-    const kind = await otherKind(fs, path);
-    return kind === null ? await follow() : kind;
-  });
-  try {
-    return await access();
-  } catch (error) {
-    if (error instanceof NotFound) return undefined;
-    // Busy (a lease) is left to the caller, which looks again its own way.
-    if (noFollow === undefined || isBusy(error)) throw error;
-    // A link, a directory or a FIFO refused the access: say what it is. A regular file failed.
-    const kind = await otherKind(fs, path);
-    if (kind !== null) return kind;
-    throw error;
-  }
 }
 
 /** A regular file opened by `openIfRegular`, and its size. */

@@ -1,0 +1,60 @@
+// Layout records on the real filesystem (nodeFs, on Node and on Deno's Node layer): a record an
+// agent can write, planted as a FIFO, is refused with a typed error naming it, without waiting on
+// it (a plain read of a FIFO blocks until a writer comes).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdtemp, realpath, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import process from "node:process";
+import { nodeFs } from "../adapters/node.ts";
+import {
+  createRootSession,
+  LayoutRecordError,
+  readControl,
+  readHandoff,
+  readSessionState,
+} from "../layout.ts";
+import { CONTRACTS, deterministic } from "./layout_fixtures.ts";
+
+if (process.platform !== "win32") {
+  test("control.json, handoff.json and state.json planted as FIFOs are refused by name, without waiting on them", async () => {
+    const repo = await realpath(await mkdtemp(join(tmpdir(), "loop-layout-fifo-")));
+    const fs = nodeFs();
+    try {
+      const { paths, dir } = await createRootSession(fs, {
+        repoRoot: repo,
+        goal: "Read records safely",
+        ...CONTRACTS,
+        ...deterministic(),
+      });
+      const reads: [string, () => Promise<unknown>][] = [
+        [paths.controlJson, () => readControl(fs, paths)],
+        [paths.handoffJson, () => readHandoff(fs, paths)],
+        [paths.stateJson, () => readSessionState(fs, dir)],
+      ];
+      for (const [file, read] of reads) {
+        await rm(file);
+        execFileSync("mkfifo", [file]);
+        // A read that waits on the FIFO never settles: the timer fails the test instead.
+        let timer: ReturnType<typeof setTimeout> | undefined;
+        const waited = new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(new Error(`waited on the FIFO at ${file}`)), 5_000);
+        });
+        try {
+          await assert.rejects(Promise.race([read(), waited]), (error: unknown) => {
+            assert.ok(error instanceof LayoutRecordError, String(error));
+            assert.equal(error.file, file);
+            assert.match(error.message, /not a regular file \(a FIFO, socket or device\)/);
+            return true;
+          });
+        } finally {
+          clearTimeout(timer);
+        }
+      }
+    } finally {
+      await rm(repo, { recursive: true, force: true });
+    }
+  });
+}
