@@ -10,6 +10,7 @@ import {
   ImmutableArtifactError,
   iterationName,
   LayoutError,
+  LayoutOptionError,
   LayoutRecordError,
   LogicalReferenceResolver,
   RAW_SUBAREAS,
@@ -475,4 +476,45 @@ test("a sealed acceptance whose sidecar became a directory is refused by name, c
     },
   );
   assert.deepEqual(fs.snapshotTree(), before);
+});
+
+test("an invalid iteration or workflow id (and, for a git receipt, attempt id) is a LayoutOptionError naming the field, before anything is written", async () => {
+  const { fs, paths } = await setup();
+  const options = { prompt: "p", pathsMap: {}, ...deterministic() };
+  const before = fs.snapshotTree("/");
+  const bad: [Partial<AttemptIdentity>, string][] = [
+    [{ iteration: -1 }, "iteration"],
+    [{ iteration: 1.5 }, "iteration"],
+    [{ workflowId: "../x" }, "workflowId"],
+    [{ workflowId: "" }, "workflowId"],
+    [{ attemptId: "../a" }, "attemptId"],
+    [{ attemptId: 7 as unknown as string }, "attemptId"],
+  ];
+  for (const [change, field] of bad) {
+    const attempt = { ...ATTEMPT, ...change };
+    const named = (error: unknown): boolean => {
+      assert.ok(error instanceof LayoutOptionError, `${field}: ${String(error)}`);
+      assert.equal(error.option, field);
+      assert.equal(error.value, change[field as keyof AttemptIdentity]);
+      return true;
+    };
+    if (field === "attemptId") {
+      // The attempt's path does not hold its id: trace_ref.json is named, at its field.
+      await assert.rejects(createAttemptArtifacts(fs, paths, attempt, options), (error) => {
+        assert.ok(error instanceof LayoutRecordError, String(error));
+        assert.equal(error.file, paths.attempt(ATTEMPT.iteration, "outer").traceRefJson);
+        assert.equal(error.path, "attempt_id");
+        return true;
+      });
+    } else await assert.rejects(createAttemptArtifacts(fs, paths, attempt, options), named);
+    await assert.rejects(
+      writeGitReceipt(fs, paths, ROOT_ID, attempt, "after", {
+        head: null,
+        branch: null,
+        dirty: null,
+      }),
+      named,
+    );
+  }
+  assert.deepEqual(fs.snapshotTree("/"), before);
 });

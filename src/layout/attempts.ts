@@ -19,6 +19,7 @@ import {
 } from "../port/durable.ts";
 import { dirname, join } from "../port/path.ts";
 import { ImmutableArtifactError, LayoutError } from "./errors.ts";
+import { checkAttemptIdentity } from "./_attempt_identity.ts";
 import {
   bytesEqual,
   encodeJson,
@@ -88,9 +89,10 @@ const SNAPSHOT_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
  * layout is the one the session's `session.json` records, whatever `session` was built for, and
  * it is read before anything is written.
  *
- * Everything is checked before the first write: the iteration, the workflow id and the attempt
- * id (each one safe path component; an invalid one is a `LayoutRecordError` naming
- * `trace_ref.json` and the field), the `trace_ref.json` record against its own reader's schema,
+ * Everything is checked before the first write: the iteration and the workflow id (the path of
+ * the attempt is built from them: an invalid one is a `LayoutOptionError` naming the field), the
+ * attempt id (one safe path component; an invalid one is a `LayoutRecordError` naming
+ * `trace_ref.json` and `attempt_id`), the `trace_ref.json` record against its own reader's schema,
  * every snapshot file name, and that no snapshot file of the attempt was frozen with other
  * contents (`ImmutableArtifactError`). Calls for one attempt run one at a time.
  */
@@ -106,6 +108,7 @@ export async function createAttemptArtifacts(
   requireFolded(session, await readSessionLayout(fs, session.dir));
   const resolved = resolveWriteOptions(options);
   const durability = resolved.durability;
+  checkAttemptIdentity(attempt, false);
   const paths = session.attempt(attempt.iteration, attempt.workflowId);
   const traceRef = parseTraceRef(
     {

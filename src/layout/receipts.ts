@@ -45,6 +45,7 @@ import {
   stateEvalSeals,
 } from "./records.ts";
 import type { AttemptIdentity } from "./attempts.ts";
+import { checkAttemptIdentity } from "./_attempt_identity.ts";
 import { confined } from "./no_links.ts";
 import { serializedOn } from "./serial.ts";
 import { readSessionLayout, readSessionState, requireOwnSession } from "./tree.ts";
@@ -80,8 +81,9 @@ export interface WrittenGitReceipt {
  * layout is refused (`UnsupportedLayoutError`) before anything is written, whatever layout
  * `session` was built for.
  *
- * The attempt identity and the whole receipt are validated before anything is written (an
- * invalid attempt id writes neither the raw files nor the receipt), and `sessionId` must be the
+ * The attempt identity (`checkAttemptIdentity`: an invalid iteration, workflow id or attempt id
+ * is a `LayoutOptionError` naming the field) and the whole receipt are validated before anything
+ * is written (neither the raw files nor the receipt), and `sessionId` must be the
  * session's own, as its `session.json` records (else a `LayoutRecordError` at `session_id`). A receipt is written once:
  * writing it again for the same attempt with the same contents (everything but `created_at`)
  * returns the existing receipt and writes nothing; a different attempt or other contents is an
@@ -103,6 +105,7 @@ export async function writeGitReceipt(
   requireFolded(session, await readSessionLayout(fs, session.dir));
   const resolved = resolveWriteOptions(options);
   const durability = resolved.durability;
+  checkAttemptIdentity(attempt);
   const paths = session.attempt(attempt.iteration, attempt.workflowId);
   const file = paths.gitReceipt(phase, attempt.attemptId);
   await requireOwnSession(fs, session.dir, sessionId, file, "session_id");
