@@ -75,6 +75,34 @@ test("a child's session.json or parent.json that is a directory is a TopologyErr
   }
 });
 
+test("a root's or a child's session.json planted as a symlink is a TopologyError of the tree holding it, naming the manifest", async () => {
+  for (const which of ["root", "child"] as const) {
+    const fs = await newRepo();
+    const tree = await buildFoldedTree(fs);
+    const [dir, id] = which === "root"
+      ? [tree.root.dir, tree.rootId]
+      : [tree.child.dir, tree.childId];
+    const manifest = `${dir}/session.json`;
+    await fs.writeFile("/repo/copy.json", await fs.readFile(manifest));
+    await fs.remove(manifest);
+    await fs.symlink("/repo/copy.json", manifest);
+    for (
+      const call of [
+        () => loadSessionTree(fs, "/repo", id),
+        () => pruneRaw(fs, "/repo/.loopy_loop", { dryRun: true, sessionId: id }),
+      ]
+    ) {
+      await assert.rejects(call(), (error: unknown) => {
+        assert.ok(error instanceof TopologyError, `${which}: ${String(error)}`);
+        assert.match(error.message, /belongs to an invalid topology/);
+        assert.match(error.message, /may not be a symlink/);
+        assert.ok(error.message.includes(`'${manifest}'`), error.message);
+        return true;
+      });
+    }
+  }
+});
+
 /** A handoff's JSON text whose accepted outcome is `outcome`, by attempt `attemptId`. */
 function handoffText(sessionId: string, goal: string, attemptId: string, outcome: string): string {
   return JSON.stringify({

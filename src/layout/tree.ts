@@ -255,7 +255,7 @@ async function scanNode(
       const childManifest = join(childDir, "session.json");
       const childManifestKind = await entryKind(fs, childManifest);
       if (childManifestKind === "symlink") {
-        throw new TopologyError(childDir, "Session manifest may not be a symlink");
+        throw new TopologyError(childManifest, "Session manifest may not be a symlink");
       }
       if (childManifestKind === undefined) continue;
       if (childManifestKind !== "file") {
@@ -307,10 +307,9 @@ async function checkParentManifest(
 /** True when the directory tree under `topDir` physically holds a session dir named `id`. */
 async function physicallyContains(fs: FileSystem, dir: string, id: string): Promise<boolean> {
   if (basename(dir) === id) {
-    // A manifest of the wrong kind (a directory) still marks the session's directory: the tree
-    // holding it is reported as invalid rather than the id as unknown.
-    const kind = await entryKind(fs, join(dir, "session.json"));
-    if (kind !== undefined && kind !== "symlink") return true;
+    // A manifest of the wrong kind (a directory, a symlink) still marks the session's directory:
+    // the tree holding it is reported as invalid rather than the id as unknown.
+    if ((await entryKind(fs, join(dir, "session.json"))) !== undefined) return true;
   }
   const childrenDir = join(dir, CHILDREN_DIRNAME);
   if ((await entryKind(fs, childrenDir)) !== "directory") return false;
