@@ -5,7 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import type { FileSystem } from "../src/port/fs.ts";
-import { LogicalReferenceResolver, pruneRaw } from "../layout.ts";
+import { LogicalReferenceResolver, pruneRaw, PRUNING_PREFIX } from "../layout.ts";
 import { buildFoldedTree } from "./fixtures/folded_tree.ts";
 
 /**
@@ -82,4 +82,28 @@ test("on a case-sensitive filesystem, RAW/ is another directory than raw/", asyn
   const durable = await resolver.resolve("session:/RAW/0001_outer");
   assert.deepEqual([durable.exists, durable.status], [true, "present"]);
   assert.equal(durable.path, `${tree.root.dir}/RAW/0001_outer`);
+});
+
+test("a prune leftover named with its prefix in other case is gone for readers, as its exact spelling is", async () => {
+  const memory = new MemoryFs();
+  await memory.mkdir("/repo");
+  const tree = await buildFoldedTree(memory);
+  // A prune stopped after moving raw/0001_outer aside.
+  await memory.rename(
+    tree.prunable[0] as string,
+    `${tree.root.rawDir}/${PRUNING_PREFIX}1a2b3c4d-0001_outer`,
+  );
+  const { fs } = caseInsensitive(memory);
+  const resolver = await LogicalReferenceResolver.forSession(fs, {
+    repoRoot: "/repo",
+    sessionId: tree.rootId,
+  });
+  for (const prefix of [".pruning-", ".PRUNING-", ".Pruning-"]) {
+    for (const raw of ["raw", "RAW"]) {
+      const resolved = await resolver.resolve(
+        `session:/${raw}/${prefix}1a2b3c4d-0001_outer/eval/report.json`,
+      );
+      assert.deepEqual([resolved.exists, resolved.status], [false, "pruned"], `${raw}/${prefix}`);
+    }
+  }
 });

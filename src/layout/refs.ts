@@ -267,7 +267,7 @@ export class LogicalReferenceResolver {
       return {
         canonical: canonicalReference("session", owner.sessionId, ownerRelative),
         prunable: inRaw,
-        renamedAway: inRaw && (inside[1] ?? "").startsWith(PRUNING_PREFIX),
+        renamedAway: inRaw && isPruningName(inside[1] ?? ""),
       };
     }
     const relative = relativeWithin(this.tree.repoRoot, path) ?? "";
@@ -276,7 +276,7 @@ export class LogicalReferenceResolver {
     // aside as `.pruning-*` in `traces/`, `traces/<root>/sessions/` and the outbox.
     const mirror = segments[0] === LOOPY_DIRNAME && segments.length >= 3 &&
       (segments[1] === "traces" || segments[1] === "trace_finalization_outbox");
-    const renamed = (index: number): boolean => (segments[index] ?? "").startsWith(PRUNING_PREFIX);
+    const renamed = (index: number): boolean => isPruningName(segments[index] ?? "");
     return {
       canonical: canonicalReference("repo", undefined, relative),
       prunable: mirror,
@@ -754,4 +754,13 @@ function canonicalReference(
   relativePath: string,
 ): string {
   return id === undefined ? `${scope}:/${relativePath}` : `${scope}:${id}:/${relativePath}`;
+}
+
+/**
+ * True for the name of an entry a prune moved aside (`.pruning-*`), in any letter case: on a
+ * case-insensitive filesystem a reference may spell the prefix otherwise and still reach it, and
+ * no entry the engine writes has a name of this form, so none is evidence in any spelling.
+ */
+function isPruningName(name: string): boolean {
+  return name.slice(0, PRUNING_PREFIX.length).toLowerCase() === PRUNING_PREFIX;
 }
