@@ -33,6 +33,7 @@ import {
   writeText,
 } from "./layout_fixtures.ts";
 import { repeatsEarlierCrashState } from "./_crash.ts";
+import { gate, hookedFs } from "./_hooks.ts";
 
 const ROOT_DIR = "/repo/.loopy_loop/sessions/001_ship-the-ultimate-memory-program";
 
@@ -354,4 +355,52 @@ test("removeStagingLeftovers with a session id removes that id's staging directo
     ".staging-001_ship-notes",
   ]);
   assert.deepEqual((await fs.readDir(scope)).map((entry) => entry.name), ["001_ship"]);
+});
+
+test("removing staging leftovers while a creation publishes never empties a session a creation reported", async () => {
+  const memory = await newRepo();
+  const exists = (path: string) => memory.lstat(path).then(() => true, () => false);
+  const atPublish = gate();
+  const release = gate();
+  let staging = "";
+  let final = "";
+  // The creation pauses right before it renames its staging directory into place.
+  const creatorFs = hookedFs(memory, {
+    async before(method, args) {
+      const [from, to] = args.map(String);
+      if (method === "rename" && from!.includes("/.staging-") && !to!.includes("/.staging-")) {
+        [staging, final] = [from!, to!];
+        atPublish.open();
+        await release.wait;
+      }
+    },
+  });
+  const creating = createRootSession(creatorFs, {
+    repoRoot: "/repo",
+    goal: "Publish while leftovers are removed",
+    ...CONTRACTS,
+    ...deterministic(),
+  });
+  await atPublish.wait;
+  // The recursive remove is under way when the creation's rename lands: a removal that walks
+  // the directory it opened goes on in it wherever it now is (as a removal by directory handle
+  // does on a real filesystem).
+  const removerFs = hookedFs(memory, {
+    async before(method, args) {
+      if (method !== "remove" || !String(args[0]).includes("/.staging-")) return;
+      release.open();
+      await creating.catch(() => undefined);
+      if (!(await exists(String(args[0]))) && await exists(final)) {
+        await memory.remove(final, { recursive: true });
+      }
+    },
+  });
+  await removeStagingLeftovers(removerFs, "/repo/.loopy_loop/sessions").catch(() => undefined);
+  const outcome = await creating.then(() => "published", () => "failed");
+  assert.ok(staging !== "" && final !== "");
+  if (outcome === "published") {
+    assert.ok(await exists(`${final}/session.json`), "a reported session is whole");
+  } else assert.equal(await exists(final), false, "a failed creation published nothing");
+  const names = (await memory.readDir("/repo/.loopy_loop/sessions")).map((entry) => entry.name);
+  assert.deepEqual(names.filter((name) => name.startsWith(".staging-")), []);
 });

@@ -558,6 +558,12 @@ async function removeStaging(fs: FileSystem, stagingDir: string): Promise<void> 
  * root or a `children/` directory). With `sessionId`, only that session's leftovers
  * (`.staging-<sessionId>-<8 hex>`: not those of another id that begins with `<sessionId>-`).
  * Returns the names removed.
+ *
+ * A staging directory may also be a creation still running (here or in another process): each
+ * one is first renamed to a fresh staging name of the same session and removed from there, so a
+ * creation that publishes it first keeps its session whole (the rename finds nothing, and the
+ * name is not reported), and one that publishes later fails instead of publishing a directory
+ * being emptied.
  */
 export async function removeStagingLeftovers(
   fs: FileSystem,
@@ -571,7 +577,16 @@ export async function removeStagingLeftovers(
       ? entry.name.startsWith(STAGING_PREFIX)
       : stagingSessionId(entry.name) === sessionId;
     if (!ours) continue;
-    await fs.remove(join(scopeDir, entry.name), { recursive: true });
+    const random = globalThis.crypto.randomUUID().replace(/-/g, "").slice(0, 8);
+    const id = stagingSessionId(entry.name) ?? "removed";
+    const aside = join(scopeDir, `${STAGING_PREFIX}${id}-${random}`);
+    try {
+      await fs.rename(join(scopeDir, entry.name), aside);
+    } catch (error) {
+      if (error instanceof NotFound) continue; // published or removed meanwhile
+      throw error;
+    }
+    await fs.remove(aside, { recursive: true });
     removed.push(entry.name);
   }
   return removed;
