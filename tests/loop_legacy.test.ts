@@ -7,6 +7,7 @@ import fc from "fast-check";
 import { MemoryFs } from "../adapters/memory.ts";
 import { sha256Hex } from "../src/port/sha256.ts";
 import {
+  CorruptSessionError,
   SessionCwdError,
   SessionFormatError,
   SessionNotFoundError,
@@ -154,6 +155,148 @@ test("a read-only open of a never-migrated legacy file an uncommitted delete sta
   const names = (await crashed.readDir(COLLECTION)).map((e) => e.name).sort();
   assert.deepEqual(names, [ID, `${ID}.jsonl`, "archive.json"]);
   assert.ok(await store.archive.isArchived(CWD, ID));
+});
+
+/**
+ * `fs` (synced) after a delete of the archived sessions `ids` crashed right after the operation
+ * `at` picks (a rename of an entry into the staging directory, or of the commit marker), with
+ * every unsynced change kept; and the delete's staging directory.
+ */
+async function crashedDelete(
+  fs: MemoryFs,
+  ids: readonly string[],
+  at: (r: { op: string; path: string; to?: string }) => boolean,
+): Promise<{ fs: MemoryFs; staging: string }> {
+  await new SessionStore({ fs, agentDir: AGENT }).archive.set(CWD, ids, true);
+  fs.syncAll();
+  const probe = fs.clone();
+  probe.resetCounter();
+  await new SessionStore({ fs: probe, agentDir: AGENT }).archive.delete(CWD, ids);
+  const n = probe.operationLog.find(at)!.number;
+  const running = fs.clone();
+  running.resetCounter();
+  running.crashAfter(n);
+  await assert.rejects(new SessionStore({ fs: running, agentDir: AGENT }).archive.delete(CWD, ids));
+  const crashed = running.crash({ seed: 0, tailMode: "whole", extraJournal: "all" });
+  const name = (await crashed.readDir(COLLECTION)).find((e) => e.name.startsWith(".delete-"));
+  assert.ok(name !== undefined, "no delete staging directory");
+  return { fs: crashed, staging: `${COLLECTION}/${name.name}` };
+}
+
+/** The operations of `MemoryFs` that change nothing. */
+const READS = new Set([
+  "readFile",
+  "readFileNoFollow",
+  "openNoFollow",
+  "readDir",
+  "stat",
+  "lstat",
+  "realPath",
+  "readLink",
+  "read",
+  "fstat",
+  "close",
+]);
+
+for (const migrated of [false, true]) {
+  test(
+    `a writable open of a ${
+      migrated ? "migrated" : "never-migrated"
+    } legacy file that a delete with an unreadable journal staged reports that journal, as readers do`,
+    async () => {
+      const { fs: base } = await setup(legacyText(header(), conversation(2)));
+      if (migrated) {
+        await (await new SessionStore({ fs: base, agentDir: AGENT }).open(LEGACY)).close();
+      }
+      // A crash once the last entry (the legacy file, or the directory after it) was staged.
+      const moved = migrated ? DIR : LEGACY;
+      const { fs, staging } = await crashedDelete(
+        base,
+        [ID],
+        (r) => r.op === "rename" && r.path === moved,
+      );
+      const journal = `${staging}/intent.json`;
+      await fs.writeFile(journal, encoder.encode("{"));
+      const tree = snapshot(fs);
+      const store = new SessionStore({ fs, agentDir: AGENT });
+      const listed = await store.listDetailed(CWD);
+      assert.deepEqual(listed.failures.map((f) => [f.id, f.path]), [[ID, journal]]);
+      const reportsJournal = (error: unknown): boolean =>
+        error instanceof CorruptSessionError && error.file === journal &&
+        error.message.includes("no readable journal");
+      await assert.rejects(store.open(LEGACY, { readOnly: true }), reportsJournal);
+      await assert.rejects(store.open(LEGACY), reportsJournal);
+      // Recovery keeps the staging directory; nothing was migrated or moved.
+      assert.deepEqual(snapshot(fs), tree);
+      assert.deepEqual((await store.cleanup(CWD)).kept, [staging]);
+    },
+  );
+}
+
+test("a read-only open of a legacy file whose delete committed writes nothing, even to finish the delete, and says not found", async () => {
+  const { fs: base } = await setup(legacyText(header(), conversation(2)));
+  await (await new SessionStore({ fs: base, agentDir: AGENT }).open(LEGACY)).close();
+  // A crash right after the commit marker was renamed in: the delete is done for every reader,
+  // its staged entries still wait for recovery to remove them.
+  const { fs } = await crashedDelete(
+    base,
+    [ID],
+    (r) => r.op === "rename" && r.to?.endsWith("/committed") === true,
+  );
+  const tree = fs.snapshotTree("/");
+  fs.resetCounter();
+  await assert.rejects(
+    new SessionStore({ fs, agentDir: AGENT }).open(LEGACY, { readOnly: true }),
+    (error: unknown) => error instanceof SessionNotFoundError && error.file === LEGACY,
+  );
+  assert.deepEqual(fs.snapshotTree("/"), tree, "a read-only open changed the filesystem");
+  const written = fs.operationLog.filter((r) => !READS.has(r.op)).map((r) => `${r.op} ${r.path}`);
+  assert.deepEqual(written, []);
+  // Where nothing can be written (a read-only collection), the answer is the same.
+  fs.failAt(1, {
+    error: "EACCES",
+    persistent: true,
+    ops: ["writeFile", "rename", "remove", "mkdir", "chmod", "symlink", "syncDir", "write"],
+  });
+  await assert.rejects(
+    new SessionStore({ fs, agentDir: AGENT }).open(LEGACY, { readOnly: true }),
+    SessionNotFoundError,
+  );
+  fs.clearFaults();
+  assert.deepEqual(fs.snapshotTree("/"), tree);
+  // A writer's structural operation finishes the delete, as before.
+  assert.equal((await new SessionStore({ fs, agentDir: AGENT }).cleanup(CWD)).finished.length, 1);
+});
+
+test("a read-only open that migrates a legacy file leaves another session's interrupted delete to recovery", async () => {
+  const other = "1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f";
+  const history = conversation(2);
+  const { fs: base } = await setup(legacyText(header(), history));
+  const otherLegacy = `${COLLECTION}/${other}.jsonl`;
+  await base.writeFile(
+    otherLegacy,
+    encoder.encode(legacyText(header({ id: other }), conversation(1))),
+    { mode: 0o600 },
+  );
+  // The other session's delete crashed once its legacy file was staged (not committed).
+  const { fs, staging } = await crashedDelete(
+    base,
+    [other],
+    (r) => r.op === "rename" && r.path === otherLegacy,
+  );
+  const staged = fs.snapshotTree(staging);
+  const listedBefore = await new SessionStore({ fs, agentDir: AGENT }).list(CWD);
+  assert.deepEqual(listedBefore.map((s) => s.id).sort(), [ID, other].sort());
+  // The documented exception: opening a never-migrated legacy file migrates it, read-only too.
+  const reader = await new SessionStore({ fs, agentDir: AGENT }).open(LEGACY, { readOnly: true });
+  assert.deepEqual(reader.messages, history);
+  assert.equal(reader.getSessionPath(), DIR);
+  await reader.close();
+  // Nothing of the other session moved: its delete is still staged, and still did not happen.
+  assert.deepEqual(fs.snapshotTree(staging), staged);
+  const listed = await new SessionStore({ fs, agentDir: AGENT }).list(CWD);
+  assert.deepEqual(listed.map((s) => s.id).sort(), [ID, other].sort());
+  assert.equal(listed.find((s) => s.id === other)?.archived, true);
 });
 
 test("open() of a legacy file publishes the three-file directory and keeps the file as a backup", async () => {

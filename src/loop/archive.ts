@@ -38,12 +38,19 @@
  * staging directory, before its own entries; its rollback puts them back last, into the
  * collection when their name is free, otherwise keeping them the same way), so none is left to be
  * moved back once the session is gone; once finished it recovers the staging directories it took
- * them from, which hold nothing of its sessions any more. A failure after
- * the commit point is reported and never rolled back: the sessions stay gone, and what is still
- * staged is removed by the next recovery. After a crash, the next structural operation in the
- * collection (or `SessionStore.cleanup`) reads the journal: with `committed` it finishes the
- * removal, without it it rolls back. Each session is therefore either fully present
- * or fully gone, and after a successful delete nothing of it can reappear.
+ * them from, which hold nothing of its sessions any more. A session's legacy backup, directory or
+ * compaction copy whose name exists again in the collection stops the rollback instead (the staged
+ * copy may be the only one of the session): recovery keeps the staging directory with its journal,
+ * which still restores membership, and reports it as kept. Until the user keeps one of the two
+ * copies (moving the other out of the collection) and runs cleanup, archiving, restoring and
+ * deleting that session are refused with a `CorruptSessionError` naming the journal: a delete
+ * would remove only the copy in place, and the next recovery would bring the staged one back; a
+ * restore would be outweighed by the journal. A failure after the commit point is reported and
+ * never rolled back: the sessions stay gone, and what is still staged is removed by the next
+ * recovery. After a crash, the next structural operation in the collection (or
+ * `SessionStore.cleanup`) reads the journal: with `committed` it finishes the removal, without it
+ * it rolls back. Each session is therefore either fully present or fully gone, and after a
+ * successful delete nothing of it can reappear.
  *
  * Readers never wait for that recovery and never run it: until the `committed` marker exists, a
  * delete **did not happen** for them. Discovery lists a staged session from inside the staging
@@ -222,7 +229,10 @@ export class SessionArchive {
 
   /**
    * Archives (`archived` true) or restores sessions: adds or removes the ids idempotently,
-   * keeping insertion order. Only archive.json changes. Rejects an invalid id before anything.
+   * keeping insertion order. Only archive.json changes. Rejects an invalid id before anything,
+   * and (`CorruptSessionError` naming the journal, changing nothing) a session whose legacy file,
+   * directory or compaction copy a delete staging directory kept by recovery still holds (see
+   * the module doc): that journal's membership would still count for it.
    */
   async set(cwd: string | undefined, ids: readonly string[], archived: boolean): Promise<void> {
     const selected = checkIds(ids, "Invalid archived session ID");
@@ -234,6 +244,7 @@ export class SessionArchive {
     if (selected.length === 0) return;
     const context = this.#host.context;
     await this.#host.exclusive(collection, async () => {
+      await refuseKeptSessions(context.fs, collection, selected, archived ? "archive" : "restore");
       const current = await readArchiveMembership(context.fs, collection);
       const members = new Set(current);
       for (const id of selected) {
@@ -269,7 +280,10 @@ export class SessionArchive {
    * Deletes sessions with everything that belongs to them (see the module doc). Every id must be
    * listed in the collection (`SessionNotFoundError`) and, unless `archivedOnly` is false,
    * archived (`SessionNotArchivedError`). With an undefined cwd, a session that cannot be read
-   * (corrupt) may be deleted too.
+   * (corrupt) may be deleted too. A session whose legacy file, directory or compaction copy a
+   * delete staging directory kept by recovery still holds (or that a staged delete whose journal
+   * cannot be read holds) is refused with a `CorruptSessionError` naming that journal, and nothing
+   * changes (see the module doc).
    */
   async delete(
     cwd: string | undefined,
@@ -289,6 +303,7 @@ export class SessionArchive {
     const context = this.#host.context;
     if (selected.length === 0) return;
     await this.#host.exclusive(collection, async () => {
+      await refuseKeptSessions(context.fs, collection, selected, "delete");
       const members = await readArchiveMembership(context.fs, collection);
       const found = await this.#host.find(collection, resolved.cwd, selected);
       const listed = new Set(found.sessions.map((s) => s.id));
@@ -429,6 +444,86 @@ async function keptCompanionsOf(
     }
   }
   return out;
+}
+
+/**
+ * Refuses (`CorruptSessionError` naming the staging directory's journal) to archive, restore
+ * (`verb`) or delete any of the sessions `ids` while a delete staging directory of the collection
+ * that recovery kept holds one of their own entries: its legacy file, its directory or a kept
+ * compaction copy of it, staged by a delete whose rollback found that name in the collection
+ * again (the old copy is kept, see `rollBackDeletion`), or anything of it staged by a delete
+ * whose journal cannot be read. The caller holds the collection lock and has recovered it, so
+ * every uncommitted delete still there is one recovery kept. Such a session is still there for
+ * every reader (listed from the staged copy, or from what took its name, with the membership the
+ * journal restores), and neither change could be told apart from nothing: a delete would remove
+ * only what is in place, and the next recovery, once the name is free, would bring the old staged
+ * copy back; a restore would write archive.json while the journal still archives the id. The
+ * user keeps one copy (moving the other out of the collection) and runs cleanup; then the session
+ * is an ordinary one again. Companions (trace files) a rolled-back delete kept are not refused: a
+ * delete takes them along (`keptCompanionsOf`), and their journal restores no membership.
+ */
+async function refuseKeptSessions(
+  fs: FileSystem,
+  collection: string,
+  ids: readonly string[],
+  verb: "archive" | "restore" | "delete",
+): Promise<void> {
+  let listing;
+  try {
+    listing = await fs.readDir(collection);
+  } catch (error) {
+    if (error instanceof NotFound) return;
+    throw error;
+  }
+  const names = listing
+    .filter((entry) => entry.kind === "directory" && entry.name.startsWith(DELETE_PREFIX))
+    .map((entry) => entry.name)
+    .sort();
+  for (const from of names) {
+    const staging = join(collection, from);
+    const listed = await listStaging(fs, staging);
+    if (listed === undefined || isCommitted(listed)) continue;
+    const staged = await withoutEmptyKeptDirs(fs, staging, stagedEntries(listed));
+    const { intent, invalid } = await readIntent(fs, staging);
+    if (intent === undefined) {
+      // Whatever it holds of a session makes listings report that session with this error.
+      const held = staged.some((entry) => {
+        const id = sessionIdOfEntry(entry.name) ?? stagingSessionId(entry.name);
+        return id !== undefined && ids.includes(id);
+      });
+      if (held) throw unreadableJournal(staging, invalid);
+      continue;
+    }
+    // The session's own entries the journal names (not companions): what a rollback puts back.
+    const own = staged
+      .map((entry) => entry.name)
+      .filter((name) => intent.entries.includes(name) && !isCompanion(name, "file"));
+    const name = own.find((name) => {
+      const id = sessionIdOfEntry(name) ?? stagingSessionId(name);
+      return id !== undefined && ids.includes(id);
+    });
+    if (name === undefined) continue;
+    const id = (sessionIdOfEntry(name) ?? stagingSessionId(name)) as string;
+    // What stops its rollback: the first of its entries found in the collection again.
+    let taken: string | undefined;
+    for (const other of own) {
+      if (await entryKind(fs, join(collection, other)) !== undefined) {
+        taken = other;
+        break;
+      }
+    }
+    const why = taken === undefined
+      ? "its rollback did not finish"
+      : `its rollback cannot put it back: ${
+        taken === name ? "that name" : `'${taken}'`
+      } exists again in the collection`;
+    throw new CorruptSessionError(
+      `Cannot ${verb} session ${id}: an interrupted delete keeps '${name}' of it in '${staging}' ` +
+        `(${why}); keep one copy (move the one in the collection, or the staged one, out of ` +
+        `the collection), then run cleanup`,
+      { file: join(staging, DELETE_INTENT_FILE) },
+    );
+  }
 }
 
 /**

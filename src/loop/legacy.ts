@@ -24,7 +24,9 @@
  * published directory either absent or complete; staging leftovers are skipped by readers and
  * removed by the next migration or cleanup.
  *
- * The caller (the store) holds the collection lock and has removed leftovers before migrating.
+ * The caller (the store) holds the collection lock and has recovered the collection's leftovers
+ * before migrating (a read-only open does so only when something of the session is held aside:
+ * a staging directory of it, a copy or its legacy file staged by a delete; see `SessionStore`).
  *
  * @module
  */

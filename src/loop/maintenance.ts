@@ -10,9 +10,11 @@
  *
  * `recoverLeftovers` does this for the collection level and runs, under the collection lock,
  * before every structural operation (migration, archive membership, delete, compaction, legacy
- * backup removal). `cleanupCollection` (`SessionStore.cleanup`) also visits every session
- * directory that no writer holds, removing its `.*.tmp` files and stale lock files while it holds
- * the session's writer lock (so no save can start meanwhile).
+ * backup removal); a read-only open that migrates a legacy file runs it only when something of
+ * that session is held aside (see `SessionStore.open`), and otherwise changes nothing else.
+ * `cleanupCollection` (`SessionStore.cleanup`) also visits every session directory that no writer
+ * holds, removing its `.*.tmp` files and stale lock files while it holds the session's writer lock
+ * (so no save can start meanwhile).
  *
  * @module
  */
@@ -49,11 +51,14 @@ export interface CleanupReport {
   /**
    * Staging directories left in place: a compaction's that holds a session's previous directory
    * while something other than a session directory is where it belongs (or whose name names no
-   * session), a delete's whose journal cannot be read while it holds staged entries, and a
-   * rolled-back delete's that still holds companion files (trace files) whose names exist again
-   * in the collection (a later delete of that session takes them along), or a `kept-<n>` folder
-   * that is not a directory (a link is never followed) or holds something other than its trace
-   * file. The first two may hold a session's only copy. Look at them by hand.
+   * session), a delete's whose journal cannot be read while it holds staged entries, a delete's
+   * whose rollback found a session's legacy file, directory or compaction copy in the collection
+   * again (archiving, restoring and deleting that session are refused until one of the two copies
+   * is moved out of the collection), and a rolled-back delete's that still holds companion files
+   * (trace files) whose names exist again in the collection (a later delete of that session takes
+   * them along), or a `kept-<n>` folder that is not a directory (a link is never followed) or
+   * holds something other than its trace file. The first three may hold a session's only copy.
+   * Look at them by hand.
    */
   readonly kept: string[];
 }

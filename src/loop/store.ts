@@ -233,6 +233,8 @@ interface Staging {
   readonly deleted: string | undefined;
   /** The error of a delete journal that names it and cannot be read. */
   readonly error: SessionError | undefined;
+  /** The staged legacy file (`<id>.jsonl`) of it of an uncommitted delete. */
+  readonly legacy: string | undefined;
 }
 
 /** Where an open reads a session directory from (see `#sourceOf`). */
@@ -404,10 +406,14 @@ export class SessionStore {
    * nothing (its `getSessionPath()` is then that directory). The exception is a session never
    * migrated whose legacy file an uncommitted delete staged: opening it migrates it, which writes
    * anyway, so even a read-only open first recovers the collection (rolling the delete back), or
-   * waits for a delete running in another process. An open that raced a compaction's swap (a log
-   * that does not match the metadata it read, or a file gone) is tried again: a writable open
-   * once, a read-only open while each try finds the session somewhere else (its directory, the
-   * previous directory, its directory again), a few times at most.
+   * waits for a delete running in another process. A read-only open that migrates a legacy file
+   * in place, with nothing of its session held aside, takes the collection lock for the migration
+   * but recovers nothing else; one of a legacy file that is neither in place nor staged (a session
+   * that never existed, or whose delete committed) fails with `SessionNotFoundError` and writes
+   * nothing, not even a lock file. An open that raced a compaction's swap (a log that does not
+   * match the metadata it read, or a file gone) is tried again: a writable open once, a read-only
+   * open while each try finds the session somewhere else (its directory, the previous directory,
+   * its directory again), a few times at most.
    *
    * A writable open refuses a collection that is a symlink (or no directory) with a
    * `SessionFormatError` naming it, before anything (the lock file included) is written; a
@@ -468,20 +474,52 @@ export class SessionStore {
       ) {
         return await this.#openDirectory(dir, true);
       }
-    }
-    await this.#exclusive(collection, async () => {
-      try {
-        const info = await this.fs.lstat(dir);
-        if (info.kind !== "directory") {
-          throw new SessionFormatError(
-            "Published session path is not a directory (symlinks are refused)",
-            { file: dir },
-          );
-        }
-        return; // Published: the directory takes precedence over its backup.
-      } catch (error) {
-        if (!(error instanceof NotFound)) throw error;
+      // Nothing to migrate (no legacy file in place, none staged by an uncommitted delete): the
+      // session does not exist (or its delete committed), and a read-only open says so without
+      // writing anything: no lock file, and no recovery finishing other sessions' operations.
+      if (staging.legacy === undefined && await entryKind(this.fs, path) === undefined) {
+        throw new SessionNotFoundError(`No session at '${path}'`, { file: path });
       }
+    }
+    // A read-only open migrates (the documented exception to writing nothing) under the lock,
+    // but recovers the collection only when something of this session is held aside (below); a
+    // writable open recovers first, as every structural operation does.
+    await this.#exclusive(collection, async () => {
+      const published = async (): Promise<boolean> => {
+        try {
+          const info = await this.fs.lstat(dir);
+          if (info.kind !== "directory") {
+            throw new SessionFormatError(
+              "Published session path is not a directory (symlinks are refused)",
+              { file: dir },
+            );
+          }
+          return true; // Published: the directory takes precedence over its backup.
+        } catch (error) {
+          if (!(error instanceof NotFound)) throw error;
+          return false;
+        }
+      };
+      if (await published()) return;
+      let staging = await this.#staging(dir);
+      // Migration needs the session's leftovers recovered first (see `legacy.ts`): a compaction
+      // staging directory of it (its previous directory goes back in place, where a migration
+      // would publish the stale backup and let recovery remove the newer copy; or a migration's
+      // leftover), a copy an uncommitted delete staged, or its legacy file not in place (an
+      // uncommitted delete staged it: its rollback puts it back). Only then does a read-only
+      // open recover the collection; otherwise it migrates the file in place and nothing else.
+      if (
+        readOnly && (staging.compaction || staging.deleted !== undefined ||
+          await entryKind(this.fs, path) === undefined)
+      ) {
+        await recoverLeftovers(this.#context, collection);
+        if (await published()) return;
+        staging = await this.#staging(dir);
+      }
+      // Still staged by a delete whose journal cannot be read (recovery keeps it): that is what
+      // listings and a read-only open report, never that the session does not exist, and its
+      // backup is not migrated in place of what that delete holds.
+      if (staging.error !== undefined) throw staging.error;
       try {
         await this.fs.lstat(path);
       } catch (error) {
@@ -491,7 +529,7 @@ export class SessionStore {
         throw error;
       }
       await migrateLegacySession(this.#context, path);
-    });
+    }, { recover: !readOnly });
     return await this.#openDirectory(dir, readOnly);
   }
 
@@ -720,11 +758,18 @@ export class SessionStore {
    * What the staging directories of the collection of session directory `dir` hold of it:
    * `compaction` when a compaction staging directory is for it, `deleted` the staged copy of an
    * uncommitted delete (see `inspectDeletion`), `error` when an uncommitted delete staged it but
-   * its journal cannot be read (recovery refuses it with that error).
+   * its journal cannot be read (recovery refuses it with that error), `legacy` its legacy file
+   * as an uncommitted delete staged it.
    */
   async #staging(dir: string): Promise<Staging> {
     const id = basename(dir);
-    const none = { compaction: false, previous: undefined, deleted: undefined, error: undefined };
+    const none = {
+      compaction: false,
+      previous: undefined,
+      deleted: undefined,
+      error: undefined,
+      legacy: undefined,
+    };
     if (!isSessionId(id)) return none;
     const collection = dirname(dir);
     let entries;
@@ -737,6 +782,7 @@ export class SessionStore {
     let compaction = false;
     let previous: string | undefined;
     let error: SessionError | undefined;
+    let legacy: string | undefined;
     for (const entry of entries) {
       if (entry.kind !== "directory") continue;
       if (stagingSessionId(entry.name) === id) {
@@ -746,13 +792,14 @@ export class SessionStore {
         const deletion = await inspectDeletion(this.fs, collection, entry.name);
         if (deletion === undefined) continue;
         if (deletion.error !== undefined && deletion.ids.includes(id)) error ??= deletion.error;
+        legacy ??= deletion.legacy.get(id);
         const staged = deletion.directories.get(id);
         if (staged !== undefined && await entryKind(this.fs, join(staged, META_FILE)) === "file") {
-          return { compaction, previous, deleted: staged, error: undefined };
+          return { compaction, previous, deleted: staged, error: undefined, legacy };
         }
       }
     }
-    return { compaction, previous, deleted: undefined, error };
+    return { compaction, previous, deleted: undefined, error, legacy };
   }
 
   /**
