@@ -14,6 +14,7 @@ import {
   durableAppend,
   ensurePrivateDir,
   stageReplace,
+  writeNewFile,
 } from "../src/port/durable.ts";
 import { dirname } from "../src/port/path.ts";
 import type { FileSystem, MkdirOptions } from "../src/port/fs.ts";
@@ -1048,4 +1049,36 @@ test("a truncate to L then an append keeps the synced bytes below L intact in ev
     assert.ok(seen.has(text), `${JSON.stringify(text)} among ${JSON.stringify([...seen])}`);
   }
   for (const text of seen) assert.ok(text.startsWith("keep"), JSON.stringify(text));
+});
+
+test("a write that fails is the error a recipe reports, even when the close after it fails too; nothing is left behind", async () => {
+  const recipes: [string, (fs: MemoryFs) => Promise<void>][] = [
+    ["atomicReplace", (fs) => atomicReplace(fs, "/d/meta.json", bytes("new"))],
+    ["writeNewFile", (fs) => writeNewFile(fs, "/d/new.json", bytes("new"))],
+    ["durableAppend", (fs) => durableAppend(fs, "/d/events.jsonl", bytes("next\n"))],
+  ];
+  for (const [name, run] of recipes) {
+    const fs = new MemoryFs();
+    await fs.mkdir("/d");
+    await fs.writeFile("/d/meta.json", bytes("old"));
+    await fs.writeFile("/d/events.jsonl", bytes("first\n"));
+    const before = await fs.readDir("/d");
+    fs.failAt(1, { ops: ["write"], error: "ENOSPC", landed: 0 });
+    fs.failAt(1, { ops: ["close"], error: "EIO" });
+    await assert.rejects(run(fs), (error: unknown) => {
+      assert.ok(error instanceof FsIoError, `${name}: ${String(error)}`);
+      assert.equal(error.code, "ENOSPC", name);
+      return true;
+    });
+    fs.clearFaults();
+    // No temp file is left; a file the recipe creates may stay (empty), as a failed create does.
+    const after = (await fs.readDir("/d")).map((entry) => entry.name);
+    assert.deepEqual(
+      after.filter((entry) => !before.some((old) => old.name === entry) && entry !== "new.json"),
+      [],
+      name,
+    );
+    assert.deepEqual(await fs.readFile("/d/meta.json"), bytes("old"), name);
+    assert.deepEqual(await fs.readFile("/d/events.jsonl"), bytes("first\n"), name);
+  }
 });

@@ -155,12 +155,10 @@ export function beginReplace(
       claimed = true;
       const handle = await opening; // a failed create left no file
       try {
-        try {
+        await closingAfter(handle, async () => {
           await handle.write(data);
           if (durability === "full") await handle.sync();
-        } finally {
-          await close(handle);
-        }
+        }, close);
       } catch (error) {
         await remove();
         throw error;
@@ -208,6 +206,27 @@ export function beginReplace(
       await remove();
     },
   };
+}
+
+/**
+ * Runs `body`, then closes `handle` (with `close`, by default its own `close`): the failure of
+ * `body` is the one thrown, a close failing after it being dropped (the write's ENOSPC is what
+ * the caller must see); a close failing after `body` succeeded is thrown.
+ */
+async function closingAfter<T>(
+  handle: FileHandle,
+  body: () => Promise<T>,
+  close: (handle: FileHandle) => Promise<void> = (opened) => opened.close(),
+): Promise<T> {
+  let result: T;
+  try {
+    result = await body();
+  } catch (error) {
+    await close(handle).catch(() => undefined);
+    throw error;
+  }
+  await close(handle);
+  return result;
 }
 
 /** Removes `path` if present; a failure to remove a leftover is not the caller's error. */
@@ -391,12 +410,10 @@ export async function writeNewFile(
 ): Promise<void> {
   const mode = options.mode ?? PRIVATE_FILE_MODE;
   const handle = await fs.open(path, { createNew: true, write: true, mode });
-  try {
+  await closingAfter(handle, async () => {
     await handle.write(data);
     if ((options.durability ?? "full") === "full") await handle.sync();
-  } finally {
-    await handle.close();
-  }
+  });
   await fs.chmod(path, mode);
 }
 
@@ -451,10 +468,11 @@ export async function durableAppend(
       handle = await fs.open(path, { append: true });
     }
   }
-  try {
+  const opened = handle;
+  await closingAfter(opened, async () => {
     let bytes = data;
     const mode = options.mode ?? PRIVATE_FILE_MODE;
-    const info = created ? undefined : await handle.stat();
+    const info = created ? undefined : await opened.stat();
     // An existing file with a wider mode is brought to the file's mode (made durable by the
     // file's fsync below).
     if (info !== undefined && info.mode !== mode) await fs.chmod(path, mode);
@@ -462,15 +480,15 @@ export async function durableAppend(
     if (options.lines === true && info !== undefined) {
       const size = info.size;
       const suspect = suspects?.has(path) === true;
-      if (size > 0 && (suspect || (await handle.read(size - 1, 1))[0] !== NEWLINE)) {
+      if (size > 0 && (suspect || (await opened.read(size - 1, 1))[0] !== NEWLINE)) {
         bytes = new Uint8Array(data.length + 1);
         bytes[0] = NEWLINE;
         bytes.set(data, 1);
       }
     }
     try {
-      await handle.write(bytes);
-      if (durability === "full") await handle.sync();
+      await opened.write(bytes);
+      if (durability === "full") await opened.sync();
     } catch (error) {
       if (suspects === undefined) unsettledTails.set(fs, suspects = new Set());
       suspects.add(path);
@@ -478,9 +496,7 @@ export async function durableAppend(
     }
     // Synced (or, without fsyncs, written): what follows starts after a record of this append.
     suspects?.delete(path);
-  } finally {
-    await handle.close();
-  }
+  });
   if (durability !== "full") return; // nothing is synced in this mode
   // The file's entry in its directory is durable once this process synced the directory after
   // seeing the file: a file found existing may have been created by a process that died before
@@ -586,11 +602,7 @@ export async function syncTree(fs: FileSystem, dir: string): Promise<void> {
     if (entry.kind === "directory") await syncTree(fs, path);
     else if (entry.kind === "file") {
       const handle = await fs.open(path);
-      try {
-        await handle.sync();
-      } finally {
-        await handle.close();
-      }
+      await closingAfter(handle, () => handle.sync());
     }
   }
   await fs.syncDir(dir);
