@@ -926,6 +926,36 @@ for (const write of ["setPinned", "markRead", "commit", "append", "setTitle"] as
   }
 }
 
+for (const write of ["setPinned", "commit", "append", "setTitle"] as const) {
+  for (const gone of ["removed", "moved away"] as const) {
+    test(`a writer's ${write} after an earlier write, once its session directory was ${gone}, is SessionNotFoundError naming meta.json`, async () => {
+      const { fs, store } = await setup();
+      const writer = await store.create(CWD);
+      const history = conversation(2);
+      await writer.commit(history);
+      await writer.setPinned(true); // the directory is known: later writes no longer look
+      const dir = writer.getSessionPath();
+      if (gone === "removed") await fs.remove(dir, { recursive: true });
+      else await fs.rename(dir, "/elsewhere");
+      const saving = write === "setPinned"
+        ? writer.setPinned(false)
+        : write === "commit"
+        ? writer.commit([...history, user("again")])
+        : write === "append"
+        ? writer.append([user("again")])
+        : writer.setTitle({ text: "A title", source: "user", messageIndices: [0] });
+      await assert.rejects(saving, (error: unknown) => {
+        assert.ok(error instanceof SessionNotFoundError, String(error));
+        assert.equal(error.file, `${dir}/meta.json`);
+        assert.ok(error.cause instanceof NotFound);
+        return true;
+      });
+      await writer.close();
+      await assert.rejects(fs.lstat(dir), NotFound);
+    });
+  }
+}
+
 for (const gone of ["removed", "moved away", "replaced by an empty directory"] as const) {
   test(`close() publishes no index.json once the session directory was ${gone}`, async () => {
     const { fs, store } = await setup();

@@ -1425,7 +1425,7 @@ export class SessionManager {
       // retry found it so is dropped: every retry would fail the same way).
       if (refusedSaves.has(error as object)) this.#pending = undefined;
       else this.#keepPending(prepared);
-      throw error;
+      throw await this.#explained(error);
     }
     await this.#publishIndexAfterCommit();
   }
@@ -2139,9 +2139,10 @@ export class SessionManager {
   /**
    * Publishes `next.meta` by atomic replace and makes `next` the committed state: through
    * `staged` when given (a temp file written already, or one begun whose content is written
-   * here), else through a new temp file. When the publication fails, whether meta.json was
-   * replaced is unknown (the rename may have happened before a failed directory fsync): the
-   * attempt is kept and `#reconcile` settles it before the next write.
+   * here), else through a new temp file. When the temp file cannot be written, nothing changed;
+   * when the publication itself fails, whether meta.json was replaced is unknown (the rename may
+   * have happened before a failed directory fsync): the attempt is kept and `#reconcile` settles
+   * it before the next write.
    */
   async #publish(
     next: Committed,
@@ -2152,24 +2153,53 @@ export class SessionManager {
     const data = staged === undefined || "stage" in staged
       ? this.#encodeMeta(next.meta as StorageMeta)
       : undefined;
+    // The new meta.json is written aside first: a failure there changed nothing readers can see
+    // (the attempt is known to have failed, nothing to settle later).
+    let ready: StagedReplace;
+    try {
+      ready = staged === undefined
+        ? await stageReplace(this.#fs, this.#metaFile, data as Uint8Array, {
+          durability: this.#context.durability,
+        })
+        : "stage" in staged
+        ? await staged.stage(data as Uint8Array)
+        : staged;
+    } catch (error) {
+      throw await this.#explained(error);
+    }
     this.#attempt = next;
     this.#attemptIsMetadata = metadataOnly;
     try {
-      if (staged === undefined) {
-        await atomicReplace(this.#fs, this.#metaFile, data as Uint8Array, {
-          durability: this.#context.durability,
-        });
-      } else if ("stage" in staged) await (await staged.stage(data as Uint8Array)).publish();
-      else await staged.publish();
+      await ready.publish();
     } catch (error) {
       // A metadata write the caller is told failed must not be seen by readers in the meantime:
       // it is undone now when possible (else before the next write, or at close).
       if (metadataOnly) await this.#reconcile().catch(() => undefined);
-      throw error;
+      throw await this.#explained(error);
     }
     this.#committed = next;
     this.#attempt = undefined;
     this.#wrote = true;
+  }
+
+  /**
+   * The error a failed write reports: `error` itself, or, for a `NotFound` while meta.json is
+   * gone (the session directory was removed or moved away since it was opened, after the first
+   * write stopped looking: see `#ensureDirectory`), the `SessionNotFoundError` that says so.
+   */
+  async #explained(error: unknown): Promise<unknown> {
+    if (!(error instanceof NotFound) || error instanceof SessionNotFoundError) return error;
+    let present: boolean;
+    try {
+      present = await isRegularFile(this.#fs, this.#metaFile);
+    } catch {
+      return error;
+    }
+    if (present) return error;
+    return new SessionNotFoundError(
+      "Session directory was removed or moved since the session was opened",
+      { file: this.#metaFile, cause: error },
+    );
   }
 
   /**
