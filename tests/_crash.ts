@@ -24,7 +24,7 @@ export interface RunInfo {
  * `tests/memory_crash.test.ts` checks that a crash right after one recovers what a crash right
  * after the operation before it recovers.
  */
-const READ_ONLY_OPERATIONS: ReadonlySet<MemoryOperation> = new Set<MemoryOperation>([
+export const READ_ONLY_OPERATIONS: ReadonlySet<MemoryOperation> = new Set<MemoryOperation>([
   "readFile",
   "readFileNoFollow",
   "openNoFollow",

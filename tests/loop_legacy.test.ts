@@ -26,7 +26,7 @@ import { nodeFs, nodeSha256 } from "../adapters/node.ts";
 import { NotFound } from "../src/port/errors.ts";
 import type { FileSystem } from "../src/port/fs.ts";
 import { linkedBeforeOpen } from "./_hooks.ts";
-import { crashAtEveryOperation, failAtEveryOperation } from "./_crash.ts";
+import { crashAtEveryOperation, failAtEveryOperation, READ_ONLY_OPERATIONS } from "./_crash.ts";
 import { pacedMigrationOnRealFs } from "./_migrate_real.ts";
 import { assistant, conversation, toolResult, user } from "./_fixtures.ts";
 
@@ -183,20 +183,8 @@ async function crashedDelete(
   return { fs: crashed, staging: `${COLLECTION}/${name.name}` };
 }
 
-/** The operations of `MemoryFs` that change nothing. */
-const READS = new Set([
-  "readFile",
-  "readFileNoFollow",
-  "openNoFollow",
-  "readDir",
-  "stat",
-  "lstat",
-  "realPath",
-  "readLink",
-  "read",
-  "fstat",
-  "close",
-]);
+/** The operations of `MemoryFs` that change nothing (a close included). */
+const READS: ReadonlySet<string> = new Set([...READ_ONLY_OPERATIONS, "close"]);
 
 for (const migrated of [false, true]) {
   test(

@@ -72,6 +72,7 @@ import {
   isTempName,
   PRIVATE_DIR_MODE,
   PRIVATE_FILE_MODE,
+  readDirIfExists,
   tempNameFor,
 } from "../port/durable.ts";
 import { join } from "../port/path.ts";
@@ -416,10 +417,7 @@ async function keptCompanionsOf(
     const id = sessionIdOfEntry(name);
     return id !== undefined && ids.includes(id) && isCompanion(name, "file");
   };
-  const names = listing
-    .filter((entry) => entry.kind === "directory" && entry.name.startsWith(DELETE_PREFIX))
-    .map((entry) => entry.name)
-    .sort();
+  const names = deleteStagingNames(listing);
   for (const from of names) {
     const staging = join(collection, from);
     const staged = await listStaging(fs, staging);
@@ -446,6 +444,14 @@ async function keptCompanionsOf(
   return out;
 }
 
+/** The names of the delete staging directories (`.delete-*`) in a collection `listing`, sorted. */
+function deleteStagingNames(listing: readonly DirEntry[]): string[] {
+  return listing
+    .filter((entry) => entry.kind === "directory" && entry.name.startsWith(DELETE_PREFIX))
+    .map((entry) => entry.name)
+    .sort();
+}
+
 /**
  * Refuses (`CorruptSessionError` naming the staging directory's journal) to archive, restore
  * (`verb`) or delete any of the sessions `ids` while a delete staging directory of the collection
@@ -468,17 +474,7 @@ async function refuseKeptSessions(
   ids: readonly string[],
   verb: "archive" | "restore" | "delete",
 ): Promise<void> {
-  let listing;
-  try {
-    listing = await fs.readDir(collection);
-  } catch (error) {
-    if (error instanceof NotFound) return;
-    throw error;
-  }
-  const names = listing
-    .filter((entry) => entry.kind === "directory" && entry.name.startsWith(DELETE_PREFIX))
-    .map((entry) => entry.name)
-    .sort();
+  const names = deleteStagingNames(await readDirIfExists(fs, collection));
   for (const from of names) {
     const staging = join(collection, from);
     const listed = await listStaging(fs, staging);
@@ -1303,17 +1299,7 @@ export async function addRestoredMembership(
   collection: string,
   members: string[],
 ): Promise<void> {
-  let entries;
-  try {
-    entries = await fs.readDir(collection);
-  } catch (error) {
-    if (error instanceof NotFound) return;
-    throw error;
-  }
-  const names = entries
-    .filter((entry) => entry.kind === "directory" && entry.name.startsWith(DELETE_PREFIX))
-    .map((entry) => entry.name)
-    .sort();
+  const names = deleteStagingNames(await readDirIfExists(fs, collection));
   for (const name of names) {
     const deletion = await inspectDeletion(fs, collection, name);
     for (const id of deletion?.archived ?? []) if (!members.includes(id)) members.push(id);
