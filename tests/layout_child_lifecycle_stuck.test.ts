@@ -220,3 +220,56 @@ test("a request id pending under another file name is refused by publishChildReq
   await writeText(fs, `${paths.childRequestsPendingDir}/junk.json`, "{not json");
   await publishChildRequest(fs, paths, childRequest("phase-1"));
 });
+
+test("a pending request reusing the running child's request id with another body is rejected; the child keeps running", async () => {
+  const fs = await newRepo();
+  await newRoot(fs);
+  await writeJson(fs, `${paths.childRequestsPendingDir}/a.json`, childRequest("phase-0"));
+  await writeJson(
+    fs,
+    `${paths.childRequestsPendingDir}/b.json`,
+    childRequest("phase-0", { goal: "Deliver phase-0 another way" }),
+  );
+  const first = await processNext(fs);
+  assert.ok(first?.kind === "accepted");
+  const second = await processNext(fs);
+  assert.equal(second?.kind, "rejected");
+  const ledger = await readChildrenLedger(fs, paths, ROOT_ID);
+  assert.deepEqual(ledger.children.map((c) => [c.session_id, c.status]), [
+    [first.childSessionId, "running"],
+  ]);
+  assert.equal((await readJson(fs, paths.stateJson)).active_child_session_id, first.childSessionId);
+  assert.deepEqual(await listPendingChildRequests(fs, paths), []);
+});
+
+test("a child id another root's ledger records but has not published yet is not given to a new child", async () => {
+  const base = await newRepo();
+  const a = await newRoot(base, "First goal");
+  const b = await newRoot(base, "Second goal");
+  await publishChildRequest(base, a.paths, childRequest("phase-1"));
+  const run = (fs: MemoryFs, id: string) =>
+    processNextChildRequest(fs, { repoRoot: "/repo", parentSessionId: id, ...deterministic() });
+  // Where A's acceptance builds its child's staging directory, once the ledger recorded the id.
+  const probe = base.clone();
+  probe.resetCounter();
+  await run(probe, a.sessionId);
+  const log = probe.operationLog;
+  const recorded = log.findIndex((e) => e.op === "rename" && /children\.json$/.test(e.to ?? ""));
+  const building = log.slice(recorded).find((e) => e.op === "mkdir" && /\.staging-/.test(e.path));
+  assert.ok(recorded >= 0 && building !== undefined);
+  const fs = base.clone();
+  fs.resetCounter();
+  fs.failAt(building.number, { ops: ["mkdir"] });
+  await assert.rejects(run(fs, a.sessionId));
+  fs.clearFaults();
+  const aLedger = await readChildrenLedger(fs, a.paths, a.sessionId);
+  assert.deepEqual(aLedger.children.map((c) => c.status), ["dispatching"]);
+  await publishChildRequest(fs, b.paths, childRequest("phase-1"));
+  const rb = await run(fs, b.sessionId);
+  const ra = await run(fs, a.sessionId);
+  assert.ok(rb?.kind === "accepted" && ra?.kind === "accepted");
+  assert.equal(ra.childSessionId, aLedger.children[0]?.session_id);
+  assert.notEqual(rb.childSessionId, ra.childSessionId);
+  await loadSessionTree(fs, "/repo", a.sessionId);
+  await loadSessionTree(fs, "/repo", b.sessionId);
+});

@@ -37,6 +37,7 @@ import {
 import { basename, dirname, join } from "../port/path.ts";
 import {
   ChildRequestError,
+  LayoutError,
   LayoutRecordError,
   LogicalReferenceError,
   SessionStateError,
@@ -45,6 +46,7 @@ import {
 } from "./errors.ts";
 import { appendEvents, type NewEvent } from "./events.ts";
 import { createSessionId } from "./ids.ts";
+import { walkSessionDirs } from "./loopy_root.ts";
 import {
   bytesEqual,
   decodeJson,
@@ -659,8 +661,11 @@ async function admit(
     return {
       reason: "The request id was already accepted with a different body",
       field: "request_id",
-      // An interrupted acceptance of the earlier body can no longer be completed.
-      abandoned: existing !== undefined && LIVE_CHILD_STATUSES.includes(existing.status)
+      // An interrupted acceptance of the earlier body can no longer be completed, unless the
+      // state names its child already: that child runs (the acceptance reached the state, and
+      // only its request's removal from pending/ was left), and only this request is refused.
+      abandoned: existing !== undefined && LIVE_CHILD_STATUSES.includes(existing.status) &&
+          state.active_child_session_id !== existing.session_id
         ? existing
         : undefined,
     };
@@ -916,10 +921,11 @@ function jsonObject(value: unknown, file: string): JsonObject {
 
 /**
  * The id of a new child of `parent`: the next ordinal of its scope (past every id its ledger
- * records), raised further while the id would repeat one of any valid tree of the repository.
- * The engine checks ids across trees when it resolves a reference, so two roots that each
- * requested a child `phase-1` would otherwise both get `01_phase-1`, and neither tree could be
- * resolved again.
+ * records), raised further while the id would repeat one of any valid tree of the repository, or
+ * one another parent's ledger records without having published it yet (a dispatch interrupted,
+ * or one that failed and is dispatched again under the same id). The engine checks ids across
+ * trees when it resolves a reference, so two roots that each requested a child `phase-1` would
+ * otherwise both get `01_phase-1`, and neither tree could be resolved again.
  */
 async function newChildId(
   fs: FileSystem,
@@ -929,15 +935,48 @@ async function newChildId(
   ledger: ChildrenLedger,
 ): Promise<string> {
   const reservedIds = ledger.children.map((c) => c.session_id);
+  const recorded = await idsOtherLedgersRecord(fs, tree.repoRoot, parent.dir);
   for (;;) {
     const childId = await createSessionId(fs, {
       parentSessionDir: parent.dir,
       requestId,
       reservedIds,
     });
-    if (!tree.nodes.has(childId) && !tree.idsElsewhere.has(childId)) return childId;
+    if (!tree.nodes.has(childId) && !tree.idsElsewhere.has(childId) && !recorded.has(childId)) {
+      return childId;
+    }
     reservedIds.push(childId); // the next ordinal past it
   }
+}
+
+/**
+ * The child ids the ledgers (`children.json`) of the repository's sessions other than the one in
+ * `exceptDir` record, published or not. A ledger that cannot be read adds nothing: the tree
+ * holding it is refused by its own reads.
+ */
+async function idsOtherLedgersRecord(
+  fs: FileSystem,
+  repoRoot: string,
+  exceptDir: string,
+): Promise<Set<string>> {
+  const ids = new Set<string>();
+  const { sessions } = await walkSessionDirs(fs, repositoryPaths(repoRoot).sessionsRoot);
+  for (const session of sessions) {
+    if (session.dir === exceptDir) continue;
+    let ledger: AnyChildrenLedger;
+    try {
+      ledger = (await readRecord(
+        confined(fs, session.dir),
+        join(session.dir, "children.json"),
+        (value, file) => parseChildrenLedger(value, file, session.sessionId),
+      )).record;
+    } catch (error) {
+      if (error instanceof LayoutError || error instanceof FsError) continue;
+      throw error;
+    }
+    for (const child of ledger.children) ids.add(child.session_id);
+  }
+  return ids;
 }
 
 async function accept(
