@@ -532,6 +532,35 @@ test("a header line with trailing non-JSON whitespace is valid only when nothing
   assert.deepEqual(snapshot(followed.fs), before);
 });
 
+test("a header line that is JSON only once trimmed, with a line after it, is the JSON error before any header check", async () => {
+  // Version 2 parses every line of the trimmed file before it checks anything: the JSON error of
+  // the header line wins over an unsupported version, an invalid field and a missing cwd.
+  const cases: [string, Record<string, unknown>, boolean][] = [
+    ["an unsupported version", header({ version: 3 }), true],
+    ["an invalid field", header({ permissionPreset: "everything" }), true],
+    ["a missing cwd", header(), false],
+  ];
+  for (const [what, fields, withCwd] of cases) {
+    const { fs, store } = await setup(
+      JSON.stringify(fields) + "\f\n" + JSON.stringify(user("hi")) + "\n",
+    );
+    if (!withCwd) await fs.remove(CWD, { recursive: true });
+    const before = snapshot(fs);
+    const jsonError = (error: unknown): boolean => {
+      assert.ok(error instanceof SessionFormatError, `${what}: ${String(error)}`);
+      assert.match(error.message, /^Invalid JSON/, what);
+      assert.equal(error.file, LEGACY, what);
+      assert.equal(error.path, "header", what);
+      return true;
+    };
+    await assert.rejects(readLegacySession(fs, LEGACY), jsonError);
+    await assert.rejects(store.open(LEGACY), jsonError);
+    // Listed, it is reported (rethrown), never skipped as an unsupported file.
+    await assert.rejects(store.list(undefined, COLLECTION), jsonError);
+    assert.deepEqual(snapshot(fs), before, what);
+  }
+});
+
 test("non-canonical JSON lines keep their bytes; the generation covers them and saves append", async () => {
   const message = user("spaced");
   const spaced = JSON.stringify(message, null, 0).replace(/,"/g, ', "');

@@ -337,6 +337,20 @@ async function scanLegacy(
     let blankAt: number | undefined;
     /** A last line that parsed only after trimming: valid only if nothing follows it. */
     let trimmedError: SessionFormatError | undefined;
+    /** The header line's value when it parsed only after trimming, until what follows is known. */
+    let headerOnceTrimmed: { readonly value: unknown } | undefined;
+    /**
+     * Validates the header's value (validating, without the metadata arrays, checked in the
+     * version-2 order after the cwd and every message by `validateSessionMetadata` below;
+     * otherwise, a fast listing, with them) and runs `beforeMessages` on it.
+     */
+    const judgeHeader = async (value: unknown): Promise<SessionHeader> => {
+      const parsed = validate
+        ? parseHeaderFields(value, { file: path, path: "header" })
+        : parseSessionHeader(value, { file: path, path: "header" });
+      await options.beforeMessages?.(parsed);
+      return parsed;
+    };
     /**
      * The longest prefix of the messages taken so far that leaves no tool call unanswered, and
      * that prefix before the last message was taken (prefix mode).
@@ -440,6 +454,9 @@ async function scanLegacy(
           if (header !== undefined && blankAt === undefined) blankAt = index;
           continue;
         }
+        // A header line that is JSON only once trimmed fails its `JSON.parse` before anything is
+        // checked when a line follows it (the version-2 order: every line is parsed first).
+        if (headerOnceTrimmed !== undefined) throw trimmedError as SessionFormatError;
         if (header === undefined) {
           if (typeof text !== "string") throw text;
           // The version-2 reader trims the whole file: the header line loses its leading
@@ -453,19 +470,16 @@ async function scanLegacy(
             if (trimmed === start) throw parseError(error, path, "header");
             value = parseLine(trimmed, path, "header");
             trimmedError = parseError(error, path, "header");
+            // Judged once the next line (its error) or the end of the file (a valid header) is
+            // known.
+            headerOnceTrimmed = { value };
+            continue;
           }
-          // Validating, the metadata arrays are checked in the version-2 order: after the cwd and
-          // every message (`validateSessionMetadata` below); otherwise (a fast listing) here.
-          header = validate
-            ? parseHeaderFields(value, { file: path, path: "header" })
-            : parseSessionHeader(value, { file: path, path: "header" });
-          await options.beforeMessages?.(header);
+          header = await judgeHeader(value);
           continue;
         }
         records = linesAfterHeader;
         if (stopped) continue;
-        // A header that parsed only after trimming is invalid once a line follows it.
-        if (index === 0 && trimmedError !== undefined) throw trimmedError;
         if (until === "header") break reading;
         try {
           takeMessage(text, chunk, lineStart, byteEnd);
@@ -479,6 +493,8 @@ async function scanLegacy(
       }
       await sink?.flush();
     }
+    // A header line that is JSON once trimmed, with nothing after it: the file's only record.
+    if (headerOnceTrimmed !== undefined) header = await judgeHeader(headerOnceTrimmed.value);
     if (header === undefined) {
       throw new SessionFormatError("Invalid JSON: the session file is empty", {
         file: path,

@@ -218,9 +218,10 @@ export function parseHeaderFields(value: unknown, options: RecordLocation = {}):
       },
     );
   }
-  // Before its fields are read: a header too deep to copy or write is refused by its field.
-  checkNesting(value, MAX_HEADER_NESTING, WHAT, { file: options.file }, base);
+  // Before its fields are read, once the obsolete `runTimings` is dropped (ignored whatever its
+  // value, never written again): a header too deep to copy or write is refused by its field.
   const header = normalizeHeader(value as Record<string, unknown>);
+  checkNesting(header, MAX_HEADER_NESTING, WHAT, { file: options.file }, base);
   const where = { file: options.file, path: base };
   if (!plainFieldsValid(header as unknown as Record<string, unknown>)) {
     checkSchema(headerFields, header, WHAT, where);
