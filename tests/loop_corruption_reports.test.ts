@@ -8,7 +8,14 @@ import { portableSha256 } from "../src/port/sha256.ts";
 import { type SessionError, SessionFormatError } from "../src/loop/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import { verifySession } from "../src/loop/verify.ts";
-import { assistant, conversation, legacySessionBytes, user } from "./_fixtures.ts";
+import {
+  assistant,
+  conversation,
+  legacySessionBytes,
+  toolResult,
+  user,
+  withoutRecordedTitle,
+} from "./_fixtures.ts";
 
 const CWD = "/work/app";
 const AGENT = "/home/user/.loop";
@@ -215,5 +222,45 @@ for (const [runtime, error] of RUNTIME_ERRORS) {
     const reopened = await new SessionStore({ fs, agentDir: AGENT }).open(dir, { readOnly: true });
     assert.equal(reopened.messages.length, 4);
     await reopened.close();
+  });
+}
+
+for (const [runtime, error] of RUNTIME_ERRORS) {
+  test(`a fast listing that reads the log reports a line too long to decode by name, and decodes a lagging index's tail line by line (${runtime})`, async () => {
+    const { fs, store, healthy } = await healthyStore();
+    // A first user message longer than the limit, with an index that records no title: the
+    // fast listing reads the title from the log.
+    const long = await store.create(CWD);
+    await long.commit([user("y".repeat(2 * LIMIT)), assistant("ok")]);
+    await long.close();
+    await withoutRecordedTitle(fs, long.getSessionPath());
+    // A writer still open whose index lags by one round of ~100 KiB of short lines.
+    const lagging = await store.create(CWD);
+    const history = conversation(2);
+    await lagging.commit(history);
+    const more = [...history, user("next")];
+    for (let i = 0; i < 40; i++) {
+      more.push(assistant(`step ${i}`, [{ id: `call-${i}`, name: "read" }]));
+      more.push(toolResult(`call-${i}`, "read", "z".repeat(2500)));
+    }
+    more.push(assistant("done"));
+    await lagging.commit(more);
+    const log = `${long.getSessionPath()}/messages.jsonl`;
+    await withDecodeLimit(error, async () => {
+      const listed = await new SessionStore({ fs, agentDir: AGENT }).listDetailed(
+        CWD,
+        undefined,
+        { fast: true },
+      );
+      assert.deepEqual(listed.sessions.map((s) => s.id).sort(), [healthy, lagging.id].sort());
+      const [failure, ...rest] = listed.failures;
+      assert.ok(failure !== undefined && rest.length === 0, JSON.stringify(listed.failures));
+      assert.equal(failure.id, long.id);
+      assertFormatError(failure.error, log, "messages[0]");
+      const counted = listed.sessions.find((s) => s.id === lagging.id);
+      assert.equal(counted?.userMessageCount, 3);
+      assert.equal(counted?.messageCount, more.length);
+    });
+    await lagging.close();
   });
 }

@@ -5,6 +5,7 @@ import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { MemoryFs } from "../adapters/memory.ts";
+import type { FileSystem } from "../src/port/fs.ts";
 import { nodeFs } from "../adapters/node.ts";
 import { FsIoError, NotFound } from "../src/port/errors.ts";
 import { portableSha256, sha256Hex } from "../src/port/sha256.ts";
@@ -1678,4 +1679,40 @@ test("a link planted as an interrupted compaction's previous directory is never 
   await store.cleanup(CWD);
   assert.equal((await fs.lstat(secret.getSessionPath())).kind, "directory");
   await assert.rejects(fs.lstat(`${COLLECTION}/${id}`), NotFound);
+});
+
+test("a missing log is reported as corruption by a fast listing that would read it, in every read mode", async () => {
+  for (const port of [(fs: MemoryFs): FileSystem => fs, withoutNoFollow]) {
+    const { fs, store, clock } = await setup();
+    // One session whose index records no title (read from the log), one whose index lags (its
+    // tail read from the log); both lose their log.
+    const untitled = await saved(store, clock, conversation(2));
+    await withoutRecordedTitle(fs, untitled.getSessionPath());
+    const lagging = await store.create(CWD);
+    await lagging.commit(conversation(2));
+    await lagging.append([user("more"), assistant("then")]);
+    for (const session of [untitled, lagging]) {
+      await fs.remove(`${session.getSessionPath()}/messages.jsonl`);
+    }
+    const before = fs.snapshotTree(AGENT);
+    const listed = await new SessionStore({ fs: port(fs), agentDir: AGENT }).listDetailed(
+      CWD,
+      undefined,
+      { fast: true },
+    );
+    assert.deepEqual(listed.sessions, []);
+    assert.deepEqual(
+      listed.failures.map((
+        f,
+      ) => [f.id, f.error.constructor.name, (f.error as CorruptSessionError).file])
+        .sort(),
+      [untitled, lagging].map((s) => [
+        s.id,
+        "CorruptSessionError",
+        `${s.getSessionPath()}/messages.jsonl`,
+      ]).sort(),
+    );
+    assert.deepEqual(fs.snapshotTree(AGENT), before);
+    await lagging.close().catch(() => undefined);
+  }
 });

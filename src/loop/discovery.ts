@@ -1332,7 +1332,10 @@ async function scanTail(
   meta: StorageMeta,
   index: RoundIndex,
 ): Promise<{ users: number; title: SessionTitle | undefined } | undefined> {
-  const { handle, size } = await openLog();
+  // A log gone since meta.json was read is left to the full scan, which reports it.
+  const log = await openUnlessMissing(openLog);
+  if (log === undefined) return undefined;
+  const { handle, size } = log;
   let bytes: Uint8Array;
   try {
     // A log shorter than the committed range is left to the full scan, which reports it; a
@@ -1344,11 +1347,18 @@ async function scanTail(
     await handle.close();
   }
   if (bytes.length !== meta.bytes - index.bytes + 1 || bytes[0] !== 10) return undefined;
-  const text = decoder.decode(bytes.subarray(1));
-  const lines = text.split("\n");
-  if (lines.pop() !== "" || lines.length !== meta.messageCount - index.messageCount) {
-    return undefined;
+  // Line by line (the tail may be longer than one string holds); a line that cannot be decoded is
+  // left to the full scan, which reports it by name.
+  const lines: string[] = [];
+  for (let at = 1; at < bytes.length;) {
+    const newline = bytes.indexOf(10, at);
+    if (newline < 0) return undefined; // the committed range ends with a newline
+    const line = decodedOrUndefined(bytes.subarray(at, newline));
+    if (line === undefined) return undefined;
+    lines.push(line);
+    at = newline + 1;
   }
+  if (lines.length !== meta.messageCount - index.messageCount) return undefined;
   let users = 0;
   let title: SessionTitle | undefined;
   for (let i = 0; i < lines.length; i++) {
@@ -1384,7 +1394,10 @@ async function titleFromRounds(
   rounds: readonly RoundEntry[],
 ): Promise<SessionTitle | undefined | typeof INCONSISTENT> {
   if (rounds.length === 0) return undefined;
-  const { handle, size } = await openLog();
+  // A log gone since meta.json was read is left to the full scan, which reports it.
+  const log = await openUnlessMissing(openLog);
+  if (log === undefined) return INCONSISTENT;
+  const { handle, size } = log;
   try {
     // A log shorter than the committed range is not the one meta.json describes (a compaction
     // swapped the directory since meta.json was read, or damage): its lines at these offsets
@@ -1443,7 +1456,7 @@ async function readLineAt(
     skip = 0;
     size = Math.min(size * 4, 4 * 1024 * 1024);
   }
-  if (pieces.length === 1) return decoder.decode(pieces[0]);
+  if (pieces.length === 1) return decodedOrUndefined(pieces[0] as Uint8Array);
   const total = pieces.reduce((sum, piece) => sum + piece.length, 0);
   const out = new Uint8Array(total);
   let at = 0;
@@ -1451,7 +1464,31 @@ async function readLineAt(
     out.set(piece, at);
     at += piece.length;
   }
-  return decoder.decode(out);
+  return decodedOrUndefined(out);
+}
+
+/**
+ * `bytes` decoded as one string; undefined when the runtime cannot hold them in one (the full
+ * scan then reports the line by name, as an open does).
+ */
+function decodedOrUndefined(bytes: Uint8Array): string | undefined {
+  try {
+    return decoder.decode(bytes);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The log `openLog` opens; undefined when it is missing (the full scan reports that). */
+async function openUnlessMissing(
+  openLog: () => Promise<RegularFile>,
+): Promise<RegularFile | undefined> {
+  try {
+    return await openLog();
+  } catch (error) {
+    if (error instanceof NotFound) return undefined;
+    throw error;
+  }
 }
 
 /** A full scan of the committed range (checksum verified) for counts and the fallback title. */
@@ -1494,6 +1531,8 @@ async function scanCommitted(
   });
   if (bad !== undefined) {
     const failure = bad as { index: number; offset: number; error: unknown };
+    // A line too long for one string: the typed error naming it, as an open reports it.
+    if (failure.error instanceof SessionFormatError) throw failure.error;
     throw new CorruptSessionError("Committed message line is not valid JSON", {
       file,
       offset: meta.start + failure.offset,
