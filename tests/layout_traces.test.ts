@@ -20,6 +20,7 @@ import {
 import { newRepo, readJson, writeJson, writeText } from "./layout_fixtures.ts";
 import { sha256Hex } from "../src/port/sha256.ts";
 import { memoryIo } from "./_cli_io.ts";
+import { hookedFs, isRead } from "./_hooks.ts";
 import { runTraces } from "../src/cli/layout.ts";
 import {
   buildMirrorTree,
@@ -510,4 +511,28 @@ test("traces list exits 1 when a trace fails its integrity check, as traces insp
   assert.match(table.out, new RegExp(`trace-${FIRST} +\\S+ +failed`));
   assert.equal((await run(["list", "--json"])).code, 1);
   assert.equal((await run(["inspect", `trace-${FIRST}`])).code, 1);
+});
+
+test("a trace removed while the traces are listed is left out, and the others are listed", async () => {
+  const { fs, tree } = await mirror();
+  const gone = tree.traceDir(ROOT_ATTEMPTS.first.attemptId);
+  let removed = false;
+  // Removed right before its manifest is read, after the scan found it (a prune meanwhile).
+  const racing = hookedFs(fs, {
+    async before(method, args) {
+      if (!removed && isRead(method) && args[0] === `${gone}/trace_manifest.json`) {
+        removed = true;
+        await fs.remove(gone, { recursive: true });
+      }
+    },
+  });
+  const listed = await listTraces(racing, tree.loopyRoot);
+  assert.ok(removed);
+  assert.deepEqual(
+    listed.map((entry) => [entry.manifestId, entry.integrity]),
+    [ROOT_ATTEMPTS.second, ROOT_ATTEMPTS.active, CHILD_ATTEMPT].map((attempt) => [
+      `trace-${attempt.attemptId}`,
+      attempt === ROOT_ATTEMPTS.active ? "not_finalized" : "verified",
+    ]),
+  );
 });

@@ -22,6 +22,7 @@ import type { FileSystem } from "../port/fs.ts";
 import { FsError, NotADirectory, NotFound } from "../port/errors.ts";
 import { basename, dirname, isAbsolute, join, normalize, relativeWithin } from "../port/path.ts";
 import { portableSha256, type Sha256Factory, sha256Hex } from "../port/sha256.ts";
+import { entryKind } from "../port/durable.ts";
 import {
   LayoutRecordError,
   LoopyRootError,
@@ -872,6 +873,10 @@ export async function listTraces(
         problems: problemsOf(report),
       });
     } catch (error) {
+      // A trace removed since the scan found it (a prune of the mirror traces) is not listed.
+      if (error instanceof NotFound && (await entryKind(fs, location.manifestPath)) === undefined) {
+        continue;
+      }
       if (!(error instanceof LayoutRecordError)) throw error;
       out.push({
         ...listedManifest(location, manifest),
