@@ -148,6 +148,8 @@ export function toInfo(stats: Stats): FileInfo {
 const LARGE_READ = 64 * 1024 * 1024;
 /** The most one read call asks for (the runtime refuses lengths past 2 GiB). */
 const MAX_READ_CALL = 1024 * 1024 * 1024;
+/** The most one write call gives (the runtime refuses lengths past 2 GiB, as for reads). */
+const MAX_WRITE_CALL = MAX_READ_CALL;
 
 /**
  * Closes the descriptor of a handle that was dropped without being closed, as a
@@ -237,7 +239,7 @@ export class NodeFileHandle implements FileHandle {
           fd,
           data,
           written,
-          data.length - written,
+          Math.min(data.length - written, MAX_WRITE_CALL),
           position,
         );
         written += bytesWritten;
