@@ -14,6 +14,7 @@ import {
   durableAppend,
   ensurePrivateDir,
   stageReplace,
+  tightenPrivateDir,
   writeNewFile,
 } from "../src/port/durable.ts";
 import { dirname } from "../src/port/path.ts";
@@ -1080,5 +1081,31 @@ test("a write that fails is the error a recipe reports, even when the close afte
     );
     assert.deepEqual(await fs.readFile("/d/meta.json"), bytes("old"), name);
     assert.deepEqual(await fs.readFile("/d/events.jsonl"), bytes("first\n"), name);
+  }
+});
+
+test("a private mode whose sync failed is made durable by the next call that restricts the directory", async () => {
+  const recipes: [string, (fs: MemoryFs) => Promise<unknown>][] = [
+    ["ensurePrivateDir", (fs) => ensurePrivateDir(fs, "/a/d")],
+    ["tightenPrivateDir", (fs) => tightenPrivateDir(fs, "/a/d")],
+  ];
+  for (const [name, run] of recipes) {
+    const base = new MemoryFs();
+    await base.mkdir("/a", { mode: 0o700 });
+    await base.mkdir("/a/d", { mode: 0o755 });
+    base.syncAll();
+    // The sync that makes the new mode durable fails once; the mode already reads 0700.
+    const dry = base.clone();
+    await run(dry);
+    const sync = dry.operationLog.find((op) => op.op === "syncDir" && op.path === "/a/d");
+    assert.ok(sync !== undefined, name);
+    const fs = base.clone();
+    fs.failAt(sync.number);
+    await assert.rejects(run(fs), FsIoError, name);
+    fs.clearFaults();
+    assert.equal((await fs.stat("/a/d")).mode, 0o700, name);
+    await run(fs);
+    const recovered = fs.crash({ seed: 0, tailMode: "none", extraJournal: "none" });
+    assert.equal((await recovered.stat("/a/d")).mode, 0o700, name);
   }
 });

@@ -276,9 +276,15 @@ export async function ensurePrivateDir(
 }
 
 /**
- * Sets the directory `path` to 0700; when it was `widened`, also makes the new mode durable (the
- * directory itself synced under `"full"`), only when the mode did change (an adapter without
- * modes reports the same one before and after).
+ * Directories this process set to the private mode whose new mode a failed sync left out, per
+ * filesystem: their mode reads private already, so whoever restricts them next syncs them again.
+ */
+const undurableModes = new WeakMap<FileSystem, Set<string>>();
+
+/**
+ * Sets the directory `path` to 0700; when it was `widened` (or a sync of its new mode failed
+ * before), also makes the new mode durable (the directory itself synced under `"full"`), only when
+ * the mode did change (an adapter without modes reports the same one before and after).
  */
 async function restrictDir(
   fs: FileSystem,
@@ -287,9 +293,19 @@ async function restrictDir(
   durability: Durability,
 ): Promise<void> {
   await fs.chmod(path, PRIVATE_DIR_MODE);
-  if (widened && durability === "full" && (await fs.lstat(path)).mode === PRIVATE_DIR_MODE) {
+  if (
+    (widened || modeUndurable(fs, path)) && durability === "full" &&
+    (await fs.lstat(path)).mode === PRIVATE_DIR_MODE
+  ) {
+    knownDurable(undurableModes, fs).add(path);
     await fs.syncDir(path);
+    undurableModes.get(fs)?.delete(path);
   }
+}
+
+/** True when this process set `path` to the private mode and has not made that mode durable. */
+function modeUndurable(fs: FileSystem, path: string): boolean {
+  return undurableModes.get(fs)?.has(path) === true;
 }
 
 /**
@@ -310,7 +326,8 @@ export async function tightenPrivateDir(
     if (error instanceof NotFound) return;
     throw error;
   }
-  if (info.kind !== "directory" || info.mode === PRIVATE_DIR_MODE) return;
+  if (info.kind !== "directory") return;
+  if (info.mode === PRIVATE_DIR_MODE && !modeUndurable(fs, path)) return;
   await restrictDir(fs, path, true, durability);
 }
 
