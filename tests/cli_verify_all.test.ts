@@ -218,3 +218,41 @@ test("verify --all reads each collection a fixed number of times, however many s
   const few = await collectionReads(2);
   assert.equal(await collectionReads(20), few);
 });
+
+test("verify (one session and --all) reports a staged copy that holds another session's files", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const held = await saved(store);
+  const other = await saved(store);
+  const collection = dirname(held.dir);
+  // A compaction interrupted between its renames holds the session's previous copy, which now
+  // holds the other session's files (valid on their own).
+  const staging = `${collection}/.staging-${held.id}-abcdef12`;
+  await fs.mkdir(staging);
+  await fs.rename(held.dir, `${staging}/previous`);
+  for (const file of ["meta.json", "messages.jsonl", "index.json"]) {
+    await fs.writeFile(`${staging}/previous/${file}`, await fs.readFile(`${other.dir}/${file}`));
+  }
+  const before = fs.snapshotTree("/");
+  const { io } = memoryIo(fs, CWD, Date.now());
+  const { code, reports } = await verifyAll(io);
+  assert.equal(code, 1);
+  const copy = reports.find((r) => r.dir === `${staging}/previous`);
+  assert.equal(copy?.ok, false, JSON.stringify(reports));
+  assert.ok(
+    copy?.findings.some((f) =>
+      f.kind === "meta" && f.file === `${staging}/previous/meta.json` && f.message.includes(held.id)
+    ),
+    JSON.stringify(copy?.findings),
+  );
+  let out = "";
+  const one = await runCli(["--data-dir", AGENT, "sessions", "verify", held.id, "--json"], {
+    ...io,
+    out: (text) => void (out += text),
+    err: () => undefined,
+  });
+  assert.equal(one, 1);
+  assert.match(out, /is not the session's id/);
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});

@@ -8,6 +8,7 @@ import { salvageSession, verifySession } from "../src/loop/verify.ts";
 import { encodeRoundIndex } from "../src/loop/storage.ts";
 import { assistant, conversation, user } from "./_fixtures.ts";
 import { gate, hookedFs, linkedBeforeOpen } from "./_hooks.ts";
+import { PermissionDenied } from "../src/port/errors.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -536,5 +537,44 @@ test("salvage refuses an id its destination uses in any form (a legacy file, a l
       await assert.rejects(store.salvage(dir, "/rescue", { id }), SessionBusyError);
       assert.deepEqual(fs.snapshotTree("/"), before, form);
     }
+  }
+});
+
+test("verifySession() reports an index.json it cannot read and a cwd it cannot check, and goes on to the log", async () => {
+  for (const damage of ["index.json unreadable", "cwd too long to check"] as const) {
+    const { fs, dir, logPath } = await saved();
+    // The log is damaged too: its findings must still be reported.
+    const log = await fs.readFile(logPath);
+    log[log.indexOf(10) + 1] = 0x21;
+    await fs.writeFile(logPath, log);
+    let port: typeof fs | ReturnType<typeof hookedFs> = fs;
+    if (damage === "index.json unreadable") {
+      const index = `${dir}/index.json`;
+      port = hookedFs(fs, {
+        before(method, args) {
+          if (args[0] === index && /^(open|read)/.test(method)) {
+            throw new PermissionDenied(method, index);
+          }
+        },
+      });
+    } else {
+      const meta = JSON.parse(new TextDecoder().decode(await fs.readFile(`${dir}/meta.json`)));
+      meta.header.cwd = `/${"a".repeat(300)}`;
+      await fs.writeFile(`${dir}/meta.json`, new TextEncoder().encode(JSON.stringify(meta)));
+    }
+    const report = await verifySession(port, dir, options);
+    assert.equal(report.ok, false, damage);
+    const kinds = report.findings.map((f) => `${f.severity} ${f.kind} ${f.file}`);
+    if (damage === "index.json unreadable") {
+      assert.ok(kinds.includes(`warning index ${dir}/index.json`), JSON.stringify(kinds));
+    } else {
+      const cwd = report.findings.find((f) => f.kind === "cwd");
+      assert.equal(cwd?.severity, "error", JSON.stringify(kinds));
+      assert.match(cwd?.message ?? "", /cwd cannot be checked/);
+    }
+    assert.ok(
+      report.findings.some((f) => f.severity === "error" && f.file === logPath),
+      `${damage}: ${JSON.stringify(kinds)}`,
+    );
   }
 });

@@ -884,14 +884,14 @@ async function verify(io: CliIo, flags: StoreFlags, args: readonly string[]): Pr
   // file not migrated yet is read in place, as 'verify --all' reads it.
   const source = located.kind === "legacy"
     ? { file: located.file }
-    : { dir: await realDirectory(io, located.source) };
+    : { dir: await realDirectory(io, located.source), id: located.id };
   const progress = new Progress(io, "verifying", json);
   let report: VerifyReport;
   try {
     progress.update(0, 1);
     report = "file" in source
       ? await verifyLegacy(io, source.file, false) as VerifyReport
-      : await verifySession(io.fs, source.dir, { sha256: io.sha256 });
+      : await verifySession(io.fs, source.dir, { sha256: io.sha256, id: source.id });
   } finally {
     progress.end(); // an error's line never joins the progress line
   }
@@ -1069,6 +1069,7 @@ async function verifyOne(
     // Where the store reads it; a link (or a file) at the session's name is refused, never read.
     return await verifySession(io.fs, await realDirectory(io, located.source), {
       sha256: io.sha256,
+      id: located.id,
     });
   } catch (error) {
     if (!isReportable(error)) throw error;

@@ -8,7 +8,7 @@
  * @module
  */
 import type { EntryKind, FileSystem } from "../port/fs.ts";
-import { NotFound } from "../port/errors.ts";
+import { FsError, NotFound } from "../port/errors.ts";
 import type { Sha256Factory } from "../port/sha256.ts";
 import {
   atomicReplace,
@@ -114,6 +114,12 @@ export interface VerifyOptions {
   readonly sha256: Sha256Factory;
   /** Check that the recorded cwd exists (default true). */
   readonly checkCwd?: boolean;
+  /**
+   * The session id the directory holds, when it is not named by it (a copy an interrupted delete
+   * or compaction staged): `header.id` must be this id, as it must be the name of a directory
+   * named by an id.
+   */
+  readonly id?: string;
 }
 
 interface ScanResult {
@@ -357,13 +363,19 @@ export async function verifySession(
     throw error;
   }
   const name = basename(dir);
-  if (isSessionId(name) && meta.header.id !== name) {
+  const expected = options.id ?? (isSessionId(name) ? name : undefined);
+  if (expected !== undefined && meta.header.id !== expected) {
     // As open and listing refuse it: a directory holding another session (a copy) is not that
-    // session. A directory not named by an id (a staged or salvaged copy) is not checked.
+    // session. A directory not named by an id (a staged or salvaged copy) is checked against the
+    // id given for it, if any.
     findings.push({
       severity: "error",
       kind: "meta",
-      message: `header.id ${JSON.stringify(meta.header.id)} does not match the directory name`,
+      message: options.id === undefined
+        ? `header.id ${JSON.stringify(meta.header.id)} does not match the directory name`
+        : `header.id ${JSON.stringify(meta.header.id)} is not the session's id ${
+          JSON.stringify(options.id)
+        }`,
       file: metaFile,
     });
   }
@@ -431,29 +443,53 @@ export async function verifySession(
     }
   }
   if (options.checkCwd !== false) {
-    const state = await cwdState(fs, meta.header.cwd);
+    // A cwd that cannot even be looked at (a name too long, a link loop) fails an open as well:
+    // reported, and the rest is still verified.
+    let state: Awaited<ReturnType<typeof cwdState>> | FsError;
+    try {
+      state = await cwdState(fs, meta.header.cwd);
+    } catch (error) {
+      if (!(error instanceof FsError)) throw error;
+      state = error;
+    }
     if (state !== "directory") {
       findings.push({
         severity: "error",
         kind: "cwd",
         message: state === "gone"
           ? `cwd no longer exists: ${meta.header.cwd}`
-          : `cwd is not a directory: ${meta.header.cwd}`,
+          : state === "not-directory"
+          ? `cwd is not a directory: ${meta.header.cwd}`
+          : `cwd cannot be checked: ${state.message}`,
         file: metaFile,
       });
     }
   }
   // Read within the size an index of the committed counts can have: a larger file is not parsed.
-  const read = indexKind === undefined || indexKind === "file"
-    ? await readRoundIndexWithin(fs, dir, indexKind === "file", meta)
-    : undefined;
+  // An index that cannot be read is not used (as readers do not use it): a warning, and the rest
+  // is still verified.
+  let read: Awaited<ReturnType<typeof readRoundIndexWithin>> | undefined;
+  try {
+    read = indexKind === undefined || indexKind === "file"
+      ? await readRoundIndexWithin(fs, dir, indexKind === "file", meta)
+      : undefined;
+  } catch (error) {
+    if (!(error instanceof FsError)) throw error;
+    findings.push({
+      severity: "warning",
+      kind: "index",
+      message: `index.json cannot be read (${error.message}); the next page read replaces it`,
+      file: join(dir, INDEX_FILE),
+    });
+  }
   const index = read === undefined || "oversized" in read ? undefined : read;
   if (indexKind !== undefined && indexKind !== "file") {
     findings.push({
       severity: "warning",
       kind: "index",
-      message:
-        `index.json is a ${indexKind}, not a regular file; it is not read, and the next page read replaces it`,
+      message: `index.json is ${
+        indexKind === "other" ? "a special file" : `a ${indexKind}`
+      }, not a regular file; it is not read, and the next page read replaces it`,
       file: join(dir, INDEX_FILE),
     });
   } else if (read !== undefined && "oversized" in read) {
