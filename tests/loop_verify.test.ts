@@ -578,3 +578,29 @@ test("verifySession() reports an index.json it cannot read and a cwd it cannot c
     );
   }
 });
+
+test("salvageSession() copies each kept line of a session directory as it is, not re-serialized", async () => {
+  const { fs, dir, logPath } = await saved(2);
+  const decoder = new TextDecoder();
+  const encoder = new TextEncoder();
+  // A line another writer (a migration keeps a legacy line's bytes) wrote in its own form: a
+  // number JSON cannot hold exactly, a trailing zero, an escape, spacing. Its open reads it as is.
+  const lines = decoder.decode(await fs.readFile(logPath)).split("\n");
+  lines[1] = lines[1]!.replace(
+    /^\{/,
+    '{"n": 12345678901234567890, "y": 1.50, "z": "\\u00e9", ',
+  );
+  // Then a torn line: salvage keeps the lines before it.
+  const kept = lines.slice(0, 2).join("\n") + "\n";
+  const log = encoder.encode(kept + lines.slice(2).join("\n").slice(0, 40));
+  await fs.writeFile(logPath, log);
+  const meta = JSON.parse(decoder.decode(await fs.readFile(`${dir}/meta.json`)));
+  meta.bytes = log.length;
+  meta.generation = portableSha256().update(log).digestHex();
+  await fs.writeFile(`${dir}/meta.json`, encoder.encode(JSON.stringify(meta)));
+  const result = await salvageSession(fs, dir, { ...options, toCollection: "/rescue" });
+  assert.equal(result.kept, 2);
+  assert.equal(decoder.decode(await fs.readFile(`${result.dir}/messages.jsonl`)), kept);
+  const report = await verifySession(fs, result.dir, options);
+  assert.deepEqual(report.findings, []);
+});

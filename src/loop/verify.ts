@@ -705,16 +705,27 @@ export async function salvageSession(
   const now = new Date((options.now ?? Date.now)()).toISOString();
   header.id = id;
   header.updatedAt = now;
-  // Each message serialized and encoded once; a user message's round starts where it does. Each
-  // was parsed from JSON and is within `MAX_MESSAGE_NESTING` (the scan stops at a deeper line, as
-  // at any bad line), which JSON.stringify writes on every runtime.
-  const writer = new LineWriter(4096);
+  // A session directory's kept lines are copied as they are (a number JSON cannot hold exactly,
+  // an escape, the spacing of a migrated line: what its open reads). Otherwise each message is
+  // serialized and encoded once. A user message's round starts where its line does. Each was
+  // parsed from JSON and is within `MAX_MESSAGE_NESTING` (the scan stops at a deeper line, as at
+  // any bad line), which JSON.stringify writes on every runtime.
   const rounds: RoundEntry[] = [];
-  messages.forEach((m, i) => {
-    if (m.role === "user") rounds.push({ messageIndex: i, byteOffset: writer.length });
-    writer.push(JSON.stringify(m));
-  });
-  const bytes = writer.bytes();
+  let bytes: Uint8Array;
+  if (source.lines !== undefined) {
+    const { offsets } = source.lines;
+    bytes = source.lines.bytes;
+    messages.forEach((m, i) => {
+      if (m.role === "user") rounds.push({ messageIndex: i, byteOffset: offsets[i] as number });
+    });
+  } else {
+    const writer = new LineWriter(4096);
+    messages.forEach((m, i) => {
+      if (m.role === "user") rounds.push({ messageIndex: i, byteOffset: writer.length });
+      writer.push(JSON.stringify(m));
+    });
+    bytes = writer.bytes();
+  }
   const generation = options.sha256().update(bytes).digestHex();
   const newMeta: StorageMeta = {
     format: STORAGE_FORMAT,
@@ -769,6 +780,11 @@ interface SalvageSource {
   readonly messages: readonly Message[];
   /** The messages (or message records) of the source in all, valid or not. */
   readonly total: number;
+  /**
+   * The bytes of those messages' lines as the source holds them (each with its newline), and where
+   * each line starts in them; absent when they are written anew.
+   */
+  readonly lines?: { readonly bytes: Uint8Array; readonly offsets: readonly number[] } | undefined;
 }
 
 /** True when `path` names a legacy version-2 file (`….jsonl`), not a session directory. */
@@ -788,12 +804,38 @@ async function directoryPrefix(
   const [irregular] = (await irregularSessionFiles(fs, dir)).errors;
   if (irregular !== undefined) throw irregular;
   const meta = await readSalvageMeta(fs, dir);
-  const scan = await scanRange(fs, join(dir, MESSAGES_FILE), meta, sha256);
+  const logFile = join(dir, MESSAGES_FILE);
+  const scan = await scanRange(fs, logFile, meta, sha256);
+  const kept = scan.closedPrefix;
   return {
     header: meta.header,
-    messages: scan.messages.slice(0, scan.closedPrefix),
+    messages: scan.messages.slice(0, kept),
     total: Math.max(meta.messageCount, scan.lines),
+    lines: await keptLines(fs, logFile, meta.start, scan.offsets.slice(0, kept + 1)),
   };
+}
+
+/**
+ * The bytes of the log `file` from `start` through the line ending at `offsets`' last entry
+ * (relative to `start`), the lines a scan found valid; undefined when the file no longer holds
+ * them all (the messages are then written anew).
+ */
+async function keptLines(
+  fs: FileSystem,
+  file: string,
+  start: number,
+  offsets: readonly number[],
+): Promise<{ bytes: Uint8Array; offsets: readonly number[] } | undefined> {
+  const length = offsets[offsets.length - 1] ?? 0;
+  if (length === 0) return { bytes: new Uint8Array(0), offsets };
+  const { handle } = await openSessionFile(fs, file);
+  try {
+    const bytes = await handle.read(start, length);
+    if (bytes.length !== length || bytes[length - 1] !== 10) return undefined;
+    return { bytes, offsets };
+  } finally {
+    await handle.close();
+  }
 }
 
 /**
