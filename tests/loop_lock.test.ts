@@ -1191,3 +1191,32 @@ test("a writer that comes while another process takes over a stale lock waits fo
   assert.deepEqual((await cleanup).removed, [`${dir}/${WRITER_LOCK_FILE}`]);
   await writer.close();
 });
+
+test("the wait for another process's collection lock is measured on the real clock, whatever the store's now", async () => {
+  const { fs, session } = await setup();
+  const collection = dirname(session.getSessionPath());
+  const holder = { pid: 999, host: HOST, startedAt: "2020-01-01T00:00:00.000Z", token: "held" };
+  await fs.writeFile(
+    `${collection}/${COLLECTION_LOCK_FILE}`,
+    new TextEncoder().encode(JSON.stringify(holder)),
+  );
+  // Deterministic timestamps: a clock that never moves.
+  const fixed = new SessionStore({
+    fs: view(fs),
+    agentDir: AGENT,
+    now: () => Date.parse("2026-01-01T00:00:00.000Z"),
+    collectionLockWaitMs: 50,
+  });
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const hung = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error("still waiting after 5 s")), 5_000);
+  });
+  try {
+    await assert.rejects(
+      Promise.race([fixed.archive.set(CWD, [session.id], true), hung]),
+      SessionLockedError,
+    );
+  } finally {
+    clearTimeout(timer);
+  }
+});

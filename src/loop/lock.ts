@@ -753,13 +753,14 @@ async function inTurn<T>(
 async function takeCollectionLock(context: StoreContext, lockPath: string): Promise<HeldLock> {
   const map = registry(context.fs);
   const probe = context.probe;
-  const deadline = context.now() + context.collectionLockWaitMs;
+  // Measured on the real clock: the store's `now` dates records, and a host (a test) may fix it.
+  const deadline = Date.now() + context.collectionLockWaitMs;
   if (probe === undefined) {
     // No lock file of its own; one another process made is waited for, as a live lock is.
     for (;;) {
       const state = await foreignLock(context, lockPath);
       if (state.kind === "free") break;
-      if (context.now() >= deadline) throw collectionLockedError(context, lockPath, state.record);
+      if (Date.now() >= deadline) throw collectionLockedError(context, lockPath, state.record);
       await sleep(COLLECTION_POLL_MS);
     }
     const token = globalThis.crypto.randomUUID();
@@ -772,7 +773,7 @@ async function takeCollectionLock(context: StoreContext, lockPath: string): Prom
     for (;;) {
       const result = await tryFileLock(context, lockPath, own);
       if (result.taken) break;
-      if (context.now() >= deadline) throw collectionLockedError(context, lockPath, result.holder);
+      if (Date.now() >= deadline) throw collectionLockedError(context, lockPath, result.holder);
       await sleep(COLLECTION_POLL_MS);
     }
   } catch (error) {

@@ -138,7 +138,10 @@ export interface SessionStoreOptions {
    * lock file another process made is respected as live (never written under, never removed).
    */
   readonly process?: ProcessProbe | null;
-  /** How long a structural operation waits for another process's collection lock; default 10 s. */
+  /**
+   * How long a structural operation waits for another process's collection lock; default 10 s.
+   * Measured on the real clock, whatever `now` is.
+   */
   readonly collectionLockWaitMs?: number;
 }
 
