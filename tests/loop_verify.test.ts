@@ -604,3 +604,41 @@ test("salvageSession() copies each kept line of a session directory as it is, no
   const report = await verifySession(fs, result.dir, options);
   assert.deepEqual(report.findings, []);
 });
+
+test("verifySession() and salvageSession() read again a session compacted between their reads of meta.json and the log", async () => {
+  const { fs, store, dir, history } = await saved(3);
+  for (const what of ["verify", "salvage"] as const) {
+    // A replacement generation: the log holds bytes before the committed range to compact away.
+    const writer = await store.open(dir);
+    await writer.commit([user(`edited for ${what}`), ...history.slice(1)]);
+    await writer.close();
+    const paused = gate();
+    const resume = gate();
+    let armed = true;
+    const racing = hookedFs(fs, {
+      async after(method, args) {
+        if (armed && /^readFile/.test(method) && args[0] === `${dir}/meta.json`) {
+          armed = false;
+          paused.open();
+          await resume.wait;
+        }
+      },
+    });
+    const running = what === "verify"
+      ? verifySession(racing, dir, options)
+      : salvageSession(racing, dir, { ...options, toCollection: "/rescue" });
+    await paused.wait;
+    // Another store (another process: its own collection lock) compacts the session meanwhile.
+    const compacted = await new SessionStore({ fs, agentDir: AGENT }).compact(dir);
+    assert.equal(compacted.compacted, true);
+    resume.open();
+    const result = await running;
+    if ("findings" in result) {
+      assert.deepEqual(result.findings, [], what);
+      assert.equal(result.validMessages, history.length);
+    } else {
+      assert.equal(result.kept, history.length, what);
+      assert.equal(result.dropped, 0, what);
+    }
+  }
+});

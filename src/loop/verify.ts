@@ -332,6 +332,37 @@ export async function verifySession(
   dir: string,
   options: VerifyOptions,
 ): Promise<VerifyReport> {
+  for (let attempt = 1;; attempt++) {
+    const report = await verifyOnce(fs, dir, options);
+    // Findings made while another process published a new meta.json (a compaction swapped the
+    // directory, or a save landed) may come from two states mixed: verified again, a few times
+    // at most. A clean report describes the one state it read.
+    if (report.ok || report.meta === undefined || attempt >= VERIFY_TRIES) return report;
+    if (!(await metaChanged(fs, dir, report.meta))) return report;
+  }
+}
+
+/** How many times `verifySession` and a salvage read a session that changes meanwhile. */
+const VERIFY_TRIES = 3;
+
+/** True when `dir`'s meta.json no longer describes the committed range `meta` does. */
+async function metaChanged(fs: FileSystem, dir: string, meta: StorageMeta): Promise<boolean> {
+  let now: StorageMeta;
+  try {
+    now = await readStorageMeta(fs, dir);
+  } catch {
+    return false; // judged as it was read
+  }
+  return now.generation !== meta.generation || now.start !== meta.start ||
+    now.bytes !== meta.bytes || now.messageCount !== meta.messageCount;
+}
+
+/** One pass of `verifySession`. */
+async function verifyOnce(
+  fs: FileSystem,
+  dir: string,
+  options: VerifyOptions,
+): Promise<VerifyReport> {
   const metaFile = join(dir, META_FILE);
   const logFile = join(dir, MESSAGES_FILE);
   const findings: VerifyFinding[] = [];
@@ -803,16 +834,22 @@ async function directoryPrefix(
 ): Promise<SalvageSource> {
   const [irregular] = (await irregularSessionFiles(fs, dir)).errors;
   if (irregular !== undefined) throw irregular;
-  const meta = await readSalvageMeta(fs, dir);
   const logFile = join(dir, MESSAGES_FILE);
-  const scan = await scanRange(fs, logFile, meta, sha256);
-  const kept = scan.closedPrefix;
-  return {
-    header: meta.header,
-    messages: scan.messages.slice(0, kept),
-    total: Math.max(meta.messageCount, scan.lines),
-    lines: await keptLines(fs, logFile, meta.start, scan.offsets.slice(0, kept + 1)),
-  };
+  for (let attempt = 1;; attempt++) {
+    const meta = await readSalvageMeta(fs, dir);
+    const scan = await scanRange(fs, logFile, meta, sha256);
+    const kept = scan.closedPrefix;
+    const lines = await keptLines(fs, logFile, meta.start, scan.offsets.slice(0, kept + 1));
+    // A meta.json another process published meanwhile (a compaction swapped the directory): the
+    // log read may not be the one it describes, so the session is read again.
+    if (attempt < VERIFY_TRIES && await metaChanged(fs, dir, meta)) continue;
+    return {
+      header: meta.header,
+      messages: scan.messages.slice(0, kept),
+      total: Math.max(meta.messageCount, scan.lines),
+      lines,
+    };
+  }
 }
 
 /**
