@@ -1113,3 +1113,55 @@ test("a read-only open through the legacy backup of a migrated session writes no
   await reader.close();
   assert.deepEqual(fs.snapshotTree("/"), before);
 });
+
+test("the compacted copy is locked from its rename into place until that move is durable: another process's writer cannot resolve a save a power loss would take", async () => {
+  const alive = new Set([100, 200]);
+  const probe = (pid: number) => ({ pid, host: "h", isAlive: (p: number) => alive.has(p) });
+  const base = new MemoryFs();
+  await base.mkdir(CWD, { recursive: true });
+  // The writer's process uses one filesystem object throughout, as a real process does.
+  const writerFs = hookedFs(base);
+  const writerStore = () =>
+    new SessionStore({ fs: writerFs, agentDir: AGENT, process: probe(200) });
+  const first = await writerStore().create(CWD);
+  await first.commit(conversation(2));
+  await first.commit([user("edited"), ...conversation(2).slice(1)]);
+  await first.close();
+  const dir = first.getSessionPath();
+  base.syncAll();
+  // The compaction (process 100) pauses right after renaming the compacted copy into place.
+  const swapped = gate();
+  const resume = gate();
+  const compactorFs = hookedFs(base, {
+    async after(method, args) {
+      if (method === "rename" && args[1] === dir) {
+        swapped.open();
+        await resume.wait;
+      }
+    },
+  });
+  const compacting = new SessionStore({ fs: compactorFs, agentDir: AGENT, process: probe(100) })
+    .compact(dir);
+  await swapped.wait;
+  await assert.rejects(writerStore().open(dir), (error: unknown) => {
+    assert.ok(error instanceof SessionLockedError, String(error));
+    assert.equal(error.pid, 100);
+    return true;
+  });
+  resume.open();
+  assert.equal((await compacting).compacted, true);
+  // Then the writer opens it; its save survives a power loss.
+  const writer = await writerStore().open(dir);
+  const saved = user("saved after the compaction");
+  await writer.commit([...writer.messages, saved]);
+  await writer.close();
+  const after = base.crash({ extraJournal: "none", tailMode: "none" });
+  const reopened = await new SessionStore({ fs: after, agentDir: AGENT, process: probe(300) })
+    .open(dir, { readOnly: true });
+  assert.deepEqual(reopened.messages.at(-1), saved);
+  await reopened.close();
+  assert.deepEqual(
+    (await base.readDir(dir)).map((entry) => entry.name).sort(),
+    ["index.json", "messages.jsonl", "meta.json"],
+  );
+});

@@ -322,6 +322,10 @@ export async function compactSession(
         }),
         { durability: context.durability },
       );
+      // The compacted copy holds this compaction's writer lock too: once renamed into place it is
+      // locked until its move is durable (below), so no writer of another process opens it and
+      // resolves a save that a power loss before then would take away with it.
+      await lock.copyInto(session);
       if (context.durability === "full") {
         await fs.syncDir(session);
         await fs.syncDir(staging);

@@ -372,6 +372,28 @@ export class HeldLock {
     }
   }
 
+  /**
+   * Writes this lock's record as the writer lock file of the directory `dir`, which is about to
+   * take the locked directory's place (a compaction's copy): from its rename on, the directory in
+   * place is locked by this acquisition, whose `release()` removes that file. Nothing for a lock
+   * without a file (a store without a process probe registers it in this process only).
+   */
+  async copyInto(dir: string): Promise<void> {
+    if (!this.#file) return;
+    const bytes = await readLockBytes(this.#fs, this.path);
+    if (bytes === undefined || parseLockRecord(bytes)?.token !== this.token) return;
+    const handle = await this.#fs.open(join(dir, WRITER_LOCK_FILE), {
+      createNew: true,
+      write: true,
+      mode: PRIVATE_FILE_MODE,
+    });
+    try {
+      await handle.write(bytes);
+    } finally {
+      await handle.close();
+    }
+  }
+
   /** Drops the registration without touching any file (the file went away with its directory). */
   forget(): void {
     this.#released = true;
