@@ -642,3 +642,18 @@ test("verifySession() and salvageSession() read again a session compacted betwee
     }
   }
 });
+
+test("salvageSession() of a directory drops metadata arrays that are invalid in themselves, as for a legacy file", async () => {
+  const { fs, dir, history } = await saved(2);
+  const decoder = new TextDecoder();
+  const meta = JSON.parse(decoder.decode(await fs.readFile(`${dir}/meta.json`)));
+  meta.header.promptTimings = [{ userMessageIndex: 0, startedAt: "x", finishedAt: 1 }];
+  meta.header.compactions = "zzz";
+  await fs.writeFile(`${dir}/meta.json`, new TextEncoder().encode(JSON.stringify(meta)));
+  const before = fs.snapshotTree(dir);
+  const result = await salvageSession(fs, dir, { ...options, toCollection: "/rescue" });
+  assert.equal(result.kept, history.length);
+  assert.deepEqual([...result.droppedMetadata].sort(), ["compactions", "promptTimings"]);
+  assert.deepEqual((await verifySession(fs, result.dir, options)).findings, []);
+  assert.deepEqual(fs.snapshotTree(dir), before, "the source is only read");
+});

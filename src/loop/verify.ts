@@ -876,9 +876,11 @@ async function keptLines(
 }
 
 /**
- * meta.json of the salvage source `dir` (`kindChecked` as for `readStorageMeta`). A missing one
- * (or a missing `dir`) is `SessionNotFoundError` naming meta.json, the port's `NotFound` as its
- * cause, as opening such a directory says.
+ * meta.json of the salvage source `dir` (`kindChecked` as for `readStorageMeta`), its header's
+ * fields checked but not its metadata arrays: a salvage keeps each array that fits the messages
+ * it keeps and drops (and lists) the others, as for a legacy file. A missing one (or a missing
+ * `dir`) is `SessionNotFoundError` naming meta.json, the port's `NotFound` as its cause, as
+ * opening such a directory says.
  */
 export async function readSalvageMeta(
   fs: FileSystem,
@@ -886,7 +888,7 @@ export async function readSalvageMeta(
   kindChecked = false,
 ): Promise<StorageMeta> {
   try {
-    return await readStorageMeta(fs, dir, kindChecked);
+    return await readStorageMeta(fs, dir, kindChecked, true);
   } catch (error) {
     if (!(error instanceof NotFound)) throw error;
     throw metaNotFound(dir, error);
