@@ -158,6 +158,11 @@ export class SessionPaths {
   readonly inputsDir: string;
   /** `inputs/user_updates.jsonl`. */
   readonly userUpdatesJsonl: string;
+  /**
+   * `updates_from_user.md`: created empty, as the engine creates it in every layout (its
+   * semantics belong to the frozen version-1 and version-2 protocols).
+   */
+  readonly updatesFromUserMd: string;
   /** `inputs/accepted_request.json` (children only). */
   readonly acceptedRequestJson: string;
   /** `inputs/artifacts/`. */
@@ -230,6 +235,7 @@ export class SessionPaths {
     this.handoffJson = at("project_state", "handoff.json");
     this.inputsDir = at("inputs");
     this.userUpdatesJsonl = at("inputs", "user_updates.jsonl");
+    this.updatesFromUserMd = at("updates_from_user.md");
     this.acceptedRequestJson = at("inputs", "accepted_request.json");
     this.inputArtifactsDir = at("inputs", "artifacts");
     this.iterationsDir = at("iterations");

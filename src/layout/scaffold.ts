@@ -227,6 +227,7 @@ export const SCAFFOLD_FILES: readonly string[] = [
   "project_state/eval_state.md",
   "project_state/handoff.json",
   "inputs/user_updates.jsonl",
+  "updates_from_user.md",
 ];
 
 /** Files only a root session has. */
@@ -452,11 +453,10 @@ async function writeScaffold(
   await writeNew(fs, paths.gitignore, encodeText(SESSION_GITIGNORE));
   await writeNew(fs, paths.eventsJsonl, new Uint8Array());
   if (spec.goal !== "") await writeNew(fs, paths.goalMd, encodeText(`${spec.goal.trimEnd()}\n`));
-  await writeNew(
-    fs,
-    paths.controlJson,
-    encodeJson(parseControlRecord(NEUTRAL_CONTROL, paths.controlJson)),
-  );
+  // Checked, then written in the engine's own key order (the schema's output orders them by its
+  // fields).
+  parseControlRecord(NEUTRAL_CONTROL, paths.controlJson);
+  await writeNew(fs, paths.controlJson, encodeJson(NEUTRAL_CONTROL));
   const ledger = parseChildrenLedger(
     { schema_version: 2, parent_session_id: spec.sessionId, revision: 0, children: [] },
     paths.childrenJson,
@@ -490,6 +490,7 @@ async function writeScaffold(
     }, paths.handoffJson)),
   );
   await writeNew(fs, paths.userUpdatesJsonl, new Uint8Array());
+  await writeNew(fs, paths.updatesFromUserMd, new Uint8Array());
   return manifest;
 }
 
