@@ -301,9 +301,36 @@ test("a malformed children.json is a typed error naming the file and field", asy
         schema_version: 2,
         parent_session_id: ROOT_ID,
         revision: 0,
-        children: [live, { ...live, session_id: "02_b", request_id: "b" }],
+        children: [live, {
+          ...live,
+          session_id: "02_b",
+          request_id: "b",
+          accepted_request_ref: "session:/child_requests/accepted/b.json",
+        }],
       },
       "children[1].status",
+    ],
+    [
+      {
+        schema_version: 2,
+        parent_session_id: ROOT_ID,
+        revision: 0,
+        children: [{ ...live, accepted_request_ref: "repo:/README.md" }],
+      },
+      "children[0].accepted_request_ref",
+    ],
+    [
+      {
+        schema_version: 2,
+        parent_session_id: ROOT_ID,
+        revision: 0,
+        children: [{
+          ...live,
+          status: "goal_met",
+          outcome_ref: "session:/child_outcomes/another.json",
+        }],
+      },
+      "children[0].outcome_ref",
     ],
     [
       {

@@ -462,6 +462,20 @@ test("a session outcome has a fallback summary exactly when the handoff is not v
     ).session_id,
     "001_demo",
   );
+  // The control snapshot is the session's own control.json, a folded handoff its own file.
+  assertRecordError(
+    () =>
+      parseSessionOutcome(
+        { ...outcome, control: { ref: "session:/notes.md", sha256: HASH } },
+        FILE,
+      ),
+    "control.ref",
+  );
+  assertRecordError(
+    () =>
+      parseSessionOutcome({ ...outcome, handoff: { ...outcome.handoff, ref: "repo:/x" } }, FILE),
+    "handoff.ref",
+  );
 });
 
 test("a folded trace_ref points at exactly its own raw directory", () => {

@@ -507,6 +507,9 @@ export const NEUTRAL_CONTROL: {
 /** The only `handoff_ref` a v3 terminal control may cite. */
 export const HANDOFF_REF = "session:/project_state/handoff.json";
 
+/** The reference of a session's own `control.json`, as an outcome's control snapshot names it. */
+const CONTROL_REF = "session:/control.json";
+
 /** A running control record (the neutral record, or an engine repair placeholder). */
 export interface RunningControl {
   /** 1 or 3. */
@@ -1237,6 +1240,27 @@ export function parseChildrenLedger(
     }
     sessions.add(child.session_id);
     requests.add(child.request_id);
+    // The request's own accepted copy and outcome file, never another file.
+    const accepted = `session:/child_requests/accepted/${child.request_id}.json`;
+    if (child.accepted_request_ref !== accepted) {
+      fail(
+        file,
+        `A child record's accepted request is ${accepted}`,
+        `children[${i}].accepted_request_ref`,
+        child.accepted_request_ref,
+      );
+    }
+    const outcome = `session:/child_outcomes/${child.request_id}.json`;
+    if (
+      child.outcome_ref !== undefined && child.outcome_ref !== null && child.outcome_ref !== outcome
+    ) {
+      fail(
+        file,
+        `A child record's outcome is ${outcome}`,
+        `children[${i}].outcome_ref`,
+        child.outcome_ref,
+      );
+    }
     if (LIVE_CHILD_STATUSES.includes(child.status)) {
       if (live !== undefined) {
         fail(file, "More than one live child", `children[${i}].status`, child.status);
@@ -1431,6 +1455,14 @@ export function parseSessionOutcome(
   layout: SessionLayout = "folded",
 ): SessionOutcome {
   const outcome = parseWithSchema(SessionOutcomeSchema, value, file, "session_outcome.json");
+  // The control snapshot is the session's own control.json; a folded session's handoff is its
+  // own project_state/handoff.json.
+  if (outcome.control !== null && outcome.control.ref !== CONTROL_REF) {
+    fail(file, `The control of an outcome is ${CONTROL_REF}`, "control.ref", outcome.control.ref);
+  }
+  if (layout === "folded" && outcome.handoff.ref !== HANDOFF_REF) {
+    fail(file, `The handoff of an outcome is ${HANDOFF_REF}`, "handoff.ref", outcome.handoff.ref);
+  }
   if ((outcome.handoff.status === "valid") !== (outcome.fallback_summary === undefined)) {
     fail(
       file,
