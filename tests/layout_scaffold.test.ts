@@ -406,3 +406,30 @@ test("removing staging leftovers while a creation publishes never empties a sess
   const names = (await memory.readDir("/repo/.loopy_loop/sessions")).map((entry) => entry.name);
   assert.deepEqual(names.filter((name) => name.startsWith(".staging-")), []);
 });
+
+test("goal.md and plan.md's layer goal strip and split the goal as the engine's Python does", async () => {
+  // [goal, " ".join(goal.strip().splitlines()), goal.rstrip() + "\n"], as Python computes them.
+  const cases: [string, string, string][] = [
+    ["Ship it\u2028now", "Ship it now", "Ship it\u2028now\n"],
+    ["Ship it\vnow", "Ship it now", "Ship it\vnow\n"],
+    ["Ship it\x85", "Ship it", "Ship it\n"],
+    ["Ship it\x1c", "Ship it", "Ship it\n"],
+    ["\ufeffGoal\ufeff", "\ufeffGoal\ufeff", "\ufeffGoal\ufeff\n"],
+    [" a\r\nb\n\nc ", "a b  c", " a\r\nb\n\nc\n"],
+  ];
+  for (const [goal, layer, goalMd] of cases) {
+    const fs = await newRepo();
+    const created = await createRootSession(fs, {
+      repoRoot: "/repo",
+      goal,
+      ...CONTRACTS,
+      ...deterministic(),
+    });
+    // Decoded keeping a leading U+FEFF (a default decoder drops it).
+    const text = async (file: string) =>
+      new TextDecoder("utf-8", { ignoreBOM: true }).decode(await fs.readFile(file));
+    const plan = await text(`${created.dir}/project_state/plan.md`);
+    assert.equal(/- Layer goal: ([^]*?)\n- Current milestone/.exec(plan)?.[1], layer, goal);
+    assert.equal(await text(`${created.dir}/goal.md`), goalMd, goal);
+  }
+});

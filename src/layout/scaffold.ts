@@ -452,7 +452,7 @@ async function writeScaffold(
   await writeNew(fs, paths.stateJson, encodeJson(state));
   await writeNew(fs, paths.gitignore, encodeText(SESSION_GITIGNORE));
   await writeNew(fs, paths.eventsJsonl, new Uint8Array());
-  if (spec.goal !== "") await writeNew(fs, paths.goalMd, encodeText(`${spec.goal.trimEnd()}\n`));
+  if (spec.goal !== "") await writeNew(fs, paths.goalMd, encodeText(`${pyRstrip(spec.goal)}\n`));
   // Checked, then written in the engine's own key order (the schema's output orders them by its
   // fields).
   parseControlRecord(NEUTRAL_CONTROL, paths.controlJson);
@@ -462,9 +462,9 @@ async function writeScaffold(
     paths.childrenJson,
   );
   await writeNew(fs, paths.childrenJson, encodeJson(ledger));
-  const layerGoal = spec.goal.trim() === ""
+  const layerGoal = pyStrip(spec.goal) === ""
     ? goalHash
-    : spec.goal.trim().split(/\r\n|\r|\n/).join(" ");
+    : pySplitlines(pyStrip(spec.goal)).join(" ");
   await writeNew(fs, paths.planMd, encodeText(planScaffold(layerGoal)));
   await writeNew(fs, paths.currentStateMd, encodeText(CURRENT_STATE_SCAFFOLD));
   await writeNew(fs, paths.finishedMd, encodeText(FINISHED_SCAFFOLD));
@@ -543,6 +543,39 @@ async function buildAndPublish(
     paths: new SessionPaths(finalDir, "folded"),
     manifest,
   };
+}
+
+/**
+ * The characters Python's `str.strip()` removes (`str.isspace()`), which the engine applies to the
+ * goal: JavaScript's `trim()` also removes U+FEFF and keeps U+001C-U+001F and U+0085.
+ */
+const PY_WHITESPACE =
+  "\t\n\v\f\r\u001c\u001d\u001e\u001f \u0085\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005" +
+  "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000";
+
+/** `text.rstrip()` as Python computes it. */
+function pyRstrip(text: string): string {
+  let end = text.length;
+  while (end > 0 && PY_WHITESPACE.includes(text[end - 1] as string)) end--;
+  return text.slice(0, end);
+}
+
+/** `text.strip()` as Python computes it. */
+function pyStrip(text: string): string {
+  let start = 0;
+  const rest = pyRstrip(text);
+  while (start < rest.length && PY_WHITESPACE.includes(rest[start] as string)) start++;
+  return rest.slice(start);
+}
+
+/**
+ * `text.splitlines()` as Python computes it: split at `\r\n` and at each of `\n \r \v \f`,
+ * U+001C-U+001E, U+0085, U+2028 and U+2029, no empty last line for a final break.
+ */
+function pySplitlines(text: string): string[] {
+  const lines = text.split(/\r\n|[\n\r\v\f\u001c\u001d\u001e\u0085\u2028\u2029]/);
+  if (lines.length > 1 && lines[lines.length - 1] === "") lines.pop();
+  return lines;
 }
 
 async function removeStaging(fs: FileSystem, stagingDir: string): Promise<void> {
