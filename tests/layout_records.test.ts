@@ -498,6 +498,24 @@ test("a folded trace_ref points at exactly its own raw directory", () => {
   );
 });
 
+test("a mirror trace_ref names its own attempt's manifest", () => {
+  const ref = {
+    schema_version: 1,
+    manifest_id: "trace-a26",
+    manifest_ref: "trace:trace-a26:/trace_manifest.json",
+    attempt_id: "a26",
+  };
+  assert.equal(parseTraceRef(ref, FILE, "mirror").attempt_id, "a26");
+  assertRecordError(
+    () => parseTraceRef({ ...ref, manifest_id: "trace-a27" }, FILE, "mirror"),
+    "manifest_id",
+  );
+  assertRecordError(
+    () => parseTraceRef({ ...ref, manifest_ref: "repo:/anything" }, FILE, "mirror"),
+    "manifest_ref",
+  );
+});
+
 test("counts past 2^53 - 1 are typed errors naming the field, never silently rounded", () => {
   const file = "/s/children.json";
   const ledger = { schema_version: 2, parent_session_id: "001_demo", children: [] };

@@ -1573,7 +1573,19 @@ export function parseTraceRef(
   layout: SessionLayout,
   attempt?: { readonly iteration: number; readonly workflowId: string },
 ): FoldedTraceRef | MirrorTraceRef {
-  if (layout === "mirror") return parseWithSchema(MirrorTraceRefSchema, value, file, "trace_ref");
+  if (layout === "mirror") {
+    const mirror = parseWithSchema(MirrorTraceRefSchema, value, file, "trace_ref");
+    // It names its own attempt's manifest, never another's.
+    const id = `trace-${mirror.attempt_id}`;
+    if (mirror.manifest_id !== id) {
+      fail(file, `manifest_id must be ${id}`, "manifest_id", mirror.manifest_id);
+    }
+    const manifestRef = `trace:${id}:/trace_manifest.json`;
+    if (mirror.manifest_ref !== manifestRef) {
+      fail(file, `manifest_ref must be ${manifestRef}`, "manifest_ref", mirror.manifest_ref);
+    }
+    return mirror;
+  }
   const ref = parseWithSchema(FoldedTraceRefSchema, value, file, "trace_ref");
   // It records the raw directory of its own iteration directory's attempt, never another's.
   if (attempt !== undefined) {
