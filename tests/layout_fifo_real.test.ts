@@ -12,9 +12,11 @@ import { nodeFs } from "../adapters/node.ts";
 import {
   createRootSession,
   LayoutRecordError,
+  observeHandoff,
   readControl,
   readHandoff,
   readSessionState,
+  updateSessionState,
 } from "../layout.ts";
 import { CONTRACTS, deterministic } from "./layout_fixtures.ts";
 
@@ -33,9 +35,17 @@ if (process.platform !== "win32") {
         [paths.controlJson, () => readControl(fs, paths)],
         [paths.handoffJson, () => readHandoff(fs, paths)],
         [paths.stateJson, () => readSessionState(fs, dir)],
+        [
+          paths.stateJson,
+          () =>
+            updateSessionState(fs, dir, () => false, {
+              updatedAt: "2026-01-01T00:00:00Z",
+              durability: "ordered",
+            }),
+        ],
       ];
       for (const [file, read] of reads) {
-        await rm(file);
+        await rm(file, { force: true });
         execFileSync("mkfifo", [file]);
         // A read that waits on the FIFO never settles: the timer fails the test instead.
         let timer: ReturnType<typeof setTimeout> | undefined;
@@ -53,6 +63,15 @@ if (process.platform !== "win32") {
           clearTimeout(timer);
         }
       }
+      // The engine's observation of the agent's handoff: invalid, with the reason, never waited on.
+      const observed = await observeHandoff(fs, paths, {
+        sessionId: paths.dir.slice(paths.dir.lastIndexOf("/") + 1),
+        goalSha256: "sha256:x",
+        storedRevision: 0,
+        storedSha256: null,
+      });
+      assert.equal(observed.status, "invalid");
+      assert.match(observed.diagnosis ?? "", /not a regular file/);
     } finally {
       await rm(repo, { recursive: true, force: true });
     }

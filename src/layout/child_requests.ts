@@ -56,6 +56,7 @@ import {
   type JsonObject,
   readRecord,
   readRecordIfExists,
+  recordBytes,
   sameJsonRecord,
   sha256Ref,
   utcSeconds,
@@ -504,7 +505,12 @@ async function processNext(
     }
     // A live child whose request is still pending is an interrupted acceptance: finish it first.
     for (const candidate of pending) {
-      const candidateBytes = await fs.readFile(join(paths.childRequestsPendingDir, candidate));
+      // Read only as a regular file (listed as one; a FIFO swapped in is refused, never waited on).
+      const candidateBytes = await recordBytes(
+        fs,
+        join(paths.childRequestsPendingDir, candidate),
+        false,
+      ) as Uint8Array;
       if (requestIdOf(candidateBytes, candidate) === live.request_id) {
         name = candidate;
         bytes = candidateBytes;
@@ -536,7 +542,7 @@ async function processNext(
     );
   }
   const file = join(paths.childRequestsPendingDir, name);
-  bytes ??= await fs.readFile(file);
+  bytes ??= await recordBytes(fs, file, false) as Uint8Array;
   const sha256 = sha256Ref(bytes, resolved.sha256);
 
   const verdict = await admit(

@@ -7,7 +7,7 @@
 import type { FileSystem } from "../port/fs.ts";
 import { type Durability, ensureFileDurable } from "../port/durable.ts";
 import { join } from "../port/path.ts";
-import { decodeJson, type JsonObject, writeJsonAtomic } from "./json_io.ts";
+import { decodeJson, type JsonObject, recordBytes, writeJsonAtomic } from "./json_io.ts";
 import {
   assertStateOwner,
   parseSessionState,
@@ -110,7 +110,8 @@ export async function updateSessionState(
   // session.json is immutable: read once, outside the serialized read-modify-write.
   const owner = options.owner ?? stateOwnerOf(await readSessionManifest(fs, sessionDir));
   return await serializedOn(fs, file, async () => {
-    const raw = decodeJson(await fs.readFile(file), file);
+    // Read only as a regular file (a FIFO planted there is refused by name, never waited on).
+    const raw = decodeJson(await recordBytes(fs, file, false) as Uint8Array, file);
     const current = parseSessionState(raw, file);
     assertStateOwner(current, owner, file);
     // A legacy state without `schema_version` is v1; it is rewritten saying so, as the engine

@@ -35,6 +35,7 @@ import {
   type ReadRecord,
   readRecord,
   readRecordIfExists,
+  recordBytes,
   sha256Ref,
 } from "./json_io.ts";
 import { isSafeId } from "./ids.ts";
@@ -327,12 +328,13 @@ export async function observeHandoff(
   const file = paths.handoffJson;
   let bytes: Uint8Array | undefined;
   try {
-    bytes = await readIfExists(fs, file);
+    bytes = await recordBytes(fs, file, true);
   } catch (error) {
     // A handoff planted as a link is agent output like any other: invalid, and never read; so is
-    // a directory in its place, or a `project_state/` that is a file.
+    // a directory or a FIFO in its place (never waited on), or a `project_state/` that is a file.
     let diagnosis: string;
     if (error instanceof TopologyError) diagnosis = error.message;
+    else if (error instanceof LayoutRecordError) diagnosis = error.message;
     else if (error instanceof IsADirectory) diagnosis = `handoff.json is a directory: '${file}'`;
     else if (error instanceof NotADirectory) {
       diagnosis = `handoff.json is under a path that is not a directory: '${file}'`;
