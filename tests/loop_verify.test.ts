@@ -657,3 +657,50 @@ test("salvageSession() of a directory drops metadata arrays that are invalid in 
   assert.deepEqual((await verifySession(fs, result.dir, options)).findings, []);
   assert.deepEqual(fs.snapshotTree(dir), before, "the source is only read");
 });
+
+test("verifySession() and salvageSession() read again a session whose directory a compaction had moved aside for a moment", async () => {
+  for (const what of ["verify", "salvage"] as const) {
+    const { fs, dir, history } = await saved(3);
+    const writer = await new SessionStore({ fs, agentDir: AGENT }).open(dir);
+    await writer.commit([user(`edited for ${what}`), ...history.slice(1)]);
+    await writer.close();
+    // The compaction pauses between its two renames: no directory is at the session's name.
+    const betweenRenames = gate();
+    const resumeCompaction = gate();
+    const compactFs = hookedFs(fs, {
+      async after(method, args) {
+        if (method === "rename" && args[0] === dir) {
+          betweenRenames.open();
+          await resumeCompaction.wait;
+        }
+      },
+    });
+    let compacting: Promise<unknown> | undefined;
+    let metaReads = 0;
+    const readerFs = hookedFs(fs, {
+      async before(method, args) {
+        if (!/^readFile/.test(method) || args[0] !== `${dir}/meta.json`) return;
+        metaReads++;
+        // After the first read of meta.json the compaction starts and stops between its renames:
+        // the reader's second look finds no meta.json; by its third the compaction has finished
+        // (as it would in its own process).
+        if (metaReads === 3) {
+          resumeCompaction.open();
+          await compacting;
+        }
+      },
+      async after(method, args) {
+        if (metaReads !== 1 || !/^readFile/.test(method) || args[0] !== `${dir}/meta.json`) return;
+        if (compacting !== undefined) return;
+        compacting = new SessionStore({ fs: compactFs, agentDir: AGENT }).compact(dir);
+        await betweenRenames.wait;
+      },
+    });
+    const result = what === "verify"
+      ? await verifySession(readerFs, dir, options)
+      : await salvageSession(readerFs, dir, { ...options, toCollection: "/rescue" });
+    await compacting;
+    if ("findings" in result) assert.deepEqual(result.findings, [], what);
+    else assert.equal(result.kept, history.length, what);
+  }
+});

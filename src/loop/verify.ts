@@ -7,7 +7,7 @@
  *
  * @module
  */
-import type { EntryKind, FileSystem } from "../port/fs.ts";
+import type { EntryKind, FileHandle, FileSystem } from "../port/fs.ts";
 import { FsError, NotFound } from "../port/errors.ts";
 import type { Sha256Factory } from "../port/sha256.ts";
 import {
@@ -345,13 +345,18 @@ export async function verifySession(
 /** How many times `verifySession` and a salvage read a session that changes meanwhile. */
 const VERIFY_TRIES = 3;
 
-/** True when `dir`'s meta.json no longer describes the committed range `meta` does. */
+/**
+ * True when `dir`'s meta.json no longer describes the committed range `meta` does, or is gone
+ * (between a compaction's two renames the directory is missing for a moment).
+ */
 async function metaChanged(fs: FileSystem, dir: string, meta: StorageMeta): Promise<boolean> {
   let now: StorageMeta;
   try {
     now = await readStorageMeta(fs, dir);
-  } catch {
-    return false; // judged as it was read
+  } catch (error) {
+    if (error instanceof NotFound) return true;
+    if (error instanceof SessionError || error instanceof FsError) return false; // as read
+    throw error;
   }
   return now.generation !== meta.generation || now.start !== meta.start ||
     now.bytes !== meta.bytes || now.messageCount !== meta.messageCount;
@@ -865,7 +870,13 @@ async function keptLines(
 ): Promise<{ bytes: Uint8Array; offsets: readonly number[] } | undefined> {
   const length = offsets[offsets.length - 1] ?? 0;
   if (length === 0) return { bytes: new Uint8Array(0), offsets };
-  const { handle } = await openSessionFile(fs, file);
+  let handle: FileHandle;
+  try {
+    ({ handle } = await openSessionFile(fs, file));
+  } catch (error) {
+    if (error instanceof NotFound) return undefined; // gone since the scan (a compaction's swap)
+    throw error;
+  }
   try {
     const bytes = await handle.read(start, length);
     if (bytes.length !== length || bytes[length - 1] !== 10) return undefined;
