@@ -21,6 +21,7 @@ import { deterministic, newRepo, writeJson, writeText } from "./layout_fixtures.
 import { buildFoldedTree, type FoldedTree } from "./fixtures/folded_tree.ts";
 import { collectReferences } from "./fixtures/references.ts";
 import { hookedFs } from "./_hooks.ts";
+import { FsIoError } from "../src/port/errors.ts";
 
 const DAY = 86_400_000;
 
@@ -519,5 +520,39 @@ test("a link swapped in for raw/ after entries were moved aside removes nothing 
   assert.deepEqual(report.removed, []);
   for (const dir of tree.prunable.slice(0, 3)) {
     assert.ok(["symlink", "vanished"].includes(skippedFor(report, dir) ?? ""), dir);
+  }
+});
+
+test("an entry that cannot be moved back from where a swapped-in link led it fails the prune, never silently", async () => {
+  const { fs, tree } = await folded();
+  const { rawDir, iterationsDir } = tree.root;
+  let swapped = false;
+  const hooked = hookedFs(fs, {
+    async before(method, args) {
+      if (!swapped && method === "rename" && String(args[0]).startsWith(`${rawDir}/`)) {
+        swapped = true;
+        await fs.rename(rawDir, `${rawDir}.moved`);
+        await fs.symlink(iterationsDir, rawDir);
+        return;
+      }
+      // The move back fails.
+      if (swapped && method === "rename" && String(args[0]).includes(`/${PRUNING_PREFIX}`)) {
+        throw new FsIoError("EIO", "rename", String(args[0]), "injected");
+      }
+    },
+  });
+  await assert.rejects(
+    pruneRaw(hooked, tree.loopyRoot, { sessionId: tree.rootId }),
+    (error: unknown) => error instanceof FsIoError && error.code === "EIO",
+  );
+  // Nothing was removed: the durable entries are all there, some under a hidden name, which the
+  // error reported.
+  const names = (await fs.readDir(iterationsDir)).map((entry) => entry.name);
+  for (const dir of tree.prunable.slice(0, 3)) {
+    const name = dir.slice(dir.lastIndexOf("/") + 1);
+    assert.ok(
+      names.includes(name) || names.some((n) => n.startsWith(PRUNING_PREFIX) && n.endsWith(name)),
+      `${name}: ${JSON.stringify(names)}`,
+    );
   }
 });

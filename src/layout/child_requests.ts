@@ -957,8 +957,8 @@ async function newChildId(
 
 /**
  * The child ids the ledgers (`children.json`) of the repository's sessions other than the one in
- * `exceptDir` record, published or not. A ledger that cannot be read adds nothing: the tree
- * holding it is refused by its own reads.
+ * `exceptDir` record, published or not. A missing or damaged ledger adds nothing (the tree
+ * holding it is refused by its own reads); another storage error is thrown.
  */
 async function idsOtherLedgersRecord(
   fs: FileSystem,
@@ -977,7 +977,9 @@ async function idsOtherLedgersRecord(
         (value, file) => parseChildrenLedger(value, file, session.sessionId),
       )).record;
     } catch (error) {
-      if (error instanceof LayoutError || error instanceof FsError) continue;
+      // A missing or damaged ledger records nothing usable (its tree is refused by its own
+      // reads); any other storage error is not skipped, lest a recorded id be missed.
+      if (error instanceof LayoutError || error instanceof NotFound) continue;
       throw error;
     }
     for (const child of ledger.children) ids.add(child.session_id);

@@ -713,8 +713,8 @@ function hiddenName(name: string): string {
 }
 
 /**
- * Removes the planned entries, one parent directory at a time: rename every directory to a
- * hidden sibling, fsync the parent, remove the renamed trees and files, fsync the parent again.
+ * Removes the planned entries, one parent directory at a time: rename every entry (a file too) to
+ * a hidden sibling, fsync the parent, remove the renamed trees and files, fsync the parent again.
  */
 async function execute(
   fs: FileSystem,
@@ -816,12 +816,23 @@ async function execute(
     // entry is moved back (through the same link) and nothing of the group is removed.
     const changedAfter = staged.length > 0 ? await parentChange() : undefined;
     if (changedAfter !== undefined) {
+      // Moved back through the same link. One not found there was moved before the link came
+      // (it is hidden in the directory the link replaced, raw output only); any other failure
+      // leaves an entry hidden where the link points, which is reported (after the others).
+      let failure: unknown;
       await mapLimit(staged, CONCURRENCY, async ({ target, at, renamed }) => {
-        if (renamed) await fs.rename(at, target.path).catch(() => undefined);
+        if (renamed) {
+          try {
+            await fs.rename(at, target.path);
+          } catch (error) {
+            if (!(error instanceof NotFound)) failure ??= error;
+          }
+        }
         planner.skip(target.path, changedAfter.reason, changedAfter.detail);
         handled(1);
       });
-      if (renamedAny) await fs.syncDir(parent).catch(() => undefined);
+      if (failure !== undefined) throw failure;
+      if (renamedAny) await fs.syncDir(parent);
       staged = [];
     }
     const gone = await mapLimit(staged, CONCURRENCY, async ({ at }) => {

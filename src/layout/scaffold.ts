@@ -227,7 +227,6 @@ export const SCAFFOLD_FILES: readonly string[] = [
   "project_state/eval_state.md",
   "project_state/handoff.json",
   "inputs/user_updates.jsonl",
-  "updates_from_user.md",
 ];
 
 /** Files only a root session has. */
@@ -490,6 +489,9 @@ async function writeScaffold(
     }, paths.handoffJson)),
   );
   await writeNew(fs, paths.userUpdatesJsonl, new Uint8Array());
+  // Created as the engine creates it, but not one of `SCAFFOLD_FILES`: sessions this library
+  // created before it did lack it, and nothing reads it (its semantics are those of the frozen
+  // version-1 and version-2 protocols).
   await writeNew(fs, paths.updatesFromUserMd, new Uint8Array());
   return manifest;
 }

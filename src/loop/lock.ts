@@ -389,9 +389,12 @@ export class HeldLock {
     });
     try {
       await handle.write(bytes);
-    } finally {
-      await handle.close();
+    } catch (error) {
+      // The write's failure is the one reported; the copy goes with the staging directory.
+      await handle.close().catch(() => undefined);
+      throw error;
     }
+    await handle.close();
   }
 
   /** Drops the registration without touching any file (the file went away with its directory). */
