@@ -575,6 +575,7 @@ function pyStrip(text: string): string {
  * U+001C-U+001E, U+0085, U+2028 and U+2029, no empty last line for a final break.
  */
 function pySplitlines(text: string): string[] {
+  // deno-lint-ignore no-control-regex -- Python's line boundaries include these controls
   const lines = text.split(/\r\n|[\n\r\v\f\u001c\u001d\u001e\u0085\u2028\u2029]/);
   if (lines.length > 1 && lines[lines.length - 1] === "") lines.pop();
   return lines;
