@@ -94,3 +94,21 @@ test("an index.json that no longer matches the history is still rebuilt by a wri
     assert.equal(new TextDecoder().decode(await fs.readFile(`${dir}/index.json`)), current, damage);
   }
 });
+
+test("a prefix index.json listing rounds past the messages it covers is rebuilt by a writer", async () => {
+  const { fs, dir } = await indexedSession(6);
+  const current = new TextDecoder().decode(await fs.readFile(`${dir}/index.json`));
+  // It claims the first 4 messages (with their true byte length) but lists all 6 rounds.
+  const log = await fs.readFile(`${dir}/messages.jsonl`);
+  let lines = 0;
+  let bytes = 0;
+  while (lines < 4) if (log[bytes++] === 0x0a) lines++;
+  await rewriteIndex(fs, dir, (index) => ({ ...index, messageCount: 4, bytes }));
+  fs.indexWrites();
+  const session = await new SessionStore({ fs, agentDir: AGENT }).open(dir);
+  const page = await session.readHistory();
+  assert.equal(page.total, 18);
+  assert.equal(fs.indexWrites(), 1, "the page read rebuilds it");
+  await session.close();
+  assert.equal(new TextDecoder().decode(await fs.readFile(`${dir}/index.json`)), current);
+});

@@ -1928,7 +1928,12 @@ export class SessionManager {
     if (arrays.offsets[index.messageCount] !== index.bytes) return false;
     const k = index.rounds.length;
     if (k > roundCount) return false;
+    // Exactly the rounds that start inside the prefix: none of them missing, none past it (an
+    // index listing later rounds than it covers is malformed, and is rebuilt).
     if (k < roundCount && (arrays.rounds[k] as RoundEntry).messageIndex < index.messageCount) {
+      return false;
+    }
+    if (k > 0 && (arrays.rounds[k - 1] as RoundEntry).messageIndex >= index.messageCount) {
       return false;
     }
     return sameRounds(index.rounds, arrays.rounds, k);
