@@ -300,7 +300,9 @@ test("layout tree, show and resolve work from anywhere inside the repository", (
   assert.equal(resolved.code, 0, resolved.err);
   assert.ok(resolved.out.trim().endsWith("project_state/plan.md"));
   const escape = cli(["layout", "resolve", "session:/../x", "--session", foldedRootId], { cwd });
-  assert.equal(escape.code, 1);
+  // A reference the grammar refuses is a bad argument, like an unknown option.
+  assert.equal(escape.code, 2);
+  assert.match(escape.err, /usage error: .*'\.\.' segment/);
   assert.equal(cli(["layout", "tree"], { cwd: base }).code, 2);
 });
 

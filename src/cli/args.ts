@@ -1,6 +1,6 @@
 /**
  * A small argument parser for the command line: positionals, `--flag`, `--name value` and
- * `--name=value`. Unknown flags are usage errors.
+ * `--name=value`. Unknown flags, and a value flag given twice, are usage errors.
  *
  * @module
  */
@@ -23,7 +23,7 @@ export interface ParsedArgs {
   readonly positionals: string[];
   /** Boolean flags that were given. */
   readonly flags: ReadonlySet<string>;
-  /** Value flags (the last value wins), and repeated ones in `lists`. */
+  /** Value flags (each given at most once), and repeated ones (`"values"`) in `lists`. */
   readonly values: ReadonlyMap<string, string>;
   /** Every value of a `"values"` flag. */
   readonly lists: ReadonlyMap<string, string[]>;
@@ -55,7 +55,8 @@ export function parseArgs(args: readonly string[], spec: FlagSpec): ParsedArgs {
     }
     const eq = arg.indexOf("=");
     const name = arg.slice(2, eq < 0 ? undefined : eq);
-    const kind = spec[name];
+    // Own keys only: `--constructor` or `--toString` is no flag of any command.
+    const kind = Object.hasOwn(spec, name) ? spec[name] : undefined;
     if (kind === undefined) throw new UsageError(`unknown option '--${name}'`);
     if (kind === "boolean") {
       if (eq >= 0) throw new UsageError(`option '--${name}' takes no value`);
@@ -73,6 +74,10 @@ export function parseArgs(args: readonly string[], spec: FlagSpec): ParsedArgs {
     }
     if (value === undefined || value === "") {
       throw new UsageError(`option '--${name}' needs a value`);
+    }
+    // A second value would silently replace the first (`--session A --session B`).
+    if (kind === "value" && values.has(name)) {
+      throw new UsageError(`option '--${name}' given more than once`);
     }
     values.set(name, value);
     if (kind === "values") lists.set(name, [...(lists.get(name) ?? []), value]);

@@ -16,6 +16,8 @@ import {
   type SessionTree,
 } from "../layout/tree.ts";
 import { LogicalReferenceResolver } from "../layout/refs.ts";
+import { LogicalReferenceError } from "../layout/errors.ts";
+import { isSafeId } from "../layout/ids.ts";
 import { parseLogicalReference } from "../layout/ref_grammar.ts";
 import { type PrunedEntry, type PruneKind, pruneRaw } from "../layout/prune.ts";
 import { findLoopyRoot } from "../layout/loopy_root.ts";
@@ -106,6 +108,14 @@ export async function findRepoRoot(io: CliIo, start: string): Promise<string> {
   return dirname(loopyRoot);
 }
 
+/**
+ * Refuses, as a usage error, a session id argument (`what`: how the command line names it) that
+ * no session can have: one that is not a safe id (`..`, a path, an empty name).
+ */
+function sessionIdArgument(value: string, what: string): void {
+  if (!isSafeId(value)) throw new UsageError(`${what} must be a session id, got '${value}'`);
+}
+
 function helpOr(io: CliIo, key: string, parsed: { flags: ReadonlySet<string> }): boolean {
   if (!parsed.flags.has("help")) return false;
   io.out((HELP[key] ?? "") + "\n");
@@ -180,6 +190,7 @@ export async function runLayout(io: CliIo, args: readonly string[]): Promise<num
       io.err(help);
       return 2;
     }
+    parseArgs(rest, {}); // an option after it is still an unknown one
     io.out(help);
     return 0;
   }
@@ -187,6 +198,7 @@ export async function runLayout(io: CliIo, args: readonly string[]): Promise<num
     const parsed = parseArgs(rest, { json: "boolean" });
     if (helpOr(io, "tree", parsed)) return 0;
     if (parsed.positionals.length > 1) throw new UsageError("layout tree takes at most one ROOT");
+    for (const root of parsed.positionals) sessionIdArgument(root, "ROOT");
     const repoRoot = await findRepoRoot(io, io.cwd);
     const roots = parsed.positionals.length === 1
       ? parsed.positionals
@@ -238,6 +250,7 @@ export async function runLayout(io: CliIo, args: readonly string[]): Promise<num
     if (id === undefined || parsed.positionals.length > 1) {
       throw new UsageError("layout show takes one <session id>");
     }
+    sessionIdArgument(id, "<session id>");
     const repoRoot = await findRepoRoot(io, io.cwd);
     const tree = await loadSessionTree(io.fs, repoRoot, id);
     const node = tree.require(id);
@@ -277,10 +290,16 @@ export async function runLayout(io: CliIo, args: readonly string[]): Promise<num
     if (reference === undefined || parsed.positionals.length > 1) {
       throw new UsageError("layout resolve takes one <logical ref>");
     }
-    // A reference the grammar refuses is refused before any file is read.
-    parseLogicalReference(reference);
-    const repoRoot = await findRepoRoot(io, io.cwd);
+    // A reference the grammar refuses is a bad argument, refused before any file is read.
+    try {
+      parseLogicalReference(reference);
+    } catch (error) {
+      if (error instanceof LogicalReferenceError) throw new UsageError(error.message);
+      throw error;
+    }
     let sessionId = parsed.values.get("session");
+    if (sessionId !== undefined) sessionIdArgument(sessionId, "--session");
+    const repoRoot = await findRepoRoot(io, io.cwd);
     if (sessionId === undefined) {
       const roots = await listRootSessionIds(io.fs, repoRoot);
       if (roots.length !== 1) {
@@ -313,6 +332,7 @@ export async function runPruneRaw(io: CliIo, args: readonly string[]): Promise<n
   }
   const olderThanDays = numberOption(parsed, "older-than", false);
   const sessionId = parsed.values.get("session");
+  if (sessionId !== undefined) sessionIdArgument(sessionId, "--session");
   const repoRoot = await findRepoRoot(io, io.cwd);
   const json = parsed.flags.has("json");
   const progress = new Progress(io, "pruning", json);

@@ -57,13 +57,17 @@ export async function runCli(args: readonly string[], io: CliIo): Promise<number
     let rest = [...args];
     // Only `--data-dir DIR` and `--data-dir=DIR` (another option is an unknown one, below).
     while (rest[0] === "--data-dir" || rest[0]?.startsWith("--data-dir=")) {
+      if (dataDir !== undefined) throw new UsageError("option '--data-dir' given more than once");
       const first = rest[0];
       if (first !== "--data-dir") {
         dataDir = first.slice("--data-dir=".length);
         rest = rest.slice(1);
       } else {
         dataDir = rest[1];
-        if (dataDir === undefined) throw new UsageError("option '--data-dir' needs a value");
+        // An option in its place is not its value (`--data-dir --json`), as for any option.
+        if (dataDir === undefined || (dataDir.startsWith("-") && !/^-\d/.test(dataDir))) {
+          throw new UsageError("option '--data-dir' needs a value");
+        }
         rest = rest.slice(2);
       }
       // An explicit empty value (an unset shell variable) never falls back to ~/.loop.
@@ -77,9 +81,13 @@ export async function runCli(args: readonly string[], io: CliIo): Promise<number
       case "help":
       case "--help":
       case "-h":
+        parseArgs(tail, {}); // an option after it is still an unknown one
         io.out(MAIN_HELP);
         return 0;
       case "--version":
+        if (parseArgs(tail, {}).positionals.length > 0) {
+          throw new UsageError("--version takes no arguments");
+        }
         io.out(`${CLI_VERSION}\n`);
         return 0;
       case "sessions":

@@ -572,10 +572,11 @@ export async function runSessions(
       io.err(help);
       return 2;
     }
+    parseArgs(rest, {}); // an option after it is still an unknown one
     io.out(help);
     return 0;
   }
-  const help = SESSIONS_HELP[sub];
+  const help = Object.hasOwn(SESSIONS_HELP, sub) ? SESSIONS_HELP[sub] : undefined;
   if (help === undefined) throw new UsageError(`unknown command 'sessions ${sub}'`);
   const flags = { agentDir: agentDirOf(io, dataDir) };
   if (!rest.includes("--help") && !rest.includes("-h") && !(await exists(io, flags.agentDir))) {
