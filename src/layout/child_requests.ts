@@ -37,7 +37,6 @@ import {
 import { basename, dirname, join } from "../port/path.ts";
 import {
   ChildRequestError,
-  LayoutError,
   LayoutRecordError,
   LogicalReferenceError,
   SessionStateError,
@@ -46,7 +45,6 @@ import {
 } from "./errors.ts";
 import { appendEvents, type NewEvent } from "./events.ts";
 import { createSessionId } from "./ids.ts";
-import { walkSessionDirs } from "./loopy_root.ts";
 import {
   bytesEqual,
   decodeJson,
@@ -111,6 +109,7 @@ import {
 } from "./tree.ts";
 import { confined } from "./no_links.ts";
 import { serializedOn } from "./serial.ts";
+import { sessionIdsInUse } from "./_session_ids.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Ledger
@@ -941,7 +940,7 @@ async function newChildId(
   ledger: ChildrenLedger,
 ): Promise<string> {
   const reservedIds = ledger.children.map((c) => c.session_id);
-  const recorded = await idsOtherLedgersRecord(fs, tree.repoRoot, parent.dir);
+  const { recorded } = await sessionIdsInUse(fs, tree.repoRoot, parent.dir);
   for (;;) {
     const childId = await createSessionId(fs, {
       parentSessionDir: parent.dir,
@@ -953,38 +952,6 @@ async function newChildId(
     }
     reservedIds.push(childId); // the next ordinal past it
   }
-}
-
-/**
- * The child ids the ledgers (`children.json`) of the repository's sessions other than the one in
- * `exceptDir` record, published or not. A missing or damaged ledger adds nothing (the tree
- * holding it is refused by its own reads); another storage error is thrown.
- */
-async function idsOtherLedgersRecord(
-  fs: FileSystem,
-  repoRoot: string,
-  exceptDir: string,
-): Promise<Set<string>> {
-  const ids = new Set<string>();
-  const { sessions } = await walkSessionDirs(fs, repositoryPaths(repoRoot).sessionsRoot);
-  for (const session of sessions) {
-    if (session.dir === exceptDir) continue;
-    let ledger: AnyChildrenLedger;
-    try {
-      ledger = (await readRecord(
-        confined(fs, session.dir),
-        join(session.dir, "children.json"),
-        (value, file) => parseChildrenLedger(value, file, session.sessionId),
-      )).record;
-    } catch (error) {
-      // A missing or damaged ledger records nothing usable (its tree is refused by its own
-      // reads); any other storage error is not skipped, lest a recorded id be missed.
-      if (error instanceof LayoutError || error instanceof NotFound) continue;
-      throw error;
-    }
-    for (const child of ledger.children) ids.add(child.session_id);
-  }
-  return ids;
 }
 
 async function accept(

@@ -75,6 +75,7 @@ import {
 } from "./options.ts";
 import { confined } from "./no_links.ts";
 import { serializedOn } from "./serial.ts";
+import { sessionIdsInUse } from "./_session_ids.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Repository
@@ -651,6 +652,9 @@ export interface CreateRootSessionOptions
  * `.loopy_loop/sessions/.ordinal-<NNN>` exclusively (a creator that loses the race chooses the
  * next ordinal), and the reservation is removed once the session is published. A reservation
  * left by a crash is a hidden entry every reader ignores; it only leaves a gap in the ordinals.
+ * An ordinal whose id is already a session directory of the repository (a child's ordinal grows
+ * past 99, so another tree may hold a child `100_<slug>`) or an id a `children.json` ledger
+ * records is skipped too, leaving a gap: two trees that share an id cannot be resolved.
  *
  * A storage error (`FsError`) means no session was published. The one exception is a failure
  * after the session was renamed into place, at the fsync that makes its entry in `sessions/`
@@ -704,6 +708,12 @@ async function createRoot(
 ): Promise<CreatedSession> {
   await ensurePrivateDir(fs, sessionsRoot, resolved.durability);
   const slug = slugify(options.goal);
+  // The ids of the repository's sessions (a child's ordinal grows past 99, so `100_phase-1` may
+  // be a child's) and those ledgers record: two trees that share an id cannot be resolved.
+  const used = await sessionIdsInUse(fs, options.repoRoot);
+  // The last ordinal skipped for its id: the scan of sessions/ does not see it once its
+  // reservation is removed, so the next choice is raised past it.
+  let skipped = 0;
   for (let attempts = 0;; attempts++) {
     if (attempts >= MAX_ORDINAL_ATTEMPTS) {
       throw new LayoutError(
@@ -712,7 +722,7 @@ async function createRoot(
     }
     // The ordinal is reserved with an exclusive create: of several creators (in any process)
     // that chose the same ordinal, exactly one creates its reservation; the others choose again.
-    const ordinal = await nextOrdinal(fs, sessionsRoot);
+    const ordinal = Math.max(await nextOrdinal(fs, sessionsRoot), skipped + 1);
     const reservation = ordinalReservationName(ordinal, ROOT_ORDINAL_WIDTH);
     const reservationPath = join(sessionsRoot, reservation);
     try {
@@ -730,6 +740,11 @@ async function createRoot(
       const published = await highestOrdinal(fs, sessionsRoot, { reservations: false });
       if (published >= ordinal) continue;
       const sessionId = formatSessionId(ordinal, ROOT_ORDINAL_WIDTH, slug);
+      if (used.directories.has(sessionId) || used.recorded.has(sessionId)) {
+        // Another session has the id (or a ledger promised it): the ordinal is skipped, a gap.
+        skipped = ordinal;
+        continue;
+      }
       return await buildAndPublish(fs, sessionsRoot, {
         sessionId,
         rootSessionId: sessionId,
@@ -752,7 +767,10 @@ async function createRoot(
   }
 }
 
-/** How many ordinals a root creation tries before giving up (each lost race costs one). */
+/**
+ * How many ordinals a root creation tries before giving up (each lost race, and each ordinal
+ * skipped for an id in use, costs one).
+ */
 const MAX_ORDINAL_ATTEMPTS = 1000;
 
 async function removeReservation(fs: FileSystem, path: string): Promise<void> {
