@@ -52,7 +52,10 @@ export class LayoutRecordError extends LayoutError {
 
 /** Why a logical reference was refused. */
 export type LogicalReferenceErrorReason =
-  /** The text does not follow the reference grammar (empty, NUL, backslash, `..`, absolute, too long). */
+  /**
+   * The text does not follow the reference grammar (empty, NUL, backslash, `..`, absolute, too
+   * long), or it names a path the filesystem finds too long (`ENAMETOOLONG`, the `cause`).
+   */
   | "grammar"
   /** The scope is not one of repo, session, root, parent, session:<id>, trace:<id>. */
   | "unknown_scope"

@@ -17,7 +17,7 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
-import { NotADirectory, NotFound } from "../port/errors.ts";
+import { FsError, NotADirectory, NotFound } from "../port/errors.ts";
 import { join, relativeWithin } from "../port/path.ts";
 import { LayoutRecordError, LogicalReferenceError, TopologyError } from "./errors.ts";
 import { decodeJson, readRecord } from "./json_io.ts";
@@ -162,24 +162,47 @@ export class LogicalReferenceResolver {
    * Resolves a reference to a confined absolute path. An absent target is not an error: the
    * result says `exists: false`, with `status: "pruned"` when it lies in prunable raw output (a
    * folded session's `raw/<NNNN>_<workflow>/…`, as the layout its `session.json` records says,
-   * or a mirror trace that was pruned) and `"absent"` otherwise (a file not written yet, or
-   * anything in a mirror session's `raw/`). Refusals are `LogicalReferenceError`s; a symlink planted
-   * on the path is refused (reason `symlink`). On a case-insensitive filesystem a name that
-   * decides where the target is (`raw`, `children`, a session id, ...) spelled in other letter
-   * case is classified, and returned, as its directory lists it. A `trace:` reference to a trace whose directory is
-   * still there but whose `trace_manifest.json` is missing, unreadable or carries another id is a
-   * `LayoutRecordError` naming that manifest (it is not pruned).
+   * a session of this tree or, through `repo:/…`, of another tree of the repository; or a mirror
+   * trace that was pruned) and `"absent"` otherwise (a file not written yet, or anything in a
+   * mirror session's `raw/`). Refusals are `LogicalReferenceError`s: a symlink planted on the
+   * path is refused (reason `symlink`), and so is a path the filesystem finds too long
+   * (`ENAMETOOLONG`, which the scope's root can make of a reference within the grammar's limit:
+   * reason `grammar`, the storage error as its `cause`). On a case-insensitive filesystem a name
+   * that decides where the target is (`raw`, `children`, a session id, ...) spelled in other
+   * letter case is classified, and returned, as its directory lists it. A `trace:` reference to a
+   * trace whose directory is still there but whose `trace_manifest.json` is missing, unreadable
+   * or carries another id is a `LayoutRecordError` naming that manifest (it is not pruned).
    */
   async resolve(reference: string): Promise<ResolvedReference> {
     // The length limits apply to the text the caller passed, never to a derived spelling.
     const parsed = parseLogicalReference(reference);
     const scope = await this.#scope(parsed);
+    try {
+      return await this.#resolveIn(reference, parsed, scope);
+    } catch (error) {
+      throw referencePathError(reference, error);
+    }
+  }
+
+  /** `resolve` of `parsed` in its checked `scope` (see `resolve`). */
+  async #resolveIn(
+    reference: string,
+    parsed: ParsedReference,
+    scope: ReferenceScope,
+  ): Promise<ResolvedReference> {
     const segments = scope.canonicalScope === "trace"
       ? parsed.segments
       : await this.#listedSpelling(scope.root, parsed.segments);
     // Classified by where the target physically is, so every spelling of it (repo:/…,
     // session:/children/<id>/…, session:<id>:/…, root:/…, parent:/…) gets the same answer.
-    const place = this.#place(join(scope.root, ...segments), scope);
+    const target = join(scope.root, ...segments);
+    let place = this.#place(target, scope);
+    if (place.elsewhere) {
+      // A session of another tree may hold it (found as `holder` finds it): a folded one's raw
+      // output is prunable there too, as the layout its session.json records says.
+      const holder = await this.#holderElsewhere(target);
+      if (holder !== undefined) place = { ...place, ...rawPlace(holder.layout, holder.relative) };
+    }
     let path = scope.root;
     let exists = !place.renamedAway && scope.exists;
     let kind: ResolvedReference["kind"] = exists ? "directory" : undefined;
@@ -227,17 +250,13 @@ export class LogicalReferenceResolver {
    * Gives the canonical reference, whether the target lies in prunable raw output (a folded
    * session's `raw/<entry>/…`, the mirror `traces/` tree or its outbox), and whether a prune has
    * renamed it away (`.pruning-*` where prune renames entries: such an entry is already gone).
-   * Pure.
+   * `elsewhere` is true when no session of the tree holds it (a session of another tree may: see
+   * `#holderElsewhere`). Pure.
    */
   #place(
     path: string,
-    scope: {
-      readonly canonicalScope: string;
-      readonly canonicalId: string | undefined;
-      readonly root: string;
-      readonly pruned: boolean;
-    },
-  ): { readonly canonical: string; readonly prunable: boolean; readonly renamedAway: boolean } {
+    scope: Pick<ReferenceScope, "canonicalScope" | "canonicalId" | "root" | "pruned">,
+  ): ReferencePlace {
     if (scope.canonicalScope === "trace") {
       return {
         canonical: canonicalReference(
@@ -247,6 +266,7 @@ export class LogicalReferenceResolver {
         ),
         prunable: scope.pruned,
         renamedAway: false,
+        elsewhere: false,
       };
     }
     let owner: SessionNode | undefined;
@@ -260,14 +280,10 @@ export class LogicalReferenceResolver {
       }
     }
     if (owner !== undefined) {
-      const inside = ownerRelative === "" ? [] : ownerRelative.split("/");
-      // Only a folded session has a raw/ area (prune-raw leaves a mirror session's raw/ alone),
-      // as the layout its session.json records says.
-      const inRaw = owner.layout === "folded" && inside[0] === "raw" && inside.length >= 2;
       return {
         canonical: canonicalReference("session", owner.sessionId, ownerRelative),
-        prunable: inRaw,
-        renamedAway: inRaw && isPruningName(inside[1] ?? ""),
+        ...rawPlace(owner.layout, ownerRelative),
+        elsewhere: false,
       };
     }
     const relative = relativeWithin(this.tree.repoRoot, path) ?? "";
@@ -282,6 +298,7 @@ export class LogicalReferenceResolver {
       prunable: mirror,
       renamedAway: mirror &&
         (renamed(2) || (segments[1] === "traces" && segments[3] === "sessions" && renamed(4))),
+      elsewhere: true,
     };
   }
 
@@ -323,10 +340,12 @@ export class LogicalReferenceResolver {
    * The session that physically holds the target of `reference` (a `repo:/…` spelling of a
    * session's file included), or `undefined` when no session does (a repository file, a mirror
    * trace). The deepest session of this tree whose directory contains the target, as `resolve`
-   * classifies it (names spelled as a case-insensitive filesystem lists them); for a target under `.loopy_loop/sessions/` outside this tree,
-   * the deepest directory on its way (a top-level session, then `children/<id>/` nesting) that
-   * holds a valid `session.json`, never passing a symlink. Refusals are those of `canonicalize`
-   * (`trace:` in a folded session, an unknown session id, `parent:/` at a root).
+   * classifies it (names spelled as a case-insensitive filesystem lists them); for a target under
+   * `.loopy_loop/sessions/` outside this tree, the deepest directory on its way (a top-level
+   * session, then `children/<id>/` nesting) that holds a valid `session.json`, never passing a
+   * symlink. Refusals are those of `canonicalize` (`trace:` in a folded session, an unknown
+   * session id, `parent:/` at a root), and a path the filesystem finds too long, as `resolve`
+   * refuses it (a `LogicalReferenceError` with reason `grammar`).
    */
   async holder(reference: string): Promise<ReferenceHolder | undefined> {
     const parsed = parseLogicalReference(reference);
@@ -336,21 +355,38 @@ export class LogicalReferenceResolver {
     }
     const node = this.#sessionScope(parsed);
     const base = node === undefined ? this.tree.repoRoot : node.dir;
-    const path = join(base, ...await this.#listedSpelling(base, parsed.segments));
+    try {
+      const path = join(base, ...await this.#listedSpelling(base, parsed.segments));
+      return this.#holderInTree(path) ?? await this.#holderElsewhere(path);
+    } catch (error) {
+      throw referencePathError(reference, error);
+    }
+  }
+
+  /** The deepest session of this tree whose directory contains `path`, if any. Pure. */
+  #holderInTree(path: string): ReferenceHolder | undefined {
     let owner: SessionNode | undefined;
     for (const candidate of this.tree.nodes.values()) {
       if (relativeWithin(candidate.dir, path) === undefined) continue;
       if (owner === undefined || candidate.dir.length > owner.dir.length) owner = candidate;
     }
-    if (owner !== undefined) {
-      return {
-        sessionId: owner.sessionId,
-        dir: owner.dir,
-        layout: owner.layout,
-        relative: relativeWithin(owner.dir, path) ?? "",
-        inTree: true,
-      };
-    }
+    if (owner === undefined) return undefined;
+    return {
+      sessionId: owner.sessionId,
+      dir: owner.dir,
+      layout: owner.layout,
+      relative: relativeWithin(owner.dir, path) ?? "",
+      inTree: true,
+    };
+  }
+
+  /**
+   * The session of another tree of the repository that holds `path` (under
+   * `.loopy_loop/sessions/`, spelled as listed): the deepest directory on its way (a top-level
+   * session, then `children/<id>/` nesting) that holds a valid `session.json`, never passing a
+   * symlink; `undefined` when there is none.
+   */
+  async #holderElsewhere(path: string): Promise<ReferenceHolder | undefined> {
     // Another tree of the repository: its sessions are found the way the topology nests them.
     const relative = relativeWithin(this.tree.repoRoot, path) ?? "";
     const segments = relative === "" ? [] : relative.split("/");
@@ -376,9 +412,10 @@ export class LogicalReferenceResolver {
 
   /**
    * `segments` below `base`, each name that decides where a target is (`raw`, `children`,
-   * `.loopy_loop`, `sessions`, `traces`, `trace_finalization_outbox`, a session id of this tree)
-   * spelled as its directory lists it when the reference spells it in other letter case and the
-   * filesystem reaches the listed entry through that spelling (a case-insensitive filesystem).
+   * `.loopy_loop`, `sessions`, `traces`, `trace_finalization_outbox`, `delivery_receipts`, a
+   * session id of this tree) spelled as its directory lists it when the reference spells it in
+   * other letter case and the filesystem reaches the listed entry through that spelling (a
+   * case-insensitive filesystem).
    * A name spelled exactly, or one that no such name folds to, costs no call; on a case-sensitive
    * filesystem the other spelling is another (absent or real) entry and is kept.
    */
@@ -416,6 +453,7 @@ export class LogicalReferenceResolver {
       SESSIONS_DIRNAME,
       "traces",
       "trace_finalization_outbox",
+      "delivery_receipts",
     ];
     for (const name of [...fixed, ...this.tree.nodes.keys()]) {
       const folded = name.toLowerCase();
@@ -517,15 +555,7 @@ export class LogicalReferenceResolver {
     }
   }
 
-  async #scope(
-    parsed: ParsedReference,
-  ): Promise<{
-    readonly root: string;
-    readonly canonicalScope: "repo" | "session" | "trace";
-    readonly canonicalId: string | undefined;
-    readonly exists: boolean;
-    readonly pruned: boolean;
-  }> {
+  async #scope(parsed: ParsedReference): Promise<ReferenceScope> {
     if (parsed.scope === "trace") {
       this.#requireMirror(parsed);
       const trace = await this.#traceRoot(parsed);
@@ -740,6 +770,63 @@ export class LogicalReferenceResolver {
       { path: "manifest_id", value: found },
     );
   }
+}
+
+/** The scope of a reference, checked: its root directory and how the target is named. */
+interface ReferenceScope {
+  /** The scope's root directory (a session's, the repository's, or a trace's). */
+  readonly root: string;
+  /** The scope of the canonical form. */
+  readonly canonicalScope: "repo" | "session" | "trace";
+  /** The session or trace id of the canonical form (`undefined` for `repo`). */
+  readonly canonicalId: string | undefined;
+  /** False when the scope's root itself is gone (a pruned trace). */
+  readonly exists: boolean;
+  /** True for a pruned trace. */
+  readonly pruned: boolean;
+}
+
+/** Where a target physically is (see `LogicalReferenceResolver.#place`). */
+interface ReferencePlace {
+  /** The canonical reference. */
+  readonly canonical: string;
+  /** True when the target lies in prunable raw output. */
+  readonly prunable: boolean;
+  /** True when a prune has renamed the target (or a directory above it) away. */
+  readonly renamedAway: boolean;
+  /** True when no session of the resolver's tree holds the target. */
+  readonly elsewhere: boolean;
+}
+
+/**
+ * Whether a target at `relative` (its path relative to the directory of the session holding it)
+ * lies in that session's prunable raw output, `raw/<entry>/…`, and whether a prune has renamed
+ * its entry away (`raw/.pruning-*`). Only a folded session has a raw/ area (prune-raw leaves a
+ * mirror session's raw/ alone), as `layout`, the layout its session.json records, says.
+ */
+function rawPlace(
+  layout: SessionLayout,
+  relative: string,
+): { readonly prunable: boolean; readonly renamedAway: boolean } {
+  const inside = relative === "" ? [] : relative.split("/");
+  const inRaw = layout === "folded" && inside[0] === "raw" && inside.length >= 2;
+  return { prunable: inRaw, renamedAway: inRaw && isPruningName(inside[1] ?? "") };
+}
+
+/**
+ * `error`, or, when it is a filesystem's refusal of a path too long (`ENAMETOOLONG`) met on the
+ * way to the target of `reference`, a `LogicalReferenceError` with reason `grammar` (the storage
+ * error as its `cause`): the reference is within the grammar's limits, but the root of its scope
+ * makes the path longer than the filesystem takes, so it names nothing that can exist.
+ */
+function referencePathError(reference: string, error: unknown): unknown {
+  if (!(error instanceof FsError) || error.code !== "ENAMETOOLONG") return error;
+  return new LogicalReferenceError(
+    reference,
+    "grammar",
+    "Logical reference names a path too long for the filesystem",
+    { cause: error },
+  );
 }
 
 /**

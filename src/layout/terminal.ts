@@ -498,12 +498,16 @@ export interface SessionOutcomeInput extends LayoutWriteOptions {
  * A folded outcome has no trace seals, and its evidence, delivery and eval references may not
  * use the `trace:` scope, name the mirror trace tree (`.loopy_loop/traces/`, its outbox), or
  * land in the `delivery_receipts/` of a folded session (folded delivery receipts live in
- * `receipts/`): a `LayoutRecordError` naming the field, before anything is written. Which
- * session holds a target is decided from the session tree, whatever the spelling
- * (`LogicalReferenceResolver.holder`), so a mirror session's `delivery_receipts/` (a mirror
- * parent's, an older mirror session's) may be cited. A mirror session finishes
- * under its own layout: its outcome's `trace_seal_refs` lists every seal receipt in
- * `trace_seals/` (`session:/trace_seals/<attempt_id>.json`, sorted), as the engine does.
+ * `receipts/`): a `LayoutRecordError` naming the field, before anything is written. Those
+ * directory names are matched in any ASCII letter case (`Traces/`, `Delivery_Receipts/`: the
+ * engine creates no such spelling, and a case-insensitive filesystem reaches the same
+ * directory through it). Which session holds a target is decided from the session tree,
+ * whatever the spelling (`LogicalReferenceResolver.holder`), so a mirror session's
+ * `delivery_receipts/` (a mirror parent's, an older mirror session's) may be cited; a reference
+ * whose holder is looked up and whose path the filesystem finds too long is refused too. A
+ * mirror session finishes under its own layout: its outcome's `trace_seal_refs` lists every
+ * seal receipt in `trace_seals/` (`session:/trace_seals/<attempt_id>.json`, sorted), as the
+ * engine does.
  */
 export async function writeSessionOutcome(
   fs: FileSystem,
@@ -795,10 +799,18 @@ const SEAL_RECEIPT_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]*\.json$/;
  * a folded session, and folded delivery receipts live in `receipts/`):
  *
  * - the `trace:` scope;
- * - a target in the mirror trace tree (`.loopy_loop/traces/`, `.loopy_loop/trace_finalization_outbox/`);
+ * - a target in the mirror trace tree (`.loopy_loop/traces/`,
+ *   `.loopy_loop/trace_finalization_outbox/`);
  * - a target in the `delivery_receipts/` of a session whose `session.json` records the folded
  *   layout, decided by the session that physically holds it (`LogicalReferenceResolver.holder`),
- *   whatever the spelling.
+ *   whatever the spelling;
+ * - a reference whose holder is looked up and whose path the filesystem finds too long
+ *   (`ENAMETOOLONG`): it names nothing that can exist.
+ *
+ * The names `.loopy_loop`, `traces`, `trace_finalization_outbox` and `delivery_receipts` are
+ * compared in any ASCII letter case: the engine creates no other spelling of them, and on a
+ * case-insensitive filesystem `Traces/` or `Delivery_Receipts/` is the same directory, so an odd
+ * spelling is refused rather than let through.
  *
  * A mirror session's `delivery_receipts/` may be cited (a folded child of a mirror parent, a
  * folded root citing an older mirror session). `resolver` is asked for (and may give
@@ -813,7 +825,7 @@ async function foldedCitationProblem(
   if (parsed.scope === "trace") {
     return "A folded session has no trace: references; it cites session:/raw/<NNNN>_<workflow>/…";
   }
-  const segments = parsed.segments;
+  const segments = parsed.segments.map(asciiLowercase);
   if (
     parsed.scope === "repo" && segments[0] === LOOPY_DIRNAME &&
     (segments[1] === "traces" || segments[1] === "trace_finalization_outbox")
@@ -835,13 +847,21 @@ async function foldedCitationProblem(
   try {
     holder = await found.holder(reference);
   } catch (error) {
-    if (error instanceof LogicalReferenceError) return undefined;
-    throw error;
+    if (!(error instanceof LogicalReferenceError)) throw error;
+    // The grammar passed above: this is a path too long for the filesystem.
+    if (error.reason === "grammar") return `A folded session cites no such path: ${error.message}`;
+    return undefined;
   }
-  if (holder?.layout === "folded" && holder.relative.split("/")[0] === "delivery_receipts") {
+  const first = asciiLowercase(holder?.relative.split("/")[0] ?? "");
+  if (holder?.layout === "folded" && first === "delivery_receipts") {
     return DELIVERY_RECEIPTS_PROBLEM;
   }
   return undefined;
+}
+
+/** `name` with its ASCII letters in lowercase (other characters as they are). */
+function asciiLowercase(name: string): string {
+  return name.replace(/[A-Z]/g, (letter) => letter.toLowerCase());
 }
 
 const DELIVERY_RECEIPTS_PROBLEM =
