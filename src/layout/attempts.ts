@@ -90,7 +90,8 @@ const SNAPSHOT_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
  * it is read before anything is written.
  *
  * Everything is checked before the first write: the iteration and the workflow id (the path of
- * the attempt is built from them: an invalid one is a `LayoutOptionError` naming the field), the
+ * the attempt is built from them: an invalid one is a `LayoutOptionError` naming the field, and
+ * so is a workflow id that would make its git receipt's name longer than 255 bytes), the
  * attempt id (one safe path component; an invalid one is a `LayoutRecordError` naming
  * `trace_ref.json` and `attempt_id`), the `trace_ref.json` record against its own reader's schema,
  * every snapshot file name, and that no snapshot file of the attempt was frozen with other

@@ -82,10 +82,11 @@ export interface WrittenGitReceipt {
  * `session` was built for.
  *
  * The attempt identity (`checkAttemptIdentity`: an invalid iteration, workflow id or attempt id
- * is a `LayoutOptionError` naming the field) and the whole receipt are validated before anything
- * is written (neither the raw files nor the receipt), and `sessionId` must be the
- * session's own, as its `session.json` records (else a `LayoutRecordError` at `session_id`). A receipt is written once:
- * writing it again for the same attempt with the same contents (everything but `created_at`)
+ * is a `LayoutOptionError` naming the field, and so is a workflow id that makes the receipt's
+ * file name longer than 255 bytes) and the whole receipt are validated before anything is
+ * written (neither the raw files nor the receipt), and `sessionId` must be the session's own, as
+ * its `session.json` records (else a `LayoutRecordError` at `session_id`). A receipt is written
+ * once: writing it again for the same attempt with the same contents (everything but `created_at`)
  * returns the existing receipt and writes nothing; a different attempt or other contents is an
  * `ImmutableArtifactError` naming the receipt and the first field that would change (an eval
  * acceptance binds the receipt by hash).
@@ -161,8 +162,14 @@ export async function writeGitReceipt(
   });
 }
 
-/** The logical reference of a delivery receipt (`session:/receipts/<name>` when folded). */
+/**
+ * The logical reference of a delivery receipt (`session:/receipts/<name>` when folded). A `name`
+ * that is not one safe path component (a separator, `..`, an empty name) is refused as
+ * `SessionPaths.deliveryReceipt` refuses it (a `LayoutError`), so the reference names the
+ * receipt's own file and nothing beside or below it.
+ */
 export function deliveryReceiptRef(session: SessionPaths, name: string): string {
+  session.deliveryReceipt(name); // the receipt's path: checks the name
   return session.layout === "folded"
     ? `session:/receipts/${name}`
     : `session:/delivery_receipts/${name}`;
