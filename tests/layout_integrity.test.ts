@@ -98,6 +98,30 @@ test("a snapshot file name is checked before anything is written", async () => {
     LayoutError,
   );
   assert.deepEqual(fs.snapshotTree("/"), before);
+  // A safe name longer than a file name can be (255 bytes) is refused the same way, before the
+  // attempt's files are written; one of 255 bytes is written.
+  await assert.rejects(
+    createAttemptArtifacts(fs, paths, ATTEMPT, {
+      prompt: "p",
+      pathsMap: {},
+      snapshot: { "ok.json": 1, [`${"s".repeat(251)}.json`]: 2 },
+    }),
+    (error: unknown) => error instanceof LayoutError && /longer than 255 bytes/.test(error.message),
+  );
+  assert.deepEqual(fs.snapshotTree("/"), before);
+  const name = `${"s".repeat(250)}.json`;
+  const created = await createAttemptArtifacts(fs, paths, ATTEMPT, {
+    prompt: "p",
+    pathsMap: {},
+    snapshot: { [name]: 2 },
+  });
+  assert.equal(
+    new TextDecoder().decode(
+      await fs.readFile(`${created.paths.snapshotDir(ATTEMPT.attemptId)}/${name}`),
+    )
+      .trim(),
+    "2",
+  );
 });
 
 test("the trace_ref.json an attempt writes is one its own reader accepts", async () => {

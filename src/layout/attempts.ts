@@ -20,6 +20,7 @@ import {
 import { dirname, join } from "../port/path.ts";
 import { ImmutableArtifactError, LayoutError } from "./errors.ts";
 import { checkAttemptIdentity } from "./_attempt_identity.ts";
+import { MAX_FILE_NAME_BYTES } from "./ids.ts";
 import {
   bytesEqual,
   encodeJson,
@@ -65,7 +66,9 @@ export interface CreateAttemptOptions extends LayoutWriteOptions {
   /**
    * Files of the frozen workflow snapshot (`workflow_snapshot/<attempt_id>/<name>`), such as
    * `assignment.json` and `scheduler_view.json`. JSON values are written as canonical JSON,
-   * strings as text. Frozen: rewriting a file with other contents is refused.
+   * strings as text. Frozen: rewriting a file with other contents is refused. A name must be a
+   * safe name (`[A-Za-z0-9][A-Za-z0-9_.-]*`) of at most 255 bytes; another is a `LayoutError`
+   * before anything is written.
    */
   readonly snapshot?: Readonly<Record<string, JsonValue>> | undefined;
 }
@@ -133,6 +136,12 @@ export async function createAttemptArtifacts(
   for (const [name, value] of Object.entries(snapshot)) {
     if (!SNAPSHOT_NAME.test(name)) {
       throw new LayoutError(`Snapshot file name is not a safe name: ${JSON.stringify(name)}`);
+    }
+    // A safe name is ASCII: one byte a character. A longer one cannot be created at all.
+    if (name.length > MAX_FILE_NAME_BYTES) {
+      throw new LayoutError(
+        `Snapshot file name is longer than ${MAX_FILE_NAME_BYTES} bytes: ${name.length} bytes`,
+      );
     }
     snapshotFiles.push(
       typeof value === "string"
