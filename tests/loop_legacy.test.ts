@@ -952,3 +952,28 @@ test("a legacy line holding bytes that are not UTF-8 is migrated in canonical fo
   assert.equal(decoder.decode(log), messages.map((m) => JSON.stringify(m) + "\n").join(""));
   assert.deepEqual(await fs.readFile(LEGACY), bytes);
 });
+
+test("a migration makes a version-2 collection private (0700), and survives a power loss so", async () => {
+  for (const readOnly of [false, true]) {
+    const { fs } = await setup();
+    // Version 2 created collections with the default mode.
+    await fs.chmod(COLLECTION, 0o755);
+    fs.syncAll();
+    const session = await new SessionStore({ fs, agentDir: AGENT }).open(LEGACY, { readOnly });
+    await session.close();
+    assert.equal((await fs.stat(COLLECTION)).mode, 0o700, `readOnly: ${readOnly}`);
+    assert.equal((await fs.stat(DIR)).mode, 0o700, `readOnly: ${readOnly}`);
+    const recovered = fs.crash({ seed: 0, extraJournal: "none", tailMode: "none" });
+    assert.equal((await recovered.stat(COLLECTION)).mode, 0o700, `readOnly: ${readOnly}`);
+    // The backup keeps its own mode: it stays as version 2 wrote it.
+    assert.equal((await fs.stat(LEGACY)).mode, 0o600);
+  }
+  // A file that is not migrated (another format) leaves the collection as it was.
+  const { fs } = await setup(legacyText(header({ format: "other" }), conversation(1)));
+  await fs.chmod(COLLECTION, 0o755);
+  await assert.rejects(
+    new SessionStore({ fs, agentDir: AGENT }).open(LEGACY),
+    UnsupportedSessionError,
+  );
+  assert.equal((await fs.stat(COLLECTION)).mode, 0o755);
+});

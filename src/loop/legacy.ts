@@ -19,8 +19,9 @@
  * parsing and writes overlap (one read ahead, one write behind); under full durability a second
  * handle on the staged log is synced every 8 MiB while the scan goes on, so the device writes back
  * as the file grows and the final fsync (always made, on the writing handle) has only the last
- * bytes left. The staging directory is made durable and renamed to `<collection>/<id>/`; the legacy file is never
- * modified and stays as a backup. A crash at any point leaves the legacy file intact and the
+ * bytes left. The staging directory is made durable, the collection made private (0700, as a
+ * save makes it: version 2 created collections with the default mode), and the staging directory
+ * renamed to `<collection>/<id>/`; the legacy file is never modified and stays as a backup. A crash at any point leaves the legacy file intact and the
  * published directory either absent or complete; staging leftovers are skipped by readers and
  * removed by the next migration or cleanup.
  *
@@ -72,6 +73,7 @@ import {
   undecodable,
 } from "./storage.ts";
 import type { StoreContext } from "./lock.ts";
+import { ensureCollectionDir } from "./session_manager.ts";
 
 /** The file extension of a legacy version-2 session. */
 export const LEGACY_EXTENSION = ".jsonl";
@@ -913,6 +915,10 @@ export async function migrateLegacySession(
     ]);
     for (const file of files) if (file.status === "rejected") throw file.reason;
     if (context.durability === "full") await fs.syncDir(staging);
+    // The collection is made private (0700), as a save makes it, before a session is published
+    // into it: version 2 created collections with the default mode. Only now: a migration that
+    // fails leaves the collection as it was.
+    await ensureCollectionDir(fs, collection, context.durability);
     forgetDurable(fs, dir);
     await fs.rename(staging, dir);
     created = false;
