@@ -3,6 +3,11 @@
  * and written, and fsyncs — what a host needs to export storage metrics. It passes the published
  * conformance suite (`tests/custom_adapter.test.ts` runs it over the memory and Node adapters).
  *
+ * A wrapper keeps everything optional that `inner` offers: its `processes` probe (without it a
+ * store makes no lock files, and two processes, or two stores over two wrappers in one process,
+ * could write one session at once), its no-follow reads and opens (without them links and FIFOs
+ * are checked by a separate call first) and its `homeDir`.
+ *
  * Run the demo: `deno run -A examples/custom_adapter.ts`.
  *
  * @module
@@ -13,6 +18,7 @@ import type {
   FileInfo,
   FileSystem,
   MkdirOptions,
+  OpenedFile,
   OpenOptions,
   RemoveOptions,
   WriteFileOptions,
@@ -109,8 +115,37 @@ export function instrumentedFs(inner: FileSystem, metrics: StorageMetrics): File
       mtimeMs: number,
     ): Promise<void> => (count("utime"), inner.utime(path, mtimeMs)),
   };
+  // The optional members `inner` has, kept: the process probe (cross-process locks), the
+  // no-follow calls (counted and measured like the others) and the home directory.
+  const readNoFollow = inner.readFileNoFollow?.bind(inner);
+  const openNoFollow = inner.openNoFollow?.bind(inner);
+  const openAppendNoFollow = inner.openAppendNoFollow?.bind(inner);
   const home = inner.homeDir?.bind(inner);
-  return home === undefined ? fs : { ...fs, homeDir: home };
+  const opened = async (name: string, open: () => Promise<OpenedFile>): Promise<OpenedFile> => {
+    count(name);
+    const file = await open();
+    return { handle: wrapHandle(file.handle), info: file.info };
+  };
+  return {
+    ...fs,
+    ...(inner.processes === undefined ? {} : { processes: inner.processes }),
+    ...(readNoFollow === undefined ? {} : {
+      readFileNoFollow: async (path: string): Promise<Uint8Array> => {
+        count("readFileNoFollow");
+        const data = await readNoFollow(path);
+        metrics.bytesRead += data.length;
+        return data;
+      },
+    }),
+    ...(openNoFollow === undefined ? {} : {
+      openNoFollow: (path: string) => opened("openNoFollow", () => openNoFollow(path)),
+    }),
+    ...(openAppendNoFollow === undefined ? {} : {
+      openAppendNoFollow: (path: string) =>
+        opened("openAppendNoFollow", () => openAppendNoFollow(path)),
+    }),
+    ...(home === undefined ? {} : { homeDir: home }),
+  };
 }
 
 /** Creates empty counters. */

@@ -1,6 +1,6 @@
 // A user's own adapter proves itself with the published conformance suite, like the built-in ones.
 import { test } from "node:test";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import assert from "node:assert/strict";
@@ -9,6 +9,7 @@ import { MemoryFs } from "../adapters/memory.ts";
 import { nodeFs } from "../adapters/node.ts";
 import { instrumentedFs, newMetrics } from "../examples/custom_adapter.ts";
 import { SessionStore } from "../src/loop/store.ts";
+import { SessionLockedError } from "../src/loop/errors.ts";
 import { user } from "./_fixtures.ts";
 
 let n = 0;
@@ -78,4 +79,36 @@ test("an adapter whose open throws instead of rejecting fails a commit with a re
   await session.flush();
   const reopened = await store.open(session.getSessionPath(), { readOnly: true });
   assert.deepEqual(reopened.messages.map((message) => message.content), ["first", "second"]);
+});
+
+test("the instrumented adapter keeps the wrapped adapter's lock probe and no-follow calls", async () => {
+  const root = await mkdtemp(join(tmpdir(), "loop-custom-lock-"));
+  try {
+    const inner = nodeFs();
+    const metrics = newMetrics();
+    const wrapped = instrumentedFs(inner, metrics);
+    assert.equal(wrapped.processes, inner.processes);
+    assert.equal(typeof wrapped.readFileNoFollow, "function");
+    assert.equal(typeof wrapped.openNoFollow, "function");
+    assert.equal(typeof wrapped.openAppendNoFollow, "function");
+    await mkdir(join(root, "work"));
+    const options = { agentDir: join(root, "agent"), sessionDir: join(root, "sessions") };
+    const writer = await new SessionStore({ fs: wrapped, ...options }).create(join(root, "work"));
+    await writer.commit([user("first")]);
+    // The writer holds a lock file, so another store over another wrapper is refused.
+    await stat(join(writer.getSessionPath(), "writer.lock"));
+    const other = new SessionStore({ fs: instrumentedFs(inner, newMetrics()), ...options });
+    await assert.rejects(other.open(writer.getSessionPath()), SessionLockedError);
+    await writer.close();
+    // A fast listing reads through the no-follow calls, counted like the others.
+    const listed = await new SessionStore({ fs: wrapped, ...options }).list(
+      undefined,
+      options.sessionDir,
+      { fast: true },
+    );
+    assert.equal(listed.length, 1);
+    assert.ok((metrics.calls["readFileNoFollow"] ?? 0) >= 1);
+  } finally {
+    await rm(root, { recursive: true, force: true });
+  }
 });
