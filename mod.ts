@@ -99,6 +99,7 @@ export {
   withToolDisplayName,
 } from "./src/loop/records/messages.ts";
 export { validatePromptTimings } from "./src/loop/records/timings.ts";
+export { MAX_HEADER_NESTING, MAX_MESSAGE_NESTING } from "./src/loop/records/_validation.ts";
 export { validateRuntimeContexts } from "./src/loop/records/runtime_context.ts";
 export { validateCompactions } from "./src/loop/records/compaction.ts";
 export {

@@ -10,7 +10,8 @@ import { SessionFormatError } from "../src/loop/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
 import type { Message } from "../src/loop/records/mod.ts";
-import { jsonNestsDeeper, MAX_MESSAGE_NESTING } from "../src/loop/records/_validation.ts";
+import { jsonNestsDeeper } from "../src/loop/records/_validation.ts";
+import { MAX_MESSAGE_NESTING } from "../mod.ts";
 import { assistant, toolResult, user } from "./_fixtures.ts";
 import { deepResult, deepResultLine, nested, tooDeep } from "./_deep.ts";
 

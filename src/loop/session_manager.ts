@@ -846,12 +846,16 @@ export class SessionManager {
    * Saves the complete history. Appends only new messages; a changed or shortened history is
    * written as a new generation. Omitted optional arguments keep the stored metadata; given
    * arrays replace it (an empty array removes the field). Rejects while a save is pending.
-   * Messages are plain JSON data: an object that JSON would write as something else (one with a
-   * `toJSON` method, such as a `Date`; a boxed primitive such as `new Number(1)`; a class instance
-   * or any object whose prototype is not `Object.prototype` or `null`) and a field the validator
-   * reads that JSON would not write (a non-enumerable one) are refused with a `SessionFormatError`
-   * naming the field, before anything is written; so is a message JSON writes nested deeper than
-   * `MAX_MESSAGE_NESTING` (1,000) levels, on every runtime.
+   * Messages are plain JSON data: a message, a content block, a tool call's `arguments` or a
+   * `usage` that JSON would write as something else (one with a `toJSON` method, such as a
+   * `Date`; a boxed primitive such as `new Number(1)`; a class instance or any object whose
+   * prototype is not `Object.prototype` or `null`) and a field the validator reads that JSON would
+   * not write (a non-enumerable one) are refused with a `SessionFormatError` naming the field,
+   * before anything is written; so is a message JSON writes nested deeper than
+   * `MAX_MESSAGE_NESTING` (1,000) levels, on every runtime. Values the format leaves opaque (a
+   * tool result's `details`, the values inside `arguments`, fields it does not define) are written
+   * as `JSON.stringify` writes them, as Loop writes them: a `Date` as its ISO string, a `Map` as
+   * `{}`, `NaN` as `null`.
    *
    * Saved messages are recognized by identity: pass the same objects again (or equal new ones).
    * To change an earlier message, pass a new object in its place and leave the saved one as it
