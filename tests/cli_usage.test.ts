@@ -135,3 +135,17 @@ test("an option after help or --version, and an option as --data-dir's value, ar
     assert.match(run.out, /Usage: loop-sessions/, args.join(" "));
   }
 });
+
+test("layout resolve says whether an absent target was pruned or never written", async () => {
+  const { fs, rawFile, rootId } = await repoWithRaw();
+  const ref = "session:/raw/0001_outer/log.txt";
+  const present = await cli(fs, ["layout", "resolve", ref, "--session", rootId]);
+  assert.deepEqual([present.code, present.out], [0, `${rawFile}\n`]);
+  assert.equal((await cli(fs, ["prune-raw", "--session", rootId])).code, 0);
+  const pruned = await cli(fs, ["layout", "resolve", ref, "--session", rootId]);
+  assert.deepEqual([pruned.code, pruned.out], [0, `${rawFile} (pruned)\n`]);
+  const json = await cli(fs, ["layout", "resolve", ref, "--session", rootId, "--json"]);
+  assert.equal(JSON.parse(json.out).status, "pruned");
+  const absent = await cli(fs, ["layout", "resolve", "session:/notes.md", "--session", rootId]);
+  assert.match(absent.out, /\/notes\.md \(absent\)\n$/);
+});

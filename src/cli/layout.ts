@@ -311,7 +311,8 @@ export async function runLayout(io: CliIo, args: readonly string[]): Promise<num
     const resolver = await LogicalReferenceResolver.forSession(io.fs, { repoRoot, sessionId });
     const resolved = await resolver.resolve(reference);
     if (parsed.flags.has("json")) printJson(io, { sessionId, ...resolved });
-    else io.out(inlined`${resolved.path}${resolved.exists ? "" : " (absent)"}\n`);
+    // An absent target says why: not written (absent), or raw output a prune removed (pruned).
+    else io.out(inlined`${resolved.path}${resolved.exists ? "" : ` (${resolved.status})`}\n`);
     return 0;
   }
   throw new UsageError(`unknown command 'layout ${sub}'`);
