@@ -862,13 +862,15 @@ export class SessionManager {
    * is; the manager keeps the objects it was given and compares a new object with the saved one,
    * so mutating a saved message in place is not seen as a change (nor is a copy carrying the
    * same change), except for the last saved message, which is also compared with its saved line
-   * (hosts may finish it in place). The identity check costs a few nanoseconds per saved
+   * (hosts may finish it in place) while it is the last: once a save put messages after it, it is
+   * matched by identity like the others. The identity check costs a few nanoseconds per saved
    * message; `append()` skips it. The metadata arrays given are copied when the call is made, so
    * the caller may change them at once: what is validated is what is written. A save that fails
    * stays pending as it was serialized (the messages it had not saved are copied from their
    * lines), and `flush()` retries exactly that: a save that added messages to the saved history
-   * adds those copies again, without looking at the saved messages (a last saved message the host
-   * finished in place meanwhile is saved by the next `commit()`, as after an `append()`).
+   * adds those copies again, without looking at the saved messages: a last saved message the host
+   * finished in place meanwhile is not saved by it, nor by a later `commit()` once the retried
+   * messages follow it (pass a new object for it, as for any earlier message).
    *
    * A save called while the session is idle validates and serializes its messages at the call,
    * so the caller may change its array and its message objects at once. Saves (`commit()` and
@@ -959,8 +961,9 @@ export class SessionManager {
    * to, so saves queued before it are kept. As with `commit()`, the new messages are validated
    * and serialized at the call when the session is idle (the caller may change them at once);
    * a save queued behind another call reads them when its turn comes. Earlier messages are not
-   * looked at: a saved message finished in place (which `commit()` notices for the last one) is
-   * saved by `commit()`, not by `append()`.
+   * looked at: finish the last saved message before appending after it (`commit()` notices an
+   * in-place change of the last saved message, but once `append()` put messages after it, only a
+   * new object for it is seen as a change).
    */
   append(
     messages: readonly Message[],
