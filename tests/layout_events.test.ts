@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
-import { appendEvents, readEvents, scanEvents } from "../layout.ts";
+import { appendEvents, LayoutRecordError, readEvents, scanEvents } from "../layout.ts";
 import { deterministic } from "./layout_fixtures.ts";
 import { hookedFs } from "./_hooks.ts";
 
@@ -193,4 +193,85 @@ test("appends to an existing events.jsonl sync its directory once per process, n
   // The first append of this process makes the file's entry durable; the others need not.
   assert.equal(dirSyncs, 1);
   assert.equal((await readEvents(memory, `${dir}/events.jsonl`)).length, 11);
+});
+
+test("concurrent appends, one failing part way: the one that resolved is read back", async () => {
+  // The failing append's torn bytes stay a line of their own, whichever append ran first: the
+  // two are serialized, so the other never glues its record onto them.
+  for (const op of ["write", "sync"] as const) {
+    const options = deterministic();
+    const fs = new MemoryFs();
+    await fs.mkdir("/s", { mode: 0o700 });
+    await appendEvents(fs, FILE, "001_demo", [{ type: "first" }], options);
+    fs.syncAll();
+    // The next handle write (or sync) fails: the first append's, 10 bytes of it landed.
+    fs.failAt(fs.operationCount + 1, { ops: [op], landed: 10 });
+    const [a, b] = await Promise.allSettled([
+      appendEvents(fs, FILE, "001_demo", [{ type: "A" }], options),
+      appendEvents(fs, FILE, "001_demo", [{ type: "B" }], options),
+    ]);
+    fs.clearFaults();
+    assert.equal(a.status, "rejected", op);
+    assert.equal(b.status, "fulfilled", op);
+    // A failed sync is followed by a power loss: what was fsynced stays.
+    const target = op === "write"
+      ? fs
+      : fs.crash({ seed: 0, tailMode: "none", extraJournal: "none" });
+    const types = (await readEvents(target, FILE)).map((e) => e.type);
+    assert.deepEqual(types, ["first", "B"], op);
+  }
+});
+
+test("event lines are the engine's bytes: every non-ASCII character escaped", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/s");
+  const payload = {
+    summary: "line one\u2028line two",
+    note: "next\u0085line",
+    para: "a\u2029b",
+    accent: "\u00e9",
+    emoji: "\u{1F600}",
+    del: "\u007f",
+    ctrl: "\u0001\t",
+  };
+  const [written] = await appendEvents(
+    fs,
+    FILE,
+    "001_demo",
+    [{ type: "task_finished", payload }],
+    deterministic(),
+  );
+  const bytes = await fs.readFile(FILE);
+  // `json.dumps(record, separators=(",", ":"))` of the engine (Python), byte for byte.
+  const engine = '{"event_id":"000000000001","schema_version":1,"ts":"2026-04-19T14:30:22Z",' +
+    '"session_id":"001_demo","type":"task_finished","payload":{"summary":"line one\\u2028line ' +
+    'two","note":"next\\u0085line","para":"a\\u2029b","accent":"\\u00e9","emoji":' +
+    '"\\ud83d\\ude00","del":"\\u007f","ctrl":"\\u0001\\t"}}\n';
+  assert.deepEqual(bytes, encoder.encode(engine));
+  assert.ok(bytes.every((byte) => byte < 0x80), "every byte is ASCII");
+  // Python's str.splitlines (the engine's reader) finds the one line.
+  // deno-lint-ignore no-control-regex -- Python's line boundaries include these controls
+  const lines = new TextDecoder().decode(bytes).split(/\r\n|[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]/);
+  assert.deepEqual(lines, [engine.slice(0, -1), ""]);
+  assert.deepEqual(await readEvents(fs, FILE), [written]);
+  assert.deepEqual(written?.payload, payload);
+});
+
+test("a directory at events.jsonl is refused by name, before anything is written", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(FILE, { recursive: true });
+  for (
+    const call of [
+      () => appendEvents(fs, FILE, "001_demo", [{ type: "x" }], deterministic()),
+      () => scanEvents(fs, FILE),
+    ]
+  ) {
+    await assert.rejects(call(), (error: unknown) => {
+      assert.ok(error instanceof LayoutRecordError, String(error));
+      assert.equal(error.file, FILE);
+      assert.match(error.message, /not a regular file \(a directory\)/);
+      return true;
+    });
+  }
+  assert.deepEqual(await fs.readDir(FILE), []);
 });

@@ -185,8 +185,10 @@ export function pauseAfter(
 
 /**
  * A terminal `session_outcome.json` as the engine writes it when it stopped with `status`: no
- * handoff, the stop reason as the fallback summary, no refs unless `fields` give them. `fields`
- * name the session (ids, goal hash, revision, time); keys keep the engine's order.
+ * handoff, no refs unless `fields` give them. `fields` name the session (ids, goal hash, revision,
+ * time); keys keep the engine's order. A `goal_met` stop is decided by a control record, so its
+ * outcome binds a control snapshot (an arbitrary hash) and the control's reason is the fallback
+ * summary; any other stop binds none, and its stop reason is the fallback summary.
  */
 export function engineOutcome(
   status: string,
@@ -210,14 +212,18 @@ export function engineOutcome(
     terminal_status: status,
     stop_reason: status,
     terminal_state_revision: fields.terminal_state_revision,
-    control: null,
+    control: status === "goal_met"
+      ? { ref: "session:/control.json", sha256: `sha256:${"c".repeat(64)}` }
+      : null,
     handoff: {
       status: "missing",
       ref: "session:/project_state/handoff.json",
       sha256: null,
       revision: null,
     },
-    fallback_summary: { source: "engine_stop_reason", text: status },
+    fallback_summary: status === "goal_met"
+      ? { source: "control_reason", text: "Every outcome is accepted" }
+      : { source: "engine_stop_reason", text: status },
     evidence_refs: fields.evidence_refs ?? [],
     delivery_refs: fields.delivery_refs ?? [],
     eval_refs: [],

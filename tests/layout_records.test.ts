@@ -478,6 +478,73 @@ test("a session outcome has a fallback summary exactly when the handoff is not v
   );
 });
 
+test("a session outcome's stop, status and control follow the rule its writer enforces", () => {
+  const control = { ref: "session:/control.json", sha256: HASH };
+  const outcome = (stop: string, status: string, bound: typeof control | null) => ({
+    schema_version: 1,
+    session_id: "001_demo",
+    root_session_id: "001_demo",
+    goal_sha256: HASH,
+    lifecycle: "terminal",
+    terminal_status: status,
+    stop_reason: stop,
+    terminal_state_revision: 3,
+    control: bound,
+    handoff: {
+      status: "missing",
+      ref: "session:/project_state/handoff.json",
+      sha256: null,
+      revision: null,
+    },
+    fallback_summary: { source: "engine_stop_reason", text: stop },
+    evidence_refs: [],
+    delivery_refs: [],
+    eval_refs: [],
+    trace_seal_refs: [],
+    created_at: "2026-04-19T15:00:01Z",
+  });
+  // What the engine (and writeSessionOutcome) writes reads, in either layout.
+  for (
+    const [stop, status, bound] of [
+      ["goal_met", "goal_met", control],
+      ["unresolvable_error", "failed", control],
+      ["max_turns", "max_turns", null],
+      ["stop_requested", "stopped", null],
+      ["control_protocol_broken", "failed", null],
+    ] as const
+  ) {
+    for (const layout of ["folded", "mirror"] as const) {
+      const read = parseSessionOutcome(outcome(stop, status, bound), FILE, layout);
+      assert.equal(read.terminal_status, status, `${stop} (${layout})`);
+    }
+  }
+  // Each breaks one rule: a typed error naming the file and the field, in either layout.
+  for (
+    const [stop, status, bound, field, value] of [
+      // Only a goal_met stop completes a session.
+      ["max_turns", "goal_met", null, "terminal_status", "goal_met"],
+      ["stop_requested", "goal_met", null, "terminal_status", "goal_met"],
+      // goal_met and unresolvable_error are decided by a control (the engine's
+      // StateInvariantError without a snapshot of it).
+      ["goal_met", "goal_met", null, "control", null],
+      ["unresolvable_error", "failed", null, "control", null],
+      // No other stop is.
+      ["max_turns", "max_turns", control, "control", HASH],
+      // goal_met leaves the session goal_met, unresolvable_error leaves it failed.
+      ["goal_met", "stopped", control, "terminal_status", "stopped"],
+      ["unresolvable_error", "goal_met", control, "terminal_status", "goal_met"],
+    ] as const
+  ) {
+    for (const layout of ["folded", "mirror"] as const) {
+      assertRecordError(
+        () => parseSessionOutcome(outcome(stop, status, bound), FILE, layout),
+        field,
+        value,
+      );
+    }
+  }
+});
+
 test("a folded trace_ref points at exactly its own raw directory", () => {
   const ref = {
     schema_version: 1,

@@ -14,7 +14,6 @@ import {
   atomicReplace,
   ensureFileDurable,
   ensurePrivateDir,
-  readIfExists,
   tightenPrivateDir,
 } from "../port/durable.ts";
 import { dirname, join } from "../port/path.ts";
@@ -30,6 +29,7 @@ import {
   type JsonValue,
   readRecord,
   readRecordIfExists,
+  recordBytes,
   sameJsonRecord,
   sha256Ref,
   writeJsonAtomic,
@@ -98,7 +98,8 @@ const SNAPSHOT_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
  * attempt id (one safe path component; an invalid one is a `LayoutRecordError` naming
  * `trace_ref.json` and `attempt_id`), the `trace_ref.json` record against its own reader's schema,
  * every snapshot file name, and that no snapshot file of the attempt was frozen with other
- * contents (`ImmutableArtifactError`). Calls for one attempt run one at a time.
+ * contents (`ImmutableArtifactError`; a snapshot file that is not a regular file, a FIFO say, is
+ * a `LayoutRecordError` naming it, never waited on). Calls for one attempt run one at a time.
  */
 export async function createAttemptArtifacts(
   fs: FileSystem,
@@ -158,7 +159,8 @@ export async function createAttemptArtifacts(
     // (written before JSON was ASCII-escaped) is the same file, and its own bytes are hashed.
     const frozen = new Map<string, Uint8Array>();
     for (const { name, bytes, json } of snapshotFiles) {
-      const existing = await readIfExists(fs, join(snapshotDir, name));
+      // Read only as a regular file: a FIFO planted there is refused by name, never waited on.
+      const existing = await recordBytes(fs, join(snapshotDir, name), true);
       if (existing === undefined) continue;
       if (!(json ? sameJsonRecord(existing, bytes) : bytesEqual(existing, bytes))) {
         throw new ImmutableArtifactError(join(snapshotDir, name));
@@ -200,7 +202,9 @@ export async function createAttemptArtifacts(
  * `state.json` is `running` with this attempt (iteration, workflow and, when `trace_ref.json`
  * names one, attempt id) as its current task — and, in a mirror session, only while the
  * attempt's trace is not sealed (`trace_seals/<attempt_id>.json`). Otherwise the result of a
- * finished or sealed attempt is final: `ImmutableArtifactError` naming `result.json`.
+ * finished or sealed attempt is final: `ImmutableArtifactError` naming `result.json`. A
+ * `result.json` that is not a regular file (a directory, FIFO, socket or device) is a
+ * `LayoutRecordError` naming it, never waited on.
  *
  * The decision and the write run serialized with this process's updates of the session's
  * `state.json` (`updateSessionState`, keyed by its canonical path): a finish that commits while
@@ -221,15 +225,16 @@ export async function writeAttemptResult(
   parseAttemptResult(result, file);
   const bytes = encodeJson(result);
   const durability = resolveWriteOptions(options).durability;
-  // Early refusal without queueing behind the state's writers; decided for good below.
-  const seen = await readIfExists(fs, file);
+  // Early refusal without queueing behind the state's writers; decided for good below. Read only
+  // as a regular file: a FIFO planted there is refused by name, never waited on.
+  const seen = await recordBytes(fs, file, true);
   if (seen !== undefined) {
     // Written already (maybe by a call that failed before its directory's fsync): made durable.
     if (sameJsonRecord(seen, bytes)) return await ensureFileDurable(fs, file, durability);
     await requireRunningAttempt(fs, paths, file);
   }
   await serializedOn(fs, paths.session.stateJson, async () => {
-    const existing = await readIfExists(fs, file);
+    const existing = await recordBytes(fs, file, true);
     if (existing !== undefined) {
       if (sameJsonRecord(existing, bytes)) return await ensureFileDurable(fs, file, durability);
       await requireRunningAttempt(fs, paths, file);

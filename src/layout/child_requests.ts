@@ -31,7 +31,6 @@ import {
   ensureFileDurable,
   entryKind,
   readDirIfExists,
-  readIfExists,
   tightenPrivateDir,
 } from "../port/durable.ts";
 import { basename, dirname, join } from "../port/path.ts";
@@ -242,7 +241,9 @@ export async function publishChildRequest(
   await serializedOn(fs, childLifecycleKey(paths), async () => {
     const inUse = (taken: string) =>
       new ChildRequestError(taken, request.request_id, "Child request id is already in use");
-    const pending = await readIfExists(fs, file);
+    // Records are read only as regular files: a FIFO planted at one is refused by name (a
+    // `LayoutRecordError`), never waited on.
+    const pending = await recordBytes(fs, file, true);
     if (pending !== undefined) {
       if (!sameJsonRecord(pending, bytes)) throw inUse(file);
       await ensureFileDurable(fs, file, durability);
@@ -254,13 +255,20 @@ export async function publishChildRequest(
     for (const other of await listPendingChildRequests(fs, paths)) {
       const otherFile = join(paths.childRequestsPendingDir, other);
       if (otherFile === file) continue;
-      const otherBytes = await readIfExists(fs, otherFile);
+      let otherBytes: Uint8Array | undefined;
+      try {
+        otherBytes = await recordBytes(fs, otherFile, true);
+      } catch (error) {
+        // Not a regular file (any more): it holds no request id.
+        if (error instanceof LayoutRecordError) continue;
+        throw error;
+      }
       if (otherBytes !== undefined && requestIdOf(otherBytes, otherFile) === request.request_id) {
         throw inUse(otherFile);
       }
     }
     const acceptedFile = paths.acceptedRequest(request.request_id);
-    const accepted = await readIfExists(fs, acceptedFile);
+    const accepted = await recordBytes(fs, acceptedFile, true);
     if (accepted !== undefined) {
       // Only the very request of a dispatch that failed before its child was published, in the
       // bytes it was accepted in (whoever encoded them), so its acceptance matches them again.
@@ -605,8 +613,9 @@ async function removeUnindexedAcceptedCopy(
 
 /**
  * Appends an event once the operation has committed: `events.jsonl` is a best-effort stream that
- * scheduling never reads, so a failure to append (a storage fault, a link planted at the file)
- * does not fail an operation whose effects are already durable; the event is simply missing.
+ * scheduling never reads, so a failure to append (a storage fault, a link, FIFO or directory
+ * planted at the file) does not fail an operation whose effects are already durable; the event is
+ * simply missing.
  */
 async function appendEventAfterCommit(
   fs: FileSystem,
@@ -618,7 +627,10 @@ async function appendEventAfterCommit(
   try {
     await appendEvents(fs, file, sessionId, [event], options);
   } catch (error) {
-    if (!(error instanceof FsError || error instanceof TopologyError)) throw error;
+    if (
+      !(error instanceof FsError || error instanceof TopologyError ||
+        error instanceof LayoutRecordError)
+    ) throw error;
   }
 }
 
@@ -661,7 +673,8 @@ async function admit(
   }
   const id = request.request_id;
   const existing = ledger.children.find((c) => c.request_id === id);
-  const accepted = await readIfExists(fs, paths.acceptedRequest(id));
+  // Read only as a regular file: a FIFO planted there is refused by name, never waited on.
+  const accepted = await recordBytes(fs, paths.acceptedRequest(id), true);
   if (accepted !== undefined && !bytesEqual(accepted, bytes)) {
     return {
       reason: "The request id was already accepted with a different body",
@@ -740,14 +753,21 @@ async function admit(
           abandoned,
         };
       }
-      inputs.push({ sourceRef: target.canonical, bytes: await fs.readFile(target.path) });
+      // Read only as a regular file: one swapped for a FIFO since it was resolved is refused
+      // (a `LayoutRecordError` naming it), never waited on.
+      const bytes = await recordBytes(fs, target.path, true);
+      if (bytes === undefined) {
+        return { reason: `Declared input ${ref} is absent or not a file`, field, abandoned };
+      }
+      inputs.push({ sourceRef: target.canonical, bytes });
     } catch (error) {
       // What the reference names is the request's fault (a refused reference, a name too long
-      // for the filesystem, a file used as a directory, a link): the request is rejected. A
-      // storage fault (EIO, ENOSPC, ...) propagates and leaves the request pending for a retry.
+      // for the filesystem, a file used as a directory, a link, not a regular file): the request
+      // is rejected. A storage fault (EIO, ENOSPC, ...) propagates and leaves the request pending
+      // for a retry.
       if (
         !(error instanceof LogicalReferenceError || error instanceof TopologyError ||
-          isReferenceFault(error))
+          error instanceof LayoutRecordError || isReferenceFault(error))
       ) throw error;
       return { reason: (error as Error).message, field, abandoned };
     }
@@ -804,7 +824,7 @@ async function inheritedContracts(
 ): Promise<SessionContracts | undefined> {
   if (workflowSet !== parent.manifest.workflow_set) return undefined;
   const pins = stateContractPins(state, paths.stateJson);
-  const rosterBytes = await fs.readFile(paths.workflowRosterJson);
+  const rosterBytes = await recordBytes(fs, paths.workflowRosterJson, false) as Uint8Array;
   requirePinnedBytes(
     rosterBytes,
     paths.workflowRosterJson,
@@ -835,7 +855,7 @@ async function trustedWorkflowContract(
   const recorded = pins.workflowContract as JsonObject | undefined;
   if (recorded === undefined) {
     // A legacy state records no contract: the projection, checked against the pin if any.
-    const bytes = await fs.readFile(projection);
+    const bytes = await recordBytes(fs, projection, false) as Uint8Array;
     requirePinnedBytes(
       bytes,
       projection,
@@ -848,7 +868,7 @@ async function trustedWorkflowContract(
   }
   if (pin === undefined || sha256Ref(encodeJson(recorded), sha256) === pin) return recorded;
   // The pinned bytes may be the engine's spelling of this very contract.
-  const bytes = await readIfExists(fs, projection);
+  const bytes = await recordBytes(fs, projection, true);
   if (
     bytes !== undefined && sha256Ref(bytes, sha256) === pin &&
     jsonEqual(decodeJson(bytes, projection), recorded)
@@ -880,7 +900,7 @@ async function pinnedHarnessRosterSha256(
     ? state
     : await readSessionState(fs, root.dir, root);
   const pin = stateContractPins(rootState, rootPaths.stateJson).harnessCapabilityRosterSha256;
-  const bytes = await fs.readFile(rootPaths.harnessCapabilityRosterJson);
+  const bytes = await recordBytes(fs, rootPaths.harnessCapabilityRosterJson, false) as Uint8Array;
   return requirePinnedBytes(
     bytes,
     rootPaths.harnessCapabilityRosterJson,
@@ -1107,12 +1127,22 @@ async function ensureChild(
   const childDir = paths.childDir(childId);
   const request = admission.request;
   if (await isDirectory(fs, childDir)) {
-    const copy = await readIfExists(fs, join(childDir, "inputs", "accepted_request.json"));
+    const copyFile = join(childDir, "inputs", "accepted_request.json");
+    let copy: Uint8Array | undefined;
+    let unreadable: LayoutRecordError | undefined;
+    try {
+      // Read only as a regular file: a FIFO planted there is refused, never waited on.
+      copy = await recordBytes(fs, copyFile, true);
+    } catch (error) {
+      if (!(error instanceof LayoutRecordError)) throw error;
+      unreadable = error;
+    }
     if (copy === undefined || !bytesEqual(copy, bytes)) {
       throw new ChildRequestError(
         file,
         request.request_id,
         `Child directory ${childDir} exists but was not created from this request`,
+        unreadable === undefined ? {} : { cause: unreadable },
       );
     }
     if ((await entryKind(fs, join(childDir, "state.json"))) === undefined) {
@@ -1323,7 +1353,7 @@ async function ownLeftoverReceipt(
 ): Promise<RejectedRequestReceipt | undefined> {
   let receipt: RejectedRequestReceipt;
   try {
-    const bytes = await fs.readFile(file);
+    const bytes = await recordBytes(fs, file, false) as Uint8Array;
     receipt = parseRejectedRequestReceipt(decodeJson(bytes, file), file);
   } catch (error) {
     if (error instanceof LayoutRecordError) return undefined;

@@ -12,9 +12,8 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
-import { readIfExists } from "../port/durable.ts";
 import { LayoutRecordError } from "./errors.ts";
-import { appendJsonl, type JsonObject, utcSeconds } from "./json_io.ts";
+import { appendJsonl, type JsonObject, recordBytes, utcSeconds } from "./json_io.ts";
 import { type EventRecord, parseEventRecord } from "./records.ts";
 import { type LayoutWriteOptions, resolveWriteOptions } from "./options.ts";
 import { confined } from "./no_links.ts";
@@ -30,7 +29,12 @@ export interface NewEvent {
 /**
  * Appends a batch of events for `sessionId` to the `events.jsonl` at `file`. The batch shares
  * one timestamp (UTC, second precision); each record gets a fresh 12-hex `event_id` and is
- * fsynced on its own. Returns the records written.
+ * written as the engine writes it (compact JSON with every non-ASCII character escaped, so no
+ * U+2028, U+2029 or U+0085 ends a line early for a reader splitting lines as Python does) and
+ * fsynced on its own. Appends to one file in this process run one after another, so a record is
+ * never glued onto the torn tail of a concurrent append that failed. An `events.jsonl` that is
+ * not a regular file (a directory, FIFO, socket or device) is a `LayoutRecordError` naming it,
+ * before anything is written. Returns the records written.
  */
 export async function appendEvents(
   fs: FileSystem,
@@ -77,12 +81,14 @@ export interface EventScan {
 const decoder = new TextDecoder("utf-8", { fatal: true });
 
 /**
- * Reads `events.jsonl` tolerantly and reports what it skipped. A missing file has no events;
- * other filesystem errors propagate. Reading never modifies the file.
+ * Reads `events.jsonl` tolerantly and reports what it skipped. A missing file has no events; one
+ * that is not a regular file (a directory, FIFO, socket or device) is a `LayoutRecordError`
+ * naming it, never waited on; other filesystem errors propagate. Reading never modifies the file.
  */
 export async function scanEvents(fs: FileSystem, file: string): Promise<EventScan> {
   fs = confined(fs, file);
-  const bytes = await readIfExists(fs, file);
+  // Read only as a regular file: a FIFO planted there is refused by name, never waited on.
+  const bytes = await recordBytes(fs, file, true);
   const events: EventRecord[] = [];
   const skipped: SkippedEventLine[] = [];
   let duplicates = 0;

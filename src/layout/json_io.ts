@@ -6,8 +6,9 @@
  * what the engine's `json.dumps(indent=2)` writes (ASCII-escaped), so a record this library
  * writes has the bytes the engine would write for it: hashes over files agree, and a write-once
  * record the engine wrote is recognized when written again. Records keep their key order because
- * the writers build them in a fixed order. JSONL records are compact (`JSON.stringify(value)`)
- * plus `\n`.
+ * the writers build them in a fixed order. JSONL records are compact (`JSON.stringify(value)`),
+ * ASCII-escaped the same way, plus `\n`: what the engine's `json.dumps(separators=(",", ":"))`
+ * writes for an event.
  *
  * Engine-owned JSON is replaced atomically (same-directory temp file, fsync, rename, directory
  * fsync); JSONL records are appended and fsynced one at a time.
@@ -21,11 +22,11 @@ import {
   type Durability,
   durableAppend,
   ensureFileDurable,
-  readIfExists,
+  entryKind,
   tightenPrivateDir,
 } from "../port/durable.ts";
-import { IsADirectory, NotADirectory, NotFound } from "../port/errors.ts";
-import { type Found, readSessionFile } from "../port/regular.ts";
+import { FsError, IsADirectory, NotADirectory, NotFound } from "../port/errors.ts";
+import { type Found, ifRegular, isBusy, otherKind, readSessionFile } from "../port/regular.ts";
 import { dirname } from "../port/path.ts";
 import { portableSha256, type Sha256Factory, sha256Hex } from "../port/sha256.ts";
 import { ImmutableArtifactError, LayoutRecordError } from "./errors.ts";
@@ -92,6 +93,159 @@ export function decodeJson(bytes: Uint8Array, file: string): unknown {
     throw new LayoutRecordError(file, "File is not valid JSON", { cause: error });
   }
 }
+
+/**
+ * The text of every number of a JSON text as written (`1.0`, `1e-07`, `-0.0`, an integer beyond
+ * 2^53), by the path of its value (see `decodeJsonNumbers`). A duplicate key's last number counts,
+ * as `JSON.parse` keeps the last.
+ */
+export type NumberTexts = ReadonlyMap<string, string>;
+
+/**
+ * Decodes UTF-8 JSON bytes as `decodeJson` does, and collects the text of each number in them
+ * (`NumberTexts`): `JSON.parse` keeps only the value (`1.0` reads as `1`, 1745073022123456789 as
+ * 1745073022123456800), and a rewrite that keeps the fields it does not change keeps their
+ * numbers' texts with `encodeJsonKeepingNumbers`. Needs no `JSON.parse` source access (a reviver's
+ * `context.source` is not in Node 20).
+ */
+export function decodeJsonNumbers(
+  bytes: Uint8Array,
+  file: string,
+): { readonly value: unknown; readonly numbers: NumberTexts } {
+  const value = decodeJson(bytes, file);
+  // Valid UTF-8 and JSON now: decoded the same way again, for its number tokens.
+  const numbers = new Map<string, string>();
+  scanNumbers(decoder.decode(bytes), (path, text) => numbers.set(path(), text));
+  return { value, numbers };
+}
+
+/**
+ * `encodeJson(value)`, except that a number whose path (see `NumberTexts`) has a text in
+ * `numbers` and whose value that text reads as (`Number(text)`, `-0` told from `0`) is written as
+ * that text: a number a change left alone keeps its bytes (`1.0`, `1E5`, `1e-07`, `-0.0`, an
+ * integer beyond 2^53), and every other number is written as `JSON.stringify` writes it. Every
+ * other byte is `encodeJson`'s.
+ */
+export function encodeJsonKeepingNumbers(value: unknown, numbers: NumberTexts): Uint8Array {
+  const text = JSON.stringify(value, null, 2);
+  if (numbers.size === 0) return encoder.encode(asciiEscaped(text));
+  let out = "";
+  let last = 0;
+  scanNumbers(text, (path, token, start, segments) => {
+    const kept = numbers.get(path());
+    if (kept === undefined || kept === token) return;
+    const read = Number(kept);
+    const written = Number(token);
+    if (read !== written) return;
+    // `JSON.stringify` writes -0 as `0`: the value itself tells them apart.
+    if (written === 0 && !Object.is(read, valueAt(value, segments()))) return;
+    out += text.slice(last, start) + kept;
+    last = start + token.length;
+  });
+  return encoder.encode(asciiEscaped(out + text.slice(last)));
+}
+
+/** The value at `segments` below `value` (`undefined` where there is none). */
+function valueAt(value: unknown, segments: readonly (string | number)[]): unknown {
+  let at = value;
+  for (const segment of segments) {
+    if (typeof at !== "object" || at === null) return undefined;
+    at = (at as Record<string | number, unknown>)[segment];
+  }
+  return at;
+}
+
+/** A container being scanned: its path, and where in it the scan is. */
+interface ScanFrame {
+  /** Its path key (see `NumberTexts`). */
+  readonly path: string;
+  /** Its own key or index in its container (`undefined` at the top). */
+  readonly segment: string | number | undefined;
+  /** An array (else an object). */
+  readonly array: boolean;
+  /** The index of the current element (arrays). */
+  index: number;
+  /** The current key (objects). */
+  key: string;
+  /** The next string is a key (objects). */
+  expectKey: boolean;
+}
+
+/**
+ * Calls `found` for every number token of the valid JSON `text`, in order, with its path key
+ * (`""` for the top value; `.<key as JSON>` for an object member, `[<index>]` for an array
+ * element, appended to the container's), its text, its offset, and its path as segments. Both
+ * are computed only when asked for. Iterative: any nesting depth.
+ */
+function scanNumbers(
+  text: string,
+  found: (
+    path: () => string,
+    token: string,
+    start: number,
+    segments: () => (string | number)[],
+  ) => void,
+): void {
+  const stack: ScanFrame[] = [];
+  const childSegment = (top: ScanFrame): string | number => top.array ? top.index : top.key;
+  const childPath = (): string => {
+    const top = stack[stack.length - 1];
+    if (top === undefined) return "";
+    return top.array ? `${top.path}[${top.index}]` : `${top.path}.${JSON.stringify(top.key)}`;
+  };
+  const childSegments = (): (string | number)[] => {
+    const out: (string | number)[] = [];
+    for (const frame of stack) if (frame.segment !== undefined) out.push(frame.segment);
+    const top = stack[stack.length - 1];
+    if (top !== undefined) out.push(childSegment(top));
+    return out;
+  };
+  let i = 0;
+  while (i < text.length) {
+    const c = text.charCodeAt(i);
+    if (c === 0x7b || c === 0x5b) { // { [
+      const top = stack[stack.length - 1];
+      stack.push({
+        path: childPath(),
+        segment: top === undefined ? undefined : childSegment(top),
+        array: c === 0x5b,
+        index: 0,
+        key: "",
+        expectKey: c === 0x7b,
+      });
+      i++;
+    } else if (c === 0x7d || c === 0x5d) { // } ]
+      stack.pop();
+      i++;
+    } else if (c === 0x2c) { // ,
+      const top = stack[stack.length - 1];
+      if (top !== undefined) {
+        if (top.array) top.index++;
+        else top.expectKey = true;
+      }
+      i++;
+    } else if (c === 0x22) { // "
+      let end = i + 1;
+      while (end < text.length && text.charCodeAt(end) !== 0x22) {
+        end += text.charCodeAt(end) === 0x5c ? 2 : 1;
+      }
+      const top = stack[stack.length - 1];
+      if (top !== undefined && !top.array && top.expectKey) {
+        top.key = JSON.parse(text.slice(i, end + 1)) as string;
+        top.expectKey = false;
+      }
+      i = end + 1;
+    } else if (c === 0x2d || (c >= 0x30 && c <= 0x39)) { // - 0-9
+      let end = i + 1;
+      while (end < text.length && NUMBER_CHAR.test(text[end] as string)) end++;
+      const start = i;
+      found(childPath, text.slice(start, end), start, childSegments);
+      i = end;
+    } else i++; // whitespace, `:`, and the letters of true, false and null
+  }
+}
+
+const NUMBER_CHAR = /[0-9.eE+-]/;
 
 /** Formats a valibot issue path as `a.b[2].c` (`""` for the record itself). */
 export function issuePath(issue: v.BaseIssue<unknown>): string {
@@ -160,7 +314,8 @@ export type RecordParser<T> = (value: unknown, file: string) => T;
  * last component and, where the port reads without following one, never waiting on a FIFO. A
  * directory, a FIFO, socket or device there, or a file where a directory of its path should be,
  * is a `LayoutRecordError` naming `file` (its `cause` the port's error, when one was raised); a
- * missing file is `undefined` when `ifExists`, else the port's `NotFound`.
+ * missing file is `undefined` when `ifExists`, else the port's `NotFound`. A read that fails with
+ * a storage error is never taken for a missing file: the error propagates.
  */
 export async function recordBytes(
   fs: FileSystem,
@@ -169,7 +324,7 @@ export async function recordBytes(
 ): Promise<Uint8Array | undefined> {
   let found: Found<Uint8Array>;
   try {
-    found = await readSessionFile(fs, file);
+    found = await readRegular(fs, file);
   } catch (error) {
     if (error instanceof IsADirectory) {
       throw new LayoutRecordError(file, "Record is not a regular file (a directory)", {
@@ -194,6 +349,36 @@ export async function recordBytes(
     throw new LayoutRecordError(file, `Record is not a regular file (${what})`);
   }
   return found;
+}
+
+/**
+ * What is at `file`, read as `readSessionFile` reads it (without following a link and never
+ * waiting on a FIFO where the port reads without following one; a busy regular file read once an
+ * `lstat` saw it), except that a failed read is never taken for a missing file: the failure is
+ * thrown unless an `lstat` then finds something other than a regular file there (a link, a
+ * directory, a FIFO: what the read refused). So a storage fault while reading a record fails the
+ * call rather than passing for an absent record.
+ */
+async function readRegular(fs: FileSystem, file: string): Promise<Found<Uint8Array>> {
+  const read = fs.readFileNoFollow?.bind(fs);
+  // Without a no-follow read: an `lstat`, then a plain read; every failure but NotFound is thrown.
+  if (read === undefined) return await readSessionFile(fs, file);
+  let bytes: Uint8Array;
+  try {
+    bytes = await read(file);
+  } catch (error) {
+    if (error instanceof NotFound) return undefined;
+    if (!(error instanceof FsError)) throw error;
+    // Busy is also what a FIFO with a writer says: read only after an `lstat` saw a file.
+    if (isBusy(error)) return await ifRegular(fs, file, undefined, () => fs.readFile(file));
+    const kind = await otherKind(fs, file);
+    if (kind === null || kind === undefined) throw error;
+    return kind;
+  }
+  if (bytes.length > 0) return bytes;
+  // A FIFO without a writer reads as empty, as does an empty file.
+  const kind = await otherKind(fs, file);
+  return kind === null ? bytes : kind;
 }
 
 /**
@@ -225,15 +410,22 @@ export async function readRecordIfExists<T>(
   return { record: parse(decodeJson(bytes, file), file), bytes, sha256: sha256Ref(bytes, factory) };
 }
 
-/** Atomically replaces `file` with the canonical JSON of `value`; returns the bytes written. */
+/**
+ * Atomically replaces `file` with the canonical JSON of `value`; returns the bytes written. With
+ * `numbers` (the number texts of the record the value was read from, see `decodeJsonNumbers`),
+ * a number whose path and value are unchanged keeps its text (`encodeJsonKeepingNumbers`).
+ */
 export async function writeJsonAtomic(
   fs: FileSystem,
   file: string,
   value: unknown,
   durability: Durability = "full",
+  numbers?: NumberTexts,
 ): Promise<Uint8Array> {
   fs = confined(fs, file);
-  const bytes = encodeJson(value);
+  const bytes = numbers === undefined
+    ? encodeJson(value)
+    : encodeJsonKeepingNumbers(value, numbers);
   await tightenPrivateDir(fs, dirname(file), durability);
   await atomicReplace(fs, file, bytes, { durability });
   return bytes;
@@ -257,7 +449,8 @@ export async function freezeBytes(
 ): Promise<boolean> {
   fs = confined(fs, file);
   return await serializedOn(fs, file, async () => {
-    const existing = await readIfExists(fs, file);
+    // Read only as a regular file: a FIFO planted there is refused by name, never waited on.
+    const existing = await recordBytes(fs, file, true);
     if (existing !== undefined) {
       if (bytesEqual(existing, bytes)) {
         // Frozen already, maybe by a call that failed before its directory's fsync.
@@ -276,6 +469,19 @@ export async function freezeBytes(
  * Appends one compact JSON record plus `\n` to a JSONL file in a single write, then fsyncs it
  * (and its directory when the file was created). A torn last line left by a crash stays a line
  * of its own: the record starts a new line.
+ *
+ * The record is `JSON.stringify(value)` ASCII-escaped (`asciiEscaped`), as the engine writes an
+ * event (`json.dumps(record, separators=(",", ":"))`, which escapes every non-ASCII character):
+ * the bytes are the engine's, and no U+2028, U+2029 or U+0085 is written raw, which a reader
+ * splitting lines the way Python's `str.splitlines` does would take for a line end.
+ *
+ * A file that exists must be a regular file: a directory, FIFO, socket or device there is a
+ * `LayoutRecordError` naming it, before anything is written (a FIFO would take the record and
+ * fail its fsync). The check and the append run serialized with every other append to the file
+ * in this process (keyed by its canonical path, see `serializedOn`): an append that fails part
+ * way leaves a torn tail that the next append starts a new line after, never one an append
+ * running alongside it glued its record onto. Must not be called by a task already serialized
+ * on `file`'s own key.
  */
 export async function appendJsonl(
   fs: FileSystem,
@@ -284,10 +490,16 @@ export async function appendJsonl(
   durability: Durability = "full",
 ): Promise<void> {
   fs = confined(fs, file);
-  await tightenPrivateDir(fs, dirname(file), durability);
-  await durableAppend(fs, file, encoder.encode(`${JSON.stringify(value)}\n`), {
-    durability,
-    lines: true,
+  const bytes = encoder.encode(`${asciiEscaped(JSON.stringify(value))}\n`);
+  await serializedOn(fs, file, async () => {
+    // A link is left to the view's own check (`confined`) when the append opens it.
+    const kind = await entryKind(fs, file);
+    if (kind === "directory" || kind === "other") {
+      const what = kind === "other" ? "a FIFO, socket or device" : "a directory";
+      throw new LayoutRecordError(file, `Record is not a regular file (${what})`);
+    }
+    await tightenPrivateDir(fs, dirname(file), durability);
+    await durableAppend(fs, file, bytes, { durability, lines: true });
   });
 }
 

@@ -14,6 +14,7 @@ import * as v from "valibot";
 import { LayoutRecordError } from "./errors.ts";
 import { isSafeId, isSessionId } from "./ids.ts";
 import { parseWithSchema } from "./json_io.ts";
+import { checkTerminalTransition } from "./_terminal_transition.ts";
 import { iterationName, type SessionLayout } from "./paths.ts";
 import { isLogicalReference } from "./ref_grammar.ts";
 
@@ -1442,12 +1443,16 @@ const SessionOutcomeSchema: v.GenericSchema<unknown, SessionOutcome> = v.looseOb
 });
 
 /**
- * Validates `session_outcome.json`. A fallback summary is present exactly when the handoff is
- * not valid; with `layout: "folded"`, `trace_seal_refs` must be empty; with `layout: "mirror"`,
- * each is `session:/trace_seals/<attempt_id>.json`. The other references are checked only by
- * their grammar here: which targets a folded session may cite depends on the session that holds
- * each target, and is decided when the outcome is written (`writeSessionOutcome`), never when it
- * is read.
+ * Validates `session_outcome.json`. The transition follows the rule its writer enforces
+ * (`writeSessionOutcome`): goal_met and unresolvable_error bind a control snapshot and no other
+ * stop does (else a `LayoutRecordError` at `control`; the engine raises `StateInvariantError`
+ * for a missing one), goal_met and only goal_met leaves the session `goal_met`, and
+ * unresolvable_error leaves it `failed` (else at `terminal_status`). A fallback summary is
+ * present exactly when the handoff is not valid; with `layout: "folded"`, `trace_seal_refs` must
+ * be empty; with `layout: "mirror"`, each is `session:/trace_seals/<attempt_id>.json`. The other
+ * references are checked only by their grammar here: which targets a folded session may cite
+ * depends on the session that holds each target, and is decided when the outcome is written
+ * (`writeSessionOutcome`), never when it is read.
  */
 export function parseSessionOutcome(
   value: unknown,
@@ -1455,6 +1460,12 @@ export function parseSessionOutcome(
   layout: SessionLayout = "folded",
 ): SessionOutcome {
   const outcome = parseWithSchema(SessionOutcomeSchema, value, file, "session_outcome.json");
+  // The transition rule the writer enforces: control, stop reason and status belong together.
+  checkTerminalTransition(file, {
+    stopReason: outcome.stop_reason,
+    terminalStatus: outcome.terminal_status,
+    control: outcome.control ?? undefined,
+  });
   // The control snapshot is the session's own control.json; a folded session's handoff is its
   // own project_state/handoff.json.
   if (outcome.control !== null && outcome.control.ref !== CONTROL_REF) {

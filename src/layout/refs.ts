@@ -20,7 +20,7 @@ import type { FileSystem } from "../port/fs.ts";
 import { FsError, NotADirectory, NotFound } from "../port/errors.ts";
 import { join, relativeWithin } from "../port/path.ts";
 import { LayoutRecordError, LogicalReferenceError, TopologyError } from "./errors.ts";
-import { decodeJson, readRecord } from "./json_io.ts";
+import { decodeJson, readRecord, recordBytes } from "./json_io.ts";
 import { chainKind, PRUNING_PREFIX } from "./loopy_root.ts";
 import {
   CHILDREN_DIRNAME,
@@ -658,7 +658,9 @@ export class LogicalReferenceResolver {
       if (location.manifestKind !== "file") continue;
       let manifest: unknown;
       try {
-        manifest = decodeJson(await this.fs.readFile(location.manifestPath), location.manifestPath);
+        // Read only as a regular file: one swapped for a FIFO is skipped, never waited on.
+        const bytes = await recordBytes(this.fs, location.manifestPath, false) as Uint8Array;
+        manifest = decodeJson(bytes, location.manifestPath);
       } catch (error) {
         if (error instanceof LayoutRecordError) continue;
         throw error;
@@ -741,7 +743,11 @@ export class LogicalReferenceResolver {
     }
     let manifest: unknown;
     try {
-      manifest = decodeJson(await this.fs.readFile(manifestPath), manifestPath);
+      // Read only as a regular file: one swapped for a FIFO is refused, never waited on.
+      manifest = decodeJson(
+        await recordBytes(this.fs, manifestPath, false) as Uint8Array,
+        manifestPath,
+      );
     } catch (error) {
       if (!(error instanceof LayoutRecordError)) throw error;
       return new LayoutRecordError(

@@ -17,11 +17,11 @@ import {
   PRIVATE_DIR_MODE,
   PRIVATE_FILE_MODE,
   readDirIfExists,
-  readIfExists,
   stagedPublish,
   syncTree,
 } from "../port/durable.ts";
 import { join } from "../port/path.ts";
+import { readSessionFile } from "../port/regular.ts";
 import { LayoutError, LayoutRecordError, UnconfirmedPublishError } from "./errors.ts";
 import {
   assertSessionId,
@@ -134,7 +134,14 @@ async function ensureGitignoreLine(
     if (!(error instanceof NotFound)) throw error;
   }
   if (info !== undefined && info.kind !== "file") return;
-  const existing = info === undefined ? undefined : await readIfExists(fs, file);
+  let existing: Uint8Array | undefined;
+  if (info !== undefined) {
+    // Read only as a regular file (one swapped for a FIFO is never waited on): what else is
+    // there now is left as it is.
+    const found = await readSessionFile(fs, file, true);
+    if (typeof found === "string") return;
+    existing = found;
+  }
   const text = existing === undefined ? "" : new TextDecoder().decode(existing);
   if (text.split(/\r?\n/).some((l) => l.trim() === line)) {
     return await ensureFileDurable(fs, file, durability);

@@ -7,7 +7,7 @@
 import type { FileSystem } from "../port/fs.ts";
 import { type Durability, ensureFileDurable } from "../port/durable.ts";
 import { join } from "../port/path.ts";
-import { decodeJson, type JsonObject, recordBytes, writeJsonAtomic } from "./json_io.ts";
+import { decodeJsonNumbers, type JsonObject, recordBytes, writeJsonAtomic } from "./json_io.ts";
 import {
   assertStateOwner,
   parseSessionState,
@@ -83,10 +83,16 @@ export interface UpdateStateOptions {
 /**
  * Reads `state.json`, validates it, lets `change` edit a copy of the raw object (unknown fields
  * kept), bumps `state_revision` and `updated_at`, validates the result and replaces the file
- * atomically. Returns the new state. A `change` that returns `false` leaves the file untouched,
- * made durable (its directory synced under `"full"` durability, unless this process already did
- * since the file was last published): the state it returns may be one that a call which failed
- * before its directory's fsync wrote, and a caller builds on it.
+ * atomically. Returns the new state. The file is written as canonical JSON (`encodeJson`), except
+ * that every number the change leaves alone (the same value at the same path) keeps the text it
+ * was read in: the engine writes a float as `1.0`, and an integer beyond 2^53 (a nanosecond
+ * clock), `1e-07`, `1E5` or `-0.0` would otherwise be rewritten (as `1`, a rounded integer,
+ * `1e-7`, `100000`, `0`); a number the change sets is written as `JSON.stringify` writes it. The
+ * values `change` and the returned state see are `JSON.parse`'s (an integer beyond 2^53 rounded).
+ * A `change` that returns `false` leaves the file untouched, made durable (its directory synced
+ * under `"full"` durability, unless this process already did since the file was last published):
+ * the state it returns may be one that a call which failed before its directory's fsync wrote,
+ * and a caller builds on it.
  * The state keeps its version: a legacy state without `schema_version` (v1) is written with
  * `schema_version: 1`, and a `change` that alters the version is refused (`LayoutRecordError`).
  * The state must be the session's own, before and after `change`: one that names another session
@@ -111,7 +117,11 @@ export async function updateSessionState(
   const owner = options.owner ?? stateOwnerOf(await readSessionManifest(fs, sessionDir));
   return await serializedOn(fs, file, async () => {
     // Read only as a regular file (a FIFO planted there is refused by name, never waited on).
-    const raw = decodeJson(await recordBytes(fs, file, false) as Uint8Array, file);
+    // The text of each number is kept: a number the change leaves alone is written as it was.
+    const { value: raw, numbers } = decodeJsonNumbers(
+      await recordBytes(fs, file, false) as Uint8Array,
+      file,
+    );
     const current = parseSessionState(raw, file);
     assertStateOwner(current, owner, file);
     // A legacy state without `schema_version` is v1; it is rewritten saying so, as the engine
@@ -150,7 +160,7 @@ export async function updateSessionState(
         cause: error,
       });
     }
-    await writeJsonAtomic(fs, file, next, options.durability);
+    await writeJsonAtomic(fs, file, next, options.durability, numbers);
     return validated;
   });
 }

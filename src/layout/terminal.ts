@@ -13,7 +13,6 @@ import {
   atomicReplace,
   ensureFileDurable,
   readDirIfExists,
-  readIfExists,
   tightenPrivateDir,
 } from "../port/durable.ts";
 import { IsADirectory, NotADirectory } from "../port/errors.ts";
@@ -68,6 +67,7 @@ import { LogicalReferenceResolver, type ReferenceHolder } from "./refs.ts";
 import { readSessionManifest, readSessionState, requireOwnSession } from "./tree.ts";
 import { parseLogicalReference } from "./ref_grammar.ts";
 import { serializedOn } from "./serial.ts";
+import { checkTerminalTransition } from "./_terminal_transition.ts";
 
 /** Reads and validates `control.json` (a typed error names the file and field when malformed). */
 export async function readControl(
@@ -88,7 +88,8 @@ export async function readControl(
  * `evidence_refs` entry must resolve to a file, and every `eval_receipt_refs` entry must name an
  * eval receipt of this session (`eval_receipts/<eval_id>.json`, in any spelling) whose
  * acceptance seal binds exactly the receipt's current bytes and names that receipt and this
- * session. The seal is the one the engine-owned `state.json` records in `accepted_eval_seals`
+ * session (a receipt that is not a regular file, a FIFO say, is refused without being waited
+ * on). The seal is the one the engine-owned `state.json` records in `accepted_eval_seals`
  * (see `acceptEvalReceipt`), never the sidecar `eval_receipts/accepted/<eval_id>.json` in the
  * agent-writable tree, which is only its copy; a legacy state that records no
  * `accepted_eval_seals` is checked against the sidecar, as before. Otherwise a
@@ -228,7 +229,14 @@ async function checkCompletionCitations(
         return refuse(field, ref, `The eval receipt was never accepted (no ${sealFile})`);
       }
     }
-    const bytes = await readIfExists(fs, paths.evalReceipt(named));
+    let bytes: Uint8Array | undefined;
+    try {
+      // Read only as a regular file: a FIFO planted there is refused, never waited on.
+      bytes = await recordBytes(fs, paths.evalReceipt(named), true);
+    } catch (error) {
+      if (!(error instanceof LayoutRecordError)) throw error;
+      return refuse(field, ref, `The accepted eval receipt is unreadable: ${error.message}`, error);
+    }
     if (bytes === undefined) return refuse(field, ref, "The accepted eval receipt is absent");
     if (sha256Ref(bytes) !== seal.receipt_sha256) {
       refuse(field, ref, "The eval receipt's bytes are not those its acceptance seal binds");
@@ -492,8 +500,10 @@ export interface SessionOutcomeInput extends LayoutWriteOptions {
  * The outcome is written once: a restart cannot rewrite the terminal basis. Writing it again
  * with the same bytes returns it as it is; other contents (another status, revision, time,
  * control, ...) are an `ImmutableArtifactError` naming the file and the first field that
- * would change, and the file is left alone. Concurrent writes of one outcome in this process
- * run one after another (serialized on its canonical path, see `serializedOn`).
+ * would change, and the file is left alone. An existing `session_outcome.json` that is not a
+ * regular file (a directory, FIFO, socket or device) is a `LayoutRecordError` naming it, never
+ * waited on. Concurrent writes of one outcome in this process run one after another (serialized
+ * on its canonical path, see `serializedOn`).
  *
  * A folded outcome has no trace seals, and its evidence, delivery and eval references may not
  * use the `trace:` scope, name the mirror trace tree (`.loopy_loop/traces/`, its outbox), or
@@ -583,7 +593,8 @@ export async function writeSessionOutcome(
       : { ...outcome, eval_refs: dedupe([...outcome.eval_refs, ...sealed]) };
     const validated = full === outcome ? checked : parseSessionOutcome(full, file, paths.layout);
     const bytes = encodeJson(full);
-    const existing = await readIfExists(fs, file);
+    // Read only as a regular file: a FIFO planted there is refused by name, never waited on.
+    const existing = await recordBytes(fs, file, true);
     if (existing !== undefined) {
       const same = bytesEqual(existing, bytes) ||
         // The same record in other bytes (the engine escapes non-ASCII text) is the same basis.
@@ -658,44 +669,18 @@ function checkRecordedTransition(
 
 /**
  * Refuses (`LayoutRecordError` naming `session_outcome.json` and the field) a transition whose
- * control, stop reason and status do not belong together (see `writeSessionOutcome`).
+ * control, stop reason and status do not belong together (see `writeSessionOutcome`); the reader
+ * (`parseSessionOutcome`) applies the same rule (`checkTerminalTransition`).
  */
 function checkTransition(file: string, input: SessionOutcomeInput): void {
   const control = input.control;
-  const decided = input.stopReason === "goal_met" || input.stopReason === "unresolvable_error";
-  if (control !== undefined && !decided) {
-    throw new LayoutRecordError(
-      file,
-      `A ${input.stopReason} transition binds no control record; only goal_met and ` +
-        "unresolvable_error are decided by one",
-      { path: "control", value: control.sha256 },
-    );
-  }
-  if (control !== undefined && control.record.stop_reason !== input.stopReason) {
-    throw new LayoutRecordError(
-      file,
-      `The bound control record decided ${control.record.stop_reason}, not this transition`,
-      { path: "stop_reason", value: input.stopReason },
-    );
-  }
-  // The engine's stop precedence: goal_met sets the status goal_met, unresolvable_error sets it
-  // failed, and no other stop sets goal_met.
-  const status = input.stopReason === "goal_met"
-    ? "goal_met"
-    : input.stopReason === "unresolvable_error"
-    ? "failed"
-    : undefined;
-  if (
-    status !== undefined ? input.terminalStatus !== status : input.terminalStatus === "goal_met"
-  ) {
-    throw new LayoutRecordError(
-      file,
-      status !== undefined
-        ? `A ${input.stopReason} stop leaves the session ${status}`
-        : "Only a goal_met stop completes a session",
-      { path: "terminal_status", value: input.terminalStatus },
-    );
-  }
+  checkTerminalTransition(file, {
+    stopReason: input.stopReason,
+    terminalStatus: input.terminalStatus,
+    control: control === undefined
+      ? undefined
+      : { sha256: control.sha256, stopReason: control.record.stop_reason },
+  });
 }
 
 /**

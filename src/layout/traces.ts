@@ -31,7 +31,7 @@ import {
   TraceLookupError,
 } from "./errors.ts";
 import { isSafeFileId, isSafeId, isSessionId } from "./ids.ts";
-import { asciiEscaped, decodeJson, parseWithSchema } from "./json_io.ts";
+import { asciiEscaped, decodeJson, parseWithSchema, recordBytes } from "./json_io.ts";
 import { chainKind, openLoopyRoot, PRUNING_PREFIX, walkSessionDirs } from "./loopy_root.ts";
 import type { JsonObject } from "./json_io.ts";
 import { canonicalPath, confined, loopyDirOf } from "./no_links.ts";
@@ -575,7 +575,7 @@ async function observeSeal(
   }
   let receipt: Record<string, unknown>;
   try {
-    const value = decodeJson(await fs.readFile(receiptPath), receiptPath);
+    const value = decodeJson(await recordBytes(fs, receiptPath, false) as Uint8Array, receiptPath);
     if (typeof value !== "object" || value === null || Array.isArray(value)) {
       throw new LayoutRecordError(receiptPath, "Trace seal receipt is not a JSON object");
     }
@@ -779,7 +779,10 @@ async function readManifestObject(
       `Trace manifest is not a regular file (${location.manifestKind})`,
     );
   }
-  const value = decodeJson(await fs.readFile(location.manifestPath), location.manifestPath);
+  const value = decodeJson(
+    await recordBytes(fs, location.manifestPath, false) as Uint8Array,
+    location.manifestPath,
+  );
   if (typeof value !== "object" || value === null || Array.isArray(value)) {
     throw new LayoutRecordError(location.manifestPath, "Trace manifest is not a JSON object");
   }
@@ -1205,7 +1208,10 @@ export async function checkTraceSeals(
     }
     let seal: TraceSealReceipt;
     try {
-      seal = parseTraceSealReceipt(decodeJson(await fs.readFile(sealPath), sealPath), sealPath);
+      seal = parseTraceSealReceipt(
+        decodeJson(await recordBytes(fs, sealPath, false) as Uint8Array, sealPath),
+        sealPath,
+      );
     } catch (error) {
       if (!(error instanceof LayoutRecordError)) throw error;
       out.push(invalid(error.message));
@@ -1318,7 +1324,7 @@ export async function recordedTraces(
   const readObject = async (path: string): Promise<Record<string, unknown> | undefined> => {
     if ((await lstatKind(fs, path)) !== "file") return undefined;
     try {
-      const value = decodeJson(await fs.readFile(path), path);
+      const value = decodeJson(await recordBytes(fs, path, false) as Uint8Array, path);
       return typeof value === "object" && value !== null && !Array.isArray(value)
         ? value as Record<string, unknown>
         : undefined;
