@@ -14,6 +14,21 @@ import { CHILDREN_DIRNAME, LOOPY_DIRNAME, repositoryPaths, STAGING_PREFIX } from
 /** The prefix of an entry a prune has renamed away and not yet removed; readers treat it as gone. */
 export const PRUNING_PREFIX: string = ".pruning-";
 
+/**
+ * True for the name of an entry a prune moved aside (`.pruning-*`), in any letter case: on a
+ * case-insensitive filesystem a path may spell the prefix otherwise and still reach it, and no
+ * entry the engine writes has a name of this form, so none is evidence in any spelling.
+ */
+export function isPruningName(name: string): boolean {
+  return name.slice(0, PRUNING_PREFIX.length).toLowerCase() === PRUNING_PREFIX;
+}
+
+/**
+ * The name of a raw attempt directory `raw/<NNNN>_<workflow>/` of a folded session: an iteration
+ * of four or more digits, `_`, a workflow id. Only entries of `raw/` named so are prunable.
+ */
+export const RAW_ATTEMPT_NAME: RegExp = /^\d{4,}_[A-Za-z0-9][A-Za-z0-9_.-]*$/;
+
 /** The checked paths of a `.loopy_loop/` directory. */
 export interface LoopyRoot {
   /** The canonical `.loopy_loop/` directory. */

@@ -24,15 +24,16 @@
  * its raw output.
  *
  * Crash safety: deleting a directory tree is not atomic, so each entry is first renamed to a
- * hidden sibling `.pruning-<random>-<name>` in the same directory, the directory is fsynced, and
- * only then the renamed tree is removed. After a crash an entry is either present and whole or
+ * hidden sibling `.pruning-<random>-<name>` in the same directory (the name cut on whole
+ * characters so the hidden name fits in 255 UTF-8 bytes), the directory is fsynced, and only then
+ * the renamed tree is removed. After a crash an entry is either present and whole or
  * gone; a `.pruning-*` leftover counts as gone for every reader and the next prune removes it.
  *
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
 import { NotFound } from "../port/errors.ts";
-import { join } from "../port/path.ts";
+import { join, NAME_MAX_BYTES, utf8Prefix } from "../port/path.ts";
 import { entryKind } from "../port/durable.ts";
 import { mapLimit } from "../port/limit.ts";
 import { LayoutOptionError, LayoutRecordError } from "./errors.ts";
@@ -43,6 +44,7 @@ import {
   type LoopyRoot,
   openLoopyRoot,
   PRUNING_PREFIX,
+  RAW_ATTEMPT_NAME,
   type SessionDirEntry,
   walkSessionDirs,
 } from "./loopy_root.ts";
@@ -119,7 +121,10 @@ export interface PruneSkip {
 export interface PruneReport {
   /** The entries removed, in the order they were planned. */
   readonly removed: readonly PrunedEntry[];
-  /** The entries kept, with the reason. */
+  /**
+   * The entries kept, with the reason: those the plan kept, then (not in a dry run) those found
+   * to keep while removing, each in the order they were planned.
+   */
   readonly skipped: readonly PruneSkip[];
   /** `removed.length`. */
   readonly count: number;
@@ -151,8 +156,6 @@ export interface PruneRawOptions {
   readonly onProgress?: ((done: number, total: number) => void) | undefined;
 }
 
-/** A raw attempt directory name: an iteration of four or more digits, `_`, a workflow id. */
-const RAW_ATTEMPT_NAME = /^\d{4,}_[A-Za-z0-9][A-Za-z0-9_.-]*$/;
 const DAY_MS = 86_400_000;
 
 /**
@@ -707,14 +710,20 @@ function report(
   };
 }
 
+/**
+ * A fresh hidden name for the entry `name`: `.pruning-<8 hex>-<name>`, the name cut on whole
+ * characters so the hidden name fits in `NAME_MAX_BYTES` UTF-8 bytes (any entry can move aside).
+ */
 function hiddenName(name: string): string {
   const random = globalThis.crypto.randomUUID().replace(/-/g, "").slice(0, 8);
-  return `${PRUNING_PREFIX}${random}-${name.slice(0, 200)}`;
+  const prefix = `${PRUNING_PREFIX}${random}-`;
+  return `${prefix}${utf8Prefix(name, NAME_MAX_BYTES - prefix.length)}`;
 }
 
 /**
  * Removes the planned entries, one parent directory at a time: rename every entry (a file too) to
  * a hidden sibling, fsync the parent, remove the renamed trees and files, fsync the parent again.
+ * Returns the entries removed, and records those kept, in the planned order.
  */
 async function execute(
   fs: FileSystem,
@@ -729,13 +738,17 @@ async function execute(
     onProgress?.(done, total);
   };
   onProgress?.(0, total);
+  // What happened to each entry, reported in the planned order once every group is done.
+  const outcomes = new Map<Target, Kept | "removed">();
+  const keep = (target: Target, kept: Kept): void => {
+    outcomes.set(target, kept);
+  };
   const byParent = new Map<string, Target[]>();
   for (const target of planner.targets) {
     const group = byParent.get(target.parent);
     if (group === undefined) byParent.set(target.parent, [target]);
     else group.push(target);
   }
-  const removed: Target[] = [];
   for (const [parent, targets] of byParent) {
     // The chain of directories down to the parent is checked again right before it is changed (no
     // link may have appeared on the way to it since the plan was made): when the group starts,
@@ -748,7 +761,7 @@ async function execute(
     };
     const changed = await parentChange();
     if (changed !== undefined) {
-      for (const target of targets) planner.skip(target.path, changed.reason, changed.detail);
+      for (const target of targets) keep(target, changed);
       handled(targets.length);
       continue;
     }
@@ -764,10 +777,7 @@ async function execute(
         await fs.rename(target.path, at);
       } catch (error) {
         if (!(error instanceof NotFound)) throw error;
-        return {
-          target,
-          kept: { reason: "vanished", detail: "The entry disappeared before it was removed" },
-        };
+        return { target, kept: { reason: "vanished", detail: VANISHED_BEFORE_REMOVAL } };
       }
       return { target, at, renamed: true };
     };
@@ -802,7 +812,7 @@ async function execute(
     let renamedAny = false;
     for (const entry of moved) {
       if ("kept" in entry) {
-        planner.skip(entry.target.path, entry.kept.reason, entry.kept.detail);
+        keep(entry.target, entry.kept);
         handled(1);
         continue;
       }
@@ -828,7 +838,7 @@ async function execute(
             if (!(error instanceof NotFound)) failure ??= error;
           }
         }
-        planner.skip(target.path, changedAfter.reason, changedAfter.detail);
+        keep(target, changedAfter);
         handled(1);
       });
       if (failure !== undefined) throw failure;
@@ -847,10 +857,16 @@ async function execute(
       return found;
     });
     staged.forEach(({ target }, i) => {
-      if (gone[i] === true) removed.push(target);
-      else planner.skip(target.path, "vanished", "The entry disappeared before it was removed");
+      if (gone[i] === true) outcomes.set(target, "removed");
+      else keep(target, { reason: "vanished", detail: VANISHED_BEFORE_REMOVAL });
     });
     if (staged.length > 0) await fs.syncDir(parent);
+  }
+  const removed: Target[] = [];
+  for (const target of planner.targets) {
+    const outcome = outcomes.get(target);
+    if (outcome === "removed") removed.push(target);
+    else if (outcome !== undefined) planner.skip(target.path, outcome.reason, outcome.detail);
   }
   return removed;
 }
@@ -863,6 +879,9 @@ interface Kept {
 
 /** The detail of an entry kept because the directory holding it changed while pruning. */
 const PARENT_CHANGED = "The directory holding the entry changed while pruning";
+
+/** The detail of an entry found gone when it was to be moved aside or removed. */
+const VANISHED_BEFORE_REMOVAL = "The entry disappeared before it was removed";
 
 /** What moving one planned entry aside did: it is kept (and why), or is at `at` to be removed. */
 type Moved =

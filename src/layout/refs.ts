@@ -21,7 +21,7 @@ import { FsError, NotADirectory, NotFound } from "../port/errors.ts";
 import { join, relativeWithin } from "../port/path.ts";
 import { LayoutRecordError, LogicalReferenceError, TopologyError } from "./errors.ts";
 import { decodeJson, readRecord, recordBytes } from "./json_io.ts";
-import { chainKind, PRUNING_PREFIX } from "./loopy_root.ts";
+import { chainKind, isPruningName, RAW_ATTEMPT_NAME } from "./loopy_root.ts";
 import {
   CHILDREN_DIRNAME,
   LOOPY_DIRNAME,
@@ -248,10 +248,10 @@ export class LogicalReferenceResolver {
    * Where the absolute `path` (at or below the scope's root) physically is: the deepest session
    * of the tree whose directory contains it, else the repository (or the trace, for `trace:`).
    * Gives the canonical reference, whether the target lies in prunable raw output (a folded
-   * session's `raw/<entry>/…`, the mirror `traces/` tree or its outbox), and whether a prune has
-   * renamed it away (`.pruning-*` where prune renames entries: such an entry is already gone).
-   * `elsewhere` is true when no session of the tree holds it (a session of another tree may: see
-   * `#holderElsewhere`). Pure.
+   * session's `raw/<NNNN>_<workflow>/…`, the mirror `traces/` tree or its outbox), and whether a
+   * prune has renamed it away (`.pruning-*` where prune renames entries: such an entry is already
+   * gone). `elsewhere` is true when no session of the tree holds it (a session of another tree
+   * may: see `#holderElsewhere`). Pure.
    */
   #place(
     path: string,
@@ -806,17 +806,20 @@ interface ReferencePlace {
 
 /**
  * Whether a target at `relative` (its path relative to the directory of the session holding it)
- * lies in that session's prunable raw output, `raw/<entry>/…`, and whether a prune has renamed
- * its entry away (`raw/.pruning-*`). Only a folded session has a raw/ area (prune-raw leaves a
- * mirror session's raw/ alone), as `layout`, the layout its session.json records, says.
+ * lies in that session's prunable raw output, `raw/<NNNN>_<workflow>/…` (the entries prune-raw
+ * removes; it keeps any other entry of `raw/`), and whether a prune has renamed its entry away
+ * (`raw/.pruning-*`). Only a folded session has a raw/ area (prune-raw leaves a mirror session's
+ * raw/ alone), as `layout`, the layout its session.json records, says.
  */
 function rawPlace(
   layout: SessionLayout,
   relative: string,
 ): { readonly prunable: boolean; readonly renamedAway: boolean } {
   const inside = relative === "" ? [] : relative.split("/");
+  const entry = inside[1] ?? "";
   const inRaw = layout === "folded" && inside[0] === "raw" && inside.length >= 2;
-  return { prunable: inRaw, renamedAway: inRaw && isPruningName(inside[1] ?? "") };
+  const renamedAway = inRaw && isPruningName(entry);
+  return { prunable: renamedAway || (inRaw && RAW_ATTEMPT_NAME.test(entry)), renamedAway };
 }
 
 /**
@@ -847,13 +850,4 @@ function canonicalReference(
   relativePath: string,
 ): string {
   return id === undefined ? `${scope}:/${relativePath}` : `${scope}:${id}:/${relativePath}`;
-}
-
-/**
- * True for the name of an entry a prune moved aside (`.pruning-*`), in any letter case: on a
- * case-insensitive filesystem a reference may spell the prefix otherwise and still reach it, and
- * no entry the engine writes has a name of this form, so none is evidence in any spelling.
- */
-function isPruningName(name: string): boolean {
-  return name.slice(0, PRUNING_PREFIX.length).toLowerCase() === PRUNING_PREFIX;
 }

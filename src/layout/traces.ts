@@ -32,7 +32,13 @@ import {
 } from "./errors.ts";
 import { isSafeFileId, isSafeId, isSessionId } from "./ids.ts";
 import { asciiEscaped, decodeJson, parseWithSchema, recordBytes } from "./json_io.ts";
-import { chainKind, openLoopyRoot, PRUNING_PREFIX, walkSessionDirs } from "./loopy_root.ts";
+import {
+  chainKind,
+  isPruningName,
+  openLoopyRoot,
+  PRUNING_PREFIX,
+  walkSessionDirs,
+} from "./loopy_root.ts";
 import type { JsonObject } from "./json_io.ts";
 import { canonicalPath, confined, loopyDirOf } from "./no_links.ts";
 import { mirrorAttemptTraceDir, SessionPaths } from "./paths.ts";
@@ -933,8 +939,9 @@ export interface TraceInspection {
  * Finds one trace by manifest id (`trace-<attempt_id>`), attempt id, or path. A reference with a
  * `/` is a path (absolute, or relative to the repository root) naming a trace directory or its
  * `trace_manifest.json` inside `.loopy_loop/traces/`; anything else is an id. Unreadable
- * manifests never match an id. Throws `TraceLookupError` (`not_found`, `ambiguous`, `outside`,
- * `not_a_manifest`, `symlink`).
+ * manifests never match an id. An entry a prune renamed away (`.pruning-*`, in any letter case) is
+ * gone: a path through one is `not_found`, as the trace is by id. Throws `TraceLookupError`
+ * (`not_found`, `ambiguous`, `outside`, `not_a_manifest`, `symlink`).
  */
 export async function locateTrace(
   fs: FileSystem,
@@ -998,7 +1005,8 @@ async function locateByPath(
   let kind: string | undefined = "directory";
   for (const segment of relative.split("/")) {
     current = join(current, segment);
-    kind = await lstatKind(fs, current);
+    // An entry a prune renamed away (`.pruning-*`) is gone, with everything below it.
+    kind = isPruningName(segment) ? undefined : await lstatKind(fs, current);
     if (kind === undefined) {
       throw new TraceLookupError(reference, "not_found", "Trace manifest not found");
     }

@@ -14,7 +14,7 @@
  */
 import type { EntryKind, FileHandle, FileSystem } from "./fs.ts";
 import { AlreadyExists, NotFound } from "./errors.ts";
-import { basename, dirname, join } from "./path.ts";
+import { basename, dirname, join, NAME_MAX_BYTES, utf8Prefix } from "./path.ts";
 
 /** How hard a write works to survive power loss; see the module doc. */
 export type Durability = "full" | "ordered";
@@ -40,9 +40,6 @@ export interface AtomicReplaceOptions {
 
 let tempCounter = 0;
 
-/** The longest name of one path component, in UTF-8 bytes (`NAME_MAX` on common filesystems). */
-const NAME_MAX_BYTES = 255;
-
 /**
  * A fresh, unpredictable temporary name beside `path` (`.<name>.<random>.tmp`). The name part is
  * cut, on whole characters, so the temp name fits in `NAME_MAX` (255 UTF-8 bytes) whenever the
@@ -54,25 +51,8 @@ export function tempNameFor(path: string): string {
   const suffix = `.${random}${tempCounter.toString(36)}.tmp`;
   return join(
     dirname(path),
-    `.${fittingName(basename(path), NAME_MAX_BYTES - 1 - suffix.length)}${suffix}`,
+    `.${utf8Prefix(basename(path), NAME_MAX_BYTES - 1 - suffix.length)}${suffix}`,
   );
-}
-
-/** The longest prefix of `name`, on whole characters, of at most `bytes` UTF-8 bytes. */
-function fittingName(name: string, bytes: number): string {
-  // A name of at most bytes / 3 UTF-16 units is at most `bytes` UTF-8 bytes (a unit encodes in
-  // at most 3 bytes; a surrogate pair, two units, in 4): the common case costs no count.
-  if (name.length * 3 <= bytes) return name;
-  let used = 0;
-  let end = 0;
-  for (const char of name) {
-    const code = char.codePointAt(0) as number;
-    const size = code < 0x80 ? 1 : code < 0x800 ? 2 : code < 0x10000 ? 3 : 4;
-    if (used + size > bytes) break;
-    used += size;
-    end += char.length;
-  }
-  return name.slice(0, end);
 }
 
 /** True for a name `tempNameFor` makes (`.<name>.<random>.tmp`): a temp file, never data. */

@@ -74,3 +74,27 @@ export function relativeWithin(from: string, target: string): string | undefined
 export function isWithin(root: string, target: string): boolean {
   return relativeWithin(root, target) !== undefined;
 }
+
+/** The longest name of one path component, in UTF-8 bytes (`NAME_MAX` on common filesystems). */
+export const NAME_MAX_BYTES = 255;
+
+/**
+ * The longest prefix of `name`, on whole characters (never half a surrogate pair), of at most
+ * `bytes` UTF-8 bytes: a name cut to fit a file name's limit. A lone surrogate counts as the 3
+ * bytes of the replacement character a filesystem name gets for it.
+ */
+export function utf8Prefix(name: string, bytes: number): string {
+  // A name of at most bytes / 3 UTF-16 units is at most `bytes` UTF-8 bytes (a unit encodes in
+  // at most 3 bytes; a surrogate pair, two units, in 4): the common case costs no count.
+  if (name.length * 3 <= bytes) return name;
+  let used = 0;
+  let end = 0;
+  for (const char of name) {
+    const code = char.codePointAt(0) as number;
+    const size = code < 0x80 ? 1 : code < 0x800 ? 2 : code < 0x10000 ? 3 : 4;
+    if (used + size > bytes) break;
+    used += size;
+    end += char.length;
+  }
+  return name.slice(0, end);
+}
