@@ -419,10 +419,11 @@ test("nodeProcessProbe reports a pid no process can have (past 2^31 - 1) dead, a
       encoder.encode(JSON.stringify(stale)),
     );
     const report = await store.cleanup(cwd);
-    // The stale collection lock is taken over by cleanup's own, then released with it.
+    // The stale collection lock is taken over by cleanup's own (and reported removed), then
+    // released with it.
     assert.deepEqual(
       report.removed.map((path) => path.slice(collection.length + 1)),
-      [`${session.id}/${WRITER_LOCK_FILE}`],
+      [COLLECTION_LOCK_FILE, `${session.id}/${WRITER_LOCK_FILE}`],
     );
     await assert.rejects(fs.lstat(join(collection, COLLECTION_LOCK_FILE)), NotFound);
     await writeLock(fs, dir, stale);
@@ -1218,5 +1219,45 @@ test("the wait for another process's collection lock is measured on the real clo
     );
   } finally {
     clearTimeout(timer);
+  }
+});
+
+test("another live process's takeover of an unparsable stale lock is waited for a bounded time, then reported as its holder", async () => {
+  // An empty lock (stale once its grace period is over) that process 7, alive, is taking over:
+  // its marker holds the takeover. Each judgment of the empty lock waits out the grace period,
+  // so a wait counted in such judgments ran for minutes whatever the caller's limit.
+  const probe: ProcessProbe = { pid: 2, host: HOST, isAlive: (pid) => pid === 2 || pid === 7 };
+  const taker = { pid: 7, host: HOST, startedAt: "2026-01-01T00:00:00.000Z", token: "0123" };
+  for (const which of ["collection", "writer"] as const) {
+    const fs = new MemoryFs();
+    await fs.mkdir(CWD, { recursive: true });
+    const store = new SessionStore({
+      fs,
+      agentDir: AGENT,
+      process: probe,
+      collectionLockWaitMs: 100,
+    });
+    const session = await store.create(CWD);
+    await session.commit(conversation(1));
+    await session.close();
+    const lock = which === "collection"
+      ? `${COLLECTION}/${COLLECTION_LOCK_FILE}`
+      : `${session.getSessionPath()}/${WRITER_LOCK_FILE}`;
+    await fs.writeFile(lock, new Uint8Array(0));
+    await fs.writeFile(`${lock}.takeover-other`, encoder.encode(JSON.stringify(taker)));
+    const started = Date.now();
+    const error =
+      await (which === "collection" ? store.cleanup(CWD) : store.open(session.getSessionPath()))
+        .then(() => undefined, (error: unknown) => error);
+    // A bound far above the grace period (1 s) and the waits (0.1 s, 0.5 s): it took minutes.
+    assert.ok(Date.now() - started < 20_000, `${which}: ${Date.now() - started} ms`);
+    assert.ok(error instanceof SessionLockedError, `${which}: ${String(error)}`);
+    assert.equal(error.pid, 7, which);
+    // Nothing of the other takeover was touched.
+    assert.equal((await fs.readFile(lock)).length, 0, which);
+    assert.deepEqual(
+      JSON.parse(decoder.decode(await fs.readFile(`${lock}.takeover-other`))),
+      taker,
+    );
   }
 });

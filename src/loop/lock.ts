@@ -437,9 +437,19 @@ async function createLockFile(
 }
 
 /**
+ * Another process's takeover of a stale lock, found holding its marker: the marker's path and
+ * the record in it (undefined while it is not written yet).
+ */
+interface OtherTakeover {
+  readonly marker: string;
+  readonly holder: LockRecord | undefined;
+}
+
+/**
  * Removes the stale lock holding `staleToken` (or an unparsable stale lock when `staleToken` is
- * undefined) under an exclusive takeover marker. Returns when the lock file is gone or no longer
- * holds the stale token; another process may have taken the lock meanwhile.
+ * undefined) under an exclusive takeover marker. Returns undefined when the lock file is gone or
+ * no longer holds the stale token (another process may have taken the lock meanwhile), or the
+ * takeover of another live process that holds the marker (the lock is left to it).
  */
 async function removeStaleLock(
   context: StoreContext,
@@ -447,7 +457,7 @@ async function removeStaleLock(
   staleToken: string | undefined,
   own: LockRecord,
   removed: string[] = [],
-): Promise<void> {
+): Promise<OtherTakeover | undefined> {
   const fs = context.fs;
   // The token comes from a file: only a token of the shape this library writes names the marker.
   const tag = staleToken !== undefined && TOKEN_SHAPE.test(staleToken) ? staleToken : "other";
@@ -458,27 +468,29 @@ async function removeStaleLock(
     // caught between its create and its write: it is dead only if it stays unreadable. A dead
     // marker is removed and the takeover tried once more.
     const state = await inspectLockFile(context, marker);
-    if (state.kind !== "stale") return;
+    if (state.kind === "free") return undefined;
+    if (state.kind === "live") return { marker, holder: state.record };
     // Under the same protocol, one level down: a read-then-remove of the dead marker could
     // remove a live one that another racer created in between, letting two takeovers proceed.
     await removeStaleLock(context, marker, state.record?.token, own, removed);
     created = await createLockFile(fs, marker, own);
-    if (!created) return;
+    if (!created) return { marker, holder: undefined };
   }
   try {
     const bytes = await readLockBytes(fs, lockPath);
-    if (bytes === undefined) return;
+    if (bytes === undefined) return undefined;
     const current = parseLockRecord(bytes);
-    if (current?.token !== staleToken) return;
+    if (current?.token !== staleToken) return undefined;
     if (staleToken === undefined) {
       // An unparsable lock may be a writer's, created and not yet written since it was judged:
       // it is removed only if it stays unparsable through the grace period again.
       const again = await inspectLockFile(context, lockPath);
-      if (again.kind !== "stale" || again.record !== undefined) return;
+      if (again.kind !== "stale" || again.record !== undefined) return undefined;
     }
     await fs.remove(lockPath);
     if (staleToken !== undefined) abandonedTokens.delete(staleToken);
     removed.push(lockPath);
+    return undefined;
   } finally {
     // Only this takeover's own marker: another process may have judged it dead and replaced it.
     await removeIfHolding(fs, marker, own.token);
@@ -506,38 +518,63 @@ async function removeIfHolding(
   }
 }
 
-/** A few attempts at the file lock, taking over stale locks; reports a live holder. */
-/** How many times, and how long each, an acquirer waits for another takeover of a stale lock. */
-const TAKEOVER_WAITS = 50;
+/** How long a writer waits for another process's takeover of a stale lock to end. */
+const TAKEOVER_WAIT_TOTAL_MS = 500;
+/** How often a waiting acquirer looks whether that takeover ended. */
 const TAKEOVER_WAIT_MS = 10;
 
+/**
+ * A few attempts at the file lock, taking over stale locks; reports a live holder. Another live
+ * process's takeover of the same stale lock (a cleanup's, another writer's) is waited for up to
+ * `waitMs` (on the real clock, from when it is first found) rather than spent as an attempt, so
+ * the lock is not refused while nobody holds it; one that outlasts the wait is reported as that
+ * process holding the lock. Lock files a takeover removed are added to `removed`.
+ */
 async function tryFileLock(
   context: StoreContext,
   lockPath: string,
   own: LockRecord,
+  waitMs: number,
+  removed: string[] = [],
 ): Promise<{ taken: true } | { taken: false; holder: LockRecord | undefined }> {
-  let waits = 0;
+  // From when another takeover is first found: judging the lock may have taken a grace period.
+  let waitUntil: number | undefined;
   for (let attempt = 0; attempt < 4; attempt++) {
     if (await createLockFile(context.fs, lockPath, own)) return { taken: true };
     const state = await inspectLockFile(context, lockPath);
     if (state.kind === "free") continue;
     if (state.kind === "live") return { taken: false, holder: state.record };
-    await removeStaleLock(context, lockPath, state.record?.token, own);
-    // The same stale lock still there: another takeover of it (a cleanup's, another writer's)
-    // holds its marker. Its end is waited for (a little while) rather than spent as an attempt,
-    // so the lock is not refused as a live holder's while nobody holds it.
-    const after = await inspectLockFile(context, lockPath);
-    if (
-      after.kind === "stale" && after.record?.token === state.record?.token &&
-      waits < TAKEOVER_WAITS
-    ) {
-      waits++;
-      attempt--;
+    const other = await removeStaleLock(context, lockPath, state.record?.token, own, removed);
+    if (other === undefined) continue;
+    // Waited for by looking at the two files only: judging the lock again would wait out an
+    // unparsable one's grace period each time.
+    waitUntil ??= Date.now() + waitMs;
+    let busy = true;
+    while (busy && Date.now() < waitUntil) {
       await sleep(TAKEOVER_WAIT_MS);
+      busy = await takingOver(context.fs, lockPath, state.record?.token, other.marker);
     }
+    if (busy) return { taken: false, holder: other.holder };
+    // That takeover ended (the lock is gone, or another's now): not an attempt of this call.
+    if (Date.now() < waitUntil) attempt--;
   }
   const state = await inspectLockFile(context, lockPath);
   return { taken: false, holder: state.kind === "live" ? state.record : undefined };
+}
+
+/**
+ * True while the stale lock at `lockPath` (holding `staleToken`, or unparsable when undefined)
+ * is still there and the takeover marker `marker` still exists.
+ */
+async function takingOver(
+  fs: FileSystem,
+  lockPath: string,
+  staleToken: string | undefined,
+  marker: string,
+): Promise<boolean> {
+  const bytes = await readLockBytes(fs, lockPath);
+  if (bytes === undefined || parseLockRecord(bytes)?.token !== staleToken) return false;
+  return (await readLockBytes(fs, marker)) !== undefined;
 }
 
 function newRecord(context: StoreContext, probe: ProcessProbe): LockRecord {
@@ -706,7 +743,7 @@ async function takeWriterLock(
   heldTokens.add(own.token);
   if (holder !== undefined) holders.set(own.token, holder);
   try {
-    const result = await tryFileLock(context, lockPath, own);
+    const result = await tryFileLock(context, lockPath, own, TAKEOVER_WAIT_TOTAL_MS);
     if (!result.taken) throw lockedError(context, lockPath, result.holder);
   } catch (error) {
     // A failure (not a refusal) may leave a file with this token behind: a lock file whose
@@ -719,17 +756,24 @@ async function takeWriterLock(
   return new HeldLock(context.fs, lockPath, own.token, true);
 }
 
+/** What taking a collection lock did, given to the task run under it. */
+export interface CollectionLockTaken {
+  /** The stale lock files (and takeover markers) removed to take it. */
+  readonly removedStale: readonly string[];
+}
+
 /**
  * Runs `task` holding the collection lock of `collection`: callers in this process wait their
- * turn; a live lock of another process (without a probe, any lock file) is waited for up to
- * `context.collectionLockWaitMs` (then `SessionLockedError`), and, with a probe, a stale one is
- * taken over.
+ * turn; a live lock of another process (without a probe, any lock file), or another process's
+ * takeover of a stale one, is waited for up to `context.collectionLockWaitMs` (then
+ * `SessionLockedError`), and, with a probe, a stale one is taken over (the files removed are
+ * given to `task`).
  * The collection directory must exist.
  */
 export async function withCollectionLock<T>(
   context: StoreContext,
   collection: string,
-  task: () => Promise<T>,
+  task: (taken: CollectionLockTaken) => Promise<T>,
 ): Promise<T> {
   const fs = context.fs;
   const lockPath = join(collection, COLLECTION_LOCK_FILE);
@@ -741,9 +785,10 @@ export async function withCollectionLock<T>(
   return await inTurn(queue, lockPath, async () => {
     const canonical = await canonicalLockPath(fs, lockPath);
     return await inTurn(queue, `\0${canonical}`, async () => {
-      const held = await takeCollectionLock(context, canonical);
+      const removedStale: string[] = [];
+      const held = await takeCollectionLock(context, canonical, removedStale);
       try {
-        return await task();
+        return await task({ removedStale });
       } finally {
         // The operation's outcome stands either way: a lock file that cannot be removed now is
         // stale once this process no longer holds its token, and the next writer takes it over.
@@ -775,7 +820,11 @@ async function inTurn<T>(
   }
 }
 
-async function takeCollectionLock(context: StoreContext, lockPath: string): Promise<HeldLock> {
+async function takeCollectionLock(
+  context: StoreContext,
+  lockPath: string,
+  removed: string[],
+): Promise<HeldLock> {
   const map = registry(context.fs);
   const probe = context.probe;
   // Measured on the real clock: the store's `now` dates records, and a host (a test) may fix it.
@@ -796,7 +845,8 @@ async function takeCollectionLock(context: StoreContext, lockPath: string): Prom
   heldTokens.add(own.token);
   try {
     for (;;) {
-      const result = await tryFileLock(context, lockPath, own);
+      const waitMs = Math.max(0, deadline - Date.now());
+      const result = await tryFileLock(context, lockPath, own, waitMs, removed);
       if (result.taken) break;
       if (Date.now() >= deadline) throw collectionLockedError(context, lockPath, result.holder);
       await sleep(COLLECTION_POLL_MS);

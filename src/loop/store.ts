@@ -70,6 +70,7 @@ import {
 import { INDEX_FILE, MESSAGES_FILE, META_FILE, metaNotFound } from "./storage.ts";
 import {
   acquireWriterLock,
+  type CollectionLockTaken,
   DEFAULT_COLLECTION_LOCK_WAIT_MS,
   type HeldLock,
   type ProcessProbe,
@@ -824,18 +825,18 @@ export class SessionStore {
    */
   async #exclusive<T>(
     collection: string,
-    task: () => Promise<T>,
+    task: (taken: CollectionLockTaken) => Promise<T>,
     options: { readonly create?: boolean; readonly recover?: boolean } = {},
   ): Promise<T> {
     // Nothing is changed through a link, as a save refuses it (`ensureCollectionDir`).
     if (options.create === true) {
       await ensureCollectionDir(this.fs, collection, this.#context.durability);
     } else if (!await this.#collectionExists(collection)) {
-      return await task();
+      return await task({ removedStale: [] });
     }
-    return await withCollectionLock(this.#context, collection, async () => {
+    return await withCollectionLock(this.#context, collection, async (taken) => {
       if (options.recover !== false) await recoverLeftovers(this.#context, collection);
-      return await task();
+      return await task(taken);
     });
   }
 
@@ -1128,10 +1129,14 @@ export class SessionStore {
    */
   async cleanup(cwd?: string, sessionDir?: string): Promise<CleanupReport> {
     const { collection } = await this.#collectionOf(cwd, sessionDir);
-    // The recovery is cleanup's own work here, so its report is the one returned.
+    // The recovery is cleanup's own work here, so its report is the one returned, with the
+    // stale collection lock (and markers) taken over to run it.
     return await this.#exclusive(
       collection,
-      () => cleanupCollection(this.#context, collection),
+      async (taken) => {
+        const report = await cleanupCollection(this.#context, collection);
+        return { ...report, removed: [...taken.removedStale, ...report.removed] };
+      },
       { recover: false },
     );
   }
