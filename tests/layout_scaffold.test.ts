@@ -185,6 +185,23 @@ test("ensureRepository writes repository.json once and adds the raw line to .git
   assert.equal((await fs.stat("/repo/.gitignore")).mode, 0o644);
 });
 
+test("ensureRepository keeps a .gitignore's mode exactly, bits the umask would clear included", async () => {
+  for (const mode of [0o664, 0o666, 0o640, 0o600]) {
+    const fs = await newRepo(); // umask 0o022
+    await writeText(fs, "/repo/.gitignore", "node_modules/\n");
+    await fs.chmod("/repo/.gitignore", mode);
+    await ensureRepository(fs, "/repo", deterministic());
+    assert.equal(
+      await readText(fs, "/repo/.gitignore"),
+      `node_modules/\n${REPO_GITIGNORE_RAW_LINE}\n`,
+    );
+    assert.equal((await fs.stat("/repo/.gitignore")).mode, mode, mode.toString(8));
+    // And through a power loss.
+    const recovered = fs.crash({ seed: 0, extraJournal: "none", tailMode: "none" });
+    assert.equal((await recovered.stat("/repo/.gitignore")).mode, mode, mode.toString(8));
+  }
+});
+
 test("ensureRepository appends the raw line after the .gitignore's bytes as they are, whatever their encoding", async () => {
   const fs = await newRepo();
   // "café" in Latin-1, no final newline: git matches bytes, so this is a valid pattern.

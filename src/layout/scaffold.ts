@@ -152,8 +152,9 @@ async function ensureGitignoreLine(
   const bytes = new Uint8Array(before.length + added.length);
   bytes.set(before);
   bytes.set(added, before.length);
+  // A new file gets 0644 (as the umask allows); an existing one exactly the mode it had.
   const mode = info === undefined ? 0o644 : info.mode;
-  await atomicReplace(fs, file, bytes, { mode, durability });
+  await atomicReplace(fs, file, bytes, { mode, durability, exactMode: info !== undefined });
 }
 
 // ---------------------------------------------------------------------------------------------

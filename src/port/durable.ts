@@ -36,6 +36,13 @@ export interface AtomicReplaceOptions {
   readonly durability?: Durability;
   /** Skip the final directory fsync (the caller syncs the directory itself). */
   readonly skipDirSync?: boolean;
+  /**
+   * Give the published file exactly `mode`, bits the process's umask clears at the create
+   * included (a chmod of the temp file before it is synced and renamed): for a user's file
+   * replaced with the mode it had, such as a group-writable one. Default false: the create's
+   * mode, never wider than `mode`.
+   */
+  readonly exactMode?: boolean;
 }
 
 let tempCounter = 0;
@@ -165,14 +172,15 @@ export function beginReplace(
       try {
         await closingAfter(handle, async () => {
           await handle.write(data);
+          if (options.exactMode === true) await fs.chmod(temp, mode);
           if (durability === "full") await handle.sync();
         }, close);
       } catch (error) {
         await remove();
         throw error;
       }
-      // No chmod: the temp file was created exclusively by this call with `mode`, and a umask can
-      // only clear bits, never widen them.
+      // No other chmod: the temp file was created exclusively by this call with `mode`, and a
+      // umask can only clear bits, never widen them.
       let done = false;
       return {
         async publish(): Promise<void> {
