@@ -662,7 +662,9 @@ export interface CreateRootSessionOptions
  * left by a crash is a hidden entry every reader ignores; it only leaves a gap in the ordinals.
  * An ordinal whose id is already a session directory of the repository (a child's ordinal grows
  * past 99, so another tree may hold a child `100_<slug>`) or an id a `children.json` ledger
- * records is skipped too, leaving a gap: two trees that share an id cannot be resolved.
+ * records is skipped too, leaving a gap: two trees that share an id cannot be resolved. So a
+ * session directory of the repository that cannot be read (its ids cannot be known) fails the
+ * creation with that storage error, before anything is written.
  *
  * A storage error (`FsError`) means no session was published. The one exception is a failure
  * after the session was renamed into place, at the fsync that makes its entry in `sessions/`

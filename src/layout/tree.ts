@@ -12,6 +12,7 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
+import { FsError } from "../port/errors.ts";
 import { basename, dirname, isAbsolute, join, normalize } from "../port/path.ts";
 import { entryKind, readDirIfExists } from "../port/durable.ts";
 import {
@@ -304,20 +305,39 @@ async function checkParentManifest(
   }
 }
 
-/** True when the directory tree under `topDir` physically holds a session dir named `id`. */
+/**
+ * True when the directory tree under `dir` (a directory holding a `session.json` entry)
+ * physically holds a session dir named `id`: `dir` itself, or, through `children/`, a directory
+ * holding a `session.json` entry (of any kind: a manifest of the wrong kind, a directory or a
+ * symlink, still marks the session's directory, so the tree holding it is reported as invalid
+ * rather than the id as unknown). Directories without one are not sessions and are not entered,
+ * as the tree's own scan does not enter them.
+ */
 async function physicallyContains(fs: FileSystem, dir: string, id: string): Promise<boolean> {
-  if (basename(dir) === id) {
-    // A manifest of the wrong kind (a directory, a symlink) still marks the session's directory:
-    // the tree holding it is reported as invalid rather than the id as unknown.
-    if ((await entryKind(fs, join(dir, "session.json"))) !== undefined) return true;
-  }
+  if (basename(dir) === id) return true;
   const childrenDir = join(dir, CHILDREN_DIRNAME);
   if ((await entryKind(fs, childrenDir)) !== "directory") return false;
   for (const entry of await fs.readDir(childrenDir)) {
     if (entry.name.startsWith(STAGING_PREFIX) || entry.kind !== "directory") continue;
-    if (await physicallyContains(fs, join(childrenDir, entry.name), id)) return true;
+    const child = join(childrenDir, entry.name);
+    if ((await entryKind(fs, join(child, "session.json"))) === undefined) continue;
+    if (await physicallyContains(fs, child, id)) return true;
   }
   return false;
+}
+
+/**
+ * Whether the tree under `topDir` physically holds `id`, for a tree that could not be loaded:
+ * when a storage error stops the walk (a directory it may not read, a path nested past what the
+ * filesystem takes), only its top directory's name can tell.
+ */
+async function mayContain(fs: FileSystem, topDir: string, id: string): Promise<boolean> {
+  try {
+    return await physicallyContains(fs, topDir, id);
+  } catch (error) {
+    if (!(error instanceof FsError)) throw error;
+    return basename(topDir) === id;
+  }
 }
 
 async function scanTree(fs: FileSystem, topDir: string): Promise<Map<string, SessionNode>> {
@@ -331,9 +351,11 @@ async function scanTree(fs: FileSystem, topDir: string): Promise<Map<string, Ses
  *
  * Each root session is an independent run: a corrupt, unrelated tree does not make a healthy
  * one unavailable, so trees that do not physically contain the session are validated only to
- * rule out duplicate ids. Throws `UnknownSessionError` when no tree holds the id,
- * `TopologyError` when the tree holding it is invalid (the cause is the first violation) or when
- * the id exists in more than one tree.
+ * rule out duplicate ids; one that cannot be read (a storage error: a directory it may not
+ * read, children nested past what the filesystem's paths take) is left out, and its ids with
+ * it. Throws `UnknownSessionError` when no tree holds the id, `TopologyError` when the tree
+ * holding it is invalid (the cause is the first violation) or when the id exists in more than
+ * one tree, and the storage error of a tree holding it that cannot be read.
  */
 export async function loadSessionTree(
   fs: FileSystem,
@@ -360,14 +382,18 @@ export async function loadSessionTree(
       continue;
     }
     if (entry.kind !== "directory") continue;
-    if ((await entryKind(fs, join(topDir, "session.json"))) === undefined) continue;
     let nodes: Map<string, SessionNode>;
     try {
+      if ((await entryKind(fs, join(topDir, "session.json"))) === undefined) continue;
       nodes = await scanTree(fs, topDir);
     } catch (error) {
-      if (!(error instanceof TopologyError || error instanceof LayoutRecordError)) throw error;
-      // An invalid tree matters only when it is the one holding the session asked for.
-      if (invalid === undefined && (await physicallyContains(fs, topDir, sessionId))) {
+      if (
+        !(error instanceof TopologyError || error instanceof LayoutRecordError ||
+          error instanceof FsError)
+      ) throw error;
+      // An invalid or unreadable tree matters only when it is the one holding the session asked
+      // for.
+      if (invalid === undefined && (await mayContain(fs, topDir, sessionId))) {
         invalid = { dir: topDir, error };
       }
       continue;
@@ -384,6 +410,8 @@ export async function loadSessionTree(
     }
   }
   if (selected === undefined) {
+    // A storage error of the tree holding it is the caller's, as it was met.
+    if (invalid?.error instanceof FsError) throw invalid.error;
     if (invalid !== undefined) {
       const detail = invalid.error instanceof Error ? invalid.error.message : String(invalid.error);
       throw new TopologyError(
