@@ -917,7 +917,9 @@ export async function migrateLegacySession(
     if (context.durability === "full") await fs.syncDir(staging);
     // The collection is made private (0700), as a save makes it, before a session is published
     // into it: version 2 created collections with the default mode. Only now: a migration that
-    // fails leaves the collection as it was.
+    // fails before this point (an invalid file, a missing cwd, a failed write) leaves the
+    // collection as it was; one whose publishing rename then fails leaves it private, the mode
+    // any save of the store gives it.
     await ensureCollectionDir(fs, collection, context.durability);
     forgetDurable(fs, dir);
     await fs.rename(staging, dir);
