@@ -14,13 +14,19 @@ const SAFE_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
 
 /**
  * Checks an attempt's identity as a caller gave it, before any path is built from it: the
- * iteration a non-negative safe integer, the workflow id (and, unless `attemptId` is false, the
- * attempt id) one safe path component. An invalid one is a `LayoutOptionError` naming the field
- * (`iteration`, `workflowId`, `attemptId`) and the value. So is a workflow id that makes, with
- * the iteration, a file name longer than `MAX_FILE_NAME_BYTES` (255) UTF-8 bytes: the longest
- * name built from it (see `longestWorkflowName`) could not be looked up (`ENAMETOOLONG`).
+ * iteration a non-negative safe integer, the workflow id and the attempt id one safe path
+ * component. An invalid one is a `LayoutOptionError` naming the field (`iteration`,
+ * `workflowId`, `attemptId`) and the value; an invalid attempt id is refused with
+ * `refuseAttemptId(reason)` instead when it is given (the caller's own error). So is a workflow
+ * or attempt id that makes a file or directory name longer than `MAX_FILE_NAME_BYTES` (255)
+ * UTF-8 bytes: the longest name built from it (see `longestWorkflowName`, `longestAttemptName`)
+ * could not be looked up (`ENAMETOOLONG`).
  */
-export function checkAttemptIdentity(attempt: AttemptIdentity, attemptId = true): void {
+export function checkAttemptIdentity(
+  attempt: AttemptIdentity,
+  refuseAttemptId: (reason: string) => Error = (reason) =>
+    new LayoutOptionError("attemptId", attempt.attemptId, reason),
+): void {
   if (!Number.isSafeInteger(attempt.iteration) || attempt.iteration < 0) {
     throw new LayoutOptionError(
       "iteration",
@@ -28,11 +34,8 @@ export function checkAttemptIdentity(attempt: AttemptIdentity, attemptId = true)
       "Iteration must be a non-negative integer",
     );
   }
-  for (const field of attemptId ? ["workflowId", "attemptId"] as const : ["workflowId"] as const) {
-    const value = attempt[field];
-    if (typeof value !== "string" || !SAFE_ID.test(value)) {
-      throw new LayoutOptionError(field, value, "Id must be one safe path component");
-    }
+  if (typeof attempt.workflowId !== "string" || !SAFE_ID.test(attempt.workflowId)) {
+    throw new LayoutOptionError("workflowId", attempt.workflowId, SAFE_ID_REASON);
   }
   const longest = longestWorkflowName(attempt.iteration, attempt.workflowId);
   if (utf8Length(longest) > MAX_FILE_NAME_BYTES) {
@@ -43,6 +46,28 @@ export function checkAttemptIdentity(attempt: AttemptIdentity, attemptId = true)
         `(${utf8Length(longest)} bytes: ${longest})`,
     );
   }
+  if (typeof attempt.attemptId !== "string" || !SAFE_ID.test(attempt.attemptId)) {
+    throw refuseAttemptId(SAFE_ID_REASON);
+  }
+  const longestAttempt = longestAttemptName(attempt.attemptId);
+  if (utf8Length(longestAttempt) > MAX_FILE_NAME_BYTES) {
+    throw refuseAttemptId(
+      `Attempt id makes a file name longer than ${MAX_FILE_NAME_BYTES} bytes ` +
+        `(${utf8Length(longestAttempt)} bytes: ${longestAttempt})`,
+    );
+  }
+}
+
+const SAFE_ID_REASON = "Id must be one safe path component";
+
+/**
+ * The longest file or directory name `paths.ts` builds from an attempt id: of the folded
+ * `workflow_snapshot/<attempt_id>/`, and of the mirror layout's names a reader builds from a
+ * recorded attempt id (`trace_seals/<attempt_id>.json`, `attempts/<attempt_id>/` of a trace, the
+ * git receipts `git-<phase>-<attempt_id>.json`, the longest).
+ */
+function longestAttemptName(attemptId: string): string {
+  return gitReceiptFilename("mirror", "before", { iteration: 0, workflowId: "w", attemptId });
 }
 
 /**

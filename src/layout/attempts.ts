@@ -17,7 +17,7 @@ import {
   tightenPrivateDir,
 } from "../port/durable.ts";
 import { dirname, join } from "../port/path.ts";
-import { ImmutableArtifactError, LayoutError } from "./errors.ts";
+import { ImmutableArtifactError, LayoutError, LayoutRecordError } from "./errors.ts";
 import { checkAttemptIdentity } from "./_attempt_identity.ts";
 import { MAX_FILE_NAME_BYTES } from "./ids.ts";
 import {
@@ -95,7 +95,8 @@ const SNAPSHOT_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
  * Everything is checked before the first write: the iteration and the workflow id (the path of
  * the attempt is built from them: an invalid one is a `LayoutOptionError` naming the field, and
  * so is a workflow id that would make its git receipt's name longer than 255 bytes), the
- * attempt id (one safe path component; an invalid one is a `LayoutRecordError` naming
+ * attempt id (one safe path component that makes no name longer than 255 bytes, such as
+ * `workflow_snapshot/<attempt_id>/`; an invalid one is a `LayoutRecordError` naming
  * `trace_ref.json` and `attempt_id`), the `trace_ref.json` record against its own reader's schema,
  * every snapshot file name, and that no snapshot file of the attempt was frozen with other
  * contents (`ImmutableArtifactError`; a snapshot file that is not a regular file, a FIFO say, is
@@ -113,7 +114,13 @@ export async function createAttemptArtifacts(
   requireFolded(session, await readSessionLayout(fs, session.dir));
   const resolved = resolveWriteOptions(options);
   const durability = resolved.durability;
-  checkAttemptIdentity(attempt, false);
+  // The attempt's path does not hold its id: an invalid one is refused at trace_ref.json's field.
+  checkAttemptIdentity(attempt, (reason) =>
+    new LayoutRecordError(
+      session.attempt(attempt.iteration, attempt.workflowId).traceRefJson,
+      reason,
+      { path: "attempt_id", value: attempt.attemptId },
+    ));
   const paths = session.attempt(attempt.iteration, attempt.workflowId);
   const traceRef = parseTraceRef(
     {

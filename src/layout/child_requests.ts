@@ -38,6 +38,7 @@ import {
   ChildRequestError,
   LayoutRecordError,
   LogicalReferenceError,
+  SessionIdError,
   SessionStateError,
   TopologyError,
   UnsupportedLayoutError,
@@ -214,7 +215,9 @@ export interface PublishedRequest {
  * published again in the accepted copy's bytes and dispatched again. Publishing a request that
  * is pending already at `pending/<request_id>.json` with this very record (a rerun of a publish
  * that failed after its rename) returns it as it is, made durable: only another request under a
- * pending id, or the id pending under another file name, is refused.
+ * pending id, or the id pending under another file name, is refused. A request whose bytes are
+ * larger than `MAX_CHILD_REQUEST_BYTES` is refused too (`ChildRequestError`); a pending file that
+ * large is not read (it holds no request id).
  *
  * A session whose `session.json` records the mirror layout is refused (`UnsupportedLayoutError`)
  * before anything is written, whatever layout `paths` was built for; a directory without a
@@ -236,6 +239,13 @@ export async function publishChildRequest(
   requireFolded(paths, await readSessionLayout(fs, paths.dir));
   const file = paths.pendingRequest(request.request_id);
   let bytes = encodeJson(request);
+  if (bytes.length > MAX_CHILD_REQUEST_BYTES) {
+    throw new ChildRequestError(
+      file,
+      request.request_id,
+      `Child request is larger than ${MAX_CHILD_REQUEST_BYTES} bytes (${bytes.length} bytes)`,
+    );
+  }
   // The check and the publication run before another operation on this parent's requests.
   const durability = options.durability ?? "full";
   await serializedOn(fs, childLifecycleKey(paths), async () => {
@@ -243,9 +253,9 @@ export async function publishChildRequest(
       new ChildRequestError(taken, request.request_id, "Child request id is already in use");
     // Records are read only as regular files: a FIFO planted at one is refused by name (a
     // `LayoutRecordError`), never waited on.
-    const pending = await recordBytes(fs, file, true);
+    const pending = await cappedRecordBytes(fs, file, true);
     if (pending !== undefined) {
-      if (!sameJsonRecord(pending, bytes)) throw inUse(file);
+      if (pending === TOO_LARGE || !sameJsonRecord(pending, bytes)) throw inUse(file);
       await ensureFileDurable(fs, file, durability);
       bytes = pending;
       return;
@@ -255,14 +265,16 @@ export async function publishChildRequest(
     for (const other of await listPendingChildRequests(fs, paths)) {
       const otherFile = join(paths.childRequestsPendingDir, other);
       if (otherFile === file) continue;
-      let otherBytes: Uint8Array | undefined;
+      let otherBytes: Uint8Array | typeof TOO_LARGE | undefined;
       try {
-        otherBytes = await recordBytes(fs, otherFile, true);
+        otherBytes = await cappedRecordBytes(fs, otherFile, true);
       } catch (error) {
         // Not a regular file (any more): it holds no request id.
         if (error instanceof LayoutRecordError) continue;
         throw error;
       }
+      // A file too large to read is rejected unread: it holds no request id either.
+      if (otherBytes === TOO_LARGE) continue;
       if (otherBytes !== undefined && requestIdOf(otherBytes, otherFile) === request.request_id) {
         throw inUse(otherFile);
       }
@@ -320,6 +332,43 @@ export async function listPendingChildRequests(
   return (await readDirIfExists(fs, paths.childRequestsPendingDir))
     .filter((e) => e.kind === "file" && e.name.endsWith(".json") && !e.name.startsWith("."))
     .map((e) => e.name);
+}
+
+/**
+ * The largest child request file read, in bytes (16 MiB), and the largest declared input frozen
+ * into a child. Sizes are checked before a file is read: a pending request file larger than this
+ * is rejected unread (its receipt's `original_sha256` is null), a request declaring a larger input
+ * is rejected at `input_refs[<i>]`, and `publishChildRequest` refuses a larger request. So no
+ * request can exhaust memory when read, or make the records of its child too large to encode
+ * after its acceptance was recorded.
+ */
+export const MAX_CHILD_REQUEST_BYTES = 16 * 1024 * 1024;
+
+/** What `cappedRecordBytes` returns for a file larger than `MAX_CHILD_REQUEST_BYTES`. */
+const TOO_LARGE: unique symbol = Symbol("too large");
+
+/**
+ * The bytes at `file` as `recordBytes` reads them, or `TOO_LARGE` for a regular file larger than
+ * `MAX_CHILD_REQUEST_BYTES`: its size (`lstat`) is checked before it is read, and again after.
+ */
+async function cappedRecordBytes(
+  fs: FileSystem,
+  file: string,
+  ifExists: boolean,
+): Promise<Uint8Array | typeof TOO_LARGE | undefined> {
+  try {
+    const info = await fs.lstat(file);
+    if (info.kind === "file" && info.size > MAX_CHILD_REQUEST_BYTES) return TOO_LARGE;
+  } catch (error) {
+    // What `recordBytes` reports in its own terms (nothing there, a file on the path) is left to
+    // it; any other failure (a storage fault) fails the call.
+    if (
+      !(error instanceof NotFound || error instanceof NotADirectory ||
+        error instanceof IsADirectory)
+    ) throw error;
+  }
+  const bytes = await recordBytes(fs, file, ifExists);
+  return bytes !== undefined && bytes.length > MAX_CHILD_REQUEST_BYTES ? TOO_LARGE : bytes;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -410,15 +459,18 @@ interface ChildBuild {
 
 /**
  * Processes the first pending child request of a folded parent (sorted by file name), if any:
- * accepts it (and creates the child) or rejects it. Rerunning after a crash resumes an
- * interrupted acceptance with the same child id. Returns `undefined` when nothing is pending.
- * What a call finds done already (a ledger record, the state's active child, a request an
- * earlier call of this process accepted or archived while the fsync of its directory failed) is
- * made durable before the call reports on it, `undefined` included. An interrupted acceptance
- * that can no longer be completed (its request was removed, rewritten with another body, or made
+ * accepts it (and creates the child) or rejects it. A request file or declared input larger than
+ * `MAX_CHILD_REQUEST_BYTES` rejects the request, checked before the file is read. Rerunning after a
+ * crash resumes an interrupted acceptance with the same child id. Returns `undefined` when nothing
+ * is pending. What a call finds done already (a ledger record, the state's active child, a request
+ * an earlier call of this process accepted or archived while the fsync of its directory failed) is
+ * made durable before the call reports on it, `undefined` included. An interrupted acceptance that
+ * can no longer be completed (its request was removed, rewritten with another body, or made
  * unparsable, while the parent's state names no active child) is marked `failed_dispatch` in the
  * ledger, and the parent's other requests are considered: it never keeps the parent waiting for a
- * child it does not point at. A child the state names is never given up this way.
+ * child it does not point at. Of several pending files holding its request id, the one with the
+ * accepted bytes completes it; only when none does is it given up. A child the state names is never
+ * given up this way.
  *
  * Throws `SessionStateError` (and leaves the request pending) when the parent cannot dispatch
  * now: it is terminal, executing an attempt, or already waiting for another live child. A parent
@@ -511,18 +563,26 @@ async function processNext(
       break;
     }
     // A live child whose request is still pending is an interrupted acceptance: finish it first.
+    // Of several pending files holding its request id (an agent may reuse the id under another
+    // file name), the one holding the accepted bytes is the request; only when none does is the
+    // first one admitted (and the acceptance abandoned, see `admit`).
+    const accepted = await recordBytes(fs, paths.acceptedRequest(live.request_id), true);
     for (const candidate of pending) {
       // Read only as a regular file (listed as one; a FIFO swapped in is refused, never waited on).
-      const candidateBytes = await recordBytes(
+      const candidateBytes = await cappedRecordBytes(
         fs,
         join(paths.childRequestsPendingDir, candidate),
         false,
-      ) as Uint8Array;
-      if (requestIdOf(candidateBytes, candidate) === live.request_id) {
+      ) as Uint8Array | typeof TOO_LARGE;
+      // A file too large to read holds no request id (it is rejected unread below).
+      if (candidateBytes === TOO_LARGE) continue;
+      if (requestIdOf(candidateBytes, candidate) !== live.request_id) continue;
+      const isAccepted = accepted !== undefined && bytesEqual(candidateBytes, accepted);
+      if (name === undefined || isAccepted) {
         name = candidate;
         bytes = candidateBytes;
-        break;
       }
+      if (isAccepted) break;
     }
     if (name !== undefined) break;
     if (phase === "suspended") {
@@ -549,7 +609,15 @@ async function processNext(
     );
   }
   const file = join(paths.childRequestsPendingDir, name);
-  bytes ??= await recordBytes(fs, file, false) as Uint8Array;
+  if (bytes === undefined) {
+    const read = await cappedRecordBytes(fs, file, false) as Uint8Array | typeof TOO_LARGE;
+    if (read === TOO_LARGE) {
+      // Rejected unread (nothing of it was recorded): its receipt records no hash.
+      const reason = `The request file is larger than ${MAX_CHILD_REQUEST_BYTES} bytes`;
+      return await reject(fs, paths, name, null, { reason, field: null }, null, resolved);
+    }
+    bytes = read;
+  }
   const sha256 = sha256Ref(bytes, resolved.sha256);
 
   const verdict = await admit(
@@ -755,9 +823,16 @@ async function admit(
       }
       // Read only as a regular file: one swapped for a FIFO since it was resolved is refused
       // (a `LayoutRecordError` naming it), never waited on.
-      const bytes = await recordBytes(fs, target.path, true);
+      const bytes = await cappedRecordBytes(fs, target.path, true);
       if (bytes === undefined) {
         return { reason: `Declared input ${ref} is absent or not a file`, field, abandoned };
+      }
+      if (bytes === TOO_LARGE) {
+        return {
+          reason: `Declared input ${ref} is larger than ${MAX_CHILD_REQUEST_BYTES} bytes`,
+          field,
+          abandoned,
+        };
       }
       inputs.push({ sourceRef: target.canonical, bytes });
     } catch (error) {
@@ -969,6 +1044,11 @@ async function newChildId(
     });
     if (!tree.nodes.has(childId) && !tree.idsElsewhere.has(childId) && !recorded.has(childId)) {
       return childId;
+    }
+    if (reservedIds.includes(childId)) {
+      // Its successor is not a safe integer, so it is not counted: no ordinal is left past it.
+      const scope = tree.paths(parent.sessionId).childrenDir;
+      throw new SessionIdError(childId, `No child ordinal is left in ${scope} past this id`);
     }
     reservedIds.push(childId); // the next ordinal past it
   }
@@ -1193,7 +1273,7 @@ async function reject(
   fs: FileSystem,
   paths: SessionPaths,
   name: string,
-  sha256: string,
+  sha256: string | null,
   rejection: Rejection,
   requestId: string | null,
   options: ResolvedWriteOptions,
@@ -1288,7 +1368,7 @@ async function archiveSlot(
   fs: FileSystem,
   paths: SessionPaths,
   name: string,
-  sha256: string,
+  sha256: string | null,
 ): Promise<{ readonly archived: string; readonly leftover: RejectedRequestReceipt | undefined }> {
   const dot = name.lastIndexOf(".");
   let stem = dot > 0 ? name.slice(0, dot) : name;
@@ -1302,7 +1382,8 @@ async function archiveSlot(
     stem = `${utf8Prefix(stem, room)}~${nameHex}`;
     first = `${stem}${ext}`;
   }
-  const hex = sha256.slice(7, 15);
+  // A request archived unread (too large) has no hash: the hash of its name stands in.
+  const hex = (sha256 ?? sha256Ref(new TextEncoder().encode(name))).slice(7, 15);
   const candidates = [first, `${stem}.${hex}${ext}`];
   for (let i = 0;; i++) {
     const candidate = candidates[i] ?? `${stem}.${hex}-${i - candidates.length + 2}${ext}`;
@@ -1349,7 +1430,7 @@ async function ownLeftoverReceipt(
   file: string,
   name: string,
   archived: string,
-  sha256: string,
+  sha256: string | null,
 ): Promise<RejectedRequestReceipt | undefined> {
   let receipt: RejectedRequestReceipt;
   try {

@@ -144,7 +144,8 @@ export interface HighestOrdinalOptions {
  * The highest ordinal taken in a scope directory, 0 for a missing or empty scope: the
  * `<digits>_` prefix of every entry (files included, any number of digits) and, unless turned
  * off, every ordinal reservation. Other hidden entries (`.staging-*`, temp files) and legacy
- * timestamp ids never count.
+ * timestamp ids never count, nor does an ordinal whose successor is not a safe integer (2^53 - 1
+ * and up: no next ordinal could be formatted past it, see `isCountedOrdinal`).
  */
 export async function highestOrdinal(
   fs: FileSystem,
@@ -164,16 +165,25 @@ export async function highestOrdinal(
     }
     if (match === null) continue;
     const ordinal = Number(match[1]);
-    if (Number.isSafeInteger(ordinal) && ordinal > highest) highest = ordinal;
+    if (isCountedOrdinal(ordinal) && ordinal > highest) highest = ordinal;
   }
   return highest;
 }
 
 /**
+ * True when an ordinal found in a scope (or a reserved id) counts as taken: its successor, the
+ * next ordinal, is a safe integer. A larger one (a name planted with an ordinal near 2^53) is
+ * ignored, as if it had no ordinal, rather than making every later id impossible to format.
+ */
+function isCountedOrdinal(ordinal: number): boolean {
+  return Number.isSafeInteger(ordinal + 1);
+}
+
+/**
  * The next ordinal of a scope directory: one more than the highest `<digits>_` prefix among its
  * entries (files included, any number of digits) and its ordinal reservations, 1 for a missing
- * or empty scope. Gaps are never reused. Other hidden entries (`.staging-*`, temp files) and
- * legacy timestamp ids never count.
+ * or empty scope. Gaps are never reused. Other hidden entries (`.staging-*`, temp files),
+ * legacy timestamp ids and ordinals whose successor is not a safe integer never count.
  */
 export async function nextOrdinal(fs: FileSystem, scopeDir: string): Promise<number> {
   return (await highestOrdinal(fs, scopeDir)) + 1;
@@ -195,7 +205,8 @@ export interface ChildSessionIdInput {
   readonly requestId: string | undefined;
   /**
    * Ids already promised in the parent's ledger (children.json) whose directories may not exist
-   * (a failed dispatch); their ordinals count as taken too.
+   * (a failed dispatch); their ordinals count as taken too (unless their successor is not a
+   * safe integer, as in the scope).
    */
   readonly reservedIds?: readonly string[] | undefined;
 }
@@ -237,7 +248,7 @@ export async function createSessionId(
     let ordinal = await nextOrdinal(fs, scope);
     for (const id of input.reservedIds ?? []) {
       const match = ORDINAL_PREFIX.exec(id);
-      if (match !== null && !LEGACY_PREFIX.test(id)) {
+      if (match !== null && !LEGACY_PREFIX.test(id) && isCountedOrdinal(Number(match[1]))) {
         ordinal = Math.max(ordinal, Number(match[1]) + 1);
       }
     }

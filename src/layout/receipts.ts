@@ -81,15 +81,16 @@ export interface WrittenGitReceipt {
  * layout is refused (`UnsupportedLayoutError`) before anything is written, whatever layout
  * `session` was built for.
  *
- * The attempt identity (`checkAttemptIdentity`: an invalid iteration, workflow id or attempt id
- * is a `LayoutOptionError` naming the field, and so is a workflow id that makes the receipt's
- * file name longer than 255 bytes) and the whole receipt are validated before anything is
- * written (neither the raw files nor the receipt), and `sessionId` must be the session's own, as
- * its `session.json` records (else a `LayoutRecordError` at `session_id`). A receipt is written
- * once: writing it again for the same attempt with the same contents (everything but `created_at`)
- * returns the existing receipt and writes nothing; a different attempt or other contents is an
- * `ImmutableArtifactError` naming the receipt and the first field that would change (an eval
- * acceptance binds the receipt by hash).
+ * The attempt identity (`checkAttemptIdentity`: an invalid iteration, workflow id or attempt id is
+ * a `LayoutOptionError` naming the field, and so is a workflow id that makes the receipt's file
+ * name longer than 255 bytes, or an attempt id that makes a name built from it longer, such as the
+ * mirror receipt name `git-before-<attempt_id>.json`) and the whole receipt are validated before
+ * anything is written (neither the raw files nor the receipt), and `sessionId` must be the
+ * session's own, as its `session.json` records (else a `LayoutRecordError` at `session_id`). A
+ * receipt is written once: writing it again for the same attempt with the same contents (everything
+ * but `created_at`) returns the existing receipt and writes nothing; a different attempt or other
+ * contents is an `ImmutableArtifactError` naming the receipt and the first field that would change
+ * (an eval acceptance binds the receipt by hash).
  */
 export async function writeGitReceipt(
   fs: FileSystem,

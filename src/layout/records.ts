@@ -1023,8 +1023,11 @@ export interface RejectedRequestReceipt {
   readonly archived_file: string;
   /** The request id, when it could be read. */
   readonly request_id: string | null;
-  /** `sha256:` of the original bytes (unchanged by archiving). */
-  readonly original_sha256: string;
+  /**
+   * `sha256:` of the original bytes (unchanged by archiving); null for a request file archived
+   * unread, being larger than `MAX_CHILD_REQUEST_BYTES`.
+   */
+  readonly original_sha256: string | null;
   /** The diagnosis. */
   readonly reason: string;
   /** The JSON path of the offending field, when the request was malformed. */
@@ -1040,7 +1043,7 @@ const RejectedRequestReceiptSchema: v.GenericSchema<unknown, RejectedRequestRece
     request_file: NonBlank,
     archived_file: NonBlank,
     request_id: v.nullable(v.string()),
-    original_sha256: Sha256,
+    original_sha256: v.nullable(Sha256),
     reason: NonBlank,
     field: v.nullable(v.string()),
     rejected_at: Timestamp,
