@@ -1336,6 +1336,31 @@ test("a cwd whose path now runs through a file is gone: open rejects it, verify 
   );
 });
 
+test("a recorded cwd no directory can have (a NUL byte, too long, a link loop) is gone: open rejects it naming the session, a listing skips it", async () => {
+  const { fs, store } = await setup();
+  const other = await savedSession(store); // a healthy session of the same workspace
+  await other.close();
+  const session = await savedSession(store);
+  await session.close();
+  const metaPath = session.getSessionFile();
+  const meta = await readJson(fs, metaPath) as { header: Record<string, unknown> };
+  await fs.symlink("/loop-b", "/loop-a");
+  await fs.symlink("/loop-a", "/loop-b");
+  for (const cwd of [`${CWD}\u0000`, `/${"d/".repeat(2100)}d`, "/loop-a"]) {
+    const header = { ...meta.header, cwd };
+    await fs.writeFile(metaPath, new TextEncoder().encode(JSON.stringify({ ...meta, header })));
+    const thrown = await store.open(metaPath, { readOnly: true }).then(() => undefined, (e) => e);
+    assert.ok(thrown instanceof SessionCwdError, String(thrown));
+    assert.equal(thrown.cwd, cwd);
+    assert.equal(thrown.file, metaPath);
+    // The workspace's listing goes on: the damaged session is not of this cwd.
+    for (const fast of [true, false]) {
+      const listed = await store.list(CWD, undefined, { fast });
+      assert.deepEqual(listed.map((info) => info.id), [other.id], `fast: ${fast}`);
+    }
+  }
+});
+
 test("open() rejects unsupported storage versions and malformed meta.json with typed errors", async () => {
   const { fs, store } = await setup();
   const session = await savedSession(store);

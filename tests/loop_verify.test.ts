@@ -541,7 +541,7 @@ test("salvage refuses an id its destination uses in any form (a legacy file, a l
 });
 
 test("verifySession() reports an index.json it cannot read and a cwd it cannot check, and goes on to the log", async () => {
-  for (const damage of ["index.json unreadable", "cwd too long to check"] as const) {
+  for (const damage of ["index.json unreadable", "cwd denied"] as const) {
     const { fs, dir, logPath } = await saved();
     // The log is damaged too: its findings must still be reported.
     const log = await fs.readFile(logPath);
@@ -558,9 +558,15 @@ test("verifySession() reports an index.json it cannot read and a cwd it cannot c
         },
       });
     } else {
+      // A cwd whose stat fails with a storage error (a path that cannot exist, too long or with
+      // a NUL byte, is gone instead).
       const meta = JSON.parse(new TextDecoder().decode(await fs.readFile(`${dir}/meta.json`)));
-      meta.header.cwd = `/${"a".repeat(300)}`;
-      await fs.writeFile(`${dir}/meta.json`, new TextEncoder().encode(JSON.stringify(meta)));
+      const cwd = meta.header.cwd;
+      port = hookedFs(fs, {
+        before(method, args) {
+          if (args[0] === cwd && method === "stat") throw new PermissionDenied(method, cwd);
+        },
+      });
     }
     const report = await verifySession(port, dir, options);
     assert.equal(report.ok, false, damage);

@@ -118,7 +118,7 @@
  * @module
  */
 import type { EntryKind, FileHandle, FileSystem } from "../port/fs.ts";
-import { FsError, NotADirectory, NotFound } from "../port/errors.ts";
+import { FsError, NotFound } from "../port/errors.ts";
 import { dirname, join } from "../port/path.ts";
 import { entryKind, readDirIfExists } from "../port/durable.ts";
 import { mapLimit } from "../port/limit.ts";
@@ -146,6 +146,7 @@ import {
   INDEX_VERSION,
   indexMatches,
   isBusy,
+  isUnreachablePath,
   MESSAGES_FILE,
   META_FILE,
   openSessionFile,
@@ -822,8 +823,9 @@ async function lookAgain(
 
 /**
  * The cwd filter of one listing: true when the real path of a recorded cwd is `canonical`. Each
- * distinct recorded cwd is resolved once; one that no longer exists (or runs through a file) does
- * not match. Other storage errors are reported for the session.
+ * distinct recorded cwd is resolved once; one that no longer exists (or runs through a file, or
+ * cannot be a path: `isUnreachablePath`) does not match. Other storage errors are reported for
+ * the session.
  */
 function cwdMatcher(fs: FileSystem, canonical: string): (recorded: string) => Promise<boolean> {
   const cache = new Map<string, Promise<boolean>>();
@@ -835,7 +837,7 @@ function cwdMatcher(fs: FileSystem, canonical: string): (recorded: string) => Pr
       match = fs.realPath(recorded).then(
         (real) => real === canonical,
         (error: unknown) => {
-          if (error instanceof NotFound || error instanceof NotADirectory) return false;
+          if (isUnreachablePath(error)) return false;
           throw error;
         },
       );

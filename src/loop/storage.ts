@@ -1356,8 +1356,9 @@ export function joinBytes(
 }
 
 /**
- * What a session's recorded cwd is now: a directory, something else, or gone: missing, or its
- * path running through a file (ENOTDIR), as listings treat it. Other storage errors are thrown.
+ * What a session's recorded cwd is now: a directory, something else, or gone: missing, its path
+ * running through a file (ENOTDIR), or a path no directory can have (`isUnreachablePath`), as
+ * listings treat it. Other storage errors are thrown.
  */
 export async function cwdState(
   fs: FileSystem,
@@ -1366,10 +1367,23 @@ export async function cwdState(
   try {
     return (await fs.stat(cwd)).kind === "directory" ? "directory" : "not-directory";
   } catch (error) {
-    if (error instanceof NotFound || error instanceof NotADirectory) return "gone";
+    if (isUnreachablePath(error)) return "gone";
     throw error;
   }
 }
+
+/**
+ * True for the error of a path that names nothing there now and, for the last three, nothing
+ * that could be: missing (`NotFound`), running through a file (`NotADirectory`), too long for the
+ * filesystem (`ENAMETOOLONG`), holding a NUL byte (`EINVAL`), or looping through links (`ELOOP`).
+ * A recorded cwd failing so is gone, never a storage fault of the session reading it.
+ */
+export function isUnreachablePath(error: unknown): boolean {
+  return error instanceof NotFound || error instanceof NotADirectory ||
+    (error instanceof FsError && UNREACHABLE_PATH_CODES.has(error.code));
+}
+
+const UNREACHABLE_PATH_CODES: ReadonlySet<string> = new Set(["ENAMETOOLONG", "EINVAL", "ELOOP"]);
 
 /**
  * Checks that a session's recorded cwd still exists as a directory: `SessionCwdError` (naming
