@@ -1261,3 +1261,40 @@ test("another live process's takeover of an unparsable stale lock is waited for 
     );
   }
 });
+
+test("a takeover whose process dies while it is waited for is taken over, not reported as a holder", async () => {
+  for (const which of ["collection", "writer"] as const) {
+    const fs = new MemoryFs();
+    await fs.mkdir(CWD, { recursive: true });
+    const alive = new Set([2, 7]);
+    const probe: ProcessProbe = { pid: 2, host: HOST, isAlive: (pid) => alive.has(pid) };
+    // A wait long enough that a refusal at its end could not pass for the takeover.
+    const store = new SessionStore({
+      fs,
+      agentDir: AGENT,
+      process: probe,
+      collectionLockWaitMs: 2_000,
+    });
+    const session = await store.create(CWD);
+    await session.commit(conversation(1));
+    await session.close();
+    const lock = which === "collection"
+      ? `${COLLECTION}/${COLLECTION_LOCK_FILE}`
+      : `${session.getSessionPath()}/${WRITER_LOCK_FILE}`;
+    // A stale lock of a dead process, and process 7's marker of its takeover; 7 dies meanwhile.
+    const stale = { pid: 999, host: HOST, startedAt: "2026-01-01T00:00:00.000Z", token: "aaaa" };
+    await fs.writeFile(lock, encoder.encode(JSON.stringify(stale)));
+    const marker = { pid: 7, host: HOST, startedAt: "2026-01-01T00:00:01.000Z", token: "bbbb" };
+    await fs.writeFile(`${lock}.takeover-aaaa`, encoder.encode(JSON.stringify(marker)));
+    setTimeout(() => alive.delete(7), 50);
+    if (which === "collection") {
+      const report = await store.cleanup(CWD);
+      assert.ok(report.removed.some((path) => path.endsWith(COLLECTION_LOCK_FILE)), which);
+    } else {
+      const writer = await store.open(session.getSessionPath());
+      assert.equal((await lockRecord(fs, session.getSessionPath())).pid, 2);
+      await writer.close();
+    }
+    await assert.rejects(fs.lstat(`${lock}.takeover-aaaa`), NotFound, which);
+  }
+});

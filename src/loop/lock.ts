@@ -552,7 +552,7 @@ async function tryFileLock(
     let busy = true;
     while (busy && Date.now() < waitUntil) {
       await sleep(TAKEOVER_WAIT_MS);
-      busy = await takingOver(context.fs, lockPath, state.record?.token, other.marker);
+      busy = await takingOver(context, lockPath, state.record?.token, other.marker);
     }
     if (busy) return { taken: false, holder: other.holder };
     // That takeover ended (the lock is gone, or another's now): not an attempt of this call.
@@ -564,17 +564,24 @@ async function tryFileLock(
 
 /**
  * True while the stale lock at `lockPath` (holding `staleToken`, or unparsable when undefined)
- * is still there and the takeover marker `marker` still exists.
+ * is still there and the takeover marker `marker` still holds a takeover: it exists, and the
+ * process its record names still runs (a marker not written yet counts as held: judging it dead
+ * takes a grace period, which the next attempt spends).
  */
 async function takingOver(
-  fs: FileSystem,
+  context: StoreContext,
   lockPath: string,
   staleToken: string | undefined,
   marker: string,
 ): Promise<boolean> {
+  const fs = context.fs;
   const bytes = await readLockBytes(fs, lockPath);
   if (bytes === undefined || parseLockRecord(bytes)?.token !== staleToken) return false;
-  return (await readLockBytes(fs, marker)) !== undefined;
+  const markerBytes = await readLockBytes(fs, marker);
+  if (markerBytes === undefined) return false;
+  const holder = parseLockRecord(markerBytes);
+  const probe = context.probe;
+  return holder === undefined || probe === undefined || isLive(holder, probe);
 }
 
 function newRecord(context: StoreContext, probe: ProcessProbe): LockRecord {

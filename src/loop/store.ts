@@ -1135,7 +1135,10 @@ export class SessionStore {
       collection,
       async (taken) => {
         const report = await cleanupCollection(this.#context, collection);
-        return { ...report, removed: [...taken.removedStale, ...report.removed] };
+        // Named in the collection as it is spelled here, as the rest of the report is (the lock
+        // was taken at the collection's real path).
+        const stale = taken.removedStale.map((path) => join(collection, basename(path)));
+        return { ...report, removed: [...stale, ...report.removed] };
       },
       { recover: false },
     );
