@@ -71,3 +71,26 @@ test("a directory of another tree that cannot be read does not hide a healthy tr
     );
   }
 });
+
+test("a tree holding the id asked for fails with its storage error, whatever of it was readable", async () => {
+  const memory = await newRepo();
+  const root = await newRoot(memory, "Main program");
+  for (const id of ["01_alpha", "02_beta"]) {
+    await memory.mkdir(`${root.dir}/children/${id}`, { recursive: true });
+    await memory.writeFile(`${root.dir}/children/${id}/session.json`, new Uint8Array());
+  }
+  // 01_alpha may not be read (as after a chmod 000): its tree cannot be loaded, so no session
+  // of it, readable or not, is unknown: each fails with the storage error.
+  const denied = `${root.dir}/children/01_alpha`;
+  const fs: FileSystem = hookedFs(memory, {
+    before: (op, args) => {
+      const path = String(args[0]);
+      if (path.startsWith(`${denied}/`) || (op === "readDir" && path === denied)) {
+        throw new PermissionDenied(op, path);
+      }
+    },
+  });
+  for (const id of [root.sessionId, "01_alpha", "02_beta"]) {
+    await assert.rejects(loadSessionTree(fs, "/repo", id), PermissionDenied, id);
+  }
+});

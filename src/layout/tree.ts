@@ -327,16 +327,17 @@ async function physicallyContains(fs: FileSystem, dir: string, id: string): Prom
 }
 
 /**
- * Whether the tree under `topDir` physically holds `id`, for a tree that could not be loaded:
+ * Whether the tree under `topDir` may physically hold `id`, for a tree that could not be loaded:
  * when a storage error stops the walk (a directory it may not read, a path nested past what the
- * filesystem takes), only its top directory's name can tell.
+ * filesystem takes), the id cannot be ruled out, and the tree's error is the one to report when
+ * no loadable tree holds it.
  */
 async function mayContain(fs: FileSystem, topDir: string, id: string): Promise<boolean> {
   try {
     return await physicallyContains(fs, topDir, id);
   } catch (error) {
     if (!(error instanceof FsError)) throw error;
-    return basename(topDir) === id;
+    return true;
   }
 }
 
