@@ -10,6 +10,7 @@ import {
   LayoutRecordError,
   processNextChildRequest,
   publishChildRequest,
+  SessionIdError,
   writeGitReceipt,
 } from "../layout.ts";
 import {
@@ -23,52 +24,62 @@ import {
 
 const MAX_SAFE = Number.MAX_SAFE_INTEGER; // 2^53 - 1
 
-test("a name in children/ whose ordinal has no safe successor is ignored by the next child id", async () => {
+test("a name in children/ numbered 2^53 - 1 stops new child ids with an error naming the scope", async () => {
   for (
     const [planted, childId] of [
-      [`${MAX_SAFE}_x`, "01_phase-0"],
+      [`${MAX_SAFE}_x`, undefined],
+      // Past the safe integers: ignored, as a name without an ordinal.
       [`${MAX_SAFE + 1}_x`, "01_phase-0"],
-      // The last ordinal with a safe successor still counts.
       [`${MAX_SAFE - 1}_x`, `${MAX_SAFE}_phase-0`],
-    ]
+    ] as const
   ) {
     const fs = await newRepo();
     const root = await newRoot(fs);
     await fs.mkdir(root.paths.childrenDir, { recursive: true });
     await writeText(fs, `${root.paths.childrenDir}/${planted}`, "");
     await publishChildRequest(fs, root.paths, childRequest("phase-0"));
-    const result = await processNextChildRequest(fs, {
+    const processing = processNextChildRequest(fs, {
       repoRoot: "/repo",
       parentSessionId: root.sessionId,
       ...deterministic(),
     });
+    if (childId === undefined) {
+      await assert.rejects(processing, (error: unknown) => {
+        assert.ok(error instanceof SessionIdError, String(error));
+        assert.equal(error.id, root.paths.childrenDir);
+        return true;
+      });
+      continue;
+    }
+    const result = await processing;
     assert.equal(result?.kind === "accepted" && result.childSessionId, childId, planted);
   }
 });
 
-test("a name in sessions/ whose ordinal has no safe successor is ignored by the next root id", async () => {
-  for (
-    const [planted, rootId] of [
-      [`${MAX_SAFE}_x`, "002_second-goal"],
-      [`${MAX_SAFE - 1}_x`, `${MAX_SAFE}_second-goal`],
-    ]
-  ) {
-    const fs = await newRepo();
-    await newRoot(fs);
-    await writeText(fs, `/repo/.loopy_loop/sessions/${planted}`, "");
-    const created = await createRootSession(fs, {
-      repoRoot: "/repo",
-      goal: "Second goal",
-      ...CONTRACTS,
-      ...deterministic(),
+test("a name in sessions/ numbered 2^53 - 1 stops new root ids: the last ordinal is never repeated", async () => {
+  const fs = await newRepo();
+  await newRoot(fs);
+  const sessions = "/repo/.loopy_loop/sessions";
+  await writeText(fs, `${sessions}/${MAX_SAFE - 1}_x`, "");
+  const create = (goal: string) =>
+    createRootSession(fs, { repoRoot: "/repo", goal, ...CONTRACTS, ...deterministic() });
+  assert.equal((await create("Second goal")).sessionId, `${MAX_SAFE}_second-goal`);
+  for (const goal of ["Third goal", "Fourth goal"]) {
+    await assert.rejects(create(goal), (error: unknown) => {
+      assert.ok(error instanceof SessionIdError, String(error));
+      assert.equal(error.id, sessions);
+      return true;
     });
-    assert.equal(created.sessionId, rootId, planted);
   }
+  const names = (await fs.readDir(sessions)).map((entry) => entry.name).filter((name) =>
+    name.startsWith(String(MAX_SAFE))
+  );
+  assert.deepEqual(names, [`${MAX_SAFE}_second-goal`]);
 });
 
 test("an attempt id making a name longer than 255 bytes is refused before anything is written", async () => {
-  // `git-before-<attempt_id>.json` is the longest name built from an attempt id: 16 bytes more.
-  const longest = "a".repeat(255 - 16);
+  // `workflow_snapshot/<attempt_id>/` is the longest name a folded session builds from it.
+  const longest = "a".repeat(255);
   for (const attemptId of [`${longest}a`, "a".repeat(300)]) {
     const fs = await newRepo();
     const root = await newRoot(fs);

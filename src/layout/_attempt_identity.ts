@@ -61,13 +61,13 @@ export function checkAttemptIdentity(
 const SAFE_ID_REASON = "Id must be one safe path component";
 
 /**
- * The longest file or directory name `paths.ts` builds from an attempt id: of the folded
- * `workflow_snapshot/<attempt_id>/`, and of the mirror layout's names a reader builds from a
- * recorded attempt id (`trace_seals/<attempt_id>.json`, `attempts/<attempt_id>/` of a trace, the
- * git receipts `git-<phase>-<attempt_id>.json`, the longest).
+ * The longest file or directory name the writers of this check build from an attempt id: the
+ * folded `workflow_snapshot/<attempt_id>/`, the id itself (both writers write folded sessions
+ * only; the mirror layout's longer names, such as `git-<phase>-<attempt_id>.json`, are built
+ * only by readers of ids the engine recorded, which check them there).
  */
 function longestAttemptName(attemptId: string): string {
-  return gitReceiptFilename("mirror", "before", { iteration: 0, workflowId: "w", attemptId });
+  return attemptId;
 }
 
 /**

@@ -143,9 +143,8 @@ export interface HighestOrdinalOptions {
 /**
  * The highest ordinal taken in a scope directory, 0 for a missing or empty scope: the
  * `<digits>_` prefix of every entry (files included, any number of digits) and, unless turned
- * off, every ordinal reservation. Other hidden entries (`.staging-*`, temp files) and legacy
- * timestamp ids never count, nor does an ordinal whose successor is not a safe integer (2^53 - 1
- * and up: no next ordinal could be formatted past it, see `isCountedOrdinal`).
+ * off, every ordinal reservation. Other hidden entries (`.staging-*`, temp files), legacy
+ * timestamp ids and ordinals past `Number.MAX_SAFE_INTEGER` never count.
  */
 export async function highestOrdinal(
   fs: FileSystem,
@@ -165,25 +164,33 @@ export async function highestOrdinal(
     }
     if (match === null) continue;
     const ordinal = Number(match[1]);
-    if (isCountedOrdinal(ordinal) && ordinal > highest) highest = ordinal;
+    if (Number.isSafeInteger(ordinal) && ordinal > highest) highest = ordinal;
   }
   return highest;
 }
 
 /**
- * True when an ordinal found in a scope (or a reserved id) counts as taken: its successor, the
- * next ordinal, is a safe integer. A larger one (a name planted with an ordinal near 2^53) is
- * ignored, as if it had no ordinal, rather than making every later id impossible to format.
+ * Checks that `ordinal`, the next one of the scope directory `scope`, can name a session: an
+ * entry of the scope numbered `Number.MAX_SAFE_INTEGER` (2^53 - 1, planted: no run creates that
+ * many sessions) leaves none after it. Gaps are never reused, so no id can be made there until
+ * that entry is renamed or removed: a `SessionIdError` naming the scope says so, rather than an
+ * id repeated (which would make the trees holding it unloadable).
  */
-function isCountedOrdinal(ordinal: number): boolean {
-  return Number.isSafeInteger(ordinal + 1);
+export function checkNextOrdinal(ordinal: number, scope: string): void {
+  if (Number.isSafeInteger(ordinal)) return;
+  throw new SessionIdError(
+    scope,
+    `No session ordinal is left in the scope: an entry is numbered ${
+      ordinal - 1
+    }, the largest safe integer; rename or remove it`,
+  );
 }
 
 /**
  * The next ordinal of a scope directory: one more than the highest `<digits>_` prefix among its
  * entries (files included, any number of digits) and its ordinal reservations, 1 for a missing
  * or empty scope. Gaps are never reused. Other hidden entries (`.staging-*`, temp files),
- * legacy timestamp ids and ordinals whose successor is not a safe integer never count.
+ * legacy timestamp ids and ordinals past `Number.MAX_SAFE_INTEGER` never count.
  */
 export async function nextOrdinal(fs: FileSystem, scopeDir: string): Promise<number> {
   return (await highestOrdinal(fs, scopeDir)) + 1;
@@ -205,8 +212,7 @@ export interface ChildSessionIdInput {
   readonly requestId: string | undefined;
   /**
    * Ids already promised in the parent's ledger (children.json) whose directories may not exist
-   * (a failed dispatch); their ordinals count as taken too (unless their successor is not a
-   * safe integer, as in the scope).
+   * (a failed dispatch); their ordinals count as taken too.
    */
   readonly reservedIds?: readonly string[] | undefined;
 }
@@ -248,13 +254,16 @@ export async function createSessionId(
     let ordinal = await nextOrdinal(fs, scope);
     for (const id of input.reservedIds ?? []) {
       const match = ORDINAL_PREFIX.exec(id);
-      if (match !== null && !LEGACY_PREFIX.test(id) && isCountedOrdinal(Number(match[1]))) {
-        ordinal = Math.max(ordinal, Number(match[1]) + 1);
+      const reserved = Number(match?.[1]);
+      if (match !== null && !LEGACY_PREFIX.test(id) && Number.isSafeInteger(reserved)) {
+        ordinal = Math.max(ordinal, reserved + 1);
       }
     }
+    checkNextOrdinal(ordinal, scope);
     return formatSessionId(ordinal, CHILD_ORDINAL_WIDTH, slugify(input.requestId ?? ""));
   }
   const scope = join(input.repoRoot, LOOPY_DIRNAME, SESSIONS_DIRNAME);
   const ordinal = await nextOrdinal(fs, scope);
+  checkNextOrdinal(ordinal, scope);
   return formatSessionId(ordinal, ROOT_ORDINAL_WIDTH, slugify(input.goal));
 }

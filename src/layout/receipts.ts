@@ -83,8 +83,8 @@ export interface WrittenGitReceipt {
  *
  * The attempt identity (`checkAttemptIdentity`: an invalid iteration, workflow id or attempt id is
  * a `LayoutOptionError` naming the field, and so is a workflow id that makes the receipt's file
- * name longer than 255 bytes, or an attempt id that makes a name built from it longer, such as the
- * mirror receipt name `git-before-<attempt_id>.json`) and the whole receipt are validated before
+ * name longer than 255 bytes, or an attempt id longer than 255 bytes, the name of its folded
+ * `workflow_snapshot/<attempt_id>/`) and the whole receipt are validated before
  * anything is written (neither the raw files nor the receipt), and `sessionId` must be the
  * session's own, as its `session.json` records (else a `LayoutRecordError` at `session_id`). A
  * receipt is written once: writing it again for the same attempt with the same contents (everything

@@ -25,6 +25,7 @@ import { readSessionFile } from "../port/regular.ts";
 import { LayoutError, LayoutRecordError, UnconfirmedPublishError } from "./errors.ts";
 import {
   assertSessionId,
+  checkNextOrdinal,
   formatSessionId,
   highestOrdinal,
   nextOrdinal,
@@ -733,6 +734,7 @@ async function createRoot(
     // The ordinal is reserved with an exclusive create: of several creators (in any process)
     // that chose the same ordinal, exactly one creates its reservation; the others choose again.
     const ordinal = Math.max(await nextOrdinal(fs, sessionsRoot), skipped + 1);
+    checkNextOrdinal(ordinal, sessionsRoot);
     const reservation = ordinalReservationName(ordinal, ROOT_ORDINAL_WIDTH);
     const reservationPath = join(sessionsRoot, reservation);
     try {
