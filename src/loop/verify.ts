@@ -479,8 +479,9 @@ async function verifyOnce(
     }
   }
   if (options.checkCwd !== false) {
-    // A cwd that cannot even be looked at (a name too long, a link loop) fails an open as well:
-    // reported, and the rest is still verified.
+    // A cwd that cannot be looked at (a storage error such as a denied permission; a path no
+    // directory can have is gone, see `cwdState`) fails an open as well: reported, and the rest
+    // is still verified.
     let state: Awaited<ReturnType<typeof cwdState>> | FsError;
     try {
       state = await cwdState(fs, meta.header.cwd);
