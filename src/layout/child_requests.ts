@@ -21,7 +21,7 @@
  *
  * @module
  */
-import type { FileSystem } from "../port/fs.ts";
+import type { FileSystem, OpenedFile } from "../port/fs.ts";
 import type { Sha256Factory } from "../port/sha256.ts";
 import { FsError, IsADirectory, NotADirectory, NotFound } from "../port/errors.ts";
 import {
@@ -337,12 +337,64 @@ export async function listPendingChildRequests(
 /**
  * The largest child request file read, in bytes (16 MiB), and the largest declared input frozen
  * into a child. Sizes are checked before a file is read: a pending request file larger than this
- * is rejected unread (its receipt's `original_sha256` is null), a request declaring a larger input
+ * is rejected unparsed (its receipt's `original_sha256` its hash read in chunks, or null past
+ * `MAX_HASHED_REQUEST_BYTES`), a request declaring a larger input
  * is rejected at `input_refs[<i>]`, and `publishChildRequest` refuses a larger request. So no
  * request can exhaust memory when read, or make the records of its child too large to encode
  * after its acceptance was recorded.
  */
 export const MAX_CHILD_REQUEST_BYTES = 16 * 1024 * 1024;
+
+/**
+ * The largest request file whose hash a rejection records (read in chunks, never whole): 1 GiB.
+ * A larger one (a sparse file of a terabyte, say) is archived with no hash (`original_sha256`
+ * null): reading it could take hours.
+ */
+export const MAX_HASHED_REQUEST_BYTES = 1024 * 1024 * 1024;
+
+/** How much of a large request file one read takes while it is hashed. */
+const HASH_CHUNK_BYTES = 4 * 1024 * 1024;
+
+/**
+ * `sha256:` of the regular file at `file`, read in chunks through a handle (never whole), or null
+ * when it is larger than `MAX_HASHED_REQUEST_BYTES` or is no longer a regular file. Opened
+ * without following a link where the port can; a storage error is thrown.
+ */
+async function hashLargeFile(
+  fs: FileSystem,
+  file: string,
+  factory: Sha256Factory,
+): Promise<string | null> {
+  let opened: OpenedFile;
+  if (fs.openNoFollow !== undefined) {
+    opened = await fs.openNoFollow(file);
+  } else {
+    if ((await fs.lstat(file)).kind !== "file") return null;
+    const handle = await fs.open(file);
+    opened = {
+      handle,
+      info: await handle.stat().catch(async (error) => {
+        await handle.close().catch(() => undefined);
+        throw error;
+      }),
+    };
+  }
+  const { handle, info } = opened;
+  try {
+    if (info.kind !== "file" || info.size > MAX_HASHED_REQUEST_BYTES) return null;
+    const hash = factory();
+    for (let offset = 0;;) {
+      const chunk = await handle.read(offset, HASH_CHUNK_BYTES);
+      if (chunk.length === 0) break;
+      offset += chunk.length;
+      if (offset > MAX_HASHED_REQUEST_BYTES) return null;
+      hash.update(chunk);
+    }
+    return `sha256:${hash.digestHex()}`;
+  } finally {
+    await handle.close().catch(() => undefined);
+  }
+}
 
 /** What `cappedRecordBytes` returns for a file larger than `MAX_CHILD_REQUEST_BYTES`. */
 const TOO_LARGE: unique symbol = Symbol("too large");
@@ -612,9 +664,10 @@ async function processNext(
   if (bytes === undefined) {
     const read = await cappedRecordBytes(fs, file, false) as Uint8Array | typeof TOO_LARGE;
     if (read === TOO_LARGE) {
-      // Rejected unread (nothing of it was recorded): its receipt records no hash.
+      // Rejected unparsed (nothing of it was recorded), with its original hash, read in chunks.
       const reason = `The request file is larger than ${MAX_CHILD_REQUEST_BYTES} bytes`;
-      return await reject(fs, paths, name, null, { reason, field: null }, null, resolved);
+      const hash = await hashLargeFile(fs, file, resolved.sha256);
+      return await reject(fs, paths, name, hash, { reason, field: null }, null, resolved);
     }
     bytes = read;
   }
@@ -1382,7 +1435,7 @@ async function archiveSlot(
     stem = `${utf8Prefix(stem, room)}~${nameHex}`;
     first = `${stem}${ext}`;
   }
-  // A request archived unread (too large) has no hash: the hash of its name stands in.
+  // A request archived with no hash (too large to hash): the hash of its name stands in.
   const hex = (sha256 ?? sha256Ref(new TextEncoder().encode(name))).slice(7, 15);
   const candidates = [first, `${stem}.${hex}${ext}`];
   for (let i = 0;; i++) {

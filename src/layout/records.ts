@@ -1024,8 +1024,8 @@ export interface RejectedRequestReceipt {
   /** The request id, when it could be read. */
   readonly request_id: string | null;
   /**
-   * `sha256:` of the original bytes (unchanged by archiving); null for a request file archived
-   * unread, being larger than `MAX_CHILD_REQUEST_BYTES`.
+   * `sha256:` of the original bytes (unchanged by archiving); null for a request file too large
+   * to hash, larger than `MAX_HASHED_REQUEST_BYTES` (1 GiB).
    */
   readonly original_sha256: string | null;
   /** The diagnosis. */
