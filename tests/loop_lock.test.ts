@@ -1222,6 +1222,27 @@ test("the wait for another process's collection lock is measured on the real clo
   }
 });
 
+/**
+ * A store over a fresh `MemoryFs` with `probe`, holding one saved and closed session, and the
+ * path of the lock `which` names: the collection's or that session's writer lock.
+ */
+async function storeWithLock(
+  probe: ProcessProbe,
+  collectionLockWaitMs: number,
+  which: "collection" | "writer",
+): Promise<{ fs: MemoryFs; store: SessionStore; session: SessionManager; lock: string }> {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT, process: probe, collectionLockWaitMs });
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  await session.close();
+  const lock = which === "collection"
+    ? `${COLLECTION}/${COLLECTION_LOCK_FILE}`
+    : `${session.getSessionPath()}/${WRITER_LOCK_FILE}`;
+  return { fs, store, session, lock };
+}
+
 test("another live process's takeover of an unparsable stale lock is waited for a bounded time, then reported as its holder", async () => {
   // An empty lock (stale once its grace period is over) that process 7, alive, is taking over:
   // its marker holds the takeover. Each judgment of the empty lock waits out the grace period,
@@ -1229,20 +1250,7 @@ test("another live process's takeover of an unparsable stale lock is waited for 
   const probe: ProcessProbe = { pid: 2, host: HOST, isAlive: (pid) => pid === 2 || pid === 7 };
   const taker = { pid: 7, host: HOST, startedAt: "2026-01-01T00:00:00.000Z", token: "0123" };
   for (const which of ["collection", "writer"] as const) {
-    const fs = new MemoryFs();
-    await fs.mkdir(CWD, { recursive: true });
-    const store = new SessionStore({
-      fs,
-      agentDir: AGENT,
-      process: probe,
-      collectionLockWaitMs: 100,
-    });
-    const session = await store.create(CWD);
-    await session.commit(conversation(1));
-    await session.close();
-    const lock = which === "collection"
-      ? `${COLLECTION}/${COLLECTION_LOCK_FILE}`
-      : `${session.getSessionPath()}/${WRITER_LOCK_FILE}`;
+    const { fs, store, session, lock } = await storeWithLock(probe, 100, which);
     await fs.writeFile(lock, new Uint8Array(0));
     await fs.writeFile(`${lock}.takeover-other`, encoder.encode(JSON.stringify(taker)));
     const started = Date.now();
@@ -1264,23 +1272,10 @@ test("another live process's takeover of an unparsable stale lock is waited for 
 
 test("a takeover whose process dies while it is waited for is taken over, not reported as a holder", async () => {
   for (const which of ["collection", "writer"] as const) {
-    const fs = new MemoryFs();
-    await fs.mkdir(CWD, { recursive: true });
     const alive = new Set([2, 7]);
     const probe: ProcessProbe = { pid: 2, host: HOST, isAlive: (pid) => alive.has(pid) };
     // A wait long enough that a refusal at its end could not pass for the takeover.
-    const store = new SessionStore({
-      fs,
-      agentDir: AGENT,
-      process: probe,
-      collectionLockWaitMs: 2_000,
-    });
-    const session = await store.create(CWD);
-    await session.commit(conversation(1));
-    await session.close();
-    const lock = which === "collection"
-      ? `${COLLECTION}/${COLLECTION_LOCK_FILE}`
-      : `${session.getSessionPath()}/${WRITER_LOCK_FILE}`;
+    const { fs, store, session, lock } = await storeWithLock(probe, 2_000, which);
     // A stale lock of a dead process, and process 7's marker of its takeover; 7 dies meanwhile.
     const stale = { pid: 999, host: HOST, startedAt: "2026-01-01T00:00:00.000Z", token: "aaaa" };
     await fs.writeFile(lock, encoder.encode(JSON.stringify(stale)));
