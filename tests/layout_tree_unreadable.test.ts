@@ -6,7 +6,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { FsIoError, PermissionDenied } from "../src/port/errors.ts";
 import type { FileSystem } from "../src/port/fs.ts";
-import { loadSessionTree } from "../layout.ts";
+import { loadSessionTree, TopologyError } from "../layout.ts";
 import { hookedFs } from "./_hooks.ts";
 import { newRepo, newRoot } from "./layout_fixtures.ts";
 
@@ -93,4 +93,29 @@ test("a tree holding the id asked for fails with its storage error, whatever of 
   for (const id of [root.sessionId, "01_alpha", "02_beta"]) {
     await assert.rejects(loadSessionTree(fs, "/repo", id), PermissionDenied, id);
   }
+});
+
+test("the invalid tree holding the id is reported, not another tree that could not be read", async () => {
+  const memory = await newRepo();
+  const unreadable = await newRoot(memory, "Other program"); // 001: sorts first
+  await memory.mkdir(`${unreadable.dir}/children`, { recursive: true });
+  const holder = await newRoot(memory, "Holder program");
+  await memory.mkdir(`${holder.dir}/children/01_x`, { recursive: true });
+  await memory.writeFile(
+    `${holder.dir}/children/01_x/session.json`,
+    new TextEncoder().encode("{}"),
+  );
+  const denied = `${unreadable.dir}/children`;
+  const fs: FileSystem = hookedFs(memory, {
+    before: (op, args) => {
+      if (op === "readDir" && args[0] === denied) throw new PermissionDenied(op, denied);
+    },
+  });
+  await assert.rejects(loadSessionTree(fs, "/repo", "01_x"), (error: unknown) => {
+    assert.ok(error instanceof TopologyError, String(error));
+    assert.equal(error.at, holder.dir);
+    return true;
+  });
+  // An id no readable tree holds may be in the unreadable one: its storage error says so.
+  await assert.rejects(loadSessionTree(fs, "/repo", "02_nowhere"), PermissionDenied);
 });

@@ -327,17 +327,21 @@ async function physicallyContains(fs: FileSystem, dir: string, id: string): Prom
 }
 
 /**
- * Whether the tree under `topDir` may physically hold `id`, for a tree that could not be loaded:
- * when a storage error stops the walk (a directory it may not read, a path nested past what the
- * filesystem takes), the id cannot be ruled out, and the tree's error is the one to report when
- * no loadable tree holds it.
+ * Whether the tree under `topDir`, one that could not be loaded, physically holds `id`: `"yes"`,
+ * `"no"`, or `"maybe"` when a storage error stops the walk (a directory it may not read, a path
+ * nested past what the filesystem takes): the id cannot be ruled out, and the tree's error is
+ * the one to report when no other tree holds it.
  */
-async function mayContain(fs: FileSystem, topDir: string, id: string): Promise<boolean> {
+async function mayContain(
+  fs: FileSystem,
+  topDir: string,
+  id: string,
+): Promise<"yes" | "no" | "maybe"> {
   try {
-    return await physicallyContains(fs, topDir, id);
+    return await physicallyContains(fs, topDir, id) ? "yes" : "no";
   } catch (error) {
     if (!(error instanceof FsError)) throw error;
-    return true;
+    return "maybe";
   }
 }
 
@@ -373,6 +377,8 @@ export async function loadSessionTree(
   const valid: Map<string, SessionNode>[] = [];
   let selected: Map<string, SessionNode> | undefined;
   let invalid: { readonly dir: string; readonly error: unknown } | undefined;
+  // A tree that could not be loaded nor ruled out (a storage error stopped its walk).
+  let unknown: { readonly dir: string; readonly error: unknown } | undefined;
   for (const entry of await fs.readDir(sessionsRoot)) {
     if (entry.name.startsWith(".")) continue;
     const topDir = join(sessionsRoot, entry.name);
@@ -393,9 +399,11 @@ export async function loadSessionTree(
           error instanceof FsError)
       ) throw error;
       // An invalid or unreadable tree matters only when it is the one holding the session asked
-      // for.
-      if (invalid === undefined && (await mayContain(fs, topDir, sessionId))) {
-        invalid = { dir: topDir, error };
+      // for; one that may hold it, only when no other does.
+      if (invalid === undefined) {
+        const holds = await mayContain(fs, topDir, sessionId);
+        if (holds === "yes") invalid = { dir: topDir, error };
+        else if (holds === "maybe") unknown ??= { dir: topDir, error };
       }
       continue;
     }
@@ -411,7 +419,8 @@ export async function loadSessionTree(
     }
   }
   if (selected === undefined) {
-    // A storage error of the tree holding it is the caller's, as it was met.
+    invalid ??= unknown;
+    // A storage error of the tree holding it (or that may hold it) is the caller's, as it was met.
     if (invalid?.error instanceof FsError) throw invalid.error;
     if (invalid !== undefined) {
       const detail = invalid.error instanceof Error ? invalid.error.message : String(invalid.error);
