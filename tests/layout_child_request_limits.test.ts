@@ -114,11 +114,19 @@ test("an interrupted acceptance completes with the pending file holding its acce
 
 test("a pending request file larger than MAX_CHILD_REQUEST_BYTES is rejected unread, before anything is recorded", async () => {
   const { fs: memory, root } = await setup();
-  const fs = hugeReadsFail(memory);
   const paths = root.paths;
+  const bigFile = `${paths.childRequestsPendingDir}/big.json`;
+  // The calls made on the big file: it is hashed through a handle opened without following a
+  // link (never waiting on a FIFO swapped in), never read whole.
+  const calls: string[] = [];
+  const fs = hookedFs(hugeReadsFail(memory), {
+    before: (method, args) => {
+      if (args[0] === bigFile) calls.push(method);
+    },
+  });
   const big = requestOfSize("big", MAX_CHILD_REQUEST_BYTES + 1);
   assert.equal(big.length, MAX_CHILD_REQUEST_BYTES + 1);
-  await memory.writeFile(`${paths.childRequestsPendingDir}/big.json`, big);
+  await memory.writeFile(bigFile, big);
 
   const result = await processNext(fs);
   assert.equal(result?.kind, "rejected", JSON.stringify(result));
@@ -131,6 +139,8 @@ test("a pending request file larger than MAX_CHILD_REQUEST_BYTES is rejected unr
   assert.equal(receipt.request_id, null);
   // Its original hash, read in chunks (never whole: whole reads of it fail here).
   assert.equal(receipt.original_sha256, sha256Ref(big));
+  assert.ok(calls.includes("openNoFollow"), calls.join());
+  assert.ok(!calls.includes("open") && !calls.includes("readFile"), calls.join());
   assert.equal(receipt.field, null);
   assert.match(receipt.reason, new RegExp(`larger than ${MAX_CHILD_REQUEST_BYTES} bytes`));
   // Nothing of it was recorded: no ledger entry, no accepted copy, no child.

@@ -21,6 +21,7 @@ import type {
   FileInfo,
   FileSystem,
   MkdirOptions,
+  OpenedFile,
   OpenOptions,
   RemoveOptions,
   WriteFileOptions,
@@ -71,12 +72,22 @@ class LinkRefusingFs implements FileSystem {
    */
   readonly readFileNoFollow?: (path: string) => Promise<Uint8Array>;
 
+  /**
+   * The inner port's `openNoFollow` after the link checks, where the inner port has it (a file is
+   * then opened without following a link and never waiting on a FIFO).
+   */
+  readonly openNoFollow?: (path: string) => Promise<OpenedFile>;
+
   constructor(inner: FileSystem, root: string) {
     this.inner = inner;
     this.root = root;
     const noFollow = inner.readFileNoFollow?.bind(inner);
     if (noFollow !== undefined) {
       this.readFileNoFollow = async (path) => await noFollow(await this.check(path, true));
+    }
+    const openNoFollow = inner.openNoFollow?.bind(inner);
+    if (openNoFollow !== undefined) {
+      this.openNoFollow = async (path) => await openNoFollow(await this.check(path, true));
     }
   }
 
