@@ -11,10 +11,22 @@ import type { EntryKind, FileHandle, FileSystem } from "../port/fs.ts";
 import { FsError, NotADirectory, NotFound } from "../port/errors.ts";
 import type { Sha256, Sha256Factory } from "../port/sha256.ts";
 import { join } from "../port/path.ts";
-import { type Found, ifRegular, isBusy, readIfRegular, readSessionFile } from "../port/regular.ts";
+import {
+  type Found,
+  ifRegular,
+  isBusy,
+  openChecked,
+  openIfRegular,
+  readIfRegular,
+  readSessionFile,
+  type RegularFile,
+  type RegularOpenOptions,
+  sizedLater,
+} from "../port/regular.ts";
 
 // The regular-file reads the session modules use, from the port (shared with the folded layout).
-export { isBusy, readIfRegular, readSessionFile };
+export { isBusy, openIfRegular, readIfRegular, readSessionFile, sizedLater };
+export type { RegularFile, RegularOpenOptions };
 import {
   CorruptSessionError,
   preview,
@@ -354,63 +366,6 @@ export function undecodable(
     `Invalid JSON: ${length} bytes cannot be read as one string (${(error as Error).message})`,
     { file, ...(path === undefined ? {} : { path }), cause: error },
   );
-}
-
-/** A regular file opened by `openIfRegular`, and its size. */
-export interface RegularFile {
-  /** The handle (read-only unless opened for appending); the caller closes it. */
-  readonly handle: FileHandle;
-  /** The file's size: known from the open itself with `openNoFollow`, otherwise an `fstat`. */
-  readonly size: () => Promise<number>;
-  /** The file's permission bits when the open reported them (`openNoFollow`). */
-  readonly mode?: number | undefined;
-}
-
-/** `handle` as a `RegularFile` whose size is asked of the handle when needed. */
-export function sizedLater(handle: FileHandle): RegularFile {
-  return { handle, size: async () => (await handle.stat()).size };
-}
-
-/** How `openIfRegular` and `openSessionFile` open a file: for reading, or for appending. */
-export interface RegularOpenOptions {
-  /** Open an existing file for appending (a writer's log) instead of read-only. */
-  readonly append?: boolean;
-}
-
-/**
- * Opens the file at `path` for reading (or with `append` for appending) only if it is a regular
- * file, never through a link and never waiting on a FIFO: with `openNoFollow` (`openAppendNoFollow`)
- * in one call whose own `fstat` says what was opened (a failure is then judged by `lstat`), otherwise after an
- * `lstat`, where a file swapped in between by a process that can write the directory is not
- * excluded. Returns the open file, the kind of what is there instead, or undefined when nothing
- * is. A failure to open a regular file is thrown.
- */
-export async function openIfRegular(
-  fs: FileSystem,
-  path: string,
-  options: RegularOpenOptions = {},
-): Promise<Found<RegularFile>> {
-  const append = options.append === true;
-  const open = append ? fs.openAppendNoFollow?.bind(fs) : fs.openNoFollow?.bind(fs);
-  const noFollow = open === undefined ? undefined : async (): Promise<Found<RegularFile>> => {
-    const { handle, info } = await open(path);
-    if (info.kind !== "file") {
-      // A FIFO or a device, opened without waiting: closed unread.
-      await handle.close();
-      return info.kind;
-    }
-    return { handle, size: () => Promise.resolve(info.size), mode: info.mode };
-  };
-  return await ifRegular(fs, path, noFollow, () => openChecked(fs, path, options));
-}
-
-/** `open` (read-only, or for appending) of a file whose kind the caller checked with `lstat`. */
-async function openChecked(
-  fs: FileSystem,
-  path: string,
-  options: RegularOpenOptions,
-): Promise<RegularFile> {
-  return sizedLater(await fs.open(path, options.append === true ? { append: true } : undefined));
 }
 
 /**

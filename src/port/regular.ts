@@ -1,11 +1,11 @@
 /**
- * Reads of a file only when it is a regular file: never through a link in the last component
- * and never waiting on a FIFO (with the port's no-follow calls where it has them), shared by both
- * storage designs. Runtime-free.
+ * Reads and opens of a file only when it is a regular file: never through a link in the last
+ * component and never waiting on a FIFO (with the port's no-follow calls where it has them),
+ * shared by both storage designs. Runtime-free.
  *
  * @module
  */
-import type { EntryKind, FileSystem } from "./fs.ts";
+import type { EntryKind, FileHandle, FileSystem } from "./fs.ts";
 import { FsError, NotFound } from "./errors.ts";
 import { entryKind } from "./durable.ts";
 
@@ -102,4 +102,63 @@ export async function readSessionFile(
     // Busy is also what a FIFO with a writer says: read only after an `lstat` saw a file.
     return await ifRegular(fs, path, undefined, () => fs.readFile(path));
   }
+}
+
+/** A regular file opened by `openIfRegular`, and its size. */
+export interface RegularFile {
+  /** The handle (read-only unless opened for appending); the caller closes it. */
+  readonly handle: FileHandle;
+  /** The file's size: known from the open itself with `openNoFollow`, otherwise an `fstat`. */
+  readonly size: () => Promise<number>;
+  /** The file's permission bits when the open reported them (`openNoFollow`). */
+  readonly mode?: number | undefined;
+}
+
+/** `handle` as a `RegularFile` whose size is asked of the handle when needed. */
+export function sizedLater(handle: FileHandle): RegularFile {
+  return { handle, size: async () => (await handle.stat()).size };
+}
+
+/** How `openIfRegular` and `openSessionFile` open a file: for reading, or for appending. */
+export interface RegularOpenOptions {
+  /** Open an existing file for appending (a writer's log) instead of read-only. */
+  readonly append?: boolean;
+}
+
+/**
+ * Opens the file at `path` for reading (or with `append` for appending) only if it is a regular
+ * file, never through a link and never waiting on a FIFO: with `openNoFollow` (`openAppendNoFollow`)
+ * in one call whose own `fstat` says what was opened (a failure is then judged by `lstat`), otherwise after an
+ * `lstat`, where a file swapped in between by a process that can write the directory is not
+ * excluded. Returns the open file, the kind of what is there instead, or undefined when nothing
+ * is. A failure to open a regular file is thrown.
+ */
+export async function openIfRegular(
+  fs: FileSystem,
+  path: string,
+  options: RegularOpenOptions = {},
+): Promise<Found<RegularFile>> {
+  const append = options.append === true;
+  const open = append ? fs.openAppendNoFollow?.bind(fs) : fs.openNoFollow?.bind(fs);
+  const noFollow = open === undefined ? undefined : async (): Promise<Found<RegularFile>> => {
+    const { handle, info } = await open(path);
+    if (info.kind !== "file") {
+      // A FIFO or a device, opened without waiting: closed unread.
+      await handle.close();
+      return info.kind;
+    }
+    return { handle, size: () => Promise.resolve(info.size), mode: info.mode };
+  };
+  return await ifRegular(fs, path, noFollow, () => openChecked(fs, path, options));
+}
+
+/**
+ * `open` (read-only, or for appending) of a file whose kind the caller checked with `lstat`.
+ */
+export async function openChecked(
+  fs: FileSystem,
+  path: string,
+  options: RegularOpenOptions,
+): Promise<RegularFile> {
+  return sizedLater(await fs.open(path, options.append === true ? { append: true } : undefined));
 }
