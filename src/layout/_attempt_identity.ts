@@ -8,6 +8,7 @@ import { LayoutOptionError } from "./errors.ts";
 import type { AttemptIdentity } from "./attempts.ts";
 import { MAX_FILE_NAME_BYTES } from "./ids.ts";
 import { gitReceiptFilename, iterationName } from "./paths.ts";
+import { utf8Length } from "../port/path.ts";
 
 /** The form of a workflow id and an attempt id: one safe path component. */
 const SAFE_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
@@ -84,8 +85,4 @@ function longestWorkflowName(iteration: number, workflowId: string): string {
     ),
   ];
   return names.reduce((a, b) => (utf8Length(b) > utf8Length(a) ? b : a));
-}
-
-function utf8Length(text: string): number {
-  return new TextEncoder().encode(text).length;
 }

@@ -21,7 +21,7 @@
  *
  * @module
  */
-import type { FileSystem, OpenedFile } from "../port/fs.ts";
+import type { FileSystem } from "../port/fs.ts";
 import type { Sha256Factory } from "../port/sha256.ts";
 import { FsError, IsADirectory, NotADirectory, NotFound } from "../port/errors.ts";
 import {
@@ -33,7 +33,8 @@ import {
   readDirIfExists,
   tightenPrivateDir,
 } from "../port/durable.ts";
-import { basename, dirname, join } from "../port/path.ts";
+import { basename, dirname, join, utf8Length, utf8Prefix } from "../port/path.ts";
+import { openIfRegular } from "../port/regular.ts";
 import {
   ChildRequestError,
   LayoutRecordError,
@@ -365,23 +366,11 @@ async function hashLargeFile(
   file: string,
   factory: Sha256Factory,
 ): Promise<string | null> {
-  let opened: OpenedFile;
-  if (fs.openNoFollow !== undefined) {
-    opened = await fs.openNoFollow(file);
-  } else {
-    if ((await fs.lstat(file)).kind !== "file") return null;
-    const handle = await fs.open(file);
-    opened = {
-      handle,
-      info: await handle.stat().catch(async (error) => {
-        await handle.close().catch(() => undefined);
-        throw error;
-      }),
-    };
-  }
-  const { handle, info } = opened;
+  const opened = await openIfRegular(fs, file);
+  if (typeof opened !== "object") return null;
+  const handle = opened.handle;
   try {
-    if (info.kind !== "file" || info.size > MAX_HASHED_REQUEST_BYTES) return null;
+    if ((await opened.size()) > MAX_HASHED_REQUEST_BYTES) return null;
     const hash = factory();
     for (let offset = 0;;) {
       const chunk = await handle.read(offset, HASH_CHUNK_BYTES);
@@ -1457,22 +1446,6 @@ async function archiveSlot(
  * temp file of that receipt (`.<name>.<random>.tmp`) must fit a 255-byte file name too.
  */
 const MAX_ARCHIVE_NAME_BYTES = 200;
-
-function utf8Length(text: string): number {
-  return new TextEncoder().encode(text).length;
-}
-
-/** The longest prefix of `text` (whole code points) of at most `max` UTF-8 bytes. */
-function utf8Prefix(text: string, max: number): string {
-  let out = "";
-  let length = 0;
-  for (const char of text) {
-    length += utf8Length(char);
-    if (length > max) break;
-    out += char;
-  }
-  return out;
-}
 
 /**
  * The receipt at `file` when it is a valid receipt of archiving `name` (with `sha256`) there,

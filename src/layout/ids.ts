@@ -9,7 +9,7 @@
  */
 import type { FileSystem } from "../port/fs.ts";
 import { readDirIfExists } from "../port/durable.ts";
-import { join } from "../port/path.ts";
+import { join, NAME_MAX_BYTES } from "../port/path.ts";
 import { SessionIdError } from "./errors.ts";
 import { CHILDREN_DIRNAME, LOOPY_DIRNAME, SESSIONS_DIRNAME } from "./paths.ts";
 import { confined } from "./no_links.ts";
@@ -64,7 +64,7 @@ export function isSafeId(value: string): boolean {
  * limit of a name on common filesystems (`NAME_MAX`). A longer name cannot be looked up at all
  * (`ENAMETOOLONG`), so a reader must not build one from a recorded id.
  */
-export const MAX_FILE_NAME_BYTES = 255;
+export const MAX_FILE_NAME_BYTES: number = NAME_MAX_BYTES;
 
 /**
  * True when `value` is a safe id (`isSafeId`) that makes, with `extension` (ASCII, such as

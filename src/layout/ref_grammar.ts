@@ -14,6 +14,7 @@
  *
  * @module
  */
+import { utf8Length } from "../port/path.ts";
 import { LogicalReferenceError } from "./errors.ts";
 
 /** The scope of a logical reference. `session` with an `id` is the named `session:<id>:/` form. */
@@ -35,13 +36,6 @@ export interface ParsedReference {
 export const MAX_REFERENCE_LENGTH = 4096;
 /** Longest accepted path segment, in UTF-8 bytes (a file name the filesystem can take). */
 export const MAX_SEGMENT_LENGTH = 255;
-
-const encoder = new TextEncoder();
-
-/** The UTF-8 length of `text` (never less than its length in UTF-16 units). */
-function utf8Length(text: string): number {
-  return encoder.encode(text).length;
-}
 
 const IMPLICIT = new Set(["repo", "session", "root", "parent"]);
 const SAFE_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;

@@ -75,6 +75,13 @@ export function isWithin(root: string, target: string): boolean {
   return relativeWithin(root, target) !== undefined;
 }
 
+const utf8 = new TextEncoder();
+
+/** The length of `text` in UTF-8 bytes (a lone surrogate counts as its replacement's 3). */
+export function utf8Length(text: string): number {
+  return utf8.encode(text).length;
+}
+
 /** The longest name of one path component, in UTF-8 bytes (`NAME_MAX` on common filesystems). */
 export const NAME_MAX_BYTES = 255;
 
