@@ -20,7 +20,7 @@ import {
 import { newRepo, readJson, writeJson, writeText } from "./layout_fixtures.ts";
 import { sha256Hex } from "../src/port/sha256.ts";
 import { memoryIo } from "./_cli_io.ts";
-import { hookedFs, isRead } from "./_hooks.ts";
+import { hookedFs, isRead, linkedBeforeOpen } from "./_hooks.ts";
 import { runTraces } from "../src/cli/layout.ts";
 import {
   buildMirrorTree,
@@ -189,6 +189,25 @@ test("a changed, missing or unlisted file fails verification, and the error name
   await fs.symlink("/etc/passwd", `${child}/eval/report.json`);
   const linked = await inspectTrace(fs, tree.loopyRoot, CHILD_ATTEMPT.attemptId);
   assert.equal(linked.observedIntegrity.modified[0]?.error, "path is a symbolic link");
+});
+
+test("a listed file swapped for a link to an identical copy after the listing is not followed", async () => {
+  const { fs, tree } = await mirror();
+  const dir = tree.traceDir(FIRST);
+  const member = `${dir}/eval/report.json`;
+  // The verifier lists the trace, then opens each file it saw: the swap comes in between, and a
+  // link to a copy with the sealed bytes would hash as the sealed file if the open followed it.
+  const racing = linkedBeforeOpen(fs, member, "/copy-of-report.json", "/report-aside.json");
+  const inspected = await inspectTrace(racing.fs, tree.loopyRoot, `trace-${FIRST}`);
+  assert.ok(racing.swapped());
+  assert.equal(inspected.integrity, "failed");
+  assert.deepEqual(inspected.observedIntegrity.modified.map((item) => [item.path, item.error]), [
+    ["eval/report.json", "path is a symbolic link"],
+  ]);
+  assert.equal(
+    inspected.observedIntegrity.files.find((file) => file.path === "eval/report.json")?.status,
+    "not_a_file",
+  );
 });
 
 test("a manifest listing ../ or absolute paths is reported and nothing it names is read", async () => {

@@ -23,6 +23,7 @@ import { FsError, NotADirectory, NotFound } from "../port/errors.ts";
 import { basename, dirname, isAbsolute, join, normalize, relativeWithin } from "../port/path.ts";
 import { portableSha256, type Sha256Factory, sha256Hex } from "../port/sha256.ts";
 import { entryKind } from "../port/durable.ts";
+import { openIfRegular } from "../port/regular.ts";
 import {
   LayoutRecordError,
   LoopyRootError,
@@ -390,13 +391,24 @@ async function lstatKind(fs: FileSystem, path: string): Promise<string | undefin
 
 const HASH_CHUNK = 1 << 20;
 
-/** Size and `sha256:` of a regular file, read in chunks. */
+/**
+ * Size and `sha256:` of the file at `path`, read in chunks through a handle opened only if it is
+ * a regular file (never through a link, never waiting on a FIFO swapped in since the listing):
+ * an error entry for anything else, undefined when nothing is there any more.
+ */
 async function hashFile(
   fs: FileSystem,
   path: string,
   factory: Sha256Factory,
-): Promise<{ readonly size: number; readonly sha256: string }> {
-  const handle = await fs.open(path);
+): Promise<Observed | undefined> {
+  const opened = await openIfRegular(fs, path);
+  if (opened === undefined) return undefined;
+  if (typeof opened === "string") {
+    return {
+      error: opened === "symlink" ? "path is a symbolic link" : "path is not a regular file",
+    };
+  }
+  const handle = opened.handle;
   try {
     const hash = factory();
     let size = 0;
@@ -487,7 +499,10 @@ async function observeTraceFiles(
         observed.set(relative, { error: "path is a symbolic link" });
       } else if (entry.kind !== "file") {
         observed.set(relative, { error: "path is not a regular file" });
-      } else observed.set(relative, await hashFile(fs, path, factory));
+      } else {
+        const seen = await hashFile(fs, path, factory);
+        if (seen !== undefined) observed.set(relative, seen);
+      }
     }
   };
   await visit(traceDir, "");
@@ -496,8 +511,8 @@ async function observeTraceFiles(
 
 async function observeSeal(
   fs: FileSystem,
-  manifestPath: string,
   manifest: Record<string, unknown>,
+  manifestSha256: string,
   sessions: SessionDirIndex,
   factory: Sha256Factory,
 ): Promise<TraceSealObservation> {
@@ -605,7 +620,7 @@ async function observeSeal(
     manifest_id: manifest.manifest_id,
     session_id: sessionId,
     attempt_id: attemptId,
-    manifest_sha256: (await hashFile(fs, manifestPath, factory)).sha256,
+    manifest_sha256: manifestSha256,
     inventory_root_sha256: traceInventoryRootSha256(manifest.inventory, factory),
     lifecycle: manifest.lifecycle,
     sealed_at: manifest.sealed_at,
@@ -656,18 +671,17 @@ function directoryIdentityErrors(
  * manifest as it is now, and its `manifest_id`, `session_id`, `attempt_id`, `lifecycle` and
  * `sealed_at` the manifest's.
  */
-async function receiptContradictions(
-  fs: FileSystem,
-  manifestPath: string,
+function receiptContradictions(
   manifest: Record<string, unknown>,
+  manifestSha256: string,
   receipt: TraceSealReceipt,
   factory: Sha256Factory,
-): Promise<string[]> {
+): string[] {
   const expected: Record<string, unknown> = {
     manifest_id: manifest.manifest_id,
     session_id: identityField(manifest, "session_id"),
     attempt_id: identityField(manifest, "attempt_id"),
-    manifest_sha256: (await hashFile(fs, manifestPath, factory)).sha256,
+    manifest_sha256: manifestSha256,
     inventory_root_sha256: traceInventoryRootSha256(manifest.inventory, factory),
     lifecycle: manifest.lifecycle,
     sealed_at: manifest.sealed_at,
@@ -700,7 +714,7 @@ const NOT_FINALIZED: TraceIntegrityReport = {
 async function verifyIntegrity(
   fs: FileSystem,
   location: TraceLocation,
-  manifest: Record<string, unknown>,
+  { manifest, sha256: manifestSha256 }: ManifestRead,
   sessions: SessionDirIndex,
   factory: Sha256Factory,
 ): Promise<TraceIntegrityReport> {
@@ -718,7 +732,7 @@ async function verifyIntegrity(
   if (location.directory !== undefined) {
     errors.push(...directoryIdentityErrors(manifest, location.directory));
   }
-  const seal = await observeSeal(fs, location.manifestPath, manifest, sessions, factory);
+  const seal = await observeSeal(fs, manifest, manifestSha256, sessions, factory);
   errors.push(...seal.errors);
   const observed = await observeTraceFiles(fs, location.traceDir, factory);
   const added = [...observed.keys()].filter((path) => !expected.has(path)).sort();
@@ -774,25 +788,36 @@ async function verifyIntegrity(
   };
 }
 
-/** Reads a manifest as a JSON object; a symlink is refused, bad JSON is a `LayoutRecordError`. */
-async function readManifestObject(
+/** A trace manifest as read: the JSON object, and the `sha256:` of the bytes it was parsed from. */
+interface ManifestRead {
+  readonly manifest: Record<string, unknown>;
+  readonly sha256: string;
+}
+
+/**
+ * Reads a manifest as a JSON object, with the digest of the very bytes parsed (a seal receipt
+ * names that digest: hashing the file again could see other bytes, or a FIFO swapped in). A
+ * symlink is refused, bad JSON is a `LayoutRecordError`.
+ */
+async function readManifest(
   fs: FileSystem,
   location: TraceLocation,
-): Promise<Record<string, unknown>> {
+  factory: Sha256Factory,
+): Promise<ManifestRead> {
   if (location.manifestKind !== "file") {
     throw new LayoutRecordError(
       location.manifestPath,
       `Trace manifest is not a regular file (${location.manifestKind})`,
     );
   }
-  const value = decodeJson(
-    await recordBytes(fs, location.manifestPath, false) as Uint8Array,
-    location.manifestPath,
-  );
+  const bytes = await recordBytes(fs, location.manifestPath, false) as Uint8Array;
+  const value = decodeJson(bytes, location.manifestPath);
   if (typeof value !== "object" || value === null || Array.isArray(value)) {
     throw new LayoutRecordError(location.manifestPath, "Trace manifest is not a JSON object");
   }
-  return value as Record<string, unknown>;
+  const hash = factory();
+  hash.update(bytes);
+  return { manifest: value as Record<string, unknown>, sha256: `sha256:${hash.digestHex()}` };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -873,8 +898,9 @@ export async function listTraces(
     // is that trace's failure: it hides none of the others.
     let manifest: Record<string, unknown> | undefined;
     try {
-      manifest = await readManifestObject(fs, location);
-      const report = await verifyIntegrity(fs, location, manifest, sessions, factory);
+      const read = await readManifest(fs, location, factory);
+      manifest = read.manifest;
+      const report = await verifyIntegrity(fs, location, read, sessions, factory);
       out.push({
         ...listedManifest(location, manifest),
         integrity: report.status,
@@ -959,7 +985,7 @@ export async function locateTrace(
     if (location.manifestKind !== "file") continue;
     let manifest: Record<string, unknown>;
     try {
-      manifest = await readManifestObject(fs, location);
+      ({ manifest } = await readManifest(fs, location, portableSha256));
     } catch (error) {
       if (error instanceof LayoutRecordError) continue;
       throw error;
@@ -1067,15 +1093,11 @@ export async function inspectTrace(
 ): Promise<TraceInspection> {
   const location = await locateTrace(fs, loopyRoot, reference);
   const root = await openLoopyRoot(fs, loopyRoot);
-  const manifest = await readManifestObject(fs, location);
+  const factory = options.sha256 ?? portableSha256;
+  const read = await readManifest(fs, location, factory);
+  const manifest = read.manifest;
   const sessions = await sessionDirIndex(fs, root.sessionsDir);
-  const observedIntegrity = await verifyIntegrity(
-    fs,
-    location,
-    manifest,
-    sessions,
-    options.sha256 ?? portableSha256,
-  );
+  const observedIntegrity = await verifyIntegrity(fs, location, read, sessions, factory);
   return {
     manifestPath: location.manifestPath,
     traceDir: location.traceDir,
@@ -1272,12 +1294,12 @@ export async function checkTraceSeals(
     };
     let problems: string[];
     try {
-      const manifest = await readManifestObject(fs, location);
+      const read = await readManifest(fs, location, factory);
       // The receipt in hand is compared with the manifest directly: the integrity check below
       // finds a receipt through the session the manifest's identity names, which an edited
       // manifest can point at a session that does not exist (and then no receipt is required).
-      problems = await receiptContradictions(fs, manifestPath, manifest, seal, factory);
-      const report = await verifyIntegrity(fs, location, manifest, sessions, factory);
+      problems = receiptContradictions(read.manifest, read.sha256, seal, factory);
+      const report = await verifyIntegrity(fs, location, read, sessions, factory);
       if (report.status === "not_finalized") problems.push("the sealed trace's manifest is active");
       for (const problem of problemsOf(report)) {
         if (!problems.includes(problem)) problems.push(problem);
