@@ -650,6 +650,39 @@ test("fast mode with a stale index that covers a prefix scans only the unindexed
   assert.deepEqual(fs.snapshotTree(AGENT), before);
 });
 
+test("fast mode counts and titles user messages another writer spaced or escaped in the unindexed tail", async () => {
+  const { fs, store, clock } = await setup();
+  const session = await saved(store, clock, [user(""), assistant("ok")]);
+  const dir = session.getSessionPath();
+  const reader = await store.open(dir);
+  await reader.readHistory(); // index.json covers these two messages: a prefix of what follows
+  await reader.close();
+  // Valid lines, not in JSON.stringify's compact form: a JSON writer's spacing, an escaped value.
+  const tail = [
+    '{"role": "user", "content": "Fix the flaky build", "timestamp": 5}',
+    JSON.stringify(assistant("done")),
+    '{"role":"\\u0075ser","content":"and the docs","timestamp":6}',
+    JSON.stringify(assistant("done too")),
+  ].map((line) => `${line}\n`).join("");
+  const log = `${dir}/messages.jsonl`;
+  const bytes = new Uint8Array([...(await fs.readFile(log)), ...encoder.encode(tail)]);
+  await fs.writeFile(log, bytes);
+  const meta = JSON.parse(decoder.decode(await fs.readFile(`${dir}/meta.json`)));
+  meta.generation = sha256Hex(bytes);
+  meta.bytes = bytes.length;
+  meta.messageCount = 6;
+  await fs.writeFile(`${dir}/meta.json`, encoder.encode(`${JSON.stringify(meta)}\n`));
+  const full = (await store.list(CWD))[0];
+  const fast = (await new SessionStore({ fs, agentDir: AGENT }).list(CWD, undefined, {
+    fast: true,
+  }))[0];
+  assert.equal(full?.userMessageCount, 3);
+  assert.equal(full?.title?.text, "Fix the flaky build");
+  assert.equal(fast?.messageCount, 6);
+  assert.equal(fast?.userMessageCount, 3);
+  assert.deepEqual(fast?.title, full?.title);
+});
+
 for (const damage of ["missing", "malformed", "another generation"] as const) {
   test(`fast mode with a ${damage} index scans the committed range and writes nothing`, async () => {
     const { fs, store, clock } = await setup();

@@ -70,6 +70,31 @@ test("verifySession() points at the first bad byte and message of a damaged line
   assert.deepEqual(fs.snapshotTree(), before, "verify modifies nothing");
 });
 
+test("verifySession() reports a metadata array of the wrong shape and still verifies the log, as open checks it last", async () => {
+  const { fs, dir, logPath, history } = await saved();
+  const metaPath = `${dir}/meta.json`;
+  const meta = JSON.parse(new TextDecoder().decode(await fs.readFile(metaPath)));
+  meta.header.runtimeContexts = { userTurn: 0 }; // an object where an array belongs
+  await fs.writeFile(metaPath, new TextEncoder().encode(`${JSON.stringify(meta)}\n`));
+  // The log as committed: every message is counted, the array is the one finding.
+  const shapeOnly = await verifySession(fs, dir, options);
+  assert.equal(shapeOnly.validMessages, history.length);
+  assert.equal(shapeOnly.meta?.messageCount, history.length);
+  assert.deepEqual(shapeOnly.findings.map((f) => [f.kind, f.file]), [["metadata", metaPath]]);
+  assert.match(shapeOnly.findings[0]?.message ?? "", /header\.runtimeContexts/);
+  // And message #2 damaged: the log's findings come first, as open reports them first.
+  const log = await fs.readFile(logPath);
+  const lines = new TextDecoder().decode(log).split("\n");
+  const offset = new TextEncoder().encode(lines.slice(0, 2).join("\n") + "\n").length;
+  const damaged = log.slice();
+  damaged[offset] = 0x7e;
+  await fs.writeFile(logPath, damaged);
+  const both = await verifySession(fs, dir, options);
+  assert.equal(both.validMessages, 2);
+  assert.deepEqual(both.findings.map((f) => f.kind), ["checksum", "line", "metadata"]);
+  assert.equal(both.findings[1]?.messageIndex, 2);
+});
+
 test("verifySession() reports tool calls unanswered at the end of the history against messages.jsonl and the message, as open does", async () => {
   const { fs, store, dir, history, logPath } = await saved(1);
   // Written by another program: a history whose last assistant's tool call has no result.

@@ -935,7 +935,16 @@ async function fullSummary(context: StoreContext, dir: string, id: string): Prom
 }
 
 const decoder = new TextDecoder();
-const USER_ROLE = '"role":"user"';
+/**
+ * False only for a log line that cannot be a user message, so it needs no parse: the string value
+ * `"user"` shows in a line either as that text or with a `\u` escape. Any spacing or key order is
+ * caught (a line from another writer), and a quote inside a string value is escaped, so
+ * `user"` appears in a line only as the end of a string.
+ */
+function mayBeUserMessage(line: string): boolean {
+  return line.includes('user"') || line.includes("\\u");
+}
+
 /** The generation of an empty committed range: the SHA-256 of no bytes. */
 const EMPTY_GENERATION = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
@@ -1365,9 +1374,7 @@ async function scanTail(
   let title: SessionTitle | undefined;
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i] as string;
-    // Committed lines are `JSON.stringify` output: a user message contains this exact text (a
-    // quote inside a string value is escaped), so other lines need no parse.
-    if (!line.includes(USER_ROLE)) continue;
+    if (!mayBeUserMessage(line)) continue;
     let message: Message;
     try {
       message = JSON.parse(line) as Message;

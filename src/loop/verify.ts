@@ -100,7 +100,11 @@ export interface VerifyReport {
   readonly dir: string;
   /** True when no finding is an error. */
   readonly ok: boolean;
-  /** The committed metadata, when meta.json could be read. */
+  /**
+   * The committed metadata, when meta.json could be read. When a `metadata` finding reports one of
+   * the header's metadata arrays (runtime contexts, prompt timings, compactions, system prompt
+   * checkpoints), that array is as read: the rest of the session is verified all the same.
+   */
   readonly meta: StorageMeta | undefined;
   /** Valid messages counted from the start of the committed range. */
   readonly validMessages: number;
@@ -352,7 +356,7 @@ const VERIFY_TRIES = 3;
 async function metaChanged(fs: FileSystem, dir: string, meta: StorageMeta): Promise<boolean> {
   let now: StorageMeta;
   try {
-    now = await readStorageMeta(fs, dir);
+    now = await readStorageMeta(fs, dir, false, true);
   } catch (error) {
     if (error instanceof NotFound) return true;
     if (error instanceof SessionError || error instanceof FsError) return false; // as read
@@ -385,7 +389,9 @@ async function verifyOnce(
   if (findings.length > 0) return { dir, ok: false, meta: undefined, validMessages: 0, findings };
   let meta: StorageMeta;
   try {
-    meta = await readStorageMeta(fs, dir, true); // its kind was just listed
+    // Its kind was just listed. The header's metadata arrays are checked below, after the log, in
+    // the version-2 order an open follows: an array of the wrong shape hides no log finding.
+    meta = await readStorageMeta(fs, dir, true, true);
   } catch (error) {
     if (error instanceof SessionError || error instanceof NotFound) {
       findings.push({
@@ -436,6 +442,19 @@ async function verifyOnce(
         : { offset: scan.firstBad.offset, messageIndex: scan.firstBad.index }),
     });
   }
+  const checkMetadata = (roles: readonly MessageRole[] | undefined): void => {
+    try {
+      validateSessionMetadata(meta.header, roles, { file: metaFile });
+    } catch (error) {
+      if (!(error instanceof SessionError)) throw error;
+      findings.push({
+        severity: "error",
+        kind: "metadata",
+        message: error.message,
+        file: metaFile,
+      });
+    }
+  };
   if (scan.firstBad !== undefined) {
     findings.push({
       severity: "error",
@@ -453,7 +472,10 @@ async function verifyOnce(
         `the committed range holds ${scan.lines} messages, meta.json says ${meta.messageCount}`,
       file: metaFile,
     });
-  } else {
+  }
+  // Without every message's role, the arrays' shapes alone.
+  if (scan.firstBad !== undefined || scan.lines !== meta.messageCount) checkMetadata(undefined);
+  else {
     if (scan.unfinished !== undefined) {
       // A message problem, as open reports it: in messages.jsonl, at the assistant message whose
       // tool calls have no result.
@@ -466,17 +488,7 @@ async function verifyOnce(
         messageIndex: scan.unfinished.index,
       });
     }
-    try {
-      validateSessionMetadata(meta.header, scan.roles, { file: metaFile });
-    } catch (error) {
-      if (!(error instanceof SessionError)) throw error;
-      findings.push({
-        severity: "error",
-        kind: "metadata",
-        message: error.message,
-        file: metaFile,
-      });
-    }
+    checkMetadata(scan.roles);
   }
   if (options.checkCwd !== false) {
     // A cwd that cannot be looked at (a storage error such as a denied permission; a path no
