@@ -99,6 +99,12 @@ test("a session id or a logical reference that no session can have is a usage er
       [["layout", "tree", "a/b"], /ROOT must be a session id/],
       [["prune-raw", "--session", "../x"], /--session must be a session id/],
       [["prune-raw", "--session=.hidden"], /--session must be a session id/],
+      // Safe names, but of neither session id form: no session.json may record them.
+      [["layout", "show", "NOPE"], /<session id> must be a session id, got 'NOPE'/],
+      [["layout", "tree", "NOPE"], /ROOT must be a session id/],
+      [["layout", "resolve", "session:/goal.md", "--session", "NOPE"], /--session must be/],
+      [["layout", "resolve", "session:NOPE:/goal.md"], /the session of session:<id>:\/ must be/],
+      [["prune-raw", "--session", "NOPE", "--dry-run"], /--session must be a session id/],
     ] as const
   ) {
     assertUsage(await cli(fs, [...args]), pattern, [...args]);

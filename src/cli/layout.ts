@@ -17,8 +17,8 @@ import {
 } from "../layout/tree.ts";
 import { LogicalReferenceResolver } from "../layout/refs.ts";
 import { LogicalReferenceError } from "../layout/errors.ts";
-import { isSafeId } from "../layout/ids.ts";
-import { parseLogicalReference } from "../layout/ref_grammar.ts";
+import { isSessionId } from "../layout/ids.ts";
+import { type ParsedReference, parseLogicalReference } from "../layout/ref_grammar.ts";
 import { type PrunedEntry, type PruneKind, pruneRaw } from "../layout/prune.ts";
 import { findLoopyRoot } from "../layout/loopy_root.ts";
 import { inspectTrace, listTraces } from "../layout/traces.ts";
@@ -110,10 +110,11 @@ export async function findRepoRoot(io: CliIo, start: string): Promise<string> {
 
 /**
  * Refuses, as a usage error, a session id argument (`what`: how the command line names it) that
- * no session can have: one that is not a safe id (`..`, a path, an empty name).
+ * no session can have: one of neither session id form (a path, `..`, an empty name, `NOPE`),
+ * which no session.json may record.
  */
 function sessionIdArgument(value: string, what: string): void {
-  if (!isSafeId(value)) throw new UsageError(`${what} must be a session id, got '${value}'`);
+  if (!isSessionId(value)) throw new UsageError(`${what} must be a session id, got '${value}'`);
 }
 
 function helpOr(io: CliIo, key: string, parsed: { flags: ReadonlySet<string> }): boolean {
@@ -291,11 +292,15 @@ export async function runLayout(io: CliIo, args: readonly string[]): Promise<num
       throw new UsageError("layout resolve takes one <logical ref>");
     }
     // A reference the grammar refuses is a bad argument, refused before any file is read.
+    let scope: ParsedReference;
     try {
-      parseLogicalReference(reference);
+      scope = parseLogicalReference(reference);
     } catch (error) {
       if (error instanceof LogicalReferenceError) throw new UsageError(error.message);
       throw error;
+    }
+    if (scope.scope === "session" && scope.id !== undefined) {
+      sessionIdArgument(scope.id, "the session of session:<id>:/");
     }
     let sessionId = parsed.values.get("session");
     if (sessionId !== undefined) sessionIdArgument(sessionId, "--session");
