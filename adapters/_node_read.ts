@@ -5,10 +5,17 @@
  *
  * @module
  */
-import { constants, readFile as readFileCallback } from "node:fs";
+import {
+  close as closeCallback,
+  constants,
+  fstat as fstatCallback,
+  open as openCallback,
+  read as readCallback,
+  readFile as readFileCallback,
+} from "node:fs";
+import { Buffer } from "node:buffer";
 import { open as openNative } from "node:fs/promises";
-import type { FsError } from "../src/port/errors.ts";
-import { FsIoError, IsADirectory } from "../src/port/errors.ts";
+import { FsError, FsIoError, IsADirectory } from "../src/port/errors.ts";
 import type { OpenedFile } from "../src/port/fs.ts";
 import { callMapped, codeOf, mapNativeError } from "./_errors.ts";
 import {
@@ -129,18 +136,80 @@ const NO_FOLLOW_READ: number | undefined =
     ? constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK
     : undefined;
 
+/** What `readFileNoFollow` returns for a FIFO, socket or device: it is never read. */
+const NOTHING_READ = new Uint8Array(0);
+
 /**
  * `FileSystem.readFileNoFollow` over `node:fs` with the adapter's error mapping `map` (Deno's
  * Node layer rejects a denied path with Deno's own error class), where the platform has
  * `O_NOFOLLOW` and `O_NONBLOCK`; undefined elsewhere (the adapters then leave the method out).
+ *
+ * With `checked` false (Node), one open, one `fstat` of what it opened and the reads of a regular
+ * file, on callback descriptors (as cheap as the callback `readFile`, which would read a device
+ * such as `/dev/zero` without end): what is not a regular file is closed unread and reads as
+ * empty. With `checked` (Deno, whose callback descriptor calls cost several times its one-call
+ * `readFile`), the one-call read with the same flags: the caller has checked by `lstat` that no
+ * device is there (see `denoFs`).
  */
 export function readFileNoFollowNative(
   map: ErrorMapper,
+  checked = false,
 ): ((path: string) => Promise<Uint8Array>) | undefined {
   const flags = NO_FOLLOW_READ;
   if (flags === undefined) return undefined;
+  const syscall = "readFileNoFollow";
+  if (checked) return (path: string) => readWith(path, flags, map, readWhole, syscall);
   return (path: string): Promise<Uint8Array> =>
-    readWith(path, flags, map, readWhole, "readFileNoFollow");
+    readRegularOnly(path, flags, syscall).catch((error) => {
+      throw error instanceof FsError ? error : map(error, syscall, path);
+    });
+}
+
+/**
+ * Opens `path` with `flags`, reads it whole if an `fstat` of the open descriptor says it is a
+ * regular file (in reads of at most `READ_CHUNK` bytes, up to the size the `fstat` found), and
+ * closes it. A directory fails with `IsADirectory`, as a read of one does; anything else is
+ * closed unread and reads as empty. A file larger than one `Uint8Array` holds fails with
+ * `FsIoError` code `"EFBIG"`; native errors are thrown as they are.
+ */
+function readRegularOnly(path: string, flags: number, syscall: string): Promise<Uint8Array> {
+  return new Promise<Uint8Array>((resolve, reject) => {
+    openCallback(path, flags, (error, fd) => {
+      if (error !== null) return reject(error);
+      const finish = (failure: unknown, bytes?: Uint8Array): void =>
+        closeCallback(fd, (closeError) => {
+          if (failure !== undefined) reject(failure);
+          else if (closeError !== null) reject(closeError);
+          else resolve(bytes as Uint8Array);
+        });
+      fstatCallback(fd, (error, stats) => {
+        if (error !== null) return finish(error);
+        if (stats.isDirectory()) return finish(new IsADirectory(syscall, path));
+        if (!stats.isFile()) return finish(undefined, NOTHING_READ);
+        const size = stats.size;
+        let buffer: Uint8Array;
+        try {
+          buffer = plainBytes(Buffer.allocUnsafeSlow(size));
+        } catch (cause) {
+          const message = `File too large to read whole: ${size} bytes`;
+          return finish(new FsIoError("EFBIG", syscall, path, message, { cause }));
+        }
+        let filled = 0;
+        const next = (): void => {
+          if (filled === size) return finish(undefined, buffer);
+          const length = Math.min(size - filled, READ_CHUNK);
+          readCallback(fd, buffer, filled, length, filled, (error, bytesRead) => {
+            if (error !== null) return finish(error);
+            // A file cut short since the `fstat`: what it still holds.
+            if (bytesRead === 0) return finish(undefined, buffer.slice(0, filled));
+            filled += bytesRead;
+            next();
+          });
+        };
+        next();
+      });
+    });
+  });
 }
 
 /**
