@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { MemoryFs } from "../adapters/memory.ts";
 import type { FileSystem } from "../src/port/fs.ts";
 import { nodeFs } from "../adapters/node.ts";
-import { FsIoError, NotFound } from "../src/port/errors.ts";
+import { FsIoError, NotFound, PermissionDenied } from "../src/port/errors.ts";
 import { portableSha256, sha256Hex } from "../src/port/sha256.ts";
 import {
   CorruptSessionError,
@@ -681,6 +681,59 @@ test("fast mode counts and titles user messages another writer spaced or escaped
   assert.equal(fast?.messageCount, 6);
   assert.equal(fast?.userMessageCount, 3);
   assert.deepEqual(fast?.title, full?.title);
+});
+
+test("a staging directory a listing cannot look at is one failure, and every other session is listed", async () => {
+  for (const leftover of ["delete staging", "delete journal", "compaction staging"] as const) {
+    const { fs, store, clock } = await setup();
+    const healthy = await saved(store, clock, [user("healthy"), assistant("ok")]);
+    const other = await saved(store, clock, [user("other"), assistant("ok")]);
+    const collection = COLLECTION;
+    const deletion = `${collection}/.delete-0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f`;
+    let denied: string;
+    if (leftover === "compaction staging") {
+      denied = `${collection}/.staging-${other.id}-abcdef12`;
+      await fs.mkdir(denied, { mode: 0o700 });
+    } else {
+      await fs.mkdir(deletion, { mode: 0o700 });
+      await fs.writeFile(`${deletion}/intent.json`, encoder.encode("{}"));
+      denied = leftover === "delete journal" ? `${deletion}/intent.json` : deletion;
+    }
+    // As a directory of mode 000 (or another owner's 0700) refuses a process; a journal, EIO.
+    const refusing = hookedFs(fs, {
+      before(method, args) {
+        const path = String(args[0]);
+        if (path !== denied && !path.startsWith(`${denied}/`)) return;
+        if (leftover === "delete journal") throw new FsIoError("EIO", method, path, "I/O error");
+        throw new PermissionDenied(method, path);
+      },
+    });
+    const lister = new SessionStore({ fs: refusing, agentDir: AGENT });
+    for (const fast of [true, false]) {
+      const what = `${leftover}, fast ${fast}`;
+      const listed = await lister.listDetailed(CWD, undefined, { fast });
+      assert.deepEqual(
+        listed.sessions.map((s) => s.id).sort(),
+        [healthy.id, other.id].sort(),
+        what,
+      );
+      if (leftover === "compaction staging") {
+        // The session is in place: its leftover is never needed, and fails nothing.
+        assert.deepEqual(listed.failures, [], what);
+      } else {
+        assert.deepEqual(listed.failures.map((f) => [f.path, f.id]), [[denied, undefined]], what);
+      }
+    }
+    if (leftover === "compaction staging") {
+      // With the session's directory gone, the leftover is where the session may be: its failure.
+      await fs.remove(other.getSessionPath(), { recursive: true });
+      const listed = await lister.listDetailed(CWD);
+      assert.deepEqual(listed.sessions.map((s) => s.id), [healthy.id]);
+      assert.deepEqual(listed.failures.map((f) => [f.id, f.error instanceof PermissionDenied]), [
+        [other.id, true],
+      ]);
+    }
+  }
 });
 
 for (const damage of ["missing", "malformed", "another generation"] as const) {

@@ -36,6 +36,9 @@
  * failures. `discoverSessions` returns them beside the sessions (`ListResult.failures`, one per
  * session, each a typed `SessionError` or `FsError`); `SessionStore.list` throws the first one
  * and `SessionStore.listDetailed` returns them, so a picker is never blocked by one bad session.
+ * So is a leftover staging directory that cannot be read: a delete's is one failure without an
+ * id (which sessions it stages is unknown), a compaction's fails only a session whose directory
+ * has no meta.json (where the session may then be), and archive.json is one failure too.
  *
  * ## The cwd filter and the order
  *
@@ -294,12 +297,12 @@ interface Candidate {
        * The session's copy that recovery keeps while `dir` has no meta.json: an uncommitted
        * delete's staged copy or an interrupted compaction's previous directory, read in its
        * place as a read-only open does; or the error of a delete journal that cannot be read,
-       * which such an open reports.
+       * which such an open reports (or of a staging directory that cannot be looked at).
        */
-      readonly copy?: string | SessionError | undefined;
+      readonly copy?: string | SessionError | FsError | undefined;
     }
     | { readonly kind: "legacy"; readonly file: string }
-    | { readonly kind: "failed"; readonly error: SessionError };
+    | { readonly kind: "failed"; readonly error: SessionError | FsError };
   /** The path a caller opens. */
   readonly path: string;
 }
@@ -312,7 +315,10 @@ function isReportable(error: unknown): error is SessionError | FsError {
  * The candidates of a collection listing, from its directory entries: one per session id, the
  * published directory before its legacy backup, and sessions of interrupted operations from their
  * staging directories (see the module doc). `archived` holds the ids an uncommitted delete's
- * rollback puts back into archive membership.
+ * rollback puts back into archive membership. A storage error while looking at a staging
+ * directory is reported, never thrown: as the failure of the session it concerns, or in
+ * `failures` for a delete staging directory that cannot be read (which sessions it stages is then
+ * unknown); the other sessions are listed all the same.
  */
 async function candidatesOf(
   fs: FileSystem,
@@ -322,12 +328,15 @@ async function candidatesOf(
   candidates: Candidate[];
   hasArchive: boolean;
   archived: string[];
+  failures: ListFailure[];
 }> {
   let entries;
   try {
     entries = await fs.readDir(collection);
   } catch (error) {
-    if (error instanceof NotFound) return { candidates: [], hasArchive: false, archived: [] };
+    if (error instanceof NotFound) {
+      return { candidates: [], hasArchive: false, archived: [], failures: [] };
+    }
     throw error;
   }
   const dirs = new Set<string>();
@@ -354,7 +363,8 @@ async function candidatesOf(
   // Uncommitted deletes did not happen: their staged sessions are listed from where they wait.
   const deletedDirs = new Map<string, string>();
   const deletedLegacy = new Map<string, string>();
-  const unreadable = new Map<string, { error: SessionError; file: string }>();
+  const unreadable = new Map<string, { error: SessionError | FsError; file: string }>();
+  const failures: ListFailure[] = [];
   const archived: string[] = [];
   // Sessions of deletes that may have rolled back since the collection was read (another
   // process's delete, settling meanwhile): looked for in place, where a rollback puts them back.
@@ -362,7 +372,14 @@ async function candidatesOf(
   /** A delete seen in the collection's listing had settled, its sessions unknown, when looked at. */
   let settled = false;
   for (const name of deletions.sort()) {
-    const deletion = await inspectDeletion(fs, collection, name);
+    let deletion: Awaited<ReturnType<typeof inspectDeletion>>;
+    try {
+      deletion = await inspectDeletion(fs, collection, name);
+    } catch (error) {
+      if (!isReportable(error)) throw error;
+      failures.push({ path: failurePath(error, join(collection, name)), id: undefined, error });
+      continue;
+    }
     if (deletion === undefined) {
       settled = true;
       continue;
@@ -381,7 +398,16 @@ async function candidatesOf(
       // As a read-only open counts it: a staged copy holding a meta.json file. One that is gone
       // since the staging directory was listed was moved back by a rollback, or removed by a
       // delete that finished (then nothing is in place).
-      if (await entryKind(fs, join(dir, META_FILE)) !== "file") {
+      const meta = join(dir, META_FILE);
+      let kind: Awaited<ReturnType<typeof entryKind>>;
+      try {
+        kind = await entryKind(fs, meta);
+      } catch (error) {
+        if (!isReportable(error)) throw error;
+        if (!unreadable.has(id)) unreadable.set(id, { error, file: meta });
+        continue;
+      }
+      if (kind !== "file") {
         movedBack.add(id);
         continue;
       }
@@ -415,21 +441,40 @@ async function candidatesOf(
   ].sort();
   for (const id of ids) {
     if (only !== undefined && !only.has(id)) continue;
+    try {
+      await addCandidate(id);
+    } catch (error) {
+      // A staging directory of this session that cannot be looked at: the session's failure.
+      if (!isReportable(error)) throw error;
+      const path = failurePath(error, join(collection, id));
+      candidates.push({ id, source: { kind: "failed", error }, path });
+    }
+  }
+  return { candidates, hasArchive, archived, failures };
+
+  async function addCandidate(id: string): Promise<void> {
     const hasBackup = legacy.has(id) || deletedLegacy.has(id);
     const path = join(collection, id, META_FILE);
     if (dirs.has(id)) {
-      // What is read if the directory has no meta.json, in the order a read-only open looks.
+      // What is read if the directory has no meta.json, in the order a read-only open looks: a
+      // staging directory that cannot be looked at fails only a session whose meta.json is gone.
       const stagingNames = staged.get(id);
-      const copy = deletedDirs.get(id) ?? unreadable.get(id)?.error ??
-        (stagingNames === undefined
-          ? undefined
-          : await compactionPrevious(fs, collection, stagingNames));
+      let copy: string | SessionError | FsError | undefined = deletedDirs.get(id) ??
+        unreadable.get(id)?.error;
+      if (copy === undefined && stagingNames !== undefined) {
+        try {
+          copy = await compactionPrevious(fs, collection, stagingNames);
+        } catch (error) {
+          if (!isReportable(error)) throw error;
+          copy = error;
+        }
+      }
       candidates.push({
         id,
         source: { kind: "directory", dir: join(collection, id), hasBackup, copy },
         path,
       });
-      continue;
+      return;
     }
     const stagingNames = staged.get(id) ?? [];
     let previous = await compactionPrevious(fs, collection, stagingNames);
@@ -445,7 +490,7 @@ async function candidatesOf(
           source: { kind: "directory", dir: join(collection, id), hasBackup },
           path,
         });
-        continue;
+        return;
       }
       previous = moved;
     }
@@ -490,7 +535,11 @@ async function candidatesOf(
       candidates.push({ id, source: { kind: "legacy", file }, path: file });
     }
   }
-  return { candidates, hasArchive, archived };
+}
+
+/** The path a storage error names (`fallback` for one that names none): a listing failure's path. */
+function failurePath(error: SessionError | FsError, fallback: string): string {
+  return error instanceof FsError ? error.path : error.file ?? fallback;
 }
 
 /**
@@ -660,8 +709,11 @@ async function readCollection(
 ): Promise<ListResult> {
   const fs = context.fs;
   const fast = options.fast === true;
-  const { candidates, hasArchive, archived: restored } = await candidatesOf(fs, collection, only);
-  const failures: ListFailure[] = [];
+  const { candidates, hasArchive, archived: restored, failures } = await candidatesOf(
+    fs,
+    collection,
+    only,
+  );
   let archived = new Set<string>();
   /** True when archive.json was read: a second look after the sessions are read may be due. */
   let membershipRead = false;
@@ -745,8 +797,7 @@ async function readCollection(
       await addRestoredMembership(fs, collection, members);
     } catch (error) {
       if (!isReportable(error)) throw error;
-      const path = error instanceof FsError ? error.path : error.file ?? collection;
-      failures.push({ path, id: undefined, error });
+      failures.push({ path: failurePath(error, collection), id: undefined, error });
     }
     for (const id of members) archived.add(id);
   }
@@ -890,7 +941,7 @@ async function summarize(
   } catch (error) {
     // Only a missing meta.json itself means "never committed"; anything else is a failure.
     if (!(error instanceof NotFound) || error.path !== join(source.dir, META_FILE)) throw error;
-    if (source.copy instanceof SessionError) throw source.copy;
+    if (source.copy instanceof SessionError || source.copy instanceof FsError) throw source.copy;
     if (source.copy !== undefined) {
       // A directory without meta.json took the session's place after a crash: recovery keeps
       // the session's copy until it is gone, and readers read the session there meanwhile.
