@@ -243,6 +243,46 @@ test("salvageSession() stops before unanswered tool calls and drops metadata pas
   assert.deepEqual(result.droppedMetadata, ["runtimeContexts"]);
 });
 
+test("salvageSession() keeps the metadata entries anchored in the kept messages and drops only those past them", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(CWD);
+  const history = [user("a"), assistant("b"), user("c"), assistant("d"), user("e"), assistant("f")];
+  const contexts = [0, 1, 2].map((turn) => ({
+    userTurn: turn,
+    content: `ctx ${turn}`,
+    timestamp: 1,
+  }));
+  const timings = [2, 4].map((index) => ({
+    userMessageIndex: index,
+    startedAt: index,
+    finishedAt: index + 1,
+  }));
+  await session.commit(history, contexts as never, timings as never);
+  await session.close();
+  const logPath = `${session.getSessionPath()}/messages.jsonl`;
+  const lines = new TextDecoder().decode(await fs.readFile(logPath)).split("\n");
+  lines[3] = "{broken"; // the first round and the second user message are the valid prefix
+  await fs.writeFile(logPath, new TextEncoder().encode(lines.join("\n")));
+  const result = await store.salvage(session.getSessionPath(), "/rescue");
+  assert.equal(result.kept, 3);
+  assert.deepEqual(result.droppedMetadata, ["runtimeContexts", "promptTimings"]);
+  const rescued = await store.open(result.dir, { readOnly: true });
+  assert.deepEqual(rescued.getRuntimeContexts(), contexts.slice(0, 2));
+  assert.deepEqual(rescued.getPromptTimings(), timings.slice(0, 1));
+  await rescued.close();
+  // Nothing of them kept: the arrays are left out of the header, as a save leaves empty ones out.
+  lines[1] = "{broken";
+  await fs.writeFile(logPath, new TextEncoder().encode(lines.join("\n")));
+  const first = await store.salvage(session.getSessionPath(), "/rescue");
+  assert.equal(first.kept, 1);
+  const meta = JSON.parse(new TextDecoder().decode(await fs.readFile(`${first.dir}/meta.json`)));
+  assert.deepEqual(first.droppedMetadata, ["runtimeContexts", "promptTimings"]);
+  assert.deepEqual(meta.header.runtimeContexts, [contexts[0]]);
+  assert.equal("promptTimings" in meta.header, false);
+});
+
 for (const named of ["kept", "not kept"] as const) {
   test(`salvage keeps a stored title whose messages were kept, and drops and lists one naming a message that was not (${named})`, async () => {
     const fs = new MemoryFs();

@@ -637,8 +637,41 @@ export interface SalvageResult {
   readonly kept: number;
   /** Messages of the damaged session's committed range that were not kept. */
   readonly dropped: number;
-  /** Header metadata entries dropped because they referred to messages that were not kept. */
+  /**
+   * The header metadata that lost entries because they referred to messages that were not kept
+   * (or were invalid themselves): each of `runtimeContexts`, `promptTimings`, `compactions` and
+   * `systemPromptCheckpoints` keeps its longest prefix of entries that is valid against the kept
+   * messages, and is named here when that prefix is shorter than the array; `title` when a
+   * stored title named a message that was not kept.
+   */
   readonly droppedMetadata: readonly string[];
+}
+
+/** True when `check` accepts `value`. */
+function validates(check: (value: unknown) => void, value: unknown): boolean {
+  try {
+    check(value);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The longest prefix of `entries` that `check` accepts (`entries` itself is not): found by halving,
+ * since the rules of a metadata array hold for every prefix of a valid one (each entry valid and
+ * anchored in the history, anchors increasing); checked, so the prefix returned is always valid.
+ */
+function longestValidPrefix(check: (value: unknown) => void, entries: unknown[]): unknown[] {
+  let valid = 0;
+  let invalid = entries.length;
+  if (!validates(check, [])) return [];
+  while (invalid - valid > 1) {
+    const middle = valid + Math.floor((invalid - valid) / 2);
+    if (validates(check, entries.slice(0, middle))) valid = middle;
+    else invalid = middle;
+  }
+  return entries.slice(0, valid);
 }
 
 /** Refuses (`InvalidArgumentError`) a salvage id that is not a session id (a lowercase UUID). */
@@ -688,8 +721,8 @@ async function refuseUsedId(fs: FileSystem, collection: string, id: string): Pro
 /**
  * Copies the longest valid prefix of the session in `dir` into a new session directory under
  * `toCollection` (built in a staging directory and renamed into place). The original is only
- * read. Metadata that refers past the kept prefix (a stored title naming a message that was not
- * kept included) is dropped and listed. It takes no lock: where other processes may work on
+ * read. Metadata entries that refer past the kept prefix (a stored title naming a message that
+ * was not kept included) are dropped, the entries before them kept, and the arrays listed. It takes no lock: where other processes may work on
  * `toCollection`, use `SessionStore.salvage`, which runs this under the collection's lock (a
  * cleanup there would otherwise remove the staging directory).
  *
@@ -736,13 +769,13 @@ export async function salvageSession(
     ["systemPromptCheckpoints", (v) => validateSystemPromptCheckpoints(v, roles)],
   ];
   for (const [key, check] of checks) {
-    if (header[key] === undefined) continue;
-    try {
-      check(header[key]);
-    } catch {
-      droppedMetadata.push(key);
-      delete header[key];
-    }
+    const value = header[key];
+    if (value === undefined || validates(check, value)) continue;
+    droppedMetadata.push(key);
+    const entries = Array.isArray(value) ? longestValidPrefix(check, value) : [];
+    // An empty array is left out of a header, as a save leaves it out.
+    if (entries.length > 0) header[key] = entries;
+    else delete header[key];
   }
   // A stored title is kept when every message it names was kept.
   const title = header.title as { readonly messageIndices?: readonly number[] } | undefined;
