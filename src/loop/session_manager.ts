@@ -917,7 +917,7 @@ export class SessionManager {
   /**
    * Retries a pending save with the same snapshot: what the failed save serialized, whatever the
    * caller did to its message objects since (see `commit()`). Resolves at once when nothing is
-   * pending.
+   * pending; rejects, as every call does, once the manager is closed.
    */
   flush(): Promise<void> {
     return this.#write("flush", async () => {
