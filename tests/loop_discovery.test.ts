@@ -688,6 +688,9 @@ test("a staging directory a listing cannot look at is one failure, and every oth
     const { fs, store, clock } = await setup();
     const healthy = await saved(store, clock, [user("healthy"), assistant("ok")]);
     const other = await saved(store, clock, [user("other"), assistant("ok")]);
+    // archive.json read, and a listed session not archived: the listing looks at the deletes
+    // once more, and reports an unreadable one once all the same.
+    await store.archive.set(CWD, [healthy.id], true);
     const collection = COLLECTION;
     const deletion = `${collection}/.delete-0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f`;
     let denied: string;
@@ -733,6 +736,44 @@ test("a staging directory a listing cannot look at is one failure, and every oth
         [other.id, true],
       ]);
     }
+  }
+});
+
+test("a session a delete stages while it is listed, into a staging directory the listing cannot read, is a failure, never dropped", async () => {
+  for (const fast of [true, false]) {
+    const { fs, store, clock } = await setup();
+    const session = await saved(store, clock, [user("keep me"), assistant("ok")]);
+    const dir = session.getSessionPath();
+    const staging = `${COLLECTION}/.delete-0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f`;
+    let raced = false;
+    // Another process's delete stages the session after the listing read the collection and
+    // before it reads the session; its staging directory refuses this process.
+    const racing = hookedFs(fs, {
+      async before(_method, args) {
+        const path = String(args[0]);
+        if (!raced && path.startsWith(`${dir}/`)) {
+          raced = true;
+          await fs.mkdir(staging, { mode: 0o700 });
+          await fs.writeFile(`${staging}/intent.json`, encoder.encode("{}"));
+          await fs.rename(dir, `${staging}/${session.id}`);
+        }
+        if (path === staging || path.startsWith(`${staging}/`)) {
+          throw new PermissionDenied("readDir", path);
+        }
+      },
+    });
+    const listed = await new SessionStore({ fs: racing, agentDir: AGENT }).listDetailed(
+      CWD,
+      undefined,
+      { fast },
+    );
+    assert.ok(raced);
+    assert.deepEqual(listed.sessions, []);
+    assert.deepEqual(
+      listed.failures.map((f) => [f.id, f.path, f.error instanceof PermissionDenied]),
+      [[session.id, staging, true]],
+      `fast ${fast}`,
+    );
   }
 });
 

@@ -797,7 +797,11 @@ async function readCollection(
       await addRestoredMembership(fs, collection, members);
     } catch (error) {
       if (!isReportable(error)) throw error;
-      failures.push({ path: failurePath(error, collection), id: undefined, error });
+      // A delete staging directory that cannot be read was reported once already.
+      const path = failurePath(error, collection);
+      if (!failures.some((failure) => failure.id === undefined && failure.path === path)) {
+        failures.push({ path, id: undefined, error });
+      }
     }
     for (const id of members) archived.add(id);
   }
@@ -861,7 +865,13 @@ async function lookAgain(
   // A session found in an uncommitted delete's staging is archived if that delete found it so:
   // the delete has already taken it out of archive.json, which this listing may have read since.
   if (archived !== undefined) { for (const id of found.archived) archived.add(id); }
-  const now = found.candidates[0];
+  const unknown = found.failures[0];
+  // Not found, while a delete staging directory could not be read: it may be staged there.
+  const now = found.candidates[0] ?? (unknown === undefined ? undefined : {
+    id: candidate.id,
+    source: { kind: "failed", error: unknown.error },
+    path: unknown.path,
+  } satisfies Candidate);
   if (now === undefined) return "gone";
   const before = candidate.source;
   const after = now.source;
