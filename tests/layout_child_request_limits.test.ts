@@ -159,6 +159,27 @@ test("a pending request file larger than MAX_CHILD_REQUEST_BYTES is rejected unr
   assert.equal(next?.kind === "accepted" && next.childSessionId, "01_phase-1");
 });
 
+test("a request file too large to read, under another process's lease, is still hashed and rejected", async () => {
+  const { fs: memory, root } = await setup();
+  const paths = root.paths;
+  const bigFile = `${paths.childRequestsPendingDir}/big.json`;
+  // A lease makes the non-blocking no-follow calls fail at once (EAGAIN); a plain open waits.
+  const fs = hookedFs(hugeReadsFail(memory), {
+    before: (method, args) => {
+      if ((method === "openNoFollow" || method === "readFileNoFollow") && args[0] === bigFile) {
+        throw new FsIoError("EAGAIN", method, bigFile, "Resource temporarily unavailable");
+      }
+    },
+  });
+  const big = requestOfSize("big", MAX_CHILD_REQUEST_BYTES + 1);
+  await memory.writeFile(bigFile, big);
+  const result = await processNext(fs);
+  assert.equal(result?.kind, "rejected", JSON.stringify(result));
+  if (result?.kind !== "rejected") return;
+  assert.equal(result.receipt.original_sha256, sha256Ref(big));
+  assert.match(result.receipt.reason, new RegExp(`larger than ${MAX_CHILD_REQUEST_BYTES} bytes`));
+});
+
 test("publishChildRequest refuses a request larger than MAX_CHILD_REQUEST_BYTES before writing", async () => {
   const { fs, root } = await setup();
   const before = fs.snapshotTree("/");

@@ -19,6 +19,7 @@ import {
 } from "../layout.ts";
 import { newRepo, readJson, writeJson, writeText } from "./layout_fixtures.ts";
 import { sha256Hex } from "../src/port/sha256.ts";
+import { FsIoError } from "../src/port/errors.ts";
 import { memoryIo } from "./_cli_io.ts";
 import { hookedFs, isRead, linkedBeforeOpen } from "./_hooks.ts";
 import { runTraces } from "../src/cli/layout.ts";
@@ -208,6 +209,22 @@ test("a listed file swapped for a link to an identical copy after the listing is
     inspected.observedIntegrity.files.find((file) => file.path === "eval/report.json")?.status,
     "not_a_file",
   );
+});
+
+test("a listed file another process holds a lease on is read once the lease allows, never failed for it", async () => {
+  const { fs, tree } = await mirror();
+  const member = `${tree.traceDir(FIRST)}/eval/report.json`;
+  // A lease makes the non-blocking no-follow open fail at once (EAGAIN); a plain open waits.
+  const leased = hookedFs(fs, {
+    before(method, args) {
+      if ((method === "openNoFollow" || method === "readFileNoFollow") && args[0] === member) {
+        throw new FsIoError("EAGAIN", method, member, "Resource temporarily unavailable");
+      }
+    },
+  });
+  const inspected = await inspectTrace(leased, tree.loopyRoot, `trace-${FIRST}`);
+  assert.equal(inspected.integrity, "verified");
+  await verifyTrace(leased, tree.loopyRoot, `trace-${FIRST}`);
 });
 
 test("a manifest listing ../ or absolute paths is reported and nothing it names is read", async () => {

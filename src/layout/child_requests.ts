@@ -34,7 +34,7 @@ import {
   tightenPrivateDir,
 } from "../port/durable.ts";
 import { basename, dirname, join, utf8Length, utf8Prefix } from "../port/path.ts";
-import { openIfRegular } from "../port/regular.ts";
+import { openIfRegularWaiting } from "../port/regular.ts";
 import {
   ChildRequestError,
   LayoutRecordError,
@@ -366,7 +366,7 @@ async function hashLargeFile(
   file: string,
   factory: Sha256Factory,
 ): Promise<string | null> {
-  const opened = await openIfRegular(fs, file);
+  const opened = await openIfRegularWaiting(fs, file);
   if (typeof opened !== "object") return null;
   const handle = opened.handle;
   try {

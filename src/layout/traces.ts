@@ -23,7 +23,7 @@ import { FsError, NotADirectory, NotFound } from "../port/errors.ts";
 import { basename, dirname, isAbsolute, join, normalize, relativeWithin } from "../port/path.ts";
 import { portableSha256, type Sha256Factory, sha256Hex } from "../port/sha256.ts";
 import { entryKind } from "../port/durable.ts";
-import { openIfRegular } from "../port/regular.ts";
+import { openIfRegularWaiting } from "../port/regular.ts";
 import {
   LayoutRecordError,
   LoopyRootError,
@@ -401,7 +401,7 @@ async function hashFile(
   path: string,
   factory: Sha256Factory,
 ): Promise<Observed | undefined> {
-  const opened = await openIfRegular(fs, path);
+  const opened = await openIfRegularWaiting(fs, path);
   if (opened === undefined) return undefined;
   if (typeof opened === "string") {
     return {

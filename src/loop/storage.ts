@@ -17,6 +17,7 @@ import {
   isBusy,
   openChecked,
   openIfRegular,
+  openIfRegularWaiting,
   readIfRegular,
   readSessionFile,
   type RegularFile,
@@ -370,10 +371,9 @@ export function undecodable(
 
 /**
  * Opens the session file at `path` for reading (or with `append` for appending) with
- * `openIfRegular`: never through a link, never waiting on a FIFO. A regular file that the no-follow open finds busy (`EAGAIN`: a lease held by
- * another process) is opened as a port without `openNoFollow` opens it, after an `lstat`, with an
- * open that waits for the lease to be released: a saved session is never reported unreadable for
- * a lease.
+ * `openIfRegularWaiting`: never through a link, never waiting on a FIFO, and a regular file that
+ * the no-follow open finds busy (a lease held by another process) opened with an open that waits
+ * for the lease: a saved session is never reported unreadable for a lease.
  *
  * @throws {SessionFormatError} When what is there is not a regular file, naming it.
  * @throws {NotFound} When nothing is there.
@@ -383,13 +383,7 @@ export async function openSessionFile(
   path: string,
   options: RegularOpenOptions = {},
 ): Promise<RegularFile> {
-  let opened: Found<RegularFile>;
-  try {
-    opened = await openIfRegular(fs, path, options);
-  } catch (error) {
-    if (!isBusy(error)) throw error;
-    opened = await ifRegular(fs, path, undefined, () => openChecked(fs, path, options));
-  }
+  const opened = await openIfRegularWaiting(fs, path, options);
   if (typeof opened === "object") return opened;
   if (opened !== undefined) refuseIrregularFile(opened, path);
   throw new NotFound("open", path);

@@ -153,6 +153,26 @@ export async function openIfRegular(
 }
 
 /**
+ * `openIfRegular` for a file a call must read: a regular file that the no-follow open finds busy
+ * (`EAGAIN`: a lease held by another process) is opened as a port without `openNoFollow` opens
+ * it, after an `lstat`, with an open that waits for the lease to be released; a file is never
+ * reported unreadable for a lease (a FIFO another process holds open is busy too, and is never
+ * opened).
+ */
+export async function openIfRegularWaiting(
+  fs: FileSystem,
+  path: string,
+  options: RegularOpenOptions = {},
+): Promise<Found<RegularFile>> {
+  try {
+    return await openIfRegular(fs, path, options);
+  } catch (error) {
+    if (!isBusy(error)) throw error;
+    return await ifRegular(fs, path, undefined, () => openChecked(fs, path, options));
+  }
+}
+
+/**
  * `open` (read-only, or for appending) of a file whose kind the caller checked with `lstat`.
  */
 export async function openChecked(
