@@ -550,9 +550,11 @@ class DenoFileSystem implements FileSystem {
     try {
       home = Deno.env.get(name);
     } catch (error) {
-      // Without --allow-env the home directory is unknown, which the port says with undefined.
+      // Without --allow-env the home directory is unknown, which the port says with undefined;
+      // so is a value Deno cannot decode (not valid UTF-8), which no path string here can spell.
       if (
-        error instanceof Deno.errors.NotCapable || error instanceof Deno.errors.PermissionDenied
+        error instanceof Deno.errors.NotCapable || error instanceof Deno.errors.PermissionDenied ||
+        error instanceof Deno.errors.InvalidData
       ) {
         return undefined;
       }

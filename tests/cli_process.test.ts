@@ -261,3 +261,34 @@ test("output that cannot be written (a full disk) is a one-line error and exit c
     closeSync(full);
   }
 });
+
+if (isDeno) {
+  // Deno cannot decode a path or a variable that is not valid UTF-8 (Node decodes it lossily).
+  test("a current directory or LOOP_DATA_DIR Deno cannot decode fails only what needs it, in one line", () => {
+    const sh = (script: string) =>
+      spawnSync("sh", ["-c", script], {
+        env: { ...env(), DENO: process.execPath, ARGS: runtimeArgs(BIN).join(" ") },
+        encoding: "utf8",
+      });
+    const undecodable = `${base}/cwd-\\377`;
+    // In that directory: commands that do not need it run; one that does says so.
+    const inside = `mkdir -p "$(printf '${undecodable}')" && cd "$(printf '${undecodable}')" && `;
+    const version = sh(`${inside}exec "$DENO" $ARGS --version`);
+    assert.equal(version.status, 0, version.stderr);
+    const listed = sh(`${inside}exec "$DENO" $ARGS sessions list --all-workspaces --json`);
+    assert.equal(listed.status, 0, listed.stderr);
+    assert.equal(JSON.parse(listed.stdout).sessions.length, 1);
+    const here = sh(`${inside}exec "$DENO" $ARGS sessions list`);
+    assert.equal(here.status, 2, here.stderr);
+    assert.match(here.stderr, /^usage error: the current directory cannot be read \(/);
+    // A data directory named by a variable Deno cannot read is refused, never replaced by ~/.loop.
+    const data = sh(
+      `cd "${work}" && LOOP_DATA_DIR="$(printf '${base}/data-\\377')" exec "$DENO" $ARGS sessions list --all-workspaces`,
+    );
+    assert.equal(data.status, 2, data.stderr);
+    assert.match(
+      data.stderr,
+      /^usage error: the environment variable LOOP_DATA_DIR cannot be read/,
+    );
+  });
+}

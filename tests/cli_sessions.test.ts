@@ -420,3 +420,51 @@ test("sessions salvage --to a linked collection is refused however it is spelled
   assert.equal(salvaged.dir, `/ok/${salvaged.id}`);
   assert.equal(salvaged.kept, 2);
 });
+
+test("list --all-workspaces reports a collection it cannot read by its listed name, never hides it", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  await session.close();
+  // A name the runtime decodes lossily (not valid UTF-8): listed, but nothing is there by it.
+  const root = `${AGENT}/sessions`;
+  const lossy = `${root}/c\uFFFD`;
+  const withLossyName = new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (prop !== "readDir") return typeof value === "function" ? value.bind(target) : value;
+      return async (path: string) => {
+        const entries = await fs.readDir(path);
+        return path === root ? [...entries, { name: "c\uFFFD", kind: "directory" }] : entries;
+      };
+    },
+  });
+  const { io, out } = memoryIo(fs, CWD, Date.parse("2026-03-01T00:00:00Z"));
+  let err = "";
+  const code = await runSessions(
+    { ...io, fs: withLossyName, err: (text) => void (err += text) },
+    ["list", "--all-workspaces", "--json"],
+    AGENT,
+  );
+  assert.equal(code, 1);
+  const listed = JSON.parse(out());
+  assert.deepEqual(listed.sessions.map((s: { id: string }) => s.id), [session.id]);
+  assert.deepEqual(listed.failures.map((f: { path: string }) => f.path), [lossy]);
+  assert.equal(err, "");
+});
+
+test("a bare meta.json is the session of the current directory", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(CWD);
+  await session.commit(conversation(2));
+  await session.close();
+  const { io, out } = memoryIo(fs, session.getSessionPath(), Date.parse("2026-03-01T00:00:00Z"));
+  assert.equal(await runSessions(io, ["verify", "meta.json", "--json"], AGENT), 0);
+  assert.deepEqual(JSON.parse(out()).map((r: { dir: string }) => r.dir), [
+    session.getSessionPath(),
+  ]);
+});

@@ -12,6 +12,7 @@
  * @module
  */
 import { type CliIo, OutputError, writeFully } from "./output.ts";
+import { UsageError } from "./args.ts";
 import { runCli } from "./main.ts";
 import type { FileSystem } from "../port/fs.ts";
 import type { ProcessProbe } from "../port/probe.ts";
@@ -29,6 +30,8 @@ interface DenoLike {
   readonly errors: {
     readonly BrokenPipe: new (...args: never[]) => Error;
     readonly WouldBlock: new (...args: never[]) => Error;
+    readonly NotCapable: new (...args: never[]) => Error;
+    readonly PermissionDenied: new (...args: never[]) => Error;
   };
 }
 
@@ -105,11 +108,28 @@ export async function runtimeIo(): Promise<
       env: (name) => {
         try {
           return deno.env.get(name);
-        } catch {
-          return undefined;
+        } catch (error) {
+          // Not granted (--allow-env): unset, as the default applies. A value Deno cannot decode
+          // (not valid UTF-8) is said, never taken for unset: another data directory would be
+          // used in its place.
+          if (error instanceof deno.errors.NotCapable) return undefined;
+          if (error instanceof deno.errors.PermissionDenied) return undefined;
+          throw new UsageError(
+            `the environment variable ${name} cannot be read (${(error as Error).message})`,
+          );
         }
       },
-      cwd: deno.cwd(),
+      // Asked when a command needs it: a directory whose path Deno cannot decode fails only
+      // those, in one line.
+      get cwd(): string {
+        try {
+          return deno.cwd();
+        } catch (error) {
+          throw new UsageError(
+            `the current directory cannot be read (${(error as Error).message})`,
+          );
+        }
+      },
       now: Date.now,
     };
     return { io, args: deno.args, exit: (code) => deno.exit(code) };

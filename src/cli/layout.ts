@@ -4,7 +4,7 @@
  *
  * @module
  */
-import { dirname, join, resolve } from "../port/path.ts";
+import { dirname, join } from "../port/path.ts";
 import { LOOPY_DIRNAME } from "../layout/paths.ts";
 import { sessionPhase } from "../layout/records.ts";
 import {
@@ -30,6 +30,7 @@ import {
   inlined,
   printJson,
   Progress,
+  resolvePath,
   table,
 } from "./output.ts";
 
@@ -433,7 +434,7 @@ export async function runTraces(io: CliIo, args: readonly string[]): Promise<num
     const inspection = await inspectTrace(
       io.fs,
       loopyRoot,
-      ref.includes("/") ? resolve(io.cwd, ref) : ref,
+      ref.includes("/") ? resolvePath(io, ref) : ref,
     );
     printJson(
       io,

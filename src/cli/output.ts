@@ -4,6 +4,7 @@
  *
  * @module
  */
+import { isAbsolute, normalize, resolve } from "../port/path.ts";
 import type { FileSystem } from "../port/fs.ts";
 import type { Sha256Factory } from "../port/sha256.ts";
 import type { ProcessProbe } from "../loop/lock.ts";
@@ -29,7 +30,10 @@ export interface CliIo {
   readonly errIsTerminal: boolean;
   /** Reads an environment variable. */
   readonly env: (name: string) => string | undefined;
-  /** The current working directory (absolute). */
+  /**
+   * The current working directory (absolute). A runtime may compute it when asked and throw a
+   * `UsageError` when it cannot be given (a path it cannot decode): read it only when needed.
+   */
   readonly cwd: string;
   /** The clock, in Unix milliseconds. */
   readonly now: () => number;
@@ -105,15 +109,27 @@ export function fieldRows(rows: readonly (readonly [string, string])[]): string 
   return rows.map(([key, value]) => `${key.padEnd(width)}  ${inline(value)}`).join("\n") + "\n";
 }
 
-/** `io` with everything it writes passed through `terminalSafe`. */
+/**
+ * `path` resolved against the current directory, which is asked for only when `path` is relative
+ * (a runtime may fail to give it: see `CliIo.cwd`).
+ */
+export function resolvePath(io: CliIo, path: string): string {
+  return isAbsolute(path) ? normalize(path) : resolve(io.cwd, path);
+}
+
+/**
+ * `io` with everything it writes passed through `terminalSafe`. Its other members are read from
+ * `io` when asked (not copied): a `cwd` the runtime computes on demand fails only the commands
+ * that need it.
+ */
 export function terminalSafeIo(io: CliIo): CliIo {
-  return {
-    ...io,
+  const safe: Pick<CliIo, "out" | "err" | "errControls"> = {
     out: (text) => io.out(terminalSafe(text)),
     err: (text) => io.err(terminalSafe(text)),
     // The progress line's own controls, and only them, reach the terminal as controls.
     errControls: io.errControls ?? io.err,
   };
+  return Object.setPrototypeOf(safe, io) as CliIo;
 }
 
 /**

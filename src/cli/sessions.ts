@@ -6,7 +6,7 @@
  */
 import { FsError, FsIoError, NotADirectory, NotFound } from "../port/errors.ts";
 import type { DirEntry } from "../port/fs.ts";
-import { basename, dirname, join, normalize, resolve } from "../port/path.ts";
+import { basename, dirname, join, normalize } from "../port/path.ts";
 import {
   InvalidArgumentError,
   SessionError,
@@ -50,6 +50,7 @@ import {
   inlined,
   printJson,
   Progress,
+  resolvePath,
   table,
 } from "./output.ts";
 
@@ -140,7 +141,7 @@ function agentDirOf(io: CliIo, explicit: string | undefined): string {
     // `~` as a shell would have expanded it (a quoted value, or `--data-dir=~/x`, keeps it).
     if (chosen === "~") return home();
     if (chosen.startsWith("~/")) return join(home(), chosen.slice(2));
-    return resolve(io.cwd, chosen);
+    return resolvePath(io, chosen);
   }
   return join(home(), ".loop");
 }
@@ -397,10 +398,18 @@ async function lookup(
   return { located, listed, failure, irregular };
 }
 
+/**
+ * True when `target` is a path, not an id: one with a `/`, `.` or `..`, a legacy `<id>.jsonl`, or
+ * the bare name of a session file (`meta.json` of the current directory; the others get the
+ * error of a path that names no session).
+ */
 function isPathTarget(target: string): boolean {
   return target.includes("/") || target.endsWith(LEGACY_EXTENSION) || target === "." ||
-    target === "..";
+    target === ".." || SESSION_FILE_NAMES.has(target);
 }
+
+/** The files of a session directory, taken for paths when given bare. */
+const SESSION_FILE_NAMES: ReadonlySet<string> = new Set(["meta.json", "index.json"]);
 
 /**
  * Resolves `<id|path>` the way the store does. A path names a session directory, its meta.json or
@@ -416,7 +425,7 @@ async function locateTarget(
 ): Promise<Lookup & { readonly located: Located; readonly path: string }> {
   const context = storeFor(io, flags).context;
   if (isPathTarget(target)) {
-    let path = resolve(io.cwd, target);
+    let path = resolvePath(io, target);
     if (basename(path) === META_FILE) path = dirname(path);
     const name = basename(path);
     const collection = dirname(path);
@@ -640,10 +649,20 @@ async function list(io: CliIo, flags: StoreFlags, args: readonly string[]): Prom
   };
   if (parsed.flags.has("all-workspaces")) {
     for (const collection of await collections(io, flags.agentDir)) {
+      // Listed under sessions/, yet not there by that name (one the runtime cannot spell back,
+      // not valid UTF-8): its sessions are unknown, said as `verify --all` says it, never hidden.
+      if (!(await exists(io, collection))) {
+        failures.push({
+          path: collection,
+          error:
+            `Collection directory cannot be read by the name it is listed under: '${collection}'`,
+        });
+        continue;
+      }
       add(await store.listDetailed(undefined, collection, options));
     }
   } else if (parsed.values.has("dir")) {
-    const dir = resolve(io.cwd, parsed.values.get("dir") as string);
+    const dir = resolvePath(io, parsed.values.get("dir") as string);
     // As a --cwd that does not exist, a collection that does not is an error, not an empty list.
     if (!(await exists(io, dir))) {
       throw new SessionNotFoundError(`Collection directory does not exist: '${dir}'`, {
@@ -654,7 +673,7 @@ async function list(io: CliIo, flags: StoreFlags, args: readonly string[]): Prom
   } else {
     add(
       await store.listDetailed(
-        resolve(io.cwd, parsed.values.get("cwd") ?? "."),
+        resolvePath(io, parsed.values.get("cwd") ?? "."),
         undefined,
         options,
       ),
@@ -1304,7 +1323,7 @@ async function membership(
   for (const path of [...parsed.positionals, ...(dir === undefined ? [] : [dir])]) {
     refuseParentSegments(sub, path);
   }
-  const explicit = dir === undefined ? undefined : resolve(io.cwd, dir);
+  const explicit = dir === undefined ? undefined : resolvePath(io, dir);
   // A collection is never named with a leading dot: such names are the store's private staging
   // directories (`.delete-*`, `.staging-*`), which only the store itself may change.
   if (
@@ -1467,7 +1486,7 @@ async function salvage(io: CliIo, flags: StoreFlags, args: readonly string[]): P
   // A legacy version-2 file not migrated yet (a damaged one cannot be) is salvaged from itself.
   const source = located.kind === "legacy" ? located.file : await realDirectory(io, located.dir);
   // Normalized as the store takes it (a trailing slash never reaches a lookup).
-  const toCollection = resolve(io.cwd, to);
+  const toCollection = resolvePath(io, to);
   // Under the target collection's lock: a cleanup there never meets the copy half built.
   const result = await storeFor(io, flags).salvage(source, toCollection);
   if (parsed.flags.has("json")) printJson(io, result);
