@@ -266,3 +266,19 @@ test("migrate --all migrates the real collections when a linked one cannot be re
   assert.match(run.out, /skipped {2}.*\n {2}could not be read: .*permission denied/i);
   assert.equal((await fs.lstat(`${otherCollection}/${inReal}`)).kind, "directory");
 });
+
+test("cleanup --all-workspaces settles the real collections and skips a linked one (exit 1)", async () => {
+  const { fs } = await linkedStore();
+  const linkedPath = `${ROOT}/${workspaceHash(CWD)}`;
+  const realPath = `${ROOT}/${workspaceHash(OTHER)}`;
+  // A temp file a crash left in each: removed from the real one only.
+  await fs.writeFile(`/disk2/collection/.meta.json.crash.tmp`, new Uint8Array([1]));
+  await fs.writeFile(`${realPath}/.meta.json.crash.tmp`, new Uint8Array([1]));
+  const run = await sessions(fs, ["cleanup", "--all-workspaces", "--json"]);
+  assert.equal(run.code, 1, run.err);
+  const report = JSON.parse(run.out);
+  assert.deepEqual(report.collections.map((c: { collection: string }) => c.collection), [realPath]);
+  assert.deepEqual(report.collections[0].removed, [`${realPath}/.meta.json.crash.tmp`]);
+  assert.deepEqual(report.skipped.map((s: { collection: string }) => s.collection), [linkedPath]);
+  assert.equal((await fs.lstat(`/disk2/collection/.meta.json.crash.tmp`)).kind, "file");
+});

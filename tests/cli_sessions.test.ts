@@ -468,3 +468,52 @@ test("a bare meta.json is the session of the current directory", async () => {
     session.getSessionPath(),
   ]);
 });
+
+test("a delete interrupted past its commit point: its rerun says how to finish it, and cleanup does", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(CWD);
+  await session.commit(conversation(2));
+  await session.close();
+  await store.archive.set(CWD, [session.id], true);
+  const now = Date.parse("2026-03-01T00:00:00Z");
+  // The process ends (Ctrl-C) right after the delete's commit marker is in place.
+  const interrupted = hookedFs(fs, {
+    after: (method, args) => {
+      if (method === "rename" && String(args[1]).endsWith("/committed")) {
+        throw new Error("interrupted");
+      }
+    },
+  });
+  const first = memoryIo(fs, CWD, now);
+  await assert.rejects(
+    runSessions({ ...first.io, fs: interrupted }, ["delete", session.id], AGENT),
+    /interrupted/,
+  );
+  const collection = `${AGENT}/sessions/${workspaceHash(CWD)}`;
+  const staged = (await fs.readDir(collection)).filter((e) => e.name.startsWith(".delete-"));
+  assert.equal(staged.length, 1);
+  // The rerun finds the session gone, and says what finishes the delete.
+  let err = "";
+  const rerun = memoryIo(fs, CWD, now);
+  const code = await runCli(["--data-dir", AGENT, "sessions", "delete", session.id], {
+    ...rerun.io,
+    err: (text) => void (err += text),
+  });
+  assert.equal(code, 1);
+  assert.match(err, /if a delete of it was interrupted, 'sessions cleanup' finishes it/);
+  // Cleanup of the current directory's workspace finishes it: nothing of the session is left.
+  const cleaned = memoryIo(fs, CWD, now);
+  assert.equal(await runSessions(cleaned.io, ["cleanup", "--json"], AGENT), 0);
+  const report = JSON.parse(cleaned.out());
+  assert.deepEqual(report.collections.map((c: { collection: string }) => c.collection), [
+    collection,
+  ]);
+  assert.deepEqual(report.collections[0].finished, [`${collection}/${staged[0]?.name}`]);
+  assert.deepEqual((await fs.readDir(collection)).map((e) => e.name), ["archive.json"]);
+  // Nothing more to do: said as such.
+  const again = memoryIo(fs, CWD, now);
+  assert.equal(await runSessions(again.io, ["cleanup"], AGENT), 0);
+  assert.equal(again.out(), `${collection}: nothing to do\n`);
+});

@@ -1,6 +1,6 @@
 /**
- * `sessions …` commands: list, show, history, verify, migrate, archive, restore, delete, compact
- * and salvage over a Loop session store on the real disk.
+ * `sessions …` commands: list, show, history, verify, migrate, archive, restore, delete, cleanup,
+ * compact and salvage over a Loop session store on the real disk.
  *
  * @module
  */
@@ -15,6 +15,7 @@ import {
   UnsupportedSessionError,
 } from "../loop/errors.ts";
 import { SessionStore } from "../loop/store.ts";
+import type { CleanupReport } from "../loop/maintenance.ts";
 import {
   comparePinnedFirst,
   findSessions,
@@ -107,6 +108,15 @@ Only sessions the store recognizes, in a collection of the store (<data dir>/ses
 or in the collection given with --dir, are deleted; anything else, or (without
 --include-unarchived) a session that is not archived, is refused before anything is removed. When
 a later collection still fails, what was already deleted is printed before the error (exit 1).`,
+  cleanup:
+    `Usage: loop-sessions sessions cleanup [--cwd DIR | --dir COLLECTION | --all-workspaces] [--json]
+
+Settles what interrupted operations left in a collection, as the store's cleanup() does: finishes
+a delete that had committed (removing what it staged), rolls back one that had not and an
+interrupted compaction, and removes staging leftovers, temp files and the stale locks of sessions
+no writer holds. A delete interrupted past its commit point (Ctrl-C) is finished here. Default:
+the current directory's workspace. What it cannot settle is listed as kept (exit 1): look at it by
+hand. A collection that is a link is skipped (exit 1): the store never writes through a link.`,
   compact: `Usage: loop-sessions sessions compact <id|path> [--json]
 
 Rewrites messages.jsonl to hold only the committed generation (staged and atomic). When it holds
@@ -608,6 +618,8 @@ export async function runSessions(
     case "restore":
     case "delete":
       return await membership(io, flags, sub, rest);
+    case "cleanup":
+      return await cleanup(io, flags, rest);
     case "compact":
       return await compact(io, flags, rest);
     case "salvage":
@@ -689,6 +701,61 @@ async function list(io: CliIo, flags: StoreFlags, args: readonly string[]): Prom
     for (const failure of failures) io.err(inlined`error: ${failure.error}\n`);
   }
   return failures.length > 0 ? 1 : 0;
+}
+
+async function cleanup(io: CliIo, flags: StoreFlags, args: readonly string[]): Promise<number> {
+  const parsed = parseArgs(args, {
+    cwd: "value",
+    dir: "value",
+    "all-workspaces": "boolean",
+    json: "boolean",
+  });
+  if (wantsHelp(io, "cleanup", parsed)) return 0;
+  if (parsed.positionals.length > 0) {
+    throw new UsageError("sessions cleanup takes no positional arguments");
+  }
+  const modes = ["cwd", "dir"].filter((n) => parsed.values.has(n)).length +
+    (parsed.flags.has("all-workspaces") ? 1 : 0);
+  if (modes > 1) throw new UsageError("pass only one of --cwd, --dir and --all-workspaces");
+  const store = storeFor(io, flags);
+  const reports: ({ collection: string } & CleanupReport)[] = [];
+  const skipped: { collection: string; reason: string }[] = [];
+  if (parsed.flags.has("all-workspaces")) {
+    for (const { path, linked } of await collectionEntries(io, flags.agentDir)) {
+      if (linked) skipped.push({ collection: path, reason: linkedCollectionReason("cleanup") });
+      else reports.push({ collection: path, ...await store.cleanup(undefined, path) });
+    }
+  } else if (parsed.values.has("dir")) {
+    const dir = resolvePath(io, parsed.values.get("dir") as string);
+    if (!(await exists(io, dir))) {
+      throw new SessionNotFoundError(`Collection directory does not exist: '${dir}'`, {
+        file: dir,
+      });
+    }
+    reports.push({ collection: dir, ...await store.cleanup(undefined, dir) });
+  } else {
+    const cwd = resolvePath(io, parsed.values.get("cwd") ?? ".");
+    const report = await store.cleanup(cwd);
+    reports.push({ collection: await store.collectionFor(cwd), ...report });
+  }
+  const unsettled = skipped.length + reports.reduce((n, report) => n + report.kept.length, 0);
+  if (parsed.flags.has("json")) printJson(io, { collections: reports, skipped });
+  else {
+    for (const report of reports) {
+      const done = [
+        ...report.finished.map((path) => `finished delete  ${path}`),
+        ...report.restored.map((path) => `rolled back      ${path}`),
+        ...report.removed.map((path) => `removed          ${path}`),
+        ...report.kept.map((path) => `kept             ${path}`),
+      ];
+      io.out(inlined`${report.collection}:${done.length === 0 ? " nothing to do" : ""}\n`);
+      for (const line of done) io.out(inlined`  ${line}\n`);
+    }
+    for (const { collection, reason } of skipped) {
+      io.out(inlined`${collection}: skipped: ${reason}\n`);
+    }
+  }
+  return unsettled > 0 ? 1 : 0;
 }
 
 async function show(io: CliIo, flags: StoreFlags, args: readonly string[]): Promise<number> {
@@ -1339,12 +1406,23 @@ async function membership(
   // are told apart by their real path (one collection named two ways is one), ids by value.
   const byCollection = new Map<string, { collection: string; ids: string[] }>();
   for (const target of parsed.positionals) {
-    const found = await locateTarget(
-      io,
-      flags,
-      target,
-      explicit === undefined ? undefined : [explicit],
-    );
+    let found: Awaited<ReturnType<typeof locateTarget>>;
+    try {
+      found = await locateTarget(
+        io,
+        flags,
+        target,
+        explicit === undefined ? undefined : [explicit],
+      );
+    } catch (error) {
+      // A rerun of a delete interrupted past its commit point finds the session gone: what it
+      // staged is still on disk until a cleanup finishes it.
+      if (sub !== "delete" || !(error instanceof SessionNotFoundError)) throw error;
+      throw new SessionNotFoundError(
+        `${error.message}; if a delete of it was interrupted, 'sessions cleanup' finishes it`,
+        { cause: error, ...(error.file === undefined ? {} : { file: error.file }) },
+      );
+    }
     const { collection, id } = found.located;
     const scope = await scopeOf(io, flags, collection, explicit);
     if (scope === "linked") throw linkedCollectionRefused(sub, collection);
