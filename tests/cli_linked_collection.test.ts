@@ -272,13 +272,13 @@ test("cleanup --all-workspaces settles the real collections and skips a linked o
   const linkedPath = `${ROOT}/${workspaceHash(CWD)}`;
   const realPath = `${ROOT}/${workspaceHash(OTHER)}`;
   // A temp file a crash left in each: removed from the real one only.
-  await fs.writeFile(`/disk2/collection/.meta.json.crash.tmp`, new Uint8Array([1]));
-  await fs.writeFile(`${realPath}/.meta.json.crash.tmp`, new Uint8Array([1]));
+  await fs.writeFile(`/disk2/collection/.meta.json.0badc0de1.tmp`, new Uint8Array([1]));
+  await fs.writeFile(`${realPath}/.meta.json.0badc0de1.tmp`, new Uint8Array([1]));
   const run = await sessions(fs, ["cleanup", "--all-workspaces", "--json"]);
   assert.equal(run.code, 1, run.err);
   const report = JSON.parse(run.out);
   assert.deepEqual(report.collections.map((c: { collection: string }) => c.collection), [realPath]);
-  assert.deepEqual(report.collections[0].removed, [`${realPath}/.meta.json.crash.tmp`]);
+  assert.deepEqual(report.collections[0].removed, [`${realPath}/.meta.json.0badc0de1.tmp`]);
   assert.deepEqual(report.skipped.map((s: { collection: string }) => s.collection), [linkedPath]);
-  assert.equal((await fs.lstat(`/disk2/collection/.meta.json.crash.tmp`)).kind, "file");
+  assert.equal((await fs.lstat(`/disk2/collection/.meta.json.0badc0de1.tmp`)).kind, "file");
 });

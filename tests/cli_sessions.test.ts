@@ -5,6 +5,8 @@ import { runSessions } from "../src/cli/sessions.ts";
 import { runCli } from "../src/cli/main.ts";
 import { memoryIo } from "./_cli_io.ts";
 import { hookedFs } from "./_hooks.ts";
+import { PermissionDenied } from "../src/port/errors.ts";
+import { tempNameFor } from "../src/port/durable.ts";
 import type { CliIo } from "../src/cli/output.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import { conversation, legacySessionBytes } from "./_fixtures.ts";
@@ -516,4 +518,38 @@ test("a delete interrupted past its commit point: its rerun says how to finish i
   const again = memoryIo(fs, CWD, now);
   assert.equal(await runSessions(again.io, ["cleanup"], AGENT), 0);
   assert.equal(again.out(), `${collection}: nothing to do\n`);
+});
+
+test("cleanup --all-workspaces skips a collection it cannot read, says why, and cleans the others", async () => {
+  const fs = new MemoryFs();
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const collections: string[] = [];
+  for (const cwd of ["/work/a", "/work/b"]) {
+    await fs.mkdir(cwd, { recursive: true });
+    const session = await store.create(cwd);
+    await session.commit(conversation(1));
+    await session.close();
+    collections.push(`${AGENT}/sessions/${workspaceHash(cwd)}`);
+  }
+  collections.sort();
+  const [denied, other] = collections as [string, string];
+  const leftovers = collections.map((c) => tempNameFor(`${c}/archive.json`));
+  for (const file of leftovers) await fs.writeFile(file, new TextEncoder().encode("{"));
+  const refusing = hookedFs(fs, {
+    before(method, args) {
+      if (method === "readDir" && args[0] === denied) throw new PermissionDenied(method, denied);
+    },
+  });
+  const { io, out } = memoryIo(fs, "/work/a", Date.parse("2026-03-01T00:00:00Z"));
+  const code = await runSessions(
+    { ...io, fs: refusing },
+    ["cleanup", "--all-workspaces", "--json"],
+    AGENT,
+  );
+  assert.equal(code, 1);
+  const report = JSON.parse(out());
+  assert.deepEqual(report.collections.map((c: { collection: string }) => c.collection), [other]);
+  assert.deepEqual(report.collections[0].removed, [leftovers[1]]);
+  assert.deepEqual(report.skipped.map((s: { collection: string }) => s.collection), [denied]);
+  assert.match(report.skipped[0].reason, /Permission denied/);
 });

@@ -647,9 +647,12 @@ test("cleanup reports the collection leftovers it removed", async () => {
   const staging = `${COLLECTION}/.staging-${session.id}-deadbeef`;
   await fs.mkdir(staging);
   await fs.writeFile(`${staging}/messages.jsonl`, new Uint8Array(3));
-  await fs.writeFile(`${COLLECTION}/.archive.json.abc.tmp`, new Uint8Array(1));
+  await fs.writeFile(`${COLLECTION}/.archive.json.0badc0de1.tmp`, new Uint8Array(1));
   const report = await store.cleanup(CWD);
-  assert.deepEqual(report.removed.sort(), [staging, `${COLLECTION}/.archive.json.abc.tmp`].sort());
+  assert.deepEqual(
+    report.removed.sort(),
+    [staging, `${COLLECTION}/.archive.json.0badc0de1.tmp`].sort(),
+  );
   const names = (await fs.readDir(COLLECTION)).map((e) => e.name);
   assert.ok(!names.includes(`.staging-${session.id}-deadbeef`));
 });
@@ -872,7 +875,7 @@ test("a read-only open through the legacy backup of a session caught between a c
   const fs = await freshFs();
   const { dir, id, history } = await replaced(fs);
   await fs.writeFile(`${COLLECTION}/${id}.jsonl`, legacyBytes(id, [user("stale backup")]));
-  await fs.writeFile(`${COLLECTION}/.archive.json.x.tmp`, new Uint8Array(1));
+  await fs.writeFile(`${COLLECTION}/.archive.json.0badc0de2.tmp`, new Uint8Array(1));
   fs.syncAll();
   const recovered = await crashedBetweenRenames(fs, dir);
   const before = recovered.snapshotTree("/");
@@ -1024,7 +1027,7 @@ test("a read-only open through the legacy file that saw a compaction between its
   await fs.writeFile(`${COLLECTION}/${id}.jsonl`, legacyBytes(id, [user("stale backup")]));
   // A leftover that any recovery of the collection removes, planted once the compaction (which
   // recovers first) finished.
-  const leftover = `${COLLECTION}/.archive.json.x.tmp`;
+  const leftover = `${COLLECTION}/.archive.json.0badc0de2.tmp`;
   let armed = true;
   const opened = await acrossFinishedSwap(fs, dir, (racing, seen) =>
     storeOn(hookedFs(racing, {
@@ -1106,7 +1109,7 @@ test("a read-only open through the legacy backup of a migrated session writes no
   const staging = `${COLLECTION}/.staging-${other.id}-abcd1234`;
   await fs.mkdir(staging);
   await fs.rename(other.getSessionPath(), `${staging}/previous`);
-  await fs.writeFile(`${COLLECTION}/.archive.json.x.tmp`, encoder.encode("{"));
+  await fs.writeFile(`${COLLECTION}/.archive.json.0badc0de2.tmp`, encoder.encode("{"));
   const before = fs.snapshotTree("/");
   const reader = await store.open(`${COLLECTION}/${id}.jsonl`, { readOnly: true });
   assert.equal(reader.getSessionPath(), `${COLLECTION}/${id}`);

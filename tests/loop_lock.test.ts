@@ -358,17 +358,17 @@ test("cleanup() removes stale locks and markers and keeps live ones", async () =
   const dir = session.getSessionPath();
   await writeLock(fs, dir, { pid: 999, host: HOST, startedAt: "x", token: "dead" });
   await fs.writeFile(`${dir}/${WRITER_LOCK_FILE}.takeover-dead`, encoder.encode("{}"));
-  await fs.writeFile(`${dir}/.meta.json.abc.tmp`, encoder.encode("partial"));
+  await fs.writeFile(`${dir}/.meta.json.0badc0de1.tmp`, encoder.encode("partial"));
   const report = await storeAs(fs, 200, alive).cleanup(CWD);
   assert.deepEqual(
     report.removed.map((p) => p.slice(dir.length + 1)).sort(),
-    [".meta.json.abc.tmp", WRITER_LOCK_FILE, `${WRITER_LOCK_FILE}.takeover-dead`].sort(),
+    [".meta.json.0badc0de1.tmp", WRITER_LOCK_FILE, `${WRITER_LOCK_FILE}.takeover-dead`].sort(),
   );
   const writer = await storeAs(fs, 100, alive).open(dir);
-  await fs.writeFile(`${dir}/.index.json.def.tmp`, encoder.encode("in flight"));
+  await fs.writeFile(`${dir}/.index.json.0badc0de2.tmp`, encoder.encode("in flight"));
   await storeAs(fs, 200, alive).cleanup(CWD);
   assert.equal((await lockRecord(fs, dir)).pid, 100);
-  assert.equal((await fs.lstat(`${dir}/.index.json.def.tmp`)).kind, "file");
+  assert.equal((await fs.lstat(`${dir}/.index.json.0badc0de2.tmp`)).kind, "file");
   await writer.close();
 });
 
@@ -692,7 +692,7 @@ test("cleanup locks a session only to remove its temp files, and a writer of its
   await writer.close();
   // A temp file left by a crash: cleanup holds the lock while it removes it; an open of this
   // process started meanwhile waits for it, then opens.
-  await fs.writeFile(`${dir}/.meta.json.abc.tmp`, encoder.encode("partial"));
+  await fs.writeFile(`${dir}/.meta.json.0badc0de1.tmp`, encoder.encode("partial"));
   let release!: () => void;
   const reached = new Promise<void>((resolve) => {
     pause = { reached: resolve, release: new Promise<void>((done) => (release = done)) };
@@ -706,7 +706,7 @@ test("cleanup locks a session only to remove its temp files, and a writer of its
   const opening = store.open(dir);
   await new Promise((resolve) => setTimeout(resolve, 5));
   release();
-  assert.deepEqual((await cleaning).removed, [`${dir}/.meta.json.abc.tmp`]);
+  assert.deepEqual((await cleaning).removed, [`${dir}/.meta.json.0badc0de1.tmp`]);
   const opened = await opening;
   await opened.close();
 });
@@ -715,7 +715,7 @@ test("cleanup removes its own hold of a session's lock even when the first remov
   const { fs, alive, session } = await setup();
   const dir = session.getSessionPath();
   await session.close();
-  await fs.writeFile(`${dir}/.meta.json.abc.tmp`, encoder.encode("partial"));
+  await fs.writeFile(`${dir}/.meta.json.0badc0de1.tmp`, encoder.encode("partial"));
   const probeFs = fs.clone();
   probeFs.resetCounter();
   await storeAs(probeFs, 300, new Set([...alive, 300])).cleanup(CWD);
@@ -728,7 +728,7 @@ test("cleanup removes its own hold of a session's lock even when the first remov
   fs.failAt(removals[0]!.number, { error: "EIO" });
   const report = await storeAs(fs, 300, alive).cleanup(CWD);
   fs.clearFaults();
-  assert.deepEqual(report.removed, [`${dir}/.meta.json.abc.tmp`]);
+  assert.deepEqual(report.removed, [`${dir}/.meta.json.0badc0de1.tmp`]);
   await assert.rejects(fs.lstat(`${dir}/${WRITER_LOCK_FILE}`));
   // Another live process can write the session at once.
   const writer = await storeAs(fs, 200, alive).open(dir);
@@ -739,7 +739,7 @@ test("a writer of the process waits for cleanup's hold also while cleanup is sti
   const { fs, alive, session } = await setup();
   const dir = session.getSessionPath();
   await session.close();
-  await fs.writeFile(`${dir}/.meta.json.abc.tmp`, encoder.encode("partial"));
+  await fs.writeFile(`${dir}/.meta.json.0badc0de1.tmp`, encoder.encode("partial"));
   let reached!: () => void;
   const atCreate = new Promise<void>((resolve) => (reached = resolve));
   let release!: () => void;
@@ -761,7 +761,7 @@ test("a writer of the process waits for cleanup's hold also while cleanup is sti
   const opening = store.open(dir);
   await new Promise((resolve) => setTimeout(resolve, 5));
   release();
-  assert.deepEqual((await cleaning).removed, [`${dir}/.meta.json.abc.tmp`]);
+  assert.deepEqual((await cleaning).removed, [`${dir}/.meta.json.0badc0de1.tmp`]);
   const writer = await opening;
   await writer.close();
 });
@@ -772,7 +772,7 @@ test("a lock removal retried after a failure never removes the lock a writer of 
   await session.close();
   alive.add(300);
   const lockPath = `${dir}/${WRITER_LOCK_FILE}`;
-  await fs.writeFile(`${dir}/.meta.json.abc.tmp`, encoder.encode("partial"));
+  await fs.writeFile(`${dir}/.meta.json.0badc0de1.tmp`, encoder.encode("partial"));
   let reached!: () => void;
   const atHold = new Promise<void>((resolve) => (reached = resolve));
   let release!: () => void;
@@ -856,7 +856,7 @@ for (const planted of ["a directory", "a dangling link", "a link to a live lock"
     const other = await storeAs(fs, 100, alive).create(CWD);
     await other.commit(conversation(1));
     await other.close();
-    await fs.writeFile(`${other.getSessionPath()}/.meta.json.1.tmp`, encoder.encode("x"));
+    await fs.writeFile(`${other.getSessionPath()}/.meta.json.0badc0de3.tmp`, encoder.encode("x"));
     if (planted === "a directory") await fs.mkdir(lock);
     else if (planted === "a dangling link") await fs.symlink("/nowhere", lock);
     else {

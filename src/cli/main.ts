@@ -34,6 +34,7 @@ Loop session store (default ~/.loop, or $LOOP_DATA_DIR, or --data-dir):
   sessions migrate (<path> | --all) [--dry-run] [--json]
   sessions archive|restore <id|path...> [--dir COLLECTION] [--json]
   sessions delete <id|path...> [--dir COLLECTION] [--include-unarchived] [--json]
+  sessions cleanup [--cwd DIR | --dir COLLECTION | --all-workspaces] [--json]
   sessions compact <id|path> [--json]
   sessions salvage <id|path> --to <collection dir> [--json]
 

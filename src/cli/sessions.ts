@@ -116,7 +116,10 @@ a delete that had committed (removing what it staged), rolls back one that had n
 interrupted compaction, and removes staging leftovers, temp files and the stale locks of sessions
 no writer holds. A delete interrupted past its commit point (Ctrl-C) is finished here. Default:
 the current directory's workspace. What it cannot settle is listed as kept (exit 1): look at it by
-hand. A collection that is a link is skipped (exit 1): the store never writes through a link.`,
+hand. A collection that is a link is skipped (exit 1): the store never writes through a link; so
+is one that cannot be read or cleaned, with why, and the others are cleaned all the same. A --dir
+that is no collection (the sessions root, a session directory, a private staging directory) is
+refused; only what the store itself makes is ever removed.`,
   compact: `Usage: loop-sessions sessions compact <id|path> [--json]
 
 Rewrites messages.jsonl to hold only the committed generation (staged and atomic). When it holds
@@ -721,9 +724,27 @@ async function cleanup(io: CliIo, flags: StoreFlags, args: readonly string[]): P
   const reports: ({ collection: string } & CleanupReport)[] = [];
   const skipped: { collection: string; reason: string }[] = [];
   if (parsed.flags.has("all-workspaces")) {
+    // Each collection on its own: one that cannot be cleaned is reported as skipped (exit 1), with
+    // why, and the others are cleaned all the same.
     for (const { path, linked } of await collectionEntries(io, flags.agentDir)) {
-      if (linked) skipped.push({ collection: path, reason: linkedCollectionReason("cleanup") });
-      else reports.push({ collection: path, ...await store.cleanup(undefined, path) });
+      if (linked) {
+        skipped.push({ collection: path, reason: linkedCollectionReason("cleanup") });
+        continue;
+      }
+      if (!(await exists(io, path))) {
+        // Listed, yet not there by that name (not valid UTF-8): see `list --all-workspaces`.
+        skipped.push({
+          collection: path,
+          reason: "it cannot be read by the name it is listed under",
+        });
+        continue;
+      }
+      try {
+        reports.push({ collection: path, ...await store.cleanup(undefined, path) });
+      } catch (error) {
+        if (!(error instanceof SessionError || error instanceof FsError)) throw error;
+        skipped.push({ collection: path, reason: error.message });
+      }
     }
   } else if (parsed.values.has("dir")) {
     const dir = resolvePath(io, parsed.values.get("dir") as string);

@@ -30,6 +30,7 @@ import { NotFound } from "../port/errors.ts";
 import {
   entryKind,
   forgetDurable,
+  isTempName,
   PRIVATE_DIR_MODE,
   PRIVATE_FILE_MODE,
   writeNewFile,
@@ -229,7 +230,7 @@ async function copyCommitted(
 /** Entries a compaction may leave behind in a session directory: lock and temp files. */
 function isDisposable(name: string, kind: EntryKind): boolean {
   return kind === "file" &&
-    (isLockFileName(name) || (name.startsWith(".") && name.endsWith(".tmp")));
+    (isLockFileName(name) || isTempName(name));
 }
 
 const KNOWN_FILES: ReadonlySet<string> = new Set([META_FILE, MESSAGES_FILE, INDEX_FILE]);

@@ -37,8 +37,7 @@ import {
   SessionLockedError,
 } from "./errors.ts";
 import { DELETE_PREFIX, recoverDeletion } from "./archive.ts";
-import { recoverStaging } from "./compaction.ts";
-import { STAGING_PREFIX } from "./legacy.ts";
+import { recoverStaging, stagingSessionId } from "./compaction.ts";
 
 /** What a recovery or cleanup did, as absolute paths. */
 export interface CleanupReport {
@@ -88,7 +87,9 @@ export async function recoverLeftovers(
   let removedFiles = false;
   for (const entry of entries) {
     const path = join(collection, entry.name);
-    if (entry.kind === "directory" && entry.name.startsWith(STAGING_PREFIX)) {
+    // Only the names the store makes: `.staging-<id>-<random>` (a name that names no session is
+    // not the store's, and is left alone), `.delete-<uuid>`, and temp files (`isTempName`).
+    if (entry.kind === "directory" && stagingSessionId(entry.name) !== undefined) {
       const outcome = await recoverStaging(context, collection, entry.name);
       report[outcome === "restored" ? "restored" : outcome === "kept" ? "kept" : "removed"].push(
         path,

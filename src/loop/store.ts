@@ -973,7 +973,7 @@ export class SessionStore {
    * @throws {InvalidArgumentError} When `dir` or `toCollection` is not an absolute path,
    * `options` not an object, `options.id` not a session id (a lowercase UUID), `dir` is inside
    * a private staging or delete directory, or `toCollection` is no collection: the sessions root,
-   * a private directory of the store, or a place inside a session (see `#checkSalvageDestination`).
+   * a private directory of the store, or a place inside a session (see `#checkCollectionPath`).
    * @throws {SessionNotFoundError} When `dir` (a session directory) has no meta.json, or is
    * missing (and no delete or compaction staged a copy of it): naming meta.json; for a legacy
    * file, when it is missing, naming it. Before `toCollection` is made.
@@ -1005,7 +1005,7 @@ export class SessionStore {
     const from = normalize(dir);
     const to = normalize(toCollection);
     refusePrivatePath(dir, from);
-    await this.#checkSalvageDestination(toCollection);
+    await this.#checkCollectionPath("toCollection", toCollection);
     // A source that would be refused (a linked file, no readable meta.json) is refused before
     // the collection is made.
     const source = await this.#salvageSource(from);
@@ -1034,8 +1034,8 @@ export class SessionStore {
   }
 
   /**
-   * Refuses (`InvalidArgumentError`) a salvage destination that is no collection, before anything
-   * is written: the sessions root `<agentDir>/sessions` itself (its entries are collections), a
+   * Refuses (`InvalidArgumentError` naming `argument`) a collection path that is no collection,
+   * for a salvage into it or a cleanup of it, before anything is written: the sessions root `<agentDir>/sessions` itself (its entries are collections), a
    * directory private to the store or inside one (`.staging-*`, `.delete-*` anywhere; below the
    * sessions root, any name starting with '.', which listings skip), or a place inside a session,
    * which its delete or compaction would take along: below the sessions root, a directory named
@@ -1044,7 +1044,10 @@ export class SessionStore {
    * (or, below the sessions root, a directory on the way to it) holding a meta.json. Judged on
    * the path as given and on its real path, so a link never leads into one.
    */
-  async #checkSalvageDestination(toCollection: string): Promise<void> {
+  async #checkCollectionPath(
+    argument: "toCollection" | "sessionDir",
+    toCollection: string,
+  ): Promise<void> {
     const root = join(this.agentDir, "sessions");
     const given = normalize(toCollection);
     const judged: [string, string][] = [[given, root]];
@@ -1052,8 +1055,10 @@ export class SessionStore {
     if (realPath !== given || realRoot !== root) judged.push([realPath, realRoot]);
     const refuse = (why: string): never => {
       throw new InvalidArgumentError(
-        "toCollection",
-        `Salvage destination '${toCollection}' is not a collection: ${why}; salvage into a collection directory`,
+        argument,
+        argument === "toCollection"
+          ? `Salvage destination '${toCollection}' is not a collection: ${why}; salvage into a collection directory`
+          : `'${toCollection}' is not a collection to clean up: ${why}; nothing was changed`,
       );
     };
     for (const [path, sessions] of judged) {
@@ -1126,9 +1131,14 @@ export class SessionStore {
    * Maintenance of a collection (same resolution as `list`): rolls back or finishes interrupted
    * compactions and deletes, removes staging leftovers and temp files, and stale locks of
    * sessions no writer holds.
+   *
+   * @throws {InvalidArgumentError} When `sessionDir` is given and is no collection, before
+   * anything is changed: the sessions root itself, a private directory of the store, a session
+   * directory or a place inside one (as for a salvage destination, see `salvage`).
    */
   async cleanup(cwd?: string, sessionDir?: string): Promise<CleanupReport> {
     const { collection } = await this.#collectionOf(cwd, sessionDir);
+    if (sessionDir !== undefined) await this.#checkCollectionPath("sessionDir", sessionDir);
     // The recovery is cleanup's own work here, so its report is the one returned, with the
     // stale collection lock (and markers) taken over to run it.
     return await this.#exclusive(

@@ -62,10 +62,16 @@ export function tempNameFor(path: string): string {
   );
 }
 
-/** True for a name `tempNameFor` makes (`.<name>.<random>.tmp`): a temp file, never data. */
+/**
+ * True for a name `tempNameFor` makes (`.<name>.<random>.tmp`, the random part 8 hex digits and a
+ * base-36 counter): a temp file, never data. Another name ending in `.tmp` (a file of the user's)
+ * is not one, so maintenance never removes it.
+ */
 export function isTempName(name: string): boolean {
-  return name.startsWith(".") && name.endsWith(".tmp");
+  return TEMP_NAME.test(name);
 }
+
+const TEMP_NAME = /^\..*\.[0-9a-f]{8}[0-9a-z]{1,6}\.tmp$/s;
 
 /**
  * Replaces `path` with `data` atomically: an exclusive temp file in the same directory (created
