@@ -514,7 +514,10 @@ interface ChildBuild {
  * given up this way.
  *
  * Throws `SessionStateError` (and leaves the request pending) when the parent cannot dispatch
- * now: it is terminal, executing an attempt, or already waiting for another live child. A parent
+ * now: it is terminal, executing an attempt, or already waiting for another live child. The phase
+ * is judged again when the parent's state is pointed at the new child: a parent that started an
+ * attempt meanwhile completes the acceptance on a later call; one that became terminal keeps its
+ * frozen state, and the child's record is `failed_dispatch`. A parent
  * whose frozen `workflow_contract.json` / `workflow_roster.json` (or the root's
  * `harness_capability_roster.json`) contradicts what its `state.json` (the root's) pins is the
  * parent's corruption, not the request's fault: a `LayoutRecordError` naming that `state.json`
@@ -1138,24 +1141,42 @@ async function accept(
   const childId = record.session_id;
   const childDir = paths.childDir(childId);
 
+  let live: ChildRecord = record;
   if (record.status === "dispatching") {
-    const running: ChildRecord = { ...record, status: "running", updated_at: now };
-    ledger = await writeChildrenLedger(
-      fs,
-      paths,
-      ledger,
-      replacing(ledger, running),
-      options,
-    );
+    live = { ...record, status: "running", updated_at: now };
+    ledger = await writeChildrenLedger(fs, paths, ledger, replacing(ledger, live), options);
   } else {
     // Running already, maybe written by an acceptance that failed before the fsync of its
     // directory: durable before the state and the commit point build on it.
     await ensureFileDurable(fs, paths.childrenJson, options.durability);
   }
-  await updateSessionState(fs, parent.dir, (state, current) => {
-    if (current.active_child_session_id === childId) return false;
-    state.active_child_session_id = childId;
-  }, { updatedAt: now, durability: options.durability, owner: parent });
+  // The parent's phase is judged again on the state this change reads: its engine may have moved
+  // it since the request was admitted (an attempt started, a terminal transition committed).
+  let phase: ReturnType<typeof sessionPhase> | undefined;
+  try {
+    await updateSessionState(fs, parent.dir, (state, current) => {
+      if (current.active_child_session_id === childId) return false;
+      phase = sessionPhase(current);
+      if (phase === "terminal") {
+        throw new SessionStateError(parent.sessionId, "A terminal session dispatches no children");
+      }
+      if (phase === "executing") {
+        throw new SessionStateError(
+          parent.sessionId,
+          "Child requests are considered only after the parent attempt has finished",
+        );
+      }
+      state.active_child_session_id = childId;
+    }, { updatedAt: now, durability: options.durability, owner: parent });
+  } catch (error) {
+    // A terminal parent's state is frozen: this child never runs, and its record says so. (A
+    // parent that started an attempt completes the acceptance on a later call, as after a crash.)
+    if (error instanceof SessionStateError && phase === "terminal") {
+      const failed: ChildRecord = { ...live, status: "failed_dispatch", updated_at: now };
+      await writeChildrenLedger(fs, paths, ledger, replacing(ledger, failed), options);
+    }
+    throw error;
+  }
 
   // A receipt an interrupted rejection of this very request left behind (the rerun accepts it,
   // e.g. against the parent's newer attempt) names an archive that will never exist.
