@@ -905,9 +905,12 @@ function sameRawSession(targets: readonly Target[]): string | undefined {
 }
 
 /**
- * Runs `step` for `target`; for a raw attempt directory, serialized with this process's updates
- * of the session's `state.json` (`updateSessionState`), so the state read inside `step` stays
- * current until the entry is moved aside.
+ * Runs `step` for `target`, serialized with this process's updates of the `state.json` of every
+ * session its guard reads (`updateSessionState`): a raw attempt directory's session, or each
+ * session whose attempts a mirror trace tree holds (taken one inside the other, always in the
+ * same order), so the states read inside `step` stay current until the entry is moved aside. An
+ * attempt that starts meanwhile waits, then finds its trace tree gone or in place, never removed
+ * after it started.
  */
 async function guarded<T>(
   fs: FileSystem,
@@ -915,8 +918,15 @@ async function guarded<T>(
   step: () => Promise<T>,
 ): Promise<T> {
   const guard = target.guard;
-  if (guard?.kind !== "raw") return await step();
-  return await serializedOn(fs, join(guard.sessionDir, "state.json"), step);
+  if (guard === undefined) return await step();
+  const dirs = guard.kind === "raw"
+    ? [guard.sessionDir]
+    : [...new Set(guard.sessions.map((session) => session.dir))].sort();
+  const hold = async (i: number): Promise<T> =>
+    i === dirs.length
+      ? await step()
+      : await serializedOn(fs, join(dirs[i] as string, "state.json"), () => hold(i + 1));
+  return await hold(0);
 }
 
 /** Why `target` must be kept according to the current state of its session(s), if it must. */
