@@ -2781,3 +2781,40 @@ test("an invalid line is corruption when the checksum disagrees, and a format er
     assert.match(String(invalid.path), /^messages\[1\]/);
   }
 });
+
+test("a resumed host's equal copies are kept as the saved messages: later saves know them by identity", async () => {
+  const { store } = await setup();
+  const writer = await store.create(CWD);
+  await writer.commit(conversation(3));
+  await writer.close();
+  const resumed = await store.open(writer.getSessionPath());
+  // The host rebuilds its history from pages (copies of what was saved), each message watched:
+  // a save that compares a message by value reads its fields; one that knows it by identity does
+  // not.
+  const pages: Message[] = [];
+  for (let page = await resumed.readHistory();; page = await resumed.readHistory(page.start)) {
+    pages.unshift(...page.messages);
+    if (page.start === 0) break;
+  }
+  let reads = 0;
+  const watched = pages.map((message) =>
+    new Proxy(message, {
+      get(target, key, receiver) {
+        reads++;
+        return Reflect.get(target, key, receiver);
+      },
+    })
+  );
+  const history = [...watched, user("next")];
+  await resumed.commit(history);
+  assert.ok(reads > 0, "the first save compares the copies by value");
+  reads = 0;
+  history.push(assistant("answer"));
+  await resumed.commit(history);
+  // Only the last saved message is compared by value (a host may finish it in place).
+  assert.equal(reads, 0);
+  await resumed.close();
+  const reopened = await store.open(writer.getSessionPath(), { readOnly: true });
+  assert.equal(reopened.messages.length, conversation(3).length + 2);
+  await reopened.close();
+});

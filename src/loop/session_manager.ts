@@ -857,8 +857,9 @@ export class SessionManager {
    * as `JSON.stringify` writes them, as Loop writes them: a `Date` as its ISO string, a `Map` as
    * `{}`, `NaN` as `null`.
    *
-   * Saved messages are recognized by identity: pass the same objects again (or equal new ones).
-   * To change an earlier message, pass a new object in its place and leave the saved one as it
+   * Saved messages are recognized by identity: pass the same objects again (or equal new ones,
+   * such as the copies a resumed host rebuilt from its pages: compared by value once, then kept
+   * as the saved messages, so later saves know them by identity). To change an earlier message, pass a new object in its place and leave the saved one as it
    * is; the manager keeps the objects it was given and compares a new object with the saved one,
    * so mutating a saved message in place is not seen as a change (nor is a copy carrying the
    * same change), except for the last saved message, which is also compared with its saved line
@@ -1258,6 +1259,7 @@ export class SessionManager {
     const limit = Math.min(total, count);
     const stored = arrays.messages;
     common = identicalPrefix(messages, stored, base, limit);
+    const identical = common;
     if (common < limit) {
       // Not the same objects: compare by value from there on (a value JSON cannot write is
       // refused as in a new message, naming it).
@@ -1286,6 +1288,12 @@ export class SessionManager {
       next.roles.length = count;
       next.offsets.length = count + 1;
       next.rounds.length = committed.roundCount;
+      // Saved messages matched by value (equal new objects: a resumed host passes the copies its
+      // pages gave it) are kept as the objects given, as a new message is: the next save knows
+      // them by identity instead of serializing the whole history again.
+      for (let i = Math.max(identical, base); i < count; i++) {
+        next.messages[i] = messages[i - base] as Message;
+      }
       validator = committed.validator.clone();
       first = count;
     } else {
