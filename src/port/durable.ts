@@ -14,7 +14,7 @@
  */
 import type { EntryKind, FileHandle, FileSystem } from "./fs.ts";
 import { AlreadyExists, NotFound } from "./errors.ts";
-import { basename, dirname, join, NAME_MAX_BYTES, utf8Prefix } from "./path.ts";
+import { basename, dirname, join, NAME_MAX_BYTES, normalize, utf8Prefix } from "./path.ts";
 
 /** How hard a write works to survive power loss; see the module doc. */
 export type Durability = "full" | "ordered";
@@ -301,7 +301,7 @@ export async function ensurePrivateDir(
  * Directories this process set to the private mode whose new mode a failed sync left out, per
  * filesystem: their mode reads private already, so whoever restricts them next syncs them again.
  */
-const undurableModes = new WeakMap<FileSystem, Set<string>>();
+const undurableModes = new WeakMap<FileSystem, PathSet>();
 
 /**
  * Sets the directory `path` to 0700; when it was `widened` (or a sync of its new mode failed
@@ -361,7 +361,7 @@ export async function tightenPrivateDir(
  * whoever ensures it next, so a save resolved after a retry never rests on an entry a power loss
  * can take away.
  */
-const durableDirs = new WeakMap<FileSystem, Set<string>>();
+const durableDirs = new WeakMap<FileSystem, PathSet>();
 
 /**
  * Forgets what this process knows to be durable at `path` and below it (directory entries
@@ -371,12 +371,58 @@ const durableDirs = new WeakMap<FileSystem, Set<string>>();
  * relies on `path` syncs the parent itself instead of trusting what held before the move.
  */
 export function forgetDurable(fs: FileSystem, path: string): void {
-  const below = path.endsWith("/") ? path : `${path}/`;
-  for (const known of [durableDirs.get(fs), durableEntries.get(fs)]) {
-    if (known === undefined) continue;
-    for (const entry of known) {
-      if (entry === path || entry.startsWith(below)) known.delete(entry);
+  durableDirs.get(fs)?.forgetBelow(path);
+  durableEntries.get(fs)?.forgetBelow(path);
+}
+
+/**
+ * A set of absolute paths that forgets a path and everything below it in time proportional to
+ * what it forgets, not to all it holds: each path is linked from its parent directory, up to the
+ * first ancestor linked already (a process that saved thousands of sessions forgets one
+ * session's paths at once, as each staged delete does). Paths are held normalized. Internal to
+ * the port (exported for its tests).
+ */
+export class PathSet {
+  readonly #paths = new Set<string>();
+  /** Each directory's linked children: paths held, or directories on the way to them. */
+  readonly #children = new Map<string, Set<string>>();
+
+  /** True when `path` is held. */
+  has(path: string): boolean {
+    return this.#paths.has(normalize(path));
+  }
+
+  /** Holds `given`. */
+  add(given: string): void {
+    const path = normalize(given);
+    this.#paths.add(path);
+    for (let child = path, parent = dirname(path); parent !== child;) {
+      let linked = this.#children.get(parent);
+      if (linked === undefined) this.#children.set(parent, linked = new Set());
+      if (linked.has(child)) break;
+      linked.add(child);
+      child = parent;
+      parent = dirname(parent);
     }
+  }
+
+  /** Stops holding `path` (what is below it stays). */
+  delete(path: string): void {
+    this.#paths.delete(normalize(path));
+  }
+
+  /** Forgets `path` and every path below it. */
+  forgetBelow(given: string): void {
+    const path = normalize(given);
+    const stack = [path];
+    for (let next = stack.pop(); next !== undefined; next = stack.pop()) {
+      this.#paths.delete(next);
+      const linked = this.#children.get(next);
+      if (linked === undefined) continue;
+      this.#children.delete(next);
+      for (const child of linked) stack.push(child);
+    }
+    this.#children.get(dirname(path))?.delete(path);
   }
 }
 
@@ -549,7 +595,7 @@ export async function durableAppend(
  * published by an atomic replace, or found by `ensureFileDurable`), per filesystem (the same
  * path on another filesystem is another file).
  */
-const durableEntries = new WeakMap<FileSystem, Set<string>>();
+const durableEntries = new WeakMap<FileSystem, PathSet>();
 
 /**
  * Files whose last `durableAppend` in this process failed its write or fsync, per filesystem: the
@@ -628,9 +674,9 @@ export async function ensureDirDurable(
 }
 
 /** The set of paths `known` holds for `fs`, created empty when there is none yet. */
-function knownDurable(known: WeakMap<FileSystem, Set<string>>, fs: FileSystem): Set<string> {
+function knownDurable(known: WeakMap<FileSystem, PathSet>, fs: FileSystem): PathSet {
   let paths = known.get(fs);
-  if (paths === undefined) known.set(fs, paths = new Set());
+  if (paths === undefined) known.set(fs, paths = new PathSet());
   return paths;
 }
 
