@@ -78,3 +78,24 @@ test("an attempt started during an acceptance: refused for now, and completed on
   const ledger = await readChildrenLedger(fs, root.paths, root.sessionId);
   assert.deepEqual(ledger.children.map((c) => [c.session_id, c.status]), [["01_alpha", "running"]]);
 });
+
+test("an acceptance refused for an attempt started meanwhile, whose parent then ends, is recorded failed_dispatch", async () => {
+  const { fs, root, options, outcome } = await acceptWhile(async (fs, dir) => {
+    await updateSessionState(fs, dir, (s) => {
+      s.current_task = { workflow_id: "outer", iteration: 1, attempt_id: "a1" };
+    }, { updatedAt: "2026-04-19T15:00:00Z" });
+  });
+  assert.ok(outcome instanceof SessionStateError, String(outcome));
+  await updateSessionState(fs, root.dir, (s) => {
+    s.status = "max_turns";
+    s.current_task = null;
+    s.terminal_state_revision = 7;
+    s.terminal_at = "2026-04-19T15:01:00Z";
+  }, { updatedAt: "2026-04-19T15:01:00Z" });
+  await assert.rejects(processNextChildRequest(fs, options), /A terminal session dispatches no/);
+  const ledger = await readChildrenLedger(fs, root.paths, root.sessionId);
+  assert.deepEqual(ledger.children.map((c) => [c.session_id, c.status]), [
+    ["01_alpha", "failed_dispatch"],
+  ]);
+  assert.equal((await readSessionState(fs, root.dir)).status, "max_turns");
+});

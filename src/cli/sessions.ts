@@ -36,6 +36,7 @@ import {
   ARCHIVE_FILE,
   DELETE_PREFIX,
   inspectDeletion,
+  isDeleteStagingName,
   SessionNotArchivedError,
 } from "../loop/archive.ts";
 import { COMPACTION_PREVIOUS, stagingSessionId } from "../loop/compaction.ts";
@@ -298,7 +299,7 @@ async function stagedCopy(
   }
   let file: string | undefined;
   for (const name of names) {
-    if (!name.startsWith(DELETE_PREFIX)) continue;
+    if (!isDeleteStagingName(name)) continue;
     const deletion = await inspectDeletion(io.fs, collection, name);
     const dir = deletion?.directories.get(id);
     if (dir !== undefined && await hasMeta(dir)) return { dir };

@@ -583,6 +583,20 @@ async function processNext(
   const state = await readSessionState(fs, parent.dir, parent);
   const phase = sessionPhase(state);
   if (phase === "terminal") {
+    // An acceptance interrupted before it pointed the state at its child (a crash, or an
+    // attempt that started meanwhile) never completes now: its frozen state names no such child.
+    // Its record says so; a child the state names is never given up.
+    const ledger = await readFoldedLedger(fs, paths, parent.sessionId);
+    const stranded = ledger.children.filter((c) =>
+      LIVE_CHILD_STATUSES.includes(c.status) && c.session_id !== state.active_child_session_id
+    );
+    if (stranded.length > 0) {
+      const at = utcSeconds(resolved.now());
+      const next = ledger.children.map((c): ChildRecord =>
+        stranded.includes(c) ? { ...c, status: "failed_dispatch", updated_at: at } : c
+      );
+      await writeChildrenLedger(fs, paths, ledger, next, resolved);
+    }
     throw new SessionStateError(parent.sessionId, "A terminal session dispatches no children");
   }
   if (phase === "executing") {

@@ -97,6 +97,18 @@ import { issuePath, readIfRegular, readSessionFile, refuseIrregularFile } from "
 export const ARCHIVE_FILE = "archive.json";
 /** The name prefix of delete staging directories. */
 export const DELETE_PREFIX = ".delete-";
+
+/**
+ * True for the name of a delete staging directory as a delete makes it (`.delete-<uuid>`, the
+ * UUID lowercase): only such a directory is read, recovered or removed as one. Another name that
+ * starts with `.delete-` is not the store's (a user's `.delete-drafts/`) and is left alone.
+ */
+export function isDeleteStagingName(name: string): boolean {
+  return DELETE_STAGING_NAME.test(name);
+}
+
+const DELETE_STAGING_NAME =
+  /^\.delete-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 /** The journal of a delete, inside its staging directory. */
 export const DELETE_INTENT_FILE = "intent.json";
 /** The commit marker of a delete, inside its staging directory. */
@@ -447,7 +459,7 @@ async function keptCompanionsOf(
 /** The names of the delete staging directories (`.delete-*`) in a collection `listing`, sorted. */
 function deleteStagingNames(listing: readonly DirEntry[]): string[] {
   return listing
-    .filter((entry) => entry.kind === "directory" && entry.name.startsWith(DELETE_PREFIX))
+    .filter((entry) => entry.kind === "directory" && isDeleteStagingName(entry.name))
     .map((entry) => entry.name)
     .sort();
 }

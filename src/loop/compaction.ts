@@ -383,9 +383,16 @@ async function removeStaging(context: StoreContext, staging: string): Promise<vo
 
 /** The session id a staging directory name is for, or undefined. */
 export function stagingSessionId(name: string): string | undefined {
-  if (!name.startsWith(STAGING_PREFIX)) return undefined;
+  // `stagingName`'s shape exactly: `.staging-<id>-<8 hex>`; another name is not the store's.
+  if (!name.startsWith(STAGING_PREFIX) || name.length !== STAGING_PREFIX.length + 36 + 9) {
+    return undefined;
+  }
   const id = name.slice(STAGING_PREFIX.length, STAGING_PREFIX.length + 36);
-  return isSessionId(id) && name.charAt(STAGING_PREFIX.length + 36) === "-" ? id : undefined;
+  const random = name.slice(STAGING_PREFIX.length + 37);
+  return isSessionId(id) && name.charAt(STAGING_PREFIX.length + 36) === "-" &&
+      /^[0-9a-f]{8}$/.test(random)
+    ? id
+    : undefined;
 }
 
 /**

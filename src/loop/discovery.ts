@@ -171,8 +171,8 @@ import {
   addRestoredMembership,
   ARCHIVE_FILE,
   DELETE_INTENT_FILE,
-  DELETE_PREFIX,
   inspectDeletion,
+  isDeleteStagingName,
   readArchiveMembership,
 } from "./archive.ts";
 import { previousSession, stagingSessionId } from "./compaction.ts";
@@ -352,7 +352,7 @@ async function candidatesOf(
     else if (entry.kind === "directory" && stagingSessionId(name) !== undefined) {
       const id = stagingSessionId(name) as string;
       staged.set(id, [...(staged.get(id) ?? []), name]);
-    } else if (entry.kind === "directory" && name.startsWith(DELETE_PREFIX)) deletions.push(name);
+    } else if (entry.kind === "directory" && isDeleteStagingName(name)) deletions.push(name);
     else if (entry.kind === "directory" && isSessionId(name)) dirs.add(name);
     else if (isSessionId(name)) notDirs.add(name); // a link or a file where a directory belongs
     else if (entry.kind === "file") {

@@ -36,7 +36,7 @@ import {
   SessionFormatError,
   SessionLockedError,
 } from "./errors.ts";
-import { DELETE_PREFIX, recoverDeletion } from "./archive.ts";
+import { isDeleteStagingName, recoverDeletion } from "./archive.ts";
 import { recoverStaging, stagingSessionId } from "./compaction.ts";
 
 /** What a recovery or cleanup did, as absolute paths. */
@@ -94,7 +94,7 @@ export async function recoverLeftovers(
       report[outcome === "restored" ? "restored" : outcome === "kept" ? "kept" : "removed"].push(
         path,
       );
-    } else if (entry.kind === "directory" && entry.name.startsWith(DELETE_PREFIX)) {
+    } else if (entry.kind === "directory" && isDeleteStagingName(entry.name)) {
       let outcome: Awaited<ReturnType<typeof recoverDeletion>>;
       try {
         outcome = await recoverDeletion(context, collection, entry.name);

@@ -46,7 +46,7 @@ import type { FileSystem } from "../port/fs.ts";
 import { portableSha256, type Sha256Factory } from "../port/sha256.ts";
 import type { Durability } from "../port/durable.ts";
 import { basename, dirname, isAbsolute, join, normalize } from "../port/path.ts";
-import { NotFound } from "../port/errors.ts";
+import { FsError, NotFound } from "../port/errors.ts";
 import { entryKind } from "../port/durable.ts";
 import {
   CorruptSessionError,
@@ -92,7 +92,13 @@ import {
   type ListResult,
   type SessionInfo,
 } from "./discovery.ts";
-import { type ArchiveHost, DELETE_PREFIX, inspectDeletion, SessionArchive } from "./archive.ts";
+import {
+  type ArchiveHost,
+  DELETE_PREFIX,
+  inspectDeletion,
+  isDeleteStagingName,
+  SessionArchive,
+} from "./archive.ts";
 import {
   type CompactionResult,
   compactSession,
@@ -792,7 +798,7 @@ export class SessionStore {
       if (stagingSessionId(entry.name) === id) {
         compaction = true;
         previous ??= await previousSession(this.fs, join(collection, entry.name));
-      } else if (entry.name.startsWith(DELETE_PREFIX)) {
+      } else if (isDeleteStagingName(entry.name)) {
         const deletion = await inspectDeletion(this.fs, collection, entry.name);
         if (deletion === undefined) continue;
         if (deletion.error !== undefined && deletion.ids.includes(id)) error ??= deletion.error;
@@ -1086,7 +1092,14 @@ export class SessionStore {
           refuse(`'${dir}' is a session directory (it holds ${META_FILE})`);
         }
         if (isSessionId(name)) {
-          const staging = await this.#staging(dir);
+          // A directory whose parent this process may not list (a 0711 directory above a
+          // custom collection): what a compaction or a delete holds aside beside it cannot be
+          // looked for, and it is not taken for a session for that.
+          const staging = await this.#staging(dir).catch((error: unknown) => {
+            if (error instanceof FsError) return undefined;
+            throw error;
+          });
+          if (staging === undefined) continue;
           if (staging.compaction || staging.deleted !== undefined || staging.error !== undefined) {
             refuse(`'${dir}' is a session that a compaction or a delete holds aside`);
           }
@@ -1138,7 +1151,10 @@ export class SessionStore {
    */
   async cleanup(cwd?: string, sessionDir?: string): Promise<CleanupReport> {
     const { collection } = await this.#collectionOf(cwd, sessionDir);
-    if (sessionDir !== undefined) await this.#checkCollectionPath("sessionDir", sessionDir);
+    // A collection named for this call or configured (never the workspace one, which is one).
+    if (sessionDir !== undefined || this.sessionDir !== undefined) {
+      await this.#checkCollectionPath("sessionDir", collection);
+    }
     // The recovery is cleanup's own work here, so its report is the one returned, with the
     // stale collection lock (and markers) taken over to run it.
     return await this.#exclusive(

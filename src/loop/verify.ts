@@ -68,7 +68,7 @@ import { ensureCollectionDir, sessionNotADirectory } from "./session_manager.ts"
 import { LineWriter } from "./line_writer.ts";
 import { LEGACY_EXTENSION, readLegacyPrefix } from "./legacy.ts";
 import { stagingSessionId } from "./compaction.ts";
-import { DELETE_PREFIX, inspectDeletion } from "./archive.ts";
+import { inspectDeletion, isDeleteStagingName } from "./archive.ts";
 import { jsonNestsDeeper, MAX_MESSAGE_NESTING, refuseDeepMessage } from "./records/_validation.ts";
 
 /** The severity of a verification finding. */
@@ -705,7 +705,7 @@ async function refuseUsedId(fs: FileSystem, collection: string, id: string): Pro
     if (stagingSessionId(entry.name) === id) {
       throw used(entry.name, "a staging directory of a migration or compaction of it");
     }
-    if (entry.name.startsWith(DELETE_PREFIX)) {
+    if (isDeleteStagingName(entry.name)) {
       const deletion = await inspectDeletion(fs, collection, entry.name);
       if (
         deletion !== undefined &&
