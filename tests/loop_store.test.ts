@@ -2818,3 +2818,23 @@ test("a resumed host's equal copies are kept as the saved messages: later saves 
   assert.equal(reopened.messages.length, conversation(3).length + 2);
   await reopened.close();
 });
+
+test("a save refused by validation keeps the saved messages it was given copies of as they were", async () => {
+  const { store } = await setup();
+  const session = await store.create(CWD);
+  const saved = conversation(2);
+  await session.commit(saved);
+  const copies = saved.map((message) => structuredClone(message));
+  // Refused before anything is written: its equal copies are not taken for the saved messages.
+  await assert.rejects(
+    session.commit([...copies, { role: "user", content: 42 } as unknown as Message]),
+  );
+  assert.equal(session.messages[0], saved[0]);
+  // So an edit of a copy is still told from the saved message by value, and saved.
+  (copies[0] as { content: string }).content = "edited";
+  await session.commit(copies);
+  await session.close();
+  const reopened = await store.open(session.getSessionPath(), { readOnly: true });
+  assert.equal((reopened.messages[0] as { content: string }).content, "edited");
+  await reopened.close();
+});

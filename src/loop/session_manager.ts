@@ -1288,12 +1288,6 @@ export class SessionManager {
       next.roles.length = count;
       next.offsets.length = count + 1;
       next.rounds.length = committed.roundCount;
-      // Saved messages matched by value (equal new objects: a resumed host passes the copies its
-      // pages gave it) are kept as the objects given, as a new message is: the next save knows
-      // them by identity instead of serializing the whole history again.
-      for (let i = Math.max(identical, base); i < count; i++) {
-        next.messages[i] = messages[i - base] as Message;
-      }
       validator = committed.validator.clone();
       first = count;
     } else {
@@ -1360,6 +1354,15 @@ export class SessionManager {
       );
     } else {
       validateSessionMetadata(header, next.roles, { file: metaFile });
+    }
+    if (appendOnly) {
+      // Valid: saved messages matched by value (equal new objects: a resumed host passes the
+      // copies its pages gave it) are kept as the objects given, as a new message is, so the next
+      // save knows them by identity instead of serializing the whole history again. A save
+      // refused above changes nothing of them.
+      for (let i = Math.max(identical, base); i < count; i++) {
+        next.messages[i] = messages[i - base] as Message;
+      }
     }
     const kind: PreparedCommit["kind"] = !isSaved(committed) && next.rounds.length === 0
       ? "draft"
