@@ -144,21 +144,21 @@ const NOTHING_READ = new Uint8Array(0);
  * Node layer rejects a denied path with Deno's own error class), where the platform has
  * `O_NOFOLLOW` and `O_NONBLOCK`; undefined elsewhere (the adapters then leave the method out).
  *
- * With `oneCall` false (Node), one open, one `fstat` of what it opened and the reads of a regular
+ * With `checked` false (Node), one open, one `fstat` of what it opened and the reads of a regular
  * file, on callback descriptors (as cheap as the callback `readFile`, which would read a device
  * such as `/dev/zero` without end): what is not a regular file is closed unread and reads as
- * empty. With `oneCall` (Deno, whose callback descriptor calls cost several times its one-call
- * `readFile`), the one-call read with the same flags, which reads a device as it reads (see
- * `denoFs`).
+ * empty. With `checked` (Deno, whose callback descriptor calls cost several times its one-call
+ * `readFile`), the one-call read with the same flags: the caller has checked by `lstat` that no
+ * device is there (see `denoFs`).
  */
 export function readFileNoFollowNative(
   map: ErrorMapper,
-  oneCall = false,
+  checked = false,
 ): ((path: string) => Promise<Uint8Array>) | undefined {
   const flags = NO_FOLLOW_READ;
   if (flags === undefined) return undefined;
   const syscall = "readFileNoFollow";
-  if (oneCall) return (path: string) => readWith(path, flags, map, readWhole, syscall);
+  if (checked) return (path: string) => readWith(path, flags, map, readWhole, syscall);
   return (path: string): Promise<Uint8Array> =>
     readRegularOnly(path, flags, syscall).catch((error) => {
       throw error instanceof FsError ? error : map(error, syscall, path);

@@ -308,18 +308,33 @@ async function openDirectory(path: string): Promise<SyncableDirectory> {
   return denoDirectory(file);
 }
 
+/** What `readFileNoFollow` returns for a FIFO, socket or device: it is never read. */
+const NOTHING = new Uint8Array(0);
+
+/**
+ * True when an `lstat` of `path` finds a FIFO, socket or device; false for anything else and
+ * when the `lstat` fails (the read that follows reports its own error).
+ */
+function isSpecial(path: string): boolean {
+  let info: Deno.FileInfo;
+  try {
+    info = Deno.lstatSync(path);
+  } catch {
+    return false;
+  }
+  return info.isFifo === true || info.isSocket === true || info.isCharDevice === true ||
+    info.isBlockDevice === true;
+}
+
 class DenoFileSystem implements FileSystem {
   /**
    * See `FileSystem.readFileNoFollow`. `Deno.open` cannot refuse a final symlink, so this call
-   * goes through Deno's Node layer (`O_NOFOLLOW`, `O_NONBLOCK`), where the platform has the flags:
-   * its one-call `readFile`, which never waits on a FIFO (one without a writer reads as empty, one
-   * with a writer fails with `EAGAIN` or reads what it holds) and which is the fast listing's read
-   * of every meta.json and index.json. It reads a character or block device as the device reads:
-   * a device that never ends (`/dev/zero`) never returns. Unlike `nodeFs()`, which checks the
-   * opened descriptor first, this adapter does not guard against that: an `lstat` before each read
-   * would cost a fast listing a quarter of its time, and a device node in a session directory
-   * takes a process allowed to make one (root). `openNoFollow` is not affected: it checks what it
-   * opened.
+   * goes through Deno's Node layer (`O_NOFOLLOW`), where the platform has the flag: its one-call
+   * `readFile`, after a synchronous `lstat` (a microsecond or two) that finds no FIFO, socket or
+   * device there, since that `readFile` would read a device such as `/dev/zero` without end. A
+   * FIFO, socket or device reads as empty, unread. A device put in its place between the two
+   * calls, which takes a process allowed to make device nodes, is not excluded (a FIFO is: the
+   * read never waits on one).
    */
   readonly readFileNoFollow?: (path: string) => Promise<Uint8Array>;
   /**
@@ -342,7 +357,9 @@ class DenoFileSystem implements FileSystem {
 
   constructor() {
     const noFollow = readFileNoFollowNative(mapError, true);
-    if (noFollow !== undefined) this.readFileNoFollow = noFollow;
+    if (noFollow !== undefined) {
+      this.readFileNoFollow = (path) => isSpecial(path) ? Promise.resolve(NOTHING) : noFollow(path);
+    }
     const open = openNoFollowNative(mapError);
     if (open !== undefined) this.openNoFollow = open;
     const append = openNoFollowNative(mapError, true);

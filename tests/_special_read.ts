@@ -1,5 +1,5 @@
-// A no-follow read of a FIFO, socket or device must come back at once without reading it, for the
-// Node adapter (on Node, and on Deno's Node layer), which checks what it opened first.
+// A no-follow read of a FIFO, socket or device must come back at once without reading it: shared
+// by the Node adapter's test (on Node, and on Deno's Node layer) and the Deno adapter's.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { closeSync, constants, openSync, writeSync } from "node:fs";

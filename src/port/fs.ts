@@ -140,11 +140,10 @@ export interface FileSystem {
    * Optional. Reads a whole file like `readFile`, in one call that never goes through a symlink
    * in the last component of `path` and never waits on a FIFO or device (it is opened
    * non-blocking). A final symlink fails with `FsIoError` code `"ELOOP"`, a directory with
-   * `IsADirectory`, a missing file with `NotFound`; a FIFO is never waited on (it fails, or reads
-   * as what it holds, at once: one without a writer reads as empty), a device is best not read
-   * (an adapter that can check what it opened reads it as empty: a device such as `/dev/zero`
-   * never ends), and a regular file that another process holds a lease on fails with `FsIoError`
-   * code `"EAGAIN"` instead of waiting for it.
+   * `IsADirectory`, a missing file with `NotFound`; a FIFO, socket or device is not read: it
+   * reads as empty at once (a device such as `/dev/zero` never ends) or fails at once, and a
+   * regular file that another process holds a lease on fails with `FsIoError` code `"EAGAIN"`
+   * instead of waiting for it.
    * Callers that must not read through a link use it when present and otherwise check the
    * entry's kind (`lstat`, `readDir`) before reading. An adapter offers it only where the
    * platform can refuse the link in the open itself (`O_NOFOLLOW`).
