@@ -122,3 +122,21 @@ test("cleanup refuses the sessions root and a session directory as its collectio
   }
   assert.deepEqual(fs.snapshotTree(), before);
 });
+
+test("a collection under a directory merely named like a staging or delete directory is an ordinary one", async () => {
+  for (const sessionDir of ["/data/.staging-area", "/data/.delete-drafts/sessions"]) {
+    const fs = new MemoryFs();
+    await fs.mkdir(CWD, { recursive: true });
+    await fs.mkdir(sessionDir, { recursive: true });
+    const store = new SessionStore({ fs, agentDir: AGENT, sessionDir });
+    const session = await store.create(CWD);
+    await session.commit(conversation(1));
+    await session.close();
+    assert.deepEqual((await store.list(CWD)).map((s) => s.id), [session.id]);
+    const reopened = await store.open(session.getSessionPath(), { readOnly: true });
+    assert.equal(reopened.messages.length, conversation(1).length);
+    await reopened.close();
+    await store.compact(session.getSessionPath());
+    assert.deepEqual(await store.cleanup(), { removed: [], restored: [], finished: [], kept: [] });
+  }
+});

@@ -131,15 +131,15 @@ test("removeLegacyBackup keeps the backup when the directory under its id holds 
 test("compact and removeLegacyBackup refuse private directories and names that are no session id", async () => {
   const fs = await freshFs();
   const { dir, id } = await replaced(fs);
-  await fs.mkdir(`${COLLECTION}/.delete-x`, { mode: 0o700 });
-  await fs.rename(dir, `${COLLECTION}/.delete-x/${id}`);
+  await fs.mkdir(`${COLLECTION}/.delete-0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f`, { mode: 0o700 });
+  await fs.rename(dir, `${COLLECTION}/.delete-0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f/${id}`);
   await fs.mkdir(`${COLLECTION}/my-copy`);
   const before = fs.snapshotTree("/");
   const store = storeOn(fs);
   for (
     const path of [
-      `${COLLECTION}/.delete-x/${id}`,
-      `${COLLECTION}/.delete-x/${id}/meta.json`,
+      `${COLLECTION}/.delete-0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f/${id}`,
+      `${COLLECTION}/.delete-0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f/${id}/meta.json`,
       `${COLLECTION}/.staging-${id}-ab/session`,
       `${COLLECTION}/my-copy`,
     ]

@@ -2597,7 +2597,12 @@ test("a session inside a private staging or delete directory is never opened by 
   const { fs, store } = await setup();
   const session = await savedSession(store);
   const collection = dirname(session.getSessionPath());
-  for (const stage of [".delete-0123", `.staging-${session.id}-abcd`]) {
+  for (
+    const stage of [
+      ".delete-0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f",
+      `.staging-${session.id}-0a1b2c3d`,
+    ]
+  ) {
     const copy = `${collection}/${stage}/${session.id}`;
     await fs.mkdir(copy, { recursive: true });
     for (const name of ["meta.json", "messages.jsonl", "index.json"]) {

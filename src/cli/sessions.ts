@@ -30,13 +30,12 @@ import {
   legacySessionId,
   readLegacyHistory,
   readLegacySession,
-  STAGING_PREFIX,
 } from "../loop/legacy.ts";
 import {
   ARCHIVE_FILE,
-  DELETE_PREFIX,
   inspectDeletion,
   isDeleteStagingName,
+  isPrivateStagingName,
   SessionNotArchivedError,
 } from "../loop/archive.ts";
 import { COMPACTION_PREVIOUS, stagingSessionId } from "../loop/compaction.ts";
@@ -316,7 +315,7 @@ function privateDirectoriesOf(entries: readonly DirEntry[]): string[] {
   return entries
     .filter((e) =>
       e.kind === "directory" &&
-      (e.name.startsWith(STAGING_PREFIX) || e.name.startsWith(DELETE_PREFIX))
+      isPrivateStagingName(e.name)
     )
     .map((e) => e.name)
     .sort();
@@ -444,7 +443,7 @@ async function locateTarget(
     const name = basename(path);
     const collection = dirname(path);
     const inside = basename(collection);
-    if (inside.startsWith(STAGING_PREFIX) || inside.startsWith(DELETE_PREFIX)) {
+    if (isPrivateStagingName(inside)) {
       throw new InvalidArgumentError(
         "path",
         `Session path is inside a private staging directory: '${path}'; name the session by its id or its collection path`,

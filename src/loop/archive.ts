@@ -107,6 +107,15 @@ export function isDeleteStagingName(name: string): boolean {
   return DELETE_STAGING_NAME.test(name);
 }
 
+/**
+ * True for the name of a private directory of the store's own operations: a migration's,
+ * compaction's or salvage's `.staging-<id>-<8 hex>`, or a delete's `.delete-<uuid>`. Another name
+ * that merely starts like one (`.staging-area/`) is an ordinary directory.
+ */
+export function isPrivateStagingName(name: string): boolean {
+  return stagingSessionId(name) !== undefined || isDeleteStagingName(name);
+}
+
 const DELETE_STAGING_NAME =
   /^\.delete-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 /** The journal of a delete, inside its staging directory. */

@@ -97,6 +97,7 @@ import {
   DELETE_PREFIX,
   inspectDeletion,
   isDeleteStagingName,
+  isPrivateStagingName,
   SessionArchive,
 } from "./archive.ts";
 import {
@@ -1071,7 +1072,13 @@ export class SessionStore {
       if (path === sessions) refuse("it is the sessions root, whose entries are collections");
       const below = path.startsWith(sessions + "/");
       for (const name of path.split("/")) {
-        if (name.startsWith(STAGING_PREFIX) || name.startsWith(DELETE_PREFIX)) {
+        // A salvage destination is refused under any name like a staging directory's (refusing
+        // more is safe there); a collection to clean, only under the exact names the store
+        // makes, as cleanup itself judges them (a user's `.staging-area/` may hold one).
+        const privateName = argument === "toCollection"
+          ? name.startsWith(STAGING_PREFIX) || name.startsWith(DELETE_PREFIX)
+          : isPrivateStagingName(name);
+        if (privateName) {
           refuse(`'${name}' is a private staging directory of the store`);
         }
       }
@@ -1201,7 +1208,7 @@ function refusePrivatePath(path: string, normalized: string): void {
   const inside = basename(
     dirname(basename(normalized) === META_FILE ? dirname(normalized) : normalized),
   );
-  if (inside.startsWith(STAGING_PREFIX) || inside.startsWith(DELETE_PREFIX)) {
+  if (isPrivateStagingName(inside)) {
     throw new InvalidArgumentError(
       "path",
       `Session path is inside a private staging directory: '${path}'; open it by its collection path`,
