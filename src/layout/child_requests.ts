@@ -22,7 +22,7 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
-import type { Sha256Factory } from "../port/sha256.ts";
+import { type Sha256Factory, sha256OfHandle } from "../port/sha256.ts";
 import { FsError, IsADirectory, NotADirectory, NotFound } from "../port/errors.ts";
 import {
   atomicReplace,
@@ -353,9 +353,6 @@ export const MAX_CHILD_REQUEST_BYTES = 16 * 1024 * 1024;
  */
 export const MAX_HASHED_REQUEST_BYTES = 1024 * 1024 * 1024;
 
-/** How much of a large request file one read takes while it is hashed. */
-const HASH_CHUNK_BYTES = 4 * 1024 * 1024;
-
 /**
  * `sha256:` of the regular file at `file`, read in chunks through a handle (never whole), or null
  * when it is larger than `MAX_HASHED_REQUEST_BYTES` or is no longer a regular file. Opened
@@ -371,15 +368,8 @@ async function hashLargeFile(
   const handle = opened.handle;
   try {
     if ((await opened.size()) > MAX_HASHED_REQUEST_BYTES) return null;
-    const hash = factory();
-    for (let offset = 0;;) {
-      const chunk = await handle.read(offset, HASH_CHUNK_BYTES);
-      if (chunk.length === 0) break;
-      offset += chunk.length;
-      if (offset > MAX_HASHED_REQUEST_BYTES) return null;
-      hash.update(chunk);
-    }
-    return `sha256:${hash.digestHex()}`;
+    const hashed = await sha256OfHandle(handle, factory, MAX_HASHED_REQUEST_BYTES);
+    return hashed === undefined ? null : `sha256:${hashed.hex}`;
   } finally {
     await handle.close().catch(() => undefined);
   }

@@ -21,7 +21,7 @@ import * as v from "valibot";
 import type { FileSystem } from "../port/fs.ts";
 import { FsError, NotADirectory, NotFound } from "../port/errors.ts";
 import { basename, dirname, isAbsolute, join, normalize, relativeWithin } from "../port/path.ts";
-import { portableSha256, type Sha256Factory, sha256Hex } from "../port/sha256.ts";
+import { portableSha256, type Sha256Factory, sha256Hex, sha256OfHandle } from "../port/sha256.ts";
 import { entryKind } from "../port/durable.ts";
 import { openIfRegularWaiting } from "../port/regular.ts";
 import {
@@ -389,8 +389,6 @@ async function lstatKind(fs: FileSystem, path: string): Promise<string | undefin
   }
 }
 
-const HASH_CHUNK = 1 << 20;
-
 /**
  * Size and `sha256:` of the file at `path`, read in chunks through a handle opened only if it is
  * a regular file (never through a link, never waiting on a FIFO swapped in since the listing):
@@ -410,16 +408,8 @@ async function hashFile(
   }
   const handle = opened.handle;
   try {
-    const hash = factory();
-    let size = 0;
-    for (;;) {
-      const chunk = await handle.read(size, HASH_CHUNK);
-      if (chunk.length === 0) break;
-      hash.update(chunk);
-      size += chunk.length;
-      if (chunk.length < HASH_CHUNK) break;
-    }
-    return { size, sha256: `sha256:${hash.digestHex()}` };
+    const { size, hex } = await sha256OfHandle(handle, factory) as { size: number; hex: string };
+    return { size, sha256: `sha256:${hex}` };
   } finally {
     await handle.close();
   }

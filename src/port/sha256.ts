@@ -54,3 +54,30 @@ export const portableSha256: Sha256Factory = (): Sha256 => new NobleSha256(noble
 export function sha256Hex(data: Uint8Array, factory: Sha256Factory = portableSha256): string {
   return factory().update(data).digestHex();
 }
+
+/** What `sha256OfHandle` reads at a time. */
+const HANDLE_CHUNK = 1 << 20;
+
+/**
+ * The size and SHA-256 (lowercase hex) of what `handle` holds from offset 0 to its end, read in
+ * chunks (never whole); undefined once more than `maxBytes` bytes are there. Internal: not
+ * exported by the package.
+ */
+export async function sha256OfHandle(
+  handle: { read(offset: number, length: number): Promise<Uint8Array> },
+  factory: Sha256Factory,
+  maxBytes: number = Number.POSITIVE_INFINITY,
+): Promise<{ readonly size: number; readonly hex: string } | undefined> {
+  const hash = factory();
+  let size = 0;
+  for (;;) {
+    const chunk = await handle.read(size, HANDLE_CHUNK);
+    if (chunk.length === 0) break;
+    size += chunk.length;
+    if (size > maxBytes) return undefined;
+    hash.update(chunk);
+    // A regular file reads short only at its end.
+    if (chunk.length < HANDLE_CHUNK) break;
+  }
+  return { size, hex: hash.digestHex() };
+}
