@@ -637,6 +637,44 @@ function wantsHelp(io: CliIo, sub: string, parsed: { flags: ReadonlySet<string> 
   return true;
 }
 
+/** Which collections a command of `list`'s options works on. */
+type CollectionScope =
+  | { readonly kind: "all" }
+  | { readonly kind: "dir"; readonly dir: string }
+  | { readonly kind: "cwd"; readonly cwd: string };
+
+/**
+ * The collections `--cwd DIR`, `--dir COLLECTION` or `--all-workspaces` name (at most one of them;
+ * none: the current directory's workspace), for `sessions command`, which takes no positional
+ * argument. A `--dir` that does not exist is an error, as a `--cwd` that does not is.
+ */
+async function collectionScope(
+  io: CliIo,
+  command: string,
+  parsed: {
+    positionals: readonly string[];
+    values: ReadonlyMap<string, string>;
+    flags: ReadonlySet<string>;
+  },
+): Promise<CollectionScope> {
+  if (parsed.positionals.length > 0) {
+    throw new UsageError(`sessions ${command} takes no positional arguments`);
+  }
+  const modes = ["cwd", "dir"].filter((n) => parsed.values.has(n)).length +
+    (parsed.flags.has("all-workspaces") ? 1 : 0);
+  if (modes > 1) throw new UsageError("pass only one of --cwd, --dir and --all-workspaces");
+  if (parsed.flags.has("all-workspaces")) return { kind: "all" };
+  const given = parsed.values.get("dir");
+  if (given === undefined) {
+    return { kind: "cwd", cwd: resolvePath(io, parsed.values.get("cwd") ?? ".") };
+  }
+  const dir = resolvePath(io, given);
+  if (!(await exists(io, dir))) {
+    throw new SessionNotFoundError(`Collection directory does not exist: '${dir}'`, { file: dir });
+  }
+  return { kind: "dir", dir };
+}
+
 async function list(io: CliIo, flags: StoreFlags, args: readonly string[]): Promise<number> {
   const parsed = parseArgs(args, {
     cwd: "value",
@@ -646,12 +684,7 @@ async function list(io: CliIo, flags: StoreFlags, args: readonly string[]): Prom
     json: "boolean",
   });
   if (wantsHelp(io, "list", parsed)) return 0;
-  if (parsed.positionals.length > 0) {
-    throw new UsageError("sessions list takes no positional arguments");
-  }
-  const modes = ["cwd", "dir"].filter((n) => parsed.values.has(n)).length +
-    (parsed.flags.has("all-workspaces") ? 1 : 0);
-  if (modes > 1) throw new UsageError("pass only one of --cwd, --dir and --all-workspaces");
+  const scope = await collectionScope(io, "list", parsed);
   const json = parsed.flags.has("json");
   const options = { fast: parsed.flags.has("fast"), pinnedFirst: true };
   const store = storeFor(io, flags);
@@ -662,7 +695,7 @@ async function list(io: CliIo, flags: StoreFlags, args: readonly string[]): Prom
     for (const session of result.sessions) sessions.push(session);
     for (const f of result.failures) failures.push({ path: f.path, error: f.error.message });
   };
-  if (parsed.flags.has("all-workspaces")) {
+  if (scope.kind === "all") {
     for (const collection of await collections(io, flags.agentDir)) {
       // Listed under sessions/, yet not there by that name (one the runtime cannot spell back,
       // not valid UTF-8): its sessions are unknown, said as `verify --all` says it, never hidden.
@@ -676,24 +709,8 @@ async function list(io: CliIo, flags: StoreFlags, args: readonly string[]): Prom
       }
       add(await store.listDetailed(undefined, collection, options));
     }
-  } else if (parsed.values.has("dir")) {
-    const dir = resolvePath(io, parsed.values.get("dir") as string);
-    // As a --cwd that does not exist, a collection that does not is an error, not an empty list.
-    if (!(await exists(io, dir))) {
-      throw new SessionNotFoundError(`Collection directory does not exist: '${dir}'`, {
-        file: dir,
-      });
-    }
-    add(await store.listDetailed(undefined, dir, options));
-  } else {
-    add(
-      await store.listDetailed(
-        resolvePath(io, parsed.values.get("cwd") ?? "."),
-        undefined,
-        options,
-      ),
-    );
-  }
+  } else if (scope.kind === "dir") add(await store.listDetailed(undefined, scope.dir, options));
+  else add(await store.listDetailed(scope.cwd, undefined, options));
   // The library's order, also across collections: pinned first (latest pin first), then newest
   // activity first, then id.
   sessions.sort(comparePinnedFirst);
@@ -714,16 +731,11 @@ async function cleanup(io: CliIo, flags: StoreFlags, args: readonly string[]): P
     json: "boolean",
   });
   if (wantsHelp(io, "cleanup", parsed)) return 0;
-  if (parsed.positionals.length > 0) {
-    throw new UsageError("sessions cleanup takes no positional arguments");
-  }
-  const modes = ["cwd", "dir"].filter((n) => parsed.values.has(n)).length +
-    (parsed.flags.has("all-workspaces") ? 1 : 0);
-  if (modes > 1) throw new UsageError("pass only one of --cwd, --dir and --all-workspaces");
+  const scope = await collectionScope(io, "cleanup", parsed);
   const store = storeFor(io, flags);
   const reports: ({ collection: string } & CleanupReport)[] = [];
   const skipped: { collection: string; reason: string }[] = [];
-  if (parsed.flags.has("all-workspaces")) {
+  if (scope.kind === "all") {
     // Each collection on its own: one that cannot be cleaned is reported as skipped (exit 1), with
     // why, and the others are cleaned all the same.
     for (const { path, linked } of await collectionEntries(io, flags.agentDir)) {
@@ -746,18 +758,11 @@ async function cleanup(io: CliIo, flags: StoreFlags, args: readonly string[]): P
         skipped.push({ collection: path, reason: error.message });
       }
     }
-  } else if (parsed.values.has("dir")) {
-    const dir = resolvePath(io, parsed.values.get("dir") as string);
-    if (!(await exists(io, dir))) {
-      throw new SessionNotFoundError(`Collection directory does not exist: '${dir}'`, {
-        file: dir,
-      });
-    }
-    reports.push({ collection: dir, ...await store.cleanup(undefined, dir) });
+  } else if (scope.kind === "dir") {
+    reports.push({ collection: scope.dir, ...await store.cleanup(undefined, scope.dir) });
   } else {
-    const cwd = resolvePath(io, parsed.values.get("cwd") ?? ".");
-    const report = await store.cleanup(cwd);
-    reports.push({ collection: await store.collectionFor(cwd), ...report });
+    const report = await store.cleanup(scope.cwd);
+    reports.push({ collection: await store.collectionFor(scope.cwd), ...report });
   }
   const unsettled = skipped.length + reports.reduce((n, report) => n + report.kept.length, 0);
   if (parsed.flags.has("json")) printJson(io, { collections: reports, skipped });
