@@ -25,8 +25,8 @@ import {
   entryKind,
   tightenPrivateDir,
 } from "../port/durable.ts";
-import { FsError, IsADirectory, NotADirectory, NotFound } from "../port/errors.ts";
-import { type Found, ifRegular, isBusy, otherKind, readSessionFile } from "../port/regular.ts";
+import { IsADirectory, NotADirectory, NotFound } from "../port/errors.ts";
+import { type Found, readSessionFile } from "../port/regular.ts";
 import { dirname } from "../port/path.ts";
 import { portableSha256, type Sha256Factory, sha256Hex } from "../port/sha256.ts";
 import { ImmutableArtifactError, LayoutRecordError } from "./errors.ts";
@@ -324,7 +324,9 @@ export async function recordBytes(
 ): Promise<Uint8Array | undefined> {
   let found: Found<Uint8Array>;
   try {
-    found = await readRegular(fs, file);
+    // A failed read is never taken for a missing file: a storage fault while reading a record
+    // fails the call rather than passing for an absent record.
+    found = await readSessionFile(fs, file, false, { failureIsNotMissing: true });
   } catch (error) {
     if (error instanceof IsADirectory) {
       throw new LayoutRecordError(file, "Record is not a regular file (a directory)", {
@@ -349,36 +351,6 @@ export async function recordBytes(
     throw new LayoutRecordError(file, `Record is not a regular file (${what})`);
   }
   return found;
-}
-
-/**
- * What is at `file`, read as `readSessionFile` reads it (without following a link and never
- * waiting on a FIFO where the port reads without following one; a busy regular file read once an
- * `lstat` saw it), except that a failed read is never taken for a missing file: the failure is
- * thrown unless an `lstat` then finds something other than a regular file there (a link, a
- * directory, a FIFO: what the read refused). So a storage fault while reading a record fails the
- * call rather than passing for an absent record.
- */
-async function readRegular(fs: FileSystem, file: string): Promise<Found<Uint8Array>> {
-  const read = fs.readFileNoFollow?.bind(fs);
-  // Without a no-follow read: an `lstat`, then a plain read; every failure but NotFound is thrown.
-  if (read === undefined) return await readSessionFile(fs, file);
-  let bytes: Uint8Array;
-  try {
-    bytes = await read(file);
-  } catch (error) {
-    if (error instanceof NotFound) return undefined;
-    if (!(error instanceof FsError)) throw error;
-    // Busy is also what a FIFO with a writer says: read only after an `lstat` saw a file.
-    if (isBusy(error)) return await ifRegular(fs, file, undefined, () => fs.readFile(file));
-    const kind = await otherKind(fs, file);
-    if (kind === null || kind === undefined) throw error;
-    return kind;
-  }
-  if (bytes.length > 0) return bytes;
-  // A FIFO without a writer reads as empty, as does an empty file.
-  const kind = await otherKind(fs, file);
-  return kind === null ? bytes : kind;
 }
 
 /**

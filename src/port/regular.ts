@@ -26,6 +26,7 @@ export function isBusy(error: unknown): boolean {
 export async function readIfRegular(
   fs: FileSystem,
   path: string,
+  options: FailureOptions = {},
 ): Promise<Found<Uint8Array>> {
   const read = fs.readFileNoFollow?.bind(fs);
   const noFollow = read === undefined ? undefined : async (): Promise<Found<Uint8Array>> => {
@@ -36,7 +37,17 @@ export async function readIfRegular(
     const kind = await otherKind(fs, path);
     return kind === null ? bytes : kind;
   };
-  return await ifRegular(fs, path, noFollow, () => fs.readFile(path));
+  return await ifRegular(fs, path, noFollow, () => fs.readFile(path), options);
+}
+
+/** How `ifRegular` (and the reads over it) judge an access that failed. */
+export interface FailureOptions {
+  /**
+   * A no-follow access that failed with a storage error, where an `lstat` then finds nothing, is
+   * that error (thrown), not a missing file: a reader of records that must not pass a storage
+   * fault for an absent record. Default: taken for missing (the file went meanwhile).
+   */
+  readonly failureIsNotMissing?: boolean;
 }
 
 /** What is at `path` when it is not a regular file (its `lstat` kind); null for a regular file. */
@@ -62,6 +73,7 @@ export async function ifRegular<T>(
   path: string,
   noFollow: (() => Promise<Found<T>>) | undefined,
   follow: () => Promise<T>,
+  options: FailureOptions = {},
 ): Promise<Found<T>> {
   const access = noFollow ?? (async (): Promise<Found<T>> => {
     const kind = await otherKind(fs, path);
@@ -76,6 +88,7 @@ export async function ifRegular<T>(
     if (noFollow === undefined || isBusy(error) || !(error instanceof FsError)) throw error;
     // A link, a directory or a FIFO refused the access: say what it is. A regular file failed.
     const kind = await otherKind(fs, path);
+    if (kind === undefined && options.failureIsNotMissing === true) throw error;
     if (kind !== null) return kind;
     throw error;
   }
@@ -93,10 +106,11 @@ export async function readSessionFile(
   fs: FileSystem,
   path: string,
   kindChecked = false,
+  options: FailureOptions = {},
 ): Promise<Found<Uint8Array>> {
   if (kindChecked && fs.readFileNoFollow === undefined) return await fs.readFile(path);
   try {
-    return await readIfRegular(fs, path);
+    return await readIfRegular(fs, path, options);
   } catch (error) {
     if (!isBusy(error)) throw error;
     // Busy is also what a FIFO with a writer says: read only after an `lstat` saw a file.
