@@ -490,11 +490,12 @@ test("re-accepting an accepted eval receipt after prune-raw removed the raw repo
   const later = { sessionId, ...deterministic(), now: () => new Date("2026-04-21T00:00:00Z") };
   assert.deepEqual(await acceptEvalReceipt(fs, paths, "ev-1", later), first);
   assert.deepEqual(await fs.readFile(sidecar), sealed);
-  // An edited receipt is still refused, and the sidecar keeps its bytes.
+  // An edited receipt is still refused as an edit of an accepted receipt (not for the raw
+  // report prune-raw removed), and the sidecar keeps its bytes.
   await writeEvalReceipt(fs, paths, sessionId, "fail");
   await assert.rejects(
     acceptEvalReceipt(fs, paths, "ev-1", later),
-    recordError("raw_report_refs[0]", paths.evalReceipt("ev-1")),
+    immutable(sidecar, "receipt_sha256"),
   );
   assert.deepEqual(await fs.readFile(sidecar), sealed);
 });

@@ -284,6 +284,15 @@ export async function acceptEvalReceipt(
         return bound;
       }
     }
+    if (bound !== undefined) {
+      // Accepted before with other bytes: the acceptance binds those and never changes, whatever
+      // the raw report and the git receipt now say (prune-raw may have removed them since).
+      throw new ImmutableArtifactError(
+        sidecarFile,
+        "The eval receipt was already accepted with other contents; an acceptance never changes",
+        "receipt_sha256",
+      );
+    }
     if (!(await isFile(fs, join(attempt.rawDir, "eval", "report.json")))) {
       fail(
         "The producing attempt's raw eval report is absent",
@@ -323,14 +332,6 @@ export async function acceptEvalReceipt(
       git_receipt_sha256: git.sha256,
       accepted_at: utcSeconds(resolved.now()),
     }, sidecarFile);
-    if (bound !== undefined) {
-      // Accepted before with other bytes: the acceptance binds those and never changes.
-      throw new ImmutableArtifactError(
-        sidecarFile,
-        "The eval receipt was already accepted with other contents; an acceptance never changes",
-        firstDifference(bound, sidecar, ["accepted_at"]) ?? "receipt_sha256",
-      );
-    }
     let accepted = sidecar;
     let unsealed: EvalAcceptance | undefined;
     if (seals !== undefined) {
