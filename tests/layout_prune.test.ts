@@ -21,7 +21,7 @@ import { deterministic, newRepo, writeJson, writeText } from "./layout_fixtures.
 import { buildFoldedTree, type FoldedTree } from "./fixtures/folded_tree.ts";
 import { collectReferences } from "./fixtures/references.ts";
 import { hookedFs } from "./_hooks.ts";
-import { FsIoError } from "../src/port/errors.ts";
+import { FsIoError, PermissionDenied } from "../src/port/errors.ts";
 
 const DAY = 86_400_000;
 
@@ -555,4 +555,51 @@ test("an entry that cannot be moved back from where a swapped-in link led it fai
       `${name}: ${JSON.stringify(names)}`,
     );
   }
+});
+
+test("a raw tree that cannot be measured or removed is reported and stops nothing else", async () => {
+  const { fs, tree } = await folded();
+  const [deep, stuck, ...others] = tree.prunable as [string, string, ...string[]];
+  for (const dir of [`${deep}/agents/scratch`, `${stuck}/agents/readonly`]) {
+    await fs.mkdir(dir, { recursive: true });
+    await writeText(fs, `${dir}/noise.txt`, "noise");
+  }
+  // A path in `deep` past the system's limit; a directory in `stuck` whose entries cannot go.
+  const hooked = hookedFs(fs, {
+    before(method, args) {
+      const path = String(args[0]);
+      if (method === "readDir" && path === `${deep}/agents/scratch`) {
+        throw new FsIoError("ENAMETOOLONG", "readDir", path, "File name too long");
+      }
+      if (method === "remove" && path.includes(`${PRUNING_PREFIX}`) && path.endsWith("_outer")) {
+        const name = stuck.slice(stuck.lastIndexOf("/") + 1);
+        if (path.endsWith(`-${name}`)) throw new PermissionDenied("remove", path);
+      }
+    },
+  });
+  const plan = await pruneRaw(hooked, tree.loopyRoot, { dryRun: true });
+  assert.equal(skippedFor(plan, deep), "unreadable");
+  assert.match(plan.skipped.find((skip) => skip.path === deep)?.detail ?? "", /File name too long/);
+  const report = await pruneRaw(hooked, tree.loopyRoot);
+  assert.equal(skippedFor(report, deep), "unreadable");
+  assert.equal(skippedFor(report, stuck), "remove_failed");
+  const failed = report.skipped.find((skip) => skip.path === stuck)?.detail ?? "";
+  assert.match(
+    failed,
+    new RegExp(`/${PRUNING_PREFIX}[^/]*-${stuck.slice(stuck.lastIndexOf("/") + 1)}: `),
+  );
+  // Every other prunable entry went.
+  assert.deepEqual(removedPaths(report), [...others].sort());
+  for (const dir of others) assert.equal(await exists(fs, dir), false, dir);
+  assert.ok(await exists(fs, `${deep}/agents/scratch/noise.txt`));
+  assert.equal(await exists(fs, stuck), false, "the stuck tree is under its hidden name");
+  // Once the trees can be read and removed, the next prune takes both.
+  const last = await pruneRaw(fs, tree.loopyRoot);
+  assert.equal(last.skipped.some((skip) => skip.reason === "unreadable"), false);
+  assert.equal(last.removed.length, 2);
+  assert.deepEqual(
+    Object.keys(fs.snapshotTree("/")).filter((p) => p.includes(PRUNING_PREFIX)),
+    [],
+  );
+  assert.equal(await exists(fs, deep), false);
 });

@@ -17,8 +17,10 @@
  * is not a directory or not named `<NNNN>_<workflow>`, an entry newer than the age limit, the raw
  * directory of the attempt a session is running (status `running` with that iteration as its
  * current task) and every raw directory at or above that iteration (a newer attempt, or one
- * being set up), a mirror session's traces while it runs, and a session's raw output when its
- * `state.json` cannot be read (nobody can tell what is running). What runs is read when the plan
+ * being set up), a mirror session's traces while it runs, a session's raw output when its
+ * `state.json` cannot be read (nobody can tell what is running), an entry whose tree cannot be read
+ * to measure it (`unreadable`), and one moved aside whose removal failed (`remove_failed`): one
+ * such tree stops nothing else, and a rerun tries again. What runs is read when the plan
  * is made and read again right before each entry is moved aside (in this process, serialized
  * with `updateSessionState` of that session), so an attempt that started after the plan keeps
  * its raw output.
@@ -32,7 +34,7 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
-import { NotFound } from "../port/errors.ts";
+import { FsError, NotFound } from "../port/errors.ts";
 import { join, NAME_MAX_BYTES, utf8Prefix } from "../port/path.ts";
 import { entryKind } from "../port/durable.ts";
 import { mapLimit } from "../port/limit.ts";
@@ -92,6 +94,17 @@ export type PruneSkipReason =
    * unknown: its `raw/` directory is kept whole.
    */
   | "manifest_unreadable"
+  /**
+   * The entry's tree cannot be read to measure it (a path in it too long to reach, a directory in
+   * it that cannot be listed): it is kept, and the detail names the error.
+   */
+  | "unreadable"
+  /**
+   * The entry was moved aside to a hidden `.pruning-*` name (which counts as gone for readers)
+   * but removing its tree failed; the detail names that path and the error, and the next prune
+   * tries again.
+   */
+  | "remove_failed"
   /** The entry disappeared while pruning (another prune removed it). */
   | "vanished";
 
@@ -248,6 +261,10 @@ class Planner {
     try {
       bytes = await treeBytes(this.fs, path, isDirectory);
     } catch (error) {
+      // One tree that cannot be walked is kept and reported; it stops nothing else.
+      if (error instanceof FsError && !(error instanceof NotFound)) {
+        return skipOf(path, "unreadable", `Its tree cannot be read: ${error.message}`);
+      }
       if (!(error instanceof NotFound)) throw error;
       return skipOf(path, "vanished", "The entry disappeared while pruning was planned");
     }
@@ -845,20 +862,27 @@ async function execute(
       if (renamedAny) await fs.syncDir(parent);
       staged = [];
     }
-    const gone = await mapLimit(staged, CONCURRENCY, async ({ at }) => {
-      let found = true;
+    // A tree that fails to go (a directory in it that cannot be changed, a path too long to
+    // reach) is reported by its hidden name and stops nothing else; the next prune tries again.
+    const gone = await mapLimit(staged, CONCURRENCY, async ({ at }): Promise<boolean | Kept> => {
+      let found: boolean | Kept = true;
       try {
         await fs.remove(at, { recursive: true });
       } catch (error) {
-        if (!(error instanceof NotFound)) throw error;
-        found = false;
+        if (error instanceof FsError && !(error instanceof NotFound)) {
+          found = { reason: "remove_failed", detail: `${at}: ${error.message}` };
+        } else if (!(error instanceof NotFound)) throw error;
+        else found = false;
       }
       handled(1);
       return found;
     });
     staged.forEach(({ target }, i) => {
-      if (gone[i] === true) outcomes.set(target, "removed");
-      else keep(target, { reason: "vanished", detail: VANISHED_BEFORE_REMOVAL });
+      const outcome = gone[i];
+      if (outcome === true) outcomes.set(target, "removed");
+      else if (outcome === false || outcome === undefined) {
+        keep(target, { reason: "vanished", detail: VANISHED_BEFORE_REMOVAL });
+      } else keep(target, outcome);
     });
     if (staged.length > 0) await fs.syncDir(parent);
   }
