@@ -23,6 +23,7 @@ import {
   writeGitReceipt,
 } from "../layout.ts";
 import { childRequest, CONTRACTS, deterministic } from "./layout_fixtures.ts";
+import { hookedFs } from "./_hooks.ts";
 
 const encoder = new TextEncoder();
 
@@ -229,4 +230,35 @@ test("a path below a planted link spelled with .. or a trailing slash is checked
   // A trailing slash does not make the link followed: it is inspected as a link.
   assert.equal((await view.lstat(`${root.dir}/L/`)).kind, "symlink");
   await assert.rejects(view.readDir(`${root.dir}/L/`), TopologyError);
+});
+
+test("a directory swapped for a link while a declared child input is read refuses the input", async () => {
+  for (const ref of ["repo:/docs/spec.md", "session:/project_state/tasks/spec.md"]) {
+    const { fs, root } = await setup();
+    const dir = ref.startsWith("repo:") ? "/repo/docs" : `${root.dir}/project_state/tasks`;
+    await fs.mkdir(dir, { recursive: true });
+    await fs.writeFile(`${dir}/spec.md`, encoder.encode("the spec\n"));
+    await fs.writeFile("/outside/spec.md", encoder.encode("SECRET outside the repository\n"));
+    await publishChildRequest(fs, root.paths, childRequest("r", { input_refs: [ref] }));
+    // Once the reference was checked, the directory on its way becomes a link for the read.
+    let swapped = false;
+    const racing = hookedFs(fs, {
+      async before(method, args) {
+        if (swapped || method === "lstat" || args[0] !== `${dir}/spec.md`) return;
+        swapped = true;
+        await fs.rename(dir, `${dir}.old`);
+        await fs.symlink("/outside", dir);
+      },
+    });
+    const result = await processNextChildRequest(racing, {
+      repoRoot: "/repo",
+      parentSessionId: root.sessionId,
+      ...deterministic(),
+    });
+    assert.ok(swapped, ref);
+    assert.equal(result?.kind, "rejected", ref);
+    if (result?.kind === "rejected") assert.equal(result.receipt.field, "input_refs[0]");
+    const tree = Object.values(fs.snapshotTree("/repo/.loopy_loop")).join("\n");
+    assert.equal(tree.includes("SECRET"), false, `${ref}: the outside bytes were frozen`);
+  }
 });

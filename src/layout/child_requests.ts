@@ -883,6 +883,18 @@ async function admit(
           abandoned,
         };
       }
+      // The port opens a path from the root, following a directory on the way: one swapped for
+      // a link after the check above would have led the read elsewhere. The whole chain is
+      // checked again once the bytes are in, so a swap that lasted through the read refuses
+      // the input (a link on the way is a `LogicalReferenceError`); the file must still be one
+      // of that size. A swap made and undone within the read itself is not seen.
+      const again = await resolver.resolve(ref);
+      if (
+        !again.exists || again.kind !== "file" || again.path !== target.path ||
+        (await sizeOf(fs, target.path)) !== bytes.length
+      ) {
+        return { reason: `Declared input ${ref} changed while it was read`, field, abandoned };
+      }
       inputs.push({ sourceRef: target.canonical, bytes });
     } catch (error) {
       // What the reference names is the request's fault (a refused reference, a name too long
@@ -900,6 +912,16 @@ async function admit(
 }
 
 /** A filesystem error caused by the path a reference names rather than by the storage. */
+/** The size of the entry at `path` itself (`lstat`), or undefined when nothing is there. */
+async function sizeOf(fs: FileSystem, path: string): Promise<number | undefined> {
+  try {
+    return (await fs.lstat(path)).size;
+  } catch (error) {
+    if (error instanceof NotFound) return undefined;
+    throw error;
+  }
+}
+
 function isReferenceFault(error: unknown): boolean {
   return error instanceof NotADirectory || error instanceof IsADirectory ||
     (error instanceof FsError && REFERENCE_FAULT_CODES.has(error.code));

@@ -11,8 +11,12 @@
  *
  * Symlinks: this library refuses a symlink at any component between the scope root and the
  * target, the target included, and along the chain of session directories above the scope root.
- * This is stricter than the engine (which allows links that stay inside the scope): nothing is
- * ever read or written through a link, so no check-then-use race can redirect it.
+ * This is stricter than the engine (which allows links that stay inside the scope): no link found
+ * on the way is ever followed. The check is made with `lstat` before the path is used, and the
+ * port opens a path from the root: a directory on the way swapped for a link between the check
+ * and the use is not seen by the check (`readFileNoFollow` refuses only a link at the last
+ * component). Where the bytes of a target are frozen (a child's declared inputs), the reference
+ * is resolved again once they are read, so a swap that lasts through the read is refused.
  *
  * @module
  */
