@@ -269,8 +269,14 @@ test("preview() renders any value short and never throws", () => {
   }
   assert.equal(preview(cyclic), "[object]");
   assert.equal(preview([1n]), "[array]");
-  assert.equal(preview(3n), "3");
+  assert.equal(preview(3n), "3n");
   assert.equal(preview("ab"), '"ab"');
+  // Values JSON would write as something else are shown as themselves.
+  assert.equal(preview(NaN), "NaN");
+  assert.equal(preview(-Infinity), "-Infinity");
+  assert.equal(preview(-0), "-0");
+  assert.equal(preview(new Date(NaN)), "Invalid Date");
+  assert.equal(preview(Object.create(null)), "{}");
 });
 
 test("an eval seal in state.json holding a 200,000-character string is shown short", () => {

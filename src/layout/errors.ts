@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { preview } from "../loop/errors.ts";
 
 /** Options shared by layout errors. */
 export interface LayoutErrorOptions {
@@ -245,7 +246,7 @@ export class LayoutOptionError extends LayoutError {
   readonly value: unknown;
   /** Creates an option error. */
   constructor(option: string, value: unknown, message: string) {
-    super(`${message}: ${option}=${quote(String(value))}`);
+    super(`${message}: ${option}=${typeof value === "string" ? quote(value) : preview(value)}`);
     this.option = option;
     this.value = value;
   }

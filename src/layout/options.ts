@@ -7,10 +7,14 @@
 import type { Durability } from "../port/durable.ts";
 import { portableSha256, type Sha256Factory } from "../port/sha256.ts";
 import { LayoutError, LayoutOptionError } from "./errors.ts";
+import { preview } from "../loop/errors.ts";
 
 /** Injectable clock and randomness, so creation is deterministic in tests. */
 export interface LayoutClock {
-  /** The current time; default `() => new Date()`. */
+  /**
+   * The current time; default `() => new Date()`. A reading that is not a valid `Date` is a
+   * `LayoutOptionError` naming `now`.
+   */
   readonly now?: (() => Date) | undefined;
   /** A fresh UUID (any form with 32 hex digits); default `crypto.randomUUID`. */
   readonly uuid?: (() => string) | undefined;
@@ -50,12 +54,22 @@ export function resolveWriteOptions(options: LayoutWriteOptions = {}): ResolvedW
     );
   }
   const uuid = options.uuid ?? (() => globalThis.crypto.randomUUID());
+  const clock = options.now;
   return {
-    now: options.now ?? (() => new Date()),
+    now: clock === undefined ? () => new Date() : () => {
+      const date: unknown = clock();
+      if (!(date instanceof Date) || Number.isNaN(date.getTime())) {
+        throw new LayoutOptionError("now", date, "now must return a valid date");
+      }
+      return date;
+    },
     uuidHex: () => {
-      const hex = uuid().replace(/-/g, "").toLowerCase();
+      const value: unknown = uuid();
+      const hex = typeof value === "string" ? value.replace(/-/g, "").toLowerCase() : "";
       if (!/^[0-9a-f]{32}$/.test(hex)) {
-        throw new LayoutError(`The uuid source returned a value without 32 hex digits: ${hex}`);
+        throw new LayoutError(
+          `The uuid source returned a value without 32 hex digits: ${preview(value)}`,
+        );
       }
       return hex;
     },

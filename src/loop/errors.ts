@@ -191,14 +191,24 @@ export class InvalidArgumentError extends SessionError {
 }
 
 /**
- * A short, safe rendering of a value for an error message: its JSON cut to 80 characters. A value
- * JSON cannot write (a BigInt, a cycle, arrays nested past the runtime's stack) is named by its
- * kind (`[array]`, `[object]`) or, for a primitive, by `String()`; never an exception.
+ * A short, safe rendering of a value for an error message: its JSON cut to 80 characters. A number
+ * JSON writes as another (`NaN`, `Infinity`, `-0`), a BigInt (`10n`) and an invalid `Date` are
+ * shown as themselves; a value JSON cannot write (a cycle, arrays nested past the runtime's stack)
+ * is named by its kind (`[array]`, `[object]`) or, for a primitive, by `String()`; never an
+ * exception.
  */
 export function preview(value: unknown): string {
   let text: string;
   try {
-    text = value === undefined ? "undefined" : JSON.stringify(value) ?? String(value);
+    text = value === undefined
+      ? "undefined"
+      : typeof value === "number" && (!Number.isFinite(value) || Object.is(value, -0))
+      ? (Object.is(value, -0) ? "-0" : String(value))
+      : typeof value === "bigint"
+      ? `${value}n`
+      : value instanceof Date && Number.isNaN(value.getTime())
+      ? "Invalid Date"
+      : JSON.stringify(value) ?? String(value);
   } catch {
     // Not String(value) for objects: an array's join recurses as deep as JSON.stringify did.
     text = typeof value !== "object" || value === null

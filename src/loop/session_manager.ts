@@ -35,6 +35,7 @@ import {
   CorruptSessionError,
   InvalidArgumentError,
   PendingSaveError,
+  preview,
   SessionBusyError,
   SessionError,
   SessionFormatError,
@@ -2018,7 +2019,7 @@ export class SessionManager {
   setPinned(pinned: boolean): Promise<string | undefined> {
     if (typeof pinned !== "boolean") {
       return Promise.reject(
-        new InvalidArgumentError("pinned", `Invalid pinned state: ${String(pinned)}`, {
+        new InvalidArgumentError("pinned", `Invalid pinned state: ${preview(pinned)}`, {
           file: this.#metaFile,
         }),
       );
@@ -2043,7 +2044,7 @@ export class SessionManager {
       return Promise.reject(
         new InvalidArgumentError(
           "messageCount",
-          `Invalid read message count: ${String(messageCount)}`,
+          `Invalid read message count: ${preview(messageCount)}`,
           { file: this.#metaFile },
         ),
       );
@@ -2123,7 +2124,7 @@ export class SessionManager {
   setPermissionPreset(preset: PermissionPreset): Promise<void> {
     if (!isPermissionPreset(preset)) {
       return Promise.reject(
-        new InvalidArgumentError("preset", `Invalid permission preset: ${JSON.stringify(preset)}`, {
+        new InvalidArgumentError("preset", `Invalid permission preset: ${preview(preset)}`, {
           file: this.#metaFile,
         }),
       );
@@ -2553,7 +2554,7 @@ export function pageBounds(
   if (!Number.isSafeInteger(end) || end < 0 || end > total) {
     throw new InvalidArgumentError(
       "before",
-      `Invalid history boundary: ${String(before)} (history has ${total} messages)`,
+      `Invalid history boundary: ${preview(before)} (history has ${total} messages)`,
     );
   }
   // k = the number of rounds that start before `end` (binary search: rounds are increasing).

@@ -131,7 +131,10 @@ export interface SessionStoreOptions {
   readonly sessionDir?: string;
   /** The SHA-256 implementation; default portable. Pass `nodeSha256` / `denoSha256` for speed. */
   readonly sha256?: Sha256Factory;
-  /** The clock, in Unix milliseconds; default `Date.now`. */
+  /**
+   * The clock, in Unix milliseconds; default `Date.now`. A reading that is not a time a `Date`
+   * can hold is an `InvalidArgumentError` naming `now`, from the call that read it.
+   */
   readonly now?: () => number;
   /**
    * `"full"` (default) fsyncs every step: a resolved save survives power loss. `"ordered"` skips
@@ -186,6 +189,26 @@ function checkStoreOptions(options: SessionStoreOptions): void {
  * Refuses (`InvalidArgumentError` naming it) a path argument `name` that is not a string, or (with
  * `optional`) undefined, before anything is looked at: never a raw `TypeError` from deep inside.
  */
+/** The largest distance from the epoch, in milliseconds, that a `Date` can hold. */
+const MAX_DATE_MS = 8.64e15;
+
+/**
+ * The store's clock as given, each reading checked: a time that is not a number a `Date` can hold
+ * (it would make every timestamp a `RangeError`) is an `InvalidArgumentError` naming `now`.
+ */
+function checkedClock(now: () => number): () => number {
+  return () => {
+    const time = now();
+    if (typeof time !== "number" || !(Math.abs(time) <= MAX_DATE_MS)) {
+      throw new InvalidArgumentError(
+        "now",
+        `now must return Unix milliseconds a Date can hold: ${preview(time)}`,
+      );
+    }
+    return time;
+  };
+}
+
 function checkPathArgument(name: string, value: unknown, optional = false): void {
   if (typeof value === "string" || (optional && value === undefined)) return;
   throw new InvalidArgumentError(
@@ -302,7 +325,7 @@ export class SessionStore {
     this.#context = {
       fs: options.fs,
       sha256: options.sha256 ?? portableSha256,
-      now: options.now ?? Date.now,
+      now: options.now === undefined ? Date.now : checkedClock(options.now),
       durability: options.durability ?? "full",
       probe: options.process === null ? undefined : options.process ?? options.fs.processes,
       collectionLockWaitMs: options.collectionLockWaitMs ?? DEFAULT_COLLECTION_LOCK_WAIT_MS,
@@ -921,7 +944,7 @@ export class SessionStore {
     if (concurrency !== undefined && !(Number.isSafeInteger(concurrency) && concurrency >= 1)) {
       throw new InvalidArgumentError(
         "concurrency",
-        `concurrency must be a positive integer: ${String(concurrency)}`,
+        `concurrency must be a positive integer: ${preview(concurrency)}`,
       );
     }
     const { collection, cwd: canonical } = await this.#collectionOf(cwd, sessionDir);
