@@ -89,6 +89,7 @@ export {
   encodeJson,
   type JsonObject,
   type JsonValue,
+  MAX_RECORD_NESTING,
   type ReadRecord,
   readRecord,
   readRecordIfExists,

@@ -22,7 +22,7 @@ import { checkAttemptIdentity } from "./_attempt_identity.ts";
 import { MAX_FILE_NAME_BYTES } from "./ids.ts";
 import {
   bytesEqual,
-  encodeJson,
+  encodeRecord,
   encodeText,
   freezeBytes,
   type JsonObject,
@@ -136,6 +136,7 @@ export async function createAttemptArtifacts(
   ) as FoldedTraceRef;
   parseAttemptPathsMap(options.pathsMap, paths.pathsJson);
   const snapshot = options.snapshot ?? {};
+  const snapshotDir = paths.snapshotDir(traceRef.attempt_id);
   const snapshotFiles: {
     readonly name: string;
     readonly bytes: Uint8Array;
@@ -154,10 +155,9 @@ export async function createAttemptArtifacts(
     snapshotFiles.push(
       typeof value === "string"
         ? { name, bytes: encodeText(value), json: false }
-        : { name, bytes: encodeJson(value), json: true },
+        : { name, bytes: encodeRecord(value, join(snapshotDir, name)), json: true },
     );
   }
-  const snapshotDir = paths.snapshotDir(traceRef.attempt_id);
 
   // One creation of an attempt at a time: a snapshot frozen with other contents refuses the call
   // before it writes anything (the prompt and paths of the attempt that froze it stay).
@@ -230,7 +230,7 @@ export async function writeAttemptResult(
   fs = confined(fs, paths.session.dir);
   const file = paths.resultJson;
   parseAttemptResult(result, file);
-  const bytes = encodeJson(result);
+  const bytes = encodeRecord(result, file);
   const durability = resolveWriteOptions(options).durability;
   // Early refusal without queueing behind the state's writers; decided for good below. Read only
   // as a regular file: a FIFO planted there is refused by name, never waited on.

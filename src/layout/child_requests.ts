@@ -50,6 +50,7 @@ import {
   bytesEqual,
   decodeJson,
   encodeJson,
+  encodeRecord,
   freezeBytes,
   jsonEqual,
   type JsonObject,
@@ -239,7 +240,7 @@ export async function publishChildRequest(
   // The layout session.json records decides, not the one the caller built the paths for.
   requireFolded(paths, await readSessionLayout(fs, paths.dir));
   const file = paths.pendingRequest(request.request_id);
-  let bytes = encodeJson(request);
+  let bytes = encodeRecord(request, file);
   if (bytes.length > MAX_CHILD_REQUEST_BYTES) {
     throw new ChildRequestError(
       file,

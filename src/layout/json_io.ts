@@ -33,6 +33,7 @@ import { ImmutableArtifactError, LayoutRecordError } from "./errors.ts";
 import { confined } from "./no_links.ts";
 import { serializedOn } from "./serial.ts";
 import { preview } from "../loop/errors.ts";
+import { childPath } from "../loop/records/_validation.ts";
 
 /** A JSON value. */
 export type JsonValue =
@@ -55,6 +56,92 @@ const decoder = new TextDecoder("utf-8", { fatal: true });
  */
 export function encodeJson(value: unknown): Uint8Array {
   return encoder.encode(asciiEscaped(JSON.stringify(value, null, 2)));
+}
+
+/**
+ * How deeply a record this library writes may nest objects and arrays (the record itself is level
+ * 1). Far past any record the engine writes, and about half what its Python `json` reads (a
+ * recursion limit of 1,000), and far below what the indented `JSON.stringify` (which recurses once
+ * a level) can write on any runtime. A record that is rewritten (`state.json`, `children.json`) is
+ * held to it when read, so a deeper one is refused before an operation writes anything, not by
+ * the write halfway through it; records that are only read (handoffs, trace manifests) may nest
+ * deeper.
+ */
+export const MAX_RECORD_NESTING = 500;
+
+/**
+ * `encodeJson(value)` (with `numbers`, `encodeJsonKeepingNumbers`) of a record to be written to
+ * `file`, refused first (a `LayoutRecordError` naming `file` and the field) when JSON cannot write
+ * it as it is: nested deeper than `MAX_RECORD_NESTING` levels (a cycle too), a BigInt, or a value
+ * whose `toJSON` throws.
+ */
+export function encodeRecord(value: unknown, file: string, numbers?: NumberTexts): Uint8Array {
+  refuseUnwritable(value, file);
+  try {
+    return numbers === undefined ? encodeJson(value) : encodeJsonKeepingNumbers(value, numbers);
+  } catch (error) {
+    throw new LayoutRecordError(file, "The record cannot be written as JSON", { cause: error });
+  }
+}
+
+/**
+ * Refuses a record that is read to be written again (`state.json`, `children.json`) when it nests
+ * deeper than `MAX_RECORD_NESTING` levels: a `LayoutRecordError` naming `file` and the field.
+ */
+export function refuseDeepRecord(value: unknown, file: string): void {
+  refuseUnwritable(value, file);
+}
+
+/** One value on the way down a record, with the way back up (for its path). */
+interface Step {
+  readonly value: object;
+  readonly level: number;
+  readonly parent: Step | undefined;
+  readonly key: string | number;
+}
+
+/** The JSON path of `step` (`children[1].status`), `key` appended when given. */
+function pathOf(step: Step | undefined, key?: string | number): string {
+  const keys: (string | number)[] = key === undefined ? [] : [key];
+  for (let at = step; at?.parent !== undefined; at = at.parent) keys.push(at.key);
+  return keys.reverse().reduce<string>((base, item) => childPath(base, item), "");
+}
+
+/**
+ * Throws the `LayoutRecordError` (of `file`, at the field) of the first object or array of
+ * `value` nested deeper than `MAX_RECORD_NESTING` levels, or of a BigInt (only found in a value
+ * given to a write: parsed JSON holds none). Iterative: no depth overflows it.
+ */
+function refuseUnwritable(value: unknown, file: string): void {
+  const bigint = (at: Step | undefined, key?: string | number): never => {
+    throw new LayoutRecordError(file, "A BigInt cannot be written as JSON", {
+      path: pathOf(at, key),
+    });
+  };
+  if (typeof value === "bigint") bigint(undefined);
+  if (typeof value !== "object" || value === null) return;
+  const stack: Step[] = [{ value, level: 1, parent: undefined, key: "" }];
+  for (let step = stack.pop(); step !== undefined; step = stack.pop()) {
+    if (step.level > MAX_RECORD_NESTING) {
+      throw new LayoutRecordError(
+        file,
+        `The record nests deeper than ${MAX_RECORD_NESTING} levels`,
+        { path: pathOf(step) },
+      );
+    }
+    const node = step.value as Record<string, unknown>;
+    const keys: readonly (string | number)[] = Array.isArray(node)
+      ? node.map((_, index) => index)
+      : Object.keys(node);
+    for (let i = keys.length - 1; i >= 0; i--) {
+      const key = keys[i] as string | number;
+      const item = node[key];
+      if (typeof item === "bigint") bigint(step, key);
+      if (typeof item === "object" && item !== null) {
+        stack.push({ value: item, level: step.level + 1, parent: step, key });
+      }
+    }
+  }
 }
 
 /**
@@ -395,9 +482,7 @@ export async function writeJsonAtomic(
   numbers?: NumberTexts,
 ): Promise<Uint8Array> {
   fs = confined(fs, file);
-  const bytes = numbers === undefined
-    ? encodeJson(value)
-    : encodeJsonKeepingNumbers(value, numbers);
+  const bytes = encodeRecord(value, file, numbers);
   await tightenPrivateDir(fs, dirname(file), durability);
   await atomicReplace(fs, file, bytes, { durability });
   return bytes;

@@ -13,7 +13,7 @@
 import * as v from "valibot";
 import { LayoutRecordError } from "./errors.ts";
 import { isSafeId, isSessionId } from "./ids.ts";
-import { parseWithSchema } from "./json_io.ts";
+import { parseWithSchema, refuseDeepRecord } from "./json_io.ts";
 import { checkTerminalTransition } from "./_terminal_transition.ts";
 import { iterationName, type SessionLayout } from "./paths.ts";
 import { isLogicalReference } from "./ref_grammar.ts";
@@ -364,10 +364,13 @@ const SessionStateV1Schema: v.GenericSchema<unknown, SessionStateV1> = v.looseOb
  * Validates `state.json` (schema 2, or the legacy schema 1, which a state without
  * `schema_version` is). A v1 current task may predate attempt ids (`attempt_id` `null` or
  * absent); a v2 one must name its attempt. A v2 state with both a current task and an active
- * child is refused.
+ * child is refused, and so is one nested deeper than `MAX_RECORD_NESTING` levels (it could not
+ * be written again).
  */
 export function parseSessionState(value: unknown, file: string): SessionState {
   const object = requireObject(value, file, "state.json");
+  // Rewritten by updates: one too deep to write again is refused before anything is written.
+  refuseDeepRecord(object, file);
   const version = object.schema_version;
   if (version === undefined || version === 1) {
     return parseWithSchema(SessionStateV1Schema, value, file, "state.json");
@@ -1193,13 +1196,16 @@ const LegacyChildrenSchema = v.array(LegacyChildRecordSchema);
  * applied (the rules name them for v2). A v1 ledger does not name its session, so reading one
  * needs `sessionId` (the session whose directory holds it); without it a v1 ledger is a
  * `LayoutRecordError`. A v1 object that carries `parent_session_id` or `revision` is refused
- * too: those are schema-2 fields, and which form it is would be a guess.
+ * too: those are schema-2 fields, and which form it is would be a guess. A ledger nested deeper
+ * than `MAX_RECORD_NESTING` levels is refused (it could not be written again).
  */
 export function parseChildrenLedger(
   value: unknown,
   file: string,
   sessionId?: string,
 ): AnyChildrenLedger {
+  // Rewritten by every acceptance: one too deep to write again is refused before any write.
+  refuseDeepRecord(value, file);
   const legacy = Array.isArray(value) ? value : undefined;
   const object = legacy === undefined ? requireObject(value, file, "children.json") : undefined;
   if (legacy !== undefined || object?.schema_version === 1) {

@@ -35,6 +35,7 @@ import {
 } from "./ids.ts";
 import {
   encodeJson,
+  encodeRecord,
   encodeText,
   type JsonObject,
   readRecord,
@@ -398,15 +399,18 @@ async function writeScaffold(
     inputs: frozen,
     created_at: createdAt,
   };
-  const goalContractBytes = encodeJson(parseGoalContract(goalContract, paths.goalContractJson));
+  const goalContractBytes = encodeRecord(
+    parseGoalContract(goalContract, paths.goalContractJson),
+    paths.goalContractJson,
+  );
   await writeNew(fs, paths.goalContractJson, goalContractBytes);
-  const contractBytes = encodeJson(spec.contracts.workflowContract);
+  const contractBytes = encodeRecord(spec.contracts.workflowContract, paths.workflowContractJson);
   await writeNew(fs, paths.workflowContractJson, contractBytes);
-  const rosterBytes = encodeJson(spec.contracts.workflowRoster);
+  const rosterBytes = encodeRecord(spec.contracts.workflowRoster, paths.workflowRosterJson);
   await writeNew(fs, paths.workflowRosterJson, rosterBytes);
   let harnessSha256 = spec.harnessCapabilityRosterSha256;
   if (spec.harnessCapabilityRoster !== undefined) {
-    const bytes = encodeJson(spec.harnessCapabilityRoster);
+    const bytes = encodeRecord(spec.harnessCapabilityRoster, paths.harnessCapabilityRosterJson);
     await writeNew(fs, paths.harnessCapabilityRosterJson, bytes);
     harnessSha256 = hash(bytes);
   }

@@ -28,7 +28,7 @@ import {
 import {
   bytesEqual,
   decodeJson,
-  encodeJson,
+  encodeRecord,
   firstDifference,
   jsonEqual,
   type ReadRecord,
@@ -592,7 +592,7 @@ export async function writeSessionOutcome(
       ? outcome
       : { ...outcome, eval_refs: dedupe([...outcome.eval_refs, ...sealed]) };
     const validated = full === outcome ? checked : parseSessionOutcome(full, file, paths.layout);
-    const bytes = encodeJson(full);
+    const bytes = encodeRecord(full, file);
     // Read only as a regular file: a FIFO planted there is refused by name, never waited on.
     const existing = await recordBytes(fs, file, true);
     if (existing !== undefined) {
