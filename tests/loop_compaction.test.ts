@@ -234,6 +234,46 @@ test("removeLegacyBackup() removes the backup only once the directory is valid",
   assert.deepEqual((await store.open(dir, { readOnly: true })).messages.length, 1);
 });
 
+test("removeLegacyBackup() keeps a backup an older Loop went on writing after the migration", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  await fs.mkdir(COLLECTION, { recursive: true });
+  const id = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  const legacy = `${COLLECTION}/${id}.jsonl`;
+  const dir = `${COLLECTION}/${id}`;
+  const store = storeOn(fs);
+  const original = legacySessionBytes(id, CWD, [user("q")]);
+  await fs.writeFile(legacy, original);
+  const session = await store.open(legacy);
+  // The session goes on in the directory.
+  await session.commit([user("q"), user("more")]);
+  await session.close();
+  // An older Loop goes on in the backup: its second message exists nowhere else.
+  const diverged = legacySessionBytes(id, CWD, [user("q"), user("written by an older Loop")]);
+  await fs.writeFile(legacy, diverged);
+  const kept = (error: unknown) => {
+    assert.ok(error instanceof SessionFormatError, String(error));
+    assert.equal(error.file, legacy);
+    assert.equal(error.path, "messages");
+    return true;
+  };
+  await assert.rejects(store.removeLegacyBackup(dir), kept);
+  assert.deepEqual(await fs.readFile(legacy), diverged);
+  // The same messages the directory went on with: nothing is lost, but the file is not what
+  // was migrated either, and is kept.
+  const longer = legacySessionBytes(id, CWD, [user("q"), user("more"), user("and more")]);
+  await fs.writeFile(legacy, longer);
+  await assert.rejects(store.removeLegacyBackup(dir), kept);
+  // A backup cut mid-line cannot be compared: kept.
+  await fs.writeFile(legacy, longer.subarray(0, longer.length - 5));
+  await assert.rejects(store.removeLegacyBackup(dir), SessionFormatError);
+  assert.equal((await fs.lstat(legacy)).kind, "file");
+  // The file as it was migrated, the directory having saved more since: the backup goes.
+  await fs.writeFile(legacy, original);
+  assert.equal(await store.removeLegacyBackup(dir), true);
+  await assert.rejects(fs.lstat(legacy));
+});
+
 /** A session with a replacement generation and a legacy backup, made durable. */
 async function compactionBaseline(): Promise<{
   baseline: MemoryFs;
@@ -242,14 +282,17 @@ async function compactionBaseline(): Promise<{
   history: Message[];
   generation: string;
 }> {
-  const { fs, session, history } = await replaced();
-  const id = session.id;
-  // The file it was migrated from: its header's id, cwd and createdAt are the session's.
-  const backup = decoder.decode(legacySessionBytes(id, CWD, [user("stale backup")])).replace(
-    '"createdAt":"2025-01-01T00:00:00.000Z"',
-    `"createdAt":${JSON.stringify(session.getHeader().createdAt)}`,
-  );
-  await fs.writeFile(`${COLLECTION}/${id}.jsonl`, encoder.encode(backup));
+  // A legacy session migrated (its file kept as the backup), then given a replacement generation.
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  await fs.mkdir(COLLECTION, { recursive: true });
+  const id = "5d2c8a91-47b3-4e0f-9a6d-2b1c3e4f5a6b";
+  const first = conversation(3);
+  await fs.writeFile(`${COLLECTION}/${id}.jsonl`, legacySessionBytes(id, CWD, first));
+  const session = await storeOn(fs).open(`${COLLECTION}/${id}.jsonl`);
+  const history = [user("edited first question"), ...first.slice(1), user("more"), assistant("ok")];
+  await session.commit(history);
+  await session.close();
   fs.syncAll();
   const generation = (await json(fs, session.getSessionFile())).generation as string;
   return { baseline: fs, dir: session.getSessionPath(), id, history, generation };

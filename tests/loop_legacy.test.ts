@@ -20,6 +20,7 @@ import {
   LineReader,
   migrateLegacySession,
   type MigrationPacing,
+  readLegacyHistory,
   readLegacySession,
 } from "../src/loop/legacy.ts";
 import { nodeFs, nodeSha256 } from "../adapters/node.ts";
@@ -515,6 +516,29 @@ test("leading and trailing blank lines, CRLF and a header-only file are read lik
   const opened = await empty.store.open(LEGACY);
   assert.deepEqual(opened.messages, []);
   assert.equal(opened.getStorageInfo()?.bytes, 0);
+});
+
+test("a migration keeps a CRLF or space-padded line's own bytes, so numbers JSON would rewrite stay", async () => {
+  // `-0` and `1e400` (Infinity) are what JSON.stringify cannot write back: a line rewritten in
+  // canonical form would read back as 0 and null.
+  const lines = [
+    ' {"role":"user","content":"one","timestamp":-0,"x":1e400}\t\r',
+    '{"role":"user","content":"two","timestamp":2,"x":-0.0}\r',
+    '{"role":"user","content":"three","timestamp":3}',
+  ];
+  const { fs, store } = await setup(JSON.stringify(header()) + "\r\n" + lines.join("\n") + "\n");
+  const legacy = await readLegacyHistory(fs, LEGACY);
+  const session = await store.open(LEGACY);
+  assert.deepEqual(session.messages, legacy.messages);
+  assert.ok(Object.is((session.messages[0] as { timestamp: number }).timestamp, -0));
+  assert.equal((session.messages[0] as unknown as { x: number }).x, Infinity);
+  await session.close();
+  const log = decoder.decode(await fs.readFile(`${DIR}/messages.jsonl`));
+  assert.equal(log, lines.map((line) => line.trim()).join("\n") + "\n");
+  const reopened = await store.open(DIR, { readOnly: true });
+  assert.deepEqual(reopened.messages, legacy.messages);
+  // The file is still what was migrated: its backup can go.
+  assert.equal(await store.removeLegacyBackup(DIR), true);
 });
 
 test("a header line with trailing non-JSON whitespace is valid only when nothing follows it", async () => {

@@ -36,6 +36,7 @@ import {
   writeNewFile,
 } from "../port/durable.ts";
 import { basename, dirname, join } from "../port/path.ts";
+import { sha256OfHandle } from "../port/sha256.ts";
 import { CorruptSessionError, SessionError, SessionFormatError } from "./errors.ts";
 import {
   encodeRoundIndex,
@@ -48,6 +49,7 @@ import {
   META_FILE,
   metaNotFound,
   openMessages,
+  openSessionFile,
   readRoundIndex,
   readStorageMeta,
   type RoundEntry,
@@ -56,7 +58,13 @@ import {
 } from "./storage.ts";
 import { checkMetaId, SessionManager } from "./session_manager.ts";
 import { acquireWriterLock, dropMovedLocks, isLockFileName, type StoreContext } from "./lock.ts";
-import { LEGACY_EXTENSION, readLegacyHeader, STAGING_PREFIX, stagingName } from "./legacy.ts";
+import {
+  LEGACY_EXTENSION,
+  migratedLogDigest,
+  readLegacyHeader,
+  STAGING_PREFIX,
+  stagingName,
+} from "./legacy.ts";
 import {
   eligibleTitleOf,
   isSessionId,
@@ -471,19 +479,54 @@ async function holdsSession(context: StoreContext, dir: string, id: string): Pro
 }
 
 /**
+ * The size and SHA-256 of the first `size` bytes of the log `file` (fewer when it is shorter), or
+ * undefined when it is missing. Read in chunks, never through a link.
+ */
+async function logPrefixDigest(
+  context: StoreContext,
+  file: string,
+  size: number,
+): Promise<{ readonly size: number; readonly hex: string } | undefined> {
+  let opened;
+  try {
+    opened = await openSessionFile(context.fs, file);
+  } catch (error) {
+    if (error instanceof NotFound) return undefined;
+    throw error;
+  }
+  const { handle } = opened;
+  try {
+    return await sha256OfHandle({
+      read: (offset, length) =>
+        offset >= size
+          ? Promise.resolve(new Uint8Array(0))
+          : handle.read(offset, Math.min(length, size - offset)),
+    }, context.sha256);
+  } finally {
+    await handle.close();
+  }
+}
+
+/**
  * Removes the legacy backup `<collection>/<id>.jsonl` of the session directory `dir` once the
  * directory is valid (fully validated like an open) and the file is the one it was migrated from.
  * Returns false when there is no backup. The caller holds the collection lock.
  *
  * A migration copies the file's header into the directory, and nothing changes its id, cwd or
- * createdAt afterwards (its history may change completely): a file whose header differs from the
- * directory's in one of them, or cannot be read, was not migrated into it. Such a file (another
- * session's, which a directory published under its id hides) may be the only copy of its session,
- * and is left alone.
+ * createdAt afterwards: a file whose header differs from the directory's in one of them, or
+ * cannot be read, was not migrated into it. Such a file (another session's, which a directory
+ * published under its id hides) may be the only copy of its session, and is left alone. So is a
+ * file whose history is no longer what the migration wrote at the start of messages.jsonl (its
+ * first generation, which later saves, even ones that rewrite the history, leave in place): an
+ * older Loop that kept writing the file after the migration left messages there that the
+ * session lacks. (After a compaction the log starts with the current history: a backup of a
+ * session whose history was rewritten, then compacted, is kept too; removing it is then the
+ * user's call.)
  *
  * @throws Whatever opening `dir` throws: an invalid directory keeps its backup.
- * @throws {SessionFormatError} When the file is not a regular file, its header cannot be read, or
- * its id, cwd or createdAt is not the directory's (naming the file and the field).
+ * @throws {SessionFormatError} When the file is not a regular file, it cannot be read whole, its
+ * id, cwd or createdAt is not the directory's (naming the file and the field), or its history is
+ * not what the log starts with (naming `messages`).
  */
 export async function removeLegacyBackup(context: StoreContext, dir: string): Promise<boolean> {
   const fs = context.fs;
@@ -537,6 +580,32 @@ export async function removeLegacyBackup(context: StoreContext, dir: string): Pr
         { file: legacy, path: `header.${field}`, value: backup[field] },
       );
     }
+  }
+  // The file must still be what was migrated, and the log must still start with what the
+  // migration wrote of it: a message it holds that the log does not would exist nowhere once the
+  // file is gone.
+  let migrated: { readonly size: number; readonly hex: string };
+  try {
+    migrated = await migratedLogDigest(fs, legacy, context.sha256);
+  } catch (error) {
+    if (!(error instanceof SessionError)) throw error;
+    throw new SessionFormatError(
+      "Legacy file cannot be read whole, so it may hold messages the session lacks; it was left alone",
+      {
+        file: legacy,
+        ...(error instanceof SessionFormatError && error.path !== "" ? { path: error.path } : {}),
+        cause: error,
+      },
+    );
+  }
+  const logged = await logPrefixDigest(context, join(dir, MESSAGES_FILE), migrated.size);
+  if (logged?.size !== migrated.size || logged.hex !== migrated.hex) {
+    throw new SessionFormatError(
+      "Legacy file's history is not what the session's log starts with (messages written to it " +
+        "after the migration, or the session's history rewritten and compacted since); it was " +
+        "left alone",
+      { file: legacy, path: "messages" },
+    );
   }
   await fs.remove(legacy);
   if (context.durability === "full") await fs.syncDir(collection);

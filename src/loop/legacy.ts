@@ -39,6 +39,7 @@ import {
   writeNewFile,
 } from "../port/durable.ts";
 import { basename, dirname, join } from "../port/path.ts";
+import type { Sha256Factory } from "../port/sha256.ts";
 import { SessionError, SessionFormatError } from "./errors.ts";
 import {
   eligibleTitleOf,
@@ -107,6 +108,65 @@ const SMALL_PIECE = 64 * 1024;
 const NEWLINE = 10;
 const NEWLINE_BYTES = new Uint8Array([NEWLINE]);
 const encoder = new TextEncoder();
+
+/**
+ * Where the bytes a migration keeps of a legacy message line lie (`chunk.subarray(start, end)`
+ * without its newline), or undefined when it writes the message in canonical form instead. The
+ * line's own bytes are kept, without the JSON whitespace around them (the `\r` of a CRLF file,
+ * spaces, tabs), when they are one bare JSON object: the session manager compares messages by
+ * value, not by byte layout, and re-serializing 50 MB would cost as much as parsing it (and would
+ * write a number JSON.stringify cannot, such as `-0` or `1e400`, as another). A line whose bytes
+ * are not UTF-8 (decoded to U+FFFD, `replaced`) is written in canonical form, so the log is
+ * always valid UTF-8.
+ */
+function keptLineRange(
+  chunk: Uint8Array,
+  start: number,
+  end: number,
+  replaced: boolean,
+): readonly [number, number] | undefined {
+  if (replaced) return undefined;
+  while (start < end && isJsonSpace(chunk[start] as number)) start++;
+  while (end > start && isJsonSpace(chunk[end - 1] as number)) end--;
+  return end > start && chunk[start] === 0x7b && chunk[end - 1] === 0x7d ? [start, end] : undefined;
+}
+
+/** JSON's whitespace within a line: space, tab, carriage return. */
+function isJsonSpace(byte: number): boolean {
+  return byte === 0x20 || byte === 0x09 || byte === 0x0d;
+}
+
+/**
+ * The size and SHA-256 (lowercase hex) of the messages.jsonl bytes a migration of the legacy file
+ * at `path` writes, its first generation (each line as `keptLineRange` keeps it, or canonical),
+ * read and validated as `readLegacyHistory` reads it without keeping the history.
+ *
+ * @throws As `readLegacyHistory`.
+ */
+export async function migratedLogDigest(
+  fs: FileSystem,
+  path: string,
+  factory: Sha256Factory,
+): Promise<{ readonly size: number; readonly hex: string }> {
+  const hash = factory();
+  let size = 0;
+  await readLegacy(fs, path, true, {
+    message: (message, chunk, start, end, _index, replaced) => {
+      const kept = keptLineRange(chunk, start, end, replaced);
+      const line = kept === undefined
+        ? encoder.encode(JSON.stringify(message) + "\n")
+        : chunk.subarray(kept[0], kept[1]);
+      hash.update(line);
+      size += line.length;
+      if (kept !== undefined) {
+        hash.update(NEWLINE_BYTES);
+        size += 1;
+      }
+    },
+    flush: () => Promise.resolve(),
+  });
+  return { size, hex: hash.digestHex() };
+}
 
 /** `pieces` as writes: runs of small pieces copied together, large pieces as they are. */
 function coalesce(pieces: readonly Uint8Array[]): Uint8Array[] {
@@ -718,13 +778,19 @@ class StagedLog implements MessageSink {
     replaced: boolean,
   ): void {
     if (message.role === "user") this.rounds.push({ messageIndex: index, byteOffset: this.bytes });
-    // The validated line's own bytes are kept when they are one bare JSON object (the
-    // version-2 writer's output): the session manager compares messages by value, not by byte
-    // layout, and re-serializing 50 MB would cost as much as parsing it. Consecutive such lines
-    // are written straight from the chunk they were read in, newlines and all, without a copy. A
-    // line with surrounding whitespace (CRLF files), or bytes that are not UTF-8 (decoded to
-    // U+FFFD), is written in canonical form, so the log is always valid UTF-8.
-    if (!replaced && end > start && chunk[start] === 0x7b && chunk[end - 1] === 0x7d) {
+    // The validated line's own bytes are kept when they are one bare JSON object (the version-2
+    // writer's output; see keptLineRange). Consecutive such lines are written straight from the
+    // chunk they were read in, newlines and all, without a copy.
+    const kept = keptLineRange(chunk, start, end, replaced);
+    if (kept !== undefined && (kept[0] !== start || kept[1] !== end)) {
+      // Trimmed (a CRLF line): its bytes, then a newline of its own.
+      this.#closeRun();
+      this.#pieces.push(chunk.subarray(kept[0], kept[1]), NEWLINE_BYTES);
+      this.#pending += kept[1] - kept[0] + 1;
+      this.bytes += kept[1] - kept[0] + 1;
+      return;
+    }
+    if (kept !== undefined) {
       const run = this.#run;
       if (run !== undefined && run.chunk === chunk && run.end + 1 === start) run.end = end;
       else {

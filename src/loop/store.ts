@@ -975,7 +975,9 @@ export class SessionStore {
   /**
    * Removes the legacy backup `<id>.jsonl` of a migrated session (a directory or its meta.json)
    * after validating the directory like an open. Returns false when there is no backup. Never
-   * automatic.
+   * automatic. A file that is not this session's backup, or holds a message the session's history
+   * does not hold at its place (an older Loop kept writing it after the migration, or the
+   * session's history was rewritten since), is left alone: a `SessionFormatError` naming it.
    */
   async removeLegacyBackup(path: string): Promise<boolean> {
     const dir = this.#sessionDirOf(path);
