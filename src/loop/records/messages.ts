@@ -33,6 +33,10 @@
  * `usage` and `arguments` must be plain objects (prototype `Object.prototype` or `null`, no
  * `toJSON` method; so no boxed primitive, class instance, `Date` or `JSON.rawJSON` value), and
  * every field the rules above read must be an own enumerable property. Parsed JSON always is.
+ * What the rules do not read (`usage`'s fields, tool call `arguments`, `details`, unknown fields)
+ * is stored as `JSON.stringify` writes it: a `NaN` or infinite number is written as `null`, `-0`
+ * as `0`, and an `undefined` field is left out, so the session reads back that way when opened
+ * again (the manager that saved it keeps the values it was given).
  *
  * @module
  */
