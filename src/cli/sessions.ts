@@ -401,6 +401,9 @@ async function lookup(
   let located: Located | undefined;
   let irregular: string | undefined;
   if (staged.dir !== undefined) located = directory(staged.dir);
+  // No copy staged any more: a compaction (or a delete that rolled back) may have put `<id>/` back
+  // in place since it was looked at, as the store looks once more.
+  else if ((await entryKind(io.fs, dir)) !== undefined) located = directory(dir);
   else if (failure !== undefined && failure.path !== file) throw failure.error;
   else {
     const kind = await entryKind(io.fs, file);
@@ -1139,18 +1142,22 @@ async function verifyLegacy(
 /**
  * Verifies session `id` of `collection` where the store finds it (see `lookup`; answered from
  * `listing`, the collection's listing in hand, where it can be); undefined when there is nothing
- * to verify (gone meanwhile, or a legacy file of a format the store skips).
+ * to verify (gone meanwhile, or a legacy file of a format the store skips). A session found gone
+ * from where it was verified (another process deleting or compacting it), or whose first
+ * meta.json came into place meanwhile, is looked up again (`listing` undefined, up to
+ * `VERIFY_LOOKS` looks in all): reported where it is then, or not at all once deleted.
  */
 async function verifyOne(
   io: CliIo,
   context: StoreContext,
   collection: string,
   id: string,
-  listing: CollectionListing,
+  listing: CollectionListing | undefined,
+  looks = 1,
 ): Promise<VerifyReport | undefined> {
   let found: Lookup;
   try {
-    found = await lookupListed(io, listing, collection, id) ??
+    found = (listing === undefined ? undefined : await lookupListed(io, listing, collection, id)) ??
       await lookup(io, context, collection, id);
   } catch (error) {
     if (!isReportable(error)) throw error;
@@ -1178,17 +1185,61 @@ async function verifyOne(
     if (!found.listed && found.failure === undefined) return undefined;
     return await verifyLegacy(io, located.file, true);
   }
+  let report: VerifyReport;
   try {
     // Where the store reads it; a link (or a file) at the session's name is refused, never read.
-    return await verifySession(io.fs, await realDirectory(io, located.source), {
+    report = await verifySession(io.fs, await realDirectory(io, located.source), {
       sha256: io.sha256,
       id: located.id,
     });
   } catch (error) {
     if (!isReportable(error)) throw error;
-    return failedReport(located.source, error);
+    report = failedReport(located.source, error);
   }
+  if (report.ok || looks >= VERIFY_LOOKS) return report;
+  let kinds: [string | undefined, string | undefined];
+  try {
+    kinds = [
+      await entryKind(io.fs, located.source),
+      await entryKind(io.fs, join(located.source, META_FILE)),
+    ];
+  } catch (error) {
+    if (!isReportable(error)) throw error;
+    return report;
+  }
+  if (kinds[0] === "directory") {
+    // A directory that has never had a meta.json (a first save in progress, or one that never
+    // committed) holds no saved session, and the listing neither lists nor fails it: said, as a
+    // warning. With a legacy backup beside it the listing fails it, and so does this report.
+    if (
+      kinds[1] === undefined && report.meta === undefined && located.source === located.dir &&
+      !found.listed && found.failure === undefined
+    ) {
+      return {
+        dir: located.dir,
+        ok: true,
+        meta: undefined,
+        validMessages: 0,
+        findings: [{
+          severity: "warning",
+          kind: "meta",
+          message: "No meta.json: nothing committed (a first save in progress, or one that " +
+            "never committed); the listing does not list it",
+          file: join(located.dir, META_FILE),
+        }],
+      };
+    }
+    // Read before its first meta.json was in place (its first save just committed): again.
+    if (kinds[1] !== "file" || report.meta !== undefined) return report;
+  }
+  // Gone from where it was found (another process deleted it, or moved it on while deleting or
+  // compacting it), or just committed: looked up again; a session deleted meanwhile is not
+  // reported.
+  return await verifyOne(io, context, collection, id, undefined, looks + 1);
 }
+
+/** How many times `verifyOne` looks up a session that moves meanwhile. */
+const VERIFY_LOOKS = 3;
 
 async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): Promise<number> {
   const parsed = parseArgs(args, { all: "boolean", "dry-run": "boolean", json: "boolean" });

@@ -17,7 +17,7 @@ import {
   entryKind,
   stagedPublish,
 } from "../port/durable.ts";
-import { basename, join, normalize } from "../port/path.ts";
+import { basename, dirname, join, normalize } from "../port/path.ts";
 import {
   InvalidArgumentError,
   preview,
@@ -67,7 +67,7 @@ import {
 import { ensureCollectionDir, sessionNotADirectory } from "./session_manager.ts";
 import { LineWriter } from "./line_writer.ts";
 import { LEGACY_EXTENSION, readLegacyPrefix } from "./legacy.ts";
-import { stagingSessionId } from "./compaction.ts";
+import { previousSession, stagingSessionId } from "./compaction.ts";
 import { inspectDeletion, isDeleteStagingName } from "./archive.ts";
 import { jsonNestsDeeper, MAX_MESSAGE_NESTING, refuseDeepMessage } from "./records/_validation.ts";
 
@@ -330,20 +330,67 @@ export async function irregularSessionFiles(
  * index.json. Reads only; reports every finding instead of throwing (storage errors other than
  * missing files still throw). A directory that is not one itself, or a session file that is not a
  * regular file (a symlink…), is an error finding (kind `file`) and nothing is read through it.
+ * A session another process changes meanwhile is verified again, a few times at most: one that
+ * published a new meta.json, and one found missing between a compaction's two renames, which is
+ * verified where the store reads it then (the compaction's previous copy, or in place again).
+ * The report names `dir` either way.
  */
 export async function verifySession(
   fs: FileSystem,
   dir: string,
   options: VerifyOptions,
 ): Promise<VerifyReport> {
+  // Where the session is read: `dir`, or, between a compaction's two renames (the directory
+  // missing for a moment), the previous copy the compaction staged, where the store reads it then.
+  let source = dir;
   for (let attempt = 1;; attempt++) {
-    const report = await verifyOnce(fs, dir, options);
+    const report = await verifyOnce(
+      fs,
+      source,
+      source === dir ? options : { ...options, id: options.id ?? basename(dir) },
+    );
     // Findings made while another process published a new meta.json (a compaction swapped the
     // directory, or a save landed) may come from two states mixed: verified again, a few times
     // at most. A clean report describes the one state it read.
-    if (report.ok || report.meta === undefined || attempt >= VERIFY_TRIES) return report;
-    if (!(await metaChanged(fs, dir, report.meta))) return report;
+    if (report.ok || attempt >= VERIFY_TRIES) return { ...report, dir };
+    if (report.meta === undefined) {
+      if (!MISSING.has(report)) return { ...report, dir };
+      // The session was not there: in place again, or staged by a compaction meanwhile.
+      const next = await entryKind(fs, dir) === "directory" ? dir : await compactionCopy(fs, dir);
+      if (next === undefined) return { ...report, dir };
+      source = next;
+      continue;
+    }
+    if (!(await metaChanged(fs, source, report.meta))) return { ...report, dir };
+    source = dir;
   }
+}
+
+/** Reports of a pass that found the session directory or its meta.json missing. */
+const MISSING = new WeakSet<VerifyReport>();
+
+/**
+ * The previous copy `<staging>/previous` a compaction staged for session directory `dir` (a real
+ * directory holding a regular meta.json), or undefined when none is there. Only the store's own
+ * staging names (`.staging-<id>-<8 hex>`) count.
+ */
+async function compactionCopy(fs: FileSystem, dir: string): Promise<string | undefined> {
+  const id = basename(dir);
+  if (!isSessionId(id)) return undefined;
+  const collection = dirname(dir);
+  let entries;
+  try {
+    entries = await fs.readDir(collection);
+  } catch (error) {
+    if (error instanceof NotFound) return undefined;
+    throw error;
+  }
+  for (const entry of entries) {
+    if (entry.kind !== "directory" || stagingSessionId(entry.name) !== id) continue;
+    const previous = await previousSession(fs, join(collection, entry.name));
+    if (previous !== undefined) return previous;
+  }
+  return undefined;
 }
 
 /** How many times `verifySession` and a salvage read a session that changes meanwhile. */
@@ -377,7 +424,23 @@ async function verifyOnce(
   const findings: VerifyFinding[] = [];
   // Nothing is read through a link: a session file that is not a regular file is an error, and
   // the session is not read further (opening it refuses it too).
-  const { errors: irregular, indexKind } = await irregularSessionFiles(fs, dir);
+  let listed: Awaited<ReturnType<typeof irregularSessionFiles>>;
+  try {
+    listed = await irregularSessionFiles(fs, dir);
+  } catch (error) {
+    // Gone since its kind was seen (a compaction or a delete moved it meanwhile).
+    if (!(error instanceof NotFound)) throw error;
+    const report: VerifyReport = {
+      dir,
+      ok: false,
+      meta: undefined,
+      validMessages: 0,
+      findings: [{ severity: "error", kind: "meta", message: error.message, file: metaFile }],
+    };
+    MISSING.add(report);
+    return report;
+  }
+  const { errors: irregular, indexKind } = listed;
   for (const error of irregular) {
     findings.push({
       severity: "error",
@@ -400,7 +463,9 @@ async function verifyOnce(
         message: (error as Error).message,
         file: metaFile,
       });
-      return { dir, ok: false, meta: undefined, validMessages: 0, findings };
+      const report: VerifyReport = { dir, ok: false, meta: undefined, validMessages: 0, findings };
+      if (error instanceof NotFound || error instanceof SessionNotFoundError) MISSING.add(report);
+      return report;
     }
     throw error;
   }
