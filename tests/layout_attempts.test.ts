@@ -149,6 +149,40 @@ test("a trace_ref.json that records another iteration's raw directory is refused
   assert.deepEqual(await readTraceRef(fs, one.paths), one.traceRef);
 });
 
+test("a trace_ref.json recording only the raw directory (as the seed names it) is read", async () => {
+  const { fs, paths } = await setup();
+  const attempt = paths.attempt(26, "outer");
+  await fs.mkdir(attempt.iterationDir, { recursive: true });
+  await writeJson(fs, attempt.traceRefJson, {
+    raw_dir: "raw/0026_outer",
+    raw_dir_ref: "session:/raw/0026_outer",
+  });
+  assert.deepEqual(await readTraceRef(fs, attempt), {
+    raw_dir: "raw/0026_outer",
+    raw_dir_ref: "session:/raw/0026_outer",
+    iteration: 26,
+    workflow_id: "outer",
+  });
+  // The running attempt's result may be written again: it is judged by iteration and workflow.
+  await patchState(fs, paths.dir, {
+    iteration: 26,
+    current_task: { workflow_id: "outer", iteration: 26, attempt_id: "a26" },
+  });
+  await writeAttemptResult(fs, attempt, { status: "partial" });
+  await writeAttemptResult(fs, attempt, { status: "completed", exit_code: 0 });
+  assert.deepEqual(await readJson(fs, attempt.resultJson), { status: "completed", exit_code: 0 });
+  // Another iteration's raw directory is refused, as in a full record.
+  await writeJson(fs, attempt.traceRefJson, {
+    raw_dir: "raw/0025_outer",
+    raw_dir_ref: "session:/raw/0025_outer",
+  });
+  await assert.rejects(() => readTraceRef(fs, attempt), (caught: unknown) => {
+    assert.ok(caught instanceof LayoutRecordError, String(caught));
+    assert.equal(caught.path, "raw_dir");
+    return true;
+  });
+});
+
 test("a frozen workflow snapshot cannot be rewritten with other contents", async () => {
   const { fs, paths } = await setup();
   const options = { prompt: "p", pathsMap: {}, snapshot: { "assignment.json": { a: 1 } } };

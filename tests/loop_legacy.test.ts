@@ -5,7 +5,7 @@ import { join } from "node:path";
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { MemoryFs } from "../adapters/memory.ts";
-import { sha256Hex } from "../src/port/sha256.ts";
+import { portableSha256, sha256Hex } from "../src/port/sha256.ts";
 import {
   CorruptSessionError,
   SessionCwdError,
@@ -18,6 +18,7 @@ import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import {
   LineReader,
+  migratedLogDigests,
   migrateLegacySession,
   type MigrationPacing,
   readLegacyHistory,
@@ -539,6 +540,27 @@ test("a migration keeps a CRLF or space-padded line's own bytes, so numbers JSON
   assert.deepEqual(reopened.messages, legacy.messages);
   // The file is still what was migrated: its backup can go.
   assert.equal(await store.removeLegacyBackup(DIR), true);
+});
+
+test("a backup is recognized as migrated by this version's rule and by the earlier one", async () => {
+  // Earlier versions wrote a CRLF or padded line as JSON.stringify writes its message: the bytes
+  // a migration of this file wrote then are those, and its backup is still what was migrated.
+  const lines = [
+    '{"role": "user", "content": "caf\u00e9", "timestamp": 1}\r',
+    '{"role":"user","content":"b","timestamp":2}',
+  ];
+  const { fs } = await setup(JSON.stringify(header()) + "\n" + lines.join("\n") + "\n");
+  const digests = await migratedLogDigests(fs, LEGACY, portableSha256);
+  const bytes = (text: string) => encoder.encode(text);
+  const now = lines.map((line) => line.trim()).join("\n") + "\n";
+  const before = JSON.stringify(JSON.parse(lines[0]!)) + "\n" + lines[1] + "\n";
+  assert.deepEqual(digests, [
+    { size: bytes(now).length, hex: sha256Hex(bytes(now)) },
+    { size: bytes(before).length, hex: sha256Hex(bytes(before)) },
+  ]);
+  // A file whose lines are all kept as they are has one digest.
+  const plain = await setup(JSON.stringify(header()) + "\n" + lines[1] + "\n");
+  assert.equal((await migratedLogDigests(plain.fs, LEGACY, portableSha256)).length, 1);
 });
 
 test("a header line with trailing non-JSON whitespace is valid only when nothing follows it", async () => {

@@ -78,6 +78,33 @@ test("a store clock that reads no time a Date can hold is an InvalidArgumentErro
   }
 });
 
+test("a session's saves and header writes reject (never throw) when the clock reads no time", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/w");
+  let broken = false;
+  const store = new SessionStore({ fs, agentDir: "/h/.loop", now: () => (broken ? NaN : 1) });
+  const session = await store.create("/w");
+  await session.commit([{ role: "user", content: "hi", timestamp: 1 }]);
+  broken = true;
+  const typed = (error: unknown) =>
+    error instanceof InvalidArgumentError && error.argument === "now";
+  const history = [{ role: "user" as const, content: "hi", timestamp: 1 }, {
+    role: "user" as const,
+    content: "more",
+    timestamp: 2,
+  }];
+  await rejectsAsync(() => session.commit(history), typed);
+  await rejectsAsync(() => session.append([history[1]!]), typed);
+  await rejectsAsync(() => session.setPinned(true), typed);
+  await rejectsAsync(() => session.setModel({ provider: "p", id: "m" }), typed);
+  await rejectsAsync(() => session.setPermissionPreset("read-only"), typed);
+  // Nothing was written, and the session goes on once the clock does.
+  broken = false;
+  await session.commit(history);
+  assert.equal(session.messages.length, 2);
+  await session.close();
+});
+
 test("layout options: a clock without a valid date and a uuid that is no string are typed", async () => {
   const fs = await newRepo();
   const options = { repoRoot: "/repo", goal: "g", ...CONTRACTS };
@@ -90,6 +117,12 @@ test("layout options: a clock without a valid date and a uuid that is no string 
     (error: unknown) =>
       error instanceof LayoutError && /without 32 hex digits: 5/.test(error.message),
   );
+  for (const reading of [Date.now(), undefined, new Date(NaN)]) {
+    await assert.rejects(
+      pruneRaw(fs, "/repo/.loopy_loop", { olderThanDays: 1, now: () => reading as Date }),
+      (error: unknown) => error instanceof LayoutOptionError && error.option === "now",
+    );
+  }
   for (const value of [Object.create(null), nested(100_000), 1n]) {
     await assert.rejects(
       pruneRaw(fs, "/repo/.loopy_loop", { olderThanDays: value as number }),
@@ -130,6 +163,41 @@ test("a value a layout writer is given that JSON cannot write is refused at its 
       },
     );
   }
+});
+
+test("what JSON writes is judged: toJSON applied, a deep one refused, a shallow one written", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  const before = await fs.readFile(root.paths.stateJson);
+  // An update whose value writes deeper than the limit through toJSON: refused, nothing written
+  // (the state stays readable and updatable).
+  const deep = { toJSON: () => nested(MAX_RECORD_NESTING + 5) };
+  await assert.rejects(
+    updateSessionState(fs, root.dir, (state) => {
+      state.engine_note = deep;
+    }, { updatedAt: "2026-04-19T15:00:00Z" }),
+    (error: unknown) => {
+      assert.ok(error instanceof LayoutRecordError, String(error));
+      assert.equal(error.path, "engine_note" + "[0]".repeat(MAX_RECORD_NESTING - 1));
+      return true;
+    },
+  );
+  assert.deepEqual(await fs.readFile(root.paths.stateJson), before);
+  // Values JSON writes fine through toJSON (a class holding a BigInt, a deep private state) are.
+  class Money {
+    constructor(readonly cents: bigint) {}
+    toJSON(): string {
+      return this.cents.toString();
+    }
+  }
+  const summary = { inner: nested(MAX_RECORD_NESTING + 5), toJSON: () => "summary" };
+  const state = await updateSessionState(fs, root.dir, (state) => {
+    state.cost = { total: new Money(1234n) };
+    state.notes = summary;
+  }, { updatedAt: "2026-04-19T15:00:00Z" });
+  assert.ok(state);
+  const written = JSON.parse(new TextDecoder().decode(await fs.readFile(root.paths.stateJson)));
+  assert.deepEqual([written.cost, written.notes], [{ total: "1234" }, "summary"]);
 });
 
 test("state.json or children.json nested too deep to be written again is refused as read", async () => {

@@ -13,7 +13,7 @@ import { LayoutError } from "./errors.ts";
 import { readRecord } from "./json_io.ts";
 import { walkSessionDirs } from "./loopy_root.ts";
 import { repositoryPaths } from "./paths.ts";
-import { type AnyChildrenLedger, parseChildrenLedger } from "./records.ts";
+import { type AnyChildrenLedger, parseChildrenLedgerAsRead } from "./records.ts";
 import { confined } from "./no_links.ts";
 
 /** The ids `sessionIdsInUse` found. */
@@ -49,7 +49,7 @@ export async function sessionIdsInUse(
       ledger = (await readRecord(
         confined(fs, session.dir),
         join(session.dir, "children.json"),
-        (value, file) => parseChildrenLedger(value, file, session.sessionId),
+        (value, file) => parseChildrenLedgerAsRead(value, file, session.sessionId),
       )).record;
     } catch (error) {
       // A missing or damaged ledger records nothing usable (its tree is refused by its own

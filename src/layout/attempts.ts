@@ -136,7 +136,7 @@ export async function createAttemptArtifacts(
   ) as FoldedTraceRef;
   parseAttemptPathsMap(options.pathsMap, paths.pathsJson);
   const snapshot = options.snapshot ?? {};
-  const snapshotDir = paths.snapshotDir(traceRef.attempt_id);
+  const snapshotDir = paths.snapshotDir(attempt.attemptId);
   const snapshotFiles: {
     readonly name: string;
     readonly bytes: Uint8Array;

@@ -86,6 +86,7 @@ import {
   type ParentDecision,
   parseChildOutcome,
   parseChildrenLedger,
+  parseChildrenLedgerAsRead,
   parseChildRequest,
   parseParentAcceptance,
   parseRejectedRequestReceipt,
@@ -136,7 +137,7 @@ export async function readChildrenLedger(
   const { record } = await readRecord(
     fs,
     paths.childrenJson,
-    (value, file) => parseChildrenLedger(value, file, sessionId),
+    (value, file) => parseChildrenLedgerAsRead(value, file, sessionId),
   );
   if (record.parent_session_id !== sessionId) {
     throw new LayoutRecordError(paths.childrenJson, "children.json belongs to another session", {

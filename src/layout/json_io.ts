@@ -33,7 +33,7 @@ import { ImmutableArtifactError, LayoutRecordError } from "./errors.ts";
 import { confined } from "./no_links.ts";
 import { serializedOn } from "./serial.ts";
 import { preview } from "../loop/errors.ts";
-import { childPath } from "../loop/records/_validation.ts";
+import { childPath, jsonNestsDeeper } from "../loop/records/_validation.ts";
 
 /** A JSON value. */
 export type JsonValue =
@@ -71,12 +71,28 @@ export const MAX_RECORD_NESTING = 500;
 
 /**
  * `encodeJson(value)` (with `numbers`, `encodeJsonKeepingNumbers`) of a record to be written to
- * `file`, refused first (a `LayoutRecordError` naming `file` and the field) when JSON cannot write
- * it as it is: nested deeper than `MAX_RECORD_NESTING` levels (a cycle too), a BigInt, or a value
- * whose `toJSON` throws.
+ * `file`, refused first (a `LayoutRecordError` naming `file` and, where it can be told, the
+ * field) when JSON cannot write it (a BigInt, a cycle, a `toJSON` that throws) or what it writes
+ * nests deeper than `MAX_RECORD_NESTING` levels. What is judged is what JSON writes: `toJSON`
+ * applied, as `JSON.stringify` applies it.
  */
 export function encodeRecord(value: unknown, file: string, numbers?: NumberTexts): Uint8Array {
-  refuseUnwritable(value, file);
+  let written: string | undefined;
+  try {
+    // The compact form first: it does not recurse once a level, as the indented form does.
+    written = JSON.stringify(value);
+  } catch (error) {
+    // Named at the field where the value shows it (a BigInt, nesting past the stack), if it does.
+    refuseUnwritable(value, file);
+    throw new LayoutRecordError(file, "The record cannot be written as JSON", { cause: error });
+  }
+  if (written === undefined) {
+    throw new LayoutRecordError(file, "The record is not a JSON value");
+  }
+  // Too deep as written: named at the field, in what JSON wrote.
+  if (jsonNestsDeeper(value, written, MAX_RECORD_NESTING)) {
+    refuseUnwritable(JSON.parse(written), file);
+  }
   try {
     return numbers === undefined ? encodeJson(value) : encodeJsonKeepingNumbers(value, numbers);
   } catch (error) {
@@ -109,8 +125,9 @@ function pathOf(step: Step | undefined, key?: string | number): string {
 
 /**
  * Throws the `LayoutRecordError` (of `file`, at the field) of the first object or array of
- * `value` nested deeper than `MAX_RECORD_NESTING` levels, or of a BigInt (only found in a value
- * given to a write: parsed JSON holds none). Iterative: no depth overflows it.
+ * `value` nested deeper than `MAX_RECORD_NESTING` levels, or of a BigInt; returns when there is
+ * none. Reads `value` as it is, not as `toJSON` would turn it: for parsed JSON, and for naming
+ * the field of a value `JSON.stringify` refused. Iterative: no depth overflows it.
  */
 function refuseUnwritable(value: unknown, file: string): void {
   const bigint = (at: Step | undefined, key?: string | number): never => {

@@ -627,11 +627,11 @@ function validateOptions(options: PruneRawOptions): number | undefined {
     throw new LayoutOptionError("sessionId", sessionId, "sessionId must be a safe session id");
   }
   if (days === undefined) return undefined;
-  const now = (options.now ?? (() => new Date()))().getTime();
-  if (!Number.isFinite(now)) {
-    throw new LayoutOptionError("now", now, "now must return a valid date");
+  const date: unknown = (options.now ?? (() => new Date()))();
+  if (!(date instanceof Date) || Number.isNaN(date.getTime())) {
+    throw new LayoutOptionError("now", date, "now must return a valid date");
   }
-  return now - days * DAY_MS;
+  return date.getTime() - days * DAY_MS;
 }
 
 /**

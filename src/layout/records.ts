@@ -364,13 +364,10 @@ const SessionStateV1Schema: v.GenericSchema<unknown, SessionStateV1> = v.looseOb
  * Validates `state.json` (schema 2, or the legacy schema 1, which a state without
  * `schema_version` is). A v1 current task may predate attempt ids (`attempt_id` `null` or
  * absent); a v2 one must name its attempt. A v2 state with both a current task and an active
- * child is refused, and so is one nested deeper than `MAX_RECORD_NESTING` levels (it could not
- * be written again).
+ * child is refused.
  */
 export function parseSessionState(value: unknown, file: string): SessionState {
   const object = requireObject(value, file, "state.json");
-  // Rewritten by updates: one too deep to write again is refused before anything is written.
-  refuseDeepRecord(object, file);
   const version = object.schema_version;
   if (version === undefined || version === 1) {
     return parseWithSchema(SessionStateV1Schema, value, file, "state.json");
@@ -1189,6 +1186,29 @@ const LegacyChildRecordSchema: v.GenericSchema<unknown, LegacyChildRecord> = v.l
 const LegacyChildrenSchema = v.array(LegacyChildRecordSchema);
 
 /**
+ * `parseSessionState` of a `state.json` as read from `file`: one nested deeper than
+ * `MAX_RECORD_NESTING` levels is refused first (`LayoutRecordError` at the field), since an update
+ * could not write it again; refused when read, before an operation writes anything.
+ */
+export function parseSessionStateAsRead(value: unknown, file: string): SessionState {
+  refuseDeepRecord(value, file);
+  return parseSessionState(value, file);
+}
+
+/**
+ * `parseChildrenLedger` of a `children.json` as read from `file`, refused first when nested
+ * deeper than `MAX_RECORD_NESTING` levels, as `parseSessionStateAsRead` refuses a state.
+ */
+export function parseChildrenLedgerAsRead(
+  value: unknown,
+  file: string,
+  sessionId?: string,
+): AnyChildrenLedger {
+  refuseDeepRecord(value, file);
+  return parseChildrenLedger(value, file, sessionId);
+}
+
+/**
  * Validates `children.json`. Schema 2: unique session and request ids, at most one live child
  * (dispatching or running). The v1 form of a legacy mirror session (`{schema_version: 1,
  * children}` or a bare list) is read as a `LegacyChildrenLedger`: each record needs a session id
@@ -1196,16 +1216,13 @@ const LegacyChildrenSchema = v.array(LegacyChildRecordSchema);
  * applied (the rules name them for v2). A v1 ledger does not name its session, so reading one
  * needs `sessionId` (the session whose directory holds it); without it a v1 ledger is a
  * `LayoutRecordError`. A v1 object that carries `parent_session_id` or `revision` is refused
- * too: those are schema-2 fields, and which form it is would be a guess. A ledger nested deeper
- * than `MAX_RECORD_NESTING` levels is refused (it could not be written again).
+ * too: those are schema-2 fields, and which form it is would be a guess.
  */
 export function parseChildrenLedger(
   value: unknown,
   file: string,
   sessionId?: string,
 ): AnyChildrenLedger {
-  // Rewritten by every acceptance: one too deep to write again is refused before any write.
-  refuseDeepRecord(value, file);
   const legacy = Array.isArray(value) ? value : undefined;
   const object = legacy === undefined ? requireObject(value, file, "children.json") : undefined;
   if (legacy !== undefined || object?.schema_version === 1) {
@@ -1540,17 +1557,17 @@ export function parseAttemptPathsMap(value: unknown, file: string): AttemptPaths
 
 /** A folded attempt's trace reference: a plain session-relative path into `raw/`. */
 export interface FoldedTraceRef {
-  /** Always 1. */
-  readonly schema_version: 1;
+  /** 1; absent in a reference that records only the raw directory (the engine's own fields). */
+  readonly schema_version?: 1 | undefined;
   /** `raw/<NNNN>_<workflow>`. */
   readonly raw_dir: string;
   /** `session:/raw/<NNNN>_<workflow>`. */
   readonly raw_dir_ref: string;
-  /** The attempt. */
-  readonly attempt_id: string;
-  /** The iteration. */
+  /** The attempt; absent in a reference that records only the raw directory. */
+  readonly attempt_id?: string | undefined;
+  /** The iteration (read from the raw directory's name when the file does not record it). */
   readonly iteration: number;
-  /** The workflow. */
+  /** The workflow (read from the raw directory's name when the file does not record it). */
   readonly workflow_id: string;
 }
 
@@ -1566,14 +1583,37 @@ export interface MirrorTraceRef {
   readonly attempt_id: string;
 }
 
-const FoldedTraceRefSchema: v.GenericSchema<unknown, FoldedTraceRef> = v.looseObject({
-  schema_version: v.literal(1),
+/**
+ * A folded `trace_ref.json` as read: the seed names only the raw directory and its logical
+ * reference, so the fields this library also writes (schema version, attempt, iteration,
+ * workflow) may be absent; the iteration and workflow are then those of the raw directory's name.
+ */
+const FoldedTraceRefSchema: v.GenericSchema<
+  unknown,
+  Omit<FoldedTraceRef, "iteration" | "workflow_id"> & {
+    readonly iteration?: number | undefined;
+    readonly workflow_id?: string | undefined;
+  }
+> = v.looseObject({
+  schema_version: v.optional(v.literal(1)),
   raw_dir: v.string(),
   raw_dir_ref: v.string(),
-  attempt_id: SafeId,
-  iteration: Count,
-  workflow_id: SafeId,
+  attempt_id: v.optional(SafeId),
+  iteration: v.optional(Count),
+  workflow_id: v.optional(SafeId),
 });
+
+/** `raw/<NNNN>_<workflow>` taken apart, or undefined for any other text. */
+function rawDirParts(
+  rawDir: string,
+): { readonly iteration: number; readonly workflowId: string } | undefined {
+  const match = /^raw\/([0-9]{4,})_(.+)$/.exec(rawDir);
+  if (match === null) return undefined;
+  const iteration = Number(match[1]);
+  const workflowId = match[2] as string;
+  if (!Number.isSafeInteger(iteration) || !isSafeId(workflowId)) return undefined;
+  return { iteration, workflowId };
+}
 
 const MirrorTraceRefSchema: v.GenericSchema<unknown, MirrorTraceRef> = v.looseObject({
   schema_version: v.literal(1),
@@ -1606,7 +1646,23 @@ export function parseTraceRef(
     }
     return mirror;
   }
-  const ref = parseWithSchema(FoldedTraceRefSchema, value, file, "trace_ref");
+  const read = parseWithSchema(FoldedTraceRefSchema, value, file, "trace_ref");
+  let ref: FoldedTraceRef;
+  if (read.iteration !== undefined && read.workflow_id !== undefined) {
+    ref = read as FoldedTraceRef;
+  } else {
+    // Only the raw directory recorded: the attempt is the one its name (or, when given, the
+    // iteration directory the file sits in) says; the checks below hold it to both.
+    const parts = attempt ?? rawDirParts(read.raw_dir);
+    if (parts === undefined) {
+      fail(file, "raw_dir must be raw/<NNNN>_<workflow>", "raw_dir", read.raw_dir);
+    }
+    ref = {
+      ...read,
+      iteration: read.iteration ?? parts.iteration,
+      workflow_id: read.workflow_id ?? parts.workflowId,
+    };
+  }
   // It records the raw directory of its own iteration directory's attempt, never another's.
   if (attempt !== undefined) {
     if (ref.iteration !== attempt.iteration) {

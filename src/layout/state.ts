@@ -11,6 +11,7 @@ import { decodeJsonNumbers, type JsonObject, recordBytes, writeJsonAtomic } from
 import {
   assertStateOwner,
   parseSessionState,
+  parseSessionStateAsRead,
   type SessionState,
   type StateOwner,
   stateOwnerOf,
@@ -122,7 +123,7 @@ export async function updateSessionState(
       await recordBytes(fs, file, false) as Uint8Array,
       file,
     );
-    const current = parseSessionState(raw, file);
+    const current = parseSessionStateAsRead(raw, file);
     assertStateOwner(current, owner, file);
     // A legacy state without `schema_version` is v1; it is rewritten saying so, as the engine
     // rewrites it (its dump writes the default), never as another version.

@@ -36,7 +36,7 @@ import {
   manifestLayout,
   parseParentManifest,
   parseSessionManifest,
-  parseSessionState,
+  parseSessionStateAsRead,
   sessionPhase,
   type SessionState,
   type StateOwner,
@@ -464,7 +464,7 @@ export async function readSessionState(
 ): Promise<SessionState> {
   fs = confined(fs, sessionDir);
   const file = join(sessionDir, "state.json");
-  const state = (await readRecord(fs, file, parseSessionState)).record;
+  const state = (await readRecord(fs, file, parseSessionStateAsRead)).record;
   return await ownState(fs, sessionDir, state, owner);
 }
 
@@ -476,7 +476,7 @@ export async function readSessionStateIfExists(
 ): Promise<SessionState | undefined> {
   fs = confined(fs, sessionDir);
   const file = join(sessionDir, "state.json");
-  const state = (await readRecordIfExists(fs, file, parseSessionState))?.record;
+  const state = (await readRecordIfExists(fs, file, parseSessionStateAsRead))?.record;
   return state === undefined ? undefined : await ownState(fs, sessionDir, state, owner);
 }
 

@@ -60,7 +60,7 @@ import { checkMetaId, SessionManager } from "./session_manager.ts";
 import { acquireWriterLock, dropMovedLocks, isLockFileName, type StoreContext } from "./lock.ts";
 import {
   LEGACY_EXTENSION,
-  migratedLogDigest,
+  migratedLogDigests,
   readLegacyHeader,
   STAGING_PREFIX,
   stagingName,
@@ -584,9 +584,9 @@ export async function removeLegacyBackup(context: StoreContext, dir: string): Pr
   // The file must still be what was migrated, and the log must still start with what the
   // migration wrote of it: a message it holds that the log does not would exist nowhere once the
   // file is gone.
-  let migrated: { readonly size: number; readonly hex: string };
+  let migrated: readonly { readonly size: number; readonly hex: string }[];
   try {
-    migrated = await migratedLogDigest(fs, legacy, context.sha256);
+    migrated = await migratedLogDigests(fs, legacy, context.sha256);
   } catch (error) {
     if (!(error instanceof SessionError)) throw error;
     throw new SessionFormatError(
@@ -598,8 +598,13 @@ export async function removeLegacyBackup(context: StoreContext, dir: string): Pr
       },
     );
   }
-  const logged = await logPrefixDigest(context, join(dir, MESSAGES_FILE), migrated.size);
-  if (logged?.size !== migrated.size || logged.hex !== migrated.hex) {
+  let matches = false;
+  for (const expected of migrated) {
+    const logged = await logPrefixDigest(context, join(dir, MESSAGES_FILE), expected.size);
+    if (logged?.size === expected.size && logged.hex === expected.hex) matches = true;
+    if (matches || logged === undefined) break;
+  }
+  if (!matches) {
     throw new SessionFormatError(
       "Legacy file's history is not what the session's log starts with (messages written to it " +
         "after the migration, or the session's history rewritten and compacted since); it was " +

@@ -137,35 +137,48 @@ function isJsonSpace(byte: number): boolean {
 }
 
 /**
- * The size and SHA-256 (lowercase hex) of the messages.jsonl bytes a migration of the legacy file
- * at `path` writes, its first generation (each line as `keptLineRange` keeps it, or canonical),
- * read and validated as `readLegacyHistory` reads it without keeping the history.
+ * The sizes and SHA-256s (lowercase hex) of the messages.jsonl bytes a migration of the legacy
+ * file at `path` writes, its first generation: as this version writes it (each line as
+ * `keptLineRange` keeps it, or canonical) and, when that differs, as earlier versions wrote it
+ * (a line kept only when it is a bare object untrimmed, any other line canonical). Read and
+ * validated as `readLegacyHistory` reads it, without keeping the history.
  *
  * @throws As `readLegacyHistory`.
  */
-export async function migratedLogDigest(
+export async function migratedLogDigests(
   fs: FileSystem,
   path: string,
   factory: Sha256Factory,
-): Promise<{ readonly size: number; readonly hex: string }> {
-  const hash = factory();
-  let size = 0;
+): Promise<readonly { readonly size: number; readonly hex: string }[]> {
+  const now = { hash: factory(), size: 0 };
+  const before = { hash: factory(), size: 0 };
+  let differ = false;
+  const add = (into: typeof now, bytes: Uint8Array): void => {
+    into.hash.update(bytes);
+    into.size += bytes.length;
+  };
   await readLegacy(fs, path, true, {
     message: (message, chunk, start, end, _index, replaced) => {
       const kept = keptLineRange(chunk, start, end, replaced);
-      const line = kept === undefined
-        ? encoder.encode(JSON.stringify(message) + "\n")
-        : chunk.subarray(kept[0], kept[1]);
-      hash.update(line);
-      size += line.length;
-      if (kept !== undefined) {
-        hash.update(NEWLINE_BYTES);
-        size += 1;
+      const untrimmed = kept !== undefined && kept[0] === start && kept[1] === end;
+      const canonical = untrimmed ? undefined : encoder.encode(JSON.stringify(message) + "\n");
+      if (kept === undefined) add(now, canonical as Uint8Array);
+      else {
+        add(now, chunk.subarray(kept[0], kept[1]));
+        add(now, NEWLINE_BYTES);
+      }
+      if (untrimmed) {
+        add(before, chunk.subarray(start, end));
+        add(before, NEWLINE_BYTES);
+      } else {
+        add(before, canonical as Uint8Array);
+        if (kept !== undefined) differ = true;
       }
     },
     flush: () => Promise.resolve(),
   });
-  return { size, hex: hash.digestHex() };
+  const current = { size: now.size, hex: now.hash.digestHex() };
+  return differ ? [current, { size: before.size, hex: before.hash.digestHex() }] : [current];
 }
 
 /** `pieces` as writes: runs of small pieces copied together, large pieces as they are. */

@@ -897,7 +897,8 @@ export class SessionManager {
     const owned = this.#saveArguments(messages, runtimeContexts, promptTimings, context);
     if (owned instanceof Error) return this.#enqueueSave("commit", () => throwing(owned));
     ({ runtimeContexts, promptTimings, context } = owned);
-    const at = this.#context.now();
+    const at = this.#now();
+    if (at instanceof Error) return this.#enqueueSave("commit", () => throwing(at));
     if (this.#canPrepareNow()) {
       // Nothing is queued: validate and serialize now, so the caller may reuse its array (and
       // its message objects) at once without the cost of copying the whole history.
@@ -976,7 +977,8 @@ export class SessionManager {
     const owned = this.#saveArguments(messages, runtimeContexts, promptTimings, context);
     if (owned instanceof Error) return this.#enqueueSave("append", () => throwing(owned));
     ({ runtimeContexts, promptTimings, context } = owned);
-    const at = this.#context.now();
+    const at = this.#now();
+    if (at instanceof Error) return this.#enqueueSave("append", () => throwing(at));
     // Prepared on the history saved by then (now, when nothing is queued, as `commit()` is; else
     // when its turn comes): an append adds to it (so saves queued before it are kept); on a
     // draft, which has no saved history to append to yet, it saves that history whole with the
@@ -1222,6 +1224,18 @@ export class SessionManager {
   #beginMetaReplace(): PendingReplace | undefined {
     if (this.#committed.meta === undefined || this.#pending !== undefined) return undefined;
     return beginReplace(this.#fs, this.#metaFile, { durability: this.#context.durability });
+  }
+
+  /**
+   * The store's clock, or the error its reading is (a time no `Date` can hold): returned, so the
+   * methods that return a promise reject with it instead of throwing.
+   */
+  #now(): number | Error {
+    try {
+      return this.#context.now();
+    } catch (error) {
+      return error instanceof Error ? error : new Error(preview(error));
+    }
   }
 
   /** True when a commit can be prepared synchronously against the settled committed state. */
@@ -2024,7 +2038,8 @@ export class SessionManager {
         }),
       );
     }
-    const at = this.#context.now();
+    const at = this.#now();
+    if (at instanceof Error) return Promise.reject(at);
     return this.#writeHeader("setPinned", true, async (replace) => {
       const header: Record<string, unknown> = { ...this.#committed.header };
       if (pinned) header.pinnedAt = this.#committed.header.pinnedAt ?? new Date(at).toISOString();
@@ -2108,7 +2123,8 @@ export class SessionManager {
     } catch (error) {
       return Promise.reject(error);
     }
-    const at = this.#context.now();
+    const at = this.#now();
+    if (at instanceof Error) return Promise.reject(at);
     return this.#writeHeader("setModel", true, async (replace) => {
       await this.#publishHeader(
         { ...this.#committed.header, model: parsed, updatedAt: new Date(at).toISOString() },
@@ -2129,7 +2145,8 @@ export class SessionManager {
         }),
       );
     }
-    const at = this.#context.now();
+    const at = this.#now();
+    if (at instanceof Error) return Promise.reject(at);
     return this.#writeHeader("setPermissionPreset", true, async (replace) => {
       await this.#publishHeader(
         {
