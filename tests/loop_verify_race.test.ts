@@ -133,7 +133,14 @@ test("verify --all: a directory whose first save has not committed is a warning;
   await session.close();
   const dir = session.getSessionPath();
   const meta = await fs.readFile(`${dir}/meta.json`);
+  const index = await fs.readFile(`${dir}/index.json`);
+  // meta.json lost from a session that committed (its index.json is there): an error.
   await fs.remove(`${dir}/meta.json`);
+  const lost = await cli(fs, ["sessions", "verify", "--all"]);
+  assert.equal(lost.code, 1, lost.text);
+  assert.match(lost.text, /CORRUPT/);
+  // Neither file: a first save that has not committed.
+  await fs.remove(`${dir}/index.json`);
   const pending = await cli(fs, ["sessions", "verify", "--all"]);
   assert.equal(pending.code, 0, pending.text);
   assert.match(pending.text, /No meta\.json: nothing committed/);
@@ -144,6 +151,7 @@ test("verify --all: a directory whose first save has not committed is a warning;
       if (!committed && method === "lstat" && args[0] === `${dir}/meta.json`) {
         committed = true;
         await fs.writeFile(`${dir}/meta.json`, meta);
+        await fs.writeFile(`${dir}/index.json`, index);
       }
     },
   });

@@ -9,6 +9,7 @@ import { MemoryFs } from "../adapters/memory.ts";
 import { InvalidArgumentError, SessionStore } from "../mod.ts";
 import {
   createRootSession,
+  type JsonValue,
   LayoutError,
   LayoutOptionError,
   LayoutRecordError,
@@ -198,6 +199,29 @@ test("what JSON writes is judged: toJSON applied, a deep one refused, a shallow 
   assert.ok(state);
   const written = JSON.parse(new TextDecoder().decode(await fs.readFile(root.paths.stateJson)));
   assert.deepEqual([written.cost, written.notes], [{ total: "1234" }, "summary"]);
+});
+
+test("a workflow contract too deep for the state.json that embeds it is refused before publishing", async () => {
+  const fs = await newRepo();
+  // One level below the limit in workflow_contract.json, at it one level down in state.json.
+  await assert.rejects(
+    createRootSession(fs, {
+      repoRoot: "/repo",
+      goal: "deep contract",
+      ...CONTRACTS,
+      workflowContract: {
+        ...CONTRACTS.workflowContract,
+        x: nested(MAX_RECORD_NESTING - 1) as JsonValue,
+      },
+      ...deterministic(),
+    }),
+    (error: unknown) => {
+      assert.ok(error instanceof LayoutRecordError, String(error));
+      assert.match(error.file, /state\.json$/);
+      return true;
+    },
+  );
+  assert.deepEqual(await fs.readDir("/repo/.loopy_loop/sessions"), []);
 });
 
 test("state.json or children.json nested too deep to be written again is refused as read", async () => {

@@ -1197,11 +1197,12 @@ async function verifyOne(
     report = failedReport(located.source, error);
   }
   if (report.ok || looks >= VERIFY_LOOKS) return report;
-  let kinds: [string | undefined, string | undefined];
+  let kinds: [string | undefined, string | undefined, string | undefined];
   try {
     kinds = [
       await entryKind(io.fs, located.source),
       await entryKind(io.fs, join(located.source, META_FILE)),
+      await entryKind(io.fs, join(located.source, INDEX_FILE)),
     ];
   } catch (error) {
     if (!isReportable(error)) throw error;
@@ -1210,10 +1211,12 @@ async function verifyOne(
   if (kinds[0] === "directory") {
     // A directory that has never had a meta.json (a first save in progress, or one that never
     // committed) holds no saved session, and the listing neither lists nor fails it: said, as a
-    // warning. With a legacy backup beside it the listing fails it, and so does this report.
+    // warning. An index.json there says a save committed (it is written after one): a lost
+    // meta.json is an error. With a legacy backup beside it the listing fails it, and so does this
+    // report.
     if (
-      kinds[1] === undefined && report.meta === undefined && located.source === located.dir &&
-      !found.listed && found.failure === undefined
+      kinds[1] === undefined && kinds[2] === undefined && report.meta === undefined &&
+      located.source === located.dir && !found.listed && found.failure === undefined
     ) {
       return {
         dir: located.dir,

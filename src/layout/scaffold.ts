@@ -462,7 +462,9 @@ async function writeScaffold(
     harnessCapabilityRosterSha256: harnessSha256,
   });
   parseSessionState(state, paths.stateJson);
-  await writeNew(fs, paths.stateJson, encodeJson(state));
+  // Held to the depth its readers hold it to (it embeds the workflow contract one level down), so
+  // a contract too deep for it is refused here, in staging, never published.
+  await writeNew(fs, paths.stateJson, encodeRecord(state, paths.stateJson));
   await writeNew(fs, paths.gitignore, encodeText(SESSION_GITIGNORE));
   await writeNew(fs, paths.eventsJsonl, new Uint8Array());
   if (spec.goal !== "") await writeNew(fs, paths.goalMd, encodeText(`${pyRstrip(spec.goal)}\n`));
@@ -474,7 +476,7 @@ async function writeScaffold(
     { schema_version: 2, parent_session_id: spec.sessionId, revision: 0, children: [] },
     paths.childrenJson,
   );
-  await writeNew(fs, paths.childrenJson, encodeJson(ledger));
+  await writeNew(fs, paths.childrenJson, encodeRecord(ledger, paths.childrenJson));
   const layerGoal = pyStrip(spec.goal) === ""
     ? goalHash
     : pySplitlines(pyStrip(spec.goal)).join(" ");
