@@ -39,6 +39,7 @@ import {
   writeNewFile,
 } from "../port/durable.ts";
 import { basename, dirname, join } from "../port/path.ts";
+import { promiseOf } from "../port/limit.ts";
 import type { Sha256Factory } from "../port/sha256.ts";
 import { SessionError, SessionFormatError } from "./errors.ts";
 import {
@@ -986,7 +987,7 @@ export async function migrateLegacySession(
     // beside meta.json's and index.json's; all are durable before the directory is published.
     const files = await Promise.allSettled([
       log.close(),
-      fs.chmod(join(staging, MESSAGES_FILE), PRIVATE_FILE_MODE),
+      promiseOf(() => fs.chmod(join(staging, MESSAGES_FILE), PRIVATE_FILE_MODE)),
       writeNewFile(fs, join(staging, META_FILE), encodeStorageMeta(meta), {
         durability: context.durability,
       }),

@@ -31,6 +31,7 @@ import {
   stageReplace,
 } from "../port/durable.ts";
 import { join } from "../port/path.ts";
+import { promiseOf } from "../port/limit.ts";
 import {
   CorruptSessionError,
   InvalidArgumentError,
@@ -221,9 +222,9 @@ export async function checkSessionFiles(fs: FileSystem, dir: string): Promise<vo
   const metaFile = join(dir, META_FILE);
   const messagesFile = join(dir, MESSAGES_FILE);
   const [dirInfo, metaInfo, logInfo] = await Promise.allSettled([
-    fs.lstat(dir),
-    fs.lstat(metaFile),
-    fs.lstat(messagesFile),
+    promiseOf(() => fs.lstat(dir)),
+    promiseOf(() => fs.lstat(metaFile)),
+    promiseOf(() => fs.lstat(messagesFile)),
   ]);
   if (dirInfo.status === "fulfilled" && dirInfo.value.kind !== "directory") {
     throw sessionNotADirectory(dir);
@@ -1695,7 +1696,7 @@ export class SessionManager {
       // A saved session lives where its meta.json was read: a directory removed or moved away
       // since then (or replaced by one without meta.json) is not written to (a save there would
       // publish metadata without its messages). The same lstat serves the mode check below.
-      [metaInfo] = await Promise.allSettled([this.#fs.lstat(this.#metaFile)]);
+      [metaInfo] = await Promise.allSettled([promiseOf(() => this.#fs.lstat(this.#metaFile))]);
       if (metaInfo.status === "rejected") {
         if (!(metaInfo.reason instanceof NotFound)) throw metaInfo.reason;
         throw new SessionNotFoundError(
@@ -1717,7 +1718,7 @@ export class SessionManager {
       const path = join(this.#dir, name);
       const [info] = name === META_FILE && metaInfo !== undefined
         ? [metaInfo]
-        : await Promise.allSettled([this.#fs.lstat(path)]);
+        : await Promise.allSettled([promiseOf(() => this.#fs.lstat(path))]);
       if (
         isRegularFileInfo(info, path) && info.status === "fulfilled" &&
         info.value.mode !== PRIVATE_FILE_MODE
@@ -1731,7 +1732,7 @@ export class SessionManager {
     // itself): anything there but a regular file is left for that rename, never a reason to refuse
     // a save, and never followed.
     const index = join(this.#dir, INDEX_FILE);
-    const [indexInfo] = await Promise.allSettled([this.#fs.lstat(index)]);
+    const [indexInfo] = await Promise.allSettled([promiseOf(() => this.#fs.lstat(index))]);
     if (
       indexInfo.status === "fulfilled" && indexInfo.value.kind === "file" &&
       indexInfo.value.mode !== PRIVATE_FILE_MODE
@@ -2806,7 +2807,7 @@ function checkMetadataShapes(
  * through a link.
  */
 async function isRegularFile(fs: FileSystem, path: string): Promise<boolean> {
-  const [info] = await Promise.allSettled([fs.lstat(path)]);
+  const [info] = await Promise.allSettled([promiseOf(() => fs.lstat(path))]);
   return isRegularFileInfo(info, path);
 }
 

@@ -46,6 +46,7 @@ import type { FileSystem } from "../port/fs.ts";
 import { portableSha256, type Sha256Factory } from "../port/sha256.ts";
 import type { Durability } from "../port/durable.ts";
 import { basename, dirname, isAbsolute, join, normalize } from "../port/path.ts";
+import { promiseOf } from "../port/limit.ts";
 import { FsError, NotFound } from "../port/errors.ts";
 import { entryKind } from "../port/durable.ts";
 import {
@@ -727,8 +728,8 @@ export class SessionStore {
       // Both in one round trip (lstat opens nothing, so nothing is read through a link), judged
       // in order: the directory first.
       const [info, meta] = await Promise.allSettled([
-        this.fs.lstat(dir),
-        this.fs.lstat(join(dir, META_FILE)),
+        promiseOf(() => this.fs.lstat(dir)),
+        promiseOf(() => this.fs.lstat(join(dir, META_FILE))),
       ]);
       if (info.status === "rejected") throw info.reason;
       if (info.value.kind !== "directory") {

@@ -2,7 +2,11 @@
  * The filesystem port: the small set of promise-returning calls the library needs from a
  * storage. Adapters map these calls onto a runtime (Node, Deno) or an in-memory tree, and
  * map native errors to the typed errors of `errors.ts`. Atomicity, recovery and staging
- * live in the core (`durable.ts`), never in an adapter.
+ * live in the core (`durable.ts`), never in an adapter; the core builds them on three promises
+ * every adapter keeps, as POSIX filesystems do: `rename` replaces its destination atomically, an
+ * exclusive create (`createNew`, `mkdir`) has one winner among calls issued at once, and an
+ * append handle writes at the file's end as it is then. Every call returns a promise; a failure
+ * is a rejection, never a throw.
  *
  * Paths are absolute POSIX paths (`/a/b/c`). Adapters never follow symlinks unless a call
  * says so (`stat`, `realPath`, `open`, `readFile`, `writeFile` follow them like POSIX does;
@@ -41,7 +45,10 @@ export interface DirEntry {
 export interface OpenOptions {
   /** Allow writes through the handle. */
   readonly write?: boolean;
-  /** Every write goes to the current end of the file (implies `write`). */
+  /**
+   * Every write goes to the current end of the file, after whatever another handle or process
+   * appended since (implies `write`).
+   */
   readonly append?: boolean;
   /** Create the file when it does not exist (implies `write`). */
   readonly create?: boolean;
@@ -49,6 +56,8 @@ export interface OpenOptions {
    * Create the file and fail with `AlreadyExists` when anything (even a dangling symlink) is at
    * the path, or when the path ends in `.` or `..` (with or without a trailing `/`: it names a
    * directory). A trailing `/` after a name fails with `IsADirectory`, as with `create`.
+   * Exclusive also against calls issued at once, by this process or another: exactly one of them
+   * creates the file (locks and reserved names rely on it).
    */
   readonly createNew?: boolean;
   /** Truncate an existing file to zero bytes on open (implies `write`). */
@@ -172,7 +181,8 @@ export interface FileSystem {
   writeFile(path: string, data: Uint8Array, options?: WriteFileOptions): Promise<void>;
   /**
    * Renames a file or directory. A file replaces an existing file at `to`; a directory replaces
-   * only an empty directory. Neither side is followed when it is a symlink, even spelled with a
+   * only an empty directory. The replacement is atomic: at no moment, a crash included, is there
+   * nothing at `to` (every atomic replace of the core relies on it). Neither side is followed when it is a symlink, even spelled with a
    * trailing `/`: moving anything but a directory (a symlink included) with a trailing `/` on
    * either side fails with `NotADirectory`.
    *
@@ -202,7 +212,9 @@ export interface FileSystem {
    * Creates a directory. Anything at the final name that is not a directory (a file, or a symlink
    * that does not lead to one: dangling, to a file, a loop) is in the way: it fails with
    * `AlreadyExists`, even spelled with a trailing `/` and with `recursive` too. Beneath a file
-   * (or a link that leads through one) it fails with `NotADirectory`.
+   * (or a link that leads through one) it fails with `NotADirectory`. Without `recursive`, an
+   * existing directory fails with `AlreadyExists`: of calls issued at once on one name, exactly
+   * one succeeds.
    */
   mkdir(path: string, options?: MkdirOptions): Promise<void>;
   /** Lists a directory's entries, sorted by name. */

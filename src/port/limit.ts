@@ -39,3 +39,16 @@ export async function mapLimit<T, R>(
   if (failed) throw failure;
   return results;
 }
+
+/**
+ * What `run` returns, or a promise rejected with what it threw: a port call started beside
+ * others (`Promise.allSettled([...])`) whose adapter throws where it should reject is settled like
+ * the others instead of escaping before they are awaited.
+ */
+export function promiseOf<T>(run: () => Promise<T>): Promise<T> {
+  try {
+    return run();
+  } catch (error) {
+    return Promise.reject(error);
+  }
+}

@@ -83,8 +83,22 @@ export async function checkRejects(
   what: string,
 ): Promise<FsError> {
   let result: unknown;
+  let pending: Promise<unknown>;
   try {
-    result = await run();
+    pending = run();
+  } catch (error) {
+    // Every port call returns a promise: one that throws escapes a caller that starts it beside
+    // others (`Promise.allSettled([...])`) before they are awaited.
+    throw new ConformanceFailure(
+      `${what}: threw ${describeError(error)} instead of returning a rejected promise`,
+      { cause: error },
+    );
+  }
+  if (typeof (pending as { then?: unknown } | undefined)?.then !== "function") {
+    throw new ConformanceFailure(`${what}: returned ${show(pending)}, not a promise`);
+  }
+  try {
+    result = await pending;
   } catch (error) {
     if (error instanceof errorClass) return error;
     throw new ConformanceFailure(

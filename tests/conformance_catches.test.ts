@@ -1,0 +1,159 @@
+// The conformance suite fails an adapter that breaks a promise the store builds on: each broken
+// adapter here (a MemoryFs with one call changed) must fail the check named for it, while the
+// same adapter unbroken passes it.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs } from "../adapters/memory.ts";
+import { type FileSystemCapabilities, testFileSystem } from "../testing.ts";
+import type { FileHandle, FileSystem, OpenOptions } from "../src/port/fs.ts";
+import { NotFound } from "../src/port/errors.ts";
+
+/** `inner` with the calls of `over` in place of its own. */
+function changed(inner: MemoryFs, over: Partial<Record<keyof FileSystem, unknown>>): FileSystem {
+  return new Proxy(inner, {
+    get(target, prop, receiver) {
+      if (typeof prop === "string" && prop in over) return over[prop as keyof FileSystem];
+      const value = Reflect.get(target, prop, receiver);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  }) as unknown as FileSystem;
+}
+
+/** A handle that writes at its own offset, from `start` on, instead of at the file's end. */
+function ownOffset(handle: FileHandle, start: number): FileHandle {
+  let offset = start;
+  return {
+    read: (at, length) => handle.read(at, length),
+    async write(data) {
+      // Rewrites the file from `offset`: what another handle appended there is overwritten.
+      const whole = await handle.read(0, offset);
+      await handle.truncate(0);
+      await handle.write(whole);
+      await handle.write(data);
+      offset += data.length;
+    },
+    truncate: (length) => handle.truncate(length),
+    sync: () => handle.sync(),
+    stat: () => handle.stat(),
+    close: () => handle.close(),
+  };
+}
+
+/** Runs the suite's check named `check` over `make`; returns its failure message, if any. */
+async function runCheck(
+  check: string,
+  make: (memory: MemoryFs) => FileSystem,
+  capabilities?: FileSystemCapabilities,
+): Promise<string | undefined> {
+  const runs: (() => Promise<void>)[] = [];
+  testFileSystem({
+    name: "adapter",
+    test: (name, fn) => {
+      if (name === `adapter: ${check}`) runs.push(fn);
+    },
+    async setup() {
+      const memory = new MemoryFs();
+      await memory.mkdir("/root");
+      return {
+        fs: make(memory),
+        root: "/root",
+        cleanup: () => memory.remove("/root", { recursive: true }),
+        ...(capabilities === undefined ? {} : { capabilities }),
+      };
+    },
+  });
+  assert.equal(runs.length, 1, `the suite has the check "${check}"`);
+  try {
+    await runs[0]!();
+    return undefined;
+  } catch (error) {
+    return (error as Error).message;
+  }
+}
+
+const tick = () => new Promise((resolve) => setTimeout(resolve, 0));
+
+const BROKEN: {
+  readonly check: string;
+  readonly broken: (memory: MemoryFs) => FileSystem;
+  readonly capabilities?: FileSystemCapabilities;
+}[] = [
+  {
+    check: "exclusive creates issued at once on one name: exactly one succeeds",
+    // Looks, then creates: calls issued at once all see nothing there.
+    broken: (m) =>
+      changed(m, {
+        async open(path: string, options: OpenOptions = {}) {
+          if (!options.createNew) return await m.open(path, options);
+          const there = await m.lstat(path).then(() => true, () => false);
+          await tick();
+          if (there) return await m.open(path, options);
+          const { createNew: _, ...rest } = options;
+          return await m.open(path, { ...rest, create: true, write: true });
+        },
+      }),
+  },
+  {
+    check: "rename() over an existing file replaces it atomically: the name is never missing",
+    // Removes the destination, then moves: for a moment there is nothing at its name.
+    broken: (m) =>
+      changed(m, {
+        async rename(from: string, to: string) {
+          const both = await Promise.all([m.lstat(from), m.lstat(to)]).then(
+            (infos) => infos.every((info) => info.kind === "file"),
+            () => false,
+          );
+          if (both) {
+            await m.remove(to);
+            await tick();
+          }
+          await m.rename(from, to);
+        },
+      }),
+  },
+  {
+    check: "append handles write at the end the file has then, whatever another handle appended",
+    // Each append handle keeps its own offset, from the end it saw at the open.
+    broken: (m) =>
+      changed(m, {
+        async open(path: string, options: OpenOptions = {}) {
+          const handle = await m.open(path, options);
+          if (!options.append) return handle;
+          return ownOffset(handle, (await handle.stat()).size);
+        },
+        openAppendNoFollow: undefined,
+      }),
+  },
+  {
+    check: "openAppendNoFollow(), where offered, appends at the end and refuses a final symlink",
+    // Opens for writing at offset 0, not for appending; on a fixture without symlinks.
+    broken: (m) =>
+      changed(m, {
+        async openAppendNoFollow(path: string) {
+          const opened = await m.openAppendNoFollow(path);
+          await opened.handle.close();
+          return { handle: ownOffset(await m.open(path, { write: true }), 0), info: opened.info };
+        },
+      }),
+    capabilities: { symlinks: false },
+  },
+  {
+    check: "rename() moves a file to a new name",
+    // Throws NotFound instead of returning a rejected promise.
+    broken: (m) =>
+      changed(m, {
+        lstat(path: string) {
+          if (path.endsWith("/from")) throw new NotFound("lstat", path);
+          return m.lstat(path);
+        },
+      }),
+  },
+];
+
+for (const { check, broken, capabilities } of BROKEN) {
+  test(`the conformance suite fails an adapter that breaks: ${check}`, async () => {
+    assert.equal(await runCheck(check, (m) => m, capabilities), undefined, "MemoryFs passes it");
+    const failure = await runCheck(check, broken, capabilities);
+    assert.ok(failure !== undefined, "the broken adapter passed");
+  });
+}
