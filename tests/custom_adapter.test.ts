@@ -10,6 +10,7 @@ import { nodeFs } from "../adapters/node.ts";
 import { instrumentedFs, newMetrics } from "../examples/custom_adapter.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import { SessionLockedError } from "../src/loop/errors.ts";
+import { NotFound } from "../src/port/errors.ts";
 import { user } from "./_fixtures.ts";
 
 let n = 0;
@@ -77,6 +78,32 @@ test("an adapter whose open throws instead of rejecting fails a commit with a re
   assert.equal(session.hasPendingSave, true);
   refuse = false;
   await session.flush();
+  const reopened = await store.open(session.getSessionPath(), { readOnly: true });
+  assert.deepEqual(reopened.messages.map((message) => message.content), ["first", "second"]);
+});
+
+test("an adapter whose lstat throws NotFound instead of rejecting still creates, saves and opens", async () => {
+  const memory = new MemoryFs();
+  await memory.mkdir("/work/project", { recursive: true });
+  const fs = new Proxy(memory, {
+    get(target, property) {
+      const value = Reflect.get(target, property, target);
+      if (property !== "lstat") return typeof value === "function" ? value.bind(target) : value;
+      // A missing entry of an existing directory is answered at once, by a throw.
+      return (path: string) => {
+        const tree = target.snapshotTree("/");
+        const parent = path.slice(0, path.lastIndexOf("/"));
+        const parentIsDir = parent === "" || (tree[parent.slice(1)] ?? "").startsWith("dir");
+        if (parentIsDir && !Object.hasOwn(tree, path.slice(1))) throw new NotFound("lstat", path);
+        return target.lstat(path);
+      };
+    },
+  });
+  const store = new SessionStore({ fs, agentDir: "/home/user/.loop" });
+  const session = await store.create("/work/project");
+  await session.commit([user("first")]);
+  await session.commit([user("first"), user("second")]);
+  await session.close();
   const reopened = await store.open(session.getSessionPath(), { readOnly: true });
   assert.deepEqual(reopened.messages.map((message) => message.content), ["first", "second"]);
 });
