@@ -157,3 +157,28 @@ for (const { check, broken, capabilities } of BROKEN) {
     assert.ok(failure !== undefined, "the broken adapter passed");
   });
 }
+
+test("the atomic rename check passes a correct adapter whose rename settles on a timer", async () => {
+  // Reads answered at once, the rename a timer later: the check must give the timer its turn.
+  const slow = (m: MemoryFs) =>
+    changed(m, {
+      async rename(from: string, to: string) {
+        await new Promise((resolve) => setTimeout(resolve, 2));
+        await m.rename(from, to);
+      },
+    });
+  const check = "rename() over an existing file replaces it atomically: the name is never missing";
+  assert.equal(await runCheck(check, slow), undefined);
+});
+
+test("the atomic rename check reports a rename that fails, after its reads", async () => {
+  const failing = (m: MemoryFs) =>
+    changed(m, {
+      async rename(_from: string, to: string) {
+        await new Promise((resolve) => setTimeout(resolve, 2));
+        throw new NotFound("rename", to);
+      },
+    });
+  const check = "rename() over an existing file replaces it atomically: the name is never missing";
+  assert.match((await runCheck(check, failing)) ?? "", /No such file/);
+});

@@ -1199,10 +1199,13 @@ async function verifyOne(
   if (report.ok || looks >= VERIFY_LOOKS) return report;
   let kinds: [string | undefined, string | undefined, string | undefined];
   try {
+    // index.json before meta.json: a save publishes them in the other order, so an index.json
+    // seen without the meta.json seen after it means meta.json was lost, not a save in between.
+    const index = await entryKind(io.fs, join(located.source, INDEX_FILE));
     kinds = [
       await entryKind(io.fs, located.source),
       await entryKind(io.fs, join(located.source, META_FILE)),
-      await entryKind(io.fs, join(located.source, INDEX_FILE)),
+      index,
     ];
   } catch (error) {
     if (!isReportable(error)) throw error;

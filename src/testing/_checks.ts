@@ -1087,7 +1087,12 @@ export const CHECKS: readonly Check[] = [
         await f.fs.writeFile(to, bytes("old"));
         await f.fs.writeFile(from, bytes("new"));
         let done = false;
-        const renaming = f.fs.rename(from, to).finally(() => {
+        // Settled into a value at once: a failed rename is reported after the reads, never left
+        // unhandled meanwhile.
+        const renaming = f.fs.rename(from, to).then(
+          () => ({ failed: false, error: undefined }),
+          (error: unknown) => ({ failed: true, error }),
+        ).finally(() => {
           done = true;
         });
         do {
@@ -1095,7 +1100,7 @@ export const CHECKS: readonly Check[] = [
           try {
             seen = await f.fs.readFile(to);
           } catch (error) {
-            await renaming.catch(() => undefined);
+            await renaming;
             throw new ConformanceFailure(
               `a read of the destination while rename() ran failed: ${describeError(error)}`,
               { cause: error },
@@ -1103,13 +1108,17 @@ export const CHECKS: readonly Check[] = [
           }
           const text = new TextDecoder().decode(seen);
           if (text !== "old" && text !== "new") {
-            await renaming.catch(() => undefined);
+            await renaming;
             throw new ConformanceFailure(
               `a read of the destination while rename() ran saw ${JSON.stringify(text)}`,
             );
           }
+          // A turn of the event loop between reads: a rename that settles on a timer or I/O
+          // completes however fast the reads are answered.
+          await new Promise((resolve) => setTimeout(resolve, 0));
         } while (!done);
-        await renaming;
+        const outcome = await renaming;
+        if (outcome.failed) throw outcome.error;
         checkBytes(await f.fs.readFile(to), "new", "the destination after rename()");
       }
     },
