@@ -3,6 +3,8 @@ import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { runLayout, runPruneRaw, runTraces } from "../src/cli/layout.ts";
 import { memoryIo } from "./_cli_io.ts";
+import { hookedFs } from "./_hooks.ts";
+import { FsIoError } from "../src/port/errors.ts";
 import {
   createAttemptArtifacts,
   createRootSession,
@@ -157,10 +159,11 @@ test("layout show, resolve and tree write a line feed or tab in a repository's p
   };
   const show = await run(["show", root.sessionId]);
   assert.equal(show.code, 0);
-  assert.equal(show.out.split("\n").length, 9, show.out);
+  // One line a row (8 of the session, 8 of its manifest), none broken by the path.
+  assert.equal(show.out.split("\n").length, 17, show.out);
   assert.match(
     show.out,
-    new RegExp(`^dir {7}${escaped.replaceAll("\\", "\\\\")}/\\.loopy_loop/`, "m"),
+    new RegExp(`^dir +${escaped.replaceAll("\\", "\\\\")}/\\.loopy_loop/`, "m"),
   );
   const resolved = await run(["resolve", "repo:/notes.md"]);
   assert.equal(resolved.out, `${escaped}/notes.md (absent)\n`);
@@ -180,4 +183,70 @@ test("'traces help' prints the traces help like 'sessions help' and 'layout help
   assert.equal(await runTraces(io, ["help"]), 0);
   assert.match(out(), /traces list/);
   assert.match(out(), /traces inspect/);
+});
+
+test("prune-raw lists an entry it could not remove with the error and exits 1", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  for (const iteration of [1, 2]) {
+    const attempt = { iteration, workflowId: "outer", attemptId: `a${iteration}` };
+    await createAttemptArtifacts(fs, root.paths, attempt, { prompt: "p", pathsMap: {} });
+  }
+  const failing = hookedFs(fs, {
+    before(method, args) {
+      if (method === "remove" && String(args[0]).endsWith("-0001_outer")) {
+        throw new FsIoError("EIO", "remove", String(args[0]), "simulated I/O error");
+      }
+    },
+  });
+  for (const json of [false, true]) {
+    const { io, out } = memoryIo(fs, "/repo", Date.parse("2026-12-01T00:00:00Z"));
+    const code = await runPruneRaw({ ...io, fs: failing }, json ? ["--json"] : []);
+    assert.equal(code, 1, out());
+    if (!json) {
+      assert.match(
+        out(),
+        /skipped \S+\/raw\/0001_outer: remove_failed \(\S+\.pruning-[0-9a-f]{8}-0001_outer: .*simulated I\/O error/,
+      );
+    }
+  }
+  // Kept by the rules only (nothing left to prune, the first still hidden): exit 0 once removable.
+  const { io } = memoryIo(fs, "/repo", Date.parse("2026-12-01T00:00:00Z"));
+  assert.equal(await runPruneRaw(io, []), 0);
+});
+
+test("layout tree lists a root tree whose directory or session.json is a link as one it cannot read", async () => {
+  for (const linked of ["directory", "session.json"] as const) {
+    const fs = await newRepo();
+    const root = await newRoot(fs);
+    if (linked === "directory") {
+      await fs.rename(root.dir, "/elsewhere");
+      await fs.symlink("/elsewhere", root.dir);
+    } else {
+      await fs.rename(`${root.dir}/session.json`, "/elsewhere.json");
+      await fs.symlink("/elsewhere.json", `${root.dir}/session.json`);
+    }
+    for (const json of [false, true]) {
+      const { io, out } = memoryIo(fs, "/repo", Date.parse("2026-12-01T00:00:00Z"));
+      const code = await runLayout(io, ["tree", ...(json ? ["--json"] : [])]);
+      assert.equal(code, 1, `${linked}: ${out()}`);
+      assert.doesNotMatch(out(), /No sessions found/);
+      assert.match(out(), /symlink/);
+    }
+  }
+});
+
+test("layout show prints the manifest's fields in text, as --json has them", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  const { io, out } = memoryIo(fs, "/repo", Date.parse("2026-12-01T00:00:00Z"));
+  assert.equal(await runLayout(io, ["show", root.sessionId]), 0);
+  const text = out();
+  for (const field of ["goal_hash", "workflow_set", "layer_kind", "created_at"]) {
+    const value = (root.manifest as unknown as Record<string, unknown>)[field];
+    assert.match(
+      text,
+      new RegExp(`^${field}\\s+${String(value).replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}$`, "m"),
+    );
+  }
 });

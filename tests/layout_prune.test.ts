@@ -21,7 +21,7 @@ import { deterministic, newRepo, writeJson, writeText } from "./layout_fixtures.
 import { buildFoldedTree, type FoldedTree } from "./fixtures/folded_tree.ts";
 import { collectReferences } from "./fixtures/references.ts";
 import { hookedFs } from "./_hooks.ts";
-import { FsIoError, PermissionDenied } from "../src/port/errors.ts";
+import { FsIoError, NotFound, PermissionDenied } from "../src/port/errors.ts";
 
 const DAY = 86_400_000;
 
@@ -602,4 +602,22 @@ test("a raw tree that cannot be measured or removed is reported and stops nothin
     [],
   );
   assert.equal(await exists(fs, deep), false);
+});
+
+test("a raw tree with a name that cannot be reached by its listed spelling is unreadable, not vanished", async () => {
+  const { fs, tree } = await folded();
+  const [entry] = tree.prunable as [string, ...string[]];
+  await fs.mkdir(`${entry}/agents`, { recursive: true });
+  await writeText(fs, `${entry}/agents/odd.log`, "noise");
+  // Listed, then not found by that name (a name the platform cannot spell back).
+  const hooked = hookedFs(fs, {
+    before(method, args) {
+      if (method === "lstat" && args[0] === `${entry}/agents/odd.log`) {
+        throw new NotFound("lstat", String(args[0]));
+      }
+    },
+  });
+  const report = await pruneRaw(hooked, tree.loopyRoot, { dryRun: true });
+  assert.equal(skippedFor(report, entry), "unreadable");
+  assert.match(report.skipped.find((skip) => skip.path === entry)?.detail ?? "", /odd\.log/);
 });

@@ -41,7 +41,8 @@ Prints each root session's recursive tree with its status; '*' marks the deepest
 the only one that receives work.`,
   show: `Usage: loop-sessions layout show <session id> [--json]
 
-Shows a session's manifest, layout, depth, parent, status and children.`,
+Shows a session's layout, depth, parent, status, children and manifest fields (its origin with
+--json).`,
   resolve: `Usage: loop-sessions layout resolve <logical ref> [--session ID] [--json]
 
 Resolves repo:/, session:/, root:/, parent:/, session:<id>:/ or trace:<manifest>:/ references to a
@@ -53,7 +54,9 @@ tree exists).`,
 Deletes raw attempt directories (raw/<NNNN>_<workflow>/) of folded sessions; never the durable
 tree. --session prunes that session only (its children have ids of their own). --legacy-traces
 also removes the historical .loopy_loop/traces/ mirror and, without --session, its outbox.
---dry-run prints the plan and changes nothing.`,
+--dry-run prints the plan and changes nothing. Entries kept by the rules (running, too recent, a
+link) are listed as skipped; one that could not be read or removed is listed with the error and
+makes the exit code 1.`,
   traces: `Usage: loop-sessions traces list [--json]
        loop-sessions traces inspect <attempt or manifest id> [--json]
 
@@ -281,6 +284,14 @@ export async function runLayout(io: CliIo, args: readonly string[]): Promise<num
         ["status", `${result.status} (${result.phase})`],
         ["children", result.children.length === 0 ? "-" : result.children.join(", ")],
       ];
+      // The manifest's other fields, as its session.json names them (a nested record, such as
+      // its origin, with --json).
+      for (const [key, value] of Object.entries(result.manifest)) {
+        if (SHOWN_MANIFEST_FIELDS.has(key) || (typeof value === "object" && value !== null)) {
+          continue;
+        }
+        rows.push([key, value === null ? "-" : String(value)]);
+      }
       io.out(fieldRows(rows));
     }
     return 0;
@@ -356,15 +367,24 @@ export async function runPruneRaw(io: CliIo, args: readonly string[]): Promise<n
   } finally {
     progress.end(); // an error's line never joins the progress line
   }
+  // What could not be read or removed is a finding (exit 1); what was kept by the rules (running,
+  // too recent, a link, a mirror session) is not.
+  const failed = report.skipped.some((item) => PRUNE_FAILURES.has(item.reason));
   if (json) {
     printJson(io, report);
-    return 0;
+    return failed ? 1 : 0;
   }
   const verb = report.dryRun ? "would remove" : "removed";
   for (const item of report.removed) {
     io.out(inlined`${verb} ${item.path} (${formatBytes(item.bytes)})\n`);
   }
-  for (const item of report.skipped) io.out(inlined`skipped ${item.path}: ${item.reason}\n`);
+  for (const item of report.skipped) {
+    io.out(
+      PRUNE_FAILURES.has(item.reason)
+        ? inlined`skipped ${item.path}: ${item.reason} (${item.detail})\n`
+        : inlined`skipped ${item.path}: ${item.reason}\n`,
+    );
+  }
   // Raw attempt directories and trace trees apart; an interrupted prune's leftover counts as what
   // it was, by where it lies.
   const kindOf = (item: PrunedEntry): PruneKind => {
@@ -388,8 +408,25 @@ export async function runPruneRaw(io: CliIo, args: readonly string[]): Promise<n
     }
   }
   io.out(`${summary}, ${formatBytes(report.bytes)}\n`);
-  return 0;
+  return failed ? 1 : 0;
 }
+
+/** The manifest fields `layout show` shows in rows of their own. */
+const SHOWN_MANIFEST_FIELDS: ReadonlySet<string> = new Set([
+  "session_id",
+  "parent_session_id",
+  "root_session_id",
+  "depth",
+  "layout",
+]);
+
+/** The skip reasons that are failures: something could not be read or removed. */
+const PRUNE_FAILURES: ReadonlySet<string> = new Set([
+  "unreadable",
+  "remove_failed",
+  "state_unreadable",
+  "manifest_unreadable",
+]);
 
 /** Runs `traces list|inspect …`; returns the exit code. */
 export async function runTraces(io: CliIo, args: readonly string[]): Promise<number> {

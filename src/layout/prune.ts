@@ -261,14 +261,27 @@ class Planner {
     try {
       bytes = await treeBytes(this.fs, path, isDirectory);
     } catch (error) {
-      // One tree that cannot be walked is kept and reported; it stops nothing else.
-      if (error instanceof FsError && !(error instanceof NotFound)) {
-        return skipOf(path, "unreadable", `Its tree cannot be read: ${error.message}`);
+      if (!(error instanceof FsError)) throw error;
+      // Gone itself: vanished. One tree that cannot be walked (something in it missing when
+      // named, such as a name the platform cannot spell back, or a path too long) is kept and
+      // reported; it stops nothing else.
+      if (error instanceof NotFound && (error.path === path || !(await this.exists(path)))) {
+        return skipOf(path, "vanished", "The entry disappeared while pruning was planned");
       }
-      if (!(error instanceof NotFound)) throw error;
-      return skipOf(path, "vanished", "The entry disappeared while pruning was planned");
+      return skipOf(path, "unreadable", `Its tree cannot be read: ${error.message}`);
     }
     return { target: { path, parent, name, kind, sessionId, isDirectory, bytes, guard } };
+  }
+
+  /** True when something is at `path` (`lstat`); false when nothing is. */
+  async exists(path: string): Promise<boolean> {
+    try {
+      await this.fs.lstat(path);
+      return true;
+    } catch (error) {
+      if (error instanceof NotFound) return false;
+      throw error;
+    }
   }
 
   /** True when the entry passes the age limit; otherwise records the skip. */

@@ -564,8 +564,12 @@ export async function assertReceivesWork(
 }
 
 /**
- * Lists the top-level root session ids of a repository (published, non-staging directories).
- * `TopologyError` when `.loopy_loop/` or its `sessions/` is a symlink or not a directory.
+ * Lists the top-level root session ids of a repository: the published (non-staging) entries of
+ * `sessions/` that are directories holding a `session.json`, and those that claim to be one but
+ * `loadSessionTree` refuses (the entry or its `session.json` a symlink, a `session.json` that is
+ * not a regular file), so that a caller listing trees reports such a tree instead of missing it.
+ * Nothing is read through a link. `TopologyError` when `.loopy_loop/` or its `sessions/` is a
+ * symlink or not a directory.
  */
 export async function listRootSessionIds(fs: FileSystem, repoRoot: string): Promise<string[]> {
   const out: string[] = [];
@@ -573,8 +577,10 @@ export async function listRootSessionIds(fs: FileSystem, repoRoot: string): Prom
   const { sessionsRoot } = await sessionsRootOf(fs, repoRoot);
   if (sessionsRoot === undefined) return out;
   for (const entry of await readDirIfExists(fs, sessionsRoot)) {
-    if (entry.name.startsWith(".") || entry.kind !== "directory") continue;
-    if ((await entryKind(fs, join(sessionsRoot, entry.name, "session.json"))) === "file") {
+    if (entry.name.startsWith(".")) continue;
+    if (entry.kind === "symlink") out.push(entry.name);
+    else if (entry.kind !== "directory") continue;
+    else if ((await entryKind(fs, join(sessionsRoot, entry.name, "session.json"))) !== undefined) {
       out.push(entry.name);
     }
   }
