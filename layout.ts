@@ -23,6 +23,12 @@
  * once, a finished or sealed attempt's `result.json` is not rewritten, and an archived rejected
  * request or its receipt is never overwritten (each refusal is a typed error naming the file).
  *
+ * One process writes a repository: writes are serialized within a process (by each session's
+ * real path), not across processes, as the engine runs one process per repository. Only root
+ * session creation is safe from several processes at once; any other write from a second process
+ * (a state update, a child request's processing, an acceptance, a prune) can be lost
+ * without an error. Readers may run anywhere.
+ *
  * @example Create a root session, request a child, and resolve a reference in it
  * ```ts
  * import {

@@ -621,3 +621,25 @@ test("a raw tree with a name that cannot be reached by its listed spelling is un
   assert.equal(skippedFor(report, entry), "unreadable");
   assert.match(report.skipped.find((skip) => skip.path === entry)?.detail ?? "", /odd\.log/);
 });
+
+test("a raw tree something is removed from while it is measured (another prune) is not unreadable", async () => {
+  const { fs, tree } = await folded();
+  const [entry] = tree.prunable as [string, ...string[]];
+  await fs.mkdir(`${entry}/agents`, { recursive: true });
+  await writeText(fs, `${entry}/agents/a.log`, "noise");
+  await writeText(fs, `${entry}/agents/b.log`, "noise");
+  // The first look finds a listed file gone (removed meanwhile); looked at again, the tree reads.
+  let missed = false;
+  const hooked = hookedFs(fs, {
+    async before(method, args) {
+      if (!missed && method === "lstat" && args[0] === `${entry}/agents/a.log`) {
+        missed = true;
+        await fs.remove(`${entry}/agents/a.log`);
+      }
+    },
+  });
+  const report = await pruneRaw(hooked, tree.loopyRoot);
+  assert.ok(missed);
+  assert.equal(skippedFor(report, entry), undefined);
+  assert.ok(report.removed.some((item) => item.path === entry));
+});

@@ -257,18 +257,33 @@ class Planner {
     guard?: Guard,
   ): Promise<PlanOutcome> {
     const path = join(parent, name);
-    let bytes: number;
-    try {
-      bytes = await treeBytes(this.fs, path, isDirectory);
-    } catch (error) {
-      if (!(error instanceof FsError)) throw error;
-      // Gone itself: vanished. One tree that cannot be walked (something in it missing when
-      // named, such as a name the platform cannot spell back, or a path too long) is kept and
-      // reported; it stops nothing else.
-      if (error instanceof NotFound && (error.path === path || !(await this.exists(path)))) {
-        return skipOf(path, "vanished", "The entry disappeared while pruning was planned");
+    let bytes: number | undefined;
+    let missing: string | undefined;
+    for (let look = 1; bytes === undefined; look++) {
+      try {
+        bytes = await treeBytes(this.fs, path, isDirectory);
+      } catch (error) {
+        if (!(error instanceof FsError)) throw error;
+        const vanished = skipOf(
+          path,
+          "vanished",
+          "The entry disappeared while pruning was planned",
+        );
+        if (error instanceof NotFound && (error.path === path || !(await this.exists(path)))) {
+          return vanished;
+        }
+        // Something in the tree missing when named: another prune removing it (step by step on
+        // a real disk), or a name that stays listed but cannot be reached (one the platform
+        // cannot spell back). Measured again: the same name missing again is the latter.
+        if (error instanceof NotFound && error.path !== missing) {
+          if (look >= 3) return vanished;
+          missing = error.path;
+          continue;
+        }
+        // A tree that cannot be walked (that name, a path too long, a directory that cannot be
+        // listed) is kept and reported; it stops nothing else.
+        return skipOf(path, "unreadable", `Its tree cannot be read: ${error.message}`);
       }
-      return skipOf(path, "unreadable", `Its tree cannot be read: ${error.message}`);
     }
     return { target: { path, parent, name, kind, sessionId, isDirectory, bytes, guard } };
   }
