@@ -250,3 +250,16 @@ test("layout show prints the manifest's fields in text, as --json has them", asy
     );
   }
 });
+
+test("layout show escapes a manifest's field names, so a stored name cannot forge a row", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  const file = `${root.dir}/session.json`;
+  const manifest = JSON.parse(new TextDecoder().decode(await fs.readFile(file)));
+  manifest["note\nstatus"] = "stopped (forged row)";
+  await fs.writeFile(file, new TextEncoder().encode(JSON.stringify(manifest, null, 2)));
+  const { io, out } = memoryIo(fs, "/repo", Date.parse("2026-12-01T00:00:00Z"));
+  assert.equal(await runLayout(io, ["show", root.sessionId]), 0);
+  assert.doesNotMatch(out(), /^status +stopped/m);
+  assert.match(out(), /^note\\u000astatus +stopped \(forged row\)$/m);
+});

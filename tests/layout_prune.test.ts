@@ -643,3 +643,41 @@ test("a raw tree something is removed from while it is measured (another prune) 
   assert.equal(skippedFor(report, entry), undefined);
   assert.ok(report.removed.some((item) => item.path === entry));
 });
+
+test("an entry listed but never found by its name is unreadable on every run, never vanished", async () => {
+  const { fs, tree } = await folded();
+  const [entry] = tree.prunable as [string, ...string[]];
+  // The platform lists the name but cannot open it by that spelling (not valid UTF-8).
+  const unreachable = hookedFs(fs, {
+    before(method, args) {
+      const path = String(args[0]);
+      if (method !== "readDir" && (path === entry || path.startsWith(`${entry}/`))) {
+        throw new NotFound(method, path);
+      }
+      if (method === "readDir" && path === entry) throw new NotFound(method, path);
+    },
+  });
+  for (const dryRun of [true, false, false]) {
+    const report = await pruneRaw(unreachable, tree.loopyRoot, { dryRun });
+    assert.equal(skippedFor(report, entry), "unreadable", `dryRun ${dryRun}`);
+  }
+  assert.equal(await exists(fs, entry), true);
+});
+
+test("a prune's leftover inside a tree being measured is not walked (another prune removes it)", async () => {
+  const { fs, tree } = await folded();
+  const [entry] = tree.prunable as [string, ...string[]];
+  const leftover = `${entry}/agents/${PRUNING_PREFIX}0123abcd-x`;
+  await fs.mkdir(leftover, { recursive: true });
+  await writeText(fs, `${leftover}/a.log`, "noise");
+  // Every read inside the leftover finds it gone, as while another prune removes it.
+  const racing = hookedFs(fs, {
+    before(method, args) {
+      if (String(args[0]).startsWith(`${leftover}/`) || String(args[0]) === leftover) {
+        throw new NotFound(method, String(args[0]));
+      }
+    },
+  });
+  const report = await pruneRaw(racing, tree.loopyRoot);
+  assert.ok(report.removed.some((item) => item.path === entry), JSON.stringify(report.skipped));
+});

@@ -105,8 +105,11 @@ export function inlined(strings: TemplateStringsArray, ...values: unknown[]): st
 
 /** Formats `key  value` rows, keys padded to the longest, each value on its own line (`inline`). */
 export function fieldRows(rows: readonly (readonly [string, string])[]): string {
-  const width = rows.reduce((max, [key]) => Math.max(max, key.length), 0);
-  return rows.map(([key, value]) => `${key.padEnd(width)}  ${inline(value)}`).join("\n") + "\n";
+  // Keys too may be stored data (a record's own field names): escaped like the values.
+  const keys = rows.map(([key]) => inline(key));
+  const width = keys.reduce((max, key) => Math.max(max, key.length), 0);
+  return rows.map(([, value], i) => `${(keys[i] as string).padEnd(width)}  ${inline(value)}`)
+    .join("\n") + "\n";
 }
 
 /**

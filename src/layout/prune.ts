@@ -43,6 +43,7 @@ import { manifestLayout } from "./records.ts";
 import { isSafeId } from "./ids.ts";
 import {
   chainKind,
+  isPruningName,
   type LoopyRoot,
   openLoopyRoot,
   PRUNING_PREFIX,
@@ -264,19 +265,15 @@ class Planner {
         bytes = await treeBytes(this.fs, path, isDirectory);
       } catch (error) {
         if (!(error instanceof FsError)) throw error;
-        const vanished = skipOf(
-          path,
-          "vanished",
-          "The entry disappeared while pruning was planned",
-        );
         if (error instanceof NotFound && (error.path === path || !(await this.exists(path)))) {
-          return vanished;
+          // Not found by its own name: gone, or listed still but unreachable by that spelling.
+          return await this.goneOrUnreachable(parent, name, error);
         }
         // Something in the tree missing when named: another prune removing it (step by step on
         // a real disk), or a name that stays listed but cannot be reached (one the platform
-        // cannot spell back). Measured again: the same name missing again is the latter.
-        if (error instanceof NotFound && error.path !== missing) {
-          if (look >= 3) return vanished;
+        // cannot spell back). Measured again while the entry is there: the same name missing
+        // twice in a row is the latter (and so is a tree still changing after a few looks).
+        if (error instanceof NotFound && error.path !== missing && look < MEASURE_LOOKS) {
           missing = error.path;
           continue;
         }
@@ -286,6 +283,19 @@ class Planner {
       }
     }
     return { target: { path, parent, name, kind, sessionId, isDirectory, bytes, guard } };
+  }
+
+  /**
+   * The skip of entry `name` of `parent` that was not found by its name (`error`): `vanished`
+   * when `parent` no longer lists it; `unreadable` when it still does (a name the platform cannot
+   * spell back), so it is never said to be gone while it stays.
+   */
+  async goneOrUnreachable(parent: string, name: string, error: FsError): Promise<PlanOutcome> {
+    const path = join(parent, name);
+    if (await isListed(this.fs, parent, name)) {
+      return skipOf(path, "unreadable", `It cannot be reached by its name: ${error.message}`);
+    }
+    return skipOf(path, "vanished", "The entry disappeared while pruning was planned");
   }
 
   /** True when something is at `path` (`lstat`); false when nothing is. */
@@ -336,11 +346,27 @@ async function treeBytes(fs: FileSystem, path: string, isDirectory: boolean): Pr
   if (!isDirectory) return (await fs.lstat(path)).size;
   let total = 0;
   for (const entry of await fs.readDir(path)) {
+    // An interrupted (or running) prune's leftover inside the tree is gone for every reader: not
+    // counted, and not walked while another prune removes it.
+    if (isPruningName(entry.name)) continue;
     const child = join(path, entry.name);
     if (entry.kind === "directory") total += await treeBytes(fs, child, true);
     else if (entry.kind === "file") total += (await fs.lstat(child)).size;
   }
   return total;
+}
+
+/** How many times `Planner.measure` walks a tree that changes while it is walked. */
+const MEASURE_LOOKS = 4;
+
+/** True when `parent` lists an entry named `name`; false when it does not or is gone. */
+async function isListed(fs: FileSystem, parent: string, name: string): Promise<boolean> {
+  try {
+    return (await fs.readDir(parent)).some((entry) => entry.name === name);
+  } catch (error) {
+    if (error instanceof NotFound) return false;
+    throw error;
+  }
 }
 
 /** Reads what a session is running; an unreadable state is reported, not guessed. */
@@ -822,6 +848,16 @@ async function execute(
         await fs.rename(target.path, at);
       } catch (error) {
         if (!(error instanceof NotFound)) throw error;
+        // Listed still, but not found by its name: never said to be gone.
+        if (await isListed(fs, parent, target.name)) {
+          return {
+            target,
+            kept: {
+              reason: "unreadable",
+              detail: `It cannot be reached by its name: ${error.message}`,
+            },
+          };
+        }
         return { target, kept: { reason: "vanished", detail: VANISHED_BEFORE_REMOVAL } };
       }
       return { target, at, renamed: true };
