@@ -913,7 +913,6 @@ async function admit(
   return { request, existing, build: { contracts, inputs, harnessCapabilityRosterSha256 } };
 }
 
-/** A filesystem error caused by the path a reference names rather than by the storage. */
 /** The size of the entry at `path` itself (`lstat`), or undefined when nothing is there. */
 async function sizeOf(fs: FileSystem, path: string): Promise<number | undefined> {
   try {
@@ -924,6 +923,7 @@ async function sizeOf(fs: FileSystem, path: string): Promise<number | undefined>
   }
 }
 
+/** A filesystem error caused by the path a reference names rather than by the storage. */
 function isReferenceFault(error: unknown): boolean {
   return error instanceof NotADirectory || error instanceof IsADirectory ||
     (error instanceof FsError && REFERENCE_FAULT_CODES.has(error.code));

@@ -479,6 +479,20 @@ async function holdsSession(context: StoreContext, dir: string, id: string): Pro
 }
 
 /**
+ * The error of a legacy backup `removeLegacyBackup` leaves alone because reading it failed with
+ * `error`: a `SessionFormatError` naming the file (and the field `error` names); any error that is
+ * not a session error is returned as it is.
+ */
+function leftAlone(legacy: string, message: string, error: unknown): unknown {
+  if (!(error instanceof SessionError)) return error;
+  return new SessionFormatError(message, {
+    file: legacy,
+    ...(error instanceof SessionFormatError && error.path !== "" ? { path: error.path } : {}),
+    cause: error,
+  });
+}
+
+/**
  * The size and SHA-256 of the first `size` bytes of the log `file` (fewer when it is shorter), or
  * undefined when it is missing. Read in chunks, never through a link.
  */
@@ -562,14 +576,10 @@ export async function removeLegacyBackup(context: StoreContext, dir: string): Pr
   try {
     backup = await readLegacyHeader(fs, legacy);
   } catch (error) {
-    if (!(error instanceof SessionError)) throw error;
-    throw new SessionFormatError(
+    throw leftAlone(
+      legacy,
       "Legacy file's header cannot be read, so it is not known to be this session's backup; it was left alone",
-      {
-        file: legacy,
-        ...(error instanceof SessionFormatError && error.path !== "" ? { path: error.path } : {}),
-        cause: error,
-      },
+      error,
     );
   }
   const header = manager.getHeader();
@@ -588,14 +598,10 @@ export async function removeLegacyBackup(context: StoreContext, dir: string): Pr
   try {
     migrated = await migratedLogDigests(fs, legacy, context.sha256);
   } catch (error) {
-    if (!(error instanceof SessionError)) throw error;
-    throw new SessionFormatError(
+    throw leftAlone(
+      legacy,
       "Legacy file cannot be read whole, so it may hold messages the session lacks; it was left alone",
-      {
-        file: legacy,
-        ...(error instanceof SessionFormatError && error.path !== "" ? { path: error.path } : {}),
-        cause: error,
-      },
+      error,
     );
   }
   let matches = false;
