@@ -664,7 +664,7 @@ test("an entry listed but never found by its name is unreadable on every run, ne
   assert.equal(await exists(fs, entry), true);
 });
 
-test("a prune's leftover inside a tree being measured is not walked (another prune removes it)", async () => {
+test("a prune's leftover inside a tree, found gone while measured (its prune removing it), counts nothing", async () => {
   const { fs, tree } = await folded();
   const [entry] = tree.prunable as [string, ...string[]];
   const leftover = `${entry}/agents/${PRUNING_PREFIX}0123abcd-x`;
@@ -680,4 +680,14 @@ test("a prune's leftover inside a tree being measured is not walked (another pru
   });
   const report = await pruneRaw(racing, tree.loopyRoot);
   assert.ok(report.removed.some((item) => item.path === entry), JSON.stringify(report.skipped));
+});
+
+test("agent output named like a prune's leftover is measured like the rest of its tree", async () => {
+  const { fs, tree } = await folded();
+  const [entry] = tree.prunable as [string, ...string[]];
+  const before = await bytesBelow(fs, entry);
+  await fs.mkdir(`${entry}/agents/${PRUNING_PREFIX}cache`, { recursive: true });
+  await fs.writeFile(`${entry}/agents/${PRUNING_PREFIX}cache/blob`, new Uint8Array(1000));
+  const plan = await pruneRaw(fs, tree.loopyRoot, { dryRun: true });
+  assert.equal(plan.removed.find((item) => item.path === entry)?.bytes, before + 1000);
 });

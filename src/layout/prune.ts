@@ -346,12 +346,16 @@ async function treeBytes(fs: FileSystem, path: string, isDirectory: boolean): Pr
   if (!isDirectory) return (await fs.lstat(path)).size;
   let total = 0;
   for (const entry of await fs.readDir(path)) {
-    // An interrupted (or running) prune's leftover inside the tree is gone for every reader: not
-    // counted, and not walked while another prune removes it.
-    if (isPruningName(entry.name)) continue;
     const child = join(path, entry.name);
-    if (entry.kind === "directory") total += await treeBytes(fs, child, true);
-    else if (entry.kind === "file") total += (await fs.lstat(child)).size;
+    try {
+      if (entry.kind === "directory") total += await treeBytes(fs, child, true);
+      else if (entry.kind === "file") total += (await fs.lstat(child)).size;
+    } catch (error) {
+      // A prune's leftover in the tree (a session's traces moved aside by a prune of that
+      // session) may be removed by that prune meanwhile: what is gone of it counts nothing.
+      // Anything else so named (an agent's own output) is counted like the rest.
+      if (!(error instanceof NotFound) || !isPruningName(entry.name)) throw error;
+    }
   }
   return total;
 }
