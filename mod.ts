@@ -27,6 +27,7 @@
  * const reopened = await store.open(session.getSessionFile());
  * const page = await reopened.readHistory();
  * if (page.messages.length !== 1) throw new Error("expected one message");
+ * await reopened.close();
  * ```
  *
  * @module
