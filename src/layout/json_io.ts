@@ -77,10 +77,10 @@ export const MAX_RECORD_NESTING = 500;
  * applied, as `JSON.stringify` applies it.
  */
 export function encodeRecord(value: unknown, file: string, numbers?: NumberTexts): Uint8Array {
+  // Serialized once: the text written is the text judged.
   let written: string | undefined;
   try {
-    // The compact form first: it does not recurse once a level, as the indented form does.
-    written = JSON.stringify(value);
+    written = JSON.stringify(value, null, 2);
   } catch (error) {
     // Named at the field where the value shows it (a BigInt, nesting past the stack), if it does.
     refuseUnwritable(value, file);
@@ -93,11 +93,9 @@ export function encodeRecord(value: unknown, file: string, numbers?: NumberTexts
   if (jsonNestsDeeper(value, written, MAX_RECORD_NESTING)) {
     refuseUnwritable(JSON.parse(written), file);
   }
-  try {
-    return numbers === undefined ? encodeJson(value) : encodeJsonKeepingNumbers(value, numbers);
-  } catch (error) {
-    throw new LayoutRecordError(file, "The record cannot be written as JSON", { cause: error });
-  }
+  return numbers === undefined
+    ? encoder.encode(asciiEscaped(written))
+    : keepingNumbers(value, written, numbers);
 }
 
 /**
@@ -231,7 +229,11 @@ export function decodeJsonNumbers(
  * other byte is `encodeJson`'s.
  */
 export function encodeJsonKeepingNumbers(value: unknown, numbers: NumberTexts): Uint8Array {
-  const text = JSON.stringify(value, null, 2);
+  return keepingNumbers(value, JSON.stringify(value, null, 2), numbers);
+}
+
+/** `encodeJsonKeepingNumbers` of `value` from `text`, its `JSON.stringify(value, null, 2)`. */
+function keepingNumbers(value: unknown, text: string, numbers: NumberTexts): Uint8Array {
   if (numbers.size === 0) return encoder.encode(asciiEscaped(text));
   let out = "";
   let last = 0;
