@@ -36,7 +36,7 @@
 import type { FileSystem } from "../port/fs.ts";
 import { FsError, NotFound } from "../port/errors.ts";
 import { join, NAME_MAX_BYTES, utf8Prefix } from "../port/path.ts";
-import { entryKind } from "../port/durable.ts";
+import { entryKind, readDirIfExists } from "../port/durable.ts";
 import { mapLimit } from "../port/limit.ts";
 import { LayoutOptionError, LayoutRecordError } from "./errors.ts";
 import { manifestLayout } from "./records.ts";
@@ -265,7 +265,10 @@ class Planner {
         bytes = await treeBytes(this.fs, path, isDirectory);
       } catch (error) {
         if (!(error instanceof FsError)) throw error;
-        if (error instanceof NotFound && (error.path === path || !(await this.exists(path)))) {
+        if (
+          error instanceof NotFound &&
+          (error.path === path || (await entryKind(this.fs, path)) === undefined)
+        ) {
           // Not found by its own name: gone, or listed still but unreachable by that spelling.
           return await this.goneOrUnreachable(parent, name, error);
         }
@@ -296,17 +299,6 @@ class Planner {
       return skipOf(path, "unreadable", `It cannot be reached by its name: ${error.message}`);
     }
     return skipOf(path, "vanished", "The entry disappeared while pruning was planned");
-  }
-
-  /** True when something is at `path` (`lstat`); false when nothing is. */
-  async exists(path: string): Promise<boolean> {
-    try {
-      await this.fs.lstat(path);
-      return true;
-    } catch (error) {
-      if (error instanceof NotFound) return false;
-      throw error;
-    }
   }
 
   /** True when the entry passes the age limit; otherwise records the skip. */
@@ -365,12 +357,7 @@ const MEASURE_LOOKS = 4;
 
 /** True when `parent` lists an entry named `name`; false when it does not or is gone. */
 async function isListed(fs: FileSystem, parent: string, name: string): Promise<boolean> {
-  try {
-    return (await fs.readDir(parent)).some((entry) => entry.name === name);
-  } catch (error) {
-    if (error instanceof NotFound) return false;
-    throw error;
-  }
+  return (await readDirIfExists(fs, parent)).some((entry) => entry.name === name);
 }
 
 /** Reads what a session is running; an unreadable state is reported, not guessed. */

@@ -380,15 +380,6 @@ async function sessionDirIndex(fs: FileSystem, sessionsDir: string): Promise<Ses
   return index;
 }
 
-async function lstatKind(fs: FileSystem, path: string): Promise<string | undefined> {
-  try {
-    return (await fs.lstat(path)).kind;
-  } catch (error) {
-    if (error instanceof NotFound) return undefined;
-    throw error;
-  }
-}
-
 /**
  * Size and `sha256:` of the file at `path`, read in chunks through a handle opened only if it is
  * a regular file (never through a link, never waiting on a FIFO swapped in since the listing):
@@ -545,7 +536,7 @@ async function observeSeal(
   fs = confined(fs, receiptPath);
   let kind: string | undefined;
   try {
-    kind = await lstatKind(fs, receiptPath);
+    kind = await entryKind(fs, receiptPath);
   } catch (error) {
     if (error instanceof FsError && error.code === "ENAMETOOLONG") {
       // The receipt's path (its session's directory included) is too long to look up.
@@ -932,7 +923,7 @@ function listedManifest(
 }
 
 async function requireRealTracesDir(fs: FileSystem, tracesDir: string): Promise<void> {
-  if ((await lstatKind(fs, tracesDir)) === "symlink") {
+  if ((await entryKind(fs, tracesDir)) === "symlink") {
     throw new LoopyRootError(tracesDir, "The traces directory is a symlink");
   }
 }
@@ -1022,7 +1013,7 @@ async function locateByPath(
   for (const segment of relative.split("/")) {
     current = join(current, segment);
     // An entry a prune renamed away (`.pruning-*`) is gone, with everything below it.
-    kind = isPruningName(segment) ? undefined : await lstatKind(fs, current);
+    kind = isPruningName(segment) ? undefined : await entryKind(fs, current);
     if (kind === undefined) {
       throw new TraceLookupError(reference, "not_found", "Trace manifest not found");
     }
@@ -1036,7 +1027,7 @@ async function locateByPath(
   }
   if (kind === "directory") {
     const manifestPath = join(path, TRACE_MANIFEST_FILENAME);
-    const manifestKind = await lstatKind(fs, manifestPath);
+    const manifestKind = await entryKind(fs, manifestPath);
     if (manifestKind === "symlink") {
       throw new TraceLookupError(reference, "symlink", "Trace manifest is a symlink");
     }
@@ -1197,7 +1188,7 @@ export async function checkTraceSeals(
   const node = tree.require(options.sessionId);
   const factory = options.sha256 ?? portableSha256;
   const sealsDir = new SessionPaths(node.dir, node.layout).traceSealsDir;
-  const kind = await lstatKind(fs, sealsDir);
+  const kind = await entryKind(fs, sealsDir);
   if (kind === undefined) return [];
   if (kind !== "directory") {
     return [{
@@ -1257,7 +1248,7 @@ export async function checkTraceSeals(
       continue;
     }
     const manifestPath = join(traceDir, TRACE_MANIFEST_FILENAME);
-    const manifestKind = present === "directory" ? await lstatKind(fs, manifestPath) : undefined;
+    const manifestKind = present === "directory" ? await entryKind(fs, manifestPath) : undefined;
     if (manifestKind === undefined) {
       out.push({
         sealPath,
@@ -1342,7 +1333,7 @@ export async function recordedTraces(
 ): Promise<RecordedTrace[]> {
   const out: RecordedTrace[] = [];
   const readObject = async (path: string): Promise<Record<string, unknown> | undefined> => {
-    if ((await lstatKind(fs, path)) !== "file") return undefined;
+    if ((await entryKind(fs, path)) !== "file") return undefined;
     try {
       const value = decodeJson(await recordBytes(fs, path, false) as Uint8Array, path);
       return typeof value === "object" && value !== null && !Array.isArray(value)
@@ -1368,7 +1359,7 @@ export async function recordedTraces(
     const [dirName, fileName] of [["trace_seals", undefined], ["iterations", "trace_ref.json"]]
   ) {
     const dir = join(sessionDir, dirName as string);
-    if ((await lstatKind(fs, dir)) !== "directory") continue;
+    if ((await entryKind(fs, dir)) !== "directory") continue;
     for (const entry of await fs.readDir(dir)) {
       if (fileName === undefined) {
         if (entry.kind === "file" && entry.name.endsWith(".json")) {

@@ -15,6 +15,7 @@ import {
   type Durability,
   ensurePrivateDir,
   entryKind,
+  readDirIfExists,
   stagedPublish,
 } from "../port/durable.ts";
 import { basename, dirname, join, normalize } from "../port/path.ts";
@@ -378,14 +379,7 @@ async function compactionCopy(fs: FileSystem, dir: string): Promise<string | und
   const id = basename(dir);
   if (!isSessionId(id)) return undefined;
   const collection = dirname(dir);
-  let entries;
-  try {
-    entries = await fs.readDir(collection);
-  } catch (error) {
-    if (error instanceof NotFound) return undefined;
-    throw error;
-  }
-  for (const entry of entries) {
+  for (const entry of await readDirIfExists(fs, collection)) {
     if (entry.kind !== "directory" || stagingSessionId(entry.name) !== id) continue;
     const previous = await previousSession(fs, join(collection, entry.name));
     if (previous !== undefined) return previous;
