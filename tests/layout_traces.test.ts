@@ -491,7 +491,7 @@ test("lookups that name no single trace are typed errors", async () => {
   await assert.rejects(locateTrace(fs, tree.loopyRoot, `trace-${FIRST}`), lookupFails("ambiguous"));
 });
 
-test("an unreadable or symlinked manifest is listed as failed, and lookups skip unreadable ones", async () => {
+test("an unreadable or symlinked manifest is listed as failed, and lookups report it", async () => {
   const { fs, tree } = await mirror();
   const attempts = `${tree.tracesDir}/${MIRROR_ROOT_ID}/sessions/${MIRROR_ROOT_ID}/attempts`;
   await fs.mkdir(`${attempts}/torn`);
@@ -505,8 +505,37 @@ test("an unreadable or symlinked manifest is listed as failed, and lookups skip 
     [`${attempts}/torn`, "failed"],
   ]);
   assert.ok(failed.every((entry) => entry.problems.length === 1));
-  await assert.rejects(locateTrace(fs, tree.loopyRoot, "trace-torn"), lookupFails("not_found"));
+  // The trace named (by its attempt id or its manifest id) has a damaged manifest: that damage
+  // is the answer, naming the manifest, not "not found".
+  const damaged = (path: string) => (error: unknown) => {
+    assert.ok(error instanceof LayoutRecordError, String(error));
+    assert.equal(error.file, path);
+    return true;
+  };
+  for (const reference of ["torn", "trace-torn"]) {
+    await assert.rejects(
+      locateTrace(fs, tree.loopyRoot, reference),
+      damaged(`${attempts}/torn/trace_manifest.json`),
+    );
+    await assert.rejects(
+      inspectTrace(fs, tree.loopyRoot, reference),
+      damaged(`${attempts}/torn/trace_manifest.json`),
+    );
+  }
+  await assert.rejects(
+    locateTrace(fs, tree.loopyRoot, "linked"),
+    damaged(`${attempts}/linked/trace_manifest.json`),
+  );
   await assert.rejects(inspectTrace(fs, tree.loopyRoot, `${attempts}/torn`), LayoutRecordError);
+  // An id no readable manifest has: not found, saying that two manifests could not be read.
+  await assert.rejects(locateTrace(fs, tree.loopyRoot, "trace-elsewhere"), (error: unknown) => {
+    assert.ok(lookupFails("not_found")(error));
+    assert.match(
+      (error as Error).message,
+      new RegExp(`2 manifests could not be read .*"${attempts}/linked/trace_manifest\\.json"`),
+    );
+    return true;
+  });
   assert.equal((await verifyTrace(fs, tree.loopyRoot, FIRST)).status, "verified");
 });
 

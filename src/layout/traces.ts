@@ -945,10 +945,14 @@ export interface TraceInspection {
 /**
  * Finds one trace by manifest id (`trace-<attempt_id>`), attempt id, or path. A reference with a
  * `/` is a path (absolute, or relative to the repository root) naming a trace directory or its
- * `trace_manifest.json` inside `.loopy_loop/traces/`; anything else is an id. Unreadable
- * manifests never match an id. An entry a prune renamed away (`.pruning-*`, in any letter case) is
- * gone: a path through one is `not_found`, as the trace is by id. Throws `TraceLookupError`
- * (`not_found`, `ambiguous`, `outside`, `not_a_manifest`, `symlink`).
+ * `trace_manifest.json` inside `.loopy_loop/traces/`; anything else is an id. A manifest that
+ * cannot be read (not a regular file, or not a record) matches no id, except that of its own
+ * trace directory (`attempts/<attempt_id>/`): named by that attempt id or by
+ * `trace-<attempt_id>`, and matched by no readable manifest's id, its damage is thrown as its
+ * `LayoutRecordError`. An id that nothing matches is `not_found`, whose message names an
+ * unreadable manifest when there is one. An entry a prune renamed away (`.pruning-*`, in any
+ * letter case) is gone: a path through one is `not_found`, as the trace is by id. Throws
+ * `TraceLookupError` (`not_found`, `ambiguous`, `outside`, `not_a_manifest`, `symlink`).
  */
 export async function locateTrace(
   fs: FileSystem,
@@ -962,21 +966,41 @@ export async function locateTrace(
   }
   const byId: TraceLocation[] = [];
   const byAttempt: TraceLocation[] = [];
+  /** Manifests that cannot be read (not a regular file, or not a record), with their errors. */
+  const unreadable: { location: TraceLocation; error: LayoutRecordError }[] = [];
   for (const location of await scanTraceManifests(fs, root.tracesDir)) {
-    if (location.manifestKind !== "file") continue;
     let manifest: Record<string, unknown>;
     try {
       ({ manifest } = await readManifest(fs, location, portableSha256));
     } catch (error) {
-      if (error instanceof LayoutRecordError) continue;
-      throw error;
+      if (!(error instanceof LayoutRecordError)) throw error;
+      unreadable.push({ location, error });
+      continue;
     }
     if (traceManifestId(manifest) === reference) byId.push(location);
     else if (identityField(manifest, "attempt_id") === reference) byAttempt.push(location);
   }
+  // The trace directory of the attempt named, whose manifest cannot be read: its damage is the
+  // answer (reported, not hidden behind "not found" or another manifest naming the attempt).
+  const own = unreadable.find(({ location: { directory } }) =>
+    directory !== undefined &&
+    (directory.attemptId === reference || `trace-${directory.attemptId}` === reference)
+  );
+  if (byId.length === 0 && own !== undefined) throw own.error;
   const matches = byId.length > 0 ? byId : byAttempt;
   if (matches.length === 0) {
-    throw new TraceLookupError(reference, "not_found", "Trace manifest not found");
+    const first = unreadable[0];
+    throw new TraceLookupError(
+      reference,
+      "not_found",
+      first === undefined
+        ? "Trace manifest not found"
+        : `Trace manifest not found; ${
+          unreadable.length === 1 ? "one manifest" : `${unreadable.length} manifests`
+        } could not be read and may be the one sought (look one up by its path: ${
+          JSON.stringify(first.location.manifestPath)
+        })`,
+    );
   }
   if (matches.length > 1) {
     throw new TraceLookupError(
