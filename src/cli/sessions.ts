@@ -41,7 +41,12 @@ import {
 import { COMPACTION_PREVIOUS, stagingSessionId } from "../loop/compaction.ts";
 import type { StoreContext } from "../loop/lock.ts";
 import { isSessionId } from "../loop/records/mod.ts";
-import { type HistoryPage, pageBounds, sessionNotADirectory } from "../loop/session_manager.ts";
+import {
+  collectionNotADirectory,
+  type HistoryPage,
+  pageBounds,
+  sessionNotADirectory,
+} from "../loop/session_manager.ts";
 import type { Message } from "../loop/records/mod.ts";
 import { numberOption, parseArgs, UsageError } from "./args.ts";
 import {
@@ -89,7 +94,9 @@ would fail, writing nothing. --all takes the files not migrated yet; check the d
 migrated ones with 'sessions verify --all'. A collection that is a link is never written through:
 --all reports it as skipped, with the legacy files it leaves unmigrated there, or why it could
 not be read (exit code 1 when there are any, or it could not be read; with --json, 'skipped', its
-'error' then set), and migrates the other collections.`,
+'error' then set), and migrates the other collections; so is a collection that cannot be read.
+A file of another format or version is left alone by --all, as listings skip it ('left alone',
+with --json its 'unsupported' reason; not a failure).`,
   archive: `Usage: loop-sessions sessions archive <id|path...> [--dir COLLECTION] [--json]
 
 Marks sessions archived in their collection. Touches no session file. A session is named by its
@@ -710,7 +717,13 @@ async function list(io: CliIo, flags: StoreFlags, args: readonly string[]): Prom
         });
         continue;
       }
-      add(await store.listDetailed(undefined, collection, options));
+      // One that cannot be read is said so, and the others are listed all the same.
+      try {
+        add(await store.listDetailed(undefined, collection, options));
+      } catch (error) {
+        if (!isReportable(error)) throw error;
+        failures.push({ path: collection, error: (error as Error).message });
+      }
     }
   } else if (scope.kind === "dir") add(await store.listDetailed(undefined, scope.dir, options));
   else add(await store.listDetailed(scope.cwd, undefined, options));
@@ -1252,16 +1265,36 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
   if (wantsHelp(io, "migrate", parsed)) return 0;
   const json = parsed.flags.has("json");
   const dryRun = parsed.flags.has("dry-run");
-  const files: { path: string; published: boolean }[] = [];
-  /** The linked collections `--all` leaves out, and their legacy files it leaves unmigrated. */
+  const all = parsed.flags.has("all");
+  /**
+   * The files to migrate: `path` where the collection has it, `source` where its bytes are now
+   * (the copy an uncommitted delete staged, which the migration restores first).
+   */
+  const files: { path: string; published: boolean; source?: string }[] = [];
+  /**
+   * The collections `--all` leaves out (linked ones, and ones it cannot read), and their legacy
+   * files it leaves unmigrated.
+   */
   const skipped: { collection: string; reason: string; files: string[]; error?: string }[] = [];
-  if (parsed.flags.has("all")) {
+  if (all) {
     if (parsed.positionals.length > 0) throw new UsageError("pass either <path> or --all");
     for (const { path: collection, linked } of await collectionEntries(io, flags.agentDir)) {
       if (!linked) {
-        for (const path of await unmigratedFiles(io, collection)) {
-          files.push({ path, published: false });
+        // One that cannot be read is said so, and stops nothing: the others are migrated.
+        let found: string[];
+        try {
+          found = await unmigratedFiles(io, collection);
+        } catch (error) {
+          if (!isReportable(error)) throw error;
+          skipped.push({
+            collection,
+            reason: "Session collection cannot be read",
+            files: [],
+            error: (error as Error).message,
+          });
+          continue;
         }
+        for (const path of found) files.push({ path, published: false });
         continue;
       }
       // A linked collection is read through (reading only), never written through: said, with
@@ -1282,16 +1315,31 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
     }
     const located = await locate(io, flags, target);
     const file = join(located.collection, located.id + LEGACY_EXTENSION);
-    if (located.kind === "legacy") files.push({ path: file, published: false });
-    else if (located.source === located.dir && (await entryKind(io.fs, file)) === "file") {
+    if (located.kind === "legacy") {
+      files.push({ path: file, published: false, source: located.file });
+    } else if (located.source === located.dir && (await entryKind(io.fs, file)) === "file") {
       // The backup of a migrated session: its published directory is what the store opens.
       files.push({ path: file, published: true });
     } else {
       throw new UsageError(`'${located.dir}' is not a legacy <id>.jsonl session file`);
     }
   }
-  const results: { path: string; migratedTo?: string; alreadyMigrated: boolean; error?: string }[] =
-    [];
+  const results: {
+    path: string;
+    migratedTo?: string;
+    alreadyMigrated: boolean;
+    error?: string;
+    /** Why `--all` left the file alone: a legacy file of another format or version. */
+    unsupported?: string;
+  }[] = [];
+  /**
+   * The result of a file that failed: under `--all`, one of another format or version is left
+   * alone as discovery skips it (it cannot block the supported sessions), not a failure.
+   */
+  const failed = (file: string, published: boolean, error: unknown) =>
+    all && error instanceof UnsupportedSessionError
+      ? { path: file, alreadyMigrated: published, unsupported: error.message }
+      : { path: file, alreadyMigrated: published, error: (error as Error).message };
   const progress = new Progress(io, "migrating", json);
   try {
     await migrateEach();
@@ -1299,7 +1347,7 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
     progress.end(); // an error's line never joins the progress line
   }
   async function migrateEach(): Promise<void> {
-    for (const [i, { path: file, published }] of files.entries()) {
+    for (const [i, { path: file, published, source }] of files.entries()) {
       progress.update(i, files.length);
       if (dryRun) {
         const migratedTo = join(dirname(file), legacySessionId(basename(file)) as string);
@@ -1308,8 +1356,14 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
           // (a link or a file at the directory's name fails it, as it fails the migration); a
           // published directory as the open would find it (an invalid one fails the real run).
           if (!published) {
+            // The collection is written into: refused as a link, as the migration refuses it.
+            const collection = dirname(file);
+            const kind = await entryKind(io.fs, collection);
+            if (kind !== undefined && kind !== "directory") {
+              throw collectionNotADirectory(collection);
+            }
             await realDirectory(io, migratedTo);
-            await readLegacySession(io.fs, file);
+            await readLegacySession(io.fs, source ?? file);
           } else {
             const report = await verifySession(io.fs, await realDirectory(io, migratedTo), {
               sha256: io.sha256,
@@ -1319,7 +1373,7 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
           }
           results.push({ path: file, migratedTo, alreadyMigrated: published });
         } catch (error) {
-          results.push({ path: file, alreadyMigrated: published, error: (error as Error).message });
+          results.push(failed(file, published, error));
         }
         continue;
       }
@@ -1333,7 +1387,7 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
         });
         await session.close();
       } catch (error) {
-        results.push({ path: file, alreadyMigrated: published, error: (error as Error).message });
+        results.push(failed(file, published, error));
       }
     }
   }
@@ -1343,7 +1397,9 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
     if (files.length === 0 && !left) io.out("No legacy sessions to migrate.\n");
     for (const r of results) {
       if (r.error !== undefined) io.out(inlined`failed   ${r.path}: ${r.error}\n`);
-      else if (r.alreadyMigrated) {
+      else if (r.unsupported !== undefined) {
+        io.out(inlined`left alone ${r.path}: ${r.unsupported}\n`);
+      } else if (r.alreadyMigrated) {
         io.out(inlined`already migrated ${r.path} -> ${r.migratedTo} (nothing to do)\n`);
       } else {
         io.out(inlined`${dryRun ? "would migrate" : "migrated"} ${r.path} -> ${r.migratedTo}\n`);
