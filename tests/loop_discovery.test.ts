@@ -650,6 +650,56 @@ test("fast mode with a stale index that covers a prefix scans only the unindexed
   assert.deepEqual(fs.snapshotTree(AGENT), before);
 });
 
+test("fast mode reads an unindexed tail of many MiB in bounded pieces (an index another writer left lagging)", async () => {
+  const { fs, store, clock } = await setup();
+  const start = [user("short start"), assistant("ok")];
+  const session = await saved(store, clock, start);
+  const dir = session.getSessionPath();
+  const indexPath = `${dir}/index.json`;
+  const staleIndex = await fs.readFile(indexPath); // covers the first two messages
+  // About 5 MiB more, in 100 KB messages (the writer itself republishes its index past 1 MiB).
+  const more: Message[] = [...start];
+  for (let i = 0; i < 25; i++) {
+    more.push(user(`question ${i} ${"q".repeat(100_000)}`), assistant("a".repeat(100_000)));
+  }
+  const writer = await store.open(dir);
+  await writer.commit(more);
+  await writer.close();
+  await fs.writeFile(indexPath, staleIndex);
+  const full = (await store.list(CWD))[0];
+  const { fs: watched, reads } = recording(fs);
+  const fast = (await new SessionStore({ fs: watched, agentDir: AGENT }).list(CWD, undefined, {
+    fast: true,
+  }))[0];
+  assert.equal(fast?.messageCount, more.length);
+  assert.equal(fast?.userMessageCount, 26);
+  assert.equal(full?.userMessageCount, 26);
+  assert.deepEqual(fast?.title, full?.title);
+  const log = `${dir}/messages.jsonl`;
+  const logReads = reads.filter((r) => r.path === log).map((r) => r.bytes);
+  const tail = (await fs.stat(log)).size - JSON.parse(decoder.decode(staleIndex)).bytes;
+  assert.ok(tail > 4 * 1024 * 1024, `a ${tail}-byte tail`);
+  assert.ok(Math.max(...logReads) <= 1024 * 1024, `reads of ${logReads.join(", ")} bytes`);
+  assert.ok(
+    logReads.reduce((sum, n) => sum + n, 0) <= tail + 1 + 1024,
+    `${logReads.join(", ")} bytes read for a ${tail}-byte tail`,
+  );
+  // The same counts when the tail does not line up: one line too many for the counts (left to
+  // the full scan, which reports the session's damage).
+  const meta = JSON.parse(decoder.decode(await fs.readFile(`${dir}/meta.json`)));
+  await fs.writeFile(
+    `${dir}/meta.json`,
+    encoder.encode(`${JSON.stringify({ ...meta, messageCount: meta.messageCount - 1 })}\n`),
+  );
+  const { failures } = await new SessionStore({ fs, agentDir: AGENT }).listDetailed(
+    CWD,
+    undefined,
+    { fast: true },
+  );
+  assert.equal(failures.length, 1);
+  assert.equal(failures[0]?.error.name, "CorruptSessionError");
+});
+
 test("fast mode counts and titles user messages another writer spaced or escaped in the unindexed tail", async () => {
   const { fs, store, clock } = await setup();
   const session = await saved(store, clock, [user(""), assistant("ok")]);

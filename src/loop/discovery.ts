@@ -150,6 +150,7 @@ import {
   indexMatches,
   isBusy,
   isUnreachablePath,
+  joinBytes,
   MESSAGES_FILE,
   META_FILE,
   openSessionFile,
@@ -1398,7 +1399,14 @@ function coversPrefix(index: RoundIndex, meta: StorageMeta): boolean {
   return true;
 }
 
-/** Reads the unindexed tail; undefined when it does not line up with the index. */
+/** Bytes of an unindexed tail read at a time: memory stays bounded whatever the index lags by. */
+const TAIL_CHUNK = 1024 * 1024;
+
+/**
+ * Reads the unindexed tail, streamed in `TAIL_CHUNK` pieces (an index another writer left may lag
+ * by any number of bytes: only the line being read is held); undefined when it does not line up
+ * with the index.
+ */
 async function scanTail(
   openLog: () => Promise<RegularFile>,
   meta: StorageMeta,
@@ -1408,45 +1416,76 @@ async function scanTail(
   const log = await openUnlessMissing(openLog);
   if (log === undefined) return undefined;
   const { handle, size } = log;
-  let bytes: Uint8Array;
-  try {
-    // A log shorter than the committed range is left to the full scan, which reports it; a
-    // lying meta.json never sizes a read beyond the file.
-    if (meta.start + meta.bytes > (await size())) return undefined;
-    // One byte before the tail: the indexed prefix must end with a newline.
-    bytes = await handle.read(meta.start + index.bytes - 1, meta.bytes - index.bytes + 1);
-  } finally {
-    await handle.close();
-  }
-  if (bytes.length !== meta.bytes - index.bytes + 1 || bytes[0] !== 10) return undefined;
-  // Line by line (the tail may be longer than one string holds); a line that cannot be decoded is
-  // left to the full scan, which reports it by name.
-  const lines: string[] = [];
-  for (let at = 1; at < bytes.length;) {
-    const newline = bytes.indexOf(10, at);
-    if (newline < 0) return undefined; // the committed range ends with a newline
-    const line = decodedOrUndefined(bytes.subarray(at, newline));
-    if (line === undefined) return undefined;
-    lines.push(line);
-    at = newline + 1;
-  }
-  if (lines.length !== meta.messageCount - index.messageCount) return undefined;
+  const expected = meta.messageCount - index.messageCount;
+  let lines = 0;
   let users = 0;
   let title: SessionTitle | undefined;
-  for (let i = 0; i < lines.length; i++) {
-    const line = lines[i] as string;
-    if (!mayBeUserMessage(line)) continue;
+  /**
+   * Takes one tail line; false when the tail does not line up (more lines than the counts say, a
+   * line that cannot be decoded or parsed, a user message the full scan would reject): the full
+   * scan then reports it by name.
+   */
+  const take = (bytes: Uint8Array): boolean => {
+    const at = lines++;
+    if (lines > expected) return false;
+    const line = decodedOrUndefined(bytes);
+    if (line === undefined) return false;
+    if (!mayBeUserMessage(line)) return true;
     let message: Message;
     try {
       message = JSON.parse(line) as Message;
     } catch {
-      return undefined;
+      return false;
     }
-    if (message?.role !== "user") continue;
-    // A message the full scan would reject is left to it, which reports it.
-    if (malformedTitleText(message) !== undefined) return undefined;
+    if (message?.role !== "user") return true;
+    if (malformedTitleText(message) !== undefined) return false;
     users++;
-    title ??= eligibleTitleOf(message, index.messageCount + i);
+    title ??= eligibleTitleOf(message, index.messageCount + at);
+    return true;
+  };
+  try {
+    // A log shorter than the committed range is left to the full scan, which reports it; a
+    // lying meta.json never sizes a read beyond the file.
+    const end = meta.start + meta.bytes;
+    if (end > (await size())) return undefined;
+    // From one byte before the tail: the indexed prefix must end with a newline.
+    let position = meta.start + index.bytes - 1;
+    /** The start of a line cut by chunk boundaries, in pieces. */
+    let carry: Uint8Array[] = [];
+    let carryLength = 0;
+    let first = true;
+    while (position < end) {
+      const length = Math.min(TAIL_CHUNK, end - position);
+      const chunk = await handle.read(position, length);
+      if (chunk.length !== length) return undefined;
+      position += length;
+      let at = 0;
+      if (first) {
+        if (chunk[0] !== 10) return undefined;
+        first = false;
+        at = 1;
+      }
+      for (;;) {
+        const newline = chunk.indexOf(10, at);
+        if (newline < 0) break;
+        const piece = chunk.subarray(at, newline);
+        const line = carryLength === 0
+          ? piece
+          : joinBytes([...carry, piece], carryLength + piece.length);
+        carry = [];
+        carryLength = 0;
+        if (!take(line)) return undefined;
+        at = newline + 1;
+      }
+      if (at < chunk.length) {
+        carry.push(chunk.subarray(at));
+        carryLength += chunk.length - at;
+      }
+    }
+    // The committed range ends with a newline, and holds the lines the counts say.
+    if (carryLength > 0 || lines !== expected) return undefined;
+  } finally {
+    await handle.close();
   }
   return { users, title };
 }
