@@ -191,3 +191,50 @@ test("the fallback title of a long message is that of its whole text, read from 
     "Fix the flaky login test and more and",
   );
 });
+
+/** What `normalizeTitle` did with a regular expression for OSC sequences: the reference. */
+function referenceNormalize(text: string): string {
+  return text
+    // deno-lint-ignore no-control-regex
+    .replace(/\u001b\][\s\S]*?(?:\u0007|\u001b\\)/g, "")
+    // deno-lint-ignore no-control-regex
+    .replace(/\u001b\[[0-?]*[ -/]*[@-~]/g, "")
+    .replace(
+      // deno-lint-ignore no-control-regex
+      /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]/g,
+      "",
+    )
+    .replace(/\s+/g, " ")
+    .trim();
+}
+
+test("normalizeTitle removes OSC sequences exactly as the regular expression of the title rules does", () => {
+  // Text made of the characters that open, close and fill OSC and CSI sequences.
+  const piece = fc.constantFrom("\u001b", "]", "[", "\u0007", "\\", "a", " ", "0", "m", "é");
+  fc.assert(
+    fc.property(fc.array(piece, { maxLength: 40 }), (pieces) => {
+      const text = pieces.join("");
+      assert.equal(normalizeTitle(text, Number.POSITIVE_INFINITY), referenceNormalize(text));
+    }),
+    { numRuns: 5000 },
+  );
+  assert.equal(normalizeTitle("a\u001b]0;x\u0007b\u001b]2;y\u001b\\c\u001b]z d"), "abc]z d");
+});
+
+test("unterminated OSC openers are kept, in a title of any length; a stored title past 120 units is refused", () => {
+  // 200,000 characters of `ESC ]` with no terminator (a backtracking regular expression scans to
+  // the end of the text from each of them; normalizeTitle reads the text once).
+  const text = "\u001b]".repeat(100_000);
+  assert.equal(normalizeTitle(text, Number.POSITIVE_INFINITY), "]".repeat(100_000));
+  assert.equal(normalizeTitle(`x\u001b]0;t\u0007${text}`), "x" + "]".repeat(119));
+  assert.equal(isValidTitle({ text, source: "user", messageIndices: [] }), false);
+  const error = throwsAt(
+    () => parseSessionTitle({ text, source: "user", messageIndices: [] }),
+    "title.text",
+  );
+  assert.match(error.message, /at most 120 UTF-8 bytes/);
+  assert.equal(
+    fallbackTitle([user(`${text} hello`)] as unknown as Message[])?.text,
+    "]".repeat(96),
+  );
+});

@@ -19,9 +19,8 @@ export const FALLBACK_TITLE_WORDS = 8;
 /** Every title source. */
 export const TITLE_SOURCES: readonly TitleSource[] = Object.freeze(["fallback", "model", "user"]);
 
-// Terminal escapes: OSC (ESC ] ... BEL or ESC \) and CSI (ESC [ params intermediates final).
-// deno-lint-ignore no-control-regex
-const OSC = /\u001b\][\s\S]*?(?:\u0007|\u001b\\)/g;
+// Terminal escapes: OSC (ESC ] ... BEL or ESC \, see `withoutOsc`) and CSI (ESC [ params
+// intermediates final).
 // deno-lint-ignore no-control-regex
 const CSI = /\u001b\[[0-?]*[ -/]*[@-~]/g;
 // C0 controls except tab/newline/carriage return (whitespace is collapsed later), DEL and C1,
@@ -29,6 +28,35 @@ const CSI = /\u001b\[[0-?]*[ -/]*[@-~]/g;
 const INVISIBLE =
   // deno-lint-ignore no-control-regex
   /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]/g;
+
+/**
+ * `text` without its OSC sequences: each `ESC ]` up to the nearest BEL or `ESC \` after it, as
+ * the regular expression `/\u001b\][\s\S]*?(?:\u0007|\u001b\\)/g` removes them, in one pass. (That
+ * expression, run by a backtracking engine, scans to the end of the text from every unterminated
+ * `ESC ]`: quadratic time, minutes for a crafted title or message of a few hundred KB.) An
+ * `ESC ]` with no terminator after it ends the removal: no later one has a terminator either.
+ */
+function withoutOsc(text: string): string {
+  let start = text.indexOf("\u001b]");
+  if (start < 0) return text;
+  let kept = "";
+  let from = 0;
+  // The next BEL and `ESC \\` at or after a position, found again only once passed (each search
+  // scans forward from the last, so all of them together read the text once).
+  let bel = -2;
+  let st = -2;
+  while (start >= 0) {
+    const after = start + 2;
+    if (bel !== -1 && bel < after) bel = text.indexOf("\u0007", after);
+    if (st !== -1 && st < after) st = text.indexOf("\u001b\\", after);
+    const end = bel < 0 ? (st < 0 ? -1 : st + 2) : st < 0 || bel < st ? bel + 1 : st + 2;
+    if (end < 0) break;
+    kept += text.slice(from, start);
+    from = end;
+    start = text.indexOf("\u001b]", end);
+  }
+  return from === 0 ? text : kept + text.slice(from);
+}
 
 function utf8Length(codePoint: number): number {
   return codePoint < 0x80 ? 1 : codePoint < 0x800 ? 2 : codePoint < 0x10000 ? 3 : 4;
@@ -50,8 +78,7 @@ function utf8Length(codePoint: number): number {
  * ```
  */
 export function normalizeTitle(text: string, maxBytes: number = TITLE_MAX_BYTES): string {
-  const clean = text
-    .replace(OSC, "")
+  const clean = withoutOsc(text)
     .replace(CSI, "")
     .replace(INVISIBLE, "")
     .replace(/\s+/g, " ")
@@ -83,7 +110,8 @@ export const SessionTitleSchema: RecordSchema<SessionTitle> = v.looseObject({
   text: v.pipe(
     v.string(),
     v.check(
-      (text) => text !== "" && normalizeTitle(text) === text,
+      // Longer than the limit in UTF-16 units is longer in UTF-8 bytes: refused unnormalized.
+      (text) => text !== "" && text.length <= TITLE_MAX_BYTES && normalizeTitle(text) === text,
       "text must be non-empty normalized text (no control characters, no edge or doubled whitespace, at most 120 UTF-8 bytes)",
     ),
   ),
@@ -116,12 +144,8 @@ const PLAIN_TITLE = /^[!-~]+(?: [!-~]+)*$/;
 export function isPlainValidTitle(value: unknown): value is SessionTitle {
   if (!isRecord(value)) return false;
   const { text, source, messageIndices, model } = value;
-  if (typeof text !== "string" || text === "") return false;
-  if (
-    !(text.length <= TITLE_MAX_BYTES && PLAIN_TITLE.test(text)) && normalizeTitle(text) !== text
-  ) {
-    return false;
-  }
+  if (typeof text !== "string" || text === "" || text.length > TITLE_MAX_BYTES) return false;
+  if (!PLAIN_TITLE.test(text) && normalizeTitle(text) !== text) return false;
   if (!(TITLE_SOURCES as readonly unknown[]).includes(source)) return false;
   if (!Array.isArray(messageIndices)) return false;
   let previous = -1;
