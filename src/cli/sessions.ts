@@ -67,7 +67,8 @@ export const SESSIONS_HELP: Readonly<Record<string, string>> = {
 
 Lists sessions: pinned first (latest pin first), then newest activity first. --fast reads only meta.json and index.json
 (the mode for pickers); without it every history is validated. Default: the sessions of the
-current directory's workspace.`,
+current directory's workspace. A session, or with --all-workspaces a collection, that cannot be
+read is reported on stderr (with --json, in 'failures') beside the others; exit code 1.`,
   show: `Usage: loop-sessions sessions show <id|path> [--json]
 
 Shows a session's header, counts, generation, committed range, unread/pinned state and archive
