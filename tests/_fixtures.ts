@@ -2,6 +2,8 @@
 import type { FileSystem } from "../src/port/fs.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { encodeRoundIndex, parseRoundIndexText, type RoundIndex } from "../src/loop/storage.ts";
+import { MemoryFs } from "../adapters/memory.ts";
+import { SessionStore } from "../src/loop/store.ts";
 
 let clock = 1_700_000_000_000;
 
@@ -119,4 +121,21 @@ export async function rewriteIndex(
  */
 export async function withoutRecordedTitle(fs: FileSystem, dir: string): Promise<void> {
   await rewriteIndex(fs, dir, ({ fallbackTitle: _recorded, ...rest }) => rest);
+}
+
+/**
+ * A memory filesystem holding directory `cwd` and, in its workspace's collection under
+ * `agentDir`, one saved and closed session of `rounds` user rounds (so the collection exists).
+ */
+export async function memoryStoreWithSession(
+  agentDir: string,
+  cwd: string,
+  rounds = 1,
+): Promise<{ fs: MemoryFs; session: string }> {
+  const fs = new MemoryFs();
+  await fs.mkdir(cwd, { recursive: true });
+  const saved = await new SessionStore({ fs, agentDir }).create(cwd);
+  await saved.commit(conversation(rounds));
+  await saved.close();
+  return { fs, session: saved.getSessionPath() };
 }

@@ -6,10 +6,10 @@ import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { runCli } from "../src/cli/main.ts";
 import { PermissionDenied } from "../src/port/errors.ts";
-import { SessionStore, workspaceHash } from "../mod.ts";
+import { workspaceHash } from "../mod.ts";
 import { memoryIo } from "./_cli_io.ts";
 import { hookedFs } from "./_hooks.ts";
-import { conversation, legacySessionBytes } from "./_fixtures.ts";
+import { conversation, legacySessionBytes, memoryStoreWithSession } from "./_fixtures.ts";
 import type { FileSystem } from "../src/port/fs.ts";
 
 const CWD = "/work/project";
@@ -36,19 +36,8 @@ async function cli(
   return { code, out: out(), err };
 }
 
-/** A store whose collection holds one saved session (so the collection exists). */
-async function storeWithCollection(): Promise<MemoryFs> {
-  const fs = new MemoryFs();
-  await fs.mkdir(CWD, { recursive: true });
-  const store = new SessionStore({ fs, agentDir: AGENT });
-  const session = await store.create(CWD);
-  await session.commit(conversation(1));
-  await session.close();
-  return fs;
-}
-
 test("migrate <id> --dry-run of a legacy file an uncommitted delete staged says it would migrate, as the migration does", async () => {
-  const fs = await storeWithCollection();
+  const { fs } = await memoryStoreWithSession(AGENT, CWD);
   // An uncommitted delete (no commit marker) that set the never-migrated legacy file aside.
   const staging = `${COLLECTION}/.delete-00000000-0000-4000-8000-000000000000`;
   await fs.mkdir(staging);
