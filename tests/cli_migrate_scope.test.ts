@@ -36,9 +36,11 @@ async function cli(
   return { code, out: out(), err };
 }
 
-test("migrate <id> --dry-run of a legacy file an uncommitted delete staged says it would migrate, as the migration does", async () => {
-  const { fs } = await memoryStoreWithSession(AGENT, CWD);
-  // An uncommitted delete (no commit marker) that set the never-migrated legacy file aside.
+/**
+ * An uncommitted delete (no commit marker) that set the never-migrated legacy file of session
+ * `ID` aside; returns its staging directory.
+ */
+async function stageUncommittedDelete(fs: MemoryFs): Promise<string> {
   const staging = `${COLLECTION}/.delete-00000000-0000-4000-8000-000000000000`;
   await fs.mkdir(staging);
   await fs.writeFile(
@@ -54,6 +56,12 @@ test("migrate <id> --dry-run of a legacy file an uncommitted delete staged says 
     ),
   );
   await fs.writeFile(`${staging}/${ID}.jsonl`, legacySessionBytes(ID, CWD, conversation(2)));
+  return staging;
+}
+
+test("migrate <id> --dry-run of a legacy file an uncommitted delete staged says it would migrate, as the migration does", async () => {
+  const { fs } = await memoryStoreWithSession(AGENT, CWD);
+  const staging = await stageUncommittedDelete(fs);
   const before = fs.snapshotTree("/");
   const dry = await cli(fs, ["migrate", ID, "--dry-run"]);
   assert.equal(dry.code, 0, dry.out + dry.err);
@@ -69,6 +77,41 @@ test("migrate <id> --dry-run of a legacy file an uncommitted delete staged says 
   const real = await cli(fs, ["migrate", ID]);
   assert.equal(real.code, 0, real.out + real.err);
   assert.equal(real.out, `migrated ${COLLECTION}/${ID}.jsonl -> ${COLLECTION}/${ID}\n`);
+});
+
+test("migrate <id> --dry-run of a staged legacy file fails as the migration does when a link or a directory is at its name", async () => {
+  for (const planted of ["link", "directory"] as const) {
+    const { fs } = await memoryStoreWithSession(AGENT, CWD);
+    await stageUncommittedDelete(fs);
+    const file = `${COLLECTION}/${ID}.jsonl`;
+    if (planted === "link") await fs.symlink("/nowhere.jsonl", file);
+    else await fs.mkdir(file);
+    for (const dryRun of [true, false]) {
+      const { code, out } = await cli(fs, ["migrate", ID, ...(dryRun ? ["--dry-run"] : [])]);
+      assert.equal(code, 1, `${planted}, dry run ${dryRun}: ${out}`);
+      assert.match(
+        out,
+        /^failed .*: Legacy session path is not a regular file/,
+        `${planted}, dry run ${dryRun}`,
+      );
+    }
+  }
+});
+
+test("migrate --all takes a legacy file an uncommitted delete staged, as migrate <id> does", async () => {
+  const { fs } = await memoryStoreWithSession(AGENT, CWD);
+  await stageUncommittedDelete(fs);
+  const before = fs.snapshotTree("/");
+  const dry = await cli(fs, ["migrate", "--all", "--dry-run"]);
+  assert.equal(dry.code, 0, dry.out);
+  assert.equal(dry.out, `would migrate ${COLLECTION}/${ID}.jsonl -> ${COLLECTION}/${ID}\n`);
+  assert.deepEqual(fs.snapshotTree("/"), before);
+  const real = await cli(fs, ["migrate", "--all"]);
+  assert.equal(real.code, 0, real.out);
+  assert.equal(real.out, `migrated ${COLLECTION}/${ID}.jsonl -> ${COLLECTION}/${ID}\n`);
+  assert.equal((await fs.lstat(`${COLLECTION}/${ID}`)).kind, "directory");
+  const again = await cli(fs, ["migrate", "--all"]);
+  assert.equal(again.out, "No legacy sessions to migrate.\n");
 });
 
 test("migrate <file> --dry-run in a linked collection fails as the migration does", async () => {

@@ -27,6 +27,7 @@ import { INDEX_FILE, MESSAGES_FILE, META_FILE } from "../loop/storage.ts";
 import { type VerifyReport, verifySession } from "../loop/verify.ts";
 import {
   LEGACY_EXTENSION,
+  legacyNotARegularFile,
   legacySessionId,
   readLegacyHistory,
   readLegacySession,
@@ -1282,7 +1283,7 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
     for (const { path: collection, linked } of await collectionEntries(io, flags.agentDir)) {
       if (!linked) {
         // One that cannot be read is said so, and stops nothing: the others are migrated.
-        let found: string[];
+        let found: { path: string; source?: string }[];
         try {
           found = await unmigratedFiles(io, collection);
         } catch (error) {
@@ -1295,7 +1296,7 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
           });
           continue;
         }
-        for (const path of found) files.push({ path, published: false });
+        for (const file of found) files.push({ ...file, published: false });
         continue;
       }
       // A linked collection is read through (reading only), never written through: said, with
@@ -1303,7 +1304,8 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
       // (what it holds is unknown, so it counts as left unmigrated).
       const reason = linkedCollectionReason("migrate");
       try {
-        skipped.push({ collection, reason, files: await unmigratedFiles(io, collection) });
+        const files = (await unmigratedFiles(io, collection)).map((found) => found.path);
+        skipped.push({ collection, reason, files });
       } catch (error) {
         if (!isReportable(error)) throw error;
         skipped.push({ collection, reason, files: [], error: (error as Error).message });
@@ -1364,6 +1366,12 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
               throw collectionNotADirectory(collection);
             }
             await realDirectory(io, migratedTo);
+            if (source !== undefined && source !== file) {
+              // The staged copy is put back at `file` first: anything but a file there (a link,
+              // a directory) fails the migration, as it fails on the file in place.
+              const kind = await entryKind(io.fs, file);
+              if (kind !== undefined && kind !== "file") throw legacyNotARegularFile(file);
+            }
             await readLegacySession(io.fs, source ?? file);
           } else {
             const report = await verifySession(io.fs, await realDirectory(io, migratedTo), {
@@ -1420,16 +1428,34 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
  * The legacy `<id>.jsonl` files of `collection` not migrated yet: regular files whose session has
  * no directory in place and none held by an interrupted compaction (the store opens that copy,
  * never the backup, which stays). Anything else at its name (a link, a file) is no migration: the
- * file is taken, and fails as it does alone. Reads only.
+ * file is taken, and fails as it does alone. A file an uncommitted delete staged, of a session
+ * with neither `<id>/` nor a regular `<id>.jsonl` in place, is taken too, at `path` where the
+ * migration puts it back first, its bytes now at `source` (the delete did not happen). Reads only.
  */
-async function unmigratedFiles(io: CliIo, collection: string): Promise<string[]> {
-  const found: string[] = [];
-  for (const entry of await io.fs.readDir(collection)) {
+async function unmigratedFiles(
+  io: CliIo,
+  collection: string,
+): Promise<{ path: string; source?: string }[]> {
+  const found: { path: string; source?: string }[] = [];
+  const entries = await io.fs.readDir(collection);
+  const taken = new Set<string>();
+  for (const entry of entries) {
     const id = legacySessionId(entry.name);
     if (entry.kind !== "file" || id === undefined) continue;
+    taken.add(id);
     if ((await entryKind(io.fs, join(collection, id))) === "directory") continue;
     if ((await stagedCopy(io, collection, id)).dir !== undefined) continue;
-    found.push(join(collection, entry.name));
+    found.push({ path: join(collection, entry.name) });
+  }
+  for (const name of privateDirectoriesOf(entries)) {
+    if (!isDeleteStagingName(name)) continue;
+    const deletion = await inspectDeletion(io.fs, collection, name);
+    for (const [id, source] of deletion?.legacy ?? []) {
+      if (taken.has(id)) continue;
+      taken.add(id);
+      if ((await entryKind(io.fs, join(collection, id))) === "directory") continue;
+      found.push({ path: join(collection, id + LEGACY_EXTENSION), source });
+    }
   }
   return found;
 }

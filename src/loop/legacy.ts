@@ -915,6 +915,14 @@ class StagedLog implements MessageSink {
   }
 }
 
+/** The refusal of a legacy session path that is not a regular file (a link, a directory). */
+export function legacyNotARegularFile(path: string): SessionFormatError {
+  return new SessionFormatError(
+    "Legacy session path is not a regular file (symlinks and directories are refused)",
+    { file: path },
+  );
+}
+
 /**
  * Migrates the legacy session file `legacyPath` to `<collection>/<id>/` (see the module doc).
  * The legacy file must be a regular file named `<id>.jsonl` whose header id is `<id>`; the
@@ -939,12 +947,7 @@ export async function migrateLegacySession(
     });
   }
   const info = await fs.lstat(legacyPath);
-  if (info.kind !== "file") {
-    throw new SessionFormatError(
-      "Legacy session path is not a regular file (symlinks and directories are refused)",
-      { file: legacyPath },
-    );
-  }
+  if (info.kind !== "file") throw legacyNotARegularFile(legacyPath);
   const dir = join(collection, id);
   const staging = join(collection, stagingName(id));
   const log = new StagedLog(context, join(staging, MESSAGES_FILE), pacing);
