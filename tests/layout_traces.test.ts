@@ -532,7 +532,7 @@ test("an unreadable or symlinked manifest is listed as failed, and lookups repor
     assert.ok(lookupFails("not_found")(error));
     assert.match(
       (error as Error).message,
-      new RegExp(`2 manifests could not be read .*"${attempts}/linked/trace_manifest\\.json"`),
+      new RegExp(`2 manifests could not be read.*"${attempts}/linked/trace_manifest\\.json"`),
     );
     return true;
   });

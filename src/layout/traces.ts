@@ -997,7 +997,7 @@ export async function locateTrace(
         ? "Trace manifest not found"
         : `Trace manifest not found; ${
           unreadable.length === 1 ? "one manifest" : `${unreadable.length} manifests`
-        } could not be read and may be the one sought (look one up by its path: ${
+        } could not be read, and may be the one sought (the first: ${
           JSON.stringify(first.location.manifestPath)
         })`,
     );
