@@ -1400,6 +1400,23 @@ test("saves enforce 0700 directories and 0600 files even when they existed with 
   }
 });
 
+test("compact, cleanup and removeLegacyBackup bring a collection of a wider mode to 0700, as saves do", async () => {
+  for (const operation of ["compact", "cleanup", "removeLegacyBackup"] as const) {
+    const { fs, store } = await setup();
+    const session = await savedSession(store);
+    const collection = session.getSessionDir();
+    await fs.chmod(collection, 0o755);
+    if (operation === "compact") await store.compact(session.getSessionPath());
+    else if (operation === "cleanup") await store.cleanup(CWD);
+    else assert.equal(await store.removeLegacyBackup(session.getSessionPath()), false);
+    assert.equal((await fs.stat(collection)).mode, 0o700, operation);
+  }
+  // A collection that does not exist is not made by a cleanup.
+  const { fs, store } = await setup();
+  await store.cleanup(CWD);
+  await assert.rejects(fs.lstat(`${AGENT}/sessions`), NotFound);
+});
+
 test("the private modes a save enforces survive a power loss, also when the save wrote no log bytes", async () => {
   for (const save of ["setPinned", "commit"] as const) {
     for (const process of ["same", "next"] as const) {

@@ -48,7 +48,7 @@ import type { Durability } from "../port/durable.ts";
 import { basename, dirname, isAbsolute, join, normalize } from "../port/path.ts";
 import { promiseOf } from "../port/limit.ts";
 import { FsError, NotFound } from "../port/errors.ts";
-import { entryKind } from "../port/durable.ts";
+import { entryKind, tightenPrivateDir } from "../port/durable.ts";
 import {
   CorruptSessionError,
   InvalidArgumentError,
@@ -851,13 +851,19 @@ export class SessionStore {
 
   /**
    * Runs `task` under the collection lock after recovering the collection's leftovers (see
-   * `maintenance.ts`). Returns undefined without running `task` when the collection does not
-   * exist and `create` is false; with `create` the collection is created (0700).
+   * `maintenance.ts`). When the collection does not exist and `create` is false, `task` runs
+   * without the lock (there is nothing to hold); with `create` the collection is created (0700).
+   * With `tighten`, an existing collection of a wider mode is brought to 0700 under the lock, as
+   * a write into it that does not create it (a compaction, a cleanup) promises.
    */
   async #exclusive<T>(
     collection: string,
     task: (taken: CollectionLockTaken) => Promise<T>,
-    options: { readonly create?: boolean; readonly recover?: boolean } = {},
+    options: {
+      readonly create?: boolean;
+      readonly recover?: boolean;
+      readonly tighten?: boolean;
+    } = {},
   ): Promise<T> {
     // Nothing is changed through a link, as a save refuses it (`ensureCollectionDir`).
     if (options.create === true) {
@@ -866,6 +872,9 @@ export class SessionStore {
       return await task({ removedStale: [] });
     }
     return await withCollectionLock(this.#context, collection, async (taken) => {
+      if (options.tighten === true) {
+        await tightenPrivateDir(this.fs, collection, this.#context.durability);
+      }
       if (options.recover !== false) await recoverLeftovers(this.#context, collection);
       return await task(taken);
     });
@@ -970,7 +979,7 @@ export class SessionStore {
       // Again under the lock: a delete queued before this call may have removed it meanwhile.
       await this.#checkSessionDirectory(dir, "none");
       return await compactSession(this.#context, dir);
-    });
+    }, { tighten: true });
   }
 
   /**
@@ -986,7 +995,7 @@ export class SessionStore {
     return await this.#exclusive(dirname(dir), async () => {
       await this.#checkSessionDirectory(dir, "none");
       return await removeLegacyBackup(this.#context, dir);
-    });
+    }, { tighten: true });
   }
 
   /**
@@ -1199,7 +1208,7 @@ export class SessionStore {
         const stale = taken.removedStale.map((path) => join(collection, basename(path)));
         return { ...report, removed: [...stale, ...report.removed] };
       },
-      { recover: false },
+      { recover: false, tighten: true },
     );
   }
 
