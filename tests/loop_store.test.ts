@@ -1400,14 +1400,18 @@ test("saves enforce 0700 directories and 0600 files even when they existed with 
   }
 });
 
-test("compact, cleanup and removeLegacyBackup bring a collection of a wider mode to 0700, as saves do", async () => {
-  for (const operation of ["compact", "cleanup", "removeLegacyBackup"] as const) {
+test("compact, cleanup, removeLegacyBackup, restore and delete bring a collection of a wider mode to 0700, as saves do", async () => {
+  const operations = ["compact", "cleanup", "removeLegacyBackup", "restore", "delete"] as const;
+  for (const operation of operations) {
     const { fs, store } = await setup();
     const session = await savedSession(store);
     const collection = session.getSessionDir();
+    await store.archive.set(CWD, [session.id], true);
     await fs.chmod(collection, 0o755);
     if (operation === "compact") await store.compact(session.getSessionPath());
     else if (operation === "cleanup") await store.cleanup(CWD);
+    else if (operation === "restore") await store.archive.set(CWD, [session.id], false);
+    else if (operation === "delete") await store.archive.delete(CWD, [session.id]);
     else assert.equal(await store.removeLegacyBackup(session.getSessionPath()), false);
     assert.equal((await fs.stat(collection)).mode, 0o700, operation);
   }

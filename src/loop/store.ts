@@ -342,7 +342,8 @@ export class SessionStore {
           cwd: canonical,
         };
       },
-      exclusive: (collection, task, create) => this.#exclusive(collection, task, { create }),
+      exclusive: (collection, task, create) =>
+        this.#exclusive(collection, task, { create, tighten: true }),
       find: (collection, cwd, ids) => findSessions(this.#context, collection, cwd, ids),
     };
     this.#archive = new SessionArchive(host);
