@@ -50,7 +50,13 @@ import type {
   WriteFileOptions,
 } from "../src/port/fs.ts";
 import type { FsError } from "../src/port/errors.ts";
-import { AlreadyExists, IsADirectory, NotADirectory, NotEmpty } from "../src/port/errors.ts";
+import {
+  AlreadyExists,
+  FsIoError,
+  IsADirectory,
+  NotADirectory,
+  NotEmpty,
+} from "../src/port/errors.ts";
 import type { Sha256, Sha256Factory } from "../src/port/sha256.ts";
 import type { ProcessProbe } from "../src/loop/lock.ts";
 import {
@@ -79,6 +85,28 @@ import {
 /** Maps a native error of `syscall` on `path` to the port's typed error. */
 function mapError(error: unknown, syscall: string, path: string): FsError {
   return mapNativeError(error, syscall, path);
+}
+
+const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
+
+/**
+ * A path the system gave back as bytes (`realPath`, `readLink`), decoded; one that is not valid
+ * UTF-8 is refused (`FsIoError`, `EIO`), as the Deno adapter refuses it: Node's own decoding would
+ * put U+FFFD in its place, a string that names another file, or none.
+ */
+function decodedPath(bytes: Uint8Array, syscall: string, path: string): string {
+  try {
+    return strictUtf8.decode(bytes);
+  } catch (error) {
+    const shown = new TextDecoder().decode(bytes);
+    throw new FsIoError(
+      "EIO",
+      syscall,
+      path,
+      `File name or path ${JSON.stringify(shown)} is not valid UTF-8`,
+      { cause: error },
+    );
+  }
 }
 
 /** Runs a native call and maps whatever it throws. */
@@ -378,7 +406,11 @@ class NodeFileSystem implements FileSystem {
   }
 
   realPath(path: string): Promise<string> {
-    return call("realPath", path, () => fsp.realpath(path));
+    return call(
+      "realPath",
+      path,
+      async () => decodedPath(await fsp.realpath(path, { encoding: "buffer" }), "realPath", path),
+    );
   }
 
   chmod(path: string, mode: number): Promise<void> {
@@ -390,7 +422,11 @@ class NodeFileSystem implements FileSystem {
   }
 
   readLink(path: string): Promise<string> {
-    return call("readLink", path, () => fsp.readlink(path));
+    return call(
+      "readLink",
+      path,
+      async () => decodedPath(await fsp.readlink(path, { encoding: "buffer" }), "readLink", path),
+    );
   }
 
   /**

@@ -569,6 +569,32 @@ function entriesOf(listing: readonly DirEntry[], id: string): string[] {
   return out;
 }
 
+/**
+ * Refuses, before anything changes, a delete of a session with a companion the runtime lists by a
+ * name nothing can be reached by (a name that is not valid UTF-8, which the runtime spells with
+ * U+FFFD): it could not be moved, and the delete would fail and roll back each time on a path
+ * that is not there. The `SessionFormatError` names it as listed and says what to do.
+ */
+async function refuseUnreachableEntries(
+  fs: FileSystem,
+  collection: string,
+  listing: readonly DirEntry[],
+  ids: readonly string[],
+): Promise<void> {
+  for (const id of ids) {
+    for (const name of entriesOf(listing, id)) {
+      if (!name.includes("\uFFFD")) continue;
+      const path = join(collection, name);
+      if (await entryKind(fs, path) !== undefined) continue;
+      throw new SessionFormatError(
+        `Cannot delete session ${id}: the file listed beside it as '${name}' cannot be reached ` +
+          "by that name (it is not valid UTF-8); rename or remove it, then delete again",
+        { file: path },
+      );
+    }
+  }
+}
+
 async function writeDurably(context: StoreContext, path: string, data: Uint8Array): Promise<void> {
   const handle = await context.fs.open(path, {
     createNew: true,
@@ -604,6 +630,7 @@ async function deleteStaged(
       { file: join(collection, id) },
     );
   }
+  await refuseUnreachableEntries(fs, collection, listing, ids);
   // Companions an earlier rolled-back delete kept: taken along, so none comes back afterwards.
   const adopted = await keptCompanionsOf(fs, collection, listing, ids);
   const directories = new Set(

@@ -1,0 +1,120 @@
+// A path the system gives back that is not valid UTF-8 (a directory named with the byte 0xff) is
+// refused by `realPath` and `readLink` on every adapter of the runtime, never decoded lossily
+// into a string that names another file: a store never files a session under another workspace.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { mkdtemp, realpath, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { nodeFs } from "../adapters/node.ts";
+import { FsIoError } from "../src/port/errors.ts";
+import { SessionFormatError } from "../src/loop/errors.ts";
+import type { FileSystem } from "../src/port/fs.ts";
+import { SessionStore } from "../src/loop/store.ts";
+import { conversation } from "./_fixtures.ts";
+
+const isDeno = "Deno" in globalThis;
+
+async function adapters(): Promise<[string, FileSystem][]> {
+  const all: [string, FileSystem][] = [["nodeFs", nodeFs()]];
+  if (isDeno) {
+    const { denoFs } = await import("../adapters/deno.ts");
+    all.push(["denoFs", denoFs()]);
+  }
+  return all;
+}
+
+function undecodable(error: unknown): boolean {
+  assert.ok(error instanceof FsIoError, String(error));
+  assert.match(error.message, /not valid UTF-8/);
+  return true;
+}
+
+test("realPath and readLink refuse a path that is not valid UTF-8; a store files no session through it", async () => {
+  const base = await realpath(await mkdtemp(join(tmpdir(), "loop-undecodable-")));
+  try {
+    // `proj\xff` (not UTF-8), a link to it, and a look-alike `proj\u{fffd}` (valid UTF-8): the
+    // name a lossy decoding of the first gives.
+    const made = spawnSync("sh", [
+      "-c",
+      `cd "$0" && mkdir "$(printf 'proj\\377')" proj$(printf '\\357\\277\\275') && ` +
+      `ln -s "$(printf 'proj\\377')" mine`,
+      base,
+    ]);
+    assert.equal(made.status, 0, String(made.stderr));
+    for (const [name, fs] of await adapters()) {
+      await assert.rejects(fs.realPath(`${base}/mine`), undecodable, name);
+      await assert.rejects(fs.readLink(`${base}/mine`), undecodable, name);
+      const agentDir = `${base}/agent-${name}`;
+      const store = new SessionStore({ fs, agentDir, durability: "ordered" });
+      await assert.rejects(
+        (async () => {
+          const session = await store.create(`${base}/mine`);
+          await session.commit(conversation(1));
+        })(),
+        undecodable,
+        name,
+      );
+      // Nothing was filed for the look-alike workspace.
+      assert.deepEqual(await store.list(`${base}/proj\u{fffd}`), [], name);
+    }
+  } finally {
+    await rm(base, { recursive: true, force: true });
+  }
+});
+
+test("a delete of a session with a companion whose name is not valid UTF-8 is refused by name, changing nothing", async () => {
+  const base = await realpath(await mkdtemp(join(tmpdir(), "loop-undecodable-")));
+  try {
+    for (const [name, fs] of await adapters()) {
+      const cwd = `${base}/work-${name}`;
+      await fs.mkdir(cwd, { recursive: true });
+      const store = new SessionStore({
+        fs,
+        agentDir: `${base}/agent-${name}`,
+        durability: "ordered",
+      });
+      const session = await store.create(cwd);
+      await session.commit(conversation(1));
+      await session.close();
+      const collection = session.getSessionDir();
+      // A host's companion file `<id>.trace\xff` beside the session, and a readable one.
+      const made = spawnSync("sh", [
+        "-c",
+        `cd "$0" && printf x > "$1.trace$(printf '\\377')" && printf y > "$1.ok"`,
+        collection,
+        session.id,
+      ]);
+      assert.equal(made.status, 0, String(made.stderr));
+      await store.archive.set(cwd, [session.id], true);
+      const before = (await fs.readDir(collection)).map((entry) => entry.name);
+      await assert.rejects(store.archive.delete(cwd, [session.id]), (error: unknown) => {
+        assert.ok(error instanceof SessionFormatError, String(error));
+        assert.equal(error.file, `${collection}/${session.id}.trace\u{fffd}`);
+        assert.match(error.message, /not valid UTF-8.*rename or remove it/);
+        return true;
+      }, name);
+      assert.deepEqual((await fs.readDir(collection)).map((entry) => entry.name), before, name);
+      assert.deepEqual(await store.archive.list(cwd), [session.id], name);
+      // Once the file is renamed, the delete removes the session and both companions.
+      const renamed = spawnSync("sh", [
+        "-c",
+        `cd "$0" && mv "$1.trace$(printf '\\377')" "$1.trace"`,
+        collection,
+        session.id,
+      ]);
+      assert.equal(renamed.status, 0, String(renamed.stderr));
+      await store.archive.delete(cwd, [session.id]);
+      assert.deepEqual(
+        (await fs.readDir(collection)).map((entry) => entry.name).filter((entry) =>
+          entry.startsWith(session.id)
+        ),
+        [],
+        name,
+      );
+    }
+  } finally {
+    await rm(base, { recursive: true, force: true });
+  }
+});
