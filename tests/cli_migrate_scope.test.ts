@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { runCli } from "../src/cli/main.ts";
 import { PermissionDenied } from "../src/port/errors.ts";
-import { workspaceHash } from "../mod.ts";
+import { SessionStore, workspaceHash } from "../mod.ts";
 import { memoryIo } from "./_cli_io.ts";
 import { hookedFs } from "./_hooks.ts";
 import { conversation, legacySessionBytes, memoryStoreWithSession } from "./_fixtures.ts";
@@ -220,4 +220,53 @@ test("migrate --all leaves a legacy file of another version alone, as listings s
   const single = await cli(fs, ["migrate", `${COLLECTION}/${OTHER}.jsonl`]);
   assert.equal(single.code, 1, single.out);
   assert.match(single.out, /^failed /);
+});
+
+test("migrate --all leaves alone the backup of a migrated session an interrupted delete staged with its directory", async () => {
+  // A migrated session (its backup kept), archived; a delete of it that crashed once both its
+  // directory and its backup were staged, before its commit point.
+  const build = async (): Promise<MemoryFs> => {
+    const fs = new MemoryFs();
+    await fs.mkdir(CWD, { recursive: true });
+    await fs.mkdir(COLLECTION, { recursive: true });
+    await fs.writeFile(`${COLLECTION}/${ID}.jsonl`, legacySessionBytes(ID, CWD, conversation(2)));
+    const store = new SessionStore({ fs, agentDir: AGENT });
+    const session = await store.open(`${COLLECTION}/${ID}.jsonl`);
+    await session.commit([...session.messages, ...conversation(1, "after")]);
+    await session.close();
+    await store.archive.set(CWD, [ID], true);
+    return fs;
+  };
+  let found: MemoryFs | undefined;
+  for (let n = 1; n < 400 && found === undefined; n++) {
+    const fs = await build();
+    fs.resetCounter();
+    fs.crashAfter(n);
+    try {
+      await new SessionStore({ fs, agentDir: AGENT }).archive.delete(CWD, [ID]);
+      break; // the delete finished before the crash point: no such state
+    } catch {
+      // crashed
+    }
+    const after = fs.crash({ seed: 1, tailMode: "whole", extraJournal: "all" });
+    const names = Object.keys(after.snapshotTree(COLLECTION));
+    const staged = names.filter((path) =>
+      path.startsWith(".delete-") && (path.endsWith(`/${ID}`) || path.endsWith(`/${ID}.jsonl`))
+    );
+    if (staged.length === 2 && !names.some((path) => path.endsWith("/committed"))) found = after;
+  }
+  assert.ok(found !== undefined, "a crash point with both entries staged");
+  const fs = found;
+  const listed = await cli(fs, ["list", "--json"]);
+  assert.deepEqual(
+    JSON.parse(listed.out).sessions.map((s: { id: string; storage: string }) => [s.id, s.storage]),
+    [[ID, "directory"]],
+  );
+  const before = fs.snapshotTree("/");
+  for (const args of [["migrate", "--all", "--dry-run"], ["migrate", "--all"]]) {
+    const run = await cli(fs, args);
+    assert.equal(run.code, 0, run.out);
+    assert.equal(run.out, "No legacy sessions to migrate.\n", args.join(" "));
+  }
+  assert.deepEqual(fs.snapshotTree("/"), before);
 });

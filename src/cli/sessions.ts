@@ -1453,7 +1453,10 @@ async function unmigratedFiles(
     for (const [id, source] of deletion?.legacy ?? []) {
       if (taken.has(id)) continue;
       taken.add(id);
+      // A session migrated before: its directory is in place, or staged with the file (a
+      // delete of the session and its backup), where the store opens it; the file is its backup.
       if ((await entryKind(io.fs, join(collection, id))) === "directory") continue;
+      if ((await stagedCopy(io, collection, id)).dir !== undefined) continue;
       found.push({ path: join(collection, id + LEGACY_EXTENSION), source });
     }
   }
