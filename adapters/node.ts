@@ -87,7 +87,7 @@ function mapError(error: unknown, syscall: string, path: string): FsError {
   return mapNativeError(error, syscall, path);
 }
 
-const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
+const strictUtf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
 /**
  * A path the system gave back as bytes (`realPath`, `readLink`), decoded; one that is not valid

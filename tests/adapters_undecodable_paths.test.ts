@@ -39,13 +39,15 @@ test("realPath and readLink refuse a path that is not valid UTF-8; a store files
     const made = spawnSync("sh", [
       "-c",
       `cd "$0" && mkdir "$(printf 'proj\\377')" proj$(printf '\\357\\277\\275') && ` +
-      `ln -s "$(printf 'proj\\377')" mine`,
+      `ln -s "$(printf 'proj\\377')" mine && ln -s "$(printf '\\357\\273\\277dir')" bom`,
       base,
     ]);
     assert.equal(made.status, 0, String(made.stderr));
     for (const [name, fs] of await adapters()) {
       await assert.rejects(fs.realPath(`${base}/mine`), undecodable, name);
       await assert.rejects(fs.readLink(`${base}/mine`), undecodable, name);
+      // A target that starts with U+FEFF is given back whole (no byte order mark is dropped).
+      assert.equal(await fs.readLink(`${base}/bom`), "\u{feff}dir", name);
       const agentDir = `${base}/agent-${name}`;
       const store = new SessionStore({ fs, agentDir, durability: "ordered" });
       await assert.rejects(
@@ -67,7 +69,12 @@ test("realPath and readLink refuse a path that is not valid UTF-8; a store files
 test("a delete of a session with a companion whose name is not valid UTF-8 is refused by name, changing nothing", async () => {
   const base = await realpath(await mkdtemp(join(tmpdir(), "loop-undecodable-")));
   try {
-    for (const [name, fs] of await adapters()) {
+    const cases = (await adapters()).flatMap(([adapter, fs]) =>
+      [false, true].map((lookalike) =>
+        [`${adapter}${lookalike ? "-lookalike" : ""}`, fs, lookalike] as const
+      )
+    );
+    for (const [name, fs, lookalike] of cases) {
       const cwd = `${base}/work-${name}`;
       await fs.mkdir(cwd, { recursive: true });
       const store = new SessionStore({
@@ -79,10 +86,12 @@ test("a delete of a session with a companion whose name is not valid UTF-8 is re
       await session.commit(conversation(1));
       await session.close();
       const collection = session.getSessionDir();
-      // A host's companion file `<id>.trace\xff` beside the session, and a readable one.
+      // A host's companion file `<id>.trace\xff` beside the session, and a readable one; with a
+      // look-alike, also `<id>.trace\u{fffd}` (valid UTF-8), the name the first is listed by.
       const made = spawnSync("sh", [
         "-c",
-        `cd "$0" && printf x > "$1.trace$(printf '\\377')" && printf y > "$1.ok"`,
+        `cd "$0" && printf x > "$1.trace$(printf '\\377')" && printf y > "$1.ok"` +
+        (lookalike ? ` && printf z > "$1.trace$(printf '\\357\\277\\275')"` : ""),
         collection,
         session.id,
       ]);

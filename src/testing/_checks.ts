@@ -1645,7 +1645,7 @@ export const CHECKS: readonly Check[] = [
 
   // symlink() / readLink()
   {
-    name: "symlink() and readLink() round-trip absolute and relative targets",
+    name: "symlink() and readLink() round-trip absolute and relative targets, byte for byte",
     needs: ["symlinks"],
     async run(f) {
       await f.fs.symlink("/absolute/target", at(f, "absolute"));
@@ -1654,6 +1654,9 @@ export const CHECKS: readonly Check[] = [
       checkEqual(await f.fs.readLink(at(f, "absolute")), "/absolute/target", "absolute target");
       checkEqual(await f.fs.readLink(at(f, "relative")), "../relative/target", "relative target");
       checkEqual(await f.fs.readLink(at(f, "plain")), "plain", "plain target");
+      // Byte for byte: a leading U+FEFF (which a default UTF-8 decoder drops) and other planes.
+      await f.fs.symlink("\u{feff}t\u{e9}\u{1f642}", at(f, "bom"));
+      checkEqual(await f.fs.readLink(at(f, "bom")), "\u{feff}t\u{e9}\u{1f642}", "U+FEFF target");
     },
   },
   {
