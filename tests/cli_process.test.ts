@@ -262,25 +262,36 @@ test("output that cannot be written (a full disk) is a one-line error and exit c
   }
 });
 
+test("a current directory that is not valid UTF-8 fails only what needs it, never taken for a look-alike", () => {
+  const sh = (script: string) =>
+    spawnSync("sh", ["-c", script], {
+      env: { ...env(), RUNTIME: process.execPath, ARGS: runtimeArgs(BIN).join(" ") },
+      encoding: "utf8",
+    });
+  // `cwd-\xff`, and beside it its look-alike `cwd-\u{fffd}` (valid UTF-8: the name a lossy
+  // decoding gives), which the listing must not be taken for.
+  const undecodable = `${base}/cwd-\\377`;
+  const lookalike = `${base}/cwd-\\357\\277\\275`;
+  const inside = `mkdir -p "$(printf '${undecodable}')" "$(printf '${lookalike}')" && ` +
+    `cd "$(printf '${undecodable}')" && `;
+  const version = sh(`${inside}exec "$RUNTIME" $ARGS --version`);
+  assert.equal(version.status, 0, version.stderr);
+  const listed = sh(`${inside}exec "$RUNTIME" $ARGS sessions list --all-workspaces --json`);
+  assert.equal(listed.status, 0, listed.stderr);
+  assert.equal(JSON.parse(listed.stdout).sessions.length, 1);
+  const here = sh(`${inside}exec "$RUNTIME" $ARGS sessions list`);
+  assert.equal(here.status, 2, here.stderr);
+  assert.match(here.stderr, /^usage error: the current directory cannot be read \(.*UTF-8\)$/m);
+});
+
 if (isDeno) {
-  // Deno cannot decode a path or a variable that is not valid UTF-8 (Node decodes it lossily).
-  test("a current directory or LOOP_DATA_DIR Deno cannot decode fails only what needs it, in one line", () => {
+  // Deno cannot decode a variable that is not valid UTF-8 (Node decodes it lossily).
+  test("a LOOP_DATA_DIR Deno cannot decode is refused in one line", () => {
     const sh = (script: string) =>
       spawnSync("sh", ["-c", script], {
         env: { ...env(), DENO: process.execPath, ARGS: runtimeArgs(BIN).join(" ") },
         encoding: "utf8",
       });
-    const undecodable = `${base}/cwd-\\377`;
-    // In that directory: commands that do not need it run; one that does says so.
-    const inside = `mkdir -p "$(printf '${undecodable}')" && cd "$(printf '${undecodable}')" && `;
-    const version = sh(`${inside}exec "$DENO" $ARGS --version`);
-    assert.equal(version.status, 0, version.stderr);
-    const listed = sh(`${inside}exec "$DENO" $ARGS sessions list --all-workspaces --json`);
-    assert.equal(listed.status, 0, listed.stderr);
-    assert.equal(JSON.parse(listed.stdout).sessions.length, 1);
-    const here = sh(`${inside}exec "$DENO" $ARGS sessions list`);
-    assert.equal(here.status, 2, here.stderr);
-    assert.match(here.stderr, /^usage error: the current directory cannot be read \(/);
     // A data directory named by a variable Deno cannot read is refused, never replaced by ~/.loop.
     const data = sh(
       `cd "${work}" && LOOP_DATA_DIR="$(printf '${base}/data-\\377')" exec "$DENO" $ARGS sessions list --all-workspaces`,

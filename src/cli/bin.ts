@@ -35,10 +35,14 @@ interface DenoLike {
   };
 }
 
-/** The slice of `node:fs` the Node output needs. */
+/** The slice of `node:fs` the Node output and current directory need. */
 interface NodeWrite {
   writeSync(fd: number, data: Uint8Array, offset: number, length: number): number;
+  realpathSync: { native(path: string, options: { encoding: "buffer" }): Uint8Array };
 }
+
+/** Decodes a path given as bytes; throws on bytes that are not valid UTF-8. */
+const strictUtf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
 /**
  * Writes all of `data` to file descriptor `fd` with Node's `writeSync`, which may write part of
@@ -159,7 +163,26 @@ export async function runtimeIo(): Promise<
     err: (text) => writeAll(2, text),
     errIsTerminal: process.stderr.isTTY === true,
     env: (name) => process.env[name],
-    cwd: process.cwd(),
+    // Asked when a command needs it, as on Deno: Node's own `process.cwd()` puts U+FFFD in place
+    // of bytes that are not valid UTF-8, a path naming another directory (another workspace's),
+    // so the path is taken as bytes and a directory it cannot spell fails those commands.
+    get cwd(): string {
+      let bytes: Uint8Array;
+      try {
+        bytes = fs.realpathSync.native(".", { encoding: "buffer" });
+      } catch (error) {
+        throw new UsageError(`the current directory cannot be read (${(error as Error).message})`);
+      }
+      try {
+        return strictUtf8.decode(bytes);
+      } catch {
+        throw new UsageError(
+          `the current directory cannot be read (its path ${
+            JSON.stringify(new TextDecoder().decode(bytes))
+          } is not valid UTF-8)`,
+        );
+      }
+    },
     now: Date.now,
   };
   return { io, args: process.argv.slice(2), exit: (code) => process.exit(code) };
