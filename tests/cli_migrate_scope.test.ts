@@ -87,13 +87,27 @@ test("migrate <id> --dry-run of a staged legacy file fails as the migration does
     if (planted === "link") await fs.symlink("/nowhere.jsonl", file);
     else await fs.mkdir(file);
     for (const dryRun of [true, false]) {
-      const { code, out } = await cli(fs, ["migrate", ID, ...(dryRun ? ["--dry-run"] : [])]);
+      const { code, out, err } = await cli(fs, ["migrate", ID, ...(dryRun ? ["--dry-run"] : [])]);
       assert.equal(code, 1, `${planted}, dry run ${dryRun}: ${out}`);
       assert.match(
-        out,
-        /^failed .*: Legacy session path is not a regular file/,
+        err,
+        /^error: Legacy session file is not a regular file/,
         `${planted}, dry run ${dryRun}`,
       );
+      // --all, which finds the staged copy by the collection, says the same of it.
+      const all = await cli(fs, ["migrate", "--all", ...(dryRun ? ["--dry-run"] : [])]);
+      assert.equal(all.code, 1, all.out);
+      assert.match(all.out, /^failed .*: Legacy session path is not a regular file/);
+    }
+    // verify says so too, by id and with --all, instead of passing the staged copy.
+    for (const args of [["verify", ID, "--json"], ["verify", "--all", "--json"]]) {
+      const { code, out } = await cli(fs, args);
+      assert.equal(code, 1, `${planted}, ${args.join(" ")}: ${out}`);
+      const parsed = JSON.parse(out);
+      const reports = Array.isArray(parsed) ? parsed : parsed.reports;
+      const report = reports.find((r: { dir: string }) => r.dir === file);
+      assert.ok(report !== undefined, out);
+      assert.equal(report.ok, false);
     }
   }
 });

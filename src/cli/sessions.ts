@@ -368,9 +368,11 @@ async function lookupListed(
     return located({ kind: "directory", collection, id, dir, source: staged.dir });
   }
   if (failure !== undefined && failure.path !== file) return undefined;
-  if ((await entryKind(io.fs, file)) === "file") {
-    return located({ kind: "legacy", collection, id, file });
-  }
+  const kind = await entryKind(io.fs, file);
+  if (kind === "file") return located({ kind: "legacy", collection, id, file });
+  // Anything else at `<id>.jsonl` (a link, a directory) is what `lookup` reports, also beside a
+  // copy a delete staged: a migration puts that copy back there first, and fails on it.
+  if (kind !== undefined) return undefined;
   if (staged.file !== undefined) {
     return located({ kind: "legacy", collection, id, file: staged.file });
   }
@@ -417,8 +419,9 @@ async function lookup(
   else {
     const kind = await entryKind(io.fs, file);
     if (kind === "file") located = legacy(file);
-    else if (staged.file !== undefined) located = legacy(staged.file);
+    // Anything else there is reported, also beside a copy a delete staged (see `lookupListed`).
     else if (kind !== undefined) irregular = file;
+    else if (staged.file !== undefined) located = legacy(staged.file);
   }
   return { located, listed, failure, irregular };
 }
