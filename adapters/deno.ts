@@ -47,7 +47,7 @@ import type {
 import { constants as nodeConstants } from "node:fs";
 import { open as openNode } from "node:fs/promises";
 import type { FsError } from "../src/port/errors.ts";
-import { IsADirectory, NotADirectory, NotEmpty } from "../src/port/errors.ts";
+import { checkMode, IsADirectory, NotADirectory, NotEmpty } from "../src/port/errors.ts";
 import type { Sha256Factory } from "../src/port/sha256.ts";
 import { nodeProcessProbe, nodeSha256 } from "./node.ts";
 import { openNoFollowNative, readFileNoFollowNative } from "./_node_read.ts";
@@ -491,7 +491,10 @@ class DenoFileSystem implements FileSystem {
   }
 
   chmod(path: string, mode: number): Promise<void> {
-    return call("chmod", path, () => Deno.chmod(path, mode));
+    return call("chmod", path, () => {
+      checkMode(path, mode);
+      return Deno.chmod(path, mode);
+    });
   }
 
   symlink(target: string, path: string): Promise<void> {

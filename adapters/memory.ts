@@ -73,6 +73,7 @@ import type {
 } from "../src/port/fs.ts";
 import {
   AlreadyExists,
+  checkMode,
   FsIoError,
   IsADirectory,
   NotADirectory,
@@ -778,6 +779,7 @@ export class MemoryFs implements FileSystem {
   /** Sets the permission bits exactly (following symlinks); a journal operation. */
   chmod(path: string, mode: number): Promise<void> {
     return this.#run("chmod", path, () => {
+      checkMode(path, mode);
       const node = this.#existing("chmod", path, true);
       node.mode = mode & 0o777;
       this.#record({ type: "chmod", seq: 0, node, mode: node.mode });
@@ -1189,9 +1191,12 @@ class MemoryFileHandle implements FileHandle {
   }
 
   close(): Promise<void> {
-    return this.#run("close", () => {
+    // The handle is released even when its close fails (an injected fault), as Linux's close(2)
+    // frees the descriptor whatever it reports: later calls fail with EBADF.
+    const release = (): void => {
       this.#closed = true;
-    });
+    };
+    return this.#run("close", release, release);
   }
 
   /**

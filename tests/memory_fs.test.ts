@@ -468,3 +468,20 @@ test("a file that would grow past the room there is fails with ENOSPC and change
   await fs.writeFile("/f", bytes("12345678"));
   assert.equal(await readText(fs, "/f"), "12345678");
 });
+
+test("a handle whose close failed is released all the same, as Linux's close(2) releases it", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/d");
+  const handle = await fs.open("/d/f", { write: true, create: true });
+  fs.failAt(1, { ops: ["close"] });
+  await assert.rejects(handle.close(), (error: unknown) => error instanceof FsIoError);
+  fs.clearFaults();
+  // Every later call fails with EBADF, a second close included.
+  for (const call of [() => handle.write(new Uint8Array([1])), () => handle.close()]) {
+    await assert.rejects(call(), (error: unknown) => {
+      assert.ok(error instanceof FsIoError, String(error));
+      assert.equal(error.code, "EBADF");
+      return true;
+    });
+  }
+});

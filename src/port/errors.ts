@@ -117,3 +117,13 @@ export class FsIoError extends FsError {
 export function isFsError(error: unknown): error is FsError {
   return error instanceof FsError;
 }
+
+/**
+ * Refuses a `chmod` mode that is not an integer from 0 to 2^32 - 1 with `FsIoError` `EINVAL`, as
+ * Node does, for the adapters whose runtime would take `-1` for `0o777` or drop a fraction.
+ */
+export function checkMode(path: string, mode: number): void {
+  if (!Number.isInteger(mode) || mode < 0 || mode > 0xffff_ffff) {
+    throw new FsIoError("EINVAL", "chmod", path, `Invalid mode ${mode}`);
+  }
+}

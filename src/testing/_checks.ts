@@ -1631,6 +1631,18 @@ export const CHECKS: readonly Check[] = [
     },
   },
   {
+    name: "chmod() refuses a mode that is not an integer from 0 to 2^32 - 1 and changes nothing",
+    needs: ["modes"],
+    async run(f) {
+      const file = at(f, "file");
+      await f.fs.writeFile(file, bytes("F"), { mode: 0o600 });
+      for (const mode of [-1, 0o600 + 0.5, Number.NaN, 2 ** 32]) {
+        await checkRejects(() => f.fs.chmod(file, mode), FsIoError, `chmod(${mode})`);
+      }
+      checkMode((await f.fs.stat(file)).mode, 0o600, "file mode after refused chmods");
+    },
+  },
+  {
     name: "chmod() follows a symlink",
     needs: ["symlinks", "modes"],
     async run(f) {
