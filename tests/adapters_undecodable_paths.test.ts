@@ -127,3 +127,44 @@ test("a delete of a session with a companion whose name is not valid UTF-8 is re
     await rm(base, { recursive: true, force: true });
   }
 });
+
+test("a companion spelled with U+FFFD is deleted when the name beside it that is not valid UTF-8 is a directory", async () => {
+  const base = await realpath(await mkdtemp(join(tmpdir(), "loop-undecodable-")));
+  try {
+    for (const [name, fs] of await adapters()) {
+      const cwd = `${base}/work-${name}`;
+      await fs.mkdir(cwd, { recursive: true });
+      const store = new SessionStore({
+        fs,
+        agentDir: `${base}/agent-${name}`,
+        durability: "ordered",
+      });
+      const session = await store.create(cwd);
+      await session.commit(conversation(1));
+      await session.close();
+      const collection = session.getSessionDir();
+      // The session's companion `<id>.trace\u{fffd}` (a file), and a host's directory
+      // `<id>.trace\xff`, listed by the same name.
+      const made = spawnSync("sh", [
+        "-c",
+        `cd "$0" && printf x > "$1.trace$(printf '\\357\\277\\275')" && ` +
+        `mkdir "$1.trace$(printf '\\377')"`,
+        collection,
+        session.id,
+      ]);
+      assert.equal(made.status, 0, String(made.stderr));
+      await store.archive.set(cwd, [session.id], true);
+      await store.archive.delete(cwd, [session.id]);
+      const left = (await fs.readDir(collection)).filter((entry) =>
+        entry.name.startsWith(session.id)
+      );
+      assert.deepEqual(
+        left.map((entry) => [entry.name, entry.kind]),
+        [[`${session.id}.trace\u{fffd}`, "directory"]],
+        name,
+      );
+    }
+  } finally {
+    await rm(base, { recursive: true, force: true });
+  }
+});

@@ -585,10 +585,11 @@ async function refuseUnreachableEntries(
     for (const name of entriesOf(listing, id)) {
       if (!name.includes("\uFFFD")) continue;
       const path = join(collection, name);
-      // Listed once and there by that name: its own. Listed twice (a look-alike spelled with
-      // U+FFFD beside it), one of the two cannot be reached.
-      const listed = listing.filter((entry) => entry.name === name).length;
-      if (listed === 1 && await entryKind(fs, path) !== undefined) continue;
+      // Listed as one file, and a file is there by that name: its own. Listed as two files (a
+      // look-alike spelled with U+FFFD beside it), or something else there by that name (the
+      // look-alike is a directory or a link), the file listed cannot be reached.
+      const files = listing.filter((entry) => entry.name === name && entry.kind === "file");
+      if (files.length === 1 && await entryKind(fs, path) === "file") continue;
       throw new SessionFormatError(
         `Cannot delete session ${id}: the file listed beside it as '${name}' cannot be reached ` +
           "by that name (it is not valid UTF-8); rename or remove it, then delete again",
