@@ -99,6 +99,13 @@ test("migrate <id> --dry-run of a staged legacy file fails as the migration does
       assert.equal(all.code, 1, all.out);
       assert.match(all.out, /^failed .*: Legacy session path is not a regular file/);
     }
+    // The store's listings report it as a failure naming that path, as its open refuses it.
+    for (const fast of [false, true]) {
+      const { sessions, failures } = await new SessionStore({ fs, agentDir: AGENT })
+        .listDetailed(CWD, undefined, { fast });
+      assert.ok(!sessions.some((s) => s.id === ID), `${planted}, fast ${fast}`);
+      assert.deepEqual(failures.map((f) => [f.path, f.error.name]), [[file, "SessionFormatError"]]);
+    }
     // verify says so too, by id and with --all, instead of passing the staged copy.
     for (const args of [["verify", ID, "--json"], ["verify", "--all", "--json"]]) {
       const { code, out } = await cli(fs, args);

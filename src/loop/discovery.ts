@@ -167,7 +167,12 @@ import {
 } from "./storage.ts";
 import { checkMetaId, SessionManager } from "./session_manager.ts";
 import type { StoreContext } from "./lock.ts";
-import { LEGACY_EXTENSION, legacySessionId, readLegacySession } from "./legacy.ts";
+import {
+  LEGACY_EXTENSION,
+  legacyNotARegularFile,
+  legacySessionId,
+  readLegacySession,
+} from "./legacy.ts";
 import {
   addRestoredMembership,
   ARCHIVE_FILE,
@@ -529,8 +534,17 @@ async function candidatesOf(
     } else if (legacy.has(id)) {
       candidates.push({ id, source: { kind: "legacy", file }, path: file });
     } else if (deletedLegacy.has(id)) {
+      // The copy an uncommitted delete staged, unless something else (a link, a directory) is at
+      // `<id>.jsonl`, where opening it puts it back: refused as an open refuses it.
+      const kind = await entryKind(fs, file);
       const stagedFile = deletedLegacy.get(id) as string;
-      candidates.push({ id, source: { kind: "legacy", file: stagedFile }, path: file });
+      candidates.push({
+        id,
+        source: kind !== undefined && kind !== "file"
+          ? { kind: "failed", error: legacyNotARegularFile(file) }
+          : { kind: "legacy", file: stagedFile },
+        path: file,
+      });
     } else if (movedBack.has(id) && await entryKind(fs, file) === "file") {
       // The same for a session that has only a legacy file.
       candidates.push({ id, source: { kind: "legacy", file }, path: file });
