@@ -380,7 +380,7 @@ class DenoFileSystem implements FileSystem {
         createNew,
         // Deno refuses `truncate` with `append`: the file is truncated right after the open.
         truncate: options.truncate === true && !append,
-        ...(options.mode === undefined ? {} : { mode: options.mode }),
+        ...modeOption("open", path, options.mode),
       });
       if (options.truncate === true && append) {
         try {
@@ -421,7 +421,7 @@ class DenoFileSystem implements FileSystem {
         create: true,
         truncate: true,
         createNew: options.createNew === true,
-        ...(options.mode === undefined ? {} : { mode: options.mode }),
+        ...modeOption("writeFile", path, options.mode),
       });
       try {
         let written = 0;
@@ -464,7 +464,7 @@ class DenoFileSystem implements FileSystem {
     return call("mkdir", path, () =>
       Deno.mkdir(path, {
         recursive: options.recursive === true,
-        ...(options.mode === undefined ? {} : { mode: options.mode }),
+        ...modeOption("mkdir", path, options.mode),
       }));
   }
 
@@ -565,6 +565,13 @@ class DenoFileSystem implements FileSystem {
     }
     return home === undefined || home === "" ? undefined : home;
   }
+}
+
+/** `{ mode }` for a create call given one (refused by `checkMode` unless valid), else none. */
+function modeOption(syscall: string, path: string, mode: number | undefined): { mode?: number } {
+  if (mode === undefined) return {};
+  checkMode(path, mode, syscall);
+  return { mode };
 }
 
 /**

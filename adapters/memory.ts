@@ -676,6 +676,7 @@ export class MemoryFs implements FileSystem {
   /** Creates a directory (with missing parents when `recursive`); the mode is masked by the umask. */
   mkdir(path: string, options: MkdirOptions = {}): Promise<void> {
     return this.#run("mkdir", path, () => {
+      if (options.mode !== undefined) checkMode(path, options.mode, "mkdir");
       const mode = this.#createMode(options.mode ?? 0o777);
       if (options.recursive !== true) {
         // Anything at the name is in the way, even named with a trailing slash; a symlink named so
@@ -947,6 +948,7 @@ export class MemoryFs implements FileSystem {
     how: { create: boolean; createNew: boolean; mode: number | undefined },
   ): FileNode {
     const creating = how.create || how.createNew;
+    if (how.mode !== undefined) checkMode(path, how.mode, syscall);
     if (creating && path.length > 1 && path.endsWith("/") && !endsInDots(path)) {
       // Linux's open with O_CREAT refuses a trailing slash after a name (EISDIR) once the parent
       // is found, whatever is at the name. After `.` or `..` the slash changes nothing: the path

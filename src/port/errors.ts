@@ -119,11 +119,12 @@ export function isFsError(error: unknown): error is FsError {
 }
 
 /**
- * Refuses a `chmod` mode that is not an integer from 0 to 2^32 - 1 with `FsIoError` `EINVAL`, as
- * Node does, for the adapters whose runtime would take `-1` for `0o777` or drop a fraction.
+ * Refuses a mode (of `chmod`, or of the `syscall` that creates with it: `open`, `mkdir`,
+ * `writeFile`) that is not an integer from 0 to 2^32 - 1 with `FsIoError` `EINVAL`, as Node does,
+ * for the adapters whose runtime would take `-1` for `0o777` or drop a fraction.
  */
-export function checkMode(path: string, mode: number): void {
+export function checkMode(path: string, mode: number, syscall = "chmod"): void {
   if (!Number.isInteger(mode) || mode < 0 || mode > 0xffff_ffff) {
-    throw new FsIoError("EINVAL", "chmod", path, `Invalid mode ${mode}`);
+    throw new FsIoError("EINVAL", syscall, path, `Invalid mode ${mode}`);
   }
 }

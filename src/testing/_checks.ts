@@ -1643,6 +1643,30 @@ export const CHECKS: readonly Check[] = [
     },
   },
   {
+    name: "open(), writeFile() and mkdir() refuse a mode that is not an integer from 0 to 2^32 - 1",
+    needs: ["modes"],
+    async run(f) {
+      for (const mode of [-1, 0o600 + 0.5, 2 ** 32]) {
+        const file = at(f, `file-${mode}`);
+        await checkRejects(
+          () => f.fs.open(file, { createNew: true, write: true, mode }),
+          FsIoError,
+          `open(mode ${mode})`,
+        );
+        await checkRejects(
+          () => f.fs.writeFile(file, bytes("F"), { mode }),
+          FsIoError,
+          `writeFile(mode ${mode})`,
+        );
+        await checkRejects(
+          () => f.fs.mkdir(at(f, `dir-${mode}`), { mode }),
+          FsIoError,
+          `mkdir(mode ${mode})`,
+        );
+      }
+    },
+  },
+  {
     name: "chmod() follows a symlink",
     needs: ["symlinks", "modes"],
     async run(f) {
