@@ -70,6 +70,7 @@ import {
   withoutTrailingSlash,
 } from "./_errors.ts";
 import { openNoFollowNative, readFileNative, readFileNoFollowNative } from "./_node_read.ts";
+import { environmentValue } from "./_node_env.ts";
 import { denoGrants, isPermissionRefusal, lazyProbe, requireHostName } from "./_probe.ts";
 import {
   closeAfter,
@@ -468,6 +469,9 @@ class NodeFileSystem implements FileSystem {
   }
 
   homeDir(): string | undefined {
+    // A HOME that is not valid UTF-8 is unknown, as on Deno: Node's decoding of it names
+    // another directory.
+    if (environmentValue("HOME") instanceof Error) return undefined;
     let home: string;
     try {
       home = homedir();

@@ -4,9 +4,10 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { mkdtemp, realpath, rm } from "node:fs/promises";
+import { mkdtemp, realpath, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { nodeFs } from "../adapters/node.ts";
 import { FsIoError } from "../src/port/errors.ts";
 import { SessionFormatError } from "../src/loop/errors.ts";
@@ -166,5 +167,33 @@ test("a companion spelled with U+FFFD is deleted when the name beside it that is
     }
   } finally {
     await rm(base, { recursive: true, force: true });
+  }
+});
+
+test("nodeFs homeDir() is unknown when HOME is not valid UTF-8, as denoFs's is", async () => {
+  const root = fileURLToPath(new URL("..", import.meta.url));
+  const dir = await mkdtemp(join(tmpdir(), "loop-home-"));
+  try {
+    const script = join(dir, "home.ts");
+    await writeFile(
+      script,
+      `import { nodeFs } from ${JSON.stringify(join(root, "adapters", "node.ts"))};\n` +
+        "console.log(JSON.stringify({ home: nodeFs().homeDir() ?? null }));\n",
+    );
+    const run = (home: string) =>
+      spawnSync("sh", [
+        "-c",
+        `HOME="$(printf "$0")" exec node --import tsx "$1"`,
+        home,
+        script,
+      ], { cwd: root, encoding: "utf8" });
+    const bad = run("/tmp/home-\\377");
+    assert.equal(bad.status, 0, bad.stderr);
+    assert.deepEqual(JSON.parse(bad.stdout), { home: null });
+    const good = run("/tmp/home-\\303\\251");
+    assert.equal(good.status, 0, good.stderr);
+    assert.deepEqual(JSON.parse(good.stdout), { home: "/tmp/home-\u00e9" });
+  } finally {
+    await rm(dir, { recursive: true, force: true });
   }
 });

@@ -284,22 +284,27 @@ test("a current directory that is not valid UTF-8 fails only what needs it, neve
   assert.match(here.stderr, /^usage error: the current directory cannot be read \(.*UTF-8\)$/m);
 });
 
-if (isDeno) {
-  // Deno cannot decode a variable that is not valid UTF-8 (Node decodes it lossily).
-  test("a LOOP_DATA_DIR Deno cannot decode is refused in one line", () => {
-    const sh = (script: string) =>
-      spawnSync("sh", ["-c", script], {
-        env: { ...env(), DENO: process.execPath, ARGS: runtimeArgs(BIN).join(" ") },
-        encoding: "utf8",
-      });
-    // A data directory named by a variable Deno cannot read is refused, never replaced by ~/.loop.
-    const data = sh(
-      `cd "${work}" && LOOP_DATA_DIR="$(printf '${base}/data-\\377')" exec "$DENO" $ARGS sessions list --all-workspaces`,
-    );
-    assert.equal(data.status, 2, data.stderr);
-    assert.match(
-      data.stderr,
-      /^usage error: the environment variable LOOP_DATA_DIR cannot be read/,
-    );
-  });
-}
+test("a LOOP_DATA_DIR or HOME that is not valid UTF-8 is refused in one line, never taken for a look-alike", () => {
+  const sh = (script: string) =>
+    spawnSync("sh", ["-c", script], {
+      env: { ...env(), RUNTIME: process.execPath, ARGS: runtimeArgs(BIN).join(" ") },
+      encoding: "utf8",
+    });
+  // `data-\xff`, and beside it a look-alike `data-\u{fffd}` holding a store.
+  mkdirSync(join(base, "data-\u{fffd}", "sessions"), { recursive: true });
+  const data = sh(
+    `cd "${work}" && LOOP_DATA_DIR="$(printf '${base}/data-\\377')" exec "$RUNTIME" $ARGS sessions list --all-workspaces`,
+  );
+  assert.equal(data.status, 2, data.stderr);
+  assert.match(
+    data.stderr,
+    /^usage error: the environment variable LOOP_DATA_DIR cannot be read/m,
+  );
+  // The same for a HOME the default data directory (~/.loop) is under.
+  mkdirSync(join(base, "home-\u{fffd}", ".loop", "sessions"), { recursive: true });
+  const home = sh(
+    `cd "${work}" && unset LOOP_DATA_DIR && HOME="$(printf '${base}/home-\\377')" exec "$RUNTIME" $ARGS sessions list --all-workspaces`,
+  );
+  assert.equal(home.status, 2, home.stderr);
+  assert.match(home.stderr, /^usage error: the environment variable HOME cannot be read/m);
+});

@@ -139,6 +139,7 @@ export async function runtimeIo(): Promise<
     return { io, args: deno.args, exit: (code) => deno.exit(code) };
   }
   const { nodeFs, nodeSha256 } = await import("../../adapters/node.ts");
+  const { environmentValue } = await import("../../adapters/_node_env.ts");
   const process = await import("node:process");
   const fs: NodeWrite = await import("node:fs");
   const writeAll = (fd: number, text: string): void => {
@@ -162,7 +163,15 @@ export async function runtimeIo(): Promise<
     out: (text) => writeAll(1, text),
     err: (text) => writeAll(2, text),
     errIsTerminal: process.stderr.isTTY === true,
-    env: (name) => process.env[name],
+    // A value that is not valid UTF-8 is said, never taken as Node decodes it (another data
+    // directory), as on Deno.
+    env: (name) => {
+      const value = environmentValue(name);
+      if (value instanceof Error) {
+        throw new UsageError(`the environment variable ${name} cannot be read (${value.message})`);
+      }
+      return value;
+    },
     // Asked when a command needs it, as on Deno: Node's own `process.cwd()` puts U+FFFD in place
     // of bytes that are not valid UTF-8, a path naming another directory (another workspace's),
     // so the path is taken as bytes and a directory it cannot spell fails those commands.
