@@ -9,16 +9,24 @@ import { readFileSync } from "node:fs";
 import process from "node:process";
 
 const strictUtf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+const lossyUtf8 = new TextDecoder("utf-8", { ignoreBOM: true });
 const encoder = new TextEncoder();
 
 /**
  * The value of the environment variable `name` (undefined when unset), or an `Error` saying that
- * its bytes are not valid UTF-8. Only a value Node decoded with U+FFFD in it is looked at again,
- * in the environment the process started with (`/proc/self/environ`); where that cannot be read
- * (not Linux), the value is taken as Node gives it.
+ * its bytes are not valid UTF-8 (or that it cannot be read at all: Deno's Node layer refuses it
+ * without `--allow-env`). Only a value Node decoded with U+FFFD in it is looked at again, in the
+ * environment the process started with (`/proc/self/environ`), and only while it is still the
+ * value the process started with (one set since is JavaScript's own string); where that cannot be
+ * read (not Linux), the value is taken as Node gives it.
  */
 export function environmentValue(name: string): string | undefined | Error {
-  const value = process.env[name];
+  let value: string | undefined;
+  try {
+    value = process.env[name];
+  } catch (error) {
+    return error instanceof Error ? error : new Error(String(error));
+  }
   if (value === undefined || !value.includes("\u{fffd}")) return value;
   let raw: Uint8Array;
   try {
@@ -33,8 +41,11 @@ export function environmentValue(name: string): string | undefined | Error {
     if (end < 0) end = raw.length;
     const entry = raw.subarray(start, end);
     if (entry.length >= prefix.length && prefix.every((byte, i) => entry[i] === byte)) {
+      const bytes = entry.subarray(prefix.length);
+      // Changed since the process started: the current value, a string JavaScript set.
+      if (lossyUtf8.decode(bytes) !== value) return value;
       try {
-        return strictUtf8.decode(entry.subarray(prefix.length));
+        return strictUtf8.decode(bytes);
       } catch {
         return new Error(`its value ${JSON.stringify(value)} is not valid UTF-8`);
       }

@@ -197,3 +197,52 @@ test("nodeFs homeDir() is unknown when HOME is not valid UTF-8, as denoFs's is",
     await rm(dir, { recursive: true, force: true });
   }
 });
+
+test("an environment value is read again only while it is the one the process started with; a refused read is unknown", async () => {
+  const root = fileURLToPath(new URL("..", import.meta.url));
+  const dir = await mkdtemp(join(tmpdir(), "loop-env-"));
+  try {
+    const script = join(dir, "env.ts");
+    await writeFile(
+      script,
+      `import { environmentValue } from ${
+        JSON.stringify(join(root, "adapters", "_node_env.ts"))
+      };\n` +
+        `import { nodeFs } from ${JSON.stringify(join(root, "adapters", "node.ts"))};\n` +
+        "const show = (v: unknown) => v instanceof Error ? 'error' : v ?? null;\n" +
+        "const start = show(environmentValue('LOOP_X'));\n" +
+        "process.env.LOOP_X = 'set-\\u{fffd}';\n" +
+        "const changed = show(environmentValue('LOOP_X'));\n" +
+        "console.log(JSON.stringify({ start, changed, home: nodeFs().homeDir() ?? null }));\n",
+    );
+    const node = spawnSync("sh", [
+      "-c",
+      `LOOP_X="$(printf 'start-\\377')" exec node --import tsx "$0"`,
+      script,
+    ], { cwd: root, encoding: "utf8" });
+    assert.equal(node.status, 0, node.stderr);
+    const seen = JSON.parse(node.stdout);
+    assert.equal(seen.start, "error");
+    assert.equal(seen.changed, "set-\u{fffd}");
+    if (isDeno) {
+      // Deno's Node layer without --allow-env refuses the read: the home directory is unknown.
+      const home = join(dir, "home.ts");
+      await writeFile(
+        home,
+        `import { nodeFs } from ${JSON.stringify(join(root, "adapters", "node.ts"))};\n` +
+          "console.log(JSON.stringify({ home: nodeFs().homeDir() ?? null }));\n",
+      );
+      const deno = spawnSync(process.execPath, [
+        "run",
+        "--allow-read",
+        "--config",
+        join(root, "deno.json"),
+        home,
+      ], { cwd: root, encoding: "utf8" });
+      assert.equal(deno.status, 0, deno.stderr);
+      assert.equal(JSON.parse(deno.stdout).home, null);
+    }
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
