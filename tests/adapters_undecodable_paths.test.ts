@@ -26,6 +26,17 @@ async function adapters(): Promise<[string, FileSystem][]> {
   return all;
 }
 
+/** A store under `dir` and one saved, closed session of it (its cwd `dir/work`). */
+async function savedSession(fs: FileSystem, dir: string) {
+  const cwd = `${dir}/work`;
+  await fs.mkdir(cwd, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: `${dir}/agent`, durability: "ordered" });
+  const session = await store.create(cwd);
+  await session.commit(conversation(1));
+  await session.close();
+  return { cwd, store, session, collection: session.getSessionDir() };
+}
+
 function undecodable(error: unknown): boolean {
   assert.ok(error instanceof FsIoError, String(error));
   assert.match(error.message, /not valid UTF-8/);
@@ -76,17 +87,7 @@ test("a delete of a session with a companion whose name is not valid UTF-8 is re
       )
     );
     for (const [name, fs, lookalike] of cases) {
-      const cwd = `${base}/work-${name}`;
-      await fs.mkdir(cwd, { recursive: true });
-      const store = new SessionStore({
-        fs,
-        agentDir: `${base}/agent-${name}`,
-        durability: "ordered",
-      });
-      const session = await store.create(cwd);
-      await session.commit(conversation(1));
-      await session.close();
-      const collection = session.getSessionDir();
+      const { cwd, store, session, collection } = await savedSession(fs, `${base}/${name}`);
       // A host's companion file `<id>.trace\xff` beside the session, and a readable one; with a
       // look-alike, also `<id>.trace\u{fffd}` (valid UTF-8), the name the first is listed by.
       const made = spawnSync("sh", [
@@ -133,17 +134,7 @@ test("a companion spelled with U+FFFD is deleted when the name beside it that is
   const base = await realpath(await mkdtemp(join(tmpdir(), "loop-undecodable-")));
   try {
     for (const [name, fs] of await adapters()) {
-      const cwd = `${base}/work-${name}`;
-      await fs.mkdir(cwd, { recursive: true });
-      const store = new SessionStore({
-        fs,
-        agentDir: `${base}/agent-${name}`,
-        durability: "ordered",
-      });
-      const session = await store.create(cwd);
-      await session.commit(conversation(1));
-      await session.close();
-      const collection = session.getSessionDir();
+      const { cwd, store, session, collection } = await savedSession(fs, `${base}/${name}`);
       // The session's companion `<id>.trace\u{fffd}` (a file), and a host's directory
       // `<id>.trace\xff`, listed by the same name.
       const made = spawnSync("sh", [
