@@ -1,7 +1,8 @@
 /**
- * Environment variables as the process was given them, for Node: Node decodes each value as
- * UTF-8, putting U+FFFD in place of bytes that are not valid UTF-8, so a path spelled with such
- * bytes would name another file (another data directory). Internal to the Node adapter and CLI.
+ * Bytes Node gives as text, decoded strictly, for Node: Node decodes names, paths and environment
+ * values as UTF-8, putting U+FFFD in place of bytes that are not valid UTF-8, so a path spelled
+ * with such bytes would name another file (another data directory). Internal to the Node adapter
+ * and CLI.
  *
  * @module
  */
@@ -11,6 +12,20 @@ import process from "node:process";
 const strictUtf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 const lossyUtf8 = new TextDecoder("utf-8", { ignoreBOM: true });
 const encoder = new TextEncoder();
+
+/** `bytes` decoded as UTF-8; undefined when they are not valid UTF-8 (a leading BOM is kept). */
+export function strictText(bytes: Uint8Array): string | undefined {
+  try {
+    return strictUtf8.decode(bytes);
+  } catch {
+    return undefined;
+  }
+}
+
+/** `bytes` decoded as Node decodes them (U+FFFD for what is not UTF-8): for messages. */
+export function lossyText(bytes: Uint8Array): string {
+  return lossyUtf8.decode(bytes);
+}
 
 /**
  * The value of the environment variable `name` (undefined when unset), or an `Error` saying that
@@ -43,12 +58,9 @@ export function environmentValue(name: string): string | undefined | Error {
     if (entry.length >= prefix.length && prefix.every((byte, i) => entry[i] === byte)) {
       const bytes = entry.subarray(prefix.length);
       // Changed since the process started: the current value, a string JavaScript set.
-      if (lossyUtf8.decode(bytes) !== value) return value;
-      try {
-        return strictUtf8.decode(bytes);
-      } catch {
-        return new Error(`its value ${JSON.stringify(value)} is not valid UTF-8`);
-      }
+      if (lossyText(bytes) !== value) return value;
+      return strictText(bytes) ??
+        new Error(`its value ${JSON.stringify(value)} is not valid UTF-8`);
     }
     start = end + 1;
   }

@@ -70,7 +70,7 @@ import {
   withoutTrailingSlash,
 } from "./_errors.ts";
 import { openNoFollowNative, readFileNative, readFileNoFollowNative } from "./_node_read.ts";
-import { environmentValue } from "./_node_env.ts";
+import { environmentValue, lossyText, strictText } from "./_node_env.ts";
 import { denoGrants, isPermissionRefusal, lazyProbe, requireHostName } from "./_probe.ts";
 import {
   closeAfter,
@@ -88,26 +88,20 @@ function mapError(error: unknown, syscall: string, path: string): FsError {
   return mapNativeError(error, syscall, path);
 }
 
-const strictUtf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
-
 /**
  * A path the system gave back as bytes (`realPath`, `readLink`), decoded; one that is not valid
  * UTF-8 is refused (`FsIoError`, `EIO`), as the Deno adapter refuses it: Node's own decoding would
  * put U+FFFD in its place, a string that names another file, or none.
  */
 function decodedPath(bytes: Uint8Array, syscall: string, path: string): string {
-  try {
-    return strictUtf8.decode(bytes);
-  } catch (error) {
-    const shown = new TextDecoder().decode(bytes);
-    throw new FsIoError(
-      "EIO",
-      syscall,
-      path,
-      `File name or path ${JSON.stringify(shown)} is not valid UTF-8`,
-      { cause: error },
-    );
-  }
+  const text = strictText(bytes);
+  if (text !== undefined) return text;
+  throw new FsIoError(
+    "EIO",
+    syscall,
+    path,
+    `File name or path ${JSON.stringify(lossyText(bytes))} is not valid UTF-8`,
+  );
 }
 
 /** Runs a native call and maps whatever it throws. */

@@ -41,9 +41,6 @@ interface NodeWrite {
   realpathSync: { native(path: string, options: { encoding: "buffer" }): Uint8Array };
 }
 
-/** Decodes a path given as bytes; throws on bytes that are not valid UTF-8. */
-const strictUtf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
-
 /**
  * Writes all of `data` to file descriptor `fd` with Node's `writeSync`, which may write part of
  * it, or fail with EAGAIN, when the descriptor is a non-blocking pipe (see `writeFully`). Returns
@@ -139,7 +136,9 @@ export async function runtimeIo(): Promise<
     return { io, args: deno.args, exit: (code) => deno.exit(code) };
   }
   const { nodeFs, nodeSha256 } = await import("../../adapters/node.ts");
-  const { environmentValue } = await import("../../adapters/_node_env.ts");
+  const { environmentValue, lossyText, strictText } = await import(
+    "../../adapters/_node_env.ts"
+  );
   const process = await import("node:process");
   const fs: NodeWrite = await import("node:fs");
   const writeAll = (fd: number, text: string): void => {
@@ -182,15 +181,13 @@ export async function runtimeIo(): Promise<
       } catch (error) {
         throw new UsageError(`the current directory cannot be read (${(error as Error).message})`);
       }
-      try {
-        return strictUtf8.decode(bytes);
-      } catch {
-        throw new UsageError(
-          `the current directory cannot be read (its path ${
-            JSON.stringify(new TextDecoder().decode(bytes))
-          } is not valid UTF-8)`,
-        );
-      }
+      const path = strictText(bytes);
+      if (path !== undefined) return path;
+      throw new UsageError(
+        `the current directory cannot be read (its path ${
+          JSON.stringify(lossyText(bytes))
+        } is not valid UTF-8)`,
+      );
     },
     now: Date.now,
   };
