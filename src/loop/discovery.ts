@@ -150,11 +150,11 @@ import {
   indexMatches,
   isBusy,
   isUnreachablePath,
-  joinBytes,
   MESSAGES_FILE,
   META_FILE,
   openSessionFile,
   readIfRegular,
+  readLines,
   readListingIndex,
   readStorageMeta,
   refuseIrregularFile,
@@ -1462,42 +1462,20 @@ async function scanTail(
     // lying meta.json never sizes a read beyond the file.
     const end = meta.start + meta.bytes;
     if (end > (await size())) return undefined;
-    // From one byte before the tail: the indexed prefix must end with a newline.
-    let position = meta.start + index.bytes - 1;
-    /** The start of a line cut by chunk boundaries, in pieces. */
-    let carry: Uint8Array[] = [];
-    let carryLength = 0;
+    // From one byte before the tail: the indexed prefix must end with a newline, so the first
+    // line read is the empty one it ends.
     let first = true;
-    while (position < end) {
-      const length = Math.min(TAIL_CHUNK, end - position);
-      const chunk = await handle.read(position, length);
-      if (chunk.length !== length) return undefined;
-      position += length;
-      let at = 0;
-      if (first) {
-        if (chunk[0] !== 10) return undefined;
+    const read = await readLines(handle, meta.start + index.bytes - 1, end, TAIL_CHUNK, {
+      onLine: (bytes) => {
+        if (!first) return take(bytes);
         first = false;
-        at = 1;
-      }
-      for (;;) {
-        const newline = chunk.indexOf(10, at);
-        if (newline < 0) break;
-        const piece = chunk.subarray(at, newline);
-        const line = carryLength === 0
-          ? piece
-          : joinBytes([...carry, piece], carryLength + piece.length);
-        carry = [];
-        carryLength = 0;
-        if (!take(line)) return undefined;
-        at = newline + 1;
-      }
-      if (at < chunk.length) {
-        carry.push(chunk.subarray(at));
-        carryLength += chunk.length - at;
-      }
-    }
+        return bytes.length === 0;
+      },
+    });
     // The committed range ends with a newline, and holds the lines the counts say.
-    if (carryLength > 0 || lines !== expected) return undefined;
+    if (read.short || read.stopped || read.trailing !== undefined || lines !== expected) {
+      return undefined;
+    }
   } finally {
     await handle.close();
   }

@@ -1112,11 +1112,6 @@ export async function forEachCommittedLine(
   let lines = 0;
   let kept = false;
   try {
-    /** The start of a line cut by chunk boundaries, in pieces (never copied until it ends). */
-    let carry: Uint8Array[] = [];
-    let carryLength = 0;
-    let carryOffset = 0;
-    let position = 0;
     const emit = (bytes: Uint8Array, offset: number): void => {
       if (lines >= meta.messageCount) {
         throw new CorruptSessionError(
@@ -1144,48 +1139,19 @@ export async function forEachCommittedLine(
       onLine(line);
       lines++;
     };
-    while (position < meta.bytes) {
-      const length = Math.min(chunkSize, meta.bytes - position);
-      const chunk = await handle.read(meta.start + position, length);
-      if (chunk.length !== length) {
-        // A short read is the end of the file (no stat up front: one call fewer per open); the
-        // file may end before the range starts, so its size is asked for here.
-        throw shortLog(file, (await handle.stat()).size, meta.start + meta.bytes);
-      }
-      hash.update(chunk);
-      let lineStart = 0;
-      if (carryLength > 0) {
-        // Only the line cut by the chunk boundary is copied together, never the whole chunk.
-        const first = chunk.indexOf(10);
-        if (first < 0) {
-          carry.push(chunk);
-          carryLength += chunk.length;
-          position += length;
-          continue;
-        }
-        carry.push(chunk.subarray(0, first));
-        emit(joinBytes(carry, carryLength + first), carryOffset);
-        carry = [];
-        carryLength = 0;
-        lineStart = first + 1;
-      }
-      for (;;) {
-        const newline = chunk.indexOf(10, lineStart);
-        if (newline < 0) break;
-        emit(chunk.subarray(lineStart, newline), position + lineStart);
-        lineStart = newline + 1;
-      }
-      if (lineStart < chunk.length) {
-        carry = [chunk.subarray(lineStart)];
-        carryLength = chunk.length - lineStart;
-        carryOffset = position + lineStart;
-      }
-      position += length;
+    const read = await readLines(handle, meta.start, meta.start + meta.bytes, chunkSize, {
+      onChunk: (chunk) => hash.update(chunk),
+      onLine: emit,
+    });
+    if (read.short) {
+      // A short read is the end of the file (no stat up front: one call fewer per open); the
+      // file may end before the range starts, so its size is asked for here.
+      throw shortLog(file, (await handle.stat()).size, meta.start + meta.bytes);
     }
-    if (carryLength > 0) {
+    if (read.trailing !== undefined) {
       throw new CorruptSessionError("Committed message bytes do not end with a newline", {
         file,
-        offset: meta.start + carryOffset,
+        offset: meta.start + read.trailing,
         messageIndex: lines,
       });
     }
@@ -1201,6 +1167,79 @@ export async function forEachCommittedLine(
     if (!kept) await handle.close();
   }
   return kept ? { hash, lines, handle } : { hash, lines };
+}
+
+/** How `readLines` ended. */
+export interface LinesRead {
+  /** True when a read came back short: the file ends before the range does. */
+  readonly short: boolean;
+  /** True when `onLine` returned false, which stops the reading. */
+  readonly stopped: boolean;
+  /** The offset (from the range's start) of bytes after the last newline; undefined when none. */
+  readonly trailing: number | undefined;
+}
+
+/**
+ * Splits bytes `from` to `to` of `handle` into lines, read `chunkSize` at a time: `onChunk` gets
+ * each chunk as it is read, `onLine` each whole line (without its newline) and its offset from
+ * `from`, in order; `onLine` returning false stops the reading. Only the line a chunk boundary
+ * cuts is copied together; memory holds a chunk and that line, whatever the range's size.
+ */
+export async function readLines(
+  handle: FileHandle,
+  from: number,
+  to: number,
+  chunkSize: number,
+  on: {
+    readonly onChunk?: (chunk: Uint8Array) => void;
+    readonly onLine: (bytes: Uint8Array, offset: number) => boolean | void;
+  },
+): Promise<LinesRead> {
+  /** The start of a line cut by chunk boundaries, in pieces (never copied until it ends). */
+  let carry: Uint8Array[] = [];
+  let carryLength = 0;
+  let carryOffset = 0;
+  let position = 0;
+  const total = to - from;
+  while (position < total) {
+    const length = Math.min(chunkSize, total - position);
+    const chunk = await handle.read(from + position, length);
+    if (chunk.length !== length) return { short: true, stopped: false, trailing: undefined };
+    on.onChunk?.(chunk);
+    let lineStart = 0;
+    if (carryLength > 0) {
+      const first = chunk.indexOf(10);
+      if (first < 0) {
+        carry.push(chunk);
+        carryLength += chunk.length;
+        position += length;
+        continue;
+      }
+      carry.push(chunk.subarray(0, first));
+      const line = joinBytes(carry, carryLength + first);
+      carry = [];
+      carryLength = 0;
+      if (on.onLine(line, carryOffset) === false) {
+        return { short: false, stopped: true, trailing: undefined };
+      }
+      lineStart = first + 1;
+    }
+    for (;;) {
+      const newline = chunk.indexOf(10, lineStart);
+      if (newline < 0) break;
+      if (on.onLine(chunk.subarray(lineStart, newline), position + lineStart) === false) {
+        return { short: false, stopped: true, trailing: undefined };
+      }
+      lineStart = newline + 1;
+    }
+    if (lineStart < chunk.length) {
+      carry = [chunk.subarray(lineStart)];
+      carryLength = chunk.length - lineStart;
+      carryOffset = position + lineStart;
+    }
+    position += length;
+  }
+  return { short: false, stopped: false, trailing: carryLength > 0 ? carryOffset : undefined };
 }
 
 /**
