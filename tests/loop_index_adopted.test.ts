@@ -112,3 +112,34 @@ test("a prefix index.json listing rounds past the messages it covers is rebuilt 
   await session.close();
   assert.equal(new TextDecoder().decode(await fs.readFile(`${dir}/index.json`)), current);
 });
+
+test("close() publishes a lag a writer adopted from a process that stopped before close()", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(CWD);
+  await session.commit([user("first")]);
+  await session.append([user("second")]);
+  await session.append([user("third")]);
+  const dir = session.getSessionPath();
+  const covered = async (disk: MemoryFs) => {
+    const meta = JSON.parse(new TextDecoder().decode(await disk.readFile(`${dir}/meta.json`)));
+    return (await readRoundIndex(disk, dir, false, meta))?.messageCount;
+  };
+  // The process stops here, without close(): what it left on disk, for the next process.
+  const left = fs.clone();
+  await session.close();
+  assert.equal(await covered(left), 1, "the index lags the committed history");
+  // A read-only manager never writes, at close() either.
+  const reader = await new SessionStore({ fs: left, agentDir: AGENT }).open(dir, {
+    readOnly: true,
+  });
+  assert.equal((await reader.readHistory()).total, 3);
+  await reader.close();
+  assert.equal(await covered(left), 1, "read-only");
+  // A writer adopts the lagging prefix, reads a page from it and brings it up to date at close().
+  const writer = await new SessionStore({ fs: left, agentDir: AGENT }).open(dir);
+  assert.equal((await writer.readHistory()).total, 3);
+  await writer.close();
+  assert.equal(await covered(left), 3, "a session at rest has a complete index");
+});

@@ -115,3 +115,28 @@ test("a failed save whose meta.json landed is adopted; flush() then writes no ot
   assert.equal(session.hasPendingSave, false);
   assert.deepEqual(await savedOn(store, session), serialized);
 });
+
+test("flush() writes what the failed save serialized, not what the host changed in the pending messages it was handed", async () => {
+  for (const kind of ["replace", "append"] as const) {
+    const { memory, store } = await rig();
+    const session = await store.create(CWD);
+    await session.commit([user("first")]);
+    memory.resetCounter();
+    memory.failAt(1, { persistent: true, ops: ["rename"] });
+    const save = kind === "replace"
+      ? session.commit([user("first, edited"), user("second")])
+      : session.append([user("second")]);
+    await assert.rejects(save, FsIoError);
+    memory.clearFaults();
+    assert.equal(session.hasPendingSave, true, kind);
+    // The pending snapshot's objects, through the getter and through a page.
+    const held = session.messages;
+    const page = await session.readHistory();
+    (held[held.length - 1] as { content: string }).content = "changed through messages";
+    (page.messages[0] as { content: string }).content = "changed through a page";
+    await session.flush();
+    await session.close();
+    const expected = kind === "replace" ? ["first, edited", "second"] : ["first", "second"];
+    assert.deepEqual((await savedOn(store, session)).map((m) => m.content), expected, kind);
+  }
+});

@@ -331,9 +331,16 @@ interface Committed {
 interface PendingCommit {
   /**
    * The history the save leads to: the saved messages it kept, then copies of the ones it
-   * serialized (parsed back from their lines).
+   * serialized (parsed back from their lines). The getters hand these objects out.
    */
   readonly messages: readonly Message[];
+  /**
+   * The lines the save serialized, of the messages from `first` on: `flush()` parses them again,
+   * so a copy changed in place through `messages` or a page is not what it writes.
+   */
+  readonly lines: Uint8Array;
+  /** The index of the first message of `lines`. */
+  readonly first: number;
   /**
    * For a save that appends to the saved history (or changes only metadata), the number of saved
    * messages it appends to: `flush()` appends the rest again, without looking at the saved ones
@@ -932,12 +939,13 @@ export class SessionManager {
       // so they are not compared again. The saved history is the one it appended to, or, when
       // its meta.json was found published after all, the one it leads to (nothing left to add).
       const committed = this.#committed;
+      const messages = writtenCopies(pending.messages, pending.lines, pending.first);
       const from = pending.appendFrom !== undefined && isSaved(committed) &&
-          pending.appendFrom <= committed.count && committed.count <= pending.messages.length
+          pending.appendFrom <= committed.count && committed.count <= messages.length
         ? committed.count
         : 0;
       const prepared = this.#prepare(
-        from === 0 ? pending.messages : pending.messages.slice(from),
+        from === 0 ? messages : messages.slice(from),
         pending.runtimeContexts,
         pending.promptTimings,
         pending.context,
@@ -1475,9 +1483,11 @@ export class SessionManager {
    * (`ownMetadata`). Only a failed save pays for the copies.
    */
   #keepPending(prepared: PreparedCommit): void {
-    const messages = writtenCopies(prepared);
+    const { arrays, bytes, first } = prepared;
     this.#pending = {
-      messages,
+      messages: writtenCopies(arrays.messages.slice(0, prepared.count), bytes, first),
+      lines: bytes,
+      first,
       appendFrom: prepared.kind === "append" || prepared.kind === "metadata"
         ? prepared.first
         : undefined,
@@ -2286,9 +2296,11 @@ export class SessionManager {
   // Lifecycle
 
   /**
-   * Waits for queued writes, publishes a lagging index (or one removed or changed by another
-   * process since this manager published or checked it; never once the session directory was
-   * removed, moved away or replaced by one without meta.json), closes the log handles (the
+   * Waits for queued writes, publishes an index that lags the history (left by this manager's
+   * saves, or adopted at open from a process that stopped before closing; one missing or damaged
+   * at open is rebuilt by a page read instead), or one removed or changed by another process
+   * since this manager published or checked it (never once the session directory was removed,
+   * moved away or replaced by one without meta.json), closes the log handles (the
    * writer's, and the one page reads keep open from their first page, also in a read-only
    * manager) and releases the writer slot. A pending save stays unsaved: call `flush()` first to
    * keep it. A metadata change that was rejected after its meta.json may have landed (a pin,
@@ -2306,17 +2318,19 @@ export class SessionManager {
           !this.#readOnly && this.#committed.meta !== undefined && this.#pending === undefined
         ) {
           try {
-            // Behind the committed history after this manager's saves (fewer messages, or another
-            // generation's range: a replacement of as many messages whose publication failed), or
-            // no longer the file known to be there (removed or damaged by another process):
-            // published again.
+            // Behind the committed history (fewer messages, or another generation's range: a
+            // replacement of as many messages whose publication failed), whether this manager's
+            // saves left the lag or it adopted one a process that stopped before close() left;
+            // unusable after this manager's saves (one missing or damaged at open is rebuilt by a
+            // page read, not by an open and close); or no longer the file known to be there
+            // (removed or damaged by another process): published again.
             const { meta, count } = this.#committed;
             const indexed = this.#indexed;
             if (
-              ((this.#wrote &&
-                (indexed === undefined || indexed.count !== count ||
-                  indexed.start !== meta.start || indexed.bytes !== meta.bytes)) ||
-                !(await this.#indexStillThere())) &&
+              (indexed === undefined
+                ? this.#wrote
+                : indexed.count !== count || indexed.start !== meta.start ||
+                  indexed.bytes !== meta.bytes || !(await this.#indexStillThere())) &&
               // Never into a directory that no longer holds the session (removed, moved away or
               // replaced since: a write there is refused with SessionNotFoundError).
               await isRegularFile(this.#fs, this.#metaFile)
@@ -2679,17 +2693,21 @@ function canonicalLine(message: unknown, fallback: string | undefined): string |
 }
 
 /**
- * The history `prepared` leads to, its messages from `prepared.first` on (the ones it serialized)
- * replaced by copies parsed back from the lines it serialized: what the save writes, whatever the
- * caller does to its objects later. Unlike a structured clone, this never fails for a message the
+ * `history` (what a save leads to) with its messages from `first` on (the ones it serialized)
+ * replaced by copies parsed back from `bytes`, the lines it serialized: what the save writes,
+ * whatever the caller does to its objects, or to earlier copies, later. Unlike a structured clone, this never fails for a message the
  * save accepted (a function JSON leaves out, a nesting a runtime cannot clone): `JSON.parse` is
  * iterative, and the lines are JSON the save wrote.
  */
-function writtenCopies(prepared: PreparedCommit): Message[] {
-  const messages = prepared.arrays.messages.slice(0, prepared.count);
-  const lines = decoder.decode(prepared.bytes).split("\n");
-  for (let i = prepared.first; i < messages.length; i++) {
-    const line = lines[i - prepared.first];
+function writtenCopies(
+  history: readonly Message[],
+  bytes: Uint8Array,
+  first: number,
+): Message[] {
+  const messages = history.slice();
+  const lines = decoder.decode(bytes).split("\n");
+  for (let i = first; i < messages.length; i++) {
+    const line = lines[i - first];
     if (line !== undefined) messages[i] = JSON.parse(line) as Message;
   }
   return messages;
