@@ -2,7 +2,8 @@
  * The Deno adapter: the filesystem port over the `Deno.*` file APIs, and native SHA-256.
  * Native errors are mapped to the port's typed errors (`NotFound`, `AlreadyExists`, ...), with
  * the native error kept as `cause`. Needs `--allow-read` and `--allow-write` for the paths it
- * touches (and `--allow-env=HOME` for `homeDir()`).
+ * touches (and `--allow-env=HOME` for `homeDir()`, plus `--allow-sys=homedir` for the account's
+ * home directory when HOME is unset).
  *
  * A file it opens with `Deno.open` (`open()`: the temp files of `meta.json` and `index.json`)
  * takes a write of up to 64 KiB as one synchronous call on the main thread, which lands in the
@@ -45,6 +46,7 @@ import type {
   WriteFileOptions,
 } from "../src/port/fs.ts";
 import { constants as nodeConstants } from "node:fs";
+import { homedir } from "node:os";
 import { open as openNode } from "node:fs/promises";
 import type { FsError } from "../src/port/errors.ts";
 import { checkMode, IsADirectory, NotADirectory, NotEmpty } from "../src/port/errors.ts";
@@ -563,7 +565,17 @@ class DenoFileSystem implements FileSystem {
       }
       throw error;
     }
-    return home === undefined || home === "" ? undefined : home;
+    if (home === undefined) {
+      // Unset: the account's home directory (the passwd entry, or the user profile on Windows),
+      // as Node's `os.homedir()` answers on Node. Without --allow-sys it is unknown.
+      try {
+        home = homedir();
+      } catch (error) {
+        if (error instanceof Error) return undefined;
+        throw error;
+      }
+    }
+    return home === "" ? undefined : home;
   }
 }
 

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { homedir } from "node:os";
 import { denoFs } from "../adapters/deno.ts";
 import { testFileSystem } from "../testing.ts";
 import { FsIoError, NotFound, PermissionDenied } from "../src/port/errors.ts";
@@ -69,5 +70,44 @@ Deno.test("denoFs maps a refused permission to PermissionDenied keeping the nati
 
 Deno.test("denoFs homeDir() reads HOME", () => {
   const home = Deno.env.get(Deno.build.os === "windows" ? "USERPROFILE" : "HOME");
-  assert.equal(denoFs().homeDir?.(), home === "" ? undefined : home);
+  assert.equal(denoFs().homeDir?.(), home === undefined ? homedir() : home || undefined);
+});
+
+Deno.test("without HOME, denoFs and nodeFs both answer the account's home directory", async () => {
+  const root = new URL("..", import.meta.url).pathname;
+  const show = (adapter: string, name: string) =>
+    `import { ${name} } from ${JSON.stringify(`${root}adapters/${adapter}.ts`)};\n` +
+    `console.log(JSON.stringify({ home: ${name}().homeDir?.() ?? null }));\n`;
+  const dir = await Deno.makeTempDir({ prefix: "loop-home-" });
+  try {
+    await Deno.writeTextFile(`${dir}/deno.ts`, show("deno", "denoFs"));
+    await Deno.writeTextFile(`${dir}/node.ts`, show("node", "nodeFs"));
+    const homeOf = async (command: string, args: string[]): Promise<string | null> => {
+      const out = await new Deno.Command(command, {
+        args,
+        cwd: root,
+        clearEnv: true,
+        env: { PATH: Deno.env.get("PATH") ?? "" },
+      }).output();
+      const stderr = new TextDecoder().decode(out.stderr);
+      assert.equal(out.code, 0, stderr);
+      return JSON.parse(new TextDecoder().decode(out.stdout)).home;
+    };
+    const config = ["--config", `${root}deno.json`];
+    const deno = await homeOf(Deno.execPath(), ["run", "-A", ...config, `${dir}/deno.ts`]);
+    const node = await homeOf("node", ["--import", "tsx", `${dir}/node.ts`]);
+    assert.equal(typeof deno, "string");
+    assert.notEqual(deno, "");
+    assert.equal(deno, node);
+    // Without --allow-sys the account's entry cannot be read: the home directory is unknown.
+    const denied = await homeOf(Deno.execPath(), [
+      "run",
+      "--allow-read",
+      ...config,
+      `${dir}/deno.ts`,
+    ]);
+    assert.equal(denied, null);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });
