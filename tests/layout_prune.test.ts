@@ -691,3 +691,32 @@ test("agent output named like a prune's leftover is measured like the rest of it
   const plan = await pruneRaw(fs, tree.loopyRoot, { dryRun: true });
   assert.equal(plan.removed.find((item) => item.path === entry)?.bytes, before + 1000);
 });
+
+test("a state.json or session.json the filesystem refuses to read keeps that session's raw output and stops no other session's", async () => {
+  for (const refused of ["state", "manifest"] as const) {
+    const { fs, tree } = await folded();
+    const file = refused === "state" ? tree.child.stateJson : tree.root.sessionJson;
+    const reads = new Set(["readFile", "readFileNoFollow", "open", "openNoFollow"]);
+    const denying = hookedFs(fs, {
+      before: (method, args) => {
+        if (reads.has(method) && args[0] === file) throw new PermissionDenied(method, file);
+      },
+    });
+    const report = await pruneRaw(denying, tree.loopyRoot);
+    if (refused === "state") {
+      assert.deepEqual(removedPaths(report), [...tree.prunable.slice(0, 3)].sort(), refused);
+      for (const dir of [`${tree.child.rawDir}/0001_leaf`, tree.running]) {
+        assert.equal(skippedFor(report, dir), "state_unreadable", dir);
+        assert.ok(await exists(fs, dir), dir);
+      }
+      const detail = report.skipped.find((skip) => skip.path === tree.running)?.detail ?? "";
+      assert.match(detail, /state\.json cannot be read: .*Permission denied/);
+    } else {
+      assert.deepEqual(removedPaths(report), [`${tree.child.rawDir}/0001_leaf`], refused);
+      assert.equal(skippedFor(report, tree.root.rawDir), "manifest_unreadable");
+      for (const dir of tree.prunable.slice(0, 3)) assert.ok(await exists(fs, dir), dir);
+      const detail = report.skipped.find((skip) => skip.path === tree.root.rawDir)?.detail ?? "";
+      assert.match(detail, /session\.json cannot be read: .*Permission denied/);
+    }
+  }
+});

@@ -360,21 +360,28 @@ async function isListed(fs: FileSystem, parent: string, name: string): Promise<b
   return (await readDirIfExists(fs, parent)).some((entry) => entry.name === name);
 }
 
-/** Reads what a session is running; an unreadable state is reported, not guessed. */
+/**
+ * Reads what a session is running; an unreadable state is reported, not guessed: malformed, or
+ * refused by the filesystem (permissions, an I/O error), which keeps that session's raw output
+ * and stops no other session's.
+ */
 async function readRunningState(fs: FileSystem, dir: string): Promise<RunningState> {
   const file = join(dir, "state.json");
-  const kind = await entryKind(fs, file);
-  if (kind === undefined) return { readable: true, running: undefined, iteration: undefined };
-  if (kind !== "file") {
-    return { readable: false, detail: `state.json is not a regular file (${kind})` };
-  }
   let state;
   try {
+    const kind = await entryKind(fs, file);
+    if (kind === undefined) return { readable: true, running: undefined, iteration: undefined };
+    if (kind !== "file") {
+      return { readable: false, detail: `state.json is not a regular file (${kind})` };
+    }
     // The session's own state: one copied from another session says nothing of what this one runs.
     state = await readSessionState(fs, dir);
   } catch (error) {
-    if (!(error instanceof LayoutRecordError)) throw error;
-    return { readable: false, detail: error.message };
+    if (error instanceof LayoutRecordError) return { readable: false, detail: error.message };
+    if (error instanceof FsError) {
+      return { readable: false, detail: `state.json cannot be read: ${error.message}` };
+    }
+    throw error;
   }
   const task = state.status === "running" ? state.current_task : undefined;
   if (task == null) return { readable: true, running: undefined, iteration: undefined };
@@ -423,6 +430,11 @@ async function recordedLayout(
   } catch (error) {
     if (error instanceof LayoutRecordError) return { unreadable: error.message };
     if (error instanceof NotFound) return { unreadable: "session.json disappeared" };
+    // Refused by the filesystem (permissions, an I/O error): that session's raw/ is kept, and no
+    // other session's pruning stops.
+    if (error instanceof FsError) {
+      return { unreadable: `session.json cannot be read: ${error.message}` };
+    }
     throw error;
   }
   if (manifest.session_id !== session.sessionId) {
