@@ -51,8 +51,8 @@ tree exists).`,
   "prune-raw":
     `Usage: loop-sessions prune-raw [--older-than DAYS] [--session ID] [--legacy-traces] [--dry-run] [--json]
 
-Deletes raw attempt directories (raw/<NNNN>_<workflow>/) of folded sessions; never the durable
-tree. --session prunes that session only (its children have ids of their own). --legacy-traces
+Deletes raw attempt directories (raw/<NNNN>_<workflow>/) of folded sessions, and the temp files
+of writes a crash interrupted (.<name>.<random>.tmp, an hour old); never the durable tree. --session prunes that session only (its children have ids of their own). --legacy-traces
 also removes the historical .loopy_loop/traces/ mirror and, without --session, its outbox.
 --dry-run prints the plan and changes nothing. Entries kept by the rules (running, too recent, a
 link) are listed as skipped; one that could not be read or removed is listed with the error and
@@ -400,6 +400,8 @@ export async function runPruneRaw(io: CliIo, args: readonly string[]): Promise<n
   let summary = `${report.dryRun ? "would prune" : "pruned"} ${
     counted("raw_attempt")
   } raw attempt dir(s)`;
+  const temps = counted("temp_leftover");
+  if (temps > 0) summary += ` and ${temps} temp file(s) left by a crash`;
   if (parsed.flags.has("legacy-traces")) {
     summary += `; ${verb} ${counted("legacy_traces")} legacy trace tree(s)`;
     const outbox = counted("finalization_outbox");

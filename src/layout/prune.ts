@@ -11,7 +11,11 @@
  *   `session.json` cannot be read or names another session (`manifest_unreadable`);
  * - with `legacyTraces`, the historical mirror tree `.loopy_loop/traces/` (each root's tree, or
  *   with a session, its `traces/<root>/sessions/<id>/` alone) and, without a session, the
- *   entries of `.loopy_loop/trace_finalization_outbox/`.
+ *   entries of `.loopy_loop/trace_finalization_outbox/`;
+ * - the temp files of atomic replaces a crash interrupted (`.<name>.<random>.tmp`, see
+ *   `isTempName`) once an hour old (`TEMP_LEFTOVER_AGE_MS`): in each session's tree outside its
+ *   `raw/` and `children/`, and (without a session) at the top of `.loopy_loop/` and of
+ *   `.loopy_loop/sessions/`. Never one outside `.loopy_loop/`.
  *
  * What is kept and reported: a symlink anywhere (never followed, never removed), a raw entry that
  * is not a directory or not named `<NNNN>_<workflow>`, an entry newer than the age limit, the raw
@@ -34,9 +38,9 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
-import { FsError, NotFound } from "../port/errors.ts";
+import { FsError, NotFound, PermissionDenied } from "../port/errors.ts";
 import { join, NAME_MAX_BYTES, utf8Prefix } from "../port/path.ts";
-import { entryKind, readDirIfExists } from "../port/durable.ts";
+import { entryKind, isTempName, readDirIfExists } from "../port/durable.ts";
 import { mapLimit } from "../port/limit.ts";
 import { LayoutOptionError, LayoutRecordError } from "./errors.ts";
 import { manifestLayout } from "./records.ts";
@@ -69,7 +73,12 @@ export type PruneKind =
   /** A mirror trace tree (`traces/<root>/` or `traces/<root>/sessions/<id>/`). */
   | "legacy_traces"
   /** An entry of `trace_finalization_outbox/`. */
-  | "finalization_outbox";
+  | "finalization_outbox"
+  /**
+   * A temp file of an atomic replace that a crash interrupted (`.<name>.<random>.tmp`, the shape
+   * every layout write stages its file under), older than `TEMP_LEFTOVER_AGE_MS`.
+   */
+  | "temp_leftover";
 
 /** Why an entry was kept. */
 export type PruneSkipReason =
@@ -171,6 +180,14 @@ export interface PruneRawOptions {
 }
 
 const DAY_MS = 86_400_000;
+
+/**
+ * How old (by its modification time) a temp file of an atomic replace must be before prune-raw
+ * removes it: one hour. A layout write holds its temp file for the milliseconds between creating
+ * and renaming it, so one that old was left by a process that stopped; removing a younger one
+ * could make a write still in flight fail.
+ */
+export const TEMP_LEFTOVER_AGE_MS = 3_600_000;
 
 /**
  * What must still not be running when a planned entry is removed: a raw attempt directory of one
@@ -362,8 +379,8 @@ async function isListed(fs: FileSystem, parent: string, name: string): Promise<b
 
 /**
  * Reads what a session is running; an unreadable state is reported, not guessed: malformed, or
- * refused by the filesystem (permissions, an I/O error), which keeps that session's raw output
- * and stops no other session's.
+ * refused by the filesystem (`PermissionDenied`), which keeps that session's raw output and stops
+ * no other session's. An I/O error fails the call, as everywhere (a rerun finishes the job).
  */
 async function readRunningState(fs: FileSystem, dir: string): Promise<RunningState> {
   const file = join(dir, "state.json");
@@ -378,7 +395,7 @@ async function readRunningState(fs: FileSystem, dir: string): Promise<RunningSta
     state = await readSessionState(fs, dir);
   } catch (error) {
     if (error instanceof LayoutRecordError) return { readable: false, detail: error.message };
-    if (error instanceof FsError) {
+    if (error instanceof PermissionDenied) {
       return { readable: false, detail: `state.json cannot be read: ${error.message}` };
     }
     throw error;
@@ -430,9 +447,9 @@ async function recordedLayout(
   } catch (error) {
     if (error instanceof LayoutRecordError) return { unreadable: error.message };
     if (error instanceof NotFound) return { unreadable: "session.json disappeared" };
-    // Refused by the filesystem (permissions, an I/O error): that session's raw/ is kept, and no
-    // other session's pruning stops.
-    if (error instanceof FsError) {
+    // Refused by the filesystem: that session's raw/ is kept, and no other session's pruning
+    // stops (an I/O error fails the call, as everywhere).
+    if (error instanceof PermissionDenied) {
       return { unreadable: `session.json cannot be read: ${error.message}` };
     }
     throw error;
@@ -514,6 +531,57 @@ async function planRawDir(planner: Planner, session: SessionDirEntry): Promise<v
 
 function isDir(kind: string): boolean {
   return kind === "directory";
+}
+
+/**
+ * Plans the removal of the temp files of interrupted atomic replaces (`isTempName`) in `dir` and,
+ * with `deep`, in the directories below it: a session's durable tree, without its `raw/` (whose
+ * attempt entries are pruned whole, and which agents write) and its `children/` (each child is a
+ * session of its own, planned with its own id). Only files modified before `cutoffMs` go (see
+ * `TEMP_LEFTOVER_AGE_MS`); younger ones are left unreported, as writes that may be in flight. A
+ * symlink is never followed, and a directory the filesystem refuses to list is reported
+ * (`unreadable`) and stops nothing else.
+ */
+async function planTempLeftovers(
+  planner: Planner,
+  dir: string,
+  sessionId: string | null,
+  cutoffMs: number,
+  deep: boolean,
+): Promise<void> {
+  const fs = planner.fs;
+  const visit = async (at: string, top: boolean): Promise<void> => {
+    let entries;
+    try {
+      entries = await fs.readDir(at);
+    } catch (error) {
+      if (error instanceof NotFound) return;
+      if (!(error instanceof PermissionDenied)) throw error;
+      planner.skip(at, "unreadable", `It cannot be listed for temp files: ${error.message}`);
+      return;
+    }
+    const found: string[] = [];
+    for (const entry of entries) {
+      if (entry.kind === "file" && isTempName(entry.name)) found.push(entry.name);
+      else if (
+        deep && entry.kind === "directory" && !isPruningName(entry.name) &&
+        !(top && (entry.name === "raw" || entry.name === "children"))
+      ) await visit(join(at, entry.name), false);
+    }
+    const outcomes = await mapLimit(found, CONCURRENCY, async (name) => {
+      let mtimeMs: number;
+      try {
+        mtimeMs = (await fs.lstat(join(at, name))).mtimeMs;
+      } catch (error) {
+        if (error instanceof NotFound) return undefined; // renamed in by its write meanwhile
+        throw error;
+      }
+      if (mtimeMs > cutoffMs) return undefined;
+      return await planner.measure(at, name, "temp_leftover", sessionId, false);
+    });
+    for (const outcome of outcomes) if (outcome !== undefined) planner.record(outcome);
+  };
+  await visit(dir, true);
 }
 
 /** Why `sessions` keep a mirror trace tree (one runs an attempt, or cannot tell), if they do. */
@@ -670,7 +738,9 @@ function sessionEntry(tree: SessionTree, sessionId: string): SessionDirEntry {
   };
 }
 
-function validateOptions(options: PruneRawOptions): number | undefined {
+function validateOptions(
+  options: PruneRawOptions,
+): { readonly cutoffMs: number | undefined; readonly nowMs: number } {
   const days = options.olderThanDays;
   if (days !== undefined && (typeof days !== "number" || !Number.isFinite(days) || days < 0)) {
     throw new LayoutOptionError(
@@ -683,12 +753,12 @@ function validateOptions(options: PruneRawOptions): number | undefined {
   if (sessionId !== undefined && (typeof sessionId !== "string" || !isSafeId(sessionId))) {
     throw new LayoutOptionError("sessionId", sessionId, "sessionId must be a safe session id");
   }
-  if (days === undefined) return undefined;
   const date: unknown = (options.now ?? (() => new Date()))();
   if (!(date instanceof Date) || Number.isNaN(date.getTime())) {
     throw new LayoutOptionError("now", date, "now must return a valid date");
   }
-  return date.getTime() - days * DAY_MS;
+  const nowMs = date.getTime();
+  return { cutoffMs: days === undefined ? undefined : nowMs - days * DAY_MS, nowMs };
 }
 
 /**
@@ -738,7 +808,7 @@ export async function pruneRaw(
   loopyRoot: string,
   options: PruneRawOptions = {},
 ): Promise<PruneReport> {
-  const cutoffMs = validateOptions(options);
+  const { cutoffMs, nowMs } = validateOptions(options);
   const root = await openLoopyRoot(fs, loopyRoot);
   const planner = new Planner(fs, cutoffMs);
   let sessions: readonly SessionDirEntry[];
@@ -756,6 +826,16 @@ export async function pruneRaw(
   }
   for (const session of sessions) await planRawDir(planner, session);
   if (options.legacyTraces === true) await planLegacyTraces(planner, root, sessions, selected);
+  // Temp files a crash left: older than an hour, and than the age limit when one is given.
+  const tempCutoff = Math.min(nowMs - TEMP_LEFTOVER_AGE_MS, cutoffMs ?? Infinity);
+  if (selected === undefined) {
+    for (const dir of [root.loopyDir, root.sessionsDir]) {
+      await planTempLeftovers(planner, dir, null, tempCutoff, false);
+    }
+  }
+  for (const session of sessions) {
+    await planTempLeftovers(planner, session.dir, session.sessionId, tempCutoff, true);
+  }
 
   if (options.dryRun === true) {
     return report(planner.targets, planner.skipped, true);
@@ -845,7 +925,11 @@ async function execute(
     // which call finished first.
     const moveAside = async (target: Target, kept: Kept | undefined): Promise<Moved> => {
       if (kept !== undefined) return { target, kept };
-      if (target.kind === "pruning_leftover") return { target, at: target.path, renamed: false };
+      // A leftover is removed by its own name: an interrupted prune's is hidden already, and a
+      // temp file is one file, which goes at once.
+      if (target.kind === "pruning_leftover" || target.kind === "temp_leftover") {
+        return { target, at: target.path, renamed: false };
+      }
       const at = join(parent, hiddenName(target.name));
       try {
         await fs.rename(target.path, at);
@@ -931,10 +1015,11 @@ async function execute(
     }
     // A tree that fails to go (a directory in it that cannot be changed, a path too long to
     // reach) is reported by its hidden name and stops nothing else; the next prune tries again.
-    const gone = await mapLimit(staged, CONCURRENCY, async ({ at }): Promise<boolean | Kept> => {
+    const gone = await mapLimit(staged, CONCURRENCY, async ({ target, at }) => {
       let found: boolean | Kept = true;
       try {
-        await fs.remove(at, { recursive: true });
+        // A temp file replaced by a directory since the plan is not removed with what it holds.
+        await fs.remove(at, { recursive: target.kind !== "temp_leftover" });
       } catch (error) {
         if (error instanceof FsError && !(error instanceof NotFound)) {
           found = { reason: "remove_failed", detail: `${at}: ${error.message}` };

@@ -256,7 +256,8 @@ async function removeQuietly(fs: FileSystem, path: string): Promise<void> {
   try {
     await fs.remove(path, { recursive: true });
   } catch {
-    // The temp file is unreachable garbage: readers ignore `*.tmp`, maintenance removes it.
+    // The temp file is unreachable garbage readers ignore: the Loop store's cleanup() and
+    // prune-raw (in a folded session's tree, once an hour old) remove it.
   }
 }
 
