@@ -1,12 +1,13 @@
 /**
  * Bytes Node gives as text, decoded strictly, for Node: Node decodes names, paths and environment
  * values as UTF-8, putting U+FFFD in place of bytes that are not valid UTF-8, so a path spelled
- * with such bytes would name another file (another data directory). Internal to the Node adapter
- * and CLI.
+ * with such bytes would name another file (another data directory). Internal to the adapters
+ * and the CLI; also the home directory both adapters fall back to.
  *
  * @module
  */
 import { readFileSync } from "node:fs";
+import { homedir } from "node:os";
 import process from "node:process";
 
 const strictUtf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
@@ -65,4 +66,20 @@ export function environmentValue(name: string): string | undefined | Error {
     start = end + 1;
   }
   return value;
+}
+
+/**
+ * The home directory `os.homedir()` answers (HOME, else the account's passwd entry; the user
+ * profile on Windows), or undefined when none can be determined, it is empty, or the runtime
+ * refuses to look (Deno without --allow-sys): the port's answer for "unknown".
+ */
+export function osHomeDir(): string | undefined {
+  let home: string;
+  try {
+    home = homedir();
+  } catch (error) {
+    if (error instanceof Error) return undefined;
+    throw error;
+  }
+  return home === "" ? undefined : home;
 }

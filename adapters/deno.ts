@@ -46,7 +46,6 @@ import type {
   WriteFileOptions,
 } from "../src/port/fs.ts";
 import { constants as nodeConstants } from "node:fs";
-import { homedir } from "node:os";
 import { open as openNode } from "node:fs/promises";
 import type { FsError } from "../src/port/errors.ts";
 import { checkMode, IsADirectory, NotADirectory, NotEmpty } from "../src/port/errors.ts";
@@ -54,6 +53,7 @@ import type { Sha256Factory } from "../src/port/sha256.ts";
 import { nodeProcessProbe, nodeSha256 } from "./node.ts";
 import { openNoFollowNative, readFileNoFollowNative } from "./_node_read.ts";
 import { SYNC_WRITE_LIMIT } from "./_node_handle.ts";
+import { osHomeDir } from "./_node_env.ts";
 import { lazyProbe, requireHostName } from "./_probe.ts";
 import type { ProcessProbe } from "../src/loop/lock.ts";
 import {
@@ -565,16 +565,8 @@ class DenoFileSystem implements FileSystem {
       }
       throw error;
     }
-    if (home === undefined) {
-      // Unset: the account's home directory (the passwd entry, or the user profile on Windows),
-      // as Node's `os.homedir()` answers on Node. Without --allow-sys it is unknown.
-      try {
-        home = homedir();
-      } catch (error) {
-        if (error instanceof Error) return undefined;
-        throw error;
-      }
-    }
+    // Unset: the account's home directory, as Node answers on Node (unknown without --allow-sys).
+    if (home === undefined) return osHomeDir();
     return home === "" ? undefined : home;
   }
 }

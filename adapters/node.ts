@@ -35,7 +35,7 @@
  */
 import { constants, readFileSync, readlinkSync, type Stats } from "node:fs";
 import * as fsp from "node:fs/promises";
-import { homedir, hostname } from "node:os";
+import { hostname } from "node:os";
 import process from "node:process";
 import { createHash, type Hash } from "node:crypto";
 import type {
@@ -70,7 +70,7 @@ import {
   withoutTrailingSlash,
 } from "./_errors.ts";
 import { openNoFollowNative, readFileNative, readFileNoFollowNative } from "./_node_read.ts";
-import { environmentValue, lossyText, strictText } from "./_node_env.ts";
+import { environmentValue, lossyText, osHomeDir, strictText } from "./_node_env.ts";
 import { denoGrants, isPermissionRefusal, lazyProbe, requireHostName } from "./_probe.ts";
 import {
   closeAfter,
@@ -466,16 +466,7 @@ class NodeFileSystem implements FileSystem {
     // A HOME that is not valid UTF-8 is unknown, as on Deno: Node's decoding of it names
     // another directory.
     if (environmentValue("HOME") instanceof Error) return undefined;
-    let home: string;
-    try {
-      home = homedir();
-    } catch (error) {
-      // Node throws when no home directory can be determined (no HOME, no passwd entry); the
-      // port's answer for "unknown" is `undefined`.
-      if (error instanceof Error) return undefined;
-      throw error;
-    }
-    return home === "" ? undefined : home;
+    return osHomeDir();
   }
 }
 
