@@ -8,6 +8,7 @@
  */
 import { readFileSync } from "node:fs";
 import { homedir } from "node:os";
+import { isAbsolute } from "../src/port/path.ts";
 import process from "node:process";
 
 const strictUtf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
@@ -69,17 +70,19 @@ export function environmentValue(name: string): string | undefined | Error {
 }
 
 /**
- * The home directory `os.homedir()` answers (HOME, else the account's passwd entry; the user
- * profile on Windows), or undefined when none can be determined, it is empty, or the runtime
- * refuses to look (Deno without --allow-sys): the port's answer for "unknown".
+ * The home directory `homeDirOf()` (by default `os.homedir()`) answers: HOME, else the account's
+ * passwd entry (the user profile on Windows). Undefined when none can be determined (Node throws;
+ * Deno's Node layer answers `null` for an account without a passwd entry), when the runtime
+ * refuses to look (Deno without --allow-sys), or when the answer is not an absolute path: the
+ * port's answer for "unknown", which no path is joined to.
  */
-export function osHomeDir(): string | undefined {
-  let home: string;
+export function osHomeDir(homeDirOf: () => unknown = homedir): string | undefined {
+  let home: unknown;
   try {
-    home = homedir();
+    home = homeDirOf();
   } catch (error) {
     if (error instanceof Error) return undefined;
     throw error;
   }
-  return home === "" ? undefined : home;
+  return typeof home === "string" && isAbsolute(home) ? home : undefined;
 }

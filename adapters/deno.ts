@@ -566,8 +566,8 @@ class DenoFileSystem implements FileSystem {
       throw error;
     }
     // Unset: the account's home directory, as Node answers on Node (unknown without --allow-sys).
-    if (home === undefined) return osHomeDir();
-    return home === "" ? undefined : home;
+    // An empty or relative HOME names no directory the port can join paths to: unknown.
+    return osHomeDir(home === undefined ? undefined : () => home);
   }
 }
 

@@ -312,7 +312,7 @@ export class SessionStore {
         `An absolute agent directory is required (got ${
           JSON.stringify(agentDir)
         }); pass agentDir or use an adapter that knows the home directory (on Deno, ` +
-          "denoFs() needs --allow-env=HOME for it)",
+          "denoFs() needs --allow-env=HOME for it, and --allow-sys=homedir when HOME is unset)",
       );
     }
     this.agentDir = normalize(agentDir);
