@@ -122,6 +122,7 @@ export {
   PRUNING_PREFIX,
   type SessionDirEntry,
   type SessionDirWalk,
+  type UnidentifiedDir,
   walkSessionDirs,
   type WalkSkip,
 } from "./src/layout/loopy_root.ts";

@@ -144,31 +144,96 @@ test("the prune-raw command counts removed temp files apart from raw attempt dir
   assert.match(out(), /pruned 4 raw attempt dir\(s\) and 1 temp file\(s\) left by a crash, /);
 });
 
-test("a durable directory the filesystem refuses to list is reported and stops nothing else; an I/O error fails the call", async () => {
+/** `fs` with `method` on `path` failing with `code`. */
+function refusing(fs: MemoryFs, method: string, path: string, code: string) {
+  return hookedFs(fs, {
+    before: (called, args) => {
+      if (called !== method || args[0] !== path) return;
+      throw code === "EACCES"
+        ? new PermissionDenied(method, path)
+        : new FsIoError(code, method, path, `${code} (injected)`);
+    },
+  });
+}
+
+test("a durable directory that cannot be listed (refused, a path too long) is reported and stops nothing else; an I/O error fails the call", async () => {
+  for (const code of ["EACCES", "ENAMETOOLONG", "ELOOP"]) {
+    const { fs, tree } = await folded();
+    const now = Date.now() + 2 * HOUR;
+    const temp = await planted(fs, `${tree.child.dir}/.state.json.0a1b2c3da.tmp`, now, 2 * HOUR);
+    const refused = tree.root.iterationsDir;
+    const options = { now: () => new Date(now) };
+    await assert.rejects(
+      pruneRaw(refusing(fs, "readDir", refused, "EIO"), tree.loopyRoot, options),
+      FsIoError,
+    );
+    const report = await pruneRaw(refusing(fs, "readDir", refused, code), tree.loopyRoot, options);
+    const skip = report.skipped.find((entry) => entry.path === refused);
+    assert.equal(skip?.reason, "unreadable", code);
+    assert.match(skip?.detail ?? "", code === "EACCES" ? /Permission denied/ : new RegExp(code));
+    assert.deepEqual(
+      report.removed.filter((entry) => entry.kind !== "raw_attempt").map((entry) => entry.path),
+      [temp],
+      code,
+    );
+    assert.equal(report.removed.filter((entry) => entry.kind === "raw_attempt").length, 4, code);
+  }
+});
+
+test("a temp file that cannot be looked at is reported; the other sessions are pruned", async () => {
   const { fs, tree } = await folded();
   const now = Date.now() + 2 * HOUR;
-  const temp = await planted(fs, `${tree.child.dir}/.state.json.0a1b2c3da.tmp`, now, 2 * HOUR);
-  const refused = tree.root.iterationsDir;
-  const failing = (error: "EACCES" | "EIO") =>
-    hookedFs(fs, {
-      before: (method, args) => {
-        if (method !== "readDir" || args[0] !== refused) return;
-        throw error === "EACCES"
-          ? new PermissionDenied("readDir", refused)
-          : new FsIoError("EIO", "readDir", refused, "I/O error");
-      },
-    });
-  await assert.rejects(
-    pruneRaw(failing("EIO"), tree.loopyRoot, { now: () => new Date(now) }),
-    FsIoError,
-  );
-  const report = await pruneRaw(failing("EACCES"), tree.loopyRoot, { now: () => new Date(now) });
-  const skip = report.skipped.find((entry) => entry.path === refused);
-  assert.equal(skip?.reason, "unreadable");
-  assert.match(skip?.detail ?? "", /Permission denied/);
+  const hidden = await planted(fs, `${tree.root.dir}/.state.json.0a1b2c3db.tmp`, now, 2 * HOUR);
+  const temp = await planted(fs, `${tree.child.dir}/.state.json.0a1b2c3dc.tmp`, now, 2 * HOUR);
+  const report = await pruneRaw(refusing(fs, "lstat", hidden, "EACCES"), tree.loopyRoot, {
+    now: () => new Date(now),
+  });
+  assert.equal(report.skipped.find((entry) => entry.path === hidden)?.reason, "unreadable");
   assert.deepEqual(
-    report.removed.filter((entry) => entry.kind !== "raw_attempt").map((entry) => entry.path),
+    report.removed.filter((entry) => entry.kind === "temp_leftover").map((entry) => entry.path),
     [temp],
   );
   assert.equal(report.removed.filter((entry) => entry.kind === "raw_attempt").length, 4);
+});
+
+test("a raw/ that cannot be listed is reported and the other sessions' raw output still goes", async () => {
+  const { fs, tree } = await folded();
+  const report = await pruneRaw(
+    refusing(fs, "readDir", tree.child.rawDir, "EACCES"),
+    tree.loopyRoot,
+  );
+  assert.equal(
+    report.skipped.find((entry) => entry.path === tree.child.rawDir)?.reason,
+    "unreadable",
+  );
+  assert.deepEqual(
+    report.removed.map((entry) => entry.path).sort(),
+    [...tree.prunable.slice(0, 3)].sort(),
+  );
+  await assert.rejects(
+    pruneRaw(refusing(fs, "readDir", tree.child.rawDir, "EIO"), tree.loopyRoot),
+    FsIoError,
+  );
+});
+
+test("a linked sessions/ is not swept for temp files, not even in a dry run", async () => {
+  const { fs, tree } = await folded();
+  const now = Date.now() + 2 * HOUR;
+  const sessions = `${tree.loopyRoot}/sessions`;
+  await fs.rename(sessions, `${tree.repoRoot}/elsewhere`);
+  await fs.symlink(`${tree.repoRoot}/elsewhere`, sessions);
+  const outside = await planted(
+    fs,
+    `${tree.repoRoot}/elsewhere/.cache.db.0a1b2c3dd.tmp`,
+    now,
+    2 * HOUR,
+  );
+  for (const dryRun of [true, false]) {
+    const report = await pruneRaw(fs, tree.loopyRoot, { now: () => new Date(now), dryRun });
+    assert.deepEqual(report.removed, [], `dryRun ${dryRun}`);
+    assert.deepEqual(report.skipped.map((entry) => [entry.path, entry.reason]), [
+      [sessions, "symlink"],
+    ]);
+  }
+  assert.ok(paths(fs).includes(outside));
 });

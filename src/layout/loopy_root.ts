@@ -148,6 +148,25 @@ export interface WalkSkip {
   readonly path: string;
   /** Always `symlink`: a walk never follows a link. */
   readonly reason: "symlink";
+  /**
+   * The id of the tree the path belongs to (the top-level directory's name below `sessions/`),
+   * or `null` for `sessions/` itself: sessions may hide behind it that the walk cannot see.
+   */
+  readonly rootSessionId: string | null;
+}
+
+/**
+ * A directory where a session directory would be (below `sessions/`, or a child's below
+ * `children/`) without a regular `session.json`: a session whose manifest is missing or damaged,
+ * or a directory that is no session. Its descendants are not walked.
+ */
+export interface UnidentifiedDir {
+  /** The directory. */
+  readonly path: string;
+  /** The id of the tree it belongs to (the top-level directory's name below `sessions/`). */
+  readonly rootSessionId: string;
+  /** What its `session.json` is instead of a regular file: missing, or another kind. */
+  readonly manifest: "missing" | "directory" | "other";
 }
 
 /** What `walkSessionDirs` found. */
@@ -156,6 +175,8 @@ export interface SessionDirWalk {
   readonly sessions: readonly SessionDirEntry[];
   /** Symlinks met where a session directory, a manifest or `children/` would be. */
   readonly skipped: readonly WalkSkip[];
+  /** Directories where a session would be that hold no regular `session.json`, in walk order. */
+  readonly unidentified: readonly UnidentifiedDir[];
 }
 
 /**
@@ -170,6 +191,7 @@ export async function walkSessionDirs(
 ): Promise<SessionDirWalk> {
   const sessions: SessionDirEntry[] = [];
   const skipped: WalkSkip[] = [];
+  const unidentified: UnidentifiedDir[] = [];
   const visit = async (
     dir: string,
     rootSessionId: string,
@@ -177,34 +199,49 @@ export async function walkSessionDirs(
   ): Promise<void> => {
     const manifest = await entryKind(fs, join(dir, "session.json"));
     if (manifest === "symlink") {
-      skipped.push({ path: join(dir, "session.json"), reason: "symlink" });
+      skipped.push({ path: join(dir, "session.json"), reason: "symlink", rootSessionId });
       return;
     }
-    if (manifest !== "file") return;
+    if (manifest !== "file") {
+      unidentified.push({
+        path: dir,
+        rootSessionId,
+        manifest: manifest === undefined
+          ? "missing"
+          : manifest === "directory"
+          ? "directory"
+          : "other",
+      });
+      return;
+    }
     const sessionId = basename(dir);
     sessions.push({ sessionId, dir, rootSessionId, parentSessionId });
     const childrenDir = join(dir, CHILDREN_DIRNAME);
     const children = await entryKind(fs, childrenDir);
     if (children === "symlink") {
-      skipped.push({ path: childrenDir, reason: "symlink" });
+      skipped.push({ path: childrenDir, reason: "symlink", rootSessionId });
       return;
     }
     if (children !== "directory") return;
     for (const entry of await fs.readDir(childrenDir)) {
       if (entry.name.startsWith(".") || entry.name.startsWith(STAGING_PREFIX)) continue;
       const childDir = join(childrenDir, entry.name);
-      if (entry.kind === "symlink") skipped.push({ path: childDir, reason: "symlink" });
-      else if (entry.kind === "directory") await visit(childDir, rootSessionId, sessionId);
+      if (entry.kind === "symlink") {
+        skipped.push({ path: childDir, reason: "symlink", rootSessionId });
+      } else if (entry.kind === "directory") await visit(childDir, rootSessionId, sessionId);
     }
   };
   const top = await entryKind(fs, sessionsDir);
-  if (top === "symlink") skipped.push({ path: sessionsDir, reason: "symlink" });
-  if (top !== "directory") return { sessions, skipped };
+  if (top === "symlink") {
+    skipped.push({ path: sessionsDir, reason: "symlink", rootSessionId: null });
+  }
+  if (top !== "directory") return { sessions, skipped, unidentified };
   for (const entry of await fs.readDir(sessionsDir)) {
     if (entry.name.startsWith(".")) continue;
     const dir = join(sessionsDir, entry.name);
-    if (entry.kind === "symlink") skipped.push({ path: dir, reason: "symlink" });
-    else if (entry.kind === "directory") await visit(dir, entry.name, null);
+    if (entry.kind === "symlink") {
+      skipped.push({ path: dir, reason: "symlink", rootSessionId: entry.name });
+    } else if (entry.kind === "directory") await visit(dir, entry.name, null);
   }
-  return { sessions, skipped };
+  return { sessions, skipped, unidentified };
 }

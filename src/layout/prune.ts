@@ -1,5 +1,5 @@
 /**
- * `prune-raw`: deletes prunable mechanical noise and never the durable tree.
+ * `prune-raw`: deletes prunable mechanical noise and never a durable file.
  *
  * What is prunable:
  * - the raw attempt directories of folded sessions, `<session>/raw/<NNNN>_<workflow>/` (every
@@ -24,7 +24,9 @@
  * being set up), a mirror session's traces while it runs, a session's raw output when its
  * `state.json` cannot be read (nobody can tell what is running), an entry whose tree cannot be read
  * to measure it (`unreadable`), and one moved aside whose removal failed (`remove_failed`): one
- * such tree stops nothing else, and a rerun tries again. What runs is read when the plan
+ * such tree stops nothing else, and a rerun tries again. A mirror trace tree is also kept while a
+ * session of its tree cannot be identified (a directory without a regular `session.json`, or one
+ * behind a link: `manifest_unreadable`), as what it runs is unknown. What runs is read when the plan
  * is made and read again right before each entry is moved aside (in this process, serialized
  * with `updateSessionState` of that session), so an attempt that started after the plan keeps
  * its raw output.
@@ -100,8 +102,10 @@ export type PruneSkipReason =
    */
   | "mirror_layout"
   /**
-   * The session's `session.json` cannot be read (or names another session), so its layout is
-   * unknown: its `raw/` directory is kept whole.
+   * The session's `session.json` cannot be read (or names another session, or is missing), so its
+   * layout is unknown: its `raw/` directory is kept whole. For a mirror trace tree: a session of
+   * the tree cannot be identified (a directory of it without a regular `session.json`, or behind a
+   * symlink), so what runs is unknown and the tree's traces are kept.
    */
   | "manifest_unreadable"
   /**
@@ -495,7 +499,14 @@ async function planRawDir(planner: Planner, session: SessionDirEntry): Promise<v
     return;
   }
   const state = await planner.state(session.dir);
-  const entries = await fs.readDir(rawDir);
+  let entries;
+  try {
+    entries = await fs.readDir(rawDir);
+  } catch (error) {
+    if (!isRefusedHere(error)) throw error;
+    planner.skip(rawDir, "unreadable", `The raw directory cannot be listed: ${error.message}`);
+    return;
+  }
   const guard: Guard = { kind: "raw", sessionDir: session.dir };
   const outcomes = await mapLimit(entries, CONCURRENCY, async (entry) => {
     const path = join(rawDir, entry.name);
@@ -556,7 +567,7 @@ async function planTempLeftovers(
       entries = await fs.readDir(at);
     } catch (error) {
       if (error instanceof NotFound) return;
-      if (!(error instanceof PermissionDenied)) throw error;
+      if (!isRefusedHere(error)) throw error;
       planner.skip(at, "unreadable", `It cannot be listed for temp files: ${error.message}`);
       return;
     }
@@ -574,7 +585,8 @@ async function planTempLeftovers(
         mtimeMs = (await fs.lstat(join(at, name))).mtimeMs;
       } catch (error) {
         if (error instanceof NotFound) return undefined; // renamed in by its write meanwhile
-        throw error;
+        if (!isRefusedHere(error)) throw error;
+        return skipOf(join(at, name), "unreadable", `It cannot be looked at: ${error.message}`);
       }
       if (mtimeMs > cutoffMs) return undefined;
       return await planner.measure(at, name, "temp_leftover", sessionId, false);
@@ -582,6 +594,17 @@ async function planTempLeftovers(
     for (const outcome of outcomes) if (outcome !== undefined) planner.record(outcome);
   };
   await visit(dir, true);
+}
+
+/**
+ * True for an error that concerns the path it names, not the storage: the filesystem refuses it
+ * (`PermissionDenied`), or it is too long or has too many links to reach (`ENAMETOOLONG`,
+ * `ELOOP`). That path is kept and reported, and no other entry's pruning stops; any other error (an
+ * I/O error) fails the call, and a rerun finishes the job.
+ */
+function isRefusedHere(error: unknown): error is FsError {
+  return error instanceof PermissionDenied ||
+    (error instanceof FsError && (error.code === "ENAMETOOLONG" || error.code === "ELOOP"));
 }
 
 /** Why `sessions` keep a mirror trace tree (one runs an attempt, or cannot tell), if they do. */
@@ -631,11 +654,23 @@ async function usableDir(planner: Planner, base: string, dir: string): Promise<b
   return true;
 }
 
+/**
+ * A place of the session tree where sessions may be that the walk could not see (a symlink, a
+ * directory without a regular session.json), in the tree `rootSessionId` (`null`: every tree).
+ */
+interface HiddenPart {
+  readonly path: string;
+  readonly rootSessionId: string | null;
+  /** What is wrong with it, after its path: "is a symlink", "has no session.json", ... */
+  readonly why: string;
+}
+
 async function planLegacyTraces(
   planner: Planner,
   root: LoopyRoot,
   sessions: readonly SessionDirEntry[],
   selected: ReadonlySet<string> | undefined,
+  hidden: readonly HiddenPart[],
 ): Promise<void> {
   const fs = planner.fs;
   if (await usableDir(planner, root.loopyDir, root.tracesDir)) {
@@ -650,7 +685,17 @@ async function planLegacyTraces(
         continue;
       }
       const treeSessions = sessions.filter((session) => session.rootSessionId === entry.name);
-      if (selected === undefined) {
+      // A session of the tree the walk could not identify may be running: the tree is kept.
+      const unknown = hidden.find((part) =>
+        part.rootSessionId === entry.name || part.rootSessionId === null
+      );
+      if (selected === undefined && unknown !== undefined) {
+        planner.skip(
+          path,
+          "manifest_unreadable",
+          `What the tree runs is unknown, so its traces are kept: ${unknown.path} ${unknown.why}`,
+        );
+      } else if (selected === undefined) {
         const kept = (await keptForRunning(planner, path, treeSessions)) ||
           !(await planner.oldEnough(path));
         if (!kept) {
@@ -766,10 +811,12 @@ function validateOptions(
  * removed and what is kept) and reports every entry removed (path, bytes, kind) and every entry
  * kept with the reason. With `dryRun` nothing changes and the report is the same plan.
  *
- * Never touched: anything outside `.loopy_loop/`, any symlink or anything behind one, and the
- * durable tree of every session (manifests, state, receipts, `project_state/`, `iterations/`):
- * after pruning every logical reference in it still resolves, a reference into a pruned raw
- * directory with `status: "pruned"`. `loopyRoot` is the `.loopy_loop/` directory
+ * Never touched: anything outside `.loopy_loop/`, any symlink or anything behind one, and every
+ * durable file of every session (manifests, state, receipts, `project_state/`, `iterations/`):
+ * in that tree only the temp files of atomic replaces a crash interrupted go (an hour old, named
+ * as only this library names them: `isTempName`), which no reader ever reads. After pruning
+ * every logical reference still resolves, a reference into a pruned raw directory with
+ * `status: "pruned"`. `loopyRoot` is the `.loopy_loop/` directory
  * (`findLoopyRoot`). A `sessionId` that no valid tree holds is an `UnknownSessionError`; a
  * negative age a `LayoutOptionError`. A filesystem failure propagates as the port's error; what
  * was already removed stays removed and a rerun completes the rest.
@@ -813,6 +860,7 @@ export async function pruneRaw(
   const planner = new Planner(fs, cutoffMs);
   let sessions: readonly SessionDirEntry[];
   let selected: ReadonlySet<string> | undefined;
+  const hidden: HiddenPart[] = [];
   if (options.sessionId !== undefined) {
     const tree = await loadSessionTree(fs, root.repoRoot, options.sessionId);
     sessions = [sessionEntry(tree, options.sessionId)];
@@ -822,14 +870,35 @@ export async function pruneRaw(
     sessions = walk.sessions;
     for (const link of walk.skipped) {
       planner.skip(link.path, "symlink", "A symlink in the session tree is never followed");
+      hidden.push({ ...link, why: "is a symlink" });
+    }
+    for (const dir of walk.unidentified) {
+      const why = dir.manifest === "missing"
+        ? "has no session.json"
+        : `has a session.json that is not a regular file (${dir.manifest})`;
+      hidden.push({ ...dir, why });
+      // Whatever it holds is kept; a raw/ in it is reported, as a folded session's whose
+      // session.json cannot be read.
+      const rawDir = join(dir.path, "raw");
+      if ((await entryKind(fs, rawDir)) !== undefined) {
+        planner.skip(
+          rawDir,
+          "manifest_unreadable",
+          `The session's layout is unknown, so its raw/ is kept: the directory ${why}`,
+        );
+      }
     }
   }
   for (const session of sessions) await planRawDir(planner, session);
-  if (options.legacyTraces === true) await planLegacyTraces(planner, root, sessions, selected);
+  if (options.legacyTraces === true) {
+    await planLegacyTraces(planner, root, sessions, selected, hidden);
+  }
   // Temp files a crash left: older than an hour, and than the age limit when one is given.
   const tempCutoff = Math.min(nowMs - TEMP_LEFTOVER_AGE_MS, cutoffMs ?? Infinity);
   if (selected === undefined) {
     for (const dir of [root.loopyDir, root.sessionsDir]) {
+      // Never through a link (a linked sessions/ is reported by the walk).
+      if ((await chainKind(fs, root.loopyDir, dir)) !== "directory") continue;
       await planTempLeftovers(planner, dir, null, tempCutoff, false);
     }
   }
