@@ -464,9 +464,11 @@ class NodeFileSystem implements FileSystem {
 
   homeDir(): string | undefined {
     // A HOME that is not valid UTF-8 is unknown, as on Deno: Node's decoding of it names
-    // another directory.
-    if (environmentValue("HOME") instanceof Error) return undefined;
-    return osHomeDir();
+    // another directory. One that is set is the answer whatever `os.homedir()` makes of it (Deno's
+    // Node layer takes an empty one as unset); only an unset HOME asks for the account's.
+    const home = environmentValue("HOME");
+    if (home instanceof Error) return undefined;
+    return osHomeDir(home === undefined ? undefined : () => home);
   }
 }
 

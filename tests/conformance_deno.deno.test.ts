@@ -74,7 +74,7 @@ Deno.test("denoFs homeDir() reads HOME", () => {
   assert.equal(denoFs().homeDir?.(), expected?.startsWith("/") ? expected : undefined);
 });
 
-Deno.test("without HOME, denoFs and nodeFs both answer the account's home directory", async () => {
+Deno.test("without HOME, denoFs and nodeFs both answer the account's home directory; with one, only an absolute HOME", async () => {
   const root = new URL("..", import.meta.url).pathname;
   const show = (adapter: string, name: string) =>
     `import { ${name} } from ${JSON.stringify(`${root}adapters/${adapter}.ts`)};\n` +
@@ -83,12 +83,18 @@ Deno.test("without HOME, denoFs and nodeFs both answer the account's home direct
   try {
     await Deno.writeTextFile(`${dir}/deno.ts`, show("deno", "denoFs"));
     await Deno.writeTextFile(`${dir}/node.ts`, show("node", "nodeFs"));
-    const homeOf = async (command: string, args: string[]): Promise<string | null> => {
+    // Deno keeps its cache where it is, whatever HOME the child gets.
+    const denoDir = Deno.env.get("DENO_DIR") ?? `${homedir()}/.cache/deno`;
+    const homeOf = async (
+      command: string,
+      args: string[],
+      env: Record<string, string> = {},
+    ): Promise<string | null> => {
       const out = await new Deno.Command(command, {
         args,
         cwd: root,
         clearEnv: true,
-        env: { PATH: Deno.env.get("PATH") ?? "" },
+        env: { PATH: Deno.env.get("PATH") ?? "", DENO_DIR: denoDir, ...env },
       }).output();
       const stderr = new TextDecoder().decode(out.stderr);
       assert.equal(out.code, 0, stderr);
@@ -108,6 +114,25 @@ Deno.test("without HOME, denoFs and nodeFs both answer the account's home direct
       `${dir}/deno.ts`,
     ]);
     assert.equal(denied, null);
+    // A HOME that is set is the answer when it is an absolute path, and unknown otherwise (never
+    // the account's in its place), through either adapter on either runtime.
+    for (const [home, expected] of [["", null], ["rel", null], ["/abs/home", "/abs/home"]]) {
+      const env = { HOME: home as string };
+      const runs = {
+        denoFs: await homeOf(Deno.execPath(), ["run", "-A", ...config, `${dir}/deno.ts`], env),
+        nodeFsOnDeno: await homeOf(
+          Deno.execPath(),
+          ["run", "-A", ...config, `${dir}/node.ts`],
+          env,
+        ),
+        nodeFsOnNode: await homeOf("node", ["--import", "tsx", `${dir}/node.ts`], env),
+      };
+      assert.deepEqual(
+        runs,
+        { denoFs: expected, nodeFsOnDeno: expected, nodeFsOnNode: expected },
+        JSON.stringify(home),
+      );
+    }
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

@@ -6,7 +6,7 @@
  */
 import { FsError, FsIoError, NotADirectory, NotFound } from "../port/errors.ts";
 import type { DirEntry } from "../port/fs.ts";
-import { basename, dirname, join, normalize } from "../port/path.ts";
+import { basename, dirname, isAbsolute, join, normalize } from "../port/path.ts";
 import {
   InvalidArgumentError,
   SessionError,
@@ -153,9 +153,18 @@ interface StoreFlags {
 function agentDirOf(io: CliIo, explicit: string | undefined): string {
   const chosen = explicit ?? io.env("LOOP_DATA_DIR");
   const home = (): string => {
-    const found = io.env("HOME") || io.fs.homeDir?.();
-    if (found === undefined || found === "") {
-      throw new UsageError("cannot find the home directory; pass --data-dir or set LOOP_DATA_DIR");
+    // HOME as the shell has it, else what the adapter knows (the account's home directory); a
+    // relative HOME names no home directory, as the adapters say.
+    const set = io.env("HOME");
+    const found = set !== undefined && set !== "" ? set : io.fs.homeDir?.();
+    if (found === undefined || found === "" || !isAbsolute(found)) {
+      throw new UsageError(
+        found === undefined || found === ""
+          ? "cannot find the home directory; pass --data-dir or set LOOP_DATA_DIR"
+          : `HOME is not an absolute path (${
+            JSON.stringify(found)
+          }); pass --data-dir or set LOOP_DATA_DIR`,
+      );
     }
     return found;
   };
