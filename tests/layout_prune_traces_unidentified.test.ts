@@ -10,6 +10,9 @@ import { pruneRaw, type PruneReport, updateSessionState } from "../layout.ts";
 import { runCli } from "../src/cli/main.ts";
 import { memoryIo } from "./_cli_io.ts";
 import { newRepo, writeJson } from "./layout_fixtures.ts";
+import { buildFoldedTree } from "./fixtures/folded_tree.ts";
+import { hookedFs } from "./_hooks.ts";
+import { FsIoError, PermissionDenied } from "../src/port/errors.ts";
 import {
   buildMirrorTree,
   MIRROR_CHILD_ID,
@@ -120,12 +123,56 @@ test("a trace tree with no session directory goes; a symlinked sessions/ keeps e
   assert.ok(await exists(fs, orphan));
 });
 
-test("a directory without session.json that holds a raw/ is reported, and its raw/ kept", async () => {
-  const { fs, tree } = await childRunning();
-  const stray = `${tree.loopyRoot}/sessions/${MIRROR_ROOT_ID}/children/${MIRROR_CHILD_ID}`;
-  await fs.mkdir(`${stray}/raw/0001_leaf`, { recursive: true });
-  await fs.remove(`${stray}/session.json`);
+test("a directory where a session would be without session.json is reported once, and what it holds kept", async () => {
+  const fs = await newRepo();
+  const tree = await buildFoldedTree(fs);
+  // The root's manifest is gone: neither its raw/ nor its child's (below it) is pruned, and the
+  // directory is said once, with exit 1.
+  await fs.remove(tree.root.sessionJson);
   const report = await pruneRaw(fs, tree.loopyRoot);
-  assert.equal(reasonFor(report, `${stray}/raw`), "manifest_unreadable");
-  assert.ok(await exists(fs, `${stray}/raw/0001_leaf`));
+  assert.deepEqual(report.removed, []);
+  assert.deepEqual(report.skipped.map((skip) => [skip.path, skip.reason]), [
+    [tree.root.dir, "manifest_unreadable"],
+  ]);
+  assert.match(report.skipped[0]?.detail ?? "", /it has no session\.json/);
+  for (const dir of tree.prunable) assert.ok(await exists(fs, dir), dir);
+  const { io, out } = memoryIo(fs, tree.repoRoot, Date.now());
+  assert.equal(await runCli(["prune-raw"], io), 1);
+  assert.match(out(), /manifest_unreadable/);
+});
+
+test("a session.json or children/ the filesystem refuses to show keeps that part of the tree and stops nothing else", async () => {
+  for (const refused of ["lstat", "readDir"] as const) {
+    const fs = await newRepo();
+    const tree = await buildFoldedTree(fs);
+    const path = refused === "lstat" ? tree.child.sessionJson : `${tree.root.dir}/children`;
+    const denying = hookedFs(fs, {
+      before: (method, args) => {
+        if (method === refused && args[0] === path) throw new PermissionDenied(method, path);
+      },
+    });
+    const report = await pruneRaw(denying, tree.loopyRoot);
+    const kept = refused === "lstat" ? tree.child.dir : path;
+    assert.equal(reasonFor(report, kept), "manifest_unreadable", refused);
+    assert.match(
+      report.skipped.find((skip) => skip.path === kept)?.detail ?? "",
+      /Permission denied/,
+    );
+    // The root's own finished attempts still go; the child's raw output is kept.
+    assert.deepEqual(
+      report.removed.map((entry) => entry.path).sort(),
+      [...tree.prunable.slice(0, 3)].sort(),
+      refused,
+    );
+    assert.ok(await exists(fs, `${tree.child.rawDir}/0001_leaf`), refused);
+    // An I/O error there fails the call, as everywhere: a rerun finishes the job.
+    const failing = hookedFs(fs, {
+      before: (method, args) => {
+        if (method === refused && args[0] === path) {
+          throw new FsIoError("EIO", method, path, "I/O error");
+        }
+      },
+    });
+    await assert.rejects(pruneRaw(failing, tree.loopyRoot), FsIoError);
+  }
 });

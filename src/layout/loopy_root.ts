@@ -8,6 +8,7 @@
 import type { FileSystem } from "../port/fs.ts";
 import { basename, dirname, isAbsolute, join, relativeWithin } from "../port/path.ts";
 import { entryKind } from "../port/durable.ts";
+import { FsError, PermissionDenied } from "../port/errors.ts";
 import { LoopyRootError } from "./errors.ts";
 import { CHILDREN_DIRNAME, LOOPY_DIRNAME, repositoryPaths, STAGING_PREFIX } from "./paths.ts";
 
@@ -156,17 +157,30 @@ export interface WalkSkip {
 }
 
 /**
- * A directory where a session directory would be (below `sessions/`, or a child's below
- * `children/`) without a regular `session.json`: a session whose manifest is missing or damaged,
- * or a directory that is no session. Its descendants are not walked.
+ * A directory where sessions may be that the walk could not identify: one where a session
+ * directory would be (below `sessions/`, or a child's below `children/`) without a regular
+ * `session.json` (a session whose manifest is missing or damaged, or a directory that is no
+ * session), or whose `session.json` or `children/` the filesystem refuses to show. Nothing below
+ * it is walked.
  */
 export interface UnidentifiedDir {
-  /** The directory. */
+  /** The directory (a session's `children/` when that is what cannot be listed). */
   readonly path: string;
   /** The id of the tree it belongs to (the top-level directory's name below `sessions/`). */
   readonly rootSessionId: string;
-  /** What its `session.json` is instead of a regular file: missing, or another kind. */
-  readonly manifest: "missing" | "directory" | "other";
+  /** What is wrong, to follow the path in a sentence: "has no session.json", ... */
+  readonly detail: string;
+}
+
+/**
+ * True for an error that concerns the path it names, not the storage: the filesystem refuses it
+ * (`PermissionDenied`), or it is too long or has too many links to reach (`ENAMETOOLONG`,
+ * `ELOOP`). Maintenance keeps and reports such a path, and goes on with the others; any other
+ * error (an I/O error) fails the call, and a rerun finishes the job.
+ */
+export function isRefusedHere(error: unknown): error is FsError {
+  return error instanceof PermissionDenied ||
+    (error instanceof FsError && (error.code === "ENAMETOOLONG" || error.code === "ELOOP"));
 }
 
 /** What `walkSessionDirs` found. */
@@ -197,7 +211,18 @@ export async function walkSessionDirs(
     rootSessionId: string,
     parentSessionId: string | null,
   ): Promise<void> => {
-    const manifest = await entryKind(fs, join(dir, "session.json"));
+    let manifest;
+    try {
+      manifest = await entryKind(fs, join(dir, "session.json"));
+    } catch (error) {
+      if (!isRefusedHere(error)) throw error;
+      unidentified.push({
+        path: dir,
+        rootSessionId,
+        detail: `has a session.json that cannot be looked at (${error.message})`,
+      });
+      return;
+    }
     if (manifest === "symlink") {
       skipped.push({ path: join(dir, "session.json"), reason: "symlink", rootSessionId });
       return;
@@ -206,24 +231,35 @@ export async function walkSessionDirs(
       unidentified.push({
         path: dir,
         rootSessionId,
-        manifest: manifest === undefined
-          ? "missing"
-          : manifest === "directory"
-          ? "directory"
-          : "other",
+        detail: manifest === undefined
+          ? "has no session.json"
+          : `has a session.json that is not a regular file (${manifest})`,
       });
       return;
     }
     const sessionId = basename(dir);
     sessions.push({ sessionId, dir, rootSessionId, parentSessionId });
     const childrenDir = join(dir, CHILDREN_DIRNAME);
-    const children = await entryKind(fs, childrenDir);
+    let children;
+    let listed;
+    try {
+      children = await entryKind(fs, childrenDir);
+      if (children === "directory") listed = await fs.readDir(childrenDir);
+    } catch (error) {
+      if (!isRefusedHere(error)) throw error;
+      unidentified.push({
+        path: childrenDir,
+        rootSessionId,
+        detail: `cannot be listed (${error.message})`,
+      });
+      return;
+    }
     if (children === "symlink") {
       skipped.push({ path: childrenDir, reason: "symlink", rootSessionId });
       return;
     }
-    if (children !== "directory") return;
-    for (const entry of await fs.readDir(childrenDir)) {
+    if (listed === undefined) return;
+    for (const entry of listed) {
       if (entry.name.startsWith(".") || entry.name.startsWith(STAGING_PREFIX)) continue;
       const childDir = join(childrenDir, entry.name);
       if (entry.kind === "symlink") {

@@ -24,9 +24,10 @@
  * being set up), a mirror session's traces while it runs, a session's raw output when its
  * `state.json` cannot be read (nobody can tell what is running), an entry whose tree cannot be read
  * to measure it (`unreadable`), and one moved aside whose removal failed (`remove_failed`): one
- * such tree stops nothing else, and a rerun tries again. A mirror trace tree is also kept while a
- * session of its tree cannot be identified (a directory without a regular `session.json`, or one
- * behind a link: `manifest_unreadable`), as what it runs is unknown. What runs is read when the plan
+ * such tree stops nothing else, and a rerun tries again. A directory where a session would be
+ * that cannot be identified (no regular `session.json`, or one the filesystem refuses to show) is
+ * reported once (`manifest_unreadable`) with everything below it kept, and so is the mirror trace
+ * tree of its tree (or of every tree, behind a linked `sessions/`), as what runs there is unknown. What runs is read when the plan
  * is made and read again right before each entry is moved aside (in this process, serialized
  * with `updateSessionState` of that session), so an attempt that started after the plan keeps
  * its raw output.
@@ -50,6 +51,7 @@ import { isSafeId } from "./ids.ts";
 import {
   chainKind,
   isPruningName,
+  isRefusedHere,
   type LoopyRoot,
   openLoopyRoot,
   PRUNING_PREFIX,
@@ -102,10 +104,12 @@ export type PruneSkipReason =
    */
   | "mirror_layout"
   /**
-   * The session's `session.json` cannot be read (or names another session, or is missing), so its
-   * layout is unknown: its `raw/` directory is kept whole. For a mirror trace tree: a session of
-   * the tree cannot be identified (a directory of it without a regular `session.json`, or behind a
-   * symlink), so what runs is unknown and the tree's traces are kept.
+   * The session's `session.json` cannot be read (or names another session), so its layout is
+   * unknown: its `raw/` directory is kept whole. For a directory where a session would be: it has
+   * no regular `session.json` (or the filesystem refuses to show it, or its `children/`), so
+   * nothing below it is pruned. For a mirror trace tree: a session of the tree cannot be
+   * identified (such a directory, or one behind a symlink), so what runs is unknown and the
+   * tree's traces are kept.
    */
   | "manifest_unreadable"
   /**
@@ -596,17 +600,6 @@ async function planTempLeftovers(
   await visit(dir, true);
 }
 
-/**
- * True for an error that concerns the path it names, not the storage: the filesystem refuses it
- * (`PermissionDenied`), or it is too long or has too many links to reach (`ENAMETOOLONG`,
- * `ELOOP`). That path is kept and reported, and no other entry's pruning stops; any other error (an
- * I/O error) fails the call, and a rerun finishes the job.
- */
-function isRefusedHere(error: unknown): error is FsError {
-  return error instanceof PermissionDenied ||
-    (error instanceof FsError && (error.code === "ENAMETOOLONG" || error.code === "ELOOP"));
-}
-
 /** Why `sessions` keep a mirror trace tree (one runs an attempt, or cannot tell), if they do. */
 async function busySession(
   sessions: readonly SessionDirEntry[],
@@ -873,20 +866,13 @@ export async function pruneRaw(
       hidden.push({ ...link, why: "is a symlink" });
     }
     for (const dir of walk.unidentified) {
-      const why = dir.manifest === "missing"
-        ? "has no session.json"
-        : `has a session.json that is not a regular file (${dir.manifest})`;
-      hidden.push({ ...dir, why });
-      // Whatever it holds is kept; a raw/ in it is reported, as a folded session's whose
-      // session.json cannot be read.
-      const rawDir = join(dir.path, "raw");
-      if ((await entryKind(fs, rawDir)) !== undefined) {
-        planner.skip(
-          rawDir,
-          "manifest_unreadable",
-          `The session's layout is unknown, so its raw/ is kept: the directory ${why}`,
-        );
-      }
+      hidden.push({ ...dir, why: dir.detail });
+      // Whatever it holds is kept (its raw/, the sessions below it), and said once.
+      planner.skip(
+        dir.path,
+        "manifest_unreadable",
+        `No session can be identified here, so what it holds is kept: it ${dir.detail}`,
+      );
     }
   }
   for (const session of sessions) await planRawDir(planner, session);
