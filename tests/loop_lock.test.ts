@@ -14,6 +14,7 @@ import { SessionBusyError, SessionFormatError, SessionLockedError } from "../src
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
 import {
+  abandonedTokenCount,
   acquireWriterLock,
   COLLECTION_LOCK_FILE,
   type ProcessProbe,
@@ -381,6 +382,32 @@ test("acquireWriterLock without a probe only registers in this process", async (
   assert.deepEqual(await fs.readDir("/s"), []);
   await held.release();
   await (await acquireWriterLock(context, "/s")).release();
+});
+
+test("a lock that failed before its file existed remembers no token; one whose file stayed does", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/s", { recursive: true });
+  const context = new SessionStore({ fs, agentDir: AGENT, process: probe(100, new Set([100])) })
+    .context;
+  // The directory refuses new files: nothing is created, so nothing is left behind, however
+  // often a host retries.
+  const before = abandonedTokenCount();
+  fs.failAt(fs.operationCount + 1, { error: "EACCES", persistent: true, ops: ["open"] });
+  for (let i = 0; i < 50; i++) await assert.rejects(acquireWriterLock(context, "/s"));
+  fs.clearFaults();
+  assert.equal(abandonedTokenCount(), before);
+  // A lock file written whole, whose close and removal failed: its token is remembered, so the
+  // file is stale to this process and the next acquisition takes it over.
+  fs.failAt(fs.operationCount + 1, { persistent: true, ops: ["close", "remove"] });
+  await assert.rejects(acquireWriterLock(context, "/s"), FsIoError);
+  fs.clearFaults();
+  assert.equal(abandonedTokenCount(), before + 1);
+  const left = JSON.parse(decoder.decode(await fs.readFile(`/s/${WRITER_LOCK_FILE}`)));
+  const held = await acquireWriterLock(context, "/s");
+  const taken = JSON.parse(decoder.decode(await fs.readFile(`/s/${WRITER_LOCK_FILE}`)));
+  assert.notEqual(taken.token, left.token);
+  await held.release();
+  assert.equal(abandonedTokenCount(), before, "the takeover removed the file and its token");
 });
 
 test("nodeProcessProbe reports this process alive and an exited one dead", () => {

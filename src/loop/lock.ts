@@ -127,6 +127,38 @@ function dropToken(token: string, leftBehind: boolean): void {
   if (leftBehind) abandonedTokens.add(token);
   heldTokens.delete(token);
 }
+/**
+ * False when no file at `lockPath` or among its takeover markers (`<lock>.takeover-*`, nested
+ * ones included) holds `token`: an acquisition that failed before any of its exclusive creates
+ * succeeded (a directory that refuses new files, say) left nothing behind, so its token need not
+ * be remembered as abandoned. True when one does, or when that cannot be told.
+ */
+async function mayHoldToken(
+  context: StoreContext,
+  lockPath: string,
+  token: string,
+): Promise<boolean> {
+  const fs = context.fs;
+  const prefix = `${basename(lockPath)}.takeover-`;
+  try {
+    const names = (await fs.readDir(dirname(lockPath)))
+      .filter((entry) => entry.name === basename(lockPath) || entry.name.startsWith(prefix))
+      .map((entry) => join(dirname(lockPath), entry.name));
+    for (const path of names) {
+      const bytes = await readIfRegular(fs, path);
+      if (bytes instanceof Uint8Array && parseLockRecord(bytes)?.token === token) return true;
+    }
+    return false;
+  } catch {
+    return true;
+  }
+}
+
+/** How many tokens `abandonedTokens` holds (internal: for the tests of this module). */
+export function abandonedTokenCount(): number {
+  return abandonedTokens.size;
+}
+
 /** In-process registrations: filesystem → lock path → token. */
 const registrations = new WeakMap<FileSystem, Map<string, string>>();
 /**
@@ -755,7 +787,10 @@ async function takeWriterLock(
   } catch (error) {
     // A failure (not a refusal) may leave a file with this token behind: a lock file whose
     // removal failed, or a takeover marker.
-    dropToken(own.token, !(error instanceof SessionLockedError));
+    dropToken(
+      own.token,
+      !(error instanceof SessionLockedError) && await mayHoldToken(context, lockPath, own.token),
+    );
     holders.delete(own.token);
     if (map.get(lockPath) === own.token) map.delete(lockPath);
     throw error;
@@ -860,7 +895,10 @@ async function takeCollectionLock(
     }
   } catch (error) {
     // As for a writer lock: a failure may leave a file with this token behind.
-    dropToken(own.token, !(error instanceof SessionLockedError));
+    dropToken(
+      own.token,
+      !(error instanceof SessionLockedError) && await mayHoldToken(context, lockPath, own.token),
+    );
     throw error;
   }
   map.set(lockPath, own.token);
