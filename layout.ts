@@ -12,7 +12,7 @@
  * runs the child request lifecycle crash-safely, and reads `events.jsonl` tolerantly.
  *
  * Maintenance: `pruneRaw` deletes raw attempt directories (and, on request, the legacy mirror
- * trace tree) crash-safely and never the durable tree, nor the raw output of a running (or newer)
+ * trace tree) crash-safely and never a durable file, nor the raw output of a running (or newer)
  * attempt. Sessions of the legacy mirror layout load with the same API and a running one finishes
  * under its own layout (state, events, results, outcome with its `trace_seal_refs`); their traces
  * are listed, inspected and verified against their seals (`listTraces`, `inspectTrace`,

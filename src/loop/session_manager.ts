@@ -25,6 +25,7 @@ import {
   beginReplace,
   type Durability,
   ensurePrivateDir,
+  forgetDurable,
   type PendingReplace,
   PRIVATE_FILE_MODE,
   type StagedReplace,
@@ -2353,7 +2354,13 @@ export class SessionManager {
         await this.#dropLog();
         await this.#dropReader();
       } finally {
-        if (!this.#readOnly) releaseWriter(this.#fs, this.#dir, this);
+        if (!this.#readOnly) {
+          releaseWriter(this.#fs, this.#dir, this);
+          // What this process knows to be durable of the session is forgotten with its writer:
+          // kept, it would outlive a delete by another process, one entry set per session ever
+          // saved. The next writer syncs the session's directory once more at its first save.
+          forgetDurable(this.#fs, this.#dir);
+        }
         await this.#onClose?.();
       }
       if (unsettled !== undefined) {

@@ -377,6 +377,14 @@ export function forgetDurable(fs: FileSystem, path: string): void {
 }
 
 /**
+ * How many paths this process holds as durable on `fs` (directory entries and files; internal:
+ * for the tests of what is forgotten).
+ */
+export function knownDurableCount(fs: FileSystem): number {
+  return (durableDirs.get(fs)?.size ?? 0) + (durableEntries.get(fs)?.size ?? 0);
+}
+
+/**
  * A set of absolute paths that forgets a path and everything below it in time proportional to
  * what it forgets, not to all it holds: each path is linked from its parent directory, up to the
  * first ancestor linked already (a process that saved thousands of sessions forgets one
@@ -387,6 +395,11 @@ export class PathSet {
   readonly #paths = new Set<string>();
   /** Each directory's linked children: paths held, or directories on the way to them. */
   readonly #children = new Map<string, Set<string>>();
+
+  /** How many paths are held. */
+  get size(): number {
+    return this.#paths.size;
+  }
 
   /** True when `path` is held. */
   has(path: string): boolean {
