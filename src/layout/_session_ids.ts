@@ -11,7 +11,7 @@ import { NotFound } from "../port/errors.ts";
 import { join } from "../port/path.ts";
 import { LayoutError } from "./errors.ts";
 import { readRecord } from "./json_io.ts";
-import { walkSessionDirs } from "./loopy_root.ts";
+import { throwRefusal, walkSessionDirs } from "./loopy_root.ts";
 import { repositoryPaths } from "./paths.ts";
 import { type AnyChildrenLedger, parseChildrenLedgerAsRead } from "./records.ts";
 import { confined } from "./no_links.ts";
@@ -40,7 +40,11 @@ export async function sessionIdsInUse(
 ): Promise<SessionIdsInUse> {
   const directories = new Set<string>();
   const recorded = new Set<string>();
-  const { sessions } = await walkSessionDirs(fs, repositoryPaths(repoRoot).sessionsRoot);
+  const walk = await walkSessionDirs(fs, repositoryPaths(repoRoot).sessionsRoot);
+  // A part of the tree the filesystem refuses to show may hold ids: the allocation fails rather
+  // than give one of them out again.
+  throwRefusal(walk);
+  const { sessions } = walk;
   for (const session of sessions) {
     directories.add(session.sessionId);
     if (session.dir === exceptLedgerDir) continue;

@@ -170,6 +170,20 @@ export interface UnidentifiedDir {
   readonly rootSessionId: string;
   /** What is wrong, to follow the path in a sentence: "has no session.json", ... */
   readonly detail: string;
+  /**
+   * The filesystem's refusal, when that is what hid it (`isRefusedHere`): a caller that must see
+   * every session (id allocation, seal checks) throws it, as the walk did before it kept going.
+   */
+  readonly error?: FsError;
+}
+
+/**
+ * Throws the first refusal `walk` kept going past (see `UnidentifiedDir.error`): for callers that
+ * must not take a part of the tree they could not see for one without sessions.
+ */
+export function throwRefusal(walk: SessionDirWalk): void {
+  const refused = walk.unidentified.find((dir) => dir.error !== undefined);
+  if (refused?.error !== undefined) throw refused.error;
 }
 
 /**
@@ -189,7 +203,10 @@ export interface SessionDirWalk {
   readonly sessions: readonly SessionDirEntry[];
   /** Symlinks met where a session directory, a manifest or `children/` would be. */
   readonly skipped: readonly WalkSkip[];
-  /** Directories where a session would be that hold no regular `session.json`, in walk order. */
+  /**
+   * Directories where sessions may be that could not be identified (no regular `session.json`,
+   * or a `session.json` or `children/` the filesystem refuses to show), in walk order.
+   */
   readonly unidentified: readonly UnidentifiedDir[];
 }
 
@@ -220,6 +237,7 @@ export async function walkSessionDirs(
         path: dir,
         rootSessionId,
         detail: `has a session.json that cannot be looked at (${error.message})`,
+        error,
       });
       return;
     }
@@ -251,6 +269,7 @@ export async function walkSessionDirs(
         path: childrenDir,
         rootSessionId,
         detail: `cannot be listed (${error.message})`,
+        error,
       });
       return;
     }

@@ -38,6 +38,7 @@ import {
   isPruningName,
   openLoopyRoot,
   PRUNING_PREFIX,
+  throwRefusal,
   walkSessionDirs,
 } from "./loopy_root.ts";
 import type { JsonObject } from "./json_io.ts";
@@ -374,7 +375,10 @@ type SessionDirIndex = ReadonlyMap<string, string | undefined>;
 
 async function sessionDirIndex(fs: FileSystem, sessionsDir: string): Promise<SessionDirIndex> {
   const index = new Map<string, string | undefined>();
-  for (const session of (await walkSessionDirs(fs, sessionsDir)).sessions) {
+  const walk = await walkSessionDirs(fs, sessionsDir);
+  // A session the filesystem refuses to show would look like one without seals to check.
+  throwRefusal(walk);
+  for (const session of walk.sessions) {
     index.set(session.sessionId, index.has(session.sessionId) ? undefined : session.dir);
   }
   return index;
