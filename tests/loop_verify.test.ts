@@ -8,7 +8,7 @@ import { salvageSession, verifySession } from "../src/loop/verify.ts";
 import { encodeRoundIndex } from "../src/loop/storage.ts";
 import { assistant, conversation, user } from "./_fixtures.ts";
 import { gate, hookedFs, linkedBeforeOpen } from "./_hooks.ts";
-import { PermissionDenied } from "../src/port/errors.ts";
+import { FsIoError, PermissionDenied } from "../src/port/errors.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -200,6 +200,39 @@ test("salvageSession() exports the longest valid prefix into a new session and k
   assert.deepEqual(index.fallbackTitle, rescued.getHeader().title);
   assert.equal(index.fallbackTitle.source, "fallback");
   await rescued.close();
+});
+
+test("a salvage that fails while writing its copy leaves no hidden copy in the destination", async () => {
+  const { fs, store, dir } = await saved(3);
+  await fs.mkdir("/rescue", { recursive: true });
+  // A full disk at each write of the copy in turn (the log, meta.json, index.json) and at its
+  // publishing rename.
+  let tried = 0;
+  for (let n = 1;; n++) {
+    // Two copies of the same state take the same steps: one to find the step, one to fail it.
+    const probe = fs.clone();
+    probe.resetCounter();
+    await salvageSession(probe, dir, { ...options, toCollection: "/rescue" });
+    const writes = probe.operationLog.filter((op) =>
+      op.path.startsWith("/rescue/.staging-") && (op.op === "write" || op.op === "rename")
+    );
+    const fault = writes[n - 1];
+    if (fault === undefined) break;
+    const run = fs.clone();
+    run.resetCounter();
+    run.failAt(fault.number, { error: "ENOSPC", ops: [fault.op] });
+    await assert.rejects(
+      salvageSession(run, dir, { ...options, toCollection: "/rescue" }),
+      (error: unknown) => error instanceof FsIoError && error.code === "ENOSPC",
+    );
+    run.clearFaults();
+    assert.deepEqual(await run.readDir("/rescue"), [], `fault at ${fault.op} ${fault.path}`);
+    tried++;
+  }
+  assert.ok(tried >= 4, `${tried} steps failed`);
+  // Once there is room, the same salvage succeeds.
+  const result = await store.salvage(dir, "/rescue");
+  assert.equal((await verifySession(fs, result.dir, options)).ok, true);
 });
 
 test("salvage into a collection that is a link is refused as the store refuses it, writing nothing through it", async () => {

@@ -886,25 +886,33 @@ export async function salvageSession(
     options.toCollection,
     `.staging-${id}-${globalThis.crypto.randomUUID().slice(0, 8)}`,
   );
+  // Only a staging directory this call made is removed on failure.
   await ensurePrivateDir(fs, staging, durability);
-  await atomicReplace(fs, join(staging, MESSAGES_FILE), bytes, { durability });
-  await atomicReplace(fs, join(staging, META_FILE), encodeStorageMeta(newMeta), { durability });
-  await atomicReplace(
-    fs,
-    join(staging, INDEX_FILE),
-    encodeRoundIndex({
-      format: INDEX_FORMAT,
-      version: INDEX_VERSION,
-      generation,
-      start: 0,
-      bytes: bytes.length,
-      messageCount: messages.length,
-      fallbackTitle: fallbackTitle(messages) ?? null,
-      rounds,
-    }),
-    { durability },
-  );
-  await stagedPublish(fs, staging, target, { durability });
+  try {
+    await atomicReplace(fs, join(staging, MESSAGES_FILE), bytes, { durability });
+    await atomicReplace(fs, join(staging, META_FILE), encodeStorageMeta(newMeta), { durability });
+    await atomicReplace(
+      fs,
+      join(staging, INDEX_FILE),
+      encodeRoundIndex({
+        format: INDEX_FORMAT,
+        version: INDEX_VERSION,
+        generation,
+        start: 0,
+        bytes: bytes.length,
+        messageCount: messages.length,
+        fallbackTitle: fallbackTitle(messages) ?? null,
+        rounds,
+      }),
+      { durability },
+    );
+    await stagedPublish(fs, staging, target, { durability });
+  } catch (error) {
+    // A copy that was not published goes (a full disk would keep a hidden copy of the log);
+    // one published before a later step failed is no longer at the staging name.
+    await fs.remove(staging, { recursive: true }).catch(() => undefined);
+    throw error;
+  }
   return {
     dir: target,
     id,
