@@ -12,22 +12,22 @@ import {
   type PruneReport,
   PRUNING_PREFIX,
   readSessionLayout,
-  updateSessionState,
 } from "../layout.ts";
 import { runCli } from "../src/cli/main.ts";
 import { memoryIo } from "./_cli_io.ts";
 import { newRepo, writeText } from "./layout_fixtures.ts";
-import { buildMirrorTree, MIRROR_ROOT_ID, type MirrorTree } from "./fixtures/mirror_tree.ts";
+import {
+  buildMirrorTree,
+  MIRROR_ROOT_ID,
+  type MirrorTree,
+  stopMirrorRoot,
+} from "./fixtures/mirror_tree.ts";
 import { buildFoldedTree } from "./fixtures/folded_tree.ts";
 
 async function idleMirror(): Promise<{ fs: MemoryFs; tree: MirrorTree }> {
   const fs = await newRepo();
   const tree = await buildMirrorTree(fs);
-  // Idle, so nothing of the root is protected as running.
-  await updateSessionState(fs, tree.rootDir, (state) => {
-    state.current_task = null;
-    state.status = "stopped";
-  }, { updatedAt: "2026-04-20T00:00:00Z" });
+  await stopMirrorRoot(fs, tree);
   return { fs, tree };
 }
 

@@ -6,7 +6,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
-import { pruneRaw, type PruneReport, updateSessionState } from "../layout.ts";
+import { pruneRaw, type PruneReport } from "../layout.ts";
 import { runCli } from "../src/cli/main.ts";
 import { memoryIo } from "./_cli_io.ts";
 import { newRepo, writeJson } from "./layout_fixtures.ts";
@@ -18,6 +18,7 @@ import {
   MIRROR_CHILD_ID,
   MIRROR_ROOT_ID,
   type MirrorTree,
+  stopMirrorRoot,
 } from "./fixtures/mirror_tree.ts";
 
 async function exists(fs: MemoryFs, path: string): Promise<boolean> {
@@ -32,10 +33,7 @@ function reasonFor(report: PruneReport, path: string): string | undefined {
 async function childRunning(): Promise<{ fs: MemoryFs; tree: MirrorTree }> {
   const fs = await newRepo();
   const tree = await buildMirrorTree(fs);
-  await updateSessionState(fs, tree.rootDir, (state) => {
-    state.current_task = null;
-    state.status = "stopped";
-  }, { updatedAt: "2026-04-20T00:00:00Z" });
+  await stopMirrorRoot(fs, tree);
   await writeJson(fs, `${tree.childDir}/state.json`, {
     schema_version: 2,
     session_id: MIRROR_CHILD_ID,
