@@ -88,6 +88,52 @@ test("a writable open holds writer.lock with pid, host and start time; close() r
   await assert.rejects(fs.lstat(`${dir}/${WRITER_LOCK_FILE}`));
 });
 
+test("a holder that stalls between creating its lock and writing it, past the grace periods, loses the lock instead of sharing it", async () => {
+  const { fs, alive, session } = await setup();
+  const dir = session.getSessionPath();
+  const lock = `${dir}/${WRITER_LOCK_FILE}`;
+  // Process 100 creates writer.lock, then its write of the record stalls until released.
+  const stall = gate();
+  let created = false;
+  const stalling = new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (prop !== "open") return typeof value === "function" ? value.bind(target) : value;
+      return async (path: string, options: Parameters<FileSystem["open"]>[1]) => {
+        const handle = await target.open(path, options);
+        if (path !== lock || created) return handle;
+        created = true;
+        return new Proxy(handle, {
+          get(h, key) {
+            const member = Reflect.get(h, key, h);
+            if (key !== "write") return typeof member === "function" ? member.bind(h) : member;
+            return async (...args: unknown[]) => {
+              await stall.wait;
+              return await (member as (...a: unknown[]) => Promise<unknown>).apply(h, args);
+            };
+          },
+        });
+      };
+    },
+  });
+  const first = new SessionStore({ fs: stalling, agentDir: AGENT, process: probe(100, alive) })
+    .open(dir);
+  while (!created) await new Promise((resolve) => setTimeout(resolve, 5));
+  // Process 200 finds the lock empty past the grace periods and takes it over.
+  const second = await storeAs(fs, 200, alive).open(dir);
+  assert.equal((await lockRecord(fs, dir)).pid, 200);
+  stall.open();
+  // The stalled holder's record went into the removed file: its open is refused, naming 200.
+  const refused = await first.then(() => undefined, (e: unknown) => e);
+  assert.ok(refused instanceof SessionLockedError, String(refused));
+  assert.equal(refused.pid, 200);
+  await second.append([user("saved by 200")]);
+  await second.close();
+  const reader = await storeAs(fs, 300, alive).open(dir, { readOnly: true });
+  assert.equal(reader.messages.at(-1)?.content, "saved by 200");
+  await reader.close();
+});
+
 test("a second process gets SessionLockedError; read-only opens need no lock", async () => {
   const { fs, alive, session } = await setup();
   const dir = session.getSessionPath();

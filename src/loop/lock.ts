@@ -439,7 +439,11 @@ export class HeldLock {
   }
 }
 
-/** Creates the lock file exclusively; false when something is already there. */
+/**
+ * Creates the lock file exclusively with `record`; false when something is already there, or
+ * when what is at `path` once written is not this record (another process took it over while it
+ * was still empty).
+ */
 async function createLockFile(
   fs: FileSystem,
   path: string,
@@ -465,7 +469,13 @@ async function createLockFile(
     await fs.remove(path).catch(() => undefined);
     throw error;
   }
-  return true;
+  // The file was empty between its create and its write. Had that lasted past the grace periods
+  // (a holder stalled on a busy thread pool, a long synchronous task), another process judged it
+  // stale, removed it and made its own: the write then went into the removed file, and the lock
+  // is that process's. Read back by its path, it is this call's only if it holds this record.
+  // (A failure to read it back is thrown: the caller then judges whether a file was left.)
+  const back = await readLockBytes(fs, path);
+  return back !== undefined && parseLockRecord(back)?.token === record.token;
 }
 
 /**
