@@ -655,7 +655,7 @@ interface HiddenPart {
   readonly path: string;
   readonly rootSessionId: string | null;
   /** What is wrong with it, after its path: "is a symlink", "has no session.json", ... */
-  readonly why: string;
+  readonly detail: string;
 }
 
 async function planLegacyTraces(
@@ -686,7 +686,7 @@ async function planLegacyTraces(
         planner.skip(
           path,
           "manifest_unreadable",
-          `What the tree runs is unknown, so its traces are kept: ${unknown.path} ${unknown.why}`,
+          `What the tree runs is unknown, so its traces are kept: ${unknown.path} ${unknown.detail}`,
         );
       } else if (selected === undefined) {
         const kept = (await keptForRunning(planner, path, treeSessions)) ||
@@ -863,10 +863,10 @@ export async function pruneRaw(
     sessions = walk.sessions;
     for (const link of walk.skipped) {
       planner.skip(link.path, "symlink", "A symlink in the session tree is never followed");
-      hidden.push({ ...link, why: "is a symlink" });
+      hidden.push({ ...link, detail: "is a symlink" });
     }
     for (const dir of walk.unidentified) {
-      hidden.push({ ...dir, why: dir.detail });
+      hidden.push(dir);
       // Whatever it holds is kept (its raw/, the sessions below it), and said once.
       planner.skip(
         dir.path,
