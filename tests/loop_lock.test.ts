@@ -88,50 +88,115 @@ test("a writable open holds writer.lock with pid, host and start time; close() r
   await assert.rejects(fs.lstat(`${dir}/${WRITER_LOCK_FILE}`));
 });
 
-test("a holder that stalls between creating its lock and writing it, past the grace periods, loses the lock instead of sharing it", async () => {
-  const { fs, alive, session } = await setup();
-  const dir = session.getSessionPath();
-  const lock = `${dir}/${WRITER_LOCK_FILE}`;
-  // Process 100 creates writer.lock, then its write of the record stalls until released.
-  const stall = gate();
+/**
+ * `fs` as process `pid` sees it, whose first handle on `path` stalls its first write until `stall`
+ * opens, then lets it `land`, or fails it (ENOSPC), or fails the handle's close (EIO); and, with
+ * `afterWrite`, calls it once that write returned.
+ */
+function stallingOn(
+  fs: MemoryFs,
+  path: string,
+  stall: Promise<void>,
+  land: "land" | "write fails" | "close fails",
+  afterWrite?: () => void,
+): { fs: FileSystem; created: () => boolean } {
   let created = false;
-  const stalling = new Proxy(fs, {
+  const proxy = new Proxy(fs, {
     get(target, prop) {
       const value = Reflect.get(target, prop, target);
       if (prop !== "open") return typeof value === "function" ? value.bind(target) : value;
-      return async (path: string, options: Parameters<FileSystem["open"]>[1]) => {
-        const handle = await target.open(path, options);
-        if (path !== lock || created) return handle;
+      return async (at: string, options: Parameters<FileSystem["open"]>[1]) => {
+        const handle = await target.open(at, options);
+        if (at !== path || created) return handle;
         created = true;
         return new Proxy(handle, {
           get(h, key) {
             const member = Reflect.get(h, key, h);
-            if (key !== "write") return typeof member === "function" ? member.bind(h) : member;
-            return async (...args: unknown[]) => {
-              await stall.wait;
-              return await (member as (...a: unknown[]) => Promise<unknown>).apply(h, args);
-            };
+            const call = member as (...a: unknown[]) => Promise<unknown>;
+            if (key === "write") {
+              return async (...args: unknown[]) => {
+                await stall;
+                if (land === "write fails") throw new FsIoError("ENOSPC", "write", at, "no space");
+                const result = await call.apply(h, args);
+                afterWrite?.();
+                return result;
+              };
+            }
+            if (key === "close" && land === "close fails") {
+              return async () => {
+                await call.apply(h, []);
+                throw new FsIoError("EIO", "close", at, "I/O error");
+              };
+            }
+            return typeof member === "function" ? member.bind(h) : member;
           },
         });
       };
     },
   });
-  const first = new SessionStore({ fs: stalling, agentDir: AGENT, process: probe(100, alive) })
+  return { fs: proxy, created: () => created };
+}
+
+test("a holder that stalls between creating its lock and writing it, past the grace periods, loses the lock instead of sharing it or removing the new holder's", async () => {
+  for (const land of ["land", "write fails", "close fails"] as const) {
+    const { fs, alive, session } = await setup();
+    alive.add(300);
+    const dir = session.getSessionPath();
+    // Process 100 creates writer.lock, then its write of the record stalls until released.
+    const stall = gate();
+    const stalling = stallingOn(fs, `${dir}/${WRITER_LOCK_FILE}`, stall.wait, land);
+    const first = new SessionStore({ fs: stalling.fs, agentDir: AGENT, process: probe(100, alive) })
+      .open(dir);
+    while (!stalling.created()) await new Promise((resolve) => setTimeout(resolve, 5));
+    // Process 200 finds the lock empty past the grace periods and takes it over.
+    const second = await storeAs(fs, 200, alive).open(dir);
+    assert.equal((await lockRecord(fs, dir)).pid, 200, land);
+    stall.open();
+    // The stalled holder's record went into the removed file (or its write failed): its open is
+    // refused, and the lock stays process 200's.
+    const refused = await first.then(() => undefined, (e: unknown) => e);
+    if (land === "land") {
+      assert.ok(refused instanceof SessionLockedError, String(refused));
+      assert.equal(refused.pid, 200);
+    } else assert.ok(refused instanceof FsIoError, String(refused));
+    assert.equal((await lockRecord(fs, dir)).pid, 200, land);
+    await assert.rejects(storeAs(fs, 300, alive).open(dir), SessionLockedError, land);
+    await second.append([user("saved by 200")]);
+    await second.close();
+    const reader = await storeAs(fs, 300, alive).open(dir, { readOnly: true });
+    assert.equal(reader.messages.at(-1)?.content, "saved by 200", land);
+    await reader.close();
+  }
+});
+
+test("a stalled holder whose write lands while a takeover is removing its empty lock waits for that takeover and is refused", async () => {
+  const { fs, alive, session } = await setup();
+  const dir = session.getSessionPath();
+  const lock = `${dir}/${WRITER_LOCK_FILE}`;
+  const stall = gate();
+  const written = gate();
+  const stalling = stallingOn(fs, lock, stall.wait, "land", written.open);
+  const first = new SessionStore({ fs: stalling.fs, agentDir: AGENT, process: probe(100, alive) })
     .open(dir);
-  while (!created) await new Promise((resolve) => setTimeout(resolve, 5));
-  // Process 200 finds the lock empty past the grace periods and takes it over.
-  const second = await storeAs(fs, 200, alive).open(dir);
-  assert.equal((await lockRecord(fs, dir)).pid, 200);
-  stall.open();
-  // The stalled holder's record went into the removed file: its open is refused, naming 200.
+  while (!stalling.created()) await new Promise((resolve) => setTimeout(resolve, 5));
+  // Process 200 read the lock empty for the last time; its remove comes only once process 100's
+  // record has landed (and a moment later: a holder that did not wait would have read it back).
+  let removing = true;
+  const taker = hookedFs(fs, {
+    before: async (method, args) => {
+      if (method !== "remove" || args[0] !== lock || !removing) return;
+      removing = false;
+      stall.open();
+      await written.wait;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    },
+  });
+  const second = await new SessionStore({ fs: taker, agentDir: AGENT, process: probe(200, alive) })
+    .open(dir);
   const refused = await first.then(() => undefined, (e: unknown) => e);
   assert.ok(refused instanceof SessionLockedError, String(refused));
-  assert.equal(refused.pid, 200);
-  await second.append([user("saved by 200")]);
+  assert.equal((await lockRecord(fs, dir)).pid, 200);
   await second.close();
-  const reader = await storeAs(fs, 300, alive).open(dir, { readOnly: true });
-  assert.equal(reader.messages.at(-1)?.content, "saved by 200");
-  await reader.close();
 });
 
 test("a second process gets SessionLockedError; read-only opens need no lock", async () => {

@@ -440,15 +440,26 @@ export class HeldLock {
 }
 
 /**
- * Creates the lock file exclusively with `record`; false when something is already there, or
- * when what is at `path` once written is not this record (another process took it over while it
- * was still empty).
+ * Creates the lock file (or takeover marker) `path` exclusively with `record`; false when
+ * something is already there, or when what is at `path` once written is not this record
+ * (another process took it over while it was still empty).
+ *
+ * The file is empty between its create and its write. Another process judges an empty file stale
+ * only after two empty reads a grace period apart, and removes it only under the takeover marker
+ * `<path>.takeover-other`, reading it empty once more after making that marker. So a call that
+ * got from its create to its write within half a grace period holds the file; one that stalled
+ * longer (a busy thread pool, a long synchronous task) waits until no live process holds that
+ * marker, then reads the file back by its path: it is this call's only if it holds this record.
+ * A stalled call whose write or close failed leaves the file where it is (it may be another
+ * process's by now; an empty file left only delays the next writer by the grace period).
  */
 async function createLockFile(
-  fs: FileSystem,
+  context: StoreContext,
   path: string,
   record: LockRecord,
 ): Promise<boolean> {
+  const fs = context.fs;
+  const began = performance.now();
   let handle;
   try {
     handle = await fs.open(path, { createNew: true, write: true, mode: PRIVATE_FILE_MODE });
@@ -456,24 +467,26 @@ async function createLockFile(
     if (error instanceof AlreadyExists) return false;
     throw error;
   }
+  const stalled = (): boolean => performance.now() - began >= UNPARSABLE_GRACE_MS / 2;
   try {
     await handle.write(encoder.encode(JSON.stringify(record) + "\n"));
   } catch (error) {
     await handle.close().catch(() => undefined);
-    await fs.remove(path).catch(() => undefined);
+    if (!stalled()) await fs.remove(path).catch(() => undefined);
     throw error;
   }
   try {
     await handle.close();
   } catch (error) {
-    await fs.remove(path).catch(() => undefined);
+    if (!stalled()) await fs.remove(path).catch(() => undefined);
     throw error;
   }
-  // The file was empty between its create and its write. Had that lasted past the grace periods
-  // (a holder stalled on a busy thread pool, a long synchronous task), another process judged it
-  // stale, removed it and made its own: the write then went into the removed file, and the lock
-  // is that process's. Read back by its path, it is this call's only if it holds this record.
-  // (A failure to read it back is thrown: the caller then judges whether a file was left.)
+  if (!stalled()) return true;
+  // A takeover that read the file empty removes it under this marker: waited for, so the read
+  // below comes after any such removal. (A failure to read back is thrown: the caller then
+  // judges whether a file with this record was left.)
+  const marker = `${path}.takeover-other`;
+  while ((await inspectLockFile(context, marker)).kind === "live") await sleep(TAKEOVER_WAIT_MS);
   const back = await readLockBytes(fs, path);
   return back !== undefined && parseLockRecord(back)?.token === record.token;
 }
@@ -504,7 +517,7 @@ async function removeStaleLock(
   // The token comes from a file: only a token of the shape this library writes names the marker.
   const tag = staleToken !== undefined && TOKEN_SHAPE.test(staleToken) ? staleToken : "other";
   const marker = `${lockPath}.takeover-${tag}`;
-  let created = await createLockFile(fs, marker, own);
+  let created = await createLockFile(context, marker, own);
   if (!created) {
     // Another process is taking over the same stale lock, or died doing it. Its marker may be
     // caught between its create and its write: it is dead only if it stays unreadable. A dead
@@ -515,7 +528,7 @@ async function removeStaleLock(
     // Under the same protocol, one level down: a read-then-remove of the dead marker could
     // remove a live one that another racer created in between, letting two takeovers proceed.
     await removeStaleLock(context, marker, state.record?.token, own, removed);
-    created = await createLockFile(fs, marker, own);
+    created = await createLockFile(context, marker, own);
     if (!created) return { marker, holder: undefined };
   }
   try {
@@ -582,7 +595,7 @@ async function tryFileLock(
   // From when another takeover is first found: judging the lock may have taken a grace period.
   let waitUntil: number | undefined;
   for (let attempt = 0; attempt < 4; attempt++) {
-    if (await createLockFile(context.fs, lockPath, own)) return { taken: true };
+    if (await createLockFile(context, lockPath, own)) return { taken: true };
     const state = await inspectLockFile(context, lockPath);
     if (state.kind === "free") continue;
     if (state.kind === "live") return { taken: false, holder: state.record };
