@@ -1,5 +1,5 @@
-// Where the CLI's default data directory (`~/.loop`) is: HOME when it is set and not empty, else the
-// adapter's home directory (the account's); a relative HOME, or none at all, is a usage error
+// Where the CLI's default data directory (`~/.loop`) is: HOME when it is set and not empty, else
+// the adapter's home directory (the account's); a relative HOME, or none at all, is a usage error
 // (exit 2) that changes nothing, never a store read or written relative to the current directory.
 import { test } from "node:test";
 import assert from "node:assert/strict";

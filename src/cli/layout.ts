@@ -52,7 +52,8 @@ tree exists).`,
     `Usage: loop-sessions prune-raw [--older-than DAYS] [--session ID] [--legacy-traces] [--dry-run] [--json]
 
 Deletes raw attempt directories (raw/<NNNN>_<workflow>/) of folded sessions, and the temp files
-of writes a crash interrupted (.<name>.<random>.tmp, an hour old); never a durable file. --session prunes that session only (its children have ids of their own). --legacy-traces
+of writes a crash interrupted (.<name>.<random>.tmp, an hour old); never a durable file.
+--session prunes that session only (its children have ids of their own). --legacy-traces
 also removes the historical .loopy_loop/traces/ mirror and, without --session, its outbox.
 --dry-run prints the plan and changes nothing. Entries kept by the rules (running, too recent, a
 link) are listed as skipped; one that could not be read or removed is listed with the error and

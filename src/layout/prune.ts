@@ -27,10 +27,10 @@
  * such tree stops nothing else, and a rerun tries again. A directory where a session would be
  * that cannot be identified (no regular `session.json`, or one the filesystem refuses to show) is
  * reported once (`manifest_unreadable`) with everything below it kept, and so is the mirror trace
- * tree of its tree (or of every tree, behind a linked `sessions/`), as what runs there is unknown. What runs is read when the plan
- * is made and read again right before each entry is moved aside (in this process, serialized
- * with `updateSessionState` of that session), so an attempt that started after the plan keeps
- * its raw output.
+ * tree of its tree (or of every tree, behind a linked `sessions/`), as what runs there is
+ * unknown. What runs is read when the plan is made and read again right before each entry is
+ * moved aside (in this process, serialized with `updateSessionState` of that session), so an
+ * attempt that started after the plan keeps its raw output.
  *
  * Crash safety: deleting a directory tree is not atomic, so each entry is first renamed to a
  * hidden sibling `.pruning-<random>-<name>` in the same directory (the name cut on whole

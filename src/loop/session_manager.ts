@@ -2702,9 +2702,9 @@ function canonicalLine(message: unknown, fallback: string | undefined): string |
 /**
  * `history` (what a save leads to) with its messages from `first` on (the ones it serialized)
  * replaced by copies parsed back from `bytes`, the lines it serialized: what the save writes,
- * whatever the caller does to its objects, or to earlier copies, later. Unlike a structured clone, this never fails for a message the
- * save accepted (a function JSON leaves out, a nesting a runtime cannot clone): `JSON.parse` is
- * iterative, and the lines are JSON the save wrote.
+ * whatever the caller does to its objects, or to earlier copies, later. Unlike a structured
+ * clone, this never fails for a message the save accepted (a function JSON leaves out, a nesting
+ * a runtime cannot clone): `JSON.parse` is iterative, and the lines are JSON the save wrote.
  */
 function writtenCopies(
   history: readonly Message[],
