@@ -90,6 +90,13 @@ test("readEvents tolerates a truncated last line, garbage, zeros and blank lines
   assert.deepEqual(await fs.readFile(FILE), content);
 });
 
+test("a line is blank as Python's str.strip() judges it", async () => {
+  const fs = await fsWith(`${line("aaaaaaaaaaaa")}\n\u0085\u001f\n`);
+  const scan = await scanEvents(fs, FILE);
+  assert.deepEqual(scan.events.map((e) => e.event_id), ["aaaaaaaaaaaa"]);
+  assert.deepEqual(scan.skipped, [{ line: 2, reason: "blank" }]);
+});
+
 test("readEvents tolerates gaps and a missing file", async () => {
   const fs = await fsWith(`${line("000000000003")}\n${line("000000000001")}\n`);
   assert.equal((await readEvents(fs, FILE)).length, 2);

@@ -77,6 +77,11 @@ test("malformed control records are typed errors naming the field", () => {
     "stop_reason",
   );
   assertRecordError(() => parseControlRecord({ ...terminal, reason: "   " }, FILE), "reason");
+  // Blank as the engine's Python judges it (`str.strip()`), not as JavaScript's `trim()` does.
+  for (const blank of ["\u0085", "\u001f\u001c", " \u3000\u2028"]) {
+    assertRecordError(() => parseControlRecord({ ...terminal, reason: blank }, FILE), "reason");
+  }
+  assert.equal(parseControlRecord({ ...terminal, reason: "\ufeff" }, FILE).state, "stopped");
   assertRecordError(
     () =>
       parseControlRecord(

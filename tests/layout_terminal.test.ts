@@ -220,6 +220,56 @@ test("readTerminalControl accepts only a record from the exact current attempt",
   );
 });
 
+test("readTerminalControl takes the producer roles from the session's frozen contract", async () => {
+  const { fs, paths } = await setup();
+  // The contract (CONTRACTS) gives goal_met and unresolvable_error to "outer" only; the current
+  // task is a "worker" attempt and the caller repeats no role.
+  const worker = { sessionId: ROOT_ID, workflowId: "worker", attemptId: "a26" };
+  const producer = { session_id: ROOT_ID, workflow_id: "worker", attempt_id: "a26" };
+  const refusedRole = (error: unknown) =>
+    error instanceof LayoutRecordError && error.file === paths.controlJson &&
+    error.path === "producer.workflow_id" && error.value === "worker";
+  await writeJson(fs, paths.controlJson, { ...goalMet, producer });
+  await assert.rejects(readTerminalControl(fs, paths, worker), refusedRole);
+  await writeJson(fs, paths.controlJson, { ...blocker, producer });
+  await assert.rejects(readTerminalControl(fs, paths, worker), refusedRole);
+  // A caller's role cannot widen the contract's.
+  await assert.rejects(
+    readTerminalControl(fs, paths, { ...worker, blockerReportingRoles: ["worker"] }),
+    refusedRole,
+  );
+
+  // A legacy state records no contract: the projection workflow_contract.json decides.
+  await patchState(fs, paths.dir, { workflow_contract: null, workflow_contract_sha256: null });
+  await writeJson(fs, paths.workflowContractJson, {
+    orchestration: { completion_role: "outer" },
+    terminal_blocker_reporting_roles: ["outer", "worker"],
+  });
+  const accepted = await readTerminalControl(fs, paths, worker);
+  assert.equal(accepted?.record.stop_reason, "unresolvable_error");
+  await writeJson(fs, paths.controlJson, { ...goalMet, producer });
+  await assert.rejects(readTerminalControl(fs, paths, worker), refusedRole);
+  // A role that is not a workflow id is an error naming the contract's file and field.
+  await writeJson(fs, paths.workflowContractJson, { orchestration: { completion_role: 7 } });
+  await assert.rejects(
+    readTerminalControl(fs, paths, worker),
+    (error: unknown) =>
+      error instanceof LayoutRecordError && error.file === paths.workflowContractJson &&
+      error.path === "orchestration.completion_role",
+  );
+  // ... and in the contract state.json records, the field under workflow_contract.
+  await patchState(fs, paths.dir, {
+    workflow_contract: { terminal_blocker_reporting_roles: "worker" },
+  });
+  await writeJson(fs, paths.controlJson, { ...blocker, producer });
+  await assert.rejects(
+    readTerminalControl(fs, paths, worker),
+    (error: unknown) =>
+      error instanceof LayoutRecordError && error.file === paths.stateJson &&
+      error.path === "workflow_contract.terminal_blocker_reporting_roles",
+  );
+});
+
 test("a malformed or stale handoff never overrides an authentic completion", async () => {
   for (const bad of ["{torn", "stale"]) {
     // A fresh session for each case: a session's outcome is written once.

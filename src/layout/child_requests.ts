@@ -52,8 +52,6 @@ import {
   encodeJson,
   encodeRecord,
   freezeBytes,
-  jsonEqual,
-  type JsonObject,
   readRecord,
   readRecordIfExists,
   recordBytes,
@@ -94,7 +92,6 @@ import {
   type RejectedRequestReceipt,
   sessionPhase,
   type SessionState,
-  type StateContractPins,
   stateContractPins,
 } from "./records.ts";
 import { isLogicalReference } from "./ref_grammar.ts";
@@ -113,6 +110,7 @@ import {
 import { confined } from "./no_links.ts";
 import { serializedOn } from "./serial.ts";
 import { sessionIdsInUse } from "./_session_ids.ts";
+import { jsonObject, requirePinnedBytes, trustedWorkflowContract } from "./_contract.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Ledger
@@ -991,44 +989,6 @@ async function inheritedContracts(
   };
 }
 
-/** The workflow contract a state records, checked against its pin (see `inheritedContracts`). */
-async function trustedWorkflowContract(
-  fs: FileSystem,
-  paths: SessionPaths,
-  pins: StateContractPins,
-  sha256: Sha256Factory,
-): Promise<JsonObject> {
-  const projection = paths.workflowContractJson;
-  const pin = pins.workflowContractSha256;
-  const recorded = pins.workflowContract as JsonObject | undefined;
-  if (recorded === undefined) {
-    // A legacy state records no contract: the projection, checked against the pin if any.
-    const bytes = await recordBytes(fs, projection, false) as Uint8Array;
-    requirePinnedBytes(
-      bytes,
-      projection,
-      pin,
-      paths.stateJson,
-      "workflow_contract_sha256",
-      sha256,
-    );
-    return jsonObject(decodeJson(bytes, projection), projection);
-  }
-  if (pin === undefined || sha256Ref(encodeJson(recorded), sha256) === pin) return recorded;
-  // The pinned bytes may be the engine's spelling of this very contract.
-  const bytes = await recordBytes(fs, projection, true);
-  if (
-    bytes !== undefined && sha256Ref(bytes, sha256) === pin &&
-    jsonEqual(decodeJson(bytes, projection), recorded)
-  ) return recorded;
-  throw new LayoutRecordError(
-    paths.stateJson,
-    `The workflow contract this state records is not the one workflow_contract_sha256 pins ` +
-      `(${pin}), and neither is ${projection}`,
-    { path: "workflow_contract", value: recorded },
-  );
-}
-
 /**
  * `sha256:` of the root's `harness_capability_roster.json`, which every descendant references:
  * its bytes must be the ones the root's `state.json` pins (`harness_capability_roster.sha256`),
@@ -1057,39 +1017,6 @@ async function pinnedHarnessRosterSha256(
     "harness_capability_roster.sha256",
     sha256,
   );
-}
-
-/**
- * `sha256:` of `bytes`, the contents of the projection `projection`; a `LayoutRecordError`
- * naming `stateFile` and `field` when `pin` is given and is another hash (the projection was
- * changed after it was frozen).
- */
-function requirePinnedBytes(
-  bytes: Uint8Array,
-  projection: string,
-  pin: string | undefined,
-  stateFile: string,
-  field: string,
-  sha256: Sha256Factory,
-): string {
-  const actual = sha256Ref(bytes, sha256);
-  if (pin !== undefined && actual !== pin) {
-    throw new LayoutRecordError(
-      stateFile,
-      `The frozen projection ${projection} was changed: it has ${actual}, not the ${pin} ` +
-        "this state pins",
-      { path: field, value: actual },
-    );
-  }
-  return actual;
-}
-
-/** `value` when it is a JSON object; else a `LayoutRecordError` naming `file`. */
-function jsonObject(value: unknown, file: string): JsonObject {
-  if (typeof value !== "object" || value === null || Array.isArray(value)) {
-    throw new LayoutRecordError(file, "Expected a JSON object", { value });
-  }
-  return value as JsonObject;
 }
 
 /**

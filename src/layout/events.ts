@@ -17,6 +17,7 @@ import { appendJsonl, type JsonObject, recordBytes, utcSeconds } from "./json_io
 import { type EventRecord, parseEventRecord } from "./records.ts";
 import { type LayoutWriteOptions, resolveWriteOptions } from "./options.ts";
 import { confined } from "./no_links.ts";
+import { pyStrip } from "./_py_text.ts";
 
 /** An event to append. */
 export interface NewEvent {
@@ -110,7 +111,7 @@ export async function scanEvents(fs: FileSystem, file: string): Promise<EventSca
       skipped.push({ line, reason: "not valid UTF-8" });
       continue;
     }
-    if (text.trim() === "") {
+    if (pyStrip(text) === "") {
       if (text !== "") skipped.push({ line, reason: "blank" });
       continue;
     }

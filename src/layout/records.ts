@@ -17,6 +17,7 @@ import { parseWithSchema, refuseDeepRecord } from "./json_io.ts";
 import { checkTerminalTransition } from "./_terminal_transition.ts";
 import { iterationName, type SessionLayout } from "./paths.ts";
 import { isLogicalReference } from "./ref_grammar.ts";
+import { pyStrip } from "./_py_text.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Shared field schemas
@@ -48,7 +49,11 @@ const LogicalRef = v.pipe(
   v.string(),
   v.check(isLogicalReference, "Expected a logical reference (scope:/path)"),
 );
-const NonBlank = v.pipe(v.string(), v.check((s) => s.trim() !== "", "Expected a non-blank string"));
+// Non-blank as the engine judges it: Python's `str.strip()` leaves something (see `pyStrip`).
+const NonBlank = v.pipe(
+  v.string(),
+  v.check((s) => pyStrip(s) !== "", "Expected a non-blank string"),
+);
 // A count or revision: a non-negative safe integer. Past 2^53 - 1 a JSON number no longer grows
 // by one (2^53 + 1 reads as 2^53), so a revision there would silently stop increasing.
 const Count = v.pipe(
@@ -673,7 +678,10 @@ export interface TerminalControlExpectation {
   readonly workflowId: string;
   /** The current task's attempt. */
   readonly attemptId: string;
-  /** `orchestration.completion_role`: the only workflow that may declare `goal_met`. */
+  /**
+   * `orchestration.completion_role`: the only workflow that may declare `goal_met`
+   * (`readTerminalControl` also checks the session's own frozen contract).
+   */
   readonly completionRole?: string | undefined;
   /** `terminal_blocker_reporting_roles`: the workflows that may declare `unresolvable_error`. */
   readonly blockerReportingRoles?: readonly string[] | undefined;

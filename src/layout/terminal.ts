@@ -68,6 +68,7 @@ import { readSessionManifest, readSessionState, requireOwnSession } from "./tree
 import { parseLogicalReference } from "./ref_grammar.ts";
 import { serializedOn } from "./serial.ts";
 import { checkTerminalTransition } from "./_terminal_transition.ts";
+import { contractTerminalRoles } from "./_contract.ts";
 
 /** Reads and validates `control.json` (a typed error names the file and field when malformed). */
 export async function readControl(
@@ -81,7 +82,10 @@ export async function readControl(
 /**
  * Reads `control.json` and, when it is a v3 terminal record, checks that it names the exact
  * current session/workflow/attempt and a producer with the needed role; the session must also be
- * the one this directory's `session.json` records (`producer.session_id`). Returns the terminal
+ * the one this directory's `session.json` records (`producer.session_id`). The roles are the
+ * session's frozen workflow contract's (`orchestration.completion_role` for `goal_met`,
+ * `terminal_blocker_reporting_roles` for `unresolvable_error`; see `contractTerminalRoles`),
+ * and the caller's `completionRole` and `blockerReportingRoles`, when given, must hold as well. Returns the terminal
  * record with its bytes and hash, or `undefined` while the session is still running.
  *
  * A `goal_met` record must also stand on what it cites (the layout rules, §3): every
@@ -114,6 +118,15 @@ export async function readTerminalControl(
     );
   }
   assertTerminalControlMatches(control, expected, paths.controlJson);
+  // The roles are the session's frozen contract's, whatever the caller's expectation says.
+  const roles = await contractTerminalRoles(fs, paths);
+  assertTerminalControlMatches(control, {
+    sessionId: expected.sessionId,
+    workflowId: expected.workflowId,
+    attemptId: expected.attemptId,
+    completionRole: roles.completionRole,
+    blockerReportingRoles: roles.blockerReportingRoles,
+  }, paths.controlJson);
   // The expectation is the caller's; the session is the one session.json records.
   await requireOwnSession(
     fs,
