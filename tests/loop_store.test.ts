@@ -1980,6 +1980,29 @@ test("a writable manager serves a page when index.json cannot be read, and rebui
   await session.close();
 });
 
+test("a save to a session whose emptied history's log went missing reports it, creating no log", async () => {
+  const { fs, store } = await setup();
+  const created = await store.create(CWD);
+  await created.commit(conversation(1));
+  // A replacement with no messages commits an empty range at the old log's end.
+  await created.commit([]);
+  await created.close();
+  const dir = created.getSessionPath();
+  const session = await store.open(dir);
+  await fs.remove(`${dir}/messages.jsonl`);
+  const names = async () => (await fs.readDir(dir)).map((entry) => entry.name).sort();
+  const files = await names();
+  await assert.rejects(
+    session.commit([user("again")]),
+    (error: unknown) =>
+      error instanceof CorruptSessionError && error.file === `${dir}/messages.jsonl` &&
+      /starts at byte [1-9]/.test(error.message),
+  );
+  assert.deepEqual(await names(), files, "no messages.jsonl is created in a damaged session");
+  await session.close();
+  await assert.rejects(store.open(dir), CorruptSessionError);
+});
+
 test("a page read of a session whose log went missing reports corruption, as an open does", async () => {
   const { fs, store } = await setup();
   const session = await store.create(CWD);

@@ -1595,12 +1595,16 @@ export class SessionManager {
         this.#log = opened.handle;
         mode = opened.mode;
       } catch (error) {
-        if (!(error instanceof NotFound) || meta !== undefined && meta.bytes > 0) {
+        // As at open: a log missing under a committed range that ends past byte 0 (also an empty
+        // range a replacement left at the old log's end) is damage, reported without creating it.
+        if (!(error instanceof NotFound) || end > 0) {
           if (error instanceof NotFound) {
-            throw new CorruptSessionError("Message log is missing but metadata commits messages", {
-              file: path,
-              cause: error,
-            });
+            throw new CorruptSessionError(
+              meta !== undefined && meta.bytes > 0
+                ? "Message log is missing but metadata commits messages"
+                : `Message log is missing but its committed range starts at byte ${end}`,
+              { file: path, cause: error },
+            );
           }
           throw error;
         }
