@@ -32,7 +32,7 @@ async function cli(fs: MemoryFs, args: string[]) {
   return { code, out, err };
 }
 
-test("sessions salvage of a session directory whose meta.json is gone says no session is there, in one line, writing nothing", async () => {
+test("sessions salvage of a session directory whose meta.json is gone says so as open does, in one line, writing nothing", async () => {
   const fs = new MemoryFs();
   await fs.mkdir(CWD, { recursive: true });
   const store = new SessionStore({ fs, agentDir: AGENT });
@@ -41,17 +41,26 @@ test("sessions salvage of a session directory whose meta.json is gone says no se
   await session.close();
   const dir = session.getSessionPath();
   await fs.remove(`${dir}/meta.json`);
-  const before = fs.snapshotTree(AGENT);
-  for (const target of [dir, session.id]) {
-    const run = await cli(fs, ["sessions", "salvage", target, "--to", "/rescue"]);
-    assert.equal(run.code, 1, run.err);
-    assert.equal(run.out, "");
-    // As opening it says (before: the port's "No such file or directory: open '<meta.json>'").
-    assert.equal(
-      run.err,
-      `error: No session at '${dir}': meta.json not found (in '${dir}/meta.json')\n`,
-    );
-    assert.deepEqual(fs.snapshotTree(AGENT), before);
-    assert.equal(await fs.lstat("/rescue").then(() => true, () => false), false);
+  // index.json shows a save committed there (damage); without it no session is there.
+  const cases: [string, string][] = [
+    [
+      "lost",
+      `error: meta.json is missing but index.json shows a save committed here; the session is ` +
+      `damaged and was not modified (in '${dir}/meta.json')\n`,
+    ],
+    ["none", `error: No session at '${dir}': meta.json not found (in '${dir}/meta.json')\n`],
+  ];
+  for (const [what, message] of cases) {
+    if (what === "none") await fs.remove(`${dir}/index.json`);
+    const before = fs.snapshotTree(AGENT);
+    for (const target of [dir, session.id]) {
+      const run = await cli(fs, ["sessions", "salvage", target, "--to", "/rescue"]);
+      assert.equal(run.code, 1, run.err);
+      assert.equal(run.out, "");
+      // As opening it says (before: the port's "No such file or directory: open '<meta.json>'").
+      assert.equal(run.err, message, `${what}, ${target}`);
+      assert.deepEqual(fs.snapshotTree(AGENT), before);
+      assert.equal(await fs.lstat("/rescue").then(() => true, () => false), false);
+    }
   }
 });

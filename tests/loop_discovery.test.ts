@@ -256,6 +256,37 @@ test("an unsupported session is skipped whatever its log is, and an open refuses
   }
 });
 
+test("a session that lost its meta.json after a save is a listing failure, never dropped", async () => {
+  const { fs, store, clock } = await setup();
+  const kept = await saved(store, clock, [user("kept")]);
+  const lost = await saved(store, clock, [user("lost")]);
+  const dir = lost.getSessionPath();
+  await fs.remove(`${dir}/meta.json`);
+  // A first save in progress (its log written, nothing committed yet) is not a failure.
+  const draft = await store.create(CWD);
+  await fs.mkdir(draft.getSessionPath());
+  await fs.writeFile(`${draft.getSessionPath()}/messages.jsonl`, encoder.encode("{}\n"));
+  const before = fs.snapshotTree(AGENT);
+  const isLost = (error: unknown) =>
+    error instanceof CorruptSessionError && error.file === `${dir}/meta.json` &&
+    /index\.json/.test(error.message);
+  for (const mode of READ_MODES) {
+    const lister = new SessionStore({ fs: mode.port(fs), agentDir: AGENT });
+    for (const fast of [false, true]) {
+      const result = await lister.listDetailed(CWD, undefined, { fast });
+      const label = `${mode.name}, fast: ${fast}`;
+      assert.deepEqual(result.sessions.map((info) => info.id), [kept.id], label);
+      assert.equal(result.failures.length, 1, label);
+      assert.ok(isLost(result.failures[0]?.error), label);
+    }
+    await assert.rejects(lister.open(dir, { readOnly: true }), isLost);
+    await assert.rejects(lister.open(dir), isLost);
+  }
+  assert.deepEqual(fs.snapshotTree(AGENT), before, "reading modified nothing");
+  await assert.rejects(store.compact(dir), isLost);
+  assert.deepEqual(fs.snapshotTree(AGENT), before, "a refused compaction changed nothing");
+});
+
 test("a damaged header inside a supported meta.json is reported, not skipped as unsupported", async () => {
   const damages: [string, (header: Record<string, unknown>) => unknown, string][] = [
     ["null", () => null, "header"],

@@ -392,6 +392,10 @@ test("an invalid published directory is an error, never a fallback to the stale 
   assert.equal(failures[0]?.id, ID);
   assert.ok(failures[0]?.error instanceof SessionFormatError);
   await fs.remove(`${DIR}/meta.json`);
+  // index.json shows a save committed there: a lost meta.json is damage, not a missing session.
+  await assert.rejects(store.open(LEGACY), CorruptSessionError);
+  assert.equal((await store.listDetailed(CWD)).failures.length, 1);
+  await fs.remove(`${DIR}/index.json`);
   await assert.rejects(store.open(LEGACY), SessionNotFoundError);
   assert.equal((await store.listDetailed(CWD)).failures.length, 1);
 });

@@ -4,7 +4,7 @@ import { MemoryFs } from "../adapters/memory.ts";
 import { NotFound } from "../src/port/errors.ts";
 import { portableSha256 } from "../src/port/sha256.ts";
 import { SessionStore } from "../src/loop/store.ts";
-import { SessionNotFoundError } from "../src/loop/errors.ts";
+import { CorruptSessionError, SessionNotFoundError } from "../src/loop/errors.ts";
 import { salvageSession } from "../src/loop/verify.ts";
 import { conversation } from "./_fixtures.ts";
 
@@ -32,11 +32,25 @@ function notFoundNaming(metaPath: string): (error: unknown) => boolean {
   };
 }
 
-test("salvage of a session directory without meta.json is SessionNotFoundError naming meta.json, as open says", async () => {
+test("salvage of a session directory without meta.json says what open says of it", async () => {
   const { fs, store, dir } = await saved();
   const metaPath = `${dir}/meta.json`;
   await fs.remove(metaPath);
-  // What open and compact say of it.
+  // index.json shows a save committed there: a lost meta.json is damage, for open and salvage.
+  const lost = (error: unknown) => {
+    assert.ok(error instanceof CorruptSessionError, `got ${String(error)}`);
+    assert.equal(error.file, metaPath);
+    assert.ok(error.cause instanceof NotFound, `cause ${String(error.cause)}`);
+    return true;
+  };
+  await assert.rejects(store.open(dir), lost);
+  await assert.rejects(store.salvage(dir, "/rescue"), lost);
+  await assert.rejects(
+    salvageSession(fs, dir, { sha256: portableSha256, toCollection: "/rescue" }),
+    lost,
+  );
+  // Without index.json nothing says a save committed: no session there.
+  await fs.remove(`${dir}/index.json`);
   await assert.rejects(store.open(dir), SessionNotFoundError);
   await assert.rejects(store.salvage(dir, "/rescue"), notFoundNaming(metaPath));
   await assert.rejects(
@@ -45,10 +59,7 @@ test("salvage of a session directory without meta.json is SessionNotFoundError n
   );
   // Nothing was written: the collection is not made, the source is left as it was.
   await assert.rejects(fs.lstat("/rescue"), NotFound);
-  assert.deepEqual((await fs.readDir(dir)).map((entry) => entry.name), [
-    "index.json",
-    "messages.jsonl",
-  ]);
+  assert.deepEqual((await fs.readDir(dir)).map((entry) => entry.name), ["messages.jsonl"]);
 });
 
 test("salvage of a missing session directory is SessionNotFoundError naming its meta.json", async () => {

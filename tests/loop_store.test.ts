@@ -2508,6 +2508,14 @@ test("opening a missing session rejects with SessionNotFoundError; SessionManage
     await assert.rejects(store.open(missing, { readOnly }), SessionNotFoundError);
   }
   await fs.remove(`${dir}/meta.json`);
+  // A save committed there (index.json is written after one): damage, not a missing session.
+  for (const readOnly of [true, false]) {
+    await assert.rejects(
+      store.open(dir, { readOnly }),
+      (error: unknown) => error instanceof CorruptSessionError && error.file === `${dir}/meta.json`,
+    );
+  }
+  await fs.remove(`${dir}/index.json`);
   for (const readOnly of [true, false]) {
     await assert.rejects(store.open(dir, { readOnly }), SessionNotFoundError);
   }

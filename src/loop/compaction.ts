@@ -47,7 +47,7 @@ import {
   indexMatches,
   MESSAGES_FILE,
   META_FILE,
-  metaNotFound,
+  missingMetaError,
   openMessages,
   openSessionFile,
   readRoundIndex,
@@ -274,7 +274,7 @@ export async function compactSession(
       );
     }
     if (!entries.some((entry) => entry.name === META_FILE)) {
-      throw metaNotFound(dir);
+      throw await missingMetaError(fs, dir);
     }
     const meta = await readStorageMeta(fs, dir, true);
     checkMetaId(meta, id, join(dir, META_FILE));

@@ -11,6 +11,7 @@ import type { EntryKind, FileHandle, FileSystem } from "../port/fs.ts";
 import { FsError, NotADirectory, NotFound } from "../port/errors.ts";
 import type { Sha256, Sha256Factory } from "../port/sha256.ts";
 import { join } from "../port/path.ts";
+import { entryKind } from "../port/durable.ts";
 import {
   type Found,
   ifRegular,
@@ -328,6 +329,36 @@ export function metaNotFound(dir: string, cause?: unknown): SessionNotFoundError
     file: join(dir, META_FILE),
     ...(cause === undefined ? {} : { cause }),
   });
+}
+
+/**
+ * True when session directory `dir`, found without meta.json, had a save committed: its
+ * `index.json` is there (written only after a save committed) and meta.json is still missing
+ * when looked at after it (a save publishes meta.json first, so a first save that committed
+ * meanwhile is never taken for a lost meta.json). Looks at entries only, following no link.
+ */
+export async function lostMetaJson(fs: FileSystem, dir: string): Promise<boolean> {
+  if (await entryKind(fs, join(dir, INDEX_FILE)) === undefined) return false;
+  return await entryKind(fs, join(dir, META_FILE)) === undefined;
+}
+
+/**
+ * The error for session directory `dir` found without meta.json: a `CorruptSessionError` naming
+ * meta.json when a save committed there (`lostMetaJson`), so a host never takes a damaged
+ * session for one that does not exist; else `metaNotFound`. `cause` is the port's `NotFound`,
+ * when one was raised.
+ */
+export async function missingMetaError(
+  fs: FileSystem,
+  dir: string,
+  cause?: unknown,
+): Promise<SessionNotFoundError | CorruptSessionError> {
+  if (!(await lostMetaJson(fs, dir))) return metaNotFound(dir, cause);
+  return new CorruptSessionError(
+    "meta.json is missing but index.json shows a save committed here; the session is damaged " +
+      "and was not modified",
+    { file: join(dir, META_FILE), ...(cause === undefined ? {} : { cause }) },
+  );
 }
 
 /** Validates the bytes of meta.json read from `file` (`headerFieldsOnly`: see `parseStorageMeta`). */

@@ -68,7 +68,7 @@ import {
   type SessionManagerInit,
   sessionNotADirectory,
 } from "./session_manager.ts";
-import { INDEX_FILE, MESSAGES_FILE, META_FILE, metaNotFound } from "./storage.ts";
+import { INDEX_FILE, MESSAGES_FILE, META_FILE, missingMetaError } from "./storage.ts";
 import {
   acquireWriterLock,
   type CollectionLockTaken,
@@ -786,7 +786,7 @@ export class SessionStore {
         // there, writing nothing, before the session is said not to exist.
         return await this.#checkSessionDirectory(dir, "none");
       }
-      throw metaNotFound(dir, error);
+      throw await missingMetaError(this.fs, dir, error);
     }
   }
 

@@ -53,7 +53,7 @@ import {
   joinBytes,
   MESSAGES_FILE,
   META_FILE,
-  metaNotFound,
+  missingMetaError,
   openSessionFile,
   readRoundIndexWithin,
   readStorageMeta,
@@ -1004,7 +1004,8 @@ async function keptLines(
  * fields checked but not its metadata arrays: a salvage keeps each array that fits the messages
  * it keeps and drops (and lists) the others, as for a legacy file. A missing one (or a missing
  * `dir`) is `SessionNotFoundError` naming meta.json, the port's `NotFound` as its cause, as
- * opening such a directory says.
+ * opening such a directory says; a `CorruptSessionError` when index.json shows a save committed
+ * there (`missingMetaError`).
  */
 export async function readSalvageMeta(
   fs: FileSystem,
@@ -1015,7 +1016,7 @@ export async function readSalvageMeta(
     return await readStorageMeta(fs, dir, kindChecked, true);
   } catch (error) {
     if (!(error instanceof NotFound)) throw error;
-    throw metaNotFound(dir, error);
+    throw await missingMetaError(fs, dir, error);
   }
 }
 
