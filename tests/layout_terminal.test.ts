@@ -257,6 +257,33 @@ test("readTerminalControl takes the producer roles from the session's frozen con
       error instanceof LayoutRecordError && error.file === paths.workflowContractJson &&
       error.path === "orchestration.completion_role",
   );
+  // A legacy state that pins the projection: a projection that is gone is no "no contract".
+  await writeJson(fs, paths.workflowContractJson, {
+    orchestration: { completion_role: "outer" },
+  });
+  await patchState(fs, paths.dir, {
+    workflow_contract_sha256: sha256Ref(await fs.readFile(paths.workflowContractJson)),
+  });
+  await assert.rejects(readTerminalControl(fs, paths, worker), refusedRole);
+  await fs.remove(paths.workflowContractJson);
+  await assert.rejects(
+    readTerminalControl(fs, paths, worker),
+    (error: unknown) =>
+      error instanceof LayoutRecordError && error.file === paths.stateJson &&
+      error.path === "workflow_contract_sha256",
+  );
+  // Without the engine-owned state.json there is no contract to trust, nor a task to judge by.
+  const state = await fs.readFile(paths.stateJson);
+  await fs.remove(paths.stateJson);
+  await writeJson(fs, paths.workflowContractJson, {
+    orchestration: { completion_role: "worker" },
+  });
+  await assert.rejects(
+    readTerminalControl(fs, paths, worker),
+    (error: unknown) => error instanceof NotFound && error.path === paths.stateJson,
+  );
+  await fs.writeFile(paths.stateJson, state);
+  await patchState(fs, paths.dir, { workflow_contract_sha256: null });
   // ... and in the contract state.json records, the field under workflow_contract.
   await patchState(fs, paths.dir, {
     workflow_contract: { terminal_blocker_reporting_roles: "worker" },

@@ -392,12 +392,22 @@ test("an invalid published directory is an error, never a fallback to the stale 
   assert.equal(failures[0]?.id, ID);
   assert.ok(failures[0]?.error instanceof SessionFormatError);
   await fs.remove(`${DIR}/meta.json`);
-  // index.json shows a save committed there: a lost meta.json is damage, not a missing session.
+  // index.json shows a save committed there: a lost meta.json is damage, not a missing session,
+  // for an open and a listing alike (the backup is not used in its place).
   await assert.rejects(store.open(LEGACY), CorruptSessionError);
-  assert.equal((await store.listDetailed(CWD)).failures.length, 1);
+  for (const fast of [false, true]) {
+    const listed = await store.listDetailed(CWD, undefined, { fast });
+    assert.deepEqual(listed.sessions, []);
+    assert.equal(listed.failures.length, 1);
+    assert.ok(listed.failures[0]?.error instanceof CorruptSessionError, `fast: ${fast}`);
+  }
   await fs.remove(`${DIR}/index.json`);
   await assert.rejects(store.open(LEGACY), SessionNotFoundError);
-  assert.equal((await store.listDetailed(CWD)).failures.length, 1);
+  for (const fast of [false, true]) {
+    const listed = await store.listDetailed(CWD, undefined, { fast });
+    assert.equal(listed.failures.length, 1);
+    assert.ok(listed.failures[0]?.error instanceof SessionNotFoundError, `fast: ${fast}`);
+  }
 });
 
 test("an unsupported legacy version is rejected on open and nothing is written", async () => {

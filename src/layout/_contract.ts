@@ -21,7 +21,7 @@ import {
 } from "./json_io.ts";
 import type { SessionPaths } from "./paths.ts";
 import { type StateContractPins, stateContractPins } from "./records.ts";
-import { readSessionStateIfExists } from "./tree.ts";
+import { readSessionState } from "./tree.ts";
 
 /** The workflow contract a state records, checked against its pin (see `inheritedContracts` in
  * `child_requests.ts`). */
@@ -104,12 +104,15 @@ export interface ContractTerminalRoles {
 }
 
 /**
- * The terminal roles of the session's frozen workflow contract: the contract its `state.json`
- * records, checked against `workflow_contract_sha256` (see `trustedWorkflowContract`), or — for
- * a legacy state that records none, or a session without `state.json` — the projection
- * `workflow_contract.json` (checked against the pin when the state has one). A role the contract
- * does not name is `undefined`, and so are both when there is no contract at all. A role that is
- * not a string (or a list of strings) is a `LayoutRecordError` naming the contract's file and
+ * The terminal roles of the session's frozen workflow contract: the contract its engine-owned
+ * `state.json` records, checked against `workflow_contract_sha256` (see
+ * `trustedWorkflowContract`), or — for a legacy state that records none — the projection
+ * `workflow_contract.json`, checked against the pin when the state has one. A session without
+ * `state.json` has no current task to judge a control by: its read fails as `readSessionState`
+ * says, as does a pinned projection that is missing (a `LayoutRecordError` naming `state.json`
+ * at `workflow_contract_sha256`). A role the contract does not name is `undefined`, and so are
+ * both when a legacy state pins and records no contract and there is no projection. A role that
+ * is not a string (or a list of strings) is a `LayoutRecordError` naming the contract's file and
  * the field.
  */
 export async function contractTerminalRoles(
@@ -117,20 +120,31 @@ export async function contractTerminalRoles(
   paths: SessionPaths,
   sha256?: Sha256Factory,
 ): Promise<ContractTerminalRoles> {
-  const state = await readSessionStateIfExists(fs, paths.dir);
-  const pins = state === undefined ? undefined : stateContractPins(state, paths.stateJson);
+  const state = await readSessionState(fs, paths.dir);
+  const pins = stateContractPins(state, paths.stateJson);
   let contract: JsonObject | undefined;
   let file = paths.stateJson;
   let prefix = "workflow_contract.";
-  if (pins?.workflowContract !== undefined) {
+  if (pins.workflowContract !== undefined) {
     contract = await trustedWorkflowContract(fs, paths, pins, sha256);
   } else {
     const bytes = await recordBytes(fs, paths.workflowContractJson, true);
-    if (bytes === undefined) return { completionRole: undefined, blockerReportingRoles: undefined };
+    if (bytes === undefined) {
+      const pin = pins.workflowContractSha256;
+      if (pin !== undefined) {
+        // The state pins a projection that is gone: never read as "no contract, no roles".
+        throw new LayoutRecordError(
+          paths.stateJson,
+          `The frozen projection ${paths.workflowContractJson} this state pins (${pin}) is missing`,
+          { path: "workflow_contract_sha256", value: pin },
+        );
+      }
+      return { completionRole: undefined, blockerReportingRoles: undefined };
+    }
     requirePinnedBytes(
       bytes,
       paths.workflowContractJson,
-      pins?.workflowContractSha256,
+      pins.workflowContractSha256,
       paths.stateJson,
       "workflow_contract_sha256",
       sha256,

@@ -979,14 +979,12 @@ async function summarize(
         cache,
       );
     }
-    if (!source.hasBackup) {
-      // Never committed, unless index.json says a save committed there: a lost meta.json is a
-      // failure, as an open reports it, never a session dropped from the listing.
-      if (await lostMetaJson(context.fs, source.dir)) {
-        throw await missingMetaError(context.fs, source.dir, error);
-      }
-      return undefined;
+    // Never committed, unless index.json says a save committed there: a lost meta.json is a
+    // failure, as an open reports it, never a session dropped from the listing.
+    if (await lostMetaJson(context.fs, source.dir)) {
+      throw await missingMetaError(context.fs, source.dir, error);
     }
+    if (!source.hasBackup) return undefined;
     throw new SessionNotFoundError(
       "Published session directory has no meta.json; its legacy backup is not used in its place",
       { file: join(source.dir, META_FILE), cause: error },
