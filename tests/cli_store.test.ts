@@ -300,6 +300,13 @@ test("compact says what it did, and a corrupt committed range is exit code 1", a
   const nothing = cli(["sessions", "compact", healthy]);
   assert.equal(nothing.code, 0, nothing.err);
   assert.match(nothing.out, /^not compacted: .* already holds only the committed generation/);
+  // A session whose working directory is gone compacts as any other: the cwd is not checked.
+  const cwd = JSON.parse(readFileSync(join(collection, healthy, "meta.json"), "utf8")).header.cwd;
+  renameSync(cwd, `${cwd}.moved`);
+  const moved = cli(["sessions", "compact", healthy]);
+  renameSync(`${cwd}.moved`, cwd);
+  assert.equal(moved.code, 0, moved.err);
+  assert.match(moved.out, /^not compacted: .* already holds only the committed generation/);
   const log = join(collection, damaged, "messages.jsonl");
   const bytes = readFileSync(log);
   bytes[bytes.indexOf("\n") + 1] = 0x21; // same size: nothing to compact, but corrupt
