@@ -70,6 +70,42 @@ export function environmentValue(name: string): string | undefined | Error {
 }
 
 /**
+ * The first of `args` (the program's arguments, as the runtime decoded them: Node and Deno put
+ * U+FFFD in place of bytes that are not valid UTF-8, a path naming another file) whose bytes are
+ * not valid UTF-8, as an `Error` naming it by its place (1 for the first); undefined when none
+ * is. Only an argument with U+FFFD in it is looked at again, in the command line the process
+ * started with (`/proc/self/cmdline`, whose last entries are the program's arguments); where that
+ * cannot be read (not Linux) or does not end with these arguments, they are taken as given.
+ */
+export function invalidArgument(args: readonly string[]): Error | undefined {
+  if (!args.some((arg) => arg.includes("\u{fffd}"))) return undefined;
+  let raw: Uint8Array;
+  try {
+    raw = readFileSync("/proc/self/cmdline");
+  } catch {
+    return undefined;
+  }
+  const entries: Uint8Array[] = [];
+  let start = 0;
+  while (start < raw.length) {
+    let end = raw.indexOf(0, start);
+    if (end < 0) end = raw.length;
+    entries.push(raw.subarray(start, end));
+    start = end + 1;
+  }
+  if (entries.length < args.length) return undefined;
+  const tail = entries.slice(entries.length - args.length);
+  // The command line must end with these very arguments, as the runtime decoded them.
+  if (!tail.every((bytes, i) => lossyText(bytes) === args[i])) return undefined;
+  for (const [i, arg] of args.entries()) {
+    if (arg.includes("\u{fffd}") && strictText(tail[i] as Uint8Array) === undefined) {
+      return new Error(`argument ${i + 1} (${JSON.stringify(arg)}) is not valid UTF-8`);
+    }
+  }
+  return undefined;
+}
+
+/**
  * The home directory `homeDirOf()` (by default `os.homedir()`) answers: HOME, else the account's
  * passwd entry (the user profile on Windows). Undefined when none can be determined (Node throws;
  * Deno's Node layer answers `null` for an account without a passwd entry), when the runtime

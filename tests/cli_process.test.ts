@@ -11,6 +11,7 @@ import {
   mkdirSync,
   mkdtempSync,
   openSync,
+  readdirSync,
   readSync,
   rmSync,
   symlinkSync,
@@ -282,6 +283,36 @@ test("a current directory that is not valid UTF-8 fails only what needs it, neve
   const here = sh(`${inside}exec "$RUNTIME" $ARGS sessions list`);
   assert.equal(here.status, 2, here.stderr);
   assert.match(here.stderr, /^usage error: the current directory cannot be read \(.*UTF-8\)$/m);
+});
+
+test("an argument that is not valid UTF-8 is refused in one line, never taken for a look-alike", () => {
+  const sh = (script: string) =>
+    spawnSync("sh", ["-c", script], {
+      env: { ...env(), RUNTIME: process.execPath, ARGS: runtimeArgs(BIN).join(" ") },
+      encoding: "utf8",
+    });
+  // `store-\xff`, and beside it a look-alike `store-\u{fffd}` holding a store with a session.
+  const lookalike = join(base, "store-\u{fffd}");
+  mkdirSync(join(lookalike, "sessions", "x"), { recursive: true });
+  const before = readdirSync(join(lookalike, "sessions"));
+  for (
+    const args of [
+      `--data-dir "$(printf '${base}/store-\\377')" sessions list --all-workspaces`,
+      `sessions delete --include-unarchived "$(printf '${lookalike}/sessions/x/\\377')"`,
+      `--data-dir "${lookalike}" sessions cleanup --dir "$(printf '${base}/store-\\377')"`,
+    ]
+  ) {
+    const run = sh(`cd "${work}" && exec "$RUNTIME" $ARGS ${args}`);
+    assert.equal(run.status, 2, run.stderr);
+    assert.match(run.stderr, /^usage error: argument \d+ \(".*\u{fffd}.*"\) is not valid UTF-8$/mu);
+    assert.equal(run.stdout, "");
+  }
+  assert.deepEqual(readdirSync(join(lookalike, "sessions")), before);
+  // A real U+FFFD (valid UTF-8) is an argument like any other.
+  const valid = sh(
+    `cd "${work}" && exec "$RUNTIME" $ARGS --data-dir "${lookalike}" sessions list --all-workspaces`,
+  );
+  assert.equal(valid.status, 0, valid.stderr);
 });
 
 test("a LOOP_DATA_DIR or HOME that is not valid UTF-8 is refused in one line, never taken for a look-alike", () => {

@@ -13,7 +13,7 @@
  */
 import { type CliIo, OutputError, writeFully } from "./output.ts";
 import { UsageError } from "./args.ts";
-import { runCli } from "./main.ts";
+import { reportUsageError, runCli } from "./main.ts";
 import type { FileSystem } from "../port/fs.ts";
 import type { ProcessProbe } from "../port/probe.ts";
 
@@ -197,9 +197,15 @@ export async function runtimeIo(): Promise<
 /** Runs the command line for the current process and exits with its code. */
 export async function main(): Promise<void> {
   const { io, args, exit } = await runtimeIo();
+  // An argument the runtime decoded with U+FFFD in place of bytes that are not valid UTF-8 names
+  // another path (another store, another session): refused, as such a LOOP_DATA_DIR or HOME is.
+  const { invalidArgument } = await import("../../adapters/_node_env.ts");
+  const invalid = invalidArgument(args);
   let code: number;
   try {
-    code = await runCli(args, io);
+    code = invalid === undefined
+      ? await runCli(args, io)
+      : reportUsageError(io, new UsageError(invalid.message));
   } catch (error) {
     // runCli reports an output failure on stderr; when stderr itself fails, nothing can be said.
     if (!(error instanceof OutputError)) throw error;

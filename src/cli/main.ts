@@ -108,6 +108,15 @@ export async function runCli(args: readonly string[], io: CliIo): Promise<number
   }
 }
 
+/**
+ * Reports `error` as the command line reports a usage error (two lines on stderr) and returns
+ * its exit code, 2: for what the runtime's entry point refuses before `runCli` (an argument whose
+ * bytes are not valid UTF-8).
+ */
+export function reportUsageError(io: CliIo, error: UsageError): number {
+  return report(terminalSafeIo(io), error);
+}
+
 /** Prints one line for a failure and returns its exit code. */
 function report(io: CliIo, error: unknown): number {
   if (error instanceof UsageError) {
