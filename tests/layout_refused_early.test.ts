@@ -4,7 +4,19 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
-import { listRootSessionIds, LogicalReferenceResolver, TopologyError } from "../layout.ts";
+import {
+  createRootSession,
+  ensureRepository,
+  LayoutOptionError,
+  listRootSessionIds,
+  loadSessionTree,
+  LogicalReferenceResolver,
+  processNextChildRequest,
+  TopologyError,
+} from "../layout.ts";
+import { nodeFs } from "../adapters/node.ts";
+import type { FileSystem } from "../src/port/fs.ts";
+import { CONTRACTS } from "./layout_fixtures.ts";
 import { runCli } from "../src/cli/main.ts";
 import { memoryIo } from "./_cli_io.ts";
 import { newRepo, newRoot } from "./layout_fixtures.ts";
@@ -64,4 +76,39 @@ test("root sessions are never listed through a symlinked sessions root, by the A
   const { io } = memoryIo(cli, "/repo", 0);
   assert.notEqual(await runCli(["layout", "tree"], io), 0);
   assert.deepEqual(readThrough(cli), []);
+});
+
+test("a repository root that is not an absolute path is refused alike on every adapter, before any file is touched", async () => {
+  const memory = await newRepo();
+  await newRoot(memory);
+  // A real filesystem would take a relative path against the process's current directory.
+  const ports: [string, FileSystem][] = [["memory", memory], ["node", nodeFs()]];
+  for (const repoRoot of ["relrepo", "./repo", "", "repo/.."]) {
+    for (const [name, fs] of ports) {
+      memory.resetCounter();
+      const calls: [string, () => Promise<unknown>][] = [
+        ["createRootSession", () => createRootSession(fs, { repoRoot, goal: "g", ...CONTRACTS })],
+        ["ensureRepository", () => ensureRepository(fs, repoRoot)],
+        ["loadSessionTree", () => loadSessionTree(fs, repoRoot, "001_g")],
+        [
+          "forSession",
+          () => LogicalReferenceResolver.forSession(fs, { repoRoot, sessionId: "001_g" }),
+        ],
+        [
+          "processNextChildRequest",
+          () => processNextChildRequest(fs, { repoRoot, parentSessionId: "001_g" }),
+        ],
+      ];
+      for (const [call, run] of calls) {
+        await assert.rejects(
+          run(),
+          (error: unknown) =>
+            error instanceof LayoutOptionError && error.option === "repoRoot" &&
+            error.value === repoRoot,
+          `${call} on ${name}: ${repoRoot}`,
+        );
+      }
+      assert.deepEqual(memory.operationLog.map((r) => `${r.op} ${r.path}`), [], repoRoot);
+    }
+  }
 });

@@ -16,8 +16,8 @@
  *
  * @module
  */
-import { join } from "../port/path.ts";
-import { LayoutError, UnsupportedLayoutError } from "./errors.ts";
+import { isAbsolute, join } from "../port/path.ts";
+import { LayoutError, LayoutOptionError, UnsupportedLayoutError } from "./errors.ts";
 
 /** One safe path component: `[A-Za-z0-9][A-Za-z0-9_.-]*` (no separator, never `.` or `..`). */
 const SAFE_COMPONENT = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
@@ -88,8 +88,19 @@ export interface RepositoryPaths {
   readonly gitignore: string;
 }
 
-/** The repository-level paths of `repoRoot`. */
+/**
+ * The repository-level paths of `repoRoot`, which must be an absolute path (the port's paths
+ * are): anything else is a `LayoutOptionError` naming `repoRoot`, on every adapter alike (a real
+ * filesystem would otherwise resolve it against the process's current directory).
+ */
 export function repositoryPaths(repoRoot: string): RepositoryPaths {
+  if (typeof repoRoot !== "string" || !isAbsolute(repoRoot)) {
+    throw new LayoutOptionError(
+      "repoRoot",
+      repoRoot,
+      "The repository root must be an absolute path",
+    );
+  }
   const loopyDir = join(repoRoot, LOOPY_DIRNAME);
   return {
     repoRoot,

@@ -672,10 +672,10 @@ export async function createRootSession(
   fs: FileSystem,
   options: CreateRootSessionOptions,
 ): Promise<CreatedSession> {
+  const sessionsRoot = repositoryPaths(options.repoRoot).sessionsRoot; // repoRoot is absolute
   fs = confined(fs, join(options.repoRoot, LOOPY_DIRNAME));
   const resolved = resolveWriteOptions(options);
   await ensureRepository(fs, options.repoRoot, options);
-  const sessionsRoot = repositoryPaths(options.repoRoot).sessionsRoot;
   // The ordinal is chosen and published before another creation in this repository chooses.
   return await serializedOn(
     fs,

@@ -170,6 +170,7 @@ export async function sessionsRootOf(
   fs: FileSystem,
   repoRoot: string,
 ): Promise<{ readonly repoRoot: string; readonly sessionsRoot: string | undefined }> {
+  repositoryPaths(repoRoot); // an absolute path, before anything is looked at
   const canonical = await fs.realPath(repoRoot);
   const paths = repositoryPaths(canonical);
   for (const dir of [paths.loopyDir, paths.sessionsRoot]) {
