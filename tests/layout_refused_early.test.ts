@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
 import {
   createRootSession,
+  createSessionId,
   ensureRepository,
   LayoutOptionError,
   listRootSessionIds,
@@ -90,6 +91,7 @@ test("a repository root that is not an absolute path is refused alike on every a
         ["createRootSession", () => createRootSession(fs, { repoRoot, goal: "g", ...CONTRACTS })],
         ["ensureRepository", () => ensureRepository(fs, repoRoot)],
         ["loadSessionTree", () => loadSessionTree(fs, repoRoot, "001_g")],
+        ["createSessionId", () => createSessionId(fs, { repoRoot, goal: "g" })],
         [
           "forSession",
           () => LogicalReferenceResolver.forSession(fs, { repoRoot, sessionId: "001_g" }),
@@ -109,6 +111,13 @@ test("a repository root that is not an absolute path is refused alike on every a
         );
       }
       assert.deepEqual(memory.operationLog.map((r) => `${r.op} ${r.path}`), [], repoRoot);
+      // A child id's scope is its parent's directory: the same rule.
+      await assert.rejects(
+        createSessionId(fs, { parentSessionDir: repoRoot, requestId: "r" }),
+        (error: unknown) =>
+          error instanceof LayoutOptionError && error.option === "parentSessionDir",
+        `createSessionId (child) on ${name}: ${repoRoot}`,
+      );
     }
   }
 });

@@ -9,9 +9,9 @@
  */
 import type { FileSystem } from "../port/fs.ts";
 import { readDirIfExists } from "../port/durable.ts";
-import { join, NAME_MAX_BYTES } from "../port/path.ts";
-import { SessionIdError } from "./errors.ts";
-import { CHILDREN_DIRNAME, LOOPY_DIRNAME, SESSIONS_DIRNAME } from "./paths.ts";
+import { isAbsolute, join, NAME_MAX_BYTES } from "../port/path.ts";
+import { LayoutOptionError, SessionIdError } from "./errors.ts";
+import { CHILDREN_DIRNAME, LOOPY_DIRNAME, repositoryPaths, SESSIONS_DIRNAME } from "./paths.ts";
 import { confined } from "./no_links.ts";
 
 /** Minimum digits of a root session's ordinal (`001_…`); ordinals past 999 simply grow wider. */
@@ -245,6 +245,17 @@ export async function createSessionId(
   fs: FileSystem,
   input: RootSessionIdInput | ChildSessionIdInput,
 ): Promise<string> {
+  // Absolute paths only (the port's), refused alike on every adapter before anything is read.
+  if ("parentSessionDir" in input) {
+    const dir = input.parentSessionDir;
+    if (typeof dir !== "string" || !isAbsolute(dir)) {
+      throw new LayoutOptionError(
+        "parentSessionDir",
+        dir,
+        "The parent session directory must be an absolute path",
+      );
+    }
+  } else repositoryPaths(input.repoRoot);
   fs = confined(
     fs,
     "parentSessionDir" in input ? input.parentSessionDir : join(input.repoRoot, LOOPY_DIRNAME),
