@@ -74,14 +74,44 @@ export function environmentValue(name: string): string | undefined | Error {
  * U+FFFD in place of bytes that are not valid UTF-8, a path naming another file) whose bytes are
  * not valid UTF-8, as an `Error` naming it by its place (1 for the first); undefined when none
  * is. Only an argument with U+FFFD in it is looked at again, in the command line the process
- * started with (`/proc/self/cmdline`, whose last entries are the program's arguments); where that
- * cannot be read (not Linux) or does not end with these arguments, they are taken as given.
+ * started with (`/proc/self/cmdline`, whose last entries are the program's arguments), and in
+ * those of its ancestors, a few levels up: a launcher (`deno task`, `npx`, a Node wrapper)
+ * decodes the arguments before it passes them on, so only the process the user started holds
+ * their bytes. A process whose command line does not end with these arguments, as decoded, is
+ * passed over; where none can be read (not Linux), the arguments are taken as given.
  */
 export function invalidArgument(args: readonly string[]): Error | undefined {
   if (!args.some((arg) => arg.includes("\u{fffd}"))) return undefined;
+  let pid = "self";
+  for (let level = 0; level < ANCESTOR_LEVELS; level++) {
+    const entries = commandLine(pid);
+    if (entries === undefined) return undefined;
+    if (entries.length >= args.length) {
+      const tail = entries.slice(entries.length - args.length);
+      // This process was given these very arguments, as the runtime decoded them.
+      if (tail.every((bytes, i) => lossyText(bytes) === args[i])) {
+        for (const [i, arg] of args.entries()) {
+          if (arg.includes("\u{fffd}") && strictText(tail[i] as Uint8Array) === undefined) {
+            return new Error(`argument ${i + 1} (${JSON.stringify(arg)}) is not valid UTF-8`);
+          }
+        }
+      }
+    }
+    const parent = parentOf(pid);
+    if (parent === undefined || parent === "0") return undefined;
+    pid = parent;
+  }
+  return undefined;
+}
+
+/** How many processes up `invalidArgument` looks for the bytes of the arguments. */
+const ANCESTOR_LEVELS = 8;
+
+/** The entries of `/proc/<pid>/cmdline`; undefined when it cannot be read. */
+function commandLine(pid: string): Uint8Array[] | undefined {
   let raw: Uint8Array;
   try {
-    raw = readFileSync("/proc/self/cmdline");
+    raw = readFileSync(`/proc/${pid}/cmdline`);
   } catch {
     return undefined;
   }
@@ -93,16 +123,21 @@ export function invalidArgument(args: readonly string[]): Error | undefined {
     entries.push(raw.subarray(start, end));
     start = end + 1;
   }
-  if (entries.length < args.length) return undefined;
-  const tail = entries.slice(entries.length - args.length);
-  // The command line must end with these very arguments, as the runtime decoded them.
-  if (!tail.every((bytes, i) => lossyText(bytes) === args[i])) return undefined;
-  for (const [i, arg] of args.entries()) {
-    if (arg.includes("\u{fffd}") && strictText(tail[i] as Uint8Array) === undefined) {
-      return new Error(`argument ${i + 1} (${JSON.stringify(arg)}) is not valid UTF-8`);
-    }
+  return entries;
+}
+
+/** The parent's pid of `pid`, from `/proc/<pid>/stat`; undefined when it cannot be read. */
+function parentOf(pid: string): string | undefined {
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, "latin1");
+  } catch {
+    return undefined;
   }
-  return undefined;
+  // "<pid> (<name>) <state> <ppid> ...": the name may hold spaces and parentheses.
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  const parent = fields[1];
+  return parent !== undefined && /^\d+$/.test(parent) ? parent : undefined;
 }
 
 /**

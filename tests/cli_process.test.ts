@@ -307,6 +307,20 @@ test("an argument that is not valid UTF-8 is refused in one line, never taken fo
     assert.match(run.stderr, /^usage error: argument \d+ \(".*\u{fffd}.*"\) is not valid UTF-8$/mu);
     assert.equal(run.stdout, "");
   }
+  // Through a launcher that decodes its arguments and passes them on (as `deno task` and `npx`
+  // do), the bytes are found in the launcher's command line.
+  const launcher = join(base, "launcher.cjs");
+  writeFileSync(
+    launcher,
+    `const { spawnSync } = require("node:child_process");
+process.exitCode = spawnSync(process.argv[2], process.argv.slice(3), { stdio: "inherit" }).status;
+`,
+  );
+  const launched = sh(
+    `cd "${work}" && exec node "${launcher}" "$RUNTIME" $ARGS sessions delete --include-unarchived "$(printf '${lookalike}/sessions/x/\\377')"`,
+  );
+  assert.equal(launched.status, 2, launched.stderr);
+  assert.match(launched.stderr, /^usage error: argument \d+ .* is not valid UTF-8$/mu);
   assert.deepEqual(readdirSync(join(lookalike, "sessions")), before);
   // A real U+FFFD (valid UTF-8) is an argument like any other.
   const valid = sh(
