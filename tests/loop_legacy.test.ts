@@ -410,6 +410,49 @@ test("an invalid published directory is an error, never a fallback to the stale 
   }
 });
 
+test("a migrated session that lost its meta.json is reported damaged at every crash point of its delete, never listed as its stale backup", async () => {
+  const { fs, store } = await setup(legacyText(header(), conversation(1)));
+  const session = await store.open(LEGACY);
+  await session.commit([...session.messages, ...conversation(1)]);
+  await session.close();
+  await fs.remove(`${DIR}/meta.json`);
+  fs.syncAll();
+  const damaged = (error: unknown) =>
+    error instanceof CorruptSessionError && /index\.json/.test(error.message);
+  let committed = 0;
+  for (let n = 0;; n++) {
+    const running = fs.clone();
+    running.resetCounter();
+    running.crashAfter(n);
+    // Deleted by collection: a session that cannot be read is not known to be the project's.
+    await new SessionStore({ fs: running, agentDir: AGENT, sessionDir: COLLECTION }).archive
+      .delete(undefined, [ID], { archivedOnly: false })
+      .catch(() => undefined);
+    const crashed = running.crash({ seed: 0 });
+    const reader = new SessionStore({ fs: crashed, agentDir: AGENT });
+    let gone = false;
+    for (const fast of [false, true]) {
+      const listed = await reader.listDetailed(CWD, undefined, { fast });
+      // Never the 2-message backup in the session's place: damaged, or gone once deleted.
+      assert.deepEqual(listed.sessions, [], `crash after ${n}, fast: ${fast}`);
+      gone = listed.failures.length === 0;
+      if (!gone) assert.ok(damaged(listed.failures[0]?.error), `crash after ${n}, fast: ${fast}`);
+    }
+    if (gone) committed++;
+    // A read-only open says what the listing says.
+    const opened = await reader.open(DIR, { readOnly: true }).then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    assert.ok(
+      gone ? opened instanceof SessionNotFoundError : damaged(opened),
+      `crash after ${n}: ${String(opened)}`,
+    );
+    if (!running.crashTriggered) break;
+  }
+  assert.ok(committed > 0, "the delete committed at the last crash points");
+});
+
 test("an unsupported legacy version is rejected on open and nothing is written", async () => {
   const { fs, store } = await setup(legacyText(header({ version: 3 }), conversation(1)));
   const before = snapshot(fs);

@@ -406,16 +406,21 @@ async function candidatesOf(
       // As a read-only open counts it: a staged copy holding a meta.json file. One that is gone
       // since the staging directory was listed was moved back by a rollback, or removed by a
       // delete that finished (then nothing is in place).
+      // A staged copy whose meta.json is lost while index.json shows a save committed is the
+      // session, damaged: read from there, where it is reported as an open reports it (never the
+      // stale legacy backup listed in its place).
       const meta = join(dir, META_FILE);
       let kind: Awaited<ReturnType<typeof entryKind>>;
+      let lost = false;
       try {
         kind = await entryKind(fs, meta);
+        if (kind === undefined) lost = await lostMetaJson(fs, dir);
       } catch (error) {
         if (!isReportable(error)) throw error;
         if (!unreadable.has(id)) unreadable.set(id, { error, file: meta });
         continue;
       }
-      if (kind !== "file") {
+      if (kind !== "file" && !lost) {
         movedBack.add(id);
         continue;
       }

@@ -68,7 +68,7 @@ import {
   type SessionManagerInit,
   sessionNotADirectory,
 } from "./session_manager.ts";
-import { INDEX_FILE, MESSAGES_FILE, META_FILE, missingMetaError } from "./storage.ts";
+import { INDEX_FILE, lostMetaJson, MESSAGES_FILE, META_FILE, missingMetaError } from "./storage.ts";
 import {
   acquireWriterLock,
   type CollectionLockTaken,
@@ -751,7 +751,13 @@ export class SessionStore {
         for (let looks = 1;; looks++) {
           const staging = await this.#staging(dir);
           const copy = this.#stagedCopy(staging);
-          if (copy !== undefined) return copy;
+          if (copy !== undefined) {
+            // A staged copy that lost its meta.json (see `#staging`): damaged, said so.
+            if (copy === staging.deleted && await lostMetaJson(this.fs, copy)) {
+              throw await missingMetaError(this.fs, copy);
+            }
+            return copy;
+          }
           try {
             return await this.#checkSessionDirectory(dir, "none");
           } catch (error) {
@@ -830,7 +836,14 @@ export class SessionStore {
         if (deletion.error !== undefined && deletion.ids.includes(id)) error ??= deletion.error;
         legacy ??= deletion.legacy.get(id);
         const staged = deletion.directories.get(id);
-        if (staged !== undefined && await entryKind(this.fs, join(staged, META_FILE)) === "file") {
+        // A staged copy with meta.json, or one that lost it while index.json shows a save
+        // committed (read from there, it is reported as damaged, as the listing reports it).
+        if (
+          staged !== undefined && (
+            await entryKind(this.fs, join(staged, META_FILE)) === "file" ||
+            await lostMetaJson(this.fs, staged)
+          )
+        ) {
           return { compaction, previous, deleted: staged, error: undefined, legacy };
         }
       }
