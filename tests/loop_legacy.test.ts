@@ -419,6 +419,13 @@ test("a migrated session that lost its meta.json is reported damaged at every cr
   fs.syncAll();
   const damaged = (error: unknown) =>
     error instanceof CorruptSessionError && /index\.json/.test(error.message);
+  // By its project the session is not known to be the project's: said, with why.
+  await assert.rejects(
+    store.archive.delete(CWD, [ID], { archivedOnly: false }),
+    (error: unknown) =>
+      error instanceof SessionNotFoundError && damaged(error.cause) &&
+      /cannot be read .*delete it by its collection/.test(error.message),
+  );
   let committed = 0;
   for (let n = 0;; n++) {
     const running = fs.clone();

@@ -336,10 +336,15 @@ export class SessionArchive {
         // from an explicit collection, where no cwd has to be checked.
         if (failure instanceof FsError) throw failure;
         if (!listed.has(id) && !(failure !== undefined && resolved.cwd === undefined)) {
-          throw new SessionNotFoundError(`Session not found in project: ${id}`, {
-            file: join(collection, id),
-            cause: failure,
-          });
+          // One that cannot be read is not known to be the project's: said, with why.
+          throw new SessionNotFoundError(
+            failure === undefined
+              ? `Session not found in project: ${id}`
+              : `Session not found in project: ${id} cannot be read (${
+                (failure as Error).message
+              }); delete it by its collection`,
+            { file: join(collection, id), cause: failure },
+          );
         }
         if (archivedOnly && !members.includes(id)) {
           throw new SessionNotArchivedError(id, { file: join(collection, ARCHIVE_FILE) });
