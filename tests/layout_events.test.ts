@@ -155,6 +155,9 @@ test("an append after one whose new file's directory fsync failed makes the file
   await fs.mkdir("/s", { mode: 0o700 }); // private already: the only directory fsync is the entry's
   fs.syncAll();
   const options = deterministic();
+  // An append to another file of /s first: this process has made /s's own entry durable, so the
+  // next directory fsync is that of the new file's entry.
+  await appendEvents(fs, "/s/other.jsonl", "001_demo", [{ type: "other" }], options);
   // The first append creates events.jsonl; its directory fsync fails once.
   fs.failAt(fs.operationCount + 1, { ops: ["syncDir"] });
   await assert.rejects(appendEvents(fs, FILE, "001_demo", [{ type: "first" }], options));
@@ -188,17 +191,19 @@ test("appends to an existing events.jsonl sync its directory once per process, n
   await memory.chmod(dir, 0o700);
   await memory.writeFile(`${dir}/events.jsonl`, encoder.encode(`${line("a")}\n`), { mode: 0o600 });
   memory.syncAll();
-  let dirSyncs = 0;
+  const synced: string[] = [];
   const fs = hookedFs(memory, {
-    before: (method) => {
-      if (method === "syncDir") dirSyncs++;
+    before: (method, args) => {
+      if (method === "syncDir") synced.push(args[0] as string);
     },
   });
   for (let i = 0; i < 10; i++) {
     await appendEvents(fs, `${dir}/events.jsonl`, "001_demo", [{ type: "tick" }]);
   }
-  // The first append of this process makes the file's entry durable; the others need not.
-  assert.equal(dirSyncs, 1);
+  // The first append of this process makes the file's entry durable, and those of the
+  // directories holding it up to .loopy_loop (another process may have made them and died before
+  // syncing their parents); the others need not.
+  assert.deepEqual(synced, ["/repo", "/repo/.loopy_loop", "/repo/.loopy_loop/sessions", dir]);
   assert.equal((await readEvents(memory, `${dir}/events.jsonl`)).length, 11);
 });
 

@@ -10,12 +10,7 @@
  */
 import type { FileSystem } from "../port/fs.ts";
 import { NotFound } from "../port/errors.ts";
-import {
-  atomicReplace,
-  ensureFileDurable,
-  ensurePrivateDir,
-  tightenPrivateDir,
-} from "../port/durable.ts";
+import { atomicReplace, ensurePrivateDir } from "../port/durable.ts";
 import { dirname, join } from "../port/path.ts";
 import { ImmutableArtifactError, LayoutError, LayoutRecordError } from "./errors.ts";
 import { checkAttemptIdentity } from "./_attempt_identity.ts";
@@ -24,9 +19,11 @@ import {
   bytesEqual,
   encodeRecord,
   encodeText,
+  ensureRecordDurable,
   freezeBytes,
   type JsonObject,
   type JsonValue,
+  prepareRecordDir,
   readRecord,
   readRecordIfExists,
   recordBytes,
@@ -175,8 +172,8 @@ export async function createAttemptArtifacts(
       frozen.set(name, existing);
     }
     // The session's iterations/ and raw/ take new entries: private too, however they were found.
-    await tightenPrivateDir(fs, paths.session.iterationsDir, durability);
-    await tightenPrivateDir(fs, paths.session.rawDir, durability);
+    await prepareRecordDir(fs, paths.session.iterationsDir, durability);
+    await prepareRecordDir(fs, paths.session.rawDir, durability);
     await ensurePrivateDir(fs, paths.iterationDir, durability);
     await ensurePrivateDir(fs, paths.rawDir, durability);
     for (const subarea of RAW_SUBAREAS) {
@@ -191,7 +188,7 @@ export async function createAttemptArtifacts(
       for (const { name, bytes } of snapshotFiles) {
         const kept = frozen.get(name);
         if (kept === undefined) await freezeBytes(fs, join(snapshotDir, name), bytes, durability);
-        else await ensureFileDurable(fs, join(snapshotDir, name), durability);
+        else await ensureRecordDurable(fs, join(snapshotDir, name), durability);
         snapshotHashes[name] = sha256Ref(kept ?? bytes, resolved.sha256);
       }
     }
@@ -237,16 +234,16 @@ export async function writeAttemptResult(
   const seen = await recordBytes(fs, file, true);
   if (seen !== undefined) {
     // Written already (maybe by a call that failed before its directory's fsync): made durable.
-    if (sameJsonRecord(seen, bytes)) return await ensureFileDurable(fs, file, durability);
+    if (sameJsonRecord(seen, bytes)) return await ensureRecordDurable(fs, file, durability);
     await requireRunningAttempt(fs, paths, file);
   }
   await serializedOn(fs, paths.session.stateJson, async () => {
     const existing = await recordBytes(fs, file, true);
     if (existing !== undefined) {
-      if (sameJsonRecord(existing, bytes)) return await ensureFileDurable(fs, file, durability);
+      if (sameJsonRecord(existing, bytes)) return await ensureRecordDurable(fs, file, durability);
       await requireRunningAttempt(fs, paths, file);
     }
-    await tightenPrivateDir(fs, dirname(file), durability);
+    await prepareRecordDir(fs, dirname(file), durability);
     await atomicReplace(fs, file, bytes, { durability });
   });
 }

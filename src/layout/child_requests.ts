@@ -28,10 +28,8 @@ import {
   atomicReplace,
   type Durability,
   ensureDirDurable,
-  ensureFileDurable,
   entryKind,
   readDirIfExists,
-  tightenPrivateDir,
 } from "../port/durable.ts";
 import { basename, dirname, join, utf8Length, utf8Prefix } from "../port/path.ts";
 import { openIfRegularWaiting } from "../port/regular.ts";
@@ -51,7 +49,9 @@ import {
   decodeJson,
   encodeJson,
   encodeRecord,
+  ensureRecordDurable,
   freezeBytes,
+  prepareRecordDir,
   readRecord,
   readRecordIfExists,
   recordBytes,
@@ -257,7 +257,7 @@ export async function publishChildRequest(
     const pending = await cappedRecordBytes(fs, file, true);
     if (pending !== undefined) {
       if (pending === TOO_LARGE || !sameJsonRecord(pending, bytes)) throw inUse(file);
-      await ensureFileDurable(fs, file, durability);
+      await ensureRecordDurable(fs, file, durability);
       bytes = pending;
       return;
     }
@@ -291,7 +291,7 @@ export async function publishChildRequest(
       ) throw inUse(acceptedFile);
       bytes = accepted;
     }
-    await tightenPrivateDir(fs, dirname(file), durability);
+    await prepareRecordDir(fs, dirname(file), durability);
     await atomicReplace(fs, file, bytes, { durability });
   });
   return { file, sha256: sha256Ref(bytes), bytes };
@@ -1103,7 +1103,7 @@ async function accept(
   } else {
     // Running already, maybe written by an acceptance that failed before the fsync of its
     // directory: durable before the state and the commit point build on it.
-    await ensureFileDurable(fs, paths.childrenJson, options.durability);
+    await ensureRecordDurable(fs, paths.childrenJson, options.durability);
   }
   // The parent's phase is judged again on the state this change reads: its engine may have moved
   // it since the request was admitted (an attempt started, a terminal transition committed).
@@ -1502,7 +1502,7 @@ async function recordOutcome(
   if (childId == null) {
     // Maybe cleared by a call that failed before the fsync of state.json's directory: what the
     // error reports is made durable first.
-    await ensureFileDurable(fs, paths.stateJson, resolved.durability);
+    await ensureRecordDurable(fs, paths.stateJson, resolved.durability);
     throw new SessionStateError(parent.sessionId, "The session has no active child");
   }
   const child = tree.require(childId);
@@ -1573,7 +1573,7 @@ async function recordOutcome(
   if (record.status === status && record.outcome_ref === outcomeRef) {
     // Recorded already, maybe by a call that failed before the fsync of its directory: durable
     // before the state is cleared on it.
-    await ensureFileDurable(fs, paths.childrenJson, resolved.durability);
+    await ensureRecordDurable(fs, paths.childrenJson, resolved.durability);
   } else {
     const changed = { status, outcome_ref: outcomeRef, updated_at: now };
     if (ledger.schema_version === 2) {

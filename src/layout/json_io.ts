@@ -21,6 +21,7 @@ import {
   atomicReplace,
   type Durability,
   durableAppend,
+  ensureDirChainDurable,
   ensureFileDurable,
   entryKind,
   tightenPrivateDir,
@@ -30,7 +31,7 @@ import { type Found, readSessionFile } from "../port/regular.ts";
 import { dirname } from "../port/path.ts";
 import { portableSha256, type Sha256Factory, sha256Hex } from "../port/sha256.ts";
 import { ImmutableArtifactError, LayoutRecordError } from "./errors.ts";
-import { confined } from "./no_links.ts";
+import { confined, loopyDirOf } from "./no_links.ts";
 import { serializedOn } from "./serial.ts";
 import { preview } from "../loop/errors.ts";
 import { childPath, jsonNestsDeeper } from "../loop/records/_validation.ts";
@@ -489,6 +490,39 @@ export async function readRecordIfExists<T>(
 }
 
 /**
+ * Prepares the directory `dir` of a record about to be written: private (0700, see
+ * `tightenPrivateDir`) and, under `"full"` durability, its entry and those of the directories
+ * above it up to the repository's `.loopy_loop` durable, once per process
+ * (`ensureDirChainDurable`). A session tree found existing may be one a process that died
+ * published without syncing its parent (a root session renamed into `sessions/`, an iteration
+ * directory made just before a crash): a record written into it must not rest on that entry.
+ */
+export async function prepareRecordDir(
+  fs: FileSystem,
+  dir: string,
+  durability: Durability = "full",
+): Promise<void> {
+  await tightenPrivateDir(fs, dir, durability);
+  await ensureDirChainDurable(fs, dir, loopyDirOf(dir) ?? dir, durability);
+}
+
+/**
+ * Makes the record `file`, found already written (by a call that failed before its directory's
+ * fsync, or by a process that died), durable as a write of it would: its entry and those of the
+ * directories above it up to the repository's `.loopy_loop`, once per process
+ * (`ensureDirChainDurable`, `ensureFileDurable`).
+ */
+export async function ensureRecordDurable(
+  fs: FileSystem,
+  file: string,
+  durability: Durability = "full",
+): Promise<void> {
+  const dir = dirname(file);
+  await ensureDirChainDurable(fs, dir, loopyDirOf(dir) ?? dir, durability);
+  await ensureFileDurable(fs, file, durability);
+}
+
+/**
  * Atomically replaces `file` with the canonical JSON of `value`; returns the bytes written. With
  * `numbers` (the number texts of the record the value was read from, see `decodeJsonNumbers`),
  * a number whose path and value are unchanged keeps its text (`encodeJsonKeepingNumbers`).
@@ -502,7 +536,7 @@ export async function writeJsonAtomic(
 ): Promise<Uint8Array> {
   fs = confined(fs, file);
   const bytes = encodeRecord(value, file, numbers);
-  await tightenPrivateDir(fs, dirname(file), durability);
+  await prepareRecordDir(fs, dirname(file), durability);
   await atomicReplace(fs, file, bytes, { durability });
   return bytes;
 }
@@ -530,12 +564,12 @@ export async function freezeBytes(
     if (existing !== undefined) {
       if (bytesEqual(existing, bytes)) {
         // Frozen already, maybe by a call that failed before its directory's fsync.
-        await ensureFileDurable(fs, file, durability);
+        await ensureRecordDurable(fs, file, durability);
         return false;
       }
       throw new ImmutableArtifactError(file);
     }
-    await tightenPrivateDir(fs, dirname(file), durability);
+    await prepareRecordDir(fs, dirname(file), durability);
     await atomicReplace(fs, file, bytes, { durability });
     return true;
   });
@@ -574,7 +608,7 @@ export async function appendJsonl(
       const what = kind === "other" ? "a FIFO, socket or device" : "a directory";
       throw new LayoutRecordError(file, `Record is not a regular file (${what})`);
     }
-    await tightenPrivateDir(fs, dirname(file), durability);
+    await prepareRecordDir(fs, dirname(file), durability);
     await durableAppend(fs, file, bytes, { durability, lines: true });
   });
 }

@@ -10,16 +10,12 @@
  */
 import type { FileSystem } from "../port/fs.ts";
 import { FsError, NotFound } from "../port/errors.ts";
-import {
-  atomicReplace,
-  type Durability,
-  ensureFileDurable,
-  ensurePrivateDir,
-} from "../port/durable.ts";
+import { atomicReplace, type Durability, ensurePrivateDir } from "../port/durable.ts";
 import { join } from "../port/path.ts";
 import { ImmutableArtifactError, LayoutRecordError } from "./errors.ts";
 import {
   decodeJson,
+  ensureRecordDurable,
   firstDifference,
   jsonEqual,
   readRecord,
@@ -137,7 +133,7 @@ export async function writeGitReceipt(
       const changed = firstDifference(existing.record, receipt, ["created_at"]);
       if (changed === undefined) {
         // Written already, maybe by a call that failed before its directory's fsync.
-        await ensureFileDurable(fs, file, durability);
+        await ensureRecordDurable(fs, file, durability);
         return { file, ref, receipt: existing.record };
       }
       throw new ImmutableArtifactError(
@@ -271,7 +267,7 @@ export async function acceptEvalReceipt(
         // be one a call that failed before the fsync of state.json's directory wrote: it is made
         // durable first, so neither the sidecar nor the result stands on a seal a power loss
         // can take back.
-        await ensureFileDurable(fs, session.stateJson, durability);
+        await ensureRecordDurable(fs, session.stateJson, durability);
         await copySealToSidecar(fs, session, sidecarFile, bound, durability);
         return bound;
       }
@@ -280,7 +276,7 @@ export async function acceptEvalReceipt(
       if (bound !== undefined && bound.receipt_sha256 === sha256) {
         // Accepted once, these exact bytes: the sidecar is returned as it is, made durable first,
         // should the acceptance have failed before its directory's fsync.
-        await ensureFileDurable(fs, sidecarFile, durability);
+        await ensureRecordDurable(fs, sidecarFile, durability);
         return bound;
       }
     }
@@ -385,7 +381,7 @@ export async function acceptEvalReceipt(
       await sealInState(fs, session, evalId, accepted, resolved);
     }
     if (unsealed !== undefined) {
-      await ensureFileDurable(fs, sidecarFile, durability);
+      await ensureRecordDurable(fs, sidecarFile, durability);
       return accepted;
     }
     await ensurePrivateDir(fs, session.evalReceiptsAcceptedDir, durability);
@@ -434,7 +430,7 @@ async function copySealToSidecar(
   // A directory (or a file on its path) there is refused by name, never replaced.
   const bytes = await recordBytes(fs, file, true);
   if (bytes !== undefined && sameRecord(bytes, file, seal)) {
-    await ensureFileDurable(fs, file, durability);
+    await ensureRecordDurable(fs, file, durability);
     return;
   }
   await ensurePrivateDir(fs, session.evalReceiptsAcceptedDir, durability);

@@ -12,7 +12,6 @@ import {
   atomicReplace,
   type Durability,
   ensureDirDurable,
-  ensureFileDurable,
   ensurePrivateDir,
   PRIVATE_DIR_MODE,
   PRIVATE_FILE_MODE,
@@ -37,6 +36,7 @@ import {
   encodeJson,
   encodeRecord,
   encodeText,
+  ensureRecordDurable,
   type JsonObject,
   readRecord,
   readRecordIfExists,
@@ -107,7 +107,7 @@ export async function ensureRepository(
     const existing = await readRecordIfExists(fs, paths.repositoryJson, parseRepositoryRecord);
     if (existing !== undefined) {
       // Written already, maybe by a call that failed before its directory's fsync.
-      await ensureFileDurable(fs, paths.repositoryJson, resolved.durability);
+      await ensureRecordDurable(fs, paths.repositoryJson, resolved.durability);
       return existing.record;
     }
     const record = parseRepositoryRecord({
@@ -147,7 +147,7 @@ async function ensureGitignoreLine(
   }
   const text = existing === undefined ? "" : new TextDecoder().decode(existing);
   if (text.split(/\r?\n/).some((l) => l.trim() === line)) {
-    return await ensureFileDurable(fs, file, durability);
+    return await ensureRecordDurable(fs, file, durability);
   }
   const before = existing ?? new Uint8Array(0);
   const separator = before.length === 0 || before[before.length - 1] === 0x0a ? "" : "\n";

@@ -5,9 +5,15 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
-import { type Durability, ensureFileDurable } from "../port/durable.ts";
+import type { Durability } from "../port/durable.ts";
 import { join } from "../port/path.ts";
-import { decodeJsonNumbers, type JsonObject, recordBytes, writeJsonAtomic } from "./json_io.ts";
+import {
+  decodeJsonNumbers,
+  ensureRecordDurable,
+  type JsonObject,
+  recordBytes,
+  writeJsonAtomic,
+} from "./json_io.ts";
 import {
   assertStateOwner,
   parseSessionState,
@@ -135,7 +141,7 @@ export async function updateSessionState(
       // call that failed after its rename (before the directory's fsync) wrote it. It is made
       // durable before it is reported, unless this process already synced it since it was
       // last published.
-      await ensureFileDurable(fs, file, options.durability);
+      await ensureRecordDurable(fs, file, options.durability);
       return current;
     }
     if (next.schema_version !== current.schema_version) {

@@ -9,12 +9,7 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
-import {
-  atomicReplace,
-  ensureFileDurable,
-  readDirIfExists,
-  tightenPrivateDir,
-} from "../port/durable.ts";
+import { atomicReplace, readDirIfExists } from "../port/durable.ts";
 import { IsADirectory, NotADirectory } from "../port/errors.ts";
 import { dirname } from "../port/path.ts";
 import {
@@ -29,8 +24,10 @@ import {
   bytesEqual,
   decodeJson,
   encodeRecord,
+  ensureRecordDurable,
   firstDifference,
   jsonEqual,
+  prepareRecordDir,
   type ReadRecord,
   readRecord,
   readRecordIfExists,
@@ -616,7 +613,7 @@ export async function writeSessionOutcome(
         // Written already, maybe by a call that failed before its directory's fsync: confirmed
         // only for the transition the state records, and made durable before it is reported.
         checkRecordedTransition(state, paths, input);
-        await ensureFileDurable(fs, file, durability);
+        await ensureRecordDurable(fs, file, durability);
         return validated;
       }
       const previous = decodeJson(existing, file);
@@ -634,7 +631,7 @@ export async function writeSessionOutcome(
     if (paths.layout === "folded") {
       await checkFoldedCitations(fs, paths, input.sessionId, validated);
     }
-    await tightenPrivateDir(fs, dirname(file), durability);
+    await prepareRecordDir(fs, dirname(file), durability);
     await atomicReplace(fs, file, bytes, { durability });
     return validated;
   });

@@ -687,6 +687,31 @@ export async function ensureDirDurable(
   await syncIfUndurable(fs, path, durability);
 }
 
+/**
+ * Under `"full"` durability, makes the entry of every existing directory from `top` down to
+ * `dir` durable in its parent, unless this process already did (one sync per directory per
+ * process): for a writer about to write into `dir`, a directory tree another process may have
+ * created, or published by a rename, and died before syncing the parent of. What the writer then
+ * reports as written never rests on an entry a power loss can take away. `dir` must be `top` or
+ * below it; otherwise only `dir`'s own entry is made durable.
+ */
+export async function ensureDirChainDurable(
+  fs: FileSystem,
+  dir: string,
+  top: string,
+  durability: Durability = "full",
+): Promise<void> {
+  if (durability !== "full") return; // nothing is synced in this mode
+  const chain: string[] = [];
+  const below = dir === top || dir.startsWith(top.endsWith("/") ? top : `${top}/`);
+  for (let path = dir;; path = dirname(path)) {
+    chain.push(path);
+    if (!below || path === top || dirname(path) === path) break;
+  }
+  // From the top down: each entry is synced once what holds it is.
+  for (const path of chain.reverse()) await syncIfUndurable(fs, path, durability);
+}
+
 /** The set of paths `known` holds for `fs`, created empty when there is none yet. */
 function knownDurable(known: WeakMap<FileSystem, PathSet>, fs: FileSystem): PathSet {
   let paths = known.get(fs);

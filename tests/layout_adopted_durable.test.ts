@@ -1,0 +1,93 @@
+// A process that finds a session tree another process published and died before making durable
+// (killed between the publish rename and the fsync of its parent) makes the tree's entries
+// durable before anything it writes there resolves: a power loss afterwards keeps the session
+// and every write that resolved. Each process is its own `FileSystem` object over one MemoryFs,
+// as each holds its own memory of what it made durable.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs } from "../adapters/memory.ts";
+import {
+  appendEvents,
+  createAttemptArtifacts,
+  createRootSession,
+  listRootSessionIds,
+  readEvents,
+  SessionPaths,
+  updateSessionState,
+  writeAttemptResult,
+} from "../layout.ts";
+import { hookedFs } from "./_hooks.ts";
+import { CONTRACTS, deterministic } from "./layout_fixtures.ts";
+
+const REPO = "/repo";
+
+/** A process whose every call after `killedAfter` returns true fails: it was killed. */
+function killableProcess(
+  fs: MemoryFs,
+  killedAfter: (method: string, args: unknown[]) => boolean,
+) {
+  let dead = false;
+  return hookedFs(fs, {
+    before: () => {
+      if (dead) throw new Error("the process was killed");
+    },
+    after: (method, args) => {
+      if (killedAfter(method, args)) dead = true;
+    },
+  });
+}
+
+test("a session published by a process killed before its parent's fsync is made durable by the next process writing in it", async () => {
+  const memory = new MemoryFs();
+  await memory.mkdir(REPO);
+  memory.syncAll();
+  // Killed right after the rename that publishes the root session into sessions/.
+  const first = killableProcess(
+    memory,
+    (method, args) => method === "rename" && /\/sessions\/001_[^/]*$/.test(String(args[1])),
+  );
+  await assert.rejects(
+    createRootSession(first, { repoRoot: REPO, goal: "Ship it", ...CONTRACTS, ...deterministic() }),
+  );
+  // The next process finds the session and works in it; every call resolves.
+  const next = hookedFs(memory);
+  const [id] = await listRootSessionIds(next, REPO);
+  assert.equal(id, "001_ship-it");
+  const dir = `${REPO}/.loopy_loop/sessions/${id}`;
+  const paths = new SessionPaths(dir, "folded");
+  const identity = { iteration: 1, workflowId: "outer", attemptId: "attempt000001" };
+  await updateSessionState(next, dir, (state) => {
+    state.iteration = 1;
+  }, { updatedAt: "2026-04-19T14:30:22Z" });
+  await createAttemptArtifacts(next, paths, identity, {
+    prompt: "p\n",
+    pathsMap: { session_dir: dir },
+    ...deterministic(),
+  });
+  await appendEvents(next, paths.eventsJsonl, id as string, [{ type: "tick" }], deterministic());
+  await writeAttemptResult(
+    next,
+    paths.attempt(1, "outer"),
+    { schema_version: 1, status: "ok" },
+    deterministic(),
+  );
+  // A power loss keeps exactly what was made durable: the session and all of it.
+  const after = memory.crash({
+    seed: 0,
+    extraJournal: "none",
+    tailMode: "none",
+    rewriteMode: "durable",
+  });
+  assert.deepEqual(await listRootSessionIds(after, REPO), [id]);
+  assert.deepEqual((await readEvents(after, paths.eventsJsonl)).map((e) => e.type), ["tick"]);
+  const attempt = paths.attempt(1, "outer");
+  assert.equal((await after.lstat(attempt.promptTxt)).kind, "file");
+  assert.equal(
+    JSON.parse(new TextDecoder().decode(await after.readFile(attempt.resultJson))).status,
+    "ok",
+  );
+  assert.equal(
+    JSON.parse(new TextDecoder().decode(await after.readFile(paths.stateJson))).iteration,
+    1,
+  );
+});
