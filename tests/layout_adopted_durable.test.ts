@@ -6,6 +6,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
+import { PermissionDenied } from "../src/port/errors.ts";
 import {
   appendEvents,
   createAttemptArtifacts,
@@ -89,5 +90,35 @@ test("a session published by a process killed before its parent's fsync is made 
   assert.equal(
     JSON.parse(new TextDecoder().decode(await after.readFile(paths.stateJson))).iteration,
     1,
+  );
+});
+
+test("a writer allowed nothing above .loopy_loop still writes into a tree it found", async () => {
+  const memory = new MemoryFs();
+  await memory.mkdir(REPO);
+  const created = await createRootSession(memory, {
+    repoRoot: REPO,
+    goal: "Ship it",
+    ...CONTRACTS,
+    ...deterministic(),
+  });
+  memory.syncAll();
+  // Another process, which may not open the repository root (Deno permissions scoped to
+  // .loopy_loop, or a root it may traverse but not list).
+  const scoped = hookedFs(memory, {
+    before: (method, args) => {
+      const path = String(args[0]);
+      if (!path.startsWith(`${REPO}/.loopy_loop`) && method !== "realPath") {
+        throw new PermissionDenied(method, path);
+      }
+    },
+  });
+  await appendEvents(scoped, created.paths.eventsJsonl, created.sessionId, [{ type: "tick" }]);
+  await updateSessionState(scoped, created.dir, (state) => {
+    state.iteration = 1;
+  }, { updatedAt: "2026-04-19T14:30:22Z" });
+  assert.deepEqual(
+    (await readEvents(memory, created.paths.eventsJsonl)).map((e) => e.type),
+    ["tick"],
   );
 });

@@ -492,7 +492,7 @@ export async function readRecordIfExists<T>(
 /**
  * Prepares the directory `dir` of a record about to be written: private (0700, see
  * `tightenPrivateDir`) and, under `"full"` durability, its entry and those of the directories
- * above it up to the repository's `.loopy_loop` durable, once per process
+ * above it inside the repository's `.loopy_loop` durable, once per process
  * (`ensureDirChainDurable`). A session tree found existing may be one a process that died
  * published without syncing its parent (a root session renamed into `sessions/`, an iteration
  * directory made just before a crash): a record written into it must not rest on that entry.
@@ -503,13 +503,14 @@ export async function prepareRecordDir(
   durability: Durability = "full",
 ): Promise<void> {
   await tightenPrivateDir(fs, dir, durability);
-  await ensureDirChainDurable(fs, dir, loopyDirOf(dir) ?? dir, durability);
+  const loopyDir = loopyDirOf(dir);
+  if (loopyDir !== undefined) await ensureDirChainDurable(fs, dir, loopyDir, durability);
 }
 
 /**
  * Makes the record `file`, found already written (by a call that failed before its directory's
  * fsync, or by a process that died), durable as a write of it would: its entry and those of the
- * directories above it up to the repository's `.loopy_loop`, once per process
+ * directories above it inside the repository's `.loopy_loop`, once per process
  * (`ensureDirChainDurable`, `ensureFileDurable`).
  */
 export async function ensureRecordDurable(
@@ -518,7 +519,8 @@ export async function ensureRecordDurable(
   durability: Durability = "full",
 ): Promise<void> {
   const dir = dirname(file);
-  await ensureDirChainDurable(fs, dir, loopyDirOf(dir) ?? dir, durability);
+  const loopyDir = loopyDirOf(dir);
+  if (loopyDir !== undefined) await ensureDirChainDurable(fs, dir, loopyDir, durability);
   await ensureFileDurable(fs, file, durability);
 }
 

@@ -688,12 +688,13 @@ export async function ensureDirDurable(
 }
 
 /**
- * Under `"full"` durability, makes the entry of every existing directory from `top` down to
+ * Under `"full"` durability, makes the entry of every existing directory below `top` down to
  * `dir` durable in its parent, unless this process already did (one sync per directory per
  * process): for a writer about to write into `dir`, a directory tree another process may have
  * created, or published by a rename, and died before syncing the parent of. What the writer then
- * reports as written never rests on an entry a power loss can take away. `dir` must be `top` or
- * below it; otherwise only `dir`'s own entry is made durable.
+ * reports as written never rests on an entry a power loss can take away. `top` itself is left as
+ * it is (its parent is not opened: a writer may be allowed nothing above it); nothing is done
+ * when `dir` is not below `top`.
  */
 export async function ensureDirChainDurable(
   fs: FileSystem,
@@ -702,12 +703,10 @@ export async function ensureDirChainDurable(
   durability: Durability = "full",
 ): Promise<void> {
   if (durability !== "full") return; // nothing is synced in this mode
+  const prefix = top.endsWith("/") ? top : `${top}/`;
+  if (!dir.startsWith(prefix)) return;
   const chain: string[] = [];
-  const below = dir === top || dir.startsWith(top.endsWith("/") ? top : `${top}/`);
-  for (let path = dir;; path = dirname(path)) {
-    chain.push(path);
-    if (!below || path === top || dirname(path) === path) break;
-  }
+  for (let path = dir; path.startsWith(prefix); path = dirname(path)) chain.push(path);
   // From the top down: each entry is synced once what holds it is.
   for (const path of chain.reverse()) await syncIfUndurable(fs, path, durability);
 }
