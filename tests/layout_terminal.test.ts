@@ -456,6 +456,12 @@ test("a re-stamp is judged by the instant of updated_at, fractional seconds incl
 
 /** Accepts eval receipt `tests-pass` produced by attempt a26 (iteration 26) of the root. */
 async function acceptedEval(fs: MemoryFs, paths: SessionPaths): Promise<void> {
+  await writtenEval(fs, paths);
+  await acceptEvalReceipt(fs, paths, "tests-pass", { sessionId: ROOT_ID });
+}
+
+/** Writes eval receipt `tests-pass` of attempt a26 (iteration 26) of the root, not accepted. */
+async function writtenEval(fs: MemoryFs, paths: SessionPaths): Promise<void> {
   const attempt = { iteration: 26, workflowId: "outer", attemptId: "a26" };
   await createAttemptArtifacts(fs, paths, attempt, { prompt: "p", pathsMap: {} });
   await writeJson(fs, `${paths.dir}/raw/0026_outer/eval/report.json`, { passed: 3 });
@@ -473,8 +479,27 @@ async function acceptedEval(fs: MemoryFs, paths: SessionPaths): Promise<void> {
     git_receipt_ref: "session:/receipts/0026_outer_git_after.json",
     created_at: "2026-04-19T15:00:00Z",
   });
-  await acceptEvalReceipt(fs, paths, "tests-pass", { sessionId: ROOT_ID });
 }
+
+test("an eval receipt is accepted only while its session runs; one accepted before is returned again", async () => {
+  const { fs, paths } = await setup();
+  await writtenEval(fs, paths);
+  await commitTerminalState(fs, paths.dir, "max_turns", 9, "2026-04-19T15:00:01Z");
+  const state = await fs.readFile(paths.stateJson);
+  await assert.rejects(
+    acceptEvalReceipt(fs, paths, "tests-pass", { sessionId: ROOT_ID }),
+    (error: unknown) => error instanceof SessionStateError && /max_turns/.test(error.message),
+  );
+  assert.deepEqual(await fs.readFile(paths.stateJson), state, "a terminal state stays frozen");
+  // Accepted while running, then the session ended: a rerun returns the sealed acceptance.
+  const running = await setup();
+  await acceptedEval(running.fs, running.paths);
+  await commitTerminalState(running.fs, running.paths.dir, "max_turns", 9, "2026-04-19T15:00:01Z");
+  const again = await acceptEvalReceipt(running.fs, running.paths, "tests-pass", {
+    sessionId: ROOT_ID,
+  });
+  assert.equal(again.eval_id, "tests-pass");
+});
 
 test("a goal_met control citing missing evidence or an unaccepted eval receipt is refused", async () => {
   const EVAL = "session:/eval_receipts/tests-pass.json";

@@ -11,8 +11,8 @@
 import type { FileSystem } from "../port/fs.ts";
 import { FsError, NotFound } from "../port/errors.ts";
 import { atomicReplace, type Durability, ensurePrivateDir } from "../port/durable.ts";
-import { join } from "../port/path.ts";
-import { ImmutableArtifactError, LayoutRecordError } from "./errors.ts";
+import { basename, join } from "../port/path.ts";
+import { ImmutableArtifactError, LayoutRecordError, SessionStateError } from "./errors.ts";
 import {
   decodeJson,
   ensureRecordDurable,
@@ -289,6 +289,9 @@ export async function acceptEvalReceipt(
         "receipt_sha256",
       );
     }
+    // A new acceptance needs a session still running: a terminal state is frozen (its outcome
+    // lists the seals it held when the session ended).
+    refuseTerminal(state, session);
     if (!(await isFile(fs, join(attempt.rawDir, "eval", "report.json")))) {
       fail(
         "The producing attempt's raw eval report is absent",
@@ -391,6 +394,20 @@ export async function acceptEvalReceipt(
 }
 
 /**
+ * Refuses (`SessionStateError`) a new eval acceptance in a session whose state is terminal: its
+ * state is frozen, and its outcome lists the seals the state held when the session ended.
+ */
+function refuseTerminal(state: { readonly status?: unknown }, session: SessionPaths): void {
+  // As `sessionPhase` judges it: every status but running is terminal.
+  if (state.status === "running") return;
+  throw new SessionStateError(
+    basename(session.dir),
+    `An eval receipt is accepted only while its session runs; ${session.stateJson} records the ` +
+      `session as ${String(state.status)}`,
+  );
+}
+
+/**
  * Records `seal` in the state's `accepted_eval_seals` under `evalSealKey(evalId)`. A seal already
  * there is left as it is when it is the same, and is an `ImmutableArtifactError` otherwise.
  */
@@ -412,6 +429,7 @@ async function sealInState(
         "accepted_eval_seals",
       );
     }
+    refuseTerminal(next, session); // again, on the state the seal is written into
     next.accepted_eval_seals = { ...seals, [key]: seal };
   }, { updatedAt: utcSeconds(options.now()), durability: options.durability });
 }
