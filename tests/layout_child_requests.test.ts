@@ -28,8 +28,10 @@ import {
 } from "../layout.ts";
 import {
   childRequest,
+  commitTerminalState,
   deterministic,
   engineOutcome,
+  finishChildBlocked,
   newRepo,
   newRoot,
   patchState,
@@ -1017,4 +1019,33 @@ test("a contract pinned in the engine's own bytes, or a legacy state without pin
       );
     }
   }
+});
+
+test("a child outcome recorded for a parent that ended meanwhile leaves the parent's terminal state as it froze", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  await publishChildRequest(fs, root.paths, childRequest("phase-0"));
+  const accepted = await processNextChildRequest(fs, {
+    repoRoot: "/repo",
+    parentSessionId: ROOT_ID,
+    ...deterministic(),
+  });
+  assert.equal(accepted?.kind, "accepted");
+  if (accepted?.kind !== "accepted") return;
+  // The operator stops the tree while the child runs; then the child ends.
+  const revision = Number((await readJson(fs, root.paths.stateJson)).state_revision);
+  await commitTerminalState(fs, root.dir, "stopped", revision + 1, "2026-04-19T15:00:05Z");
+  const tree = await loadSessionTree(fs, "/repo", ROOT_ID);
+  await finishChildBlocked(
+    fs,
+    tree.paths(accepted.childSessionId),
+    accepted.childSessionId,
+    ROOT_ID,
+  );
+  const frozen = await fs.readFile(root.paths.stateJson);
+  await recordChildOutcome(fs, { repoRoot: "/repo", parentSessionId: ROOT_ID, ...deterministic() });
+  assert.deepEqual(await fs.readFile(root.paths.stateJson), frozen);
+  const ledger = await readChildrenLedger(fs, root.paths, ROOT_ID);
+  assert.equal(ledger.children[0]?.outcome_ref, "session:/child_outcomes/phase-0.json");
+  assert.ok(await readChildOutcome(fs, root.paths, "phase-0"));
 });

@@ -1595,6 +1595,9 @@ async function recordOutcome(
     }
   }
   await updateSessionState(fs, parent.dir, (next) => {
+    // A parent that ended meanwhile (stopped while its child ran) keeps its terminal state as
+    // its transition froze it: the outcome and the ledger record the child, the state is left.
+    if (next.status !== "running") return false;
     next.active_child_session_id = null;
   }, { updatedAt: now, durability: resolved.durability, owner: parent });
   await appendEventAfterCommit(fs, paths.eventsJsonl, parent.sessionId, {
