@@ -150,10 +150,10 @@ import {
   indexMatches,
   isBusy,
   isUnreachablePath,
+  lostMetaError,
   lostMetaJson,
   MESSAGES_FILE,
   META_FILE,
-  missingMetaError,
   openSessionFile,
   readIfRegular,
   readLines,
@@ -403,12 +403,11 @@ async function candidatesOf(
     }
     for (const [id, dir] of deletion.directories) {
       if (deletedDirs.has(id)) continue;
-      // As a read-only open counts it: a staged copy holding a meta.json file. One that is gone
-      // since the staging directory was listed was moved back by a rollback, or removed by a
-      // delete that finished (then nothing is in place).
-      // A staged copy whose meta.json is lost while index.json shows a save committed is the
-      // session, damaged: read from there, where it is reported as an open reports it (never the
-      // stale legacy backup listed in its place).
+      // As a read-only open counts it: a staged copy holding a meta.json file, or one that lost
+      // it while index.json shows a save committed (the session, damaged: read from there, it is
+      // reported as an open reports it, never as the stale legacy backup). One that is gone since
+      // the staging directory was listed was moved back by a rollback, or removed by a delete
+      // that finished (then nothing is in place).
       const meta = join(dir, META_FILE);
       let kind: Awaited<ReturnType<typeof entryKind>>;
       let lost = false;
@@ -986,9 +985,7 @@ async function summarize(
     }
     // Never committed, unless index.json says a save committed there: a lost meta.json is a
     // failure, as an open reports it, never a session dropped from the listing.
-    if (await lostMetaJson(context.fs, source.dir)) {
-      throw await missingMetaError(context.fs, source.dir, error);
-    }
+    if (await lostMetaJson(context.fs, source.dir)) throw lostMetaError(source.dir, error);
     if (!source.hasBackup) return undefined;
     throw new SessionNotFoundError(
       "Published session directory has no meta.json; its legacy backup is not used in its place",

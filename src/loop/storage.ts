@@ -353,7 +353,11 @@ export async function missingMetaError(
   dir: string,
   cause?: unknown,
 ): Promise<SessionNotFoundError | CorruptSessionError> {
-  if (!(await lostMetaJson(fs, dir))) return metaNotFound(dir, cause);
+  return await lostMetaJson(fs, dir) ? lostMetaError(dir, cause) : metaNotFound(dir, cause);
+}
+
+/** The `CorruptSessionError` of session directory `dir` whose meta.json is lost (`lostMetaJson`). */
+export function lostMetaError(dir: string, cause?: unknown): CorruptSessionError {
   return new CorruptSessionError(
     "meta.json is missing but index.json shows a save committed here; the session is damaged " +
       "and was not modified",

@@ -68,7 +68,14 @@ import {
   type SessionManagerInit,
   sessionNotADirectory,
 } from "./session_manager.ts";
-import { INDEX_FILE, lostMetaJson, MESSAGES_FILE, META_FILE, missingMetaError } from "./storage.ts";
+import {
+  INDEX_FILE,
+  lostMetaError,
+  lostMetaJson,
+  MESSAGES_FILE,
+  META_FILE,
+  missingMetaError,
+} from "./storage.ts";
 import {
   acquireWriterLock,
   type CollectionLockTaken,
@@ -754,7 +761,7 @@ export class SessionStore {
           if (copy !== undefined) {
             // A staged copy that lost its meta.json (see `#staging`): damaged, said so.
             if (copy === staging.deleted && await lostMetaJson(this.fs, copy)) {
-              throw await missingMetaError(this.fs, copy);
+              throw lostMetaError(copy);
             }
             return copy;
           }
