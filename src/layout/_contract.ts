@@ -23,8 +23,10 @@ import type { SessionPaths } from "./paths.ts";
 import { type StateContractPins, stateContractPins } from "./records.ts";
 import { readSessionState } from "./tree.ts";
 
-/** The workflow contract a state records, checked against its pin (see `inheritedContracts` in
- * `child_requests.ts`). */
+/**
+ * The workflow contract a state records, checked against its pin (see `inheritedContracts` in
+ * `child_requests.ts`).
+ */
 export async function trustedWorkflowContract(
   fs: FileSystem,
   paths: SessionPaths,
