@@ -601,3 +601,27 @@ test("a trace removed while the traces are listed is left out, and the others ar
     ]),
   );
 });
+
+test("a manifest whose id is under another key the engine reads is listed, found and refused by that id and key", async () => {
+  const { fs, tree } = await mirror();
+  const manifestPath = `${tree.traceDir(FIRST)}/trace_manifest.json`;
+  const manifest = await readJson(fs, manifestPath);
+  // trace_manifest_id comes first in the engine's order: it is the trace's id.
+  await writeJson(fs, manifestPath, { ...manifest, trace_manifest_id: "legacy-first" });
+  const listed = (await listTraces(fs, tree.loopyRoot)).find((entry) =>
+    entry.manifestPath === manifestPath
+  );
+  assert.equal(listed?.manifestId, "legacy-first");
+  assert.equal((await locateTrace(fs, tree.loopyRoot, "legacy-first")).manifestPath, manifestPath);
+  // Looked up by the id of its directory, the manifest is refused at the key its id is under.
+  const resolver = await LogicalReferenceResolver.forSession(fs, {
+    repoRoot: tree.repoRoot,
+    sessionId: MIRROR_ROOT_ID,
+  });
+  await assert.rejects(
+    resolver.resolve(`trace:trace-${FIRST}:/eval/report.json`),
+    (error: unknown) =>
+      error instanceof LayoutRecordError && error.file === manifestPath &&
+      error.path === "trace_manifest_id" && error.value === "legacy-first",
+  );
+});

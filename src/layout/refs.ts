@@ -43,6 +43,7 @@ import {
   traceManifestId,
 } from "./traces.ts";
 import { loadSessionTree, type SessionNode, type SessionTree } from "./tree.ts";
+import { traceManifestIdField } from "./_trace_id.ts";
 
 /**
  * Whether a resolved target is there: `present`, `absent`, or `pruned` — absent inside prunable
@@ -766,18 +767,20 @@ export class LogicalReferenceResolver {
         `Trace manifest of ${JSON.stringify(id)} is not a JSON object`,
       );
     }
-    const found = traceManifestId(manifest);
-    if (found === id) {
+    // Named at the key the id was read from, as a lookup reads it.
+    const found = traceManifestIdField(manifest);
+    const path = found?.key ?? "manifest_id";
+    if (found?.id === id) {
       return new LayoutRecordError(
         manifestPath,
         `Trace manifest of ${JSON.stringify(id)} changed while the reference was resolved`,
-        { path: "manifest_id", value: found },
+        { path, value: found.id },
       );
     }
     return new LayoutRecordError(
       manifestPath,
       `Trace manifest in the directory of ${JSON.stringify(id)} carries another id`,
-      { path: "manifest_id", value: found },
+      { path, value: found?.id },
     );
   }
 }

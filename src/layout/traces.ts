@@ -46,6 +46,7 @@ import { canonicalPath, confined, loopyDirOf } from "./no_links.ts";
 import { mirrorAttemptTraceDir, SessionPaths } from "./paths.ts";
 import { preview } from "../loop/errors.ts";
 import { loadSessionTree } from "./tree.ts";
+import { traceManifestIdField } from "./_trace_id.ts";
 
 /** The name of a mirror attempt's manifest. */
 export const TRACE_MANIFEST_FILENAME: string = "trace_manifest.json";
@@ -102,13 +103,7 @@ export function parseTraceSealReceipt(value: unknown, file: string): TraceSealRe
  * `trace_manifest_id`, `manifest_id`, `trace_id`, `attempt_id`; `undefined` when there is none.
  */
 export function traceManifestId(value: unknown): string | undefined {
-  if (typeof value !== "object" || value === null || Array.isArray(value)) return undefined;
-  const record = value as Record<string, unknown>;
-  for (const key of ["trace_manifest_id", "manifest_id", "trace_id", "attempt_id"]) {
-    const id = record[key];
-    if (typeof id === "string") return id;
-  }
-  return undefined;
+  return traceManifestIdField(value)?.id;
 }
 
 /** Compares two strings by Unicode code point (the order Python sorts keys in). */
@@ -810,7 +805,10 @@ async function readManifest(
 
 /** One trace of `listTraces`. */
 export interface TraceListEntry {
-  /** The manifest id (`trace-<attempt_id>`), `null` when the manifest is unreadable. */
+  /**
+   * The manifest id (`trace-<attempt_id>`), read as a lookup reads it (`traceManifestId`); `null`
+   * when the manifest is unreadable or holds none.
+   */
   readonly manifestId: string | null;
   /** The recorded lifecycle (`active`, `sealed`, `incomplete`), `null` when unreadable. */
   readonly lifecycle: string | null;
@@ -916,7 +914,8 @@ function listedManifest(
 ): Omit<TraceListEntry, "integrity" | "seal" | "problems"> {
   const field = (value: unknown): string | null => typeof value === "string" ? value : null;
   return {
-    manifestId: field(manifest?.manifest_id),
+    // The id a lookup finds the trace by (`traceManifestId`), whichever key holds it.
+    manifestId: traceManifestId(manifest) ?? null,
     lifecycle: field(manifest?.lifecycle),
     sessionId: manifest === undefined ? null : identityField(manifest, "session_id"),
     workflowId: manifest === undefined ? null : identityField(manifest, "workflow_id"),
