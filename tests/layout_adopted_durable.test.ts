@@ -93,7 +93,7 @@ test("a session published by a process killed before its parent's fsync is made 
   );
 });
 
-test("a writer allowed nothing above .loopy_loop still writes into a tree it found", async () => {
+test("a writer refused the repository root (allowed only .loopy_loop) still writes into a tree it found", async () => {
   const memory = new MemoryFs();
   await memory.mkdir(REPO);
   const created = await createRootSession(memory, {
@@ -121,4 +121,30 @@ test("a writer allowed nothing above .loopy_loop still writes into a tree it fou
     (await readEvents(memory, created.paths.eventsJsonl)).map((e) => e.type),
     ["tick"],
   );
+});
+
+test("a tree written without fsyncs keeps the writes a full-durability process resolved in it, .loopy_loop included", async () => {
+  const memory = new MemoryFs();
+  await memory.mkdir(REPO);
+  memory.syncAll();
+  // Made by a writer that never fsyncs (this library in "ordered" mode, or the engine itself).
+  const created = await createRootSession(memory, {
+    repoRoot: REPO,
+    goal: "Ship it",
+    ...CONTRACTS,
+    ...deterministic(),
+    durability: "ordered",
+  });
+  const next = hookedFs(memory);
+  await appendEvents(next, created.paths.eventsJsonl, created.sessionId, [{ type: "tick" }]);
+  const after = memory.crash({
+    seed: 0,
+    extraJournal: "none",
+    tailMode: "none",
+    rewriteMode: "durable",
+  });
+  assert.deepEqual(await listRootSessionIds(after, REPO), [created.sessionId]);
+  assert.deepEqual((await readEvents(after, created.paths.eventsJsonl)).map((e) => e.type), [
+    "tick",
+  ]);
 });

@@ -1043,8 +1043,23 @@ test("a child outcome recorded for a parent that ended meanwhile leaves the pare
     ROOT_ID,
   );
   const frozen = await fs.readFile(root.paths.stateJson);
-  await recordChildOutcome(fs, { repoRoot: "/repo", parentSessionId: ROOT_ID, ...deterministic() });
+  const outcome = await recordChildOutcome(fs, {
+    repoRoot: "/repo",
+    parentSessionId: ROOT_ID,
+    ...deterministic(),
+  });
   assert.deepEqual(await fs.readFile(root.paths.stateJson), frozen);
+  // The parent still names its child: a rerun returns the same outcome and logs nothing again.
+  for (let run = 0; run < 2; run++) {
+    assert.deepEqual(
+      await recordChildOutcome(fs, { repoRoot: "/repo", parentSessionId: ROOT_ID }),
+      outcome,
+    );
+  }
+  const finished = (await readEvents(fs, root.paths.eventsJsonl)).filter((event) =>
+    event.type === "child_finished"
+  );
+  assert.equal(finished.length, 1);
   const ledger = await readChildrenLedger(fs, root.paths, ROOT_ID);
   assert.equal(ledger.children[0]?.outcome_ref, "session:/child_outcomes/phase-0.json");
   assert.ok(await readChildOutcome(fs, root.paths, "phase-0"));

@@ -42,7 +42,7 @@ import {
   TopologyError,
   UnsupportedLayoutError,
 } from "./errors.ts";
-import { appendEvents, type NewEvent } from "./events.ts";
+import { appendEvents, type NewEvent, scanEvents } from "./events.ts";
 import { createSessionId } from "./ids.ts";
 import {
   bytesEqual,
@@ -749,6 +749,30 @@ async function appendEventAfterCommit(
         error instanceof LayoutRecordError)
     ) throw error;
   }
+}
+
+/**
+ * True when the session's `events.jsonl` already records `child_finished` for `requestId`'s
+ * child `childId` (a rerun of `recordChildOutcome` for a parent that ended); an events file that
+ * cannot be read counts as not recording it.
+ */
+async function childFinishedLogged(
+  fs: FileSystem,
+  paths: SessionPaths,
+  requestId: string,
+  childId: string,
+): Promise<boolean> {
+  let events;
+  try {
+    events = (await scanEvents(fs, paths.eventsJsonl)).events;
+  } catch (error) {
+    if (error instanceof FsError || error instanceof LayoutRecordError) return false;
+    throw error;
+  }
+  return events.some((event) =>
+    event.type === "child_finished" && event.payload?.request_id === requestId &&
+    event.payload?.child_session_id === childId
+  );
 }
 
 function requestIdOf(bytes: Uint8Array, file: string): string | null {
@@ -1468,7 +1492,10 @@ export interface RecordChildOutcomeOptions extends LayoutWriteOptions {
  * repeatable, so rerunning after an interruption completes the same record; a step found done
  * already is made durable before the next builds on it. A rerun after the state was cleared
  * finds no active child: a `SessionStateError`, thrown once that cleared state is durable (a
- * power loss then cannot bring the child back as active). Serialized with the
+ * power loss then cannot bring the child back as active). A parent that ended while its child
+ * ran keeps its terminal state as its transition froze it (the pointer included): the outcome
+ * and the ledger still record the child, a rerun returns the same outcome, and its
+ * `child_finished` event is appended once. Serialized with the
  * other child-lifecycle operations on the same parent (see `processNextChildRequest`). Works
  * for a mirror parent too: a running mirror session finishes under its own layout, and its v1
  * `children.json` is updated in its v1 form (see `readChildrenLedger`). A ledger record without
@@ -1594,16 +1621,23 @@ async function recordOutcome(
       );
     }
   }
+  let ended = false;
   await updateSessionState(fs, parent.dir, (next) => {
     // A parent that ended meanwhile (stopped while its child ran) keeps its terminal state as
     // its transition froze it: the outcome and the ledger record the child, the state is left.
-    if (next.status !== "running") return false;
+    if (next.status !== "running") {
+      ended = true;
+      return false;
+    }
     next.active_child_session_id = null;
   }, { updatedAt: now, durability: resolved.durability, owner: parent });
-  await appendEventAfterCommit(fs, paths.eventsJsonl, parent.sessionId, {
-    type: "child_finished",
-    payload: { request_id: requestId, child_session_id: childId, status },
-  }, resolved);
+  // A rerun for an ended parent (which still names the child) adds no second event.
+  if (!ended || !(await childFinishedLogged(fs, paths, requestId, childId))) {
+    await appendEventAfterCommit(fs, paths.eventsJsonl, parent.sessionId, {
+      type: "child_finished",
+      payload: { request_id: requestId, child_session_id: childId, status },
+    }, resolved);
+  }
   return childOutcome;
 }
 

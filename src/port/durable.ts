@@ -13,7 +13,7 @@
  * @module
  */
 import type { EntryKind, FileHandle, FileSystem } from "./fs.ts";
-import { AlreadyExists, NotFound } from "./errors.ts";
+import { AlreadyExists, NotFound, PermissionDenied } from "./errors.ts";
 import { basename, dirname, join, NAME_MAX_BYTES, normalize, utf8Prefix } from "./path.ts";
 
 /** How hard a write works to survive power loss; see the module doc. */
@@ -688,13 +688,14 @@ export async function ensureDirDurable(
 }
 
 /**
- * Under `"full"` durability, makes the entry of every existing directory below `top` down to
+ * Under `"full"` durability, makes the entry of every existing directory from `top` down to
  * `dir` durable in its parent, unless this process already did (one sync per directory per
  * process): for a writer about to write into `dir`, a directory tree another process may have
  * created, or published by a rename, and died before syncing the parent of. What the writer then
- * reports as written never rests on an entry a power loss can take away. `top` itself is left as
- * it is (its parent is not opened: a writer may be allowed nothing above it); nothing is done
- * when `dir` is not below `top`.
+ * reports as written never rests on an entry a power loss can take away. `top`'s own parent is
+ * the one directory outside the tree this opens: a writer refused it (`PermissionDenied`: a
+ * runtime allowed only the tree, a parent it may not list) goes on without it, and tries again
+ * next time. Nothing is done when `dir` is not `top` or below it.
  */
 export async function ensureDirChainDurable(
   fs: FileSystem,
@@ -704,9 +705,14 @@ export async function ensureDirChainDurable(
 ): Promise<void> {
   if (durability !== "full") return; // nothing is synced in this mode
   const prefix = top.endsWith("/") ? top : `${top}/`;
-  if (!dir.startsWith(prefix)) return;
+  if (dir !== top && !dir.startsWith(prefix)) return;
   const chain: string[] = [];
   for (let path = dir; path.startsWith(prefix); path = dirname(path)) chain.push(path);
+  try {
+    await syncIfUndurable(fs, top, durability);
+  } catch (error) {
+    if (!(error instanceof PermissionDenied)) throw error;
+  }
   // From the top down: each entry is synced once what holds it is.
   for (const path of chain.reverse()) await syncIfUndurable(fs, path, durability);
 }
