@@ -1022,26 +1022,7 @@ test("a contract pinned in the engine's own bytes, or a legacy state without pin
 });
 
 test("a child outcome recorded for a parent that ended meanwhile leaves the parent's terminal state as it froze", async () => {
-  const fs = await newRepo();
-  const root = await newRoot(fs);
-  await publishChildRequest(fs, root.paths, childRequest("phase-0"));
-  const accepted = await processNextChildRequest(fs, {
-    repoRoot: "/repo",
-    parentSessionId: ROOT_ID,
-    ...deterministic(),
-  });
-  assert.equal(accepted?.kind, "accepted");
-  if (accepted?.kind !== "accepted") return;
-  // The operator stops the tree while the child runs; then the child ends.
-  const revision = Number((await readJson(fs, root.paths.stateJson)).state_revision);
-  await commitTerminalState(fs, root.dir, "stopped", revision + 1, "2026-04-19T15:00:05Z");
-  const tree = await loadSessionTree(fs, "/repo", ROOT_ID);
-  await finishChildBlocked(
-    fs,
-    tree.paths(accepted.childSessionId),
-    accepted.childSessionId,
-    ROOT_ID,
-  );
+  const { fs, root } = await endedParent();
   const frozen = await fs.readFile(root.paths.stateJson);
   const outcome = await recordChildOutcome(fs, {
     repoRoot: "/repo",
@@ -1063,4 +1044,65 @@ test("a child outcome recorded for a parent that ended meanwhile leaves the pare
   const ledger = await readChildrenLedger(fs, root.paths, ROOT_ID);
   assert.equal(ledger.children[0]?.outcome_ref, "session:/child_outcomes/phase-0.json");
   assert.ok(await readChildOutcome(fs, root.paths, "phase-0"));
+});
+
+/** A root whose child ended while the root was stopped: the root still names its child. */
+async function endedParent(): Promise<{ fs: MemoryFs; root: CreatedSession }> {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  await publishChildRequest(fs, root.paths, childRequest("phase-0"));
+  const accepted = await processNextChildRequest(fs, {
+    repoRoot: "/repo",
+    parentSessionId: ROOT_ID,
+    ...deterministic(),
+  });
+  if (accepted?.kind !== "accepted") throw new Error(`not accepted: ${accepted?.kind}`);
+  // The operator stops the tree while the child runs; then the child ends.
+  const revision = Number((await readJson(fs, root.paths.stateJson)).state_revision);
+  await commitTerminalState(fs, root.dir, "stopped", revision + 1, "2026-04-19T15:00:05Z");
+  const tree = await loadSessionTree(fs, "/repo", ROOT_ID);
+  await finishChildBlocked(
+    fs,
+    tree.paths(accepted.childSessionId),
+    accepted.childSessionId,
+    ROOT_ID,
+  );
+  return { fs, root };
+}
+
+test("a child outcome for an ended parent stands when its events.jsonl is a link, as any append failure", async () => {
+  const { fs, root } = await endedParent();
+  await fs.remove(root.paths.eventsJsonl);
+  await fs.writeFile(`${root.dir}/elsewhere.jsonl`, new Uint8Array());
+  await fs.symlink(`${root.dir}/elsewhere.jsonl`, root.paths.eventsJsonl);
+  for (let run = 0; run < 2; run++) {
+    const outcome = await recordChildOutcome(fs, { repoRoot: "/repo", parentSessionId: ROOT_ID });
+    assert.equal(outcome.request_id, "phase-0");
+  }
+  assert.equal((await fs.readFile(`${root.dir}/elsewhere.jsonl`)).length, 0);
+});
+
+test("a rerun that finds the ended parent's child_finished event makes it durable before it resolves", async () => {
+  const { fs, root } = await endedParent();
+  fs.syncAll();
+  // A first run that never fsyncs (as the engine writes, or "ordered" durability).
+  await recordChildOutcome(fs, {
+    repoRoot: "/repo",
+    parentSessionId: ROOT_ID,
+    ...deterministic(),
+    durability: "ordered",
+  });
+  // A full-durability rerun finds everything written, the event too, and relies on it.
+  await recordChildOutcome(fs, { repoRoot: "/repo", parentSessionId: ROOT_ID });
+  const after = fs.crash({
+    seed: 0,
+    extraJournal: "none",
+    tailMode: "none",
+    rewriteMode: "durable",
+  });
+  const finished = (await readEvents(after, root.paths.eventsJsonl)).filter((event) =>
+    event.type === "child_finished"
+  );
+  assert.equal(finished.length, 1);
+  assert.ok(await readChildOutcome(after, root.paths, "phase-0"));
 });

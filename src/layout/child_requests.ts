@@ -744,35 +744,46 @@ async function appendEventAfterCommit(
   try {
     await appendEvents(fs, file, sessionId, [event], options);
   } catch (error) {
-    if (
-      !(error instanceof FsError || error instanceof TopologyError ||
-        error instanceof LayoutRecordError)
-    ) throw error;
+    if (!isEventFileFailure(error)) throw error;
   }
 }
 
 /**
+ * True for what refuses or fails the events file of a committed operation (a storage error, a
+ * link or something else planted there, a file that is no regular file): the operation stands
+ * without its event, as on any other append failure.
+ */
+function isEventFileFailure(error: unknown): boolean {
+  return error instanceof FsError || error instanceof TopologyError ||
+    error instanceof LayoutRecordError;
+}
+
+/**
  * True when the session's `events.jsonl` already records `child_finished` for `requestId`'s
- * child `childId` (a rerun of `recordChildOutcome` for a parent that ended); an events file that
- * cannot be read counts as not recording it.
+ * child `childId` (a rerun of `recordChildOutcome` for a parent that ended), once the file found
+ * holding it is made durable (a process that appended it may have died before its fsync). An
+ * events file that cannot be read, or made durable, counts as not recording it
+ * (`isEventFileFailure`): the event is appended, or left out, as any other append.
  */
 async function childFinishedLogged(
   fs: FileSystem,
   paths: SessionPaths,
   requestId: string,
   childId: string,
+  durability: Durability,
 ): Promise<boolean> {
-  let events;
+  const file = paths.eventsJsonl;
   try {
-    events = (await scanEvents(fs, paths.eventsJsonl)).events;
+    const logged = (await scanEvents(fs, file)).events.some((event) =>
+      event.type === "child_finished" && event.payload?.request_id === requestId &&
+      event.payload?.child_session_id === childId
+    );
+    if (logged) await ensureRecordDurable(fs, file, durability);
+    return logged;
   } catch (error) {
-    if (error instanceof FsError || error instanceof LayoutRecordError) return false;
+    if (isEventFileFailure(error)) return false;
     throw error;
   }
-  return events.some((event) =>
-    event.type === "child_finished" && event.payload?.request_id === requestId &&
-    event.payload?.child_session_id === childId
-  );
 }
 
 function requestIdOf(bytes: Uint8Array, file: string): string | null {
@@ -1632,7 +1643,7 @@ async function recordOutcome(
     next.active_child_session_id = null;
   }, { updatedAt: now, durability: resolved.durability, owner: parent });
   // A rerun for an ended parent (which still names the child) adds no second event.
-  if (!ended || !(await childFinishedLogged(fs, paths, requestId, childId))) {
+  if (!ended || !(await childFinishedLogged(fs, paths, requestId, childId, resolved.durability))) {
     await appendEventAfterCommit(fs, paths.eventsJsonl, parent.sessionId, {
       type: "child_finished",
       payload: { request_id: requestId, child_session_id: childId, status },

@@ -22,7 +22,7 @@ import {
   type Durability,
   durableAppend,
   ensureDirChainDurable,
-  ensureFileDurable,
+  ensureFileDataDurable,
   entryKind,
   tightenPrivateDir,
 } from "../port/durable.ts";
@@ -509,9 +509,9 @@ export async function prepareRecordDir(
 
 /**
  * Makes the record `file`, found already written (by a call that failed before its directory's
- * fsync, or by a process that died), durable as a write of it would: its entry and those of the
- * directories above it inside the repository's `.loopy_loop`, once per process
- * (`ensureDirChainDurable`, `ensureFileDurable`).
+ * fsync, by a process that died, or by a writer that does not fsync), durable as a write of it
+ * would: its bytes, its entry and those of the directories above it inside the repository's `.loopy_loop`, once per process
+ * (`ensureDirChainDurable`, `ensureFileDataDurable`).
  */
 export async function ensureRecordDurable(
   fs: FileSystem,
@@ -521,7 +521,7 @@ export async function ensureRecordDurable(
   const dir = dirname(file);
   const loopyDir = loopyDirOf(dir);
   if (loopyDir !== undefined) await ensureDirChainDurable(fs, dir, loopyDir, durability);
-  await ensureFileDurable(fs, file, durability);
+  await ensureFileDataDurable(fs, file, durability);
 }
 
 /**
