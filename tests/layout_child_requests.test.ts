@@ -1,7 +1,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
-import { NotFound } from "../src/port/errors.ts";
+import { FsIoError, NotFound } from "../src/port/errors.ts";
+import { hookedFs } from "./_hooks.ts";
 import {
   assertReceivesWork,
   ChildRequestError,
@@ -1105,4 +1106,23 @@ test("a rerun that finds the ended parent's child_finished event makes it durabl
   );
   assert.equal(finished.length, 1);
   assert.ok(await readChildOutcome(after, root.paths, "phase-0"));
+});
+
+test("a rerun that finds the ended parent's event under another process's lease waits it out and appends nothing", async () => {
+  const { fs: memory, root } = await endedParent();
+  await recordChildOutcome(memory, { repoRoot: "/repo", parentSessionId: ROOT_ID });
+  // A lease makes the non-blocking no-follow calls fail at once (EAGAIN); a plain open waits.
+  const events = root.paths.eventsJsonl;
+  const fs = hookedFs(memory, {
+    before: (method, args) => {
+      if ((method === "openNoFollow" || method === "readFileNoFollow") && args[0] === events) {
+        throw new FsIoError("EAGAIN", method, events, "Resource temporarily unavailable");
+      }
+    },
+  });
+  await recordChildOutcome(fs, { repoRoot: "/repo", parentSessionId: ROOT_ID });
+  const finished = (await readEvents(memory, events)).filter((event) =>
+    event.type === "child_finished"
+  );
+  assert.equal(finished.length, 1);
 });

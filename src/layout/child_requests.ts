@@ -761,9 +761,10 @@ function isEventFileFailure(error: unknown): boolean {
 /**
  * True when the session's `events.jsonl` already records `child_finished` for `requestId`'s
  * child `childId` (a rerun of `recordChildOutcome` for a parent that ended), once the file found
- * holding it is made durable (a process that appended it may have died before its fsync). An
- * events file that cannot be read, or made durable, counts as not recording it
- * (`isEventFileFailure`): the event is appended, or left out, as any other append.
+ * holding it is made durable (a process that appended it may have died before its fsync; one
+ * that cannot be is still found, so the event is never appended twice). An events file that
+ * cannot be read counts as not recording it (`isEventFileFailure`): the event is appended, or
+ * left out, as any other append.
  */
 async function childFinishedLogged(
   fs: FileSystem,
@@ -778,8 +779,14 @@ async function childFinishedLogged(
       event.type === "child_finished" && event.payload?.request_id === requestId &&
       event.payload?.child_session_id === childId
     );
-    if (logged) await ensureRecordDurable(fs, file, durability);
-    return logged;
+    if (!logged) return false;
+    try {
+      await ensureRecordDurable(fs, file, durability);
+    } catch (error) {
+      // Found, but not made durable: never appended a second time all the same.
+      if (!isEventFileFailure(error)) throw error;
+    }
+    return true;
   } catch (error) {
     if (isEventFileFailure(error)) return false;
     throw error;

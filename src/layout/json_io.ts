@@ -22,12 +22,12 @@ import {
   type Durability,
   durableAppend,
   ensureDirChainDurable,
-  ensureFileDataDurable,
+  ensureFileDurable,
   entryKind,
   tightenPrivateDir,
 } from "../port/durable.ts";
 import { IsADirectory, NotADirectory, NotFound } from "../port/errors.ts";
-import { type Found, readSessionFile } from "../port/regular.ts";
+import { type Found, openIfRegularWaiting, readSessionFile } from "../port/regular.ts";
 import { dirname } from "../port/path.ts";
 import { portableSha256, type Sha256Factory, sha256Hex } from "../port/sha256.ts";
 import { ImmutableArtifactError, LayoutRecordError } from "./errors.ts";
@@ -511,17 +511,32 @@ export async function prepareRecordDir(
  * Makes the record `file`, found already written (by a call that failed before its directory's
  * fsync, by a process that died, or by a writer that does not fsync), durable as a write of it
  * would: its bytes, its entry and those of the directories above it inside the repository's `.loopy_loop`, once per process
- * (`ensureDirChainDurable`, `ensureFileDataDurable`).
+ * (`ensureDirChainDurable`, `ensureFileDurable`).
  */
 export async function ensureRecordDurable(
   fs: FileSystem,
   file: string,
   durability: Durability = "full",
 ): Promise<void> {
+  if (durability !== "full") return; // nothing is synced in this mode
   const dir = dirname(file);
   const loopyDir = loopyDirOf(dir);
   if (loopyDir !== undefined) await ensureDirChainDurable(fs, dir, loopyDir, durability);
-  await ensureFileDataDurable(fs, file, durability);
+  // Its bytes, every time: what this process made durable of the file before says nothing of
+  // what a writer that never fsyncs appended or wrote since. Opened as a read opens it: never
+  // through a link, never waiting on a FIFO, waiting out a lease another process holds.
+  const opened = await openIfRegularWaiting(fs, file);
+  if (opened === undefined) throw new NotFound("open", file);
+  if (typeof opened === "string") {
+    const what = opened === "other" ? "a FIFO, socket or device" : `a ${opened}`;
+    throw new LayoutRecordError(file, `Record is not a regular file (${what})`);
+  }
+  try {
+    await opened.handle.sync();
+  } finally {
+    await opened.handle.close();
+  }
+  await ensureFileDurable(fs, file, durability);
 }
 
 /**

@@ -676,30 +676,6 @@ export async function ensureFileDurable(
 }
 
 /**
- * `ensureFileDurable` for a file whose bytes may not be durable either (one a writer that does
- * not fsync wrote: the engine, or a process in `"ordered"` mode): under `"full"` durability its
- * data is fsynced every time (opened without following a link where the port can: what this
- * process made durable of it before says nothing of bytes appended since), then its entry, unless
- * this process already did that.
- */
-export async function ensureFileDataDurable(
-  fs: FileSystem,
-  path: string,
-  durability: Durability = "full",
-): Promise<void> {
-  if (durability !== "full") return; // nothing is synced in this mode
-  const handle = fs.openNoFollow === undefined
-    ? await fs.open(path)
-    : (await fs.openNoFollow(path)).handle;
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
-  await ensureFileDurable(fs, path, durability);
-}
-
-/**
  * `ensureFileDurable` for the existing directory `path` (one published by `stagedPublish`, say):
  * its entry in its parent is made durable unless this process already did.
  */
