@@ -11,6 +11,7 @@ import {
   appendEvents,
   createAttemptArtifacts,
   createRootSession,
+  ensureRepository,
   listRootSessionIds,
   readEvents,
   SessionPaths,
@@ -147,4 +148,30 @@ test("a tree written without fsyncs keeps the writes a full-durability process r
   assert.deepEqual((await readEvents(after, created.paths.eventsJsonl)).map((e) => e.type), [
     "tick",
   ]);
+});
+
+test("a record found written that another actor removes or replaces before it is synced leaves the call standing", async () => {
+  for (const swap of ["symlink", "remove"] as const) {
+    const memory = new MemoryFs();
+    await memory.mkdir(REPO);
+    await memory.mkdir("/shared");
+    await ensureRepository(memory, REPO);
+    await memory.writeFile("/shared/ignore", await memory.readFile(`${REPO}/.gitignore`));
+    memory.syncAll();
+    // The user's tooling swaps .gitignore for a link, or removes it, right after it is read.
+    let swapped = false;
+    const fs = hookedFs(memory, {
+      after: async (method, args) => {
+        const read = method === "readFileNoFollow" || method === "readFile";
+        if (!swapped && read && args[0] === `${REPO}/.gitignore`) {
+          swapped = true;
+          await memory.remove(`${REPO}/.gitignore`);
+          if (swap === "symlink") await memory.symlink("/shared/ignore", `${REPO}/.gitignore`);
+        }
+      },
+    });
+    const record = await ensureRepository(fs, REPO);
+    assert.ok(swapped, swap);
+    assert.equal(typeof record.repository_id, "string", swap);
+  }
 });

@@ -525,16 +525,15 @@ export async function ensureRecordDurable(
   // Its bytes, every time: what this process made durable of the file before says nothing of
   // what a writer that never fsyncs appended or wrote since. Opened as a read opens it: never
   // through a link, never waiting on a FIFO, waiting out a lease another process holds.
+  // Gone, or something else there now (another actor consumed or replaced it since the caller
+  // read it): none of its bytes to sync, and its directory is made durable all the same.
   const opened = await openIfRegularWaiting(fs, file);
-  if (opened === undefined) throw new NotFound("open", file);
-  if (typeof opened === "string") {
-    const what = opened === "other" ? "a FIFO, socket or device" : `a ${opened}`;
-    throw new LayoutRecordError(file, `Record is not a regular file (${what})`);
-  }
-  try {
-    await opened.handle.sync();
-  } finally {
-    await opened.handle.close();
+  if (opened !== undefined && typeof opened !== "string") {
+    try {
+      await opened.handle.sync();
+    } finally {
+      await opened.handle.close();
+    }
   }
   await ensureFileDurable(fs, file, durability);
 }
