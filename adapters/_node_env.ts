@@ -45,18 +45,10 @@ export function environmentValue(name: string): string | undefined | Error {
     return error instanceof Error ? error : new Error(String(error));
   }
   if (value === undefined || !value.includes("\u{fffd}")) return value;
-  let raw: Uint8Array;
-  try {
-    raw = readFileSync("/proc/self/environ");
-  } catch {
-    return value;
-  }
+  const entries = procEntries("/proc/self/environ");
+  if (entries === undefined) return value;
   const prefix = encoder.encode(`${name}=`);
-  let start = 0;
-  while (start < raw.length) {
-    let end = raw.indexOf(0, start);
-    if (end < 0) end = raw.length;
-    const entry = raw.subarray(start, end);
+  for (const entry of entries) {
     if (entry.length >= prefix.length && prefix.every((byte, i) => entry[i] === byte)) {
       const bytes = entry.subarray(prefix.length);
       // Changed since the process started: the current value, a string JavaScript set.
@@ -64,7 +56,6 @@ export function environmentValue(name: string): string | undefined | Error {
       return strictText(bytes) ??
         new Error(`its value ${JSON.stringify(value)} is not valid UTF-8`);
     }
-    start = end + 1;
   }
   return value;
 }
@@ -84,7 +75,7 @@ export function invalidArgument(args: readonly string[]): Error | undefined {
   if (!args.some((arg) => arg.includes("\u{fffd}"))) return undefined;
   let pid = "self";
   for (let level = 0; level < ANCESTOR_LEVELS; level++) {
-    const entries = commandLine(pid);
+    const entries = procEntries(`/proc/${pid}/cmdline`);
     if (entries === undefined) return undefined;
     if (entries.length >= args.length) {
       const tail = entries.slice(entries.length - args.length);
@@ -107,11 +98,14 @@ export function invalidArgument(args: readonly string[]): Error | undefined {
 /** How many processes up `invalidArgument` looks for the bytes of the arguments. */
 const ANCESTOR_LEVELS = 8;
 
-/** The entries of `/proc/<pid>/cmdline`; undefined when it cannot be read. */
-function commandLine(pid: string): Uint8Array[] | undefined {
+/**
+ * The NUL-separated entries of a `/proc` file (`/proc/<pid>/cmdline`, `/proc/self/environ`);
+ * undefined when it cannot be read.
+ */
+function procEntries(path: string): Uint8Array[] | undefined {
   let raw: Uint8Array;
   try {
-    raw = readFileSync(`/proc/${pid}/cmdline`);
+    raw = readFileSync(path);
   } catch {
     return undefined;
   }

@@ -492,10 +492,10 @@ export async function readRecordIfExists<T>(
 /**
  * Prepares the directory `dir` of a record about to be written: private (0700, see
  * `tightenPrivateDir`) and, under `"full"` durability, its entry and those of the directories
- * above it inside the repository's `.loopy_loop` durable, once per process
- * (`ensureDirChainDurable`). A session tree found existing may be one a process that died
- * published without syncing its parent (a root session renamed into `sessions/`, an iteration
- * directory made just before a crash): a record written into it must not rest on that entry.
+ * above it up to the repository's `.loopy_loop` durable (`ensureTreeDurable`). A session tree
+ * found existing may be one a process that died published without syncing its parent (a root
+ * session renamed into `sessions/`, an iteration directory made just before a crash): a record
+ * written into it must not rest on that entry.
  */
 export async function prepareRecordDir(
   fs: FileSystem,
@@ -503,15 +503,14 @@ export async function prepareRecordDir(
   durability: Durability = "full",
 ): Promise<void> {
   await tightenPrivateDir(fs, dir, durability);
-  const loopyDir = loopyDirOf(dir);
-  if (loopyDir !== undefined) await ensureDirChainDurable(fs, dir, loopyDir, durability);
+  await ensureTreeDurable(fs, dir, durability);
 }
 
 /**
  * Makes the record `file`, found already written (by a call that failed before its directory's
  * fsync, by a process that died, or by a writer that does not fsync), durable as a write of it
- * would: its bytes, its entry and those of the directories above it inside the repository's `.loopy_loop`, once per process
- * (`ensureDirChainDurable`, `ensureFileDurable`).
+ * would: its bytes, its entry and those of the directories above it up to the repository's
+ * `.loopy_loop` (`ensureTreeDurable`, `ensureFileDurable`).
  */
 export async function ensureRecordDurable(
   fs: FileSystem,
@@ -519,14 +518,12 @@ export async function ensureRecordDurable(
   durability: Durability = "full",
 ): Promise<void> {
   if (durability !== "full") return; // nothing is synced in this mode
-  const dir = dirname(file);
-  const loopyDir = loopyDirOf(dir);
-  if (loopyDir !== undefined) await ensureDirChainDurable(fs, dir, loopyDir, durability);
+  await ensureTreeDurable(fs, dirname(file), durability);
   // Its bytes, every time: what this process made durable of the file before says nothing of
   // what a writer that never fsyncs appended or wrote since. Opened as a read opens it: never
-  // through a link, never waiting on a FIFO, waiting out a lease another process holds.
-  // Gone, or something else there now (another actor consumed or replaced it since the caller
-  // read it): none of its bytes to sync, and its directory is made durable all the same.
+  // through a link, never waiting on a FIFO, waiting out a lease another process holds. Gone, or
+  // something else there now (another actor consumed or replaced it since the caller read it):
+  // none of its bytes to sync, and its directory is made durable all the same.
   const opened = await openIfRegularWaiting(fs, file);
   if (opened !== undefined && typeof opened !== "string") {
     try {
@@ -536,6 +533,20 @@ export async function ensureRecordDurable(
     }
   }
   await ensureFileDurable(fs, file, durability);
+}
+
+/**
+ * The entries of `dir` and of the directories above it up to its repository's `.loopy_loop`
+ * (that one's own included) made durable, once per process (`ensureDirChainDurable`); nothing
+ * for a directory outside a `.loopy_loop`.
+ */
+async function ensureTreeDurable(
+  fs: FileSystem,
+  dir: string,
+  durability: Durability,
+): Promise<void> {
+  const loopyDir = loopyDirOf(dir);
+  if (loopyDir !== undefined) await ensureDirChainDurable(fs, dir, loopyDir, durability);
 }
 
 /**
