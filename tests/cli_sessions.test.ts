@@ -218,6 +218,13 @@ test("a data directory given with ~ is the home's, and a missing one is said, no
   const noCollection = await run(["--data-dir", AGENT, "sessions", "list", "--dir", "/nowhere"]);
   assert.equal(noCollection.code, 1);
   assert.match(noCollection.err, /Collection directory does not exist: '\/nowhere'/);
+  // A session directory given as the collection is refused, not listed as holding no session.
+  const sessionDir = dirname(session.getSessionFile());
+  const ofSession = await run(["--data-dir", AGENT, "sessions", "list", "--dir", sessionDir]);
+  assert.equal(ofSession.code, 1);
+  assert.equal(ofSession.out, "");
+  assert.match(ofSession.err, /is a session directory \(it holds meta\.json\), not a collection/);
+  assert.ok(ofSession.err.includes(`--dir '${session.getSessionDir()}'`), ofSession.err);
 });
 
 test("the progress line keeps its own terminal controls while stored data is escaped", async () => {

@@ -709,6 +709,16 @@ async function list(io: CliIo, flags: StoreFlags, args: readonly string[]): Prom
   });
   if (wantsHelp(io, "list", parsed)) return 0;
   const scope = await collectionScope(io, "list", parsed);
+  if (scope.kind === "dir" && await exists(io, join(scope.dir, META_FILE))) {
+    // A session directory lists no session (its entries are its files): said, as cleanup says
+    // it, rather than "No sessions found" for a session that is there.
+    const collection = dirname(scope.dir);
+    throw new InvalidArgumentError(
+      "dir",
+      `'${scope.dir}' is a session directory (it holds ${META_FILE}), not a collection; ` +
+        `list its collection with --dir '${collection}' or show it with 'sessions show'`,
+    );
+  }
   const json = parsed.flags.has("json");
   const options = { fast: parsed.flags.has("fast"), pinnedFirst: true };
   const store = storeFor(io, flags);
