@@ -392,6 +392,24 @@ test("a delete over several collections checks every target first: nothing is de
   assert.deepEqual([snapshot(first.collection), snapshot(second.collection)], before);
 });
 
+test("a damaged archive.json in a later collection fails archive, restore and delete before anything changes", async () => {
+  const first = await freshStore([conversation(1)]);
+  const second = await freshStore([conversation(1)]);
+  const [a, b] = [first.ids[0] as string, second.ids[0] as string];
+  writeFileSync(join(second.collection, "archive.json"), "{ not json");
+  const before = [snapshot(first.collection), snapshot(second.collection)];
+  for (
+    const args of [["archive", a, b], ["restore", a, b], ["delete", a, b, "--include-unarchived"]]
+  ) {
+    const run = cli(["sessions", ...args]);
+    assert.equal(run.code, 1, run.err);
+    assert.equal(run.out, "", args.join(" "));
+    assert.match(run.err, /archive\.json/);
+    assert.doesNotMatch(run.err, /before the failure/);
+    assert.deepEqual([snapshot(first.collection), snapshot(second.collection)], before);
+  }
+});
+
 test("one collection named two ways is one collection, and a repeated id is one session", async () => {
   const { collection, ids } = await freshStore([conversation(1), conversation(1)]);
   const [a, b] = ids as [string, string];

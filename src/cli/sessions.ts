@@ -1638,16 +1638,17 @@ async function membership(
     byCollection.set(key, entry);
   }
   const archivedOnly = sub === "delete" && !parsed.flags.has("include-unarchived");
-  if (archivedOnly) {
-    // Every target must be archived before the first collection is touched.
-    for (const { collection, ids } of byCollection.values()) {
-      const archived = new Set(await storeFor(io, flags, collection).archive.list(undefined));
-      const missing = ids.find((id) => !archived.has(id));
-      if (missing !== undefined) {
-        throw forCommandLine(
-          new SessionNotArchivedError(missing, { file: join(collection, ARCHIVE_FILE) }),
-        );
-      }
+  // Every collection's archive.json is read before the first collection is touched: one that
+  // cannot be read (damaged, unreadable) fails the command with nothing changed rather than after
+  // an earlier collection's part is done. For a delete without --include-unarchived, every target
+  // must be archived too.
+  for (const { collection, ids } of byCollection.values()) {
+    const archived = new Set(await storeFor(io, flags, collection).archive.list(undefined));
+    const missing = ids.find((id) => !archived.has(id));
+    if (archivedOnly && missing !== undefined) {
+      throw forCommandLine(
+        new SessionNotArchivedError(missing, { file: join(collection, ARCHIVE_FILE) }),
+      );
     }
   }
   const action = sub === "archive" ? "archived" : sub === "restore" ? "restored" : "deleted";
