@@ -32,7 +32,13 @@ import {
   writeJsonAtomic,
 } from "./json_io.ts";
 import { type LayoutWriteOptions, resolveWriteOptions } from "./options.ts";
-import { type AttemptPaths, RAW_SUBAREAS, requireFolded, type SessionPaths } from "./paths.ts";
+import {
+  type AttemptPaths,
+  RAW_SUBAREAS,
+  requireFolded,
+  requireRecordedLayout,
+  type SessionPaths,
+} from "./paths.ts";
 import {
   type FoldedTraceRef,
   type MirrorTraceRef,
@@ -227,6 +233,8 @@ export async function writeAttemptResult(
   fs = confined(fs, paths.session.dir);
   const file = paths.resultJson;
   parseAttemptResult(result, file);
+  // Where the result goes and whether a sealed trace makes it final follow the recorded layout.
+  requireRecordedLayout(paths.session, await readSessionLayout(fs, paths.session.dir));
   const bytes = encodeRecord(result, file);
   const durability = resolveWriteOptions(options).durability;
   // Early refusal without queueing behind the state's writers; decided for good below. Read only

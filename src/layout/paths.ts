@@ -467,6 +467,24 @@ export function mirrorAttemptTraceDir(
 }
 
 /**
+ * Refuses paths built for another layout than the one the session's `session.json` records
+ * (`recorded`, from `readSessionLayout`): the writers that apply to both layouts (attempt
+ * results, session outcomes) decide by the layout where they write and what a record may cite,
+ * so a caller's guess never shapes a record that is written once.
+ *
+ * @throws {UnsupportedLayoutError} When the paths' layout is not the recorded one.
+ */
+export function requireRecordedLayout(session: SessionPaths, recorded: SessionLayout): void {
+  if (session.layout !== recorded) {
+    throw new UnsupportedLayoutError(
+      session.dir,
+      `session.json records the ${recorded} layout, but the paths were built for the ` +
+        `${session.layout} layout; build them with openSessionPaths or loadSessionTree`,
+    );
+  }
+}
+
+/**
  * Refuses a folded-only write (attempt artifacts, git receipts, eval acceptance) to a mirror
  * session: this library never creates mirror-layout artifacts. A mirror session still finishes
  * under its own layout through the writers that apply to both layouts (state, events, results,

@@ -36,7 +36,7 @@ import {
 } from "./json_io.ts";
 import { isSafeId } from "./ids.ts";
 import { type LayoutWriteOptions, resolveWriteOptions } from "./options.ts";
-import { LOOPY_DIRNAME, type SessionPaths } from "./paths.ts";
+import { LOOPY_DIRNAME, requireRecordedLayout, type SessionPaths } from "./paths.ts";
 import {
   assertTerminalControlMatches,
   type ControlRecord,
@@ -46,6 +46,7 @@ import {
   HANDOFF_REF,
   type HandoffStatus,
   isTerminalControl,
+  manifestLayout,
   parseControlRecord,
   parseEvalAcceptance,
   parseHandoff,
@@ -695,7 +696,8 @@ function checkTransition(file: string, input: SessionOutcomeInput): void {
 
 /**
  * Refuses (`LayoutRecordError` naming `session_outcome.json` and the field) an outcome whose
- * session, root or goal hash is not the one `session.json` records.
+ * session, root or goal hash is not the one `session.json` records, and (`UnsupportedLayoutError`)
+ * paths built for another layout than the recorded one.
  */
 async function checkIdentity(
   fs: FileSystem,
@@ -703,6 +705,8 @@ async function checkIdentity(
   input: SessionOutcomeInput,
 ): Promise<void> {
   const manifest = await readSessionManifest(fs, paths.dir);
+  // The outcome's citations and trace seals follow the recorded layout, never the caller's.
+  requireRecordedLayout(paths, manifestLayout(manifest));
   const root = manifest.schema_version === 2
     ? manifest.root_session_id
     : manifest.parent_session_id === null
