@@ -1651,3 +1651,43 @@ for (const planted of ["a link to a directory", "a file"] as const) {
     assert.deepEqual((await store.listDetailed(CWD)).failures, []);
   });
 }
+
+test("archive.set whose membership a failed call or an ordered writer left in place makes it durable before it resolves", async () => {
+  const base = new MemoryFs();
+  await base.mkdir(CWD, { recursive: true });
+  const created = await new SessionStore({ fs: base, agentDir: AGENT }).create(CWD);
+  await created.commit(conversation(1));
+  await created.close();
+  const collection = await new SessionStore({ fs: base, agentDir: AGENT }).collectionFor(CWD);
+  base.syncAll();
+  const powerLoss = { seed: 0, tailMode: "none", extraJournal: "none" } as const;
+  for (const archived of [true, false]) {
+    const start = base.clone();
+    if (!archived) {
+      await new SessionStore({ fs: start, agentDir: AGENT }).archive.set(CWD, [created.id], true);
+      start.syncAll();
+    }
+    // The first call fails at the collection's fsync, after archive.json was renamed into place.
+    const probe = start.clone();
+    await new SessionStore({ fs: probe, agentDir: AGENT }).archive.set(CWD, [created.id], archived);
+    const n = probe.operationLog.findLastIndex((o) => o.op === "syncDir" && o.path === collection) +
+      1;
+    for (const persistent of [false, true]) {
+      const fs = start.clone();
+      fs.failAt(n, { error: "EIO", persistent });
+      const store = new SessionStore({ fs, agentDir: AGENT });
+      await assert.rejects(store.archive.set(CWD, [created.id], archived), FsIoError);
+      fs.clearFaults();
+      await new SessionStore({ fs, agentDir: AGENT }).archive.set(CWD, [created.id], archived);
+      const after = new SessionStore({ fs: fs.crash(powerLoss), agentDir: AGENT });
+      assert.equal(await after.archive.isArchived(CWD, created.id), archived);
+    }
+    // A store that does not fsync set it; a store that does finds it set and makes it durable.
+    const fs = start.clone();
+    const ordered = new SessionStore({ fs, agentDir: AGENT, durability: "ordered" });
+    await ordered.archive.set(CWD, [created.id], archived);
+    await new SessionStore({ fs, agentDir: AGENT }).archive.set(CWD, [created.id], archived);
+    const after = new SessionStore({ fs: fs.crash(powerLoss), agentDir: AGENT });
+    assert.equal(await after.archive.isArchived(CWD, created.id), archived);
+  }
+});

@@ -22,12 +22,11 @@ import {
   type Durability,
   durableAppend,
   ensureDirChainDurable,
-  ensureFileDurable,
   entryKind,
   tightenPrivateDir,
 } from "../port/durable.ts";
 import { IsADirectory, NotADirectory, NotFound } from "../port/errors.ts";
-import { type Found, openIfRegularWaiting, readSessionFile } from "../port/regular.ts";
+import { ensureFoundFileDurable, type Found, readSessionFile } from "../port/regular.ts";
 import { dirname } from "../port/path.ts";
 import { portableSha256, type Sha256Factory, sha256Hex } from "../port/sha256.ts";
 import { ImmutableArtifactError, LayoutRecordError } from "./errors.ts";
@@ -519,20 +518,7 @@ export async function ensureRecordDurable(
 ): Promise<void> {
   if (durability !== "full") return; // nothing is synced in this mode
   await ensureTreeDurable(fs, dirname(file), durability);
-  // Its bytes, every time: what this process made durable of the file before says nothing of
-  // what a writer that never fsyncs appended or wrote since. Opened as a read opens it: never
-  // through a link, never waiting on a FIFO, waiting out a lease another process holds. Gone, or
-  // something else there now (another actor consumed or replaced it since the caller read it):
-  // none of its bytes to sync, and its directory is made durable all the same.
-  const opened = await openIfRegularWaiting(fs, file);
-  if (opened !== undefined && typeof opened !== "string") {
-    try {
-      await opened.handle.sync();
-    } finally {
-      await opened.handle.close();
-    }
-  }
-  await ensureFileDurable(fs, file, durability);
+  await ensureFoundFileDurable(fs, file, durability);
 }
 
 /**

@@ -76,6 +76,7 @@ import {
   tempNameFor,
 } from "../port/durable.ts";
 import { join } from "../port/path.ts";
+import { ensureFoundFileDurable } from "../port/regular.ts";
 import {
   CorruptSessionError,
   InvalidArgumentError,
@@ -274,7 +275,16 @@ export class SessionArchive {
         else members.delete(id);
       }
       const next = [...members];
-      if (next.length === current.length && next.every((id, i) => id === current[i])) return;
+      if (next.length === current.length && next.every((id, i) => id === current[i])) {
+        // Already as asked, maybe by a call that failed after its rename (before the directory's
+        // fsync) or by a process that died there: made durable before this call resolves.
+        await ensureFoundFileDurable(
+          context.fs,
+          join(collection, ARCHIVE_FILE),
+          context.durability,
+        );
+        return;
+      }
       await writeArchiveMembership(context, collection, next);
     }, archived);
   }

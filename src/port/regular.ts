@@ -7,7 +7,7 @@
  */
 import type { EntryKind, FileHandle, FileSystem } from "./fs.ts";
 import { FsError, NotFound } from "./errors.ts";
-import { entryKind } from "./durable.ts";
+import { type Durability, ensureFileDurable, entryKind } from "./durable.ts";
 
 /**
  * True for the failure of a no-follow read of a regular file that is busy (`EAGAIN`: a lease
@@ -184,6 +184,32 @@ export async function openIfRegularWaiting(
     if (!isBusy(error)) throw error;
     return await ifRegular(fs, path, undefined, () => openChecked(fs, path, options));
   }
+}
+
+/**
+ * Under `"full"` durability, makes a file a call found already written durable before the call
+ * relies on it: its bytes, every time (what this process made durable of the file before says
+ * nothing of what a writer that never fsyncs wrote since), then its entry in its directory,
+ * unless this process already did (`ensureFileDurable`). The file is opened as a read opens it:
+ * never through a link, never waiting on a FIFO, waiting out a lease another process holds.
+ * Gone, or something else there now (another actor removed or replaced it since the caller read
+ * it): none of its bytes to sync, and its directory is made durable all the same.
+ */
+export async function ensureFoundFileDurable(
+  fs: FileSystem,
+  path: string,
+  durability: Durability = "full",
+): Promise<void> {
+  if (durability !== "full") return; // nothing is synced in this mode
+  const opened = await openIfRegularWaiting(fs, path);
+  if (opened !== undefined && typeof opened !== "string") {
+    try {
+      await opened.handle.sync();
+    } finally {
+      await opened.handle.close();
+    }
+  }
+  await ensureFileDurable(fs, path, durability);
 }
 
 /**
