@@ -76,6 +76,7 @@ import {
 } from "./storage.ts";
 import type { StoreContext } from "./lock.ts";
 import { ensureCollectionDir } from "./session_manager.ts";
+import { messageJson } from "./records/_json_text.ts";
 
 /** The file extension of a legacy version-2 session. */
 export const LEGACY_EXTENSION = ".jsonl";
@@ -162,7 +163,7 @@ export async function migratedLogDigests(
     message: (message, chunk, start, end, _index, replaced) => {
       const kept = keptLineRange(chunk, start, end, replaced);
       const untrimmed = kept !== undefined && kept[0] === start && kept[1] === end;
-      const canonical = untrimmed ? undefined : encoder.encode(JSON.stringify(message) + "\n");
+      const canonical = untrimmed ? undefined : encoder.encode(messageJson(message) + "\n");
       if (kept === undefined) add(now, canonical as Uint8Array);
       else {
         add(now, chunk.subarray(kept[0], kept[1]));
@@ -816,7 +817,7 @@ class StagedLog implements MessageSink {
       return;
     }
     this.#closeRun();
-    const out = encoder.encode(JSON.stringify(message) + "\n");
+    const out = encoder.encode(messageJson(message) + "\n");
     this.#pieces.push(out);
     this.#pending += out.length;
     this.bytes += out.length;

@@ -106,6 +106,7 @@ import {
 } from "./storage.ts";
 import { SerialQueue } from "./serial_queue.ts";
 import { LineWriter } from "./line_writer.ts";
+import { messageJson } from "./records/_json_text.ts";
 
 const decoder = new TextDecoder();
 
@@ -2657,7 +2658,7 @@ function laterTime(candidate: string, current: string): string {
 function serializeMessage(message: Message, index: number, file: string): string {
   let line: string;
   try {
-    line = JSON.stringify(message);
+    line = messageJson(message);
   } catch (error) {
     // Node's JSON.stringify overflows the stack past about 4,000 levels (Deno's writes any
     // depth): a message that deep is refused as every runtime refuses it.
@@ -2685,7 +2686,7 @@ function serializeMessage(message: Message, index: number, file: string): string
  */
 function comparedLine(message: unknown, index: number, file: string): string | undefined {
   try {
-    return JSON.stringify(message);
+    return messageJson(message);
   } catch {
     return serializeMessage(message as Message, index, file); // throws the typed error
   }
@@ -2697,7 +2698,7 @@ function comparedLine(message: unknown, index: number, file: string): string | u
  */
 function canonicalLine(message: unknown, fallback: string | undefined): string | undefined {
   try {
-    return JSON.stringify(message);
+    return messageJson(message);
   } catch {
     return fallback;
   }

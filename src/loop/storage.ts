@@ -67,14 +67,26 @@ const encoder = new TextEncoder();
 /** One decoder for every whole-buffer decode (no streaming state is kept between calls). */
 const decoder = new TextDecoder();
 const lineDecoder = new TextDecoder("utf-8", { ignoreBOM: true });
+/** Lines longer than this are decoded in pieces of this many bytes (see `decodeLine`). */
+const DECODE_PIECE_BYTES = 1 << 26;
 
 /**
  * Decodes one line of a session file (without its newline) to exactly its characters: a leading
  * BOM is kept, not dropped, and invalid UTF-8 becomes U+FFFD. A line of ASCII becomes a one-byte
- * string, which parses faster than a slice of a larger decoded text.
+ * string, which parses faster than a slice of a larger decoded text. A line longer than
+ * `pieceBytes` (64 MiB) is decoded in pieces of that many bytes, to the same text.
  */
-export function decodeLine(bytes: Uint8Array): string {
-  return lineDecoder.decode(bytes);
+export function decodeLine(bytes: Uint8Array, pieceBytes: number = DECODE_PIECE_BYTES): string {
+  if (bytes.length <= pieceBytes) return lineDecoder.decode(bytes);
+  // Deno and Node refuse to decode more than about 512 MiB in one call, whatever the length of
+  // the string it makes (a message of wide characters a save wrote): a long line is decoded in
+  // pieces, as one text. Only a string longer than the runtime's longest fails (a RangeError).
+  const decoder = new TextDecoder("utf-8", { ignoreBOM: true });
+  let text = "";
+  for (let at = 0; at < bytes.length; at += pieceBytes) {
+    text += decoder.decode(bytes.subarray(at, at + pieceBytes), { stream: true });
+  }
+  return text + decoder.decode();
 }
 
 /** The parsed content of meta.json. */

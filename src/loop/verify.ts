@@ -71,6 +71,7 @@ import { LEGACY_EXTENSION, readLegacyPrefix } from "./legacy.ts";
 import { previousSession, stagingSessionId } from "./compaction.ts";
 import { inspectDeletion, isDeleteStagingName } from "./archive.ts";
 import { jsonNestsDeeper, MAX_MESSAGE_NESTING, refuseDeepMessage } from "./records/_validation.ts";
+import { messageJson } from "./records/_json_text.ts";
 
 /** The severity of a verification finding. */
 export type FindingSeverity = "error" | "warning";
@@ -863,7 +864,7 @@ export async function salvageSession(
     const writer = new LineWriter(4096);
     messages.forEach((m, i) => {
       if (m.role === "user") rounds.push({ messageIndex: i, byteOffset: writer.length });
-      writer.push(JSON.stringify(m));
+      writer.push(messageJson(m));
     });
     bytes = writer.bytes();
   }

@@ -1,0 +1,61 @@
+/**
+ * The JSON text of a message, written whatever the length of its strings.
+ *
+ * Deno 2.9's `JSON.stringify` ends the process ("Fatal process out of memory") when a value holds
+ * a flat string of more than 256 MiB (268 million one-byte or 134 million two-byte characters):
+ * a string `JSON.parse` or `TextDecoder` made, say a tool result read back from a long line. Its
+ * general path, taken when a replacer is given, writes such a string. A message holding a string
+ * of more than 2^26 characters is written through it; any other through the fast path, whose
+ * text is the same.
+ *
+ * @module
+ */
+import { MAX_MESSAGE_NESTING } from "./_validation.ts";
+
+/** Strings longer than this many characters send a message through the general path. */
+const LONG_STRING_CHARS = 1 << 26;
+
+/** A replacer that changes nothing: it only makes `JSON.stringify` take its general path. */
+const keepValue = (_key: string, value: unknown): unknown => value;
+
+/**
+ * `JSON.stringify(value)`, the same text, never through the fast path for a value holding a
+ * string longer than `longChars` (2^26) characters (see the module doc). Throws what
+ * `JSON.stringify` throws.
+ */
+export function messageJson(value: unknown, longChars: number = LONG_STRING_CHARS): string {
+  return holdsLongString(value, longChars, [])
+    ? JSON.stringify(value, keepValue)
+    : JSON.stringify(value);
+}
+
+/**
+ * True when `value` holds a string longer than `longChars` characters among what JSON writes of it
+ * (own enumerable properties, array items), within `MAX_MESSAGE_NESTING` levels. A cycle (which
+ * `JSON.stringify` refuses) ends the walk of its branch: `ancestors` are the objects above
+ * `value`.
+ */
+export function holdsLongString(
+  value: unknown,
+  longChars: number,
+  ancestors: object[] = [],
+): boolean {
+  if (typeof value === "string") return value.length > longChars;
+  if (typeof value !== "object" || value === null) return false;
+  if (ancestors.length >= MAX_MESSAGE_NESTING || ancestors.includes(value)) return false;
+  ancestors.push(value);
+  let found = false;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length && !found; i++) {
+      found = holdsLongString(value[i], longChars, ancestors);
+    }
+  } else {
+    const record = value as Record<string, unknown>;
+    const keys = Object.keys(record);
+    for (let i = 0; i < keys.length && !found; i++) {
+      found = holdsLongString(record[keys[i] as string], longChars, ancestors);
+    }
+  }
+  ancestors.pop();
+  return found;
+}
