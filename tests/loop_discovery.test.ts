@@ -1317,6 +1317,10 @@ test("the longest head an index can have, with its fallback title and first roun
         roundCount: 2,
         fallbackTitle,
         firstRound: { messageIndex: max - 1, byteOffset: max - 2 },
+        // The byte offset of that round (its rounds are looked up from there).
+        roundsAt: bytes.findIndex((_, i) =>
+          decoder.decode(bytes.subarray(i, i + 16)) === '{"messageIndex":'
+        ),
       });
     }
   }

@@ -150,6 +150,7 @@ import {
   indexMatches,
   isBusy,
   isUnreachablePath,
+  type ListingIndex,
   lostMetaError,
   lostMetaJson,
   MESSAGES_FILE,
@@ -1189,8 +1190,7 @@ async function summarizeFrom(
       context,
       dir,
       meta,
-      indexRead.head,
-      indexRead.whole,
+      indexRead,
       needTitle,
       openLog,
     )
@@ -1266,19 +1266,21 @@ async function fastCounts(
  * reads the same few bytes however long the history is. The head is used only when it matches (or
  * covers a prefix of) the committed range and its counts fit. A title is taken from the head when
  * it names the first round's message; otherwise, with no title recorded, the first round's line
- * is read, and must be a user line. When the title is of a later message, or the first user
- * message yields none, the whole index is read; any inconsistency falls back to `fastCounts`
- * with the whole index, which itself falls back to the full scan.
+ * is read, and must be a user line. A recorded title of a later message is taken once the index
+ * is found to list that message's round (`ListingIndex.listsRound`, a few small reads). When it
+ * does not, or no title is recorded and the first user message yields none, the whole index is
+ * read; any inconsistency falls back to `fastCounts` with the whole index, which itself falls
+ * back to the full scan.
  */
 async function fastCountsFromHead(
   context: StoreContext,
   dir: string,
   meta: StorageMeta,
-  head: RoundIndexHead,
-  readWhole: () => Promise<RoundIndex | undefined>,
+  read: Extract<ListingIndex, { readonly head: RoundIndexHead }>,
   needTitle: boolean,
   openLog: () => Promise<RegularFile>,
 ): Promise<Summary> {
+  const { head, whole: readWhole, listsRound } = read;
   const fits = head.roundCount <= head.messageCount &&
     (head.messageCount === 0 || head.roundCount > 0) &&
     head.bytes >= MIN_LINE_BYTES * head.messageCount &&
@@ -1306,8 +1308,14 @@ async function fastCountsFromHead(
   const recorded = head.fallbackTitle;
   if (needTitle && recorded !== undefined) {
     // Recorded for the indexed messages. A title of the first round's message is taken from the
-    // head; one of a later message is checked against the whole index's rounds.
-    if (recorded !== null && recorded.messageIndices[0] !== head.firstRound?.messageIndex) {
+    // head; one of a later message (the first user messages had no text, an image only) must be
+    // of a round the index lists: looked up by a few small reads in a large index, else checked
+    // against the whole index's rounds.
+    const at = recorded?.messageIndices[0];
+    if (
+      at !== undefined && at !== head.firstRound?.messageIndex &&
+      (listsRound === undefined || !(await listsRound(at)))
+    ) {
       return await whole();
     }
     title = recorded ?? tail.title;

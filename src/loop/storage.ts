@@ -765,6 +765,8 @@ export interface RoundIndexHead {
   readonly fallbackTitle: SessionTitle | null | undefined;
   /** The first round, when it lies in the bytes read. */
   readonly firstRound: RoundEntry | undefined;
+  /** The byte offset of the first round in the file, when it lies in the bytes read. */
+  readonly roundsAt?: number;
 }
 
 /** Indexes up to this size are read and checked whole; larger ones by their head only. */
@@ -798,6 +800,12 @@ export type ListingIndex =
     readonly head: RoundIndexHead;
     /** The whole index, parsed from the bytes already read or read again the same way. */
     readonly whole: () => Promise<RoundIndex | undefined>;
+    /**
+     * For an index too large to be read in one call: true when its rounds list a round of the
+     * message `messageIndex`, found by a few small reads (`roundListed`); false when they do not
+     * (or the file is no longer of this library's form), so that the caller reads it whole.
+     */
+    readonly listsRound?: (messageIndex: number) => Promise<boolean>;
   };
 
 /**
@@ -837,7 +845,25 @@ export async function readListingIndex(
       const bytes = await readIndexWithin(fs, file, kindKnown, false, bound);
       return bytes instanceof Uint8Array ? parseRoundIndexText(decoder.decode(bytes)) : undefined;
     };
-    return { head: read.head, whole };
+    const roundsAt = read.head.roundsAt;
+    const listsRound = roundsAt === undefined ? undefined : async (target: number) => {
+      // Opened again, and its size checked again: it may have been replaced since.
+      const again = await openIndex(fs, file, kindKnown, false);
+      if (again === undefined) return false;
+      try {
+        const size = await again.size();
+        if (size > bound) return false;
+        return await roundListed(
+          (at, length) => again.handle.read(at, length),
+          roundsAt,
+          size,
+          target,
+        );
+      } finally {
+        await again.handle.close();
+      }
+    };
+    return { head: read.head, whole, ...(listsRound === undefined ? {} : { listsRound }) };
   }
   // The whole file in one call, never through a link when its kind is not known.
   let read: Found<Uint8Array>;
@@ -861,6 +887,65 @@ export async function readListingIndex(
   }
   const index = parseRoundIndexText(decoder.decode(bytes));
   return index === undefined ? undefined : { index };
+}
+
+/**
+ * Bytes `roundListed` reads at a time: twice the longest canonical round entry (67 bytes, with
+ * 16-digit numbers, and its comma), so an entry that starts in the first half is read whole.
+ */
+const ROUND_WINDOW = 136;
+
+/**
+ * True when the rounds of an index in the canonical form (`encodeRoundIndex`), from byte `from`
+ * (its first round) to byte `to` (the end of the file), read by `read`, list a round of the
+ * message `target`: a binary search by byte position over the entries, which this library writes
+ * in increasing message order, reading `ROUND_WINDOW` bytes at a time (about 20 reads for a
+ * million rounds). False when none is found, also for text not in that form: the caller then
+ * reads the index whole. True only for an entry of the file that names `target`.
+ */
+export async function roundListed(
+  read: (offset: number, length: number) => Promise<Uint8Array>,
+  from: number,
+  to: number,
+  target: number,
+): Promise<boolean> {
+  const half = ROUND_WINDOW / 2;
+  let low = from; // the target's entry, if listed, starts in [low, high)
+  let high = to;
+  while (high - low > half) {
+    const mid = low + Math.floor((high - low) / 2);
+    const text = decoder.decode(await read(mid, ROUND_WINDOW));
+    const at = text.indexOf(ROUND_KEY);
+    // No entry starts in the first half-window after mid: past the last one (the canonical
+    // entries follow one another), so every entry starts before mid.
+    if (at < 0 || at >= half || mid + at >= high) {
+      high = mid;
+      continue;
+    }
+    const found = roundEntryIndex(text, at);
+    if (found === undefined) return false;
+    if (found === target) return true;
+    if (found < target) low = mid + at + 1;
+    else high = mid + at;
+  }
+  const text = decoder.decode(await read(low, high - low + ROUND_WINDOW));
+  for (
+    let at = text.indexOf(ROUND_KEY);
+    at >= 0 && low + at < high;
+    at = text.indexOf(ROUND_KEY, at + 1)
+  ) {
+    if (roundEntryIndex(text, at) === target) return true;
+  }
+  return false;
+}
+
+/** The message index of the canonical round entry at `at` of `text`; undefined if not one. */
+function roundEntryIndex(text: string, at: number): number | undefined {
+  const index = readCount(text, at + ROUND_KEY.length);
+  if (index === undefined || !text.startsWith(OFFSET_KEY, index[1])) return undefined;
+  const offset = readCount(text, index[1] + OFFSET_KEY.length);
+  if (offset === undefined || text.charCodeAt(offset[1]) !== 125 /* } */) return undefined;
+  return index[0];
 }
 
 /**
@@ -914,6 +999,7 @@ function indexHeadOf(text: string): RoundIndexHead | undefined {
     roundCount: Number(head[5]),
     fallbackTitle: titled[0],
     firstRound,
+    ...(firstRound === undefined ? {} : { roundsAt: encoder.encode(text.slice(0, at)).length }),
   };
 }
 
