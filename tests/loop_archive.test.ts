@@ -1691,3 +1691,36 @@ test("archive.set whose membership a failed call or an ordered writer left in pl
     assert.equal(await after.archive.isArchived(CWD, created.id), archived);
   }
 });
+
+test("archive.set finding the membership another process renamed into place (and died before its directory's fsync) makes it durable, whatever this process synced before", async () => {
+  for (const earlier of ["archived and restored", "restored with no archive.json"] as const) {
+    const fs = new MemoryFs();
+    await fs.mkdir(CWD, { recursive: true });
+    const store = new SessionStore({ fs, agentDir: AGENT });
+    const session = await store.create(CWD);
+    await session.commit(conversation(1));
+    await session.close();
+    const collection = await store.collectionFor(CWD);
+    // This process made archive.json (or its absence) durable before.
+    if (earlier === "archived and restored") {
+      await store.archive.set(CWD, [session.id], true);
+    }
+    await store.archive.set(CWD, [session.id], false);
+    fs.syncAll();
+    // Another process archives the session: a synced temp file renamed over archive.json, then
+    // killed before it syncs the directory.
+    const temp = `${collection}/.archive.json.other.tmp`;
+    const handle = await fs.open(temp, { write: true, create: true, createNew: true });
+    await handle.write(new TextEncoder().encode(JSON.stringify([session.id]) + "\n"));
+    await handle.sync();
+    await handle.close();
+    await fs.rename(temp, `${collection}/archive.json`);
+    // This process archives it too: already as asked, and made durable before it resolves.
+    await store.archive.set(CWD, [session.id], true);
+    const after = new SessionStore({
+      fs: fs.crash({ seed: 1, tailMode: "none", extraJournal: "none" }),
+      agentDir: AGENT,
+    });
+    assert.equal(await after.archive.isArchived(CWD, session.id), true, earlier);
+  }
+});

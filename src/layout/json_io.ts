@@ -509,7 +509,7 @@ export async function prepareRecordDir(
  * Makes the record `file`, found already written (by a call that failed before its directory's
  * fsync, by a process that died, or by a writer that does not fsync), durable as a write of it
  * would: its bytes, its entry and those of the directories above it up to the repository's
- * `.loopy_loop` (`ensureTreeDurable`, `ensureFileDurable`).
+ * `.loopy_loop` (`ensureTreeDurable`, `ensureFoundFileDurable`).
  */
 export async function ensureRecordDurable(
   fs: FileSystem,

@@ -96,10 +96,10 @@ export interface UpdateStateOptions {
  * clock), `1e-07`, `1E5` or `-0.0` would otherwise be rewritten (as `1`, a rounded integer,
  * `1e-7`, `100000`, `0`); a number the change sets is written as `JSON.stringify` writes it. The
  * values `change` and the returned state see are `JSON.parse`'s (an integer beyond 2^53 rounded).
- * A `change` that returns `false` leaves the file untouched, made durable (its directory synced
- * under `"full"` durability, unless this process already did since the file was last published):
- * the state it returns may be one that a call which failed before its directory's fsync wrote,
- * and a caller builds on it.
+ * A `change` that returns `false` leaves the file untouched, made durable (its bytes and its
+ * directory synced under `"full"` durability): the state it returns may be one that a call which
+ * failed before its directory's fsync wrote, or another writer that does not fsync, and a caller
+ * builds on it.
  * The state keeps its version: a legacy state without `schema_version` (v1) is written with
  * `schema_version: 1`, and a `change` that alters the version is refused (`LayoutRecordError`).
  * The state must be the session's own, before and after `change`: one that names another session
@@ -139,8 +139,7 @@ export async function updateSessionState(
     if (change(next, current) === false) {
       // Nothing to change: the state already says what the caller relies on, maybe because a
       // call that failed after its rename (before the directory's fsync) wrote it. It is made
-      // durable before it is reported, unless this process already synced it since it was
-      // last published.
+      // durable before it is reported.
       await ensureRecordDurable(fs, file, options.durability);
       return current;
     }

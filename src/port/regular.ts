@@ -7,7 +7,8 @@
  */
 import type { EntryKind, FileHandle, FileSystem } from "./fs.ts";
 import { FsError, NotFound } from "./errors.ts";
-import { type Durability, ensureFileDurable, entryKind } from "./durable.ts";
+import { type Durability, entryKind } from "./durable.ts";
+import { dirname } from "./path.ts";
 
 /**
  * True for the failure of a no-follow read of a regular file that is busy (`EAGAIN`: a lease
@@ -188,12 +189,13 @@ export async function openIfRegularWaiting(
 
 /**
  * Under `"full"` durability, makes a file a call found already written durable before the call
- * relies on it: its bytes, every time (what this process made durable of the file before says
- * nothing of what a writer that never fsyncs wrote since), then its entry in its directory,
- * unless this process already did (`ensureFileDurable`). The file is opened as a read opens it:
- * never through a link, never waiting on a FIFO, waiting out a lease another process holds.
- * Gone, or something else there now (another actor removed or replaced it since the caller read
- * it): none of its bytes to sync, and its directory is made durable all the same.
+ * relies on it: its bytes, then its entry in its directory, every time. What this process made
+ * durable of the file before says nothing of what another writer did since: a writer that never
+ * fsyncs may have written its bytes, and one that died before its directory's fsync may have
+ * renamed another file into place. The file is opened as a read opens it: never through a link,
+ * never waiting on a FIFO, waiting out a lease another process holds. Gone, or something else
+ * there now (another actor removed or replaced it since the caller read it): none of its bytes to
+ * sync, and its directory is made durable all the same.
  */
 export async function ensureFoundFileDurable(
   fs: FileSystem,
@@ -209,7 +211,7 @@ export async function ensureFoundFileDurable(
       await opened.handle.close();
     }
   }
-  await ensureFileDurable(fs, path, durability);
+  await fs.syncDir(dirname(path));
 }
 
 /**
