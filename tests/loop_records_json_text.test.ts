@@ -6,7 +6,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { holdsLongString, messageJson } from "../src/loop/records/_json_text.ts";
-import { MAX_MESSAGE_NESTING } from "../src/loop/records/_validation.ts";
+import { childPath, MAX_MESSAGE_NESTING } from "../src/loop/records/_validation.ts";
+import { preview } from "../src/loop/errors.ts";
 import { decodeLine } from "../src/loop/storage.ts";
 
 test("holdsLongString finds a long string wherever JSON writes it, and only there", () => {
@@ -15,10 +16,14 @@ test("holdsLongString finds a long string wherever JSON writes it, and only ther
   assert.equal(holdsLongString("x".repeat(10), 10), false);
   assert.equal(holdsLongString({ a: [1, { b: [null, long] }] }, 10), true);
   assert.equal(holdsLongString({ a: [1, { b: [null, "short"] }], n: 12345678901 }, 10), false);
-  // A key is not a value JSON writes as a string value of the message: only values count.
-  assert.equal(holdsLongString({ [long]: 1 }, 10), false);
-  // Inherited properties are not written, so they are not walked.
-  assert.equal(holdsLongString(Object.create({ inherited: long }), 10), false);
+  // A key is written too (and the fast path fails on a long one as on a long value).
+  assert.equal(holdsLongString({ [long]: 1 }, 10), true);
+  assert.equal(holdsLongString({ a: { short: 1 } }, 10), false);
+  // An object JSON writes its own way is never walked: the general path writes it.
+  assert.equal(holdsLongString(Object.create({ inherited: long }), 10), true);
+  assert.equal(holdsLongString({ at: new Date(0) }, 10), true);
+  assert.equal(holdsLongString([new String("short")], 10), true);
+  assert.equal(holdsLongString(Object.create(null), 10), false);
   // A cycle ends its branch (JSON.stringify refuses it, and so does messageJson).
   const cyclic: Record<string, unknown> = { text: "short" };
   cyclic.self = cyclic;
@@ -44,6 +49,8 @@ test("messageJson writes the text JSON.stringify writes, through either path", (
     { numRuns: 300 },
   );
   // What JSON leaves out or converts is left out or converted the same way.
+  const boxed = { s: new String("boxed"), n: new Number(2), d: new Date(0), m: new Map() };
+  assert.equal(messageJson(boxed, 10), JSON.stringify(boxed));
   const odd = {
     a: undefined,
     f: () => 1,
@@ -78,4 +85,14 @@ test("decodeLine in pieces gives the text of a decode in one call", () => {
     { numRuns: 500 },
   );
   assert.equal(decodeLine(samples[0] as Uint8Array).charCodeAt(0), 0xfeff); // a BOM is kept
+});
+
+test("an error naming a value of any length shows its first characters", () => {
+  const long = "x".repeat(5000);
+  assert.equal(preview(long), `"${"x".repeat(76)}...`);
+  assert.equal(preview({ id: long }).length, 80);
+  assert.equal(preview("short"), '"short"');
+  assert.equal(preview(new String("boxed")), '"boxed"');
+  // A path through a long key names it by its first characters.
+  assert.equal(childPath("details", long), `details["${"x".repeat(77)}..."]`);
 });

@@ -39,6 +39,7 @@ import { basename, dirname, join } from "../port/path.ts";
 import { sha256OfHandle } from "../port/sha256.ts";
 import { CorruptSessionError, SessionError, SessionFormatError } from "./errors.ts";
 import {
+  decodeLine,
   encodeRoundIndex,
   encodeStorageMeta,
   INDEX_FILE,
@@ -169,7 +170,7 @@ async function copyCommitted(
     if (knownRounds === undefined) {
       let message: { role?: unknown } | null;
       try {
-        message = JSON.parse(decoder.decode(bytes)) as { role?: unknown } | null;
+        message = JSON.parse(decodeLine(bytes)) as { role?: unknown } | null;
       } catch (error) {
         throw new CorruptSessionError("Committed message line is not valid JSON", {
           file,

@@ -190,6 +190,10 @@ export class InvalidArgumentError extends SessionError {
   }
 }
 
+/** A replacer that cuts strings past what `preview` shows. */
+const cutLongStrings = (_key: string, value: unknown): unknown =>
+  typeof value === "string" && value.length > 100 ? value.slice(0, 100) : value;
+
 /**
  * A short, safe rendering of a value for an error message: its JSON cut to 80 characters. A number
  * JSON writes as another (`NaN`, `Infinity`, `-0`), a BigInt (`10n`) and an invalid `Date` are
@@ -198,6 +202,8 @@ export class InvalidArgumentError extends SessionError {
  * exception.
  */
 export function preview(value: unknown): string {
+  // The replacer cuts what is shown anyway, and keeps JSON.stringify off its fast path, which
+  // ends a Deno process on a string of more than 256 MiB (see `records/_json_text.ts`).
   let text: string;
   try {
     text = value === undefined
@@ -208,7 +214,7 @@ export function preview(value: unknown): string {
       ? `${value}n`
       : value instanceof Date && Number.isNaN(value.getTime())
       ? "Invalid Date"
-      : JSON.stringify(value) ?? String(value);
+      : JSON.stringify(value, cutLongStrings) ?? String(value);
   } catch {
     // Not String(value) for objects: an array's join recurses as deep as JSON.stringify did.
     text = typeof value !== "object" || value === null

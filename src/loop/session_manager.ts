@@ -2717,10 +2717,14 @@ function writtenCopies(
   first: number,
 ): Message[] {
   const messages = history.slice();
-  const lines = decoder.decode(bytes).split("\n");
-  for (let i = first; i < messages.length; i++) {
-    const line = lines[i - first];
-    if (line !== undefined) messages[i] = JSON.parse(line) as Message;
+  // Line by line: a batch (or one line) longer than the runtimes decode at once is decoded in
+  // pieces (`decodeLine`), never refused.
+  let start = 0;
+  for (let i = first; i < messages.length && start < bytes.length; i++) {
+    let end = bytes.indexOf(0x0a, start);
+    if (end < 0) end = bytes.length;
+    messages[i] = JSON.parse(decodeLine(bytes.subarray(start, end))) as Message;
+    start = end + 1;
   }
   return messages;
 }

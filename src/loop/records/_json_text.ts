@@ -3,14 +3,14 @@
  *
  * Deno 2.9's `JSON.stringify` ends the process ("Fatal process out of memory") when a value holds
  * a flat string of more than 256 MiB (268 million one-byte or 134 million two-byte characters):
- * a string `JSON.parse` or `TextDecoder` made, say a tool result read back from a long line. Its
- * general path, taken when a replacer is given, writes such a string. A message holding a string
- * of more than 2^26 characters is written through it; any other through the fast path, whose
- * text is the same.
+ * a string `JSON.parse` or `TextDecoder` made, say a tool result read back from a long line, as
+ * a value or as a key. Its general path, taken when a replacer is given, writes such a string. A
+ * message holding a string of more than 2^26 characters, or an object JSON writes its own way, is
+ * written through it; any other through the fast path, whose text is the same.
  *
  * @module
  */
-import { MAX_MESSAGE_NESTING } from "./_validation.ts";
+import { isRecord, MAX_MESSAGE_NESTING } from "./_validation.ts";
 
 /** Strings longer than this many characters send a message through the general path. */
 const LONG_STRING_CHARS = 1 << 26;
@@ -31,7 +31,8 @@ export function messageJson(value: unknown, longChars: number = LONG_STRING_CHAR
 
 /**
  * True when `value` holds a string longer than `longChars` characters among what JSON writes of it
- * (own enumerable properties, array items), within `MAX_MESSAGE_NESTING` levels. A cycle (which
+ * (own enumerable properties and their keys, array items), within `MAX_MESSAGE_NESTING` levels,
+ * or an object JSON writes its own way (not a plain object or an array). A cycle (which
  * `JSON.stringify` refuses) ends the walk of its branch: `ancestors` are the objects above
  * `value`.
  */
@@ -43,9 +44,13 @@ export function holdsLongString(
   if (typeof value === "string") return value.length > longChars;
   if (typeof value !== "object" || value === null) return false;
   if (ancestors.length >= MAX_MESSAGE_NESTING || ancestors.includes(value)) return false;
+  const array = Array.isArray(value);
+  // What JSON writes its own way (a `toJSON`, a boxed string, a class instance, a raw JSON
+  // value) is not walked: the general path writes it, whatever it holds.
+  if (!array && !isRecord(value)) return true;
   ancestors.push(value);
   let found = false;
-  if (Array.isArray(value)) {
+  if (array) {
     for (let i = 0; i < value.length && !found; i++) {
       found = holdsLongString(value[i], longChars, ancestors);
     }
@@ -53,7 +58,8 @@ export function holdsLongString(
     const record = value as Record<string, unknown>;
     const keys = Object.keys(record);
     for (let i = 0; i < keys.length && !found; i++) {
-      found = holdsLongString(record[keys[i] as string], longChars, ancestors);
+      const key = keys[i] as string;
+      found = key.length > longChars || holdsLongString(record[key], longChars, ancestors);
     }
   }
   ancestors.pop();

@@ -96,8 +96,9 @@ const IDENTIFIER = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
 /** Appends an object key or an array index to a JSON path: `a.b`, `a[3]`, `a["x-y"]`. */
 export function childPath(base: string, key: string | number): string {
   if (typeof key === "number") return `${base}[${key}]`;
-  if (IDENTIFIER.test(key)) return base === "" ? key : `${base}.${key}`;
-  return `${base}[${JSON.stringify(key)}]`;
+  if (key.length <= 80 && IDENTIFIER.test(key)) return base === "" ? key : `${base}.${key}`;
+  // A key of any length (one of hundreds of megabytes included) is named by its first characters.
+  return `${base}[${JSON.stringify(key.length > 80 ? `${key.slice(0, 77)}...` : key)}]`;
 }
 
 /**

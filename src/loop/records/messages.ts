@@ -41,7 +41,7 @@
  * @module
  */
 import * as v from "valibot";
-import { InvalidArgumentError, SessionFormatError, ToolPairingError } from "../errors.ts";
+import { InvalidArgumentError, preview, SessionFormatError, ToolPairingError } from "../errors.ts";
 import type {
   AssistantMessage,
   ImageContent,
@@ -417,7 +417,7 @@ export class MessageValidator {
     const [id, call] = first.value;
     throw new ToolPairingError(
       `${UNFINISHED}: ${this.#pending.size} tool call(s) have no result at the end of the history, first ${
-        JSON.stringify(id)
+        preview(id)
       } called in messages[${call.messageIndex}]`,
       call.messageIndex,
       { ...this.#where(), path: blockPath(call.messageIndex, call.blockIndex, "id"), value: id },
@@ -489,7 +489,7 @@ export class MessageValidator {
     const [id, call] = this.#pending.entries().next().value as [string, PendingCall];
     throw new ToolPairingError(
       `${UNFINISHED}: messages[${index}] starts a new turn while ${this.#pending.size} tool call(s) have no result, first ${
-        JSON.stringify(id)
+        preview(id)
       } called in messages[${call.messageIndex}]`,
       index,
       { ...this.#where(), path: `messages[${index}]`, value: id },
@@ -612,7 +612,7 @@ export class MessageValidator {
       if (earlier !== undefined) {
         throw new ToolPairingError(
           `Duplicate tool call ID: ${
-            JSON.stringify(id)
+            preview(id)
           } is already pending from messages[${earlier.messageIndex}].content[${earlier.blockIndex}]`,
           index,
           { ...this.#where(), path: blockPath(index, j, "id"), value: id },
@@ -644,7 +644,7 @@ export class MessageValidator {
     if (call === undefined) {
       throw new ToolPairingError(
         `Unmatched tool result: no pending tool call has id ${
-          JSON.stringify(toolCallId)
+          preview(toolCallId)
         } (calls of error or aborted assistants, and calls already answered, are not pending)`,
         index,
         { ...this.#where(), path: `messages[${index}].toolCallId`, value: toolCallId },
@@ -653,8 +653,8 @@ export class MessageValidator {
     if (call.name !== toolName) {
       throw new ToolPairingError(
         `Unmatched tool result: tool call ${
-          JSON.stringify(toolCallId)
-        } at messages[${call.messageIndex}] called ${JSON.stringify(call.name)}`,
+          preview(toolCallId)
+        } at messages[${call.messageIndex}] called ${preview(call.name)}`,
         index,
         { ...this.#where(), path: `messages[${index}].toolName`, value: toolName },
       );
