@@ -1394,8 +1394,17 @@ function recoverBytes(
     case "whole":
       return { data: live.slice(), as: mode };
     case "short": {
-      // Strictly between none and whole whenever the tail has room for it.
-      const cut = tail.length < 2 ? 0 : 1 + Math.floor(random() * (tail.length - 1));
+      // Strictly between none and whole whenever the tail has room for it; its edges (one byte
+      // of the tail, all of it but one) as often as every length between them together, so
+      // that a loop over a few seeds meets them.
+      const edge = random();
+      const cut = tail.length < 2
+        ? 0
+        : edge < 0.25
+        ? 1
+        : edge < 0.5
+        ? tail.length - 1
+        : 1 + Math.floor(random() * (tail.length - 1));
       return { data: live.slice(0, durable.length + cut), as: mode };
     }
     case "zeros": {

@@ -283,6 +283,26 @@ test("a forced tail mode applies exactly", async () => {
   }
 });
 
+test("a short tail is often one byte of the tail or all of it but one", async () => {
+  // A tail of 200 bytes: a cut of uniform length would be one byte once in 199 seeds.
+  const fs = new MemoryFs();
+  await append(fs, "/log", bytes("head;\n"), true);
+  await fs.syncDir("/");
+  await append(fs, "/log", bytes("t".repeat(200)), false);
+  const durable = bytes("head;\n");
+  const tail = 200;
+  const cuts = new Map<number, number>();
+  for (let seed = 0; seed < 40; seed++) {
+    const data = await fs.crash({ seed, tailMode: "short" }).readFile("/log");
+    const cut = data.length - durable.length;
+    cuts.set(cut, (cuts.get(cut) ?? 0) + 1);
+  }
+  // Each edge about a quarter of the time: at least 4 times in 40 seeds.
+  assert.ok((cuts.get(1) ?? 0) >= 4, JSON.stringify([...cuts]));
+  assert.ok((cuts.get(tail - 1) ?? 0) >= 4, JSON.stringify([...cuts]));
+  assert.ok(cuts.size >= 6, "lengths between the edges too");
+});
+
 test("garbage tails differ between seeds and are not the real bytes", async () => {
   const { fs, live } = await tornFile();
   const tails = new Set<string>();
