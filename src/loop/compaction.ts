@@ -79,7 +79,6 @@ export const COMPACTION_SESSION = "session";
 /** Where a compaction moves the previous session directory (see discovery). */
 export const COMPACTION_PREVIOUS = "previous";
 const COPY_CHUNK = 4 * 1024 * 1024;
-const decoder = new TextDecoder();
 
 /** What `compactSession` did. */
 export interface CompactionResult {

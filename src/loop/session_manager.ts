@@ -108,8 +108,6 @@ import { SerialQueue } from "./serial_queue.ts";
 import { LineWriter } from "./line_writer.ts";
 import { messageJson } from "./records/_json_text.ts";
 
-const decoder = new TextDecoder();
-
 /** The number of user rounds in the default history page. */
 export const DEFAULT_PAGE_ROUNDS = 3;
 /** A commit republishes index.json once this many rounds are not covered by it... */
