@@ -11,12 +11,14 @@ import {
   appendEvents,
   highestOrdinal,
   ImmutableArtifactError,
+  LayoutRecordError,
   observeHandoff,
   pruneRaw,
   readEvents,
   scanEvents,
   slugify,
   TEMP_LEFTOVER_AGE_MS,
+  updateSessionState,
   writeSessionOutcome,
 } from "../layout.ts";
 import { commitTerminalState, newRepo, newRoot } from "./layout_fixtures.ts";
@@ -161,4 +163,23 @@ test("a stored outcome missing a field is not taken for the same outcome", async
   delete stored.created_at;
   await fs.writeFile(paths.sessionOutcomeJson, new TextEncoder().encode(JSON.stringify(stored)));
   await assert.rejects(writeSessionOutcome(fs, paths, input), ImmutableArtifactError);
+});
+
+test("a refused state change names its field and file once", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  await assert.rejects(
+    updateSessionState(fs, root.dir, (state) => {
+      state.status = 42;
+    }, { updatedAt: "2026-04-19T15:00:00Z" }),
+    (error: unknown) => {
+      assert.ok(error instanceof LayoutRecordError, String(error));
+      assert.equal(error.path, "status");
+      const message = (error as Error).message;
+      assert.match(message, /^Refusing to write an invalid state: /);
+      assert.equal(message.split(" at status").length, 2, message);
+      assert.equal(message.split("(in '").length, 2, message);
+      return true;
+    },
+  );
 });

@@ -96,3 +96,14 @@ test("an error naming a value of any length shows its first characters", () => {
   // A path through a long key names it by its first characters.
   assert.equal(childPath("details", long), `details["${"x".repeat(77)}..."]`);
 });
+
+test("a Proxy whose prototype cannot be read is written as JSON.stringify writes it", () => {
+  const proxy = new Proxy({ a: 1 }, {
+    getPrototypeOf() {
+      throw new Error("no prototype");
+    },
+  });
+  const message = { details: proxy };
+  assert.equal(messageJson(message), JSON.stringify(message));
+  assert.equal(messageJson(message, 0), JSON.stringify(message));
+});

@@ -160,7 +160,12 @@ export async function updateSessionState(
       assertStateOwner(validated, owner, file);
     } catch (error) {
       if (!(error instanceof LayoutRecordError)) throw error;
-      throw new LayoutRecordError(file, `Refusing to write an invalid state: ${error.message}`, {
+      // Its field and file are said once, by the error made here.
+      const where = `${error.path ? ` at ${error.path}` : ""} (in '${error.file}')`;
+      const reason = error.file === file && error.message.endsWith(where)
+        ? error.message.slice(0, -where.length)
+        : error.message;
+      throw new LayoutRecordError(file, `Refusing to write an invalid state: ${reason}`, {
         path: error.path,
         value: error.value,
         cause: error,

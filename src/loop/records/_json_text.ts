@@ -47,7 +47,7 @@ export function holdsLongString(
   const array = Array.isArray(value);
   // What JSON writes its own way (a `toJSON`, a boxed string, a class instance, a raw JSON
   // value) is not walked: the general path writes it, whatever it holds.
-  if (!array && !isRecord(value)) return true;
+  if (!array && !isPlain(value)) return true;
   ancestors.push(value);
   let found = false;
   if (array) {
@@ -64,4 +64,13 @@ export function holdsLongString(
   }
   ancestors.pop();
   return found;
+}
+
+/** `isRecord`, or false when its look at the prototype throws (a Proxy's trap). */
+function isPlain(value: object): boolean {
+  try {
+    return isRecord(value);
+  } catch {
+    return false; // JSON.stringify never asks for the prototype: the general path decides
+  }
 }
