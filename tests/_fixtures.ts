@@ -7,6 +7,15 @@ import { SessionStore } from "../src/loop/store.ts";
 
 let clock = 1_700_000_000_000;
 
+/** A user message holding only an image: not eligible for a fallback title. */
+export function imageOnly(): Message {
+  return {
+    role: "user",
+    content: [{ type: "image", data: "AAAA", mimeType: "image/png" }],
+    timestamp: 1,
+  } as Message;
+}
+
 /** A user message with text content. */
 export function user(text: string): Message {
   return { role: "user", content: text, timestamp: clock++ } as Message;

@@ -113,20 +113,57 @@ test("traces inspect prints a manifest nested deeper than the call stack goes, k
   assert(out().length < 200_000, `${out().length} characters`);
 });
 
-test("traces list writes an agent-written manifest field on its row, never as rows of its own", async () => {
+/** A repository whose legacy mirror layout holds one trace, `traces/t1`, with `manifest`. */
+async function oneTrace(manifest: Record<string, unknown>): Promise<MemoryFs> {
   const fs = await newRepo();
   await fs.mkdir("/repo/.loopy_loop/sessions", { recursive: true });
   const dir = "/repo/.loopy_loop/traces/t1";
   await fs.mkdir(dir, { recursive: true });
+  await fs.writeFile(
+    `${dir}/trace_manifest.json`,
+    new TextEncoder().encode(JSON.stringify(manifest)),
+  );
+  return fs;
+}
+
+test("traces list exits 1 when a trace's integrity check failed, as inspect does", async () => {
+  // A sealed manifest without its seal is a finding.
+  const fs = await oneTrace({
+    manifest_id: "trace-1",
+    lifecycle: "sealed",
+    identity: { workflow_id: "w", session_id: "s", attempt_id: "a" },
+  });
+  const inspect = memoryIo(fs, "/repo", Date.now());
+  assert.equal(await runTraces(inspect.io, ["inspect", "trace-1"]), 1);
+  for (const args of [["list"], ["list", "--json"]]) {
+    const { io, out } = memoryIo(fs, "/repo", Date.now());
+    const code = await runTraces(io, args);
+    assert.match(out(), /failed/);
+    assert.equal(code, 1, `${args.join(" ")}: ${out()}`);
+  }
+});
+
+test("traces inspect resolves a relative manifest path against the current directory", async () => {
+  // As every path the command line takes: the library alone would take it from the repository
+  // root, where no such file is.
+  const fs = await oneTrace({
+    manifest_id: "trace-1",
+    lifecycle: "active",
+    identity: { workflow_id: "w", session_id: "s", attempt_id: "a" },
+  });
+  const { io, out } = memoryIo(fs, "/repo/.loopy_loop/traces", Date.now());
+  const code = await runTraces(io, ["inspect", "t1/trace_manifest.json"]).catch((e) => e);
+  assert.equal(typeof code, "number", String(code));
+  assert.equal(JSON.parse(out()).manifest_id, "trace-1");
+});
+
+test("traces list writes an agent-written manifest field on its row, never as rows of its own", async () => {
   const manifest = {
     manifest_id: "trace-1",
     lifecycle: "sealed\ntrace-2      sealed     verified",
     identity: { session_id: "s", workflow_id: "w\r\t", attempt_id: "a" },
   };
-  await fs.writeFile(
-    `${dir}/trace_manifest.json`,
-    new TextEncoder().encode(JSON.stringify(manifest)),
-  );
+  const fs = await oneTrace(manifest);
   const { io, out } = memoryIo(fs, "/repo", Date.now());
   await runTraces(io, ["list"]);
   assert.doesNotMatch(out(), /[\r\t]/);

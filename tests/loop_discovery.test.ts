@@ -27,7 +27,14 @@ import {
   readListingIndex,
   type RoundIndex,
 } from "../src/loop/storage.ts";
-import { assistant, conversation, rewriteIndex, user, withoutRecordedTitle } from "./_fixtures.ts";
+import {
+  assistant,
+  conversation,
+  imageOnly,
+  rewriteIndex,
+  user,
+  withoutRecordedTitle,
+} from "./_fixtures.ts";
 import { hookedFs, READ_MODES, recording, withoutNoFollow } from "./_hooks.ts";
 
 const CWD = "/work/project";
@@ -501,15 +508,6 @@ for (const mode of READ_MODES) {
       ]);
     }
   });
-}
-
-/** A user message holding only an image: not eligible for a fallback title. */
-function imageOnly(): Message {
-  return {
-    role: "user",
-    content: [{ type: "image", data: "AAAA", mimeType: "image/png" }],
-    timestamp: 1,
-  } as Message;
 }
 
 test("index.json records the fallback title, so a fast listing of untitled sessions opens no log", async () => {

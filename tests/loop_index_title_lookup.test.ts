@@ -18,7 +18,7 @@ import {
   roundListed,
 } from "../src/loop/storage.ts";
 import type { Message } from "../src/loop/records/mod.ts";
-import { assistant, user } from "./_fixtures.ts";
+import { assistant, imageOnly, user } from "./_fixtures.ts";
 import { READ_MODES, recording } from "./_hooks.ts";
 
 const CWD = "/work/project";
@@ -89,15 +89,6 @@ test("roundListed finds exactly the rounds a canonical index lists, in few reads
     false,
   );
 });
-
-/** A user message holding only an image: not eligible for a fallback title. */
-function imageOnly(): Message {
-  return {
-    role: "user",
-    content: [{ type: "image", data: "AAAA", mimeType: "image/png" }],
-    timestamp: 1,
-  } as Message;
-}
 
 /** A closed session whose first user message is an image and whose index is large. */
 async function imageFirstSession(rounds: number) {
