@@ -32,6 +32,13 @@ for (const [name, fs] of [["deno", denoFs()], ["node", nodeFs()]]) {
   const data = await Deno.readFile(path);
   out.denoLarge = { crossing, next, size: data.length, z: data.indexOf(0x5a), b: data.filter((x) => x === 0x62).length };
 }
+// writeFile of more than the limit: it writes the rest of what the kernel cut short, which fails,
+// and never resolves with the file holding part of the data.
+out.writeFile = {};
+for (const [name, fs] of [["deno", denoFs()], ["node", nodeFs()]]) {
+  const path = dir + "/whole-" + name;
+  out.writeFile[name] = await code(fs.writeFile(path, new Uint8Array(5000).fill(0x61)));
+}
 console.log(JSON.stringify(out));
 `;
 
@@ -71,6 +78,7 @@ Deno.test({
       const node = results.node as { crossing: string; size: number };
       assert.equal(node.crossing, "EFBIG");
       assert.equal(node.size, 4096);
+      assert.deepEqual(results.writeFile, { deno: "EFBIG", node: "EFBIG" });
     } finally {
       await Deno.remove(dir, { recursive: true });
     }
