@@ -196,3 +196,17 @@ test(
     });
   },
 );
+
+test(
+  "nodeFs().syncDir closes the directory descriptor it opened",
+  { skip: !LINUX && "counts /proc/self/fd (Linux)" },
+  async () => {
+    // Every save syncs its session directory: a descriptor left open each time would run a
+    // long-running store out of descriptors (EMFILE).
+    await withDir(async (dir) => {
+      const before = await descriptorsOn(dir);
+      for (let i = 0; i < 20; i++) await nodeFs().syncDir(dir);
+      assert.equal(await descriptorsOn(dir), before);
+    });
+  },
+);
