@@ -879,6 +879,34 @@ for (const damage of ["missing", "truncated", "malformed", "a symlink"] as const
   });
 }
 
+for (const damage of ["truncated", "malformed", "grown"] as const) {
+  test(`the writer's close() publishes again an index.json it adopted at open and another process made ${damage}`, async () => {
+    const { fs, store } = await setup();
+    const created = await store.create(CWD);
+    const history = conversation(4);
+    await created.commit(history);
+    await created.readHistory(); // publishes the index of the whole history
+    await created.close();
+    const dir = created.getSessionPath();
+    const indexPath = `${dir}/index.json`;
+    const fresh = await fs.readFile(indexPath);
+    const session = await store.open(dir); // adopts the current index: nothing to publish
+    const page = await session.readHistory();
+    assert.deepEqual(page.messages, history.slice(page.start));
+    if (damage === "truncated") await fs.writeFile(indexPath, fresh.subarray(0, 20));
+    if (damage === "malformed") {
+      await fs.writeFile(indexPath, new TextEncoder().encode("{not json"));
+    }
+    if (damage === "grown") {
+      const grown = JSON.parse(text.decode(fresh));
+      grown.fallbackTitle = `${grown.fallbackTitle} and more`;
+      await fs.writeFile(indexPath, new TextEncoder().encode(JSON.stringify(grown) + "\n"));
+    }
+    await session.close();
+    assert.deepEqual(await fs.readFile(indexPath), fresh);
+  });
+}
+
 test("the writer's close() leaves an index.json it published and nobody changed as it is", async () => {
   const { fs, store } = await setup();
   const session = await store.create(CWD);

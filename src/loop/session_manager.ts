@@ -94,12 +94,13 @@ import {
   MESSAGES_FILE,
   META_FILE,
   openSessionFile,
-  readRoundIndex,
+  readSizedRoundIndex,
   readStorageMeta,
   recordsTitle,
   refuseIrregularFile,
   type RoundEntry,
   type RoundIndex,
+  type SizedRoundIndex,
   STORAGE_FORMAT,
   STORAGE_VERSION,
   type StorageMeta,
@@ -639,7 +640,7 @@ export class SessionManager {
     // current (a whole rewrite, ~1.5 MB at 100,000 messages). Unreadable is unknown, as before.
     const indexRead = init.readOnly === true || meta.messageCount === 0
       ? undefined
-      : readRoundIndex(fs, init.dir, false, meta).catch(() => undefined);
+      : readSizedRoundIndex(fs, init.dir, false, meta).catch(() => undefined);
     const messages: Message[] = [];
     const offsets: number[] = [];
     const roles: MessageRole[] = [];
@@ -1844,7 +1845,7 @@ export class SessionManager {
    * of the log. A writable manager checks index.json at open, and its first page read rebuilds one
    * that was then missing, malformed or stale (a failed rebuild is retried by the next page read
    * and never fails the page); its later page reads trust the index it published or checked, and
-   * `close()` publishes it again when another process removed or changed it meanwhile. A
+   * `close()` publishes it again when another process removed it or changed its length meanwhile. A
    * read-only manager never reads or writes it (its pages come from the offsets read at open).
    *
    * Pages trust the committed range the open verified (or the manager's own saves wrote): a page
@@ -1927,10 +1928,10 @@ export class SessionManager {
     // readers, and a read-only manager can neither rebuild it nor needs to read it.
     if (this.#readOnly) return;
     if (this.#indexed !== undefined && this.#indexed.start === meta.start) return;
-    let onDisk: RoundIndex | undefined;
+    let onDisk: SizedRoundIndex | undefined;
     try {
       // Never through a link, and never past the size an index of the committed counts can have.
-      onDisk = await readRoundIndex(this.#fs, this.#dir, false, meta);
+      onDisk = await readSizedRoundIndex(this.#fs, this.#dir, false, meta);
     } catch {
       // Unreadable (a planted link, malformed, an I/O error): rebuilt below, and the page is
       // served either way (the rename replaces a link, never writes through it).
@@ -1944,16 +1945,18 @@ export class SessionManager {
   }
 
   /**
-   * Takes `index` (read from disk) as the coverage of index.json when it describes a prefix of the
-   * committed history (`#coversPrefix`); returns whether it did.
+   * Takes `read.index` (read from disk) as the coverage of index.json when it describes a prefix of
+   * the committed history (`#coversPrefix`); returns whether it did.
    */
-  #adoptIndex(index: RoundIndex, meta: StorageMeta): boolean {
+  #adoptIndex(read: SizedRoundIndex, meta: StorageMeta): boolean {
+    const { index, size } = read;
     if (!this.#coversPrefix(index, meta)) return false;
     this.#indexed = {
       start: index.start,
       bytes: index.bytes,
       count: index.messageCount,
       rounds: index.rounds.length,
+      size,
     };
     return true;
   }
@@ -2302,11 +2305,11 @@ export class SessionManager {
   /**
    * Waits for queued writes, publishes an index that lags the history (left by this manager's
    * saves, or adopted at open from a process that stopped before closing; one missing or damaged
-   * at open is rebuilt by a page read instead), or one removed or changed by another process
-   * since this manager published or checked it (never once the session directory was removed,
-   * moved away or replaced by one without meta.json), closes the log handles (the
-   * writer's, and the one page reads keep open from their first page, also in a read-only
-   * manager) and releases the writer slot. A pending save stays unsaved: call `flush()` first to
+   * at open is rebuilt by a page read instead), or one that another process removed, replaced
+   * with something other than a file or changed the length of since this manager published or
+   * read it (never once the session directory was removed, moved away or replaced by one without
+   * meta.json), closes the log handles (the writer's, and the one page reads keep open from their
+   * first page, also in a read-only manager) and releases the writer slot. A pending save stays unsaved: call `flush()` first to
    * keep it. A metadata change that was rejected after its meta.json may have landed (a pin,
    * title, model, permission preset or read receipt whose write failed) is undone here if no later
    * write undid it; when that fails too, the session is still closed and the call rejects with a
@@ -2379,8 +2382,8 @@ export class SessionManager {
 
   /**
    * False when index.json is known to have changed since this manager published or read it: it is
-   * missing, not a regular file, or (for one it published) of another size. True when nothing is
-   * known about it, or when it cannot be looked at.
+   * missing, not a regular file, or of another size. True when nothing is known about it, or when
+   * it cannot be looked at.
    */
   async #indexStillThere(): Promise<boolean> {
     const indexed = this.#indexed;
@@ -2391,7 +2394,7 @@ export class SessionManager {
     } catch (error) {
       return !(error instanceof NotFound);
     }
-    return info.kind === "file" && (indexed.size === undefined || info.size === indexed.size);
+    return info.kind === "file" && info.size === indexed.size;
   }
 
   #assertOpen(): void {
@@ -2562,8 +2565,8 @@ interface IndexCoverage {
   readonly bytes: number;
   readonly count: number;
   readonly rounds: number;
-  /** The byte length of the index.json this manager published (undefined for one it adopted). */
-  readonly size?: number;
+  /** The byte length of the index.json this manager published or adopted. */
+  readonly size: number;
 }
 
 function sameMeta(a: StorageMeta, b: StorageMeta): boolean {

@@ -661,6 +661,46 @@ export async function readRoundIndexWithin(
   kindChecked: boolean,
   committed: IndexCounts,
 ): Promise<RoundIndex | OversizedIndex | undefined> {
+  const read = await readIndexBytes(fs, dir, kindChecked, committed);
+  return read === undefined || "oversized" in read
+    ? read
+    : parseRoundIndexText(decoder.decode(read));
+}
+
+/** An index.json read by `readSizedRoundIndex`: its records and its length in bytes. */
+export interface SizedRoundIndex {
+  /** The index, as `readRoundIndex` returns it. */
+  readonly index: RoundIndex;
+  /** The length of the file it was read from, in bytes. */
+  readonly size: number;
+}
+
+/**
+ * `readRoundIndex`, also returning the length of the file read: a writer that keeps using the
+ * index it found tells by that length whether another process changed the file since.
+ */
+export async function readSizedRoundIndex(
+  fs: FileSystem,
+  dir: string,
+  kindChecked: boolean,
+  committed: IndexCounts,
+): Promise<SizedRoundIndex | undefined> {
+  const read = await readIndexBytes(fs, dir, kindChecked, committed);
+  if (read === undefined || "oversized" in read) return undefined;
+  const index = parseRoundIndexText(decoder.decode(read));
+  return index === undefined ? undefined : { index, size: read.length };
+}
+
+/**
+ * The bytes of index.json in `dir` for `readRoundIndexWithin`: undefined when it is missing or not
+ * a regular file, `OversizedIndex` when it is larger than the bound for `committed`.
+ */
+async function readIndexBytes(
+  fs: FileSystem,
+  dir: string,
+  kindChecked: boolean,
+  committed: IndexCounts,
+): Promise<Uint8Array | OversizedIndex | undefined> {
   const file = join(dir, INDEX_FILE);
   const bound = indexSizeBound(committed.messageCount, committed.bytes);
   let bytes: Uint8Array;
@@ -686,7 +726,7 @@ export async function readRoundIndexWithin(
     bytes = read;
     if (bytes.length > bound) return { oversized: bound };
   }
-  return parseRoundIndexText(decoder.decode(bytes));
+  return bytes;
 }
 
 /** True for the failure of a whole-file read of a file too large for one buffer (`EFBIG`). */
@@ -813,7 +853,8 @@ export type ListingIndex =
  * first round, which the canonical form puts first (a file not in that form is parsed whole).
  * When an index of this library's form for that state fits in `INDEX_HEAD_LIMIT` (see
  * `indexSizeBound`) the file is read in one call, otherwise by its first bytes
- * (`readIndexHead`), so reading the index costs the same whatever the history's size.
+ * (`readIndexHead`), so reading the index costs at most `INDEX_HEAD_LIMIT` bytes whatever the
+ * history's size (a few KiB once the history is too long for a whole read).
  * Undefined when the file is missing or not of this library's form, which a file larger than
  * `indexSizeBound` for `meta`'s counts is not: a small one is refused by the length its one read
  * returns, before it is decoded, and a large one by its size (from the open with `openNoFollow`,

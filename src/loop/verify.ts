@@ -293,7 +293,7 @@ const SESSION_FILES = [META_FILE, MESSAGES_FILE];
  * Why the session directory `dir` or one of its files cannot be read as is: the directory is not
  * a directory itself (a symlink), or meta.json or messages.jsonl is not a regular file (a link, a
  * directory, a FIFO…); and the kind of index.json (derived data: one that is not a regular file
- * is never read, and the next page read replaces it). The directory is listed, links are never
+ * is never read, and the next page read by a writer replaces it). The directory is listed, links are never
  * followed, nothing is opened. A missing directory or file is no finding here (reading it reports
  * it).
  */
@@ -587,7 +587,8 @@ async function verifyOnce(
     findings.push({
       severity: "warning",
       kind: "index",
-      message: `index.json cannot be read (${error.message}); the next page read replaces it`,
+      message:
+        `index.json cannot be read (${error.message}); the next page read by a writer replaces it`,
       file: join(dir, INDEX_FILE),
     });
   }
@@ -598,7 +599,7 @@ async function verifyOnce(
       kind: "index",
       message: `index.json is ${
         indexKind === "other" ? "a special file" : `a ${indexKind}`
-      }, not a regular file; it is not read, and the next page read replaces it`,
+      }, not a regular file; it is not read, and the next page read by a writer replaces it`,
       file: join(dir, INDEX_FILE),
     });
   } else if (read !== undefined && "oversized" in read) {
@@ -606,14 +607,14 @@ async function verifyOnce(
       severity: "warning",
       kind: "index",
       message:
-        `index.json is larger than an index of the committed range can be (at most ${read.oversized} bytes); it is not parsed, and the next page read rebuilds it`,
+        `index.json is larger than an index of the committed range can be (at most ${read.oversized} bytes); it is not parsed, and the next page read by a writer rebuilds it`,
       file: join(dir, INDEX_FILE),
     });
   } else if (index === undefined) {
     findings.push({
       severity: "warning",
       kind: "index",
-      message: "index.json is missing or malformed; the next page read rebuilds it",
+      message: "index.json is missing or malformed; the next page read by a writer rebuilds it",
       file: join(dir, INDEX_FILE),
     });
   } else if (
@@ -622,7 +623,8 @@ async function verifyOnce(
     findings.push({
       severity: "warning",
       kind: "index",
-      message: "index.json does not describe the committed range; the next page read rebuilds it",
+      message:
+        "index.json does not describe the committed range; the next page read by a writer rebuilds it",
       file: join(dir, INDEX_FILE),
     });
   } else if (scan.firstBad === undefined) {
