@@ -59,7 +59,13 @@ test("create() writes nothing until the history holds a user message", async () 
   const session = await store.create(CWD);
   await session.commit([]);
   await assert.rejects(fs.lstat(session.getSessionPath()));
-  await session.commit([user("hello")]);
+  const opening = assistant("a greeting before the user spoke");
+  await session.commit([opening]); // no user message yet: still a draft
+  await assert.rejects(fs.lstat(session.getSessionPath()));
+  assert.equal(session.getStorageInfo(), undefined);
+  assert.deepEqual((await session.readHistory()).messages, [opening]);
+  await session.commit([opening, user("hello")]);
+  assert.equal((await saved(store, session)).length, 2);
   const names = (await fs.readDir(session.getSessionPath())).map((e) => e.name);
   assert.deepEqual(names, ["index.json", "messages.jsonl", "meta.json"]);
 });
@@ -616,6 +622,37 @@ test("a failed pin write leaves the header unchanged and can be retried", async 
   const pinnedAt = await session.setPinned(true);
   assert.equal(session.getHeader().pinnedAt, pinnedAt);
 });
+
+for (const pinFails of [false, true]) {
+  test(
+    `a commit called while a pin is being written carries the pin only if it was written (${
+      pinFails ? "it fails" : "it succeeds"
+    })`,
+    async () => {
+      const { fs, store } = await setup();
+      const session = await store.create(CWD);
+      const history = conversation(2);
+      await session.commit(history);
+      // The pin's first file call fails, once; the commit queued behind it is written after it.
+      if (pinFails) fs.failAt(fs.operationCount + 1, { error: "ENOSPC" });
+      const pinning = session.setPinned(true);
+      const longer = [...history, ...conversation(1, "x")];
+      const saving = session.commit(longer);
+      const [pinned, saved] = await Promise.allSettled([pinning, saving]);
+      assert.equal(pinned.status, pinFails ? "rejected" : "fulfilled");
+      assert.equal(saved.status, "fulfilled");
+      const pinnedAt = pinned.status === "fulfilled" ? pinned.value : undefined;
+      assert.equal(session.getHeader().pinnedAt, pinnedAt);
+      const meta = await readJson(fs, session.getSessionFile());
+      assert.equal((meta.header as Record<string, unknown>).pinnedAt, pinnedAt);
+      assert.equal(meta.messageCount, longer.length);
+      await session.close();
+      const reopened = await store.open(session.getSessionPath(), { readOnly: true });
+      assert.equal(reopened.getHeader().pinnedAt, pinnedAt);
+      assert.equal(reopened.messages.length, longer.length);
+    },
+  );
+}
 
 test("a pin set while a save is pending is kept by the flushed save", async () => {
   const { fs, store } = await setup();
