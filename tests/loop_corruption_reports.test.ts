@@ -5,7 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { portableSha256 } from "../src/port/sha256.ts";
-import { type SessionError, SessionFormatError } from "../src/loop/errors.ts";
+import { CorruptSessionError, type SessionError, SessionFormatError } from "../src/loop/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import { verifySession } from "../src/loop/verify.ts";
 import {
@@ -264,3 +264,53 @@ for (const [runtime, error] of RUNTIME_ERRORS) {
     await lagging.close();
   });
 }
+
+test("a committed line that is not JSON is a SessionFormatError at messages[N] for every reader and for compaction; a damaged range stays a CorruptSessionError", async () => {
+  const { fs, healthy } = await healthyStore();
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(CWD);
+  await session.commit([user("first"), assistant("second")]);
+  await session.close();
+  const dir = session.getSessionPath();
+  const log = `${dir}/messages.jsonl`;
+  const metaPath = `${dir}/meta.json`;
+  // A generation after the first (so compaction has bytes to drop) with a blank line between its
+  // two messages, committed as a writer would commit it: meta.json's range, count and checksum
+  // match the bytes, so only the line itself is wrong.
+  const bytes = await fs.readFile(log);
+  const cut = bytes.indexOf(10) + 1;
+  const damaged = new Uint8Array(bytes.length + 1);
+  damaged.set(bytes.subarray(0, cut));
+  damaged[cut] = 10;
+  damaged.set(bytes.subarray(cut), cut + 1);
+  const both = new Uint8Array(bytes.length + damaged.length);
+  both.set(bytes);
+  both.set(damaged, bytes.length);
+  await fs.writeFile(log, both);
+  const meta = JSON.parse(new TextDecoder().decode(await fs.readFile(metaPath)));
+  const original = { ...meta };
+  Object.assign(meta, {
+    start: bytes.length,
+    bytes: damaged.length,
+    messageCount: 3,
+    generation: portableSha256().update(damaged).digestHex(),
+  });
+  await fs.writeFile(metaPath, new TextEncoder().encode(JSON.stringify(meta)));
+  await fs.remove(`${dir}/index.json`); // a fast listing then reads the log for its counts
+  const before = fs.snapshotTree?.();
+  for (const readOnly of [true, false]) {
+    await assert.rejects(
+      new SessionStore({ fs, agentDir: AGENT }).open(dir, { readOnly }),
+      (e) => assertFormatError(e, log, "messages[1]"),
+    );
+  }
+  await assertListed(fs, healthy, session.id, log, "messages[1]");
+  await assert.rejects(store.compact(dir), (e) => assertFormatError(e, log, "messages[1]"));
+  assert.deepEqual(fs.snapshotTree?.(), before, "nothing was changed");
+  // The same bytes under the original checksum: the range is damaged, which comes first.
+  await fs.writeFile(
+    metaPath,
+    new TextEncoder().encode(JSON.stringify({ ...meta, generation: original.generation })),
+  );
+  await assert.rejects(store.compact(dir), CorruptSessionError);
+});

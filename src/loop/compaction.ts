@@ -73,6 +73,7 @@ import {
   type SessionHeader,
   type SessionTitle,
 } from "./records/mod.ts";
+import { invalidMessageJson } from "./records/_validation.ts";
 
 /** The staged new session directory inside a compaction's staging directory. */
 export const COMPACTION_SESSION = "session";
@@ -165,18 +166,20 @@ async function copyCommitted(
   let title: SessionTitle | null | undefined = knownRounds === undefined ? null : undefined;
   const splitter = new LineSplitter();
   let lines = 0;
+  let invalid: SessionFormatError | undefined;
   const onLine = (bytes: Uint8Array, offset: number): void => {
     if (knownRounds === undefined) {
       let message: { role?: unknown } | null;
       try {
         message = JSON.parse(decodeLine(bytes)) as { role?: unknown } | null;
       } catch (error) {
-        throw new CorruptSessionError("Committed message line is not valid JSON", {
-          file,
-          offset: meta.start + offset,
-          messageIndex: lines,
-          cause: error,
-        });
+        // Reported once the checksum shows these are the committed bytes (a damaged range is a
+        // CorruptSessionError first, as an open reports it).
+        invalid ??= error instanceof SessionFormatError
+          ? error
+          : invalidMessageJson(error, file, lines);
+        lines++;
+        return;
       }
       if (message?.role === "user") {
         rounds.push({ messageIndex: lines, byteOffset: offset });
@@ -224,6 +227,7 @@ async function copyCommitted(
           { file },
         );
       }
+      if (invalid !== undefined) throw invalid;
       if (context.durability === "full") await out.sync();
     } finally {
       await out.close();
@@ -251,7 +255,8 @@ const KNOWN_FILES: ReadonlySet<string> = new Set([META_FILE, MESSAGES_FILE, INDE
  * @throws {SessionLockedError} When a live process has it open for writing.
  * @throws {CorruptSessionError} When the committed range does not match its metadata (nothing
  * changes).
- * @throws {SessionFormatError} When the directory holds entries compaction does not know.
+ * @throws {SessionFormatError} When the directory holds entries compaction does not know, or a
+ * committed line is not a JSON value (`messages[<index>]`; nothing changes).
  */
 export async function compactSession(
   context: StoreContext,

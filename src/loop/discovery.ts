@@ -141,6 +141,7 @@ import {
   type SessionHeader,
   type SessionTitle,
 } from "./records/mod.ts";
+import { invalidMessageJson } from "./records/_validation.ts";
 import {
   decodeStorageMeta,
   forEachCommittedLine,
@@ -1649,14 +1650,10 @@ async function scanCommitted(
   });
   if (bad !== undefined) {
     const failure = bad as { index: number; offset: number; error: unknown };
-    // A line too long for one string: the typed error naming it, as an open reports it.
+    // A line too long for one string, or not JSON: the typed error naming it, as an open reports
+    // it (the range's checksum holds: the bytes are what a writer committed).
     if (failure.error instanceof SessionFormatError) throw failure.error;
-    throw new CorruptSessionError("Committed message line is not valid JSON", {
-      file,
-      offset: meta.start + failure.offset,
-      messageIndex: failure.index,
-      cause: failure.error,
-    });
+    throw invalidMessageJson(failure.error, file, failure.index);
   }
   if (malformed !== undefined) {
     const { path, value } = malformed as { path: string; value: unknown };

@@ -73,6 +73,7 @@ import {
   checkJsonData,
   checkNesting,
   INVALID_MESSAGE,
+  invalidMessageJson,
   jsonNestsDeeper,
   MAX_HEADER_NESTING,
   MAX_MESSAGE_NESTING,
@@ -662,14 +663,7 @@ export class SessionManager {
         try {
           message = JSON.parse(text);
         } catch (error) {
-          throw new SessionFormatError(
-            `Invalid JSON in message line: ${(error as Error).message}`,
-            {
-              file: messagesFile,
-              path: `messages[${line.index}]`,
-              cause: error,
-            },
-          );
+          throw invalidMessageJson(error, messagesFile, line.index);
         }
         validator.push(message, line.index);
         // As a save refuses it: a message this deep could not be copied or written on every

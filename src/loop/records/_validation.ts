@@ -149,6 +149,23 @@ export function refuseDeepMessage(message: unknown, file: string, path: string):
   );
 }
 
+/**
+ * The error for a committed message line of `file` that is not valid JSON (`error` is what
+ * `JSON.parse` threw): a `SessionFormatError` at `messages[<index>]`, as the open, the listings,
+ * verify and compaction report it.
+ */
+export function invalidMessageJson(
+  error: unknown,
+  file: string,
+  index: number,
+): SessionFormatError {
+  return new SessionFormatError(`Invalid JSON in message line: ${(error as Error).message}`, {
+    file,
+    path: `messages[${index}]`,
+    cause: error,
+  });
+}
+
 /** How a message the limits refuse is named in its error. */
 export const INVALID_MESSAGE = "Invalid session message";
 
