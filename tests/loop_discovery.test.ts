@@ -1926,3 +1926,57 @@ test("a missing log is reported as corruption by a fast listing that would read 
     await lagging.close().catch(() => undefined);
   }
 });
+
+test("fast mode takes the fallback title from a later round when the first user message has none and the index records none", async () => {
+  const { fs, store, clock } = await setup();
+  const session = await saved(store, clock, [
+    imageOnly(),
+    assistant("saw it"),
+    user("the real ask"),
+    assistant("done"),
+  ]);
+  // An index as written before it recorded the fallback title.
+  await withoutRecordedTitle(fs, session.getSessionPath());
+  const fast = await store.list(CWD, undefined, { fast: true });
+  assert.deepEqual(fast[0]?.title, {
+    text: "the real ask",
+    source: "fallback",
+    messageIndices: [2],
+  });
+  assert.deepEqual(fast, await store.list(CWD));
+});
+
+test("a repeated fast listing by one store takes the fallback title once a stored title is cleared", async () => {
+  const { store, clock } = await setup();
+  const session = await saved(store, clock, [user("the first question"), assistant("an answer")]);
+  const writer = await store.open(session.getSessionPath());
+  await writer.setTitle({ text: "Stored", source: "user", messageIndices: [] });
+  await writer.close();
+  assert.equal((await store.list(CWD, undefined, { fast: true }))[0]?.title?.text, "Stored");
+  const clearing = await store.open(session.getSessionPath());
+  await clearing.setTitle(undefined);
+  await clearing.close();
+  const again = await store.list(CWD, undefined, { fast: true });
+  assert.deepEqual(again[0]?.title, {
+    text: "the first question",
+    source: "fallback",
+    messageIndices: [0],
+  });
+  assert.deepEqual(again, await store.list(CWD));
+});
+
+test("a fast listing lists a legacy session whose recorded cwd is gone; a full one reports it", async () => {
+  const { fs, store } = await setup();
+  const id = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+  await fs.mkdir(`${COLLECTION}`, { recursive: true });
+  await fs.writeFile(
+    `${COLLECTION}/${id}.jsonl`,
+    encoder.encode(legacyFile(id, "/work/gone", conversation(1))),
+  );
+  const fast = await store.listDetailed(undefined, COLLECTION, { fast: true });
+  assert.deepEqual(fast.sessions.map((s) => s.id), [id]);
+  assert.deepEqual(fast.failures, []);
+  const full = await store.listDetailed(undefined, COLLECTION);
+  assert.deepEqual(full.sessions, []);
+  assert.equal(full.failures[0]?.error.name, "SessionCwdError");
+});

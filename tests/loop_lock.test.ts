@@ -1431,3 +1431,85 @@ test("a takeover whose process dies while it is waited for is taken over, not re
     await assert.rejects(fs.lstat(`${lock}.takeover-aaaa`), NotFound, which);
   }
 });
+
+test("close() leaves a writer.lock that was replaced by another process's in place", async () => {
+  const { fs, alive, session } = await setup();
+  const dir = session.getSessionPath();
+  const writer = await storeAs(fs, 100, alive).open(dir);
+  // The lock file is removed by hand, and another process's writer takes the lock meanwhile.
+  await fs.remove(`${dir}/${WRITER_LOCK_FILE}`);
+  const other = await storeAs(fs, 200, alive).open(dir);
+  await writer.close();
+  // Still process 200's: a third process is refused while it writes.
+  assert.equal((await lockRecord(fs, dir)).pid, 200);
+  await assert.rejects(storeAs(fs, 300, alive).open(dir), SessionLockedError);
+  await other.close();
+  await assert.rejects(fs.lstat(`${dir}/${WRITER_LOCK_FILE}`), NotFound);
+});
+
+test("a takeover leaves a marker that another process put in place of its own", async () => {
+  const { fs, alive, session } = await setup();
+  const dir = session.getSessionPath();
+  const lock = `${dir}/${WRITER_LOCK_FILE}`;
+  const marker = `${lock}.takeover-dead-beef`;
+  await writeLock(fs, dir, { pid: 999, host: HOST, startedAt: "x", token: "dead-beef" });
+  const theirs = { pid: 300, host: HOST, startedAt: "y", token: "0123-4567" };
+  alive.add(300);
+  // As the stale lock is removed, process 300 (judging this takeover's marker dead, say) has put
+  // its own marker in place: it is that process's to remove, not this takeover's.
+  const swapping = new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (prop !== "remove") return typeof value === "function" ? value.bind(target) : value;
+      return async (path: string, options?: { recursive?: boolean }) => {
+        if (path === lock) {
+          await target.writeFile(marker, encoder.encode(JSON.stringify(theirs)), { mode: 0o600 });
+        }
+        return await target.remove(path, options);
+      };
+    },
+  });
+  const writer = await storeAs(swapping, 200, alive).open(dir);
+  assert.equal((await lockRecord(fs, dir)).pid, 200);
+  assert.deepEqual(JSON.parse(decoder.decode(await fs.readFile(marker))), theirs);
+  await writer.close();
+});
+
+test("a writer waiting for another process's takeover is refused by the lock's new holder, not by the takeover's marker", async () => {
+  const { fs, alive, session } = await setup();
+  const dir = session.getSessionPath();
+  const lock = `${dir}/${WRITER_LOCK_FILE}`;
+  const marker = `${lock}.takeover-dead-beef`;
+  await writeLock(fs, dir, { pid: 999, host: HOST, startedAt: "x", token: "dead-beef" });
+  alive.add(300).add(400);
+  // Process 300 is taking the stale lock over (its marker, live), and process 400 takes the lock
+  // meanwhile: once the lock no longer holds the stale token, that takeover is not waited for.
+  await fs.writeFile(
+    marker,
+    encoder.encode(JSON.stringify({ pid: 300, host: HOST, startedAt: "y", token: "0123-4567" })),
+    { mode: 0o600 },
+  );
+  let swapped = false;
+  const swapping = new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (typeof value !== "function") return value;
+      if (typeof prop !== "string" || !prop.startsWith("read")) return value.bind(target);
+      return async (...args: unknown[]) => {
+        if (args[0] === marker && !swapped) {
+          swapped = true;
+          const record = { pid: 400, host: HOST, startedAt: "z", token: "89ab-cdef" };
+          await target.writeFile(lock, encoder.encode(JSON.stringify(record)), { mode: 0o600 });
+        }
+        return await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+      };
+    },
+  });
+  // Refused by process 400, the lock's holder (waiting out process 300's takeover would end in a
+  // refusal naming process 300).
+  await assert.rejects(
+    storeAs(swapping, 200, alive).open(dir),
+    (error: unknown) => error instanceof SessionLockedError && error.pid === 400,
+  );
+  assert.ok(swapped);
+});
