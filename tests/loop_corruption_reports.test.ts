@@ -265,6 +265,43 @@ for (const [runtime, error] of RUNTIME_ERRORS) {
   });
 }
 
+/**
+ * Appends a generation holding `lines` (each followed by a newline) after the log's bytes and
+ * commits it as a writer would: meta.json's range, count and checksum match it, and index.json
+ * is removed (a fast listing then reads the log). Returns meta.json as it was before.
+ */
+async function recommit(fs: MemoryFs, dir: string, lines: string[]): Promise<StoredMeta> {
+  const log = `${dir}/messages.jsonl`;
+  const metaPath = `${dir}/meta.json`;
+  const old = await fs.readFile(log);
+  const generation = new TextEncoder().encode(lines.map((line) => `${line}\n`).join(""));
+  const both = new Uint8Array(old.length + generation.length);
+  both.set(old);
+  both.set(generation, old.length);
+  await fs.writeFile(log, both);
+  const meta = JSON.parse(new TextDecoder().decode(await fs.readFile(metaPath))) as StoredMeta;
+  await fs.writeFile(
+    metaPath,
+    new TextEncoder().encode(JSON.stringify({
+      ...meta,
+      start: old.length,
+      bytes: generation.length,
+      messageCount: lines.length,
+      generation: portableSha256().update(generation).digestHex(),
+    })),
+  );
+  await fs.remove(`${dir}/index.json`);
+  return meta;
+}
+
+/** The fields of meta.json these tests change. */
+interface StoredMeta {
+  generation: string;
+  start: number;
+  bytes: number;
+  messageCount: number;
+}
+
 test("a committed line that is not JSON is a SessionFormatError at messages[N] for every reader and for compaction; a damaged range stays a CorruptSessionError", async () => {
   const { fs, healthy } = await healthyStore();
   const store = new SessionStore({ fs, agentDir: AGENT });
@@ -275,28 +312,12 @@ test("a committed line that is not JSON is a SessionFormatError at messages[N] f
   const log = `${dir}/messages.jsonl`;
   const metaPath = `${dir}/meta.json`;
   // A generation after the first (so compaction has bytes to drop) with a blank line between its
-  // two messages, committed as a writer would commit it: meta.json's range, count and checksum
-  // match the bytes, so only the line itself is wrong.
-  const bytes = await fs.readFile(log);
-  const cut = bytes.indexOf(10) + 1;
-  const damaged = new Uint8Array(bytes.length + 1);
-  damaged.set(bytes.subarray(0, cut));
-  damaged[cut] = 10;
-  damaged.set(bytes.subarray(cut), cut + 1);
-  const both = new Uint8Array(bytes.length + damaged.length);
-  both.set(bytes);
-  both.set(damaged, bytes.length);
-  await fs.writeFile(log, both);
-  const meta = JSON.parse(new TextDecoder().decode(await fs.readFile(metaPath)));
-  const original = { ...meta };
-  Object.assign(meta, {
-    start: bytes.length,
-    bytes: damaged.length,
-    messageCount: 3,
-    generation: portableSha256().update(damaged).digestHex(),
-  });
-  await fs.writeFile(metaPath, new TextEncoder().encode(JSON.stringify(meta)));
-  await fs.remove(`${dir}/index.json`); // a fast listing then reads the log for its counts
+  // two messages: only the line itself is wrong.
+  const original = await recommit(fs, dir, [
+    JSON.stringify(user("first")),
+    "",
+    JSON.stringify(assistant("second")),
+  ]);
   const before = fs.snapshotTree?.();
   for (const readOnly of [true, false]) {
     await assert.rejects(
@@ -307,10 +328,35 @@ test("a committed line that is not JSON is a SessionFormatError at messages[N] f
   await assertListed(fs, healthy, session.id, log, "messages[1]");
   await assert.rejects(store.compact(dir), (e) => assertFormatError(e, log, "messages[1]"));
   assert.deepEqual(fs.snapshotTree?.(), before, "nothing was changed");
-  // The same bytes under the original checksum: the range is damaged, which comes first.
+  // The same bytes under another checksum: the range is damaged, which comes first.
+  const meta = JSON.parse(new TextDecoder().decode(await fs.readFile(metaPath)));
   await fs.writeFile(
     metaPath,
     new TextEncoder().encode(JSON.stringify({ ...meta, generation: original.generation })),
   );
   await assert.rejects(store.compact(dir), CorruptSessionError);
+});
+
+test("the first damaged committed line is the one every listing reports", async () => {
+  const { fs, healthy } = await healthyStore();
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(CWD);
+  await session.commit([user("first"), assistant("second")]);
+  await session.close();
+  const dir = session.getSessionPath();
+  const log = `${dir}/messages.jsonl`;
+  // A user message whose content is not text (what a fast listing looks at for the fallback
+  // title), then a line that is not JSON.
+  await recommit(fs, dir, [
+    JSON.stringify({ ...user("first"), content: 5 }),
+    JSON.stringify(assistant("second")),
+    "{not json",
+  ]);
+  for (const readOnly of [true, false]) {
+    await assert.rejects(
+      new SessionStore({ fs, agentDir: AGENT }).open(dir, { readOnly }),
+      (e) => assertFormatError(e, log, "messages[0].content"),
+    );
+  }
+  await assertListed(fs, healthy, session.id, log, "messages[0].content");
 });

@@ -944,6 +944,33 @@ for (const damage of ["truncated", "malformed", "grown"] as const) {
   });
 }
 
+for (const writer of ["adopted its index", "left its index lagging"] as const) {
+  for (const swap of ["a link to another session", "another session's directory"] as const) {
+    test(`close() of a writer that ${writer} never writes into a session directory swapped for ${swap}`, async () => {
+      const { fs, store } = await setup();
+      const sessions: SessionManager[] = [];
+      for (const rounds of [2, 5]) {
+        const session = await store.create(CWD);
+        await session.commit(conversation(rounds, `s${rounds}`));
+        await session.readHistory(); // publishes the index of the whole history
+        await session.close();
+        sessions.push(session);
+      }
+      const [x, y] = sessions.map((s) => s.getSessionPath()) as [string, string];
+      const open = await store.open(x);
+      await open.readHistory();
+      if (writer === "left its index lagging") await open.append([user("one more")]);
+      await fs.rename(x, `${x}.moved`);
+      if (swap === "a link to another session") await fs.symlink(y, x);
+      else await fs.rename(y, x);
+      const other = swap === "a link to another session" ? y : x;
+      const before = fs.snapshotTree?.(other);
+      await open.close();
+      assert.deepEqual(fs.snapshotTree?.(other), before, "the other session is untouched");
+    });
+  }
+}
+
 test("the writer's close() leaves an index.json it published and nobody changed as it is", async () => {
   const { fs, store } = await setup();
   const session = await store.create(CWD);

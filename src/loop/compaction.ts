@@ -256,7 +256,9 @@ const KNOWN_FILES: ReadonlySet<string> = new Set([META_FILE, MESSAGES_FILE, INDE
  * @throws {CorruptSessionError} When the committed range does not match its metadata (nothing
  * changes).
  * @throws {SessionFormatError} When the directory holds entries compaction does not know, or a
- * committed line is not a JSON value (`messages[<index>]`; nothing changes).
+ * committed line is not a JSON value (`messages[<index>]`; nothing changes) where no usable
+ * index.json gives the rounds (the lines are then parsed to find them; otherwise they are copied
+ * as the checksum verified them).
  */
 export async function compactSession(
   context: StoreContext,

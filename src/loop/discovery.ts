@@ -1628,7 +1628,8 @@ async function scanCommitted(
     ? { sha256: context.sha256 }
     : { sha256: context.sha256, opening: openLog().then((log) => log.handle) };
   await forEachCommittedLine(context.fs, dir, meta, options, (line) => {
-    if (bad !== undefined) return;
+    // The first damaged line is the one reported, as an open reports it.
+    if (bad !== undefined || malformed !== undefined) return;
     let message: Message;
     try {
       message = JSON.parse(line.text) as Message;

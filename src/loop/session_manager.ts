@@ -2333,8 +2333,9 @@ export class SessionManager {
                 : indexed.count !== count || indexed.start !== meta.start ||
                   indexed.bytes !== meta.bytes || !(await this.#indexStillThere())) &&
               // Never into a directory that no longer holds the session (removed, moved away or
-              // replaced since: a write there is refused with SessionNotFoundError).
-              await isRegularFile(this.#fs, this.#metaFile)
+              // replaced since: a write there is refused with SessionNotFoundError), nor through
+              // one that became a link.
+              await this.#holdsCommitted(meta)
             ) await this.#publishIndex();
           } catch {
             // Derived data: rebuilt on the next page read.
@@ -2372,6 +2373,23 @@ export class SessionManager {
         );
       }
     });
+  }
+
+  /**
+   * True when the session directory is still a directory (not a link to one) whose meta.json
+   * describes the committed range `meta` of this session: where `close()` may publish index.json.
+   * False when it cannot be looked at.
+   */
+  async #holdsCommitted(meta: StorageMeta): Promise<boolean> {
+    try {
+      if ((await this.#fs.lstat(this.#dir)).kind !== "directory") return false;
+      const found = await readStorageMeta(this.#fs, this.#dir);
+      return found.header.id === meta.header.id && found.generation === meta.generation &&
+        found.start === meta.start && found.bytes === meta.bytes &&
+        found.messageCount === meta.messageCount;
+    } catch {
+      return false;
+    }
   }
 
   /**
