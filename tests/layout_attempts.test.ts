@@ -552,3 +552,123 @@ test("an invalid iteration or workflow id (and, for a git receipt, attempt id) i
   }
   assert.deepEqual(fs.snapshotTree("/"), before);
 });
+
+test("a result is final once the session runs another attempt of the same iteration and workflow", async () => {
+  const { fs, paths } = await setup();
+  const first = await createAttemptArtifacts(fs, paths, ATTEMPT, { prompt: "p", pathsMap: {} });
+  const result = { status: "completed", summary: "done" };
+  await writeAttemptResult(fs, first.paths, result);
+  // The session now runs a retry of iteration 26 / outer under another attempt id: the attempt
+  // trace_ref.json names (ATTEMPT) has finished, so its result is final.
+  await patchState(fs, paths.dir, {
+    status: "running",
+    current_task: {
+      iteration: ATTEMPT.iteration,
+      workflow_id: ATTEMPT.workflowId,
+      attempt_id: "retry0000002",
+    },
+  });
+  await assert.rejects(
+    writeAttemptResult(fs, first.paths, { ...result, summary: "rewritten by another attempt" }),
+    (error: unknown) => {
+      assert.ok(error instanceof ImmutableArtifactError, String(error));
+      assert.equal(error.file, first.paths.resultJson);
+      return true;
+    },
+  );
+  assert.deepEqual(await readJson(fs, first.paths.resultJson), result);
+  // The attempt trace_ref.json names may still rewrite its result while it runs.
+  await patchState(fs, paths.dir, {
+    status: "running",
+    current_task: {
+      iteration: ATTEMPT.iteration,
+      workflow_id: ATTEMPT.workflowId,
+      attempt_id: ATTEMPT.attemptId,
+    },
+  });
+  await writeAttemptResult(fs, first.paths, { ...result, summary: "rewritten while running" });
+  assert.equal((await readJson(fs, first.paths.resultJson)).summary, "rewritten while running");
+});
+
+test("an eval receipt citing its attempt's raw report and anything more is refused", async () => {
+  for (
+    const refs of [
+      ["session:/raw/0026_outer/eval/report.json", "session:/raw/0025_outer/eval/report.json"],
+      ["session:/raw/0026_outer/eval/report.json", "session:/raw/0026_outer/eval/report.json"],
+    ]
+  ) {
+    const { fs, paths } = await evalReady();
+    await fs.mkdir(`${paths.dir}/raw/0025_outer/eval`, { recursive: true });
+    await writeJson(fs, `${paths.dir}/raw/0025_outer/eval/report.json`, { passed: 0 });
+    await writeEvalReceipt(fs, paths, { raw_report_refs: refs });
+    await assert.rejects(
+      acceptEvalReceipt(fs, paths, "tests-pass", { sessionId: ROOT_ID, ...deterministic() }),
+      (error: unknown) => {
+        assert.ok(error instanceof LayoutRecordError, String(error));
+        assert.equal(error.path, "raw_report_refs", error.message);
+        return true;
+      },
+    );
+    await assert.rejects(fs.lstat(paths.evalAcceptedSidecar("tests-pass")), { code: "ENOENT" });
+  }
+});
+
+test("an eval receipt is not bound to the git-after receipt another attempt of its iteration wrote", async () => {
+  // receipts/0026_outer_git_after.json was written by ATTEMPT; a retry of iteration 26 / outer
+  // (another attempt id) cites the same file name but has no git-after receipt of its own.
+  const { fs, paths } = await evalReady();
+  await writeEvalReceipt(fs, paths, {
+    producer: {
+      session_id: ROOT_ID,
+      workflow_id: "outer",
+      attempt_id: "retry0000002",
+      iteration: 26,
+    },
+  });
+  await assert.rejects(
+    acceptEvalReceipt(fs, paths, "tests-pass", { sessionId: ROOT_ID, ...deterministic() }),
+    (error: unknown) => {
+      assert.ok(error instanceof LayoutRecordError, String(error));
+      assert.equal(error.path, "git_receipt_ref");
+      return true;
+    },
+  );
+  await assert.rejects(fs.lstat(paths.evalAcceptedSidecar("tests-pass")), { code: "ENOENT" });
+  assert.deepEqual((await readJson(fs, `${paths.dir}/state.json`)).accepted_eval_seals, {});
+});
+
+test("a file where a first acceptance's sidecar directory goes is refused by name before the seal is written", async () => {
+  const { fs, paths } = await evalReady();
+  await writeEvalReceipt(fs, paths);
+  const accepted = `${paths.dir}/eval_receipts/accepted`;
+  await writeJson(fs, accepted, { planted: true });
+  const before = fs.snapshotTree();
+  await assert.rejects(
+    acceptEvalReceipt(fs, paths, "tests-pass", { sessionId: ROOT_ID, ...deterministic() }),
+    (error: unknown) => {
+      assert.ok(error instanceof LayoutRecordError, String(error));
+      assert.equal(error.file, `${accepted}/tests-pass.json`);
+      return true;
+    },
+  );
+  // Nothing changed: above all, state.json seals no acceptance whose sidecar cannot be written.
+  assert.deepEqual(fs.snapshotTree(), before);
+});
+
+test("a directory where a first acceptance's sidecar goes is refused by name before the seal is written", async () => {
+  const { fs, paths } = await evalReady();
+  await writeEvalReceipt(fs, paths);
+  const sidecar = `${paths.dir}/eval_receipts/accepted/tests-pass.json`;
+  await fs.mkdir(sidecar, { recursive: true });
+  const before = fs.snapshotTree();
+  await assert.rejects(
+    acceptEvalReceipt(fs, paths, "tests-pass", { sessionId: ROOT_ID, ...deterministic() }),
+    (error: unknown) => {
+      assert.ok(error instanceof LayoutRecordError, String(error));
+      assert.equal(error.file, sidecar);
+      return true;
+    },
+  );
+  // Nothing changed: above all, state.json seals no acceptance whose sidecar cannot be written.
+  assert.deepEqual(fs.snapshotTree(), before);
+});

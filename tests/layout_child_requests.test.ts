@@ -1126,3 +1126,76 @@ test("a rerun that finds the ended parent's event under another process's lease 
   );
   assert.equal(finished.length, 1);
 });
+
+test("a parent that ended while its child runs never gives that child up when a request is pending", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  await publishChildRequest(fs, root.paths, childRequest("phase-1"));
+  const options = { repoRoot: "/repo", parentSessionId: root.sessionId, ...deterministic() };
+  const accepted = await processNextChildRequest(fs, options);
+  assert.equal(accepted?.kind, "accepted");
+  const childId = accepted?.kind === "accepted" ? accepted.childSessionId : "";
+  // The parent is stopped while its child runs: its frozen state still names the child.
+  await commitTerminalState(fs, root.dir, "stopped", 7, "2026-04-19T15:00:00Z");
+  // An agent publishes another request meanwhile.
+  await publishChildRequest(fs, root.paths, childRequest("phase-2"));
+  await assert.rejects(processNextChildRequest(fs, options), SessionStateError);
+  const ledger = await readChildrenLedger(fs, root.paths, root.sessionId);
+  assert.deepEqual(
+    ledger.children.map((c) => [c.session_id, c.status]),
+    [[childId, "running"]],
+  );
+});
+test("a request rewritten after its rejection was interrupted gets a receipt with its own hash", async () => {
+  const { fs: memory, root } = await setup();
+  const pending = `${root.dir}/child_requests/pending/phase-1.json`;
+  await writeJson(memory, pending, childRequest("phase-1", { goal: "First body" }));
+  // The rejection writes its receipt, then fails to move the request into rejected/.
+  const failing = hookedFs(memory, {
+    before(method, args) {
+      if (method === "rename" && args[0] === pending) {
+        throw new FsIoError("EIO", "rename", pending, "Input/output error (injected)");
+      }
+    },
+  });
+  await assert.rejects(
+    processNextChildRequest(failing, {
+      repoRoot: "/repo",
+      parentSessionId: ROOT_ID,
+      expectedParentAttemptId: "attempt999999",
+      ...deterministic(),
+    }),
+    FsIoError,
+  );
+  // The agent rewrites the request meanwhile; it is rejected for the same reason.
+  await writeJson(memory, pending, childRequest("phase-1", { goal: "Second body" }));
+  const bytes = await memory.readFile(pending);
+  const result = await processNext(memory, "attempt999999");
+  assert.equal(result?.kind, "rejected");
+  if (result?.kind !== "rejected") return;
+  // The receipt binds the bytes archived beside it, never the first body's.
+  assert.deepEqual(await memory.readFile(result.archivedFile), bytes);
+  assert.equal(result.receipt.original_sha256, sha256Ref(bytes));
+  assert.equal((await readJson(memory, result.receiptFile)).original_sha256, sha256Ref(bytes));
+});
+test("a rejection that freed an interrupted acceptance's request id keeps it free after a power loss", async () => {
+  const { fs, root } = await setup();
+  const published = await publishChildRequest(fs, root.paths, childRequest("phase-1"));
+  // An acceptance interrupted right after it froze the accepted copy (before the ledger knew it).
+  const copy = `${root.dir}/child_requests/accepted/phase-1.json`;
+  await fs.mkdir(`${root.dir}/child_requests/accepted`, { recursive: true });
+  await fs.writeFile(copy, published.bytes);
+  fs.syncAll();
+  // The request is rejected now (the parent has a newer attempt): its copy goes, freeing the id.
+  const result = await processNext(fs, "attempt999999");
+  assert.equal(result?.kind, "rejected");
+  // A power loss right after the rejection resolved: the id stays free.
+  const after = fs.crash({ seed: 0, tailMode: "none", extraJournal: "none" });
+  await assert.rejects(after.lstat(copy), NotFound);
+  const again = await publishChildRequest(
+    after,
+    root.paths,
+    childRequest("phase-1", { goal: "Again" }),
+  );
+  assert.equal(again.file, published.file);
+});

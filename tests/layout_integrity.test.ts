@@ -710,3 +710,43 @@ test("a mirror session's outcome references the seal receipts in its trace_seals
     recordError("trace_seal_refs[0]"),
   );
 });
+
+test("a git receipt rewritten with another head, branch or raw output is refused at that field", async () => {
+  const cases: [Partial<Parameters<typeof writeGitReceipt>[5]>, string][] = [
+    [{ head: "deadbeef" }, "head"],
+    [{ branch: "release" }, "branch"],
+    [{ head: null }, "head"],
+    [{ rawStatus: encoder.encode('{"path":"b.ts"}\n') }, "raw_status_ref"],
+  ];
+  for (const [change, field] of cases) {
+    const { fs, paths, sessionId } = await setup();
+    const written = await writeGitReceipt(fs, paths, sessionId, ATTEMPT, "after", BOUNDARY);
+    const bytes = await fs.readFile(written.file);
+    await assert.rejects(
+      writeGitReceipt(fs, paths, sessionId, ATTEMPT, "after", { ...BOUNDARY, ...change }),
+      immutable(written.file, field),
+    );
+    assert.deepEqual(await fs.readFile(written.file), bytes, field);
+  }
+});
+
+test("with the current attempt given, a receipt naming its attempt id at another iteration or workflow is refused", async () => {
+  const cases: [Partial<AttemptIdentity>, string][] = [
+    [{ iteration: 27 }, "producer.iteration"],
+    [{ workflowId: "inner" }, "producer.workflow_id"],
+  ];
+  for (const [change, field] of cases) {
+    const { fs, paths, sessionId } = await evalReady();
+    await writeEvalReceipt(fs, paths, sessionId, "pass");
+    const before = fs.snapshotTree();
+    await assert.rejects(
+      acceptEvalReceipt(fs, paths, "ev-1", {
+        sessionId,
+        currentAttempt: { ...ATTEMPT, ...change },
+        ...deterministic(),
+      }),
+      recordError(field, paths.evalReceipt("ev-1")),
+    );
+    assert.deepEqual(fs.snapshotTree(), before, field);
+  }
+});

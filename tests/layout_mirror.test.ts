@@ -527,3 +527,26 @@ test("updating a pre-versioned state writes schema_version 1; a change of versio
   );
   assert.deepEqual(await fs.readFile(file), before);
 });
+
+test("pruning one running session's legacy traces keeps its part of the traces tree, as its dry run says", async () => {
+  const { fs, tree } = await mirror();
+  const rootPart = `${tree.tracesDir}/${MIRROR_ROOT_ID}/sessions/${MIRROR_ROOT_ID}`;
+  assert.equal((await fs.lstat(rootPart)).kind, "directory");
+  const before = fs.snapshotTree(rootPart);
+  // The root runs an attempt (as the fixture leaves it): its traces are being written. A dry
+  // run says so too: it reports the same plan as the prune.
+  const plan = await pruneRaw(fs, tree.loopyRoot, {
+    legacyTraces: true,
+    sessionId: MIRROR_ROOT_ID,
+    dryRun: true,
+  });
+  assert.deepEqual(plan.removed.filter((entry) => entry.kind === "legacy_traces"), []);
+  assert.equal(plan.skipped.find((skip) => skip.path === rootPart)?.reason, "running_attempt");
+  const report = await pruneRaw(fs, tree.loopyRoot, {
+    legacyTraces: true,
+    sessionId: MIRROR_ROOT_ID,
+  });
+  assert.deepEqual(report.removed.filter((entry) => entry.kind === "legacy_traces"), []);
+  assert.equal(report.skipped.find((skip) => skip.path === rootPart)?.reason, "running_attempt");
+  assert.deepEqual(fs.snapshotTree(rootPart), before);
+});

@@ -720,3 +720,32 @@ test("a state.json or session.json the filesystem refuses to read keeps that ses
     }
   }
 });
+
+test("a link swapped in for raw/ while prune waits for the session's state moves nothing through it, not even for a moment", async () => {
+  const { fs, tree } = await folded();
+  const { rawDir, iterationsDir } = tree.root;
+  let stateReads = 0;
+  let swapped = false;
+  const hooked = hookedFs(fs, {
+    async before(method, args) {
+      // The first state read makes the plan, the second is taken right before entries move aside.
+      if (
+        swapped || !(method === "readFile" || method === "readFileNoFollow") ||
+        args[0] !== tree.root.stateJson || ++stateReads !== 2
+      ) return;
+      swapped = true;
+      await fs.rename(rawDir, `${rawDir}.moved`);
+      await fs.symlink(iterationsDir, rawDir);
+    },
+  });
+  fs.resetCounter();
+  const report = await pruneRaw(hooked, tree.loopyRoot, { sessionId: tree.rootId });
+  assert.ok(swapped, "the swap happened");
+  assert.deepEqual(report.removed, []);
+  // A durable iteration directory moved aside through the link (even if moved back once the link
+  // was seen) is a `.pruning-*` leftover after a crash at that moment, which the next prune removes.
+  const through = fs.operationLog.filter((op) =>
+    op.op === "rename" && op.path.startsWith(`${rawDir}/`)
+  );
+  assert.deepEqual(through, []);
+});

@@ -237,3 +237,25 @@ test("a linked sessions/ is not swept for temp files, not even in a dry run", as
   }
   assert.ok(paths(fs).includes(outside));
 });
+
+test("a temp file replaced by a directory after the plan is not removed with what that directory holds", async () => {
+  const { fs, tree } = await folded();
+  const now = Date.parse("2026-05-01T00:00:00Z");
+  const temp = await planted(fs, `${tree.root.dir}/.state.json.0a1b2c3d2.tmp`, now, 2 * HOUR);
+  let swapped = false;
+  const hooked = hookedFs(fs, {
+    async before(method, args) {
+      if (swapped || method !== "remove" || args[0] !== temp) return;
+      swapped = true;
+      // Something else (an agent, a user) put a directory with its own file at that name.
+      await fs.remove(temp);
+      await fs.mkdir(temp);
+      await fs.writeFile(`${temp}/keep.txt`, new TextEncoder().encode("mine"));
+    },
+  });
+  const report = await pruneRaw(hooked, tree.loopyRoot, { now: () => new Date(now) });
+  assert.ok(swapped, "the swap happened");
+  assert.ok(!report.removed.some((entry) => entry.path === temp));
+  assert.equal(report.skipped.find((skip) => skip.path === temp)?.reason, "remove_failed");
+  assert.equal(new TextDecoder().decode(await fs.readFile(`${temp}/keep.txt`)), "mine");
+});

@@ -5,6 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import {
+  acceptEvalReceipt,
   createAttemptArtifacts,
   createRootSession,
   ensureRepository,
@@ -19,9 +20,11 @@ import {
   sha256Ref,
   updateSessionState,
   writeAttemptResult,
+  writeGitReceipt,
 } from "../layout.ts";
 import {
   childRequest,
+  commitTerminalState,
   CONTRACTS,
   deterministic,
   engineOutcome,
@@ -351,4 +354,107 @@ test("concurrent ensureRepository calls agree on one repository id", async () =>
       .split("\n").filter((line) => line.includes("raw/")).length,
     1,
   );
+});
+
+test("an eval acceptance that finds the state sealed meanwhile with other contents is refused, writing no sidecar", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  const attempt = { iteration: 26, workflowId: "outer", attemptId: "97521a5ed6b7" };
+  await createAttemptArtifacts(fs, root.paths, attempt, { prompt: "p", pathsMap: {} });
+  await writeJson(fs, `${root.paths.rawDir}/0026_outer/eval/report.json`, { passed: 1 });
+  await writeGitReceipt(fs, root.paths, root.sessionId, attempt, "after", {
+    head: "c0ffee",
+    branch: "main",
+    dirty: false,
+  });
+  await writeJson(fs, root.paths.evalReceipt("ev-1"), {
+    schema_version: 1,
+    eval_id: "ev-1",
+    verdict: "pass",
+    producer: {
+      session_id: root.sessionId,
+      workflow_id: "outer",
+      attempt_id: attempt.attemptId,
+      iteration: 26,
+    },
+    raw_report_refs: ["session:/raw/0026_outer/eval/report.json"],
+    git_receipt_ref: "session:/receipts/0026_outer_git_after.json",
+    created_at: AT,
+  });
+  const key = "session:/eval_receipts/ev-1.json";
+  // What an acceptance at another time seals (another process of the engine, say).
+  const other = await acceptEvalReceipt(fs.clone(), root.paths, "ev-1", {
+    sessionId: root.sessionId,
+    ...deterministic(),
+    now: () => new Date("2026-04-20T00:00:00Z"),
+  });
+  // This acceptance has read the state (no seal yet) and is checking the raw report...
+  const pausing = pauseAfter(fs, (_method, path) => path.endsWith("/eval/report.json"));
+  const accepting = acceptEvalReceipt(pausing.fs, root.paths, "ev-1", {
+    sessionId: root.sessionId,
+    ...deterministic(),
+  });
+  await pausing.paused;
+  // ...when the other one commits its seal to state.json.
+  const state = await readJson(fs, root.paths.stateJson);
+  await writeJson(fs, root.paths.stateJson, {
+    ...state,
+    accepted_eval_seals: { [key]: other },
+  });
+  pausing.release();
+  await assert.rejects(accepting, (error: unknown) => {
+    assert.ok(error instanceof ImmutableArtifactError, String(error));
+    assert.equal(error.file, root.paths.stateJson);
+    return true;
+  });
+  // The seal stands as the other acceptance wrote it, and no sidecar contradicts it.
+  assert.deepEqual(
+    (await readJson(fs, root.paths.stateJson)).accepted_eval_seals,
+    { [key]: other },
+  );
+  assert.equal(await exists(fs, root.paths.evalAcceptedSidecar("ev-1")), false);
+});
+
+test("an eval acceptance racing the terminal transition never seals into the frozen state", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  const attempt = { iteration: 26, workflowId: "outer", attemptId: "97521a5ed6b7" };
+  await createAttemptArtifacts(fs, root.paths, attempt, { prompt: "p", pathsMap: {} });
+  await writeJson(fs, `${root.paths.rawDir}/0026_outer/eval/report.json`, { passed: 1 });
+  await writeGitReceipt(fs, root.paths, root.sessionId, attempt, "after", {
+    head: "c0ffee",
+    branch: "main",
+    dirty: false,
+  });
+  await writeJson(fs, root.paths.evalReceipt("ev-1"), {
+    schema_version: 1,
+    eval_id: "ev-1",
+    verdict: "pass",
+    producer: {
+      session_id: root.sessionId,
+      workflow_id: "outer",
+      attempt_id: attempt.attemptId,
+      iteration: 26,
+    },
+    raw_report_refs: ["session:/raw/0026_outer/eval/report.json"],
+    git_receipt_ref: "session:/receipts/0026_outer_git_after.json",
+    created_at: AT,
+  });
+  // This acceptance has read the state (running) and is checking the raw report...
+  const pausing = pauseAfter(fs, (_method, path) => path.endsWith("/eval/report.json"));
+  const accepting = acceptEvalReceipt(pausing.fs, root.paths, "ev-1", {
+    sessionId: root.sessionId,
+    ...deterministic(),
+  });
+  await pausing.paused;
+  // ...when the engine commits the session's terminal transition: its state is frozen.
+  await commitTerminalState(fs, root.dir, "stopped", 5, AT);
+  const frozen = await fs.readFile(root.paths.stateJson);
+  pausing.release();
+  await assert.rejects(accepting, (error: unknown) => {
+    assert.ok(error instanceof SessionStateError, String(error));
+    return true;
+  });
+  assert.deepEqual(await fs.readFile(root.paths.stateJson), frozen);
+  assert.equal(await exists(fs, root.paths.evalAcceptedSidecar("ev-1")), false);
 });

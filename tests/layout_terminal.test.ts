@@ -18,9 +18,10 @@ import {
   readHandoff,
   readTerminalControl,
   recordChildOutcome,
-  type SessionPaths,
+  SessionPaths,
   SessionStateError,
   sha256Ref,
+  TopologyError,
   updateSessionState,
   writeGitReceipt,
   writeSessionOutcome,
@@ -1015,4 +1016,32 @@ test("an outcome already on disk is not confirmed for a state that never made th
   });
   await assert.rejects(writeSessionOutcome(fs, paths, input), SessionStateError);
   assert.deepEqual(await fs.readFile(paths.sessionOutcomeJson), bytes);
+});
+
+test("a goal_met control of a session directory the tree does not hold is refused, never checked in the tree's session", async () => {
+  const { fs, paths } = await setup();
+  await writeJson(fs, paths.controlJson, goalMet);
+  assert.ok(await readTerminalControl(fs, paths, current), "the tree's own session completes");
+  // A copy of the session directory elsewhere under .loopy_loop/ (an attic, a backup): its
+  // session.json names the tree's session, but its citations are not that session's files.
+  const copy = `/repo/.loopy_loop/attic/${ROOT_ID}`;
+  const copyTree = async (from: string, to: string): Promise<void> => {
+    await fs.mkdir(to, { recursive: true });
+    for (const entry of await fs.readDir(from)) {
+      if (entry.kind === "directory") {
+        await copyTree(`${from}/${entry.name}`, `${to}/${entry.name}`);
+      } else if (entry.kind === "file") {
+        await fs.writeFile(`${to}/${entry.name}`, await fs.readFile(`${from}/${entry.name}`));
+      }
+    }
+  };
+  await copyTree(paths.dir, copy);
+  await fs.remove(`${copy}/project_state/finished.md`);
+  await assert.rejects(
+    readTerminalControl(fs, new SessionPaths(copy, "folded"), current),
+    (error: unknown) => {
+      assert.ok(error instanceof TopologyError, String(error));
+      return true;
+    },
+  );
 });

@@ -9,7 +9,7 @@
  * @module
  */
 import type { FileSystem } from "../port/fs.ts";
-import { FsError, NotFound } from "../port/errors.ts";
+import { NotFound } from "../port/errors.ts";
 import { atomicReplace, type Durability, ensurePrivateDir } from "../port/durable.ts";
 import { basename, join } from "../port/path.ts";
 import { ImmutableArtifactError, LayoutRecordError, SessionStateError } from "./errors.ts";
@@ -460,12 +460,14 @@ async function readUnsealedSidecar(
   fs: FileSystem,
   file: string,
 ): Promise<EvalAcceptance | undefined> {
+  // Only a file with invalid contents is replaced; a directory in its place (or a file where one
+  // of its directories should be) is not: that refusal propagates, before anything is written.
+  const bytes = await recordBytes(fs, file, true);
+  if (bytes === undefined) return undefined;
   try {
-    return (await readRecordIfExists(fs, file, parseEvalAcceptance))?.record;
+    return parseEvalAcceptance(decodeJson(bytes, file), file);
   } catch (error) {
-    // Only a file with invalid contents is replaced; a directory in its place (or a file where
-    // one of its directories should be) is not, and the refusal propagates.
-    if (error instanceof LayoutRecordError && !(error.cause instanceof FsError)) return undefined;
+    if (error instanceof LayoutRecordError) return undefined;
     throw error;
   }
 }
