@@ -8,6 +8,7 @@ import { portableSha256 } from "../src/port/sha256.ts";
 import { CorruptSessionError, type SessionError, SessionFormatError } from "../src/loop/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import { verifySession } from "../src/loop/verify.ts";
+import type { Message } from "../src/loop/records/mod.ts";
 import {
   assistant,
   conversation,
@@ -337,26 +338,42 @@ test("a committed line that is not JSON is a SessionFormatError at messages[N] f
   await assert.rejects(store.compact(dir), CorruptSessionError);
 });
 
-test("the first damaged committed line is the one every listing reports", async () => {
-  const { fs, healthy } = await healthyStore();
-  const store = new SessionStore({ fs, agentDir: AGENT });
-  const session = await store.create(CWD);
-  await session.commit([user("first"), assistant("second")]);
-  await session.close();
-  const dir = session.getSessionPath();
-  const log = `${dir}/messages.jsonl`;
-  // A user message whose content is not text (what a fast listing looks at for the fallback
-  // title), then a line that is not JSON.
-  await recommit(fs, dir, [
-    JSON.stringify({ ...user("first"), content: 5 }),
-    JSON.stringify(assistant("second")),
-    "{not json",
-  ]);
-  for (const readOnly of [true, false]) {
-    await assert.rejects(
-      new SessionStore({ fs, agentDir: AGENT }).open(dir, { readOnly }),
-      (e) => assertFormatError(e, log, "messages[0].content"),
+const DAMAGED_FIRST: [string, (m: Message) => unknown, string][] = [
+  ["content that is not text", (m) => ({ ...m, content: 5 }), "messages[0].content"],
+  ["no timestamp", (m) => ({ ...m, timestamp: undefined }), "messages[0].timestamp"],
+];
+
+for (const storedTitle of [false, true]) {
+  for (const [damage, change, path] of DAMAGED_FIRST) {
+    test(
+      `every listing reports a first user message with ${damage} before a later line that is not JSON (${
+        storedTitle ? "a stored title" : "a fallback title"
+      })`,
+      async () => {
+        const { fs, healthy } = await healthyStore();
+        const store = new SessionStore({ fs, agentDir: AGENT });
+        const session = await store.create(CWD);
+        await session.commit([user("first"), assistant("second")]);
+        if (storedTitle) {
+          await session.setTitle({ text: "Stored", source: "user", messageIndices: [] });
+        }
+        await session.close();
+        const dir = session.getSessionPath();
+        const log = `${dir}/messages.jsonl`;
+        await recommit(fs, dir, [
+          JSON.stringify(change(user("first"))),
+          JSON.stringify(assistant("second")),
+          JSON.stringify(user("third")),
+          "{not json",
+        ]);
+        for (const readOnly of [true, false]) {
+          await assert.rejects(
+            new SessionStore({ fs, agentDir: AGENT }).open(dir, { readOnly }),
+            (e) => assertFormatError(e, log, path),
+          );
+        }
+        await assertListed(fs, healthy, session.id, log, path);
+      },
     );
   }
-  await assertListed(fs, healthy, session.id, log, "messages[0].content");
-});
+}

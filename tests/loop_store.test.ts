@@ -971,6 +971,33 @@ for (const writer of ["adopted its index", "left its index lagging"] as const) {
   }
 }
 
+for (const index of ["adopted at open", "missing at open"] as const) {
+  for (const swap of ["a link to another session", "another session's directory"] as const) {
+    test(`a writer's first page read refuses a session directory swapped for ${swap} (index ${index}), reading and writing nothing there`, async () => {
+      const { fs, store } = await setup();
+      const sessions: SessionManager[] = [];
+      for (const rounds of [2, 2]) {
+        const session = await store.create(CWD);
+        await session.commit(conversation(rounds, `s${sessions.length}`));
+        await session.readHistory(); // publishes the index of the whole history
+        await session.close();
+        sessions.push(session);
+      }
+      const [x, y] = sessions.map((s) => s.getSessionPath()) as [string, string];
+      if (index === "missing at open") await fs.remove(`${x}/index.json`);
+      const open = await store.open(x);
+      await fs.rename(x, `${x}.moved`);
+      if (swap === "a link to another session") await fs.symlink(y, x);
+      else await fs.rename(y, x);
+      const other = swap === "a link to another session" ? y : x;
+      const before = fs.snapshotTree?.(other);
+      await assert.rejects(open.readHistory(), SessionNotFoundError);
+      await open.close();
+      assert.deepEqual(fs.snapshotTree?.(other), before, "the other session is untouched");
+    });
+  }
+}
+
 test("the writer's close() leaves an index.json it published and nobody changed as it is", async () => {
   const { fs, store } = await setup();
   const session = await store.create(CWD);

@@ -968,9 +968,21 @@ async function summarize(
   try {
     // As for an open: a directory holding another session (a copy) is not that session, which
     // both summaries refuse once meta.json is read (`checkMetaId`).
-    return fast
-      ? await fastSummary(context, source.dir, cache, candidate.id)
-      : await fullSummary(context, source.dir, candidate.id);
+    if (!fast) return await fullSummary(context, source.dir, candidate.id);
+    try {
+      return await fastSummary(context, source.dir, cache, candidate.id);
+    } catch (error) {
+      // A damaged message the fast scan met: the fast scan looks at less than an open does (not
+      // every field, not every line), so the open's first error is taken (the whole history is
+      // checked once more, for a damaged session only), as a full listing reports it.
+      if (
+        !(error instanceof SessionFormatError) || error.file !== join(source.dir, MESSAGES_FILE)
+      ) {
+        throw error;
+      }
+      await fullSummary(context, source.dir, candidate.id);
+      throw error;
+    }
   } catch (error) {
     // Only a missing meta.json itself means "never committed"; anything else is a failure.
     if (!(error instanceof NotFound) || error.path !== join(source.dir, META_FILE)) throw error;
@@ -1628,7 +1640,8 @@ async function scanCommitted(
     ? { sha256: context.sha256 }
     : { sha256: context.sha256, opening: openLog().then((log) => log.handle) };
   await forEachCommittedLine(context.fs, dir, meta, options, (line) => {
-    // The first damaged line is the one reported, as an open reports it.
+    // Of the damage looked for here, the first met is reported (`summarize` then takes an open's
+    // first error, which may be at an earlier line in a field not looked at here).
     if (bad !== undefined || malformed !== undefined) return;
     let message: Message;
     try {

@@ -18,7 +18,7 @@
  * @module
  */
 import type { FileHandle, FileInfo, FileSystem } from "../port/fs.ts";
-import { AlreadyExists, NotFound } from "../port/errors.ts";
+import { AlreadyExists, NotADirectory, NotFound } from "../port/errors.ts";
 import type { Sha256, Sha256Factory } from "../port/sha256.ts";
 import {
   atomicReplace,
@@ -1853,8 +1853,9 @@ export class SessionManager {
    *   `[0, total]`, or a `revision` that is not a string.
    * @throws {StaleRevisionError} When `revision` is not the committed generation.
    * @throws {SessionNotFoundError} When a page read that opens the log (a writer's first) finds
-   *   the session directory removed or moved away since the open (naming meta.json), as a write
-   *   does.
+   *   the session directory removed, moved away or replaced (by a link, or by a directory whose
+   *   meta.json is not this committed one) since the open, naming meta.json; nothing is read or
+   *   written there.
    * @throws {CorruptSessionError} When the log is missing or shorter than the committed range, or
    *   a message of the page is not the JSON line its committed offsets say (naming messages.jsonl
    *   and the message's index).
@@ -1897,6 +1898,15 @@ export class SessionManager {
       }
       if (revision !== undefined && revision !== meta.generation) {
         throw new StaleRevisionError(revision, meta.generation, { file: this.getSessionFile() });
+      }
+      // A writer's first page read opens the log by its path (and may publish index.json): never
+      // in a directory that no longer holds this session (moved away, or replaced by another
+      // session's directory or a link), which a read there would take for this session's.
+      if (!this.#readOnly && this.#reader === undefined && !(await this.#holdsCommitted(meta))) {
+        throw new SessionNotFoundError(
+          "Session directory was removed, moved away or replaced since the session was opened",
+          { file: this.#metaFile },
+        );
       }
       await this.#ensureIndex(meta);
       const { arrays, roundCount } = this.#committed;
@@ -2377,19 +2387,24 @@ export class SessionManager {
 
   /**
    * True when the session directory is still a directory (not a link to one) whose meta.json
-   * describes the committed range `meta` of this session: where `close()` may publish index.json.
-   * False when it cannot be looked at.
+   * describes the committed range `meta` of this session: where a writer's first page read opens
+   * the log and `close()` publishes index.json. False when the directory or its meta.json is
+   * missing or something else, or meta.json is not that of this committed range; an I/O failure
+   * propagates.
    */
   async #holdsCommitted(meta: StorageMeta): Promise<boolean> {
+    let found: StorageMeta;
     try {
       if ((await this.#fs.lstat(this.#dir)).kind !== "directory") return false;
-      const found = await readStorageMeta(this.#fs, this.#dir);
-      return found.header.id === meta.header.id && found.generation === meta.generation &&
-        found.start === meta.start && found.bytes === meta.bytes &&
-        found.messageCount === meta.messageCount;
-    } catch {
-      return false;
+      found = await readStorageMeta(this.#fs, this.#dir);
+    } catch (error) {
+      if (error instanceof NotFound || error instanceof NotADirectory) return false;
+      if (error instanceof SessionError) return false;
+      throw error;
     }
+    return found.header.id === meta.header.id && found.generation === meta.generation &&
+      found.start === meta.start && found.bytes === meta.bytes &&
+      found.messageCount === meta.messageCount;
   }
 
   /**
