@@ -356,64 +356,80 @@ test("concurrent ensureRepository calls agree on one repository id", async () =>
   );
 });
 
-test("an eval acceptance that finds the state sealed meanwhile with other contents is refused, writing no sidecar", async () => {
-  const fs = await newRepo();
-  const root = await newRoot(fs);
-  const attempt = { iteration: 26, workflowId: "outer", attemptId: "97521a5ed6b7" };
-  await createAttemptArtifacts(fs, root.paths, attempt, { prompt: "p", pathsMap: {} });
-  await writeJson(fs, `${root.paths.rawDir}/0026_outer/eval/report.json`, { passed: 1 });
-  await writeGitReceipt(fs, root.paths, root.sessionId, attempt, "after", {
-    head: "c0ffee",
-    branch: "main",
-    dirty: false,
-  });
-  await writeJson(fs, root.paths.evalReceipt("ev-1"), {
-    schema_version: 1,
-    eval_id: "ev-1",
-    verdict: "pass",
-    producer: {
-      session_id: root.sessionId,
-      workflow_id: "outer",
-      attempt_id: attempt.attemptId,
-      iteration: 26,
+for (const meanwhile of ["the same acceptance made at another time", "other contents"] as const) {
+  test(
+    `an eval acceptance that finds the state sealed meanwhile with ${meanwhile} ${
+      meanwhile === "other contents" ? "is refused, writing no sidecar" : "returns that seal"
+    }`,
+    async () => {
+      const fs = await newRepo();
+      const root = await newRoot(fs);
+      const attempt = { iteration: 26, workflowId: "outer", attemptId: "97521a5ed6b7" };
+      await createAttemptArtifacts(fs, root.paths, attempt, { prompt: "p", pathsMap: {} });
+      await writeJson(fs, `${root.paths.rawDir}/0026_outer/eval/report.json`, { passed: 1 });
+      await writeGitReceipt(fs, root.paths, root.sessionId, attempt, "after", {
+        head: "c0ffee",
+        branch: "main",
+        dirty: false,
+      });
+      await writeJson(fs, root.paths.evalReceipt("ev-1"), {
+        schema_version: 1,
+        eval_id: "ev-1",
+        verdict: "pass",
+        producer: {
+          session_id: root.sessionId,
+          workflow_id: "outer",
+          attempt_id: attempt.attemptId,
+          iteration: 26,
+        },
+        raw_report_refs: ["session:/raw/0026_outer/eval/report.json"],
+        git_receipt_ref: "session:/receipts/0026_outer_git_after.json",
+        created_at: AT,
+      });
+      const key = "session:/eval_receipts/ev-1.json";
+      // What an acceptance at another time seals (another process of the engine, say).
+      const atOtherTime = await acceptEvalReceipt(fs.clone(), root.paths, "ev-1", {
+        sessionId: root.sessionId,
+        ...deterministic(),
+        now: () => new Date("2026-04-20T00:00:00Z"),
+      });
+      const other = meanwhile === "other contents"
+        ? { ...atOtherTime, receipt_sha256: "0".repeat(64) }
+        : atOtherTime;
+      // This acceptance has read the state (no seal yet) and is checking the raw report...
+      const pausing = pauseAfter(fs, (_method, path) => path.endsWith("/eval/report.json"));
+      const accepting = acceptEvalReceipt(pausing.fs, root.paths, "ev-1", {
+        sessionId: root.sessionId,
+        ...deterministic(),
+      });
+      await pausing.paused;
+      // ...when the other one commits its seal to state.json.
+      const state = await readJson(fs, root.paths.stateJson);
+      await writeJson(fs, root.paths.stateJson, {
+        ...state,
+        accepted_eval_seals: { [key]: other },
+      });
+      pausing.release();
+      if (meanwhile === "other contents") {
+        await assert.rejects(accepting, (error: unknown) => {
+          assert.ok(error instanceof ImmutableArtifactError, String(error));
+          assert.equal(error.file, root.paths.stateJson);
+          return true;
+        });
+        assert.equal(await exists(fs, root.paths.evalAcceptedSidecar("ev-1")), false);
+      } else {
+        // As a later call returns the sealed acceptance: the seal, its time included, and its copy.
+        assert.deepEqual(await accepting, other);
+        assert.deepEqual(await readJson(fs, root.paths.evalAcceptedSidecar("ev-1")), other);
+      }
+      // The seal stands as the other acceptance wrote it.
+      assert.deepEqual(
+        (await readJson(fs, root.paths.stateJson)).accepted_eval_seals,
+        { [key]: other },
+      );
     },
-    raw_report_refs: ["session:/raw/0026_outer/eval/report.json"],
-    git_receipt_ref: "session:/receipts/0026_outer_git_after.json",
-    created_at: AT,
-  });
-  const key = "session:/eval_receipts/ev-1.json";
-  // What an acceptance at another time seals (another process of the engine, say).
-  const other = await acceptEvalReceipt(fs.clone(), root.paths, "ev-1", {
-    sessionId: root.sessionId,
-    ...deterministic(),
-    now: () => new Date("2026-04-20T00:00:00Z"),
-  });
-  // This acceptance has read the state (no seal yet) and is checking the raw report...
-  const pausing = pauseAfter(fs, (_method, path) => path.endsWith("/eval/report.json"));
-  const accepting = acceptEvalReceipt(pausing.fs, root.paths, "ev-1", {
-    sessionId: root.sessionId,
-    ...deterministic(),
-  });
-  await pausing.paused;
-  // ...when the other one commits its seal to state.json.
-  const state = await readJson(fs, root.paths.stateJson);
-  await writeJson(fs, root.paths.stateJson, {
-    ...state,
-    accepted_eval_seals: { [key]: other },
-  });
-  pausing.release();
-  await assert.rejects(accepting, (error: unknown) => {
-    assert.ok(error instanceof ImmutableArtifactError, String(error));
-    assert.equal(error.file, root.paths.stateJson);
-    return true;
-  });
-  // The seal stands as the other acceptance wrote it, and no sidecar contradicts it.
-  assert.deepEqual(
-    (await readJson(fs, root.paths.stateJson)).accepted_eval_seals,
-    { [key]: other },
   );
-  assert.equal(await exists(fs, root.paths.evalAcceptedSidecar("ev-1")), false);
-});
+}
 
 test("an eval acceptance racing the terminal transition never seals into the frozen state", async () => {
   const fs = await newRepo();

@@ -381,9 +381,11 @@ export async function acceptEvalReceipt(
       // The seal first, then its sidecar: a crash in between leaves an acceptance that a rerun
       // completes from the state alone (the branch at the top), whatever happened to the raw
       // output since; the other order would leave a sidecar that a rerun must verify again.
-      await sealInState(fs, session, evalId, accepted, resolved);
+      // The seal the state holds: this one, or the same acceptance sealed meanwhile at another
+      // time (kept, as a later call returns it).
+      accepted = await sealInState(fs, session, evalId, accepted, resolved);
     }
-    if (unsealed !== undefined) {
+    if (unsealed !== undefined && jsonEqual(unsealed, accepted)) {
       await ensureRecordDurable(fs, sidecarFile, durability);
       return accepted;
     }
@@ -408,8 +410,11 @@ function refuseTerminal(state: { readonly status?: unknown }, session: SessionPa
 }
 
 /**
- * Records `seal` in the state's `accepted_eval_seals` under `evalSealKey(evalId)`. A seal already
- * there is left as it is when it is the same, and is an `ImmutableArtifactError` otherwise.
+ * Records `seal` in the state's `accepted_eval_seals` under `evalSealKey(evalId)` and returns the
+ * seal the state then holds. A seal already there (sealed since the state was read) is left as it
+ * is and returned when it is the same acceptance, made at the same or another time
+ * (`accepted_at`), as a later call would return it; anything else there is an
+ * `ImmutableArtifactError`.
  */
 async function sealInState(
   fs: FileSystem,
@@ -417,12 +422,18 @@ async function sealInState(
   evalId: string,
   seal: EvalAcceptance,
   options: ResolvedWriteOptions,
-): Promise<void> {
+): Promise<EvalAcceptance> {
   const key = evalSealKey(evalId);
+  let sealed = seal;
   await updateSessionState(fs, session.dir, (next) => {
+    sealed = seal;
     const seals = (next.accepted_eval_seals ?? {}) as Record<string, unknown>;
     if (Object.hasOwn(seals, key)) {
-      if (jsonEqual(seals[key], seal)) return false;
+      const found = sameAcceptance(seals[key], seal, session.stateJson);
+      if (found !== undefined) {
+        sealed = found;
+        return false;
+      }
       throw new ImmutableArtifactError(
         session.stateJson,
         "The eval receipt was already sealed with other contents; an acceptance never changes",
@@ -432,6 +443,26 @@ async function sealInState(
     refuseTerminal(next, session); // again, on the state the seal is written into
     next.accepted_eval_seals = { ...seals, [key]: seal };
   }, { updatedAt: utcSeconds(options.now()), durability: options.durability });
+  return sealed;
+}
+
+/**
+ * `found` (a seal read from `file`) as an acceptance when it is a valid one that says what `seal`
+ * says, whatever its `accepted_at`; undefined otherwise.
+ */
+function sameAcceptance(
+  found: unknown,
+  seal: EvalAcceptance,
+  file: string,
+): EvalAcceptance | undefined {
+  let acceptance: EvalAcceptance;
+  try {
+    acceptance = parseEvalAcceptance(found, file);
+  } catch (error) {
+    if (error instanceof LayoutRecordError) return undefined;
+    throw error;
+  }
+  return firstDifference(acceptance, seal, ["accepted_at"]) === undefined ? acceptance : undefined;
 }
 
 /**
