@@ -481,3 +481,46 @@ test("removeLegacyBackup() removes the backup of a migrated session written to s
   assert.equal(await store.removeLegacyBackup(`${COLLECTION}/${id}`), true);
   await assert.rejects(fs.lstat(legacy));
 });
+
+for (const damage of ["a file", "a link", "a directory without meta.json", "missing"] as const) {
+  test(`a compaction stopped between its renames whose previous copy is ${damage} is reported and kept, never removed with its compacted copy`, async () => {
+    const { fs, session } = await replaced();
+    const dir = session.getSessionPath();
+    const id = session.id;
+    // The state a compaction leaves after its first rename: its compacted copy complete in the
+    // staging directory, the session directory moved to its previous copy beside it.
+    const staging = `${COLLECTION}/.staging-${id}-0123abcd`;
+    await fs.mkdir(`${staging}/session`, { recursive: true });
+    for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
+      await fs.writeFile(`${staging}/session/${name}`, await fs.readFile(`${dir}/${name}`));
+    }
+    await fs.rename(dir, `${staging}/previous`);
+    const previous = `${staging}/previous`;
+    if (damage === "a file") {
+      await fs.remove(previous, { recursive: true });
+      await fs.writeFile(previous, encoder.encode("not a directory"));
+    } else if (damage === "a link") {
+      await fs.remove(previous, { recursive: true });
+      await fs.symlink(`${staging}/session`, previous);
+    } else if (damage === "a directory without meta.json") {
+      await fs.remove(`${previous}/meta.json`);
+    } else await fs.remove(previous, { recursive: true });
+    const compacted = fs.snapshotTree(`${staging}/session`);
+    const reported = (error: unknown): true => {
+      assert.ok(error instanceof SessionFormatError, String(error));
+      assert.equal(error.file, previous);
+      return true;
+    };
+    for (const fast of [true, false]) {
+      const listed = await storeOn(fs).listDetailed(CWD, undefined, { fast });
+      assert.deepEqual(listed.sessions, [], `fast: ${fast}`);
+      assert.equal(listed.failures.length, 1, `fast: ${fast}`);
+      reported(listed.failures[0]?.error);
+    }
+    await assert.rejects(storeOn(fs).open(dir, { readOnly: true }), reported);
+    const report = await storeOn(fs).cleanup(CWD);
+    assert.deepEqual(report.kept, [staging]);
+    assert.deepEqual(report.removed, []);
+    assert.deepEqual(fs.snapshotTree(`${staging}/session`), compacted, "the compacted copy stays");
+  });
+}

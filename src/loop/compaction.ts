@@ -425,6 +425,30 @@ export async function previousSession(
 }
 
 /**
+ * True when the staging directory `staging` is a compaction's that holds a directory at its
+ * previous copy's name or its compacted copy: a compaction that may have moved the session
+ * directory away, leaving what may be its only copy there (a migration's staging directory holds
+ * the session's files themselves; a link or a file there holds no copy of a session).
+ */
+export async function stoppedBetweenRenames(fs: FileSystem, staging: string): Promise<boolean> {
+  return await entryKind(fs, join(staging, COMPACTION_PREVIOUS)) === "directory" ||
+    await entryKind(fs, join(staging, COMPACTION_SESSION)) === "directory";
+}
+
+/**
+ * The error of a session whose directory is missing while the compaction staging directory
+ * `staging` that moved it (`stoppedBetweenRenames`) holds no previous copy to read: listings and
+ * read-only opens report it, and recovery keeps the staging directory.
+ */
+export function damagedCompactionError(staging: string, cause?: unknown): SessionFormatError {
+  return new SessionFormatError(
+    "Session directory is missing and the compaction that moved it left its previous copy " +
+      "damaged (not a directory holding meta.json); its staging directory is kept",
+    { file: join(staging, COMPACTION_PREVIOUS), cause },
+  );
+}
+
+/**
  * Recovers the staging directory `name` of `collection` (migration or compaction leftover):
  * an interrupted compaction whose session directory is missing gets its previous directory
  * renamed back; every other staging directory is removed. Returns what it did.
@@ -434,7 +458,9 @@ export async function previousSession(
  * whose meta.json is a regular file naming the session): when something else is there (a link,
  * a file, a directory without a readable meta.json, another session's copy), or the staging name
  * names no session, the previous session may be the only copy, so the staging directory is left
- * as it is (`"kept"`) for a person to look at.
+ * as it is (`"kept"`) for a person to look at. So is a compaction's staging directory whose
+ * previous copy is a directory without meta.json, or which holds its compacted copy, while the
+ * session directory is missing (`stoppedBetweenRenames`).
  */
 export async function recoverStaging(
   context: StoreContext,
@@ -462,6 +488,10 @@ export async function recoverStaging(
       return "restored";
     }
     if (!(await holdsSession(context, target, id))) return "kept";
+  } else if (id !== undefined && await stoppedBetweenRenames(fs, staging)) {
+    // Its previous copy damaged (not a directory with a meta.json): while the session directory
+    // is missing, the compacted copy (or what is left of the previous one) may be the only copy.
+    if (await entryKind(fs, join(collection, id)) === undefined) return "kept";
   }
   await removeStaging(context, staging);
   if (context.durability === "full") await fs.syncDir(collection);

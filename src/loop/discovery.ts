@@ -185,7 +185,12 @@ import {
   isDeleteStagingName,
   readArchiveMembership,
 } from "./archive.ts";
-import { previousSession, stagingSessionId } from "./compaction.ts";
+import {
+  damagedCompactionError,
+  previousSession,
+  stagingSessionId,
+  stoppedBetweenRenames,
+} from "./compaction.ts";
 
 /** One listed session. */
 export interface SessionInfo {
@@ -510,6 +515,7 @@ async function candidatesOf(
     }
     const deleted = deletedDirs.get(id);
     const failed = unreadable.get(id);
+    let damaged: string | undefined;
     const file = join(collection, id + LEGACY_EXTENSION);
     // In the order a read-only open looks (see `SessionStore` `#stagedCopy`): an uncommitted
     // delete's staged copy, then the error of a delete journal that cannot be read, then an
@@ -539,6 +545,14 @@ async function candidatesOf(
         { file: dir },
       );
       candidates.push({ id, source: { kind: "failed", error }, path: dir });
+    } else if (
+      stagingNames.length > 0 &&
+      (damaged = await damagedCompaction(fs, collection, stagingNames)) !== undefined
+    ) {
+      // A compaction stopped between its renames whose previous copy is damaged: the session is
+      // missing from its place, and reported (never dropped, never read from a stale backup).
+      const error = damagedCompactionError(damaged);
+      candidates.push({ id, source: { kind: "failed", error }, path: join(collection, id) });
     } else if (legacy.has(id)) {
       candidates.push({ id, source: { kind: "legacy", file }, path: file });
     } else if (deletedLegacy.has(id)) {
@@ -607,6 +621,22 @@ async function movedByCompaction(
     const previous = await compactionPrevious(fs, collection, names.sort());
     if (previous !== undefined) return previous;
     if (await entryKind(fs, join(collection, id)) === "directory") return "in place";
+  }
+  return undefined;
+}
+
+/**
+ * The first of the staging directories `stagingNames` of `collection` that is a compaction's that
+ * stopped between its renames (`stoppedBetweenRenames`), when none holds a previous copy to read.
+ */
+async function damagedCompaction(
+  fs: FileSystem,
+  collection: string,
+  stagingNames: readonly string[],
+): Promise<string | undefined> {
+  for (const name of stagingNames) {
+    const staging = join(collection, name);
+    if (await stoppedBetweenRenames(fs, staging)) return staging;
   }
   return undefined;
 }

@@ -111,9 +111,11 @@ import {
 import {
   type CompactionResult,
   compactSession,
+  damagedCompactionError,
   previousSession,
   removeLegacyBackup,
   stagingSessionId,
+  stoppedBetweenRenames,
 } from "./compaction.ts";
 import { cleanupCollection, type CleanupReport, recoverLeftovers } from "./maintenance.ts";
 import {
@@ -277,6 +279,11 @@ interface Staging {
   readonly error: SessionError | undefined;
   /** The staged legacy file (`<id>.jsonl`) of it of an uncommitted delete. */
   readonly legacy: string | undefined;
+  /**
+   * A compaction staging directory of it that stopped between its renames with no previous copy
+   * to read (`stoppedBetweenRenames`), when no staging directory holds one.
+   */
+  readonly damaged?: string | undefined;
 }
 
 /** Where an open reads a session directory from (see `#sourceOf`). */
@@ -768,6 +775,11 @@ export class SessionStore {
           try {
             return await this.#checkSessionDirectory(dir, "none");
           } catch (error) {
+            // Moved away by a compaction whose previous copy is damaged: reported, as a listing
+            // reports it, never said not to exist.
+            if (error instanceof SessionNotFoundError && staging.damaged !== undefined) {
+              throw damagedCompactionError(staging.damaged, error);
+            }
             if (
               !(error instanceof SessionNotFoundError) || !staging.compaction ||
               looks >= MAX_READ_ONLY_TRIES
@@ -832,11 +844,17 @@ export class SessionStore {
     let previous: string | undefined;
     let error: SessionError | undefined;
     let legacy: string | undefined;
+    let damaged: string | undefined;
     for (const entry of entries) {
       if (entry.kind !== "directory") continue;
       if (stagingSessionId(entry.name) === id) {
         compaction = true;
-        previous ??= await previousSession(this.fs, join(collection, entry.name));
+        const staged = join(collection, entry.name);
+        const found = await previousSession(this.fs, staged);
+        previous ??= found;
+        if (found === undefined && damaged === undefined) {
+          if (await stoppedBetweenRenames(this.fs, staged)) damaged = staged;
+        }
       } else if (isDeleteStagingName(entry.name)) {
         const deletion = await inspectDeletion(this.fs, collection, entry.name);
         if (deletion === undefined) continue;
@@ -851,11 +869,18 @@ export class SessionStore {
             await lostMetaJson(this.fs, staged)
           )
         ) {
-          return { compaction, previous, deleted: staged, error: undefined, legacy };
+          return { compaction, previous, deleted: staged, error: undefined, legacy, damaged };
         }
       }
     }
-    return { compaction, previous, deleted: undefined, error, legacy };
+    return {
+      compaction,
+      previous,
+      deleted: undefined,
+      error,
+      legacy,
+      damaged: previous === undefined ? damaged : undefined,
+    };
   }
 
   /**
