@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import { readRoundIndex } from "../src/loop/storage.ts";
-import { assistant, conversation, rewriteIndex, user } from "./_fixtures.ts";
+import { assistant, conversation, imageOnly, rewriteIndex, user } from "./_fixtures.ts";
 
 const CWD = "/work/app";
 const AGENT = "/home/user/.loop";
@@ -142,4 +142,34 @@ test("close() publishes a lag a writer adopted from a process that stopped befor
   assert.equal((await writer.readHistory()).total, 3);
   await writer.close();
   assert.equal(await covered(left), 3, "a session at rest has a complete index");
+});
+
+test("a prefix index.json ending just before the first titled message is adopted, not rewritten", async () => {
+  const fs = new RenameLog();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(CWD);
+  // The first user message has no text: the fallback title is that of message 2.
+  const history = [imageOnly(), assistant("a picture")];
+  await session.commit(history);
+  const dir = session.getSessionPath();
+  const prefix = await fs.readFile(`${dir}/index.json`);
+  history.push(user("what is in it?"), assistant("a cat"));
+  await session.commit(history); // the index lags by one round: not republished
+  await session.close();
+  // As a writer that stopped before close() left it: an index of the first two messages, which
+  // records no title (none of them has one).
+  await fs.writeFile(`${dir}/index.json`, prefix);
+  const meta = JSON.parse(new TextDecoder().decode(await fs.readFile(`${dir}/meta.json`)));
+  const index = await readRoundIndex(fs, dir, false, meta);
+  assert.equal(index?.messageCount, 2);
+  assert.equal(index?.fallbackTitle, null);
+  fs.indexWrites();
+  const reopened = await new SessionStore({ fs, agentDir: AGENT }).open(dir);
+  assert.equal(reopened.getHeader().title?.text, "what is in it?");
+  const page = await reopened.readHistory();
+  assert.deepEqual(page.messages, history);
+  assert.equal(fs.indexWrites(), 0, "a valid prefix index is not rewritten by a page read");
+  await reopened.close();
+  assert.equal(fs.indexWrites(), 1, "close() publishes the lag");
 });

@@ -140,6 +140,27 @@ test("compaction never copies the rounds of an index.json with a round at the ra
   assert.deepEqual(report.findings, []);
 });
 
+test("compaction never copies the rounds of an index.json with two rounds at one byte offset", async () => {
+  const { fs, store } = await setup();
+  const s = await store.create(CWD);
+  const first = conversation(2);
+  await s.commit(first);
+  await s.commit([user("edited"), ...first.slice(1)]); // a new generation: start > 0
+  const dir = s.getSessionPath();
+  await s.close();
+  await rewriteIndex(fs, dir, (index) => ({
+    ...index,
+    rounds: [index.rounds[0]!, {
+      messageIndex: index.rounds[1]!.messageIndex,
+      byteOffset: index.rounds[0]!.byteOffset,
+    }],
+  }));
+  const result = await store.compact(dir);
+  assert.equal(result.compacted, true);
+  const report = await verifySession(fs, dir, { sha256: portableSha256 });
+  assert.deepEqual(report.findings, []);
+});
+
 test("the log's creation is made durable (its directory synced) before meta.json is renamed in", async () => {
   const fs = new MemoryFs();
   await fs.mkdir(CWD, { recursive: true });

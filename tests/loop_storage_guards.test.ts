@@ -268,3 +268,62 @@ test("an index.json one byte past its size bound is reported as oversized by ver
   const report = await verifySession(fs, dir, options);
   assert.deepEqual(report.findings, []);
 });
+
+test("an index whose fallback title names a message it does not cover is not used", async () => {
+  const { fs, dir, index, indexPath } = await saved(3);
+  const planted: RoundIndex = {
+    ...index,
+    fallbackTitle: { text: "Planted", source: "fallback", messageIndices: [index.messageCount] },
+  };
+  await fs.writeFile(indexPath, encodeRoundIndex(planted));
+  assert.equal(parseRoundIndexText(decoder.decode(encodeRoundIndex(planted))), undefined);
+  for (const fast of [true, false]) {
+    const listed = await list(fs, fast);
+    assert.deepEqual(listed.failures, [], `fast: ${fast}`);
+    assert.deepEqual(
+      listed.sessions.map((s) => [s.userMessageCount, s.title]),
+      [[3, { text: "r0 question ✓", source: "fallback", messageIndices: [0] }]],
+      `fast: ${fast}`,
+    );
+  }
+  await indexWarning(fs, dir, /missing or malformed/, "title past the covered messages");
+});
+
+test("an index recording the right title text for another message is rebuilt, and verify reports it", async () => {
+  const { fs, dir, index, indexPath } = await saved(3);
+  assert.deepEqual(index.fallbackTitle?.messageIndices, [0]);
+  const planted: RoundIndex = {
+    ...index,
+    fallbackTitle: { text: "r0 question ✓", source: "fallback", messageIndices: [1] },
+  };
+  await fs.writeFile(indexPath, encodeRoundIndex(planted));
+  await indexWarning(fs, dir, /records the fallback title/, "title of another message");
+  // A writer's page read rebuilds it with the title of the message it comes from.
+  const writer = await new SessionStore({ fs, agentDir: AGENT }).open(dir);
+  await writer.readHistory();
+  await writer.close();
+  const rebuilt = parseRoundIndexText(decoder.decode(await fs.readFile(indexPath)));
+  assert.deepEqual(rebuilt?.fallbackTitle?.messageIndices, [0]);
+  const report = await verifySession(fs, dir, options);
+  assert.deepEqual(report.findings, []);
+});
+
+test("a meta.json header whose version is not an integer is a SessionFormatError naming header.version", async () => {
+  for (const version of [2.5, 1e300]) {
+    const { fs, dir, metaPath } = await saved(1);
+    const meta = JSON.parse(decoder.decode(await fs.readFile(metaPath)));
+    await changeMeta(fs, metaPath, { header: { ...meta.header, version } });
+    await refusedOpen(fs, dir, (error) => {
+      assert.ok(error instanceof SessionFormatError, `${version}: ${String(error)}`);
+      assert.equal(error.file, metaPath);
+      assert.equal(error.path, "header.version");
+    });
+    for (const fast of [false, true]) {
+      const listed = await list(fs, fast);
+      assert.deepEqual(listed.sessions, [], `${version}, fast: ${fast}`);
+      const error = listed.failures[0]?.error;
+      assert.ok(error instanceof SessionFormatError, `${version}, fast: ${fast}: ${String(error)}`);
+      assert.equal(error.path, "header.version");
+    }
+  }
+});

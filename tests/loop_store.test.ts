@@ -1702,6 +1702,27 @@ test("index.json is republished once it lags by eight rounds", async () => {
   assert.equal(index.generation, (await readJson(fs, session.getSessionFile())).generation);
 });
 
+test("index.json is republished once it lags by 1 MiB of committed bytes, without a new round", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(1);
+  await session.commit(history);
+  const indexPath = `${session.getSessionPath()}/index.json`;
+  const first = await readJson(fs, indexPath);
+  // Long answers in the same round: no round lags, only bytes.
+  for (let i = 0; i < 4; i++) {
+    history.push(assistant(`a${i} ${"x".repeat(300 * 1024)}`));
+    await session.commit(history);
+  }
+  const meta = await readJson(fs, session.getSessionFile());
+  assert.ok((meta.bytes as number) - (first.bytes as number) >= 1024 * 1024);
+  const index = await readJson(fs, indexPath);
+  assert.equal(index.bytes, meta.bytes, "the index covers the committed bytes again");
+  assert.equal(index.messageCount, meta.messageCount);
+  assert.equal(index.generation, meta.generation);
+  await session.close();
+});
+
 test("opening for writing and closing without a write modifies nothing", async () => {
   const { fs, store } = await setup();
   const session = await store.create(CWD);

@@ -5,7 +5,12 @@ import { isDeepStrictEqual } from "node:util";
 import { MemoryFs } from "../adapters/memory.ts";
 import { FsIoError } from "../src/port/errors.ts";
 import type { FileSystem } from "../src/port/fs.ts";
-import { PendingSaveError, SessionFormatError } from "../src/loop/errors.ts";
+import {
+  PendingSaveError,
+  SessionBusyError,
+  SessionError,
+  SessionFormatError,
+} from "../src/loop/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
 import type { Message } from "../src/loop/records/mod.ts";
@@ -621,4 +626,88 @@ test("on a new session, saves called after the one that creates its files append
   assert.equal(saved.length, 3);
   assert.deepEqual(saved[1]?.content, [{ type: "text", text: "partial" }]);
   assert.deepEqual(saved[2], q2);
+});
+
+test("a batch takes the time of its latest save, also when the clock stepped back between its saves", async () => {
+  const memory = new MemoryFs();
+  await memory.mkdir(CWD, { recursive: true });
+  let held: { wait: Promise<void>; reached: () => void } | undefined;
+  const fs: FileSystem = hookedFs(memory, {
+    async before(method, args) {
+      if (method !== "rename" || !String(args[1]).endsWith("/meta.json")) return;
+      const hold = held;
+      held = undefined;
+      if (hold !== undefined) {
+        hold.reached();
+        await hold.wait;
+      }
+    },
+  });
+  let now = Date.parse("2026-01-01T00:00:00.000Z");
+  const store = new SessionStore({ fs, agentDir: AGENT, process: null, now: () => now });
+  const session = await store.create(CWD);
+  const history = conversation(1);
+  await session.commit(history);
+  const { wait, open } = gate();
+  const reached = gate();
+  held = { wait, reached: reached.open };
+  now = Date.parse("2026-01-01T00:01:00.000Z");
+  const first = session.append([user("q")]);
+  await reached.wait; // in flight: the next two are queued into one batch
+  now = Date.parse("2026-01-01T00:03:00.000Z");
+  const second = session.append([assistant("a")]);
+  now = Date.parse("2026-01-01T00:02:00.000Z"); // the clock stepped back
+  const third = session.append([user("r")]);
+  open();
+  await Promise.all([first, second, third]);
+  assert.equal(session.getHeader().updatedAt, "2026-01-01T00:03:00.000Z");
+  const reopened = await store.open(session.getSessionPath(), { readOnly: true });
+  assert.equal(reopened.getHeader().updatedAt, "2026-01-01T00:03:00.000Z");
+  await reopened.close();
+});
+
+test("saves refused because another writer changed meta.json are not kept pending", async () => {
+  const memory = new MemoryFs();
+  await memory.mkdir(CWD, { recursive: true });
+  let failRename = false;
+  let failLstat = false;
+  const fs: FileSystem = hookedFs(memory, {
+    before(method, args) {
+      if (failRename && method === "rename" && String(args[1]).endsWith("/meta.json")) {
+        failRename = false;
+        failLstat = true;
+        throw new FsIoError("EIO", "rename", String(args[1]), "injected EIO");
+      }
+      if (failLstat && method === "lstat" && String(args[0]).endsWith("/meta.json")) {
+        failLstat = false;
+        throw new FsIoError("EIO", "lstat", String(args[0]), "injected EIO");
+      }
+    },
+  });
+  const store = new SessionStore({ fs, agentDir: AGENT, process: null });
+  const session = await store.create(CWD);
+  const history = conversation(1);
+  await session.commit(history);
+  // A pin whose publication fails, and whose undo cannot read meta.json back: unsettled.
+  failRename = true;
+  await assert.rejects(session.setPinned(true), FsIoError);
+  assert.equal(failLstat, false, "the undo looked at meta.json and failed");
+  // Another writer replaces meta.json meanwhile.
+  const metaFile = session.getSessionFile();
+  const meta = JSON.parse(new TextDecoder().decode(await memory.readFile(metaFile)));
+  meta.header.title = { text: "Another writer", source: "user", messageIndices: [] };
+  await memory.writeFile(metaFile, new TextEncoder().encode(JSON.stringify(meta) + "\n"));
+  const saves = [
+    session.commit([...history, user("q2")]),
+    session.append([assistant("a2")]),
+  ];
+  for (const save of saves) await assert.rejects(save, SessionBusyError);
+  // Another writer's change is final: nothing is kept for flush() to write over it.
+  assert.equal(session.hasPendingSave, false);
+  assert.deepEqual(session.messages, history);
+  await assert.rejects(session.flush(), SessionBusyError);
+  // close() says the failed pin could not be undone, and writes nothing over the other writer.
+  await assert.rejects(session.close(), SessionError);
+  const after = JSON.parse(new TextDecoder().decode(await memory.readFile(metaFile)));
+  assert.deepEqual(after, meta, "meta.json is the other writer's");
 });

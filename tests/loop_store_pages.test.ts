@@ -6,7 +6,11 @@ import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { portableSha256 } from "../src/port/sha256.ts";
 import { verifySession } from "../src/loop/verify.ts";
-import { CorruptSessionError, SessionNotFoundError } from "../src/loop/errors.ts";
+import {
+  CorruptSessionError,
+  SessionFormatError,
+  SessionNotFoundError,
+} from "../src/loop/errors.ts";
 import type { FileSystem } from "../src/port/fs.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
@@ -236,4 +240,62 @@ test("close() republishes index.json after a same-count replacement whose index 
   assert.deepEqual(page.messages, replaced.slice(page.start));
   await reopened.close();
   assert.deepEqual(await mem.readFile(`${dir}/index.json`), built);
+});
+
+test("a save refused after taking in a user message leaves no round behind: pages and index.json stay right", async () => {
+  const fs = new MemoryFs();
+  const store = await setup(fs);
+  const session = await store.create(CWD);
+  const history = conversation(4);
+  await session.commit(history);
+  // Refused at its second new message (a tool result answering no call), after the first, a
+  // user message, was serialized.
+  await assert.rejects(
+    session.commit([...history, user("refused"), toolResult("no-such-call", "read")]),
+    SessionFormatError,
+  );
+  const next = [...history, user("kept"), assistant("kept answer")];
+  await session.commit(next);
+  const starts = next.flatMap((message, i) => (message.role === "user" ? [i] : []));
+  const page = await session.readHistory();
+  assert.equal(page.start, starts[starts.length - 3], "the latest three rounds");
+  assert.deepEqual(page.messages, next.slice(page.start));
+  assert.deepEqual(await allPages(session), next);
+  const dir = session.getSessionPath();
+  await session.close();
+  const index = parseRoundIndexText(text.decode(await fs.readFile(`${dir}/index.json`)));
+  assert.deepEqual(index?.rounds.map((round) => round.messageIndex), starts);
+  const report = await verifySession(fs, dir, { sha256: portableSha256 });
+  assert.deepEqual(report.findings, []);
+});
+
+test("a page read after a replacement whose index publication failed rebuilds index.json at once", async () => {
+  const mem = new MemoryFs();
+  let failIndex = false;
+  const fs = hookedFs(mem, {
+    before: (method, args) => {
+      if (failIndex && method === "rename" && String(args[1]).endsWith("/index.json")) {
+        failIndex = false;
+        throw new Error("injected: index publication fails");
+      }
+    },
+  });
+  const store = await setup(fs);
+  const session = await store.create(CWD);
+  const history = conversation(4);
+  await session.commit(history);
+  failIndex = true;
+  const replaced = [user("edited first prompt"), ...history.slice(1)];
+  await session.commit(replaced); // a new generation
+  assert.equal(failIndex, false, "the index publication was attempted and failed");
+  const dir = session.getSessionPath();
+  const page = await session.readHistory();
+  assert.deepEqual(page.messages, replaced.slice(page.start));
+  // Before close(): other readers (a fast listing) find an index of the committed generation.
+  const meta = JSON.parse(text.decode(await mem.readFile(`${dir}/meta.json`)));
+  const index = parseRoundIndexText(text.decode(await mem.readFile(`${dir}/index.json`)));
+  assert.equal(index?.generation, meta.generation);
+  assert.equal(index?.start, meta.start);
+  assert.equal(index?.bytes, meta.bytes);
+  await session.close();
 });
