@@ -356,10 +356,18 @@ test("concurrent ensureRepository calls agree on one repository id", async () =>
   );
 });
 
-for (const meanwhile of ["the same acceptance made at another time", "other contents"] as const) {
+for (
+  const meanwhile of [
+    "the same acceptance made at another time",
+    "other contents",
+    "a field its producer does not have",
+  ] as const
+) {
   test(
     `an eval acceptance that finds the state sealed meanwhile with ${meanwhile} ${
-      meanwhile === "other contents" ? "is refused, writing no sidecar" : "returns that seal"
+      meanwhile === "the same acceptance made at another time"
+        ? "returns that seal"
+        : "is refused, writing no sidecar"
     }`,
     async () => {
       const fs = await newRepo();
@@ -395,6 +403,8 @@ for (const meanwhile of ["the same acceptance made at another time", "other cont
       });
       const other = meanwhile === "other contents"
         ? { ...atOtherTime, receipt_sha256: "0".repeat(64) }
+        : meanwhile === "a field its producer does not have"
+        ? { ...atOtherTime, producer: { ...atOtherTime.producer, extra: 1 } }
         : atOtherTime;
       // This acceptance has read the state (no seal yet) and is checking the raw report...
       const pausing = pauseAfter(fs, (_method, path) => path.endsWith("/eval/report.json"));
@@ -410,7 +420,7 @@ for (const meanwhile of ["the same acceptance made at another time", "other cont
         accepted_eval_seals: { [key]: other },
       });
       pausing.release();
-      if (meanwhile === "other contents") {
+      if (meanwhile !== "the same acceptance made at another time") {
         await assert.rejects(accepting, (error: unknown) => {
           assert.ok(error instanceof ImmutableArtifactError, String(error));
           assert.equal(error.file, root.paths.stateJson);

@@ -1,7 +1,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
-import { sha256Hex } from "../src/port/sha256.ts";
+import { portableSha256, sha256Hex } from "../src/port/sha256.ts";
+import { verifySession } from "../src/loop/verify.ts";
 import {
   CorruptSessionError,
   SessionBusyError,
@@ -483,44 +484,95 @@ test("removeLegacyBackup() removes the backup of a migrated session written to s
 });
 
 for (const damage of ["a file", "a link", "a directory without meta.json", "missing"] as const) {
-  test(`a compaction stopped between its renames whose previous copy is ${damage} is reported and kept, never removed with its compacted copy`, async () => {
-    const { fs, session } = await replaced();
-    const dir = session.getSessionPath();
-    const id = session.id;
-    // The state a compaction leaves after its first rename: its compacted copy complete in the
-    // staging directory, the session directory moved to its previous copy beside it.
-    const staging = `${COLLECTION}/.staging-${id}-0123abcd`;
-    await fs.mkdir(`${staging}/session`, { recursive: true });
-    for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
-      await fs.writeFile(`${staging}/session/${name}`, await fs.readFile(`${dir}/${name}`));
-    }
-    await fs.rename(dir, `${staging}/previous`);
-    const previous = `${staging}/previous`;
-    if (damage === "a file") {
-      await fs.remove(previous, { recursive: true });
-      await fs.writeFile(previous, encoder.encode("not a directory"));
-    } else if (damage === "a link") {
-      await fs.remove(previous, { recursive: true });
-      await fs.symlink(`${staging}/session`, previous);
-    } else if (damage === "a directory without meta.json") {
-      await fs.remove(`${previous}/meta.json`);
-    } else await fs.remove(previous, { recursive: true });
-    const compacted = fs.snapshotTree(`${staging}/session`);
-    const reported = (error: unknown): true => {
-      assert.ok(error instanceof SessionFormatError, String(error));
-      assert.equal(error.file, previous);
-      return true;
-    };
-    for (const fast of [true, false]) {
-      const listed = await storeOn(fs).listDetailed(CWD, undefined, { fast });
-      assert.deepEqual(listed.sessions, [], `fast: ${fast}`);
-      assert.equal(listed.failures.length, 1, `fast: ${fast}`);
-      reported(listed.failures[0]?.error);
-    }
-    await assert.rejects(storeOn(fs).open(dir, { readOnly: true }), reported);
-    const report = await storeOn(fs).cleanup(CWD);
-    assert.deepEqual(report.kept, [staging]);
-    assert.deepEqual(report.removed, []);
-    assert.deepEqual(fs.snapshotTree(`${staging}/session`), compacted, "the compacted copy stays");
-  });
+  for (const place of ["missing", "a file"] as const) {
+    test(`a compaction stopped between its renames whose previous copy is ${damage} (the session's place ${place}) is reported and kept, never removed with its compacted copy`, async () => {
+      const { fs, session } = await replaced();
+      const dir = session.getSessionPath();
+      const id = session.id;
+      // The state a compaction leaves after its first rename: its compacted copy complete in the
+      // staging directory, the session directory moved to its previous copy beside it.
+      const staging = `${COLLECTION}/.staging-${id}-0123abcd`;
+      await fs.mkdir(`${staging}/session`, { recursive: true });
+      for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
+        await fs.writeFile(`${staging}/session/${name}`, await fs.readFile(`${dir}/${name}`));
+      }
+      await fs.rename(dir, `${staging}/previous`);
+      const previous = `${staging}/previous`;
+      if (damage === "a file") {
+        await fs.remove(previous, { recursive: true });
+        await fs.writeFile(previous, encoder.encode("not a directory"));
+      } else if (damage === "a link") {
+        await fs.remove(previous, { recursive: true });
+        await fs.symlink(`${staging}/session`, previous);
+      } else if (damage === "a directory without meta.json") {
+        await fs.remove(`${previous}/meta.json`);
+      } else await fs.remove(previous, { recursive: true });
+      if (place === "a file") await fs.writeFile(dir, encoder.encode("not the session"));
+      const compacted = fs.snapshotTree(`${staging}/session`);
+      const reported = (error: unknown): true => {
+        assert.ok(error instanceof SessionFormatError, String(error));
+        assert.equal(error.file, previous);
+        return true;
+      };
+      for (const fast of [true, false]) {
+        const listed = await storeOn(fs).listDetailed(CWD, undefined, { fast });
+        assert.deepEqual(listed.sessions, [], `fast: ${fast}`);
+        assert.equal(listed.failures.length, 1, `fast: ${fast}`);
+        reported(listed.failures[0]?.error);
+      }
+      if (place === "missing") {
+        await assert.rejects(storeOn(fs).open(dir, { readOnly: true }), reported);
+        await assert.rejects(storeOn(fs).open(dir), reported);
+        const verified = await verifySession(fs, dir, { sha256: portableSha256 });
+        assert.equal(verified.ok, false);
+        assert.ok(verified.findings.some((f) => f.file === previous && f.severity === "error"));
+      } else {
+        // What is in the session's place is refused by name, as without a compaction.
+        for (const readOnly of [true, false]) {
+          await assert.rejects(storeOn(fs).open(dir, { readOnly }), SessionFormatError);
+        }
+      }
+      const report = await storeOn(fs).cleanup(CWD);
+      assert.deepEqual(report.kept, [staging]);
+      assert.deepEqual(report.removed, []);
+      assert.deepEqual(
+        fs.snapshotTree(`${staging}/session`),
+        compacted,
+        "the compacted copy stays",
+      );
+    });
+  }
 }
+
+test("a session kept by a damaged compaction is not opened from its stale legacy backup", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  await fs.mkdir(COLLECTION, { recursive: true });
+  const id = "0a1b2c3d-0000-4000-8000-000000000001";
+  const legacy = `${COLLECTION}/${id}.jsonl`;
+  await fs.writeFile(legacy, legacySessionBytes(id, CWD, conversation(1)));
+  const migrated = await storeOn(fs).open(legacy); // migrates; the backup stays
+  await migrated.commit([user("replaced"), assistant("x")]);
+  await migrated.commit([...conversation(1), user("after migration"), assistant("newest")]);
+  await migrated.close();
+  const dir = `${COLLECTION}/${id}`;
+  // A compaction stopped between its renames, its previous copy damaged.
+  const staging = `${COLLECTION}/.staging-${id}-0123abcd`;
+  await fs.mkdir(`${staging}/session`, { recursive: true });
+  for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
+    await fs.writeFile(`${staging}/session/${name}`, await fs.readFile(`${dir}/${name}`));
+  }
+  await fs.rename(dir, `${staging}/previous`);
+  await fs.remove(`${staging}/previous/meta.json`);
+  const before = fs.snapshotTree(COLLECTION);
+  for (const readOnly of [true, false]) {
+    await assert.rejects(storeOn(fs).open(legacy, { readOnly }), (error: unknown) => {
+      assert.ok(error instanceof SessionFormatError, String(error));
+      assert.equal(error.file, `${staging}/previous`);
+      return true;
+    });
+  }
+  assert.deepEqual(fs.snapshotTree(COLLECTION), before, "the backup was not migrated in its place");
+  assert.deepEqual((await storeOn(fs).cleanup(CWD)).kept, [staging]);
+  assert.equal((await fs.lstat(`${staging}/session/meta.json`)).kind, "file");
+});

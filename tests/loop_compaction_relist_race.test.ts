@@ -152,3 +152,58 @@ test("a session whose compaction staging directory holds no copy and is not in p
     assert.ok(reads >= 1 && reads <= 10, `${reader}: ${reads} reads of the collection`);
   }
 });
+
+test("a read-only open that judged a compaction's staging directory before its first rename opens the session once it moved", async () => {
+  const { fs, dir, history } = await crashedBetweenRenames();
+  // The reader pauses before it reads the collection, and again before its next look at the
+  // session's place; meanwhile a compact() recovers the session and compacts it again, holding
+  // first with its compacted copy complete (no previous copy yet: what the reader judges), then
+  // between its renames (the session moved away when the reader looks).
+  const [readerAtList, readerListGo, readerAtLook, readerLookGo] = [gate(), gate(), gate(), gate()];
+  let listings = 0;
+  let looks = 0;
+  const readerFs = hookedFs(fs, {
+    before: async (method, args) => {
+      if (method === "readDir" && args[0] === COLLECTION && ++listings === 1) {
+        readerAtList.open();
+        await readerListGo.wait;
+      }
+      if (method === "lstat" && args[0] === dir && ++looks === 3) {
+        readerAtLook.open();
+        await readerLookGo.wait;
+      }
+    },
+  });
+  const [beforeMove, moveGo, betweenRenames, swapGo] = [gate(), gate(), gate(), gate()];
+  let intoPlace = 0;
+  const compactorFs = hookedFs(fs, {
+    before: async (method, args) => {
+      if (method === "rename" && args[0] === dir && String(args[1]).endsWith("/previous")) {
+        beforeMove.open();
+        await moveGo.wait;
+      }
+      if (method === "rename" && args[1] === dir && ++intoPlace === 2) {
+        betweenRenames.open();
+        await swapGo.wait;
+      }
+    },
+  });
+  const reading = storeOn(readerFs).open(dir, { readOnly: true }).then(
+    (value) => ({ value }),
+    (error: unknown) => ({ error }),
+  );
+  await readerAtList.wait;
+  const compacting = storeOn(compactorFs).compact(dir);
+  await beforeMove.wait;
+  readerListGo.open();
+  await readerAtLook.wait;
+  moveGo.open();
+  await betweenRenames.wait;
+  readerLookGo.open();
+  const got = await reading;
+  swapGo.open();
+  assert.equal((await compacting).compacted, true);
+  if ("error" in got) throw got.error;
+  assert.deepEqual(got.value.messages, history);
+  await got.value.close();
+});

@@ -377,3 +377,45 @@ for (const storedTitle of [false, true]) {
     );
   }
 }
+
+test("a fast listing reports a committed range that does not match its checksum as the open does", async () => {
+  const { fs, healthy } = await healthyStore();
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(CWD);
+  await session.commit([user("first"), assistant("second")]);
+  await session.close();
+  const dir = session.getSessionPath();
+  const original = await recommit(fs, dir, [
+    JSON.stringify(user("first")),
+    "{not json",
+    JSON.stringify(assistant("second")),
+  ]);
+  const metaPath = `${dir}/meta.json`;
+  const meta = JSON.parse(new TextDecoder().decode(await fs.readFile(metaPath)));
+  await fs.writeFile(
+    metaPath,
+    new TextEncoder().encode(JSON.stringify({ ...meta, generation: original.generation })),
+  );
+  let opened: unknown;
+  await assert.rejects(
+    new SessionStore({ fs, agentDir: AGENT }).open(dir, { readOnly: true }),
+    (error: unknown) => {
+      opened = error;
+      return error instanceof CorruptSessionError;
+    },
+  );
+  for (const fast of [true, false]) {
+    const listed = await new SessionStore({ fs, agentDir: AGENT }).listDetailed(CWD, undefined, {
+      fast,
+    });
+    assert.deepEqual(listed.sessions.map((s) => s.id), [healthy]);
+    const failure = listed.failures[0]?.error as CorruptSessionError;
+    assert.ok(failure instanceof CorruptSessionError, `fast: ${fast}`);
+    const { message, offset, messageIndex } = opened as CorruptSessionError;
+    assert.deepEqual(
+      [failure.message, failure.offset, failure.messageIndex],
+      [message, offset, messageIndex],
+      `fast: ${fast}`,
+    );
+  }
+});

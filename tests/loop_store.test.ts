@@ -998,6 +998,23 @@ for (const index of ["adopted at open", "missing at open"] as const) {
   }
 }
 
+test("a writer's first page read reports a meta.json damaged since the open as damaged, not as moved away", async () => {
+  const { fs, store } = await setup();
+  const created = await store.create(CWD);
+  await created.commit(conversation(2));
+  await created.close();
+  const dir = created.getSessionPath();
+  const open = await store.open(dir);
+  const meta = await fs.readFile(`${dir}/meta.json`);
+  await fs.writeFile(`${dir}/meta.json`, meta.subarray(0, 40));
+  await assert.rejects(open.readHistory(), (error: unknown) => {
+    assert.ok(error instanceof SessionFormatError, String(error));
+    assert.equal(error.file, `${dir}/meta.json`);
+    return true;
+  });
+  await open.close();
+});
+
 test("the writer's close() leaves an index.json it published and nobody changed as it is", async () => {
   const { fs, store } = await setup();
   const session = await store.create(CWD);

@@ -460,7 +460,7 @@ export function damagedCompactionError(staging: string, cause?: unknown): Sessio
  * names no session, the previous session may be the only copy, so the staging directory is left
  * as it is (`"kept"`) for a person to look at. So is a compaction's staging directory whose
  * previous copy is a directory without meta.json, or which holds its compacted copy, while the
- * session directory is missing (`stoppedBetweenRenames`).
+ * session is not in place (`stoppedBetweenRenames`).
  */
 export async function recoverStaging(
   context: StoreContext,
@@ -489,9 +489,9 @@ export async function recoverStaging(
     }
     if (!(await holdsSession(context, target, id))) return "kept";
   } else if (id !== undefined && await stoppedBetweenRenames(fs, staging)) {
-    // Its previous copy damaged (not a directory with a meta.json): while the session directory
-    // is missing, the compacted copy (or what is left of the previous one) may be the only copy.
-    if (await entryKind(fs, join(collection, id)) === undefined) return "kept";
+    // Its previous copy damaged (not a directory with a meta.json): unless the session is in
+    // place, the compacted copy (or what is left of the previous one) may be the only copy.
+    if (!(await holdsSession(context, join(collection, id), id))) return "kept";
   }
   await removeStaging(context, staging);
   if (context.durability === "full") await fs.syncDir(collection);

@@ -483,6 +483,12 @@ async function candidatesOf(
       if (copy === undefined && stagingNames !== undefined) {
         try {
           copy = await compactionPrevious(fs, collection, stagingNames);
+          // A compaction whose previous copy is damaged: reported if the directory here turns
+          // out to hold no meta.json (something that is not the session took its place).
+          const damaged = copy === undefined
+            ? await damagedCompaction(fs, collection, stagingNames)
+            : undefined;
+          if (damaged !== undefined) copy = damagedCompactionError(damaged);
         } catch (error) {
           if (!isReportable(error)) throw error;
           copy = error;
@@ -1002,16 +1008,17 @@ async function summarize(
     try {
       return await fastSummary(context, source.dir, cache, candidate.id);
     } catch (error) {
-      // A damaged message the fast scan met: the fast scan looks at less than an open does (not
-      // every field, not every line), so the open's first error is taken (the whole history is
-      // checked once more, for a damaged session only), as a full listing reports it.
+      // A damaged log or message the fast scan met: the fast scan looks at less than an open
+      // does (not every field, not every line), so the open's first error is taken (the whole
+      // history is checked once more, for a damaged session only), as a full listing reports it.
       if (
-        !(error instanceof SessionFormatError) || error.file !== join(source.dir, MESSAGES_FILE)
+        !(error instanceof SessionFormatError || error instanceof CorruptSessionError) ||
+        error.file !== join(source.dir, MESSAGES_FILE)
       ) {
         throw error;
       }
-      await fullSummary(context, source.dir, candidate.id);
-      throw error;
+      // What the open reads (a session that changed meanwhile reads whole as it is now).
+      return await fullSummary(context, source.dir, candidate.id);
     }
   } catch (error) {
     // Only a missing meta.json itself means "never committed"; anything else is a failure.

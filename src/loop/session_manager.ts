@@ -2389,8 +2389,8 @@ export class SessionManager {
    * True when the session directory is still a directory (not a link to one) whose meta.json
    * describes the committed range `meta` of this session: where a writer's first page read opens
    * the log and `close()` publishes index.json. False when the directory or its meta.json is
-   * missing or something else, or meta.json is not that of this committed range; an I/O failure
-   * propagates.
+   * missing, the directory is something else, or meta.json is that of another session or range;
+   * a meta.json that cannot be read as one (damaged, unsupported, an I/O failure) throws that.
    */
   async #holdsCommitted(meta: StorageMeta): Promise<boolean> {
     let found: StorageMeta;
@@ -2399,7 +2399,6 @@ export class SessionManager {
       found = await readStorageMeta(this.#fs, this.#dir);
     } catch (error) {
       if (error instanceof NotFound || error instanceof NotADirectory) return false;
-      if (error instanceof SessionError) return false;
       throw error;
     }
     return found.header.id === meta.header.id && found.generation === meta.generation &&

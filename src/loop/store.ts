@@ -519,7 +519,7 @@ export class SessionStore {
       const staging = await this.#staging(dir);
       if (
         staging.deleted !== undefined || staging.previous !== undefined ||
-        staging.error !== undefined ||
+        staging.error !== undefined || staging.damaged !== undefined ||
         (staging.compaction && await entryKind(this.fs, dir) === "directory")
       ) {
         return await this.#openDirectory(dir, true);
@@ -566,10 +566,12 @@ export class SessionStore {
         if (await published()) return;
         staging = await this.#staging(dir);
       }
-      // Still staged by a delete whose journal cannot be read (recovery keeps it): that is what
-      // listings and a read-only open report, never that the session does not exist, and its
-      // backup is not migrated in place of what that delete holds.
+      // Still staged by a delete whose journal cannot be read, or moved away by a compaction
+      // whose previous copy is damaged (recovery keeps both): that is what listings and a
+      // read-only open report, never that the session does not exist, and its backup is not
+      // migrated in place of what is kept (recovery would then remove the newer copy).
       if (staging.error !== undefined) throw staging.error;
+      if (staging.damaged !== undefined) throw damagedCompactionError(staging.damaged);
       try {
         await this.fs.lstat(path);
       } catch (error) {
@@ -775,15 +777,15 @@ export class SessionStore {
           try {
             return await this.#checkSessionDirectory(dir, "none");
           } catch (error) {
-            // Moved away by a compaction whose previous copy is damaged: reported, as a listing
-            // reports it, never said not to exist.
-            if (error instanceof SessionNotFoundError && staging.damaged !== undefined) {
-              throw damagedCompactionError(staging.damaged, error);
-            }
             if (
               !(error instanceof SessionNotFoundError) || !staging.compaction ||
               looks >= MAX_READ_ONLY_TRIES
             ) {
+              // Moved away by a compaction whose previous copy is damaged: reported, as a
+              // listing reports it, never said not to exist.
+              if (error instanceof SessionNotFoundError && staging.damaged !== undefined) {
+                throw damagedCompactionError(staging.damaged, error);
+              }
               throw error;
             }
           }
@@ -798,9 +800,12 @@ export class SessionStore {
           try {
             return await this.#checkSessionDirectory(dir, "none");
           } catch (error) {
-            // Still staged by a delete whose journal cannot be read (recovery keeps it): say so.
-            if (error instanceof SessionNotFoundError && staging.error !== undefined) {
-              throw staging.error;
+            if (error instanceof SessionNotFoundError) {
+              // Still staged by a delete whose journal cannot be read, or moved away by a
+              // compaction whose previous copy is damaged (recovery keeps both): say so.
+              if (staging.error !== undefined) throw staging.error;
+              const kept = (await this.#staging(dir)).damaged;
+              if (kept !== undefined) throw damagedCompactionError(kept, error);
             }
             throw error;
           }
