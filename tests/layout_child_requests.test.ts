@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import type { MemoryFs } from "../adapters/memory.ts";
+import { type MemoryFs, SimulatedCrash } from "../adapters/memory.ts";
 import { FsIoError, NotFound } from "../src/port/errors.ts";
 import { hookedFs } from "./_hooks.ts";
 import {
@@ -242,7 +242,11 @@ test("a rejected name that is already archived gets a hash suffix", async () => 
 
 test("a request id accepted before with a different body is rejected", async () => {
   const { fs, root } = await setup();
-  await writeJson(fs, root.paths.acceptedRequest("same"), { other: true });
+  await writeJson(
+    fs,
+    root.paths.acceptedRequest("same"),
+    childRequest("same", { goal: "Deliver something else" }),
+  );
   await writeJson(fs, `${root.paths.childRequestsPendingDir}/same.json`, childRequest("same"));
   const result = await processNext(fs);
   assert.equal(result?.kind, "rejected");
@@ -1199,3 +1203,65 @@ test("a rejection that freed an interrupted acceptance's request id keeps it fre
   );
   assert.equal(again.file, published.file);
 });
+
+/**
+ * The state a crash at the first step of processing `pending/phase-0.json` that satisfies `when`
+ * leaves (strict power loss: only durable state kept).
+ */
+async function crashedAcceptance(
+  when: (fs: MemoryFs, paths: CreatedSession["paths"]) => Promise<boolean>,
+): Promise<{ fs: MemoryFs; root: CreatedSession }> {
+  const { fs: baseline, root } = await setup();
+  await writeJson(
+    baseline,
+    `${root.paths.childRequestsPendingDir}/phase-0.json`,
+    childRequest("phase-0"),
+  );
+  baseline.syncAll();
+  for (let n = 1; n < 5000; n++) {
+    const fs = baseline.clone();
+    fs.crashAfter(n);
+    await assert.rejects(processNext(fs), SimulatedCrash, "the crash point is reached");
+    const recovered = fs.crash({ tailMode: "none", extraJournal: "none" });
+    if (await when(recovered, root.paths)) return { fs: recovered, root };
+  }
+  throw new Error("no such crash point");
+}
+
+async function exists(fs: MemoryFs, path: string): Promise<boolean> {
+  try {
+    await fs.lstat(path);
+    return true;
+  } catch (error) {
+    if (error instanceof NotFound) return false;
+    throw error;
+  }
+}
+
+for (const stage of ["before the ledger records it", "once its child runs"] as const) {
+  test(`an accepted copy damaged after an acceptance stopped ${stage} is reported by name, changing nothing`, async () => {
+    const { fs, root } = await crashedAcceptance(async (recovered, paths) => {
+      const records = (await readChildrenLedger(recovered, paths, ROOT_ID)).children;
+      if (!(await exists(recovered, paths.acceptedRequest("phase-0")))) return false;
+      if (stage === "before the ledger records it") return records.length === 0;
+      return records[0]?.status === "running" &&
+        await exists(recovered, `${paths.childDir(records[0].session_id)}/state.json`);
+    });
+    const copy = root.paths.acceptedRequest("phase-0");
+    await fs.writeFile(copy, (await fs.readFile(copy)).subarray(0, 20));
+    const before = fs.snapshotTree();
+    await assert.rejects(processNext(fs), (error: unknown) => {
+      assert.ok(error instanceof LayoutRecordError, String(error));
+      assert.equal(error.file, copy);
+      return true;
+    });
+    // The request stays pending, the copy stays for a person to look at, and no child is given up.
+    assert.deepEqual(fs.snapshotTree(), before);
+    // Published again once gone from pending/: the damaged copy is named, not "id in use".
+    await fs.remove(`${root.paths.childRequestsPendingDir}/phase-0.json`);
+    await assert.rejects(
+      publishChildRequest(fs, root.paths, childRequest("phase-0")),
+      (error: unknown) => error instanceof LayoutRecordError && error.file === copy,
+    );
+  });
+}

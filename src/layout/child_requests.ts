@@ -283,12 +283,13 @@ export async function publishChildRequest(
     const acceptedFile = paths.acceptedRequest(request.request_id);
     const accepted = await recordBytes(fs, acceptedFile, true);
     if (accepted !== undefined) {
+      const record = await ledgerRecord(fs, paths, request.request_id);
+      refuseDamagedAcceptedCopy(accepted, paths, request.request_id, record);
       // Only the very request of a dispatch that failed before its child was published, in the
       // bytes it was accepted in (whoever encoded them), so its acceptance matches them again.
-      if (
-        !sameJsonRecord(accepted, bytes) ||
-        !(await canRetry(fs, paths, await ledgerRecord(fs, paths, request.request_id)))
-      ) throw inUse(acceptedFile);
+      if (!sameJsonRecord(accepted, bytes) || !(await canRetry(fs, paths, record))) {
+        throw inUse(acceptedFile);
+      }
       bytes = accepted;
     }
     await prepareRecordDir(fs, dirname(file), durability);
@@ -614,7 +615,6 @@ async function processNext(
     // Of several pending files holding its request id (an agent may reuse the id under another
     // file name), the one holding the accepted bytes is the request; only when none does is the
     // first one admitted (and the acceptance abandoned, see `admit`).
-    const accepted = await recordBytes(fs, paths.acceptedRequest(live.request_id), true);
     for (const candidate of pending) {
       // Read only as a regular file (listed as one; a FIFO swapped in is refused, never waited on).
       const candidateBytes = await cappedRecordBytes(
@@ -625,7 +625,9 @@ async function processNext(
       // A file too large to read holds no request id (it is rejected unread below).
       if (candidateBytes === TOO_LARGE) continue;
       if (requestIdOf(candidateBytes, candidate) !== live.request_id) continue;
-      const isAccepted = accepted !== undefined && bytesEqual(candidateBytes, accepted);
+      // The bytes the ledger record accepted (an accepted copy damaged since is refused by
+      // `admit`, never taken for the request).
+      const isAccepted = sha256Ref(candidateBytes) === live.accepted_request_sha256;
       if (name === undefined || isAccepted) {
         name = candidate;
         bytes = candidateBytes;
@@ -705,6 +707,39 @@ async function processNext(
     return await reject(fs, paths, name, sha256, verdict, requestId, resolved);
   }
   return await accept(fs, tree, parent, paths, ledger, file, bytes, sha256, verdict, resolved);
+}
+
+/**
+ * Refuses (`LayoutRecordError` naming it) the accepted copy `accepted/<requestId>.json` of a
+ * request when it is damaged: its hash is not the `accepted_request_sha256` of the request's
+ * ledger `record` (when the record names one), or, with no record (an acceptance interrupted before it indexed the request),
+ * it is not a child request at all. A damaged copy is reported, never taken for an earlier body
+ * of the id (which would reject the request, or abandon the child the record names) nor removed.
+ */
+function refuseDamagedAcceptedCopy(
+  accepted: Uint8Array,
+  paths: SessionPaths,
+  requestId: string,
+  record: object | undefined,
+): void {
+  const file = paths.acceptedRequest(requestId);
+  if (record === undefined) {
+    parseChildRequest(decodeJson(accepted, file), file);
+    return;
+  }
+  // A record of the legacy mirror form may not name the hash: nothing to compare with.
+  const recorded =
+    (record as { readonly accepted_request_sha256?: unknown }).accepted_request_sha256;
+  if (typeof recorded !== "string") return;
+  const sha256 = sha256Ref(accepted);
+  if (sha256 !== recorded) {
+    throw new LayoutRecordError(
+      file,
+      "The accepted copy of the request does not hold the bytes its ledger record accepted " +
+        `(${recorded}, in ${paths.childrenJson})`,
+      { path: "accepted_request_sha256", value: sha256 },
+    );
+  }
 }
 
 /**
@@ -834,6 +869,7 @@ async function admit(
   const existing = ledger.children.find((c) => c.request_id === id);
   // Read only as a regular file: a FIFO planted there is refused by name, never waited on.
   const accepted = await recordBytes(fs, paths.acceptedRequest(id), true);
+  if (accepted !== undefined) refuseDamagedAcceptedCopy(accepted, paths, id, existing);
   if (accepted !== undefined && !bytesEqual(accepted, bytes)) {
     return {
       reason: "The request id was already accepted with a different body",
