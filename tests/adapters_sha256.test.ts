@@ -1,7 +1,12 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { nodeSha256 } from "../adapters/node.ts";
-import { portableSha256, type Sha256Factory, sha256Hex } from "../src/port/sha256.ts";
+import {
+  portableSha256,
+  type Sha256Factory,
+  sha256Hex,
+  sha256OfHandle,
+} from "../src/port/sha256.ts";
 
 const encoder = new TextEncoder();
 
@@ -89,4 +94,17 @@ test("nodeSha256 and portableSha256 agree on a 1 MiB buffer", () => {
   const native = sha256Hex(data, nodeSha256);
   assert.match(native, /^[0-9a-f]{64}$/);
   assert.equal(native, sha256Hex(data, portableSha256));
+});
+
+test("sha256OfHandle() hashes a file of exactly maxBytes bytes and refuses one byte more", async () => {
+  const data = encoder.encode("abcdef");
+  const handle = {
+    read: (offset: number, length: number) => Promise.resolve(data.slice(offset, offset + length)),
+  };
+  assert.deepEqual(await sha256OfHandle(handle, portableSha256, 6), {
+    size: 6,
+    hex: sha256Hex(data),
+  });
+  assert.equal(await sha256OfHandle(handle, portableSha256, 5), undefined);
+  assert.deepEqual(await sha256OfHandle(handle, portableSha256), { size: 6, hex: sha256Hex(data) });
 });

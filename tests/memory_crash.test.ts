@@ -12,7 +12,10 @@ import {
   atomicReplace,
   beginReplace,
   durableAppend,
+  ensureDirDurable,
+  ensureFileDurable,
   ensurePrivateDir,
+  stagedPublish,
   stageReplace,
   tightenPrivateDir,
   writeNewFile,
@@ -1128,4 +1131,277 @@ test("a private mode whose sync failed is made durable by the next call that res
     const recovered = fs.crash({ seed: 0, tailMode: "none", extraJournal: "none" });
     assert.equal((await recovered.stat("/a/d")).mode, 0o700, name);
   }
+});
+
+test("clone() crashes as the original does: the same entries, bytes and modes for every seed", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/d");
+  await syncedFile(fs, "/d/synced", "synced");
+  await syncedFile(fs, "/d/rewritten", "old-old-old");
+  await fs.writeFile("/d/rewritten", bytes("NEW-NEW"));
+  await syncedFile(fs, "/d/in-place", "abcdef");
+  const inPlace = await fs.open("/d/in-place", { write: true });
+  await inPlace.write(bytes("XY"));
+  await inPlace.close();
+  await syncedFile(fs, "/d/lost", "base");
+  const lost = await fs.open("/d/lost", { append: true });
+  await lost.write(bytes("-lost"));
+  fs.failAt(fs.operationCount + 1, { ops: ["sync"] });
+  await assert.rejects(lost.sync(), FsIoError);
+  await lost.close();
+  await fs.syncDir("/");
+  await fs.chmod("/d/synced", 0o600);
+  await fs.chmod("/d", 0o700);
+  await fs.writeFile("/d/pending", bytes("p"));
+  const copy = fs.clone();
+  const variants: CrashOptions[] = [
+    {},
+    { tailMode: "none", extraJournal: "none" },
+    { tailMode: "whole", extraJournal: "all" },
+    { rewriteMode: "cut" },
+    { rewriteMode: "zeros" },
+  ];
+  for (const variant of variants) {
+    for (let seed = 0; seed < 40; seed++) {
+      const options = { ...variant, seed };
+      const mine = fs.crash(options);
+      const theirs = copy.crash(options);
+      assert.deepEqual(theirs.snapshotTree(), mine.snapshotTree(), JSON.stringify(options));
+      assert.deepEqual(theirs.crashReport, mine.crashReport, JSON.stringify(options));
+    }
+  }
+  // A later in-place write to the original leaves the copy's synced bytes alone.
+  const before = durableState(copy);
+  const handle = await fs.open("/d/synced", { write: true });
+  await handle.write(bytes("XY"));
+  await handle.close();
+  assert.deepEqual(durableState(copy), before);
+});
+
+test("a truncate after a failed sync drops the failed ranges: bytes cut and grown back are zeros once synced", async () => {
+  const fs = new MemoryFs();
+  await syncedFile(fs, "/f", "0123456789");
+  const handle = await fs.open("/f", { write: true });
+  await handle.write(bytes("abc"));
+  fs.failAt(fs.operationCount + 1, { ops: ["sync"], error: "EIO" });
+  await assert.rejects(handle.sync(), FsIoError);
+  await handle.truncate(0);
+  await handle.truncate(10);
+  await handle.sync();
+  await handle.close();
+  assert.deepEqual(await fs.readFile("/f"), new Uint8Array(10));
+  const strict = fs.crash({ seed: 0, tailMode: "none", extraJournal: "none" });
+  assert.deepEqual(await strict.readFile("/f"), new Uint8Array(10));
+});
+
+test("bytes whose writeback failed never come back from a power loss, whatever tail it keeps", async () => {
+  const fs = new MemoryFs();
+  await syncedFile(fs, "/f", "base");
+  const handle = await fs.open("/f", { append: true });
+  await handle.write(bytes("-lost"));
+  fs.failAt(fs.operationCount + 1, { ops: ["sync"], error: "EIO" });
+  await assert.rejects(handle.sync(), FsIoError);
+  await handle.close();
+  const modes = new Set<RecoveredAs>();
+  for (let seed = 0; seed < 100; seed++) {
+    const recovered = fs.crash(seed);
+    const as = recovered.crashReport?.files["/f"];
+    assert.ok(as !== undefined);
+    modes.add(as);
+    const text = new TextDecoder().decode(await recovered.readFile("/f"));
+    assert.ok(!text.includes("lost"), `${as}: ${JSON.stringify(text)}`);
+    if (as === "whole") assert.equal(text, "base\0\0\0\0\0");
+  }
+  assert.ok(modes.has("whole"), [...modes].join());
+});
+
+test("a file's fsync makes its own chmod durable, not another file's", async () => {
+  const fs = new MemoryFs();
+  await fs.writeFile("/a", bytes("a"));
+  await fs.writeFile("/b", bytes("b"));
+  fs.syncAll();
+  await fs.chmod("/a", 0o600);
+  await fs.chmod("/b", 0o600);
+  const handle = await fs.open("/a");
+  await handle.sync();
+  await handle.close();
+  assert.deepEqual(durableState(fs), { a: 'file 600 "a"', b: 'file 644 "b"' });
+});
+
+test("a recursive remove cut short by a crash may leave its directory with only some entries gone", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/d");
+  await fs.writeFile("/d/a", bytes("a"));
+  await fs.writeFile("/d/b", bytes("b"));
+  await fs.mkdir("/d/sub");
+  await fs.writeFile("/d/sub/c", bytes("c"));
+  fs.syncAll();
+  const whole = fs.snapshotTree();
+  await fs.remove("/d", { recursive: true });
+  const states = new Set<string>();
+  for (let seed = 0; seed < 200; seed++) {
+    const tree = fs.crash(seed).snapshotTree();
+    for (const [path, entry] of Object.entries(tree)) assert.equal(entry, whole[path], path);
+    states.add(Object.keys(tree).join(","));
+  }
+  assert.ok(states.has("d,d/b,d/sub,d/sub/c"), [...states].join(" | "));
+  assert.ok(states.has(""), [...states].join(" | "));
+});
+
+/** The text at `path` in the strictly durable state of `fs`, or undefined when nothing is there. */
+async function durableText(fs: MemoryFs, path: string): Promise<string | undefined> {
+  const data = await readOrNothing(
+    fs.crash({ seed: 0, tailMode: "none", extraJournal: "none" }),
+    path,
+  );
+  return data === undefined ? undefined : new TextDecoder().decode(data);
+}
+
+/** The number of the first `op` on `path` that `run` makes on a clone of `fs`. */
+async function operationNumber(
+  fs: MemoryFs,
+  run: (fs: MemoryFs) => Promise<unknown>,
+  op: string,
+  path: string,
+): Promise<number> {
+  const dry = fs.clone();
+  dry.resetCounter();
+  await run(dry);
+  const found = dry.operationLog.find((record) => record.op === op && record.path === path);
+  assert.ok(found !== undefined, `${op} ${path}`);
+  return fs.operationCount + found.number;
+}
+
+test("atomicReplace() whose directory sync failed is made durable by ensureFileDurable(), even over a replace that synced it", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/d");
+  fs.syncAll();
+  await atomicReplace(fs, "/d/meta.json", bytes("first"));
+  fs.failAt(fs.operationCount + 1, { ops: ["syncDir"] });
+  await assert.rejects(atomicReplace(fs, "/d/meta.json", bytes("second")), FsIoError);
+  fs.clearFaults();
+  await ensureFileDurable(fs, "/d/meta.json");
+  assert.equal(await durableText(fs, "/d/meta.json"), "second");
+});
+
+test("ensurePrivateDir() of a directory it created again after a failed sync makes the new entry durable", async () => {
+  const fs = new MemoryFs();
+  await ensurePrivateDir(fs, "/a/d");
+  await writeNewFile(fs, "/a/d/old", bytes("old"));
+  await fs.syncDir("/a/d");
+  await fs.remove("/a/d", { recursive: true });
+  fs.failAt(fs.operationCount + 1, { ops: ["syncDir"] });
+  await assert.rejects(ensurePrivateDir(fs, "/a/d"), FsIoError);
+  fs.clearFaults();
+  await ensurePrivateDir(fs, "/a/d");
+  const recovered = fs.crash({ seed: 0, tailMode: "none", extraJournal: "none" });
+  assert.deepEqual(recovered.snapshotTree("/a"), { d: "dir 700" });
+});
+
+test("durableAppend() with lines after a failed fsync starts the next record on a line of its own, once", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/d");
+  fs.syncAll();
+  await durableAppend(fs, "/d/log", bytes("a\n"), { lines: true });
+  fs.failAt(fs.operationCount + 1, { ops: ["sync"] });
+  await assert.rejects(durableAppend(fs, "/d/log", bytes("b\n"), { lines: true }), FsIoError);
+  fs.clearFaults();
+  await durableAppend(fs, "/d/log", bytes("c\n"), { lines: true });
+  // The failed record's bytes come back as zeros: the next record is not joined to them.
+  assert.equal(await durableText(fs, "/d/log"), "a\n\0\0\nc\n");
+  await durableAppend(fs, "/d/log", bytes("d\n"), { lines: true });
+  assert.equal(new TextDecoder().decode(await fs.readFile("/d/log")), "a\nb\n\nc\nd\n");
+});
+
+test("stagedPublish() makes the whole staged tree durable before it resolves", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/p");
+  fs.syncAll();
+  await fs.mkdir("/p/.stage");
+  await fs.writeFile("/p/.stage/a", bytes("alpha"));
+  await fs.mkdir("/p/.stage/sub");
+  await fs.writeFile("/p/.stage/sub/b", bytes("beta"));
+  const staged = fs.snapshotTree("/p/.stage");
+  await stagedPublish(fs, "/p/.stage", "/p/final");
+  const recovered = fs.crash({ seed: 0, tailMode: "none", extraJournal: "none" });
+  assert.deepEqual(recovered.snapshotTree("/p/final"), staged);
+  assert.equal(await readOrNothing(recovered, "/p/.stage"), undefined);
+});
+
+test("stagedPublish() from another parent syncs both parents", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/s");
+  await fs.mkdir("/p");
+  await fs.mkdir("/s/stage");
+  fs.syncAll();
+  const synced: string[] = [];
+  const spy = new Proxy(fs, {
+    get(target, key) {
+      if (key === "syncDir") {
+        return (path: string) => {
+          synced.push(path);
+          return target.syncDir(path);
+        };
+      }
+      const value = Reflect.get(target, key, target);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+  await stagedPublish(spy, "/s/stage", "/p/final");
+  assert.ok(synced.includes("/p"), synced.join());
+  assert.ok(synced.includes("/s"), synced.join());
+});
+
+test("stagedPublish() over a path this process made durable before syncs the new entry again after a failed sync", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/p");
+  fs.syncAll();
+  await ensurePrivateDir(fs, "/p/final");
+  await fs.remove("/p/final");
+  await fs.mkdir("/p/.stage");
+  await writeNewFile(fs, "/p/.stage/a", bytes("alpha"));
+  const publish = (target: MemoryFs) => stagedPublish(target, "/p/.stage", "/p/final");
+  fs.failAt(await operationNumber(fs, publish, "syncDir", "/p"));
+  await assert.rejects(publish(fs), FsIoError);
+  fs.clearFaults();
+  await ensureDirDurable(fs, "/p/final");
+  assert.equal(await durableText(fs, "/p/final/a"), "alpha");
+});
+
+test("beginReplace() discarded before stage closes the temp file's handle before it removes the file", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/store");
+  fs.resetCounter();
+  const pending = beginReplace(fs, "/store/meta.json");
+  await pending.discard();
+  assert.deepEqual(fs.operationLog.map((record) => record.op), ["open", "close", "remove"]);
+  assert.deepEqual(await fs.readDir("/store"), []);
+});
+
+test("a crash with tailMode none brings a rewritten file back with its durable bytes for every seed", async () => {
+  const fs = new MemoryFs();
+  await syncedFile(fs, "/f", "old-old-old");
+  await fs.writeFile("/f", bytes("NEW-NEW"));
+  for (let seed = 0; seed < 50; seed++) {
+    const recovered = fs.crash({ seed, tailMode: "none" });
+    assert.equal(recovered.crashReport?.files["/f"], "durable", `seed ${seed}`);
+    assert.equal(new TextDecoder().decode(await recovered.readFile("/f")), "old-old-old");
+  }
+});
+
+test("a write into the middle of bytes whose writeback failed makes only the bytes it wrote reachable again", async () => {
+  const fs = new MemoryFs();
+  await syncedFile(fs, "/f", "0123456789");
+  const handle = await fs.open("/f", { write: true });
+  await handle.write(bytes("abcdef"));
+  fs.failAt(fs.operationCount + 1, { ops: ["sync"], error: "EIO" });
+  await assert.rejects(handle.sync(), FsIoError);
+  const again = await fs.open("/f", { write: true });
+  await again.write(bytes("01D"));
+  await again.sync();
+  await again.close();
+  await handle.close();
+  assert.equal(new TextDecoder().decode(await fs.readFile("/f")), "01Ddef6789");
+  const strict = fs.crash({ seed: 0, tailMode: "none", extraJournal: "none" });
+  assert.equal(new TextDecoder().decode(await strict.readFile("/f")), "01D3456789");
 });

@@ -71,3 +71,18 @@ test("atomicReplace() replaces a file whose name is up to 255 bytes (real disk)"
     await fsp.rm(dir, { recursive: true, force: true });
   }
 });
+
+test("isTempName() takes only the names tempNameFor() makes, not a user's file ending in .tmp", () => {
+  assert.ok(isTempName(".notes.abcdef01z.tmp"));
+  assert.ok(isTempName(tempNameFor("/dir/notes").slice("/dir/".length)));
+  for (
+    const name of [
+      ".notes.abcdef01.tmp",
+      "notes.abcdef01z.tmp",
+      ".notes.tmp",
+      ".notes.ABCDEF01z.tmp",
+    ]
+  ) {
+    assert.ok(!isTempName(name), name);
+  }
+});

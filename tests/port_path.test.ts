@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { basename, dirname, join, normalize, relativeWithin } from "../src/port/path.ts";
+import { basename, dirname, isWithin, join, normalize, relativeWithin } from "../src/port/path.ts";
 
 /** The segment-by-segment algorithm, applied to every path (the reference for the fast path). */
 function reference(path: string): string {
@@ -72,4 +72,13 @@ test("a name ending with a line break keeps its trailing slash trimmed like any 
     assert.equal(basename(`/${name}/`), name);
     assert.equal(relativeWithin(`/${name}/`, `/${name}/b`), "b");
   }
+});
+
+test("relativeWithin() and isWithin() take every absolute path as within the root", () => {
+  assert.equal(relativeWithin("/", "/"), "");
+  assert.equal(relativeWithin("/", "/a"), "a");
+  assert.equal(relativeWithin("/", "/a/b/"), "a/b");
+  assert.equal(relativeWithin("/a", "/ab"), undefined);
+  assert.ok(isWithin("/", "/home/user/.loop"));
+  assert.ok(!isWithin("/home/user", "/home/username"));
 });
