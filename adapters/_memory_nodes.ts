@@ -259,8 +259,6 @@ export class DirNode {
   readonly entries: Map<string, MemoryNode> = new Map();
   /** Entries as of the committed journal prefix. */
   readonly durableEntries: Map<string, MemoryNode> = new Map();
-  /** Sequence number of the last journal operation that touched this directory. */
-  lastTouch = 0;
 
   /** Creates an empty directory. */
   constructor(mode: number, mtimeMs: number) {
@@ -441,7 +439,6 @@ export class NodeCopier {
     const copy = new DirNode(dir.mode, dir.mtimeMs);
     copy.durableMode = dir.durableMode;
     copy.durableModeSeq = dir.durableModeSeq;
-    copy.lastTouch = dir.lastTouch;
     this.#copies.set(dir, copy);
     for (const [name, child] of dir.entries) copy.entries.set(name, this.node(child));
     for (const [name, child] of dir.durableEntries) copy.durableEntries.set(name, this.node(child));

@@ -883,11 +883,9 @@ export class MemoryFs implements FileSystem {
     }
   }
 
-  /** Appends a journal operation and marks the directories it touches. */
+  /** Appends a journal operation. */
   #record(op: JournalOp): void {
-    const entry: JournalOp = { ...op, seq: ++this.#seq };
-    this.#journal.push(entry);
-    for (const dir of touchedBy(entry)) dir.lastTouch = entry.seq;
+    this.#journal.push({ ...op, seq: ++this.#seq });
   }
 
   /**
