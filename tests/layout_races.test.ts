@@ -7,6 +7,7 @@ import { MemoryFs } from "../adapters/memory.ts";
 import {
   acceptEvalReceipt,
   createAttemptArtifacts,
+  type CreatedSession,
   createRootSession,
   ensureRepository,
   ImmutableArtifactError,
@@ -356,6 +357,35 @@ test("concurrent ensureRepository calls agree on one repository id", async () =>
   );
 });
 
+/** A root session whose running attempt wrote the eval receipt `ev-1`, ready to be accepted. */
+async function evalReceiptReady(): Promise<{ fs: MemoryFs; root: CreatedSession }> {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  const attempt = { iteration: 26, workflowId: "outer", attemptId: "97521a5ed6b7" };
+  await createAttemptArtifacts(fs, root.paths, attempt, { prompt: "p", pathsMap: {} });
+  await writeJson(fs, `${root.paths.rawDir}/0026_outer/eval/report.json`, { passed: 1 });
+  await writeGitReceipt(fs, root.paths, root.sessionId, attempt, "after", {
+    head: "c0ffee",
+    branch: "main",
+    dirty: false,
+  });
+  await writeJson(fs, root.paths.evalReceipt("ev-1"), {
+    schema_version: 1,
+    eval_id: "ev-1",
+    verdict: "pass",
+    producer: {
+      session_id: root.sessionId,
+      workflow_id: "outer",
+      attempt_id: attempt.attemptId,
+      iteration: 26,
+    },
+    raw_report_refs: ["session:/raw/0026_outer/eval/report.json"],
+    git_receipt_ref: "session:/receipts/0026_outer_git_after.json",
+    created_at: AT,
+  });
+  return { fs, root };
+}
+
 for (
   const meanwhile of [
     "the same acceptance made at another time",
@@ -370,30 +400,7 @@ for (
         : "is refused, writing no sidecar"
     }`,
     async () => {
-      const fs = await newRepo();
-      const root = await newRoot(fs);
-      const attempt = { iteration: 26, workflowId: "outer", attemptId: "97521a5ed6b7" };
-      await createAttemptArtifacts(fs, root.paths, attempt, { prompt: "p", pathsMap: {} });
-      await writeJson(fs, `${root.paths.rawDir}/0026_outer/eval/report.json`, { passed: 1 });
-      await writeGitReceipt(fs, root.paths, root.sessionId, attempt, "after", {
-        head: "c0ffee",
-        branch: "main",
-        dirty: false,
-      });
-      await writeJson(fs, root.paths.evalReceipt("ev-1"), {
-        schema_version: 1,
-        eval_id: "ev-1",
-        verdict: "pass",
-        producer: {
-          session_id: root.sessionId,
-          workflow_id: "outer",
-          attempt_id: attempt.attemptId,
-          iteration: 26,
-        },
-        raw_report_refs: ["session:/raw/0026_outer/eval/report.json"],
-        git_receipt_ref: "session:/receipts/0026_outer_git_after.json",
-        created_at: AT,
-      });
+      const { fs, root } = await evalReceiptReady();
       const key = "session:/eval_receipts/ev-1.json";
       // What an acceptance at another time seals (another process of the engine, say).
       const atOtherTime = await acceptEvalReceipt(fs.clone(), root.paths, "ev-1", {
@@ -442,30 +449,7 @@ for (
 }
 
 test("an eval acceptance racing the terminal transition never seals into the frozen state", async () => {
-  const fs = await newRepo();
-  const root = await newRoot(fs);
-  const attempt = { iteration: 26, workflowId: "outer", attemptId: "97521a5ed6b7" };
-  await createAttemptArtifacts(fs, root.paths, attempt, { prompt: "p", pathsMap: {} });
-  await writeJson(fs, `${root.paths.rawDir}/0026_outer/eval/report.json`, { passed: 1 });
-  await writeGitReceipt(fs, root.paths, root.sessionId, attempt, "after", {
-    head: "c0ffee",
-    branch: "main",
-    dirty: false,
-  });
-  await writeJson(fs, root.paths.evalReceipt("ev-1"), {
-    schema_version: 1,
-    eval_id: "ev-1",
-    verdict: "pass",
-    producer: {
-      session_id: root.sessionId,
-      workflow_id: "outer",
-      attempt_id: attempt.attemptId,
-      iteration: 26,
-    },
-    raw_report_refs: ["session:/raw/0026_outer/eval/report.json"],
-    git_receipt_ref: "session:/receipts/0026_outer_git_after.json",
-    created_at: AT,
-  });
+  const { fs, root } = await evalReceiptReady();
   // This acceptance has read the state (running) and is checking the raw report...
   const pausing = pauseAfter(fs, (_method, path) => path.endsWith("/eval/report.json"));
   const accepting = acceptEvalReceipt(pausing.fs, root.paths, "ev-1", {

@@ -7,6 +7,7 @@ import { MemoryFs } from "../adapters/memory.ts";
 import { portableSha256 } from "../src/port/sha256.ts";
 import { CorruptSessionError, type SessionError, SessionFormatError } from "../src/loop/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
+import type { SessionManager } from "../src/loop/session_manager.ts";
 import { verifySession } from "../src/loop/verify.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import {
@@ -267,6 +268,26 @@ for (const [runtime, error] of RUNTIME_ERRORS) {
 }
 
 /**
+ * The healthy store, and beside its session a closed one of two messages (with a stored title
+ * when `storedTitle`) for a test to damage.
+ */
+async function beside(storedTitle = false): Promise<{
+  fs: MemoryFs;
+  healthy: string;
+  store: SessionStore;
+  session: SessionManager;
+  dir: string;
+}> {
+  const { fs, healthy } = await healthyStore();
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(CWD);
+  await session.commit([user("first"), assistant("second")]);
+  if (storedTitle) await session.setTitle({ text: "Stored", source: "user", messageIndices: [] });
+  await session.close();
+  return { fs, healthy, store, session, dir: session.getSessionPath() };
+}
+
+/**
  * Appends a generation holding `lines` (each followed by a newline) after the log's bytes and
  * commits it as a writer would: meta.json's range, count and checksum match it, and index.json
  * is removed (a fast listing then reads the log). Returns meta.json as it was before.
@@ -304,12 +325,7 @@ interface StoredMeta {
 }
 
 test("a committed line that is not JSON is a SessionFormatError at messages[N] for every reader and for compaction; a damaged range stays a CorruptSessionError", async () => {
-  const { fs, healthy } = await healthyStore();
-  const store = new SessionStore({ fs, agentDir: AGENT });
-  const session = await store.create(CWD);
-  await session.commit([user("first"), assistant("second")]);
-  await session.close();
-  const dir = session.getSessionPath();
+  const { fs, healthy, store, session, dir } = await beside();
   const log = `${dir}/messages.jsonl`;
   const metaPath = `${dir}/meta.json`;
   // A generation after the first (so compaction has bytes to drop) with a blank line between its
@@ -350,15 +366,7 @@ for (const storedTitle of [false, true]) {
         storedTitle ? "a stored title" : "a fallback title"
       })`,
       async () => {
-        const { fs, healthy } = await healthyStore();
-        const store = new SessionStore({ fs, agentDir: AGENT });
-        const session = await store.create(CWD);
-        await session.commit([user("first"), assistant("second")]);
-        if (storedTitle) {
-          await session.setTitle({ text: "Stored", source: "user", messageIndices: [] });
-        }
-        await session.close();
-        const dir = session.getSessionPath();
+        const { fs, healthy, session, dir } = await beside(storedTitle);
         const log = `${dir}/messages.jsonl`;
         await recommit(fs, dir, [
           JSON.stringify(change(user("first"))),
@@ -379,12 +387,7 @@ for (const storedTitle of [false, true]) {
 }
 
 test("a fast listing reports a committed range that does not match its checksum as the open does", async () => {
-  const { fs, healthy } = await healthyStore();
-  const store = new SessionStore({ fs, agentDir: AGENT });
-  const session = await store.create(CWD);
-  await session.commit([user("first"), assistant("second")]);
-  await session.close();
-  const dir = session.getSessionPath();
+  const { fs, healthy, dir } = await beside();
   const original = await recommit(fs, dir, [
     JSON.stringify(user("first")),
     "{not json",

@@ -632,8 +632,7 @@ export async function readRoundIndex(
   kindChecked: boolean,
   committed: IndexCounts,
 ): Promise<RoundIndex | undefined> {
-  const read = await readRoundIndexWithin(fs, dir, kindChecked, committed);
-  return read === undefined || "oversized" in read ? undefined : read;
+  return (await readSizedRoundIndex(fs, dir, kindChecked, committed))?.index;
 }
 
 /** The committed counts that bound the size of an index (`indexSizeBound`). */
