@@ -1265,3 +1265,31 @@ for (const stage of ["before the ledger records it", "once its child runs"] as c
     );
   });
 }
+
+test("an acceptance stopped once its child runs, its record naming no hash, resumes the pending file holding the accepted bytes", async () => {
+  const { fs, root } = await crashedAcceptance(async (recovered, paths) => {
+    const record = (await readChildrenLedger(recovered, paths, ROOT_ID)).children[0];
+    return record?.status === "running" &&
+      await exists(recovered, `${paths.childDir(record.session_id)}/state.json`) &&
+      await exists(recovered, `${paths.childRequestsPendingDir}/phase-0.json`);
+  });
+  // A ledger record of schema 2 need not name the accepted bytes' hash.
+  const ledger = await readJson(fs, root.paths.childrenJson);
+  const records = ledger.children as Record<string, unknown>[];
+  delete records[0]!.accepted_request_sha256;
+  await writeJson(fs, root.paths.childrenJson, ledger);
+  // An agent reuses the request id under a file name considered first, with another body.
+  await writeJson(
+    fs,
+    `${root.paths.childRequestsPendingDir}/a-phase-0.json`,
+    childRequest("phase-0", { goal: "Deliver phase-0 another way" }),
+  );
+  const resumed = await processNext(fs);
+  assert.equal(resumed?.kind, "accepted");
+  const after = await readChildrenLedger(fs, root.paths, ROOT_ID);
+  assert.deepEqual(after.children.map((c) => c.status), ["running"]);
+  assert.equal(
+    (await readJson(fs, root.paths.stateJson)).active_child_session_id,
+    after.children[0]?.session_id,
+  );
+});

@@ -10,7 +10,7 @@ import { SessionNotFoundError } from "../src/loop/errors.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { assistant, conversation, user } from "./_fixtures.ts";
-import { gate, hookedFs } from "./_hooks.ts";
+import { gate, hookedFs, withoutNoFollow } from "./_hooks.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -207,3 +207,64 @@ test("a read-only open that judged a compaction's staging directory before its f
   assert.deepEqual(got.value.messages, history);
   await got.value.close();
 });
+
+for (const [fast, noFollow] of [[true, true], [true, false], [false, true]] as const) {
+  test(`a listing that judged a compaction's staging directory before its first rename lists the session once it moved (fast: ${fast}, no-follow reads: ${noFollow})`, async () => {
+    const fs = new MemoryFs();
+    await fs.mkdir(CWD, { recursive: true });
+    const session = await storeOn(fs).create(CWD);
+    const history = [user("edited"), ...conversation(3).slice(1), user("more"), assistant("ok")];
+    await session.commit(conversation(3));
+    await session.commit(history);
+    await session.close();
+    const dir = session.getSessionPath();
+    // The compaction holds with its compacted copy complete (no previous copy yet), then between
+    // its renames; the listing reads the collection in between and the session once it moved.
+    const [atMove, moveGo, betweenRenames, swapGo] = [gate(), gate(), gate(), gate()];
+    const compactorFs = hookedFs(fs, {
+      before: async (method, args) => {
+        if (method === "rename" && args[0] === dir && String(args[1]).endsWith("/previous")) {
+          atMove.open();
+          await moveGo.wait;
+        }
+        if (method === "rename" && args[1] === dir) {
+          betweenRenames.open();
+          await swapGo.wait;
+        }
+      },
+    });
+    const compacting = storeOn(compactorFs).compact(dir);
+    await atMove.wait;
+    const [readerAt, readerGo] = [gate(), gate()];
+    let listed = false;
+    let armed = true;
+    const readerFs = hookedFs(fs, {
+      before: async (method, args) => {
+        if (method === "readDir" && args[0] === COLLECTION) listed = true;
+        const path = String(args[0]);
+        if (armed && listed && (path === dir || path.startsWith(`${dir}/`))) {
+          armed = false;
+          readerAt.open();
+          await readerGo.wait;
+        }
+      },
+    });
+    const listing = storeOn(noFollow ? readerFs : withoutNoFollow(readerFs)).listDetailed(
+      CWD,
+      undefined,
+      { fast },
+    );
+    await readerAt.wait;
+    moveGo.open();
+    await betweenRenames.wait;
+    readerGo.open();
+    const result = await listing;
+    swapGo.open();
+    assert.equal((await compacting).compacted, true);
+    assert.deepEqual(result.failures, []);
+    assert.deepEqual(
+      result.sessions.map((s) => [s.id, s.messageCount]),
+      [[session.id, history.length]],
+    );
+  });
+}

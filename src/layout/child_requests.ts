@@ -614,7 +614,15 @@ async function processNext(
     // A live child whose request is still pending is an interrupted acceptance: finish it first.
     // Of several pending files holding its request id (an agent may reuse the id under another
     // file name), the one holding the accepted bytes is the request; only when none does is the
-    // first one admitted (and the acceptance abandoned, see `admit`).
+    // first one admitted (and the acceptance abandoned, see `admit`). The accepted bytes are
+    // known by their hash where the record names one (a record of schema 2 may not), otherwise
+    // as the accepted copy holds them.
+    const acceptedHash = typeof live.accepted_request_sha256 === "string"
+      ? live.accepted_request_sha256
+      : undefined;
+    const accepted = acceptedHash === undefined
+      ? await recordBytes(fs, paths.acceptedRequest(live.request_id), true)
+      : undefined;
     for (const candidate of pending) {
       // Read only as a regular file (listed as one; a FIFO swapped in is refused, never waited on).
       const candidateBytes = await cappedRecordBytes(
@@ -625,9 +633,10 @@ async function processNext(
       // A file too large to read holds no request id (it is rejected unread below).
       if (candidateBytes === TOO_LARGE) continue;
       if (requestIdOf(candidateBytes, candidate) !== live.request_id) continue;
-      // The bytes the ledger record accepted (an accepted copy damaged since is refused by
-      // `admit`, never taken for the request).
-      const isAccepted = sha256Ref(candidateBytes) === live.accepted_request_sha256;
+      // (An accepted copy damaged since its record named its hash is refused by `admit`.)
+      const isAccepted = acceptedHash !== undefined
+        ? sha256Ref(candidateBytes) === acceptedHash
+        : accepted !== undefined && bytesEqual(candidateBytes, accepted);
       if (name === undefined || isAccepted) {
         name = candidate;
         bytes = candidateBytes;

@@ -315,6 +315,8 @@ interface Candidate {
        * which such an open reports (or of a staging directory that cannot be looked at).
        */
       readonly copy?: string | SessionError | FsError | undefined;
+      /** The names of the compaction staging directories of the session the listing saw. */
+      readonly stagingNames?: readonly string[] | undefined;
     }
     | { readonly kind: "legacy"; readonly file: string }
     | { readonly kind: "failed"; readonly error: SessionError | FsError };
@@ -483,12 +485,6 @@ async function candidatesOf(
       if (copy === undefined && stagingNames !== undefined) {
         try {
           copy = await compactionPrevious(fs, collection, stagingNames);
-          // A compaction whose previous copy is damaged: reported if the directory here turns
-          // out to hold no meta.json (something that is not the session took its place).
-          const damaged = copy === undefined
-            ? await damagedCompaction(fs, collection, stagingNames)
-            : undefined;
-          if (damaged !== undefined) copy = damagedCompactionError(damaged);
         } catch (error) {
           if (!isReportable(error)) throw error;
           copy = error;
@@ -496,7 +492,7 @@ async function candidatesOf(
       }
       candidates.push({
         id,
-        source: { kind: "directory", dir: join(collection, id), hasBackup, copy },
+        source: { kind: "directory", dir: join(collection, id), hasBackup, copy, stagingNames },
         path,
       });
       return;
@@ -1008,12 +1004,13 @@ async function summarize(
     try {
       return await fastSummary(context, source.dir, cache, candidate.id);
     } catch (error) {
-      // A damaged log or message the fast scan met: the fast scan looks at less than an open
-      // does (not every field, not every line), so the open's first error is taken (the whole
-      // history is checked once more, for a damaged session only), as a full listing reports it.
+      // A damaged message the fast scan met: the fast scan looks at less than an open does (not
+      // every field, not every line), so the open's first error is taken (the whole history is
+      // checked once more, for a damaged session only), as a full listing reports it. Not for a
+      // CorruptSessionError: a compaction or a save racing the read gives one, and the listing
+      // then looks again (`mayHaveMoved`).
       if (
-        !(error instanceof SessionFormatError || error instanceof CorruptSessionError) ||
-        error.file !== join(source.dir, MESSAGES_FILE)
+        !(error instanceof SessionFormatError) || error.file !== join(source.dir, MESSAGES_FILE)
       ) {
         throw error;
       }
@@ -1033,6 +1030,18 @@ async function summarize(
         fast,
         cache,
       );
+    }
+    // A directory without meta.json in the place of a session that a compaction moved away and
+    // whose previous copy is damaged (recovery keeps it): reported. Looked at only now, once the
+    // directory still shows no meta.json: a compaction running meanwhile moves it, it does not
+    // empty it (and is then looked for again, as for any session that moved).
+    if (
+      source.stagingNames !== undefined && await entryKind(context.fs, source.dir) === "directory"
+    ) {
+      const damaged = await damagedCompaction(context.fs, dirname(source.dir), source.stagingNames);
+      if (damaged !== undefined && await previousSession(context.fs, damaged) === undefined) {
+        throw damagedCompactionError(damaged);
+      }
     }
     // Never committed, unless index.json says a save committed there: a lost meta.json is a
     // failure, as an open reports it, never a session dropped from the listing.
