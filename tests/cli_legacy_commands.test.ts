@@ -156,3 +156,28 @@ test("sessions verify <legacy id|path> verifies the file in place as verify --al
   await fs.writeFile(LEGACY, bytes);
   assert.deepEqual(fs.snapshotTree("/"), before);
 });
+
+test("migrate --all, --dry-run or not, reports a legacy backup whose session a damaged compaction holds", async () => {
+  const fs = await legacyStore([user("hi"), assistant("yo")]);
+  assert.equal((await sessions(fs, ["migrate", "--all"])).code, 0);
+  // The migrated session moved away by a compaction stopped between its renames, its previous
+  // copy damaged; its compacted copy is complete and the legacy backup is stale.
+  const dir = `${COLLECTION}/${ID}`;
+  const staging = `${COLLECTION}/.staging-${ID}-0123abcd`;
+  await fs.mkdir(`${staging}/session`, { recursive: true });
+  for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
+    await fs.writeFile(`${staging}/session/${name}`, await fs.readFile(`${dir}/${name}`));
+  }
+  await fs.rename(dir, `${staging}/previous`);
+  await fs.remove(`${staging}/previous/meta.json`);
+  const before = fs.snapshotTree("/");
+  for (const dryRun of [true, false]) {
+    const args = ["migrate", "--all", ...(dryRun ? ["--dry-run"] : []), "--json"];
+    const { code, out } = await sessions(fs, args);
+    assert.equal(code, 1, out);
+    const { results } = JSON.parse(out);
+    assert.equal(results.length, 1, out);
+    assert.match(results[0].error, /previous copy damaged/, `dry run: ${dryRun}`);
+  }
+  assert.deepEqual(fs.snapshotTree("/"), before, "nothing was written");
+});

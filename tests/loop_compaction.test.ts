@@ -484,7 +484,7 @@ test("removeLegacyBackup() removes the backup of a migrated session written to s
 });
 
 for (const damage of ["a file", "a link", "a directory without meta.json", "missing"] as const) {
-  for (const place of ["missing", "a file"] as const) {
+  for (const place of ["missing", "a file", "an empty directory"] as const) {
     test(`a compaction stopped between its renames whose previous copy is ${damage} (the session's place ${place}) is reported and kept, never removed with its compacted copy`, async () => {
       const { fs, session } = await replaced();
       const dir = session.getSessionPath();
@@ -508,6 +508,7 @@ for (const damage of ["a file", "a link", "a directory without meta.json", "miss
         await fs.remove(`${previous}/meta.json`);
       } else await fs.remove(previous, { recursive: true });
       if (place === "a file") await fs.writeFile(dir, encoder.encode("not the session"));
+      if (place === "an empty directory") await fs.mkdir(dir);
       const compacted = fs.snapshotTree(`${staging}/session`);
       const reported = (error: unknown): true => {
         assert.ok(error instanceof SessionFormatError, String(error));
@@ -520,7 +521,7 @@ for (const damage of ["a file", "a link", "a directory without meta.json", "miss
         assert.equal(listed.failures.length, 1, `fast: ${fast}`);
         reported(listed.failures[0]?.error);
       }
-      if (place === "missing") {
+      if (place !== "a file") {
         await assert.rejects(storeOn(fs).open(dir, { readOnly: true }), reported);
         await assert.rejects(storeOn(fs).open(dir), reported);
         const verified = await verifySession(fs, dir, { sha256: portableSha256 });

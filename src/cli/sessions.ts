@@ -39,7 +39,12 @@ import {
   isPrivateStagingName,
   SessionNotArchivedError,
 } from "../loop/archive.ts";
-import { COMPACTION_PREVIOUS, stagingSessionId } from "../loop/compaction.ts";
+import {
+  COMPACTION_PREVIOUS,
+  damagedCompactionError,
+  damagedCompactionOf,
+  stagingSessionId,
+} from "../loop/compaction.ts";
 import type { StoreContext } from "../loop/lock.ts";
 import { isSessionId } from "../loop/records/mod.ts";
 import {
@@ -1388,6 +1393,9 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
               throw collectionNotADirectory(collection);
             }
             await realDirectory(io, migratedTo);
+            // Moved away by a compaction whose previous copy is damaged: the real run refuses it.
+            const kept = await damagedCompactionOf(io.fs, migratedTo);
+            if (kept !== undefined) throw damagedCompactionError(kept);
             if (source !== undefined && source !== file) {
               // The staged copy is put back at `file` first: anything but a file there (a link,
               // a directory) fails the migration, as it fails on the file in place.

@@ -33,6 +33,7 @@ import {
   isTempName,
   PRIVATE_DIR_MODE,
   PRIVATE_FILE_MODE,
+  readDirIfExists,
   writeNewFile,
 } from "../port/durable.ts";
 import { basename, dirname, join } from "../port/path.ts";
@@ -433,6 +434,28 @@ export async function previousSession(
 export async function stoppedBetweenRenames(fs: FileSystem, staging: string): Promise<boolean> {
   return await entryKind(fs, join(staging, COMPACTION_PREVIOUS)) === "directory" ||
     await entryKind(fs, join(staging, COMPACTION_SESSION)) === "directory";
+}
+
+/**
+ * The compaction staging directory of session directory `dir` that stopped between its renames
+ * (`stoppedBetweenRenames`) when no staging directory of it holds a previous copy to read: what
+ * recovery keeps while the session is not in place. Undefined when there is none.
+ */
+export async function damagedCompactionOf(
+  fs: FileSystem,
+  dir: string,
+): Promise<string | undefined> {
+  const id = basename(dir);
+  if (!isSessionId(id)) return undefined;
+  const collection = dirname(dir);
+  let damaged: string | undefined;
+  for (const entry of await readDirIfExists(fs, collection)) {
+    if (entry.kind !== "directory" || stagingSessionId(entry.name) !== id) continue;
+    const staging = join(collection, entry.name);
+    if (await previousSession(fs, staging) !== undefined) return undefined;
+    if (damaged === undefined && await stoppedBetweenRenames(fs, staging)) damaged = staging;
+  }
+  return damaged;
 }
 
 /**

@@ -70,9 +70,9 @@ import { LineWriter } from "./line_writer.ts";
 import { LEGACY_EXTENSION, readLegacyPrefix } from "./legacy.ts";
 import {
   damagedCompactionError,
+  damagedCompactionOf,
   previousSession,
   stagingSessionId,
-  stoppedBetweenRenames,
 } from "./compaction.ts";
 import { inspectDeletion, isDeleteStagingName } from "./archive.ts";
 import { jsonNestsDeeper, MAX_MESSAGE_NESTING, refuseDeepMessage } from "./records/_validation.ts";
@@ -363,10 +363,12 @@ export async function verifySession(
     if (report.meta === undefined) {
       if (!MISSING.has(report)) return { ...report, dir };
       // The session was not there: in place again, or staged by a compaction meanwhile.
-      const next = await entryKind(fs, dir) === "directory" ? dir : await compactionCopy(fs, dir);
+      const inPlace = await entryKind(fs, dir) === "directory" &&
+        await entryKind(fs, join(dir, META_FILE)) !== undefined;
+      const next = inPlace ? dir : await compactionCopy(fs, dir);
       if (next === undefined) {
         // Moved away by a compaction whose previous copy is damaged: said so, as listings say it.
-        const damaged = await damagedCompactionStaging(fs, dir);
+        const damaged = await damagedCompactionOf(fs, dir);
         if (damaged === undefined) return { ...report, dir };
         const error = damagedCompactionError(damaged);
         const finding: VerifyFinding = {
@@ -401,25 +403,6 @@ async function compactionCopy(fs: FileSystem, dir: string): Promise<string | und
     if (entry.kind !== "directory" || stagingSessionId(entry.name) !== id) continue;
     const previous = await previousSession(fs, join(collection, entry.name));
     if (previous !== undefined) return previous;
-  }
-  return undefined;
-}
-
-/**
- * A compaction staging directory of session directory `dir` that stopped between its renames
- * with no previous copy to read (`stoppedBetweenRenames`), or undefined.
- */
-async function damagedCompactionStaging(
-  fs: FileSystem,
-  dir: string,
-): Promise<string | undefined> {
-  const id = basename(dir);
-  if (!isSessionId(id)) return undefined;
-  const collection = dirname(dir);
-  for (const entry of await readDirIfExists(fs, collection)) {
-    if (entry.kind !== "directory" || stagingSessionId(entry.name) !== id) continue;
-    const staging = join(collection, entry.name);
-    if (await stoppedBetweenRenames(fs, staging)) return staging;
   }
   return undefined;
 }
