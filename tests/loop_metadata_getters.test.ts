@@ -54,7 +54,11 @@ function metadataFor(history: Message[], label: string) {
   };
   return {
     contexts: [{ userTurn: 0, content: `${label} context`, timestamp: 1 }],
-    timings: [{ userMessageIndex: second, startedAt: 1, finishedAt: 2 }],
+    timings: [{
+      userMessageIndex: second,
+      startedAt: label === "first" ? 1 : 3,
+      finishedAt: label === "first" ? 2 : 4,
+    }],
     context: {
       compactions: [compaction],
       systemPromptCheckpoints: [{ messageCount: 1, timestamp: 1, sections: { a: label } }],
@@ -91,37 +95,49 @@ test("the metadata getters return copies of the committed state", async () => {
   await reopened.close();
 });
 
-test("after a failed save the metadata getters return the pending save's, which flush() writes", async () => {
-  const { store, failNextPublish } = await rig();
-  const session = await store.create(CWD);
-  const history = conversation(3);
-  const first = metadataFor(history, "first");
-  await session.commit(history, first.contexts, first.timings, first.context as never);
-  const longer = [...history, ...conversation(1, "n")];
-  const second = metadataFor(longer, "second");
-  failNextPublish();
-  await assert.rejects(
-    session.commit(longer, second.contexts, undefined, {
-      compactions: second.context.compactions,
-    } as never),
-    /injected/,
+for (const omitted of [true, false]) {
+  test(
+    `after a failed save the metadata getters return the pending save's, which flush() writes (${
+      omitted ? "checkpoints and timings omitted: kept" : "every kind replaced"
+    })`,
+    async () => {
+      const { store, failNextPublish } = await rig();
+      const session = await store.create(CWD);
+      const history = conversation(3);
+      const first = metadataFor(history, "first");
+      await session.commit(history, first.contexts, first.timings, first.context as never);
+      const longer = [...history, ...conversation(1, "n")];
+      const second = metadataFor(longer, "second");
+      failNextPublish();
+      await assert.rejects(
+        omitted
+          ? session.commit(longer, second.contexts, undefined, {
+            compactions: second.context.compactions,
+          } as never)
+          : session.commit(longer, second.contexts, second.timings, second.context as never),
+        /injected/,
+      );
+      assert.equal(session.hasPendingSave, true);
+      const pending = {
+        compactions: second.context.compactions, // replaced by the failed save
+        checkpoints: (omitted ? first : second).context.systemPromptCheckpoints,
+        timings: (omitted ? first : second).timings,
+        contexts: second.contexts,
+      };
+      assert.deepEqual(metadata(session), pending);
+      (session.getCompactions()[0] as { summary: string }).summary = "changed by the caller";
+      (session.getSystemPromptCheckpoints()[0]!.sections as Record<string, string>).a = "changed";
+      (session.getPromptTimings()[0] as { startedAt: number }).startedAt = 99;
+      (session.getRuntimeContexts()[0] as { content: string }).content = "changed";
+      assert.deepEqual(metadata(session), pending);
+      await session.flush();
+      assert.equal(session.hasPendingSave, false);
+      assert.deepEqual(metadata(session), pending);
+      await session.close();
+      const reopened = await store.open(session.getSessionPath(), { readOnly: true });
+      assert.deepEqual(metadata(reopened), pending);
+      assert.equal(reopened.messages.length, longer.length);
+      await reopened.close();
+    },
   );
-  assert.equal(session.hasPendingSave, true);
-  const pending = {
-    compactions: second.context.compactions, // replaced by the failed save
-    checkpoints: first.context.systemPromptCheckpoints, // omitted: kept
-    timings: first.timings, // omitted: kept
-    contexts: second.contexts,
-  };
-  assert.deepEqual(metadata(session), pending);
-  (session.getCompactions()[0] as { summary: string }).summary = "changed by the caller";
-  assert.deepEqual(metadata(session), pending);
-  await session.flush();
-  assert.equal(session.hasPendingSave, false);
-  assert.deepEqual(metadata(session), pending);
-  await session.close();
-  const reopened = await store.open(session.getSessionPath(), { readOnly: true });
-  assert.deepEqual(metadata(reopened), pending);
-  assert.equal(reopened.messages.length, longer.length);
-  await reopened.close();
-});
+}

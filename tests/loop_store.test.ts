@@ -20,7 +20,11 @@ import { FsIoError, NotFound } from "../src/port/errors.ts";
 import type { FileHandle, FileSystem } from "../src/port/fs.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import { SessionManager } from "../src/loop/session_manager.ts";
-import { encodeStorageMeta, encodeStorageMetaReusing } from "../src/loop/storage.ts";
+import {
+  encodeStorageMeta,
+  encodeStorageMetaReusing,
+  parseRoundIndexText,
+} from "../src/loop/storage.ts";
 import { type Message, newSessionHeader } from "../src/loop/records/mod.ts";
 import { assistant, conversation, toolResult, user } from "./_fixtures.ts";
 import { gate, hookedFs, linkedBeforeOpen, withoutNoFollow } from "./_hooks.ts";
@@ -935,9 +939,13 @@ for (const damage of ["truncated", "malformed", "grown"] as const) {
       await fs.writeFile(indexPath, new TextEncoder().encode("{not json"));
     }
     if (damage === "grown") {
-      const grown = JSON.parse(text.decode(fresh));
-      grown.fallbackTitle = `${grown.fallbackTitle} and more`;
-      await fs.writeFile(indexPath, new TextEncoder().encode(JSON.stringify(grown) + "\n"));
+      // The same valid index, written longer (indented): only its length changed.
+      const grown = new TextEncoder().encode(
+        JSON.stringify(JSON.parse(text.decode(fresh)), null, 2) + "\n",
+      );
+      assert.ok(grown.length > fresh.length);
+      assert.ok(parseRoundIndexText(text.decode(grown)) !== undefined, "a valid index");
+      await fs.writeFile(indexPath, grown);
     }
     await session.close();
     assert.deepEqual(await fs.readFile(indexPath), fresh);

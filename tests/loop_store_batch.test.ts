@@ -653,16 +653,18 @@ test("a batch takes the time of its latest save, also when the clock stepped bac
   held = { wait, reached: reached.open };
   now = Date.parse("2026-01-01T00:01:00.000Z");
   const first = session.append([user("q")]);
-  await reached.wait; // in flight: the next two are queued into one batch
-  now = Date.parse("2026-01-01T00:03:00.000Z");
+  await reached.wait; // in flight: the next three are queued into one batch
+  now = Date.parse("2026-01-01T00:02:00.000Z");
   const second = session.append([assistant("a")]);
-  now = Date.parse("2026-01-01T00:02:00.000Z"); // the clock stepped back
+  now = Date.parse("2026-01-01T00:04:00.000Z"); // the latest: neither the batch's first nor last
   const third = session.append([user("r")]);
+  now = Date.parse("2026-01-01T00:03:00.000Z"); // the clock stepped back
+  const fourth = session.append([assistant("b")]);
   open();
-  await Promise.all([first, second, third]);
-  assert.equal(session.getHeader().updatedAt, "2026-01-01T00:03:00.000Z");
+  await Promise.all([first, second, third, fourth]);
+  assert.equal(session.getHeader().updatedAt, "2026-01-01T00:04:00.000Z");
   const reopened = await store.open(session.getSessionPath(), { readOnly: true });
-  assert.equal(reopened.getHeader().updatedAt, "2026-01-01T00:03:00.000Z");
+  assert.equal(reopened.getHeader().updatedAt, "2026-01-01T00:04:00.000Z");
   await reopened.close();
 });
 
