@@ -203,7 +203,16 @@ for (const gone of ["removed", "moved away", "replaced by an empty directory"] a
   });
 }
 
-test("close() republishes index.json after a same-count replacement whose index publication failed", async () => {
+/**
+ * A session of four rounds whose replacement of its first prompt (the same message count, a new
+ * generation) was saved while its index publication failed.
+ */
+async function replacedWithoutIndex(): Promise<{
+  mem: MemoryFs;
+  store: SessionStore;
+  session: SessionManager;
+  replaced: Message[];
+}> {
   const mem = new MemoryFs();
   let failIndex = false;
   const fs = hookedFs(mem, {
@@ -220,8 +229,13 @@ test("close() republishes index.json after a same-count replacement whose index 
   await session.commit(history);
   failIndex = true;
   const replaced = [user("edited first prompt"), ...history.slice(1)];
-  await session.commit(replaced); // the same message count, a new generation
+  await session.commit(replaced);
   assert.equal(failIndex, false, "the index publication was attempted and failed");
+  return { mem, store, session, replaced };
+}
+
+test("close() republishes index.json after a same-count replacement whose index publication failed", async () => {
+  const { mem, store, session, replaced } = await replacedWithoutIndex();
   const dir = session.getSessionPath();
   await session.close();
   const meta = JSON.parse(text.decode(await mem.readFile(`${dir}/meta.json`)));
@@ -270,24 +284,7 @@ test("a save refused after taking in a user message leaves no round behind: page
 });
 
 test("a page read after a replacement whose index publication failed rebuilds index.json at once", async () => {
-  const mem = new MemoryFs();
-  let failIndex = false;
-  const fs = hookedFs(mem, {
-    before: (method, args) => {
-      if (failIndex && method === "rename" && String(args[1]).endsWith("/index.json")) {
-        failIndex = false;
-        throw new Error("injected: index publication fails");
-      }
-    },
-  });
-  const store = await setup(fs);
-  const session = await store.create(CWD);
-  const history = conversation(4);
-  await session.commit(history);
-  failIndex = true;
-  const replaced = [user("edited first prompt"), ...history.slice(1)];
-  await session.commit(replaced); // a new generation
-  assert.equal(failIndex, false, "the index publication was attempted and failed");
+  const { mem, session, replaced } = await replacedWithoutIndex();
   const dir = session.getSessionPath();
   const page = await session.readHistory();
   assert.deepEqual(page.messages, replaced.slice(page.start));
