@@ -148,3 +148,19 @@ export async function memoryStoreWithSession(
   await saved.close();
   return { fs, session: saved.getSessionPath() };
 }
+
+/**
+ * Leaves session directory `dir` as a compaction stopped between its renames leaves it: its
+ * compacted copy complete in `<collection>/.staging-<id>-0123abcd/session/`, the directory
+ * itself moved to `previous/` beside it. Returns the staging directory.
+ */
+export async function stoppedBetweenRenames(fs: FileSystem, dir: string): Promise<string> {
+  const cut = dir.lastIndexOf("/");
+  const staging = `${dir.slice(0, cut)}/.staging-${dir.slice(cut + 1)}-0123abcd`;
+  await fs.mkdir(`${staging}/session`, { recursive: true });
+  for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
+    await fs.writeFile(`${staging}/session/${name}`, await fs.readFile(`${dir}/${name}`));
+  }
+  await fs.rename(dir, `${staging}/previous`);
+  return staging;
+}

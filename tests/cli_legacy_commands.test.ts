@@ -7,7 +7,7 @@ import { runSessions } from "../src/cli/sessions.ts";
 import { memoryIo } from "./_cli_io.ts";
 import { hookedFs } from "./_hooks.ts";
 import { workspaceHash } from "../src/loop/store.ts";
-import { assistant, legacySessionBytes, user } from "./_fixtures.ts";
+import { assistant, legacySessionBytes, stoppedBetweenRenames, user } from "./_fixtures.ts";
 import type { FileSystem } from "../src/port/fs.ts";
 
 const CWD = "/work/project";
@@ -163,12 +163,7 @@ test("migrate --all, --dry-run or not, reports a legacy backup whose session a d
   // The migrated session moved away by a compaction stopped between its renames, its previous
   // copy damaged; its compacted copy is complete and the legacy backup is stale.
   const dir = `${COLLECTION}/${ID}`;
-  const staging = `${COLLECTION}/.staging-${ID}-0123abcd`;
-  await fs.mkdir(`${staging}/session`, { recursive: true });
-  for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
-    await fs.writeFile(`${staging}/session/${name}`, await fs.readFile(`${dir}/${name}`));
-  }
-  await fs.rename(dir, `${staging}/previous`);
+  const staging = await stoppedBetweenRenames(fs, dir);
   await fs.remove(`${staging}/previous/meta.json`);
   const before = fs.snapshotTree("/");
   for (const dryRun of [true, false]) {

@@ -13,7 +13,13 @@ import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { crashAtEveryOperation, failAtEveryOperation } from "./_crash.ts";
-import { assistant, conversation, legacySessionBytes, user } from "./_fixtures.ts";
+import {
+  assistant,
+  conversation,
+  legacySessionBytes,
+  stoppedBetweenRenames,
+  user,
+} from "./_fixtures.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -488,15 +494,7 @@ for (const damage of ["a file", "a link", "a directory without meta.json", "miss
     test(`a compaction stopped between its renames whose previous copy is ${damage} (the session's place ${place}) is reported and kept, never removed with its compacted copy`, async () => {
       const { fs, session } = await replaced();
       const dir = session.getSessionPath();
-      const id = session.id;
-      // The state a compaction leaves after its first rename: its compacted copy complete in the
-      // staging directory, the session directory moved to its previous copy beside it.
-      const staging = `${COLLECTION}/.staging-${id}-0123abcd`;
-      await fs.mkdir(`${staging}/session`, { recursive: true });
-      for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
-        await fs.writeFile(`${staging}/session/${name}`, await fs.readFile(`${dir}/${name}`));
-      }
-      await fs.rename(dir, `${staging}/previous`);
+      const staging = await stoppedBetweenRenames(fs, dir);
       const previous = `${staging}/previous`;
       if (damage === "a file") {
         await fs.remove(previous, { recursive: true });
@@ -558,12 +556,7 @@ test("a session kept by a damaged compaction is not opened from its stale legacy
   await migrated.close();
   const dir = `${COLLECTION}/${id}`;
   // A compaction stopped between its renames, its previous copy damaged.
-  const staging = `${COLLECTION}/.staging-${id}-0123abcd`;
-  await fs.mkdir(`${staging}/session`, { recursive: true });
-  for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
-    await fs.writeFile(`${staging}/session/${name}`, await fs.readFile(`${dir}/${name}`));
-  }
-  await fs.rename(dir, `${staging}/previous`);
+  const staging = await stoppedBetweenRenames(fs, dir);
   await fs.remove(`${staging}/previous/meta.json`);
   const before = fs.snapshotTree(COLLECTION);
   for (const readOnly of [true, false]) {
