@@ -176,3 +176,14 @@ test("migrate --all, --dry-run or not, reports a legacy backup whose session a d
   }
   assert.deepEqual(fs.snapshotTree("/"), before, "nothing was written");
 });
+
+test("sessions delete removes a session a damaged compaction holds, with what is kept of it", async () => {
+  const fs = await legacyStore([user("hi"), assistant("yo")]);
+  assert.equal((await sessions(fs, ["migrate", "--all"])).code, 0);
+  const staging = await stoppedBetweenRenames(fs, `${COLLECTION}/${ID}`);
+  await fs.remove(`${staging}/previous/meta.json`);
+  const { code, out } = await sessions(fs, ["delete", ID, "--include-unarchived"]);
+  assert.equal(code, 0, out);
+  const left = (await fs.readDir(COLLECTION)).map((e) => e.name);
+  assert.deepEqual(left.filter((name) => name.includes(ID)), [], left.join(", "));
+});

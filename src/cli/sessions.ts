@@ -429,7 +429,11 @@ async function lookup(
   // No copy staged any more: a compaction (or a delete that rolled back) may have put `<id>/` back
   // in place since it was looked at, as the store looks once more.
   else if ((await entryKind(io.fs, dir)) !== undefined) located = directory(dir);
-  else if (failure !== undefined && failure.path !== file) throw failure.error;
+  // Moved away by a compaction whose previous copy is damaged: located at its place (opening it
+  // reports that; a delete removes what recovery keeps of it).
+  else if (failure !== undefined && await damagedCompactionOf(io.fs, dir) !== undefined) {
+    located = directory(dir);
+  } else if (failure !== undefined && failure.path !== file) throw failure.error;
   else {
     const kind = await entryKind(io.fs, file);
     if (kind === "file") located = legacy(file);
@@ -1551,6 +1555,9 @@ async function recognized(io: CliIo, found: Lookup & { located: Located }): Prom
   if (found.failure === undefined) return false; // Not a session, or of an unsupported format.
   const located = found.located;
   if (located.kind === "legacy") return true;
+  // Moved away by a compaction whose previous copy is damaged (recovery keeps what is left): a
+  // delete of the session removes it.
+  if (await damagedCompactionOf(io.fs, located.dir) !== undefined) return true;
   return (await entryKind(io.fs, located.source)) === "directory" &&
     (await entryKind(io.fs, join(located.source, META_FILE))) === "file";
 }
