@@ -1040,6 +1040,9 @@ async function summarize(
     ) {
       const damaged = await damagedCompaction(context.fs, dirname(source.dir), source.stagingNames);
       if (damaged !== undefined && await previousSession(context.fs, damaged) === undefined) {
+        // A healthy compaction puts the session in place before it removes its previous copy:
+        // with meta.json here now, it was one (looked for again, see `mayHaveMoved`).
+        if (await entryKind(context.fs, join(source.dir, META_FILE)) !== undefined) throw error;
         throw damagedCompactionError(damaged);
       }
     }

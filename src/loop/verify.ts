@@ -369,6 +369,12 @@ export async function verifySession(
       if (next === undefined) {
         // Moved away by a compaction whose previous copy is damaged: said so, as listings say it.
         const damaged = await damagedCompactionOf(fs, dir);
+        // A compaction that finished meanwhile put the session back in place (before it removed
+        // its previous copy): verified there again.
+        if (await entryKind(fs, join(dir, META_FILE)) !== undefined) {
+          source = dir;
+          continue;
+        }
         if (damaged === undefined) return { ...report, dir };
         const error = damagedCompactionError(damaged);
         const finding: VerifyFinding = {
