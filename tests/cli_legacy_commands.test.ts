@@ -4,6 +4,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { runSessions } from "../src/cli/sessions.ts";
+import { SessionFormatError } from "../src/loop/errors.ts";
 import { memoryIo } from "./_cli_io.ts";
 import { hookedFs } from "./_hooks.ts";
 import { workspaceHash } from "../src/loop/store.ts";
@@ -186,4 +187,21 @@ test("sessions delete removes a session a damaged compaction holds, with what is
   assert.equal(code, 0, out);
   const left = (await fs.readDir(COLLECTION)).map((e) => e.name);
   assert.deepEqual(left.filter((name) => name.includes(ID)), [], left.join(", "));
+});
+
+test("salvage and migrate <id> of a session a damaged compaction holds report the damage", async () => {
+  const fs = await legacyStore([user("hi"), assistant("yo")]);
+  assert.equal((await sessions(fs, ["migrate", "--all"])).code, 0);
+  await fs.remove(LEGACY); // the backup removed: only the compaction's copies are left
+  const staging = await stoppedBetweenRenames(fs, `${COLLECTION}/${ID}`);
+  await fs.remove(`${staging}/previous/meta.json`);
+  const before = fs.snapshotTree("/");
+  for (const args of [["salvage", ID, "--to", "/rescue"], ["migrate", ID]]) {
+    await assert.rejects(sessions(fs, args), (error: unknown) => {
+      assert.ok(error instanceof SessionFormatError, `${args[0]}: ${error}`);
+      assert.equal(error.file, `${staging}/previous`);
+      return true;
+    });
+  }
+  assert.deepEqual(fs.snapshotTree("/"), before, "nothing was written");
 });

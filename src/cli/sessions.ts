@@ -1355,6 +1355,11 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
       // The backup of a migrated session: its published directory is what the store opens.
       files.push({ path: file, published: true });
     } else {
+      // Moved away by a compaction whose previous copy is damaged: that is what is reported.
+      const missing = located.source === located.dir &&
+        await entryKind(io.fs, located.dir) === undefined;
+      const kept = missing ? await damagedCompactionOf(io.fs, located.dir) : undefined;
+      if (kept !== undefined) throw damagedCompactionError(kept);
       throw new UsageError(`'${located.dir}' is not a legacy <id>.jsonl session file`);
     }
   }

@@ -1230,7 +1230,14 @@ export class SessionStore {
     ) {
       return dir;
     }
-    return this.#stagedCopy(await this.#staging(dir)) ?? dir;
+    const staging = await this.#staging(dir);
+    const copy = this.#stagedCopy(staging);
+    if (copy !== undefined) return copy;
+    // Moved away by a compaction whose previous copy is damaged: said so, never "no session".
+    if (staging.damaged !== undefined && await entryKind(this.fs, dir) === undefined) {
+      throw damagedCompactionError(staging.damaged);
+    }
+    return dir;
   }
 
   /**
