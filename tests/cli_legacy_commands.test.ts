@@ -189,19 +189,22 @@ test("sessions delete removes a session a damaged compaction holds, with what is
   assert.deepEqual(left.filter((name) => name.includes(ID)), [], left.join(", "));
 });
 
-test("salvage and migrate <id> of a session a damaged compaction holds report the damage", async () => {
-  const fs = await legacyStore([user("hi"), assistant("yo")]);
-  assert.equal((await sessions(fs, ["migrate", "--all"])).code, 0);
-  await fs.remove(LEGACY); // the backup removed: only the compaction's copies are left
-  const staging = await stoppedBetweenRenames(fs, `${COLLECTION}/${ID}`);
-  await fs.remove(`${staging}/previous/meta.json`);
-  const before = fs.snapshotTree("/");
-  for (const args of [["salvage", ID, "--to", "/rescue"], ["migrate", ID]]) {
-    await assert.rejects(sessions(fs, args), (error: unknown) => {
-      assert.ok(error instanceof SessionFormatError, `${args[0]}: ${error}`);
-      assert.equal(error.file, `${staging}/previous`);
-      return true;
-    });
-  }
-  assert.deepEqual(fs.snapshotTree("/"), before, "nothing was written");
-});
+for (const place of ["missing", "an empty directory"] as const) {
+  test(`salvage and migrate <id> of a session a damaged compaction holds report the damage (its place ${place})`, async () => {
+    const fs = await legacyStore([user("hi"), assistant("yo")]);
+    assert.equal((await sessions(fs, ["migrate", "--all"])).code, 0);
+    await fs.remove(LEGACY); // the backup removed: only the compaction's copies are left
+    const staging = await stoppedBetweenRenames(fs, `${COLLECTION}/${ID}`);
+    await fs.remove(`${staging}/previous/meta.json`);
+    if (place === "an empty directory") await fs.mkdir(`${COLLECTION}/${ID}`);
+    const before = fs.snapshotTree("/");
+    for (const args of [["salvage", ID, "--to", "/rescue"], ["migrate", ID]]) {
+      await assert.rejects(sessions(fs, args), (error: unknown) => {
+        assert.ok(error instanceof SessionFormatError, `${args[0]}: ${error}`);
+        assert.equal(error.file, `${staging}/previous`);
+        return true;
+      });
+    }
+    assert.deepEqual(fs.snapshotTree("/"), before, "nothing was written");
+  });
+}

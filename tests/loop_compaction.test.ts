@@ -489,7 +489,15 @@ test("removeLegacyBackup() removes the backup of a migrated session written to s
   await assert.rejects(fs.lstat(legacy));
 });
 
-for (const damage of ["a file", "a link", "a directory without meta.json", "missing"] as const) {
+for (
+  const damage of [
+    "a file",
+    "a link",
+    "a directory without meta.json",
+    "a directory whose meta.json is a directory",
+    "missing",
+  ] as const
+) {
   for (const place of ["missing", "a file", "an empty directory"] as const) {
     test(`a compaction stopped between its renames whose previous copy is ${damage} (the session's place ${place}) is reported and kept, never removed with its compacted copy`, async () => {
       const { fs, session } = await replaced();
@@ -504,6 +512,9 @@ for (const damage of ["a file", "a link", "a directory without meta.json", "miss
         await fs.symlink(`${staging}/session`, previous);
       } else if (damage === "a directory without meta.json") {
         await fs.remove(`${previous}/meta.json`);
+      } else if (damage === "a directory whose meta.json is a directory") {
+        await fs.remove(`${previous}/meta.json`);
+        await fs.mkdir(`${previous}/meta.json`);
       } else await fs.remove(previous, { recursive: true });
       if (place === "a file") await fs.writeFile(dir, encoder.encode("not the session"));
       if (place === "an empty directory") await fs.mkdir(dir);

@@ -1357,7 +1357,7 @@ async function migrate(io: CliIo, flags: StoreFlags, args: readonly string[]): P
     } else {
       // Moved away by a compaction whose previous copy is damaged: that is what is reported.
       const missing = located.source === located.dir &&
-        await entryKind(io.fs, located.dir) === undefined;
+        await entryKind(io.fs, join(located.dir, META_FILE)) === undefined;
       const kept = missing ? await damagedCompactionOf(io.fs, located.dir) : undefined;
       if (kept !== undefined) throw damagedCompactionError(kept);
       throw new UsageError(`'${located.dir}' is not a legacy <id>.jsonl session file`);

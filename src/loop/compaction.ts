@@ -494,8 +494,8 @@ export async function recoverStaging(
   const staging = join(collection, name);
   const id = stagingSessionId(name);
   const previous = join(staging, COMPACTION_PREVIOUS);
-  const holdsPrevious = await entryKind(fs, previous) === "directory" &&
-    await entryKind(fs, join(previous, META_FILE)) !== undefined;
+  // As readers judge it (`previousSession`): a directory holding a regular meta.json.
+  const holdsPrevious = await previousSession(fs, staging) !== undefined;
   if (holdsPrevious) {
     if (id === undefined) return "kept";
     const target = join(collection, id);

@@ -1234,9 +1234,7 @@ export class SessionStore {
     const copy = this.#stagedCopy(staging);
     if (copy !== undefined) return copy;
     // Moved away by a compaction whose previous copy is damaged: said so, never "no session".
-    if (staging.damaged !== undefined && await entryKind(this.fs, dir) === undefined) {
-      throw damagedCompactionError(staging.damaged);
-    }
+    if (staging.damaged !== undefined) throw damagedCompactionError(staging.damaged);
     return dir;
   }
 
