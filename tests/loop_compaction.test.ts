@@ -495,6 +495,7 @@ for (
     "a link",
     "a directory without meta.json",
     "a directory whose meta.json is a directory",
+    "a directory whose meta.json is not JSON",
     "missing",
   ] as const
 ) {
@@ -515,13 +516,18 @@ for (
       } else if (damage === "a directory whose meta.json is a directory") {
         await fs.remove(`${previous}/meta.json`);
         await fs.mkdir(`${previous}/meta.json`);
+      } else if (damage === "a directory whose meta.json is not JSON") {
+        await fs.writeFile(`${previous}/meta.json`, encoder.encode("{not json"));
       } else await fs.remove(previous, { recursive: true });
       if (place === "a file") await fs.writeFile(dir, encoder.encode("not the session"));
       if (place === "an empty directory") await fs.mkdir(dir);
       const compacted = fs.snapshotTree(`${staging}/session`);
+      // Named at the previous copy: the copy itself, or its meta.json when that is what is wrong.
+      const names = (file: string | undefined): boolean =>
+        file === previous || file === `${previous}/meta.json`;
       const reported = (error: unknown): true => {
         assert.ok(error instanceof SessionFormatError, String(error));
-        assert.equal(error.file, previous);
+        assert.ok(names(error.file), error.file);
         return true;
       };
       for (const fast of [true, false]) {
@@ -535,7 +541,7 @@ for (
         await assert.rejects(storeOn(fs).open(dir), reported);
         const verified = await verifySession(fs, dir, { sha256: portableSha256 });
         assert.equal(verified.ok, false);
-        assert.ok(verified.findings.some((f) => f.file === previous && f.severity === "error"));
+        assert.ok(verified.findings.some((f) => names(f.file) && f.severity === "error"));
       } else {
         // What is in the session's place is refused by name, as without a compaction.
         for (const readOnly of [true, false]) {

@@ -500,6 +500,9 @@ export async function recoverStaging(
     if (id === undefined) return "kept";
     const target = join(collection, id);
     if (await entryKind(fs, target) === undefined) {
+      // Put back only as a session (its meta.json valid, naming it): a damaged one is kept with
+      // the compacted copy beside it, never restored over it.
+      if (!(await holdsSession(context, previous, id))) return "kept";
       // The lock there is the compaction's own: it took the writer lock before moving the
       // directory, and it no longer runs, since this recovery holds the collection lock it held.
       await dropMovedLocks(context, previous);

@@ -75,6 +75,7 @@ import {
   MESSAGES_FILE,
   META_FILE,
   missingMetaError,
+  readStorageMeta,
 } from "./storage.ts";
 import {
   acquireWriterLock,
@@ -804,8 +805,10 @@ export class SessionStore {
               // Still staged by a delete whose journal cannot be read, or moved away by a
               // compaction whose previous copy is damaged (recovery keeps both): say so.
               if (staging.error !== undefined) throw staging.error;
-              const kept = (await this.#staging(dir)).damaged;
-              if (kept !== undefined) throw damagedCompactionError(kept, error);
+              const now = await this.#staging(dir);
+              if (now.damaged !== undefined) throw damagedCompactionError(now.damaged, error);
+              // A previous copy recovery kept because its meta.json is damaged: that damage.
+              if (now.previous !== undefined) await readStorageMeta(this.fs, now.previous);
             }
             throw error;
           }
