@@ -496,6 +496,7 @@ for (
     "a directory without meta.json",
     "a directory whose meta.json is a directory",
     "a directory whose meta.json is not JSON",
+    "a directory holding another session",
     "missing",
   ] as const
 ) {
@@ -518,6 +519,13 @@ for (
         await fs.mkdir(`${previous}/meta.json`);
       } else if (damage === "a directory whose meta.json is not JSON") {
         await fs.writeFile(`${previous}/meta.json`, encoder.encode("{not json"));
+      } else if (damage === "a directory holding another session") {
+        const meta = await json(fs, `${previous}/meta.json`);
+        const header = { ...(meta.header as object), id: "6c0ad433-f846-458b-9feb-b3d12c910aee" };
+        await fs.writeFile(
+          `${previous}/meta.json`,
+          encoder.encode(JSON.stringify({ ...meta, header })),
+        );
       } else await fs.remove(previous, { recursive: true });
       if (place === "a file") await fs.writeFile(dir, encoder.encode("not the session"));
       if (place === "an empty directory") await fs.mkdir(dir);
@@ -586,4 +594,28 @@ test("a session kept by a damaged compaction is not opened from its stale legacy
   assert.deepEqual(fs.snapshotTree(COLLECTION), before, "the backup was not migrated in its place");
   assert.deepEqual((await storeOn(fs).cleanup(CWD)).kept, [staging]);
   assert.equal((await fs.lstat(`${staging}/session/meta.json`)).kind, "file");
+});
+
+test("an I/O error while recovery reads an interrupted compaction's previous copy surfaces as itself, never as no session", async () => {
+  const { fs: baseline, session, history } = await replaced();
+  const dir = session.getSessionPath();
+  await stoppedBetweenRenames(baseline, dir);
+  for (let n = 1;; n++) {
+    const fs = baseline.clone();
+    const start = fs.operationCount;
+    fs.failAt(start + n, { error: "EIO" });
+    let error: unknown;
+    try {
+      await (await storeOn(fs).open(dir)).close();
+    } catch (caught) {
+      error = caught;
+    }
+    assert.ok(!(error instanceof SessionNotFoundError), `EIO at op ${n}: ${error}`);
+    const used = fs.operationCount - start; // fewer than n: the fault was never reached
+    fs.clearFaults();
+    const reopened = await storeOn(fs).open(dir);
+    assert.deepEqual(reopened.messages, history, `EIO at op ${n}`);
+    await reopened.close();
+    if (used < n) break;
+  }
 });

@@ -501,8 +501,9 @@ export async function recoverStaging(
     const target = join(collection, id);
     if (await entryKind(fs, target) === undefined) {
       // Put back only as a session (its meta.json valid, naming it): a damaged one is kept with
-      // the compacted copy beside it, never restored over it.
-      if (!(await holdsSession(context, previous, id))) return "kept";
+      // the compacted copy beside it, never restored over it. A failure to read it propagates
+      // (the next recovery looks again).
+      if (!(await isSessionCopy(context, previous, id))) return "kept";
       // The lock there is the compaction's own: it took the writer lock before moving the
       // directory, and it no longer runs, since this recovery holds the collection lock it held.
       await dropMovedLocks(context, previous);
@@ -538,6 +539,20 @@ async function holdsSession(context: StoreContext, dir: string, id: string): Pro
     return (await readStorageMeta(context.fs, dir)).header.id === id;
   } catch {
     return false;
+  }
+}
+
+/**
+ * True when the previous copy `dir` (a directory holding a regular meta.json) has a valid
+ * meta.json naming session `id`; false when it is missing or damaged (not valid, another
+ * session's). Any other failure to read it (an I/O error) propagates.
+ */
+async function isSessionCopy(context: StoreContext, dir: string, id: string): Promise<boolean> {
+  try {
+    return (await readStorageMeta(context.fs, dir)).header.id === id;
+  } catch (error) {
+    if (error instanceof NotFound || error instanceof SessionError) return false;
+    throw error;
   }
 }
 

@@ -60,6 +60,7 @@ import {
 } from "./errors.ts";
 import { isSessionId, newSessionHeader } from "./records/mod.ts";
 import {
+  checkMetaId,
   checkSessionFiles,
   collectionNotADirectory,
   ensureCollectionDir,
@@ -807,8 +808,12 @@ export class SessionStore {
               if (staging.error !== undefined) throw staging.error;
               const now = await this.#staging(dir);
               if (now.damaged !== undefined) throw damagedCompactionError(now.damaged, error);
-              // A previous copy recovery kept because its meta.json is damaged: that damage.
-              if (now.previous !== undefined) await readStorageMeta(this.fs, now.previous);
+              // A previous copy recovery kept because its meta.json is damaged (not valid, or
+              // another session's): that damage.
+              if (now.previous !== undefined) {
+                const meta = await readStorageMeta(this.fs, now.previous);
+                checkMetaId(meta, basename(dir), join(now.previous, META_FILE));
+              }
             }
             throw error;
           }
