@@ -164,3 +164,21 @@ export async function stoppedBetweenRenames(fs: FileSystem, dir: string): Promis
   await fs.rename(dir, `${staging}/previous`);
   return staging;
 }
+
+/**
+ * A closed session of `store` in `cwd` whose log holds a replaced generation before the committed
+ * one (so a compaction has bytes to drop): its id, directory and committed history.
+ */
+export async function compactableSession(
+  store: SessionStore,
+  cwd: string,
+  rounds = 3,
+): Promise<{ id: string; dir: string; history: Message[] }> {
+  const session = await store.create(cwd);
+  const first = conversation(rounds);
+  const history = [user("edited"), ...first.slice(1), user("more"), assistant("ok")];
+  await session.commit(first);
+  await session.commit(history);
+  await session.close();
+  return { id: session.id, dir: session.getSessionPath(), history };
+}

@@ -9,7 +9,7 @@ import type { FileSystem } from "../src/port/fs.ts";
 import { SessionNotFoundError } from "../src/loop/errors.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import type { Message } from "../src/loop/records/mod.ts";
-import { assistant, conversation, user } from "./_fixtures.ts";
+import { compactableSession } from "./_fixtures.ts";
 import { gate, hookedFs, withoutNoFollow } from "./_hooks.ts";
 
 const CWD = "/work/project";
@@ -26,12 +26,8 @@ async function crashedBetweenRenames(): Promise<
 > {
   const fs = new MemoryFs();
   await fs.mkdir(CWD, { recursive: true });
-  const session = await storeOn(fs).create(CWD);
-  const history = [user("edited"), ...conversation(2).slice(1), user("more"), assistant("ok")];
-  await session.commit(conversation(2));
-  await session.commit(history);
-  await session.close();
-  const dir = session.getSessionPath();
+  const session = await compactableSession(storeOn(fs), CWD, 2);
+  const { dir, history } = session;
   const probe = fs.clone();
   probe.resetCounter();
   await storeOn(probe).compact(dir);
@@ -212,12 +208,8 @@ for (const [fast, noFollow] of [[true, true], [true, false], [false, true]] as c
   test(`a listing that judged a compaction's staging directory before its first rename lists the session once it moved (fast: ${fast}, no-follow reads: ${noFollow})`, async () => {
     const fs = new MemoryFs();
     await fs.mkdir(CWD, { recursive: true });
-    const session = await storeOn(fs).create(CWD);
-    const history = [user("edited"), ...conversation(3).slice(1), user("more"), assistant("ok")];
-    await session.commit(conversation(3));
-    await session.commit(history);
-    await session.close();
-    const dir = session.getSessionPath();
+    const session = await compactableSession(storeOn(fs), CWD);
+    const { dir, history } = session;
     // The compaction holds with its compacted copy complete (no previous copy yet), then between
     // its renames; the listing reads the collection in between and the session once it moved.
     const [atMove, moveGo, betweenRenames, swapGo] = [gate(), gate(), gate(), gate()];

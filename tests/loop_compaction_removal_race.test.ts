@@ -12,7 +12,7 @@ import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import { verifySession } from "../src/loop/verify.ts";
 import { portableSha256 } from "../src/port/sha256.ts";
 import type { Message } from "../src/loop/records/mod.ts";
-import { assistant, conversation, user } from "./_fixtures.ts";
+import { compactableSession } from "./_fixtures.ts";
 import { gate, hookedFs } from "./_hooks.ts";
 
 const CWD = "/work/project";
@@ -27,12 +27,8 @@ function storeOn(fs: FileSystem): SessionStore {
 async function setup(): Promise<{ fs: MemoryFs; dir: string; history: Message[] }> {
   const fs = new MemoryFs();
   await fs.mkdir(CWD, { recursive: true });
-  const session = await storeOn(fs).create(CWD);
-  const history = [user("edited"), ...conversation(3).slice(1), user("more"), assistant("ok")];
-  await session.commit(conversation(3));
-  await session.commit(history);
-  await session.close();
-  return { fs, dir: session.getSessionPath(), history };
+  const { dir, history } = await compactableSession(storeOn(fs), CWD);
+  return { fs, dir, history };
 }
 
 /**
