@@ -233,25 +233,37 @@ test("index.json text that JSON.parse or the index schema refuses is malformed t
   }
 });
 
-test("an index whose fallback title is not of source fallback is not used: a fast listing reads the title from the log", async () => {
-  const { fs, dir, index, indexPath } = await saved(3);
-  const planted: RoundIndex = {
-    ...index,
-    fallbackTitle: { text: "Planted", source: "user", messageIndices: [0] },
-  };
-  await fs.writeFile(indexPath, encodeRoundIndex(planted));
-  assert.equal(parseRoundIndexText(decoder.decode(encodeRoundIndex(planted))), undefined);
-  for (const fast of [true, false]) {
-    const listed = await list(fs, fast);
-    assert.deepEqual(listed.failures, [], `fast: ${fast}`);
-    assert.deepEqual(
-      listed.sessions.map((s) => [s.userMessageCount, s.title]),
-      [[3, { text: "r0 question ✓", source: "fallback", messageIndices: [0] }]],
-      `fast: ${fast}`,
-    );
-  }
-  await indexWarning(fs, dir, /missing or malformed/, "user title");
-});
+const PLANTED_TITLES: [string, (index: RoundIndex) => RoundIndex["fallbackTitle"], string][] = [
+  [
+    "is not of source fallback",
+    () => ({ text: "Planted", source: "user", messageIndices: [0] }),
+    "user title",
+  ],
+  [
+    "names a message it does not cover",
+    (index) => ({ text: "Planted", source: "fallback", messageIndices: [index.messageCount] }),
+    "title past the covered messages",
+  ],
+];
+
+for (const [what, title, label] of PLANTED_TITLES) {
+  test(`an index whose fallback title ${what} is not used: a fast listing reads the title from the log`, async () => {
+    const { fs, dir, index, indexPath } = await saved(3);
+    const planted: RoundIndex = { ...index, fallbackTitle: title(index) };
+    await fs.writeFile(indexPath, encodeRoundIndex(planted));
+    assert.equal(parseRoundIndexText(decoder.decode(encodeRoundIndex(planted))), undefined);
+    for (const fast of [true, false]) {
+      const listed = await list(fs, fast);
+      assert.deepEqual(listed.failures, [], `fast: ${fast}`);
+      assert.deepEqual(
+        listed.sessions.map((s) => [s.userMessageCount, s.title]),
+        [[3, { text: "r0 question ✓", source: "fallback", messageIndices: [0] }]],
+        `fast: ${fast}`,
+      );
+    }
+    await indexWarning(fs, dir, /missing or malformed/, label);
+  });
+}
 
 test("an index.json one byte past its size bound is reported as oversized by verify", async () => {
   const { fs, dir, history, index, indexPath } = await saved(3);
@@ -267,26 +279,6 @@ test("an index.json one byte past its size bound is reported as oversized by ver
   await fs.writeFile(indexPath, padded.subarray(0, bound));
   const report = await verifySession(fs, dir, options);
   assert.deepEqual(report.findings, []);
-});
-
-test("an index whose fallback title names a message it does not cover is not used", async () => {
-  const { fs, dir, index, indexPath } = await saved(3);
-  const planted: RoundIndex = {
-    ...index,
-    fallbackTitle: { text: "Planted", source: "fallback", messageIndices: [index.messageCount] },
-  };
-  await fs.writeFile(indexPath, encodeRoundIndex(planted));
-  assert.equal(parseRoundIndexText(decoder.decode(encodeRoundIndex(planted))), undefined);
-  for (const fast of [true, false]) {
-    const listed = await list(fs, fast);
-    assert.deepEqual(listed.failures, [], `fast: ${fast}`);
-    assert.deepEqual(
-      listed.sessions.map((s) => [s.userMessageCount, s.title]),
-      [[3, { text: "r0 question ✓", source: "fallback", messageIndices: [0] }]],
-      `fast: ${fast}`,
-    );
-  }
-  await indexWarning(fs, dir, /missing or malformed/, "title past the covered messages");
 });
 
 test("an index recording the right title text for another message is rebuilt, and verify reports it", async () => {
