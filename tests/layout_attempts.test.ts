@@ -493,24 +493,35 @@ test("an eval receipt is bound only to a git-after receipt of the same session, 
   }
 });
 
-test("a sealed acceptance whose sidecar became a directory is refused by name, changing nothing", async () => {
-  const { fs, paths } = await evalReady();
-  await writeEvalReceipt(fs, paths);
-  await acceptEvalReceipt(fs, paths, "tests-pass", { sessionId: ROOT_ID, ...deterministic() });
-  const sidecar = `${paths.dir}/eval_receipts/accepted/tests-pass.json`;
-  await fs.remove(sidecar);
-  await fs.mkdir(sidecar);
-  const before = fs.snapshotTree();
-  await assert.rejects(
-    acceptEvalReceipt(fs, paths, "tests-pass", { sessionId: ROOT_ID, ...deterministic() }),
-    (error: unknown) => {
-      assert.ok(error instanceof LayoutRecordError, String(error));
-      assert.equal(error.file, sidecar);
-      return true;
+for (const sealed of [true, false]) {
+  test(
+    `a directory where ${
+      sealed ? "a sealed acceptance's sidecar was" : "a first acceptance's sidecar goes"
+    } is refused by name, changing nothing`,
+    async () => {
+      const { fs, paths } = await evalReady();
+      await writeEvalReceipt(fs, paths);
+      const options = { sessionId: ROOT_ID, ...deterministic() };
+      const sidecar = `${paths.dir}/eval_receipts/accepted/tests-pass.json`;
+      if (sealed) {
+        await acceptEvalReceipt(fs, paths, "tests-pass", options);
+        await fs.remove(sidecar);
+      }
+      await fs.mkdir(sidecar, { recursive: true });
+      const before = fs.snapshotTree();
+      await assert.rejects(
+        acceptEvalReceipt(fs, paths, "tests-pass", options),
+        (error: unknown) => {
+          assert.ok(error instanceof LayoutRecordError, String(error));
+          assert.equal(error.file, sidecar);
+          return true;
+        },
+      );
+      // Nothing changed: above all, state.json seals no acceptance whose sidecar cannot be written.
+      assert.deepEqual(fs.snapshotTree(), before);
     },
   );
-  assert.deepEqual(fs.snapshotTree(), before);
-});
+}
 
 test("an invalid iteration or workflow id (and, for a git receipt, attempt id) is a LayoutOptionError naming the field, before anything is written", async () => {
   const { fs, paths } = await setup();
@@ -648,24 +659,6 @@ test("a file where a first acceptance's sidecar directory goes is refused by nam
     (error: unknown) => {
       assert.ok(error instanceof LayoutRecordError, String(error));
       assert.equal(error.file, `${accepted}/tests-pass.json`);
-      return true;
-    },
-  );
-  // Nothing changed: above all, state.json seals no acceptance whose sidecar cannot be written.
-  assert.deepEqual(fs.snapshotTree(), before);
-});
-
-test("a directory where a first acceptance's sidecar goes is refused by name before the seal is written", async () => {
-  const { fs, paths } = await evalReady();
-  await writeEvalReceipt(fs, paths);
-  const sidecar = `${paths.dir}/eval_receipts/accepted/tests-pass.json`;
-  await fs.mkdir(sidecar, { recursive: true });
-  const before = fs.snapshotTree();
-  await assert.rejects(
-    acceptEvalReceipt(fs, paths, "tests-pass", { sessionId: ROOT_ID, ...deterministic() }),
-    (error: unknown) => {
-      assert.ok(error instanceof LayoutRecordError, String(error));
-      assert.equal(error.file, sidecar);
       return true;
     },
   );
