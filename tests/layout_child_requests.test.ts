@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { type MemoryFs, SimulatedCrash } from "../adapters/memory.ts";
 import { FsIoError, NotFound } from "../src/port/errors.ts";
 import { hookedFs } from "./_hooks.ts";
+import { entryKind } from "../src/port/durable.ts";
 import {
   assertReceivesWork,
   ChildRequestError,
@@ -1228,14 +1229,9 @@ async function crashedAcceptance(
   throw new Error("no such crash point");
 }
 
+/** True when anything is at `path`. */
 async function exists(fs: MemoryFs, path: string): Promise<boolean> {
-  try {
-    await fs.lstat(path);
-    return true;
-  } catch (error) {
-    if (error instanceof NotFound) return false;
-    throw error;
-  }
+  return await entryKind(fs, path) !== undefined;
 }
 
 for (const stage of ["before the ledger records it", "once its child runs"] as const) {
