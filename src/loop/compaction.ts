@@ -437,10 +437,26 @@ export async function stoppedBetweenRenames(fs: FileSystem, staging: string): Pr
 }
 
 /**
- * The compaction staging directory of session directory `dir` that stopped between its renames
- * (`stoppedBetweenRenames`) when no staging directory of it holds a previous copy to read: what
- * recovery keeps while the session is not in place. Undefined when there is none.
+ * The first of the compaction staging directories `names` (of session directories in
+ * `collection`) that stopped between its renames (`stoppedBetweenRenames`) when none of them holds
+ * a previous copy to read (`previousSession`): what recovery keeps while the session is not in
+ * place. Undefined when there is none.
  */
+export async function damagedCompactionAmong(
+  fs: FileSystem,
+  collection: string,
+  names: readonly string[],
+): Promise<string | undefined> {
+  let damaged: string | undefined;
+  for (const name of names) {
+    const staging = join(collection, name);
+    if (await previousSession(fs, staging) !== undefined) return undefined;
+    if (damaged === undefined && await stoppedBetweenRenames(fs, staging)) damaged = staging;
+  }
+  return damaged;
+}
+
+/** `damagedCompactionAmong` the compaction staging directories of session directory `dir`. */
 export async function damagedCompactionOf(
   fs: FileSystem,
   dir: string,
@@ -448,14 +464,10 @@ export async function damagedCompactionOf(
   const id = basename(dir);
   if (!isSessionId(id)) return undefined;
   const collection = dirname(dir);
-  let damaged: string | undefined;
-  for (const entry of await readDirIfExists(fs, collection)) {
-    if (entry.kind !== "directory" || stagingSessionId(entry.name) !== id) continue;
-    const staging = join(collection, entry.name);
-    if (await previousSession(fs, staging) !== undefined) return undefined;
-    if (damaged === undefined && await stoppedBetweenRenames(fs, staging)) damaged = staging;
-  }
-  return damaged;
+  const names = (await readDirIfExists(fs, collection))
+    .filter((entry) => entry.kind === "directory" && stagingSessionId(entry.name) === id)
+    .map((entry) => entry.name);
+  return await damagedCompactionAmong(fs, collection, names);
 }
 
 /**
@@ -536,7 +548,7 @@ async function holdsSession(context: StoreContext, dir: string, id: string): Pro
   try {
     if (await entryKind(context.fs, dir) !== "directory") return false;
     if (await entryKind(context.fs, join(dir, META_FILE)) !== "file") return false;
-    return (await readStorageMeta(context.fs, dir)).header.id === id;
+    return await isSessionCopy(context, dir, id);
   } catch {
     return false;
   }

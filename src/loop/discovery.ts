@@ -186,10 +186,10 @@ import {
   readArchiveMembership,
 } from "./archive.ts";
 import {
+  damagedCompactionAmong,
   damagedCompactionError,
   previousSession,
   stagingSessionId,
-  stoppedBetweenRenames,
 } from "./compaction.ts";
 
 /** One listed session. */
@@ -549,7 +549,7 @@ async function candidatesOf(
       candidates.push({ id, source: { kind: "failed", error }, path: dir });
     } else if (
       stagingNames.length > 0 &&
-      (damaged = await damagedCompaction(fs, collection, stagingNames)) !== undefined
+      (damaged = await damagedCompactionAmong(fs, collection, stagingNames)) !== undefined
     ) {
       // A compaction stopped between its renames whose previous copy is damaged: the session is
       // missing from its place, and reported (never dropped, never read from a stale backup).
@@ -623,22 +623,6 @@ async function movedByCompaction(
     const previous = await compactionPrevious(fs, collection, names.sort());
     if (previous !== undefined) return previous;
     if (await entryKind(fs, join(collection, id)) === "directory") return "in place";
-  }
-  return undefined;
-}
-
-/**
- * The first of the staging directories `stagingNames` of `collection` that is a compaction's that
- * stopped between its renames (`stoppedBetweenRenames`), when none holds a previous copy to read.
- */
-async function damagedCompaction(
-  fs: FileSystem,
-  collection: string,
-  stagingNames: readonly string[],
-): Promise<string | undefined> {
-  for (const name of stagingNames) {
-    const staging = join(collection, name);
-    if (await stoppedBetweenRenames(fs, staging)) return staging;
   }
   return undefined;
 }
@@ -1038,8 +1022,12 @@ async function summarize(
     if (
       source.stagingNames !== undefined && await entryKind(context.fs, source.dir) === "directory"
     ) {
-      const damaged = await damagedCompaction(context.fs, dirname(source.dir), source.stagingNames);
-      if (damaged !== undefined && await previousSession(context.fs, damaged) === undefined) {
+      const damaged = await damagedCompactionAmong(
+        context.fs,
+        dirname(source.dir),
+        source.stagingNames,
+      );
+      if (damaged !== undefined) {
         // A healthy compaction puts the session in place before it removes its previous copy:
         // with meta.json here now, it was one (looked for again, see `mayHaveMoved`).
         if (await entryKind(context.fs, join(source.dir, META_FILE)) !== undefined) throw error;
