@@ -35,7 +35,8 @@
  * every operation after `n` throw `SimulatedCrash`, after which the test calls `crash(seed)`.
  *
  * Permission bits are recorded, reported and journaled, never enforced: use `failAt` with
- * `"EACCES"` to simulate a refused call.
+ * `"EACCES"` to simulate a refused call. `openHandles` lists the handles not yet closed, so a test
+ * can check that an operation, failed or not, leaves none open behind it.
  *
  * @example A synced file survives a crash; an unsynced directory entry does not
  * ```ts
@@ -310,6 +311,8 @@ export class MemoryFs implements FileSystem {
   #crashAfter: number | undefined;
   #crashTriggered = false;
   #crashReport: CrashReport | undefined;
+  /** The handles opened on this filesystem and not yet closed, in the order they were opened. */
+  readonly #handles = new Set<MemoryFileHandle>();
 
   /** Creates an empty filesystem (only `/`, mode `0o755` under the default umask). */
   constructor(options: MemoryFsOptions = {}) {
@@ -343,6 +346,18 @@ export class MemoryFs implements FileSystem {
   /** What `crash()` chose when this filesystem was recovered by it; otherwise undefined. */
   get crashReport(): CrashReport | undefined {
     return this.#crashReport;
+  }
+
+  /**
+   * The paths of the handles opened on this filesystem (`open`, `openNoFollow`,
+   * `openAppendNoFollow`) and not yet closed, in the order they were opened, a path once per
+   * handle. A handle counts as closed once its `close()` was called and counted, also when an
+   * injected fault makes that call fail (Linux's close(2) frees the descriptor whatever it
+   * reports); a close refused by the crash point leaves it open. Tests check with it that an
+   * operation, failed or not, leaves no handle open behind it.
+   */
+  get openHandles(): readonly string[] {
+    return [...this.#handles].map((handle) => handle.path);
   }
 
   /** Restarts the operation count at 0 and empties the log; armed faults keep their numbers. */
@@ -513,16 +528,19 @@ export class MemoryFs implements FileSystem {
         node.truncate(0);
         node.mtimeMs = this.#options.now();
       }
-      return new MemoryFileHandle({
-        node,
-        path,
-        writable,
-        append,
-        enter: (op) => this.#enter(op, path),
-        now: this.#options.now,
-        room: this.#options.maxFileSize,
-        syncMode: () => this.#commitMode(node),
-      });
+      return this.#track(
+        new MemoryFileHandle({
+          node,
+          path,
+          writable,
+          append,
+          enter: (op) => this.#enter(op, path),
+          now: this.#options.now,
+          room: this.#options.maxFileSize,
+          syncMode: () => this.#commitMode(node),
+          released: (handle) => this.#handles.delete(handle),
+        }),
+      );
     });
   }
 
@@ -565,16 +583,19 @@ export class MemoryFs implements FileSystem {
   #openNoFollow(op: MemoryOperation, path: string, append: boolean): Promise<OpenedFile> {
     return this.#run(op, path, () => {
       const node = this.#fileNoFollow(op, path);
-      const handle = new MemoryFileHandle({
-        node,
-        path,
-        writable: append,
-        append,
-        enter: (op) => this.#enter(op, path),
-        now: this.#options.now,
-        room: this.#options.maxFileSize,
-        syncMode: () => this.#commitMode(node),
-      });
+      const handle = this.#track(
+        new MemoryFileHandle({
+          node,
+          path,
+          writable: append,
+          append,
+          enter: (op) => this.#enter(op, path),
+          now: this.#options.now,
+          room: this.#options.maxFileSize,
+          syncMode: () => this.#commitMode(node),
+          released: (handle) => this.#handles.delete(handle),
+        }),
+      );
       return { handle, info: infoOf(node) };
     });
   }
@@ -865,6 +886,12 @@ export class MemoryFs implements FileSystem {
     }
   }
 
+  /** Records `handle` as open until its close (`openHandles`). */
+  #track(handle: MemoryFileHandle): MemoryFileHandle {
+    this.#handles.add(handle);
+    return handle;
+  }
+
   /** Counts an operation and applies the crash point and armed faults before it runs. */
   #enter(op: MemoryOperation, path: string, to?: string): void {
     const number = ++this.#count;
@@ -1106,6 +1133,8 @@ interface HandleInit {
   readonly room: number;
   /** Commits the file's journaled mode changes (part of its fsync). */
   readonly syncMode: () => void;
+  /** Called once, when the handle is closed (`MemoryFs.openHandles`). */
+  readonly released: (handle: MemoryFileHandle) => void;
 }
 
 /** An open file of a `MemoryFs`; keeps working on its inode after the entry is removed. */
@@ -1116,6 +1145,11 @@ class MemoryFileHandle implements FileHandle {
 
   constructor(init: HandleInit) {
     this.#init = init;
+  }
+
+  /** The path the handle was opened with. */
+  get path(): string {
+    return this.#init.path;
   }
 
   read(offset: number, length: number): Promise<Uint8Array> {
@@ -1194,7 +1228,9 @@ class MemoryFileHandle implements FileHandle {
     // The handle is released even when its close fails (an injected fault), as Linux's close(2)
     // frees the descriptor whatever it reports: later calls fail with EBADF.
     const release = (): void => {
+      if (this.#closed) return;
       this.#closed = true;
+      this.#init.released(this);
     };
     return this.#run("close", release, release);
   }

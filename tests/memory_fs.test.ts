@@ -485,3 +485,34 @@ test("a handle whose close failed is released all the same, as Linux's close(2) 
     });
   }
 });
+
+test("openHandles lists each handle from its open to its close, a failed close included", async () => {
+  const fs = new MemoryFs();
+  await fs.writeFile("/a", bytes("a"));
+  await fs.writeFile("/b", bytes("b"));
+  const first = await fs.open("/a");
+  const second = await fs.open("/a", { append: true });
+  const third = (await fs.openNoFollow("/b")).handle;
+  const fourth = (await fs.openAppendNoFollow("/b")).handle;
+  assert.deepEqual(fs.openHandles, ["/a", "/a", "/b", "/b"]);
+  // Refused opens and whole-file calls hold nothing.
+  await assert.rejects(fs.open("/missing"), NotFound);
+  await fs.readFile("/a");
+  assert.equal(fs.openHandles.length, 4);
+  assert.equal(fs.clone().openHandles.length, 0);
+  await second.close();
+  assert.deepEqual(fs.openHandles, ["/a", "/b", "/b"]);
+  await assert.rejects(second.close(), FsIoError); // EBADF: released once
+  // A close an injected fault fails still frees the handle, as close(2) does.
+  fs.failAt(fs.operationCount + 1);
+  await assert.rejects(third.close(), FsIoError);
+  assert.deepEqual(fs.openHandles, ["/a", "/b"]);
+  // One the crash point refuses does not: the process is gone before it ran.
+  fs.crashAfter(fs.operationCount);
+  await assert.rejects(first.close());
+  assert.deepEqual(fs.openHandles, ["/a", "/b"]);
+  fs.clearFaults();
+  await first.close();
+  await fourth.close();
+  assert.deepEqual(fs.openHandles, []);
+});

@@ -1,0 +1,383 @@
+// No operation of the Loop store leaves a file handle open behind it, whether it resolves or
+// fails: a host that runs for weeks and meets a full disk or a failing device now and then must
+// not run out of descriptors. Each operation runs with an EIO (or ENOSPC) at every operation it
+// makes, transient and persistent; once it settled and the managers it opened are closed,
+// `MemoryFs.openHandles` must be empty. A manager still open holds exactly the handles its state
+// explains (its log, and the one its page reads keep), checked before it is closed.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { type FaultError, MemoryFs } from "../adapters/memory.ts";
+import { SessionStore } from "../src/loop/store.ts";
+import type { SessionManager } from "../src/loop/session_manager.ts";
+import { workspaceHash } from "../src/loop/store.ts";
+import { salvageSession, verifySession } from "../src/loop/verify.ts";
+import { failAtEveryOperation } from "./_crash.ts";
+import {
+  assistant,
+  compactableSession,
+  conversation,
+  imageOnly,
+  legacySessionBytes,
+  stoppedBetweenRenames,
+  user,
+  withoutRecordedTitle,
+} from "./_fixtures.ts";
+import { portableSha256 as sha256 } from "../src/port/sha256.ts";
+
+const CWD = "/work/project";
+const AGENT = "/home/user/.loop";
+const COLLECTION = `${AGENT}/sessions/${workspaceHash(CWD)}`;
+const LEGACY_ID = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+const NOW = Date.parse("2026-03-01T00:00:00.000Z");
+
+function storeOn(fs: MemoryFs): SessionStore {
+  return new SessionStore({ fs, agentDir: AGENT, now: () => NOW });
+}
+
+/** What a scenario's baseline holds. */
+interface Baseline {
+  readonly fs: MemoryFs;
+  /** A closed session of several rounds, with a replaced generation before its committed one. */
+  readonly dir: string;
+  readonly id: string;
+  readonly history: readonly Message[];
+}
+
+type Message = ReturnType<typeof user>;
+
+/**
+ * The baseline every scenario starts from: one compactable session, a second whose index.json
+ * records no fallback title (a fast listing reads its log), and a legacy version-2 file.
+ */
+async function baseline(): Promise<Baseline> {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = storeOn(fs);
+  const { id, dir, history } = await compactableSession(store, CWD, 4);
+  const other = await store.create(CWD);
+  await other.commit(conversation(3, "o"));
+  await other.close();
+  await withoutRecordedTitle(fs, other.getSessionPath());
+  await fs.writeFile(
+    `${COLLECTION}/${LEGACY_ID}.jsonl`,
+    legacySessionBytes(LEGACY_ID, CWD, conversation(2, "l")),
+  );
+  fs.syncAll();
+  return { fs, dir, id, history };
+}
+
+/**
+ * Appends a generation of `lines` after the log's bytes of session `dir` and commits it as a
+ * writer would (meta.json's range, count and checksum match it); index.json is removed.
+ */
+async function recommit(fs: MemoryFs, dir: string, lines: readonly string[]): Promise<void> {
+  const old = await fs.readFile(`${dir}/messages.jsonl`);
+  const generation = new TextEncoder().encode(lines.map((line) => `${line}\n`).join(""));
+  const both = new Uint8Array(old.length + generation.length);
+  both.set(old);
+  both.set(generation, old.length);
+  await fs.writeFile(`${dir}/messages.jsonl`, both);
+  const meta = JSON.parse(new TextDecoder().decode(await fs.readFile(`${dir}/meta.json`)));
+  const committed = {
+    ...meta,
+    start: old.length,
+    bytes: generation.length,
+    messageCount: lines.length,
+    generation: sha256().update(generation).digestHex(),
+  };
+  await fs.writeFile(`${dir}/meta.json`, new TextEncoder().encode(JSON.stringify(committed)));
+  await fs.remove(`${dir}/index.json`);
+}
+
+/** The managers a scenario opened, closed by the loop once the scenario settled. */
+type Opened = SessionManager[];
+
+interface Scenario {
+  readonly name: string;
+  /** The errors to inject; every scenario gets EIO. */
+  readonly errors?: readonly FaultError[];
+  /** Changes made to the baseline before the scenario runs (with no fault armed). */
+  readonly setup?: (fs: MemoryFs, base: Baseline) => Promise<void>;
+  readonly run: (fs: MemoryFs, base: Baseline, opened: Opened) => Promise<unknown>;
+}
+
+/** Opens `path` through `store` and records the manager in `opened`. */
+async function openOn(
+  store: SessionStore,
+  path: string,
+  opened: Opened,
+  readOnly = false,
+): Promise<SessionManager> {
+  const session = await store.open(path, { readOnly });
+  opened.push(session);
+  return session;
+}
+
+const more = (history: readonly Message[], tag: string): Message[] => [
+  ...history,
+  user(`${tag} question`),
+  assistant(`${tag} answer`),
+];
+
+const SCENARIOS: readonly Scenario[] = [
+  {
+    name: "create and a first commit",
+    errors: ["EIO", "ENOSPC"],
+    run: async (fs, _base, opened) => {
+      const session = await storeOn(fs).create(CWD);
+      opened.push(session);
+      await session.commit(conversation(2, "n"));
+    },
+  },
+  {
+    name: "open, commit (append), append, and a page read",
+    errors: ["EIO", "ENOSPC"],
+    run: async (fs, base, opened) => {
+      const session = await openOn(storeOn(fs), base.dir, opened);
+      const history = more(base.history, "a");
+      await session.commit(history);
+      await session.append([user("appended"), assistant("ok")]);
+      await session.readHistory();
+    },
+  },
+  {
+    name: "a page read first, then a replacement generation",
+    errors: ["EIO", "ENOSPC"],
+    run: async (fs, base, opened) => {
+      const session = await openOn(storeOn(fs), base.dir, opened);
+      const page = await session.readHistory();
+      if (page.start > 0) await session.readHistory(page.start, page.revision);
+      await session.commit([user("rewritten"), assistant("from scratch")]);
+    },
+  },
+  {
+    name: "saves called together (one batch), then flush after a failure",
+    errors: ["EIO", "ENOSPC"],
+    run: async (fs, base, opened) => {
+      const session = await openOn(storeOn(fs), base.dir, opened);
+      const results = await Promise.allSettled([
+        session.append([user("b1"), assistant("b1")]),
+        session.append([user("b2"), assistant("b2")]),
+      ]);
+      if (results.some((result) => result.status === "rejected")) await session.flush();
+    },
+  },
+  {
+    name: "pin, title, read receipt",
+    run: async (fs, base, opened) => {
+      const session = await openOn(storeOn(fs), base.dir, opened);
+      await session.setPinned(true);
+      await session.setTitle({ text: "A title", source: "user", messageIndices: [] });
+      await session.markRead(base.history.length);
+    },
+  },
+  {
+    name: "read-only open and its pages",
+    run: async (fs, base, opened) => {
+      const session = await openOn(storeOn(fs), base.dir, opened, true);
+      const page = await session.readHistory();
+      if (page.start > 0) await session.readHistory(page.start, page.revision);
+    },
+  },
+  {
+    name: "fast listing (one session's title read from its log), then a repeated one",
+    run: async (fs) => {
+      const store = storeOn(fs);
+      await store.list(CWD, undefined, { fast: true });
+      await store.list(CWD, undefined, { fast: true });
+    },
+  },
+  {
+    name: "full listing",
+    run: (fs) => storeOn(fs).listDetailed(CWD),
+  },
+  {
+    name: "compaction",
+    errors: ["EIO", "ENOSPC"],
+    run: (fs, base) => storeOn(fs).compact(base.dir),
+  },
+  {
+    name: "migration of a legacy file by its open",
+    errors: ["EIO", "ENOSPC"],
+    run: async (fs, _base, opened) => {
+      await openOn(storeOn(fs), `${COLLECTION}/${LEGACY_ID}.jsonl`, opened);
+    },
+  },
+  {
+    name: "verify and salvage",
+    errors: ["EIO", "ENOSPC"],
+    run: async (fs, base) => {
+      await verifySession(fs, base.dir, { sha256 });
+      await fs.mkdir(`${AGENT}/salvaged`, { recursive: true });
+      await salvageSession(fs, base.dir, { sha256, toCollection: `${AGENT}/salvaged` });
+    },
+  },
+  {
+    name: "archive, then delete",
+    errors: ["EIO", "ENOSPC"],
+    run: async (fs, base) => {
+      const store = storeOn(fs);
+      await store.archive.set(CWD, [base.id], true);
+      await store.archive.set(CWD, [base.id], true); // already so: made durable again
+      await store.archive.delete(CWD, [base.id]);
+    },
+  },
+  {
+    name: "recovery of a compaction stopped between its renames, by an open",
+    errors: ["EIO", "ENOSPC"],
+    setup: async (fs, base) => void await stoppedBetweenRenames(fs, base.dir),
+    run: (fs, base, opened) => openOn(storeOn(fs), base.dir, opened),
+  },
+  {
+    name: "removal of a legacy backup after its migration",
+    setup: async (fs) => {
+      await (await storeOn(fs).open(`${COLLECTION}/${LEGACY_ID}.jsonl`)).close();
+    },
+    run: (fs) => storeOn(fs).removeLegacyBackup(`${COLLECTION}/${LEGACY_ID}`),
+  },
+  {
+    name: "a save that makes the modes of a session's files private again",
+    setup: async (fs, base) => {
+      for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
+        await fs.chmod(`${base.dir}/${name}`, 0o644);
+      }
+    },
+    run: async (fs, base, opened) => {
+      const session = await openOn(storeOn(fs), base.dir, opened);
+      await session.append([user("private"), assistant("again")]);
+    },
+  },
+  {
+    name: "a session holding a message that is not valid: opens and listings",
+    setup: async (fs, base) => {
+      await recommit(fs, base.dir, [JSON.stringify(user("fine")), `{"role":"narrator"}`]);
+    },
+    run: async (fs, base, opened) => {
+      const store = storeOn(fs);
+      for (const readOnly of [true, false]) {
+        await assert.rejects(openOn(store, base.dir, opened, readOnly));
+      }
+      await store.list(CWD, undefined, { fast: true });
+      await store.listDetailed(CWD);
+    },
+  },
+  {
+    name: "a long session (its index read by its head, its title of a later round), " +
+      "a lagging index and a cleared history: fast listings, opens and pages",
+    setup: async (fs, base) => {
+      const store = storeOn(fs);
+      const long = await store.create(CWD);
+      await long.commit([imageOnly(), assistant("seen"), ...conversation(700, "x")]);
+      await long.close();
+      const cleared = await store.create(CWD);
+      await cleared.commit(conversation(2, "c"));
+      await cleared.commit([]);
+      await cleared.close();
+      const lagging = await store.open(base.dir);
+      await lagging.append([user("lag"), assistant("ging")]);
+      // Left open: its index.json lags the history, as a writer that stopped leaves it.
+    },
+    run: async (fs, _base, opened) => {
+      const store = storeOn(fs);
+      const listed = await store.list(CWD, undefined, { fast: true });
+      await store.list(CWD, undefined, { fast: true });
+      for (const { path } of listed) {
+        for (const readOnly of [true, false]) {
+          const session = await openOn(store, path, opened, readOnly);
+          await session.readHistory();
+          await session.close();
+        }
+      }
+    },
+  },
+  {
+    name: "a writer's lock file, with a process probe: open, save, close; and a compaction",
+    errors: ["EIO", "ENOSPC"],
+    run: async (fs, base, opened) => {
+      const store = new SessionStore({
+        fs,
+        agentDir: AGENT,
+        now: () => NOW,
+        process: { pid: 4242, host: "host", isAlive: () => true },
+      });
+      const session = await openOn(store, base.dir, opened);
+      await session.append([user("locked"), assistant("save")]);
+      await session.close();
+      await store.compact(base.dir);
+    },
+  },
+  {
+    name: "cleanup of the collection",
+    run: (fs) => storeOn(fs).cleanup(CWD),
+  },
+];
+
+/** The handles the open `managers` may hold: none, once each is closed. */
+async function closeAll(managers: Opened): Promise<void> {
+  for (const session of managers) {
+    try {
+      await session.close();
+    } catch {
+      // A close that fails (a metadata change it could not undo) still releases the handles.
+    }
+  }
+}
+
+for (const scenario of SCENARIOS) {
+  test(`${scenario.name}: no handle is left open, whatever operation fails`, async () => {
+    const base = await baseline();
+    if (scenario.setup !== undefined) {
+      await scenario.setup(base.fs, base);
+      base.fs.syncAll();
+    }
+    // Without a fault: the scenario works and leaves nothing open once its managers are closed.
+    {
+      const fs = base.fs.clone();
+      const opened: Opened = [];
+      await scenario.run(fs, base, opened);
+      await closeAll(opened);
+      assert.deepEqual(fs.openHandles, [], `${scenario.name}, no fault`);
+    }
+    for (const error of scenario.errors ?? ["EIO"]) {
+      for (const persistent of [false, true]) {
+        let opened: Opened = [];
+        const points = await failAtEveryOperation({
+          baseline: base.fs,
+          error,
+          persistent,
+          run: (fs) => {
+            opened = [];
+            return scenario.run(fs, base, opened);
+          },
+          check: async (fs, { n }) => {
+            const label = `${scenario.name}: ${persistent ? "persistent" : "transient"} ` +
+              `${error} at operation ${n}`;
+            await closeAll(opened);
+            assert.deepEqual(fs.openHandles, [], label);
+          },
+        });
+        assert.ok(points > 3, `${scenario.name}: ${points} fault points`);
+      }
+    }
+  });
+}
+
+test("an open manager holds only its log and its page reader's handle, each once", async () => {
+  const base = await baseline();
+  const fs = base.fs.clone();
+  const store = storeOn(fs);
+  const writer = await store.open(base.dir);
+  await writer.append([user("q"), assistant("a")]);
+  await writer.readHistory();
+  await writer.readHistory();
+  const held = fs.openHandles;
+  assert.ok(held.length <= 2, `held: ${held.join(", ")}`);
+  assert.ok(held.every((path) => path === `${base.dir}/messages.jsonl`), held.join(", "));
+  const reader = await store.open(base.dir, { readOnly: true });
+  await reader.readHistory();
+  await reader.readHistory();
+  assert.equal(fs.openHandles.length, held.length + 1);
+  await reader.close();
+  await writer.close();
+  assert.deepEqual(fs.openHandles, []);
+});
