@@ -3,11 +3,16 @@
 // not run out of descriptors. Each operation runs with an EIO (or ENOSPC) at every operation it
 // makes, transient and persistent; once it settled and the managers it opened are closed,
 // `MemoryFs.openHandles` must be empty. A manager still open holds exactly the handles its state
-// explains (its log, and the one its page reads keep), checked before it is closed.
+// explains (its log, and the one its page reads keep), checked before it is closed. Nor does a
+// call leave a session claimed: its writer slot in this process and its lock file are released,
+// so every session in the collection opens for writing again.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { type FaultError, MemoryFs } from "../adapters/memory.ts";
 import { SessionStore } from "../src/loop/store.ts";
+import { parseLockRecord, type ProcessProbe, WRITER_LOCK_FILE } from "../src/loop/lock.ts";
+import { SessionBusyError, SessionLockedError } from "../src/loop/errors.ts";
+import { isSessionId } from "../src/loop/records/ids.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
 import { workspaceHash } from "../src/loop/store.ts";
 import { salvageSession, verifySession } from "../src/loop/verify.ts";
@@ -30,9 +35,12 @@ const COLLECTION = `${AGENT}/sessions/${workspaceHash(CWD)}`;
 const LEGACY_ID = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
 const NOW = Date.parse("2026-03-01T00:00:00.000Z");
 
-function storeOn(fs: MemoryFs): SessionStore {
-  return new SessionStore({ fs, agentDir: AGENT, now: () => NOW });
+function storeOn(fs: MemoryFs, probe?: ProcessProbe): SessionStore {
+  return new SessionStore({ fs, agentDir: AGENT, now: () => NOW, process: probe ?? null });
 }
+
+/** A process probe under which every lock file names a live process (this one). */
+const LIVE: ProcessProbe = { pid: 4242, host: "host", isAlive: () => true };
 
 /** What a scenario's baseline holds. */
 interface Baseline {
@@ -96,6 +104,8 @@ interface Scenario {
   readonly name: string;
   /** The errors to inject; every scenario gets EIO. */
   readonly errors?: readonly FaultError[];
+  /** The process probe of the scenario's stores (lock files are made only with one). */
+  readonly probe?: ProcessProbe;
   /** Changes made to the baseline before the scenario runs (with no fault armed). */
   readonly setup?: (fs: MemoryFs, base: Baseline) => Promise<void>;
   readonly run: (fs: MemoryFs, base: Baseline, opened: Opened) => Promise<unknown>;
@@ -293,13 +303,9 @@ const SCENARIOS: readonly Scenario[] = [
   {
     name: "a writer's lock file, with a process probe: open, save, close; and a compaction",
     errors: ["EIO", "ENOSPC"],
+    probe: LIVE,
     run: async (fs, base, opened) => {
-      const store = new SessionStore({
-        fs,
-        agentDir: AGENT,
-        now: () => NOW,
-        process: { pid: 4242, host: "host", isAlive: () => true },
-      });
+      const store = storeOn(fs, LIVE);
       const session = await openOn(store, base.dir, opened);
       await session.append([user("locked"), assistant("save")]);
       await session.close();
@@ -311,6 +317,33 @@ const SCENARIOS: readonly Scenario[] = [
     run: (fs) => storeOn(fs).cleanup(CWD),
   },
 ];
+
+/**
+ * Checks that no session of the collection is left claimed: each opens for writing in this
+ * process (a writer slot left taken, or a lock file naming a live process, refuses it). A lock
+ * file a failed write left torn is removed first: the next writer takes such a file over only
+ * after a grace period (`tests/loop_lock.test.ts`), too long to wait here at every fault point.
+ */
+async function assertNothingClaimed(fs: MemoryFs, label: string, probe?: ProcessProbe) {
+  const store = storeOn(fs, probe);
+  const entries = await fs.readDir(COLLECTION).catch(() => []);
+  for (const entry of entries) {
+    if (!isSessionId(entry.name) || entry.kind !== "directory") continue;
+    const dir = `${COLLECTION}/${entry.name}`;
+    const lock = await fs.readFile(`${dir}/${WRITER_LOCK_FILE}`).catch(() => undefined);
+    if (lock !== undefined && parseLockRecord(lock) === undefined) {
+      await fs.remove(`${dir}/${WRITER_LOCK_FILE}`);
+    }
+    try {
+      await (await store.open(dir)).close();
+    } catch (error) {
+      // Damage a scenario made is reported by the open; a claim left behind must not be.
+      if (error instanceof SessionLockedError || error instanceof SessionBusyError) {
+        assert.fail(`${label}: ${dir} is left claimed: ${error.message}`);
+      }
+    }
+  }
+}
 
 /** The handles the open `managers` may hold: none, once each is closed. */
 async function closeAll(managers: Opened): Promise<void> {
@@ -337,6 +370,7 @@ for (const scenario of SCENARIOS) {
       await scenario.run(fs, base, opened);
       await closeAll(opened);
       assert.deepEqual(fs.openHandles, [], `${scenario.name}, no fault`);
+      await assertNothingClaimed(fs, `${scenario.name}, no fault`, scenario.probe);
     }
     for (const error of scenario.errors ?? ["EIO"]) {
       for (const persistent of [false, true]) {
@@ -354,6 +388,7 @@ for (const scenario of SCENARIOS) {
               `${error} at operation ${n}`;
             await closeAll(opened);
             assert.deepEqual(fs.openHandles, [], label);
+            await assertNothingClaimed(fs, label, scenario.probe);
           },
         });
         assert.ok(points > 3, `${scenario.name}: ${points} fault points`);
