@@ -5,7 +5,8 @@
 // `MemoryFs.openHandles` must be empty. A manager still open holds exactly the handles its state
 // explains (its log, and the one its page reads keep), checked before it is closed. Nor does a
 // call leave a session claimed: its writer slot in this process and its lock file are released,
-// so every session in the collection opens for writing again.
+// so every session in the collection opens for writing again. After a transient fault, no temp
+// file is left, and no private directory the next recovery does not remove.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { type FaultError, MemoryFs } from "../adapters/memory.ts";
@@ -13,6 +14,8 @@ import { SessionStore } from "../src/loop/store.ts";
 import { parseLockRecord, type ProcessProbe, WRITER_LOCK_FILE } from "../src/loop/lock.ts";
 import { SessionBusyError, SessionLockedError } from "../src/loop/errors.ts";
 import { isSessionId } from "../src/loop/records/ids.ts";
+import { isTempName } from "../src/port/durable.ts";
+import { isPrivateStagingName } from "../src/loop/archive.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
 import { workspaceHash } from "../src/loop/store.ts";
 import { salvageSession, verifySession } from "../src/loop/verify.ts";
@@ -353,6 +356,19 @@ async function assertNothingClaimed(fs: MemoryFs, label: string, probe?: Process
   }
 }
 
+/**
+ * Checks that a call failed by a transient fault leaves no temp file behind, and nothing of its
+ * own private directories that the next recovery (`cleanup`) does not remove: a host whose disk
+ * fails now and then does not collect leftovers.
+ */
+async function assertNothingLeft(fs: MemoryFs, label: string): Promise<void> {
+  const leftovers = (test: (name: string) => boolean) =>
+    Object.keys(fs.snapshotTree()).filter((path) => path.split("/").some(test));
+  assert.deepEqual(leftovers(isTempName), [], `${label}: temp files`);
+  await storeOn(fs).cleanup(CWD);
+  assert.deepEqual(leftovers(isPrivateStagingName), [], `${label}: staging directories`);
+}
+
 /** The handles the open `managers` may hold: none, once each is closed. */
 async function closeAll(managers: Opened): Promise<void> {
   for (const session of managers) {
@@ -365,7 +381,7 @@ async function closeAll(managers: Opened): Promise<void> {
 }
 
 for (const scenario of SCENARIOS) {
-  test(`${scenario.name}: no handle is left open, whatever operation fails`, async () => {
+  test(`${scenario.name}: nothing is left open, claimed or behind, whatever operation fails`, async () => {
     const base = await baseline();
     if (scenario.setup !== undefined) {
       await scenario.setup(base.fs, base);
@@ -397,6 +413,7 @@ for (const scenario of SCENARIOS) {
             await closeAll(opened);
             assert.deepEqual(fs.openHandles, [], label);
             await assertNothingClaimed(fs, label, scenario.probe);
+            if (!persistent) await assertNothingLeft(fs, label);
           },
         });
         assert.ok(points > 3, `${scenario.name}: ${points} fault points`);

@@ -8,7 +8,7 @@
  * @module
  */
 import type { EntryKind, FileHandle, FileSystem } from "../port/fs.ts";
-import { FsError, NotFound } from "../port/errors.ts";
+import { AlreadyExists, FsError, NotFound } from "../port/errors.ts";
 import type { Sha256Factory } from "../port/sha256.ts";
 import {
   atomicReplace,
@@ -914,8 +914,15 @@ export async function salvageSession(
     options.toCollection,
     `.staging-${id}-${globalThis.crypto.randomUUID().slice(0, 8)}`,
   );
-  // Only a staging directory this call made is removed on failure.
-  await ensurePrivateDir(fs, staging, durability);
+  // Only a staging directory this call made is removed on failure. One made before a later step
+  // of its creation failed (the fsync of the collection, its mode) is still empty: removed only as
+  // an empty directory, so nothing else that could be at that name is ever touched.
+  try {
+    await ensurePrivateDir(fs, staging, durability);
+  } catch (error) {
+    if (!(error instanceof AlreadyExists)) await fs.remove(staging).catch(() => undefined);
+    throw error;
+  }
   try {
     await atomicReplace(fs, join(staging, MESSAGES_FILE), bytes, { durability });
     await atomicReplace(fs, join(staging, META_FILE), encodeStorageMeta(newMeta), { durability });
