@@ -3,7 +3,10 @@
 // operation n (EIO transient and persistent, and a persistent ENOSPC for the writers) leave
 // `MemoryFs.openHandles` empty once the operation settled and the work it may have left running
 // had its turn (a handle opened late by a promise nobody awaited is a leak too). The operations
-// that open files to read or sync them run on a port without no-follow opens as well.
+// that open files to read or sync them run on a port without no-follow opens as well. After a
+// transient fault, no temp file is left, and of the layout's own private entries only those the
+// operation documents leaving: each goes with the recovery the layout names for it, except a
+// root's ordinal reservation, which stays but holds no ordinal its published session does not.
 import { test } from "node:test";
 import { setImmediate } from "node:timers";
 import assert from "node:assert/strict";
@@ -77,6 +80,10 @@ import {
   writeText,
 } from "./layout_fixtures.ts";
 import { failAtEveryOperation } from "./_crash.ts";
+import { isTempName } from "../src/port/durable.ts";
+import { STAGING_PREFIX } from "../src/layout/paths.ts";
+import { isPruningName } from "../src/layout/loopy_root.ts";
+import { highestOrdinal, ORDINAL_RESERVATION_PREFIX } from "../src/layout/ids.ts";
 import { buildFoldedTree } from "./fixtures/folded_tree.ts";
 import {
   buildMirrorTree,
@@ -351,6 +358,8 @@ interface Scenario {
   readonly followingPort?: boolean;
   /** Checks that a run without faults took the path the name says. */
   readonly expect?: (result: unknown, fs: MemoryFs) => void;
+  /** The kinds of private entry a transient fault may leave behind it (see `LEFTOVERS`). */
+  readonly leaves?: readonly Leftover[];
 }
 
 /** The run published nothing: it found its record written already. */
@@ -384,12 +393,14 @@ const SCENARIOS: readonly Scenario[] = [
     run: (fs) =>
       createRootSession(fs, { repoRoot: REPO, goal: "First", ...CONTRACTS, ...deterministic() }),
     writes: true,
+    leaves: ["reservation"],
   },
   {
     name: "removeStagingLeftovers",
     baseline: withRootExtras,
     run: (fs) => removeStagingLeftovers(fs, SESSIONS),
     writes: true,
+    leaves: ["staging"],
   },
   {
     name: "session tree reads (ids, manifest, scaffold check, state, working session)",
@@ -665,6 +676,7 @@ const SCENARIOS: readonly Scenario[] = [
     baseline: folded,
     run: (fs) => pruneRaw(fs, LOOPY),
     writes: true,
+    leaves: ["pruning"],
   },
   {
     name: "pruneRaw --dry-run (folded)",
@@ -677,6 +689,7 @@ const SCENARIOS: readonly Scenario[] = [
     baseline: mirrorStopped,
     run: (fs) => pruneRaw(fs, LOOPY, { legacyTraces: true }),
     writes: true,
+    leaves: ["pruning"],
   },
   // The mirror layout's writers (a running mirror session finishes under its own layout).
   {
@@ -734,6 +747,87 @@ const SCENARIOS: readonly Scenario[] = [
 
 // ---- The checks. ----
 
+/** A kind of private entry of the layout's own operations. */
+type Leftover = "staging" | "pruning" | "reservation";
+
+/**
+ * Each kind of private entry, by the name the layout gives it. A creation removes its staging
+ * directory when it fails (`buildAndPublish`); one `removeStagingLeftovers` moved aside and could
+ * not remove goes at its rerun. An entry a prune moved aside (`.pruning-*`) goes at the next
+ * prune. A root's ordinal reservation whose removal failed stays (`removeReservation`), ignored
+ * by readers: it may only hold an ordinal a published session holds, so the next one is the same.
+ */
+const LEFTOVERS: Readonly<Record<Leftover, (name: string) => boolean>> = {
+  staging: (name) => name.startsWith(STAGING_PREFIX),
+  pruning: isPruningName,
+  reservation: (name) => name.startsWith(ORDINAL_RESERVATION_PREFIX),
+};
+
+/** The tree's paths (from `/`). */
+function pathsOf(fs: MemoryFs): string[] {
+  return Object.keys(fs.snapshotTree()).map((key) => `/${key}`);
+}
+
+/** The entries of kind `kind` among `paths` not in `before` (the outermost of each tree). */
+function leftoversOf(
+  paths: readonly string[],
+  before: ReadonlySet<string>,
+  kind: Leftover,
+): string[] {
+  const named = LEFTOVERS[kind];
+  return paths.filter((path) => {
+    if (before.has(path)) return false;
+    const names = path.split("/");
+    return named(names.at(-1)!) && !names.slice(0, -1).some(named);
+  });
+}
+
+/** The directory holding `path`. */
+function parentOf(path: string): string {
+  return path.slice(0, path.lastIndexOf("/"));
+}
+
+/**
+ * Checks what a call settled after a transient fault left behind: no temp file (an atomic replace
+ * removes its own when it fails), and of the private entries not in `before`, only the kinds the
+ * scenario `leaves`, each gone after the recovery the layout names for it, or (a reservation) not
+ * moving the next ordinal. A host whose disk fails now and then does not collect leftovers.
+ */
+async function assertNothingLeft(
+  fs: MemoryFs,
+  before: ReadonlySet<string>,
+  scenario: Scenario,
+  label: string,
+): Promise<void> {
+  const paths = pathsOf(fs);
+  const temps = paths.filter((path) => path.split("/").some(isTempName));
+  assert.deepEqual(temps, [], `${label}: temp files left`);
+  const allowed = new Set(scenario.leaves ?? []);
+  for (const kind of Object.keys(LEFTOVERS) as Leftover[]) {
+    const left = leftoversOf(paths, before, kind);
+    if (left.length === 0) continue;
+    assert.ok(allowed.has(kind), `${label}: ${kind} left: ${left.join(", ")}`);
+    if (kind === "staging") {
+      for (const scope of new Set(left.map(parentOf))) await removeStagingLeftovers(fs, scope);
+    } else if (kind === "pruning") {
+      // The next prune; with `legacyTraces`, it enters the legacy trees a prune moves entries in.
+      await pruneRaw(fs, LOOPY, { legacyTraces: true });
+    } else {
+      for (const reservation of left) {
+        const scope = parentOf(reservation);
+        assert.equal(
+          await highestOrdinal(fs, scope),
+          await highestOrdinal(fs, scope, { reservations: false }),
+          `${label}: ${reservation} holds an ordinal no session holds`,
+        );
+      }
+      continue;
+    }
+    const kept = leftoversOf(pathsOf(fs), before, kind);
+    assert.deepEqual(kept, [], `${label}: ${kind} left after its recovery: ${kept.join(", ")}`);
+  }
+}
+
 interface Mode {
   readonly error: FaultError;
   readonly persistent: boolean;
@@ -769,8 +863,9 @@ function portsOf(scenario: Scenario): [string, (fs: MemoryFs) => FileSystem][] {
 }
 
 for (const scenario of SCENARIOS) {
-  test(`${scenario.name} leaves no file handle open, failed or not`, async () => {
+  test(`${scenario.name} leaves no file handle open, failed or not, nor leftovers`, async () => {
     const base = await scenario.baseline();
+    const before = new Set(pathsOf(base));
     for (const [portName, port] of portsOf(scenario)) {
       const label = `${scenario.name}${portName}`;
       const clean = base.clone();
@@ -799,6 +894,14 @@ for (const scenario of SCENARIOS) {
               `${label}: ${modeName(mode)} at operation ${info.n} (${how}) left open: ` +
                 fs.openHandles.join(", "),
             );
+            if (!mode.persistent) {
+              await assertNothingLeft(
+                fs,
+                before,
+                scenario,
+                `${label}: ${modeName(mode)} at operation ${info.n} (${how})`,
+              );
+            }
           },
         });
         assert.ok(failed > 0, `${label}: no ${modeName(mode)} failed the operation`);

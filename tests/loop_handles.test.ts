@@ -5,8 +5,8 @@
 // `MemoryFs.openHandles` must be empty. A manager still open holds exactly the handles its state
 // explains (its log, and the one its page reads keep), checked before it is closed. Nor does a
 // call leave a session claimed: its writer slot in this process and its lock file are released,
-// so every session in the collection opens for writing again. After a transient fault, no temp
-// file is left, and no private directory the next recovery does not remove.
+// so every session in the collection opens for writing again. And it leaves nothing that builds
+// up: no temp file after a transient fault, and nothing the next maintenance does not remove.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { type FaultError, MemoryFs } from "../adapters/memory.ts";
@@ -35,6 +35,8 @@ import { nodeSha256 } from "../adapters/node.ts";
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
 const COLLECTION = `${AGENT}/sessions/${workspaceHash(CWD)}`;
+/** The collection salvaged copies go to. */
+const SALVAGED = `${AGENT}/salvaged`;
 const LEGACY_ID = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
 const NOW = Date.parse("2026-03-01T00:00:00.000Z");
 
@@ -229,8 +231,8 @@ const SCENARIOS: readonly Scenario[] = [
     errors: ["EIO", "ENOSPC"],
     run: async (fs, base) => {
       await verifySession(fs, base.dir, { sha256: nodeSha256 });
-      await fs.mkdir(`${AGENT}/salvaged`, { recursive: true });
-      await salvageSession(fs, base.dir, { sha256: nodeSha256, toCollection: `${AGENT}/salvaged` });
+      await fs.mkdir(SALVAGED, { recursive: true });
+      await salvageSession(fs, base.dir, { sha256: nodeSha256, toCollection: SALVAGED });
     },
   },
   {
@@ -357,16 +359,27 @@ async function assertNothingClaimed(fs: MemoryFs, label: string, probe?: Process
 }
 
 /**
- * Checks that a call failed by a transient fault leaves no temp file behind, and nothing of its
- * own private directories that the next recovery (`cleanup`) does not remove: a host whose disk
- * fails now and then does not collect leftovers.
+ * Checks that a failed call leaves nothing that builds up: after a transient fault no temp file is
+ * left at all (the call removes its own), and after any fault, once the disk works again, the
+ * next maintenance of each collection written to (`cleanup`) leaves no temp file and no private
+ * directory of the store's operations. A host whose disk fails now and then collects nothing.
  */
-async function assertNothingLeft(fs: MemoryFs, label: string): Promise<void> {
+async function assertNothingLeft(
+  fs: MemoryFs,
+  label: string,
+  persistent: boolean,
+  probe?: ProcessProbe,
+): Promise<void> {
   const leftovers = (test: (name: string) => boolean) =>
     Object.keys(fs.snapshotTree()).filter((path) => path.split("/").some(test));
-  assert.deepEqual(leftovers(isTempName), [], `${label}: temp files`);
-  await storeOn(fs).cleanup(CWD);
-  assert.deepEqual(leftovers(isPrivateStagingName), [], `${label}: staging directories`);
+  if (!persistent) assert.deepEqual(leftovers(isTempName), [], `${label}: temp files`);
+  const store = storeOn(fs, probe);
+  await store.cleanup(CWD);
+  if ((await fs.readDir(SALVAGED).catch(() => undefined)) !== undefined) {
+    await store.cleanup(undefined, SALVAGED);
+  }
+  assert.deepEqual(leftovers(isTempName), [], `${label}: temp files after cleanup`);
+  assert.deepEqual(leftovers(isPrivateStagingName), [], `${label}: private directories`);
 }
 
 /** The handles the open `managers` may hold: none, once each is closed. */
@@ -413,7 +426,7 @@ for (const scenario of SCENARIOS) {
             await closeAll(opened);
             assert.deepEqual(fs.openHandles, [], label);
             await assertNothingClaimed(fs, label, scenario.probe);
-            if (!persistent) await assertNothingLeft(fs, label);
+            await assertNothingLeft(fs, label, persistent, scenario.probe);
           },
         });
         assert.ok(points > 3, `${scenario.name}: ${points} fault points`);
