@@ -36,7 +36,8 @@
  * hidden sibling `.pruning-<random>-<name>` in the same directory (the name cut on whole
  * characters so the hidden name fits in 255 UTF-8 bytes), the directory is fsynced, and only then
  * the renamed tree is removed. After a crash an entry is either present and whole or
- * gone; a `.pruning-*` leftover counts as gone for every reader and the next prune removes it.
+ * gone; a `.pruning-*` leftover counts as gone for every reader and the next prune of the same
+ * kind removes it (one under `traces/` or the finalization outbox, the next `legacyTraces` prune).
  *
  * @module
  */
@@ -120,7 +121,8 @@ export type PruneSkipReason =
   /**
    * The entry was moved aside to a hidden `.pruning-*` name (which counts as gone for readers)
    * but removing its tree failed; the detail names that path and the error, and the next prune
-   * tries again.
+   * of the same kind tries again (for `traces/` and the finalization outbox, a `legacyTraces`
+   * prune).
    */
   | "remove_failed"
   /** The entry disappeared while pruning (another prune removed it). */
