@@ -528,19 +528,7 @@ export class MemoryFs implements FileSystem {
         node.truncate(0);
         node.mtimeMs = this.#options.now();
       }
-      return this.#track(
-        new MemoryFileHandle({
-          node,
-          path,
-          writable,
-          append,
-          enter: (op) => this.#enter(op, path),
-          now: this.#options.now,
-          room: this.#options.maxFileSize,
-          syncMode: () => this.#commitMode(node),
-          released: (handle) => this.#handles.delete(handle),
-        }),
-      );
+      return this.#handle(node, path, writable, append);
     });
   }
 
@@ -583,20 +571,7 @@ export class MemoryFs implements FileSystem {
   #openNoFollow(op: MemoryOperation, path: string, append: boolean): Promise<OpenedFile> {
     return this.#run(op, path, () => {
       const node = this.#fileNoFollow(op, path);
-      const handle = this.#track(
-        new MemoryFileHandle({
-          node,
-          path,
-          writable: append,
-          append,
-          enter: (op) => this.#enter(op, path),
-          now: this.#options.now,
-          room: this.#options.maxFileSize,
-          syncMode: () => this.#commitMode(node),
-          released: (handle) => this.#handles.delete(handle),
-        }),
-      );
-      return { handle, info: infoOf(node) };
+      return { handle: this.#handle(node, path, append, append), info: infoOf(node) };
     });
   }
 
@@ -886,8 +861,19 @@ export class MemoryFs implements FileSystem {
     }
   }
 
-  /** Records `handle` as open until its close (`openHandles`). */
-  #track(handle: MemoryFileHandle): MemoryFileHandle {
+  /** A handle on `node` opened by `path`, listed in `openHandles` until it is closed. */
+  #handle(node: FileNode, path: string, writable: boolean, append: boolean): MemoryFileHandle {
+    const handle = new MemoryFileHandle({
+      node,
+      path,
+      writable,
+      append,
+      enter: (op) => this.#enter(op, path),
+      now: this.#options.now,
+      room: this.#options.maxFileSize,
+      syncMode: () => this.#commitMode(node),
+      released: (closed) => this.#handles.delete(closed),
+    });
     this.#handles.add(handle);
     return handle;
   }

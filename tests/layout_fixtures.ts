@@ -8,6 +8,7 @@ import {
   createRootSession,
   type LayoutWriteOptions,
   readTerminalControl,
+  type SessionOutcomeInput,
   type SessionPaths,
   writeSessionOutcome,
 } from "../layout.ts";
@@ -181,6 +182,29 @@ export function pauseAfter(
     },
   }) as unknown as FileSystem;
   return { fs: view, paused, release };
+}
+
+/** When `stoppedOutcome`'s sessions stopped. */
+export const STOPPED_AT = "2026-04-20T00:00:00Z";
+
+/** An outcome of a session stopped at `revision` (`max_turns`, at `STOPPED_AT`) with no handoff. */
+export function stoppedOutcome(
+  sessionId: string,
+  goalSha256: string,
+  revision: number,
+  extra: Partial<SessionOutcomeInput> = {},
+): SessionOutcomeInput {
+  return {
+    sessionId,
+    rootSessionId: sessionId,
+    goalSha256,
+    terminalStatus: "max_turns",
+    stopReason: "max_turns",
+    terminalStateRevision: revision,
+    terminalAt: STOPPED_AT,
+    handoff: { status: "missing", sha256: null, diagnosis: "no handoff" },
+    ...extra,
+  } as SessionOutcomeInput;
 }
 
 /**

@@ -76,6 +76,8 @@ import {
   finishChildBlocked,
   newRepo,
   newRoot,
+  STOPPED_AT,
+  stoppedOutcome,
   writeJson,
   writeText,
 } from "./layout_fixtures.ts";
@@ -108,7 +110,6 @@ const MIRROR_ROOT_DIR = `${SESSIONS}/${MIRROR_ROOT_ID}`;
 const mirrorRoot = new SessionPaths(MIRROR_ROOT_DIR, "mirror");
 const ATTEMPT = { iteration: 26, workflowId: "outer", attemptId: "a26" };
 const BOUNDARY: GitBoundary = { head: "c0ffee", branch: "main", dirty: false };
-const STOPPED_AT = "2026-04-20T00:00:00Z";
 
 /** The artifacts of attempt 26, the same each time (so a second creation finds them kept). */
 function artifacts(): CreateAttemptOptions {
@@ -118,26 +119,6 @@ function artifacts(): CreateAttemptOptions {
     snapshot: { "assignment.json": { attempt_id: ATTEMPT.attemptId } },
     ...deterministic(),
   };
-}
-
-/** An outcome of a session stopped at `revision` with no handoff. */
-function stoppedOutcome(
-  sessionId: string,
-  goalSha256: string,
-  revision: number,
-  extra: Partial<SessionOutcomeInput> = {},
-): SessionOutcomeInput {
-  return {
-    sessionId,
-    rootSessionId: sessionId,
-    goalSha256,
-    terminalStatus: "max_turns",
-    stopReason: "max_turns",
-    terminalStateRevision: revision,
-    terminalAt: STOPPED_AT,
-    handoff: { status: "missing", sha256: null, diagnosis: "no handoff" },
-    ...extra,
-  } as SessionOutcomeInput;
 }
 
 async function goalHash(fs: FileSystem, sessionDir: string): Promise<string> {

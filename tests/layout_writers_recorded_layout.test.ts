@@ -17,7 +17,7 @@ import {
   writeGitReceipt,
   writeSessionOutcome,
 } from "../layout.ts";
-import { newRepo, newRoot, writeJson } from "./layout_fixtures.ts";
+import { newRepo, newRoot, stoppedOutcome, writeJson } from "./layout_fixtures.ts";
 import {
   buildMirrorTree,
   MIRROR_ROOT_ID,
@@ -53,26 +53,6 @@ test("folded-only writers refuse a session whose session.json records mirror, wh
   );
   assert.deepEqual(fs.snapshotTree("/"), before);
 });
-
-/** An outcome of a session stopped at `revision` with no handoff. */
-function stoppedOutcome(
-  sessionId: string,
-  goalSha256: string,
-  revision: number,
-  extra: Partial<SessionOutcomeInput> = {},
-): SessionOutcomeInput {
-  return {
-    sessionId,
-    rootSessionId: sessionId,
-    goalSha256,
-    terminalStatus: "max_turns",
-    stopReason: "max_turns",
-    terminalStateRevision: revision,
-    terminalAt: "2026-04-20T00:00:00Z",
-    handoff: { status: "missing", sha256: null, diagnosis: "no handoff" },
-    ...extra,
-  } as SessionOutcomeInput;
-}
 
 test("a folded session's outcome and attempt result refuse paths built for the mirror layout", async () => {
   const fs = await newRepo();
