@@ -60,7 +60,6 @@ import {
   removeStagingLeftovers,
   scanEvents,
   scanTraceManifests,
-  type SessionOutcomeInput,
   SessionPaths,
   updateSessionState,
   verifyTrace,

@@ -9,7 +9,6 @@ import {
   acceptEvalReceipt,
   createAttemptArtifacts,
   readSessionLayout,
-  type SessionOutcomeInput,
   SessionPaths,
   UnsupportedLayoutError,
   updateSessionState,
