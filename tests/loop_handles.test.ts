@@ -454,3 +454,58 @@ test("an open manager holds only its log and its page reader's handle, each once
   await writer.close();
   assert.deepEqual(fs.openHandles, []);
 });
+
+test("a salvage failing at any operation leaves its target collection as it was or with the copy published", async () => {
+  const base = await baseline();
+  await base.fs.mkdir(SALVAGED, { recursive: true });
+  base.fs.syncAll();
+  const before = (await base.fs.readDir(SALVAGED)).map((entry) => entry.name);
+  for (const error of ["EIO", "ENOSPC"] as const) {
+    await failAtEveryOperation({
+      baseline: base.fs,
+      error,
+      persistent: false,
+      run: (fs) => salvageSession(fs, base.dir, { sha256: nodeSha256, toCollection: SALVAGED }),
+      check: async (fs, { n, resolved }) => {
+        if (resolved) return;
+        // As before, or with the salvaged copy published (a step after its rename failed).
+        const names = (await fs.readDir(SALVAGED)).map((entry) => entry.name);
+        const added = names.filter((name) => !before.includes(name));
+        const label = `${error} at operation ${n}: ${names.join(", ")}`;
+        assert.ok(added.length === 0 || (added.length === 1 && isSessionId(added[0]!)), label);
+      },
+    });
+  }
+});
+
+test("a salvage never removes what it finds at its staging name, whichever call fails", async () => {
+  const base = await baseline();
+  const id = "11111111-2222-4333-8444-555555555555";
+  const staging = `${SALVAGED}/.staging-${id}-deadbeef`;
+  const random = globalThis.crypto.randomUUID;
+  for (
+    const [kind, place] of [
+      ["file", (fs: MemoryFs) => fs.writeFile(staging, new Uint8Array([1]))],
+      ["empty directory", (fs: MemoryFs) => fs.mkdir(staging)],
+    ] as const
+  ) {
+    // Whichever of the salvage's calls fails: what is at the name must stay.
+    for (let n = 1; n <= 40; n++) {
+      const fs = base.fs.clone();
+      await fs.mkdir(SALVAGED, { recursive: true });
+      await place(fs);
+      fs.failAt(fs.operationCount + n);
+      globalThis.crypto.randomUUID = () => "deadbeef-0000-4000-8000-000000000000";
+      try {
+        await assert.rejects(
+          salvageSession(fs, base.dir, { sha256: nodeSha256, toCollection: SALVAGED, id }),
+        );
+      } finally {
+        globalThis.crypto.randomUUID = random;
+      }
+      fs.clearFaults();
+      const expected = kind === "file" ? "file" : "directory";
+      assert.equal((await fs.lstat(staging)).kind, expected, `${kind}, call ${n} failing`);
+    }
+  }
+});

@@ -8,13 +8,14 @@
  * @module
  */
 import type { EntryKind, FileHandle, FileSystem } from "../port/fs.ts";
-import { AlreadyExists, FsError, NotFound } from "../port/errors.ts";
+import { FsError, NotFound } from "../port/errors.ts";
 import type { Sha256Factory } from "../port/sha256.ts";
 import {
   atomicReplace,
   type Durability,
   ensurePrivateDir,
   entryKind,
+  PRIVATE_DIR_MODE,
   readDirIfExists,
   stagedPublish,
 } from "../port/durable.ts";
@@ -914,13 +915,16 @@ export async function salvageSession(
     options.toCollection,
     `.staging-${id}-${globalThis.crypto.randomUUID().slice(0, 8)}`,
   );
-  // Only a staging directory this call made is removed on failure. One made before a later step
-  // of its creation failed (the fsync of the collection, its mode) is still empty: removed only as
-  // an empty directory, so nothing else that could be at that name is ever touched.
+  // Only a staging directory this call made is removed on failure: it is made by an exclusive
+  // mkdir (anything at that name refuses it and is left alone), and one made before a later step
+  // of its creation failed (the fsync of the collection, its mode) is removed while still empty.
+  let made = false;
   try {
+    await fs.mkdir(staging, { mode: PRIVATE_DIR_MODE });
+    made = true;
     await ensurePrivateDir(fs, staging, durability);
   } catch (error) {
-    if (!(error instanceof AlreadyExists)) await fs.remove(staging).catch(() => undefined);
+    if (made) await fs.remove(staging).catch(() => undefined);
     throw error;
   }
   try {
