@@ -186,12 +186,14 @@ const SCENARIOS: readonly Scenario[] = [
     },
   },
   {
-    name: "pin, title, read receipt",
+    name: "pin, title, read receipt, model, permission preset",
     run: async (fs, base, opened) => {
       const session = await openOn(storeOn(fs), base.dir, opened);
       await session.setPinned(true);
       await session.setTitle({ text: "A title", source: "user", messageIndices: [] });
       await session.markRead(base.history.length);
+      await session.setModel({ provider: "synthetic", id: "model-2" });
+      await session.setPermissionPreset("danger-full-access");
     },
   },
   {
@@ -232,6 +234,7 @@ const SCENARIOS: readonly Scenario[] = [
     run: async (fs, base) => {
       await verifySession(fs, base.dir, { sha256: nodeSha256 });
       await fs.mkdir(SALVAGED, { recursive: true });
+      await storeOn(fs).salvage(base.dir, SALVAGED);
       await salvageSession(fs, base.dir, { sha256: nodeSha256, toCollection: SALVAGED });
     },
   },
@@ -242,6 +245,8 @@ const SCENARIOS: readonly Scenario[] = [
       const store = storeOn(fs);
       await store.archive.set(CWD, [base.id], true);
       await store.archive.set(CWD, [base.id], true); // already so: made durable again
+      await store.archive.list(CWD);
+      await store.archive.isArchived(CWD, base.id);
       await store.archive.delete(CWD, [base.id]);
     },
   },
