@@ -629,9 +629,7 @@ export class SessionManager {
       meta = await metaRead;
       if (init.id !== undefined) checkMetaId(meta, init.id, metaFile);
     } catch (error) {
-      // Settled only once the log opened beside is closed and meta.json's read is over, so no
-      // descriptor outlives the call.
-      await Promise.all([closeWhenOpened(opening), metaRead.catch(() => undefined)]);
+      closeWhenOpened(opening);
       throw error;
     }
     // The cwd check runs beside the log read; its outcome is judged before the log's.

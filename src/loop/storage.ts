@@ -1267,12 +1267,12 @@ export async function forEachCommittedLine(
       checkGeneration(hash, meta, file);
     } catch (error) {
       // The log opened early is closed on every refusal, as once it is read.
-      if (options.opening !== undefined) await closeWhenOpened(options.opening);
+      if (options.opening !== undefined) closeWhenOpened(options.opening);
       throw error;
     }
     if (meta.start === 0) {
       // Nothing committed: a log opened early is not needed (and may be missing).
-      if (options.opening !== undefined) await closeWhenOpened(options.opening);
+      if (options.opening !== undefined) closeWhenOpened(options.opening);
     } else {
       // An empty range after earlier generations (a history cleared): the log must still reach
       // its start, where the next save appends, as a writer and `verifySession` require.
@@ -1466,12 +1466,11 @@ function checkGeneration(hash: Sha256, meta: StorageMeta, file: string): void {
 }
 
 /**
- * Closes a handle still being opened once it is open, and resolves when it is closed: the caller
- * settles only after that, so no descriptor outlives the call that opened it. A failed open or
- * close is nobody's error (the handle was never going to be used); never rejects.
+ * Closes a handle still being opened, in the background, once it is open; a failed open or close
+ * is nobody's error (the handle was never going to be used).
  */
-export async function closeWhenOpened(opening: Promise<FileHandle>): Promise<void> {
-  await opening.then((handle) => handle.close(), () => undefined).catch(() => undefined);
+export function closeWhenOpened(opening: Promise<FileHandle>): void {
+  opening.then((handle) => handle.close(), () => undefined).catch(() => undefined);
 }
 
 /**

@@ -608,16 +608,8 @@ export class SessionStore {
           const checking = checkSessionFiles(this.fs, dir);
           const opening = openCheckedSession(this.#readOnlyInit(dir, dir), checking);
           opening.catch(() => undefined);
-          try {
-            found = await this.#sourceOf(dir, true, checking);
-          } catch (error) {
-            // The open started beside the check fails with it: waited for, so the files it
-            // opened are closed before this call settles.
-            await opening.then((manager) => manager.close(), () => undefined).catch(() => {});
-            throw error;
-          }
+          found = await this.#sourceOf(dir, true, checking);
           if (found.checked && found.source === dir) return await opening;
-          await opening.then((manager) => manager.close(), () => undefined).catch(() => {});
           return await this.#openSource(dir, found, true);
         } catch (error) {
           const place = found?.source ?? dir;
