@@ -4,6 +4,7 @@ import type { Message } from "../src/loop/records/mod.ts";
 import { encodeRoundIndex, parseRoundIndexText, type RoundIndex } from "../src/loop/storage.ts";
 import { MemoryFs } from "../adapters/memory.ts";
 import { SessionStore } from "../src/loop/store.ts";
+import { portableSha256 } from "../src/port/sha256.ts";
 
 let clock = 1_700_000_000_000;
 
@@ -181,4 +182,46 @@ export async function compactableSession(
   await session.commit(history);
   await session.close();
   return { id: session.id, dir: session.getSessionPath(), history };
+}
+
+/** The fields of meta.json `recommit` changes. */
+export interface CommittedRange {
+  readonly generation: string;
+  readonly start: number;
+  readonly bytes: number;
+  readonly messageCount: number;
+}
+
+/**
+ * Appends a generation holding `lines` (each followed by a newline) after the log's bytes of
+ * session directory `dir` and commits it as a writer would: meta.json's range, count and checksum
+ * match it, and index.json is removed (a fast listing then reads the log). Returns meta.json's
+ * range as it was before.
+ */
+export async function recommit(
+  fs: FileSystem,
+  dir: string,
+  lines: readonly string[],
+): Promise<CommittedRange> {
+  const log = `${dir}/messages.jsonl`;
+  const metaPath = `${dir}/meta.json`;
+  const old = await fs.readFile(log);
+  const generation = new TextEncoder().encode(lines.map((line) => `${line}\n`).join(""));
+  const both = new Uint8Array(old.length + generation.length);
+  both.set(old);
+  both.set(generation, old.length);
+  await fs.writeFile(log, both);
+  const meta = JSON.parse(new TextDecoder().decode(await fs.readFile(metaPath))) as CommittedRange;
+  await fs.writeFile(
+    metaPath,
+    new TextEncoder().encode(JSON.stringify({
+      ...meta,
+      start: old.length,
+      bytes: generation.length,
+      messageCount: lines.length,
+      generation: portableSha256().update(generation).digestHex(),
+    })),
+  );
+  await fs.remove(`${dir}/index.json`);
+  return meta;
 }

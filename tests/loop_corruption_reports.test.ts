@@ -14,6 +14,7 @@ import {
   assistant,
   conversation,
   legacySessionBytes,
+  recommit,
   toolResult,
   user,
   withoutRecordedTitle,
@@ -285,43 +286,6 @@ async function beside(storedTitle = false): Promise<{
   if (storedTitle) await session.setTitle({ text: "Stored", source: "user", messageIndices: [] });
   await session.close();
   return { fs, healthy, store, session, dir: session.getSessionPath() };
-}
-
-/**
- * Appends a generation holding `lines` (each followed by a newline) after the log's bytes and
- * commits it as a writer would: meta.json's range, count and checksum match it, and index.json
- * is removed (a fast listing then reads the log). Returns meta.json as it was before.
- */
-async function recommit(fs: MemoryFs, dir: string, lines: string[]): Promise<StoredMeta> {
-  const log = `${dir}/messages.jsonl`;
-  const metaPath = `${dir}/meta.json`;
-  const old = await fs.readFile(log);
-  const generation = new TextEncoder().encode(lines.map((line) => `${line}\n`).join(""));
-  const both = new Uint8Array(old.length + generation.length);
-  both.set(old);
-  both.set(generation, old.length);
-  await fs.writeFile(log, both);
-  const meta = JSON.parse(new TextDecoder().decode(await fs.readFile(metaPath))) as StoredMeta;
-  await fs.writeFile(
-    metaPath,
-    new TextEncoder().encode(JSON.stringify({
-      ...meta,
-      start: old.length,
-      bytes: generation.length,
-      messageCount: lines.length,
-      generation: portableSha256().update(generation).digestHex(),
-    })),
-  );
-  await fs.remove(`${dir}/index.json`);
-  return meta;
-}
-
-/** The fields of meta.json these tests change. */
-interface StoredMeta {
-  generation: string;
-  start: number;
-  bytes: number;
-  messageCount: number;
 }
 
 test("a committed line that is not JSON is a SessionFormatError at messages[N] for every reader and for compaction; a damaged range stays a CorruptSessionError", async () => {

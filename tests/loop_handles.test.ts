@@ -10,14 +10,14 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { type FaultError, MemoryFs } from "../adapters/memory.ts";
-import { SessionStore } from "../src/loop/store.ts";
+import { SessionStore, workspaceHash } from "../src/loop/store.ts";
+import type { Message } from "../src/loop/records/mod.ts";
 import { parseLockRecord, type ProcessProbe, WRITER_LOCK_FILE } from "../src/loop/lock.ts";
 import { SessionBusyError, SessionLockedError } from "../src/loop/errors.ts";
 import { isSessionId } from "../src/loop/records/ids.ts";
 import { isTempName } from "../src/port/durable.ts";
 import { isPrivateStagingName } from "../src/loop/archive.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
-import { workspaceHash } from "../src/loop/store.ts";
 import { salvageSession, verifySession } from "../src/loop/verify.ts";
 import { failAtEveryOperation } from "./_crash.ts";
 import {
@@ -26,6 +26,7 @@ import {
   conversation,
   imageOnly,
   legacySessionBytes,
+  recommit,
   stoppedBetweenRenames,
   user,
   withoutRecordedTitle,
@@ -64,8 +65,6 @@ interface Baseline {
   readonly history: readonly Message[];
 }
 
-type Message = ReturnType<typeof user>;
-
 /**
  * The baseline every scenario starts from: one compactable session, a second whose index.json
  * records no fallback title (a fast listing reads its log), and a legacy version-2 file.
@@ -85,29 +84,6 @@ async function baseline(): Promise<Baseline> {
   );
   fs.syncAll();
   return { fs, dir, id, history };
-}
-
-/**
- * Appends a generation of `lines` after the log's bytes of session `dir` and commits it as a
- * writer would (meta.json's range, count and checksum match it); index.json is removed.
- */
-async function recommit(fs: MemoryFs, dir: string, lines: readonly string[]): Promise<void> {
-  const old = await fs.readFile(`${dir}/messages.jsonl`);
-  const generation = new TextEncoder().encode(lines.map((line) => `${line}\n`).join(""));
-  const both = new Uint8Array(old.length + generation.length);
-  both.set(old);
-  both.set(generation, old.length);
-  await fs.writeFile(`${dir}/messages.jsonl`, both);
-  const meta = JSON.parse(new TextDecoder().decode(await fs.readFile(`${dir}/meta.json`)));
-  const committed = {
-    ...meta,
-    start: old.length,
-    bytes: generation.length,
-    messageCount: lines.length,
-    generation: nodeSha256().update(generation).digestHex(),
-  };
-  await fs.writeFile(`${dir}/meta.json`, new TextEncoder().encode(JSON.stringify(committed)));
-  await fs.remove(`${dir}/index.json`);
 }
 
 /** The managers a scenario opened, closed by the loop once the scenario settled. */
