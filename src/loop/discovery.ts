@@ -166,6 +166,7 @@ import {
   type RoundEntry,
   type RoundIndex,
   type RoundIndexHead,
+  sameCommittedRange,
   sizedLater,
   type StorageMeta,
 } from "./storage.ts";
@@ -1454,8 +1455,7 @@ function roundsFit(index: RoundIndex): boolean {
  * while it does (a compaction may have swapped the directory since, restarting its log at 0).
  */
 function sameRange(now: StorageMeta | undefined, meta: StorageMeta): boolean {
-  return now !== undefined && now.generation === meta.generation && now.start === meta.start &&
-    now.bytes === meta.bytes && now.messageCount === meta.messageCount;
+  return now !== undefined && sameCommittedRange(now, meta);
 }
 
 /**

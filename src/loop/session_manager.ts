@@ -101,6 +101,7 @@ import {
   refuseIrregularFile,
   type RoundEntry,
   type RoundIndex,
+  sameCommittedRange,
   type SizedRoundIndex,
   STORAGE_FORMAT,
   STORAGE_VERSION,
@@ -2313,8 +2314,8 @@ export class SessionManager {
    * with something other than a file or changed the length of since this manager published or
    * read it (never once the session directory was removed, moved away or replaced by one without
    * meta.json), closes the log handles (the writer's, and the one page reads keep open from their
-   * first page, also in a read-only manager) and releases the writer slot. A pending save stays unsaved: call `flush()` first to
-   * keep it. A metadata change that was rejected after its meta.json may have landed (a pin,
+   * first page, also in a read-only manager) and releases the writer slot. A pending save stays
+   * unsaved: call `flush()` first to keep it. A metadata change that was rejected after its meta.json may have landed (a pin,
    * title, model, permission preset or read receipt whose write failed) is undone here if no later
    * write undid it; when that fails too, the session is still closed and the call rejects with a
    * `SessionError` naming meta.json, which may then hold the rejected change.
@@ -2401,9 +2402,7 @@ export class SessionManager {
       if (error instanceof NotFound || error instanceof NotADirectory) return false;
       throw error;
     }
-    return found.header.id === meta.header.id && found.generation === meta.generation &&
-      found.start === meta.start && found.bytes === meta.bytes &&
-      found.messageCount === meta.messageCount;
+    return found.header.id === meta.header.id && sameCommittedRange(found, meta);
   }
 
   /**

@@ -1175,15 +1175,21 @@ function scanCanonicalIndex(text: string): RoundIndex | undefined {
   };
 }
 
+/** The fields that name a committed range, in meta.json and in an index.json of it. */
+export type RangeFields = Pick<StorageMeta, "generation" | "start" | "bytes" | "messageCount">;
+
+/** True when `a` and `b` name the same committed range: generation, start, length and count. */
+export function sameCommittedRange(a: RangeFields, b: RangeFields): boolean {
+  return a.generation === b.generation && a.start === b.start && a.bytes === b.bytes &&
+    a.messageCount === b.messageCount;
+}
+
 /**
  * True when `index` describes exactly the committed range of `meta`: same generation, start,
  * length and count, and round entries that are strictly increasing and inside the range.
  */
 export function indexMatches(index: RoundIndex, meta: StorageMeta): boolean {
-  if (
-    index.generation !== meta.generation || index.start !== meta.start ||
-    index.bytes !== meta.bytes || index.messageCount !== meta.messageCount
-  ) return false;
+  if (!sameCommittedRange(index, meta)) return false;
   let previous: RoundEntry | undefined;
   for (const round of index.rounds) {
     if (round.messageIndex >= meta.messageCount || round.byteOffset >= meta.bytes) return false;
