@@ -617,9 +617,7 @@ async function processNext(
     // first one admitted (and the acceptance abandoned, see `admit`). The accepted bytes are
     // known by their hash where the record names one (a record of schema 2 may not), otherwise
     // as the accepted copy holds them.
-    const acceptedHash = typeof live.accepted_request_sha256 === "string"
-      ? live.accepted_request_sha256
-      : undefined;
+    const acceptedHash = acceptedHashOf(live);
     const accepted = acceptedHash === undefined
       ? await recordBytes(fs, paths.acceptedRequest(live.request_id), true)
       : undefined;
@@ -719,11 +717,22 @@ async function processNext(
 }
 
 /**
+ * The `accepted_request_sha256` a ledger record names, if it names one (a record of schema 2, or
+ * of the legacy mirror form, may not).
+ */
+function acceptedHashOf(record: object): string | undefined {
+  const recorded = (record as { readonly accepted_request_sha256?: unknown })
+    .accepted_request_sha256;
+  return typeof recorded === "string" ? recorded : undefined;
+}
+
+/**
  * Refuses (`LayoutRecordError` naming it) the accepted copy `accepted/<requestId>.json` of a
  * request when it is damaged: its hash is not the `accepted_request_sha256` of the request's
- * ledger `record` (when the record names one), or, with no record (an acceptance interrupted before it indexed the request),
- * it is not a child request at all. A damaged copy is reported, never taken for an earlier body
- * of the id (which would reject the request, or abandon the child the record names) nor removed.
+ * ledger `record` (when the record names one), or, with no record (an acceptance interrupted
+ * before it indexed the request), it is not a child request at all. A damaged copy is reported,
+ * never taken for an earlier body of the id (which would reject the request, or abandon the
+ * child the record names) nor removed.
  */
 function refuseDamagedAcceptedCopy(
   accepted: Uint8Array,
@@ -736,10 +745,9 @@ function refuseDamagedAcceptedCopy(
     parseChildRequest(decodeJson(accepted, file), file);
     return;
   }
-  // A record of the legacy mirror form may not name the hash: nothing to compare with.
-  const recorded =
-    (record as { readonly accepted_request_sha256?: unknown }).accepted_request_sha256;
-  if (typeof recorded !== "string") return;
+  // A record that names no hash: nothing to compare with.
+  const recorded = acceptedHashOf(record);
+  if (recorded === undefined) return;
   const sha256 = sha256Ref(accepted);
   if (sha256 !== recorded) {
     throw new LayoutRecordError(
