@@ -28,7 +28,8 @@ async function descriptorsUnder(dir: string): Promise<string[]> {
  * The descriptors still open under `dir` once those a call opened have had a moment to close: a
  * call that refuses a session may settle while a file it opened beside its checks (the log, read
  * beside meta.json) is still being opened, and closes it as soon as that open returns, without
- * waiting for it (an open can wait on another process's lease). Looks again for up to half a second.
+ * waiting for it (an open can wait on another process's lease). Looks again for up to half a
+ * second.
  */
 async function closedSoon(dir: string): Promise<string[]> {
   let held = await descriptorsUnder(dir);

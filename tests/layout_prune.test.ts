@@ -743,7 +743,8 @@ test("a link swapped in for raw/ while prune waits for the session's state moves
   assert.ok(swapped, "the swap happened");
   assert.deepEqual(report.removed, []);
   // A durable iteration directory moved aside through the link (even if moved back once the link
-  // was seen) is a `.pruning-*` leftover after a crash at that moment, which the next prune removes.
+  // was seen) is a `.pruning-*` leftover after a crash at that moment, which the next prune
+  // removes.
   const through = fs.operationLog.filter((op) =>
     op.op === "rename" && op.path.startsWith(`${rawDir}/`)
   );
