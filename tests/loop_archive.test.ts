@@ -1067,6 +1067,34 @@ test("archiving or restoring no ids changes nothing, not even a missing collecti
   assert.deepEqual(fs.snapshotTree("/"), before);
 });
 
+test("restoring ids in a collection never made changes nothing and resolves, in either durability", async () => {
+  // A restore finds nothing to remove: "already as asked". Under "full" it makes what it found
+  // durable, and a collection that does not exist has nothing to make durable.
+  for (const durability of ["full", "ordered"] as const) {
+    const fs = new MemoryFs();
+    await fs.mkdir(CWD, { recursive: true });
+    const store = new SessionStore({
+      fs,
+      agentDir: AGENT,
+      sessionDir: GLOBAL,
+      process: null,
+      durability,
+    });
+    const id = "11111111-2222-4333-8444-555555555555";
+    const before = fs.snapshotTree("/");
+    await store.archive.set(CWD, [id], false);
+    await store.archive.set(undefined, [id], false);
+    assert.deepEqual(fs.snapshotTree("/"), before, durability);
+    assert.equal(await store.archive.isArchived(CWD, id), false);
+    // Archiving there creates the collection, and a restore then empties the membership.
+    await store.archive.set(undefined, [id], true);
+    assert.equal(await store.archive.isArchived(undefined, id), true);
+    await store.archive.set(undefined, [id], false);
+    assert.equal(await store.archive.isArchived(undefined, id), false);
+    assert.equal(decoder.decode(await fs.readFile(`${GLOBAL}/archive.json`)), "[]\n");
+  }
+});
+
 test("structural changes refuse a collection directory replaced by a symlink, and change nothing behind it", async () => {
   const fs = new MemoryFs();
   await fs.mkdir(CWD, { recursive: true });

@@ -195,7 +195,9 @@ export async function openIfRegularWaiting(
  * renamed another file into place. The file is opened as a read opens it: never through a link,
  * never waiting on a FIFO, waiting out a lease another process holds. Gone, or something else
  * there now (another actor removed or replaced it since the caller read it): none of its bytes to
- * sync, and its directory is made durable all the same.
+ * sync, and its directory is made durable all the same; when the directory is gone too (nothing
+ * found at all, as a call that found the file missing in a directory never made), there is
+ * nothing to make durable.
  */
 export async function ensureFoundFileDurable(
   fs: FileSystem,
@@ -210,8 +212,14 @@ export async function ensureFoundFileDurable(
     } finally {
       await opened.handle.close();
     }
+    await fs.syncDir(dirname(path));
+    return;
   }
-  await fs.syncDir(dirname(path));
+  try {
+    await fs.syncDir(dirname(path));
+  } catch (error) {
+    if (!(error instanceof NotFound)) throw error;
+  }
 }
 
 /**
