@@ -143,6 +143,33 @@ test("traces list exits 1 when a trace's integrity check failed, as inspect does
   }
 });
 
+test("traces inspect prints as the engine's json.dumps(indent=2, sort_keys=True) prints", async () => {
+  // Keys sorted by code point as text (a JS object would list "9" before "10"), non-ASCII
+  // escaped. The expected block is Python 3's output for the same value.
+  const fs = await oneTrace({
+    manifest_id: "trace-1",
+    lifecycle: "active",
+    identity: { workflow_id: "w", session_id: "s", attempt_id: "a" },
+    extra: {
+      "9": [],
+      "10": {},
+      b: [1, { z: null, a: true }],
+      "\uFF01": "\u00e9\u{1F600}",
+      "\u{1F600}": -2.5,
+    },
+  });
+  const { io, out } = memoryIo(fs, "/repo", Date.now());
+  await runTraces(io, ["inspect", "trace-1"]);
+  const python = '{\n  "extra": {\n    "10": {},\n    "9": [],\n    "b": [\n      1,\n      {\n' +
+    '        "a": true,\n        "z": null\n      }\n    ],\n' +
+    '    "\\uff01": "\\u00e9\\ud83d\\ude00",\n    "\\ud83d\\ude00": -2.5\n  },\n' +
+    '  "identity": {\n    "attempt_id": "a",\n    "session_id": "s",\n    "workflow_id": "w"\n  },\n' +
+    '  "lifecycle": "active",\n  "manifest_id": "trace-1",\n  "observed_integrity": {\n';
+  assert.equal(out().slice(0, python.length), python);
+  assert.ok(out().endsWith("\n  }\n}\n"), out().slice(-20));
+  assert.equal(JSON.parse(out()).observed_integrity.seal.status, "not_required");
+});
+
 test("traces inspect resolves a relative manifest path against the current directory", async () => {
   // As every path the command line takes: the library alone would take it from the repository
   // root, where no such file is.

@@ -273,3 +273,28 @@ test("a child id another root's ledger records but has not published yet is not 
   await loadSessionTree(fs, "/repo", a.sessionId);
   await loadSessionTree(fs, "/repo", b.sessionId);
 });
+
+test("pending requests are considered in code point order, as the engine sorts their paths", async () => {
+  // UTF-16 order puts a character past U+FFFF (a surrogate pair) before U+FF01; code point order
+  // (Python's `sorted()`) puts it after.
+  const fs = await newRepo();
+  await newRoot(fs);
+  const names = ["\u{1F600}-emoji.json", "\uFF01-fullwidth.json", "b.json", "a.json"];
+  for (const [i, name] of names.entries()) {
+    await writeJson(fs, `${paths.childRequestsPendingDir}/${name}`, childRequest(`req-${i}`));
+  }
+  assert.deepEqual(await listPendingChildRequests(fs, paths), [
+    "a.json",
+    "b.json",
+    "\uFF01-fullwidth.json",
+    "\u{1F600}-emoji.json",
+  ]);
+  // Without the plain names, the fullwidth one is dispatched first.
+  for (const name of ["a.json", "b.json"]) {
+    await fs.remove(`${paths.childRequestsPendingDir}/${name}`);
+  }
+  const result = await processNext(fs);
+  assert.ok(result !== undefined && result.kind === "accepted");
+  assert.equal(result.requestId, "req-1");
+  assert.deepEqual(await listPendingChildRequests(fs, paths), ["\u{1F600}-emoji.json"]);
+});

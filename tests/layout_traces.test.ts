@@ -192,6 +192,21 @@ test("a changed, missing or unlisted file fails verification, and the error name
   assert.equal(linked.observedIntegrity.modified[0]?.error, "path is a symbolic link");
 });
 
+test("unlisted and changed files are reported in code point order, as the engine sorts them", async () => {
+  const { fs, tree } = await mirror();
+  const dir = tree.traceDir(FIRST);
+  // UTF-16 order puts the surrogate pair of U+1F600 before U+FF01; code point order after it.
+  const names = ["agents/\u{1F600}.log", "agents/\uFF01.log", "agents/b.log", "agents/a.log"];
+  for (const name of names) await writeText(fs, `${dir}/${name}`, "written after sealing");
+  const inspected = await inspectTrace(fs, tree.loopyRoot, `trace-${FIRST}`);
+  assert.deepEqual(inspected.observedIntegrity.added, [
+    "agents/a.log",
+    "agents/b.log",
+    "agents/\uFF01.log",
+    "agents/\u{1F600}.log",
+  ]);
+});
+
 test("a listed file swapped for a link to an identical copy after the listing is not followed", async () => {
   const { fs, tree } = await mirror();
   const dir = tree.traceDir(FIRST);

@@ -22,12 +22,14 @@ import { type ParsedReference, parseLogicalReference } from "../layout/ref_gramm
 import { type PrunedEntry, type PruneKind, pruneRaw } from "../layout/prune.ts";
 import { findLoopyRoot } from "../layout/loopy_root.ts";
 import { inspectTrace, listTraces } from "../layout/traces.ts";
+import { engineJson } from "../layout/_engine_json.ts";
 import { numberOption, parseArgs, UsageError } from "./args.ts";
 import {
   type CliIo,
   fieldRows,
   formatBytes,
   inlined,
+  JSON_INDENTED_LEVELS,
   printJson,
   Progress,
   resolvePath,
@@ -64,43 +66,6 @@ makes the exit code 1.`,
 Lists legacy mirror-layout trace manifests with their seal status, or shows one manifest's
 inventory with every file's hash verified.`,
 };
-
-/**
- * A copy of `value` with object keys sorted, for stable JSON like the engine prints. Iterative: a
- * manifest is written by an agent and may be nested deeper than the call stack goes.
- */
-function sortKeys(value: unknown): unknown {
-  const copyOf = (item: unknown): unknown => {
-    if (Array.isArray(item)) return [];
-    return item === null || typeof item !== "object" ? item : {};
-  };
-  const root = copyOf(value);
-  // Each pair is a value and its copy, whose members are still to be filled in.
-  const pending: [unknown, unknown][] = root === value ? [] : [[value, root]];
-  for (let pair = pending.pop(); pair !== undefined; pair = pending.pop()) {
-    const [source, copy] = pair;
-    const add = (member: unknown): unknown => {
-      const memberCopy = copyOf(member);
-      if (memberCopy !== member) pending.push([member, memberCopy]);
-      return memberCopy;
-    };
-    if (Array.isArray(source)) {
-      for (const member of source) (copy as unknown[]).push(add(member));
-      continue;
-    }
-    const object = source as Record<string, unknown>;
-    for (const key of Object.keys(object).sort()) {
-      // Defined, not assigned: a key named `__proto__` stays a key, as with Object.fromEntries.
-      Object.defineProperty(copy, key, {
-        value: add(object[key]),
-        enumerable: true,
-        writable: true,
-        configurable: true,
-      });
-    }
-  }
-  return root;
-}
 
 /** Finds the repository root: the nearest directory from `start` upward holding `.loopy_loop/`. */
 export async function findRepoRoot(io: CliIo, start: string): Promise<string> {
@@ -476,10 +441,9 @@ export async function runTraces(io: CliIo, args: readonly string[]): Promise<num
       loopyRoot,
       ref.includes("/") ? resolvePath(io, ref) : ref,
     );
-    printJson(
-      io,
-      sortKeys({ ...inspection.manifest, observed_integrity: inspection.observedIntegrity }),
-    );
+    // Printed as the engine prints it: `json.dumps(..., indent=2, sort_keys=True)`.
+    const shown = { ...inspection.manifest, observed_integrity: inspection.observedIntegrity };
+    io.out(`${engineJson(shown, 2, JSON_INDENTED_LEVELS)}\n`);
     return inspection.integrity === "failed" ? 1 : 0;
   }
   throw new UsageError(`unknown command 'traces ${sub}'`);

@@ -1,6 +1,6 @@
 /**
- * Python's whitespace rules, as the engine applies them to the text it reads and writes:
- * `str.strip()`, `str.rstrip()` and `str.splitlines()`.
+ * Python's text rules, as the engine applies them to the text it reads and writes:
+ * `str.strip()`, `str.rstrip()`, `str.splitlines()`, and the order `sorted()` puts strings in.
  *
  * @module
  */
@@ -38,4 +38,26 @@ export function pySplitlines(text: string): string[] {
   const lines = text.split(/\r\n|[\n\r\v\f\u001c\u001d\u001e\u0085\u2028\u2029]/);
   if (lines.length > 1 && lines[lines.length - 1] === "") lines.pop();
   return lines;
+}
+
+/** A UTF-16 surrogate: the only units whose order differs from their code points' order. */
+const SURROGATE = /[\ud800-\udfff]/;
+
+/**
+ * Compares two strings by Unicode code point, the order Python's `sorted()` gives `str` values (and
+ * the names of `Path` values in one directory). JavaScript's `<` compares UTF-16 units, which puts
+ * a character past U+FFFF (two surrogate units) before one from U+E000 to U+FFFF. A lone
+ * surrogate counts as its own code point, as Python counts one.
+ */
+export function compareCodePoints(a: string, b: string): number {
+  if (!SURROGATE.test(a) && !SURROGATE.test(b)) return a < b ? -1 : a > b ? 1 : 0;
+  const left = [...a];
+  const right = [...b];
+  const length = Math.min(left.length, right.length);
+  for (let i = 0; i < length; i++) {
+    const x = left[i]?.codePointAt(0) ?? 0;
+    const y = right[i]?.codePointAt(0) ?? 0;
+    if (x !== y) return x - y;
+  }
+  return left.length - right.length;
 }

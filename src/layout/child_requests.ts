@@ -109,6 +109,7 @@ import {
 } from "./tree.ts";
 import { confined } from "./no_links.ts";
 import { serializedOn } from "./serial.ts";
+import { compareCodePoints } from "./_py_text.ts";
 import { sessionIdsInUse } from "./_session_ids.ts";
 import { jsonObject, requirePinnedBytes, trustedWorkflowContract } from "./_contract.ts";
 
@@ -325,7 +326,10 @@ async function ledgerRecord(
   return children.find((c) => c.request_id === requestId);
 }
 
-/** The names of pending request files, in the order they are considered (sorted). */
+/**
+ * The names of pending request files, in the order they are considered: sorted by code point, as
+ * the engine's `sorted()` orders them.
+ */
 export async function listPendingChildRequests(
   fs: FileSystem,
   paths: SessionPaths,
@@ -333,7 +337,8 @@ export async function listPendingChildRequests(
   fs = confined(fs, paths.dir);
   return (await readDirIfExists(fs, paths.childRequestsPendingDir))
     .filter((e) => e.kind === "file" && e.name.endsWith(".json") && !e.name.startsWith("."))
-    .map((e) => e.name);
+    .map((e) => e.name)
+    .sort(compareCodePoints);
 }
 
 /**
@@ -512,7 +517,7 @@ interface ChildBuild {
  * whose frozen `workflow_contract.json` / `workflow_roster.json` (or the root's
  * `harness_capability_roster.json`) contradicts what its `state.json` (the root's) pins is the
  * parent's corruption, not the request's fault: a `LayoutRecordError` naming that `state.json`
- * and the field, and the request stays pending (see `inheritedContracts`). The
+ * and the field, and the request stays pending. The
  * `child_started` event is appended after the commit point, best effort: a failure to append it
  * (`events.jsonl` is an observability stream) leaves the event out and still returns the result.
  *
@@ -860,7 +865,7 @@ function requestIdOf(bytes: Uint8Array, file: string): string | null {
  * from. What is the request's fault is a `Rejection` (the request is archived); a parent whose
  * frozen projections contradict the trust root its `state.json` pins (or the root's, for the
  * harness capability roster) is the parent's corruption, not the request's: a
- * `LayoutRecordError` is thrown and the request stays pending (see `inheritedContracts` and
+ * `LayoutRecordError` is thrown and the request stays pending (see
  * `pinnedHarnessRosterSha256`).
  */
 async function admit(

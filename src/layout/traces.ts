@@ -32,7 +32,7 @@ import {
   TraceLookupError,
 } from "./errors.ts";
 import { isSafeFileId, isSafeId, isSessionId } from "./ids.ts";
-import { asciiEscaped, decodeJson, parseWithSchema, recordBytes } from "./json_io.ts";
+import { decodeJson, parseWithSchema, recordBytes } from "./json_io.ts";
 import {
   chainKind,
   isPruningName,
@@ -47,6 +47,8 @@ import { mirrorAttemptTraceDir, SessionPaths } from "./paths.ts";
 import { preview } from "../loop/errors.ts";
 import { loadSessionTree } from "./tree.ts";
 import { traceManifestIdField } from "./_trace_id.ts";
+import { compareCodePoints } from "./_py_text.ts";
+import { engineJson } from "./_engine_json.ts";
 
 /** The name of a mirror attempt's manifest. */
 export const TRACE_MANIFEST_FILENAME: string = "trace_manifest.json";
@@ -106,64 +108,6 @@ export function traceManifestId(value: unknown): string | undefined {
   return traceManifestIdField(value)?.id;
 }
 
-/** Compares two strings by Unicode code point (the order Python sorts keys in). */
-function compareCodePoints(a: string, b: string): number {
-  const left = [...a];
-  const right = [...b];
-  const length = Math.min(left.length, right.length);
-  for (let i = 0; i < length; i++) {
-    const x = left[i]?.codePointAt(0) ?? 0;
-    const y = right[i]?.codePointAt(0) ?? 0;
-    if (x !== y) return x - y;
-  }
-  return left.length - right.length;
-}
-
-function asciiJsonString(text: string): string {
-  return asciiEscaped(JSON.stringify(text));
-}
-
-/**
- * Compact JSON with sorted keys and non-ASCII escaped, as the engine hashes it. Written with an
- * explicit stack, not by recursion: a manifest holds whatever its writer put there, and a value
- * nested some thousands of levels deep (a few kilobytes of `[`) must hash like any other, not
- * overflow the call stack of every trace reader.
- */
-function engineCanonicalJson(value: unknown): string {
-  const parts: string[] = [];
-  // What is left to write, last first: a value, or text (`[`, `,`, `"key":`, ...) as it is.
-  const stack: ({ readonly value: unknown } | { readonly text: string })[] = [{ value }];
-  for (let work = stack.pop(); work !== undefined; work = stack.pop()) {
-    if ("text" in work) {
-      parts.push(work.text);
-      continue;
-    }
-    const item = work.value;
-    if (item === null || typeof item === "boolean") parts.push(String(item));
-    else if (typeof item === "number") parts.push(Number.isFinite(item) ? String(item) : "null");
-    else if (typeof item === "string") parts.push(asciiJsonString(item));
-    else if (Array.isArray(item)) {
-      parts.push("[");
-      stack.push({ text: "]" });
-      for (let i = item.length - 1; i >= 0; i--) {
-        stack.push({ value: item[i] });
-        if (i > 0) stack.push({ text: "," });
-      }
-    } else if (typeof item === "object") {
-      const record = item as Record<string, unknown>;
-      const keys = Object.keys(record).sort(compareCodePoints);
-      parts.push("{");
-      stack.push({ text: "}" });
-      for (let i = keys.length - 1; i >= 0; i--) {
-        const key = keys[i] as string;
-        stack.push({ value: record[key] });
-        stack.push({ text: `${i > 0 ? "," : ""}${asciiJsonString(key)}:` });
-      }
-    } else parts.push("null");
-  }
-  return parts.join("");
-}
-
 /**
  * `sha256:` of a manifest's inventory as the seal receipt binds it: the inventory serialized as
  * compact JSON with sorted keys and every non-ASCII character escaped as `\uXXXX`.
@@ -172,7 +116,7 @@ export function traceInventoryRootSha256(
   inventory: unknown,
   factory: Sha256Factory = portableSha256,
 ): string {
-  return `sha256:${sha256Hex(new TextEncoder().encode(engineCanonicalJson(inventory)), factory)}`;
+  return `sha256:${sha256Hex(new TextEncoder().encode(engineJson(inventory)), factory)}`;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -715,8 +659,9 @@ async function verifyIntegrity(
   const seal = await observeSeal(fs, manifest, manifestSha256, sessions, factory);
   errors.push(...seal.errors);
   const observed = await observeTraceFiles(fs, location.traceDir, factory);
-  const added = [...observed.keys()].filter((path) => !expected.has(path)).sort();
-  const removed = [...expected.keys()].filter((path) => !observed.has(path)).sort();
+  const added = [...observed.keys()].filter((path) => !expected.has(path)).sort(compareCodePoints);
+  const removed = [...expected.keys()].filter((path) => !observed.has(path))
+    .sort(compareCodePoints);
   const modified: TraceFileMismatch[] = [];
   const files: TraceFileCheck[] = [];
   for (const [path, want] of expected) {
@@ -752,7 +697,7 @@ async function verifyIntegrity(
       actual_sha256: seen.sha256,
     });
   }
-  modified.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+  modified.sort((a, b) => compareCodePoints(a.path, b.path));
   const clean = added.length === 0 && removed.length === 0 && modified.length === 0 &&
     errors.length === 0;
   return {
