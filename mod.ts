@@ -160,7 +160,6 @@ export {
   LEGACY_EXTENSION,
   legacySessionId,
   type LegacySummary,
-  type MigrationResult,
   type ReadLegacyOptions,
   readLegacySession,
 } from "./src/loop/legacy.ts";

@@ -309,8 +309,8 @@ const commitCase: SizeCase = {
           maxRatio: 1.3,
           note: note("appends (the new message only)"),
         });
-        // A burst: BURST saves called at once, as a host saving tool results that arrived
-        // together. They are written together, with one log write and one publish.
+        // A burst: BURST saves called at once, as a host appending each message of a turn as it
+        // comes. They are written together, with one log write and one publish.
         let burst: Message[] = [];
         let burstLine: Uint8Array = new Uint8Array(0);
         const bursts = await measurePair(

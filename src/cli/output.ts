@@ -23,7 +23,7 @@ export interface CliIo {
   readonly err: (text: string) => void;
   /**
    * Optional: writes the program's own terminal controls (the progress line's) to standard error
-   * as they are, where `err` escapes controls (see `terminalSafeIo`); default `err`.
+   * as they are, where `err` escapes control characters; default `err`.
    */
   readonly errControls?: (text: string) => void;
   /** True when standard error is a terminal (progress lines are shown only then). */

@@ -560,7 +560,7 @@ export async function writeJsonAtomic(
  * Returns true when it wrote.
  *
  * The check and the write of one file run serialized with every other freeze of it in this
- * process (keyed by its canonical path, see `serializedOn`): of two concurrent freezes with
+ * process (keyed by its canonical path): of two concurrent freezes with
  * different bytes exactly one writes and the other is refused, never both told they froze.
  * Must not be called by a task already serialized on `file`'s own key.
  */
@@ -601,7 +601,7 @@ export async function freezeBytes(
  * A file that exists must be a regular file: a directory, FIFO, socket or device there is a
  * `LayoutRecordError` naming it, before anything is written (a FIFO would take the record and
  * fail its fsync). The check and the append run serialized with every other append to the file
- * in this process (keyed by its canonical path, see `serializedOn`): an append that fails part
+ * in this process (keyed by its canonical path): an append that fails part
  * way leaves a torn tail that the next append starts a new line after, never one an append
  * running alongside it glued its record onto. Must not be called by a task already serialized
  * on `file`'s own key.

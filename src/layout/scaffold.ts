@@ -91,7 +91,7 @@ import { pyRstrip, pySplitlines, pyStrip } from "./_py_text.ts";
  * Idempotent; returns the repository record.
  *
  * Concurrent calls for one repository in this process run one after another (serialized on the
- * canonical path of `repository.json`, see `serializedOn`), so they all return the one identity
+ * canonical path of `repository.json`), so they all return the one identity
  * the first of them wrote, whatever spelling of the repository each was given.
  */
 export async function ensureRepository(

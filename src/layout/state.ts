@@ -108,7 +108,7 @@ export interface UpdateStateOptions {
  * Updates of one session's state in this process run one after another (each reads the state
  * the previous one wrote), so two concurrent read-modify-writes never lose an update, also when
  * the callers spell the session directory differently (the repository reached through a
- * symlink): they are ordered by the canonical path (see `canonicalPath`). `change`
+ * symlink): they are ordered by the canonical path. `change`
  * must not itself update the same session's state. Works on both layouts: a running mirror
  * session finishes under its own layout.
  */

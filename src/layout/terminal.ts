@@ -82,7 +82,7 @@ export async function readControl(
  * current session/workflow/attempt and a producer with the needed role; the session must also be
  * the one this directory's `session.json` records (`producer.session_id`). The roles are the
  * session's frozen workflow contract's (`orchestration.completion_role` for `goal_met`,
- * `terminal_blocker_reporting_roles` for `unresolvable_error`; see `contractTerminalRoles`),
+ * `terminal_blocker_reporting_roles` for `unresolvable_error`),
  * and the caller's `completionRole` and `blockerReportingRoles`, when given, must hold as well. Returns the terminal
  * record with its bytes and hash, or `undefined` while the session is still running.
  *
@@ -514,7 +514,7 @@ export interface SessionOutcomeInput extends LayoutWriteOptions {
  * would change, and the file is left alone. An existing `session_outcome.json` that is not a
  * regular file (a directory, FIFO, socket or device) is a `LayoutRecordError` naming it, never
  * waited on. Concurrent writes of one outcome in this process run one after another (serialized
- * on its canonical path, see `serializedOn`).
+ * on its canonical path).
  *
  * A folded outcome has no trace seals, and its evidence, delivery and eval references may not
  * use the `trace:` scope, name the mirror trace tree (`.loopy_loop/traces/`, its outbox), or

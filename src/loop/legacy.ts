@@ -731,7 +731,7 @@ export async function readLegacyPrefix(fs: FileSystem, path: string): Promise<Le
   return { header: scan.header, messages, records };
 }
 
-/** The result of `migrateLegacySession`. */
+/** What `migrateLegacySession` published. */
 export interface MigrationResult {
   /** The published session directory `<collection>/<id>`. */
   readonly dir: string;

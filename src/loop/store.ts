@@ -1074,7 +1074,12 @@ export class SessionStore {
    * @throws {InvalidArgumentError} When `dir` or `toCollection` is not an absolute path,
    * `options` not an object, `options.id` not a session id (a lowercase UUID), `dir` is inside
    * a private staging or delete directory, or `toCollection` is no collection: the sessions root,
-   * a private directory of the store, or a place inside a session (see `#checkCollectionPath`).
+   * a private directory of the store (`.staging-*`, `.delete-*`; below the sessions root, any name
+   * starting with '.'), or a place inside a session, which its delete or compaction would take
+   * along (a directory named like a session or its files below the sessions root; anywhere, a
+   * directory named by a session id that holds a meta.json or whose copy a compaction or a delete
+   * holds aside, or a destination holding a meta.json), judged on the path as given and on its
+   * real path.
    * @throws {SessionNotFoundError} When `dir` (a session directory) has no meta.json, or is
    * missing (and no delete or compaction staged a copy of it): naming meta.json; for a legacy
    * file, when it is missing, naming it. Before `toCollection` is made.

@@ -815,10 +815,13 @@ async function refuseUsedId(fs: FileSystem, collection: string, id: string): Pro
  * cleanup there would otherwise remove the staging directory).
  *
  * `dir` may also be a legacy version-2 file (a path ending in `.jsonl`), such as one whose damage
- * makes its migration fail: its header must be valid by the legacy reader's rules, and its
- * messages are validated as the migration validates them, up to the first record that is not
- * valid (see `readLegacyPrefix`; the recorded cwd is not checked). The new session is a
- * version-3 directory like any other salvage's.
+ * makes its migration fail: its header must be valid by the legacy reader's rules (format and
+ * version, then its fields; its id is not compared with the file name and the recorded cwd is not
+ * checked), and its messages are validated as the migration validates them (JSON, the version-2
+ * reader's rules for blank lines and trailing whitespace, each message, its nesting, tool call
+ * pairing) up to the first record that is not valid; those kept are the longest prefix before it
+ * that leaves no tool call unanswered. The new session is a version-3 directory like any other
+ * salvage's.
  *
  * @throws {InvalidArgumentError} When `options.id` is not a session id (a lowercase UUID), before
  * anything is read or written.

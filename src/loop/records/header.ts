@@ -13,7 +13,7 @@
  *    `updatedAt` are strings `Date.parse` accepts (not necessarily canonical); `unread` is
  *    absent or a boolean; `pinnedAt` is absent or a canonical ISO UTC timestamp (equal to
  *    `new Date(s).toISOString()`); `permissionPreset` is required and known; `title` is
- *    absent or valid (see `SessionTitleSchema`); `model` is absent or has string `provider`
+ *    absent or valid (see `isValidTitle`); `model` is absent or has string `provider`
  *    and `id` and a known `effort` when present (`"default"` included);
  * 4. the shapes and ordering of `runtimeContexts`, `promptTimings`, `compactions` and
  *    `systemPromptCheckpoints` (the checks against the history run in

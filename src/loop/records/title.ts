@@ -158,7 +158,13 @@ export function isPlainValidTitle(value: unknown): value is SessionTitle {
     (isRecord(model) && typeof model.provider === "string" && typeof model.id === "string");
 }
 
-/** True when `value` is a valid stored title (see `SessionTitleSchema`). */
+/**
+ * True when `value` is a valid stored title: an object whose `text` is a non-empty string that
+ * `normalizeTitle` leaves unchanged (so at most `TITLE_MAX_BYTES` UTF-8 bytes), whose `source` is
+ * one of `TITLE_SOURCES`, whose `messageIndices` are safe non-negative integers in strictly
+ * increasing order (empty allowed), and whose `model`, when present, has string `provider` and
+ * `id`. Other keys are allowed.
+ */
 export function isValidTitle(value: unknown): value is SessionTitle {
   return isPlainValidTitle(value) || v.is(SessionTitleSchema, value);
 }
