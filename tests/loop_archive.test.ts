@@ -229,6 +229,18 @@ test("delete() deletes only archived sessions unless archivedOnly is false", asy
   assert.deepEqual(await store.list(CWD), []);
 });
 
+test("delete() checks that every id is found before it checks that every id is archived", async () => {
+  // As the version-2 delete: an id not in the project is reported whatever the order of the ids,
+  // before an id that is not archived.
+  const { fs, store } = await setup();
+  const a = await saved(store, [user("a")]);
+  const missing = "ffffffff-ffff-4fff-8fff-ffffffffffff";
+  const before = fs.snapshotTree(AGENT);
+  await assert.rejects(store.archive.delete(CWD, [a.id, missing]), SessionNotFoundError);
+  await assert.rejects(store.archive.delete(CWD, [missing, a.id]), SessionNotFoundError);
+  assert.deepEqual(fs.snapshotTree(AGENT), before);
+});
+
 test("delete() refuses ids not listed for the cwd", async () => {
   const { fs } = await setup();
   const shared = storeOn(fs, { sessionDir: GLOBAL });

@@ -310,8 +310,9 @@ export class SessionArchive {
 
   /**
    * Deletes sessions with everything that belongs to them (see the module doc). Every id must be
-   * listed in the collection (`SessionNotFoundError`) and, unless `archivedOnly` is false,
-   * archived (`SessionNotArchivedError`). With an undefined cwd, a session that cannot be read
+   * listed in the collection (`SessionNotFoundError`) and then, unless `archivedOnly` is false,
+   * every id archived (`SessionNotArchivedError`): an id not found is reported before one that is
+   * not archived, whatever their order. With an undefined cwd, a session that cannot be read
    * (corrupt) may be deleted too. A session whose legacy file, directory or compaction copy a
    * delete staging directory kept by recovery still holds (or that a staged delete whose journal
    * cannot be read holds) is refused with a `CorruptSessionError` naming that journal, and nothing
@@ -356,7 +357,10 @@ export class SessionArchive {
             { file: join(collection, id), cause: failure },
           );
         }
-        if (archivedOnly && !members.includes(id)) {
+      }
+      // Then every id must be archived, as the version-2 delete checks them: all found first.
+      for (const id of archivedOnly ? selected : []) {
+        if (!members.includes(id)) {
           throw new SessionNotArchivedError(id, { file: join(collection, ARCHIVE_FILE) });
         }
       }
