@@ -170,6 +170,22 @@ test("traces inspect prints as the engine's json.dumps(indent=2, sort_keys=True)
   assert.equal(JSON.parse(out()).observed_integrity.seal.status, "not_required");
 });
 
+test("traces inspect indents every level of a manifest the engine can print, 150 levels deep", async () => {
+  let extra: unknown = 1;
+  for (let i = 0; i < 150; i++) extra = [extra];
+  const fs = await oneTrace({
+    manifest_id: "trace-1",
+    lifecycle: "active",
+    identity: { workflow_id: "w", session_id: "s", attempt_id: "a" },
+    extra,
+  });
+  const { io, out } = memoryIo(fs, "/repo", Date.now());
+  await runTraces(io, ["inspect", "trace-1"]);
+  // The leaf sits at level 151 (the manifest is level 0), on its own line, as json.dumps puts it.
+  assert.ok(out().includes(`\n${" ".repeat(2 * 151)}1\n${" ".repeat(2 * 150)}]\n`));
+  assert.equal(JSON.stringify(JSON.parse(out()).extra), JSON.stringify(extra));
+});
+
 test("traces inspect resolves a relative manifest path against the current directory", async () => {
   // As every path the command line takes: the library alone would take it from the repository
   // root, where no such file is.

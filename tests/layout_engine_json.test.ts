@@ -4,7 +4,7 @@
 // separators=(",", ":"))`, `sorted(...)`).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { engineJson } from "../src/layout/_engine_json.ts";
+import { engineJson, nestsDeeper } from "../src/layout/_engine_json.ts";
 import { compareCodePoints } from "../src/layout/_py_text.ts";
 
 const VALUE = {
@@ -61,4 +61,13 @@ test("compareCodePoints orders strings as Python's sorted() does", () => {
   assert.equal(compareCodePoints("same", "same"), 0);
   assert.ok(compareCodePoints("\u{1F600}", "\uFF01") > 0);
   assert.ok(compareCodePoints("10", "9") < 0);
+});
+
+test("nestsDeeper counts the levels of arrays and objects, the value itself level 1", () => {
+  assert.equal(nestsDeeper(1, 0), false);
+  assert.equal(nestsDeeper([], 1), false);
+  assert.equal(nestsDeeper([], 0), true);
+  assert.equal(nestsDeeper({ a: [{ b: [] }] }, 4), false);
+  assert.equal(nestsDeeper({ a: [{ b: [] }] }, 3), true);
+  assert.equal(nestsDeeper({ a: 1, b: [2, [3]] }, 2), true);
 });

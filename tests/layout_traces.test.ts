@@ -205,6 +205,46 @@ test("unlisted and changed files are reported in code point order, as the engine
     "agents/\uFF01.log",
     "agents/\u{1F600}.log",
   ]);
+  // Listed files gone, and listed files changed, likewise.
+  const manifestPath = `${dir}/trace_manifest.json`;
+  const manifest = await readJson(fs, manifestPath) as { inventory: Record<string, unknown>[] };
+  const listed = (path: string) => ({
+    path,
+    sha256: `sha256:${"0".repeat(64)}`,
+    size: 1,
+    media_type: "text/plain",
+  });
+  for (const name of ["\u{1F600}", "\uFF01", "b", "a"]) {
+    manifest.inventory.push(listed(`gone/${name}.log`), listed(`agents/${name}.log`));
+  }
+  await writeJson(fs, manifestPath, manifest);
+  const again = (await inspectTrace(fs, tree.loopyRoot, `trace-${FIRST}`)).observedIntegrity;
+  const order = (prefix: string) =>
+    ["a", "b", "\uFF01", "\u{1F600}"].map((name) => `${prefix}/${name}.log`);
+  assert.deepEqual(again.added, []);
+  assert.deepEqual(again.removed, order("gone"));
+  assert.deepEqual(again.modified.map((item) => item.path), order("agents"));
+});
+
+test("traces are listed in the engine's path order: part by part, each by code point", async () => {
+  const { fs, tree } = await mirror();
+  // Misplaced manifests (each listed as failed), named so that UTF-16 order, or a walk listing a
+  // directory's own manifest before those below it, would give another order.
+  const places = ["\u{1F600}", "\uFF01", "x", "x/sub"];
+  for (const place of places) {
+    await fs.mkdir(`${tree.tracesDir}/${place}`, { recursive: true });
+    await writeJson(fs, `${tree.tracesDir}/${place}/trace_manifest.json`, {
+      manifest_id: `m-${place}`,
+    });
+  }
+  const listed = (await listTraces(fs, tree.loopyRoot)).map((entry) => entry.traceDir);
+  const misplaced = listed.filter((dir) => !dir.startsWith(`${tree.tracesDir}/${MIRROR_ROOT_ID}`));
+  assert.deepEqual(
+    misplaced,
+    ["x/sub", "x", "\uFF01", "\u{1F600}"].map((place) => `${tree.tracesDir}/${place}`),
+  );
+  // The engine's own trace directories come first here ("2026..." sorts before "x").
+  assert.equal(listed.indexOf(misplaced[0] as string), listed.length - 4);
 });
 
 test("a listed file swapped for a link to an identical copy after the listing is not followed", async () => {

@@ -22,7 +22,7 @@ import { type ParsedReference, parseLogicalReference } from "../layout/ref_gramm
 import { type PrunedEntry, type PruneKind, pruneRaw } from "../layout/prune.ts";
 import { findLoopyRoot } from "../layout/loopy_root.ts";
 import { inspectTrace, listTraces } from "../layout/traces.ts";
-import { engineJson } from "../layout/_engine_json.ts";
+import { ENGINE_PRINTABLE_LEVELS, engineJson, nestsDeeper } from "../layout/_engine_json.ts";
 import { numberOption, parseArgs, UsageError } from "./args.ts";
 import {
   type CliIo,
@@ -441,9 +441,12 @@ export async function runTraces(io: CliIo, args: readonly string[]): Promise<num
       loopyRoot,
       ref.includes("/") ? resolvePath(io, ref) : ref,
     );
-    // Printed as the engine prints it: `json.dumps(..., indent=2, sort_keys=True)`.
+    // Printed as the engine prints it: `json.dumps(..., indent=2, sort_keys=True)`. A manifest
+    // nested deeper than the engine can print at all has its deep levels on one line (indenting
+    // thousands of levels takes space quadratic in the depth).
     const shown = { ...inspection.manifest, observed_integrity: inspection.observedIntegrity };
-    io.out(`${engineJson(shown, 2, JSON_INDENTED_LEVELS)}\n`);
+    const levels = nestsDeeper(shown, ENGINE_PRINTABLE_LEVELS) ? JSON_INDENTED_LEVELS : Infinity;
+    io.out(`${engineJson(shown, 2, levels)}\n`);
     return inspection.integrity === "failed" ? 1 : 0;
   }
   throw new UsageError(`unknown command 'traces ${sub}'`);

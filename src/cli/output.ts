@@ -167,7 +167,8 @@ export function isStackOverflow(error: unknown): boolean {
 
 /**
  * Nesting levels that `jsonText` writes with line breaks and indentation when `JSON.stringify`
- * cannot write the value; deeper levels are written on one line.
+ * cannot write the value (and `traces inspect` when the engine could not print it); deeper levels
+ * are written on one line.
  */
 export const JSON_INDENTED_LEVELS = 100;
 

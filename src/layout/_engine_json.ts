@@ -77,3 +77,23 @@ export function engineJson(value: unknown, indent = 0, indentedLevels = Infinity
   }
   return parts.join("");
 }
+
+/**
+ * The deepest nesting (the value itself level 1) the engine's `json.dumps(..., indent=2)` prints:
+ * its writer recurses, and Python 3's default recursion limit stops it past about 995 levels.
+ */
+export const ENGINE_PRINTABLE_LEVELS = 995;
+
+/** True when the arrays and objects of parsed JSON `value` nest deeper than `limit` levels. */
+export function nestsDeeper(value: unknown, limit: number): boolean {
+  if (typeof value !== "object" || value === null) return false;
+  const stack: [object, number][] = [[value, 1]];
+  for (let top = stack.pop(); top !== undefined; top = stack.pop()) {
+    const [item, level] = top;
+    if (level > limit) return true;
+    for (const member of Array.isArray(item) ? item : Object.values(item)) {
+      if (typeof member === "object" && member !== null) stack.push([member, level + 1]);
+    }
+  }
+  return false;
+}

@@ -180,7 +180,8 @@ export interface TraceScanOptions {
 
 /**
  * Finds every `trace_manifest.json` below `tracesDir` (the repository's `.loopy_loop/traces/`),
- * in path order. The engine writes a manifest only in an attempt's trace directory
+ * in path order as the engine sorts its paths (`sorted()` of `Path` values: part by part, each
+ * compared by code point, a path before the longer ones it begins). The engine writes a manifest only in an attempt's trace directory
  * `<root>/sessions/<session>/attempts/<attempt_id>/`; such a directory is a trace (its `directory`
  * names are set) and the walk does not look inside it, since everything below it is the trace's
  * own content, checked against its inventory. A manifest anywhere else is returned too, with no
@@ -227,7 +228,18 @@ export async function scanTraceManifests(
     throw error;
   }
   await visit(start);
-  return found;
+  const parts = new Map(found.map((location) => [location, location.manifestPath.split("/")]));
+  return found.sort((a, b) => compareParts(parts.get(a) ?? [], parts.get(b) ?? []));
+}
+
+/** Compares two paths split into parts as Python compares `Path` values: part by part. */
+function compareParts(a: readonly string[], b: readonly string[]): number {
+  const length = Math.min(a.length, b.length);
+  for (let i = 0; i < length; i++) {
+    const order = compareCodePoints(a[i] as string, b[i] as string);
+    if (order !== 0) return order;
+  }
+  return a.length - b.length;
 }
 
 // ---------------------------------------------------------------------------------------------
