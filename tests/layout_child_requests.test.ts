@@ -592,6 +592,25 @@ async function failedDispatch(): Promise<
   return { fs, root, bytes };
 }
 
+test("a request refused at publish names the file it would be published at, or the record", async () => {
+  const { fs, root } = await setup();
+  const refused = (file: string, path: string) => (error: unknown) => {
+    assert.ok(error instanceof LayoutRecordError, String(error));
+    assert.equal(error.file, file);
+    assert.equal(error.path, path);
+    return true;
+  };
+  await assert.rejects(
+    publishChildRequest(fs, root.paths, childRequest("phase-2", { goal: " " })),
+    refused(`${root.dir}/child_requests/pending/phase-2.json`, "goal"),
+  );
+  await assert.rejects(
+    publishChildRequest(fs, root.paths, childRequest("../x")),
+    refused("child request", "request_id"),
+  );
+  assert.deepEqual(await listPendingChildRequests(fs, root.paths), []);
+});
+
 test("a request whose dispatch failed before its child was published is dispatched again under the same id", async () => {
   const { fs, root } = await failedDispatch();
   await publishChildRequest(

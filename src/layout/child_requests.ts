@@ -43,7 +43,7 @@ import {
   UnsupportedLayoutError,
 } from "./errors.ts";
 import { appendEvents, type NewEvent, scanEvents } from "./events.ts";
-import { createSessionId } from "./ids.ts";
+import { createSessionId, isSafeId } from "./ids.ts";
 import {
   bytesEqual,
   decodeJson,
@@ -235,8 +235,16 @@ export async function publishChildRequest(
   if (paths.layout !== "folded") {
     throw new UnsupportedLayoutError(paths.dir, "Child requests are published in folded sessions");
   }
-  // The request first: its id is reported as a record field before it names any path.
-  parseChildRequest(request, join(paths.childRequestsPendingDir, "request.json"));
+  // The request first: its id is reported as a record field before it names any path. An error
+  // names the file the request would be published at, or, without a valid id to name it by, the
+  // in-memory record.
+  const id: unknown = typeof request === "object" && request !== null
+    ? (request as { request_id?: unknown }).request_id
+    : undefined;
+  const target = typeof id === "string" && isSafeId(id)
+    ? paths.pendingRequest(id)
+    : "child request";
+  parseChildRequest(request, target);
   // The layout session.json records decides, not the one the caller built the paths for.
   requireFolded(paths, await readSessionLayout(fs, paths.dir));
   const file = paths.pendingRequest(request.request_id);
