@@ -127,10 +127,18 @@ test("prune-raw removes old temp files in the durable tree only, each with its s
   );
   for (const path of gone) assert.ok(!paths(fs).includes(path), path);
   for (const path of kept) assert.ok(paths(fs).includes(path), path);
-  // The age limit applies too: an entry younger than it stays.
+  // The age limit applies too: an entry younger than it stays, reported as every entry the age
+  // limit keeps is (one younger than an hour, a write that may be in flight, is not reported).
   const young = await planted(fs, `${tree.root.dir}/.state.json.0a1b2c3d8.tmp`, now, 3 * HOUR);
   const limited = await pruneRaw(fs, tree.loopyRoot, { ...options, olderThanDays: 1 });
   assert.ok(!limited.removed.some((entry) => entry.path === young));
+  assert.deepEqual(
+    limited.skipped.filter((entry) => entry.path.endsWith(".tmp")).map((entry) => [
+      entry.path,
+      entry.reason,
+    ]),
+    [[young, "too_recent"]],
+  );
   assert.ok(paths(fs).includes(young));
 });
 

@@ -1,43 +1,6 @@
 /**
- * `prune-raw`: deletes prunable mechanical noise and never a durable file.
- *
- * What is prunable:
- * - the raw attempt directories of folded sessions, `<session>/raw/<NNNN>_<workflow>/` (every
- *   session, or one session's own, not its children's), optionally only those whose own
- *   modification time is older than a number of days. Whether a session is folded is read from
- *   the `layout` its `session.json` records, never guessed from the directories it holds: the
- *   mirror layout has no `raw/` area, so a `raw/` in a mirror session is none of prune's and is
- *   kept whole (reported once, `mirror_layout`), and so is the `raw/` of a session whose
- *   `session.json` cannot be read or names another session (`manifest_unreadable`);
- * - with `legacyTraces`, the historical mirror tree `.loopy_loop/traces/` (each root's tree, or
- *   with a session, its `traces/<root>/sessions/<id>/` alone) and, without a session, the
- *   entries of `.loopy_loop/trace_finalization_outbox/`;
- * - the temp files of atomic replaces a crash interrupted (`.<name>.<random>.tmp`, see
- *   `isTempName`) once an hour old (`TEMP_LEFTOVER_AGE_MS`): in each session's tree outside its
- *   `raw/` and `children/`, and (without a session) at the top of `.loopy_loop/` and of
- *   `.loopy_loop/sessions/`. Never one outside `.loopy_loop/`.
- *
- * What is kept and reported: a symlink anywhere (never followed, never removed), a raw entry that
- * is not a directory or not named `<NNNN>_<workflow>`, an entry newer than the age limit, the raw
- * directory of the attempt a session is running (status `running` with that iteration as its
- * current task) and every raw directory at or above that iteration (a newer attempt, or one
- * being set up), a mirror session's traces while it runs, a session's raw output when its
- * `state.json` cannot be read (nobody can tell what is running), an entry whose tree cannot be read
- * to measure it (`unreadable`), and one moved aside whose removal failed (`remove_failed`): one
- * such tree stops nothing else, and a rerun tries again. A directory where a session would be
- * that cannot be identified (no regular `session.json`, or one the filesystem refuses to show) is
- * reported once (`manifest_unreadable`) with everything below it kept, and so is the mirror trace
- * tree of its tree (or of every tree, behind a linked `sessions/`), as what runs there is
- * unknown. What runs is read when the plan is made and read again right before each entry is
- * moved aside (in this process, serialized with `updateSessionState` of that session), so an
- * attempt that started after the plan keeps its raw output.
- *
- * Crash safety: deleting a directory tree is not atomic, so each entry is first renamed to a
- * hidden sibling `.pruning-<random>-<name>` in the same directory (the name cut on whole
- * characters so the hidden name fits in 255 UTF-8 bytes), the directory is fsynced, and only then
- * the renamed tree is removed. After a crash an entry is either present and whole or
- * gone; a `.pruning-*` leftover counts as gone for every reader and the next prune of the same
- * kind removes it (one under `traces/` or the finalization outbox, the next `legacyTraces` prune).
+ * `prune-raw`: deletes prunable mechanical noise and never a durable file (see `pruneRaw` for
+ * what is removed, what is kept and how a crash is survived).
  *
  * @module
  */
@@ -554,16 +517,18 @@ function isDir(kind: string): boolean {
  * Plans the removal of the temp files of interrupted atomic replaces (`isTempName`) in `dir` and,
  * with `deep`, in the directories below it: a session's durable tree, without its `raw/` (whose
  * attempt entries are pruned whole, and which agents write) and its `children/` (each child is a
- * session of its own, planned with its own id). Only files modified before `cutoffMs` go (see
- * `TEMP_LEFTOVER_AGE_MS`); younger ones are left unreported, as writes that may be in flight. A
- * symlink is never followed, and a directory the filesystem refuses to list is reported
+ * session of its own, planned with its own id). Files modified after `inFlightMs` (see
+ * `TEMP_LEFTOVER_AGE_MS`) are left unreported, as writes that may be in flight; older ones go
+ * once modified before `cutoffMs` (the age limit, when one is given), and are reported kept
+ * (`too_recent`) until then, as every entry the age limit keeps is. A symlink is never followed, and a directory the filesystem refuses to list is reported
  * (`unreadable`) and stops nothing else.
  */
 async function planTempLeftovers(
   planner: Planner,
   dir: string,
   sessionId: string | null,
-  cutoffMs: number,
+  inFlightMs: number,
+  cutoffMs: number | undefined,
   deep: boolean,
 ): Promise<void> {
   const fs = planner.fs;
@@ -594,7 +559,10 @@ async function planTempLeftovers(
         if (!isRefusedHere(error)) throw error;
         return skipOf(join(at, name), "unreadable", `It cannot be looked at: ${error.message}`);
       }
-      if (mtimeMs > cutoffMs) return undefined;
+      if (mtimeMs > inFlightMs) return undefined;
+      if (cutoffMs !== undefined && mtimeMs > cutoffMs) {
+        return skipOf(join(at, name), "too_recent", "Modified more recently than the age limit");
+      }
       return await planner.measure(at, name, "temp_leftover", sessionId, false);
     });
     for (const outcome of outcomes) if (outcome !== undefined) planner.record(outcome);
@@ -802,14 +770,52 @@ function validateOptions(
 }
 
 /**
- * Prunes raw attempt output under a `.loopy_loop/` directory (see the module doc for what is
- * removed and what is kept) and reports every entry removed (path, bytes, kind) and every entry
- * kept with the reason. With `dryRun` nothing changes and the report is the same plan.
+ * Prunes raw attempt output under a `.loopy_loop/` directory and reports every entry removed
+ * (path, bytes, kind) and every entry kept with the reason. With `dryRun` nothing changes and the
+ * report is the same plan.
+ *
+ * What is prunable:
+ * - the raw attempt directories of folded sessions, `<session>/raw/<NNNN>_<workflow>/` (every
+ *   session, or one session's own, not its children's), optionally only those whose own
+ *   modification time is older than a number of days. Whether a session is folded is read from
+ *   the `layout` its `session.json` records, never guessed from the directories it holds: the
+ *   mirror layout has no `raw/` area, so a `raw/` in a mirror session is none of prune's and is
+ *   kept whole (reported once, `mirror_layout`), and so is the `raw/` of a session whose
+ *   `session.json` cannot be read or names another session (`manifest_unreadable`);
+ * - with `legacyTraces`, the historical mirror tree `.loopy_loop/traces/` (each root's tree, or
+ *   with a session, its `traces/<root>/sessions/<id>/` alone) and, without a session, the
+ *   entries of `.loopy_loop/trace_finalization_outbox/`;
+ * - the temp files of atomic replaces a crash interrupted (`.<name>.<random>.tmp`, the random
+ *   part 8 hex digits and a base-36 counter) once an hour old (`TEMP_LEFTOVER_AGE_MS`): in each session's tree outside its
+ *   `raw/` and `children/`, and (without a session) at the top of `.loopy_loop/` and of
+ *   `.loopy_loop/sessions/`. Never one outside `.loopy_loop/`.
+ *
+ * What is kept and reported: a symlink anywhere (never followed, never removed), a raw entry that
+ * is not a directory or not named `<NNNN>_<workflow>`, an entry newer than the age limit, the raw
+ * directory of the attempt a session is running (status `running` with that iteration as its
+ * current task) and every raw directory at or above that iteration (a newer attempt, or one
+ * being set up), a mirror session's traces while it runs, a session's raw output when its
+ * `state.json` cannot be read (nobody can tell what is running), an entry whose tree cannot be read
+ * to measure it (`unreadable`), and one moved aside whose removal failed (`remove_failed`): one
+ * such tree stops nothing else, and a rerun tries again. A directory where a session would be
+ * that cannot be identified (no regular `session.json`, or one the filesystem refuses to show) is
+ * reported once (`manifest_unreadable`) with everything below it kept, and so is the mirror trace
+ * tree of its tree (or of every tree, behind a linked `sessions/`), as what runs there is
+ * unknown. What runs is read when the plan is made and read again right before each entry is
+ * moved aside (in this process, serialized with `updateSessionState` of that session), so an
+ * attempt that started after the plan keeps its raw output.
+ *
+ * Crash safety: deleting a directory tree is not atomic, so each entry is first renamed to a
+ * hidden sibling `.pruning-<random>-<name>` in the same directory (the name cut on whole
+ * characters so the hidden name fits in 255 UTF-8 bytes), the directory is fsynced, and only then
+ * the renamed tree is removed. After a crash an entry is either present and whole or
+ * gone; a `.pruning-*` leftover counts as gone for every reader and the next prune of the same
+ * kind removes it (one under `traces/` or the finalization outbox, the next `legacyTraces` prune).
  *
  * Never touched: anything outside `.loopy_loop/`, any symlink or anything behind one, and every
  * durable file of every session (manifests, state, receipts, `project_state/`, `iterations/`):
  * in that tree only the temp files of atomic replaces a crash interrupted go (an hour old, named
- * as only this library names them: `isTempName`), which no reader ever reads. After pruning
+ * as only this library names them), which no reader ever reads. After pruning
  * every logical reference still resolves, a reference into a pruned raw directory with
  * `status: "pruned"`. `loopyRoot` is the `.loopy_loop/` directory
  * (`findLoopyRoot`). A `sessionId` that no valid tree holds is an `UnknownSessionError`; a
@@ -882,16 +888,16 @@ export async function pruneRaw(
     await planLegacyTraces(planner, root, sessions, selected, hidden);
   }
   // Temp files a crash left: older than an hour, and than the age limit when one is given.
-  const tempCutoff = Math.min(nowMs - TEMP_LEFTOVER_AGE_MS, cutoffMs ?? Infinity);
+  const inFlightMs = nowMs - TEMP_LEFTOVER_AGE_MS;
   if (selected === undefined) {
     for (const dir of [root.loopyDir, root.sessionsDir]) {
       // Never through a link (a linked sessions/ is reported by the walk).
       if ((await chainKind(fs, root.loopyDir, dir)) !== "directory") continue;
-      await planTempLeftovers(planner, dir, null, tempCutoff, false);
+      await planTempLeftovers(planner, dir, null, inFlightMs, cutoffMs, false);
     }
   }
   for (const session of sessions) {
-    await planTempLeftovers(planner, session.dir, session.sessionId, tempCutoff, true);
+    await planTempLeftovers(planner, session.dir, session.sessionId, inFlightMs, cutoffMs, true);
   }
 
   if (options.dryRun === true) {
