@@ -82,10 +82,13 @@ export type {
   FileInfo,
   FileSystem,
   MkdirOptions,
+  OpenedFile,
   OpenOptions,
   RemoveOptions,
   WriteFileOptions,
 } from "./src/port/fs.ts";
+export { FsError } from "./src/port/errors.ts";
+export type { ProcessProbe } from "./src/loop/lock.ts";
 export type { Durability } from "./src/port/durable.ts";
 export type { Sha256, Sha256Factory } from "./src/port/sha256.ts";
 export * from "./src/layout/errors.ts";

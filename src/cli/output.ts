@@ -32,7 +32,7 @@ export interface CliIo {
   readonly env: (name: string) => string | undefined;
   /**
    * The current working directory (absolute). A runtime may compute it when asked and throw a
-   * `UsageError` when it cannot be given (a path it cannot decode): read it only when needed.
+   * usage error when it cannot be given (a path it cannot decode): read it only when needed.
    */
   readonly cwd: string;
   /** The clock, in Unix milliseconds. */

@@ -51,8 +51,8 @@ const encoder = new TextEncoder();
 const decoder = new TextDecoder("utf-8", { fatal: true });
 
 /**
- * Encodes `value` as canonical JSON bytes: `JSON.stringify(value, null, 2)`, ASCII-escaped
- * (`asciiEscaped`), as the engine's `json.dumps(indent=2)` writes it.
+ * Encodes `value` as canonical JSON bytes: `JSON.stringify(value, null, 2)` with every UTF-16 unit
+ * from U+007F up escaped as `\uXXXX`, as the engine's `json.dumps(indent=2)` writes it.
  */
 export function encodeJson(value: unknown): Uint8Array {
   return encoder.encode(asciiEscaped(JSON.stringify(value, null, 2)));
@@ -593,7 +593,7 @@ export async function freezeBytes(
  * (and its directory when the file was created). A torn last line left by a crash stays a line
  * of its own: the record starts a new line.
  *
- * The record is `JSON.stringify(value)` ASCII-escaped (`asciiEscaped`), as the engine writes an
+ * The record is `JSON.stringify(value)` ASCII-escaped (from U+007F up), as the engine writes an
  * event (`json.dumps(record, separators=(",", ":"))`, which escapes every non-ASCII character):
  * the bytes are the engine's, and no U+2028, U+2029 or U+0085 is written raw, which a reader
  * splitting lines the way Python's `str.splitlines` does would take for a line end.

@@ -171,7 +171,8 @@ export interface UnidentifiedDir {
   /** What is wrong, to follow the path in a sentence: "has no session.json", ... */
   readonly detail: string;
   /**
-   * The filesystem's refusal, when that is what hid it (`isRefusedHere`): a caller that must see
+   * The filesystem's refusal, when that is what hid it (a permission refusal, or a path too long
+   * or with too many links to reach): a caller that must see
    * every session (id allocation, seal checks) throws it, as the walk did before it kept going.
    */
   readonly error?: FsError;

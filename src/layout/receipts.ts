@@ -77,7 +77,7 @@ export interface WrittenGitReceipt {
  * layout is refused (`UnsupportedLayoutError`) before anything is written, whatever layout
  * `session` was built for.
  *
- * The attempt identity (`checkAttemptIdentity`: an invalid iteration, workflow id or attempt id is
+ * The attempt identity (an invalid iteration, workflow id or attempt id is
  * a `LayoutOptionError` naming the field, and so is a workflow id that makes the receipt's file
  * name longer than 255 bytes, or an attempt id longer than 255 bytes, the name of its folded
  * `workflow_snapshot/<attempt_id>/`) and the whole receipt are validated before

@@ -82,7 +82,7 @@ export const COMPACTION_SESSION = "session";
 export const COMPACTION_PREVIOUS = "previous";
 const COPY_CHUNK = 4 * 1024 * 1024;
 
-/** What `compactSession` did. */
+/** What a compaction (`SessionStore.compact`) did. */
 export interface CompactionResult {
   /** False when messages.jsonl already held exactly the committed generation. */
   readonly compacted: boolean;

@@ -107,7 +107,7 @@ export type LockFileState =
   | { readonly kind: "live"; readonly record: LockRecord | undefined }
   | { readonly kind: "stale"; readonly record: LockRecord | undefined };
 
-/** What `inspectLock` finds at a lock path: the file's state, or a holder in this process. */
+/** What a lock path holds: the lock file's state, or a holder in this process. */
 export type LockState = LockFileState | { readonly kind: "held-here" };
 
 /** Tokens of every file lock this process holds (process-wide: any filesystem, any store). */
@@ -354,7 +354,7 @@ export class HeldLock {
   readonly #file: boolean;
   #released = false;
 
-  /** Wraps an acquisition; use `acquireWriterLock` / `withCollectionLock`. */
+  /** Wraps an acquisition; use `acquireWriterLock`. */
   constructor(fs: FileSystem, path: string, token: string, file: boolean) {
     this.#fs = fs;
     this.path = path;

@@ -16,7 +16,14 @@ import type { EntryKind, FileHandle, FileSystem } from "./fs.ts";
 import { AlreadyExists, NotFound, PermissionDenied } from "./errors.ts";
 import { basename, dirname, join, NAME_MAX_BYTES, normalize, utf8Prefix } from "./path.ts";
 
-/** How hard a write works to survive power loss; see the module doc. */
+/**
+ * How hard a write works to survive power loss. `"full"` (default): every step a later step
+ * depends on is fsynced (file data before the rename that publishes it, directory entries after
+ * creates and renames); a resolved call survives power loss. `"ordered"`: the same steps in the
+ * same order, without fsyncs; a resolved call survives a crash of the process (the kernel keeps
+ * the data), and a power loss leaves either the old or a new state of each atomically replaced
+ * file only as far as the filesystem orders its writes.
+ */
 export type Durability = "full" | "ordered";
 
 /** Permission bits of private files (owner read/write). */
