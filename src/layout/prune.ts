@@ -520,8 +520,9 @@ function isDir(kind: string): boolean {
  * session of its own, planned with its own id). Files modified after `inFlightMs` (see
  * `TEMP_LEFTOVER_AGE_MS`) are left unreported, as writes that may be in flight; older ones go
  * once modified before `cutoffMs` (the age limit, when one is given), and are reported kept
- * (`too_recent`) until then, as every entry the age limit keeps is. A symlink is never followed, and a directory the filesystem refuses to list is reported
- * (`unreadable`) and stops nothing else.
+ * (`too_recent`) until then, as every entry the age limit keeps is. A symlink is never followed,
+ * and a directory the filesystem refuses to list is reported (`unreadable`) and stops nothing
+ * else.
  */
 async function planTempLeftovers(
   planner: Planner,
@@ -786,9 +787,9 @@ function validateOptions(
  *   with a session, its `traces/<root>/sessions/<id>/` alone) and, without a session, the
  *   entries of `.loopy_loop/trace_finalization_outbox/`;
  * - the temp files of atomic replaces a crash interrupted (`.<name>.<random>.tmp`, the random
- *   part 8 hex digits and a base-36 counter) once an hour old (`TEMP_LEFTOVER_AGE_MS`): in each session's tree outside its
- *   `raw/` and `children/`, and (without a session) at the top of `.loopy_loop/` and of
- *   `.loopy_loop/sessions/`. Never one outside `.loopy_loop/`.
+ *   part 8 hex digits and a base-36 counter) once an hour old (`TEMP_LEFTOVER_AGE_MS`): in each
+ *   session's tree outside its `raw/` and `children/`, and (without a session) at the top of
+ *   `.loopy_loop/` and of `.loopy_loop/sessions/`. Never one outside `.loopy_loop/`.
  *
  * What is kept and reported: a symlink anywhere (never followed, never removed), a raw entry that
  * is not a directory or not named `<NNNN>_<workflow>`, an entry newer than the age limit, the raw

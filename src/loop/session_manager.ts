@@ -850,8 +850,8 @@ export class SessionManager {
   /**
    * Saves the complete history. Appends only new messages; a changed or shortened history is
    * written as a new generation (the whole history written again, a cost that grows with it: save
-   * a streamed message once it is complete). Omitted optional arguments keep the stored metadata; given
-   * arrays replace it (an empty array removes the field). Rejects while a save is pending.
+   * a streamed message once it is complete). Omitted optional arguments keep the stored metadata;
+   * given arrays replace it (an empty array removes the field). Rejects while a save is pending.
    * Messages are plain JSON data: a message, a content block, a tool call's `arguments` or a
    * `usage` that JSON would write as something else (one with a `toJSON` method, such as a
    * `Date`; a boxed primitive such as `new Number(1)`; a class instance or any object whose
