@@ -183,10 +183,11 @@ export interface TraceScanOptions {
  * in path order as the engine sorts its paths (`sorted()` of `Path` values: part by part, each
  * compared by code point, a path before the longer ones it begins). The engine writes a manifest
  * only in an attempt's trace directory `<root>/sessions/<session>/attempts/<attempt_id>/`; such a
- * directory is a trace (its `directory` names are set) and the walk does not look inside it, since everything below it is the trace's
- * own content, checked against its inventory. A manifest anywhere else is returned too, with no
- * `directory` (misplaced), and the walk goes on below it, so that it hides no trace. Symlinked
- * directories are not entered and entries a prune renamed away (`.pruning-*`) are gone.
+ * directory is a trace (its `directory` names are set) and the walk does not look inside it,
+ * since everything below it is the trace's own content, checked against its inventory. A manifest
+ * anywhere else is returned too, with no `directory` (misplaced), and the walk goes on below it,
+ * so that it hides no trace. Symlinked directories are not entered and entries a prune renamed
+ * away (`.pruning-*`) are gone.
  */
 export async function scanTraceManifests(
   fs: FileSystem,
