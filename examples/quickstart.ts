@@ -24,7 +24,8 @@ const fs = nodeFs();
 let clock = Date.parse("2026-11-30T12:00:00.000Z");
 const now = (): number => (clock += 1000);
 
-// One async function rather than top-level await, so Node can also load the file as CommonJS.
+// One async function rather than top-level await, so a copy of this file also runs in a Node
+// project that loads `.ts` files as CommonJS (one without `"type": "module"`).
 async function main(): Promise<void> {
   // ---------------------------------------------------------------------------------------------
   // The Loop session store

@@ -6,6 +6,7 @@ import { hookedFs } from "./_hooks.ts";
 import { entryKind } from "../src/port/durable.ts";
 import {
   assertReceivesWork,
+  type ChildRequest,
   ChildRequestError,
   type CreatedSession,
   findWorkingSession,
@@ -608,6 +609,13 @@ test("a request refused at publish names the file it would be published at, or t
     publishChildRequest(fs, root.paths, childRequest("../x")),
     refused("child request", "request_id"),
   );
+  // An id the schema refuses for its length names no file either (it could be none).
+  await assert.rejects(
+    publishChildRequest(fs, root.paths, childRequest("a".repeat(129))),
+    refused("child request", "request_id"),
+  );
+  const listed = [childRequest("r1")] as unknown as ChildRequest;
+  await assert.rejects(publishChildRequest(fs, root.paths, listed), refused("child request", ""));
   assert.deepEqual(await listPendingChildRequests(fs, root.paths), []);
 });
 

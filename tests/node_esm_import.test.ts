@@ -6,7 +6,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
@@ -77,4 +77,12 @@ test("a Node ES module imports every export of every entry point from a checkout
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
+});
+
+test("package.json declares only the module type: dependencies live in deno.json's imports", async () => {
+  // With a package.json at the root, `deno add npm:x` writes there rather than to deno.json:
+  // the project's dependencies stay in one place, deno.json's imports (package.json is left out
+  // of the published package).
+  const manifest = JSON.parse(await readFile(new URL("package.json", ROOT), "utf8"));
+  assert.deepEqual(manifest, { private: true, type: "module" });
 });

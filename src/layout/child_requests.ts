@@ -80,6 +80,7 @@ import {
   type ChildRequest,
   type LegacyChildRecord,
   LIVE_CHILD_STATUSES,
+  MAX_REQUEST_ID_LENGTH,
   type ParentAcceptance,
   type ParentDecision,
   parseChildOutcome,
@@ -238,10 +239,10 @@ export async function publishChildRequest(
   // The request first: its id is reported as a record field before it names any path. An error
   // names the file the request would be published at, or, without a valid id to name it by, the
   // in-memory record.
-  const id: unknown = typeof request === "object" && request !== null
+  const id: unknown = typeof request === "object" && request !== null && !Array.isArray(request)
     ? (request as { request_id?: unknown }).request_id
     : undefined;
-  const target = typeof id === "string" && isSafeId(id)
+  const target = typeof id === "string" && isSafeId(id) && id.length <= MAX_REQUEST_ID_LENGTH
     ? paths.pendingRequest(id)
     : "child request";
   parseChildRequest(request, target);

@@ -772,8 +772,9 @@ function validateOptions(
 
 /**
  * Prunes raw attempt output under a `.loopy_loop/` directory and reports every entry removed
- * (path, bytes, kind) and every entry kept with the reason. With `dryRun` nothing changes and the
- * report is the same plan.
+ * (path, bytes, kind) and every entry kept with the reason (but a temp file younger than an hour,
+ * which may be a write in flight and is left alone unreported). With `dryRun` nothing changes and
+ * the report is the same plan.
  *
  * What is prunable:
  * - the raw attempt directories of folded sessions, `<session>/raw/<NNNN>_<workflow>/` (every
@@ -787,9 +788,10 @@ function validateOptions(
  *   with a session, its `traces/<root>/sessions/<id>/` alone) and, without a session, the
  *   entries of `.loopy_loop/trace_finalization_outbox/`;
  * - the temp files of atomic replaces a crash interrupted (`.<name>.<random>.tmp`, the random
- *   part 8 hex digits and a base-36 counter) once an hour old (`TEMP_LEFTOVER_AGE_MS`): in each
- *   session's tree outside its `raw/` and `children/`, and (without a session) at the top of
- *   `.loopy_loop/` and of `.loopy_loop/sessions/`. Never one outside `.loopy_loop/`.
+ *   part 8 hex digits and a base-36 counter: named as only this library names them, and read by
+ *   no reader) once an hour old (`TEMP_LEFTOVER_AGE_MS`) and older than the age limit when one is
+ *   given: in each session's tree outside its `raw/` and `children/`, and (without a session) at
+ *   the top of `.loopy_loop/` and of `.loopy_loop/sessions/`. Never one outside `.loopy_loop/`.
  *
  * What is kept and reported: a symlink anywhere (never followed, never removed), a raw entry that
  * is not a directory or not named `<NNNN>_<workflow>`, an entry newer than the age limit, the raw
@@ -812,11 +814,11 @@ function validateOptions(
  * the renamed tree is removed. After a crash an entry is either present and whole or
  * gone; a `.pruning-*` leftover counts as gone for every reader and the next prune of the same
  * kind removes it (one under `traces/` or the finalization outbox, the next `legacyTraces` prune).
+ * Such a leftover and a temp file are removed under their own names, with no rename first.
  *
  * Never touched: anything outside `.loopy_loop/`, any symlink or anything behind one, and every
  * durable file of every session (manifests, state, receipts, `project_state/`, `iterations/`):
- * in that tree only the temp files of atomic replaces a crash interrupted go (an hour old, named
- * as only this library names them), which no reader ever reads. After pruning
+ * in that tree only the temp files above go. After pruning
  * every logical reference still resolves, a reference into a pruned raw directory with
  * `status: "pruned"`. `loopyRoot` is the `.loopy_loop/` directory
  * (`findLoopyRoot`). A `sessionId` that no valid tree holds is an `UnknownSessionError`; a

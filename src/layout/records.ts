@@ -968,9 +968,18 @@ export interface ChildRequest {
   readonly input_refs?: readonly string[] | undefined;
 }
 
+/** The longest `request_id` a child request may have, in characters. */
+export const MAX_REQUEST_ID_LENGTH = 128;
+
 const ChildRequestSchema: v.GenericSchema<unknown, ChildRequest> = v.strictObject({
   schema_version: v.literal(3),
-  request_id: v.pipe(SafeId, v.maxLength(128, "request_id is longer than 128 characters")),
+  request_id: v.pipe(
+    SafeId,
+    v.maxLength(
+      MAX_REQUEST_ID_LENGTH,
+      `request_id is longer than ${MAX_REQUEST_ID_LENGTH} characters`,
+    ),
+  ),
   goal: NonBlank,
   workflow_set: v.optional(SafeId),
   layer_kind: v.optional(NonBlank),
