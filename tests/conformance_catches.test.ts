@@ -75,6 +75,8 @@ const tick = () => new Promise((resolve) => setTimeout(resolve, 0));
 
 const BROKEN: {
   readonly check: string;
+  /** How the adapter breaks it, where two entries break one check. */
+  readonly how?: string;
   readonly broken: (memory: MemoryFs) => FileSystem;
   readonly capabilities?: FileSystemCapabilities;
 }[] = [
@@ -107,6 +109,22 @@ const BROKEN: {
             await m.remove(to);
             await tick();
           }
+          await m.rename(from, to);
+        },
+      }),
+  },
+  {
+    check: "rename() over an existing file replaces it atomically: the name is never missing",
+    how: "removes, then moves, with no timer or I/O between",
+    // The same, its two steps apart by promise turns only (no timer, no I/O between them).
+    broken: (m) =>
+      changed(m, {
+        async rename(from: string, to: string) {
+          const both = await Promise.all([m.lstat(from), m.lstat(to)]).then(
+            (infos) => infos.every((info) => info.kind === "file"),
+            () => false,
+          );
+          if (both) await m.remove(to);
           await m.rename(from, to);
         },
       }),
@@ -150,8 +168,9 @@ const BROKEN: {
   },
 ];
 
-for (const { check, broken, capabilities } of BROKEN) {
-  test(`the conformance suite fails an adapter that breaks: ${check}`, async () => {
+for (const { check, how, broken, capabilities } of BROKEN) {
+  const title = how === undefined ? check : `${check} (${how})`;
+  test(`the conformance suite fails an adapter that breaks: ${title}`, async () => {
     assert.equal(await runCheck(check, (m) => m, capabilities), undefined, "MemoryFs passes it");
     const failure = await runCheck(check, broken, capabilities);
     assert.ok(failure !== undefined, "the broken adapter passed");

@@ -12,7 +12,7 @@ import {
   NotEmpty,
   NotFound,
 } from "../port/errors.ts";
-import { join } from "../port/path.ts";
+import { dirname, join } from "../port/path.ts";
 import {
   check,
   checkBytes,
@@ -110,7 +110,7 @@ export const PARITY_CHECKS: readonly Check[] = [
   },
   {
     name:
-      "syncDir() of a directory whose path is 4095 bytes succeeds, and of anything but a directory fails",
+      "syncDir() of a directory whose path is 4095 bytes (or the longest the adapter takes) succeeds, and of anything but a directory fails",
     async run(f) {
       // 4095 bytes is the longest path (Linux's PATH_MAX counts the terminating NUL).
       let long = f.root;
@@ -119,8 +119,19 @@ export const PARITY_CHECKS: readonly Check[] = [
         if (room < 1) break;
         long += "/" + (room >= 202 ? "n".repeat(200) : "d".repeat(room));
       }
-      await f.fs.mkdir(long, { recursive: true });
       checkEqual(encoder.encode(long).length, 4095, "the length of the directory's path");
+      // An adapter that maps its paths below a directory of its own (a chroot-like wrapper)
+      // reaches the platform's limit sooner: the longest directory it makes is synced instead.
+      for (;;) {
+        try {
+          await f.fs.mkdir(long, { recursive: true });
+          break;
+        } catch (error) {
+          const tooLong = error instanceof FsIoError && error.code === "ENAMETOOLONG";
+          if (!tooLong || dirname(long) === f.root) throw error;
+          long = dirname(long);
+        }
+      }
       await f.fs.syncDir(long);
       const file = join(f.root, "file");
       await f.fs.writeFile(file, encoder.encode("F"));
