@@ -5,6 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { portableSha256 } from "../src/port/sha256.ts";
+import type { FileHandle, FileSystem, OpenedFile } from "../src/port/fs.ts";
 import { CorruptSessionError, type SessionError, SessionFormatError } from "../src/loop/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
@@ -349,3 +350,54 @@ for (const storedTitle of [false, true]) {
     );
   }
 }
+
+/** `fs` whose handles answer every read with at most `most` bytes, wherever the file ends. */
+function shortReads(fs: MemoryFs, most: number): FileSystem {
+  const cut = (handle: FileHandle): FileHandle =>
+    new Proxy(handle, {
+      get(target, prop) {
+        if (prop === "read") {
+          return async (position: number, length: number) =>
+            (await target.read(position, length)).slice(0, Math.min(length, most));
+        }
+        const value = Reflect.get(target, prop, target);
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+  return new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (typeof value !== "function") return value;
+      return async (...args: unknown[]) => {
+        const result = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+        if (prop === "open") return cut(result as FileHandle);
+        if (prop === "openNoFollow" || prop === "openAppendNoFollow") {
+          const opened = result as OpenedFile;
+          return { ...opened, handle: cut(opened.handle) };
+        }
+        return result;
+      };
+    },
+  });
+}
+
+test("a read answered short before the end of the log is reported as such, where it stopped", async () => {
+  // A filesystem that breaks its contract (reads short before the end of a file): the error says
+  // what happened, not that the log is shorter than its committed range.
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const writer = new SessionStore({ fs, agentDir: AGENT });
+  const session = await writer.create(CWD);
+  await session.commit(conversation(3));
+  await session.close();
+  const log = `${session.getSessionPath()}/messages.jsonl`;
+  const size = (await fs.stat(log)).size;
+  const reader = new SessionStore({ fs: shortReads(fs, 100), agentDir: AGENT });
+  await assert.rejects(reader.open(session.getSessionPath(), { readOnly: true }), (error) => {
+    assert.ok(error instanceof CorruptSessionError, String(error));
+    assert.equal(error.file, log);
+    assert.equal(error.offset, 100);
+    assert.match(error.message, new RegExp(`stopped at byte 100, .* holds ${size} bytes`));
+    return true;
+  });
+});

@@ -1325,7 +1325,10 @@ export async function forEachCommittedLine(
     if (read.short) {
       // A short read is the end of the file (no stat up front: one call fewer per open); the
       // file may end before the range starts, so its size is asked for here.
-      throw shortLog(file, (await handle.stat()).size, meta.start + meta.bytes);
+      const size = (await handle.stat()).size;
+      const end = meta.start + meta.bytes;
+      if (size >= end && read.shortAt !== undefined) throw shortRead(file, read.shortAt, size, end);
+      throw shortLog(file, size, end);
     }
     if (read.trailing !== undefined) {
       throw new CorruptSessionError("Committed message bytes do not end with a newline", {
@@ -1352,6 +1355,8 @@ export async function forEachCommittedLine(
 export interface LinesRead {
   /** True when a read came back short: the file ends before the range does. */
   readonly short: boolean;
+  /** Where the short read ended (an absolute offset), when a read came back short. */
+  readonly shortAt?: number;
   /** True when `onLine` returned false, which stops the reading. */
   readonly stopped: boolean;
   /** The offset (from the range's start) of bytes after the last newline; undefined when none. */
@@ -1383,7 +1388,10 @@ export async function readLines(
   while (position < total) {
     const length = Math.min(chunkSize, total - position);
     const chunk = await handle.read(from + position, length);
-    if (chunk.length !== length) return { short: true, stopped: false, trailing: undefined };
+    if (chunk.length !== length) {
+      const shortAt = from + position + chunk.length;
+      return { short: true, shortAt, stopped: false, trailing: undefined };
+    }
     on.onChunk?.(chunk);
     let lineStart = 0;
     if (carryLength > 0) {
@@ -1458,6 +1466,19 @@ export function shortLog(file: string, size: number, end: number): CorruptSessio
   return new CorruptSessionError(
     `Message log is shorter than its committed range (${size} bytes, committed range ends at ${end}); the session is damaged and was not modified`,
     { file, offset: size },
+  );
+}
+
+/**
+ * The error of a read of the message log `file` that came back short at `at`, before the end of
+ * its committed range (`end`), although the file holds `size` bytes, no fewer than the range
+ * needs: the filesystem answered a read short before the end of the file, or the log changed while
+ * it was read. The committed bytes could not be read: corruption, reported where the read ended.
+ */
+function shortRead(file: string, at: number, size: number, end: number): CorruptSessionError {
+  return new CorruptSessionError(
+    `A read of the message log stopped at byte ${at}, before its committed range ends (${end}), although the file holds ${size} bytes (a filesystem whose reads come back short before the end of a file, or a log changed while it was read); the session was not modified`,
+    { file, offset: at },
   );
 }
 
