@@ -55,7 +55,8 @@ export interface OpenOptions {
   /**
    * Create the file and fail with `AlreadyExists` when anything (even a dangling symlink) is at
    * the path, or when the path ends in `.` or `..` (with or without a trailing `/`: it names a
-   * directory). A trailing `/` after a name fails with `IsADirectory`, as with `create`.
+   * directory). A trailing `/` after a name fails with `IsADirectory`, as with `create`, whatever
+   * is at the name (a file too).
    * Exclusive also against calls issued at once, by this process or another: exactly one of them
    * creates the file (locks and reserved names rely on it).
    */
@@ -217,7 +218,10 @@ export interface FileSystem {
    * one succeeds.
    */
   mkdir(path: string, options?: MkdirOptions): Promise<void>;
-  /** Lists a directory's entries, sorted by name. */
+  /**
+   * Lists a directory's entries (never `.` or `..`), sorted by name as JavaScript's `<` sorts
+   * strings (by UTF-16 code unit).
+   */
   readDir(path: string): Promise<DirEntry[]>;
   /** Information about a path, following symlinks. */
   stat(path: string): Promise<FileInfo>;
@@ -238,7 +242,8 @@ export interface FileSystem {
    * Makes a directory's entries (files created, renamed in or out, removed) durable. A symlink is
    * followed; anything but a directory fails with `NotADirectory` (a dangling link with
    * `NotFound`). Where the platform cannot sync a directory, the adapter documents the call as a
-   * no-op.
+   * no-op: creates and renames then survive power loss only as far as the platform keeps directory
+   * entries durable on its own (a resolved save can otherwise be lost).
    */
   syncDir(path: string): Promise<void>;
   /**
