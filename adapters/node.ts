@@ -267,7 +267,7 @@ class NodeFileSystem implements FileSystem {
   open(path: string, options: OpenOptions = {}): Promise<FileHandle> {
     return call("open", path, async () => {
       const flags = openFlags(options);
-      const fd = await openDescriptor(path, flags, options.mode ?? 0o666);
+      const fd = await openDescriptor(path, flags, nativeMode(options.mode ?? 0o666));
       if (options.truncate === true && options.append === true) {
         await truncateDescriptor(fd, 0).catch((error) => closeAfter(fd, error));
       }
@@ -295,7 +295,7 @@ class NodeFileSystem implements FileSystem {
   writeFile(path: string, data: Uint8Array, options: WriteFileOptions = {}): Promise<void> {
     return call("writeFile", path, () =>
       fsp.writeFile(path, data, {
-        mode: options.mode ?? 0o666,
+        mode: nativeMode(options.mode ?? 0o666),
         flag: options.createNew === true ? "wx" : "w",
       }));
   }
@@ -357,7 +357,7 @@ class NodeFileSystem implements FileSystem {
     return call("mkdir", path, async () => {
       const recursive = options.recursive === true;
       try {
-        await fsp.mkdir(path, { mode: options.mode ?? 0o777, recursive });
+        await fsp.mkdir(path, { mode: nativeMode(options.mode ?? 0o777), recursive });
       } catch (error) {
         // Node's recursive mkdir reports a file at the final name spelled with a trailing slash,
         // or a link there to a file, as ENOTDIR, a link loop there as ELOOP, and a dangling
@@ -409,7 +409,7 @@ class NodeFileSystem implements FileSystem {
   }
 
   chmod(path: string, mode: number): Promise<void> {
-    return call("chmod", path, () => fsp.chmod(path, mode));
+    return call("chmod", path, () => fsp.chmod(path, nativeMode(mode)));
   }
 
   symlink(target: string, path: string): Promise<void> {
@@ -470,6 +470,16 @@ class NodeFileSystem implements FileSystem {
     if (home instanceof Error) return undefined;
     return osHomeDir(home === undefined ? undefined : () => home);
   }
+}
+
+/**
+ * `mode` as Node's native layer takes it: its permission bits alone (the kernel keeps no others).
+ * Node accepts any mode that fits 32 bits unsigned, then aborts the process (an assertion in its
+ * native layer) on one from 2^31 up, which the port's range allows; a mode outside that range is
+ * passed on as it is, for Node to refuse (`EINVAL`).
+ */
+function nativeMode(mode: number): number {
+  return Number.isInteger(mode) && mode >= 0 && mode <= 0xffff_ffff ? mode & 0o7777 : mode;
 }
 
 /**

@@ -1678,6 +1678,30 @@ export const CHECKS: readonly Check[] = [
     },
   },
   {
+    name: "chmod(), open(), writeFile() and mkdir() take a mode from 2^31 up to 2^32 - 1",
+    needs: ["modes"],
+    async run(f) {
+      // Such a mode is in the port's range: its permission bits are kept (the rest the platform
+      // ignores). A runtime whose native layer takes only signed 32-bit modes must not fail on
+      // it, nor abort the process.
+      const high = 2 ** 31;
+      const file = at(f, "file");
+      const handle = await f.fs.open(file, { createNew: true, write: true, mode: high + 0o600 });
+      await handle.close();
+      checkMode((await f.fs.stat(file)).mode, 0o600, "mode of a file created with 2^31 + 0o600");
+      await f.fs.chmod(file, high + 0o640);
+      checkMode((await f.fs.stat(file)).mode, 0o640, "file mode after chmod(2^31 + 0o640)");
+      const written = at(f, "written");
+      await f.fs.writeFile(written, bytes("W"), { mode: high + 0o600 });
+      checkMode((await f.fs.stat(written)).mode, 0o600, "mode of a file written with 2^31 + 0o600");
+      const dir = at(f, "dir");
+      await f.fs.mkdir(dir, { mode: high + 0o700 });
+      checkMode((await f.fs.stat(dir)).mode, 0o700, "mode of a directory made with 2^31 + 0o700");
+      await f.fs.chmod(file, 2 ** 32 - 1 - 0o7000);
+      checkMode((await f.fs.stat(file)).mode, 0o777, "file mode after chmod(2^32 - 1 - 0o7000)");
+    },
+  },
+  {
     name: "chmod() follows a symlink",
     needs: ["symlinks", "modes"],
     async run(f) {
