@@ -19,6 +19,37 @@ function changed(inner: MemoryFs, over: Partial<Record<keyof FileSystem, unknown
   }) as unknown as FileSystem;
 }
 
+/** `m` whose rename over a file removes the destination, then moves, apart by promise turns. */
+function removeThenMove(m: MemoryFs): FileSystem {
+  return changed(m, {
+    async rename(from: string, to: string) {
+      const both = await Promise.all([m.lstat(from), m.lstat(to)]).then(
+        (infos) => infos.every((info) => info.kind === "file"),
+        () => false,
+      );
+      if (both) await m.remove(to);
+      await m.rename(from, to);
+    },
+  });
+}
+
+/** `inner` behind a wrapper that awaits each call, as a metrics or tracing wrapper does. */
+function passThrough(inner: FileSystem): FileSystem {
+  return new Proxy(inner, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (typeof value !== "function") return value;
+      return async (...args: unknown[]) => {
+        try {
+          return await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+        } finally {
+          // Nothing: the await and the finally add the turns a real wrapper adds.
+        }
+      };
+    },
+  });
+}
+
 /** A handle that writes at its own offset, from `start` on, instead of at the file's end. */
 function ownOffset(handle: FileHandle, start: number): FileHandle {
   let offset = start;
@@ -117,17 +148,13 @@ const BROKEN: {
     check: "rename() over an existing file replaces it atomically: the name is never missing",
     how: "removes, then moves, with no timer or I/O between",
     // The same, its two steps apart by promise turns only (no timer, no I/O between them).
-    broken: (m) =>
-      changed(m, {
-        async rename(from: string, to: string) {
-          const both = await Promise.all([m.lstat(from), m.lstat(to)]).then(
-            (infos) => infos.every((info) => info.kind === "file"),
-            () => false,
-          );
-          if (both) await m.remove(to);
-          await m.rename(from, to);
-        },
-      }),
+    broken: (m) => removeThenMove(m),
+  },
+  {
+    check: "rename() over an existing file replaces it atomically: the name is never missing",
+    how: "removes, then moves, behind a pass-through wrapper",
+    // A wrapper (metrics, tracing) shifts the promise turns between the two steps.
+    broken: (m) => passThrough(removeThenMove(m)),
   },
   {
     check: "append handles write at the end the file has then, whatever another handle appended",

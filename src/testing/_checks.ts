@@ -43,8 +43,8 @@ export interface Check {
 const encoder = new TextEncoder();
 
 /**
- * How many reads of a rename's destination follow one another at once, with no turn of the event
- * loop between them, before the atomic-rename check waits a turn between reads.
+ * How many reads of a rename's destination the atomic-rename check starts one per promise turn,
+ * with no turn of the event loop between them, before it waits a turn between reads.
  */
 const RENAME_BACK_TO_BACK_READS = 64;
 
@@ -1093,7 +1093,6 @@ export const CHECKS: readonly Check[] = [
         await f.fs.writeFile(to, bytes("old"));
         await f.fs.writeFile(from, bytes("new"));
         let done = false;
-        let reads = 0;
         // Settled into a value at once: a failed rename is reported after the reads, never left
         // unhandled meanwhile.
         const renaming = f.fs.rename(from, to).then(
@@ -1102,32 +1101,44 @@ export const CHECKS: readonly Check[] = [
         ).finally(() => {
           done = true;
         });
-        do {
+        const readOnce = async (): Promise<ConformanceFailure | undefined> => {
           let seen: Uint8Array;
           try {
             seen = await f.fs.readFile(to);
           } catch (error) {
-            await renaming;
-            throw new ConformanceFailure(
+            return new ConformanceFailure(
               `a read of the destination while rename() ran failed: ${describeError(error)}`,
               { cause: error },
             );
           }
           const text = new TextDecoder().decode(seen);
-          if (text !== "old" && text !== "new") {
+          return text === "old" || text === "new" ? undefined : new ConformanceFailure(
+            `a read of the destination while rename() ran saw ${JSON.stringify(text)}`,
+          );
+        };
+        // First one read started at each promise turn, none awaited before the next starts, so a
+        // remove-then-move adapter whose two steps are apart by promise turns only (behind any
+        // wrapper) is seen between them; then a turn of the event loop between reads, so a rename
+        // that settles on a timer or I/O completes however fast the reads are answered.
+        const started: Promise<ConformanceFailure | undefined>[] = [];
+        for (let i = 0; i < RENAME_BACK_TO_BACK_READS && !done; i++) {
+          started.push(readOnce());
+          await null;
+        }
+        for (const failure of await Promise.all(started)) {
+          if (failure !== undefined) {
             await renaming;
-            throw new ConformanceFailure(
-              `a read of the destination while rename() ran saw ${JSON.stringify(text)}`,
-            );
+            throw failure;
           }
-          // The first reads follow one another at once, so a remove-then-move adapter whose two
-          // steps are apart by no more than promise turns is seen between them; then a turn of the
-          // event loop between reads, so a rename that settles on a timer or I/O completes however
-          // fast the reads are answered.
-          if (++reads >= RENAME_BACK_TO_BACK_READS) {
-            await new Promise((resolve) => setTimeout(resolve, 0));
+        }
+        while (!done) {
+          const failure = await readOnce();
+          if (failure !== undefined) {
+            await renaming;
+            throw failure;
           }
-        } while (!done);
+          await new Promise((resolve) => setTimeout(resolve, 0));
+        }
         const outcome = await renaming;
         if (outcome.failed) throw outcome.error;
         checkBytes(await f.fs.readFile(to), "new", "the destination after rename()");
