@@ -157,6 +157,24 @@ const BROKEN: {
     broken: (m) => passThrough(removeThenMove(m)),
   },
   {
+    check: "readDir() lists entries sorted by name (by UTF-16 code unit) with their kinds",
+    // Sorted by code point (as UTF-8 bytes sort), not as JavaScript's `<` sorts.
+    broken: (m) =>
+      changed(m, {
+        async readDir(path: string) {
+          const byCodePoint = (a: string, b: string): number => {
+            const [x, y] = [[...a], [...b]];
+            for (let i = 0; i < Math.min(x.length, y.length); i++) {
+              const d = (x[i]?.codePointAt(0) ?? 0) - (y[i]?.codePointAt(0) ?? 0);
+              if (d !== 0) return d;
+            }
+            return x.length - y.length;
+          };
+          return (await m.readDir(path)).sort((a, b) => byCodePoint(a.name, b.name));
+        },
+      }),
+  },
+  {
     check: "append handles write at the end the file has then, whatever another handle appended",
     // Each append handle keeps its own offset, from the end it saw at the open.
     broken: (m) =>

@@ -155,7 +155,7 @@ test("the conformance suite reports each misbehaviour of a broken adapter", asyn
   const failures = await runSuite(broken);
   for (
     const name of [
-      "readDir() lists entries sorted by name with their kinds",
+      "readDir() lists entries sorted by name (by UTF-16 code unit) with their kinds",
       "open() with createNew fails with AlreadyExists on an existing file",
       "open() with createNew fails with AlreadyExists on a dangling symlink",
       "rename() of a directory over a non-empty directory fails with NotEmpty",

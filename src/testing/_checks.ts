@@ -1479,7 +1479,7 @@ export const CHECKS: readonly Check[] = [
 
   // readDir()
   {
-    name: "readDir() lists entries sorted by name with their kinds",
+    name: "readDir() lists entries sorted by name (by UTF-16 code unit) with their kinds",
     async run(f) {
       await f.fs.writeFile(at(f, "c.txt"), bytes("c"));
       await f.fs.mkdir(at(f, "a"));
@@ -1487,6 +1487,11 @@ export const CHECKS: readonly Check[] = [
       await f.fs.writeFile(at(f, "9"), bytes("9"));
       await f.fs.mkdir(at(f, "10"));
       await f.fs.writeFile(at(f, "a", "nested"), bytes("n"));
+      // Past U+FFFF (a surrogate pair) before U+FF5E, as JavaScript's `<` puts them (code point
+      // and UTF-8 byte order put it after).
+      await f.fs.writeFile(at(f, "\uFF5E"), bytes("w"));
+      await f.fs.writeFile(at(f, "\u{1F600}"), bytes("s"));
+      await f.fs.writeFile(at(f, "\u00E9"), bytes("e"));
       checkSame(
         await f.fs.readDir(f.root),
         [
@@ -1495,6 +1500,9 @@ export const CHECKS: readonly Check[] = [
           { name: "B", kind: "file" },
           { name: "a", kind: "directory" },
           { name: "c.txt", kind: "file" },
+          { name: "\u00E9", kind: "file" },
+          { name: "\u{1F600}", kind: "file" },
+          { name: "\uFF5E", kind: "file" },
         ],
         "readDir(root)",
       );
