@@ -5,8 +5,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { type FileSystemCapabilities, testFileSystem } from "../testing.ts";
-import type { FileHandle, FileSystem, OpenOptions } from "../src/port/fs.ts";
-import { NotFound } from "../src/port/errors.ts";
+import type { FileHandle, FileSystem, MkdirOptions, OpenOptions } from "../src/port/fs.ts";
+import { FsIoError, NotFound } from "../src/port/errors.ts";
 
 /** `inner` with the calls of `over` in place of its own. */
 function changed(inner: MemoryFs, over: Partial<Record<keyof FileSystem, unknown>>): FileSystem {
@@ -221,6 +221,25 @@ for (const { check, how, broken, capabilities } of BROKEN) {
     assert.ok(failure !== undefined, "the broken adapter passed");
   });
 }
+
+test("the longest-path syncDir check holds an adapter to 4095 bytes unless its fixture says less", async () => {
+  // A chroot-like wrapper whose platform refuses its paths from 3,000 bytes on.
+  const check = "syncDir() of a directory whose path is 4095 bytes (or the fixture's " +
+    "longestPath) succeeds, and of anything but a directory fails";
+  const limited = (m: MemoryFs) =>
+    changed(m, {
+      async mkdir(path: string, options?: MkdirOptions) {
+        if (new TextEncoder().encode(path).length >= 3000) {
+          throw new FsIoError("ENAMETOOLONG", "mkdir", path, "File name too long");
+        }
+        return await m.mkdir(path, options);
+      },
+    });
+  assert.match(String(await runCheck(check, limited)), /File name too long/);
+  assert.equal(await runCheck(check, limited, { longestPath: 2999 }), undefined);
+  // A fixture cannot ask for more than the platform's 4095 bytes.
+  assert.equal(await runCheck(check, (m) => m, { longestPath: 9000 }), undefined);
+});
 
 test("the atomic rename check passes a correct adapter whose rename settles on a timer", async () => {
   // Reads answered at once, the rename a timer later: the check must give the timer its turn.

@@ -17,9 +17,9 @@ import { PARITY_CHECKS } from "./_parity_checks.ts";
 export { ConformanceFailure, type ConformanceFailureOptions } from "./_assert.ts";
 
 /**
- * Optional capabilities of a filesystem. Both default to `true`. A check that needs a capability
- * the fixture declares absent runs the capability's fallback check instead, so it still fails
- * when the adapter misbehaves:
+ * Optional capabilities of a filesystem. `symlinks` and `modes` default to `true`; a check that
+ * needs one the fixture declares absent runs the capability's fallback check instead, so it still
+ * fails when the adapter misbehaves:
  *
  * - without `symlinks`, `symlink()` must reject with a port error and leave nothing behind;
  * - without `modes`, `chmod()` and creating with a mode must succeed and `stat()` must report
@@ -30,6 +30,13 @@ export interface FileSystemCapabilities {
   readonly symlinks?: boolean;
   /** The filesystem keeps POSIX permission bits (`mode` on create, `chmod`). */
   readonly modes?: boolean;
+  /**
+   * The longest path, in UTF-8 bytes, the filesystem takes: default (and at most) 4095, Linux's
+   * `PATH_MAX` less its terminating NUL. An adapter that maps its paths below a directory of its
+   * own (a chroot-like wrapper) takes 4095 less that directory's length, and declares it here:
+   * the check that syncs a directory of the longest path makes one of this length.
+   */
+  readonly longestPath?: number;
 }
 
 /** A fresh filesystem to run one check on. */
