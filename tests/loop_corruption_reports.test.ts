@@ -400,4 +400,19 @@ test("a read answered short before the end of the log is reported as such, where
     assert.match(error.message, new RegExp(`stopped at byte 100, .* holds ${size} bytes`));
     return true;
   });
+  // Compaction reads the committed range of a log holding two generations the same way.
+  const edited = await writer.open(session.getSessionPath());
+  const history = conversation(3);
+  await edited.commit([{ ...history[0] as Message }, ...history.slice(1)]);
+  await edited.close();
+  const meta = JSON.parse(new TextDecoder().decode(
+    await fs.readFile(`${session.getSessionPath()}/meta.json`),
+  )) as { start: number };
+  assert.ok(meta.start > 0, "a second generation");
+  await assert.rejects(reader.compact(session.getSessionPath()), (error) => {
+    assert.ok(error instanceof CorruptSessionError, String(error));
+    assert.equal(error.offset, meta.start + 100);
+    assert.match(error.message, /stopped at byte/);
+    return true;
+  });
 });

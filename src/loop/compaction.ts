@@ -56,6 +56,7 @@ import {
   readStorageMeta,
   type RoundEntry,
   shortLog,
+  shortReadError,
   type StorageMeta,
 } from "./storage.ts";
 import { checkMetaId, SessionManager } from "./session_manager.ts";
@@ -205,10 +206,8 @@ async function copyCommitted(
         const length = Math.min(COPY_CHUNK, meta.bytes - position);
         const chunk = await source.read(meta.start + position, length);
         if (chunk.length !== length) {
-          throw new CorruptSessionError("Message log ended inside its committed range", {
-            file,
-            offset: meta.start + position + chunk.length,
-          });
+          const at = meta.start + position + chunk.length;
+          throw await shortReadError(source, file, at, meta.start + meta.bytes);
         }
         hash.update(chunk);
         splitter.push(chunk, onLine);

@@ -102,6 +102,7 @@ import {
   type RoundEntry,
   type RoundIndex,
   sameCommittedRange,
+  shortReadError,
   type SizedRoundIndex,
   STORAGE_FORMAT,
   STORAGE_VERSION,
@@ -2014,10 +2015,7 @@ export class SessionManager {
       throw error;
     }
     if (bytes.length !== to - from) {
-      throw new CorruptSessionError("Message log ended inside its committed range", {
-        file,
-        offset: meta.start + from + bytes.length,
-      });
+      throw await shortReadError(handle, file, meta.start + from + bytes.length, meta.start + to);
     }
     // Each message is decoded and parsed alone from the offsets held (as open read it): no string
     // of the whole page, which may be longer than the largest string of the runtime.

@@ -1323,8 +1323,9 @@ export async function forEachCommittedLine(
       onLine: emit,
     });
     if (read.short) {
-      // A short read is the end of the file (no stat up front: one call fewer per open); the
-      // file may end before the range starts, so its size is asked for here.
+      // A short read is the end of the file, unless the filesystem answered short (no stat up
+      // front: one call fewer per open); the file may end before the range starts, so its size
+      // is asked for here.
       const size = (await handle.stat()).size;
       const end = meta.start + meta.bytes;
       if (size >= end && read.shortAt !== undefined) throw shortRead(file, read.shortAt, size, end);
@@ -1353,7 +1354,10 @@ export async function forEachCommittedLine(
 
 /** How `readLines` ended. */
 export interface LinesRead {
-  /** True when a read came back short: the file ends before the range does. */
+  /**
+   * True when a read came back short: the file ends before the range does (or, where a
+   * filesystem answers a read short before the end of a file, the read stopped early).
+   */
   readonly short: boolean;
   /** Where the short read ended (an absolute offset), when a read came back short. */
   readonly shortAt?: number;
@@ -1470,16 +1474,35 @@ export function shortLog(file: string, size: number, end: number): CorruptSessio
 }
 
 /**
- * The error of a read of the message log `file` that came back short at `at`, before the end of
- * its committed range (`end`), although the file holds `size` bytes, no fewer than the range
- * needs: the filesystem answered a read short before the end of the file, or the log changed while
- * it was read. The committed bytes could not be read: corruption, reported where the read ended.
+ * The error of a read of the message log `file` that came back short at `at`, before byte `end`
+ * of its committed range that it was to reach, although the file holds `size` bytes, no fewer:
+ * the filesystem answered a read short before the end of the file, or the log changed while it
+ * was read. The committed bytes could not be read: corruption, reported where the read ended.
  */
 function shortRead(file: string, at: number, size: number, end: number): CorruptSessionError {
   return new CorruptSessionError(
-    `A read of the message log stopped at byte ${at}, before its committed range ends (${end}), although the file holds ${size} bytes (a filesystem whose reads come back short before the end of a file, or a log changed while it was read); the session was not modified`,
+    `A read of the message log stopped at byte ${at}, before byte ${end} of its committed range, although the file holds ${size} bytes (a filesystem whose reads come back short before the end of a file, or a log changed while it was read); the session was not modified`,
     { file, offset: at },
   );
+}
+
+/**
+ * The error of a read of the committed range of the message log `file`, through `handle`, that
+ * stopped at byte `at` before byte `end`: the log ended inside its committed range, or, when the
+ * file holds at least `end` bytes, the read was answered short (`shortRead`).
+ */
+export async function shortReadError(
+  handle: FileHandle,
+  file: string,
+  at: number,
+  end: number,
+): Promise<CorruptSessionError> {
+  const size = await handle.stat().then((info) => info.size, () => undefined);
+  if (size !== undefined && size >= end) return shortRead(file, at, size, end);
+  return new CorruptSessionError("Message log ended inside its committed range", {
+    file,
+    offset: at,
+  });
 }
 
 function checkGeneration(hash: Sha256, meta: StorageMeta, file: string): void {
