@@ -124,7 +124,7 @@ import type { EntryKind, FileHandle, FileSystem } from "../port/fs.ts";
 import { FsError, NotFound } from "../port/errors.ts";
 import { dirname, join } from "../port/path.ts";
 import { entryKind, readDirIfExists } from "../port/durable.ts";
-import { mapLimit } from "../port/limit.ts";
+import { Budget, mapLimit } from "../port/limit.ts";
 import {
   CorruptSessionError,
   SessionCwdError,
@@ -241,7 +241,17 @@ export interface ListOptions {
    * 32 in fast mode, 4 otherwise.
    */
   readonly concurrency?: number;
+  /**
+   * A full listing reads whole the sessions whose committed logs total at most this many bytes at
+   * once, a positive integer (else `InvalidArgumentError`); a session larger than it is read
+   * alone. Default 256 MiB: a session read whole holds about 1.3 times its log in memory while it
+   * is validated. A fast listing reads no log whole and ignores it.
+   */
+  readonly maxBytesAtOnce?: number;
 }
+
+/** How many bytes of committed logs a full listing reads at once by default. */
+export const FULL_LIST_BYTES = 256 * 1024 * 1024;
 
 /** How many sessions a fast listing reads at once by default (`ListOptions.concurrency`). */
 export const FAST_LIST_CONCURRENCY = 32;
@@ -772,6 +782,8 @@ async function readCollection(
   const matchesCwd = cwd === undefined ? undefined : cwdMatcher(fs, cwd);
   const concurrency = options.concurrency ??
     (fast ? FAST_LIST_CONCURRENCY : FULL_LIST_CONCURRENCY);
+  // Sessions read whole hold their histories while validated: together, within a budget.
+  const budget = fast ? undefined : new Budget(options.maxBytesAtOnce ?? FULL_LIST_BYTES);
   const read = await mapLimit(candidates, concurrency, async (first) => {
     let candidate = first;
     try {
@@ -788,7 +800,7 @@ async function readCollection(
       for (let looks = 0, last = false;; looks++) {
         failure = undefined;
         try {
-          summary = await summarize(context, candidate, fast, cache);
+          summary = await summarize(context, candidate, fast, cache, budget);
         } catch (error) {
           if (!mayHaveMoved(candidate, error)) throw error;
           summary = undefined;
@@ -976,6 +988,7 @@ async function summarize(
   candidate: Candidate,
   fast: boolean,
   cache: ListingCache | undefined,
+  budget?: Budget,
 ): Promise<Summary | undefined> {
   const source = candidate.source;
   if (source.kind === "failed") throw source.error;
@@ -985,7 +998,7 @@ async function summarize(
   try {
     // As for an open: a directory holding another session (a copy) is not that session, which
     // both summaries refuse once meta.json is read (`checkMetaId`).
-    if (!fast) return await fullSummary(context, source.dir, candidate.id);
+    if (!fast) return await fullSummary(context, source.dir, candidate.id, budget);
     try {
       return await fastSummary(context, source.dir, cache, candidate.id);
     } catch (error) {
@@ -1046,7 +1059,26 @@ async function summarize(
   }
 }
 
-async function fullSummary(context: StoreContext, dir: string, id: string): Promise<Summary> {
+async function fullSummary(
+  context: StoreContext,
+  dir: string,
+  id: string,
+  budget?: Budget,
+): Promise<Summary> {
+  // The log's size bounds what the open holds (what it cannot tell is left to the open).
+  const size = budget === undefined ? 0 : await context.fs.lstat(join(dir, MESSAGES_FILE)).then(
+    (info) => info.kind === "file" ? info.size : 0,
+    () => 0,
+  );
+  const release = await budget?.take(size);
+  try {
+    return await openSummary(context, dir, id);
+  } finally {
+    release?.();
+  }
+}
+
+async function openSummary(context: StoreContext, dir: string, id: string): Promise<Summary> {
   // A meta.json of another session is refused as soon as it is read, as an open refuses it.
   const manager = await SessionManager.open({
     context,

@@ -1016,6 +1016,13 @@ export class SessionStore {
         `concurrency must be a positive integer: ${preview(concurrency)}`,
       );
     }
+    const bytes = options.maxBytesAtOnce;
+    if (bytes !== undefined && !(Number.isSafeInteger(bytes) && bytes >= 1)) {
+      throw new InvalidArgumentError(
+        "maxBytesAtOnce",
+        `maxBytesAtOnce must be a positive integer: ${preview(bytes)}`,
+      );
+    }
     const { collection, cwd: canonical } = await this.#collectionOf(cwd, sessionDir);
     return await discoverSessions(
       this.#context,

@@ -52,3 +52,47 @@ export function promiseOf<T>(run: () => Promise<T>): Promise<T> {
     return Promise.reject(error);
   }
 }
+
+/**
+ * Units (bytes of logs a listing holds in memory) shared by concurrent tasks. `take(n)` resolves
+ * once `n` units are free, in call order, with the function that gives them back; a task asking
+ * for more than the whole budget takes all of it, so it runs alone.
+ */
+export class Budget {
+  readonly #total: number;
+  #free: number;
+  readonly #waiting: { readonly need: number; readonly wake: () => void }[] = [];
+
+  /** A budget of `total` units (a positive number). */
+  constructor(total: number) {
+    this.#total = total;
+    this.#free = total;
+  }
+
+  /** Takes `units` (at most the whole budget), waiting behind earlier takers for them. */
+  async take(units: number): Promise<() => void> {
+    const need = Math.min(Math.max(0, units), this.#total);
+    if (this.#waiting.length === 0 && need <= this.#free) {
+      this.#free -= need;
+    } else {
+      // Woken with its units already taken for it (see `#wake`).
+      await new Promise<void>((wake) => this.#waiting.push({ need, wake }));
+    }
+    let given = false;
+    return () => {
+      if (given) return;
+      given = true;
+      this.#free += need;
+      this.#wake();
+    };
+  }
+
+  #wake(): void {
+    for (let next = this.#waiting[0]; next !== undefined; next = this.#waiting[0]) {
+      if (next.need > this.#free) return;
+      this.#waiting.shift();
+      this.#free -= next.need;
+      next.wake();
+    }
+  }
+}
