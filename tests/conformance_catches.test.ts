@@ -223,22 +223,28 @@ for (const { check, how, broken, capabilities } of BROKEN) {
 }
 
 test("the longest-path syncDir check holds an adapter to 4095 bytes unless its fixture says less", async () => {
-  // A chroot-like wrapper whose platform refuses its paths from 3,000 bytes on.
+  // A chroot-like wrapper whose platform refuses its paths from 3,500 bytes on.
   const check = "syncDir() of a directory whose path is 4095 bytes (or the fixture's " +
     "longestPath) succeeds, and of anything but a directory fails";
   const limited = (m: MemoryFs) =>
     changed(m, {
       async mkdir(path: string, options?: MkdirOptions) {
-        if (new TextEncoder().encode(path).length >= 3000) {
+        if (new TextEncoder().encode(path).length >= 3500) {
           throw new FsIoError("ENAMETOOLONG", "mkdir", path, "File name too long");
         }
         return await m.mkdir(path, options);
       },
     });
   assert.match(String(await runCheck(check, limited)), /File name too long/);
-  assert.equal(await runCheck(check, limited, { longestPath: 2999 }), undefined);
-  // A fixture cannot ask for more than the platform's 4095 bytes.
+  assert.equal(await runCheck(check, limited, { longestPath: 3499 }), undefined);
+  // A fixture cannot ask for more than the platform's 4095 bytes, nor declare what is no length.
   assert.equal(await runCheck(check, (m) => m, { longestPath: 9000 }), undefined);
+  for (const bad of [Number.NaN, 2999, 3400.5]) {
+    assert.match(
+      String(await runCheck(check, (m) => m, { longestPath: bad })),
+      /longestPath must be an integer from 3300 to 4095/,
+    );
+  }
 });
 
 test("the atomic rename check passes a correct adapter whose rename settles on a timer", async () => {

@@ -416,3 +416,28 @@ test("a read answered short before the end of the log is reported as such, where
     return true;
   });
 });
+
+test("a log cut short after the open is reported by a page read as the open reports it", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(CWD);
+  await session.commit(conversation(6));
+  await session.close();
+  const reader = await store.open(session.getSessionPath(), { readOnly: true });
+  try {
+    const log = `${session.getSessionPath()}/messages.jsonl`;
+    const handle = await fs.open(log, { write: true });
+    await handle.truncate(20);
+    await handle.close();
+    await assert.rejects(reader.readHistory(), (error) => {
+      assert.ok(error instanceof CorruptSessionError, String(error));
+      assert.equal(error.file, log);
+      assert.equal(error.offset, 20);
+      assert.match(error.message, /shorter than its committed range \(20 bytes/);
+      return true;
+    });
+  } finally {
+    await reader.close();
+  }
+});

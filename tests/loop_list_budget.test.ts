@@ -104,6 +104,31 @@ test("a full listing reads at once only the sessions its byte budget holds", asy
   assert.deepEqual(alone, { count: 6, most: 1 });
 });
 
+test("sessions read from the copy recovery keeps are read within the budget too", async () => {
+  const memory = new MemoryFs();
+  await memory.mkdir(CWD, { recursive: true });
+  const writer = new SessionStore({ fs: memory, agentDir: AGENT });
+  for (let i = 0; i < 6; i++) {
+    const session = await writer.create(CWD);
+    await session.commit(conversation(4, `s${i}`));
+    await session.close();
+    // As a compaction stopped between its renames leaves it: <id>/ without meta.json, the
+    // session in .staging-<id>-<hex>/previous.
+    const dir = session.getSessionPath();
+    const slash = dir.lastIndexOf("/");
+    const staging = `${dir.slice(0, slash)}/.staging-${dir.slice(slash + 1)}-deadbeef`;
+    await memory.mkdir(staging);
+    await memory.rename(dir, `${staging}/previous`);
+    await memory.mkdir(dir);
+  }
+  const { fs, most } = countingLogs(memory);
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const result = await store.listDetailed(CWD, undefined, { maxBytesAtOnce: 1 });
+  assert.deepEqual(result.failures.map((failure) => String(failure.error)), []);
+  assert.equal(result.sessions.length, 6);
+  assert.equal(most(), 1, `${most()} logs open at once`);
+});
+
 test("maxBytesAtOnce must be a positive integer", async () => {
   const fs = new MemoryFs();
   await fs.mkdir(CWD, { recursive: true });

@@ -245,7 +245,8 @@ export interface ListOptions {
    * A full listing reads whole the sessions whose committed logs total at most this many bytes at
    * once, a positive integer (else `InvalidArgumentError`); a session larger than it is read
    * alone. Default 256 MiB: a session read whole holds about 1.3 times its log in memory while it
-   * is validated. A fast listing reads no log whole and ignores it.
+   * is validated. A fast listing ignores it (it reads a log whole only to report a damaged
+   * session).
    */
   readonly maxBytesAtOnce?: number;
 }
@@ -1027,6 +1028,7 @@ async function summarize(
         { ...candidate, source: { kind: "directory", dir: source.copy, hasBackup: false } },
         fast,
         cache,
+        budget,
       );
     }
     // A directory without meta.json in the place of a session that a compaction moved away and

@@ -2015,7 +2015,8 @@ export class SessionManager {
       throw error;
     }
     if (bytes.length !== to - from) {
-      throw await shortReadError(handle, file, meta.start + from + bytes.length, meta.start + to);
+      const at = meta.start + from + bytes.length;
+      throw await shortReadError(handle, file, at, meta.start + meta.bytes);
     }
     // Each message is decoded and parsed alone from the offsets held (as open read it): no string
     // of the whole page, which may be longer than the largest string of the runtime.

@@ -1488,8 +1488,9 @@ function shortRead(file: string, at: number, size: number, end: number): Corrupt
 
 /**
  * The error of a read of the committed range of the message log `file`, through `handle`, that
- * stopped at byte `at` before byte `end`: the log ended inside its committed range, or, when the
- * file holds at least `end` bytes, the read was answered short (`shortRead`).
+ * stopped at byte `at`, as the open reports it: the log is shorter than the committed range, which
+ * ends at `end` (`shortLog`, at the file's end), or, when the file holds the whole range, the read
+ * was answered short (`shortRead`). A failure to ask the file's size rejects with that failure.
  */
 export async function shortReadError(
   handle: FileHandle,
@@ -1497,12 +1498,8 @@ export async function shortReadError(
   at: number,
   end: number,
 ): Promise<CorruptSessionError> {
-  const size = await handle.stat().then((info) => info.size, () => undefined);
-  if (size !== undefined && size >= end) return shortRead(file, at, size, end);
-  return new CorruptSessionError("Message log ended inside its committed range", {
-    file,
-    offset: at,
-  });
+  const size = (await handle.stat()).size;
+  return size >= end ? shortRead(file, at, size, end) : shortLog(file, size, end);
 }
 
 function checkGeneration(hash: Sha256, meta: StorageMeta, file: string): void {

@@ -34,7 +34,8 @@ export interface FileSystemCapabilities {
    * The longest path, in UTF-8 bytes, the filesystem takes: default (and at most) 4095, Linux's
    * `PATH_MAX` less its terminating NUL. An adapter that maps its paths below a directory of its
    * own (a chroot-like wrapper) takes 4095 less that directory's length, and declares it here:
-   * the check that syncs a directory of the longest path makes one of this length.
+   * the checks of long paths make none longer. An integer from 3300 (the suite needs paths that
+   * long) to 4095; another value fails those checks.
    */
   readonly longestPath?: number;
 }
