@@ -80,7 +80,8 @@ function countingLogs(fs: MemoryFs): { fs: FileSystem; most: () => number } {
   return { fs: wrapped, most: () => most };
 }
 
-test("a full listing reads at once only the sessions its byte budget holds", async () => {
+/** A MemoryFs holding six saved sessions of `CWD`; `then` runs on each session's directory. */
+async function sixSessions(then?: (memory: MemoryFs, dir: string) => Promise<void>) {
   const memory = new MemoryFs();
   await memory.mkdir(CWD, { recursive: true });
   const writer = new SessionStore({ fs: memory, agentDir: AGENT });
@@ -88,7 +89,13 @@ test("a full listing reads at once only the sessions its byte budget holds", asy
     const session = await writer.create(CWD);
     await session.commit(conversation(4, `s${i}`));
     await session.close();
+    await then?.(memory, session.getSessionPath());
   }
+  return memory;
+}
+
+test("a full listing reads at once only the sessions its byte budget holds", async () => {
+  const memory = await sixSessions();
   const listed = async (options: { maxBytesAtOnce?: number }) => {
     const { fs, most } = countingLogs(memory);
     const store = new SessionStore({ fs, agentDir: AGENT });
@@ -105,22 +112,15 @@ test("a full listing reads at once only the sessions its byte budget holds", asy
 });
 
 test("sessions read from the copy recovery keeps are read within the budget too", async () => {
-  const memory = new MemoryFs();
-  await memory.mkdir(CWD, { recursive: true });
-  const writer = new SessionStore({ fs: memory, agentDir: AGENT });
-  for (let i = 0; i < 6; i++) {
-    const session = await writer.create(CWD);
-    await session.commit(conversation(4, `s${i}`));
-    await session.close();
-    // As a compaction stopped between its renames leaves it: <id>/ without meta.json, the
-    // session in .staging-<id>-<hex>/previous.
-    const dir = session.getSessionPath();
+  // As a compaction stopped between its renames leaves it: <id>/ without meta.json, the
+  // session in .staging-<id>-<hex>/previous.
+  const memory = await sixSessions(async (fs, dir) => {
     const slash = dir.lastIndexOf("/");
     const staging = `${dir.slice(0, slash)}/.staging-${dir.slice(slash + 1)}-deadbeef`;
-    await memory.mkdir(staging);
-    await memory.rename(dir, `${staging}/previous`);
-    await memory.mkdir(dir);
-  }
+    await fs.mkdir(staging);
+    await fs.rename(dir, `${staging}/previous`);
+    await fs.mkdir(dir);
+  });
   const { fs, most } = countingLogs(memory);
   const store = new SessionStore({ fs, agentDir: AGENT });
   const result = await store.listDetailed(CWD, undefined, { maxBytesAtOnce: 1 });
