@@ -173,13 +173,13 @@ export const PARITY_CHECKS: readonly Check[] = [
     name: "remove() with recursive deletes a tree deeper than PATH_MAX, following no symlink in it",
     async run(f) {
       // Paths into the tree reach 6,000 bytes, past the 4,096 any one call may name: the tree is
-      // made in two halves of 3,000 bytes each (less where the fixture takes shorter paths), one
-      // moved to the bottom of the other.
-      const half = Math.min(3000, longestPathOf(f) - 300);
+      // made in two halves of 3,000 bytes each, one moved to the bottom of the other. No call
+      // names more than about 3,250 bytes, within the shortest `longestPath` a fixture declares.
+      longestPathOf(f); // refuses a longestPath that is no length, as every long-path check does
       const deep = async (top: string): Promise<string> => {
         await f.fs.mkdir(top);
         let path = top;
-        while (encoder.encode(path).length < half) path = join(path, "n".repeat(200));
+        while (encoder.encode(path).length < 3000) path = join(path, "n".repeat(200));
         await f.fs.mkdir(path, { recursive: true });
         return path;
       };
