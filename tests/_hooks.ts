@@ -1,7 +1,7 @@
 // A filesystem seen through hooks (to pause or fail one call of one caller at a chosen point),
 // and a gate to hold a caller there: the races of the store's tests are staged with these. Also a
 // filesystem that records what is read through it, and the two ways a fast listing reads.
-import type { FileHandle, FileSystem } from "../src/port/fs.ts";
+import type { FileHandle, FileSystem, OpenedFile } from "../src/port/fs.ts";
 
 /** What runs before and after every call of a hooked filesystem. */
 export interface FsHooks {
@@ -137,4 +137,31 @@ export function recording(fs: FileSystem): Recorded {
 /** True for a call that reads a whole file (`readFile`, or `readFileNoFollow` where the port has it). */
 export function isRead(method: string): boolean {
   return method === "readFile" || method === "readFileNoFollow";
+}
+
+/**
+ * `fs` with every handle it opens (`open`, `openNoFollow`, `openAppendNoFollow`) passed through
+ * `wrap`, with the path it was opened at and the method that opened it.
+ */
+export function wrappedHandles(
+  fs: FileSystem,
+  wrap: (handle: FileHandle, path: string, method: string) => FileHandle | Promise<FileHandle>,
+): FileSystem {
+  return new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (typeof value !== "function") return value;
+      return async (...args: unknown[]) => {
+        const result = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+        const method = String(prop);
+        const path = String(args[0]);
+        if (method === "open") return await wrap(result as FileHandle, path, method);
+        if (method === "openNoFollow" || method === "openAppendNoFollow") {
+          const opened = result as OpenedFile;
+          return { ...opened, handle: await wrap(opened.handle, path, method) };
+        }
+        return result;
+      };
+    },
+  });
 }

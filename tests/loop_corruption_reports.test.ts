@@ -5,7 +5,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { portableSha256 } from "../src/port/sha256.ts";
-import type { FileHandle, FileSystem, OpenedFile } from "../src/port/fs.ts";
+import type { FileSystem } from "../src/port/fs.ts";
+import { wrappedHandles } from "./_hooks.ts";
 import { CorruptSessionError, type SessionError, SessionFormatError } from "../src/loop/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
@@ -353,7 +354,7 @@ for (const storedTitle of [false, true]) {
 
 /** `fs` whose handles answer every read with at most `most` bytes, wherever the file ends. */
 function shortReads(fs: MemoryFs, most: number): FileSystem {
-  const cut = (handle: FileHandle): FileHandle =>
+  return wrappedHandles(fs, (handle) =>
     new Proxy(handle, {
       get(target, prop) {
         if (prop === "read") {
@@ -363,22 +364,7 @@ function shortReads(fs: MemoryFs, most: number): FileSystem {
         const value = Reflect.get(target, prop, target);
         return typeof value === "function" ? value.bind(target) : value;
       },
-    });
-  return new Proxy(fs, {
-    get(target, prop) {
-      const value = Reflect.get(target, prop, target);
-      if (typeof value !== "function") return value;
-      return async (...args: unknown[]) => {
-        const result = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
-        if (prop === "open") return cut(result as FileHandle);
-        if (prop === "openNoFollow" || prop === "openAppendNoFollow") {
-          const opened = result as OpenedFile;
-          return { ...opened, handle: cut(opened.handle) };
-        }
-        return result;
-      };
-    },
-  });
+    }));
 }
 
 test("a read answered short before the end of the log is reported as such, where it stopped", async () => {

@@ -5,7 +5,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
-import type { FileHandle, FileSystem, OpenedFile } from "../src/port/fs.ts";
+import type { FileSystem } from "../src/port/fs.ts";
+import { wrappedHandles } from "./_hooks.ts";
 import { Budget } from "../src/port/limit.ts";
 import { InvalidArgumentError } from "../src/loop/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
@@ -46,8 +47,12 @@ test("Budget gives units in call order, and a task larger than the budget runs a
 function countingLogs(fs: MemoryFs): { fs: FileSystem; most: () => number } {
   let open = 0;
   let most = 0;
-  const counted = (handle: FileHandle): FileHandle =>
-    new Proxy(handle, {
+  const wrapped = wrappedHandles(fs, async (handle, path) => {
+    if (!path.endsWith("/messages.jsonl")) return handle;
+    open++;
+    most = Math.max(most, open);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    return new Proxy(handle, {
       get(target, prop) {
         const value = Reflect.get(target, prop, target);
         if (prop === "close") {
@@ -59,24 +64,7 @@ function countingLogs(fs: MemoryFs): { fs: FileSystem; most: () => number } {
         return typeof value === "function" ? value.bind(target) : value;
       },
     });
-  const wrapped = new Proxy(fs, {
-    get(target, prop) {
-      const value = Reflect.get(target, prop, target);
-      if (typeof value !== "function") return value;
-      return async (...args: unknown[]) => {
-        const isLog = String(args[0]).endsWith("/messages.jsonl") &&
-          (prop === "open" || prop === "openNoFollow");
-        const result = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
-        if (!isLog) return result;
-        open++;
-        most = Math.max(most, open);
-        await new Promise((resolve) => setTimeout(resolve, 5));
-        if (prop === "open") return counted(result as FileHandle);
-        const opened = result as OpenedFile;
-        return { ...opened, handle: counted(opened.handle) };
-      };
-    },
-  }) as FileSystem;
+  });
   return { fs: wrapped, most: () => most };
 }
 
