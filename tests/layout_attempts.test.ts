@@ -23,6 +23,7 @@ import {
 } from "../layout.ts";
 import {
   deterministic,
+  evalReceipt,
   newRepo,
   newRoot,
   patchState,
@@ -262,21 +263,11 @@ async function writeEvalReceipt(
   paths: SessionPaths,
   overrides: Record<string, unknown> = {},
 ): Promise<void> {
-  await writeJson(fs, paths.evalReceipt("tests-pass"), {
-    schema_version: 1,
-    eval_id: "tests-pass",
-    verdict: "pass",
-    producer: {
-      session_id: ROOT_ID,
-      workflow_id: "outer",
-      attempt_id: ATTEMPT.attemptId,
-      iteration: 26,
-    },
-    raw_report_refs: ["session:/raw/0026_outer/eval/report.json"],
-    git_receipt_ref: "session:/receipts/0026_outer_git_after.json",
-    created_at: "2026-04-19T15:00:00Z",
-    ...overrides,
-  });
+  await writeJson(
+    fs,
+    paths.evalReceipt("tests-pass"),
+    evalReceipt(ROOT_ID, ATTEMPT.attemptId, overrides),
+  );
 }
 
 async function evalReady(): Promise<{ fs: MemoryFs; paths: SessionPaths }> {

@@ -31,6 +31,7 @@ import {
 import {
   childRequest,
   deterministic,
+  evalReceipt,
   finishChildBlocked,
   newRepo,
   newRoot,
@@ -378,16 +379,7 @@ test("a crash at any step of an eval acceptance leaves no sidecar without its st
     branch: "main",
     dirty: false,
   });
-  const producer = { session_id: ROOT_ID, workflow_id: "outer", attempt_id: "a26", iteration: 26 };
-  await writeJson(fs, rootPaths.evalReceipt("tests-pass"), {
-    schema_version: 1,
-    eval_id: "tests-pass",
-    verdict: "pass",
-    producer,
-    raw_report_refs: ["session:/raw/0026_outer/eval/report.json"],
-    git_receipt_ref: "session:/receipts/0026_outer_git_after.json",
-    created_at: "2026-04-19T15:00:00Z",
-  });
+  await writeJson(fs, rootPaths.evalReceipt("tests-pass"), evalReceipt(ROOT_ID));
   await writeJson(fs, rootPaths.controlJson, {
     schema_version: 3,
     state: "stopped",

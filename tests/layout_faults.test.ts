@@ -27,6 +27,7 @@ import {
 import {
   childRequest,
   deterministic,
+  evalReceipt,
   finishChildBlocked,
   newRepo,
   newRoot,
@@ -128,15 +129,7 @@ async function withEvalReceipts(...ids: string[]): Promise<MemoryFs> {
   const boundary = { head: "c0ffee", branch: "main", dirty: false };
   await writeGitReceipt(fs, rootPaths, ROOT_ID, ATTEMPT, "after", boundary, options);
   for (const id of ids) {
-    await writeJson(fs, rootPaths.evalReceipt(id), {
-      schema_version: 1,
-      eval_id: id,
-      verdict: "pass",
-      producer: { session_id: ROOT_ID, workflow_id: "outer", attempt_id: "a26", iteration: 26 },
-      raw_report_refs: ["session:/raw/0026_outer/eval/report.json"],
-      git_receipt_ref: "session:/receipts/0026_outer_git_after.json",
-      created_at: "2026-04-19T15:00:00Z",
-    });
+    await writeJson(fs, rootPaths.evalReceipt(id), evalReceipt(ROOT_ID, "a26", { eval_id: id }));
   }
   fs.syncAll();
   return fs;

@@ -34,7 +34,13 @@ import {
   writeGitReceipt,
   writeSessionOutcome,
 } from "../layout.ts";
-import { childRequest, CONTRACTS, deterministic, finishChildBlocked } from "./layout_fixtures.ts";
+import {
+  childRequest,
+  CONTRACTS,
+  deterministic,
+  evalReceipt,
+  finishChildBlocked,
+} from "./layout_fixtures.ts";
 
 /**
  * Plants a FIFO at `file` for `run` (whatever was there is put back afterwards) and asserts that
@@ -228,15 +234,7 @@ if (process.platform !== "win32") {
       const receipt = paths.evalReceipt("tests-pass");
       await writeFile(
         receipt,
-        JSON.stringify({
-          schema_version: 1,
-          eval_id: "tests-pass",
-          verdict: "pass",
-          producer: { session_id: id, workflow_id: "outer", attempt_id: "a26", iteration: 26 },
-          raw_report_refs: ["session:/raw/0026_outer/eval/report.json"],
-          git_receipt_ref: "session:/receipts/0026_outer_git_after.json",
-          created_at: "2026-04-19T15:00:00Z",
-        }),
+        JSON.stringify(evalReceipt(id)),
       );
       await acceptEvalReceipt(fs, paths, "tests-pass", { sessionId: id });
       await writeFile(

@@ -301,3 +301,26 @@ export async function finishChildBlocked(
     },
   });
 }
+
+/**
+ * A passing eval receipt `tests-pass` of the iteration-26 attempt `attemptId` (default `a26`) of
+ * workflow `outer` in `sessionId`, citing `raw/0026_outer/eval/report.json` and the git receipt
+ * `0026_outer_git_after.json`; `overrides` replace fields in place (the key order is the
+ * engine's).
+ */
+export function evalReceipt(
+  sessionId: string,
+  attemptId = "a26",
+  overrides: Record<string, unknown> = {},
+): Record<string, unknown> {
+  return {
+    schema_version: 1,
+    eval_id: "tests-pass",
+    verdict: "pass",
+    producer: { session_id: sessionId, workflow_id: "outer", attempt_id: attemptId, iteration: 26 },
+    raw_report_refs: ["session:/raw/0026_outer/eval/report.json"],
+    git_receipt_ref: "session:/receipts/0026_outer_git_after.json",
+    created_at: "2026-04-19T15:00:00Z",
+    ...overrides,
+  };
+}

@@ -72,6 +72,7 @@ import {
   childRequest,
   CONTRACTS,
   deterministic,
+  evalReceipt,
   finishChildBlocked,
   newRepo,
   newRoot,
@@ -165,15 +166,7 @@ async function buildAttempt(fs: MemoryFs): Promise<void> {
   await createAttemptArtifacts(fs, root, ATTEMPT, artifacts());
   await writeJson(fs, `${ROOT_DIR}/raw/0026_outer/eval/report.json`, { passed: 3 });
   await writeGitReceipt(fs, root, ROOT_ID, ATTEMPT, "after", BOUNDARY, deterministic());
-  await writeJson(fs, root.evalReceipt("tests-pass"), {
-    schema_version: 1,
-    eval_id: "tests-pass",
-    verdict: "pass",
-    producer: { session_id: ROOT_ID, workflow_id: "outer", attempt_id: "a26", iteration: 26 },
-    raw_report_refs: ["session:/raw/0026_outer/eval/report.json"],
-    git_receipt_ref: "session:/receipts/0026_outer_git_after.json",
-    created_at: "2026-04-19T15:00:00Z",
-  });
+  await writeJson(fs, root.evalReceipt("tests-pass"), evalReceipt(ROOT_ID));
 }
 
 const withAttempt = baseline(buildAttempt);

@@ -30,6 +30,7 @@ import {
 import {
   commitTerminalState,
   deterministic,
+  evalReceipt,
   newRepo,
   newRoot,
   patchState,
@@ -446,15 +447,11 @@ async function writeEvalReceipt(
   verdict: string,
   attemptId = ATTEMPT.attemptId,
 ): Promise<void> {
-  await writeJson(fs, paths.evalReceipt("ev-1"), {
-    schema_version: 1,
-    eval_id: "ev-1",
-    verdict,
-    producer: { session_id: sessionId, workflow_id: "outer", attempt_id: attemptId, iteration: 26 },
-    raw_report_refs: ["session:/raw/0026_outer/eval/report.json"],
-    git_receipt_ref: "session:/receipts/0026_outer_git_after.json",
-    created_at: "2026-04-19T15:00:00Z",
-  });
+  await writeJson(
+    fs,
+    paths.evalReceipt("ev-1"),
+    evalReceipt(sessionId, attemptId, { eval_id: "ev-1", verdict }),
+  );
 }
 
 test("an accepted eval receipt edited afterwards is not accepted again; the sidecar never changes", async () => {

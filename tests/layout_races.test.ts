@@ -29,6 +29,7 @@ import {
   CONTRACTS,
   deterministic,
   engineOutcome,
+  evalReceipt,
   newRepo,
   newRoot,
   patchState,
@@ -369,20 +370,11 @@ async function evalReceiptReady(): Promise<{ fs: MemoryFs; root: CreatedSession 
     branch: "main",
     dirty: false,
   });
-  await writeJson(fs, root.paths.evalReceipt("ev-1"), {
-    schema_version: 1,
-    eval_id: "ev-1",
-    verdict: "pass",
-    producer: {
-      session_id: root.sessionId,
-      workflow_id: "outer",
-      attempt_id: attempt.attemptId,
-      iteration: 26,
-    },
-    raw_report_refs: ["session:/raw/0026_outer/eval/report.json"],
-    git_receipt_ref: "session:/receipts/0026_outer_git_after.json",
-    created_at: AT,
-  });
+  await writeJson(
+    fs,
+    root.paths.evalReceipt("ev-1"),
+    evalReceipt(root.sessionId, attempt.attemptId, { eval_id: "ev-1", created_at: AT }),
+  );
   return { fs, root };
 }
 

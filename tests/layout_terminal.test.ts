@@ -28,6 +28,7 @@ import {
 } from "../layout.ts";
 import {
   commitTerminalState,
+  evalReceipt,
   newRepo,
   newRoot,
   patchState,
@@ -471,15 +472,7 @@ async function writtenEval(fs: MemoryFs, paths: SessionPaths): Promise<void> {
     branch: "main",
     dirty: false,
   });
-  await writeJson(fs, paths.evalReceipt("tests-pass"), {
-    schema_version: 1,
-    eval_id: "tests-pass",
-    verdict: "pass",
-    producer: { session_id: ROOT_ID, workflow_id: "outer", attempt_id: "a26", iteration: 26 },
-    raw_report_refs: ["session:/raw/0026_outer/eval/report.json"],
-    git_receipt_ref: "session:/receipts/0026_outer_git_after.json",
-    created_at: "2026-04-19T15:00:00Z",
-  });
+  await writeJson(fs, paths.evalReceipt("tests-pass"), evalReceipt(ROOT_ID));
 }
 
 test("an eval receipt is accepted only while its session runs; one accepted before is returned again", async () => {
@@ -602,15 +595,7 @@ test("a sidecar the engine never sealed in state.json does not let goal_met cite
   const { fs, paths } = await setup();
   // An agent writes a receipt and a sidecar binding it: no raw report, no git receipt, and no
   // acceptEvalReceipt call, so state.json seals nothing.
-  await writeJson(fs, paths.evalReceipt("tests-pass"), {
-    schema_version: 1,
-    eval_id: "tests-pass",
-    verdict: "pass",
-    producer: { session_id: ROOT_ID, workflow_id: "outer", attempt_id: "a26", iteration: 26 },
-    raw_report_refs: ["session:/raw/0026_outer/eval/report.json"],
-    git_receipt_ref: "session:/receipts/0026_outer_git_after.json",
-    created_at: "2026-04-19T15:00:00Z",
-  });
+  await writeJson(fs, paths.evalReceipt("tests-pass"), evalReceipt(ROOT_ID));
   await fs.mkdir(paths.evalReceiptsAcceptedDir, { recursive: true });
   await writeJson(fs, paths.evalAcceptedSidecar("tests-pass"), {
     schema_version: 1,
