@@ -150,6 +150,42 @@ export async function memoryStoreWithSession(
   return { fs, session: saved.getSessionPath() };
 }
 
+/** A saved and closed session of three rounds, as `savedThreeRounds` returns it. */
+export interface ThreeRoundSession {
+  readonly fs: MemoryFs;
+  readonly store: SessionStore;
+  readonly dir: string;
+  readonly history: Message[];
+  readonly metaPath: string;
+  readonly logPath: string;
+  readonly indexPath: string;
+}
+
+/**
+ * A memory filesystem holding directory `cwd` and one closed session of 3 rounds (8 messages:
+ * users at 0, 2 and 6) in its workspace's collection under `agentDir`, its index.json published.
+ */
+export async function savedThreeRounds(agentDir: string, cwd: string): Promise<ThreeRoundSession> {
+  const fs = new MemoryFs();
+  await fs.mkdir(cwd, { recursive: true });
+  const store = new SessionStore({ fs, agentDir });
+  const session = await store.create(cwd);
+  const history = conversation(3);
+  await session.commit(history);
+  await session.readHistory();
+  await session.close();
+  const dir = session.getSessionPath();
+  return {
+    fs,
+    store,
+    dir,
+    history,
+    metaPath: `${dir}/meta.json`,
+    logPath: `${dir}/messages.jsonl`,
+    indexPath: `${dir}/index.json`,
+  };
+}
+
 /**
  * Leaves session directory `dir` as a compaction stopped between its renames leaves it: its
  * compacted copy complete in `<collection>/.staging-<id>-0123abcd/session/`, the directory

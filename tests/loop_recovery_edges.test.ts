@@ -10,7 +10,7 @@ import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import { verifySession } from "../src/loop/verify.ts";
 import { parseRoundIndexText } from "../src/loop/storage.ts";
 import { migrateLegacySession, type MigrationPacing } from "../src/loop/legacy.ts";
-import { compactableSession, conversation, rewriteIndex } from "./_fixtures.ts";
+import { compactableSession, conversation, rewriteIndex, savedThreeRounds } from "./_fixtures.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -18,26 +18,8 @@ const options = { sha256: portableSha256 };
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
-/** A closed session of 3 rounds (8 messages: users at 0, 2 and 6), its index.json published. */
-async function saved() {
-  const fs = new MemoryFs();
-  await fs.mkdir(CWD, { recursive: true });
-  const store = new SessionStore({ fs, agentDir: AGENT });
-  const session = await store.create(CWD);
-  const history = conversation(3);
-  await session.commit(history);
-  await session.readHistory();
-  await session.close();
-  const dir = session.getSessionPath();
-  return {
-    fs,
-    store,
-    dir,
-    history,
-    metaPath: `${dir}/meta.json`,
-    logPath: `${dir}/messages.jsonl`,
-    indexPath: `${dir}/index.json`,
-  };
+function saved() {
+  return savedThreeRounds(AGENT, CWD);
 }
 
 test("verifySession ignores an uncommitted crash tail past the committed range", async () => {

@@ -5,13 +5,12 @@
 // reports (or what salvage does) for one of them.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { MemoryFs } from "../adapters/memory.ts";
+import type { MemoryFs } from "../adapters/memory.ts";
 import { portableSha256 } from "../src/port/sha256.ts";
-import { SessionStore } from "../src/loop/store.ts";
 import { SessionFormatError } from "../src/loop/errors.ts";
 import { salvageSession, type VerifyReport, verifySession } from "../src/loop/verify.ts";
 import { encodeRoundIndex, parseRoundIndexText, type RoundIndex } from "../src/loop/storage.ts";
-import { conversation } from "./_fixtures.ts";
+import { savedThreeRounds } from "./_fixtures.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -28,17 +27,8 @@ function sha256Hex(bytes: Uint8Array): string {
  * the byte offset of each line of its log (plus the end of the last).
  */
 async function saved() {
-  const fs = new MemoryFs();
-  await fs.mkdir(CWD, { recursive: true });
-  const store = new SessionStore({ fs, agentDir: AGENT });
-  const session = await store.create(CWD);
-  const history = conversation(3);
-  await session.commit(history);
-  await session.readHistory();
-  await session.close();
-  const dir = session.getSessionPath();
-  const logPath = `${dir}/messages.jsonl`;
-  const indexPath = `${dir}/index.json`;
+  const base = await savedThreeRounds(AGENT, CWD);
+  const { fs, logPath, indexPath } = base;
   const log = await fs.readFile(logPath);
   const offsets = [0];
   log.forEach((byte, i) => {
@@ -47,18 +37,7 @@ async function saved() {
   const index = parseRoundIndexText(decoder.decode(await fs.readFile(indexPath)));
   assert.ok(index !== undefined);
   assert.deepEqual(index.rounds.map((r) => r.messageIndex), [0, 2, 6]);
-  return {
-    fs,
-    store,
-    dir,
-    history,
-    log,
-    offsets,
-    index,
-    metaPath: `${dir}/meta.json`,
-    logPath,
-    indexPath,
-  };
+  return { ...base, log, offsets, index };
 }
 
 /** Rewrites meta.json with `fields` changed (compact JSON, as another writer might). */

@@ -4,6 +4,7 @@
 // a save refused while an earlier failed write cannot be read back, and the log's mode on reopen.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { isDeepStrictEqual } from "node:util";
 import { MemoryFs } from "../adapters/memory.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import { CorruptSessionError } from "../src/loop/errors.ts";
@@ -171,21 +172,12 @@ test("flush() after a publish whose directory fsync failed never cuts the log be
     await reader.close();
     const label = `crash after operation ${n}`;
     if (resolved || failed) assert.deepEqual(seen, after, label); // meta.json was visible
-    else assert.ok(isDeepEqual(seen, before) || isDeepEqual(seen, after), label);
+    else assert.ok(isDeepStrictEqual(seen, before) || isDeepStrictEqual(seen, after), label);
     points++;
     if (!fs.crashTriggered) break;
   }
   assert.ok(points > 5);
 });
-
-function isDeepEqual(a: unknown, b: unknown): boolean {
-  try {
-    assert.deepEqual(a, b);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 test("a commit that starts a new generation republishes index.json for it before close()", async () => {
   const { fs, store } = await setup();
