@@ -1574,7 +1574,10 @@ async function scanTail(
       },
     });
     // The committed range ends with a newline, and holds the lines the counts say.
-    if (read.short || read.stopped || read.trailing !== undefined || lines !== expected) {
+    if (
+      read.shortAt !== undefined || read.stopped || read.trailing !== undefined ||
+      lines !== expected
+    ) {
       return undefined;
     }
   } finally {

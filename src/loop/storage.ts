@@ -1322,14 +1322,11 @@ export async function forEachCommittedLine(
       onChunk: (chunk) => hash.update(chunk),
       onLine: emit,
     });
-    if (read.short) {
+    if (read.shortAt !== undefined) {
       // A short read is the end of the file, unless the filesystem answered short (no stat up
       // front: one call fewer per open); the file may end before the range starts, so its size
       // is asked for here.
-      const size = (await handle.stat()).size;
-      const end = meta.start + meta.bytes;
-      if (size >= end && read.shortAt !== undefined) throw shortRead(file, read.shortAt, size, end);
-      throw shortLog(file, size, end);
+      throw await shortReadError(handle, file, read.shortAt, meta.start + meta.bytes);
     }
     if (read.trailing !== undefined) {
       throw new CorruptSessionError("Committed message bytes do not end with a newline", {
@@ -1355,12 +1352,11 @@ export async function forEachCommittedLine(
 /** How `readLines` ended. */
 export interface LinesRead {
   /**
-   * True when a read came back short: the file ends before the range does (or, where a
-   * filesystem answers a read short before the end of a file, the read stopped early).
+   * Where a read came back short (an absolute offset), undefined when none did: the file ends
+   * before the range does (or, where a filesystem answers a read short before the end of a file,
+   * the read stopped early).
    */
-  readonly short: boolean;
-  /** Where the short read ended (an absolute offset), when a read came back short. */
-  readonly shortAt?: number;
+  readonly shortAt: number | undefined;
   /** True when `onLine` returned false, which stops the reading. */
   readonly stopped: boolean;
   /** The offset (from the range's start) of bytes after the last newline; undefined when none. */
@@ -1393,8 +1389,7 @@ export async function readLines(
     const length = Math.min(chunkSize, total - position);
     const chunk = await handle.read(from + position, length);
     if (chunk.length !== length) {
-      const shortAt = from + position + chunk.length;
-      return { short: true, shortAt, stopped: false, trailing: undefined };
+      return { shortAt: from + position + chunk.length, stopped: false, trailing: undefined };
     }
     on.onChunk?.(chunk);
     let lineStart = 0;
@@ -1411,7 +1406,7 @@ export async function readLines(
       carry = [];
       carryLength = 0;
       if (on.onLine(line, carryOffset) === false) {
-        return { short: false, stopped: true, trailing: undefined };
+        return { shortAt: undefined, stopped: true, trailing: undefined };
       }
       lineStart = first + 1;
     }
@@ -1419,7 +1414,7 @@ export async function readLines(
       const newline = chunk.indexOf(10, lineStart);
       if (newline < 0) break;
       if (on.onLine(chunk.subarray(lineStart, newline), position + lineStart) === false) {
-        return { short: false, stopped: true, trailing: undefined };
+        return { shortAt: undefined, stopped: true, trailing: undefined };
       }
       lineStart = newline + 1;
     }
@@ -1430,7 +1425,11 @@ export async function readLines(
     }
     position += length;
   }
-  return { short: false, stopped: false, trailing: carryLength > 0 ? carryOffset : undefined };
+  return {
+    shortAt: undefined,
+    stopped: false,
+    trailing: carryLength > 0 ? carryOffset : undefined,
+  };
 }
 
 /**
