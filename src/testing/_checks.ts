@@ -1125,19 +1125,14 @@ export const CHECKS: readonly Check[] = [
           started.push(readOnce());
           await null;
         }
-        for (const failure of await Promise.all(started)) {
-          if (failure !== undefined) {
-            await renaming;
-            throw failure;
-          }
+        let failure = (await Promise.all(started)).find((seen) => seen !== undefined);
+        while (failure === undefined && !done) {
+          failure = await readOnce();
+          if (failure === undefined) await new Promise((resolve) => setTimeout(resolve, 0));
         }
-        while (!done) {
-          const failure = await readOnce();
-          if (failure !== undefined) {
-            await renaming;
-            throw failure;
-          }
-          await new Promise((resolve) => setTimeout(resolve, 0));
+        if (failure !== undefined) {
+          await renaming;
+          throw failure;
         }
         const outcome = await renaming;
         if (outcome.failed) throw outcome.error;

@@ -29,8 +29,8 @@ const encoder = new TextEncoder();
 
 /**
  * The longest path, in UTF-8 bytes, the fixture's filesystem takes: its
- * `capabilities.longestPath`, an integer from 3,300 to 4,095 (else a `ConformanceFailure`), or
- * 4,095.
+ * `capabilities.longestPath` (an integer of at least 3,300, else a `ConformanceFailure`) up to
+ * 4,095, or 4,095.
  */
 function longestPathOf(f: FileSystemFixture): number {
   const declared: unknown = f.capabilities?.longestPath;

@@ -35,7 +35,7 @@ export interface FileSystemCapabilities {
    * `PATH_MAX` less its terminating NUL. An adapter that maps its paths below a directory of its
    * own (a chroot-like wrapper) takes 4095 less that directory's length, and declares it here:
    * the checks of long paths make none longer. An integer from 3300 (the suite needs paths that
-   * long) to 4095; another value fails those checks.
+   * long); a larger one than 4095 counts as 4095, and anything else fails those checks.
    */
   readonly longestPath?: number;
 }
