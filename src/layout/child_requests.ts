@@ -43,7 +43,7 @@ import {
   UnsupportedLayoutError,
 } from "./errors.ts";
 import { appendEvents, type NewEvent, scanEvents } from "./events.ts";
-import { createSessionId, isSafeId } from "./ids.ts";
+import { createSessionId } from "./ids.ts";
 import {
   bytesEqual,
   decodeJson,
@@ -78,9 +78,9 @@ import {
   type ChildRecord,
   type ChildrenLedger,
   type ChildRequest,
+  isRequestId,
   type LegacyChildRecord,
   LIVE_CHILD_STATUSES,
-  MAX_REQUEST_ID_LENGTH,
   type ParentAcceptance,
   type ParentDecision,
   parseChildOutcome,
@@ -242,9 +242,7 @@ export async function publishChildRequest(
   const id: unknown = typeof request === "object" && request !== null && !Array.isArray(request)
     ? (request as { request_id?: unknown }).request_id
     : undefined;
-  const target = typeof id === "string" && isSafeId(id) && id.length <= MAX_REQUEST_ID_LENGTH
-    ? paths.pendingRequest(id)
-    : "child request";
+  const target = isRequestId(id) ? paths.pendingRequest(id) : "child request";
   parseChildRequest(request, target);
   // The layout session.json records decides, not the one the caller built the paths for.
   requireFolded(paths, await readSessionLayout(fs, paths.dir));

@@ -969,17 +969,27 @@ export interface ChildRequest {
 }
 
 /** The longest `request_id` a child request may have, in characters. */
-export const MAX_REQUEST_ID_LENGTH = 128;
+const MAX_REQUEST_ID_LENGTH = 128;
+
+const RequestId = v.pipe(
+  SafeId,
+  v.maxLength(
+    MAX_REQUEST_ID_LENGTH,
+    `request_id is longer than ${MAX_REQUEST_ID_LENGTH} characters`,
+  ),
+);
+
+/**
+ * True when `value` is a `request_id` a child request may have: a safe id of at most 128
+ * characters, as the child request schema checks it.
+ */
+export function isRequestId(value: unknown): value is string {
+  return v.is(RequestId, value);
+}
 
 const ChildRequestSchema: v.GenericSchema<unknown, ChildRequest> = v.strictObject({
   schema_version: v.literal(3),
-  request_id: v.pipe(
-    SafeId,
-    v.maxLength(
-      MAX_REQUEST_ID_LENGTH,
-      `request_id is longer than ${MAX_REQUEST_ID_LENGTH} characters`,
-    ),
-  ),
+  request_id: RequestId,
   goal: NonBlank,
   workflow_set: v.optional(SafeId),
   layer_kind: v.optional(NonBlank),
