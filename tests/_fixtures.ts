@@ -4,6 +4,7 @@ import type { Message } from "../src/loop/records/mod.ts";
 import { encodeRoundIndex, parseRoundIndexText, type RoundIndex } from "../src/loop/storage.ts";
 import { MemoryFs } from "../adapters/memory.ts";
 import { SessionStore } from "../src/loop/store.ts";
+import type { ProcessProbe } from "../src/loop/lock.ts";
 import { portableSha256 } from "../src/port/sha256.ts";
 
 let clock = 1_700_000_000_000;
@@ -260,4 +261,9 @@ export async function recommit(
   );
   await fs.remove(`${dir}/index.json`);
   return meta;
+}
+
+/** The process probe of process `pid` on host `host`: the processes in `alive` are running. */
+export function probe(pid: number, alive: Set<number>, host = "test-host"): ProcessProbe {
+  return { pid, host, isAlive: (other) => alive.has(other) };
 }

@@ -22,7 +22,7 @@ import {
   repeatsEarlierCrashState,
   SEEDS,
 } from "./_crash.ts";
-import { assistant, conversation, legacySessionBytes, user } from "./_fixtures.ts";
+import { assistant, conversation, legacySessionBytes, probe, user } from "./_fixtures.ts";
 import { hookedFs, withoutNoFollow } from "./_hooks.ts";
 
 const CWD = "/work/project";
@@ -65,10 +65,6 @@ async function writeLegacy(
 
 async function archiveJson(fs: MemoryFs, collection = COLLECTION): Promise<string> {
   return decoder.decode(await fs.readFile(`${collection}/archive.json`));
-}
-
-function probe(pid: number, alive: Set<number>): ProcessProbe {
-  return { pid, host: "test-host", isAlive: (other) => alive.has(other) };
 }
 
 /**

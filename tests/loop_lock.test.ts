@@ -22,7 +22,7 @@ import {
   withCollectionLock,
   WRITER_LOCK_FILE,
 } from "../src/loop/lock.ts";
-import { conversation, user } from "./_fixtures.ts";
+import { conversation, probe, user } from "./_fixtures.ts";
 import { gate, hookedFs, withoutNoFollow } from "./_hooks.ts";
 
 const CWD = "/work/project";
@@ -31,10 +31,6 @@ const COLLECTION = `${AGENT}/sessions/${workspaceHash(CWD)}`;
 const HOST = "test-host";
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
-
-function probe(pid: number, alive: Set<number>, host = HOST): ProcessProbe {
-  return { pid, host, isAlive: (other) => alive.has(other) };
-}
 
 /** The same filesystem seen by another process (in-memory registrations do not carry over). */
 function view(fs: FileSystem, delay?: () => number): FileSystem {

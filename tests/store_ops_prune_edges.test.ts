@@ -16,9 +16,9 @@ import {
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
 import type { Message } from "../src/loop/records/mod.ts";
-import { type ProcessProbe, WRITER_LOCK_FILE } from "../src/loop/lock.ts";
+import { WRITER_LOCK_FILE } from "../src/loop/lock.ts";
 import { ListingCache } from "../src/loop/discovery.ts";
-import { conversation, user } from "./_fixtures.ts";
+import { conversation, probe, user } from "./_fixtures.ts";
 import { hookedFs } from "./_hooks.ts";
 import {
   LogicalReferenceError,
@@ -122,10 +122,6 @@ test("a delete journal naming an entry with a '/' is refused, and its rollback m
   assert.equal(new TextDecoder().decode(await fs.readFile(outside)), "not the store's");
   assert.ok((await fs.readDir(staging)).some((e) => e.name === victim));
 });
-
-function probe(pid: number, alive: Set<number>): ProcessProbe {
-  return { pid, host: "test-host", isAlive: (other) => alive.has(other) };
-}
 
 test("an empty lock file whose holder writes its record during the takeover's second look is not taken over", async () => {
   const fs = await setup();
