@@ -30,9 +30,4 @@ export class SerialQueue {
     );
     return result;
   }
-
-  /** Resolves once every task scheduled so far has settled. */
-  idle(): Promise<void> {
-    return this.#tail.then(() => undefined);
-  }
 }
