@@ -4,7 +4,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
-import { type FileSystemCapabilities, testFileSystem } from "../testing.ts";
+import { ConformanceFailure, type FileSystemCapabilities, testFileSystem } from "../testing.ts";
 import type { FileHandle, FileSystem, MkdirOptions, OpenOptions } from "../src/port/fs.ts";
 import { FsIoError, NotFound } from "../src/port/errors.ts";
 
@@ -270,4 +270,52 @@ test("the atomic rename check reports a rename that fails, after its reads", asy
     });
   const check = "rename() over an existing file replaces it atomically: the name is never missing";
   assert.match((await runCheck(check, failing)) ?? "", /No such file/);
+});
+
+test("a fixture cleanup that fails is reported: alone after a passing check, beside a failing one", async () => {
+  const checks: [string, () => Promise<void>][] = [];
+  let breakWrites = false;
+  testFileSystem({
+    name: "adapter",
+    test: (name, fn) => {
+      checks.push([name, fn]);
+    },
+    async setup() {
+      const memory = new MemoryFs();
+      await memory.mkdir("/root");
+      return {
+        fs: changed(memory, {
+          writeFile: (...args: Parameters<MemoryFs["writeFile"]>) =>
+            breakWrites
+              ? Promise.reject(new FsIoError("EIO", "writeFile", args[0], "broken"))
+              : memory.writeFile(...args),
+        }),
+        root: "/root",
+        cleanup: () => Promise.reject(new Error("cleanup refused")),
+      };
+    },
+  });
+  const [name, first] = checks[0]!;
+  await assert.rejects(first(), (error: unknown) => {
+    // The check passed: the cleanup's own error is the failure, as thrown.
+    assert.ok(!(error instanceof ConformanceFailure), name);
+    assert.equal((error as Error).message, "cleanup refused");
+    return true;
+  });
+  breakWrites = true;
+  const failures: string[] = [];
+  for (const [, run] of checks) {
+    try {
+      await run();
+    } catch (error) {
+      if (error instanceof ConformanceFailure) failures.push(error.message);
+    }
+  }
+  const both = failures.filter((message) =>
+    message.includes("(and the fixture cleanup failed: Error: cleanup refused)")
+  );
+  assert.ok(both.length > 0, "a failing check names the cleanup failure beside its own");
+  for (const message of both) {
+    assert.ok(!message.startsWith("(and"), "the check's own failure comes first");
+  }
 });
