@@ -319,3 +319,73 @@ test("a fixture cleanup that fails is reported: alone after a passing check, bes
     assert.ok(!message.startsWith("(and"), "the check's own failure comes first");
   }
 });
+
+test("the suite's failures say what the check expected and what the adapter did", async () => {
+  const cases: { check: string; broken: (m: MemoryFs) => FileSystem; says: RegExp }[] = [
+    {
+      check: "mkdir() creates a directory with the requested mode",
+      broken: (m) =>
+        changed(m, {
+          mkdir: (path: string, options: MkdirOptions = {}) =>
+            m.mkdir(path, { ...options, mode: 0o755 }),
+        }),
+      says: /^mode of a directory made with 0o700: expected mode 0o700, got 0o755$/,
+    },
+    {
+      check: "writeFile() and readFile() round-trip text",
+      broken: (m) =>
+        changed(m, {
+          readFile: async (path: string) => new Uint8Array([...await m.readFile(path), 0x0a]),
+        }),
+      says:
+        /^text read back: expected 15 bytes \[68 c3 a9 .*\], got 16 bytes \[68 c3 a9 .* 0a 0a\]$/,
+    },
+    {
+      check: "writeFile() and readFile() round-trip every byte value",
+      broken: (m) =>
+        changed(m, {
+          readFile: async (path: string) => (await m.readFile(path)).map((b) => b === 10 ? 13 : b),
+        }),
+      says: /: bytes differ at offset \d+ \(expected 10, got 13\)$/,
+    },
+    {
+      check: "mkdir() with a missing parent fails with NotFound",
+      broken: (m) =>
+        changed(m, {
+          mkdir: (path: string, options: MkdirOptions = {}) =>
+            m.mkdir(path, { ...options, recursive: true }),
+        }),
+      says: /^mkdir with a missing parent: expected a rejection with NotFound, but it resolved/,
+    },
+    {
+      check: "readFile() of a directory fails with IsADirectory",
+      broken: (m) =>
+        changed(m, {
+          readFile: (path: string) => Promise.reject(new FsIoError("EIO", "readFile", path, "bad")),
+        }),
+      says:
+        /^readFile of a directory: expected a rejection with IsADirectory, got FsIoError \(EIO\)/,
+    },
+    {
+      check: "mkdir() with a missing parent fails with NotFound",
+      broken: (m) =>
+        changed(m, {
+          mkdir(path: string) {
+            throw new NotFound("mkdir", path);
+          },
+        }),
+      says: /^mkdir with a missing parent: threw NotFound \(ENOENT\): .* instead of returning a re/,
+    },
+    {
+      check: "mkdir() with a missing parent fails with NotFound",
+      // Refuses without a promise at all: a caller's `.catch()` would throw a TypeError.
+      broken: (m) => changed(m, { mkdir: () => undefined }),
+      says: /^mkdir with a missing parent: returned undefined, not a promise$/,
+    },
+  ];
+  for (const { check, broken, says } of cases) {
+    assert.equal(await runCheck(check, (m) => m), undefined, `MemoryFs passes "${check}"`);
+    const failure = await runCheck(check, broken);
+    assert.match(failure ?? "(passed)", says, `${check}: ${failure}`);
+  }
+});
