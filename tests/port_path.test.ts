@@ -1,7 +1,15 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { basename, dirname, isWithin, join, normalize, relativeWithin } from "../src/port/path.ts";
+import {
+  basename,
+  dirname,
+  isWithin,
+  join,
+  normalize,
+  relativeWithin,
+  resolve,
+} from "../src/port/path.ts";
 
 /** The segment-by-segment algorithm, applied to every path (the reference for the fast path). */
 function reference(path: string): string {
@@ -63,6 +71,12 @@ test("normalize(), join(), dirname() and basename() on the paths the store build
   assert.equal(join("/a/", "/b"), "/a/b");
   assert.equal(dirname("/a/b/meta.json"), "/a/b");
   assert.equal(basename("/a/b/meta.json/"), "meta.json");
+  // Relative paths (a command line's arguments before they are resolved).
+  assert.equal(dirname("meta.json"), ".");
+  assert.equal(dirname("a/b/../meta.json"), "a");
+  assert.equal(basename("a/./b"), "b");
+  assert.equal(resolve("/work", "a/../b"), "/work/b");
+  assert.equal(resolve("/work", "/etc//x/"), "/etc/x");
 });
 
 test("a name ending with a line break keeps its trailing slash trimmed like any other", () => {
