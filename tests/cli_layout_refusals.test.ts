@@ -5,8 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
 import { runCli } from "../src/cli/main.ts";
-import type { CliIo } from "../src/cli/output.ts";
-import { portableSha256 } from "../src/port/sha256.ts";
+import { memoryIo } from "./_cli_io.ts";
 import { newRepo, newRoot } from "./layout_fixtures.ts";
 
 /** Runs `loop-sessions args` in /repo of `fs`; returns its exit code, stdout and stderr. */
@@ -14,23 +13,9 @@ async function run(
   fs: MemoryFs,
   args: string[],
 ): Promise<{ code: number; out: string; err: string }> {
-  let out = "";
-  let err = "";
-  const io: CliIo = {
-    fs,
-    sha256: portableSha256,
-    out: (text) => {
-      out += text;
-    },
-    err: (text) => {
-      err += text;
-    },
-    errIsTerminal: false,
-    env: () => undefined,
-    cwd: "/repo",
-    now: () => Date.parse("2026-12-01T00:00:00Z"),
-  };
-  return { code: await runCli(args, io), out, err };
+  const { io, out, err } = memoryIo(fs, "/repo", Date.parse("2026-12-01T00:00:00Z"));
+  const code = await runCli(args, io);
+  return { code, out: out(), err: err() };
 }
 
 test("layout resolve without --session picks the one tree, and refuses to guess among several", async () => {

@@ -5,8 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { runCli } from "../src/cli/main.ts";
-import type { CliIo } from "../src/cli/output.ts";
-import { portableSha256 } from "../src/port/sha256.ts";
+import { memoryIo } from "./_cli_io.ts";
 import { dirname, join } from "../src/port/path.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import { conversation } from "./_fixtures.ts";
@@ -23,24 +22,9 @@ async function run(
   fs: MemoryFs,
   args: string[],
 ): Promise<{ code: number; out: string; err: string }> {
-  let out = "";
-  let err = "";
-  const io: CliIo = {
-    fs,
-    sha256: portableSha256,
-    out: (text) => {
-      out += text;
-    },
-    err: (text) => {
-      err += text;
-    },
-    errIsTerminal: false,
-    env: () => undefined,
-    cwd: CWD,
-    now: () => NOW,
-  };
+  const { io, out, err } = memoryIo(fs, CWD, NOW);
   const code = await runCli(["--data-dir", AGENT, ...args], io);
-  return { code, out, err };
+  return { code, out: out(), err: err() };
 }
 
 /** A store with one saved session in the collection of CWD; also makes OTHER's collection. */
