@@ -8,6 +8,7 @@ import type { MemoryFs } from "../adapters/memory.ts";
 import {
   checkTraceSeals,
   inspectTrace,
+  LayoutRecordError,
   listTraces,
   locateTrace,
   LogicalReferenceResolver,
@@ -359,4 +360,66 @@ test("checkTraceSeals fails a seal whose manifest is active, torn, a directory o
     assert.equal(checks.find((check) => check.attemptId === SECOND)?.status, "verified", name);
     assert.deepEqual(fs.snapshotTree(), before, name);
   }
+});
+
+test("a manifest that is valid JSON but not an object is listed as failed and refused by inspect, naming it", async () => {
+  const { fs, tree } = await mirror();
+  const manifestPath = `${tree.traceDir(FIRST)}/trace_manifest.json`;
+  const manifest = await readJson(fs, manifestPath);
+  for (const value of [[manifest], 7, null, "trace-97521a5ed6b7"]) {
+    await writeJson(fs, manifestPath, value);
+    const before = fs.snapshotTree();
+    const listed = (await listTraces(fs, tree.loopyRoot)).find((entry) =>
+      entry.manifestPath === manifestPath
+    );
+    assert.deepEqual(
+      [listed?.manifestId, listed?.integrity, listed?.seal, listed?.problems],
+      [null, "failed", null, [`Trace manifest is not a JSON object (in '${manifestPath}')`]],
+      JSON.stringify(value),
+    );
+    await assert.rejects(inspectTrace(fs, tree.loopyRoot, manifestPath), (error: unknown) => {
+      assert.ok(error instanceof LayoutRecordError, String(error));
+      assert.equal(error.file, manifestPath);
+      return true;
+    });
+    assert.deepEqual(fs.snapshotTree(), before);
+  }
+});
+
+test("a trace directory removed while the traces are scanned is left out, and the others are listed", async () => {
+  const { fs, tree } = await mirror();
+  const gone = tree.traceDir(FIRST);
+  let removed = false;
+  // Removed right before the scan lists it, after its parent's listing named it (a prune).
+  const racing = hookedFs(fs, {
+    async before(method, args) {
+      if (!removed && method === "readDir" && args[0] === gone) {
+        removed = true;
+        await fs.remove(gone, { recursive: true });
+      }
+    },
+  });
+  const listed = await listTraces(racing, tree.loopyRoot);
+  assert.ok(removed);
+  assert.deepEqual(
+    listed.map((entry) => entry.attemptId),
+    [SECOND, ROOT_ATTEMPTS.active.attemptId, CHILD_ATTEMPT.attemptId],
+  );
+});
+
+test("a manifest below a directory named trace_manifest.json is listed after it, as the engine sorts paths", async () => {
+  const { fs, tree } = await mirror();
+  const misplaced = `${tree.tracesDir}/${MIRROR_ROOT_ID}/trace_manifest.json`;
+  await fs.mkdir(misplaced);
+  await writeJson(fs, `${misplaced}/trace_manifest.json`, { manifest_id: "trace-nested" });
+  const listed = await listTraces(fs, tree.loopyRoot);
+  const paths = listed.map((entry) => entry.manifestPath).filter((path) =>
+    path.startsWith(misplaced)
+  );
+  assert.deepEqual(paths, [misplaced, `${misplaced}/trace_manifest.json`]);
+  assert.ok(
+    listed.filter((entry) => entry.manifestPath.startsWith(misplaced)).every((entry) =>
+      entry.integrity === "failed"
+    ),
+  );
 });
