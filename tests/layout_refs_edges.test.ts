@@ -328,3 +328,73 @@ test("formatLogicalReference builds references that pass the grammar and refuses
     );
   }
 });
+
+test("a storage fault on the second look at a recorded trace's manifest is that fault, not a damaged manifest", async () => {
+  const { fs, tree } = await mirror();
+  const manifestPath = `${tree.traceDir(FIRST)}/trace_manifest.json`;
+  // The scan finds no manifest with the id, so the recorded trace's manifest is looked at again.
+  await writeJson(fs, manifestPath, {
+    ...(await readJson(fs, manifestPath)),
+    manifest_id: "trace-other",
+  });
+  for (const [method, skip] of [["lstat", 0], ["read", 1]] as const) {
+    let seen = 0;
+    const failing = hookedFs(fs, {
+      before(called, args) {
+        if (called.startsWith(method) && args[0] === manifestPath && seen++ === skip) {
+          throw new FsIoError("EIO", called, manifestPath, "injected");
+        }
+      },
+    });
+    const resolver = await resolverFor(failing, MIRROR_ROOT_ID);
+    await assert.rejects(resolver.resolve(FIRST_REPORT), FsIoError, method);
+    assert.equal(seen, skip + 1, method);
+  }
+  // Without a fault, the manifest is named as carrying another id.
+  const resolver = await resolverFor(fs, MIRROR_ROOT_ID);
+  await assert.rejects(
+    resolver.resolve(FIRST_REPORT),
+    recordFails(manifestPath, /carries another id/, "manifest_id"),
+  );
+});
+
+test("records of a folded session in a mirror tree name no trace: its seal receipts are no hint", async () => {
+  const { fs, tree } = await mirror();
+  const manifest = await readJson(fs, `${tree.childDir}/session.json`);
+  await writeJson(fs, `${tree.childDir}/session.json`, { ...manifest, layout: "folded" });
+  const planted = "eeeeeeeeeeee";
+  await writeJson(fs, `${tree.childDir}/trace_seals/${planted}.json`, {
+    schema_version: 1,
+    manifest_id: `trace-${planted}`,
+    attempt_id: planted,
+  });
+  const resolver = await resolverFor(fs, MIRROR_ROOT_ID);
+  await assert.rejects(
+    resolver.resolve(`trace:trace-${planted}:/eval/report.json`),
+    refusal("unknown_trace"),
+  );
+});
+
+test("a trace only an iteration's trace_ref.json records reads as pruned once gone, whatever else iterations/ holds", async () => {
+  const { fs, tree } = await mirror();
+  await fs.remove(`${tree.rootDir}/trace_seals/${FIRST}.json`);
+  await fs.remove(tree.traceDir(FIRST), { recursive: true });
+  // An iteration without a trace_ref.json, one whose trace_ref.json is a list, and one where it
+  // is a directory: none names a trace, and none stops the others being read.
+  await fs.mkdir(`${tree.rootDir}/iterations/0000_empty`);
+  await fs.mkdir(`${tree.rootDir}/iterations/0000_list`);
+  await writeJson(fs, `${tree.rootDir}/iterations/0000_list/trace_ref.json`, [{
+    manifest_id: "trace-listed000001",
+    attempt_id: "listed000001",
+  }]);
+  await fs.mkdir(`${tree.rootDir}/iterations/0000_dir/trace_ref.json`, { recursive: true });
+  const resolver = await resolverFor(fs, MIRROR_ROOT_ID);
+  const before = fs.snapshotTree();
+  const pruned = await resolver.resolve(FIRST_REPORT);
+  assert.deepEqual([pruned.exists, pruned.status], [false, "pruned"]);
+  await assert.rejects(
+    resolver.resolve("trace:trace-listed000001:/eval/report.json"),
+    refusal("unknown_trace"),
+  );
+  assert.deepEqual(fs.snapshotTree(), before);
+});
