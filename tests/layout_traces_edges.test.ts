@@ -11,8 +11,10 @@ import {
   LayoutRecordError,
   listTraces,
   locateTrace,
+  LogicalReferenceError,
   LogicalReferenceResolver,
   LoopyRootError,
+  scanTraceManifests,
   TraceIntegrityError,
   TraceLookupError,
   verifyTrace,
@@ -422,4 +424,30 @@ test("a manifest below a directory named trace_manifest.json is listed after it,
       entry.integrity === "failed"
     ),
   );
+});
+
+test("a regular file where .loopy_loop/traces belongs holds no trace, for every reader alike", async () => {
+  const { fs, tree } = await mirror();
+  await fs.remove(tree.tracesDir, { recursive: true });
+  await writeText(fs, tree.tracesDir, "a file where the traces directory belongs");
+  const before = fs.snapshotTree();
+  assert.deepEqual(await listTraces(fs, tree.loopyRoot), []);
+  assert.deepEqual(
+    await scanTraceManifests(fs, tree.tracesDir, { rootSessionId: MIRROR_ROOT_ID }),
+    [],
+  );
+  const seals = await checkTraceSeals(fs, tree.loopyRoot, { sessionId: MIRROR_ROOT_ID });
+  assert.deepEqual(seals.map((check) => check.status), ["trace_absent", "trace_absent"]);
+  // A trace: reference reads the same: a recorded trace is pruned, any other id unknown.
+  const resolver = await LogicalReferenceResolver.forSession(fs, {
+    repoRoot: tree.repoRoot,
+    sessionId: MIRROR_ROOT_ID,
+  });
+  const pruned = await resolver.resolve(`trace:trace-${FIRST}:/eval/report.json`);
+  assert.deepEqual([pruned.exists, pruned.status], [false, "pruned"]);
+  await assert.rejects(
+    resolver.resolve("trace:trace-000000000000:/eval/report.json"),
+    (error: unknown) => error instanceof LogicalReferenceError && error.reason === "unknown_trace",
+  );
+  assert.deepEqual(fs.snapshotTree(), before);
 });

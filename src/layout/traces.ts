@@ -187,7 +187,8 @@ export interface TraceScanOptions {
  * since everything below it is the trace's own content, checked against its inventory. A manifest
  * anywhere else is returned too, with no `directory` (misplaced), and the walk goes on below it,
  * so that it hides no trace. Symlinked directories are not entered and entries a prune renamed
- * away (`.pruning-*`) are gone.
+ * away (`.pruning-*`) are gone. A start that is not a directory (missing, a file, below a file)
+ * holds no trace.
  */
 export async function scanTraceManifests(
   fs: FileSystem,
@@ -225,7 +226,8 @@ export async function scanTraceManifests(
   try {
     if ((await fs.lstat(start)).kind !== "directory") return found;
   } catch (error) {
-    if (error instanceof NotFound) return found;
+    // Below a regular file (the traces directory itself a file) there is no trace either.
+    if (error instanceof NotFound || error instanceof NotADirectory) return found;
     throw error;
   }
   await visit(start);
