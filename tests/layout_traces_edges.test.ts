@@ -451,3 +451,26 @@ test("a regular file where .loopy_loop/traces belongs holds no trace, for every 
   );
   assert.deepEqual(fs.snapshotTree(), before);
 });
+
+test("a trace path is looked up as spelled when the repository cannot be resolved, and a port's own bug is not hidden", async () => {
+  const { fs, tree } = await mirror();
+  const dir = tree.traceDir(FIRST);
+  // The repository is resolved once when the .loopy_loop root is opened; later resolutions fail.
+  const failingRealPath = (error: Error) => {
+    let calls = 0;
+    return hookedFs(fs, {
+      before(method) {
+        if (method === "realPath" && ++calls > 1) throw error;
+      },
+    });
+  };
+  // A storage error resolving the repository: the path is used as given.
+  const io = failingRealPath(new FsIoError("EIO", "realPath", tree.repoRoot, "injected"));
+  assert.equal((await locateTrace(io, tree.loopyRoot, dir)).traceDir, dir);
+  // Anything else a port throws is a bug of the port, reported as it is.
+  const bug = new TypeError("realPath is broken");
+  await assert.rejects(locateTrace(failingRealPath(bug), tree.loopyRoot, dir), (error) => {
+    assert.equal(error, bug);
+    return true;
+  });
+});
