@@ -333,7 +333,10 @@ test("checkTraceSeals fails a seal whose manifest is active, torn, a directory o
   const cases: [string, () => Promise<void>, (problems: readonly string[]) => boolean][] = [
     ["active", async () => {
       await writeJson(fs, manifestPath, { ...manifest, lifecycle: "active" });
-    }, (problems) => problems.includes("the sealed trace's manifest is active")],
+    }, (problems) =>
+      problems.includes(
+        "the sealed trace's manifest is not finalized, and its session holds its seal receipt",
+      )],
     ["torn", async () => {
       await fs.writeFile(manifestPath, intact.subarray(0, 40));
     }, (problems) => problems.length === 1 && problems[0]?.includes(manifestPath) === true],
@@ -473,4 +476,67 @@ test("a trace path is looked up as spelled when the repository cannot be resolve
     assert.equal(error, bug);
     return true;
   });
+});
+
+test("a sealed trace whose manifest was edited back to active fails: its session holds the seal receipt", async () => {
+  const { fs, tree } = await mirror();
+  const dir = tree.traceDir(FIRST);
+  const manifestPath = `${dir}/trace_manifest.json`;
+  const manifest = await readJson(fs, manifestPath);
+  // Unsealing the manifest would otherwise hide any later change of the sealed files.
+  await writeJson(fs, `${dir}/eval/report.json`, { passed: 0, failed: 99 });
+  for (const lifecycle of ["active", undefined]) {
+    await writeJson(fs, manifestPath, { ...manifest, lifecycle });
+    const before = fs.snapshotTree();
+    const report = (await inspectTrace(fs, tree.loopyRoot, FIRST)).observedIntegrity;
+    const problem = "the sealed trace's manifest is not finalized, and its session holds its " +
+      "seal receipt";
+    assert.equal(report.status, "failed", String(lifecycle));
+    assert.deepEqual(report.manifest_errors, [problem]);
+    assert.deepEqual(report.seal, {
+      status: "mismatch",
+      receipt_path: `${tree.rootDir}/trace_seals/${FIRST}.json`,
+      errors: [],
+    });
+    await assert.rejects(verifyTrace(fs, tree.loopyRoot, FIRST), integrityFails(manifestPath));
+    const listed = (await listTraces(fs, tree.loopyRoot)).find((entry) =>
+      entry.manifestPath === manifestPath
+    );
+    assert.deepEqual([listed?.integrity, listed?.seal, listed?.problems], [
+      "failed",
+      "mismatch",
+      [problem],
+    ]);
+    assert.deepEqual(fs.snapshotTree(), before);
+  }
+  // The trace the root is running has no receipt yet: it is not finalized, and nothing else,
+  // also where no receipt can be looked for (trace_seals/ a file, or a link never followed).
+  const running = ROOT_ATTEMPTS.active.attemptId;
+  assert.equal((await verifyTrace(fs, tree.loopyRoot, running)).status, "not_finalized");
+  const seals = `${tree.rootDir}/trace_seals`;
+  await fs.rename(seals, "/outside-seals");
+  await writeText(fs, seals, "not a directory");
+  assert.equal((await verifyTrace(fs, tree.loopyRoot, running)).status, "not_finalized");
+  await fs.remove(seals);
+  await fs.symlink("/outside-seals", seals);
+  assert.equal((await verifyTrace(fs, tree.loopyRoot, running)).status, "not_finalized");
+});
+
+test("checkTraceSeals fails a seal whose manifest is not finalized even where the session id is ambiguous", async () => {
+  const { fs, tree } = await mirror();
+  const manifestPath = `${tree.traceDir(CHILD_ATTEMPT.attemptId)}/trace_manifest.json`;
+  await writeJson(fs, manifestPath, { ...(await readJson(fs, manifestPath)), lifecycle: "active" });
+  // Another tree holding a child under the same id as the mirror child.
+  const other = `${tree.loopyRoot}/sessions/20260420_090000_aaaaaaaaaaaa_00000000`;
+  await fs.mkdir(`${other}/children/${MIRROR_CHILD_ID}`, { recursive: true });
+  await writeJson(fs, `${other}/session.json`, { session_id: "other" });
+  await writeJson(fs, `${other}/children/${MIRROR_CHILD_ID}/session.json`, { session_id: "copy" });
+  const checks = await checkTraceSeals(fs, tree.loopyRoot, { sessionId: MIRROR_CHILD_ID });
+  assert.equal(checks[0]?.status, "failed");
+  assert.ok(
+    checks[0]?.problems.includes(
+      "the sealed trace's manifest is not finalized, and its session holds its seal receipt",
+    ),
+    checks[0]?.problems.join("; "),
+  );
 });

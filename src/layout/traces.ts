@@ -649,6 +649,38 @@ const NOT_FINALIZED: TraceIntegrityReport = {
   seal: { status: "not_required", receipt_path: null, errors: [] },
 };
 
+/** The problem of an unfinalized manifest whose trace was sealed. */
+const SEALED_BUT_UNFINALIZED = "the sealed trace's manifest is not finalized, and its session " +
+  "holds its seal receipt";
+
+/**
+ * The seal receipt that the session of the attempt's trace directory `directory` holds for it,
+ * when there is an entry at its path (never looked up through a link); `undefined` when there is
+ * none, or when it cannot be located (an ambiguous session id, a path too long, `trace_seals/` a
+ * file or reached through a link). Sealing is final: the engine writes the receipt, naming the
+ * sealed manifest's hash, only once the manifest is sealed, so a receipt beside an unfinalized
+ * manifest says the manifest was edited back.
+ */
+async function receiptOfUnfinalized(
+  fs: FileSystem,
+  directory: TraceDirectoryNames,
+  sessions: SessionDirIndex,
+): Promise<string | undefined> {
+  const sessionDir = sessions.get(directory.sessionId);
+  if (sessionDir === undefined || !isSafeFileId(directory.attemptId, ".json")) return undefined;
+  const receiptPath = new SessionPaths(sessionDir, "mirror").traceSealReceipt(directory.attemptId);
+  try {
+    const kind = await entryKind(confined(fs, receiptPath), receiptPath);
+    return kind === undefined ? undefined : receiptPath;
+  } catch (error) {
+    if (
+      (error instanceof FsError && error.code === "ENAMETOOLONG") ||
+      error instanceof NotADirectory || error instanceof TopologyError
+    ) return undefined;
+    throw error;
+  }
+}
+
 /** Compares a trace's files with its manifest's inventory and its seal receipt. */
 async function verifyIntegrity(
   fs: FileSystem,
@@ -659,9 +691,17 @@ async function verifyIntegrity(
 ): Promise<TraceIntegrityReport> {
   const misplaced = location.directory === undefined ? [MISPLACED_MANIFEST] : [];
   if (typeof manifest.lifecycle !== "string" || !FINALIZED.has(manifest.lifecycle)) {
-    return misplaced.length === 0
-      ? NOT_FINALIZED
-      : { ...NOT_FINALIZED, status: "failed", manifest_errors: misplaced };
+    if (location.directory === undefined) {
+      return { ...NOT_FINALIZED, status: "failed", manifest_errors: misplaced };
+    }
+    const receipt = await receiptOfUnfinalized(fs, location.directory, sessions);
+    if (receipt === undefined) return NOT_FINALIZED;
+    return {
+      ...NOT_FINALIZED,
+      status: "failed",
+      manifest_errors: [SEALED_BUT_UNFINALIZED],
+      seal: { status: "mismatch", receipt_path: receipt, errors: [] },
+    };
   }
   const { expected, errors } = validatedInventory(manifest);
   errors.unshift(...misplaced);
@@ -1079,8 +1119,8 @@ export async function inspectTrace(
  * Verifies one sealed trace and its seal: returns the report when it is `verified` (or
  * `not_finalized`: an active trace has no seal yet), and throws `TraceIntegrityError` naming the
  * file at fault otherwise — the first modified, missing or unlisted member, else the manifest
- * when it is malformed (a `../` inventory path), else the seal receipt when it contradicts the
- * manifest.
+ * when it is malformed (a `../` inventory path, or unfinalized while its session holds its seal
+ * receipt: edited back after sealing), else the seal receipt when it contradicts the manifest.
  */
 export async function verifyTrace(
   fs: FileSystem,
@@ -1268,7 +1308,7 @@ export async function checkTraceSeals(
       // manifest can point at a session that does not exist (and then no receipt is required).
       problems = receiptContradictions(read.manifest, read.sha256, seal, factory);
       const report = await verifyIntegrity(fs, location, read, sessions, factory);
-      if (report.status === "not_finalized") problems.push("the sealed trace's manifest is active");
+      if (report.status === "not_finalized") problems.push(SEALED_BUT_UNFINALIZED);
       for (const problem of problemsOf(report)) {
         if (!problems.includes(problem)) problems.push(problem);
       }
