@@ -540,3 +540,30 @@ test("checkTraceSeals fails a seal whose manifest is not finalized even where th
     checks[0]?.problems.join("; "),
   );
 });
+
+test("checkTraceSeals fails a seal whose trace is still there without its manifest, or is a file", async () => {
+  const { fs, tree } = await mirror();
+  // The sealed files stay, changed; only the manifest that lists their hashes is gone.
+  await fs.remove(`${tree.traceDir(FIRST)}/trace_manifest.json`);
+  await writeJson(fs, `${tree.traceDir(FIRST)}/eval/report.json`, { passed: 0, failed: 99 });
+  await fs.remove(tree.traceDir(SECOND), { recursive: true });
+  await writeText(fs, tree.traceDir(SECOND), "a file where the trace belongs");
+  const before = fs.snapshotTree();
+  const checks = await checkTraceSeals(fs, tree.loopyRoot, { sessionId: MIRROR_ROOT_ID });
+  assert.deepEqual(
+    checks.map((check) => [check.attemptId, check.status, check.traceDir, check.problems]),
+    [
+      [SECOND, "failed", tree.traceDir(SECOND), [
+        "the sealed trace's directory is not a directory (file)",
+      ]],
+      [FIRST, "failed", tree.traceDir(FIRST), [
+        "the sealed trace's manifest is missing while its trace directory is present",
+      ]],
+    ],
+  );
+  assert.deepEqual(fs.snapshotTree(), before);
+  // A trace that is gone altogether is absent (pruned), not failed.
+  await fs.remove(tree.traceDir(FIRST), { recursive: true });
+  const pruned = await checkTraceSeals(fs, tree.loopyRoot, { sessionId: MIRROR_ROOT_ID });
+  assert.equal(pruned.find((check) => check.attemptId === FIRST)?.status, "trace_absent");
+});

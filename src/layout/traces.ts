@@ -1176,9 +1176,10 @@ export interface TraceSealCheck {
   /** The attempt it seals, when readable. */
   readonly attemptId: string | null;
   /**
-   * `verified` (trace intact and seal matching), `failed` (see `problems`), `trace_absent` (the
-   * trace directory is gone: pruned, or never there), or `invalid` (the receipt itself is
-   * malformed, a symlink, misnamed or names another session).
+   * `verified` (trace intact and seal matching), `failed` (see `problems`; a trace directory
+   * still there without its manifest included), `trace_absent` (the trace directory is gone:
+   * pruned, or never there), or `invalid` (the receipt itself is malformed, a symlink, misnamed
+   * or names another session).
    */
   readonly status: "verified" | "failed" | "trace_absent" | "invalid";
   /** Where the sealed trace is (or was). */
@@ -1202,7 +1203,9 @@ export interface CheckTraceSealsOptions extends TraceReadOptions {
  * `lifecycle` and `sealed_at`), and the manifest's `identity.session_id` / `identity.attempt_id`
  * must name this session and the attempt of its directory; each mismatch is a `failed` problem
  * naming the field. A seal whose trace is gone is reported as `trace_absent` (traces are
- * prunable), never followed elsewhere. Nothing is written.
+ * prunable), never followed elsewhere; one whose trace directory is still there without its
+ * manifest, or is not a directory, is `failed` (a prune takes a trace away whole). Nothing is
+ * written.
  */
 export async function checkTraceSeals(
   fs: FileSystem,
@@ -1274,17 +1277,31 @@ export async function checkTraceSeals(
       out.push({ ...invalid("the sealed trace's path passes through a symlink", seal), traceDir });
       continue;
     }
+    const checked = (status: TraceSealCheck["status"], problems: string[]): TraceSealCheck => ({
+      sealPath,
+      manifestId: seal.manifest_id,
+      attemptId: seal.attempt_id,
+      status,
+      traceDir,
+      problems,
+    });
+    if (present === undefined) {
+      out.push(checked("trace_absent", []));
+      continue;
+    }
+    // Still there but not a trace: damaged, not pruned (a prune takes a trace away whole).
+    if (present !== "directory") {
+      out.push(checked("failed", [`the sealed trace's directory is not a directory (${present})`]));
+      continue;
+    }
     const manifestPath = join(traceDir, TRACE_MANIFEST_FILENAME);
-    const manifestKind = present === "directory" ? await entryKind(fs, manifestPath) : undefined;
+    const manifestKind = await entryKind(fs, manifestPath);
     if (manifestKind === undefined) {
-      out.push({
-        sealPath,
-        manifestId: seal.manifest_id,
-        attemptId: seal.attempt_id,
-        status: "trace_absent",
-        traceDir,
-        problems: [],
-      });
+      out.push(
+        checked("failed", [
+          "the sealed trace's manifest is missing while its trace directory is present",
+        ]),
+      );
       continue;
     }
     const location: TraceLocation = {
@@ -1315,24 +1332,10 @@ export async function checkTraceSeals(
     } catch (error) {
       // A record error of this trace is this seal's failure: it hides none of the others.
       if (!(error instanceof LayoutRecordError)) throw error;
-      out.push({
-        sealPath,
-        manifestId: seal.manifest_id,
-        attemptId: seal.attempt_id,
-        status: "failed",
-        traceDir,
-        problems: [error.message],
-      });
+      out.push(checked("failed", [error.message]));
       continue;
     }
-    out.push({
-      sealPath,
-      manifestId: seal.manifest_id,
-      attemptId: seal.attempt_id,
-      status: problems.length === 0 ? "verified" : "failed",
-      traceDir,
-      problems,
-    });
+    out.push(checked(problems.length === 0 ? "verified" : "failed", problems));
   }
   return out;
 }
