@@ -567,3 +567,23 @@ test("checkTraceSeals fails a seal whose trace is still there without its manife
   const pruned = await checkTraceSeals(fs, tree.loopyRoot, { sessionId: MIRROR_ROOT_ID });
   assert.equal(pruned.find((check) => check.attemptId === FIRST)?.status, "trace_absent");
 });
+
+test("a storage fault looking for the seal receipt of an unfinalized trace fails the check, never passing it", async () => {
+  const { fs, tree } = await mirror();
+  const receipt = `${tree.rootDir}/trace_seals/${ROOT_ATTEMPTS.active.attemptId}.json`;
+  const failing = hookedFs(fs, {
+    before(method, args) {
+      if (method === "lstat" && args[0] === receipt) {
+        throw new FsIoError("EIO", "lstat", receipt, "injected");
+      }
+    },
+  });
+  await assert.rejects(
+    verifyTrace(failing, tree.loopyRoot, ROOT_ATTEMPTS.active.attemptId),
+    FsIoError,
+  );
+  assert.equal(
+    (await verifyTrace(fs, tree.loopyRoot, ROOT_ATTEMPTS.active.attemptId)).status,
+    "not_finalized",
+  );
+});
