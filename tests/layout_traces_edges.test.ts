@@ -1,7 +1,7 @@
 // Damaged mirror traces and seal receipts: malformed inventory entries, receipts that are not
-// receipts, an ambiguous session id, a symlinked traces directory or trace path, files that
-// change between the listing and the read, and storage faults while scanning. Each is reported
-// or refused naming what is wrong; nothing is written.
+// receipts, a sealed manifest edited back or gone while its trace stays, an ambiguous session
+// id, symlinked or non-directory traces paths, files changed between listing and read, storage
+// faults. Each is reported or refused naming what is wrong; nothing is written.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
