@@ -1,0 +1,119 @@
+// Edges of verification, compaction and backup removal: a cwd or an index.json that cannot be
+// looked at, a meta.json that claims more lines than its committed range holds, a legacy backup
+// that is not a regular file, and a damaged legacy line that trimming does not mend.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs } from "../adapters/memory.ts";
+import { portableSha256 } from "../src/port/sha256.ts";
+import { SessionStore, workspaceHash } from "../src/loop/store.ts";
+import { CorruptSessionError, SessionFormatError } from "../src/loop/errors.ts";
+import { verifySession } from "../src/loop/verify.ts";
+import { FsIoError, PermissionDenied } from "../src/port/errors.ts";
+import { conversation, legacySessionBytes, user } from "./_fixtures.ts";
+import { hookedFs } from "./_hooks.ts";
+
+const CWD = "/work/project";
+const AGENT = "/home/user/.loop";
+const COLLECTION = `${AGENT}/sessions/${workspaceHash(CWD)}`;
+const ID = "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f";
+const options = { sha256: portableSha256 };
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+async function saved(rounds = 3) {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(CWD);
+  const history = conversation(rounds);
+  await session.commit(history);
+  await session.close();
+  const dir = session.getSessionPath();
+  return { fs, store, dir, history };
+}
+
+test("verifySession() reports a cwd it may not look at as an error and still verifies the rest", async () => {
+  const { fs, dir, history } = await saved();
+  const denied = hookedFs(fs, {
+    before(method, args) {
+      if (method === "stat" && args[0] === CWD) throw new PermissionDenied("stat", CWD);
+    },
+  });
+  const before = fs.snapshotTree("/");
+  const report = await verifySession(denied, dir, options);
+  assert.equal(report.ok, false);
+  assert.equal(report.findings.length, 1);
+  const [finding] = report.findings;
+  assert.equal(finding?.severity, "error");
+  assert.equal(finding?.kind, "cwd");
+  assert.equal(finding?.file, `${dir}/meta.json`);
+  assert.match(String(finding?.message), /^cwd cannot be checked: /);
+  // The log was still read and found whole.
+  assert.equal(report.validMessages, history.length);
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("compaction refuses a meta.json that claims more lines than its committed range holds", async () => {
+  const { fs, store, dir } = await saved();
+  // A second generation, so compaction has old bytes to drop.
+  const session = await store.open(dir);
+  const next = [user("a new first question"), ...conversation(2, "n")];
+  await session.commit(next);
+  await session.close();
+  const metaPath = `${dir}/meta.json`;
+  const meta = JSON.parse(decoder.decode(await fs.readFile(metaPath)));
+  // The checksum and byte count still match the range: only the line count lies.
+  meta.messageCount += 1;
+  await fs.writeFile(metaPath, encoder.encode(JSON.stringify(meta)));
+  const before = fs.snapshotTree("/");
+  await assert.rejects(store.compact(dir), (error: unknown) => {
+    assert.ok(error instanceof CorruptSessionError, String(error));
+    assert.equal(error.file, `${dir}/messages.jsonl`);
+    assert.match(error.message, /holds \d+ complete lines but its metadata claims \d+/);
+    return true;
+  });
+  // Nothing was rewritten, moved or left behind.
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("removeLegacyBackup() leaves alone a link or a directory at the backup's name, naming it", async () => {
+  for (const kind of ["symlink", "directory"] as const) {
+    const { fs, store, dir } = await saved();
+    const id = dir.slice(dir.lastIndexOf("/") + 1);
+    const backup = `${dir}.jsonl`;
+    const target = "/elsewhere/precious.jsonl";
+    await fs.mkdir("/elsewhere", { recursive: true });
+    await fs.writeFile(target, legacySessionBytes(id, CWD, conversation(3)));
+    if (kind === "symlink") await fs.symlink(target, backup);
+    else await fs.mkdir(backup);
+    const before = fs.snapshotTree("/");
+    await assert.rejects(store.removeLegacyBackup(dir), (error: unknown) => {
+      assert.ok(error instanceof SessionFormatError, String(error));
+      assert.equal(error.file, backup);
+      assert.match(error.message, /not a regular file/);
+      return true;
+    });
+    assert.deepEqual(fs.snapshotTree("/"), before, kind);
+  }
+});
+
+test("a legacy line with trailing whitespace that is still not JSON is refused, naming its message", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  await fs.mkdir(COLLECTION, { recursive: true });
+  const legacy = `${COLLECTION}/${ID}.jsonl`;
+  const lines = decoder.decode(legacySessionBytes(ID, CWD, conversation(2))).split("\n");
+  // The second message, cut inside its JSON, then a carriage return and blanks.
+  lines[2] = `${(lines[2] as string).slice(0, 20)}\r  `;
+  await fs.writeFile(legacy, encoder.encode(lines.join("\n")));
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const before = fs.snapshotTree("/");
+  await assert.rejects(store.open(legacy), (error: unknown) => {
+    assert.ok(error instanceof SessionFormatError, String(error));
+    assert.equal(error.file, legacy);
+    assert.equal(error.path, "messages[1]");
+    assert.match(error.message, /^Invalid JSON/);
+    return true;
+  });
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
