@@ -53,6 +53,33 @@ test("verifySession() reports a cwd it may not look at as an error and still ver
   assert.deepEqual(fs.snapshotTree("/"), before);
 });
 
+test("verifySession() warns about an index.json it cannot read and finds the session otherwise whole", async () => {
+  const { fs, dir, history } = await saved();
+  const index = `${dir}/index.json`;
+  const failing = hookedFs(fs, {
+    before(method, args) {
+      const opening = method === "open" || method === "openNoFollow" ||
+        method === "readFile" || method === "readFileNoFollow";
+      if (opening && args[0] === index) {
+        throw new FsIoError("EIO", "read", index, "input/output error");
+      }
+    },
+  });
+  const before = fs.snapshotTree("/");
+  const report = await verifySession(failing, dir, options);
+  assert.equal(report.ok, true);
+  assert.equal(report.validMessages, history.length);
+  assert.equal(report.findings.length, 1);
+  const [finding] = report.findings;
+  assert.equal(finding?.severity, "warning");
+  assert.equal(finding?.kind, "index");
+  assert.equal(finding?.file, index);
+  // Said once, as unreadable: not also as missing or malformed.
+  assert.match(String(finding?.message), /^index\.json cannot be read \(/);
+  // Reading never repairs: the index stays as it was.
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
 test("compaction refuses a meta.json that claims more lines than its committed range holds", async () => {
   const { fs, store, dir } = await saved();
   // A second generation, so compaction has old bytes to drop.

@@ -604,12 +604,14 @@ async function verifyOnce(
   // An index that cannot be read is not used (as readers do not use it): a warning, and the rest
   // is still verified.
   let read: Awaited<ReturnType<typeof readRoundIndexWithin>> | undefined;
+  let unreadable = false;
   try {
     read = indexKind === undefined || indexKind === "file"
       ? await readRoundIndexWithin(fs, dir, indexKind === "file", meta)
       : undefined;
   } catch (error) {
     if (!(error instanceof FsError)) throw error;
+    unreadable = true;
     findings.push({
       severity: "warning",
       kind: "index",
@@ -637,12 +639,15 @@ async function verifyOnce(
       file: join(dir, INDEX_FILE),
     });
   } else if (index === undefined) {
-    findings.push({
-      severity: "warning",
-      kind: "index",
-      message: "index.json is missing or malformed; the next page read by a writer rebuilds it",
-      file: join(dir, INDEX_FILE),
-    });
+    // One that cannot be read was reported so above: not said to be missing or malformed too.
+    if (!unreadable) {
+      findings.push({
+        severity: "warning",
+        kind: "index",
+        message: "index.json is missing or malformed; the next page read by a writer rebuilds it",
+        file: join(dir, INDEX_FILE),
+      });
+    }
   } else if (
     !indexMatches(index, meta) && !(index.start === meta.start && index.bytes < meta.bytes)
   ) {
