@@ -1,0 +1,146 @@
+// Edges of a session manager: the metadata arrays of a save kept pending after a fault, page reads
+// of a closed manager or with a revision the history has not got, a writer's first page read after
+// its directory was removed, and a save that meets a missing file beside a present meta.json.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs } from "../adapters/memory.ts";
+import { SessionStore } from "../src/loop/store.ts";
+import { SessionError, SessionNotFoundError, StaleRevisionError } from "../src/loop/errors.ts";
+import type {
+  CompactionCheckpoint,
+  Message,
+  SystemPromptCheckpoint,
+} from "../src/loop/records/mod.ts";
+import { NotFound } from "../src/port/errors.ts";
+import { conversation, user } from "./_fixtures.ts";
+import { hookedFs } from "./_hooks.ts";
+
+const CWD = "/work/project";
+const AGENT = "/home/user/.loop";
+
+async function setup(): Promise<{ fs: MemoryFs; store: SessionStore }> {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  return { fs, store: new SessionStore({ fs, agentDir: AGENT }) };
+}
+
+const compaction = (history: readonly Message[]): CompactionCheckpoint => ({
+  id: "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f",
+  firstKeptMessageIndex: history.findLastIndex((message) => message.role === "user"),
+  historyMessageCount: history.length,
+  summary: "the story so far",
+  timestamp: 5,
+  provider: "synthetic",
+  model: "model-1",
+  usage: { input: 1, output: 1, cacheRead: 0, cacheWrite: 0, totalTokens: 2 },
+});
+
+test("a save kept pending after a failed fsync shows its compaction and system prompt checkpoints until flush() writes them", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(2);
+  await session.commit(history);
+  const next = [...history, user("after the summary")];
+  const compactions = [compaction(next)];
+  const checkpoints: SystemPromptCheckpoint[] = [
+    { messageCount: 1, timestamp: 3, sections: { preamble: "be brief" } },
+  ];
+  fs.failAt(1, { ops: ["sync"], persistent: true });
+  await assert.rejects(
+    session.commit(next, undefined, undefined, {
+      compactions,
+      systemPromptCheckpoints: checkpoints,
+    }),
+  );
+  fs.clearFaults();
+  assert.equal(session.hasPendingSave, true);
+  // The pending save's arrays, not the committed state's (which has none).
+  assert.deepEqual(session.getCompactions(), compactions);
+  assert.deepEqual(session.getSystemPromptCheckpoints(), checkpoints);
+  // Copies: changing them changes nothing the manager holds.
+  session.getCompactions().pop();
+  assert.deepEqual(session.getCompactions(), compactions);
+  await session.flush();
+  assert.equal(session.hasPendingSave, false);
+  await session.close();
+  const reopened = await store.open(session.getSessionPath(), { readOnly: true });
+  assert.deepEqual(reopened.messages, next);
+  assert.deepEqual(reopened.getCompactions(), compactions);
+  assert.deepEqual(reopened.getSystemPromptCheckpoints(), checkpoints);
+  await reopened.close();
+});
+
+test("a closed manager refuses a page read with a SessionError naming meta.json", async () => {
+  const { store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(2));
+  await session.close();
+  await assert.rejects(session.readHistory(), (error: unknown) => {
+    assert.ok(error instanceof SessionError, String(error));
+    assert.equal(error.file, session.getSessionFile());
+    assert.match(error.message, /closed/);
+    return true;
+  });
+});
+
+test("a page read naming a revision is refused as stale while the history is not committed", async () => {
+  const { fs, store } = await setup();
+  // A draft: nothing saved yet, so no revision can match.
+  const draft = await store.create(CWD);
+  await assert.rejects(draft.readHistory(undefined, "f".repeat(64)), (error: unknown) => {
+    assert.ok(error instanceof StaleRevisionError, String(error));
+    assert.equal(error.expected, "f".repeat(64));
+    assert.equal(error.actual, "");
+    assert.equal(error.file, draft.getSessionFile());
+    return true;
+  });
+  // The empty revision (what a page of a draft carries) still reads.
+  assert.deepEqual((await draft.readHistory(undefined, "")).messages, []);
+  // A save kept pending: the page shows it, and no committed revision is current.
+  const history = conversation(2);
+  await draft.commit(history);
+  const revision = (await draft.readHistory()).revision;
+  fs.failAt(1, { ops: ["sync"], persistent: true });
+  await assert.rejects(draft.commit([...history, user("pending")]));
+  fs.clearFaults();
+  assert.equal(draft.hasPendingSave, true);
+  await assert.rejects(draft.readHistory(undefined, revision), StaleRevisionError);
+  await draft.flush();
+  await draft.close();
+});
+
+test("a writer's first page read whose directory is moved away just before the log's open says the session is gone", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(2));
+  await session.close();
+  const dir = session.getSessionPath();
+  const log = `${dir}/messages.jsonl`;
+  let armed = false;
+  let moved = false;
+  // After the page read found this session's meta.json in place, before it opens the log.
+  const racing = hookedFs(fs, {
+    async before(method, args) {
+      const opening = method === "open" || method === "openNoFollow";
+      if (opening && args[0] === log && armed && !moved) {
+        moved = true;
+        await fs.rename(dir, "/moved-away");
+      }
+    },
+  });
+  const writer = await new SessionStore({ fs: racing, agentDir: AGENT }).open(dir);
+  armed = true;
+  await assert.rejects(writer.readHistory(), (error: unknown) => {
+    // Gone as a whole, not a log lost beside its metadata.
+    assert.ok(error instanceof SessionNotFoundError, String(error));
+    assert.equal(error.file, `${dir}/meta.json`);
+    assert.ok(error.cause instanceof NotFound);
+    return true;
+  });
+  assert.ok(moved);
+  const before = fs.snapshotTree("/");
+  await writer.close().catch(() => undefined);
+  // Nothing was written where the session was, nor in the moved copy.
+  assert.deepEqual(fs.snapshotTree("/"), before);
+  await assert.rejects(fs.lstat(dir), NotFound);
+});
