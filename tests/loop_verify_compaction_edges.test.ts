@@ -9,7 +9,8 @@ import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import { CorruptSessionError, SessionFormatError } from "../src/loop/errors.ts";
 import { verifySession } from "../src/loop/verify.ts";
 import { FsIoError, PermissionDenied } from "../src/port/errors.ts";
-import { conversation, legacySessionBytes, user } from "./_fixtures.ts";
+import type { Message } from "../src/loop/records/mod.ts";
+import { assistant, conversation, legacySessionBytes, user } from "./_fixtures.ts";
 import { hookedFs } from "./_hooks.ts";
 
 const CWD = "/work/project";
@@ -143,4 +144,54 @@ test("a legacy line with trailing whitespace that is still not JSON is refused, 
     return true;
   });
   assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+/** A session of two generations whose index.json is gone, so compaction rebuilds the rounds. */
+async function twoGenerationsWithoutIndex(next: Message[]) {
+  const { fs, store, dir } = await saved(2);
+  const session = await store.open(dir);
+  await session.commit(next);
+  await session.close();
+  await fs.remove(`${dir}/index.json`);
+  return { fs, store, dir };
+}
+
+test("compaction of a log whose user line was changed in place to unreadable content reports a checksum mismatch", async () => {
+  const next = [user("a new first question"), ...conversation(2, "n")];
+  const { fs, store, dir } = await twoGenerationsWithoutIndex(next);
+  const logPath = `${dir}/messages.jsonl`;
+  const meta = JSON.parse(decoder.decode(await fs.readFile(`${dir}/meta.json`)));
+  const log = await fs.readFile(logPath);
+  // The committed range's first line, a user message, rewritten with content a title cannot be
+  // read from, padded to the same length: every offset still falls on a line.
+  const lineEnd = log.indexOf(10, meta.start);
+  const length = lineEnd - meta.start;
+  const stub = '{"role":"user","content":[null],"pad":"';
+  const forged = encoder.encode(stub + "x".repeat(length - stub.length - 2) + '"}');
+  assert.equal(forged.length, length);
+  const damaged = log.slice();
+  damaged.set(forged, meta.start);
+  await fs.writeFile(logPath, damaged);
+  const before = fs.snapshotTree("/");
+  await assert.rejects(store.compact(dir), (error: unknown) => {
+    assert.ok(error instanceof CorruptSessionError, String(error));
+    assert.equal(error.file, logPath);
+    return true;
+  });
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("compaction copies a committed line longer than its copy chunk whole, and pages read it back", async () => {
+  // One user message of more than 4 MiB, so a line crosses the copy's chunk boundary.
+  const long = user(`a long paste: ${"0123456789abcdef".repeat(300_000)}`);
+  const next = [user("a new first question"), assistant("ok"), long, assistant("read it")];
+  const { store, dir } = await twoGenerationsWithoutIndex(next);
+  const result = await store.compact(dir);
+  assert.equal(result.compacted, true);
+  const reader = await store.open(dir, { readOnly: true });
+  assert.deepEqual(reader.messages, next);
+  const page = await reader.readHistory();
+  assert.deepEqual(page.messages, next);
+  assert.equal(reader.getHeader().title?.text, "a new first question");
+  await reader.close();
 });
