@@ -8,6 +8,7 @@ import { portableSha256 } from "../src/port/sha256.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import { CorruptSessionError, SessionFormatError } from "../src/loop/errors.ts";
 import { verifySession } from "../src/loop/verify.ts";
+import { readLegacySession } from "../src/loop/legacy.ts";
 import { FsIoError, PermissionDenied } from "../src/port/errors.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { assistant, conversation, legacySessionBytes, user } from "./_fixtures.ts";
@@ -193,5 +194,49 @@ test("compaction copies a committed line longer than its copy chunk whole, and p
   const page = await reader.readHistory();
   assert.deepEqual(page.messages, next);
   assert.equal(reader.getHeader().title?.text, "a new first question");
+  await reader.close();
+});
+
+test("a header-only read of a legacy file refuses a message line that is not an object with a role", async () => {
+  for (const line of ["null", "5", '"text"', '{"content":"no role"}', '{"role":7}']) {
+    const fs = new MemoryFs();
+    await fs.mkdir(COLLECTION, { recursive: true });
+    const legacy = `${COLLECTION}/${ID}.jsonl`;
+    const lines = decoder.decode(legacySessionBytes(ID, CWD, conversation(2))).split("\n");
+    lines[2] = line;
+    await fs.writeFile(legacy, encoder.encode(lines.join("\n")));
+    const before = fs.snapshotTree("/");
+    await assert.rejects(readLegacySession(fs, legacy, { validate: false }), (error: unknown) => {
+      assert.ok(error instanceof SessionFormatError, `${line}: ${error}`);
+      assert.equal(error.file, legacy);
+      assert.equal(error.path, "messages[1]");
+      assert.match(error.message, /expected an object with a role/);
+      return true;
+    });
+    assert.deepEqual(fs.snapshotTree("/"), before, line);
+  }
+});
+
+test("removeLegacyBackup() removes the backup of a migrated file whose line held bytes that are not UTF-8", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  await fs.mkdir(COLLECTION, { recursive: true });
+  const legacy = `${COLLECTION}/${ID}.jsonl`;
+  const bytes = legacySessionBytes(ID, CWD, [user("caf@ latte"), assistant("ok")]);
+  // The `@` becomes a lone 0xE9 (Latin-1 é): not UTF-8, read as U+FFFD.
+  bytes[bytes.indexOf(0x40)] = 0xe9;
+  await fs.writeFile(legacy, bytes);
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const migrated = await store.open(legacy);
+  const dir = migrated.getSessionPath();
+  assert.equal((migrated.messages[0] as { content: string }).content, "caf\uFFFD latte");
+  await migrated.close();
+  const log = await fs.readFile(`${dir}/messages.jsonl`);
+  // The log holds the line in canonical form: valid UTF-8.
+  assert.equal(new TextDecoder("utf-8", { fatal: true }).decode(log).includes("\uFFFD"), true);
+  assert.equal(await store.removeLegacyBackup(dir), true);
+  await assert.rejects(fs.lstat(legacy));
+  const reader = await store.open(dir, { readOnly: true });
+  assert.equal(reader.messages.length, 2);
   await reader.close();
 });
