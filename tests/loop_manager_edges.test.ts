@@ -1,6 +1,6 @@
 // Edges of a session manager: the metadata arrays of a save kept pending after a fault, page reads
 // of a closed manager or with a revision the history has not got, a writer's first page read after
-// its directory was removed, and a save that meets a missing file beside a present meta.json.
+// its directory was removed, and the modes a save under ordered durability tightens.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
@@ -143,4 +143,68 @@ test("a writer's first page read whose directory is moved away just before the l
   // Nothing was written where the session was, nor in the moved copy.
   assert.deepEqual(fs.snapshotTree("/"), before);
   await assert.rejects(fs.lstat(dir), NotFound);
+});
+
+test("under ordered durability a save tightens wide file modes to 0600 without a single fsync", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT, durability: "ordered" });
+  const session = await store.create(CWD);
+  const history = conversation(2);
+  await session.commit(history);
+  await session.close();
+  const dir = session.getSessionPath();
+  for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
+    await fs.chmod(`${dir}/${name}`, 0o644);
+  }
+  const writer = await store.open(dir);
+  fs.resetCounter();
+  const next = [...history, user("more")];
+  await writer.commit(next);
+  await writer.readHistory(); // a writer's first page read republishes a stale index.json
+  await writer.close();
+  const synced = fs.operationLog.filter((entry) => entry.op === "sync" || entry.op === "syncDir");
+  assert.deepEqual(synced, []);
+  for (const name of ["meta.json", "messages.jsonl", "index.json"]) {
+    assert.equal((await fs.stat(`${dir}/${name}`)).mode, 0o600, name);
+  }
+  const reader = await store.open(dir, { readOnly: true });
+  assert.deepEqual(reader.messages, next);
+  await reader.close();
+});
+
+test("a save whose meta.json temp file vanishes before its rename fails as the port reports it and stays pending", async () => {
+  const { fs } = await setup();
+  let armed = false;
+  let removed: string | undefined;
+  // Another program removes the temp file between its write and the rename that publishes it.
+  const racing = hookedFs(fs, {
+    async before(method, args) {
+      const [from, to] = args as [string, string];
+      if (method === "rename" && armed && removed === undefined && to.endsWith("/meta.json")) {
+        removed = from;
+        await fs.remove(from);
+      }
+    },
+  });
+  const store = new SessionStore({ fs: racing, agentDir: AGENT });
+  const session = await store.create(CWD);
+  const history = conversation(2);
+  await session.commit(history);
+  armed = true;
+  const next = [...history, user("after the race")];
+  await assert.rejects(session.commit(next), (error: unknown) => {
+    // The session directory is still there: not reported as removed or moved away.
+    assert.ok(error instanceof NotFound, String(error));
+    assert.ok(!(error instanceof SessionNotFoundError));
+    assert.equal((error as NotFound).path, removed);
+    return true;
+  });
+  assert.equal(session.hasPendingSave, true);
+  await session.flush();
+  assert.equal(session.hasPendingSave, false);
+  await session.close();
+  const reader = await store.open(session.getSessionPath(), { readOnly: true });
+  assert.deepEqual(reader.messages, next);
+  await reader.close();
 });
