@@ -12,7 +12,7 @@ import type {
   SystemPromptCheckpoint,
 } from "../src/loop/records/mod.ts";
 import { NotFound } from "../src/port/errors.ts";
-import { conversation, user } from "./_fixtures.ts";
+import { conversation, rewriteIndex, user } from "./_fixtures.ts";
 import { hookedFs } from "./_hooks.ts";
 
 const CWD = "/work/project";
@@ -207,4 +207,34 @@ test("a save whose meta.json temp file vanishes before its rename fails as the p
   const reader = await store.open(session.getSessionPath(), { readOnly: true });
   assert.deepEqual(reader.messages, next);
   await reader.close();
+});
+
+test("a writer's page read rebuilds a lagging index.json that leaves out a round inside what it covers", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(4);
+  await session.commit(history);
+  await session.close();
+  const dir = session.getSessionPath();
+  const indexPath = `${dir}/index.json`;
+  const whole = await fs.readFile(indexPath);
+  // The index of the first two rounds only (a prefix, as a crash before its update leaves it),
+  // but without its second round.
+  await rewriteIndex(fs, dir, (index) => {
+    const third = index.rounds[2]!;
+    return {
+      ...index,
+      messageCount: third.messageIndex,
+      bytes: third.byteOffset,
+      rounds: [index.rounds[0]!],
+    };
+  });
+  const writer = await store.open(dir);
+  const page = await writer.readHistory();
+  // The latest three rounds, read from the committed offsets, and at once an index built from
+  // scratch, which listings meanwhile read (not one that misses a round).
+  assert.deepEqual(page.messages, history.slice(page.start));
+  assert.deepEqual(await fs.readFile(indexPath), whole);
+  await writer.close();
+  assert.deepEqual(await fs.readFile(indexPath), whole);
 });
