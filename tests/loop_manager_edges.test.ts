@@ -5,7 +5,12 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { SessionStore } from "../src/loop/store.ts";
-import { SessionError, SessionNotFoundError, StaleRevisionError } from "../src/loop/errors.ts";
+import {
+  SessionError,
+  SessionFormatError,
+  SessionNotFoundError,
+  StaleRevisionError,
+} from "../src/loop/errors.ts";
 import type {
   CompactionCheckpoint,
   Message,
@@ -237,4 +242,55 @@ test("a writer's page read rebuilds a lagging index.json that leaves out a round
   assert.deepEqual(await fs.readFile(indexPath), whole);
   await writer.close();
   assert.deepEqual(await fs.readFile(indexPath), whole);
+});
+
+test("metadata JSON would write as something else (a Date, a Map, a Set, a boxed number) is refused naming the field, writing nothing", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(2);
+  await session.commit(history);
+  const file = session.getSessionFile();
+  const saves: [string, (extra: unknown) => Promise<void>][] = [
+    [
+      "header.title.extra",
+      (extra) =>
+        session.setTitle({ text: "T", source: "user", messageIndices: [0], extra } as never),
+    ],
+    [
+      "header.runtimeContexts[0].extra",
+      (extra) =>
+        session.commit(history, [{ userTurn: 0, content: "c", timestamp: 1, extra }] as never),
+    ],
+    [
+      "header.systemPromptCheckpoints[0].extra",
+      (extra) =>
+        session.commit(history, undefined, undefined, {
+          systemPromptCheckpoints: [{ messageCount: 1, timestamp: 1, sections: { a: "x" }, extra }],
+        } as never),
+    ],
+  ];
+  const header = session.getHeader();
+  const before = fs.snapshotTree("/");
+  for (const [path, save] of saves) {
+    // JSON writes these as a string, `{}`, `{}` and a number: what a reopen would read differs
+    // from what the manager would hold, and a Map's or a Set's entries would be lost.
+    for (const value of [new Date(0), new Map([["k", 1]]), new Set([1]), Object(5)]) {
+      await assert.rejects(save(value), (error: unknown) => {
+        assert.ok(error instanceof SessionFormatError, `${path}: ${error}`);
+        assert.equal(error.file, file);
+        assert.equal(error.path, path);
+        return true;
+      });
+      assert.equal(session.hasPendingSave, false, path);
+    }
+  }
+  assert.deepEqual(fs.snapshotTree("/"), before);
+  assert.deepEqual(session.getHeader(), header);
+  // Plain data is taken as it is written.
+  const title = { text: "T", source: "user", messageIndices: [0], extra: { k: [1] } };
+  await session.setTitle(title as never);
+  await session.close();
+  const reopened = await store.open(session.getSessionPath(), { readOnly: true });
+  assert.deepEqual(reopened.getHeader().title, session.getHeader().title);
+  await reopened.close();
 });

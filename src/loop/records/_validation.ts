@@ -277,7 +277,9 @@ export function checkNesting(
  * `checkNesting`, and also refuses a value JSON cannot write: a BigInt (a primitive or a boxed
  * one), on which `JSON.stringify` throws. For metadata a caller gives a save (a structured clone
  * of it, so nothing else in it can make `JSON.stringify` throw): refused when it is taken, never
- * found by the write that would leave it pending.
+ * found by the write that would leave it pending. An object JSON writes as something else than
+ * its own fields (what a clone keeps of a class: a Date, a Map, a Set, a boxed primitive) is
+ * refused too, as in a message: the value held would not be the one a reopen reads.
  */
 export function checkJsonData(
   value: unknown,
@@ -353,7 +355,15 @@ function walk(
     if (bigints) {
       // Only an object of another kind than a plain one can be a boxed BigInt.
       const proto: unknown = Object.getPrototypeOf(node);
-      if (proto !== Object.prototype && proto !== null && isBoxedBigInt(node)) unwritable(step);
+      if (proto !== Object.prototype && proto !== null) {
+        if (isBoxedBigInt(node)) unwritable(step);
+        if (!isRecord(node)) {
+          throw new SessionFormatError(`${what}: not plain data${notPlainReason(node)}`, {
+            ...where,
+            path: stepPath(step, path),
+          });
+        }
+      }
     }
     for (const key of Object.keys(node)) {
       const item = node[key];
