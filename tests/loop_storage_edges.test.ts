@@ -1,7 +1,7 @@
-// Edges of the storage layer: index.json texts that are near the canonical form but not an index
-// (never trusted, never a thrown TypeError), and the port's durable helpers meeting a file, a
-// non-empty directory or a planted link where they would publish or create a directory, or a
-// read that fails for another reason than a missing file.
+// Edges of the storage layer: index.json texts near the canonical form but not an index (never
+// trusted, never a thrown TypeError), and the port's durable helpers meeting a file, a non-empty
+// directory or a planted link where they would publish or create a directory, and a read that
+// fails for another reason than a missing file.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as v from "valibot";
@@ -136,6 +136,30 @@ test("ensurePrivateDir() refuses a link planted at its path just before its mkdi
   });
   assert.equal(await ensurePrivateDir(creating, "/data/sessions"), false);
   assert.equal((await other.lstat("/data/sessions")).kind, "directory");
+});
+
+test("ensurePrivateDir() refuses a file that appears at a missing parent meanwhile, creating nothing below it", async () => {
+  // Before the parent is looked at, and between its check and its mkdir.
+  for (const when of ["stat", "mkdir"] as const) {
+    const fs = new MemoryFs();
+    await fs.mkdir("/data", { recursive: true });
+    let planted = false;
+    const racing = hookedFs(fs, {
+      async before(method, args) {
+        if (method === when && args[0] === "/data/sessions" && !planted) {
+          planted = true;
+          await fs.writeFile("/data/sessions", encoder.encode("not a directory"));
+        }
+      },
+    });
+    await assert.rejects(ensurePrivateDir(racing, "/data/sessions/abc"), (error: unknown) => {
+      assert.ok(error instanceof AlreadyExists, `${when}: ${error}`);
+      assert.equal(error.path, "/data/sessions");
+      return true;
+    });
+    assert.ok(planted, when);
+    assert.deepEqual(await fs.readFile("/data/sessions"), encoder.encode("not a directory"));
+  }
 });
 
 test("readIfExists() reports a read that fails for another reason than a missing file", async () => {
