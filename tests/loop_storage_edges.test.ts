@@ -7,7 +7,11 @@ import assert from "node:assert/strict";
 import * as v from "valibot";
 import { MemoryFs } from "../adapters/memory.ts";
 import { ensurePrivateDir, readIfExists, stagedPublish } from "../src/port/durable.ts";
-import { AlreadyExists, FsIoError } from "../src/port/errors.ts";
+import { AlreadyExists, FsError, FsIoError } from "../src/port/errors.ts";
+import { SessionStore } from "../src/loop/store.ts";
+import { verifySession } from "../src/loop/verify.ts";
+import { portableSha256 } from "../src/port/sha256.ts";
+import { conversation } from "./_fixtures.ts";
 import { parseRoundIndexText, type RoundIndex, RoundIndexSchema } from "../src/loop/storage.ts";
 import { hookedFs } from "./_hooks.ts";
 
@@ -174,4 +178,61 @@ test("readIfExists() reports a read that fails for another reason than a missing
   });
   fs.clearFaults();
   assert.deepEqual(await readIfExists(fs, "/meta.json"), encoder.encode("{}"));
+});
+
+/**
+ * A saved session long enough that index.json is read by an open and a size check (not whole),
+ * on a filesystem where its no-follow open finds it busy (a lease another process holds) and an
+ * open that waits for the lease, unless `waits`, fails the test's way.
+ */
+async function busyIndex(waits: boolean) {
+  const fs = new MemoryFs();
+  const cwd = "/work/project";
+  await fs.mkdir(cwd, { recursive: true });
+  const agentDir = "/home/user/.loop";
+  const session = await new SessionStore({ fs, agentDir }).create(cwd);
+  const history = conversation(800);
+  await session.commit(history);
+  await session.close();
+  const dir = session.getSessionPath();
+  const index = `${dir}/index.json`;
+  const waited: string[] = [];
+  const leased = hookedFs(fs, {
+    before(method, args) {
+      if (args[0] !== index) return;
+      if (method === "openNoFollow") {
+        throw new FsError("EAGAIN", "open", index, "Resource temporarily unavailable");
+      }
+      if (method === "open") {
+        waited.push(index);
+        if (!waits) throw new Error("waited for the lease on index.json");
+      }
+    },
+  });
+  return { fs, leased, cwd, agentDir, dir, history, waited };
+}
+
+test("a fast listing does without an index.json a lease keeps busy, never waiting for it", async () => {
+  const { fs, leased, cwd, agentDir, dir, history, waited } = await busyIndex(false);
+  const before = fs.snapshotTree("/");
+  const listed = await new SessionStore({ fs: leased, agentDir }).list(cwd, undefined, {
+    fast: true,
+  });
+  assert.deepEqual(waited, []);
+  assert.equal(listed.length, 1);
+  assert.equal(listed[0]?.path, `${dir}/meta.json`);
+  assert.equal(listed[0]?.messageCount, history.length);
+  assert.equal(listed[0]?.userMessageCount, 800);
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("verifySession() waits for the lease on a busy index.json and checks it", async () => {
+  const { fs, leased, dir, history, waited } = await busyIndex(true);
+  const before = fs.snapshotTree("/");
+  const report = await verifySession(leased, dir, { sha256: portableSha256 });
+  assert.equal(waited.length, 1);
+  assert.equal(report.ok, true);
+  assert.deepEqual(report.findings, []);
+  assert.equal(report.validMessages, history.length);
+  assert.deepEqual(fs.snapshotTree("/"), before);
 });
