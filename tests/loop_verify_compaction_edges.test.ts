@@ -7,7 +7,7 @@ import { MemoryFs } from "../adapters/memory.ts";
 import { portableSha256 } from "../src/port/sha256.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import { CorruptSessionError, SessionFormatError } from "../src/loop/errors.ts";
-import { verifySession } from "../src/loop/verify.ts";
+import { salvageSession, verifySession } from "../src/loop/verify.ts";
 import { readLegacySession } from "../src/loop/legacy.ts";
 import { FsIoError, PermissionDenied } from "../src/port/errors.ts";
 import type { Message } from "../src/loop/records/mod.ts";
@@ -239,4 +239,35 @@ test("removeLegacyBackup() removes the backup of a migrated file whose line held
   const reader = await store.open(dir, { readOnly: true });
   assert.equal(reader.messages.length, 2);
   await reader.close();
+});
+
+test("salvage writes the kept messages anew when the log is cut or removed after its scan", async () => {
+  for (const change of ["cut", "removed"] as const) {
+    const { fs, dir, history } = await saved(3);
+    const logPath = `${dir}/messages.jsonl`;
+    const log = await fs.readFile(logPath);
+    // The last line's closing brace damaged: the messages before it are the valid prefix.
+    const damaged = log.slice();
+    damaged[damaged.length - 2] = 0x78; // "x"
+    await fs.writeFile(logPath, damaged);
+    let opens = 0;
+    // After the scan read the log, before salvage opens it again to copy the kept lines.
+    const racing = hookedFs(fs, {
+      async before(method, args) {
+        const opening = method === "open" || method === "openNoFollow";
+        if (!opening || args[0] !== logPath || ++opens !== 2) return;
+        if (change === "cut") await fs.writeFile(logPath, damaged.subarray(0, 10));
+        else await fs.remove(logPath);
+      },
+    });
+    const result = await salvageSession(racing, dir, { ...options, toCollection: "/rescue" });
+    assert.equal(opens >= 2, true, change);
+    assert.equal(result.kept, history.length - 1, change);
+    const report = await verifySession(fs, result.dir, options);
+    assert.equal(report.ok, true, `${change}: ${JSON.stringify(report.findings)}`);
+    const store = new SessionStore({ fs, agentDir: AGENT });
+    const reader = await store.open(result.dir, { readOnly: true });
+    assert.deepEqual(reader.messages, history.slice(0, -1), change);
+    await reader.close();
+  }
 });
