@@ -13,6 +13,7 @@ import { FsIoError, PermissionDenied } from "../src/port/errors.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { assistant, conversation, legacySessionBytes, user } from "./_fixtures.ts";
 import { hookedFs } from "./_hooks.ts";
+import type { FileSystem, OpenedFile } from "../src/port/fs.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -270,4 +271,44 @@ test("salvage writes the kept messages anew when the log is cut or removed after
     assert.deepEqual(reader.messages, history.slice(0, -1), change);
     await reader.close();
   }
+});
+
+test("verifySession() reports a log emptied after its open as damaged, and ends", async () => {
+  const { fs, dir } = await saved(3);
+  const logPath = `${dir}/messages.jsonl`;
+  let reads = 0;
+  // The log is emptied right after its open reported its size: every read then comes back
+  // empty. A read count bounds the test should the reading never stop.
+  const shrinking = new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (prop !== "openNoFollow") return typeof value === "function" ? value.bind(target) : value;
+      return async (path: string): Promise<OpenedFile> => {
+        const opened = await target.openNoFollow(path);
+        if (path !== logPath) return opened;
+        await target.writeFile(logPath, new Uint8Array(0));
+        const handle = opened.handle;
+        return {
+          info: opened.info,
+          handle: new Proxy(handle, {
+            get(h, name) {
+              const method = Reflect.get(h, name, h);
+              if (name !== "read") return typeof method === "function" ? method.bind(h) : method;
+              return (at: number, length: number) => {
+                if (++reads > 1000) throw new Error("the log is read again and again");
+                return handle.read(at, length);
+              };
+            },
+          }),
+        };
+      };
+    },
+  }) as FileSystem;
+  const report = await verifySession(shrinking, dir, options);
+  assert.ok(reads <= 1000);
+  assert.equal(report.ok, false);
+  // The bytes read (none) are not the committed ones, nor do they hold the committed messages.
+  const errors = report.findings.filter((finding) => finding.severity === "error");
+  assert.deepEqual(errors.map((finding) => finding.kind).sort(), ["checksum", "count"]);
+  assert.equal(errors.find((finding) => finding.kind === "checksum")?.file, logPath);
 });
