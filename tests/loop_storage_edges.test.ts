@@ -236,3 +236,33 @@ test("verifySession() waits for the lease on a busy index.json and checks it", a
   assert.equal(report.validMessages, history.length);
   assert.deepEqual(fs.snapshotTree("/"), before);
 });
+
+test("a fast listing uses a long index.json in another JSON layout without reading the log", async () => {
+  const fs = new MemoryFs();
+  const cwd = "/work/project";
+  await fs.mkdir(cwd, { recursive: true });
+  const agentDir = "/home/user/.loop";
+  const session = await new SessionStore({ fs, agentDir }).create(cwd);
+  const history = conversation(800);
+  await session.commit(history);
+  await session.close();
+  const dir = session.getSessionPath();
+  const index = `${dir}/index.json`;
+  // The same index, pretty-printed: not the canonical form, so its head is not scanned.
+  const value = parseRoundIndexText(new TextDecoder().decode(await fs.readFile(index)));
+  assert.ok(value !== undefined);
+  await fs.writeFile(index, encoder.encode(JSON.stringify(value, null, 1)));
+  const logReads: string[] = [];
+  const watched = hookedFs(fs, {
+    before(method, args) {
+      if (String(args[0]).endsWith("/messages.jsonl")) logReads.push(method);
+    },
+  });
+  const listed = await new SessionStore({ fs: watched, agentDir }).list(cwd, undefined, {
+    fast: true,
+  });
+  assert.equal(listed[0]?.messageCount, history.length);
+  assert.equal(listed[0]?.userMessageCount, 800);
+  assert.equal(listed[0]?.title?.text, "r0 question ✓");
+  assert.deepEqual(logReads, []);
+});
