@@ -294,3 +294,43 @@ test("metadata JSON would write as something else (a Date, a Map, a Set, a boxed
   assert.deepEqual(reopened.getHeader().title, session.getHeader().title);
   await reopened.close();
 });
+
+test("a writer's page read rebuilds an index.json of the whole history that lists a round more", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  const history = conversation(4);
+  await session.commit(history);
+  await session.close();
+  const dir = session.getSessionPath();
+  const indexPath = `${dir}/index.json`;
+  const whole = await fs.readFile(indexPath);
+  // Every count right, and one more round, at the last message (an assistant's).
+  const last = history.length - 1;
+  await rewriteIndex(fs, dir, (index) => ({
+    ...index,
+    rounds: [...index.rounds, { messageIndex: last, byteOffset: index.bytes - 1 }],
+  }));
+  const writer = await store.open(dir);
+  const page = await writer.readHistory();
+  assert.deepEqual(page.messages, history.slice(page.start));
+  // Listings trust the index's rounds: it is replaced at once by one built from scratch.
+  assert.deepEqual(await fs.readFile(indexPath), whole);
+  await writer.close();
+});
+
+test("a title that is a BigInt is refused naming header.title, writing nothing", async () => {
+  const { fs, store } = await setup();
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  const before = fs.snapshotTree("/");
+  await assert.rejects(session.setTitle(1n as never), (error: unknown) => {
+    assert.ok(error instanceof SessionFormatError, String(error));
+    assert.equal(error.file, session.getSessionFile());
+    assert.equal(error.path, "header.title");
+    assert.match(error.message, /BigInt cannot be written as JSON/);
+    return true;
+  });
+  assert.deepEqual(fs.snapshotTree("/"), before);
+  assert.equal(session.hasPendingSave, false);
+  await session.close();
+});
