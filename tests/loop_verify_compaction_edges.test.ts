@@ -312,3 +312,35 @@ test("verifySession() reports a log emptied after its open as damaged, and ends"
   assert.deepEqual(errors.map((finding) => finding.kind).sort(), ["checksum", "count"]);
   assert.equal(errors.find((finding) => finding.kind === "checksum")?.file, logPath);
 });
+
+test("removeLegacyBackup() keeps the backup when the session's log is gone by the time it is compared", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  await fs.mkdir(COLLECTION, { recursive: true });
+  const legacy = `${COLLECTION}/${ID}.jsonl`;
+  const dir = `${COLLECTION}/${ID}`;
+  await fs.writeFile(legacy, legacySessionBytes(ID, CWD, conversation(2)));
+  await (await new SessionStore({ fs, agentDir: AGENT }).open(legacy)).close();
+  const logPath = `${dir}/messages.jsonl`;
+  let opens = 0;
+  // After the directory was opened and validated, before its log is compared with the backup.
+  const racing = hookedFs(fs, {
+    async before(method, args) {
+      const opening = method === "open" || method === "openNoFollow";
+      if (opening && args[0] === logPath && ++opens === 2) await fs.rename(logPath, "/aside.jsonl");
+    },
+  });
+  const backup = await fs.readFile(legacy);
+  await assert.rejects(
+    new SessionStore({ fs: racing, agentDir: AGENT }).removeLegacyBackup(dir),
+    (error: unknown) => {
+      assert.ok(error instanceof SessionFormatError, String(error));
+      assert.equal(error.file, legacy);
+      assert.equal(error.path, "messages");
+      return true;
+    },
+  );
+  assert.ok(opens >= 2);
+  // The backup is then the only copy of the history: kept as it was.
+  assert.deepEqual(await fs.readFile(legacy), backup);
+});
