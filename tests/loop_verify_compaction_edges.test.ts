@@ -344,3 +344,34 @@ test("removeLegacyBackup() keeps the backup when the session's log is gone by th
   // The backup is then the only copy of the history: kept as it was.
   assert.deepEqual(await fs.readFile(legacy), backup);
 });
+
+test("compaction that finds meta.json gone once it holds the session reports it lost, changing nothing", async () => {
+  const { fs, dir } = await saved(2);
+  const session = await new SessionStore({ fs, agentDir: AGENT }).open(dir);
+  await session.commit([user("a new first question"), ...conversation(2, "n")]);
+  await session.close();
+  const metaPath = `${dir}/meta.json`;
+  const collection = dir.slice(0, dir.lastIndexOf("/"));
+  let found: Record<string, string> | undefined;
+  // After the store's checks of the session, when compaction lists the directory it holds.
+  const racing = hookedFs(fs, {
+    async before(method, args) {
+      if (method === "readDir" && args[0] === dir && found === undefined) {
+        await fs.rename(metaPath, "/aside-meta.json");
+        found = fs.snapshotTree(collection);
+      }
+    },
+  });
+  await assert.rejects(
+    new SessionStore({ fs: racing, agentDir: AGENT }).compact(dir),
+    (error: unknown) => {
+      // index.json shows a save committed here: the session is damaged, not missing.
+      assert.ok(error instanceof CorruptSessionError, String(error));
+      assert.equal(error.file, metaPath);
+      return true;
+    },
+  );
+  assert.ok(found !== undefined);
+  // Nothing staged, moved or rewritten.
+  assert.deepEqual(fs.snapshotTree(collection), found);
+});
