@@ -13,7 +13,7 @@ import { verifySession } from "../src/loop/verify.ts";
 import { portableSha256 } from "../src/port/sha256.ts";
 import { conversation } from "./_fixtures.ts";
 import { parseRoundIndexText, type RoundIndex, RoundIndexSchema } from "../src/loop/storage.ts";
-import { hookedFs } from "./_hooks.ts";
+import { hookedFs, withoutNoFollow } from "./_hooks.ts";
 
 const encoder = new TextEncoder();
 const GENERATION = "a".repeat(64);
@@ -265,4 +265,34 @@ test("a fast listing uses a long index.json in another JSON layout without readi
   assert.equal(listed[0]?.userMessageCount, 800);
   assert.equal(listed[0]?.title?.text, "r0 question ✓");
   assert.deepEqual(logReads, []);
+});
+
+test("verifySession() says a long index.json removed after the directory listing is missing, not unreadable", async () => {
+  const fs = new MemoryFs();
+  const cwd = "/work/project";
+  await fs.mkdir(cwd, { recursive: true });
+  const session = await new SessionStore({ fs, agentDir: "/home/user/.loop" }).create(cwd);
+  const history = conversation(800);
+  await session.commit(history);
+  await session.close();
+  const dir = session.getSessionPath();
+  const index = `${dir}/index.json`;
+  let removed = false;
+  // On a port without no-follow opens the listing shows index.json a regular file, and it is
+  // then opened by its path: it goes between the two.
+  const racing = withoutNoFollow(hookedFs(fs, {
+    async before(method, args) {
+      if (method === "open" && args[0] === index && !removed) {
+        removed = true;
+        await fs.remove(index);
+      }
+    },
+  }));
+  const report = await verifySession(racing, dir, { sha256: portableSha256 });
+  assert.ok(removed);
+  assert.equal(report.ok, true);
+  assert.equal(report.validMessages, history.length);
+  assert.deepEqual(report.findings.map((finding) => [finding.kind, finding.message]), [
+    ["index", "index.json is missing or malformed; the next page read by a writer rebuilds it"],
+  ]);
 });
