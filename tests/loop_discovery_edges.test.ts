@@ -1,0 +1,251 @@
+// A fast listing given an index.json that is not in the canonical form another writer may leave
+// (pretty-printed JSON, parsed whole): one that lags behind is used for its prefix and only the
+// tail is read; one whose rounds cannot be true, or point at lines that are no user messages, is
+// not believed. Either way the listing equals a full one, and reading changes no file.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs } from "../adapters/memory.ts";
+import type { FileSystem } from "../src/port/fs.ts";
+import { CorruptSessionError } from "../src/loop/errors.ts";
+import { FsIoError } from "../src/port/errors.ts";
+import { SessionStore } from "../src/loop/store.ts";
+import type { SessionInfo } from "../src/loop/discovery.ts";
+import type { Message } from "../src/loop/records/mod.ts";
+import type { RoundIndex } from "../src/loop/storage.ts";
+import { assistant, conversation, user } from "./_fixtures.ts";
+import { hookedFs, recording } from "./_hooks.ts";
+
+const CWD = "/work/project";
+const AGENT = "/home/user/.loop";
+const OTHER = "/work/other";
+const GLOBAL = "/data/chats";
+const decoder = new TextDecoder();
+const encoder = new TextEncoder();
+
+function storeOn(fs: FileSystem): SessionStore {
+  return new SessionStore({ fs, agentDir: AGENT, sessionDir: GLOBAL });
+}
+
+/** A store holding one closed session, saved by `saves` one commit after another. */
+async function savedSession(
+  saves: readonly Message[][],
+): Promise<{ fs: MemoryFs; dir: string; indexes: RoundIndex[] }> {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const session = await storeOn(fs).create(CWD);
+  const dir = session.getSessionPath();
+  const indexes: RoundIndex[] = [];
+  const history: Message[] = [];
+  for (const save of saves) {
+    history.push(...save);
+    await session.commit(history);
+    indexes.push(await readIndex(fs, dir));
+  }
+  await session.close();
+  return { fs, dir, indexes };
+}
+
+async function readIndex(fs: FileSystem, dir: string): Promise<RoundIndex> {
+  return JSON.parse(decoder.decode(await fs.readFile(`${dir}/index.json`))) as RoundIndex;
+}
+
+/** Writes `index` as index.json in a valid form that is not the canonical one: pretty-printed. */
+async function writeIndex(fs: FileSystem, dir: string, index: object): Promise<void> {
+  await fs.writeFile(`${dir}/index.json`, encoder.encode(JSON.stringify(index, null, 2) + "\n"));
+}
+
+/** The one session a fresh store lists (fast, or full), with no failure. */
+async function listedOne(fs: FileSystem, fast: boolean): Promise<SessionInfo> {
+  const { sessions, failures } = await storeOn(fs).listDetailed(undefined, GLOBAL, { fast });
+  assert.deepEqual(failures, []);
+  assert.equal(sessions.length, 1);
+  return sessions[0] as SessionInfo;
+}
+
+/** What a listing says of a session's history. */
+function counts(info: SessionInfo): unknown {
+  return {
+    messageCount: info.messageCount,
+    userMessageCount: info.userMessageCount,
+    title: info.title,
+  };
+}
+
+/** Lists fast, checks it against a full listing and that no file changed; returns the fast one. */
+async function fastMatchesFull(fs: MemoryFs): Promise<SessionInfo> {
+  const before = fs.snapshotTree("/");
+  const fast = await listedOne(fs, true);
+  assert.deepEqual(fs.snapshotTree("/"), before);
+  assert.deepEqual(counts(fast), counts(await listedOne(fs, false)));
+  return fast;
+}
+
+test("an index.json that lags behind is used for its prefix: only the unindexed tail is read", async () => {
+  const long = user(`first question ${"x".repeat(20_000)}`);
+  const { fs, dir, indexes } = await savedSession([
+    [long, assistant("first answer")],
+    [user("second question"), assistant("second answer")],
+  ]);
+  await writeIndex(fs, dir, indexes[0] as RoundIndex);
+  const log = `${dir}/messages.jsonl`;
+  const recorded = recording(fs);
+  const { sessions, failures } = await storeOn(recorded.fs).listDetailed(undefined, GLOBAL, {
+    fast: true,
+  });
+  assert.deepEqual(failures, []);
+  const fast = sessions[0] as SessionInfo;
+  assert.equal(fast.userMessageCount, 2);
+  assert.equal(fast.messageCount, 4);
+  assert.match(fast.title?.text ?? "", /^first question x/);
+  // The long first message, which the index covers, is never read.
+  const logBytes = recorded.reads.filter((r) => r.path === log).reduce((n, r) => n + r.bytes, 0);
+  assert.ok(logBytes > 0 && logBytes < 20_000, `read ${logBytes} bytes of the log`);
+  assert.deepEqual(counts(fast), counts(await listedOne(fs, false)));
+});
+
+test("an index.json that lists no round for a history with user messages is not believed", async () => {
+  const { fs, dir, indexes } = await savedSession([conversation(2)]);
+  const index = indexes[0] as RoundIndex;
+  await writeIndex(fs, dir, { ...index, roundCount: 0, fallbackTitle: null, rounds: [] });
+  const fast = await fastMatchesFull(fs);
+  assert.equal(fast.userMessageCount, 2);
+  assert.equal(fast.title?.text, "r0 question ✓");
+});
+
+test("an index.json whose rounds sit closer together than lines can be is not believed", async () => {
+  const { fs, dir, indexes } = await savedSession([conversation(2)]);
+  const index = indexes[0] as RoundIndex;
+  // A round at every message, one byte apart: strictly increasing, inside the range, impossible.
+  const rounds = Array.from({ length: index.messageCount }, (_, i) => ({
+    messageIndex: i,
+    byteOffset: i,
+  }));
+  await writeIndex(fs, dir, { ...index, roundCount: rounds.length, rounds });
+  const fast = await fastMatchesFull(fs);
+  assert.equal(fast.userMessageCount, 2);
+});
+
+test("a lagging index.json whose rounds are out of order or outside its range is not believed", async () => {
+  const { fs, dir, indexes } = await savedSession([
+    [user("first question"), assistant("first answer")],
+    [user("second question"), assistant("second answer")],
+  ]);
+  const lagging = indexes[0] as RoundIndex;
+  const first = lagging.rounds[0] as { messageIndex: number; byteOffset: number };
+  // Two rounds claimed for the one user message it covers: the first listed twice, or a round of
+  // a message past the ones it covers.
+  for (const extra of [first, { messageIndex: lagging.messageCount, byteOffset: 10 }]) {
+    const rounds = [first, extra];
+    await writeIndex(fs, dir, { ...lagging, roundCount: rounds.length, rounds });
+    const fast = await fastMatchesFull(fs);
+    assert.equal(fast.userMessageCount, 2);
+  }
+});
+
+test("an index.json whose rounds point at assistant lines does not give the title", async () => {
+  const { fs, dir, indexes } = await savedSession([conversation(2)]);
+  const index = indexes[0] as RoundIndex;
+  const log = decoder.decode(await fs.readFile(`${dir}/messages.jsonl`));
+  // The line starts of messages 1 and 3 (assistant replies), as rounds, with no recorded title.
+  const starts = [0];
+  for (let at = log.indexOf("\n"); at >= 0 && at < log.length - 1; at = log.indexOf("\n", at + 1)) {
+    starts.push(encoder.encode(log.slice(0, at + 1)).length);
+  }
+  const rounds = [1, 3].map((i) => ({ messageIndex: i, byteOffset: starts[i] as number }));
+  const { fallbackTitle: _recorded, ...rest } = index;
+  await writeIndex(fs, dir, { ...rest, roundCount: rounds.length, rounds });
+  const fast = await fastMatchesFull(fs);
+  assert.equal(fast.title?.text, "r0 question ✓");
+  assert.deepEqual(fast.title?.messageIndices, [0]);
+});
+
+test("an assistant line that mentions user in the unindexed tail is not counted as a user message", async () => {
+  const { fs, dir, indexes } = await savedSession([
+    [user("first question"), assistant("first answer")],
+    [user("second question"), assistant("user"), user("third"), assistant('"user"')],
+  ]);
+  await writeIndex(fs, dir, indexes[0] as RoundIndex);
+  const fast = await fastMatchesFull(fs);
+  assert.equal(fast.userMessageCount, 3);
+});
+
+test("damage in the unindexed tail is reported by a fast listing, naming the log", async () => {
+  const { fs, dir, indexes } = await savedSession([
+    [user("first question"), assistant("first answer")],
+    [user("second question"), assistant("second answer")],
+  ]);
+  await writeIndex(fs, dir, indexes[0] as RoundIndex);
+  const log = `${dir}/messages.jsonl`;
+  const bytes = await fs.readFile(log);
+  // One byte of the second user line's JSON damaged (its closing brace), its length unchanged.
+  const text = decoder.decode(bytes);
+  const line = text.indexOf('{"role":"user","content":"second question"');
+  const end = text.indexOf("\n", line);
+  const damaged = bytes.slice();
+  damaged[end - 1] = "x".charCodeAt(0);
+  await fs.writeFile(log, damaged);
+  const before = fs.snapshotTree("/");
+  const { sessions, failures } = await storeOn(fs).listDetailed(undefined, GLOBAL, { fast: true });
+  assert.deepEqual(fs.snapshotTree("/"), before);
+  assert.deepEqual(sessions, []);
+  assert.equal(failures.length, 1);
+  const error = failures[0]?.error;
+  assert.ok(error instanceof CorruptSessionError, String(error));
+  assert.equal(error.file, log);
+});
+
+test("a listing for a cwd reports a session whose recorded cwd fails to resolve with an I/O error", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  await fs.mkdir(OTHER, { recursive: true });
+  const store = storeOn(fs);
+  for (const cwd of [CWD, OTHER]) {
+    const session = await store.create(cwd);
+    await session.commit([user(`in ${cwd}`)]);
+    await session.close();
+  }
+  // Resolving the other session's recorded cwd fails as a failing disk does: whether it is this
+  // project's cannot be told, so it is reported, never silently left out.
+  const failing = hookedFs(fs, {
+    before(method, args) {
+      if (method === "realPath" && args[0] === OTHER) {
+        throw new FsIoError("EIO", method, OTHER, "Input/output error");
+      }
+    },
+  });
+  const { sessions, failures } = await storeOn(failing).listDetailed(CWD, GLOBAL, { fast: true });
+  assert.deepEqual(sessions.map((s) => s.cwd), [CWD]);
+  assert.equal(failures.length, 1);
+  assert.ok(failures[0]?.error instanceof FsIoError, String(failures[0]?.error));
+  assert.equal(failures[0]?.error.path, OTHER);
+});
+
+test("a session staged by an interrupted delete whose copy cannot be looked at is reported", async () => {
+  const { fs, dir } = await savedSession([[user("staged away")]]);
+  const id = dir.slice(GLOBAL.length + 1);
+  // A delete that stopped after moving the session into its staging directory, before its commit.
+  const staging = `${GLOBAL}/.delete-00000000-0000-4000-8000-000000000000`;
+  await fs.mkdir(staging);
+  await fs.rename(dir, `${staging}/${id}`);
+  const intent = { operation: "delete", ids: [id], entries: [id], archived: [], membersBefore: [] };
+  await fs.writeFile(`${staging}/intent.json`, encoder.encode(JSON.stringify(intent)));
+  assert.deepEqual((await listedOne(fs, true)).id, id);
+  const meta = `${staging}/${id}/meta.json`;
+  const failing = hookedFs(fs, {
+    before(method, args) {
+      if (method === "lstat" && args[0] === meta) {
+        throw new FsIoError("EIO", method, meta, "Input/output error");
+      }
+    },
+  });
+  const before = fs.snapshotTree("/");
+  const { sessions, failures } = await storeOn(failing).listDetailed(undefined, GLOBAL, {
+    fast: true,
+  });
+  assert.deepEqual(fs.snapshotTree("/"), before);
+  assert.deepEqual(sessions, []);
+  assert.equal(failures.length, 1);
+  assert.equal(failures[0]?.id, id);
+  assert.ok(failures[0]?.error instanceof FsIoError, String(failures[0]?.error));
+  assert.equal(failures[0]?.path, meta);
+});
