@@ -1,0 +1,187 @@
+// Edges of the store's locks, archive membership calls and cleanup: lock files that hold JSON but
+// no lock record, entries named like takeover markers that are no files, storage faults while
+// cleanup takes a session's lock, sessions removed while cleanup visits them, and archive calls
+// given ids that are no array or no ids at all.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs } from "../adapters/memory.ts";
+import type { FileSystem } from "../src/port/fs.ts";
+import { FsIoError } from "../src/port/errors.ts";
+import { InvalidArgumentError, SessionLockedError } from "../src/loop/errors.ts";
+import { SessionStore, workspaceHash } from "../src/loop/store.ts";
+import type { SessionManager } from "../src/loop/session_manager.ts";
+import { COLLECTION_LOCK_FILE, WRITER_LOCK_FILE } from "../src/loop/lock.ts";
+import { conversation, probe } from "./_fixtures.ts";
+import { hookedFs } from "./_hooks.ts";
+
+const CWD = "/work/project";
+const AGENT = "/home/user/.loop";
+const COLLECTION = `${AGENT}/sessions/${workspaceHash(CWD)}`;
+const HOST = "test-host";
+const encoder = new TextEncoder();
+
+/** A store of process `pid` (with a probe), or of a store without a probe when `pid` is null. */
+function storeAs(fs: FileSystem, pid: number | null, alive = new Set([100, 200])): SessionStore {
+  return new SessionStore({
+    fs,
+    agentDir: AGENT,
+    collectionLockWaitMs: 30,
+    ...(pid === null ? {} : { process: probe(pid, alive, HOST) }),
+  });
+}
+
+async function setup(): Promise<{ fs: MemoryFs; session: SessionManager; dir: string }> {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const session = await storeAs(fs, 100).create(CWD);
+  await session.commit(conversation(1));
+  await session.close();
+  return { fs, session, dir: session.getSessionPath() };
+}
+
+async function names(fs: FileSystem, dir: string): Promise<string[]> {
+  return (await fs.readDir(dir)).map((entry) => entry.name).sort();
+}
+
+test("a writer lock holding JSON null is no lock record: respected as another process's, naming the file", async () => {
+  const { fs, dir } = await setup();
+  const lock = `${dir}/${WRITER_LOCK_FILE}`;
+  await fs.writeFile(lock, encoder.encode("null"), { mode: 0o600 });
+  const before = fs.snapshotTree("/");
+  const refused = await storeAs(fs, null).open(dir).then(
+    () => assert.fail("opened for writing under a lock"),
+    (error: unknown) => error,
+  );
+  assert.ok(refused instanceof SessionLockedError, String(refused));
+  assert.equal(refused.file, lock);
+  assert.equal(refused.pid, undefined);
+  assert.match(refused.message, /being written by another process/);
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("a collection lock holding JSON null is waited for, then refused naming another process", async () => {
+  const { fs } = await setup();
+  const lock = `${COLLECTION}/${COLLECTION_LOCK_FILE}`;
+  await fs.writeFile(lock, encoder.encode("null"), { mode: 0o600 });
+  await fs.writeFile(`${COLLECTION}/.archive.json.0badc0de1.tmp`, encoder.encode("partial"));
+  const before = fs.snapshotTree("/");
+  const refused = await storeAs(fs, null).cleanup(CWD).then(
+    () => assert.fail("cleaned up under another process's collection lock"),
+    (error: unknown) => error,
+  );
+  assert.ok(refused instanceof SessionLockedError, String(refused));
+  assert.equal(refused.file, lock);
+  assert.match(refused.message, /locked by another process;/);
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("cleanup leaves entries named like takeover markers that are no files, and cleans the rest", async () => {
+  const { fs, dir } = await setup();
+  // A dead process's lock and temp file, beside a directory named like a takeover marker.
+  const dead = { pid: 999, host: HOST, startedAt: "2020-01-01T00:00:00.000Z", token: "dead" };
+  await fs.writeFile(`${dir}/${WRITER_LOCK_FILE}`, encoder.encode(JSON.stringify(dead)));
+  await fs.writeFile(`${dir}/.meta.json.0badc0de1.tmp`, encoder.encode("partial"));
+  const marker = `${dir}/${WRITER_LOCK_FILE}.takeover-0badc0de`;
+  await fs.mkdir(marker);
+  await fs.writeFile(`${marker}/kept.txt`, encoder.encode("not the store's"));
+  // And one named like a collection lock's marker, in the collection.
+  const collectionMarker = `${COLLECTION}/${COLLECTION_LOCK_FILE}.takeover-0badc0de`;
+  await fs.mkdir(collectionMarker);
+  const report = await storeAs(fs, 200).cleanup(CWD);
+  assert.deepEqual(
+    report.removed.map((path) => path.slice(dir.length + 1)).sort(),
+    [".meta.json.0badc0de1.tmp", WRITER_LOCK_FILE].sort(),
+  );
+  assert.equal((await fs.lstat(marker)).kind, "directory");
+  assert.deepEqual(await names(fs, marker), ["kept.txt"]);
+  assert.equal((await fs.lstat(collectionMarker)).kind, "directory");
+  // Without a temp file to remove, the same entry is left alone too.
+  await fs.writeFile(`${dir}/${WRITER_LOCK_FILE}`, encoder.encode(JSON.stringify(dead)));
+  const again = await storeAs(fs, 200).cleanup(CWD);
+  assert.deepEqual(again.removed, [`${dir}/${WRITER_LOCK_FILE}`]);
+  assert.deepEqual(await names(fs, marker), ["kept.txt"]);
+});
+
+test("a storage fault while cleanup takes a session's lock is reported, and its temp file stays", async () => {
+  const { fs, dir } = await setup();
+  const temp = `${dir}/.meta.json.0badc0de1.tmp`;
+  await fs.writeFile(temp, encoder.encode("partial"));
+  const lock = `${dir}/${WRITER_LOCK_FILE}`;
+  const failing = hookedFs(fs, {
+    before(method, args) {
+      if (method === "open" && args[0] === lock) {
+        throw new FsIoError("EIO", method, lock, "Input/output error");
+      }
+    },
+  });
+  const refused = await storeAs(failing, 200).cleanup(CWD).then(
+    () => assert.fail("cleanup hid a storage fault"),
+    (error: unknown) => error,
+  );
+  assert.ok(refused instanceof FsIoError, String(refused));
+  assert.equal(refused.path, lock);
+  assert.equal((await fs.lstat(temp)).kind, "file");
+  // Once the fault clears, the temp file goes.
+  assert.deepEqual((await storeAs(fs, 200).cleanup(CWD)).removed, [temp]);
+});
+
+test("a session removed while cleanup visits it is skipped; the others are cleaned", async () => {
+  for (const when of ["before its listing", "before its lock"] as const) {
+    const { fs, dir } = await setup();
+    const other = await storeAs(fs, 100).create(CWD);
+    await other.commit(conversation(1));
+    await other.close();
+    const otherTemp = `${other.getSessionPath()}/.meta.json.0badc0de2.tmp`;
+    await fs.writeFile(otherTemp, encoder.encode("partial"));
+    await fs.writeFile(`${dir}/.meta.json.0badc0de1.tmp`, encoder.encode("partial"));
+    const lock = `${dir}/${WRITER_LOCK_FILE}`;
+    let removed = false;
+    // Another process deletes the session (a delete that never took this store's locks).
+    const racing = hookedFs(fs, {
+      async before(method, args) {
+        const at = when === "before its listing"
+          ? method === "readDir" && args[0] === dir
+          : method === "open" && args[0] === lock;
+        if (at && !removed) {
+          removed = true;
+          await fs.remove(dir, { recursive: true });
+        }
+      },
+    });
+    const report = await storeAs(racing, 200).cleanup(CWD);
+    assert.ok(removed, when);
+    assert.deepEqual(report.removed, [otherTemp], when);
+    await assert.rejects(fs.lstat(dir));
+  }
+});
+
+test("archive calls refuse ids that are no array with InvalidArgumentError, before any change", async () => {
+  const { fs, session } = await setup();
+  const store = storeAs(fs, 100);
+  const before = fs.snapshotTree("/");
+  for (const ids of [{}, { length: 1, 0: session.id }, 42]) {
+    const given = ids as unknown as string[];
+    for (
+      const call of [
+        () => store.archive.set(CWD, given, true),
+        () => store.archive.delete(CWD, given, { archivedOnly: false }),
+      ]
+    ) {
+      await assert.rejects(call(), (error: unknown) => {
+        assert.ok(error instanceof InvalidArgumentError, String(error));
+        assert.match(error.message, /expected an array of ids/);
+        return true;
+      });
+    }
+  }
+  assert.deepEqual(fs.snapshotTree("/"), before);
+  assert.deepEqual(await store.archive.list(CWD), []);
+});
+
+test("a delete of no ids changes nothing, not even leftovers a recovery would remove", async () => {
+  const { fs } = await setup();
+  await fs.writeFile(`${COLLECTION}/.archive.json.0badc0de1.tmp`, encoder.encode("partial"));
+  const before = fs.snapshotTree("/");
+  await storeAs(fs, 100).archive.delete(CWD, []);
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
