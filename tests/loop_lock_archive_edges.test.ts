@@ -185,3 +185,66 @@ test("a delete of no ids changes nothing, not even leftovers a recovery would re
   await storeAs(fs, 100).archive.delete(CWD, []);
   assert.deepEqual(fs.snapshotTree("/"), before);
 });
+
+const STAGING = `${COLLECTION}/.delete-00000000-0000-4000-8000-000000000000`;
+
+/**
+ * Stages archived session `id` as a delete does up to its commit point (moved into its staging
+ * directory, archive.json without it), with `extra` added to its journal.
+ */
+async function stagedDelete(
+  fs: MemoryFs,
+  id: string,
+  membersBefore: string[],
+  extra: Record<string, unknown> = {},
+): Promise<void> {
+  await fs.mkdir(STAGING, { mode: 0o700 });
+  await fs.rename(`${COLLECTION}/${id}`, `${STAGING}/${id}`);
+  const intent = { operation: "delete", ids: [id], entries: [id], archived: [id], membersBefore };
+  await fs.writeFile(
+    `${STAGING}/intent.json`,
+    encoder.encode(JSON.stringify({ ...intent, ...extra })),
+  );
+  const members = membersBefore.filter((member) => member !== id);
+  await fs.writeFile(`${COLLECTION}/archive.json`, encoder.encode(JSON.stringify(members)));
+}
+
+test("a rolled-back delete keeps a kept-<n> folder holding more than its companion", async () => {
+  const { fs, session } = await setup();
+  const id = session.id;
+  await stagedDelete(fs, id, [id], { kept: [`${id}.trace`] });
+  await fs.mkdir(`${STAGING}/kept-0`);
+  await fs.writeFile(`${STAGING}/kept-0/${id}.trace`, encoder.encode("trace"));
+  await fs.writeFile(`${STAGING}/kept-0/notes.txt`, encoder.encode("not the delete's"));
+  const store = storeAs(fs, 100);
+  const report = await store.cleanup(CWD);
+  assert.deepEqual(report.kept, [STAGING]);
+  assert.deepEqual(report.restored, []);
+  // The session and its companion are back, archived; the other file stays where it was.
+  assert.deepEqual((await store.list(CWD)).map((s) => s.id), [id]);
+  assert.deepEqual(await store.archive.list(CWD), [id]);
+  assert.equal((await fs.lstat(`${COLLECTION}/${id}.trace`)).kind, "file");
+  assert.deepEqual(await names(fs, `${STAGING}/kept-0`), ["notes.txt"]);
+  // A later cleanup keeps it again, changing nothing.
+  const before = fs.snapshotTree("/");
+  assert.deepEqual((await store.cleanup(CWD)).kept, [STAGING]);
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("a rolled-back delete puts archive membership back in order, keeping ids archived since", async () => {
+  const { fs, session } = await setup();
+  const id = session.id;
+  const [before, since] = [
+    "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f",
+    "1b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f",
+  ];
+  await stagedDelete(fs, id, [before, id]);
+  // Another id archived after the delete took this one out (by hand, or an older writer).
+  await fs.writeFile(`${COLLECTION}/archive.json`, encoder.encode(JSON.stringify([before, since])));
+  const store = storeAs(fs, 100);
+  assert.deepEqual((await store.cleanup(CWD)).restored, [STAGING]);
+  const members = JSON.parse(
+    new TextDecoder().decode(await fs.readFile(`${COLLECTION}/archive.json`)),
+  );
+  assert.deepEqual(members, [before, id, since]);
+});
