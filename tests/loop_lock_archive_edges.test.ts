@@ -248,3 +248,37 @@ test("a rolled-back delete puts archive membership back in order, keeping ids ar
   );
   assert.deepEqual(members, [before, id, since]);
 });
+
+test("a rolled-back delete keeps its staging directory while it holds anything the delete never staged", async () => {
+  const { fs, session } = await setup();
+  const id = session.id;
+  await stagedDelete(fs, id, [id]);
+  // Beside the staged session: a file and a folder no delete writes there, and a temp file of the
+  // delete's own (its commit marker, written when the interruption came).
+  await fs.writeFile(`${STAGING}/notes.txt`, encoder.encode("not the delete's"));
+  await fs.mkdir(`${STAGING}/kept-7`);
+  await fs.writeFile(`${STAGING}/kept-7/other.txt`, encoder.encode("nor this"));
+  await fs.writeFile(`${STAGING}/.committed.0badc0de1.tmp`, encoder.encode(""));
+  const store = storeAs(fs, 100);
+  const report = await store.cleanup(CWD);
+  assert.deepEqual(report.kept, [STAGING]);
+  assert.deepEqual(report.restored, []);
+  // The session is back in place and archived again; nothing the delete did not stage is gone.
+  assert.deepEqual((await store.list(CWD)).map((s) => s.id), [id]);
+  assert.deepEqual(await store.archive.list(CWD), [id]);
+  const kept = [".committed.0badc0de1.tmp", "intent.json", "kept-7", "notes.txt"];
+  assert.deepEqual(await names(fs, STAGING), kept);
+  assert.deepEqual(await names(fs, `${STAGING}/kept-7`), ["other.txt"]);
+  // It holds nothing of the session: restoring, archiving and deleting it work as for any other.
+  await store.archive.set(CWD, [id], false);
+  await store.archive.set(CWD, [id], true);
+  await store.archive.delete(CWD, [id]);
+  assert.deepEqual(await store.list(CWD), []);
+  assert.deepEqual(await names(fs, STAGING), kept);
+  // Once the foreign entries are moved out, the next cleanup removes the staging directory (the
+  // temp file with it: a temp file is never taken for something the delete did not stage).
+  await fs.remove(`${STAGING}/notes.txt`);
+  await fs.remove(`${STAGING}/kept-7`, { recursive: true });
+  assert.deepEqual((await store.cleanup(CWD)).kept, []);
+  await assert.rejects(fs.lstat(STAGING));
+});

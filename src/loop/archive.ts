@@ -33,7 +33,8 @@
  * membership. A companion whose name exists again in the collection by then (a trace file written
  * since) is not moved over it: it stays in the staging directory, which recovery then keeps and
  * `SessionStore.cleanup` reports as kept, and whose journal no longer restores membership once the
- * rollback restored it (archiving and restoring then work as for any session). A later delete of
+ * rollback restored it (archiving and restoring then work as for any session); so does anything
+ * else a delete never stages there (it is not the store's to remove). A later delete of
  * the session takes such kept companions along (each into a `kept-<n>` directory of its own
  * staging directory, before its own entries; its rollback puts them back last, into the
  * collection when their name is free, otherwise keeping them the same way), so none is left to be
@@ -904,6 +905,13 @@ async function rollBackDeletion(
       continue;
     }
     emptied.push(dir);
+  }
+  // Nor is anything else in the staging directory: a delete stages there only its journal's
+  // entries and kept-<n> folders, beside the journal and the marker (and their temp files). It
+  // stays, with the staging directory (kept), as what a journal that cannot be read keeps does.
+  const rest = await withoutEmptyKeptDirs(fs, staging, await listStaging(fs, staging) ?? []);
+  if (rest.some((entry) => entry.name !== DELETE_INTENT_FILE && !isTempName(entry.name))) {
+    kept = true;
   }
   if (moved && full) await fs.syncDir(collection);
   if (intent.archived.length > 0) {

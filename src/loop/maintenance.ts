@@ -56,7 +56,8 @@ export interface CleanupReport {
    * is moved out of the collection), and a rolled-back delete's that still holds companion files
    * (trace files) whose names exist again in the collection (a later delete of that session takes
    * them along), or a `kept-<n>` folder that is not a directory (a link is never followed) or
-   * holds something other than its trace file. The first three may hold a session's only copy.
+   * holds something other than its trace file, or anything else a delete never stages there. The
+   * first three may hold a session's only copy.
    * Look at them by hand.
    */
   readonly kept: string[];
