@@ -103,6 +103,18 @@ test("an index.json that lags behind is used for its prefix: only the unindexed 
   assert.deepEqual(counts(fast), counts(await listedOne(fs, false)));
 });
 
+test("a lagging index.json without a recorded title gives the title of its first round", async () => {
+  const { fs, dir, indexes } = await savedSession([
+    [user("first question"), assistant("first answer")],
+    [user("second question"), assistant("second answer")],
+  ]);
+  const { fallbackTitle: _recorded, ...lagging } = indexes[0] as RoundIndex;
+  await writeIndex(fs, dir, lagging);
+  const fast = await fastMatchesFull(fs);
+  assert.equal(fast.title?.text, "first question");
+  assert.equal(fast.userMessageCount, 2);
+});
+
 test("an index.json that lists no round for a history with user messages is not believed", async () => {
   const { fs, dir, indexes } = await savedSession([conversation(2)]);
   const index = indexes[0] as RoundIndex;
@@ -248,4 +260,51 @@ test("a session staged by an interrupted delete whose copy cannot be looked at i
   assert.equal(failures[0]?.id, id);
   assert.ok(failures[0]?.error instanceof FsIoError, String(failures[0]?.error));
   assert.equal(failures[0]?.path, meta);
+});
+
+test("a meta.json busy under another process's lease is read again by the listing, not reported", async () => {
+  const { fs, dir } = await savedSession([conversation(1)]);
+  const meta = `${dir}/meta.json`;
+  let busy = 0;
+  // The first no-follow read finds the file leased (EAGAIN), as a non-blocking open does.
+  const leased = hookedFs(fs, {
+    before(method, args) {
+      if (method === "readFileNoFollow" && args[0] === meta && busy++ === 0) {
+        throw new FsIoError("EAGAIN", method, meta, "Resource temporarily unavailable");
+      }
+    },
+  });
+  const { sessions, failures } = await storeOn(leased).listDetailed(undefined, GLOBAL, {
+    fast: true,
+  });
+  assert.ok(busy >= 2, "meta.json was read again");
+  assert.deepEqual(failures, []);
+  assert.deepEqual(sessions.map((s) => counts(s)), [counts(await listedOne(fs, false))]);
+});
+
+test("a delete staging directory that cannot be read is reported once, beside the sessions", async () => {
+  const { fs, dir } = await savedSession([conversation(1)]);
+  const id = dir.slice(GLOBAL.length + 1);
+  // archive.json exists (membership is read) but does not hold the session: the listing looks at
+  // the staged deletes twice, to learn what a rollback would restore.
+  await fs.writeFile(`${GLOBAL}/archive.json`, encoder.encode("[]\n"));
+  const staging = `${GLOBAL}/.delete-00000000-0000-4000-8000-000000000000`;
+  await fs.mkdir(staging);
+  const failing = hookedFs(fs, {
+    before(method, args) {
+      if (String(args[0]).startsWith(staging)) {
+        throw new FsIoError("EIO", method, String(args[0]), "Input/output error");
+      }
+    },
+  });
+  for (const fast of [true, false]) {
+    const before = fs.snapshotTree("/");
+    const { sessions, failures } = await storeOn(failing).listDetailed(undefined, GLOBAL, { fast });
+    assert.deepEqual(fs.snapshotTree("/"), before);
+    assert.deepEqual(sessions.map((s) => s.id), [id]);
+    assert.equal(failures.length, 1, `fast: ${fast}`);
+    assert.equal(failures[0]?.id, undefined);
+    assert.ok(failures[0]?.error instanceof FsIoError, String(failures[0]?.error));
+    assert.ok(failures[0]?.path.startsWith(staging), failures[0]?.path);
+  }
 });
