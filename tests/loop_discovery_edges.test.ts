@@ -1,7 +1,7 @@
-// A fast listing given an index.json that is not in the canonical form another writer may leave
-// (pretty-printed JSON, parsed whole): one that lags behind is used for its prefix and only the
-// tail is read; one whose rounds cannot be true, or point at lines that are no user messages, is
-// not believed. Either way the listing equals a full one, and reading changes no file.
+// A fast listing given an index.json another writer may leave in a non-canonical form (parsed
+// whole): a lagging one is used for its prefix, one whose rounds cannot be true is not believed.
+// Storage faults while listing (a recorded cwd, a staged copy, a delete's staging directory, a
+// leased meta.json) are reported once, or read again; reading changes no file.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";

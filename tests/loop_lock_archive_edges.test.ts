@@ -1,7 +1,7 @@
-// Edges of the store's locks, archive membership calls and cleanup: lock files that hold JSON but
-// no lock record, entries named like takeover markers that are no files, storage faults while
-// cleanup takes a session's lock, sessions removed while cleanup visits them, and archive calls
-// given ids that are no array or no ids at all.
+// Edges of the store's locks, archive calls, cleanup and delete rollback: lock files holding JSON
+// but no lock record, entries named like takeover markers that are no files, storage faults and
+// vanishing sessions while locking or cleaning up, archive ids that are no array, and what a
+// rolled-back delete keeps (entries it never staged) or puts back (membership archived since).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
@@ -281,4 +281,28 @@ test("a rolled-back delete keeps its staging directory while it holds anything t
   await fs.remove(`${STAGING}/kept-7`, { recursive: true });
   assert.deepEqual((await store.cleanup(CWD)).kept, []);
   await assert.rejects(fs.lstat(STAGING));
+});
+
+test("a writer whose session directory cannot be resolved for an I/O error is refused, leaving no lock", async () => {
+  const { fs, dir } = await setup();
+  let broken = true;
+  const failing = hookedFs(fs, {
+    before(method, args) {
+      if (broken && method === "realPath" && args[0] === dir) {
+        throw new FsIoError("EIO", method, dir, "Input/output error");
+      }
+    },
+  });
+  const store = storeAs(failing, 200);
+  const before = fs.snapshotTree("/");
+  const refused = await store.open(dir).then(
+    () => assert.fail("opened without resolving its lock's directory"),
+    (error: unknown) => error,
+  );
+  assert.ok(refused instanceof FsIoError, String(refused));
+  assert.equal(refused.path, dir);
+  assert.deepEqual(fs.snapshotTree("/"), before);
+  // Nothing of the failed open is held: the same store opens it once the fault clears.
+  broken = false;
+  await (await store.open(dir)).close();
 });
