@@ -306,3 +306,32 @@ test("a writer whose session directory cannot be resolved for an I/O error is re
   broken = false;
   await (await store.open(dir)).close();
 });
+
+test("a delete never takes along another session's companion that a rolled-back delete kept", async () => {
+  const { fs, session } = await setup();
+  const store = storeAs(fs, 100);
+  const other = await store.create(CWD);
+  await other.commit(conversation(1));
+  await other.close();
+  const [a, b] = [session.id, other.id];
+  await store.archive.set(CWD, [a, b], true);
+  // A rolled-back delete of b kept a companion of b in its kept-0 folder: b.trace exists again.
+  await fs.mkdir(STAGING, { mode: 0o700 });
+  await fs.mkdir(`${STAGING}/kept-0`);
+  await fs.writeFile(`${STAGING}/kept-0/${b}.trace`, encoder.encode("b's older trace"));
+  await fs.writeFile(`${COLLECTION}/${b}.trace`, encoder.encode("b's trace"));
+  const intent = {
+    operation: "delete",
+    ids: [b],
+    entries: [b],
+    archived: [],
+    membersBefore: [a, b],
+    kept: [`${b}.trace`],
+  };
+  await fs.writeFile(`${STAGING}/intent.json`, encoder.encode(JSON.stringify(intent)));
+  assert.deepEqual((await store.cleanup(CWD)).kept, [STAGING]);
+  await store.archive.delete(CWD, [a]);
+  assert.deepEqual((await store.list(CWD)).map((s) => s.id), [b]);
+  assert.deepEqual(await names(fs, `${STAGING}/kept-0`), [`${b}.trace`]);
+  assert.equal((await fs.lstat(`${COLLECTION}/${b}.trace`)).kind, "file");
+});
