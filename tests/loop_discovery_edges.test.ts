@@ -308,3 +308,35 @@ test("a delete staging directory that cannot be read is reported once, beside th
     assert.ok(failures[0]?.path.startsWith(staging), failures[0]?.path);
   }
 });
+
+test("a session whose compaction staging directory cannot be looked at is reported, never skipped", async () => {
+  const { fs, dir } = await savedSession([conversation(1)]);
+  const id = dir.slice(GLOBAL.length + 1);
+  // A compaction stopped between its renames: the session's directory is its previous copy in
+  // the staging directory, and what is in place holds no meta.json (nor index.json) yet.
+  const staging = `${GLOBAL}/.staging-${id}-0badc0de`;
+  await fs.mkdir(staging);
+  await fs.rename(dir, `${staging}/previous`);
+  await fs.mkdir(dir);
+  assert.equal((await listedOne(fs, true)).id, id);
+  const previous = `${staging}/previous`;
+  const failing = hookedFs(fs, {
+    before(method, args) {
+      if (String(args[0]).startsWith(previous)) {
+        throw new FsIoError("EIO", method, String(args[0]), "Input/output error");
+      }
+    },
+  });
+  for (const fast of [true, false]) {
+    const before = fs.snapshotTree("/");
+    const { sessions, failures } = await storeOn(failing).listDetailed(undefined, GLOBAL, { fast });
+    assert.deepEqual(fs.snapshotTree("/"), before);
+    assert.deepEqual(sessions, []);
+    assert.equal(failures.length, 1, `fast: ${fast}`);
+    assert.equal(failures[0]?.id, id);
+    assert.ok(failures[0]?.error instanceof FsIoError, String(failures[0]?.error));
+    // Listed at the session's own path, with the error naming what could not be looked at.
+    assert.equal(failures[0]?.path, `${dir}/meta.json`);
+    assert.equal(failures[0]?.error.path, previous);
+  }
+});
