@@ -125,33 +125,66 @@ test("a storage fault while cleanup takes a session's lock is reported, and its 
   assert.deepEqual((await storeAs(fs, 200).cleanup(CWD)).removed, [temp]);
 });
 
-test("a session removed while cleanup visits it is skipped; the others are cleaned", async () => {
-  for (const when of ["before its listing", "before its lock"] as const) {
+test("a session, or a temp file of it, removed while cleanup visits it is skipped; the others are cleaned", async () => {
+  const whens = [
+    "before its listing",
+    "before its lock",
+    "once its lock is taken",
+    "once its lock is released",
+    "once its stale lock is removed",
+    "just before its temp file is removed",
+  ] as const;
+  for (const when of whens) {
     const { fs, dir } = await setup();
     const other = await storeAs(fs, 100).create(CWD);
     await other.commit(conversation(1));
     await other.close();
     const otherTemp = `${other.getSessionPath()}/.meta.json.0badc0de2.tmp`;
     await fs.writeFile(otherTemp, encoder.encode("partial"));
-    await fs.writeFile(`${dir}/.meta.json.0badc0de1.tmp`, encoder.encode("partial"));
+    const temp = `${dir}/.meta.json.0badc0de1.tmp`;
     const lock = `${dir}/${WRITER_LOCK_FILE}`;
+    if (when === "once its stale lock is removed") {
+      // No temp file, only a dead process's lock: removed without locking the session.
+      const dead = { pid: 999, host: HOST, startedAt: "2020-01-01T00:00:00.000Z", token: "dead" };
+      await fs.writeFile(lock, encoder.encode(JSON.stringify(dead)));
+    } else {
+      await fs.writeFile(temp, encoder.encode("partial"));
+    }
     let removed = false;
-    // Another process deletes the session (a delete that never took this store's locks).
+    // Another process deletes the session (a delete that never took this store's locks), or
+    // only its temp file.
+    const remove = async (at: boolean) => {
+      if (at && !removed) {
+        removed = true;
+        await fs.remove(when === "just before its temp file is removed" ? temp : dir, {
+          recursive: true,
+        });
+      }
+    };
     const racing = hookedFs(fs, {
       async before(method, args) {
-        const at = when === "before its listing"
-          ? method === "readDir" && args[0] === dir
-          : method === "open" && args[0] === lock;
-        if (at && !removed) {
-          removed = true;
-          await fs.remove(dir, { recursive: true });
+        if (when === "before its listing") await remove(method === "readDir" && args[0] === dir);
+        if (when === "before its lock") await remove(method === "open" && args[0] === lock);
+        if (when === "just before its temp file is removed") {
+          await remove(method === "remove" && args[0] === temp);
+        }
+      },
+      async after(method, args) {
+        if (when === "once its lock is taken") await remove(method === "open" && args[0] === lock);
+        if (when === "once its lock is released" || when === "once its stale lock is removed") {
+          await remove(method === "remove" && args[0] === lock);
         }
       },
     });
     const report = await storeAs(racing, 200).cleanup(CWD);
     assert.ok(removed, when);
-    assert.deepEqual(report.removed, [otherTemp], when);
-    await assert.rejects(fs.lstat(dir));
+    const expected = when === "once its lock is released"
+      ? [temp, otherTemp]
+      : when === "once its stale lock is removed"
+      ? [lock, otherTemp]
+      : [otherTemp];
+    assert.deepEqual(report.removed.sort(), expected.sort(), when);
+    await assert.rejects(fs.lstat(when === "just before its temp file is removed" ? temp : dir));
   }
 });
 

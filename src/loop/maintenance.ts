@@ -20,7 +20,7 @@
  */
 import { NotFound } from "../port/errors.ts";
 import { join } from "../port/path.ts";
-import { isTempName } from "../port/durable.ts";
+import { isTempName, readDirIfExists } from "../port/durable.ts";
 import { isSessionId } from "./records/mod.ts";
 import {
   acquireWriterLock,
@@ -185,7 +185,7 @@ async function cleanupSession(
   if (!entries.some((entry) => entry.kind === "file" && isTempName(entry.name))) {
     const locks = await removeStaleLocks(context, dir, lockFiles);
     removed.push(...locks);
-    if (locks.length > 0 && context.durability === "full") await fs.syncDir(dir);
+    if (locks.length > 0 && context.durability === "full") await syncDirIfThere(context, dir);
     return;
   }
   let lock;
@@ -201,9 +201,16 @@ async function cleanupSession(
   }
   let changed = false;
   try {
-    for (const entry of await fs.readDir(dir)) {
+    // The directory, or a temp file of it, may be gone meanwhile: removed by hand, or by a store
+    // of another process that has no probe (it takes no lock files). Nothing of it is left then.
+    for (const entry of await readDirIfExists(fs, dir)) {
       if (entry.kind !== "file" || !isTempName(entry.name)) continue;
-      await fs.remove(join(dir, entry.name));
+      try {
+        await fs.remove(join(dir, entry.name));
+      } catch (error) {
+        if (error instanceof NotFound) continue;
+        throw error;
+      }
       removed.push(join(dir, entry.name));
       changed = true;
     }
@@ -229,7 +236,16 @@ async function cleanupSession(
     removed.push(path);
     changed = true;
   }
-  if (changed && context.durability === "full") await fs.syncDir(dir);
+  if (changed && context.durability === "full") await syncDirIfThere(context, dir);
+}
+
+/** Makes the entries of `dir` durable, unless it is gone (then there is nothing of it to sync). */
+async function syncDirIfThere(context: StoreContext, dir: string): Promise<void> {
+  try {
+    await context.fs.syncDir(dir);
+  } catch (error) {
+    if (!(error instanceof NotFound)) throw error;
+  }
 }
 
 /** The names of the lock files (and takeover markers) in `dir`; none when it is gone. */
