@@ -151,8 +151,8 @@ test("a session, or a temp file of it, removed while cleanup visits it is skippe
       await fs.writeFile(temp, encoder.encode("partial"));
     }
     let removed = false;
-    // Another process deletes the session (a delete that never took this store's locks), or
-    // only its temp file.
+    // The session is removed by hand (or by a process that does not take the store's locks), or
+    // only its temp file is.
     const remove = async (at: boolean) => {
       if (at && !removed) {
         removed = true;
@@ -367,4 +367,27 @@ test("a delete never takes along another session's companion that a rolled-back 
   assert.deepEqual((await store.list(CWD)).map((s) => s.id), [b]);
   assert.deepEqual(await names(fs, `${STAGING}/kept-0`), [`${b}.trace`]);
   assert.equal((await fs.lstat(`${COLLECTION}/${b}.trace`)).kind, "file");
+});
+
+test("a collection's temp file that goes away before recovery removes it does not fail the operation", async () => {
+  const { fs, session } = await setup();
+  // Another process's store replacing archive.json, neither store taking lock files (no probe):
+  // its temp file is renamed into place just as recovery comes to remove it.
+  const temp = `${COLLECTION}/.archive.json.0badc0de1.tmp`;
+  await fs.writeFile(temp, encoder.encode(JSON.stringify([session.id]) + "\n"));
+  const racing = hookedFs(fs, {
+    async before(method, args) {
+      if (method === "remove" && args[0] === temp) {
+        await fs.rename(temp, `${COLLECTION}/archive.json`);
+      }
+    },
+  });
+  const store = storeAs(racing, null);
+  const report = await store.cleanup(CWD);
+  assert.deepEqual(report.removed, []);
+  assert.deepEqual(await store.archive.list(CWD), [session.id]);
+  // A structural operation recovers the same way: it goes on.
+  await fs.writeFile(temp, encoder.encode("[]\n"));
+  await store.archive.set(CWD, [session.id], false);
+  assert.deepEqual(await store.archive.list(CWD), []);
 });

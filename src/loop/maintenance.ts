@@ -115,7 +115,14 @@ export async function recoverLeftovers(
         ? report.kept
         : report.removed).push(path);
     } else if (entry.kind === "file" && isTempName(entry.name)) {
-      await fs.remove(path);
+      try {
+        await fs.remove(path);
+      } catch (error) {
+        // Gone since the listing (removed by hand, or renamed into place by another process that
+        // does not take the collection lock, such as a store without a probe): nothing to remove.
+        if (error instanceof NotFound) continue;
+        throw error;
+      }
       report.removed.push(path);
       removedFiles = true;
     }
@@ -201,8 +208,8 @@ async function cleanupSession(
   }
   let changed = false;
   try {
-    // The directory, or a temp file of it, may be gone meanwhile: removed by hand, or by a store
-    // of another process that has no probe (it takes no lock files). Nothing of it is left then.
+    // The directory, or a temp file of it, may be gone meanwhile (removed by hand, or by another
+    // process that does not take the store's locks): nothing of it is left to clean then.
     for (const entry of await readDirIfExists(fs, dir)) {
       if (entry.kind !== "file" || !isTempName(entry.name)) continue;
       try {
