@@ -1,18 +1,18 @@
 // A fast listing given an index.json another writer may leave in a non-canonical form (parsed
-// whole): a lagging one is used for its prefix, one whose rounds cannot be true is not believed.
-// Storage faults while listing (a recorded cwd, a staged copy, a delete's staging directory, a
-// leased meta.json) are reported once, or read again; reading changes no file.
+// whole): a lagging one is used for its prefix, one whose rounds cannot be true is not believed,
+// and damage in the lines it leads to is reported. Storage faults while listing (a recorded cwd,
+// a staged copy, a staging directory, a leased meta.json) are reported once, or read again.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import type { FileSystem } from "../src/port/fs.ts";
-import { CorruptSessionError } from "../src/loop/errors.ts";
+import { CorruptSessionError, SessionFormatError } from "../src/loop/errors.ts";
 import { FsIoError } from "../src/port/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import type { SessionInfo } from "../src/loop/discovery.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import type { RoundIndex } from "../src/loop/storage.ts";
-import { assistant, conversation, user } from "./_fixtures.ts";
+import { assistant, conversation, imageOnly, recommit, user } from "./_fixtures.ts";
 import { hookedFs, recording } from "./_hooks.ts";
 
 const CWD = "/work/project";
@@ -339,4 +339,59 @@ test("a session whose compaction staging directory cannot be looked at is report
     assert.equal(failures[0]?.path, `${dir}/meta.json`);
     assert.equal(failures[0]?.error.path, previous);
   }
+});
+
+test("damage in a user line an index.json points at is reported by a fast listing, naming the log", async () => {
+  const { fs, dir, indexes } = await savedSession([conversation(2)]);
+  const { fallbackTitle: _recorded, ...index } = indexes[0] as RoundIndex;
+  await writeIndex(fs, dir, index);
+  const log = `${dir}/messages.jsonl`;
+  // The first user line's closing brace damaged, its length unchanged: no title can be read there.
+  const bytes = await fs.readFile(log);
+  const damaged = bytes.slice();
+  damaged[bytes.indexOf(10) - 1] = "x".charCodeAt(0);
+  await fs.writeFile(log, damaged);
+  const before = fs.snapshotTree("/");
+  const { sessions, failures } = await storeOn(fs).listDetailed(undefined, GLOBAL, { fast: true });
+  assert.deepEqual(fs.snapshotTree("/"), before);
+  assert.deepEqual(sessions, []);
+  assert.equal(failures.length, 1);
+  assert.ok(failures[0]?.error instanceof CorruptSessionError, String(failures[0]?.error));
+  assert.equal(failures[0]?.error.file, log);
+});
+
+test("a user message with malformed text in the unindexed tail is reported when a title needs it", async () => {
+  const { fs, dir } = await savedSession([conversation(1)]);
+  // A generation another writer committed (its checksum matches): an image-only first question,
+  // so the title must come from a later one, whose text block holds no string. An index.json of
+  // its first two lines lags behind it, recording that they give no title.
+  const lines = [
+    JSON.stringify(imageOnly()),
+    JSON.stringify(assistant("first answer")),
+    JSON.stringify({ role: "user", content: [{ type: "text", text: 42 }], timestamp: 9 }),
+  ];
+  await recommit(fs, dir, lines);
+  const meta = JSON.parse(decoder.decode(await fs.readFile(`${dir}/meta.json`)));
+  const firstTwo = encoder.encode(lines.slice(0, 2).map((line) => `${line}\n`).join(""));
+  await writeIndex(fs, dir, {
+    format: "loop-session-index",
+    version: 1,
+    generation: "0".repeat(64),
+    start: meta.start,
+    bytes: firstTwo.length,
+    messageCount: 2,
+    fallbackTitle: null,
+    rounds: [{ messageIndex: 0, byteOffset: 0 }],
+  });
+  const before = fs.snapshotTree("/");
+  for (const fast of [true, false]) {
+    const { sessions, failures } = await storeOn(fs).listDetailed(undefined, GLOBAL, { fast });
+    assert.deepEqual(sessions, [], `fast: ${fast}`);
+    assert.equal(failures.length, 1);
+    const error = failures[0]?.error;
+    assert.ok(error instanceof SessionFormatError, String(error));
+    assert.equal(error.file, `${dir}/messages.jsonl`);
+    assert.equal(error.path, "messages[2].content[0].text");
+  }
+  assert.deepEqual(fs.snapshotTree("/"), before);
 });
