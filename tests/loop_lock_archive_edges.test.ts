@@ -10,7 +10,7 @@ import { FsIoError } from "../src/port/errors.ts";
 import { InvalidArgumentError, SessionLockedError } from "../src/loop/errors.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
-import { COLLECTION_LOCK_FILE, WRITER_LOCK_FILE } from "../src/loop/lock.ts";
+import { acquireWriterLock, COLLECTION_LOCK_FILE, WRITER_LOCK_FILE } from "../src/loop/lock.ts";
 import { conversation, probe } from "./_fixtures.ts";
 import { hookedFs } from "./_hooks.ts";
 
@@ -390,4 +390,22 @@ test("a collection's temp file that goes away before recovery removes it does no
   await fs.writeFile(temp, encoder.encode("[]\n"));
   await store.archive.set(CWD, [session.id], false);
   assert.deepEqual(await store.archive.list(CWD), []);
+});
+
+test("a released writer lock says so, and releasing it again leaves the next holder's lock alone", async () => {
+  const { fs, dir } = await setup();
+  const lock = `${dir}/${WRITER_LOCK_FILE}`;
+  const first = await acquireWriterLock(storeAs(fs, 100).context, dir);
+  assert.equal(first.released, false);
+  await first.release();
+  assert.equal(first.released, true);
+  await assert.rejects(fs.lstat(lock));
+  // Another process takes the lock; the first holder releasing again changes nothing.
+  const next = await acquireWriterLock(storeAs(hookedFs(fs), 200).context, dir);
+  const held = new TextDecoder().decode(await fs.readFile(lock));
+  await first.release();
+  assert.equal(new TextDecoder().decode(await fs.readFile(lock)), held);
+  assert.equal(next.released, false);
+  await next.release();
+  await assert.rejects(fs.lstat(lock));
 });
