@@ -409,3 +409,27 @@ test("a released writer lock says so, and releasing it again leaves the next hol
   await next.release();
   await assert.rejects(fs.lstat(lock));
 });
+
+test("copyInto writes a writer lock's record into another directory only while its file holds it", async () => {
+  const { fs, dir } = await setup();
+  const lock = `${dir}/${WRITER_LOCK_FILE}`;
+  const held = await acquireWriterLock(storeAs(fs, 100).context, dir);
+  await fs.mkdir("/copy");
+  await held.copyInto("/copy");
+  assert.deepEqual(await fs.readFile(`/copy/${WRITER_LOCK_FILE}`), await fs.readFile(lock));
+  // Its file replaced by another process's record: nothing of that record is copied.
+  const other = { pid: 200, host: HOST, startedAt: "2020-01-01T00:00:00.000Z", token: "other" };
+  await fs.writeFile(lock, encoder.encode(JSON.stringify(other)));
+  await fs.mkdir("/copy2");
+  await held.copyInto("/copy2");
+  assert.deepEqual(await names(fs, "/copy2"), []);
+  await held.release();
+  assert.equal(new TextDecoder().decode(await fs.readFile(lock)), JSON.stringify(other));
+  // A lock without a file (a store without a probe) has nothing to copy.
+  await fs.remove(lock);
+  const registered = await acquireWriterLock(storeAs(fs, null).context, dir);
+  await fs.mkdir("/copy3");
+  await registered.copyInto("/copy3");
+  assert.deepEqual(await names(fs, "/copy3"), []);
+  await registered.release();
+});
