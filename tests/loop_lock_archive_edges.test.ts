@@ -433,3 +433,38 @@ test("copyInto writes a writer lock's record into another directory only while i
   assert.deepEqual(await names(fs, "/copy3"), []);
   await registered.release();
 });
+
+test("a takeover whose marker cannot be removed fails with the storage error; the marker is stale after", async () => {
+  const { fs, dir } = await setup();
+  const lock = `${dir}/${WRITER_LOCK_FILE}`;
+  const dead = { pid: 999, host: HOST, startedAt: "2020-01-01T00:00:00.000Z", token: "dead" };
+  await fs.writeFile(lock, encoder.encode(JSON.stringify(dead)));
+  const marker = `${lock}.takeover-dead`;
+  let failed = false;
+  const failing = hookedFs(fs, {
+    before(method, args) {
+      if (method === "remove" && args[0] === marker && !failed) {
+        failed = true;
+        throw new FsIoError("EIO", method, marker, "Input/output error");
+      }
+    },
+  });
+  const store = storeAs(failing, 200);
+  const refused = await store.open(dir).then(
+    () => assert.fail("opened although the takeover failed"),
+    (error: unknown) => error,
+  );
+  assert.ok(refused instanceof FsIoError, String(refused));
+  assert.equal(refused.path, marker);
+  // The dead holder's lock is gone; the marker left behind names this process's given-up token,
+  // so the next open takes the lock, and cleanup removes the marker.
+  assert.deepEqual(await names(fs, dir), [
+    "index.json",
+    "messages.jsonl",
+    "meta.json",
+    `${WRITER_LOCK_FILE}.takeover-dead`,
+  ]);
+  await (await store.open(dir)).close();
+  assert.deepEqual((await store.cleanup(CWD)).removed, [marker]);
+  assert.deepEqual(await names(fs, dir), ["index.json", "messages.jsonl", "meta.json"]);
+});
