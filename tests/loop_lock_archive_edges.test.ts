@@ -468,3 +468,39 @@ test("a takeover whose marker cannot be removed fails with the storage error; th
   assert.deepEqual((await store.cleanup(CWD)).removed, [marker]);
   assert.deepEqual(await names(fs, dir), ["index.json", "messages.jsonl", "meta.json"]);
 });
+
+test("a rollback that cannot drop the delete's lock from a staged session fails, keeping it staged", async () => {
+  const { fs, session } = await setup();
+  const id = session.id;
+  await stagedDelete(fs, id, [id]);
+  // The delete held the session's writer lock when it moved the directory: its file went along.
+  const moved = `${STAGING}/${id}/${WRITER_LOCK_FILE}`;
+  const record = { pid: 999, host: HOST, startedAt: "2020-01-01T00:00:00.000Z", token: "dead" };
+  await fs.writeFile(moved, encoder.encode(JSON.stringify(record)));
+  let broken = true;
+  const failing = hookedFs(fs, {
+    before(method, args) {
+      if (broken && method === "remove" && args[0] === moved) {
+        throw new FsIoError("EIO", method, moved, "Input/output error");
+      }
+    },
+  });
+  const store = storeAs(failing, 100);
+  await assert.rejects(store.cleanup(CWD), (error: unknown) => {
+    assert.ok(error instanceof FsIoError, String(error));
+    assert.equal(error.path, moved);
+    return true;
+  });
+  // Still staged, and listed from there with the membership its rollback restores.
+  assert.deepEqual(await names(fs, STAGING), [id, "intent.json"]);
+  assert.deepEqual((await store.list(CWD)).map((s) => s.id), [id]);
+  assert.deepEqual(await store.archive.list(CWD), [id]);
+  // Once the fault clears, the rollback puts it back without the lock.
+  broken = false;
+  assert.deepEqual((await store.cleanup(CWD)).restored, [STAGING]);
+  assert.deepEqual(await names(fs, session.getSessionPath()), [
+    "index.json",
+    "messages.jsonl",
+    "meta.json",
+  ]);
+});
