@@ -1,0 +1,218 @@
+// The child request lifecycle at its edges: a child directory found where an interrupted
+// acceptance would publish its child but not built from that request (never adopted, never
+// removed), a folded parent whose children.json is of the mirror schema, a mirror session asked
+// to publish or process requests, another pending request that turns out no file or unreadable,
+// and an active child the ledger does not hold.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import type { MemoryFs } from "../adapters/memory.ts";
+import {
+  ChildRequestError,
+  type CreatedSession,
+  LayoutRecordError,
+  listPendingChildRequests,
+  processNextChildRequest,
+  publishChildRequest,
+  readChildOutcome,
+  recordChildOutcome,
+  SessionPaths,
+  UnsupportedLayoutError,
+} from "../layout.ts";
+import { FsIoError } from "../src/port/errors.ts";
+import {
+  childRequest,
+  deterministic,
+  engineOutcome,
+  newRepo,
+  newRoot,
+  patchState,
+  readJson,
+  writeJson,
+  writeText,
+} from "./layout_fixtures.ts";
+import { buildMirrorTree, MIRROR_ROOT_ID } from "./fixtures/mirror_tree.ts";
+import { hookedFs } from "./_hooks.ts";
+
+const ROOT_ID = "001_ship-the-ultimate-memory-program";
+const CHILD_ID = "01_phase-0";
+
+async function processNext(fs: MemoryFs) {
+  return await processNextChildRequest(fs, {
+    repoRoot: "/repo",
+    parentSessionId: ROOT_ID,
+    ...deterministic(),
+  });
+}
+
+/**
+ * A root whose acceptance of request `phase-0` stopped after indexing child `01_phase-0` (its
+ * request still pending, its accepted copy written), before the child was published.
+ */
+async function interruptedAcceptance(): Promise<
+  { fs: MemoryFs; root: CreatedSession; bytes: Uint8Array; childDir: string }
+> {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  const { bytes } = await publishChildRequest(fs, root.paths, childRequest("phase-0"));
+  await fs.writeFile(root.paths.acceptedRequest("phase-0"), bytes);
+  await writeJson(fs, root.paths.childrenJson, {
+    schema_version: 2,
+    parent_session_id: ROOT_ID,
+    revision: 1,
+    children: [{
+      session_id: CHILD_ID,
+      request_id: "phase-0",
+      status: "dispatching",
+      accepted_request_ref: "session:/child_requests/accepted/phase-0.json",
+    }],
+  });
+  return { fs, root, bytes, childDir: root.paths.childDir(CHILD_ID) };
+}
+
+test("a child directory not built from the request being accepted is neither adopted nor removed", async () => {
+  const cases = ["no copy", "another request", "copy unreadable", "no state.json"] as const;
+  for (const found of cases) {
+    const { fs, root, bytes, childDir } = await interruptedAcceptance();
+    const copy = `${childDir}/inputs/accepted_request.json`;
+    await fs.mkdir(`${childDir}/inputs`, { recursive: true });
+    await writeText(fs, `${childDir}/notes.md`, "someone's work");
+    if (found === "another request") {
+      await writeJson(fs, copy, childRequest("phase-0", { goal: "Something else" }));
+    }
+    if (found === "copy unreadable") await fs.mkdir(copy);
+    if (found === "no state.json") await fs.writeFile(copy, bytes);
+    const before = fs.snapshotTree("/");
+    await assert.rejects(processNext(fs), (error: unknown) => {
+      assert.ok(error instanceof ChildRequestError, `${found}: ${error}`);
+      assert.equal(error.requestId, "phase-0");
+      assert.equal(error.file, `${root.paths.childRequestsPendingDir}/phase-0.json`);
+      assert.ok(error.message.includes(childDir), error.message);
+      const why = found === "no state.json" ? /has no state\.json/ : /not created from this/;
+      assert.match(error.message, why, found);
+      if (found === "copy unreadable") assert.ok(error.cause instanceof LayoutRecordError);
+      else assert.equal(error.cause, undefined, found);
+      return true;
+    });
+    assert.deepEqual(fs.snapshotTree("/"), before, found);
+    assert.deepEqual(await listPendingChildRequests(fs, root.paths), ["phase-0.json"], found);
+  }
+});
+
+test("a folded parent whose children.json is of the mirror schema dispatches nothing, naming the field", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  await publishChildRequest(fs, root.paths, childRequest("phase-0"));
+  await writeJson(fs, root.paths.childrenJson, { schema_version: 1, children: [] });
+  const before = fs.snapshotTree("/");
+  await assert.rejects(processNext(fs), (error: unknown) => {
+    assert.ok(error instanceof LayoutRecordError, String(error));
+    assert.equal(error.file, root.paths.childrenJson);
+    assert.equal(error.path, "schema_version");
+    assert.equal(error.value, 1);
+    return true;
+  });
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("a mirror session neither publishes nor processes child requests", async () => {
+  const fs = await newRepo();
+  const tree = await buildMirrorTree(fs);
+  const before = fs.snapshotTree("/");
+  const paths = new SessionPaths(tree.rootDir, "mirror");
+  await assert.rejects(
+    publishChildRequest(fs, paths, childRequest("phase-0")),
+    (error: unknown) => {
+      assert.ok(error instanceof UnsupportedLayoutError, String(error));
+      assert.match(error.message, /published in folded sessions/);
+      return true;
+    },
+  );
+  await assert.rejects(
+    processNextChildRequest(fs, {
+      repoRoot: tree.repoRoot,
+      parentSessionId: MIRROR_ROOT_ID,
+      ...deterministic(),
+    }),
+    (error: unknown) => {
+      assert.ok(error instanceof UnsupportedLayoutError, String(error));
+      assert.match(error.message, /processed in folded sessions/);
+      return true;
+    },
+  );
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("another pending request replaced by a directory as it is read holds no request id; one that cannot be read fails the publish", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  const pending = root.paths.childRequestsPendingDir;
+  const other = `${pending}/other.json`;
+  await writeJson(fs, other, childRequest("phase-0"));
+  // Listed as a file, then (before it is read) a directory takes its place.
+  let swapped = false;
+  const swapping = hookedFs(fs, {
+    async after(method, args) {
+      if (method === "readDir" && args[0] === pending && !swapped) {
+        swapped = true;
+        await fs.remove(other);
+        await fs.mkdir(other);
+      }
+    },
+  });
+  const published = await publishChildRequest(swapping, root.paths, childRequest("phase-0"));
+  assert.equal(swapped, true);
+  assert.equal(published.file, `${pending}/phase-0.json`);
+  // A pending file another agent wrote, which the storage fails to read.
+  await fs.remove(other);
+  await writeJson(fs, other, childRequest("phase-1"));
+  const failing = hookedFs(fs, {
+    before(method, args) {
+      if (String(args[0]) === other && method !== "lstat") {
+        throw new FsIoError("EIO", method, other, "injected");
+      }
+    },
+  });
+  const before = fs.snapshotTree("/");
+  await assert.rejects(
+    publishChildRequest(failing, root.paths, childRequest("phase-2")),
+    FsIoError,
+  );
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("an active child the ledger does not hold is refused naming children.json, and nothing is recorded", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  await publishChildRequest(fs, root.paths, childRequest("phase-0"));
+  const accepted = await processNext(fs);
+  if (accepted?.kind !== "accepted") throw new Error("expected acceptance");
+  const childDir = accepted.childDir;
+  await patchState(fs, childDir, { status: "failed" });
+  const goal = String((await readJson(fs, `${childDir}/session.json`)).goal_hash);
+  await writeJson(
+    fs,
+    `${childDir}/session_outcome.json`,
+    engineOutcome("failed", {
+      session_id: accepted.childSessionId,
+      root_session_id: ROOT_ID,
+      goal_sha256: goal,
+      terminal_state_revision: 3,
+      created_at: "2026-04-19T15:00:01Z",
+    }),
+  );
+  const ledger = await readJson(fs, root.paths.childrenJson);
+  await writeJson(fs, root.paths.childrenJson, { ...ledger, children: [] });
+  const before = fs.snapshotTree("/");
+  await assert.rejects(
+    recordChildOutcome(fs, { repoRoot: "/repo", parentSessionId: ROOT_ID, ...deterministic() }),
+    (error: unknown) => {
+      assert.ok(error instanceof LayoutRecordError, String(error));
+      assert.equal(error.file, root.paths.childrenJson);
+      assert.equal(error.path, "children");
+      assert.equal(error.value, accepted.childSessionId);
+      return true;
+    },
+  );
+  assert.deepEqual(fs.snapshotTree("/"), before);
+  assert.equal(await readChildOutcome(fs, root.paths, "phase-0"), undefined);
+});
