@@ -1,0 +1,234 @@
+// Records at their edges: values JSON cannot write are refused naming the file before anything
+// is written; a record that is not UTF-8 (even inside a string) or is a directory is a typed error
+// naming it; session ids are allocated past damaged ledgers but never past unreadable ones; and
+// a goal_met control citing an eval receipt is refused, naming the citation, when the receipt or
+// its legacy acceptance is damaged or gone, or when the session lies outside `.loopy_loop/`.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import type { MemoryFs } from "../adapters/memory.ts";
+import {
+  acceptEvalReceipt,
+  createAttemptArtifacts,
+  createRootSession,
+  LayoutRecordError,
+  readRecord,
+  readTerminalControl,
+  SessionPaths,
+  TopologyError,
+  writeGitReceipt,
+} from "../layout.ts";
+import { FsIoError } from "../src/port/errors.ts";
+import {
+  CONTRACTS,
+  deterministic,
+  evalReceipt,
+  newRepo,
+  newRoot,
+  readJson,
+  writeJson,
+  writeText,
+} from "./layout_fixtures.ts";
+import { hookedFs, withoutNoFollow } from "./_hooks.ts";
+
+const ROOT_ID = "001_ship-the-ultimate-memory-program";
+const ATTEMPT = { iteration: 1, workflowId: "outer", attemptId: "a00000000001" };
+
+test("a snapshot value JSON cannot write is refused naming its file, and the attempt is not created", async () => {
+  const cases: [string, unknown, RegExp][] = [
+    ["undefined", undefined, /not a JSON value/],
+    ["a function", () => 1, /not a JSON value/],
+    ["a BigInt", 10n, /BigInt cannot be written/],
+  ];
+  for (const [what, value, message] of cases) {
+    const fs = await newRepo();
+    const root = await newRoot(fs);
+    const before = fs.snapshotTree("/");
+    const file = `${root.dir}/iterations/0001_outer/workflow_snapshot/a00000000001/a.json`;
+    await assert.rejects(
+      createAttemptArtifacts(fs, root.paths, ATTEMPT, {
+        prompt: "p",
+        pathsMap: {},
+        snapshot: { "a.json": value as never },
+      }),
+      (error: unknown) => {
+        assert.ok(error instanceof LayoutRecordError, `${what}: ${error}`);
+        assert.equal(error.file, file, what);
+        assert.equal(error.path, "", what);
+        assert.match(error.message, message, what);
+        return true;
+      },
+    );
+    assert.deepEqual(fs.snapshotTree("/"), before, what);
+  }
+});
+
+test("a record that is not UTF-8, even inside a string, is a typed error naming the file", async () => {
+  const fs = await newRepo();
+  const file = "/repo/record.json";
+  // `{"name": "<0xff>"}`: a lenient decoder would read a replacement character and parse it.
+  const bytes = new Uint8Array([...new TextEncoder().encode('{"name": "'), 0xff, 0x22, 0x7d]);
+  await fs.writeFile(file, bytes);
+  await assert.rejects(readRecord(fs, file, (value) => value), (error: unknown) => {
+    assert.ok(error instanceof LayoutRecordError, String(error));
+    assert.equal(error.file, file);
+    assert.match(error.message, /not valid UTF-8/);
+    return true;
+  });
+  assert.deepEqual(await fs.readFile(file), bytes);
+});
+
+test("a record that is a directory is a typed error naming it", async () => {
+  const fs = await newRepo();
+  await fs.mkdir("/repo/record.json");
+  await assert.rejects(readRecord(fs, "/repo/record.json", (value) => value), (error: unknown) => {
+    assert.ok(error instanceof LayoutRecordError, String(error));
+    assert.equal(error.file, "/repo/record.json");
+    assert.match(error.message, /not a regular file \(a directory\)/);
+    return true;
+  });
+  assert.equal((await fs.lstat("/repo/record.json")).kind, "directory");
+  // On a port that reads only after looking: a directory swapped in between is refused the same.
+  await fs.remove("/repo/record.json");
+  await writeJson(fs, "/repo/record.json", { name: "a" });
+  let swapped = false;
+  const racing = hookedFs(withoutNoFollow(fs), {
+    async before(method, args) {
+      if (method === "readFile" && args[0] === "/repo/record.json" && !swapped) {
+        swapped = true;
+        await fs.remove("/repo/record.json");
+        await fs.mkdir("/repo/record.json");
+      }
+    },
+  });
+  await assert.rejects(
+    readRecord(racing, "/repo/record.json", (value) => value),
+    (error: unknown) => {
+      assert.ok(error instanceof LayoutRecordError, String(error));
+      assert.equal(error.file, "/repo/record.json");
+      assert.match(error.message, /not a regular file \(a directory\)/);
+      return true;
+    },
+  );
+  assert.equal(swapped, true);
+});
+
+test("a damaged children.json of another tree does not stop a new root; one that cannot be read does", async () => {
+  const fs = await newRepo();
+  const first = await newRoot(fs);
+  await writeText(fs, first.paths.childrenJson, "{ damaged");
+  const second = await newRoot(fs, "Second goal");
+  assert.equal(second.sessionId, "002_second-goal");
+  // The storage fails to read it: an id it records could be given out again, so nothing is made.
+  const failing = hookedFs(fs, {
+    before(method, args) {
+      if (String(args[0]) === first.paths.childrenJson && method !== "lstat") {
+        throw new FsIoError("EIO", method, first.paths.childrenJson, "injected");
+      }
+    },
+  });
+  const before = fs.snapshotTree("/");
+  await assert.rejects(
+    createRootSession(failing, {
+      repoRoot: "/repo",
+      goal: "Third goal",
+      ...CONTRACTS,
+      ...deterministic(),
+    }),
+    FsIoError,
+  );
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+// ---------------------------------------------------------------------------------------------
+// A goal_met control's eval receipt citations
+
+const EVAL_REF = "session:/eval_receipts/tests-pass.json";
+
+const goalMet = {
+  schema_version: 3,
+  state: "stopped",
+  stop_reason: "goal_met",
+  control_id: "done-1",
+  reason: "Every outcome is accepted",
+  created_at: "2026-04-19T15:00:00Z",
+  producer: { session_id: ROOT_ID, workflow_id: "outer", attempt_id: "a26" },
+  eval_receipt_refs: [EVAL_REF],
+};
+const current = { sessionId: ROOT_ID, workflowId: "outer", attemptId: "a26" };
+
+/** A root whose eval receipt `tests-pass` of attempt a26 is accepted; `legacy`: without seals. */
+async function acceptedEval(legacy: boolean): Promise<{ fs: MemoryFs; paths: SessionPaths }> {
+  const fs = await newRepo();
+  const { paths } = await newRoot(fs);
+  if (legacy) {
+    const state = await readJson(fs, paths.stateJson);
+    delete state.accepted_eval_seals;
+    await writeJson(fs, paths.stateJson, state);
+  }
+  const attempt = { iteration: 26, workflowId: "outer", attemptId: "a26" };
+  await createAttemptArtifacts(fs, paths, attempt, { prompt: "p", pathsMap: {} });
+  await writeJson(fs, `${paths.dir}/raw/0026_outer/eval/report.json`, { passed: 3 });
+  await writeGitReceipt(fs, paths, ROOT_ID, attempt, "after", {
+    head: "c0ffee",
+    branch: "main",
+    dirty: false,
+  });
+  await writeJson(fs, paths.evalReceipt("tests-pass"), evalReceipt(ROOT_ID));
+  await acceptEvalReceipt(fs, paths, "tests-pass", { sessionId: ROOT_ID });
+  await writeJson(fs, paths.controlJson, goalMet);
+  return { fs, paths };
+}
+
+function refusedAtCitation(paths: SessionPaths, message: RegExp, cause?: boolean) {
+  return (error: unknown): boolean => {
+    assert.ok(error instanceof LayoutRecordError, String(error));
+    assert.equal(error.file, paths.controlJson);
+    assert.equal(error.path, "eval_receipt_refs[0]", error.message);
+    assert.equal(error.value, EVAL_REF);
+    assert.match(error.message, message);
+    if (cause === true) assert.ok(error.cause instanceof LayoutRecordError, String(error.cause));
+    return true;
+  };
+}
+
+test("a goal_met control citing a legacy acceptance whose sidecar is damaged is refused at the citation", async () => {
+  const { fs, paths } = await acceptedEval(true);
+  assert.ok(await readTerminalControl(fs, paths, current));
+  await writeText(fs, paths.evalAcceptedSidecar("tests-pass"), "{ damaged");
+  const before = fs.snapshotTree("/");
+  await assert.rejects(
+    readTerminalControl(fs, paths, current),
+    refusedAtCitation(paths, /acceptance seal is invalid/, true),
+  );
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("a goal_met control citing an accepted eval receipt that is gone or a directory is refused at the citation", async () => {
+  for (const damage of ["absent", "directory"] as const) {
+    const { fs, paths } = await acceptedEval(false);
+    assert.ok(await readTerminalControl(fs, paths, current));
+    await fs.remove(paths.evalReceipt("tests-pass"));
+    if (damage === "directory") await fs.mkdir(paths.evalReceipt("tests-pass"));
+    const before = fs.snapshotTree("/");
+    await assert.rejects(
+      readTerminalControl(fs, paths, current),
+      damage === "absent"
+        ? refusedAtCitation(paths, /accepted eval receipt is absent/)
+        : refusedAtCitation(paths, /accepted eval receipt is unreadable/, true),
+    );
+    assert.deepEqual(fs.snapshotTree("/"), before, damage);
+  }
+});
+
+test("a goal_met control of a session directory outside .loopy_loop is refused before its citations are read", async () => {
+  const { fs } = await acceptedEval(false);
+  await fs.rename("/repo/.loopy_loop", "/repo/loopy-copy");
+  const before = fs.snapshotTree("/");
+  const moved = new SessionPaths(`/repo/loopy-copy/sessions/${ROOT_ID}`, "folded");
+  await assert.rejects(readTerminalControl(fs, moved, current), (error: unknown) => {
+    assert.ok(error instanceof TopologyError, String(error));
+    assert.match(error.message, /not inside a \.loopy_loop directory/);
+    return true;
+  });
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
