@@ -2,7 +2,8 @@
 // acceptance would publish its child but not built from that request (never adopted, never
 // removed), a folded parent whose children.json is of the mirror schema, a mirror session asked
 // to publish or process requests, another pending request that turns out no file or unreadable,
-// and an active child the ledger does not hold.
+// an active child the ledger does not hold or already records finished, and rejection slots
+// taken by a directory, a link or an unreadable leftover receipt.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
@@ -16,6 +17,8 @@ import {
   readChildOutcome,
   recordChildOutcome,
   SessionPaths,
+  SessionStateError,
+  sha256Ref,
   UnsupportedLayoutError,
 } from "../layout.ts";
 import { FsIoError } from "../src/port/errors.ts";
@@ -27,6 +30,7 @@ import {
   newRoot,
   patchState,
   readJson,
+  readText,
   writeJson,
   writeText,
 } from "./layout_fixtures.ts";
@@ -215,4 +219,80 @@ test("an active child the ledger does not hold is refused naming children.json, 
   );
   assert.deepEqual(fs.snapshotTree("/"), before);
   assert.equal(await readChildOutcome(fs, root.paths, "phase-0"), undefined);
+});
+
+test("a parent still pointing at a child its ledger records finished dispatches no other child", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  await publishChildRequest(fs, root.paths, childRequest("first"));
+  const accepted = await processNext(fs);
+  if (accepted?.kind !== "accepted") throw new Error("expected acceptance");
+  // The outcome's recording stopped after the ledger took the child's status, before the state
+  // let the child go.
+  const ledger = await readJson(fs, root.paths.childrenJson);
+  const [record] = ledger.children as Record<string, unknown>[];
+  await writeJson(fs, root.paths.childrenJson, {
+    ...ledger,
+    children: [{ ...record, status: "failed" }],
+  });
+  await publishChildRequest(fs, root.paths, childRequest("second"));
+  const before = fs.snapshotTree("/");
+  await assert.rejects(processNext(fs), (error: unknown) => {
+    assert.ok(error instanceof SessionStateError, String(error));
+    assert.ok(error.message.includes(`outcome of child ${accepted.childSessionId}`), error.message);
+    return true;
+  });
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("a rejection never archives under a name whose receipt slot holds a directory or a link", async () => {
+  for (const planted of ["directory", "symlink"] as const) {
+    const fs = await newRepo();
+    const root = await newRoot(fs);
+    const rejected = root.paths.childRequestsRejectedDir;
+    await fs.mkdir(rejected, { recursive: true });
+    const slot = `${rejected}/dup.json.receipt.json`;
+    if (planted === "directory") await fs.mkdir(slot);
+    else {
+      await writeText(fs, "/repo/outside.json", "{}");
+      await fs.symlink("/repo/outside.json", slot);
+    }
+    await writeText(fs, `${root.paths.childRequestsPendingDir}/dup.json`, "{broken");
+    const result = await processNext(fs);
+    assert.equal(result?.kind, "rejected", planted);
+    if (result?.kind !== "rejected") continue;
+    const hash = sha256Ref(new TextEncoder().encode("{broken")).slice(7, 15);
+    assert.equal(result.archivedFile, `${rejected}/dup.${hash}.json`, planted);
+    assert.equal((await fs.lstat(slot)).kind, planted, planted);
+    if (planted === "symlink") assert.equal(await readText(fs, "/repo/outside.json"), "{}");
+    await assert.rejects(fs.lstat(`${rejected}/dup.json`), { code: "ENOENT" });
+  }
+});
+
+test("a receipt left in a rejection's slot that cannot be read fails the rejection; the request stays pending", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  const rejected = root.paths.childRequestsRejectedDir;
+  await fs.mkdir(rejected, { recursive: true });
+  const slot = `${rejected}/dup.json.receipt.json`;
+  await writeJson(fs, slot, { leftover: true });
+  await writeText(fs, `${root.paths.childRequestsPendingDir}/dup.json`, "{broken");
+  const failing = hookedFs(fs, {
+    before(method, args) {
+      if (String(args[0]) === slot && method !== "lstat") {
+        throw new FsIoError("EIO", method, slot, "injected");
+      }
+    },
+  });
+  const before = fs.snapshotTree("/");
+  await assert.rejects(
+    processNextChildRequest(failing, {
+      repoRoot: "/repo",
+      parentSessionId: ROOT_ID,
+      ...deterministic(),
+    }),
+    FsIoError,
+  );
+  assert.deepEqual(fs.snapshotTree("/"), before);
+  assert.deepEqual(await listPendingChildRequests(fs, root.paths), ["dup.json"]);
 });
