@@ -1,6 +1,7 @@
 // prune-raw at the edges of what it may touch: a state.json or raw/ of the wrong kind, linked
 // maintenance directories and session-tree entries, entries that vanish or fail while pruning is
-// planned or carried out. What it cannot judge it keeps and reports; an I/O error fails the call.
+// planned or carried out (a session removed meanwhile included). What it cannot judge it keeps and
+// reports; an I/O error fails the call.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
@@ -272,4 +273,40 @@ test("an attempt listed but not found by its name when it is moved aside is unre
   assert.match(skip?.detail ?? "", /cannot be reached by its name/);
   assert.equal((await fs.lstat(`${stuck}/eval/report.json`)).kind, "file");
   assert.deepEqual(removedPaths(report), tree.prunable.filter((dir) => dir !== stuck).sort());
+});
+
+test("a running tree's traces with a linked sessions/ are kept, and nothing behind the link is planned", async () => {
+  for (const dryRun of [true, false]) {
+    const { fs, tree } = await folded(); // the child runs an attempt: its root's traces stay
+    await fs.mkdir(`/elsewhere/.pruning-0000abcd-${tree.rootId}`, { recursive: true });
+    await writeText(fs, `/elsewhere/.pruning-0000abcd-${tree.rootId}/trace.json`, "{}");
+    const traces = `${tree.loopyRoot}/traces/${tree.rootId}`;
+    await fs.mkdir(traces, { recursive: true });
+    await fs.symlink("/elsewhere", `${traces}/sessions`);
+    const report = await pruneRaw(fs, tree.loopyRoot, { legacyTraces: true, dryRun });
+    assert.equal(skipOf(report, traces)?.reason, "running_attempt");
+    assert.ok(!report.removed.some((entry) => entry.path.startsWith(traces)), `${dryRun}`);
+    assert.equal(
+      (await fs.lstat(`/elsewhere/.pruning-0000abcd-${tree.rootId}/trace.json`)).kind,
+      "file",
+    );
+  }
+});
+
+test("a session directory removed while prune looks for temp files in it is not an error", async () => {
+  const { fs, tree } = await folded();
+  let removed = false;
+  const view = hookedFs(fs, {
+    async before(method, args) {
+      if (method === "readDir" && args[0] === tree.child.dir && !removed) {
+        removed = true;
+        await fs.remove(tree.child.dir, { recursive: true });
+      }
+    },
+  });
+  const report = await pruneRaw(view, tree.loopyRoot);
+  assert.equal(removed, true);
+  assert.deepEqual(removedPaths(report), rootAttempts(tree));
+  const childAttempt = tree.prunable.find((dir) => dir.startsWith(`${tree.child.dir}/`))!;
+  assert.equal(skipOf(report, childAttempt)?.reason, "vanished");
 });
