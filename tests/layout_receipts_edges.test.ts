@@ -1,7 +1,7 @@
 // Eval acceptance at its edges: a git-after receipt that is absent or unreadable, a legacy state
 // without seals accepting the same bytes again, a sidecar the state does not seal (valid and
-// different, or damaged), a damaged sidecar of a sealed acceptance, and a damaged seal written
-// into the state while the acceptance is verified.
+// different, or damaged), a sidecar of a sealed acceptance that is damaged or differs from its seal,
+// and a damaged seal written into the state while the acceptance is verified.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
@@ -177,4 +177,25 @@ test("a damaged seal written into the state while an acceptance is verified is r
   >;
   assert.deepEqual(seals[key], { eval_id: "ev-1" });
   await assert.rejects(fs.lstat(paths.evalAcceptedSidecar("ev-1")), { code: "ENOENT" });
+});
+
+test("a sidecar of a sealed acceptance differing from its seal by a list's length or a key's name is written again", async () => {
+  const { fs, paths, sessionId } = await evalReady();
+  const first = await acceptEvalReceipt(fs, paths, "ev-1", { sessionId, ...deterministic() });
+  const sidecar = paths.evalAcceptedSidecar("ev-1");
+  const sealed = await fs.readFile(sidecar);
+  const found = await readJson(fs, sidecar);
+  const { accepted_at: _time, ...rest } = found;
+  const damaged: [string, string][] = [
+    ["a shorter list", JSON.stringify({ ...found, raw_report_refs: [] })],
+    // As many keys, one of them not the seal's (named as an inherited property is named).
+    ["another key", JSON.stringify({ ...rest, ["__proto__"]: {} })],
+  ];
+  assert.match(damaged[1]![1], /"__proto__":\{\}/);
+  for (const [what, text] of damaged) {
+    await writeText(fs, sidecar, text);
+    const again = await acceptEvalReceipt(fs, paths, "ev-1", { sessionId, now: LATER });
+    assert.deepEqual(again, first, what);
+    assert.deepEqual(await fs.readFile(sidecar), sealed, what);
+  }
 });
