@@ -1,8 +1,7 @@
-// Records at their edges: values JSON cannot write are refused naming the file before anything
-// is written; a record that is not UTF-8 (even inside a string) or is a directory is a typed error
-// naming it; session ids are allocated past damaged ledgers but never past unreadable ones; and
-// a goal_met control citing an eval receipt is refused, naming the citation, when the receipt or
-// its legacy acceptance is damaged or gone, or when the session lies outside `.loopy_loop/`.
+// Records at their edges: values JSON cannot write, records not UTF-8 or a directory, frozen files
+// not UTF-8 (each a typed error naming the file, nothing written); ids allocated past damaged but
+// never unreadable ledgers; goal_met eval citations whose receipt or legacy acceptance is damaged or
+// gone, or whose session lies outside `.loopy_loop/` (refused naming the citation).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
@@ -10,6 +9,7 @@ import {
   acceptEvalReceipt,
   createAttemptArtifacts,
   createRootSession,
+  ImmutableArtifactError,
   LayoutRecordError,
   readRecord,
   readTerminalControl,
@@ -230,5 +230,28 @@ test("a goal_met control of a session directory outside .loopy_loop is refused b
     assert.match(error.message, /not inside a \.loopy_loop directory/);
     return true;
   });
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("a frozen snapshot file that is not UTF-8 is never taken for the record being frozen", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  const dir = `${root.dir}/iterations/0001_outer/workflow_snapshot/a00000000001`;
+  await fs.mkdir(dir, { recursive: true });
+  const bytes = new Uint8Array([0x7b, 0x22, 0x61, 0x22, 0x3a, 0x22, 0xff, 0x22, 0x7d]); // {"a":"?"}
+  await fs.writeFile(`${dir}/a.json`, bytes);
+  const before = fs.snapshotTree("/");
+  await assert.rejects(
+    createAttemptArtifacts(fs, root.paths, ATTEMPT, {
+      prompt: "p",
+      pathsMap: {},
+      snapshot: { "a.json": { a: "\ufffd" } },
+    }),
+    (error: unknown) => {
+      assert.ok(error instanceof ImmutableArtifactError, String(error));
+      assert.equal(error.file, `${dir}/a.json`);
+      return true;
+    },
+  );
   assert.deepEqual(fs.snapshotTree("/"), before);
 });
