@@ -1,15 +1,14 @@
-// The child request lifecycle at its edges: a child directory found where an interrupted
-// acceptance would publish its child but not built from that request (never adopted, never
-// removed), a folded parent whose children.json is of the mirror schema, a mirror session asked
-// to publish or process requests, another pending request that turns out no file or unreadable,
-// an active child the ledger does not hold or already records finished, and rejection slots
-// taken by a directory, a link or an unreadable leftover receipt.
+// The child request lifecycle at its edges: a child directory not built from the request being
+// accepted, a mirror-schema ledger in a folded parent, mirror sessions, pending requests that turn
+// out no file or unreadable, an active child the ledger lacks or records finished, a forged child
+// outcome, and rejection slots taken by a directory, a link or an unreadable receipt.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
 import {
   ChildRequestError,
   type CreatedSession,
+  ImmutableArtifactError,
   LayoutRecordError,
   listPendingChildRequests,
   processNextChildRequest,
@@ -295,4 +294,43 @@ test("a receipt left in a rejection's slot that cannot be read fails the rejecti
   );
   assert.deepEqual(fs.snapshotTree("/"), before);
   assert.deepEqual(await listPendingChildRequests(fs, root.paths), ["dup.json"]);
+});
+
+test("a child outcome record found with other contents is never overwritten, and the parent keeps its child", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  await publishChildRequest(fs, root.paths, childRequest("phase-0"));
+  const accepted = await processNext(fs);
+  if (accepted?.kind !== "accepted") throw new Error("expected acceptance");
+  const childDir = accepted.childDir;
+  await patchState(fs, childDir, { status: "failed" });
+  const goal = String((await readJson(fs, `${childDir}/session.json`)).goal_hash);
+  await writeJson(
+    fs,
+    `${childDir}/session_outcome.json`,
+    engineOutcome("failed", {
+      session_id: accepted.childSessionId,
+      root_session_id: ROOT_ID,
+      goal_sha256: goal,
+      terminal_state_revision: 3,
+      created_at: "2026-04-19T15:00:01Z",
+    }),
+  );
+  const outcomeFile = root.paths.childOutcome("phase-0");
+  await fs.mkdir(`${root.dir}/child_outcomes`, { recursive: true });
+  await writeJson(fs, outcomeFile, { schema_version: 2, request_id: "phase-0", forged: true });
+  const before = fs.snapshotTree("/");
+  await assert.rejects(
+    recordChildOutcome(fs, { repoRoot: "/repo", parentSessionId: ROOT_ID, ...deterministic() }),
+    (error: unknown) => {
+      assert.ok(error instanceof ImmutableArtifactError, String(error));
+      assert.equal(error.file, outcomeFile);
+      return true;
+    },
+  );
+  assert.deepEqual(fs.snapshotTree("/"), before);
+  assert.equal(
+    (await readJson(fs, root.paths.stateJson)).active_child_session_id,
+    accepted.childSessionId,
+  );
 });
