@@ -1,7 +1,7 @@
 // Records at their edges: values JSON cannot write, records not UTF-8 or a directory, frozen files
-// not UTF-8 (each a typed error naming the file, nothing written); ids allocated past damaged but
-// never unreadable ledgers; goal_met eval citations whose receipt or legacy acceptance is damaged or
-// gone, or whose session lies outside `.loopy_loop/` (refused naming the citation).
+// not UTF-8, an outcome file holding no object (typed errors naming the file, nothing written); ids
+// allocated past damaged, never unreadable, ledgers; goal_met eval citations whose receipt or legacy
+// acceptance is damaged or gone, or whose session lies outside `.loopy_loop/`.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
@@ -16,15 +16,18 @@ import {
   SessionPaths,
   TopologyError,
   writeGitReceipt,
+  writeSessionOutcome,
 } from "../layout.ts";
 import { FsIoError } from "../src/port/errors.ts";
 import {
+  commitTerminalState,
   CONTRACTS,
   deterministic,
   evalReceipt,
   newRepo,
   newRoot,
   readJson,
+  stoppedOutcome,
   writeJson,
   writeText,
 } from "./layout_fixtures.ts";
@@ -254,4 +257,31 @@ test("a frozen snapshot file that is not UTF-8 is never taken for the record bei
     },
   );
   assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("a session_outcome.json found holding no object is never overwritten: the whole record differs", async () => {
+  for (const planted of ["null", '"done"', "7"]) {
+    const fs = await newRepo();
+    const root = await newRoot(fs);
+    const paths = root.paths;
+    await commitTerminalState(fs, paths.dir, "max_turns", 3, "2026-04-19T15:00:01Z");
+    await writeText(fs, paths.sessionOutcomeJson, planted);
+    const before = fs.snapshotTree("/");
+    await assert.rejects(
+      writeSessionOutcome(
+        fs,
+        paths,
+        stoppedOutcome(ROOT_ID, root.manifest.goal_hash, 3, {
+          terminalAt: "2026-04-19T15:00:01Z",
+        }),
+      ),
+      (error: unknown) => {
+        assert.ok(error instanceof ImmutableArtifactError, `${planted}: ${error}`);
+        assert.equal(error.file, paths.sessionOutcomeJson);
+        assert.equal(error.path, "", planted);
+        return true;
+      },
+    );
+    assert.deepEqual(fs.snapshotTree("/"), before, planted);
+  }
 });
