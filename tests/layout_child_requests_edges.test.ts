@@ -1,7 +1,7 @@
 // The child request lifecycle at its edges: a child directory not built from the request being
 // accepted, a mirror-schema ledger in a folded parent, mirror sessions, pending requests that turn
 // out no file or unreadable, an active child the ledger lacks or records finished, a forged child
-// outcome, and rejection slots taken by a directory, a link or an unreadable receipt.
+// outcome, siblings' records kept, rejection slots taken by a directory, link or unreadable receipt.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
@@ -333,4 +333,47 @@ test("a child outcome record found with other contents is never overwritten, and
     (await readJson(fs, root.paths.stateJson)).active_child_session_id,
     accepted.childSessionId,
   );
+});
+
+/** Ends the child at `childDir` as failed at revision 3, with its own outcome. */
+async function failChild(fs: MemoryFs, childId: string, childDir: string): Promise<void> {
+  await patchState(fs, childDir, { status: "failed" });
+  const goal = String((await readJson(fs, `${childDir}/session.json`)).goal_hash);
+  await writeJson(
+    fs,
+    `${childDir}/session_outcome.json`,
+    engineOutcome("failed", {
+      session_id: childId,
+      root_session_id: ROOT_ID,
+      goal_sha256: goal,
+      terminal_state_revision: 3,
+      created_at: "2026-04-19T15:00:01Z",
+    }),
+  );
+}
+
+test("recording a child's outcome leaves the ledger records of its earlier siblings as they were", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  const options = { repoRoot: "/repo", parentSessionId: ROOT_ID, ...deterministic() };
+  const ledgerRecords = async () =>
+    (await readJson(fs, root.paths.childrenJson)).children as Record<string, unknown>[];
+  const ids: string[] = [];
+  let firstRecord: Record<string, unknown> | undefined;
+  for (const request of ["first", "second"]) {
+    await publishChildRequest(fs, root.paths, childRequest(request));
+    const accepted = await processNext(fs);
+    if (accepted?.kind !== "accepted") throw new Error("expected acceptance");
+    ids.push(accepted.childSessionId);
+    await failChild(fs, accepted.childSessionId, accepted.childDir);
+    await recordChildOutcome(fs, options);
+    // The first child's record once it finished, before its sibling ran.
+    firstRecord ??= (await ledgerRecords())[0];
+  }
+  const children = await ledgerRecords();
+  assert.deepEqual(children.map((c) => c.session_id), ids);
+  assert.deepEqual(children[0], firstRecord);
+  assert.equal(children[0]?.outcome_ref, "session:/child_outcomes/first.json");
+  assert.equal(children[1]?.status, "failed");
+  assert.equal(children[1]?.outcome_ref, "session:/child_outcomes/second.json");
 });
