@@ -1,7 +1,7 @@
 // The child request lifecycle at its edges: a child directory not built from the request being
 // accepted, a mirror-schema ledger in a folded parent, mirror sessions, pending requests that turn
 // out no file or unreadable, an active child the ledger lacks or records finished, a forged child
-// outcome, siblings' records kept, rejection slots taken by a directory, link or unreadable receipt.
+// outcome, siblings' records kept, rejection slots taken by a directory, a link or a bad receipt.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
