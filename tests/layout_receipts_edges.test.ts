@@ -1,6 +1,6 @@
 // Eval acceptance at its edges: a git-after receipt that is absent or unreadable, a legacy state
 // without seals accepting the same bytes again, a sidecar the state does not seal (valid and
-// different, or damaged), a sidecar of a sealed acceptance that is damaged or differs from its seal,
+// different, or damaged), a sealed acceptance's sidecar that is damaged or differs from its seal,
 // and a damaged seal written into the state while the acceptance is verified.
 import { test } from "node:test";
 import assert from "node:assert/strict";

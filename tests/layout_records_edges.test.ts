@@ -1,7 +1,7 @@
 // Records at their edges: values JSON cannot write, records not UTF-8 or a directory, frozen files
 // not UTF-8, an outcome file holding no object (typed errors naming the file, nothing written); ids
-// allocated past damaged, never unreadable, ledgers; goal_met eval citations whose receipt or legacy
-// acceptance is damaged or gone, or whose session lies outside `.loopy_loop/`.
+// allocated past damaged, never unreadable, ledgers; goal_met eval citations whose receipt or
+// legacy acceptance is damaged or gone, or whose session lies outside `.loopy_loop/`.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
