@@ -1,7 +1,7 @@
-// The child request lifecycle at its edges: a child directory not built from the request being
-// accepted, a mirror-schema ledger in a folded parent, mirror sessions, pending requests that turn
-// out no file or unreadable, an active child the ledger lacks or records finished, a forged child
-// outcome, siblings' records kept, rejection slots taken by a directory, a link or a bad receipt.
+// The child request lifecycle at its edges: a child directory not built from its request, a
+// mirror-schema ledger in a folded parent, mirror sessions, pending requests or declared inputs that
+// change as they are read, an active child the ledger lacks or records finished, a forged outcome,
+// siblings' records kept, rejection slots taken by a directory, a link or an unreadable receipt.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
@@ -376,4 +376,48 @@ test("recording a child's outcome leaves the ledger records of its earlier sibli
   assert.equal(children[0]?.outcome_ref, "session:/child_outcomes/first.json");
   assert.equal(children[1]?.status, "failed");
   assert.equal(children[1]?.outcome_ref, "session:/child_outcomes/second.json");
+});
+
+test("a declared input that vanishes or changes while it is read rejects the request, freezing nothing", async () => {
+  for (const race of ["vanishes", "grows"] as const) {
+    const fs = await newRepo();
+    const root = await newRoot(fs);
+    const spec = `${root.dir}/project_state/tasks/spec.md`;
+    await writeText(fs, spec, "# Spec\n");
+    await publishChildRequest(
+      fs,
+      root.paths,
+      childRequest("with-spec", { input_refs: ["session:/project_state/tasks/spec.md"] }),
+    );
+    let raced = false;
+    const view = hookedFs(fs, {
+      async before(method, args) {
+        const reading = method === "readFile" || method === "readFileNoFollow";
+        if (race === "vanishes" && reading && args[0] === spec && !raced) {
+          raced = true;
+          await fs.remove(spec);
+        }
+      },
+      async after(method, args) {
+        const reading = method === "readFile" || method === "readFileNoFollow";
+        if (race === "grows" && reading && args[0] === spec && !raced) {
+          raced = true;
+          await fs.writeFile(spec, new TextEncoder().encode("# Spec\nand more\n"));
+        }
+      },
+    });
+    const result = await processNextChildRequest(view, {
+      repoRoot: "/repo",
+      parentSessionId: ROOT_ID,
+      ...deterministic(),
+    });
+    assert.equal(raced, true, race);
+    assert.equal(result?.kind, "rejected", race);
+    if (result?.kind !== "rejected") continue;
+    assert.equal(result.receipt.field, "input_refs[0]", race);
+    const why = race === "vanishes" ? /is absent or not a file/ : /changed while it was read/;
+    assert.match(result.receipt.reason, why, race);
+    assert.deepEqual(await fs.readDir(`${root.dir}/children`), [], race);
+    assert.deepEqual((await readJson(fs, root.paths.childrenJson)).children, [], race);
+  }
 });
