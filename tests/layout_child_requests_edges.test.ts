@@ -1,7 +1,7 @@
 // The child request lifecycle at its edges: a child directory not built from its request, a
-// mirror-schema ledger in a folded parent, mirror sessions, pending requests or declared inputs that
-// change as they are read, an active child the ledger lacks or records finished, a forged outcome,
-// siblings' records kept, rejection slots taken by a directory, a link or an unreadable receipt.
+// mirror-schema ledger in a folded parent, mirror sessions, pending requests or declared inputs
+// that change as they are read, an active child the ledger lacks or records finished, a forged
+// outcome, siblings kept, rejection slots taken by a directory, a link or an unreadable receipt.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
