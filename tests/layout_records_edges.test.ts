@@ -285,3 +285,20 @@ test("a session_outcome.json found holding no object is never overwritten: the w
     assert.deepEqual(fs.snapshotTree("/"), before, planted);
   }
 });
+
+test("a state seal that is no object is named by its own key in state.json", async () => {
+  const { fs, paths } = await acceptedEval(false);
+  const state = await readJson(fs, paths.stateJson);
+  const key = "session:/eval_receipts/tests-pass.json";
+  await writeJson(fs, paths.stateJson, { ...state, accepted_eval_seals: { [key]: "accepted" } });
+  const before = fs.snapshotTree("/");
+  await assert.rejects(readTerminalControl(fs, paths, current), (error: unknown) => {
+    refusedAtCitation(paths, /seal is invalid/, true)(error);
+    const cause = (error as LayoutRecordError).cause as LayoutRecordError;
+    assert.equal(cause.file, paths.stateJson);
+    assert.equal(cause.path, `accepted_eval_seals[${JSON.stringify(key)}]`);
+    assert.equal(cause.value, "accepted");
+    return true;
+  });
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
