@@ -421,3 +421,36 @@ test("a declared input that vanishes or changes while it is read rejects the req
     assert.deepEqual((await readJson(fs, root.paths.childrenJson)).children, [], race);
   }
 });
+
+test("a parent that ended marks only its stranded acceptance failed, never a finished child's record", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  const options = { repoRoot: "/repo", parentSessionId: ROOT_ID, ...deterministic() };
+  await publishChildRequest(fs, root.paths, childRequest("first"));
+  const first = await processNext(fs);
+  if (first?.kind !== "accepted") throw new Error("expected acceptance");
+  await failChild(fs, first.childSessionId, first.childDir);
+  await recordChildOutcome(fs, options);
+  // A second acceptance stopped after indexing its child; then the parent ended.
+  await publishChildRequest(fs, root.paths, childRequest("second"));
+  const ledger = await readJson(fs, root.paths.childrenJson);
+  const [finished] = ledger.children as Record<string, unknown>[];
+  await writeJson(fs, root.paths.childrenJson, {
+    ...ledger,
+    revision: (ledger.revision as number) + 1,
+    children: [finished, {
+      session_id: "02_second",
+      request_id: "second",
+      status: "dispatching",
+      accepted_request_ref: "session:/child_requests/accepted/second.json",
+    }],
+  });
+  await patchState(fs, root.dir, { status: "max_turns", current_task: null });
+  await assert.rejects(processNext(fs), SessionStateError);
+  const after = (await readJson(fs, root.paths.childrenJson)).children as Record<
+    string,
+    unknown
+  >[];
+  assert.deepEqual(after[0], finished);
+  assert.equal(after[1]?.status, "failed_dispatch");
+});
