@@ -1,7 +1,7 @@
 // Records at their edges: values JSON cannot write, records not UTF-8 or a directory, frozen files
-// not UTF-8, an outcome file holding no object (typed errors naming the file, nothing written); ids
-// allocated past damaged, never unreadable, ledgers; goal_met eval citations whose receipt or
-// legacy acceptance is damaged or gone, or whose session lies outside `.loopy_loop/`.
+// not UTF-8, outcomes and seals that hold no object (typed errors naming the file and field); a
+// state without a revision; ids allocated past damaged, never unreadable, ledgers; goal_met eval
+// citations whose receipt or legacy acceptance is damaged or gone, or whose session is elsewhere.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
@@ -15,6 +15,7 @@ import {
   readTerminalControl,
   SessionPaths,
   TopologyError,
+  updateSessionState,
   writeGitReceipt,
   writeSessionOutcome,
 } from "../layout.ts";
@@ -301,4 +302,21 @@ test("a state seal that is no object is named by its own key in state.json", asy
     return true;
   });
   assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("a state that records no revision yet is updated to revision 1, everything else kept", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  const { state_revision: _revision, ...older } = await readJson(fs, root.paths.stateJson);
+  await writeJson(fs, root.paths.stateJson, older);
+  const updated = await updateSessionState(fs, root.dir, (state) => {
+    state.iteration = 1;
+  }, { updatedAt: "2026-04-20T00:00:00Z" });
+  assert.equal(updated.state_revision, 1);
+  assert.deepEqual(await readJson(fs, root.paths.stateJson), {
+    ...older,
+    iteration: 1,
+    state_revision: 1,
+    updated_at: "2026-04-20T00:00:00Z",
+  });
 });
