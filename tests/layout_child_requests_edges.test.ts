@@ -11,6 +11,7 @@ import {
   ImmutableArtifactError,
   LayoutRecordError,
   listPendingChildRequests,
+  MAX_CHILD_REQUEST_BYTES,
   processNextChildRequest,
   publishChildRequest,
   readChildOutcome,
@@ -453,4 +454,27 @@ test("a parent that ended marks only its stranded acceptance failed, never a fin
   >[];
   assert.deepEqual(after[0], finished);
   assert.equal(after[1]?.status, "failed_dispatch");
+});
+
+test("a pending file too large to read, met while an interrupted acceptance resumes, is skipped, then rejected unread", async () => {
+  const { fs, root } = await interruptedAcceptance();
+  const pending = root.paths.childRequestsPendingDir;
+  // Considered before phase-0.json, and one byte over the limit.
+  const big = new Uint8Array(MAX_CHILD_REQUEST_BYTES + 1).fill(0x20);
+  await fs.writeFile(`${pending}/a-big.json`, big);
+  const resumed = await processNext(fs);
+  assert.equal(resumed?.kind, "accepted");
+  assert.equal(resumed?.kind === "accepted" && resumed.childSessionId, CHILD_ID);
+  assert.deepEqual(await listPendingChildRequests(fs, root.paths), ["a-big.json"]);
+  // Once the child's outcome is recorded, the big file is rejected without being parsed.
+  await patchState(fs, root.dir, { active_child_session_id: null });
+  const ledger = await readJson(fs, root.paths.childrenJson);
+  const [record] = ledger.children as Record<string, unknown>[];
+  await writeJson(fs, root.paths.childrenJson, {
+    ...ledger,
+    children: [{ ...record, status: "failed" }],
+  });
+  const rejected = await processNext(fs);
+  assert.equal(rejected?.kind, "rejected");
+  assert.match(rejected?.kind === "rejected" ? rejected.receipt.reason : "", /larger than/);
 });
