@@ -1,7 +1,7 @@
 // The child request lifecycle at its edges: a child directory not built from its request, a
 // mirror-schema ledger in a folded parent, mirror sessions, pending requests or declared inputs
-// that change as they are read, an active child the ledger lacks or records finished, a forged
-// outcome, siblings kept, rejection slots taken by a directory, a link or an unreadable receipt.
+// that change as they are read, active children the ledger lacks or records finished, forged or
+// repeated outcomes, siblings kept, rejection slots taken by a directory, a link or a bad receipt.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
@@ -24,6 +24,7 @@ import {
 import { FsIoError } from "../src/port/errors.ts";
 import {
   childRequest,
+  commitTerminalState,
   deterministic,
   engineOutcome,
   newRepo,
@@ -477,4 +478,46 @@ test("a pending file too large to read, met while an interrupted acceptance resu
   const rejected = await processNext(fs);
   assert.equal(rejected?.kind, "rejected");
   assert.match(rejected?.kind === "rejected" ? rejected.receipt.reason : "", /larger than/);
+});
+
+/** A root whose child ended while the root was stopped: the root still names its child. */
+async function endedParent(): Promise<{ fs: MemoryFs; root: CreatedSession }> {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  await publishChildRequest(fs, root.paths, childRequest("phase-0"));
+  const accepted = await processNext(fs);
+  if (accepted?.kind !== "accepted") throw new Error(`not accepted: ${accepted?.kind}`);
+  const revision = Number((await readJson(fs, root.paths.stateJson)).state_revision);
+  await commitTerminalState(fs, root.dir, "stopped", revision + 1, "2026-04-19T15:00:05Z");
+  await failChild(fs, accepted.childSessionId, accepted.childDir);
+  return { fs, root };
+}
+
+test("a rerun that finds the ended parent's child_finished event but cannot make it durable never appends it again", async () => {
+  const { fs, root } = await endedParent();
+  const options = { repoRoot: "/repo", parentSessionId: ROOT_ID, ...deterministic() };
+  // A first run that never fsyncs.
+  const outcome = await recordChildOutcome(fs, { ...options, durability: "ordered" });
+  const events = root.paths.eventsJsonl;
+  // The rerun reads the events file; making it durable then fails, once.
+  let read = false;
+  let failed = false;
+  const failing = hookedFs(fs, {
+    before(method, args) {
+      if (String(args[0]) !== events) return;
+      if (read && !failed && (method === "open" || method === "openNoFollow")) {
+        failed = true;
+        throw new FsIoError("EIO", method, events, "injected");
+      }
+      if (method === "readFile" || method === "readFileNoFollow") read = true;
+    },
+  });
+  const before = fs.snapshotTree("/");
+  assert.deepEqual(await recordChildOutcome(failing, options), outcome);
+  assert.equal(failed, true);
+  assert.deepEqual(fs.snapshotTree("/"), before);
+  const lines = (await readText(fs, events)).split("\n").filter((line) =>
+    line.includes('"child_finished"')
+  );
+  assert.equal(lines.length, 1);
 });
