@@ -6,7 +6,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
 import { LoopyRootError, pruneRaw, type PruneReport } from "../layout.ts";
-import { FsIoError, NotFound } from "../src/port/errors.ts";
+import { FsIoError, NotFound, PermissionDenied } from "../src/port/errors.ts";
 import { newRepo, writeText } from "./layout_fixtures.ts";
 import { buildFoldedTree, type FoldedTree } from "./fixtures/folded_tree.ts";
 import { hookedFs } from "./_hooks.ts";
@@ -309,4 +309,34 @@ test("a session directory removed while prune looks for temp files in it is not 
   assert.deepEqual(removedPaths(report), rootAttempts(tree));
   const childAttempt = tree.prunable.find((dir) => dir.startsWith(`${tree.child.dir}/`))!;
   assert.equal(skipOf(report, childAttempt)?.reason, "vanished");
+});
+
+test("a traces/, outbox or trace sessions/ the filesystem refuses to list is reported and stops nothing else", async () => {
+  for (const dir of ["traces", "trace_finalization_outbox", "traces/ROOT/sessions"]) {
+    const { fs, tree } = await folded(); // the child runs: its root's trace tree is kept
+    const refused = `${tree.loopyRoot}/${dir.replace("ROOT", tree.rootId)}`;
+    await fs.mkdir(refused, { recursive: true });
+    const view = hookedFs(fs, {
+      before(method, args) {
+        if (method === "readDir" && args[0] === refused) {
+          throw new PermissionDenied("readDir", refused);
+        }
+      },
+    });
+    const report = await pruneRaw(view, tree.loopyRoot, { legacyTraces: true });
+    const skip = skipOf(report, refused);
+    assert.equal(skip?.reason, "unreadable", dir);
+    assert.match(skip?.detail ?? "", /Permission denied/, dir);
+    assert.deepEqual(removedPaths(report), [...tree.prunable].sort(), dir);
+    assert.equal((await fs.lstat(refused)).kind, "directory", dir);
+    // A storage fault there still fails the call, as everywhere.
+    const failing = hookedFs(fs, {
+      before(method, args) {
+        if (method === "readDir" && args[0] === refused) {
+          throw new FsIoError("EIO", "readDir", refused, "injected");
+        }
+      },
+    });
+    await assert.rejects(pruneRaw(failing, tree.loopyRoot, { legacyTraces: true }), FsIoError);
+  }
 });

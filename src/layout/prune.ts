@@ -4,7 +4,7 @@
  *
  * @module
  */
-import type { FileSystem } from "../port/fs.ts";
+import type { DirEntry, FileSystem } from "../port/fs.ts";
 import { FsError, NotFound, PermissionDenied } from "../port/errors.ts";
 import { join, NAME_MAX_BYTES, utf8Prefix } from "../port/path.ts";
 import { entryKind, isTempName, readDirIfExists } from "../port/durable.ts";
@@ -78,7 +78,8 @@ export type PruneSkipReason =
   | "manifest_unreadable"
   /**
    * The entry's tree cannot be read to measure it (a path in it too long to reach, a directory in
-   * it that cannot be listed): it is kept, and the detail names the error.
+   * it that cannot be listed), or the directory itself cannot be listed (a `raw/`, `traces/` or the
+   * finalization outbox): it is kept, and the detail names the error.
    */
   | "unreadable"
   /**
@@ -619,6 +620,21 @@ async function usableDir(planner: Planner, base: string, dir: string): Promise<b
 }
 
 /**
+ * The entries of the maintenance directory `dir`; none when the filesystem refuses to list it
+ * (`isRefusedHere`), which is reported (`unreadable`) and stops nothing else, as a `raw/` that
+ * cannot be listed. Any other failure (an I/O error) fails the call.
+ */
+async function listedOrReported(planner: Planner, dir: string): Promise<readonly DirEntry[]> {
+  try {
+    return await planner.fs.readDir(dir);
+  } catch (error) {
+    if (!isRefusedHere(error)) throw error;
+    planner.skip(dir, "unreadable", `The directory cannot be listed: ${error.message}`);
+    return [];
+  }
+}
+
+/**
  * A place of the session tree where sessions may be that the walk could not see (a symlink, a
  * directory without a regular session.json), in the tree `rootSessionId` (`null`: every tree).
  */
@@ -638,7 +654,7 @@ async function planLegacyTraces(
 ): Promise<void> {
   const fs = planner.fs;
   if (await usableDir(planner, root.loopyDir, root.tracesDir)) {
-    for (const entry of await fs.readDir(root.tracesDir)) {
+    for (const entry of await listedOrReported(planner, root.tracesDir)) {
       const path = join(root.tracesDir, entry.name);
       if (entry.kind === "symlink") {
         planner.skip(path, "symlink", "A symlink in traces/ is never followed or removed");
@@ -679,7 +695,7 @@ async function planLegacyTraces(
       // The root's tree is kept: clean leftovers in it, and with a session, prune its part.
       const sessionsDir = join(path, "sessions");
       if ((await chainKind(fs, root.tracesDir, sessionsDir)) !== "directory") continue;
-      for (const child of await fs.readDir(sessionsDir)) {
+      for (const child of await listedOrReported(planner, sessionsDir)) {
         const childPath = join(sessionsDir, child.name);
         if (child.kind === "symlink") {
           if (selected?.has(child.name)) {
@@ -708,7 +724,7 @@ async function planLegacyTraces(
     }
   }
   if (await usableDir(planner, root.loopyDir, root.outboxDir)) {
-    const entries = await fs.readDir(root.outboxDir);
+    const entries = await listedOrReported(planner, root.outboxDir);
     const outcomes = await mapLimit(entries, CONCURRENCY, async (entry) => {
       const path = join(root.outboxDir, entry.name);
       if (entry.kind === "symlink") {
