@@ -340,3 +340,29 @@ test("a traces/, outbox or trace sessions/ the filesystem refuses to list is rep
     await assert.rejects(pruneRaw(failing, tree.loopyRoot, { legacyTraces: true }), FsIoError);
   }
 });
+
+test("a link swapped in for a whole session directory after the plan moves nothing through it", async () => {
+  const { fs, tree } = await folded();
+  let planned = false;
+  let swapped = false;
+  let outside: Record<string, string> = {};
+  const view = hookedFs(fs, {
+    async before(method, args) {
+      if (planned && !swapped && method === "lstat" && args[0] === tree.root.dir) {
+        swapped = true;
+        await fs.rename(tree.root.dir, "/outside-root");
+        await fs.symlink("/outside-root", tree.root.dir);
+        outside = fs.snapshotTree("/outside-root");
+      }
+    },
+  });
+  const report = await pruneRaw(view, tree.loopyRoot, {
+    onProgress: (done) => {
+      if (done === 0) planned = true;
+    },
+  });
+  assert.equal(swapped, true);
+  assert.deepEqual(report.removed, []);
+  for (const dir of tree.prunable) assert.equal(skipOf(report, dir)?.reason, "symlink", dir);
+  assert.deepEqual(fs.snapshotTree("/outside-root"), outside);
+});
