@@ -9,7 +9,7 @@ import { FsError, NotFound, PermissionDenied } from "../port/errors.ts";
 import { join, NAME_MAX_BYTES, utf8Prefix } from "../port/path.ts";
 import { entryKind, isTempName, readDirIfExists } from "../port/durable.ts";
 import { mapLimit } from "../port/limit.ts";
-import { LayoutOptionError, LayoutRecordError } from "./errors.ts";
+import { LayoutOptionError, LayoutRecordError, TopologyError } from "./errors.ts";
 import { manifestLayout } from "./records.ts";
 import { isSafeId } from "./ids.ts";
 import {
@@ -352,9 +352,11 @@ async function isListed(fs: FileSystem, parent: string, name: string): Promise<b
 }
 
 /**
- * Reads what a session is running; an unreadable state is reported, not guessed: malformed, or
- * refused by the filesystem (`PermissionDenied`), which keeps that session's raw output and stops
- * no other session's. An I/O error fails the call, as everywhere (a rerun finishes the job).
+ * Reads what a session is running; an unreadable state is reported, not guessed: malformed,
+ * refused by the filesystem (`PermissionDenied`), or behind a link swapped in on its path since
+ * the session was found (`TopologyError`, never read through), which keeps that session's raw
+ * output and stops no other session's. An I/O error fails the call, as everywhere (a rerun
+ * finishes the job).
  */
 async function readRunningState(fs: FileSystem, dir: string): Promise<RunningState> {
   const file = join(dir, "state.json");
@@ -368,7 +370,9 @@ async function readRunningState(fs: FileSystem, dir: string): Promise<RunningSta
     // The session's own state: one copied from another session says nothing of what this one runs.
     state = await readSessionState(fs, dir);
   } catch (error) {
-    if (error instanceof LayoutRecordError) return { readable: false, detail: error.message };
+    if (error instanceof LayoutRecordError || error instanceof TopologyError) {
+      return { readable: false, detail: error.message };
+    }
     if (error instanceof PermissionDenied) {
       return { readable: false, detail: `state.json cannot be read: ${error.message}` };
     }
