@@ -521,3 +521,40 @@ test("a rerun that finds the ended parent's child_finished event but cannot make
   );
   assert.equal(lines.length, 1);
 });
+
+test("a storage fault looking at a declared input once read leaves the request pending, never rejected", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  const spec = `${root.dir}/project_state/tasks/spec.md`;
+  await writeText(fs, spec, "# Spec\n");
+  await publishChildRequest(
+    fs,
+    root.paths,
+    childRequest("with-spec", { input_refs: ["session:/project_state/tasks/spec.md"] }),
+  );
+  // Once the input is read, its reference is resolved again and then its size looked at: that
+  // last look fails.
+  let read = false;
+  let looks = 0;
+  const failing = hookedFs(fs, {
+    before(method, args) {
+      if (args[0] !== spec) return;
+      if (method === "readFile" || method === "readFileNoFollow") read = true;
+      else if (read && method === "lstat" && ++looks === 2) {
+        throw new FsIoError("EIO", "lstat", spec, "injected");
+      }
+    },
+  });
+  const before = fs.snapshotTree("/");
+  await assert.rejects(
+    processNextChildRequest(failing, {
+      repoRoot: "/repo",
+      parentSessionId: ROOT_ID,
+      ...deterministic(),
+    }),
+    FsIoError,
+  );
+  assert.equal(looks, 2);
+  assert.deepEqual(fs.snapshotTree("/"), before);
+  assert.equal((await processNext(fs))?.kind, "accepted");
+});
