@@ -1,6 +1,6 @@
 // The child request lifecycle at its edges: a child directory not built from its request, a
 // mirror-schema ledger in a folded parent, mirror sessions, pending requests or declared inputs
-// that change as they are read, active children the ledger lacks or records finished, forged or
+// that change or fail as read, active children the ledger lacks or records finished, forged or
 // repeated outcomes, siblings kept, rejection slots taken by a directory, a link or a bad receipt.
 import { test } from "node:test";
 import assert from "node:assert/strict";
