@@ -371,3 +371,23 @@ test("a link swapped in for a whole session directory after the plan moves nothi
     assert.deepEqual(fs.snapshotTree("/outside-root"), outside, `${look}`);
   }
 });
+
+test("an attempt the filesystem refuses to move aside is reported and stops nothing else", async () => {
+  const { fs, tree } = await folded();
+  const [stuck] = rootAttempts(tree) as [string];
+  const view = hookedFs(fs, {
+    before(method, args) {
+      if (method === "rename" && args[0] === stuck) throw new PermissionDenied("rename", stuck);
+    },
+  });
+  const report = await pruneRaw(view, tree.loopyRoot);
+  const skip = skipOf(report, stuck);
+  assert.equal(skip?.reason, "remove_failed");
+  assert.match(skip?.detail ?? "", /Permission denied/);
+  assert.deepEqual(removedPaths(report), tree.prunable.filter((dir) => dir !== stuck).sort());
+  assert.equal((await fs.lstat(`${stuck}/eval/report.json`)).kind, "file");
+  const hidden = Object.keys(fs.snapshotTree("/")).filter((path) => path.includes(".pruning-"));
+  assert.deepEqual(hidden, []);
+  // Once it may be moved, the next prune takes it.
+  assert.deepEqual(removedPaths(await pruneRaw(fs, tree.loopyRoot)), [stuck]);
+});

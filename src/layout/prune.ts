@@ -84,9 +84,9 @@ export type PruneSkipReason =
   | "unreadable"
   /**
    * The entry was moved aside to a hidden `.pruning-*` name (which counts as gone for readers)
-   * but removing its tree failed; the detail names that path and the error, and the next prune
-   * of the same kind tries again (for `traces/` and the finalization outbox, a `legacyTraces`
-   * prune).
+   * but removing its tree failed, or the filesystem refused to move it aside (it is then whole
+   * at its name); the detail names that path and the error, and the next prune of the same kind
+   * tries again (for `traces/` and the finalization outbox, a `legacyTraces` prune).
    */
   | "remove_failed"
   /** The entry disappeared while pruning (another prune removed it). */
@@ -819,14 +819,15 @@ function validateOptions(
  * current task) and every raw directory at or above that iteration (a newer attempt, or one
  * being set up), a mirror session's traces while it runs, a session's raw output when its
  * `state.json` cannot be read (nobody can tell what is running), an entry whose tree cannot be read
- * to measure it (`unreadable`), and one moved aside whose removal failed (`remove_failed`): one
- * such tree stops nothing else, and a rerun tries again. A directory where a session would be
- * that cannot be identified (no regular `session.json`, or one the filesystem refuses to show) is
- * reported once (`manifest_unreadable`) with everything below it kept, and so is the mirror trace
- * tree of its tree (or of every tree, behind a linked `sessions/`), as what runs there is
- * unknown. What runs is read when the plan is made and read again right before each entry is
- * moved aside (in this process, serialized with `updateSessionState` of that session), so an
- * attempt that started after the plan keeps its raw output.
+ * to measure it (`unreadable`), and one the filesystem refuses to move aside or whose removal
+ * failed once moved aside (`remove_failed`): one such tree stops nothing else, and a rerun tries
+ * again. A directory where a session would be that cannot be identified (no regular
+ * `session.json`, or one the filesystem refuses to show) is reported once
+ * (`manifest_unreadable`) with everything below it kept, and so is the mirror trace tree of its
+ * tree (or of every tree, behind a linked `sessions/`), as what runs there is unknown. What runs
+ * is read when the plan is made and read again right before each entry is moved aside (in this
+ * process, serialized with `updateSessionState` of that session), so an attempt that started
+ * after the plan keeps its raw output.
  *
  * Crash safety: deleting a directory tree is not atomic, so each entry is first renamed to a
  * hidden sibling `.pruning-<random>-<name>` in the same directory (the name cut on whole
@@ -1020,6 +1021,14 @@ async function execute(
       try {
         await fs.rename(target.path, at);
       } catch (error) {
+        // Refused by the filesystem (a raw/ this process may not change): kept whole at its name
+        // and reported, as a tree that fails to go is; it stops nothing else.
+        if (isRefusedHere(error)) {
+          return {
+            target,
+            kept: { reason: "remove_failed", detail: `${target.path}: ${error.message}` },
+          };
+        }
         if (!(error instanceof NotFound)) throw error;
         // Listed still, but not found by its name: never said to be gone.
         if (await isListed(fs, parent, target.name)) {
