@@ -391,3 +391,24 @@ test("an attempt the filesystem refuses to move aside is reported and stops noth
   // Once it may be moved, the next prune takes it.
   assert.deepEqual(removedPaths(await pruneRaw(fs, tree.loopyRoot)), [stuck]);
 });
+
+test("a trace directory another prune removes while this one lists it is gone, not an error", async () => {
+  for (const dir of ["traces", "trace_finalization_outbox", "traces/ROOT/sessions"]) {
+    const { fs, tree } = await folded(); // the child runs: its root's trace tree is kept
+    const going = `${tree.loopyRoot}/${dir.replace("ROOT", tree.rootId)}`;
+    await fs.mkdir(`${going}/.pruning-0000abcd-old`, { recursive: true });
+    let removed = false;
+    const view = hookedFs(fs, {
+      async before(method, args) {
+        if (method === "readDir" && args[0] === going && !removed) {
+          removed = true;
+          await fs.remove(going, { recursive: true });
+        }
+      },
+    });
+    const report = await pruneRaw(view, tree.loopyRoot, { legacyTraces: true });
+    assert.equal(removed, true, dir);
+    assert.deepEqual(removedPaths(report), [...tree.prunable].sort(), dir);
+    assert.equal(skipOf(report, going), undefined, dir);
+  }
+});

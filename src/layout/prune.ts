@@ -624,14 +624,16 @@ async function usableDir(planner: Planner, base: string, dir: string): Promise<b
 }
 
 /**
- * The entries of the maintenance directory `dir`; none when the filesystem refuses to list it
- * (`isRefusedHere`), which is reported (`unreadable`) and stops nothing else, as a `raw/` that
- * cannot be listed. Any other failure (an I/O error) fails the call.
+ * The entries of the maintenance directory `dir`; none when it is gone (another prune removed it
+ * since it was looked at) or the filesystem refuses to list it (`isRefusedHere`), which is
+ * reported (`unreadable`) and stops nothing else, as a `raw/` that cannot be listed. Any other
+ * failure (an I/O error) fails the call.
  */
 async function listedOrReported(planner: Planner, dir: string): Promise<readonly DirEntry[]> {
   try {
     return await planner.fs.readDir(dir);
   } catch (error) {
+    if (error instanceof NotFound) return [];
     if (!isRefusedHere(error)) throw error;
     planner.skip(dir, "unreadable", `The directory cannot be listed: ${error.message}`);
     return [];
