@@ -1,5 +1,5 @@
-// The child request lifecycle at its edges: a child directory not built from its request, a
-// mirror-schema ledger in a folded parent, mirror sessions, pending requests or declared inputs
+// The child request lifecycle at its edges: child directories not built from their request or
+// vanishing, a mirror-schema ledger in a folded parent, mirror sessions, pending requests or inputs
 // that change or fail as read, active children the ledger lacks or records finished, forged or
 // repeated outcomes, siblings kept, rejection slots taken by a directory, a link or a bad receipt.
 import { test } from "node:test";
@@ -557,4 +557,37 @@ test("a storage fault looking at a declared input once read leaves the request p
   assert.equal(looks, 2);
   assert.deepEqual(fs.snapshotTree("/"), before);
   assert.equal((await processNext(fs))?.kind, "accepted");
+});
+
+test("a child directory that vanishes while an interrupted acceptance resumes is reported, never rebuilt", async () => {
+  const { fs, root, childDir } = await interruptedAcceptance();
+  await fs.mkdir(childDir, { recursive: true });
+  // Found when the request is admitted (the third look at it, after the two walks of the tree),
+  // gone when the child is checked again before it is adopted.
+  let looks = 0;
+  let gone = false;
+  const view = hookedFs(fs, {
+    async after(method, args) {
+      if (method === "lstat" && args[0] === childDir && ++looks === 3) {
+        gone = true;
+        await fs.remove(childDir, { recursive: true });
+      }
+    },
+  });
+  await assert.rejects(
+    processNextChildRequest(view, {
+      repoRoot: "/repo",
+      parentSessionId: ROOT_ID,
+      ...deterministic(),
+    }),
+    (error: unknown) => {
+      assert.ok(error instanceof ChildRequestError, String(error));
+      assert.equal(error.requestId, "phase-0");
+      assert.match(error.message, /vanished/);
+      return true;
+    },
+  );
+  assert.equal(gone, true);
+  await assert.rejects(fs.lstat(childDir), { code: "ENOENT" });
+  assert.deepEqual(await listPendingChildRequests(fs, root.paths), ["phase-0.json"]);
 });
