@@ -70,10 +70,10 @@ export function encodeJson(value: unknown): Uint8Array {
 export const MAX_RECORD_NESTING = 500;
 
 /**
- * `encodeJson(value)` (with `numbers`, `encodeJsonKeepingNumbers`) of a record to be written to
- * `file`, refused first (a `LayoutRecordError` naming `file` and, where it can be told, the
- * field) when JSON cannot write it (a BigInt, a cycle, a `toJSON` that throws) or what it writes
- * nests deeper than `MAX_RECORD_NESTING` levels. What is judged is what JSON writes: `toJSON`
+ * `encodeJson(value)` (with `numbers`, keeping their texts: `keepingNumbers`) of a record to be
+ * written to `file`, refused first (a `LayoutRecordError` naming `file` and, where it can be told,
+ * the field) when JSON cannot write it (a BigInt, a cycle, a `toJSON` that throws) or what it
+ * writes nests deeper than `MAX_RECORD_NESTING` levels. What is judged is what JSON writes: `toJSON`
  * applied, as `JSON.stringify` applies it.
  */
 export function encodeRecord(value: unknown, file: string, numbers?: NumberTexts): Uint8Array {
@@ -207,7 +207,7 @@ export type NumberTexts = ReadonlyMap<string, string>;
  * Decodes UTF-8 JSON bytes as `decodeJson` does, and collects the text of each number in them
  * (`NumberTexts`): `JSON.parse` keeps only the value (`1.0` reads as `1`, 1745073022123456789 as
  * 1745073022123456800), and a rewrite that keeps the fields it does not change keeps their
- * numbers' texts with `encodeJsonKeepingNumbers`. Needs no `JSON.parse` source access (a reviver's
+ * numbers' texts (`writeJsonAtomic` given them). Needs no `JSON.parse` source access (a reviver's
  * `context.source` is not in Node 20).
  */
 export function decodeJsonNumbers(
@@ -222,17 +222,12 @@ export function decodeJsonNumbers(
 }
 
 /**
- * `encodeJson(value)`, except that a number whose path (see `NumberTexts`) has a text in
- * `numbers` and whose value that text reads as (`Number(text)`, `-0` told from `0`) is written as
- * that text: a number a change left alone keeps its bytes (`1.0`, `1E5`, `1e-07`, `-0.0`, an
- * integer beyond 2^53), and every other number is written as `JSON.stringify` writes it. Every
- * other byte is `encodeJson`'s.
+ * `encodeJson(value)` from `text`, its `JSON.stringify(value, null, 2)`, except that a number
+ * whose path (see `NumberTexts`) has a text in `numbers` and whose value that text reads as
+ * (`Number(text)`, `-0` told from `0`) is written as that text: a number a change left alone keeps
+ * its bytes (`1.0`, `1E5`, `1e-07`, `-0.0`, an integer beyond 2^53), and every other number is
+ * written as `JSON.stringify` writes it. Every other byte is `encodeJson`'s.
  */
-export function encodeJsonKeepingNumbers(value: unknown, numbers: NumberTexts): Uint8Array {
-  return keepingNumbers(value, JSON.stringify(value, null, 2), numbers);
-}
-
-/** `encodeJsonKeepingNumbers` of `value` from `text`, its `JSON.stringify(value, null, 2)`. */
 function keepingNumbers(value: unknown, text: string, numbers: NumberTexts): Uint8Array {
   if (numbers.size === 0) return encoder.encode(asciiEscaped(text));
   let out = "";
@@ -538,7 +533,7 @@ async function ensureTreeDurable(
 /**
  * Atomically replaces `file` with the canonical JSON of `value`; returns the bytes written. With
  * `numbers` (the number texts of the record the value was read from, see `decodeJsonNumbers`),
- * a number whose path and value are unchanged keeps its text (`encodeJsonKeepingNumbers`).
+ * a number whose path and value are unchanged keeps its text (see `keepingNumbers`).
  */
 export async function writeJsonAtomic(
   fs: FileSystem,
