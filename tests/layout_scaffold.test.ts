@@ -450,3 +450,34 @@ test("goal.md and plan.md's layer goal strip and split the goal as the engine's 
     assert.equal(await text(`${created.dir}/goal.md`), goalMd, goal);
   }
 });
+
+test("a record that cannot be written is refused naming the session's own file, never a staging path", async () => {
+  const deep: Record<string, unknown> = {};
+  let level = deep;
+  for (let i = 0; i < 600; i++) level = (level.next = {}) as Record<string, unknown>;
+  const cases: [string, Record<string, unknown>][] = [
+    ["workflow_contract.json", { workflowContract: { ...CONTRACTS.workflowContract, n: 1n } }],
+    ["workflow_roster.json", { workflowRoster: { roles: [], deep } }],
+    ["harness_capability_roster.json", { harnessCapabilityRoster: { n: 2n } }],
+    ["goal_contract.json", { constraints: [{ n: 3n }] }],
+  ];
+  for (const [name, change] of cases) {
+    const fs = await newRepo();
+    await assert.rejects(
+      createRootSession(fs, {
+        repoRoot: "/repo",
+        goal: "Ship the ultimate memory program",
+        ...CONTRACTS,
+        ...deterministic(),
+        ...change,
+      } as never),
+      (error: unknown) => {
+        assert.ok(error instanceof LayoutRecordError, `${name}: ${error}`);
+        assert.equal(error.file, `${ROOT_DIR}/${name}`);
+        return true;
+      },
+    );
+    // Nothing was published, and the staging directory is gone.
+    assert.deepEqual(await fs.readDir("/repo/.loopy_loop/sessions"), [], name);
+  }
+});

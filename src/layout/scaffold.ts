@@ -348,14 +348,20 @@ async function writeNew(fs: FileSystem, path: string, bytes: Uint8Array): Promis
   await fs.writeFile(path, bytes, { mode: PRIVATE_FILE_MODE, createNew: true });
 }
 
-/** Writes the complete scaffold of a session into `dir` (a fresh staging directory). */
+/**
+ * Writes the complete scaffold of a session into `dir` (a fresh staging directory). A record that
+ * cannot be written is refused naming its file in `finalDir`, where the session is published:
+ * the staging directory is removed before the error reaches the caller.
+ */
 async function writeScaffold(
   fs: FileSystem,
   dir: string,
+  finalDir: string,
   spec: ScaffoldSpec,
   options: ResolvedWriteOptions,
 ): Promise<SessionManifest> {
   const paths = new SessionPaths(dir, "folded");
+  const named = new SessionPaths(finalDir, "folded");
   const createdAt = utcSeconds(options.now());
   const hash = (bytes: Uint8Array): string => sha256Ref(bytes, options.sha256);
   for (const relative of SCAFFOLD_DIRECTORIES) {
@@ -401,17 +407,17 @@ async function writeScaffold(
     created_at: createdAt,
   };
   const goalContractBytes = encodeRecord(
-    parseGoalContract(goalContract, paths.goalContractJson),
-    paths.goalContractJson,
+    parseGoalContract(goalContract, named.goalContractJson),
+    named.goalContractJson,
   );
   await writeNew(fs, paths.goalContractJson, goalContractBytes);
-  const contractBytes = encodeRecord(spec.contracts.workflowContract, paths.workflowContractJson);
+  const contractBytes = encodeRecord(spec.contracts.workflowContract, named.workflowContractJson);
   await writeNew(fs, paths.workflowContractJson, contractBytes);
-  const rosterBytes = encodeRecord(spec.contracts.workflowRoster, paths.workflowRosterJson);
+  const rosterBytes = encodeRecord(spec.contracts.workflowRoster, named.workflowRosterJson);
   await writeNew(fs, paths.workflowRosterJson, rosterBytes);
   let harnessSha256 = spec.harnessCapabilityRosterSha256;
   if (spec.harnessCapabilityRoster !== undefined) {
-    const bytes = encodeRecord(spec.harnessCapabilityRoster, paths.harnessCapabilityRosterJson);
+    const bytes = encodeRecord(spec.harnessCapabilityRoster, named.harnessCapabilityRosterJson);
     await writeNew(fs, paths.harnessCapabilityRosterJson, bytes);
     harnessSha256 = hash(bytes);
   }
@@ -442,7 +448,7 @@ async function writeScaffold(
   await writeNew(
     fs,
     paths.sessionJson,
-    encodeJson(parseSessionManifest(manifest, paths.sessionJson)),
+    encodeJson(parseSessionManifest(manifest, named.sessionJson)),
   );
   if (spec.parentSessionId !== null) {
     const parentManifest = parseParentManifest({
@@ -450,7 +456,7 @@ async function writeScaffold(
       parent_session_id: spec.parentSessionId,
       parent_relative_path: "../..",
       created_at: createdAt,
-    }, paths.parentJson);
+    }, named.parentJson);
     await writeNew(fs, paths.parentJson, encodeJson(parentManifest));
   }
   const state = initialSessionState({
@@ -462,22 +468,22 @@ async function writeScaffold(
     workflowRosterSha256: hash(rosterBytes),
     harnessCapabilityRosterSha256: harnessSha256,
   });
-  parseSessionState(state, paths.stateJson);
+  parseSessionState(state, named.stateJson);
   // Held to the depth its readers hold it to (it embeds the workflow contract one level down), so
   // a contract too deep for it is refused here, in staging, never published.
-  await writeNew(fs, paths.stateJson, encodeRecord(state, paths.stateJson));
+  await writeNew(fs, paths.stateJson, encodeRecord(state, named.stateJson));
   await writeNew(fs, paths.gitignore, encodeText(SESSION_GITIGNORE));
   await writeNew(fs, paths.eventsJsonl, new Uint8Array());
   if (spec.goal !== "") await writeNew(fs, paths.goalMd, encodeText(`${pyRstrip(spec.goal)}\n`));
   // Checked, then written in the engine's own key order (the schema's output orders them by its
   // fields).
-  parseControlRecord(NEUTRAL_CONTROL, paths.controlJson);
+  parseControlRecord(NEUTRAL_CONTROL, named.controlJson);
   await writeNew(fs, paths.controlJson, encodeJson(NEUTRAL_CONTROL));
   const ledger = parseChildrenLedger(
     { schema_version: 2, parent_session_id: spec.sessionId, revision: 0, children: [] },
-    paths.childrenJson,
+    named.childrenJson,
   );
-  await writeNew(fs, paths.childrenJson, encodeRecord(ledger, paths.childrenJson));
+  await writeNew(fs, paths.childrenJson, encodeRecord(ledger, named.childrenJson));
   const layerGoal = pyStrip(spec.goal) === ""
     ? goalHash
     : pySplitlines(pyStrip(spec.goal)).join(" ");
@@ -503,7 +509,7 @@ async function writeScaffold(
       delivery_refs: [],
       eval_refs: [],
       updated_at: createdAt,
-    }, paths.handoffJson)),
+    }, named.handoffJson)),
   );
   await writeNew(fs, paths.userUpdatesJsonl, new Uint8Array());
   // Created as the engine creates it, but not one of `SCAFFOLD_FILES`: sessions this library
@@ -537,7 +543,7 @@ async function buildAndPublish(
   let manifest: SessionManifest;
   let published = false;
   try {
-    manifest = await writeScaffold(fs, stagingDir, spec, options);
+    manifest = await writeScaffold(fs, stagingDir, finalDir, spec, options);
     // `stagedPublish` in steps, so a failure is known to come before or after the rename: the
     // tree synced, then renamed into place (`"ordered"`: its checks and the rename, no fsync),
     // then its entry in `scopeDir` synced.
