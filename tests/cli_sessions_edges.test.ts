@@ -1,0 +1,275 @@
+// The `sessions` commands at the edges of what they may touch: paths inside the store's private
+// directories or outside the named collection, a link at a legacy file's name, a legacy file
+// given to compact, a damaged legacy session deleted on purpose, and what listings and cleanups
+// say about a collection they cannot read. Each refusal changes nothing on disk.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs } from "../adapters/memory.ts";
+import { runCli } from "../src/cli/main.ts";
+import type { CliIo } from "../src/cli/output.ts";
+import type { FileSystem } from "../src/port/fs.ts";
+import { memoryIo } from "./_cli_io.ts";
+import { SessionStore, workspaceHash } from "../src/loop/store.ts";
+import { tempNameFor } from "../src/port/durable.ts";
+import { conversation, legacySessionBytes } from "./_fixtures.ts";
+
+const CWD = "/work/project";
+const AGENT = "/home/user/.loop";
+const ROOT = `${AGENT}/sessions`;
+const COLLECTION = `${ROOT}/${workspaceHash(CWD)}`;
+const NOW = Date.parse("2026-03-01T00:00:00Z");
+/** A session id of a legacy file written by hand. */
+const LEGACY = "0f0e0d0c-0b0a-4908-8706-050403020100";
+const DELETING = `${COLLECTION}/.delete-00000000-0000-4000-8000-000000000000`;
+
+interface Run {
+  readonly code: number;
+  readonly out: string;
+  readonly err: string;
+}
+
+/** Runs `loop-sessions --data-dir AGENT sessions args` in CWD (on `fs`, or `through` it). */
+async function sessions(fs: MemoryFs, args: string[], through?: FileSystem): Promise<Run> {
+  const { io, out, err } = memoryIo(fs, CWD, NOW);
+  const used: CliIo = through === undefined ? io : { ...io, fs: through };
+  const code = await runCli(["--data-dir", AGENT, "sessions", ...args], used);
+  return { code, out: out(), err: err() };
+}
+
+/** A store with one saved session in the collection of CWD. */
+async function oneSession(): Promise<{ fs: MemoryFs; id: string; dir: string }> {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT, now: () => NOW });
+  const session = await store.create(CWD);
+  await session.commit(conversation(2));
+  await session.close();
+  return { fs, id: session.id, dir: session.getSessionPath() };
+}
+
+test("a path inside a delete's or a compaction's private directory is refused, naming it", async () => {
+  const { fs, id, dir } = await oneSession();
+  // A delete that staged the session and did not commit, and a compaction's previous copy.
+  await fs.mkdir(DELETING);
+  await fs.writeFile(
+    `${DELETING}/intent.json`,
+    new TextEncoder().encode(
+      JSON.stringify({
+        operation: "delete",
+        ids: [id],
+        entries: [id],
+        archived: [],
+        membersBefore: [],
+      }) + "\n",
+    ),
+  );
+  await fs.rename(dir, `${DELETING}/${id}`);
+  const other = await new SessionStore({ fs, agentDir: AGENT, now: () => NOW }).create(CWD);
+  await other.commit(conversation(1));
+  await other.close();
+  const staging = `${COLLECTION}/.staging-${other.id}-abcdef12`;
+  await fs.mkdir(staging);
+  await fs.rename(other.getSessionPath(), `${staging}/previous`);
+  const before = fs.snapshotTree("/");
+  for (
+    const path of [`${DELETING}/${id}`, `${staging}/previous`, `${staging}/previous/meta.json`]
+  ) {
+    const shown = path.endsWith("meta.json") ? path.slice(0, -"/meta.json".length) : path;
+    for (const args of [["show", path], ["history", path], ["verify", path], ["compact", path]]) {
+      const run = await sessions(fs, args);
+      assert.equal(run.code, 1, `${args.join(" ")}: ${run.out}${run.err}`);
+      assert.equal(run.out, "");
+      assert.equal(
+        run.err,
+        `error: Session path is inside a private staging directory: '${shown}'; name the ` +
+          "session by its id or its collection path\n",
+      );
+    }
+    const deleted = await sessions(fs, ["delete", "--include-unarchived", path]);
+    assert.equal(deleted.code, 1, deleted.err);
+    assert.match(deleted.err, /inside a private staging directory/);
+  }
+  assert.deepEqual(fs.snapshotTree("/"), before);
+  // By its id, each is the store's session, found where it is staged.
+  for (const sessionId of [id, other.id]) {
+    assert.equal((await sessions(fs, ["show", sessionId])).code, 0);
+  }
+});
+
+test("with --dir, a session path of another collection is refused, also when --dir does not exist", async () => {
+  const { fs, dir } = await oneSession();
+  await fs.mkdir(`${ROOT}/other`);
+  const before = fs.snapshotTree("/");
+  for (const explicit of [`${ROOT}/other`, `${ROOT}/missing`]) {
+    for (const sub of ["archive", "restore", "delete"]) {
+      const args = sub === "delete" ? [sub, "--include-unarchived"] : [sub];
+      const run = await sessions(fs, [...args, "--dir", explicit, dir]);
+      assert.equal(run.code, 2, `${sub} --dir ${explicit}: ${run.err}`);
+      assert.equal(
+        run.err,
+        `usage error: '${dir}' is not in the collection '${explicit}'; nothing was changed (name ` +
+          "a session by its id, or its collection with --dir)\n" +
+          "Run 'loop-sessions --help' for the commands.\n",
+      );
+    }
+  }
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("a session under a dot-named directory of the sessions root is no collection's: never touched", async () => {
+  const { fs, id } = await oneSession();
+  // A directory of the sessions root whose name starts with '.' is private: not a collection.
+  const hidden = `${ROOT}/.trash`;
+  const store = new SessionStore({ fs, agentDir: AGENT, sessionDir: hidden, now: () => NOW });
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  await session.close();
+  const leftover = tempNameFor(`${hidden}/archive.json`);
+  await fs.writeFile(leftover, new TextEncoder().encode("{"));
+  const before = fs.snapshotTree("/");
+  const target = session.getSessionPath();
+  for (const sub of ["archive", "restore", "delete"]) {
+    const args = sub === "delete" ? [sub, "--include-unarchived"] : [sub];
+    const run = await sessions(fs, [...args, target]);
+    assert.equal(run.code, 2, `${sub}: ${run.err}`);
+    assert.match(run.err, /is not in a collection of the store/);
+  }
+  assert.deepEqual(fs.snapshotTree("/"), before);
+  // What goes over every collection leaves it out: listed, verified and cleaned are the others.
+  const listed = await sessions(fs, ["list", "--all-workspaces", "--json"]);
+  assert.equal(listed.code, 0, listed.err);
+  assert.deepEqual(JSON.parse(listed.out).sessions.map((s: { id: string }) => s.id), [id]);
+  const verified = await sessions(fs, ["verify", "--all", "--json"]);
+  assert.equal(verified.code, 0, verified.out);
+  assert.equal(JSON.parse(verified.out).length, 1);
+  const cleaned = await sessions(fs, ["cleanup", "--all-workspaces", "--json"]);
+  assert.equal(cleaned.code, 0, cleaned.err);
+  assert.deepEqual(
+    JSON.parse(cleaned.out).collections.map((c: { collection: string }) => c.collection),
+    [COLLECTION],
+  );
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("a session path whose never-migrated <id>.jsonl is a link is refused naming the link, never read", async () => {
+  const { fs } = await oneSession();
+  const file = `${COLLECTION}/${LEGACY}.jsonl`;
+  await fs.writeFile("/elsewhere.jsonl", legacySessionBytes(LEGACY, CWD, conversation(1)));
+  await fs.symlink("/elsewhere.jsonl", file);
+  const before = fs.snapshotTree("/");
+  const refusal = `error: Legacy session file is not a regular file (links are refused) ` +
+    `(in '${file}')\n`;
+  for (const sub of ["show", "history", "compact", "migrate"]) {
+    const run = await sessions(fs, [sub, `${COLLECTION}/${LEGACY}`]);
+    assert.equal(run.code, 1, `${sub}: ${run.out}${run.err}`);
+    assert.equal(run.err, refusal, sub);
+  }
+  // verify reports it as a finding naming the link, as it does when given the file itself.
+  const verified = await sessions(fs, ["verify", `${COLLECTION}/${LEGACY}`, "--json"]);
+  assert.equal(verified.code, 1, verified.err);
+  const [report] = JSON.parse(verified.out);
+  assert.equal(report.ok, false);
+  assert.equal(report.findings[0].file, file);
+  assert.match(report.findings[0].message, /not a regular file/);
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("compact refuses a legacy file not migrated yet, and migrate a session that has no legacy file", async () => {
+  const { fs, dir } = await oneSession();
+  const file = `${COLLECTION}/${LEGACY}.jsonl`;
+  await fs.writeFile(file, legacySessionBytes(LEGACY, CWD, conversation(1)));
+  const before = fs.snapshotTree("/");
+  for (const target of [LEGACY, file]) {
+    const run = await sessions(fs, ["compact", target]);
+    assert.equal(run.code, 2, run.err);
+    assert.equal(
+      run.err,
+      `usage error: '${file}' is a legacy version-2 file; migrate it first, then compact its ` +
+        "directory\nRun 'loop-sessions --help' for the commands.\n",
+    );
+  }
+  const migrated = await sessions(fs, ["migrate", dir]);
+  assert.equal(migrated.code, 2, migrated.out);
+  assert.match(
+    migrated.err,
+    new RegExp(`^usage error: '${dir}' is not a legacy <id>\\.jsonl session file\\n`),
+  );
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("a damaged legacy session is still the store's: delete removes it when asked by name", async () => {
+  const { fs, id } = await oneSession();
+  const file = `${COLLECTION}/${LEGACY}.jsonl`;
+  const torn = legacySessionBytes(LEGACY, CWD, conversation(1));
+  await fs.writeFile(file, torn.subarray(0, torn.length - 5));
+  // The listing reports it as damaged: it cannot be read, yet it is a session of the store.
+  const listed = await sessions(fs, ["list", "--json"]);
+  assert.equal(listed.code, 1);
+  assert.deepEqual(JSON.parse(listed.out).failures.map((f: { path: string }) => f.path), [file]);
+  const refused = await sessions(fs, ["delete", LEGACY]);
+  assert.equal(refused.code, 1);
+  assert.match(refused.err, /not archived/);
+  const deleted = await sessions(fs, ["delete", "--include-unarchived", LEGACY]);
+  assert.equal(deleted.code, 0, deleted.err);
+  assert.equal(deleted.out, `deleted ${LEGACY}\n`);
+  assert.equal(fs.snapshotTree(COLLECTION)[file], undefined);
+  assert.equal((await sessions(fs, ["show", id])).code, 0);
+});
+
+/**
+ * `fs` whose sessions root lists one more collection, `c\uFFFD`, than is there by that name (a
+ * name the runtime decodes lossily, not valid UTF-8).
+ */
+function withLossyCollection(fs: MemoryFs): FileSystem {
+  return new Proxy(fs, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (prop !== "readDir") return typeof value === "function" ? value.bind(target) : value;
+      return async (path: string) => {
+        const entries = await fs.readDir(path);
+        return path === ROOT ? [...entries, { name: "c\uFFFD", kind: "directory" }] : entries;
+      };
+    },
+  });
+}
+
+test("a collection listed by a name it cannot be read by is said by list and skipped by cleanup", async () => {
+  const { fs, id } = await oneSession();
+  const lossy = `${ROOT}/c\uFFFD`;
+  const before = fs.snapshotTree("/");
+  const listed = await sessions(fs, ["list", "--all-workspaces"], withLossyCollection(fs));
+  assert.equal(listed.code, 1);
+  assert.match(listed.out, new RegExp(`^${id} `, "m"));
+  assert.equal(
+    listed.err,
+    `error: Collection directory cannot be read by the name it is listed under: '${lossy}'\n`,
+  );
+  const cleaned = await sessions(fs, ["cleanup", "--all-workspaces"], withLossyCollection(fs));
+  assert.equal(cleaned.code, 1, cleaned.err);
+  assert.equal(
+    cleaned.out,
+    `${COLLECTION}: nothing to do\n` +
+      `${lossy}: skipped: it cannot be read by the name it is listed under\n`,
+  );
+  const json = await sessions(
+    fs,
+    ["cleanup", "--all-workspaces", "--json"],
+    withLossyCollection(fs),
+  );
+  assert.equal(json.code, 1);
+  assert.deepEqual(JSON.parse(json.out).skipped, [{
+    collection: lossy,
+    reason: "it cannot be read by the name it is listed under",
+  }]);
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("a session path in a collection that does not exist says the path does not exist", async () => {
+  const { fs } = await oneSession();
+  const path = `${ROOT}/missing/${LEGACY}`;
+  for (const sub of ["show", "verify"]) {
+    const run = await sessions(fs, [sub, path]);
+    assert.equal(run.code, 1, run.out);
+    assert.equal(run.err, `error: No session at '${path}': the path does not exist\n`);
+  }
+});
