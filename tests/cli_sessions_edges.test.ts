@@ -9,6 +9,8 @@ import { runCli } from "../src/cli/main.ts";
 import type { CliIo } from "../src/cli/output.ts";
 import type { FileSystem } from "../src/port/fs.ts";
 import { memoryIo } from "./_cli_io.ts";
+import { hookedFs } from "./_hooks.ts";
+import { PermissionDenied } from "../src/port/errors.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import { tempNameFor } from "../src/port/durable.ts";
 import { conversation, legacySessionBytes } from "./_fixtures.ts";
@@ -272,4 +274,76 @@ test("a session path in a collection that does not exist says the path does not 
     assert.equal(run.code, 1, run.out);
     assert.equal(run.err, `error: No session at '${path}': the path does not exist\n`);
   }
+});
+
+/** `fs` on which every `lstat` of `path` fails from its `nth` call on (permission denied). */
+function lstatDenied(fs: MemoryFs, path: string, nth = 1): FileSystem {
+  let calls = 0;
+  return hookedFs(fs, {
+    before(method, args) {
+      if (method === "lstat" && args[0] === path && ++calls >= nth) {
+        throw new PermissionDenied(method, path);
+      }
+    },
+  });
+}
+
+interface Report {
+  readonly dir: string;
+  readonly ok: boolean;
+  readonly findings: { severity: string; kind: string; message: string; file: string }[];
+}
+
+test("verify --all reports a link at a legacy file's name it cannot look at, at any look, beside the rest", async () => {
+  const { fs, dir } = await oneSession();
+  const file = `${COLLECTION}/${LEGACY}.jsonl`;
+  await fs.writeFile("/elsewhere.jsonl", legacySessionBytes(LEGACY, CWD, conversation(1)));
+  await fs.symlink("/elsewhere.jsonl", file);
+  const before = fs.snapshotTree("/");
+  // The name is looked at several times (the listing's answer, the lookup, the report): a fault
+  // at any of them is the file's finding, never the end of the command.
+  for (const nth of [1, 2, 3]) {
+    const run = await sessions(fs, ["verify", "--all", "--json"], lstatDenied(fs, file, nth));
+    assert.equal(run.code, 1, `${nth}: ${run.err}`);
+    const reports = JSON.parse(run.out) as Report[];
+    // Reported under the session's name (or the file's), naming the file it could not look at.
+    assert.deepEqual(reports.map((r) => r.ok).sort(), [false, true]);
+    assert.equal(reports.find((r) => r.ok)?.dir, dir);
+    const failed = reports.find((r) => !r.ok)!;
+    assert(failed.dir.startsWith(`${COLLECTION}/${LEGACY}`), failed.dir);
+    const [finding] = failed.findings;
+    assert.equal(finding?.file, file);
+    assert.match(finding?.message ?? "", /^Permission denied: lstat /);
+  }
+  // Without the fault, the link is the finding.
+  const plain = await sessions(fs, ["verify", "--all", "--json"]);
+  assert.match((JSON.parse(plain.out) as Report[])[0]!.findings[0]!.message, /not a regular file/);
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("verify --all keeps a corruption report when the second look at the session fails", async () => {
+  const { fs, dir } = await oneSession();
+  const healthy = await new SessionStore({ fs, agentDir: AGENT, now: () => NOW }).create(CWD);
+  await healthy.commit(conversation(1));
+  await healthy.close();
+  const log = await fs.readFile(`${dir}/messages.jsonl`);
+  log[5] = log[5]! ^ 1;
+  await fs.writeFile(`${dir}/messages.jsonl`, log);
+  const before = fs.snapshotTree("/");
+  // A corrupt session is looked at again (it may have moved meanwhile); that look cannot be made.
+  const run = await sessions(
+    fs,
+    ["verify", "--all", "--json"],
+    lstatDenied(fs, `${dir}/index.json`),
+  );
+  assert.equal(run.code, 1, run.err);
+  const reports = JSON.parse(run.out) as Report[];
+  assert.deepEqual(
+    reports.map((r) => [r.dir, r.ok]),
+    [[dir, false], [healthy.getSessionPath(), true]].sort(),
+  );
+  const corrupt = reports.find((r) => r.dir === dir)!;
+  assert.equal(corrupt.findings[0]?.file, `${dir}/messages.jsonl`);
+  assert.match(corrupt.findings[0]?.message ?? "", /hash/);
+  assert.deepEqual(fs.snapshotTree("/"), before);
 });
