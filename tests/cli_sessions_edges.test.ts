@@ -13,7 +13,9 @@ import { hookedFs } from "./_hooks.ts";
 import { PermissionDenied } from "../src/port/errors.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import { tempNameFor } from "../src/port/durable.ts";
-import { conversation, legacySessionBytes } from "./_fixtures.ts";
+import { conversation, imageOnly, legacySessionBytes } from "./_fixtures.ts";
+import type { Message } from "../src/loop/records/mod.ts";
+import { SESSIONS_HELP } from "../src/cli/sessions.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -346,4 +348,161 @@ test("verify --all keeps a corruption report when the second look at the session
   assert.equal(corrupt.findings[0]?.file, `${dir}/messages.jsonl`);
   assert.match(corrupt.findings[0]?.message ?? "", /hash/);
   assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("a command that is refused a file by its permissions says which, and how to fix it", async () => {
+  const { fs, dir } = await oneSession();
+  const before = fs.snapshotTree("/");
+  const denied = hookedFs(fs, {
+    before(method, args) {
+      if (method === "readDir" && args[0] === COLLECTION) {
+        throw new PermissionDenied(method, COLLECTION);
+      }
+    },
+  });
+  for (const args of [["list", "--dir", COLLECTION], ["list"], ["show", dir]]) {
+    const run = await sessions(fs, args, denied);
+    assert.equal(run.code, 1, `${args.join(" ")}: ${run.out}`);
+    assert.equal(run.out, "");
+    assert.equal(
+      run.err,
+      `error: permission denied: ${COLLECTION}; check the file's owner and mode\n`,
+      args.join(" "),
+    );
+  }
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("sessions history shows a thinking block and an image as placeholders", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT, now: () => NOW });
+  const session = await store.create(CWD);
+  const [question, answer] = conversation(1);
+  const thought = {
+    ...answer,
+    content: [{ type: "thinking", thinking: "secret plan" }, { type: "text", text: "Done." }],
+  } as Message;
+  await session.commit([question!, thought, imageOnly(), answer!]);
+  await session.close();
+  const run = await sessions(fs, ["history", session.id]);
+  assert.equal(run.code, 0, run.err);
+  assert.equal(
+    run.out,
+    "messages 0..4 of 4\n" +
+      `#0 user       ${(question!.content as string).trim()}\n` +
+      "#1 assistant  [thinking] Done.\n" +
+      "#2 user       [image]\n" +
+      "#3 assistant  r0 answer\n",
+  );
+});
+
+test("sessions show of a legacy file not migrated yet says it migrates on open, and writes nothing", async () => {
+  const { fs } = await oneSession();
+  const file = `${COLLECTION}/${LEGACY}.jsonl`;
+  await fs.writeFile(file, legacySessionBytes(LEGACY, CWD, conversation(1)));
+  const before = fs.snapshotTree("/");
+  const run = await sessions(fs, ["show", LEGACY]);
+  assert.equal(run.code, 0, run.err);
+  const rows = new Map(
+    run.out.trimEnd().split("\n").map((line) => {
+      const [key, ...value] = line.split(/ {2,}/);
+      return [key, value.join("  ")];
+    }),
+  );
+  assert.equal(rows.get("path"), file);
+  assert.equal(rows.get("generation"), "legacy version-2 file (migrates on open)");
+  assert.equal(rows.get("committed"), "-");
+  assert.equal(rows.get("messages"), "2 (1 from the user)");
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("sessions salvage says which metadata it dropped", async () => {
+  const { fs } = await oneSession();
+  const file = `${COLLECTION}/${LEGACY}.jsonl`;
+  const [header, ...lines] = new TextDecoder().decode(
+    legacySessionBytes(LEGACY, CWD, conversation(1)),
+  ).split("\n");
+  // A header whose compactions are no array: the migration refuses it, salvage drops them.
+  const damaged = JSON.stringify({ ...JSON.parse(header!), compactions: "zzz" });
+  await fs.writeFile(file, new TextEncoder().encode([damaged, ...lines].join("\n")));
+  const before = await fs.readFile(file);
+  const run = await sessions(fs, ["salvage", LEGACY, "--to", COLLECTION]);
+  assert.equal(run.code, 0, run.err);
+  const [salvaged, dropped, end] = run.out.split("\n");
+  assert.match(
+    salvaged!,
+    new RegExp(`^salvaged 2 message\\(s\\) into ${COLLECTION}/\\S+ \\(dropped 0\\)$`),
+  );
+  assert.equal(dropped, "dropped metadata: compactions");
+  assert.equal(end, "");
+  assert.deepEqual(await fs.readFile(file), before);
+});
+
+test("every sessions command prints its help with --help, whatever the data directory", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const before = fs.snapshotTree("/");
+  for (const [sub, help] of Object.entries(SESSIONS_HELP)) {
+    for (const flag of ["--help", "-h"]) {
+      const run = await sessions(fs, [sub, flag]);
+      assert.deepEqual(run, { code: 0, out: `${help}\n`, err: "" }, `${sub} ${flag}`);
+    }
+  }
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("a sessions command given the wrong number of targets is a usage error", async () => {
+  const { fs, id, dir } = await oneSession();
+  const cases: [string[], string][] = [
+    [["show"], "sessions show takes one <id|path>"],
+    [["show", id, id], "sessions show takes one <id|path>"],
+    [["history"], "sessions history takes one <id|path>"],
+    [["history", id, dir], "sessions history takes one <id|path>"],
+    [["verify"], "sessions verify takes one <id|path> or --all"],
+    [["verify", id, id], "sessions verify takes one <id|path> or --all"],
+    [["verify", "--all", id], "pass either <id|path> or --all"],
+    [["migrate"], "sessions migrate takes one <path> or --all"],
+    [["migrate", dir, dir], "sessions migrate takes one <path> or --all"],
+    [["migrate", "--all", dir], "pass either <path> or --all"],
+    [["archive"], "sessions archive takes at least one <id|path>"],
+    [["restore", "--dir", COLLECTION], "sessions restore takes at least one <id|path>"],
+    [["delete", "--include-unarchived"], "sessions delete takes at least one <id|path>"],
+    [["compact"], "sessions compact takes one <id|path>"],
+    [["compact", id, id], "sessions compact takes one <id|path>"],
+    [["salvage", id], "sessions salvage takes one <id|path> and --to <collection dir>"],
+    [["salvage", "--to", "/x"], "sessions salvage takes one <id|path> and --to <collection dir>"],
+    [["list", CWD], "sessions list takes no positional arguments"],
+    [["cleanup", COLLECTION], "sessions cleanup takes no positional arguments"],
+    [["delete", id, "--dir="], "option '--dir' needs a value"],
+    [["salvage", id, "--to="], "option '--to' needs a value"],
+  ];
+  const before = fs.snapshotTree("/");
+  for (const [args, message] of cases) {
+    const run = await sessions(fs, args);
+    assert.deepEqual(
+      run,
+      {
+        code: 2,
+        out: "",
+        err: `usage error: ${message}\nRun 'loop-sessions --help' for the commands.\n`,
+      },
+      args.join(" "),
+    );
+  }
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("a data directory given as ~ is the home directory itself", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: "/home/user", now: () => NOW });
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  await session.close();
+  const { io, out, err } = memoryIo(fs, CWD, NOW);
+  const env = (name: string) => (name === "HOME" ? "/home/user" : undefined);
+  const code = await runCli(["--data-dir", "~", "sessions", "list", "--json"], { ...io, env });
+  assert.equal(code, 0, err());
+  assert.deepEqual(JSON.parse(out()).sessions.map((s: { id: string }) => s.id), [session.id]);
 });
