@@ -506,3 +506,100 @@ test("a data directory given as ~ is the home directory itself", async () => {
   assert.equal(code, 0, err());
   assert.deepEqual(JSON.parse(out()).sessions.map((s: { id: string }) => s.id), [session.id]);
 });
+
+test("a store without a sessions directory has no sessions; a file in its place is an error", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(`${AGENT}`, { recursive: true });
+  await fs.mkdir(CWD, { recursive: true });
+  const everything: [string[], string][] = [
+    [["list", "--all-workspaces"], "No sessions found.\n"],
+    [["verify", "--all"], "No sessions found.\n"],
+    [["migrate", "--all"], "No legacy sessions to migrate.\n"],
+    [["cleanup", "--all-workspaces"], ""],
+  ];
+  for (const [args, out] of everything) {
+    assert.deepEqual(await sessions(fs, args), { code: 0, out, err: "" }, args.join(" "));
+  }
+  // Something other than a directory there: said, never taken for an empty store.
+  await fs.writeFile(`${ROOT}`, new TextEncoder().encode("not a directory"));
+  const before = fs.snapshotTree("/");
+  for (const [args] of everything) {
+    const run = await sessions(fs, args);
+    assert.equal(run.code, 1, args.join(" "));
+    assert.equal(run.out, "", args.join(" "));
+    assert.match(run.err, new RegExp(`^error: Not a directory: readDir '${ROOT}'\\n$`));
+  }
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("a linked collection that cannot be looked at fails the command, never left out unsaid", async () => {
+  const { fs } = await oneSession();
+  await fs.mkdir("/disk2/collection", { recursive: true });
+  const linked = `${ROOT}/linked`;
+  await fs.symlink("/disk2/collection", linked);
+  const denied = hookedFs(fs, {
+    before(method, args) {
+      if (method === "stat" && args[0] === linked) throw new PermissionDenied(method, linked);
+    },
+  });
+  const before = fs.snapshotTree("/");
+  for (const args of [["list", "--all-workspaces"], ["verify", "--all"], ["migrate", "--all"]]) {
+    const run = await sessions(fs, args, denied);
+    assert.equal(run.code, 1, args.join(" "));
+    assert.equal(run.out, "");
+    assert.equal(run.err, `error: permission denied: ${linked}; check the file's owner and mode\n`);
+  }
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("a session with no title is listed with an empty title", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT, now: () => NOW });
+  const session = await store.create(CWD);
+  // An image is no text to take a fallback title from.
+  await session.commit([imageOnly()]);
+  await session.close();
+  for (const scope of [[], ["--dir", COLLECTION]]) {
+    const run = await sessions(fs, ["list", ...scope]);
+    assert.equal(run.code, 0, run.err);
+    assert.equal(
+      run.out,
+      "ID                                    UPDATED               MESSAGES  STATE  TITLE\n" +
+        `${session.id}  2026-03-01 00:00:00Z  1         -\n`,
+    );
+  }
+});
+
+test("migrate --all leaves alone the backup an interrupted delete staged ahead of its directory", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const file = `${COLLECTION}/${LEGACY}.jsonl`;
+  await fs.mkdir(COLLECTION, { recursive: true });
+  await fs.writeFile(file, legacySessionBytes(LEGACY, CWD, conversation(1)));
+  assert.equal((await sessions(fs, ["migrate", file])).code, 0);
+  // A delete that staged the session's legacy backup, and not yet its directory, then stopped.
+  await fs.mkdir(DELETING);
+  await fs.writeFile(
+    `${DELETING}/intent.json`,
+    new TextEncoder().encode(
+      JSON.stringify({
+        operation: "delete",
+        ids: [LEGACY],
+        entries: [`${LEGACY}.jsonl`, LEGACY],
+        archived: [],
+        membersBefore: [],
+      }) + "\n",
+    ),
+  );
+  await fs.rename(file, `${DELETING}/${LEGACY}.jsonl`);
+  const before = fs.snapshotTree("/");
+  for (const dry of [["--dry-run"], []]) {
+    const run = await sessions(fs, ["migrate", "--all", ...dry]);
+    assert.deepEqual(run, { code: 0, out: "No legacy sessions to migrate.\n", err: "" });
+  }
+  assert.deepEqual(fs.snapshotTree("/"), before);
+  // The session is the migrated directory, in place.
+  const shown = await sessions(fs, ["show", LEGACY, "--json"]);
+  assert.equal(JSON.parse(shown.out).path, `${COLLECTION}/${LEGACY}`);
+});
