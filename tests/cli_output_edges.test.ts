@@ -1,7 +1,7 @@
 // What the command line prints at the edges: the prune summary's finalization outbox entries (an
 // interrupted prune's leftover there counted with them), a reference resolved in a tree with no
-// live session, an empty trace listing, and the output helpers on short rows, deep objects, odd
-// write errors and a full pipe.
+// live session, an empty trace listing, a session's children, the layout commands' help, and the
+// output helpers on short rows, deep objects, odd write errors and a full pipe.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
@@ -9,7 +9,15 @@ import { runCli } from "../src/cli/main.ts";
 import { jsonText, OutputError, table, writeFully } from "../src/cli/output.ts";
 import { PRUNING_PREFIX } from "../src/layout/loopy_root.ts";
 import { memoryIo } from "./_cli_io.ts";
-import { commitTerminalState, newRepo, newRoot, writeText } from "./layout_fixtures.ts";
+import { processNextChildRequest, publishChildRequest } from "../layout.ts";
+import {
+  childRequest,
+  commitTerminalState,
+  deterministic,
+  newRepo,
+  newRoot,
+  writeText,
+} from "./layout_fixtures.ts";
 
 const LOOPY = "/repo/.loopy_loop";
 const OUTBOX = `${LOOPY}/trace_finalization_outbox`;
@@ -142,4 +150,61 @@ test("writeFully waits for a reader of a full pipe before it writes the rest", (
   assert.equal(wrote, true);
   assert.deepEqual(chunks, [0, 4]);
   assert(performance.now() - started >= 2.5, `${performance.now() - started} ms`);
+});
+
+test("layout show lists a session's children, and a child its parent and depth", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  await publishChildRequest(fs, root.paths, childRequest("phase-0-foundations"));
+  await processNextChildRequest(fs, {
+    repoRoot: "/repo",
+    parentSessionId: root.sessionId,
+    ...deterministic(),
+  });
+  const child = "01_phase-0-foundations";
+  const rows = async (id: string): Promise<Map<string, string>> => {
+    const shown = await run(fs, ["layout", "show", id]);
+    assert.equal(shown.code, 0, shown.err);
+    return new Map(
+      shown.out.trimEnd().split("\n").map((line) => {
+        const [key, ...value] = line.split(/ {2,}/);
+        return [key as string, value.join("  ")];
+      }),
+    );
+  };
+  const parent = await rows(root.sessionId);
+  assert.deepEqual(
+    [parent.get("depth"), parent.get("parent"), parent.get("children")],
+    ["0", "-", child],
+  );
+  const shown = await rows(child);
+  assert.deepEqual(
+    [shown.get("depth"), shown.get("parent"), shown.get("root"), shown.get("children")],
+    ["1", root.sessionId, root.sessionId, "-"],
+  );
+  assert.equal(shown.get("dir"), `${root.dir}/children/${child}`);
+});
+
+test("layout, prune-raw and traces commands print their help with --help, reading nothing", async () => {
+  const fs = await newRepo();
+  const before = fs.snapshotTree();
+  const cases: [string[], string][] = [
+    [["layout", "tree", "--help"], "Usage: loop-sessions layout tree [ROOT] [--json]\n"],
+    [["layout", "show", "-h"], "Usage: loop-sessions layout show <session id> [--json]\n"],
+    [
+      ["layout", "resolve", "--help"],
+      "Usage: loop-sessions layout resolve <logical ref> [--session ID] [--json]\n",
+    ],
+    [["prune-raw", "--help"], "Usage: loop-sessions prune-raw [--older-than DAYS] "],
+    [["traces", "list", "--help"], "Usage: loop-sessions traces list [--json]\n"],
+  ];
+  // No .loopy_loop/ here: the help needs none.
+  for (const [args, start] of cases) {
+    const shown = await run(fs, args);
+    assert.equal(shown.code, 0, `${args.join(" ")}: ${shown.err}`);
+    assert.equal(shown.err, "");
+    assert(shown.out.startsWith(start), shown.out);
+    assert(shown.out.endsWith(".\n"), shown.out);
+  }
+  assert.deepEqual(fs.snapshotTree(), before);
 });
