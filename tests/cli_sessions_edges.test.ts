@@ -603,3 +603,40 @@ test("migrate --all leaves alone the backup an interrupted delete staged ahead o
   const shown = await sessions(fs, ["show", LEGACY, "--json"]);
   assert.equal(JSON.parse(shown.out).path, `${COLLECTION}/${LEGACY}`);
 });
+
+test("a session whose only copy an uncommitted delete staged is damaged: its damage is said, not 'no session'", async () => {
+  const { fs, id, dir } = await oneSession();
+  await fs.mkdir(DELETING);
+  await fs.writeFile(
+    `${DELETING}/intent.json`,
+    new TextEncoder().encode(
+      JSON.stringify({
+        operation: "delete",
+        ids: [id],
+        entries: [id],
+        archived: [],
+        membersBefore: [],
+      }) + "\n",
+    ),
+  );
+  await fs.rename(dir, `${DELETING}/${id}`);
+  await fs.remove(`${DELETING}/${id}/meta.json`);
+  const before = fs.snapshotTree("/");
+  const damage = new RegExp(
+    `^error: meta\\.json is missing but index\\.json shows a save committed here; .*\\(in '` +
+      `${DELETING}/${id}/meta\\.json'\\)\\n$`,
+  );
+  for (const target of [id, dir]) {
+    for (const sub of ["show", "history", "verify"]) {
+      const run = await sessions(fs, [sub, target]);
+      assert.equal(run.code, 1, `${sub} ${target}: ${run.out}`);
+      assert.match(run.err, damage, `${sub} ${target}`);
+    }
+  }
+  const all = await sessions(fs, ["verify", "--all", "--json"]);
+  assert.equal(all.code, 1);
+  const [report] = JSON.parse(all.out) as Report[];
+  assert.equal(report?.ok, false);
+  assert.match(report?.findings[0]?.message ?? "", /meta\.json is missing/);
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
