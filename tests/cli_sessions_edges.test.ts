@@ -341,7 +341,7 @@ test("verify --all keeps a corruption report when the second look at the session
   assert.equal(run.code, 1, run.err);
   const reports = JSON.parse(run.out) as Report[];
   assert.deepEqual(
-    reports.map((r) => [r.dir, r.ok]),
+    reports.map((r) => [r.dir, r.ok]).sort(),
     [[dir, false], [healthy.getSessionPath(), true]].sort(),
   );
   const corrupt = reports.find((r) => r.dir === dir)!;
@@ -639,4 +639,49 @@ test("a session whose only copy an uncommitted delete staged is damaged: its dam
   assert.equal(report?.ok, false);
   assert.match(report?.findings[0]?.message ?? "", /meta\.json is missing/);
   assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("verify --all verifies the legacy files an uncommitted delete staged, in one read of the collection", async () => {
+  /** Reports and collection reads of verify --all over `count` legacy files a delete staged. */
+  const staged = async (count: number): Promise<{ reports: Report[]; reads: number }> => {
+    const { fs, dir } = await oneSession();
+    const ids = Array.from(
+      { length: count },
+      (_, i) => `${i.toString(16).padStart(8, "0")}-3c1d-4a5b-9e6f-7a8b9c0d1e2f`,
+    );
+    await fs.mkdir(DELETING);
+    await fs.writeFile(
+      `${DELETING}/intent.json`,
+      new TextEncoder().encode(
+        JSON.stringify({
+          operation: "delete",
+          ids,
+          entries: ids.map((id) => `${id}.jsonl`),
+          archived: [],
+          membersBefore: [],
+        }) + "\n",
+      ),
+    );
+    for (const id of ids) {
+      await fs.writeFile(`${DELETING}/${id}.jsonl`, legacySessionBytes(id, CWD, conversation(1)));
+    }
+    let reads = 0;
+    const counting = hookedFs(fs, {
+      before(method, args) {
+        if (method === "readDir" && args[0] === COLLECTION) reads++;
+      },
+    });
+    const before = fs.snapshotTree("/");
+    const run = await sessions(fs, ["verify", "--all", "--json"], counting);
+    assert.equal(run.code, 0, run.err);
+    assert.deepEqual(fs.snapshotTree("/"), before);
+    const reports = JSON.parse(run.out) as Report[];
+    assert.deepEqual(
+      reports.map((r) => [r.dir, r.ok]).sort(),
+      [[dir, true], ...ids.map((id) => [`${DELETING}/${id}.jsonl`, true])].sort(),
+    );
+    return { reports, reads };
+  };
+  const few = await staged(2);
+  assert.equal((await staged(12)).reads, few.reads);
 });
