@@ -685,3 +685,21 @@ test("verify --all verifies the legacy files an uncommitted delete staged, in on
   const few = await staged(2);
   assert.equal((await staged(12)).reads, few.reads);
 });
+
+test("verify --all leaves a legacy file of another version alone, as listings skip it", async () => {
+  const { fs, dir } = await oneSession();
+  const file = `${COLLECTION}/${LEGACY}.jsonl`;
+  const text = new TextDecoder().decode(legacySessionBytes(LEGACY, CWD, conversation(1)));
+  await fs.writeFile(file, new TextEncoder().encode(text.replace('"version":2', '"version":1')));
+  const before = fs.snapshotTree("/");
+  const run = await sessions(fs, ["verify", "--all", "--json"]);
+  assert.equal(run.code, 0, run.out);
+  assert.deepEqual((JSON.parse(run.out) as Report[]).map((r) => [r.dir, r.ok]), [[dir, true]]);
+  // Named, it is verified, and refused for its version.
+  const named = await sessions(fs, ["verify", file, "--json"]);
+  assert.equal(named.code, 1, named.out);
+  const [report] = JSON.parse(named.out) as Report[];
+  assert.equal(report?.findings[0]?.file, file);
+  assert.match(report?.findings[0]?.message ?? "", /version/i);
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
