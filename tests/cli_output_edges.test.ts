@@ -1,7 +1,7 @@
 // What the command line prints at the edges: the prune summary's finalization outbox entries (an
 // interrupted prune's leftover there counted with them), a reference resolved in a tree with no
 // live session, an empty trace listing, a session's children, the layout commands' help, and the
-// output helpers on short rows, deep objects, odd write errors and a full pipe.
+// output functions on short rows, deep objects, odd write errors and a full pipe.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";

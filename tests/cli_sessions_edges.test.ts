@@ -1,7 +1,7 @@
-// The `sessions` commands at the edges of what they may touch: paths inside the store's private
-// directories or outside the named collection, a link at a legacy file's name, a legacy file
-// given to compact, a damaged legacy session deleted on purpose, and what listings and cleanups
-// say about a collection they cannot read. Each refusal changes nothing on disk.
+// The `sessions` commands at their edges: paths inside the store's private directories or outside
+// the named collection, links at a legacy file's or a collection's name, copies interrupted deletes
+// staged, faults while looking, usage errors and help, and what listings, verify and cleanup say
+// of what they cannot read. Each refusal and each read changes nothing on disk.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
