@@ -208,3 +208,39 @@ test("a store given its agent directory never asks the adapter for the home dire
   assert.equal(new SessionStore({ fs: counting }).agentDir, "/home/someone/.loop");
   assert.equal(asked, 1);
 });
+
+test("listing refuses a private staging directory of the store as the collection, and a user's look-alike is listed", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  const store = new SessionStore({ fs, agentDir: AGENT });
+  const session = await store.create(CWD);
+  await session.commit(conversation(1));
+  await session.close();
+  const dir = session.getSessionPath();
+  const collection = dirname(dir);
+  const copyInto = async (place: string): Promise<void> => {
+    await fs.mkdir(`${place}/${session.id}`, { recursive: true });
+    for (const name of ["messages.jsonl", "index.json", "meta.json"]) {
+      await fs.writeFile(`${place}/${session.id}/${name}`, await fs.readFile(`${dir}/${name}`));
+    }
+  };
+  const deleting = `${collection}/.delete-0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f`;
+  const staging = `${collection}/.staging-${session.id}-0a1b2c3d`;
+  await copyInto(deleting);
+  await fs.mkdir(staging);
+  const before = fs.snapshotTree();
+  for (const place of [deleting, staging, `${deleting}/${session.id}`, `${deleting}/`]) {
+    for (const call of [() => store.list(undefined, place), () => store.listDetailed(CWD, place)]) {
+      await assert.rejects(call(), (error: unknown) => {
+        refused("sessionDir")(error);
+        assert.match((error as Error).message, /is a private staging directory of the store/);
+        return true;
+      });
+    }
+  }
+  assert.deepEqual(fs.snapshotTree(), before, "nothing was read into being or changed");
+  // A directory a user named like one is an ordinary collection.
+  const lookAlike = `${collection}/.staging-area`;
+  await copyInto(lookAlike);
+  assert.deepEqual((await store.list(undefined, lookAlike)).map((s) => s.id), [session.id]);
+});

@@ -1002,6 +1002,11 @@ export class SessionStore {
   /**
    * Like `list`, but never throws for a single session: each session (or archive.json) that
    * cannot be listed is returned in `failures` with its typed error.
+   *
+   * @throws {InvalidArgumentError} When `sessionDir` is a private staging directory of the store
+   * (`.staging-<id>-<8 hex>`, `.delete-<uuid>`) or inside one: what an operation holds aside there
+   * is no live session, and is listed from its collection (as a delete's rollback or a
+   * compaction's recovery leaves it).
    */
   async listDetailed(
     cwd?: string,
@@ -1024,6 +1029,16 @@ export class SessionStore {
       );
     }
     const { collection, cwd: canonical } = await this.#collectionOf(cwd, sessionDir);
+    const staging = sessionDir === undefined
+      ? undefined
+      : collection.split("/").find((name) => isPrivateStagingName(name));
+    if (staging !== undefined) {
+      throw new InvalidArgumentError(
+        "sessionDir",
+        `'${sessionDir}' is not a collection to list: '${staging}' is a private staging directory ` +
+          "of the store; list its collection",
+      );
+    }
     return await discoverSessions(
       this.#context,
       collection,
