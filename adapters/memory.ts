@@ -712,10 +712,18 @@ export class MemoryFs implements FileSystem {
             node = this.#resolve("mkdir", prefix, true).node;
           } catch (error) {
             const loop = error instanceof FsIoError && error.code === "ELOOP";
-            if (!(error instanceof NotFound || error instanceof NotADirectory || loop)) throw error;
-            // A link loop at the final name is in the way; beneath one, the loop is the error.
+            const tooLong = error instanceof FsIoError && error.code === "ENAMETOOLONG";
+            if (!(error instanceof NotFound || error instanceof NotADirectory || loop || tooLong)) {
+              throw error;
+            }
+            // A link at the final name that cannot be followed (a loop, a target's name too long)
+            // is in the way; beneath one, that is the error, of the whole path as the kernel's
+            // walk reports it.
             if (loop && !last) {
               throw new FsIoError("ELOOP", "mkdir", path, "Too many levels of symbolic links");
+            }
+            if (tooLong && !last) {
+              throw new FsIoError("ENAMETOOLONG", "mkdir", path, "File name too long");
             }
             node = undefined;
             throughFile = error instanceof NotADirectory;

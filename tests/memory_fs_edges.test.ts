@@ -4,7 +4,13 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
-import { FsIoError, IsADirectory, NotADirectory, NotFound } from "../src/port/errors.ts";
+import {
+  AlreadyExists,
+  FsIoError,
+  IsADirectory,
+  NotADirectory,
+  NotFound,
+} from "../src/port/errors.ts";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -183,4 +189,25 @@ test("a crash forcing the live rewrite keeps bytes whose writeback failed, repor
   const recovered = fs.crash({ seed: 1, rewriteMode: "live", extraJournal: "all" });
   assert.equal(decoder.decode(await recovered.readFile("/f")), "base-kept");
   assert.equal(recovered.crashReport?.files["/f"], "live");
+});
+
+test("a recursive mkdir through a link to a name over 255 bytes fails with ENAMETOOLONG naming the whole path", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/d");
+  await fs.symlink(`/${"n".repeat(256)}`, "/d/link");
+  const before = fs.snapshotTree();
+  // As the kernel's walk of the whole path reports it (the Node and Deno adapters say the same).
+  for (const path of ["/d/link/x", "/d/link/x/y"]) {
+    await assert.rejects(fs.mkdir(path, { recursive: true }), ioError("ENAMETOOLONG", path));
+    await assert.rejects(fs.mkdir(path), ioError("ENAMETOOLONG", path));
+  }
+  // At the final name the link is in the way, as any entry there is.
+  for (const path of ["/d/link", "/d/link/"]) {
+    for (const recursive of [true, false]) {
+      await assert.rejects(fs.mkdir(path, { recursive }), (error: unknown) => {
+        return error instanceof AlreadyExists && error.path === path;
+      });
+    }
+  }
+  assert.deepEqual(fs.snapshotTree(), before);
 });
