@@ -83,8 +83,8 @@ export async function readInChunks(
 /**
  * Reads a whole file with the callback `readFile`, opened with `flags` when given: the runtime
  * drives open, fstat, read and close itself, about three times faster than `fs/promises` on
- * small files (meta.json, index.json), in Node and Deno. A file over 2 GiB, which it refuses, is
- * read in chunks, opened with the same flags. Errors are mapped to the port's, naming the port
+ * small files (meta.json, index.json), in Node and Deno. A file it refuses for its size (over
+ * 2 GiB on Node, larger than memory on Deno) is read in chunks, opened with the same flags. Errors are mapped to the port's, naming the port
  * call `syscall` (by default `readFile`, or `readFileNoFollow` when `flags` are given). `whole` is
  * the one-call read (replaced only by tests, to refuse a small file as Node refuses a large one).
  */
@@ -98,7 +98,7 @@ export async function readWith(
   try {
     return await whole(path, flags);
   } catch (error) {
-    if (codeOf(error) !== "ERR_FS_FILE_TOO_LARGE") throw map(error, syscall, path);
+    if (!tooLargeForOneCall(error)) throw map(error, syscall, path);
   }
   return await callMapped(
     map,
@@ -106,6 +106,17 @@ export async function readWith(
     path,
     () => readInChunks(path, flags ?? constants.O_RDONLY, READ_CHUNK, syscall),
   );
+}
+
+/**
+ * True when a one-call read refused a file for its size: Node refuses one over 2 GiB
+ * (`ERR_FS_FILE_TOO_LARGE`); Deno, and Deno's Node layer, fail to allocate a buffer for one larger
+ * than memory holds (`ENOMEM`, as a sparse file of terabytes is). Read in chunks, such a file
+ * is read whole or fails with `EFBIG`, as on Node.
+ */
+export function tooLargeForOneCall(error: unknown): boolean {
+  const code = codeOf(error);
+  return code === "ERR_FS_FILE_TOO_LARGE" || code === "ENOMEM";
 }
 
 /** One callback `readFile` of `path`, opened with `flags` when given; native errors as thrown. */

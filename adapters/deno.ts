@@ -51,7 +51,12 @@ import type { FsError } from "../src/port/errors.ts";
 import { checkMode, IsADirectory, NotADirectory, NotEmpty } from "../src/port/errors.ts";
 import type { Sha256Factory } from "../src/port/sha256.ts";
 import { nodeProcessProbe, nodeSha256 } from "./node.ts";
-import { openNoFollowNative, readFileNoFollowNative } from "./_node_read.ts";
+import {
+  openNoFollowNative,
+  readFileNoFollowNative,
+  readInChunks,
+  tooLargeForOneCall,
+} from "./_node_read.ts";
 import { SYNC_WRITE_LIMIT } from "./_node_handle.ts";
 import { osHomeDir } from "./_node_env.ts";
 import { lazyProbe, requireHostName } from "./_probe.ts";
@@ -410,8 +415,19 @@ class DenoFileSystem implements FileSystem {
     });
   }
 
+  /**
+   * Reads a whole file. A file larger than Deno can allocate a buffer for (`ENOMEM`) is read in
+   * chunks, which fails with `FsIoError` code `"EFBIG"` when no buffer holds it, as on Node.
+   */
   readFile(path: string): Promise<Uint8Array> {
-    return call("readFile", path, () => Deno.readFile(path));
+    return call("readFile", path, async () => {
+      try {
+        return await Deno.readFile(path);
+      } catch (error) {
+        if (!tooLargeForOneCall(error)) throw error;
+      }
+      return await readInChunks(path, nodeConstants.O_RDONLY);
+    });
   }
 
   writeFile(path: string, data: Uint8Array, options: WriteFileOptions = {}): Promise<void> {

@@ -1,9 +1,9 @@
 // The Node adapter (on Node, and on Deno's Node layer) and MemoryFs where the disk holds what a
-// store does not expect: a file shorter than its size says, reads far past the end, a filesystem
-// that refuses directory fsync, a link to a file on a path, a pid no process has.
+// store does not expect: a sparse file larger than any buffer, a file shorter than its size says,
+// reads far past the end, a filesystem refusing directory fsync, a link to a file on a path.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { constants, existsSync, readFileSync } from "node:fs";
+import { closeSync, constants, existsSync, ftruncateSync, openSync, readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -11,7 +11,7 @@ import process from "node:process";
 import { nodeFs, nodeProcessProbe } from "../adapters/node.ts";
 import { readInChunks } from "../adapters/_node_read.ts";
 import { MemoryFs } from "../adapters/memory.ts";
-import { NotADirectory, NotFound } from "../src/port/errors.ts";
+import { FsIoError, NotADirectory, NotFound } from "../src/port/errors.ts";
 import type { FileSystem } from "../src/port/fs.ts";
 
 const linux = process.platform === "linux";
@@ -24,6 +24,57 @@ async function withDir(run: (dir: string) => Promise<void>): Promise<void> {
     await rm(dir, { recursive: true, force: true });
   }
 }
+
+/** 8 TiB: a sparse file of this size costs nothing on disk, and no buffer holds it. */
+const HUGE = 2 ** 43;
+
+/**
+ * A sparse file of `HUGE` bytes at `path`; false where the filesystem refuses such a size, or
+ * where this process could allocate a buffer that large (a whole read would then go ahead).
+ */
+function sparseHugeFile(path: string): boolean {
+  try {
+    new Uint8Array(HUGE);
+    return false;
+  } catch {
+    // Expected: the whole-file reads below must refuse it rather than try.
+  }
+  const fd = openSync(path, "w");
+  try {
+    ftruncateSync(fd, HUGE);
+    return true;
+  } catch {
+    return false;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** A predicate for `assert.rejects`: `FsIoError` EFBIG of `syscall` on `path`. */
+function tooLarge(syscall: string, path: string): (error: unknown) => boolean {
+  return (error: unknown) => {
+    assert.ok(error instanceof FsIoError, String(error));
+    assert.equal(error.code, "EFBIG", error.message);
+    assert.equal(error.syscall, syscall);
+    assert.equal(error.path, path);
+    return true;
+  };
+}
+
+test("nodeFs refuses a whole read of a sparse file larger than any buffer with EFBIG, naming it", async () => {
+  await withDir(async (dir) => {
+    const path = join(dir, "index.json");
+    if (!sparseHugeFile(path)) return;
+    const fs = nodeFs();
+    await assert.rejects(fs.readFile(path), tooLarge("readFile", path));
+    const noFollow = fs.readFileNoFollow?.bind(fs);
+    if (noFollow !== undefined) {
+      await assert.rejects(noFollow(path), tooLarge("readFileNoFollow", path));
+    }
+    // Nothing was written: the file is as it was.
+    assert.equal((await fs.stat(path)).size, HUGE);
+  });
+});
 
 /** A sysfs file whose size (a page) is larger than what it holds, with what it holds. */
 function shortSysfsFile(): { path: string; text: string } | undefined {
