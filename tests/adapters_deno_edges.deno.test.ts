@@ -1,11 +1,14 @@
 // The Deno adapter where the disk holds what a store does not expect: a sparse file larger than
-// any buffer.
+// any buffer, reads far past the largest file, a filesystem refusing directory fsync, a link to
+// a file on a path, and an open whose truncate fails after the file was opened.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { denoFs } from "../adapters/deno.ts";
-import { FsIoError } from "../src/port/errors.ts";
+import { FsIoError, NotADirectory, NotFound, PermissionDenied } from "../src/port/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import { conversation } from "./_fixtures.ts";
+
+const linux = Deno.build.os === "linux";
 
 async function withDir(run: (dir: string) => Promise<void>): Promise<void> {
   const dir = await Deno.makeTempDir({ prefix: "loop-deno-edges-" });
@@ -79,5 +82,90 @@ test("a session whose index.json is a sparse file of terabytes is listed from a 
     assert.deepEqual(listed.failures, []);
     assert.deepEqual(listed.sessions.map((s) => s.userMessageCount), [3]);
     assert.equal((await fs.stat(index)).size, HUGE);
+  });
+});
+
+test("denoFs reads far past the largest file, as a lying header could ask, as no bytes", async () => {
+  await withDir(async (dir) => {
+    const fs = denoFs();
+    const path = `${dir}/messages.jsonl`;
+    await fs.writeFile(path, new TextEncoder().encode("hello"));
+    const handle = await fs.open(path);
+    try {
+      // Past the largest file the filesystem holds, the seek itself is refused (EINVAL).
+      for (const offset of [5, 2 ** 40, 2 ** 50, Number.MAX_SAFE_INTEGER - 10]) {
+        assert.deepEqual(await handle.read(offset, 10), new Uint8Array(0), `at ${offset}`);
+      }
+      assert.equal(new TextDecoder().decode(await handle.read(1, 10)), "ello");
+    } finally {
+      await handle.close();
+    }
+  });
+});
+
+test("denoFs syncDir() of a directory whose filesystem refuses a directory fsync is a no-op", {
+  skip: !linux,
+}, async () => {
+  // procfs refuses fsync (EINVAL), as some network and FUSE filesystems do.
+  const fs = denoFs();
+  await fs.syncDir("/proc");
+  await fs.syncDir("/proc/self");
+  await assert.rejects(fs.syncDir("/proc/no-such-entry"), (error: unknown) => {
+    return error instanceof NotFound && error.path === "/proc/no-such-entry";
+  });
+});
+
+test("denoFs mkdir beneath a link to a file fails with NotADirectory, as beneath the file", async () => {
+  await withDir(async (dir) => {
+    const fs = denoFs();
+    await fs.writeFile(`${dir}/file`, new TextEncoder().encode("x"));
+    await fs.symlink(`${dir}/file`, `${dir}/link`);
+    for (const path of [`${dir}/link/dir`, `${dir}/link/dir/deeper`]) {
+      await assert.rejects(fs.mkdir(path, { recursive: true }), (error: unknown) => {
+        return error instanceof NotADirectory && error.path === path;
+      });
+    }
+    assert.deepEqual((await fs.readDir(dir)).map((entry) => entry.name), ["file", "link"]);
+  });
+});
+
+test("denoFs open with append and truncate whose truncate is refused closes the file and reports it", async () => {
+  await withDir(async (dir) => {
+    const fs = denoFs();
+    const path = `${dir}/events.jsonl`;
+    await fs.writeFile(path, new TextEncoder().encode("kept"));
+    // A file the platform lets be opened for appending but not cut (Linux's append-only
+    // attribute: EPERM), simulated by refusing the truncate of the file Deno opens.
+    const deno = Deno as unknown as { open: typeof Deno.open };
+    const original = deno.open;
+    let closed = 0;
+    deno.open = async (...args: Parameters<typeof Deno.open>) => {
+      const file = await original(...args);
+      return new Proxy(file, {
+        get(target, key) {
+          if (key === "truncate") {
+            return () =>
+              Promise.reject(new Deno.errors.PermissionDenied("Operation not permitted"));
+          }
+          if (key === "close") {
+            return () => {
+              closed++;
+              target.close();
+            };
+          }
+          const value = Reflect.get(target, key, target);
+          return typeof value === "function" ? value.bind(target) : value;
+        },
+      });
+    };
+    try {
+      await assert.rejects(fs.open(path, { append: true, truncate: true }), (error: unknown) => {
+        return error instanceof PermissionDenied && error.path === path;
+      });
+    } finally {
+      deno.open = original;
+    }
+    assert.equal(closed, 1, "the file opened is closed");
+    assert.equal(await Deno.readTextFile(path), "kept");
   });
 });
