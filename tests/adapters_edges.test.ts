@@ -10,6 +10,7 @@ import { join } from "node:path";
 import process from "node:process";
 import { nodeFs, nodeProcessProbe } from "../adapters/node.ts";
 import { readInChunks } from "../adapters/_node_read.ts";
+import { lazyProbe } from "../adapters/_probe.ts";
 import { MemoryFs } from "../adapters/memory.ts";
 import { FsIoError, NotADirectory, NotFound } from "../src/port/errors.ts";
 import type { FileSystem } from "../src/port/fs.ts";
@@ -162,4 +163,19 @@ test("the Node process probe knows no start for a pid no process has", { skip: !
   // Past any pid_max: no process has it, and its /proc entry cannot be read.
   assert.equal(probe.processStart(0x7ffffffe), undefined);
   for (const pid of [0, -1, 1.5]) assert.equal(probe.processStart(pid), undefined);
+});
+
+test("a process probe that cannot be made is none, and is not asked for again", () => {
+  let made = 0;
+  const probe = lazyProbe(() => {
+    made++;
+    throw new Error("the host name cannot be read");
+  });
+  // A store then locks within its process only, rather than failing to open.
+  assert.equal(probe(), undefined);
+  assert.equal(probe(), undefined);
+  assert.equal(made, 1);
+  const working = lazyProbe(() => nodeProcessProbe());
+  assert.equal(working()?.pid, process.pid);
+  assert.equal(working(), working());
 });
