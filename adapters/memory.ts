@@ -977,8 +977,11 @@ export class MemoryFs implements FileSystem {
       this.#resolve(syscall, path.slice(0, end), false);
       throw new IsADirectory(syscall, path);
     }
-    const found = this.#resolve(syscall, path, !how.createNew);
+    // A create looks the final name up as Linux's open with O_CREAT does: a link whose target ends
+    // with a slash names a directory, where no file is opened or made (EISDIR), whatever is there.
+    const found = this.#resolve(syscall, path, !how.createNew, !creating);
     if (how.createNew && found.node !== undefined) throw new AlreadyExists(syscall, path);
+    if (creating && found.mustBeDir) throw new IsADirectory(syscall, path);
     if (found.node !== undefined) {
       if (found.node.kind !== "file") throw new IsADirectory(syscall, path);
       return found.node;

@@ -211,3 +211,27 @@ test("a recursive mkdir through a link to a name over 255 bytes fails with ENAME
   }
   assert.deepEqual(fs.snapshotTree(), before);
 });
+
+test("an open that creates through a link to a file spelled with a trailing slash is IsADirectory, the file untouched", async () => {
+  const fs = new MemoryFs();
+  await fs.writeFile("/file", bytes("kept"));
+  await fs.symlink("/file/", "/link");
+  const before = fs.snapshotTree();
+  // As Linux's open with O_CREAT says (the Node and Deno adapters report EISDIR).
+  const creates = [
+    () => fs.open("/link", { create: true, write: true }),
+    () => fs.open("/link", { create: true, truncate: true }),
+    () => fs.writeFile("/link", bytes("lost")),
+  ];
+  for (const create of creates) {
+    await assert.rejects(create(), (error: unknown) => {
+      assert.ok(error instanceof IsADirectory, String(error));
+      assert.equal(error.path, "/link");
+      return true;
+    });
+  }
+  // Opened without create, the slash asks for a directory where a file is (ENOTDIR).
+  await assert.rejects(fs.open("/link"), NotADirectory);
+  assert.deepEqual(fs.snapshotTree(), before);
+  assert.deepEqual(fs.openHandles, []);
+});
