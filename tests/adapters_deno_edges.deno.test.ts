@@ -129,6 +129,42 @@ test("denoFs mkdir beneath a link to a file fails with NotADirectory, as beneath
   });
 });
 
+/**
+ * Runs `run` while every file `Deno.open` opens refuses `refused` (its method) with `error`; returns
+ * how many of those files were closed.
+ */
+async function withFilesRefusing(
+  refused: "truncate" | "stat",
+  error: () => Error,
+  run: () => Promise<void>,
+): Promise<number> {
+  const deno = Deno as unknown as { open: typeof Deno.open };
+  const original = deno.open;
+  let closed = 0;
+  deno.open = async (...args: Parameters<typeof Deno.open>) => {
+    const file = await original(...args);
+    return new Proxy(file, {
+      get(target, key) {
+        if (key === refused) return () => Promise.reject(error());
+        if (key === "close") {
+          return () => {
+            closed++;
+            target.close();
+          };
+        }
+        const value = Reflect.get(target, key, target);
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+  };
+  try {
+    await run();
+  } finally {
+    deno.open = original;
+  }
+  return closed;
+}
+
 test("denoFs open with append and truncate whose truncate is refused closes the file and reports it", async () => {
   await withDir(async (dir) => {
     const fs = denoFs();
@@ -136,36 +172,29 @@ test("denoFs open with append and truncate whose truncate is refused closes the 
     await fs.writeFile(path, new TextEncoder().encode("kept"));
     // A file the platform lets be opened for appending but not cut (Linux's append-only
     // attribute: EPERM), simulated by refusing the truncate of the file Deno opens.
-    const deno = Deno as unknown as { open: typeof Deno.open };
-    const original = deno.open;
-    let closed = 0;
-    deno.open = async (...args: Parameters<typeof Deno.open>) => {
-      const file = await original(...args);
-      return new Proxy(file, {
-        get(target, key) {
-          if (key === "truncate") {
-            return () =>
-              Promise.reject(new Deno.errors.PermissionDenied("Operation not permitted"));
-          }
-          if (key === "close") {
-            return () => {
-              closed++;
-              target.close();
-            };
-          }
-          const value = Reflect.get(target, key, target);
-          return typeof value === "function" ? value.bind(target) : value;
-        },
-      });
-    };
-    try {
+    const refusal = () => new Deno.errors.PermissionDenied("Operation not permitted");
+    const closed = await withFilesRefusing("truncate", refusal, async () => {
       await assert.rejects(fs.open(path, { append: true, truncate: true }), (error: unknown) => {
         return error instanceof PermissionDenied && error.path === path;
       });
-    } finally {
-      deno.open = original;
-    }
+    });
     assert.equal(closed, 1, "the file opened is closed");
     assert.equal(await Deno.readTextFile(path), "kept");
+  });
+});
+
+test("denoFs open for reading whose check of what it opened fails closes the file and reports it", async () => {
+  await withDir(async (dir) => {
+    const fs = denoFs();
+    const path = `${dir}/meta.json`;
+    await fs.writeFile(path, new TextEncoder().encode("{}"));
+    const failure = () =>
+      Object.assign(new Error("Input/output error (os error 5)"), { code: "EIO" });
+    const closed = await withFilesRefusing("stat", failure, async () => {
+      await assert.rejects(fs.open(path), (error: unknown) => {
+        return error instanceof FsIoError && error.code === "EIO" && error.path === path;
+      });
+    });
+    assert.equal(closed, 1, "the file opened is closed");
   });
 });
