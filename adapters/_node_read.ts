@@ -178,8 +178,8 @@ export function readFileNoFollowNative(
 
 /**
  * Opens `path` with `flags`, reads it whole if an `fstat` of the open descriptor says it is a
- * regular file (in reads of at most `READ_CHUNK` bytes, up to the size the `fstat` found), and
- * closes it. A directory fails with `IsADirectory`, as a read of one does; anything else is
+ * regular file (in reads of at most `READ_CHUNK` bytes, up to the size the `fstat` found, or to
+ * the end when it found 0), and closes it. A directory fails with `IsADirectory`, as a read of one does; anything else is
  * closed unread and reads as empty. A file larger than one `Uint8Array` holds fails with
  * `FsIoError` code `"EFBIG"`; native errors are thrown as they are.
  */
@@ -197,6 +197,9 @@ function readRegularOnly(path: string, flags: number, syscall: string): Promise<
         if (error !== null) return finish(error);
         if (stats.isDirectory()) return finish(new IsADirectory(syscall, path));
         if (!stats.isFile()) return finish(undefined, NOTHING_READ);
+        // A size of 0 may not be the size (procfs, a filesystem that does not know it): read to
+        // the end, as the callback `readFile` does.
+        if (stats.size === 0) return readToEnd(fd, finish);
         const size = stats.size;
         let buffer: Uint8Array;
         try {
@@ -221,6 +224,37 @@ function readRegularOnly(path: string, flags: number, syscall: string): Promise<
       });
     });
   });
+}
+
+/** What one read of `readToEnd` asks for (the callback `readFile` asks for as much). */
+const TO_END_CHUNK = 64 * 1024;
+
+/**
+ * Reads the descriptor `fd` of a regular file from offset 0 until a read returns no bytes, and
+ * calls `finish` with what it read or the error of a read.
+ */
+function readToEnd(fd: number, finish: (failure: unknown, bytes?: Uint8Array) => void): void {
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  const next = (): void => {
+    const chunk = new Uint8Array(TO_END_CHUNK);
+    readCallback(fd, chunk, 0, chunk.length, total, (error, bytesRead) => {
+      if (error !== null) return finish(error);
+      if (bytesRead === 0) {
+        const bytes = new Uint8Array(total);
+        let at = 0;
+        for (const part of chunks) {
+          bytes.set(part, at);
+          at += part.length;
+        }
+        return finish(undefined, bytes);
+      }
+      chunks.push(chunk.subarray(0, bytesRead));
+      total += bytesRead;
+      next();
+    });
+  };
+  next();
 }
 
 /**

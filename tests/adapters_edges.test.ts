@@ -102,6 +102,25 @@ test("a file holding fewer bytes than its size says reads as what it holds, neve
   }
 });
 
+test(
+  "a regular file whose size reads as 0 but that holds bytes reads whole, as readFile reads it",
+  {
+    skip: !linux || !existsSync("/proc/sys/kernel/osrelease"),
+  },
+  async () => {
+    // procfs reports size 0 for what it generates on read, as some network filesystems do for a
+    // file whose size they do not know.
+    const path = "/proc/sys/kernel/osrelease";
+    const text = readFileSync(path, "utf8");
+    assert.ok(text.length > 0);
+    const fs = nodeFs();
+    assert.equal((await fs.stat(path)).size, 0);
+    const noFollow = fs.readFileNoFollow?.bind(fs);
+    if (noFollow !== undefined) assert.equal(new TextDecoder().decode(await noFollow(path)), text);
+    assert.equal(new TextDecoder().decode(await fs.readFile(path)), text);
+  },
+);
+
 /** Reads at offsets no file reaches return no bytes, and move nothing a later read sees. */
 async function checkReadsFarPastTheEnd(fs: FileSystem, path: string): Promise<void> {
   await fs.writeFile(path, new TextEncoder().encode("hello"));
