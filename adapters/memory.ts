@@ -804,12 +804,14 @@ export class MemoryFs implements FileSystem {
       if (tooLongForPath(target)) {
         throw new FsIoError("ENAMETOOLONG", "symlink", path, "Link target too long");
       }
+      // An empty target names nothing (Linux: ENOENT).
+      if (target === "") throw new NotFound("symlink", path);
       const found = this.#resolve("symlink", path, false, false);
       if (found.node !== undefined || found.parent === undefined) {
         throw new AlreadyExists("symlink", path);
       }
       // A missing name spelled as a directory is no place for a link (Linux: ENOENT).
-      if (target === "" || found.mustBeDir) throw new NotFound("symlink", path);
+      if (found.mustBeDir) throw new NotFound("symlink", path);
       this.#link(found.parent, found.name, new LinkNode(asOnDisk(target), this.#options.now()));
     });
   }

@@ -235,3 +235,19 @@ test("an open that creates through a link to a file spelled with a trailing slas
   assert.deepEqual(fs.snapshotTree(), before);
   assert.deepEqual(fs.openHandles, []);
 });
+
+test("a symlink with an empty target is refused with NotFound before its name is looked up", async () => {
+  const fs = new MemoryFs();
+  await fs.writeFile("/file", bytes("x"));
+  await fs.mkdir("/dir");
+  const before = fs.snapshotTree();
+  // As Linux's symlink takes the target in first (ENOENT), whatever is at the name or above it.
+  for (const path of ["/new", "/file", "/dir", "/file/x", "/missing/x"]) {
+    await assert.rejects(fs.symlink("", path), (error: unknown) => {
+      assert.ok(error instanceof NotFound, `${path}: ${error}`);
+      assert.equal(error.path, path);
+      return true;
+    });
+  }
+  assert.deepEqual(fs.snapshotTree(), before);
+});
