@@ -84,9 +84,10 @@ export async function readInChunks(
  * Reads a whole file with the callback `readFile`, opened with `flags` when given: the runtime
  * drives open, fstat, read and close itself, about three times faster than `fs/promises` on
  * small files (meta.json, index.json), in Node and Deno. A file it refuses for its size (over
- * 2 GiB on Node, larger than memory on Deno) is read in chunks, opened with the same flags. Errors are mapped to the port's, naming the port
- * call `syscall` (by default `readFile`, or `readFileNoFollow` when `flags` are given). `whole` is
- * the one-call read (replaced only by tests, to refuse a small file as Node refuses a large one).
+ * 2 GiB on Node, larger than memory on Deno) is read in chunks, opened with the same flags.
+ * Errors are mapped to the port's, naming the port call `syscall` (by default `readFile`, or
+ * `readFileNoFollow` when `flags` are given). `whole` is the one-call read (replaced only by
+ * tests, to refuse a small file as Node refuses a large one).
  */
 export async function readWith(
   path: string,
@@ -179,9 +180,9 @@ export function readFileNoFollowNative(
 /**
  * Opens `path` with `flags`, reads it whole if an `fstat` of the open descriptor says it is a
  * regular file (in reads of at most `READ_CHUNK` bytes, up to the size the `fstat` found, or to
- * the end when it found 0), and closes it. A directory fails with `IsADirectory`, as a read of one does; anything else is
- * closed unread and reads as empty. A file larger than one `Uint8Array` holds fails with
- * `FsIoError` code `"EFBIG"`; native errors are thrown as they are.
+ * the end when it found 0), and closes it. A directory fails with `IsADirectory`, as a read of
+ * one does; anything else is closed unread and reads as empty. A file larger than one
+ * `Uint8Array` holds fails with `FsIoError` code `"EFBIG"`; native errors are thrown as they are.
  */
 function readRegularOnly(path: string, flags: number, syscall: string): Promise<Uint8Array> {
   return new Promise<Uint8Array>((resolve, reject) => {

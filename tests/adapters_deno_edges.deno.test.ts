@@ -1,6 +1,6 @@
 // The Deno adapter where the disk holds what a store does not expect: a sparse file larger than
 // any buffer, reads far past the largest file, a filesystem refusing directory fsync, a link to
-// a file on a path, and an open whose truncate fails after the file was opened.
+// a file on a path, and an open whose truncate or check fails after the file was opened.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { denoFs } from "../adapters/deno.ts";
@@ -130,8 +130,8 @@ test("denoFs mkdir beneath a link to a file fails with NotADirectory, as beneath
 });
 
 /**
- * Runs `run` while every file `Deno.open` opens refuses `refused` (its method) with `error`; returns
- * how many of those files were closed.
+ * Runs `run` while every file `Deno.open` opens refuses its method `refused` with `error`;
+ * returns how many of those files were closed.
  */
 async function withFilesRefusing(
   refused: "truncate" | "stat",

@@ -1,6 +1,7 @@
 // MemoryFs at its edges: faults whose partial effect cannot land, files larger than memory holds,
-// test controls given numbers they cannot use, and the POSIX refusals of names no entry may take
-// (the root, a dangling link spelled as a directory, names and canonical paths past the limits).
+// test controls given numbers they cannot use, a crash keeping bytes whose writeback failed, and
+// the Linux refusals of names no entry may take (the root, links spelled as directories, empty
+// link targets, names and canonical paths past the limits).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
