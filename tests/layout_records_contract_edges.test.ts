@@ -1,0 +1,233 @@
+// Records that contradict their own rules, refused as they are read, naming the file and field:
+// a child manifest at depth 0, v1 ledgers carrying schema-2 fields, a ledger citing one request
+// twice, mirror trace references naming another attempt's manifest, mirror outcomes citing a
+// seal outside trace_seals/; and a mirror attempt whose trace is sealed keeps its result.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import type { MemoryFs } from "../adapters/memory.ts";
+import {
+  type FoldedTraceRef,
+  ImmutableArtifactError,
+  LayoutRecordError,
+  loadSessionTree,
+  openSessionPaths,
+  parseChildrenLedger,
+  parseTraceRef,
+  processNextChildRequest,
+  publishChildRequest,
+  readChildrenLedger,
+  readSessionState,
+  readTraceRef,
+  recordChildOutcome,
+  TopologyError,
+  writeAttemptResult,
+} from "../layout.ts";
+import {
+  childRequest,
+  deterministic,
+  newRepo,
+  newRoot,
+  patchState,
+  readJson,
+  writeJson,
+} from "./layout_fixtures.ts";
+import {
+  buildMirrorTree,
+  MIRROR_CHILD_ID,
+  MIRROR_ROOT_ID,
+  type MirrorTree,
+  ROOT_ATTEMPTS,
+} from "./fixtures/mirror_tree.ts";
+
+async function mirror(): Promise<{ fs: MemoryFs; tree: MirrorTree }> {
+  const fs = await newRepo();
+  return { fs, tree: await buildMirrorTree(fs) };
+}
+
+/** Asserts `error` is a `LayoutRecordError` of `file` at `path`. */
+function recordError(file: string, path: string): (error: unknown) => boolean {
+  return (error: unknown) => {
+    assert.ok(error instanceof LayoutRecordError, String(error));
+    assert.equal(error.file, file);
+    assert.equal(error.path, path);
+    return true;
+  };
+}
+
+test("a child manifest that declares depth 0 is refused at depth, and its tree with it", async () => {
+  const { fs, tree } = await mirror();
+  const file = `${tree.childDir}/session.json`;
+  await writeJson(fs, file, { ...(await readJson(fs, file)), depth: 0 });
+  const before = fs.snapshotTree("/");
+  for (const id of [MIRROR_ROOT_ID, MIRROR_CHILD_ID]) {
+    await assert.rejects(loadSessionTree(fs, tree.repoRoot, id), (error: unknown) => {
+      assert.ok(error instanceof TopologyError, String(error));
+      assert.equal(error.at, tree.rootDir);
+      return recordError(file, "depth")(error.cause);
+    });
+  }
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("a v1 children.json carrying a schema-2 field or no list of children is refused naming it", async () => {
+  const { fs, tree } = await mirror();
+  const paths = await openSessionPaths(fs, tree.rootDir);
+  const file = paths.childrenJson;
+  const cases: [Record<string, unknown>, string, RegExp][] = [
+    [{ schema_version: 1, children: [], revision: 4 }, "revision", /no schema-2 fields/],
+    [
+      { schema_version: 1, parent_session_id: MIRROR_ROOT_ID, children: [] },
+      "parent_session_id",
+      /no schema-2 fields/,
+    ],
+    [{ schema_version: 1, children: { "0": {} } }, "children", /children must be a list/],
+    [{ schema_version: 1 }, "children", /children must be a list/],
+  ];
+  for (const [ledger, field, says] of cases) {
+    await writeJson(fs, file, ledger);
+    const before = fs.snapshotTree("/");
+    await assert.rejects(readChildrenLedger(fs, paths, MIRROR_ROOT_ID), (error: unknown) => {
+      recordError(file, field)(error);
+      assert.match((error as Error).message, says);
+      return true;
+    });
+    assert.deepEqual(fs.snapshotTree("/"), before, field);
+  }
+  // A v1 ledger does not name its session: read without one, it is refused, never guessed.
+  assert.throws(
+    () => parseChildrenLedger({ schema_version: 1, children: [] }, file),
+    recordError(file, "schema_version"),
+  );
+  assert.throws(() => parseChildrenLedger([], file), recordError(file, "schema_version"));
+  assert.equal(parseChildrenLedger([], file, MIRROR_ROOT_ID).parent_session_id, MIRROR_ROOT_ID);
+});
+
+test("a children.json citing one request for two children is refused at the second", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  await publishChildRequest(fs, root.paths, childRequest("phase-0"));
+  const accepted = await processNextChildRequest(fs, {
+    repoRoot: "/repo",
+    parentSessionId: root.sessionId,
+    ...deterministic(),
+  });
+  assert.equal(accepted?.kind, "accepted");
+  const file = root.paths.childrenJson;
+  const ledger = await readJson(fs, file);
+  const [first] = ledger.children as Record<string, unknown>[];
+  await writeJson(fs, file, {
+    ...ledger,
+    children: [first, { ...first, session_id: "02_phase-0-again", status: "goal_met" }],
+  });
+  const before = fs.snapshotTree("/");
+  await assert.rejects(
+    readChildrenLedger(fs, root.paths, root.sessionId),
+    (error: unknown) => {
+      recordError(file, "children[1].request_id")(error);
+      assert.equal((error as LayoutRecordError).value, "phase-0");
+      assert.match((error as Error).message, /Duplicate child request id/);
+      return true;
+    },
+  );
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("a mirror trace_ref.json naming another attempt's manifest is refused at that field", async () => {
+  const { fs, tree } = await mirror();
+  const session = await openSessionPaths(fs, tree.rootDir);
+  const { iteration, workflowId, attemptId } = ROOT_ATTEMPTS.first;
+  const attempt = session.attempt(iteration, workflowId);
+  const file = attempt.traceRefJson;
+  const own = await readJson(fs, file);
+  const other = `trace-${ROOT_ATTEMPTS.second.attemptId}`;
+  const cases: [Record<string, unknown>, string][] = [
+    [{ ...own, manifest_id: other }, "manifest_id"],
+    [{ ...own, manifest_ref: `trace:${other}:/trace_manifest.json` }, "manifest_ref"],
+    [{ ...own, manifest_ref: `trace:trace-${attemptId}:/other.json` }, "manifest_ref"],
+  ];
+  for (const [ref, field] of cases) {
+    await writeJson(fs, file, ref);
+    const before = fs.snapshotTree("/");
+    await assert.rejects(readTraceRef(fs, attempt), recordError(file, field));
+    assert.deepEqual(fs.snapshotTree("/"), before, field);
+  }
+  await writeJson(fs, file, own);
+  assert.equal((await readTraceRef(fs, attempt)).attempt_id, attemptId);
+});
+
+test("a folded trace_ref.json recording only a raw directory not named raw/<NNNN>_<workflow> is refused", () => {
+  const file = "/s/iterations/0001_outer/trace_ref.json";
+  for (const rawDir of ["raw/1_outer", "raw/0001_", "raw/0001_../x", "iterations/0001_outer"]) {
+    assert.throws(
+      () => parseTraceRef({ raw_dir: rawDir, raw_dir_ref: `session:/${rawDir}` }, file, "folded"),
+      recordError(file, "raw_dir"),
+      rawDir,
+    );
+  }
+  const read = parseTraceRef(
+    { raw_dir: "raw/0007_outer", raw_dir_ref: "session:/raw/0007_outer" },
+    file,
+    "folded",
+  ) as FoldedTraceRef;
+  assert.deepEqual([read.iteration, read.workflow_id], [7, "outer"]);
+});
+
+test("a mirror child outcome citing a seal outside trace_seals/ is refused when it is recorded", async () => {
+  const { fs, tree } = await mirror();
+  await patchState(fs, tree.rootDir, {
+    current_task: null,
+    active_child_session_id: MIRROR_CHILD_ID,
+  });
+  await writeJson(fs, `${tree.rootDir}/children.json`, {
+    schema_version: 1,
+    children: [{
+      session_id: MIRROR_CHILD_ID,
+      workflow_set: "main",
+      request_id: "legacy-phase",
+      status: "running",
+      created_at: "2026-04-19T15:05:01.123456Z",
+    }],
+  });
+  const file = `${tree.childDir}/session_outcome.json`;
+  const outcome = await readJson(fs, file);
+  const seal = (outcome.trace_seal_refs as string[])[0] as string;
+  for (const bad of ["session:/receipts/d00d00000001.json", "session:/trace_seals/x/y.json"]) {
+    await writeJson(fs, file, { ...outcome, trace_seal_refs: [seal, bad] });
+    const before = fs.snapshotTree("/");
+    await assert.rejects(
+      recordChildOutcome(fs, { repoRoot: tree.repoRoot, parentSessionId: MIRROR_ROOT_ID }),
+      recordError(file, "trace_seal_refs[1]"),
+    );
+    assert.deepEqual(fs.snapshotTree("/"), before, bad);
+  }
+});
+
+test("a running mirror attempt whose trace is sealed keeps its result.json", async () => {
+  const { fs, tree } = await mirror();
+  const session = await openSessionPaths(fs, tree.rootDir);
+  const { iteration, workflowId, attemptId } = ROOT_ATTEMPTS.active;
+  const attempt = session.attempt(iteration, workflowId);
+  const seal = session.traceSealReceipt(attemptId);
+  // The state still runs this attempt, but its trace has been sealed: the result is final.
+  assert.deepEqual((await readSessionState(fs, tree.rootDir)).current_task, {
+    workflow_id: workflowId,
+    iteration,
+    attempt_id: attemptId,
+  });
+  await writeJson(fs, seal, { schema_version: 1, attempt_id: attemptId });
+  const before = fs.snapshotTree("/");
+  await assert.rejects(
+    writeAttemptResult(fs, attempt, { status: "succeeded" }, deterministic()),
+    (error: unknown) => {
+      assert.ok(error instanceof ImmutableArtifactError, String(error));
+      assert.match(error.message, /trace is sealed/);
+      assert.match(error.message, new RegExp(attempt.resultJson));
+      return true;
+    },
+  );
+  assert.deepEqual(fs.snapshotTree("/"), before);
+  // Before the seal, the running attempt's result could still change.
+  await fs.remove(seal);
+  await writeAttemptResult(fs, attempt, { status: "succeeded" }, deterministic());
+  assert.deepEqual(await readJson(fs, attempt.resultJson), { status: "succeeded" });
+});
