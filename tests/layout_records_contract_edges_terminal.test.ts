@@ -1,0 +1,120 @@
+// The terminal records' contracts at their edges: a goal_met control may cite only its own
+// session's accepted eval receipts (never another session's file of the same name), and a
+// handoff under a project_state/ that is a file is observed as invalid, never thrown.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import type { MemoryFs } from "../adapters/memory.ts";
+import {
+  acceptEvalReceipt,
+  createAttemptArtifacts,
+  LayoutRecordError,
+  observeHandoff,
+  readTerminalControl,
+  type SessionPaths,
+  writeGitReceipt,
+} from "../layout.ts";
+import {
+  evalReceipt,
+  newRepo,
+  newRoot,
+  readJson,
+  writeJson,
+  writeText,
+} from "./layout_fixtures.ts";
+
+const ROOT_ID = "001_ship-the-ultimate-memory-program";
+
+const goalMet = {
+  schema_version: 3,
+  state: "stopped",
+  stop_reason: "goal_met",
+  control_id: "done-1",
+  reason: "Every outcome is accepted",
+  created_at: "2026-04-19T15:00:00Z",
+  producer: { session_id: ROOT_ID, workflow_id: "outer", attempt_id: "a26" },
+};
+const current = {
+  sessionId: ROOT_ID,
+  workflowId: "outer",
+  attemptId: "a26",
+  completionRole: "outer",
+};
+
+/** Writes and accepts eval receipt `tests-pass` of attempt a26 (iteration 26) of the root. */
+async function acceptedEval(fs: MemoryFs, paths: SessionPaths): Promise<void> {
+  const attempt = { iteration: 26, workflowId: "outer", attemptId: "a26" };
+  await createAttemptArtifacts(fs, paths, attempt, { prompt: "p", pathsMap: {} });
+  await writeJson(fs, `${paths.dir}/raw/0026_outer/eval/report.json`, { passed: 3 });
+  await writeGitReceipt(fs, paths, ROOT_ID, attempt, "after", {
+    head: "c0ffee",
+    branch: "main",
+    dirty: false,
+  });
+  await writeJson(fs, paths.evalReceipt("tests-pass"), evalReceipt(ROOT_ID));
+  await acceptEvalReceipt(fs, paths, "tests-pass", { sessionId: ROOT_ID });
+}
+
+test("a goal_met control citing another session's eval receipt of the same name is refused", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  const other = await newRoot(fs, "Other program");
+  await acceptedEval(fs, root.paths);
+  // A child of the root, and another tree, each holding a receipt named like the accepted one.
+  const manifest = await readJson(fs, root.paths.sessionJson);
+  const child = `${root.dir}/children/01_child`;
+  await fs.mkdir(child, { recursive: true });
+  await writeJson(fs, `${child}/session.json`, {
+    ...manifest,
+    session_id: "01_child",
+    parent_session_id: ROOT_ID,
+    depth: 1,
+  });
+  for (const dir of [child, other.dir]) {
+    await fs.mkdir(`${dir}/eval_receipts`, { recursive: true });
+    await writeJson(fs, `${dir}/eval_receipts/tests-pass.json`, evalReceipt(ROOT_ID));
+  }
+  const foreign = [
+    "session:01_child:/eval_receipts/tests-pass.json",
+    `repo:/.loopy_loop/sessions/${ROOT_ID}/children/01_child/eval_receipts/tests-pass.json`,
+    `repo:/.loopy_loop/sessions/${other.sessionId}/eval_receipts/tests-pass.json`,
+  ];
+  for (const ref of foreign) {
+    await writeJson(fs, root.paths.controlJson, { ...goalMet, eval_receipt_refs: [ref] });
+    const before = fs.snapshotTree("/");
+    await assert.rejects(readTerminalControl(fs, root.paths, current), (error: unknown) => {
+      assert.ok(error instanceof LayoutRecordError, `${ref}: ${error}`);
+      assert.equal(error.file, root.paths.controlJson);
+      assert.equal(error.path, "eval_receipt_refs[0]");
+      assert.equal(error.value, ref);
+      assert.match(error.message, /must name an eval receipt of this session/);
+      return true;
+    });
+    assert.deepEqual(fs.snapshotTree("/"), before, ref);
+  }
+  // Its own receipt, spelled through the repository, is the accepted one.
+  const own = `repo:/.loopy_loop/sessions/${ROOT_ID}/eval_receipts/tests-pass.json`;
+  await writeJson(fs, root.paths.controlJson, { ...goalMet, eval_receipt_refs: [own] });
+  assert.deepEqual((await readTerminalControl(fs, root.paths, current))?.record.eval_receipt_refs, [
+    own,
+  ]);
+});
+
+test("a handoff under a project_state that is a file is observed as invalid, and nothing changes", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  await fs.remove(`${root.dir}/project_state`, { recursive: true });
+  await writeText(fs, `${root.dir}/project_state`, "not a directory");
+  const before = fs.snapshotTree("/");
+  const seen = await observeHandoff(fs, root.paths, {
+    sessionId: ROOT_ID,
+    goalSha256: root.manifest.goal_hash,
+    storedRevision: 0,
+    storedSha256: null,
+  });
+  assert.equal(seen.status, "invalid");
+  assert.equal(seen.handoff, undefined);
+  assert.equal(seen.sha256, null);
+  assert.match(String(seen.diagnosis), /not a regular file \(a directory on its path is a file\)/);
+  assert.ok(seen.diagnosis?.includes(root.paths.handoffJson), seen.diagnosis);
+  assert.deepEqual(fs.snapshotTree("/"), before);
+});
