@@ -1,0 +1,109 @@
+// Root creation racing another process: an ordinal reserved or published by another creator
+// between our scan and our reservation is skipped; a staging directory another creation
+// publishes while leftovers are removed is left whole and not reported as removed.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryFs } from "../adapters/memory.ts";
+import {
+  createRootSession,
+  ordinalReservationName,
+  removeStagingLeftovers,
+  SessionIdError,
+} from "../layout.ts";
+import { hookedFs } from "./_hooks.ts";
+import { CONTRACTS, deterministic, newRepo, writeJson } from "./layout_fixtures.ts";
+
+const SESSIONS = "/repo/.loopy_loop/sessions";
+
+function rootOptions(goal: string) {
+  return { repoRoot: "/repo", goal, ...CONTRACTS, ...deterministic() };
+}
+
+/** A `session.json` of a root `001_beta`, as another process publishes it. */
+async function betaManifest(): Promise<Uint8Array> {
+  const other = new MemoryFs();
+  await other.mkdir("/elsewhere");
+  await createRootSession(other, { ...rootOptions("beta"), repoRoot: "/elsewhere" });
+  return await other.readFile("/elsewhere/.loopy_loop/sessions/001_beta/session.json");
+}
+
+test("an ordinal another process reserves just before our reservation is skipped", async () => {
+  const memory = await newRepo();
+  let raced = false;
+  // Another process (no shared in-process serialization) reserves ordinal 1 right before us.
+  const fs = hookedFs(memory, {
+    before: async (op, args) => {
+      if (!raced && op === "writeFile" && args[0] === `${SESSIONS}/.ordinal-001`) {
+        raced = true;
+        await memory.writeFile(`${SESSIONS}/.ordinal-001`, new Uint8Array(), { createNew: true });
+      }
+    },
+  });
+  assert.equal((await createRootSession(fs, rootOptions("alpha"))).sessionId, "002_alpha");
+  assert.ok(raced);
+  // The other process's reservation is its own: left as it is; ours is released.
+  assert.deepEqual((await memory.readDir(SESSIONS)).map((entry) => entry.name).sort(), [
+    ".ordinal-001",
+    "002_alpha",
+  ]);
+});
+
+test("an ordinal another process publishes right after our reservation is skipped", async () => {
+  const memory = await newRepo();
+  const beta = await betaManifest();
+  let raced = false;
+  // Another process reserved 1 before our scan, published 001_beta, and released its
+  // reservation just as ours was created (the exclusive create could not see it).
+  const fs = hookedFs(memory, {
+    after: async (op, args) => {
+      if (!raced && op === "writeFile" && args[0] === `${SESSIONS}/.ordinal-001`) {
+        raced = true;
+        await memory.mkdir(`${SESSIONS}/001_beta`);
+        await memory.writeFile(`${SESSIONS}/001_beta/session.json`, beta);
+      }
+    },
+  });
+  assert.equal((await createRootSession(fs, rootOptions("alpha"))).sessionId, "002_alpha");
+  assert.ok(raced);
+  assert.deepEqual((await memory.readDir(SESSIONS)).map((entry) => entry.name).sort(), [
+    "001_beta",
+    "002_alpha",
+  ]);
+});
+
+test("a staging directory published while leftovers are removed stays whole and is not reported", async () => {
+  const memory = await newRepo();
+  const staged = `${SESSIONS}/.staging-001_alpha-0123abcd`;
+  const stale = `${SESSIONS}/.staging-002_beta-89abcdef`;
+  for (const dir of [staged, stale]) {
+    await memory.mkdir(dir, { recursive: true });
+    await writeJson(memory, `${dir}/session.json`, { session_id: dir });
+  }
+  let published = false;
+  // The creation of 001_alpha publishes its staging directory just before it is set aside.
+  const fs = hookedFs(memory, {
+    before: async (op, args) => {
+      if (!published && op === "rename" && args[0] === staged) {
+        published = true;
+        await memory.rename(staged, `${SESSIONS}/001_alpha`);
+      }
+    },
+  });
+  assert.deepEqual(await removeStagingLeftovers(fs, SESSIONS), [".staging-002_beta-89abcdef"]);
+  assert.ok(published);
+  assert.deepEqual((await memory.readDir(SESSIONS)).map((entry) => entry.name), ["001_alpha"]);
+  assert.deepEqual(
+    JSON.parse(
+      new TextDecoder().decode(await memory.readFile(`${SESSIONS}/001_alpha/session.json`)),
+    ),
+    { session_id: staged },
+  );
+});
+
+test("a reservation name for an ordinal that is not a positive integer is refused", () => {
+  assert.equal(ordinalReservationName(7, 3), ".ordinal-007");
+  assert.equal(ordinalReservationName(1234, 3), ".ordinal-1234");
+  for (const ordinal of [0, -1, 1.5, Number.NaN, 2 ** 53]) {
+    assert.throws(() => ordinalReservationName(ordinal, 3), SessionIdError, String(ordinal));
+  }
+});
