@@ -1,17 +1,27 @@
 // Root creation racing another process: an ordinal reserved or published by another creator
 // between our scan and our reservation is skipped; a staging directory another creation
-// publishes while leftovers are removed is left whole and not reported as removed.
+// publishes while leftovers are removed is left whole and not reported as removed. The user's
+// .gitignore swapped for a link meanwhile is left as it is; a root without a harness roster is
+// refused whole.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import {
   createRootSession,
+  LayoutError,
   ordinalReservationName,
   removeStagingLeftovers,
   SessionIdError,
 } from "../layout.ts";
 import { hookedFs } from "./_hooks.ts";
-import { CONTRACTS, deterministic, newRepo, writeJson } from "./layout_fixtures.ts";
+import {
+  CONTRACTS,
+  deterministic,
+  newRepo,
+  readText,
+  writeJson,
+  writeText,
+} from "./layout_fixtures.ts";
 
 const SESSIONS = "/repo/.loopy_loop/sessions";
 
@@ -106,4 +116,43 @@ test("a reservation name for an ordinal that is not a positive integer is refuse
   for (const ordinal of [0, -1, 1.5, Number.NaN, 2 ** 53]) {
     assert.throws(() => ordinalReservationName(ordinal, 3), SessionIdError, String(ordinal));
   }
+});
+
+test("a .gitignore swapped for a link while a root is created is left as it is, never written through", async () => {
+  const memory = await newRepo();
+  await writeText(memory, "/repo/.gitignore", "node_modules/\n");
+  await memory.mkdir("/shared");
+  await writeText(memory, "/shared/ignore", "dist/\n");
+  let swapped = false;
+  // Once the creation has seen a regular .gitignore, the user replaces it with a link.
+  const fs = hookedFs(memory, {
+    after: async (op, args) => {
+      if (!swapped && op === "lstat" && args[0] === "/repo/.gitignore") {
+        swapped = true;
+        await memory.remove("/repo/.gitignore");
+        await memory.symlink("/shared/ignore", "/repo/.gitignore");
+      }
+    },
+  });
+  assert.equal((await createRootSession(fs, rootOptions("alpha"))).sessionId, "001_alpha");
+  assert.ok(swapped);
+  assert.equal((await memory.lstat("/repo/.gitignore")).kind, "symlink");
+  assert.equal(await memory.readLink("/repo/.gitignore"), "/shared/ignore");
+  assert.equal(await readText(memory, "/shared/ignore"), "dist/\n");
+});
+
+test("a root without a harness capability roster is refused, leaving no session behind", async () => {
+  const fs = await newRepo();
+  const { harnessCapabilityRoster: _roster, ...contracts } = CONTRACTS;
+  const options = { repoRoot: "/repo", goal: "alpha", ...contracts, ...deterministic() };
+  await assert.rejects(
+    createRootSession(fs, options as unknown as Parameters<typeof createRootSession>[1]),
+    (error: unknown) => {
+      assert.ok(error instanceof LayoutError, String(error));
+      assert.match(error.message, /needs the root's harness capability roster/);
+      return true;
+    },
+  );
+  // No session, no staging directory, no ordinal reservation.
+  assert.deepEqual(await fs.readDir(SESSIONS), []);
 });
