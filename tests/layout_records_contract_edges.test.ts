@@ -1,13 +1,18 @@
 // Records that contradict their own rules, refused as they are read, naming the file and field:
 // a child manifest at depth 0, v1 ledgers carrying schema-2 fields, a ledger citing one request
 // twice, mirror trace references naming another attempt's manifest, mirror outcomes citing a
-// seal outside trace_seals/; and a mirror attempt whose trace is sealed keeps its result.
+// seal outside trace_seals/; a mirror attempt whose trace is sealed keeps its result, a text
+// snapshot file frozen once keeps its bytes, and git receipt names follow the layout.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
 import {
+  createAttemptArtifacts,
   type FoldedTraceRef,
+  type GitPhase,
+  gitReceiptFilename,
   ImmutableArtifactError,
+  LayoutError,
   LayoutRecordError,
   loadSessionTree,
   openSessionPaths,
@@ -230,4 +235,64 @@ test("a running mirror attempt whose trace is sealed keeps its result.json", asy
   await fs.remove(seal);
   await writeAttemptResult(fs, attempt, { status: "succeeded" }, deterministic());
   assert.deepEqual(await readJson(fs, attempt.resultJson), { status: "succeeded" });
+});
+
+test("a text snapshot file frozen once keeps its bytes: other text refuses the whole call", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  const attempt = { iteration: 3, workflowId: "outer", attemptId: "a00000000003" };
+  const create = (prompt: string, text: string) =>
+    createAttemptArtifacts(fs, root.paths, attempt, {
+      prompt,
+      pathsMap: {},
+      snapshot: { "role.md": text, "roster.json": { roles: ["outer"] } },
+      ...deterministic(),
+    });
+  const first = await create("First prompt", "# Outer role\n");
+  const file = `${first.paths.snapshotDir(attempt.attemptId)}/role.md`;
+  // The same text again is the frozen file.
+  assert.deepEqual(
+    (await create("First prompt", "# Outer role\n")).snapshotHashes,
+    first.snapshotHashes,
+  );
+  const before = fs.snapshotTree("/");
+  for (const text of ["# Outer role", "# Outer role\n\n", "# Other role\n"]) {
+    await assert.rejects(create("Second prompt", text), (error: unknown) => {
+      assert.ok(error instanceof ImmutableArtifactError, String(error));
+      assert.match(error.message, new RegExp(file));
+      return true;
+    }, JSON.stringify(text));
+    // Nothing was written: neither the snapshot nor the attempt's prompt.
+    assert.deepEqual(fs.snapshotTree("/"), before, JSON.stringify(text));
+  }
+});
+
+test("git receipt names follow the session's layout, and a phase other than before or after is refused", async () => {
+  const { fs, tree } = await mirror();
+  const mirrored = (await openSessionPaths(fs, tree.rootDir)).attempt(1, "outer");
+  const id = ROOT_ATTEMPTS.first.attemptId;
+  assert.equal(mirrored.gitReceiptRef("after", id), `session:/git_receipts/git-after-${id}.json`);
+  assert.equal(
+    mirrored.gitReceipt("before", id),
+    `${tree.rootDir}/git_receipts/git-before-${id}.json`,
+  );
+  const folded = (await newRoot(await newRepo())).paths.attempt(26, "outer");
+  assert.equal(folded.gitReceiptRef("after", "a26"), "session:/receipts/0026_outer_git_after.json");
+  for (const phase of ["during", "After", ""]) {
+    for (const layout of ["folded", "mirror"] as const) {
+      assert.throws(
+        () =>
+          gitReceiptFilename(layout, phase as GitPhase, {
+            iteration: 1,
+            workflowId: "outer",
+            attemptId: id,
+          }),
+        (error: unknown) => {
+          assert.ok(error instanceof LayoutError, String(error));
+          assert.match(error.message, /phase must be before or after/);
+          return true;
+        },
+      );
+    }
+  }
 });
