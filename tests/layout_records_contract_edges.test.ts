@@ -2,12 +2,14 @@
 // a child manifest at depth 0, v1 ledgers carrying schema-2 fields, a ledger citing one request
 // twice, mirror trace references naming another attempt's manifest, mirror outcomes citing a
 // seal outside trace_seals/; a mirror attempt whose trace is sealed keeps its result, a text
-// snapshot file frozen once keeps its bytes, and git receipt names follow the layout.
+// snapshot file frozen once keeps its bytes, git receipt names follow the layout, and a legacy
+// child's state is held to the root its tree gives it.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
 import {
   createAttemptArtifacts,
+  findWorkingSession,
   type FoldedTraceRef,
   type GitPhase,
   gitReceiptFilename,
@@ -295,4 +297,38 @@ test("git receipt names follow the session's layout, and a phase other than befo
       );
     }
   }
+});
+
+test("a legacy v1 child's state is held to its own id, and to its root where its tree is known", async () => {
+  const { fs, tree } = await mirror();
+  const manifest = await readJson(fs, `${tree.childDir}/session.json`);
+  // A v1 manifest records no root: read alone, the child's state may name none or any.
+  await writeJson(fs, `${tree.childDir}/session.json`, {
+    schema_version: 1,
+    session_id: MIRROR_CHILD_ID,
+    goal_hash: manifest.goal_hash,
+    workflow_set: "main",
+    parent_session_id: MIRROR_ROOT_ID,
+    created_at: manifest.created_at,
+  });
+  const file = `${tree.childDir}/state.json`;
+  const state = await readJson(fs, file);
+  for (const root of [MIRROR_ROOT_ID, MIRROR_CHILD_ID]) {
+    await writeJson(fs, file, { ...state, root_session_id: root });
+    assert.equal((await readSessionState(fs, tree.childDir)).root_session_id, root);
+  }
+  await writeJson(fs, file, { ...state, session_id: MIRROR_ROOT_ID });
+  await assert.rejects(readSessionState(fs, tree.childDir), recordError(file, "session_id"));
+  // Through its tree the root is known: the child's state must name the tree's root.
+  await patchState(fs, tree.rootDir, {
+    current_task: null,
+    active_child_session_id: MIRROR_CHILD_ID,
+  });
+  const loaded = await loadSessionTree(fs, tree.repoRoot, MIRROR_CHILD_ID);
+  await writeJson(fs, file, { ...state, root_session_id: MIRROR_ROOT_ID });
+  assert.equal((await findWorkingSession(fs, loaded))?.terminalChild?.sessionId, MIRROR_CHILD_ID);
+  await writeJson(fs, file, { ...state, root_session_id: MIRROR_CHILD_ID });
+  const before = fs.snapshotTree("/");
+  await assert.rejects(findWorkingSession(fs, loaded), recordError(file, "root_session_id"));
+  assert.deepEqual(fs.snapshotTree("/"), before);
 });
