@@ -281,3 +281,31 @@ test("an id found only in a staging directory or as a file of a broken tree is u
   );
   assert.deepEqual(fs.snapshotTree("/"), before);
 });
+
+test("a child directory planted as a symlink is reported with its tree when asked for, never as unknown", async () => {
+  const memory = await newRepo();
+  const root = await newRoot(memory);
+  await memory.mkdir("/elsewhere/01_linked", { recursive: true });
+  await writeJson(memory, "/elsewhere/01_linked/session.json", {});
+  await memory.mkdir(`${root.dir}/children`, { recursive: true });
+  const link = `${root.dir}/children/01_linked`;
+  await memory.symlink("/elsewhere/01_linked", link);
+  let followed = false;
+  const fs = hookedFs(memory, {
+    before: (_op, args) => {
+      if (String(args[0]).startsWith("/elsewhere") || String(args[0]).startsWith(`${link}/`)) {
+        followed = true;
+      }
+    },
+  });
+  const before = memory.snapshotTree("/");
+  // As a link in place of a top-level session is, whichever of the tree's ids is asked for.
+  for (const id of [root.sessionId, "01_linked"]) {
+    await assert.rejects(loadSessionTree(fs, "/repo", id), (error: unknown) => {
+      topology(root.dir, /invalid topology/)(error);
+      return topology(link, /may not use a symlink/)((error as TopologyError).cause);
+    }, id);
+  }
+  assert.equal(followed, false);
+  assert.deepEqual(memory.snapshotTree("/"), before);
+});

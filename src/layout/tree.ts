@@ -311,7 +311,8 @@ async function checkParentManifest(
  * physically holds a session dir named `id`: `dir` itself, or, through `children/`, a directory
  * holding a `session.json` entry (of any kind: a manifest of the wrong kind, a directory or a
  * symlink, still marks the session's directory, so the tree holding it is reported as invalid
- * rather than the id as unknown). Directories without one are not sessions and are not entered,
+ * rather than the id as unknown), or a symlink named `id` planted in place of one (never
+ * followed: the scan refuses it). Directories without one are not sessions and are not entered,
  * as the tree's own scan does not enter them.
  */
 async function physicallyContains(fs: FileSystem, dir: string, id: string): Promise<boolean> {
@@ -319,7 +320,10 @@ async function physicallyContains(fs: FileSystem, dir: string, id: string): Prom
   const childrenDir = join(dir, CHILDREN_DIRNAME);
   if ((await entryKind(fs, childrenDir)) !== "directory") return false;
   for (const entry of await fs.readDir(childrenDir)) {
-    if (entry.name.startsWith(STAGING_PREFIX) || entry.kind !== "directory") continue;
+    if (entry.name.startsWith(STAGING_PREFIX)) continue;
+    // A link in place of the session's directory marks it too (never followed), as at the top.
+    if (entry.kind === "symlink" && entry.name === id) return true;
+    if (entry.kind !== "directory") continue;
     const child = join(childrenDir, entry.name);
     if ((await entryKind(fs, join(child, "session.json"))) === undefined) continue;
     if (await physicallyContains(fs, child, id)) return true;
