@@ -2,22 +2,29 @@
 // between our scan and our reservation is skipped; a staging directory another creation
 // publishes while leftovers are removed is left whole and not reported as removed. The user's
 // .gitignore swapped for a link meanwhile is left as it is; a root without a harness roster is
-// refused whole.
+// refused whole; a child whose identity contradicts a legacy parent is refused before writing.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import {
+  createChildSession,
   createRootSession,
   LayoutError,
+  LayoutRecordError,
+  loadSessionTree,
   ordinalReservationName,
   removeStagingLeftovers,
   SessionIdError,
+  sha256Ref,
 } from "../layout.ts";
+import { buildMirrorTree, MIRROR_CHILD_ID, MIRROR_ROOT_ID } from "./fixtures/mirror_tree.ts";
 import { hookedFs } from "./_hooks.ts";
 import {
+  childRequest,
   CONTRACTS,
   deterministic,
   newRepo,
+  readJson,
   readText,
   writeJson,
   writeText,
@@ -155,4 +162,70 @@ test("a root without a harness capability roster is refused, leaving no session 
   );
   // No session, no staging directory, no ordinal reservation.
   assert.deepEqual(await fs.readDir(SESSIONS), []);
+});
+
+test("a child whose root or depth contradicts its legacy v1 parent is refused before writing", async () => {
+  const fs = await newRepo();
+  const tree = await buildMirrorTree(fs);
+  // Legacy v1 manifests record no root and no depth; the tree's nesting gives both.
+  for (
+    const [dir, id, parent] of [
+      [tree.rootDir, MIRROR_ROOT_ID, null],
+      [tree.childDir, MIRROR_CHILD_ID, MIRROR_ROOT_ID],
+    ] as const
+  ) {
+    const manifest = await readJson(fs, `${dir}/session.json`);
+    await writeJson(fs, `${dir}/session.json`, {
+      schema_version: 1,
+      session_id: id,
+      goal_hash: manifest.goal_hash,
+      workflow_set: "main",
+      parent_session_id: parent,
+      created_at: manifest.created_at,
+    });
+  }
+  const request = childRequest("r1");
+  const requestBytes = new TextEncoder().encode(JSON.stringify(request));
+  const options = (parentDir: string, parentSessionId: string, root: string, depth: number) => ({
+    parentDir,
+    parentSessionId,
+    rootSessionId: root,
+    parentDepth: depth,
+    sessionId: "01_r1",
+    request,
+    requestBytes,
+    inputs: [],
+    harnessCapabilityRosterSha256: sha256Ref(requestBytes),
+    ...CONTRACTS,
+    ...deterministic(),
+  });
+  const cases: [string, string, string, number, string, unknown][] = [
+    [tree.rootDir, MIRROR_ROOT_ID, "002_other", 0, "root_session_id", "002_other"],
+    [tree.rootDir, MIRROR_ROOT_ID, MIRROR_ROOT_ID, 2, "depth", 3],
+    [tree.childDir, MIRROR_CHILD_ID, "002_other", 1, "root_session_id", "002_other"],
+    [tree.childDir, MIRROR_CHILD_ID, MIRROR_CHILD_ID, 1, "root_session_id", MIRROR_CHILD_ID],
+    [tree.childDir, MIRROR_CHILD_ID, MIRROR_ROOT_ID, 0, "depth", 1],
+    [tree.childDir, MIRROR_CHILD_ID, MIRROR_ROOT_ID, 4, "depth", 5],
+  ];
+  const before = fs.snapshotTree("/");
+  for (const [dir, parentId, root, depth, field, value] of cases) {
+    const what = `${parentId} ${root} ${depth}`;
+    await assert.rejects(createChildSession(fs, options(dir, parentId, root, depth)), (error) => {
+      assert.ok(error instanceof LayoutRecordError, `${what}: ${error}`);
+      assert.equal(error.file, `${dir}/children/01_r1/session.json`, what);
+      assert.equal(error.path, field, what);
+      assert.equal(error.value, value, what);
+      return true;
+    });
+    assert.deepEqual(fs.snapshotTree("/"), before, what);
+  }
+  // The tree still loads, and the identity its nesting gives creates a child that keeps it so.
+  await loadSessionTree(fs, tree.repoRoot, MIRROR_ROOT_ID);
+  const created = await createChildSession(
+    fs,
+    options(tree.childDir, MIRROR_CHILD_ID, MIRROR_ROOT_ID, 1),
+  );
+  const loaded = await loadSessionTree(fs, tree.repoRoot, created.sessionId);
+  assert.equal(loaded.require(created.sessionId).depth, 2);
+  assert.equal(loaded.require(created.sessionId).parentSessionId, MIRROR_CHILD_ID);
 });

@@ -19,7 +19,7 @@ import {
   stagedPublish,
   syncTree,
 } from "../port/durable.ts";
-import { join } from "../port/path.ts";
+import { basename, dirname, join, normalize } from "../port/path.ts";
 import { readSessionFile } from "../port/regular.ts";
 import { LayoutError, LayoutRecordError, UnconfirmedPublishError } from "./errors.ts";
 import {
@@ -45,6 +45,7 @@ import {
   writeJsonAtomic,
 } from "./json_io.ts";
 import {
+  CHILDREN_DIRNAME,
   LOOPY_DIRNAME,
   REPO_GITIGNORE_RAW_LINE,
   repositoryPaths,
@@ -805,9 +806,10 @@ export interface CreateChildSessionOptions extends LayoutWriteOptions, SessionCo
  * is written, `parentSessionId`, `rootSessionId` and `parentDepth` are checked against it: one it
  * does not record is a `LayoutRecordError` naming the child's `session.json` and the field
  * (`parent_session_id`, `root_session_id`, `depth`) it would have contradicted its physical
- * parent in. A legacy v1 parent records no root or depth: they are checked only for a v1 root
- * (its own root, depth 0). A `parentDir` whose `session.json` cannot be read is refused with the
- * error reading it.
+ * parent in. A legacy v1 parent records no root or depth: a v1 root is its own root at depth 0,
+ * and a v1 child has those its nesting gives it (the top-level session it is nested in through
+ * `children/`, and how many levels deep), as the tree's scan derives them. A `parentDir` whose
+ * `session.json` cannot be read is refused with the error reading it.
  */
 export async function createChildSession(
   fs: FileSystem,
@@ -853,8 +855,24 @@ export async function createChildSession(
 }
 
 /**
+ * The root and depth the nesting of session directory `dir` gives it, as the tree's scan derives
+ * them (a legacy v1 child's manifest records neither): the top-level session it is nested in
+ * through `children/` directories, and how many. `[undefined, undefined]` when it is not nested.
+ */
+function nestedIdentity(dir: string): [string, number] | [undefined, undefined] {
+  let top = normalize(dir);
+  let depth = 0;
+  while (basename(dirname(top)) === CHILDREN_DIRNAME) {
+    top = dirname(dirname(top));
+    depth++;
+  }
+  return depth === 0 ? [undefined, undefined] : [basename(top), depth];
+}
+
+/**
  * Refuses (before anything is written) a child identity the parent's `session.json` does not
- * record: the child's `session.json` would contradict its physical parent, and the whole tree
+ * record (for a legacy v1 child parent, which records no root nor depth, the ones its nesting
+ * gives): the child's `session.json` would contradict its physical parent, and the whole tree
  * would no longer load.
  */
 async function requireParentIdentity(
@@ -878,7 +896,7 @@ async function requireParentIdentity(
     ? [manifest.root_session_id, manifest.depth]
     : manifest.parent_session_id === null
     ? [manifest.session_id, 0]
-    : [undefined, undefined];
+    : nestedIdentity(options.parentDir);
   if (root !== undefined && options.rootSessionId !== root) {
     refuse("root_session_id", options.rootSessionId, `the root ${root}`);
   }
