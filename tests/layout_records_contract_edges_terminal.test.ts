@@ -1,6 +1,7 @@
 // The terminal records' contracts at their edges: a goal_met control may cite only its own
 // session's accepted eval receipts (never another session's file of the same name), and a
-// handoff under a project_state/ that is a file is observed as invalid, never thrown.
+// handoff under a project_state/ that is a file is observed as invalid, never thrown; a legacy
+// v1 child's outcome names the root its nesting gives, or is refused before it is written.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
@@ -9,18 +10,25 @@ import {
   createAttemptArtifacts,
   LayoutRecordError,
   observeHandoff,
+  openSessionPaths,
   readTerminalControl,
+  recordChildOutcome,
+  type SessionOutcomeInput,
   type SessionPaths,
   writeGitReceipt,
+  writeSessionOutcome,
 } from "../layout.ts";
 import {
+  deterministic,
   evalReceipt,
   newRepo,
   newRoot,
+  patchState,
   readJson,
   writeJson,
   writeText,
 } from "./layout_fixtures.ts";
+import { buildMirrorTree, MIRROR_CHILD_ID, MIRROR_ROOT_ID } from "./fixtures/mirror_tree.ts";
 
 const ROOT_ID = "001_ship-the-ultimate-memory-program";
 
@@ -117,4 +125,77 @@ test("a handoff under a project_state that is a file is observed as invalid, and
   assert.match(String(seen.diagnosis), /not a regular file \(a directory on its path is a file\)/);
   assert.ok(seen.diagnosis?.includes(root.paths.handoffJson), seen.diagnosis);
   assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("a legacy v1 child's outcome naming another root than its tree's is refused before it is written", async () => {
+  const fs = await newRepo();
+  const tree = await buildMirrorTree(fs);
+  const manifest = await readJson(fs, `${tree.childDir}/session.json`);
+  // A v1 child manifest records no root: the child's nesting under the root says which it is.
+  await writeJson(fs, `${tree.childDir}/session.json`, {
+    schema_version: 1,
+    session_id: MIRROR_CHILD_ID,
+    goal_hash: manifest.goal_hash,
+    workflow_set: "main",
+    parent_session_id: MIRROR_ROOT_ID,
+    created_at: manifest.created_at,
+  });
+  await fs.remove(`${tree.childDir}/session_outcome.json`);
+  await patchState(fs, tree.childDir, {
+    status: "max_turns",
+    terminal_state_revision: 3,
+    terminal_at: "2026-04-19T15:00:01Z",
+  });
+  const paths = await openSessionPaths(fs, tree.childDir);
+  const goalSha256 = String(manifest.goal_hash);
+  const handoff = await observeHandoff(fs, paths, {
+    sessionId: MIRROR_CHILD_ID,
+    goalSha256,
+    storedRevision: 0,
+    storedSha256: null,
+  });
+  const outcome = (rootSessionId: string): SessionOutcomeInput => ({
+    sessionId: MIRROR_CHILD_ID,
+    rootSessionId,
+    goalSha256,
+    terminalStatus: "max_turns",
+    stopReason: "max_turns",
+    terminalStateRevision: 3,
+    terminalAt: "2026-04-19T15:00:01Z",
+    handoff,
+  });
+  const before = fs.snapshotTree("/");
+  // Written once, such an outcome could never be recorded by the parent, nor rewritten.
+  for (const root of [MIRROR_CHILD_ID, "002_other"]) {
+    await assert.rejects(writeSessionOutcome(fs, paths, outcome(root)), (error: unknown) => {
+      assert.ok(error instanceof LayoutRecordError, `${root}: ${error}`);
+      assert.equal(error.file, paths.sessionOutcomeJson);
+      assert.equal(error.path, "root_session_id");
+      assert.equal(error.value, root);
+      return true;
+    });
+    assert.deepEqual(fs.snapshotTree("/"), before, root);
+  }
+  // The tree's root is written, and the parent records the child's outcome.
+  await writeSessionOutcome(fs, paths, outcome(MIRROR_ROOT_ID));
+  await patchState(fs, tree.rootDir, {
+    current_task: null,
+    active_child_session_id: MIRROR_CHILD_ID,
+  });
+  await writeJson(fs, `${tree.rootDir}/children.json`, {
+    schema_version: 1,
+    children: [{
+      session_id: MIRROR_CHILD_ID,
+      workflow_set: "main",
+      request_id: "legacy-phase",
+      status: "running",
+      created_at: "2026-04-19T15:05:01.123456Z",
+    }],
+  });
+  const recorded = await recordChildOutcome(fs, {
+    repoRoot: tree.repoRoot,
+    parentSessionId: MIRROR_ROOT_ID,
+    ...deterministic(),
+  });
+  assert.equal(recorded.child_session_id, MIRROR_CHILD_ID);
 });

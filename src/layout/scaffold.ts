@@ -19,7 +19,7 @@ import {
   stagedPublish,
   syncTree,
 } from "../port/durable.ts";
-import { basename, dirname, join, normalize } from "../port/path.ts";
+import { join } from "../port/path.ts";
 import { readSessionFile } from "../port/regular.ts";
 import { LayoutError, LayoutRecordError, UnconfirmedPublishError } from "./errors.ts";
 import {
@@ -45,7 +45,6 @@ import {
   writeJsonAtomic,
 } from "./json_io.ts";
 import {
-  CHILDREN_DIRNAME,
   LOOPY_DIRNAME,
   REPO_GITIGNORE_RAW_LINE,
   repositoryPaths,
@@ -71,6 +70,7 @@ import {
   type SessionManifest,
 } from "./records.ts";
 import { initialSessionState } from "./state.ts";
+import { nestedIdentity } from "./_nesting.ts";
 import {
   type LayoutWriteOptions,
   type ResolvedWriteOptions,
@@ -852,21 +852,6 @@ export async function createChildSession(
     },
     child: { request, requestBytes: options.requestBytes, inputs: options.inputs },
   }, resolved);
-}
-
-/**
- * The root and depth the nesting of session directory `dir` gives it, as the tree's scan derives
- * them (a legacy v1 child's manifest records neither): the top-level session it is nested in
- * through `children/` directories, and how many. `[undefined, undefined]` when it is not nested.
- */
-function nestedIdentity(dir: string): [string, number] | [undefined, undefined] {
-  let top = normalize(dir);
-  let depth = 0;
-  while (basename(dirname(top)) === CHILDREN_DIRNAME) {
-    top = dirname(dirname(top));
-    depth++;
-  }
-  return depth === 0 ? [undefined, undefined] : [basename(top), depth];
 }
 
 /**

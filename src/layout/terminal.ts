@@ -67,6 +67,7 @@ import { parseLogicalReference } from "./ref_grammar.ts";
 import { serializedOn } from "./serial.ts";
 import { checkTerminalTransition } from "./_terminal_transition.ts";
 import { contractTerminalRoles } from "./_contract.ts";
+import { nestedIdentity } from "./_nesting.ts";
 
 /** Reads and validates `control.json` (a typed error names the file and field when malformed). */
 export async function readControl(
@@ -502,7 +503,8 @@ export interface SessionOutcomeInput extends LayoutWriteOptions {
  *   anything else is a `LayoutRecordError` at `terminal_status`;
  * - the session, root and goal hash are those of the session's `session.json`
  *   (`LayoutRecordError` at `session_id`, `root_session_id` or `goal_sha256`; a schema-1
- *   manifest records no root for a child, so only a root's is checked there).
+ *   manifest records no root for a child, whose root is then the top-level session it is nested
+ *   in, as its tree's scan derives it: the root its parent's `recordChildOutcome` requires).
  *
  * Its `eval_refs` are the cited references (the control's `eval_receipt_refs`, then
  * `evalRefs`) followed by the keys of the eval seals `state.json` records
@@ -696,8 +698,9 @@ function checkTransition(file: string, input: SessionOutcomeInput): void {
 
 /**
  * Refuses (`LayoutRecordError` naming `session_outcome.json` and the field) an outcome whose
- * session, root or goal hash is not the one `session.json` records, and (`UnsupportedLayoutError`)
- * paths built for another layout than the recorded one.
+ * session, root or goal hash is not the one `session.json` records (a legacy v1 child's root: the
+ * one its nesting gives), and (`UnsupportedLayoutError`) paths built for another layout than the
+ * recorded one.
  */
 async function checkIdentity(
   fs: FileSystem,
@@ -707,11 +710,12 @@ async function checkIdentity(
   const manifest = await readSessionManifest(fs, paths.dir);
   // The outcome's citations and trace seals follow the recorded layout, never the caller's.
   requireRecordedLayout(paths, manifestLayout(manifest));
+  // A legacy v1 child records no root: the one its nesting gives, as its tree's scan derives it.
   const root = manifest.schema_version === 2
     ? manifest.root_session_id
     : manifest.parent_session_id === null
     ? manifest.session_id
-    : undefined;
+    : nestedIdentity(paths.dir)[0];
   const checks: readonly [string, string, string | undefined][] = [
     ["session_id", input.sessionId, manifest.session_id],
     ["root_session_id", input.rootSessionId, root],
