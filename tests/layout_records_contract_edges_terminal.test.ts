@@ -1,7 +1,8 @@
 // The terminal records' contracts at their edges: a goal_met control may cite only its own
 // session's accepted eval receipts (never another session's file of the same name), and a
 // handoff under a project_state/ that is a file is observed as invalid, never thrown; a legacy
-// v1 child's outcome names the root its nesting gives, or is refused before it is written.
+// v1 session's outcome names the root its nesting gives, or is refused before it is written; a
+// handoff is valid only from the current attempt when no earlier attempts are known.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
@@ -198,4 +199,89 @@ test("a legacy v1 child's outcome naming another root than its tree's is refused
     ...deterministic(),
   });
   assert.equal(recorded.child_session_id, MIRROR_CHILD_ID);
+});
+
+test("a legacy v1 root's outcome must name the root itself", async () => {
+  const fs = await newRepo();
+  const tree = await buildMirrorTree(fs);
+  const manifest = await readJson(fs, `${tree.rootDir}/session.json`);
+  await writeJson(fs, `${tree.rootDir}/session.json`, {
+    schema_version: 1,
+    session_id: MIRROR_ROOT_ID,
+    goal_hash: manifest.goal_hash,
+    workflow_set: "main",
+    parent_session_id: null,
+    created_at: manifest.created_at,
+  });
+  await patchState(fs, tree.rootDir, {
+    status: "max_turns",
+    current_task: null,
+    terminal_state_revision: 8,
+    terminal_at: "2026-04-19T15:00:01Z",
+  });
+  const paths = await openSessionPaths(fs, tree.rootDir);
+  const goalSha256 = String(manifest.goal_hash);
+  const handoff = await observeHandoff(fs, paths, {
+    sessionId: MIRROR_ROOT_ID,
+    goalSha256,
+    storedRevision: 0,
+    storedSha256: null,
+  });
+  const outcome = (rootSessionId: string): SessionOutcomeInput => ({
+    sessionId: MIRROR_ROOT_ID,
+    rootSessionId,
+    goalSha256,
+    terminalStatus: "max_turns",
+    stopReason: "max_turns",
+    terminalStateRevision: 8,
+    terminalAt: "2026-04-19T15:00:01Z",
+    handoff,
+  });
+  const before = fs.snapshotTree("/");
+  await assert.rejects(writeSessionOutcome(fs, paths, outcome(MIRROR_CHILD_ID)), (error) => {
+    assert.ok(error instanceof LayoutRecordError, String(error));
+    assert.equal(error.path, "root_session_id");
+    return true;
+  });
+  assert.deepEqual(fs.snapshotTree("/"), before);
+  assert.equal(
+    (await writeSessionOutcome(fs, paths, outcome(MIRROR_ROOT_ID))).root_session_id,
+    MIRROR_ROOT_ID,
+  );
+});
+
+test("with no earlier attempts known, a handoff is valid only from the current attempt", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  const goal = root.manifest.goal_hash;
+  const handoff = {
+    schema_version: 1,
+    session_id: ROOT_ID,
+    goal_sha256: goal,
+    revision: 1,
+    producer: { workflow_id: "outer", attempt_id: "a20" },
+    summary: "Revision 1",
+    accepted_outcomes: [],
+    open_work: [],
+    risks: [],
+    decision_refs: [],
+    evidence_refs: [],
+    delivery_refs: [],
+    eval_refs: [],
+    updated_at: "2026-04-19T15:00:00Z",
+  };
+  await writeJson(fs, root.paths.handoffJson, handoff);
+  const expectation = {
+    sessionId: ROOT_ID,
+    goalSha256: goal,
+    storedRevision: 0,
+    storedSha256: null,
+  };
+  const seen = async (extra: Record<string, unknown>) =>
+    await observeHandoff(fs, root.paths, { ...expectation, ...extra });
+  const stranger = await seen({ currentAttemptId: "a26" });
+  assert.equal(stranger.status, "invalid");
+  assert.equal(stranger.diagnosis, "The handoff producer is not an attempt of this session");
+  assert.equal((await seen({ currentAttemptId: "a26", knownAttemptIds: ["a20"] })).status, "valid");
+  assert.equal((await seen({ currentAttemptId: "a20" })).status, "valid");
 });
