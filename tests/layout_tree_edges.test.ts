@@ -172,27 +172,31 @@ test("top-level entries that are not session directories are neither listed nor 
   );
 });
 
-test("a top-level session directory swapped for a symlink while the tree loads is refused", async () => {
-  const memory = await newRepo();
-  const root = await newRoot(memory);
-  const moved = "/elsewhere/moved";
-  await memory.mkdir("/elsewhere");
-  let swapped = false;
-  const fs = hookedFs(memory, {
-    after: async (op, args) => {
-      // Once the loader has seen the directory's session.json, it becomes a link to a copy.
-      if (!swapped && op === "lstat" && args[0] === `${root.dir}/session.json`) {
-        swapped = true;
-        await memory.rename(root.dir, moved);
-        await memory.symlink(moved, root.dir);
-      }
-    },
-  });
-  await assert.rejects(loadSessionTree(fs, "/repo", root.sessionId), (error: unknown) => {
-    const cause = (error as TopologyError).cause;
-    return topology(root.dir, /may not use a symlink/)(cause);
-  });
-  assert.ok(swapped);
+test("a top-level session directory swapped for a link or a file while the tree loads is refused", async () => {
+  for (const planted of ["symlink", "file"] as const) {
+    const memory = await newRepo();
+    const root = await newRoot(memory);
+    const moved = "/elsewhere/moved";
+    await memory.mkdir("/elsewhere");
+    let swapped = false;
+    const fs = hookedFs(memory, {
+      after: async (op, args) => {
+        // Once the loader has seen the directory's session.json, the directory is replaced.
+        if (!swapped && op === "lstat" && args[0] === `${root.dir}/session.json`) {
+          swapped = true;
+          await memory.rename(root.dir, moved);
+          if (planted === "symlink") await memory.symlink(moved, root.dir);
+          else await writeText(memory, root.dir, "{}");
+        }
+      },
+    });
+    const says = planted === "symlink" ? /may not use a symlink/ : /Expected a session directory/;
+    await assert.rejects(loadSessionTree(fs, "/repo", root.sessionId), (error: unknown) => {
+      topology(root.dir, /invalid topology/)(error);
+      return topology(root.dir, says)((error as TopologyError).cause);
+    }, planted);
+    assert.ok(swapped, planted);
+  }
 });
 
 test("a terminal root tree has no working session and gives work to none", async () => {
