@@ -2,10 +2,12 @@
 // session's accepted eval receipts (never another session's file of the same name), and a
 // handoff under a project_state/ that is a file is observed as invalid, never thrown; a legacy
 // v1 session's outcome names the root its nesting gives, or is refused before it is written; a
-// handoff is valid only from the current attempt when no earlier attempts are known.
+// handoff is valid only from the current attempt when no earlier attempts are known; a storage
+// fault reading an eval receipt or its seal is that fault, never "not accepted".
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
+import { FsIoError } from "../src/port/errors.ts";
 import {
   acceptEvalReceipt,
   createAttemptArtifacts,
@@ -30,6 +32,7 @@ import {
   writeText,
 } from "./layout_fixtures.ts";
 import { buildMirrorTree, MIRROR_CHILD_ID, MIRROR_ROOT_ID } from "./fixtures/mirror_tree.ts";
+import { hookedFs } from "./_hooks.ts";
 
 const ROOT_ID = "001_ship-the-ultimate-memory-program";
 
@@ -284,4 +287,45 @@ test("with no earlier attempts known, a handoff is valid only from the current a
   assert.equal(stranger.diagnosis, "The handoff producer is not an attempt of this session");
   assert.equal((await seen({ currentAttemptId: "a26", knownAttemptIds: ["a20"] })).status, "valid");
   assert.equal((await seen({ currentAttemptId: "a20" })).status, "valid");
+});
+
+test("a storage fault reading a cited eval receipt or its seal fails with that fault", async () => {
+  for (const sealed of ["in state.json", "in a legacy sidecar"]) {
+    const memory = await newRepo();
+    const root = await newRoot(memory);
+    await acceptedEval(memory, root.paths);
+    if (sealed === "in a legacy sidecar") {
+      // A legacy state records no seals: its acceptances are their sidecars.
+      const { accepted_eval_seals: _seals, ...state } = await readJson(
+        memory,
+        root.paths.stateJson,
+      );
+      await writeJson(memory, root.paths.stateJson, state);
+    }
+    await writeJson(memory, root.paths.controlJson, {
+      ...goalMet,
+      eval_receipt_refs: ["session:/eval_receipts/tests-pass.json"],
+    });
+    assert.ok(await readTerminalControl(memory, root.paths, current), sealed);
+    const failing = [root.paths.evalReceipt("tests-pass")];
+    if (sealed === "in a legacy sidecar") {
+      failing.push(root.paths.evalAcceptedSidecar("tests-pass"));
+    }
+    for (const path of failing) {
+      const fs = hookedFs(memory, {
+        before: (op, args) => {
+          if (/^(read|open)/.test(op) && args[0] === path) {
+            throw new FsIoError("EIO", op, path, "simulated I/O error");
+          }
+        },
+      });
+      const before = memory.snapshotTree("/");
+      await assert.rejects(readTerminalControl(fs, root.paths, current), (error: unknown) => {
+        assert.ok(error instanceof FsIoError, `${sealed} ${path}: ${error}`);
+        assert.equal(error.path, path);
+        return true;
+      });
+      assert.deepEqual(memory.snapshotTree("/"), before);
+    }
+  }
 });
