@@ -329,3 +329,24 @@ test("a storage fault reading a cited eval receipt or its seal fails with that f
     }
   }
 });
+
+test("a storage fault resolving a goal_met control's evidence fails with that fault", async () => {
+  const memory = await newRepo();
+  const root = await newRoot(memory);
+  await writeJson(memory, root.paths.controlJson, {
+    ...goalMet,
+    evidence_refs: ["session:/project_state/finished.md"],
+  });
+  assert.ok(await readTerminalControl(memory, root.paths, current));
+  const path = `${root.dir}/project_state/finished.md`;
+  const fs = hookedFs(memory, {
+    before: (op, args) => {
+      if (args[0] === path) throw new FsIoError("EIO", op, path, "simulated I/O error");
+    },
+  });
+  await assert.rejects(readTerminalControl(fs, root.paths, current), (error: unknown) => {
+    assert.ok(error instanceof FsIoError, String(error));
+    assert.equal(error.path, path);
+    return true;
+  });
+});
