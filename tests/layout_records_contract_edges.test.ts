@@ -2,8 +2,9 @@
 // a child manifest at depth 0, v1 ledgers carrying schema-2 fields, a ledger citing one request
 // twice, mirror trace references naming another attempt's manifest, mirror outcomes citing a
 // seal outside trace_seals/; a mirror attempt whose trace is sealed keeps its result, a text
-// snapshot file frozen once keeps its bytes, git receipt names follow the layout, and a legacy
-// child's state is held to the root its tree gives it.
+// snapshot file frozen once keeps its bytes, the same first result written twice at once is
+// written once, git receipt names follow the layout, and a legacy child's state is held to the
+// root its tree gives it.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
@@ -331,4 +332,27 @@ test("a legacy v1 child's state is held to its own id, and to its root where its
   const before = fs.snapshotTree("/");
   await assert.rejects(findWorkingSession(fs, loaded), recordError(file, "root_session_id"));
   assert.deepEqual(fs.snapshotTree("/"), before);
+});
+
+test("a finished attempt's first result written twice at once is written once; both calls succeed", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  const attempt = { iteration: 4, workflowId: "outer", attemptId: "a00000000004" };
+  const { paths } = await createAttemptArtifacts(fs, root.paths, attempt, {
+    prompt: "p",
+    pathsMap: {},
+  });
+  // The session runs no task: the attempt has finished, so only a first write is allowed.
+  assert.equal((await readSessionState(fs, root.dir)).current_task, null);
+  const result = { status: "completed", exit_code: 0 };
+  await Promise.all([
+    writeAttemptResult(fs, paths, result, deterministic()),
+    writeAttemptResult(fs, paths, { ...result }, deterministic()),
+  ]);
+  assert.deepEqual(await readJson(fs, paths.resultJson), result);
+  // Another result is refused now: the first write is final.
+  await assert.rejects(
+    writeAttemptResult(fs, paths, { status: "failed", exit_code: 1 }, deterministic()),
+    ImmutableArtifactError,
+  );
 });
