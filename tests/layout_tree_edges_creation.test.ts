@@ -2,7 +2,8 @@
 // between our scan and our reservation is skipped; a staging directory another creation
 // publishes while leftovers are removed is left whole and not reported as removed. The user's
 // .gitignore swapped for a link meanwhile is left as it is; a root without a harness roster is
-// refused whole; a child whose identity contradicts a legacy parent is refused before writing.
+// refused whole; a child whose identity contradicts a legacy parent is refused before writing;
+// a creation whose every reservation another process takes first gives up with a typed error.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
@@ -19,6 +20,7 @@ import {
 } from "../layout.ts";
 import { buildMirrorTree, MIRROR_CHILD_ID, MIRROR_ROOT_ID } from "./fixtures/mirror_tree.ts";
 import { hookedFs } from "./_hooks.ts";
+import { AlreadyExists } from "../src/port/errors.ts";
 import {
   childRequest,
   CONTRACTS,
@@ -228,4 +230,25 @@ test("a child whose root or depth contradicts its legacy v1 parent is refused be
   const loaded = await loadSessionTree(fs, tree.repoRoot, created.sessionId);
   assert.equal(loaded.require(created.sessionId).depth, 2);
   assert.equal(loaded.require(created.sessionId).parentSessionId, MIRROR_CHILD_ID);
+});
+
+test("a root creation whose every ordinal another process reserves first gives up, leaving nothing", async () => {
+  const memory = await newRepo();
+  let tries = 0;
+  // Another process always reserves the ordinal chosen (and releases it before the next scan).
+  const fs = hookedFs(memory, {
+    before: (op, args) => {
+      if (op === "writeFile" && /\/\.ordinal-\d+$/.test(String(args[0]))) {
+        tries++;
+        throw new AlreadyExists("open", String(args[0]));
+      }
+    },
+  });
+  await assert.rejects(createRootSession(fs, rootOptions("alpha")), (error: unknown) => {
+    assert.ok(error instanceof LayoutError, String(error));
+    assert.match(error.message, /Could not reserve a root session ordinal .* after 1000 attempts/);
+    return true;
+  });
+  assert.equal(tries, 1000);
+  assert.deepEqual(await memory.readDir(SESSIONS), []);
 });
