@@ -1,10 +1,7 @@
-// Records that contradict their own rules, refused as they are read, naming the file and field:
-// a child manifest at depth 0, v1 ledgers carrying schema-2 fields, a ledger citing one request
-// twice, mirror trace references naming another attempt's manifest, mirror outcomes citing a
-// seal outside trace_seals/; a mirror attempt whose trace is sealed keeps its result, a text
-// snapshot file frozen once keeps its bytes, the same first result written twice at once is
-// written once, git receipt names follow the layout, and a legacy child's state is held to the
-// root its tree gives it.
+// Records that contradict their own rules are refused naming the file and field (a child at depth
+// 0, v1 ledgers with schema-2 fields, a request cited twice, mirror trace and seal references to
+// other files); final records stay final (a sealed attempt's result, a frozen snapshot, a first
+// result written twice at once); git receipt names and a legacy child's state follow the tree.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";

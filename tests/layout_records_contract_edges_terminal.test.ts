@@ -1,9 +1,7 @@
-// The terminal records' contracts at their edges: a goal_met control may cite only its own
-// session's accepted eval receipts (never another session's file of the same name), and a
-// handoff under a project_state/ that is a file is observed as invalid, never thrown; a legacy
-// v1 session's outcome names the root its nesting gives, or is refused before it is written; a
-// handoff is valid only from the current attempt when no earlier attempts are known; a storage
-// fault reading an eval receipt or its seal is that fault, never "not accepted".
+// Terminal records at their edges: a goal_met control cites only its own session's accepted eval
+// receipts, and a storage fault reading them is that fault; a handoff under a file project_state
+// is invalid, and one from an unknown attempt too; a legacy v1 session's outcome names the root
+// its nesting gives, or is refused before it is written.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";

@@ -1,6 +1,7 @@
-// How a session tree is refused when its topology lies (a linked parent.json, an id twice, a
-// children/ that is a file, a linked or file `.loopy_loop/`), which top-level entries are not
-// trees at all, and how the working session is found when a state's active child is not one.
+// A session tree whose topology lies (a linked parent.json or child, an id twice, a children/
+// that is a file, a linked or file `.loopy_loop/`, a directory swapped while it loads) is refused
+// naming where; entries that are no session are neither listed nor loaded; the working session
+// is refused when a state's active child is not its published child.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";

@@ -1,9 +1,7 @@
-// Root creation racing another process: an ordinal reserved or published by another creator
-// between our scan and our reservation is skipped; a staging directory another creation
-// publishes while leftovers are removed is left whole and not reported as removed. The user's
-// .gitignore swapped for a link meanwhile is left as it is; a root without a harness roster is
-// refused whole; a child whose identity contradicts a legacy parent is refused before writing;
-// a creation whose every reservation another process takes first gives up with a typed error.
+// Creating sessions against other processes and odd trees: a root ordinal another creator takes
+// around our reservation is skipped (and creation gives up after its bound); a staging directory
+// published meanwhile stays whole; a .gitignore swapped for a link is left as it is; a root without
+// a harness roster, or a child contradicting its legacy parent, is refused before writing.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
