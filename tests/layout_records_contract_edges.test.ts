@@ -25,6 +25,7 @@ import {
   readTraceRef,
   recordChildOutcome,
   TopologyError,
+  updateSessionState,
   writeAttemptResult,
 } from "../layout.ts";
 import {
@@ -297,10 +298,10 @@ test("git receipt names follow the session's layout, and a phase other than befo
   }
 });
 
-test("a legacy v1 child's state is held to its own id, and to its root where its tree is known", async () => {
+test("a legacy v1 child's state is held to its own id and to the root its nesting gives", async () => {
   const { fs, tree } = await mirror();
   const manifest = await readJson(fs, `${tree.childDir}/session.json`);
-  // A v1 manifest records no root: read alone, the child's state may name none or any.
+  // A v1 manifest records no root: the child's nesting under the root says which it is.
   await writeJson(fs, `${tree.childDir}/session.json`, {
     schema_version: 1,
     session_id: MIRROR_CHILD_ID,
@@ -311,23 +312,35 @@ test("a legacy v1 child's state is held to its own id, and to its root where its
   });
   const file = `${tree.childDir}/state.json`;
   const state = await readJson(fs, file);
-  for (const root of [MIRROR_ROOT_ID, MIRROR_CHILD_ID]) {
+  for (const root of [MIRROR_ROOT_ID, null]) {
     await writeJson(fs, file, { ...state, root_session_id: root });
     assert.equal((await readSessionState(fs, tree.childDir)).root_session_id, root);
   }
-  await writeJson(fs, file, { ...state, session_id: MIRROR_ROOT_ID });
-  await assert.rejects(readSessionState(fs, tree.childDir), recordError(file, "session_id"));
-  // Through its tree the root is known: the child's state must name the tree's root.
   await patchState(fs, tree.rootDir, {
     current_task: null,
     active_child_session_id: MIRROR_CHILD_ID,
   });
   const loaded = await loadSessionTree(fs, tree.repoRoot, MIRROR_CHILD_ID);
-  await writeJson(fs, file, { ...state, root_session_id: MIRROR_ROOT_ID });
   assert.equal((await findWorkingSession(fs, loaded))?.terminalChild?.sessionId, MIRROR_CHILD_ID);
-  await writeJson(fs, file, { ...state, root_session_id: MIRROR_CHILD_ID });
+  // A state naming another session or another root is refused, read alone or through the tree.
+  for (
+    const [field, value] of [["session_id", MIRROR_ROOT_ID], ["root_session_id", MIRROR_CHILD_ID]]
+  ) {
+    await writeJson(fs, file, { ...state, [field as string]: value });
+    const before = fs.snapshotTree("/");
+    await assert.rejects(readSessionState(fs, tree.childDir), recordError(file, field as string));
+    await assert.rejects(findWorkingSession(fs, loaded), recordError(file, field as string));
+    assert.deepEqual(fs.snapshotTree("/"), before, field);
+  }
+  // Nor is one written: the tree would refuse to read it.
+  await writeJson(fs, file, { ...state, root_session_id: MIRROR_ROOT_ID });
   const before = fs.snapshotTree("/");
-  await assert.rejects(findWorkingSession(fs, loaded), recordError(file, "root_session_id"));
+  await assert.rejects(
+    updateSessionState(fs, tree.childDir, (next) => {
+      next.root_session_id = MIRROR_CHILD_ID;
+    }, { updatedAt: "2026-04-20T00:00:00Z" }),
+    recordError(file, "root_session_id"),
+  );
   assert.deepEqual(fs.snapshotTree("/"), before);
 });
 

@@ -20,9 +20,9 @@ import {
   parseSessionStateAsRead,
   type SessionState,
   type StateOwner,
-  stateOwnerOf,
 } from "./records.ts";
 import { readSessionManifest } from "./tree.ts";
+import { stateOwnerAt } from "./_nesting.ts";
 import { LayoutRecordError } from "./errors.ts";
 import { confined } from "./no_links.ts";
 import { serializedOn } from "./serial.ts";
@@ -82,7 +82,8 @@ export interface UpdateStateOptions {
   readonly durability?: Durability;
   /**
    * The session the state must belong to, as its `session.json` records (a `SessionNode` of a
-   * loaded tree is one); when not given, `session.json` is read.
+   * loaded tree is one); when not given, `session.json` is read (a legacy v1 child's root, which
+   * it does not record, is then the one its nesting gives, as its tree's scan derives it).
    */
   readonly owner?: StateOwner | undefined;
 }
@@ -121,7 +122,8 @@ export async function updateSessionState(
   fs = confined(fs, sessionDir);
   const file = join(sessionDir, "state.json");
   // session.json is immutable: read once, outside the serialized read-modify-write.
-  const owner = options.owner ?? stateOwnerOf(await readSessionManifest(fs, sessionDir));
+  const owner = options.owner ??
+    stateOwnerAt(await readSessionManifest(fs, sessionDir), sessionDir);
   return await serializedOn(fs, file, async () => {
     // Read only as a regular file (a FIFO planted there is refused by name, never waited on).
     // The text of each number is kept: a number the change leaves alone is written as it was.

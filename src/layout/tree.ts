@@ -40,8 +40,8 @@ import {
   sessionPhase,
   type SessionState,
   type StateOwner,
-  stateOwnerOf,
 } from "./records.ts";
+import { stateOwnerAt } from "./_nesting.ts";
 import { confined } from "./no_links.ts";
 
 /** One validated session of a tree. */
@@ -460,7 +460,8 @@ export async function loadSessionTree(
  * `session_id`, `active_session_id` or `root_session_id` names another session than the
  * directory's `session.json` records is a `LayoutRecordError` at that field (`assertStateOwner`).
  * `owner` is who `session.json` records (a `SessionNode` of a loaded tree is one); when it is not
- * given, `session.json` is read.
+ * given, `session.json` is read (a legacy v1 child's root, which it does not record, is then the
+ * one its nesting gives, as the tree's scan derives it).
  */
 export async function readSessionState(
   fs: FileSystem,
@@ -494,7 +495,7 @@ async function ownState(
 ): Promise<SessionState> {
   assertStateOwner(
     state,
-    owner ?? stateOwnerOf(await readSessionManifest(fs, sessionDir)),
+    owner ?? stateOwnerAt(await readSessionManifest(fs, sessionDir), sessionDir),
     join(sessionDir, "state.json"),
   );
   return state;
