@@ -348,3 +348,26 @@ test("a storage fault resolving a goal_met control's evidence fails with that fa
     return true;
   });
 });
+
+test("a storage fault finding which session holds a cited eval receipt fails with that fault", async () => {
+  const memory = await newRepo();
+  const root = await newRoot(memory);
+  const other = await newRoot(memory, "Other program");
+  const ref = `repo:/.loopy_loop/sessions/${other.sessionId}/eval_receipts/tests-pass.json`;
+  await writeJson(memory, root.paths.controlJson, { ...goalMet, eval_receipt_refs: [ref] });
+  // Readable, the other tree holds it: refused as no receipt of this session.
+  await assert.rejects(readTerminalControl(memory, root.paths, current), LayoutRecordError);
+  // The other tree's manifest cannot be looked at (an I/O error): the tree of this session still
+  // loads without it, and the receipt's holder cannot be told.
+  const path = `${other.dir}/session.json`;
+  const fs = hookedFs(memory, {
+    before: (op, args) => {
+      if (args[0] === path) throw new FsIoError("EIO", op, path, "simulated I/O error");
+    },
+  });
+  await assert.rejects(readTerminalControl(fs, root.paths, current), (error: unknown) => {
+    assert.ok(error instanceof FsIoError, String(error));
+    assert.equal(error.path, path);
+    return true;
+  });
+});
