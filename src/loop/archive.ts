@@ -74,6 +74,7 @@ import {
   PRIVATE_DIR_MODE,
   PRIVATE_FILE_MODE,
   readDirIfExists,
+  removeIfExists,
   tempNameFor,
 } from "../port/durable.ts";
 import { join } from "../port/path.ts";
@@ -941,13 +942,7 @@ async function rollBackDeletion(
   // The emptied kept-<n> directories go before the journal (durably, under "full": nothing else
   // orders removals in one directory): a staging directory never outlives its journal holding
   // anything but what recovery and readers count as nothing staged.
-  for (const dir of emptied) {
-    try {
-      await fs.remove(dir);
-    } catch (error) {
-      if (!(error instanceof NotFound)) throw error;
-    }
-  }
+  for (const dir of emptied) await removeIfExists(fs, dir);
   if (emptied.length > 0 && full) await fs.syncDir(staging);
   await removeStagingDir(context, staging, [], false);
   if (full) await fs.syncDir(collection);

@@ -50,7 +50,7 @@
 import type { FileSystem } from "../port/fs.ts";
 import type { ProcessProbe } from "../port/probe.ts";
 import { AlreadyExists, NotFound } from "../port/errors.ts";
-import { PRIVATE_FILE_MODE } from "../port/durable.ts";
+import { PRIVATE_FILE_MODE, removeIfExists } from "../port/durable.ts";
 import { basename, dirname, join } from "../port/path.ts";
 import { SessionBusyError, SessionFormatError, SessionLockedError } from "./errors.ts";
 import type { SessionContext } from "./session_manager.ts";
@@ -947,12 +947,7 @@ export async function dropMovedLocks(context: StoreContext, dir: string): Promis
   let removed = false;
   for (const entry of await context.fs.readDir(dir)) {
     if (entry.kind !== "file" || !isLockFileName(entry.name)) continue;
-    try {
-      await context.fs.remove(join(dir, entry.name));
-      removed = true;
-    } catch (error) {
-      if (!(error instanceof NotFound)) throw error;
-    }
+    if (await removeIfExists(context.fs, join(dir, entry.name))) removed = true;
   }
   if (removed && context.durability === "full") await context.fs.syncDir(dir);
 }

@@ -20,7 +20,7 @@
  */
 import { NotFound } from "../port/errors.ts";
 import { join } from "../port/path.ts";
-import { isTempName, readDirIfExists } from "../port/durable.ts";
+import { isTempName, readDirIfExists, removeIfExists } from "../port/durable.ts";
 import { isSessionId } from "./records/mod.ts";
 import {
   acquireWriterLock,
@@ -115,14 +115,9 @@ export async function recoverLeftovers(
         ? report.kept
         : report.removed).push(path);
     } else if (entry.kind === "file" && isTempName(entry.name)) {
-      try {
-        await fs.remove(path);
-      } catch (error) {
-        // Gone since the listing (removed by hand, or renamed into place by another process that
-        // does not take the collection lock, such as a store without a probe): nothing to remove.
-        if (error instanceof NotFound) continue;
-        throw error;
-      }
+      // Gone since the listing (removed by hand, or renamed into place by another process that
+      // does not take the collection lock, such as a store without a probe): nothing to remove.
+      if (!(await removeIfExists(fs, path))) continue;
       report.removed.push(path);
       removedFiles = true;
     }
@@ -212,12 +207,7 @@ async function cleanupSession(
     // process that does not take the store's locks): nothing of it is left to clean then.
     for (const entry of await readDirIfExists(fs, dir)) {
       if (entry.kind !== "file" || !isTempName(entry.name)) continue;
-      try {
-        await fs.remove(join(dir, entry.name));
-      } catch (error) {
-        if (error instanceof NotFound) continue;
-        throw error;
-      }
+      if (!(await removeIfExists(fs, join(dir, entry.name)))) continue;
       removed.push(join(dir, entry.name));
       changed = true;
     }

@@ -767,6 +767,20 @@ export async function readIfExists(fs: FileSystem, path: string): Promise<Uint8A
   }
 }
 
+/**
+ * Removes `path` (a file, or an empty directory); returns false when nothing was there to remove
+ * (other errors propagate). For leftovers another process may have removed first.
+ */
+export async function removeIfExists(fs: FileSystem, path: string): Promise<boolean> {
+  try {
+    await fs.remove(path);
+    return true;
+  } catch (error) {
+    if (error instanceof NotFound) return false;
+    throw error;
+  }
+}
+
 /** Lists a directory, returning `[]` when it does not exist (other errors propagate). */
 export async function readDirIfExists(
   fs: FileSystem,
