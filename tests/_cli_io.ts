@@ -1,5 +1,6 @@
 /** A command line's I/O over a `MemoryFs`, for in-process CLI tests. */
 import type { MemoryFs } from "../adapters/memory.ts";
+import { runCli } from "../src/cli/main.ts";
 import type { CliIo } from "../src/cli/output.ts";
 import { portableSha256 } from "../src/port/sha256.ts";
 
@@ -26,4 +27,39 @@ export function memoryIo(
     now: () => now,
   };
   return { io, out: () => out, err: () => err };
+}
+
+/** What a command run in process gave: its exit code, and what it printed on each stream. */
+export interface CliRun {
+  readonly code: number;
+  readonly out: string;
+  readonly err: string;
+}
+
+/** Runs `loop-sessions args` in `cwd` of `fs` at time `now`, its I/O changed as `change` says. */
+export async function runMemoryCli(
+  fs: MemoryFs,
+  cwd: string,
+  now: number,
+  args: string[],
+  change: Partial<CliIo> = {},
+): Promise<CliRun> {
+  const { io, out, err } = memoryIo(fs, cwd, now);
+  const code = await runCli(args, { ...io, ...change });
+  return { code, out: out(), err: err() };
+}
+
+/** Runs `loop-sessions args` in /repo of `fs` (as `newRepo()` makes it) on 2026-12-01. */
+export function runInRepo(fs: MemoryFs, args: string[]): Promise<CliRun> {
+  return runMemoryCli(fs, "/repo", Date.parse("2026-12-01T00:00:00Z"), args);
+}
+
+/** The `key  value` rows a `show` command prints as text, by key. */
+export function shownRows(out: string): Map<string, string> {
+  return new Map(
+    out.trimEnd().split("\n").map((line) => {
+      const [key, ...value] = line.split(/ {2,}/);
+      return [key ?? "", value.join("  ")];
+    }),
+  );
 }

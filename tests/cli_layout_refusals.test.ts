@@ -4,40 +4,29 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
-import { runCli } from "../src/cli/main.ts";
-import { memoryIo } from "./_cli_io.ts";
+import { runInRepo } from "./_cli_io.ts";
 import { newRepo, newRoot } from "./layout_fixtures.ts";
-
-/** Runs `loop-sessions args` in /repo of `fs`; returns its exit code, stdout and stderr. */
-async function run(
-  fs: MemoryFs,
-  args: string[],
-): Promise<{ code: number; out: string; err: string }> {
-  const { io, out, err } = memoryIo(fs, "/repo", Date.parse("2026-12-01T00:00:00Z"));
-  const code = await runCli(args, io);
-  return { code, out: out(), err: err() };
-}
 
 test("layout resolve without --session picks the one tree, and refuses to guess among several", async () => {
   const fs = await newRepo();
   await fs.mkdir("/repo/.loopy_loop", { recursive: true });
-  const none = await run(fs, ["layout", "resolve", "session:/state.json"]);
+  const none = await runInRepo(fs, ["layout", "resolve", "session:/state.json"]);
   assert.equal(none.code, 2, none.err);
   assert.match(none.err, /^usage error: pass --session: the repository has 0 session trees\n/);
-  const empty = await run(fs, ["layout", "tree"]);
+  const empty = await runInRepo(fs, ["layout", "tree"]);
   assert.deepEqual([empty.code, empty.out], [0, "No sessions found.\n"]);
   const first = await newRoot(fs, "First program");
-  const one = await run(fs, ["layout", "resolve", "session:/state.json", "--json"]);
+  const one = await runInRepo(fs, ["layout", "resolve", "session:/state.json", "--json"]);
   assert.equal(one.code, 0, one.err);
   const resolved = JSON.parse(one.out);
   assert.equal(resolved.sessionId, first.sessionId);
   assert.equal(resolved.path, `${first.dir}/state.json`);
   const second = await newRoot(fs, "Second program");
   const before = fs.snapshotTree();
-  const two = await run(fs, ["layout", "resolve", "session:/state.json"]);
+  const two = await runInRepo(fs, ["layout", "resolve", "session:/state.json"]);
   assert.equal(two.code, 2, two.err);
   assert.match(two.err, /^usage error: pass --session: the repository has 2 session trees\n/);
-  const chosen = await run(fs, [
+  const chosen = await runInRepo(fs, [
     "layout",
     "resolve",
     "session:/state.json",
@@ -64,7 +53,7 @@ test("layout resolve refuses a reference outside the grammar as a usage error, r
     },
   });
   for (const reference of ["session:/../escape", "session:/a//b", "nope:/x", "/etc/passwd"]) {
-    const result = await run(counted as MemoryFs, ["layout", "resolve", reference]);
+    const result = await runInRepo(counted as MemoryFs, ["layout", "resolve", reference]);
     assert.equal(result.code, 2, `${reference}: ${result.err}`);
     assert.match(result.err, /^usage error: /);
     assert.equal(result.out, "");
@@ -78,18 +67,18 @@ test("layout tree reports a tree it cannot load beside the others, and exits 1",
   const broken = await newRoot(fs, "Broken program");
   await fs.writeFile(`${broken.dir}/session.json`, new TextEncoder().encode("{"));
   const before = fs.snapshotTree();
-  const listed = await run(fs, ["layout", "tree"]);
+  const listed = await runInRepo(fs, ["layout", "tree"]);
   assert.equal(listed.code, 1, listed.err);
   assert.ok(listed.out.includes(healthy.sessionId), listed.out);
   assert.match(listed.out, new RegExp(`  ${broken.sessionId}  invalid tree \\(.+\\)\\n`));
-  const json = JSON.parse((await run(fs, ["layout", "tree", "--json"])).out);
+  const json = JSON.parse((await runInRepo(fs, ["layout", "tree", "--json"])).out);
   const trees = new Map(json.trees.map((tree: { root: string }) => [tree.root, tree]));
   assert.equal((trees.get(healthy.sessionId) as { error?: string }).error, undefined);
   const failed = trees.get(broken.sessionId) as { sessions: unknown[]; error: string };
   assert.deepEqual(failed.sessions, []);
   assert.equal(typeof failed.error, "string");
   // Named, the tree must load: its error is the command's.
-  const named = await run(fs, ["layout", "tree", broken.sessionId]);
+  const named = await runInRepo(fs, ["layout", "tree", broken.sessionId]);
   assert.equal(named.code, 1);
   assert.match(named.err, /^error: /);
   assert.equal(named.out, "");
@@ -114,7 +103,7 @@ test("layout and traces commands refuse arguments they do not take, as usage err
   ];
   const before = fs.snapshotTree();
   for (const [args, message] of cases) {
-    const result = await run(fs, args);
+    const result = await runInRepo(fs, args);
     assert.equal(result.code, 2, `${args.join(" ")}: ${result.err}`);
     assert.match(result.err, message, args.join(" "));
     assert.equal(result.out, "", args.join(" "));

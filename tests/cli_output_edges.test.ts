@@ -4,11 +4,9 @@
 // output functions on short rows, deep objects, odd write errors and a full pipe.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import type { MemoryFs } from "../adapters/memory.ts";
-import { runCli } from "../src/cli/main.ts";
 import { jsonText, OutputError, table, writeFully } from "../src/cli/output.ts";
 import { PRUNING_PREFIX } from "../src/layout/loopy_root.ts";
-import { memoryIo } from "./_cli_io.ts";
+import { runInRepo, shownRows } from "./_cli_io.ts";
 import { processNextChildRequest, publishChildRequest } from "../layout.ts";
 import {
   childRequest,
@@ -22,16 +20,6 @@ import {
 const LOOPY = "/repo/.loopy_loop";
 const OUTBOX = `${LOOPY}/trace_finalization_outbox`;
 
-/** Runs `loop-sessions args` in /repo of `fs`; returns its exit code, stdout and stderr. */
-async function run(
-  fs: MemoryFs,
-  args: string[],
-): Promise<{ code: number; out: string; err: string }> {
-  const { io, out, err } = memoryIo(fs, "/repo", Date.parse("2026-12-01T00:00:00Z"));
-  const code = await runCli(args, io);
-  return { code, out: out(), err: err() };
-}
-
 test("prune-raw --legacy-traces counts outbox entries, an interrupted prune's leftover there too", async () => {
   const fs = await newRepo();
   await newRoot(fs);
@@ -39,7 +27,7 @@ test("prune-raw --legacy-traces counts outbox entries, an interrupted prune's le
   await writeText(fs, `${LOOPY}/traces/T1/trace.txt`, "t");
   await fs.mkdir(OUTBOX);
   await writeText(fs, `${OUTBOX}/a--b--final.json`, "xx");
-  const one = await run(fs, ["prune-raw", "--legacy-traces", "--dry-run"]);
+  const one = await runInRepo(fs, ["prune-raw", "--legacy-traces", "--dry-run"]);
   assert.equal(one.code, 0, one.err);
   assert.equal(
     one.out.split("\n").at(-2),
@@ -50,7 +38,7 @@ test("prune-raw --legacy-traces counts outbox entries, an interrupted prune's le
   await fs.mkdir(`${OUTBOX}/${PRUNING_PREFIX}00000000-0005_x`);
   await writeText(fs, `${OUTBOX}/${PRUNING_PREFIX}00000000-0005_x/f.json`, "yyyy");
   const before = fs.snapshotTree();
-  const two = await run(fs, ["prune-raw", "--legacy-traces", "--dry-run"]);
+  const two = await runInRepo(fs, ["prune-raw", "--legacy-traces", "--dry-run"]);
   assert.equal(two.code, 0, two.err);
   assert.equal(
     two.out,
@@ -61,7 +49,7 @@ test("prune-raw --legacy-traces counts outbox entries, an interrupted prune's le
       "outbox entries, 7 B\n",
   );
   assert.deepEqual(fs.snapshotTree(), before);
-  const done = await run(fs, ["prune-raw", "--legacy-traces"]);
+  const done = await runInRepo(fs, ["prune-raw", "--legacy-traces"]);
   assert.equal(done.code, 0, done.err);
   assert.equal(
     done.out.split("\n").at(-2),
@@ -76,12 +64,12 @@ test("layout resolve without --session resolves in the root of a tree that has n
   const root = await newRoot(fs);
   await commitTerminalState(fs, root.dir, "goal_met", 5, "2026-04-20T00:00:00Z");
   const before = fs.snapshotTree();
-  const resolved = await run(fs, ["layout", "resolve", "session:/state.json", "--json"]);
+  const resolved = await runInRepo(fs, ["layout", "resolve", "session:/state.json", "--json"]);
   assert.equal(resolved.code, 0, resolved.err);
   const json = JSON.parse(resolved.out);
   assert.equal(json.sessionId, root.sessionId);
   assert.equal(json.path, `${root.dir}/state.json`);
-  const tree = await run(fs, ["layout", "tree"]);
+  const tree = await runInRepo(fs, ["layout", "tree"]);
   assert.equal(tree.out, `  ${root.sessionId}  goal_met\n`);
   assert.deepEqual(fs.snapshotTree(), before);
 });
@@ -89,12 +77,16 @@ test("layout resolve without --session resolves in the root of a tree that has n
 test("traces list says when there are no traces", async () => {
   const fs = await newRepo();
   await newRoot(fs);
-  assert.deepEqual(await run(fs, ["traces", "list"]), {
+  assert.deepEqual(await runInRepo(fs, ["traces", "list"]), {
     code: 0,
     out: "No traces found.\n",
     err: "",
   });
-  assert.deepEqual(await run(fs, ["traces", "list", "--json"]), { code: 0, out: "[]\n", err: "" });
+  assert.deepEqual(await runInRepo(fs, ["traces", "list", "--json"]), {
+    code: 0,
+    out: "[]\n",
+    err: "",
+  });
 });
 
 test("table leaves the missing cells of a short row empty", () => {
@@ -163,14 +155,9 @@ test("layout show lists a session's children, and a child its parent and depth",
   });
   const child = "01_phase-0-foundations";
   const rows = async (id: string): Promise<Map<string, string>> => {
-    const shown = await run(fs, ["layout", "show", id]);
+    const shown = await runInRepo(fs, ["layout", "show", id]);
     assert.equal(shown.code, 0, shown.err);
-    return new Map(
-      shown.out.trimEnd().split("\n").map((line) => {
-        const [key, ...value] = line.split(/ {2,}/);
-        return [key as string, value.join("  ")];
-      }),
-    );
+    return shownRows(shown.out);
   };
   const parent = await rows(root.sessionId);
   assert.deepEqual(
@@ -200,7 +187,7 @@ test("layout, prune-raw and traces commands print their help with --help, readin
   ];
   // No .loopy_loop/ here: the help needs none.
   for (const [args, start] of cases) {
-    const shown = await run(fs, args);
+    const shown = await runInRepo(fs, args);
     assert.equal(shown.code, 0, `${args.join(" ")}: ${shown.err}`);
     assert.equal(shown.err, "");
     assert(shown.out.startsWith(start), shown.out);
