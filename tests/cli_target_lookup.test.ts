@@ -4,8 +4,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
-import { runCli } from "../src/cli/main.ts";
-import { memoryIo } from "./_cli_io.ts";
+import { type CliRun, runMemoryCli } from "./_cli_io.ts";
 import { dirname, join } from "../src/port/path.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import { conversation } from "./_fixtures.ts";
@@ -18,13 +17,8 @@ const NOW = Date.parse("2026-03-01T00:00:00Z");
 const ABSENT = "9d3e0c1a-5b2f-4e6d-8a7c-1f0e2d3c4b5a";
 
 /** Runs `loop-sessions --data-dir AGENT args` in CWD; returns its exit code, stdout and stderr. */
-async function run(
-  fs: MemoryFs,
-  args: string[],
-): Promise<{ code: number; out: string; err: string }> {
-  const { io, out, err } = memoryIo(fs, CWD, NOW);
-  const code = await runCli(["--data-dir", AGENT, ...args], io);
-  return { code, out: out(), err: err() };
+function run(fs: MemoryFs, args: string[]): Promise<CliRun> {
+  return runMemoryCli(fs, CWD, NOW, ["--data-dir", AGENT, ...args]);
 }
 
 /** A store with one saved session in the collection of CWD; also makes OTHER's collection. */
@@ -80,19 +74,20 @@ test("an id found in two collections is refused, naming both: the command needs 
 
 test("an id whose <id>.jsonl is not a regular file in two collections is refused, naming both", async () => {
   const { fs, dir, other } = await oneSession();
-  const collection = dirname(dir);
-  for (const where of [collection, other]) await fs.mkdir(join(where, `${ABSENT}.jsonl`));
+  const here = join(dirname(dir), `${ABSENT}.jsonl`);
+  const there = join(other, `${ABSENT}.jsonl`);
+  for (const file of [here, there]) await fs.mkdir(file);
   const before = fs.snapshotTree();
   const result = await run(fs, ["sessions", "show", ABSENT]);
   assert.equal(result.code, 2, result.err);
   assert.match(result.err, new RegExp(`Session id ${ABSENT} names a file in several collections`));
-  assert.ok(result.err.includes(join(collection, `${ABSENT}.jsonl`)), result.err);
-  assert.ok(result.err.includes(join(other, `${ABSENT}.jsonl`)), result.err);
+  assert.ok(result.err.includes(here), result.err);
+  assert.ok(result.err.includes(there), result.err);
   // In one collection only, the file is named as not regular.
-  await fs.remove(join(other, `${ABSENT}.jsonl`));
+  await fs.remove(there);
   const one = await run(fs, ["sessions", "show", ABSENT]);
   assert.equal(one.code, 1, one.err);
-  assert.ok(one.err.includes(join(collection, `${ABSENT}.jsonl`)), one.err);
+  assert.ok(one.err.includes(here), one.err);
   assert.match(one.err, /not a regular file/);
   const after = fs.snapshotTree();
   assert.equal(Object.keys(after).length, Object.keys(before).length - 1, "only the removal");
