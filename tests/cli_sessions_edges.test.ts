@@ -5,13 +5,12 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
-import { runCli } from "../src/cli/main.ts";
-import type { CliIo } from "../src/cli/output.ts";
 import type { FileSystem } from "../src/port/fs.ts";
-import { memoryIo } from "./_cli_io.ts";
+import { type CliRun, runMemoryCli, shownRows } from "./_cli_io.ts";
 import { hookedFs } from "./_hooks.ts";
 import { PermissionDenied } from "../src/port/errors.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
+import type { SessionManager } from "../src/loop/session_manager.ts";
 import { tempNameFor } from "../src/port/durable.ts";
 import { conversation, imageOnly, legacySessionBytes } from "./_fixtures.ts";
 import type { Message } from "../src/loop/records/mod.ts";
@@ -24,53 +23,68 @@ const COLLECTION = `${ROOT}/${workspaceHash(CWD)}`;
 const NOW = Date.parse("2026-03-01T00:00:00Z");
 /** A session id of a legacy file written by hand. */
 const LEGACY = "0f0e0d0c-0b0a-4908-8706-050403020100";
+/** Where session LEGACY's never-migrated file stands, in the collection of CWD. */
+const LEGACY_FILE = `${COLLECTION}/${LEGACY}.jsonl`;
 const DELETING = `${COLLECTION}/.delete-00000000-0000-4000-8000-000000000000`;
 
-interface Run {
-  readonly code: number;
-  readonly out: string;
-  readonly err: string;
+/** Runs `loop-sessions --data-dir AGENT sessions args` in CWD (on `fs`, or `through` it). */
+function sessions(fs: MemoryFs, args: string[], through: FileSystem = fs): Promise<CliRun> {
+  return runMemoryCli(fs, CWD, NOW, ["--data-dir", AGENT, "sessions", ...args], { fs: through });
 }
 
-/** Runs `loop-sessions --data-dir AGENT sessions args` in CWD (on `fs`, or `through` it). */
-async function sessions(fs: MemoryFs, args: string[], through?: FileSystem): Promise<Run> {
-  const { io, out, err } = memoryIo(fs, CWD, NOW);
-  const used: CliIo = through === undefined ? io : { ...io, fs: through };
-  const code = await runCli(["--data-dir", AGENT, "sessions", ...args], used);
-  return { code, out: out(), err: err() };
+/** A memory filesystem holding the directory CWD. */
+async function withCwd(): Promise<MemoryFs> {
+  const fs = new MemoryFs();
+  await fs.mkdir(CWD, { recursive: true });
+  return fs;
+}
+
+/** A new session of CWD saved with `messages` and closed, in AGENT's store as `options` say. */
+async function saved(
+  fs: MemoryFs,
+  messages: Message[],
+  options: { agentDir?: string; sessionDir?: string } = {},
+): Promise<SessionManager> {
+  const store = new SessionStore({ fs, agentDir: AGENT, now: () => NOW, ...options });
+  const session = await store.create(CWD);
+  await session.commit(messages);
+  await session.close();
+  return session;
 }
 
 /** A store with one saved session in the collection of CWD. */
 async function oneSession(): Promise<{ fs: MemoryFs; id: string; dir: string }> {
-  const fs = new MemoryFs();
-  await fs.mkdir(CWD, { recursive: true });
-  const store = new SessionStore({ fs, agentDir: AGENT, now: () => NOW });
-  const session = await store.create(CWD);
-  await session.commit(conversation(2));
-  await session.close();
+  const fs = await withCwd();
+  const session = await saved(fs, conversation(2));
   return { fs, id: session.id, dir: session.getSessionPath() };
+}
+
+/** Session LEGACY's version-2 file, of one round. */
+const legacyBytes = (): Uint8Array => legacySessionBytes(LEGACY, CWD, conversation(1));
+
+/** Puts at LEGACY_FILE a link to a legacy file elsewhere. */
+async function linkedLegacyFile(fs: MemoryFs): Promise<void> {
+  await fs.writeFile("/elsewhere.jsonl", legacyBytes());
+  await fs.symlink("/elsewhere.jsonl", LEGACY_FILE);
+}
+
+/** Stages at DELETING a delete of `ids` (set aside as `entries`) that did not commit. */
+async function stagedDelete(fs: MemoryFs, ids: string[], entries: string[]): Promise<void> {
+  await fs.mkdir(DELETING);
+  await fs.writeFile(
+    `${DELETING}/intent.json`,
+    new TextEncoder().encode(
+      JSON.stringify({ operation: "delete", ids, entries, archived: [], membersBefore: [] }) + "\n",
+    ),
+  );
 }
 
 test("a path inside a delete's or a compaction's private directory is refused, naming it", async () => {
   const { fs, id, dir } = await oneSession();
   // A delete that staged the session and did not commit, and a compaction's previous copy.
-  await fs.mkdir(DELETING);
-  await fs.writeFile(
-    `${DELETING}/intent.json`,
-    new TextEncoder().encode(
-      JSON.stringify({
-        operation: "delete",
-        ids: [id],
-        entries: [id],
-        archived: [],
-        membersBefore: [],
-      }) + "\n",
-    ),
-  );
+  await stagedDelete(fs, [id], [id]);
   await fs.rename(dir, `${DELETING}/${id}`);
-  const other = await new SessionStore({ fs, agentDir: AGENT, now: () => NOW }).create(CWD);
-  await other.commit(conversation(1));
-  await other.close();
+  const other = await saved(fs, conversation(1));
   const staging = `${COLLECTION}/.staging-${other.id}-abcdef12`;
   await fs.mkdir(staging);
   await fs.rename(other.getSessionPath(), `${staging}/previous`);
@@ -124,10 +138,7 @@ test("a session under a dot-named directory of the sessions root is no collectio
   const { fs, id } = await oneSession();
   // A directory of the sessions root whose name starts with '.' is private: not a collection.
   const hidden = `${ROOT}/.trash`;
-  const store = new SessionStore({ fs, agentDir: AGENT, sessionDir: hidden, now: () => NOW });
-  const session = await store.create(CWD);
-  await session.commit(conversation(1));
-  await session.close();
+  const session = await saved(fs, conversation(1), { sessionDir: hidden });
   const leftover = tempNameFor(`${hidden}/archive.json`);
   await fs.writeFile(leftover, new TextEncoder().encode("{"));
   const before = fs.snapshotTree("/");
@@ -157,12 +168,10 @@ test("a session under a dot-named directory of the sessions root is no collectio
 
 test("a session path whose never-migrated <id>.jsonl is a link is refused naming the link, never read", async () => {
   const { fs } = await oneSession();
-  const file = `${COLLECTION}/${LEGACY}.jsonl`;
-  await fs.writeFile("/elsewhere.jsonl", legacySessionBytes(LEGACY, CWD, conversation(1)));
-  await fs.symlink("/elsewhere.jsonl", file);
+  await linkedLegacyFile(fs);
   const before = fs.snapshotTree("/");
   const refusal = `error: Legacy session file is not a regular file (links are refused) ` +
-    `(in '${file}')\n`;
+    `(in '${LEGACY_FILE}')\n`;
   for (const sub of ["show", "history", "compact", "migrate"]) {
     const run = await sessions(fs, [sub, `${COLLECTION}/${LEGACY}`]);
     assert.equal(run.code, 1, `${sub}: ${run.out}${run.err}`);
@@ -173,23 +182,22 @@ test("a session path whose never-migrated <id>.jsonl is a link is refused naming
   assert.equal(verified.code, 1, verified.err);
   const [report] = JSON.parse(verified.out);
   assert.equal(report.ok, false);
-  assert.equal(report.findings[0].file, file);
+  assert.equal(report.findings[0].file, LEGACY_FILE);
   assert.match(report.findings[0].message, /not a regular file/);
   assert.deepEqual(fs.snapshotTree("/"), before);
 });
 
 test("compact refuses a legacy file not migrated yet, and migrate a session that has no legacy file", async () => {
   const { fs, dir } = await oneSession();
-  const file = `${COLLECTION}/${LEGACY}.jsonl`;
-  await fs.writeFile(file, legacySessionBytes(LEGACY, CWD, conversation(1)));
+  await fs.writeFile(LEGACY_FILE, legacyBytes());
   const before = fs.snapshotTree("/");
-  for (const target of [LEGACY, file]) {
+  for (const target of [LEGACY, LEGACY_FILE]) {
     const run = await sessions(fs, ["compact", target]);
     assert.equal(run.code, 2, run.err);
     assert.equal(
       run.err,
-      `usage error: '${file}' is a legacy version-2 file; migrate it first, then compact its ` +
-        "directory\nRun 'loop-sessions --help' for the commands.\n",
+      `usage error: '${LEGACY_FILE}' is a legacy version-2 file; migrate it first, then ` +
+        "compact its directory\nRun 'loop-sessions --help' for the commands.\n",
     );
   }
   const migrated = await sessions(fs, ["migrate", dir]);
@@ -203,20 +211,20 @@ test("compact refuses a legacy file not migrated yet, and migrate a session that
 
 test("a damaged legacy session is still the store's: delete removes it when asked by name", async () => {
   const { fs, id } = await oneSession();
-  const file = `${COLLECTION}/${LEGACY}.jsonl`;
-  const torn = legacySessionBytes(LEGACY, CWD, conversation(1));
-  await fs.writeFile(file, torn.subarray(0, torn.length - 5));
+  const torn = legacyBytes();
+  await fs.writeFile(LEGACY_FILE, torn.subarray(0, torn.length - 5));
   // The listing reports it as damaged: it cannot be read, yet it is a session of the store.
   const listed = await sessions(fs, ["list", "--json"]);
   assert.equal(listed.code, 1);
-  assert.deepEqual(JSON.parse(listed.out).failures.map((f: { path: string }) => f.path), [file]);
+  const failures = JSON.parse(listed.out).failures as { path: string }[];
+  assert.deepEqual(failures.map((f) => f.path), [LEGACY_FILE]);
   const refused = await sessions(fs, ["delete", LEGACY]);
   assert.equal(refused.code, 1);
   assert.match(refused.err, /not archived/);
   const deleted = await sessions(fs, ["delete", "--include-unarchived", LEGACY]);
   assert.equal(deleted.code, 0, deleted.err);
   assert.equal(deleted.out, `deleted ${LEGACY}\n`);
-  assert.equal(fs.snapshotTree(COLLECTION)[file], undefined);
+  assert.equal(fs.snapshotTree(COLLECTION)[LEGACY_FILE], undefined);
   assert.equal((await sessions(fs, ["show", id])).code, 0);
 });
 
@@ -278,12 +286,12 @@ test("a session path in a collection that does not exist says the path does not 
   }
 });
 
-/** `fs` on which every `lstat` of `path` fails from its `nth` call on (permission denied). */
-function lstatDenied(fs: MemoryFs, path: string, nth = 1): FileSystem {
+/** `fs` on which every call `name` of `path` fails from its `nth` call on (permission denied). */
+function denied(fs: MemoryFs, name: string, path: string, nth = 1): FileSystem {
   let calls = 0;
   return hookedFs(fs, {
     before(method, args) {
-      if (method === "lstat" && args[0] === path && ++calls >= nth) {
+      if (method === name && args[0] === path && ++calls >= nth) {
         throw new PermissionDenied(method, path);
       }
     },
@@ -298,14 +306,13 @@ interface Report {
 
 test("verify --all reports a link at a legacy file's name it cannot look at, at any look, beside the rest", async () => {
   const { fs, dir } = await oneSession();
-  const file = `${COLLECTION}/${LEGACY}.jsonl`;
-  await fs.writeFile("/elsewhere.jsonl", legacySessionBytes(LEGACY, CWD, conversation(1)));
-  await fs.symlink("/elsewhere.jsonl", file);
+  await linkedLegacyFile(fs);
   const before = fs.snapshotTree("/");
   // The name is looked at several times (the listing's answer, the lookup, the report): a fault
   // at any of them is the file's finding, never the end of the command.
   for (const nth of [1, 2, 3]) {
-    const run = await sessions(fs, ["verify", "--all", "--json"], lstatDenied(fs, file, nth));
+    const refused = denied(fs, "lstat", LEGACY_FILE, nth);
+    const run = await sessions(fs, ["verify", "--all", "--json"], refused);
     assert.equal(run.code, 1, `${nth}: ${run.err}`);
     const reports = JSON.parse(run.out) as Report[];
     // Reported under the session's name (or the file's), naming the file it could not look at.
@@ -314,7 +321,7 @@ test("verify --all reports a link at a legacy file's name it cannot look at, at 
     const failed = reports.find((r) => !r.ok)!;
     assert(failed.dir.startsWith(`${COLLECTION}/${LEGACY}`), failed.dir);
     const [finding] = failed.findings;
-    assert.equal(finding?.file, file);
+    assert.equal(finding?.file, LEGACY_FILE);
     assert.match(finding?.message ?? "", /^Permission denied: lstat /);
   }
   // Without the fault, the link is the finding.
@@ -326,9 +333,7 @@ test("verify --all reports a link at a legacy file's name it cannot look at, at 
 
 test("verify --all keeps a corruption report when the second look at the session fails", async () => {
   const { fs, dir } = await oneSession();
-  const healthy = await new SessionStore({ fs, agentDir: AGENT, now: () => NOW }).create(CWD);
-  await healthy.commit(conversation(1));
-  await healthy.close();
+  const healthy = await saved(fs, conversation(1));
   const log = await fs.readFile(`${dir}/messages.jsonl`);
   log[5] = log[5]! ^ 1;
   await fs.writeFile(`${dir}/messages.jsonl`, log);
@@ -337,7 +342,7 @@ test("verify --all keeps a corruption report when the second look at the session
   const run = await sessions(
     fs,
     ["verify", "--all", "--json"],
-    lstatDenied(fs, `${dir}/index.json`),
+    denied(fs, "lstat", `${dir}/index.json`),
   );
   assert.equal(run.code, 1, run.err);
   const reports = JSON.parse(run.out) as Report[];
@@ -354,15 +359,9 @@ test("verify --all keeps a corruption report when the second look at the session
 test("a command that is refused a file by its permissions says which, and how to fix it", async () => {
   const { fs, dir } = await oneSession();
   const before = fs.snapshotTree("/");
-  const denied = hookedFs(fs, {
-    before(method, args) {
-      if (method === "readDir" && args[0] === COLLECTION) {
-        throw new PermissionDenied(method, COLLECTION);
-      }
-    },
-  });
+  const refused = denied(fs, "readDir", COLLECTION);
   for (const args of [["list", "--dir", COLLECTION], ["list"], ["show", dir]]) {
-    const run = await sessions(fs, args, denied);
+    const run = await sessions(fs, args, refused);
     assert.equal(run.code, 1, `${args.join(" ")}: ${run.out}`);
     assert.equal(run.out, "");
     assert.equal(
@@ -375,17 +374,13 @@ test("a command that is refused a file by its permissions says which, and how to
 });
 
 test("sessions history shows a thinking block and an image as placeholders", async () => {
-  const fs = new MemoryFs();
-  await fs.mkdir(CWD, { recursive: true });
-  const store = new SessionStore({ fs, agentDir: AGENT, now: () => NOW });
-  const session = await store.create(CWD);
+  const fs = await withCwd();
   const [question, answer] = conversation(1);
   const thought = {
     ...answer,
     content: [{ type: "thinking", thinking: "secret plan" }, { type: "text", text: "Done." }],
   } as Message;
-  await session.commit([question!, thought, imageOnly(), answer!]);
-  await session.close();
+  const session = await saved(fs, [question!, thought, imageOnly(), answer!]);
   const run = await sessions(fs, ["history", session.id]);
   assert.equal(run.code, 0, run.err);
   assert.equal(
@@ -400,18 +395,12 @@ test("sessions history shows a thinking block and an image as placeholders", asy
 
 test("sessions show of a legacy file not migrated yet says it migrates on open, and writes nothing", async () => {
   const { fs } = await oneSession();
-  const file = `${COLLECTION}/${LEGACY}.jsonl`;
-  await fs.writeFile(file, legacySessionBytes(LEGACY, CWD, conversation(1)));
+  await fs.writeFile(LEGACY_FILE, legacyBytes());
   const before = fs.snapshotTree("/");
   const run = await sessions(fs, ["show", LEGACY]);
   assert.equal(run.code, 0, run.err);
-  const rows = new Map(
-    run.out.trimEnd().split("\n").map((line) => {
-      const [key, ...value] = line.split(/ {2,}/);
-      return [key, value.join("  ")];
-    }),
-  );
-  assert.equal(rows.get("path"), file);
+  const rows = shownRows(run.out);
+  assert.equal(rows.get("path"), LEGACY_FILE);
   assert.equal(rows.get("generation"), "legacy version-2 file (migrates on open)");
   assert.equal(rows.get("committed"), "-");
   assert.equal(rows.get("messages"), "2 (1 from the user)");
@@ -420,14 +409,11 @@ test("sessions show of a legacy file not migrated yet says it migrates on open, 
 
 test("sessions salvage says which metadata it dropped", async () => {
   const { fs } = await oneSession();
-  const file = `${COLLECTION}/${LEGACY}.jsonl`;
-  const [header, ...lines] = new TextDecoder().decode(
-    legacySessionBytes(LEGACY, CWD, conversation(1)),
-  ).split("\n");
+  const [header, ...lines] = new TextDecoder().decode(legacyBytes()).split("\n");
   // A header whose compactions are no array: the migration refuses it, salvage drops them.
   const damaged = JSON.stringify({ ...JSON.parse(header!), compactions: "zzz" });
-  await fs.writeFile(file, new TextEncoder().encode([damaged, ...lines].join("\n")));
-  const before = await fs.readFile(file);
+  await fs.writeFile(LEGACY_FILE, new TextEncoder().encode([damaged, ...lines].join("\n")));
+  const before = await fs.readFile(LEGACY_FILE);
   const run = await sessions(fs, ["salvage", LEGACY, "--to", COLLECTION]);
   assert.equal(run.code, 0, run.err);
   const [salvaged, dropped, end] = run.out.split("\n");
@@ -437,12 +423,11 @@ test("sessions salvage says which metadata it dropped", async () => {
   );
   assert.equal(dropped, "dropped metadata: compactions");
   assert.equal(end, "");
-  assert.deepEqual(await fs.readFile(file), before);
+  assert.deepEqual(await fs.readFile(LEGACY_FILE), before);
 });
 
 test("every sessions command prints its help with --help, whatever the data directory", async () => {
-  const fs = new MemoryFs();
-  await fs.mkdir(CWD, { recursive: true });
+  const fs = await withCwd();
   const before = fs.snapshotTree("/");
   for (const [sub, help] of Object.entries(SESSIONS_HELP)) {
     for (const flag of ["--help", "-h"]) {
@@ -495,17 +480,13 @@ test("a sessions command given the wrong number of targets is a usage error", as
 });
 
 test("a data directory given as ~ is the home directory itself", async () => {
-  const fs = new MemoryFs();
-  await fs.mkdir(CWD, { recursive: true });
-  const store = new SessionStore({ fs, agentDir: "/home/user", now: () => NOW });
-  const session = await store.create(CWD);
-  await session.commit(conversation(1));
-  await session.close();
-  const { io, out, err } = memoryIo(fs, CWD, NOW);
+  const fs = await withCwd();
+  const session = await saved(fs, conversation(1), { agentDir: "/home/user" });
   const env = (name: string) => (name === "HOME" ? "/home/user" : undefined);
-  const code = await runCli(["--data-dir", "~", "sessions", "list", "--json"], { ...io, env });
-  assert.equal(code, 0, err());
-  assert.deepEqual(JSON.parse(out()).sessions.map((s: { id: string }) => s.id), [session.id]);
+  const args = ["--data-dir", "~", "sessions", "list", "--json"];
+  const run = await runMemoryCli(fs, CWD, NOW, args, { env });
+  assert.equal(run.code, 0, run.err);
+  assert.deepEqual(JSON.parse(run.out).sessions.map((s: { id: string }) => s.id), [session.id]);
 });
 
 test("a store without a sessions directory has no sessions; a file in its place is an error", async () => {
@@ -538,14 +519,10 @@ test("a linked collection that cannot be looked at fails the command, never left
   await fs.mkdir("/disk2/collection", { recursive: true });
   const linked = `${ROOT}/linked`;
   await fs.symlink("/disk2/collection", linked);
-  const denied = hookedFs(fs, {
-    before(method, args) {
-      if (method === "stat" && args[0] === linked) throw new PermissionDenied(method, linked);
-    },
-  });
+  const refused = denied(fs, "stat", linked);
   const before = fs.snapshotTree("/");
   for (const args of [["list", "--all-workspaces"], ["verify", "--all"], ["migrate", "--all"]]) {
-    const run = await sessions(fs, args, denied);
+    const run = await sessions(fs, args, refused);
     assert.equal(run.code, 1, args.join(" "));
     assert.equal(run.out, "");
     assert.equal(run.err, `error: permission denied: ${linked}; check the file's owner and mode\n`);
@@ -554,13 +531,9 @@ test("a linked collection that cannot be looked at fails the command, never left
 });
 
 test("a session with no title is listed with an empty title", async () => {
-  const fs = new MemoryFs();
-  await fs.mkdir(CWD, { recursive: true });
-  const store = new SessionStore({ fs, agentDir: AGENT, now: () => NOW });
-  const session = await store.create(CWD);
+  const fs = await withCwd();
   // An image is no text to take a fallback title from.
-  await session.commit([imageOnly()]);
-  await session.close();
+  const session = await saved(fs, [imageOnly()]);
   for (const scope of [[], ["--dir", COLLECTION]]) {
     const run = await sessions(fs, ["list", ...scope]);
     assert.equal(run.code, 0, run.err);
@@ -573,27 +546,13 @@ test("a session with no title is listed with an empty title", async () => {
 });
 
 test("migrate --all leaves alone the backup an interrupted delete staged ahead of its directory", async () => {
-  const fs = new MemoryFs();
-  await fs.mkdir(CWD, { recursive: true });
-  const file = `${COLLECTION}/${LEGACY}.jsonl`;
+  const fs = await withCwd();
   await fs.mkdir(COLLECTION, { recursive: true });
-  await fs.writeFile(file, legacySessionBytes(LEGACY, CWD, conversation(1)));
-  assert.equal((await sessions(fs, ["migrate", file])).code, 0);
+  await fs.writeFile(LEGACY_FILE, legacyBytes());
+  assert.equal((await sessions(fs, ["migrate", LEGACY_FILE])).code, 0);
   // A delete that staged the session's legacy backup, and not yet its directory, then stopped.
-  await fs.mkdir(DELETING);
-  await fs.writeFile(
-    `${DELETING}/intent.json`,
-    new TextEncoder().encode(
-      JSON.stringify({
-        operation: "delete",
-        ids: [LEGACY],
-        entries: [`${LEGACY}.jsonl`, LEGACY],
-        archived: [],
-        membersBefore: [],
-      }) + "\n",
-    ),
-  );
-  await fs.rename(file, `${DELETING}/${LEGACY}.jsonl`);
+  await stagedDelete(fs, [LEGACY], [`${LEGACY}.jsonl`, LEGACY]);
+  await fs.rename(LEGACY_FILE, `${DELETING}/${LEGACY}.jsonl`);
   const before = fs.snapshotTree("/");
   for (const dry of [["--dry-run"], []]) {
     const run = await sessions(fs, ["migrate", "--all", ...dry]);
@@ -607,19 +566,7 @@ test("migrate --all leaves alone the backup an interrupted delete staged ahead o
 
 test("a session whose only copy an uncommitted delete staged is damaged: its damage is said, not 'no session'", async () => {
   const { fs, id, dir } = await oneSession();
-  await fs.mkdir(DELETING);
-  await fs.writeFile(
-    `${DELETING}/intent.json`,
-    new TextEncoder().encode(
-      JSON.stringify({
-        operation: "delete",
-        ids: [id],
-        entries: [id],
-        archived: [],
-        membersBefore: [],
-      }) + "\n",
-    ),
-  );
+  await stagedDelete(fs, [id], [id]);
   await fs.rename(dir, `${DELETING}/${id}`);
   await fs.remove(`${DELETING}/${id}/meta.json`);
   const before = fs.snapshotTree("/");
@@ -650,19 +597,7 @@ test("verify --all verifies the legacy files an uncommitted delete staged, in on
       { length: count },
       (_, i) => `${i.toString(16).padStart(8, "0")}-3c1d-4a5b-9e6f-7a8b9c0d1e2f`,
     );
-    await fs.mkdir(DELETING);
-    await fs.writeFile(
-      `${DELETING}/intent.json`,
-      new TextEncoder().encode(
-        JSON.stringify({
-          operation: "delete",
-          ids,
-          entries: ids.map((id) => `${id}.jsonl`),
-          archived: [],
-          membersBefore: [],
-        }) + "\n",
-      ),
-    );
+    await stagedDelete(fs, ids, ids.map((id) => `${id}.jsonl`));
     for (const id of ids) {
       await fs.writeFile(`${DELETING}/${id}.jsonl`, legacySessionBytes(id, CWD, conversation(1)));
     }
@@ -689,18 +624,17 @@ test("verify --all verifies the legacy files an uncommitted delete staged, in on
 
 test("verify --all leaves a legacy file of another version alone, as listings skip it", async () => {
   const { fs, dir } = await oneSession();
-  const file = `${COLLECTION}/${LEGACY}.jsonl`;
-  const text = new TextDecoder().decode(legacySessionBytes(LEGACY, CWD, conversation(1)));
-  await fs.writeFile(file, new TextEncoder().encode(text.replace('"version":2', '"version":1')));
+  const text = new TextDecoder().decode(legacyBytes()).replace('"version":2', '"version":1');
+  await fs.writeFile(LEGACY_FILE, new TextEncoder().encode(text));
   const before = fs.snapshotTree("/");
   const run = await sessions(fs, ["verify", "--all", "--json"]);
   assert.equal(run.code, 0, run.out);
   assert.deepEqual((JSON.parse(run.out) as Report[]).map((r) => [r.dir, r.ok]), [[dir, true]]);
   // Named, it is verified, and refused for its version.
-  const named = await sessions(fs, ["verify", file, "--json"]);
+  const named = await sessions(fs, ["verify", LEGACY_FILE, "--json"]);
   assert.equal(named.code, 1, named.out);
   const [report] = JSON.parse(named.out) as Report[];
-  assert.equal(report?.findings[0]?.file, file);
+  assert.equal(report?.findings[0]?.file, LEGACY_FILE);
   assert.match(report?.findings[0]?.message ?? "", /version/i);
   assert.deepEqual(fs.snapshotTree("/"), before);
 });
