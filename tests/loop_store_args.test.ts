@@ -10,6 +10,7 @@ import { MemoryFs } from "../adapters/memory.ts";
 import { nodeFs } from "../adapters/node.ts";
 import { InvalidArgumentError, SessionFormatError } from "../src/loop/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
+import type { SessionManager } from "../src/loop/session_manager.ts";
 import { conversation } from "./_fixtures.ts";
 import { dirname } from "../src/port/path.ts";
 
@@ -22,13 +23,28 @@ const refused = (argument: string) => (error: unknown) => {
   return true;
 };
 
-test("store methods refuse a path, cwd or options argument of the wrong kind with InvalidArgumentError", async () => {
+/** Whether `error` is the store's refusal of a symbolic link. */
+const linkRefused = (error: unknown): boolean =>
+  error instanceof SessionFormatError && /symlinks are refused/.test(error.message);
+
+/** A memory filesystem holding CWD, and the store of AGENT on it. */
+async function memoryStore(): Promise<{ fs: MemoryFs; store: SessionStore }> {
   const fs = new MemoryFs();
   await fs.mkdir(CWD, { recursive: true });
-  const store = new SessionStore({ fs, agentDir: AGENT });
-  const session = await store.create(CWD);
+  return { fs, store: new SessionStore({ fs, agentDir: AGENT }) };
+}
+
+/** A new session of `cwd` in `store`, saved with one round and closed. */
+async function saved(store: SessionStore, cwd = CWD): Promise<SessionManager> {
+  const session = await store.create(cwd);
   await session.commit(conversation(1));
   await session.close();
+  return session;
+}
+
+test("store methods refuse a path, cwd or options argument of the wrong kind with InvalidArgumentError", async () => {
+  const { fs, store } = await memoryStore();
+  const session = await saved(store);
   const dir = session.getSessionPath();
   fs.syncAll();
   const before = fs.clone();
@@ -72,15 +88,7 @@ test("store methods refuse a path, cwd or options argument of the wrong kind wit
 });
 
 test("salvage refuses a destination that is no collection: a private directory, the sessions root, or inside a session", async () => {
-  const fs = new MemoryFs();
-  await fs.mkdir(CWD, { recursive: true });
-  const store = new SessionStore({ fs, agentDir: AGENT });
-  const saved = async (on: SessionStore) => {
-    const session = await on.create(CWD);
-    await session.commit(conversation(1));
-    await session.close();
-    return session;
-  };
+  const { fs, store } = await memoryStore();
   const damaged = await saved(store);
   const other = await saved(store);
   const collection = dirname(damaged.getSessionPath());
@@ -144,13 +152,7 @@ test("salvage takes a path with a trailing slash as the path itself: a linked co
       const cwd = `${root}/cwd`;
       await fs.mkdir(cwd, { recursive: true });
       const store = new SessionStore({ fs, agentDir: `${root}/agent` });
-      const saved = async () => {
-        const session = await store.create(cwd);
-        await session.commit(conversation(1));
-        await session.close();
-        return session.getSessionPath();
-      };
-      const dir = await saved();
+      const dir = (await saved(store, cwd)).getSessionPath();
       const names = async (path: string) => (await fs.readDir(path)).map((entry) => entry.name);
       // A linked collection: refused however it is spelled, and nothing is written through it.
       await fs.mkdir(`${root}/real-rescue`, { recursive: true });
@@ -158,27 +160,17 @@ test("salvage takes a path with a trailing slash as the path itself: a linked co
       for (
         const to of [`${root}/rescue`, `${root}/rescue/`, `${root}/rescue//`, `${root}/rescue/.`]
       ) {
-        await assert.rejects(
-          store.salvage(dir, to),
-          (error: unknown) =>
-            error instanceof SessionFormatError && /symlinks are refused/.test(error.message),
-          `${name} ${to}`,
-        );
+        await assert.rejects(store.salvage(dir, to), linkRefused, `${name} ${to}`);
         assert.deepEqual(await names(`${root}/real-rescue`), [], `${name} ${to}`);
       }
       // A link planted at a session's name in its collection: refused with a trailing slash too,
       // before the destination collection is made.
-      const linked = await saved();
+      const linked = (await saved(store, cwd)).getSessionPath();
       await fs.mkdir(`${root}/elsewhere`, { recursive: true });
       await fs.rename(linked, `${root}/elsewhere/x`);
       await fs.symlink(`${root}/elsewhere/x`, linked);
       for (const from of [linked, `${linked}/`, `${linked}/.`]) {
-        await assert.rejects(
-          store.salvage(from, `${root}/fresh`),
-          (error: unknown) =>
-            error instanceof SessionFormatError && /symlinks are refused/.test(error.message),
-          `${name} ${from}`,
-        );
+        await assert.rejects(store.salvage(from, `${root}/fresh`), linkRefused, `${name} ${from}`);
         assert.equal(await names(`${root}`).then((entries) => entries.includes("fresh")), false);
       }
       // A real collection and session spelled with a trailing slash: salvaged, the path normalized.
@@ -210,12 +202,8 @@ test("a store given its agent directory never asks the adapter for the home dire
 });
 
 test("listing refuses a private staging directory of the store as the collection, and a user's look-alike is listed", async () => {
-  const fs = new MemoryFs();
-  await fs.mkdir(CWD, { recursive: true });
-  const store = new SessionStore({ fs, agentDir: AGENT });
-  const session = await store.create(CWD);
-  await session.commit(conversation(1));
-  await session.close();
+  const { fs, store } = await memoryStore();
+  const session = await saved(store);
   const dir = session.getSessionPath();
   const collection = dirname(dir);
   const copyInto = async (place: string): Promise<void> => {
