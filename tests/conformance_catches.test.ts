@@ -19,15 +19,28 @@ function changed(inner: MemoryFs, over: Partial<Record<keyof FileSystem, unknown
   }) as unknown as FileSystem;
 }
 
-/** `m` whose rename over a file removes the destination, then moves, apart by promise turns. */
-function removeThenMove(m: MemoryFs): FileSystem {
+/** The suite's check that a rename over a file never leaves its name missing. */
+const ATOMIC_RENAME =
+  "rename() over an existing file replaces it atomically: the name is never missing";
+
+/** A timer's turn, `ms` from now. */
+const tick = (ms = 0) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * `m` whose rename over a file removes the destination, then moves: apart by promise turns only,
+ * or by what `pause` waits for.
+ */
+function removeThenMove(m: MemoryFs, pause?: () => Promise<unknown>): FileSystem {
   return changed(m, {
     async rename(from: string, to: string) {
       const both = await Promise.all([m.lstat(from), m.lstat(to)]).then(
         (infos) => infos.every((info) => info.kind === "file"),
         () => false,
       );
-      if (both) await m.remove(to);
+      if (both) {
+        await m.remove(to);
+        if (pause !== undefined) await pause();
+      }
       await m.rename(from, to);
     },
   });
@@ -102,8 +115,6 @@ async function runCheck(
   }
 }
 
-const tick = () => new Promise((resolve) => setTimeout(resolve, 0));
-
 const BROKEN: {
   readonly check: string;
   /** How the adapter breaks it, where two entries break one check. */
@@ -127,31 +138,18 @@ const BROKEN: {
       }),
   },
   {
-    check: "rename() over an existing file replaces it atomically: the name is never missing",
+    check: ATOMIC_RENAME,
     // Removes the destination, then moves: for a moment there is nothing at its name.
-    broken: (m) =>
-      changed(m, {
-        async rename(from: string, to: string) {
-          const both = await Promise.all([m.lstat(from), m.lstat(to)]).then(
-            (infos) => infos.every((info) => info.kind === "file"),
-            () => false,
-          );
-          if (both) {
-            await m.remove(to);
-            await tick();
-          }
-          await m.rename(from, to);
-        },
-      }),
+    broken: (m) => removeThenMove(m, tick),
   },
   {
-    check: "rename() over an existing file replaces it atomically: the name is never missing",
+    check: ATOMIC_RENAME,
     how: "removes, then moves, with no timer or I/O between",
     // The same, its two steps apart by promise turns only (no timer, no I/O between them).
     broken: (m) => removeThenMove(m),
   },
   {
-    check: "rename() over an existing file replaces it atomically: the name is never missing",
+    check: ATOMIC_RENAME,
     how: "removes, then moves, behind a pass-through wrapper",
     // A wrapper (metrics, tracing) shifts the promise turns between the two steps.
     broken: (m) => passThrough(removeThenMove(m)),
@@ -252,24 +250,22 @@ test("the atomic rename check passes a correct adapter whose rename settles on a
   const slow = (m: MemoryFs) =>
     changed(m, {
       async rename(from: string, to: string) {
-        await new Promise((resolve) => setTimeout(resolve, 2));
+        await tick(2);
         await m.rename(from, to);
       },
     });
-  const check = "rename() over an existing file replaces it atomically: the name is never missing";
-  assert.equal(await runCheck(check, slow), undefined);
+  assert.equal(await runCheck(ATOMIC_RENAME, slow), undefined);
 });
 
 test("the atomic rename check reports a rename that fails, after its reads", async () => {
   const failing = (m: MemoryFs) =>
     changed(m, {
       async rename(_from: string, to: string) {
-        await new Promise((resolve) => setTimeout(resolve, 2));
+        await tick(2);
         throw new NotFound("rename", to);
       },
     });
-  const check = "rename() over an existing file replaces it atomically: the name is never missing";
-  assert.match((await runCheck(check, failing)) ?? "", /No such file/);
+  assert.match((await runCheck(ATOMIC_RENAME, failing)) ?? "", /No such file/);
 });
 
 test("a fixture cleanup that fails is reported: alone after a passing check, beside a failing one", async () => {
