@@ -63,3 +63,8 @@ export function shownRows(out: string): Map<string, string> {
     }),
   );
 }
+
+/** What the command line prints on stderr for a usage error saying `message`. */
+export function usageError(message: string): string {
+  return `usage error: ${message}\nRun 'loop-sessions --help' for the commands.\n`;
+}

@@ -6,7 +6,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import type { FileSystem } from "../src/port/fs.ts";
-import { type CliRun, runMemoryCli, shownRows } from "./_cli_io.ts";
+import { type CliRun, runMemoryCli, shownRows, usageError } from "./_cli_io.ts";
 import { hookedFs } from "./_hooks.ts";
 import { PermissionDenied } from "../src/port/errors.ts";
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
@@ -125,9 +125,10 @@ test("with --dir, a session path of another collection is refused, also when --d
       assert.equal(run.code, 2, `${sub} --dir ${explicit}: ${run.err}`);
       assert.equal(
         run.err,
-        `usage error: '${dir}' is not in the collection '${explicit}'; nothing was changed (name ` +
-          "a session by its id, or its collection with --dir)\n" +
-          "Run 'loop-sessions --help' for the commands.\n",
+        usageError(
+          `'${dir}' is not in the collection '${explicit}'; nothing was changed (name a session ` +
+            "by its id, or its collection with --dir)",
+        ),
       );
     }
   }
@@ -196,8 +197,9 @@ test("compact refuses a legacy file not migrated yet, and migrate a session that
     assert.equal(run.code, 2, run.err);
     assert.equal(
       run.err,
-      `usage error: '${LEGACY_FILE}' is a legacy version-2 file; migrate it first, then ` +
-        "compact its directory\nRun 'loop-sessions --help' for the commands.\n",
+      usageError(
+        `'${LEGACY_FILE}' is a legacy version-2 file; migrate it first, then compact its directory`,
+      ),
     );
   }
   const migrated = await sessions(fs, ["migrate", dir]);
@@ -466,15 +468,7 @@ test("a sessions command given the wrong number of targets is a usage error", as
   const before = fs.snapshotTree("/");
   for (const [args, message] of cases) {
     const run = await sessions(fs, args);
-    assert.deepEqual(
-      run,
-      {
-        code: 2,
-        out: "",
-        err: `usage error: ${message}\nRun 'loop-sessions --help' for the commands.\n`,
-      },
-      args.join(" "),
-    );
+    assert.deepEqual(run, { code: 2, out: "", err: usageError(message) }, args.join(" "));
   }
   assert.deepEqual(fs.snapshotTree("/"), before);
 });
