@@ -6,6 +6,8 @@ import { MemoryFs } from "../adapters/memory.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import type { ProcessProbe } from "../src/loop/lock.ts";
 import { portableSha256 } from "../src/port/sha256.ts";
+import { FsIoError } from "../src/port/errors.ts";
+import { hookedFs } from "./_hooks.ts";
 
 let clock = 1_700_000_000_000;
 
@@ -136,19 +138,22 @@ export async function withoutRecordedTitle(fs: FileSystem, dir: string): Promise
 
 /**
  * A memory filesystem holding directory `cwd` and, in its workspace's collection under
- * `agentDir`, one saved and closed session of `rounds` user rounds (so the collection exists).
+ * `agentDir`, one saved and closed session of `rounds` user rounds (so the collection exists):
+ * with the store that saved it, the session's directory and its history.
  */
 export async function memoryStoreWithSession(
   agentDir: string,
   cwd: string,
   rounds = 1,
-): Promise<{ fs: MemoryFs; session: string }> {
+): Promise<{ fs: MemoryFs; store: SessionStore; session: string; history: Message[] }> {
   const fs = new MemoryFs();
   await fs.mkdir(cwd, { recursive: true });
-  const saved = await new SessionStore({ fs, agentDir }).create(cwd);
-  await saved.commit(conversation(rounds));
+  const store = new SessionStore({ fs, agentDir });
+  const saved = await store.create(cwd);
+  const history = conversation(rounds);
+  await saved.commit(history);
   await saved.close();
-  return { fs, session: saved.getSessionPath() };
+  return { fs, store, session: saved.getSessionPath(), history };
 }
 
 /** A saved and closed session of three rounds, as `savedThreeRounds` returns it. */
@@ -266,4 +271,17 @@ export async function recommit(
 /** The process probe of process `pid` on host `host`: the processes in `alive` are running. */
 export function probe(pid: number, alive: Set<number>, host = "test-host"): ProcessProbe {
   return { pid, host, isAlive: (other) => alive.has(other) };
+}
+
+/** `fs` failing each call `fails` picks (by method and first argument) with EIO naming its path. */
+export function failingWithEio(
+  fs: FileSystem,
+  fails: (method: string, path: string) => boolean,
+): FileSystem {
+  return hookedFs(fs, {
+    before(method, args) {
+      const path = String(args[0]);
+      if (fails(method, path)) throw new FsIoError("EIO", method, path, "Input/output error");
+    },
+  });
 }
