@@ -11,10 +11,12 @@ import { AlreadyExists, FsError, FsIoError } from "../src/port/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import { verifySession } from "../src/loop/verify.ts";
 import { portableSha256 } from "../src/port/sha256.ts";
-import { conversation } from "./_fixtures.ts";
+import { memoryStoreWithSession } from "./_fixtures.ts";
 import { parseRoundIndexText, type RoundIndex, RoundIndexSchema } from "../src/loop/storage.ts";
 import { hookedFs, withoutNoFollow } from "./_hooks.ts";
 
+const CWD = "/work/project";
+const AGENT = "/home/user/.loop";
 const encoder = new TextEncoder();
 const GENERATION = "a".repeat(64);
 /** The canonical head of an index of two messages in 9 bytes, with one round. */
@@ -180,22 +182,19 @@ test("readIfExists() reports a read that fails for another reason than a missing
   assert.deepEqual(await readIfExists(fs, "/meta.json"), encoder.encode("{}"));
 });
 
+/** A closed session of 800 rounds: long enough that its index.json is not read whole. */
+async function longSession() {
+  const { fs, session: dir, history } = await memoryStoreWithSession(AGENT, CWD, 800);
+  return { fs, dir, history, index: `${dir}/index.json` };
+}
+
 /**
  * A saved session long enough that index.json is read by an open and a size check (not whole),
  * on a filesystem where its no-follow open finds it busy (a lease another process holds) and an
  * open that waits for the lease, unless `waits`, fails the test's way.
  */
 async function busyIndex(waits: boolean) {
-  const fs = new MemoryFs();
-  const cwd = "/work/project";
-  await fs.mkdir(cwd, { recursive: true });
-  const agentDir = "/home/user/.loop";
-  const session = await new SessionStore({ fs, agentDir }).create(cwd);
-  const history = conversation(800);
-  await session.commit(history);
-  await session.close();
-  const dir = session.getSessionPath();
-  const index = `${dir}/index.json`;
+  const { fs, dir, history, index } = await longSession();
   const waited: string[] = [];
   const leased = hookedFs(fs, {
     before(method, args) {
@@ -209,13 +208,13 @@ async function busyIndex(waits: boolean) {
       }
     },
   });
-  return { fs, leased, cwd, agentDir, dir, history, waited };
+  return { fs, leased, dir, history, waited };
 }
 
 test("a fast listing does without an index.json a lease keeps busy, never waiting for it", async () => {
-  const { fs, leased, cwd, agentDir, dir, history, waited } = await busyIndex(false);
+  const { fs, leased, dir, history, waited } = await busyIndex(false);
   const before = fs.snapshotTree("/");
-  const listed = await new SessionStore({ fs: leased, agentDir }).list(cwd, undefined, {
+  const listed = await new SessionStore({ fs: leased, agentDir: AGENT }).list(CWD, undefined, {
     fast: true,
   });
   assert.deepEqual(waited, []);
@@ -238,16 +237,7 @@ test("verifySession() waits for the lease on a busy index.json and checks it", a
 });
 
 test("a fast listing uses a long index.json in another JSON layout without reading the log", async () => {
-  const fs = new MemoryFs();
-  const cwd = "/work/project";
-  await fs.mkdir(cwd, { recursive: true });
-  const agentDir = "/home/user/.loop";
-  const session = await new SessionStore({ fs, agentDir }).create(cwd);
-  const history = conversation(800);
-  await session.commit(history);
-  await session.close();
-  const dir = session.getSessionPath();
-  const index = `${dir}/index.json`;
+  const { fs, history, index } = await longSession();
   // The same index, pretty-printed: not the canonical form, so its head is not scanned.
   const value = parseRoundIndexText(new TextDecoder().decode(await fs.readFile(index)));
   assert.ok(value !== undefined);
@@ -258,7 +248,7 @@ test("a fast listing uses a long index.json in another JSON layout without readi
       if (String(args[0]).endsWith("/messages.jsonl")) logReads.push(method);
     },
   });
-  const listed = await new SessionStore({ fs: watched, agentDir }).list(cwd, undefined, {
+  const listed = await new SessionStore({ fs: watched, agentDir: AGENT }).list(CWD, undefined, {
     fast: true,
   });
   assert.equal(listed[0]?.messageCount, history.length);
@@ -268,15 +258,7 @@ test("a fast listing uses a long index.json in another JSON layout without readi
 });
 
 test("verifySession() says a long index.json removed after the directory listing is missing, not unreadable", async () => {
-  const fs = new MemoryFs();
-  const cwd = "/work/project";
-  await fs.mkdir(cwd, { recursive: true });
-  const session = await new SessionStore({ fs, agentDir: "/home/user/.loop" }).create(cwd);
-  const history = conversation(800);
-  await session.commit(history);
-  await session.close();
-  const dir = session.getSessionPath();
-  const index = `${dir}/index.json`;
+  const { fs, dir, history, index } = await longSession();
   let removed = false;
   // On a port without no-follow opens the listing shows index.json a regular file, and it is
   // then opened by its path: it goes between the two.
