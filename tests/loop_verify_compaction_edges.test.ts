@@ -11,7 +11,13 @@ import { salvageSession, verifySession } from "../src/loop/verify.ts";
 import { readLegacySession } from "../src/loop/legacy.ts";
 import { FsIoError, PermissionDenied } from "../src/port/errors.ts";
 import type { Message } from "../src/loop/records/mod.ts";
-import { assistant, conversation, legacySessionBytes, user } from "./_fixtures.ts";
+import {
+  assistant,
+  conversation,
+  legacySessionBytes,
+  memoryStoreWithSession,
+  user,
+} from "./_fixtures.ts";
 import { hookedFs } from "./_hooks.ts";
 import type { FileSystem, OpenedFile } from "../src/port/fs.ts";
 
@@ -23,16 +29,37 @@ const options = { sha256: portableSha256 };
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
+/** A closed session of `rounds` rounds in CWD's collection under AGENT. */
 async function saved(rounds = 3) {
+  const { fs, store, session: dir, history } = await memoryStoreWithSession(AGENT, CWD, rounds);
+  return { fs, store, dir, history };
+}
+
+/** The second generation the tests of two generations commit. */
+function nextGeneration(): Message[] {
+  return [user("a new first question"), ...conversation(2, "n")];
+}
+
+/** A closed session of `rounds` rounds, then of `next` committed by a writer that reopened it. */
+async function twoGenerations(next: Message[] = nextGeneration(), rounds = 2) {
+  const { fs, store, dir } = await saved(rounds);
+  const session = await store.open(dir);
+  await session.commit(next);
+  await session.close();
+  return { fs, store, dir };
+}
+
+/** A memory filesystem holding CWD and its empty collection, and the path of a legacy file there. */
+async function legacyCollection(): Promise<{ fs: MemoryFs; legacy: string }> {
   const fs = new MemoryFs();
   await fs.mkdir(CWD, { recursive: true });
-  const store = new SessionStore({ fs, agentDir: AGENT });
-  const session = await store.create(CWD);
-  const history = conversation(rounds);
-  await session.commit(history);
-  await session.close();
-  const dir = session.getSessionPath();
-  return { fs, store, dir, history };
+  await fs.mkdir(COLLECTION, { recursive: true });
+  return { fs, legacy: `${COLLECTION}/${ID}.jsonl` };
+}
+
+/** The lines of a legacy file of two rounds (its header first), to damage one. */
+function legacyLines(): string[] {
+  return decoder.decode(legacySessionBytes(ID, CWD, conversation(2))).split("\n");
 }
 
 test("verifySession() reports a cwd it may not look at as an error and still verifies the rest", async () => {
@@ -84,12 +111,8 @@ test("verifySession() warns about an index.json it cannot read and finds the ses
 });
 
 test("compaction refuses a meta.json that claims more lines than its committed range holds", async () => {
-  const { fs, store, dir } = await saved();
   // A second generation, so compaction has old bytes to drop.
-  const session = await store.open(dir);
-  const next = [user("a new first question"), ...conversation(2, "n")];
-  await session.commit(next);
-  await session.close();
+  const { fs, store, dir } = await twoGenerations(nextGeneration(), 3);
   const metaPath = `${dir}/meta.json`;
   const meta = JSON.parse(decoder.decode(await fs.readFile(metaPath)));
   // The checksum and byte count still match the range: only the line count lies.
@@ -128,11 +151,8 @@ test("removeLegacyBackup() leaves alone a link or a directory at the backup's na
 });
 
 test("a legacy line with trailing whitespace that is still not JSON is refused, naming its message", async () => {
-  const fs = new MemoryFs();
-  await fs.mkdir(CWD, { recursive: true });
-  await fs.mkdir(COLLECTION, { recursive: true });
-  const legacy = `${COLLECTION}/${ID}.jsonl`;
-  const lines = decoder.decode(legacySessionBytes(ID, CWD, conversation(2))).split("\n");
+  const { fs, legacy } = await legacyCollection();
+  const lines = legacyLines();
   // The second message, cut inside its JSON, then a carriage return and blanks.
   lines[2] = `${(lines[2] as string).slice(0, 20)}\r  `;
   await fs.writeFile(legacy, encoder.encode(lines.join("\n")));
@@ -150,17 +170,13 @@ test("a legacy line with trailing whitespace that is still not JSON is refused, 
 
 /** A session of two generations whose index.json is gone, so compaction rebuilds the rounds. */
 async function twoGenerationsWithoutIndex(next: Message[]) {
-  const { fs, store, dir } = await saved(2);
-  const session = await store.open(dir);
-  await session.commit(next);
-  await session.close();
+  const { fs, store, dir } = await twoGenerations(next);
   await fs.remove(`${dir}/index.json`);
   return { fs, store, dir };
 }
 
 test("compaction of a log whose user line was changed in place to unreadable content reports a checksum mismatch", async () => {
-  const next = [user("a new first question"), ...conversation(2, "n")];
-  const { fs, store, dir } = await twoGenerationsWithoutIndex(next);
+  const { fs, store, dir } = await twoGenerationsWithoutIndex(nextGeneration());
   const logPath = `${dir}/messages.jsonl`;
   const meta = JSON.parse(decoder.decode(await fs.readFile(`${dir}/meta.json`)));
   const log = await fs.readFile(logPath);
@@ -200,10 +216,8 @@ test("compaction copies a committed line longer than its copy chunk whole, and p
 
 test("a header-only read of a legacy file refuses a message line that is not an object with a role", async () => {
   for (const line of ["null", "5", '"text"', '{"content":"no role"}', '{"role":7}']) {
-    const fs = new MemoryFs();
-    await fs.mkdir(COLLECTION, { recursive: true });
-    const legacy = `${COLLECTION}/${ID}.jsonl`;
-    const lines = decoder.decode(legacySessionBytes(ID, CWD, conversation(2))).split("\n");
+    const { fs, legacy } = await legacyCollection();
+    const lines = legacyLines();
     lines[2] = line;
     await fs.writeFile(legacy, encoder.encode(lines.join("\n")));
     const before = fs.snapshotTree("/");
@@ -219,10 +233,7 @@ test("a header-only read of a legacy file refuses a message line that is not an 
 });
 
 test("removeLegacyBackup() removes the backup of a migrated file whose line held bytes that are not UTF-8", async () => {
-  const fs = new MemoryFs();
-  await fs.mkdir(CWD, { recursive: true });
-  await fs.mkdir(COLLECTION, { recursive: true });
-  const legacy = `${COLLECTION}/${ID}.jsonl`;
+  const { fs, legacy } = await legacyCollection();
   const bytes = legacySessionBytes(ID, CWD, [user("caf@ latte"), assistant("ok")]);
   // The `@` becomes a lone 0xE9 (Latin-1 é): not UTF-8, read as U+FFFD.
   bytes[bytes.indexOf(0x40)] = 0xe9;
@@ -314,10 +325,7 @@ test("verifySession() reports a log emptied after its open as damaged, and ends"
 });
 
 test("removeLegacyBackup() keeps the backup when the session's log is gone by the time it is compared", async () => {
-  const fs = new MemoryFs();
-  await fs.mkdir(CWD, { recursive: true });
-  await fs.mkdir(COLLECTION, { recursive: true });
-  const legacy = `${COLLECTION}/${ID}.jsonl`;
+  const { fs, legacy } = await legacyCollection();
   const dir = `${COLLECTION}/${ID}`;
   await fs.writeFile(legacy, legacySessionBytes(ID, CWD, conversation(2)));
   await (await new SessionStore({ fs, agentDir: AGENT }).open(legacy)).close();
@@ -346,10 +354,7 @@ test("removeLegacyBackup() keeps the backup when the session's log is gone by th
 });
 
 test("compaction that finds meta.json gone once it holds the session reports it lost, changing nothing", async () => {
-  const { fs, dir } = await saved(2);
-  const session = await new SessionStore({ fs, agentDir: AGENT }).open(dir);
-  await session.commit([user("a new first question"), ...conversation(2, "n")]);
-  await session.close();
+  const { fs, dir } = await twoGenerations();
   const metaPath = `${dir}/meta.json`;
   const collection = dir.slice(0, dir.lastIndexOf("/"));
   let found: Record<string, string> | undefined;
