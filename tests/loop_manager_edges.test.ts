@@ -17,7 +17,8 @@ import type {
   SystemPromptCheckpoint,
 } from "../src/loop/records/mod.ts";
 import { NotFound } from "../src/port/errors.ts";
-import { conversation, rewriteIndex, user } from "./_fixtures.ts";
+import { conversation, memoryStoreWithSession, rewriteIndex, user } from "./_fixtures.ts";
+import type { RoundIndex } from "../src/loop/storage.ts";
 import { hookedFs } from "./_hooks.ts";
 
 const CWD = "/work/project";
@@ -214,18 +215,27 @@ test("a save whose meta.json temp file vanishes before its rename fails as the p
   await reader.close();
 });
 
-test("a writer's page read rebuilds a lagging index.json that leaves out a round inside what it covers", async () => {
-  const { fs, store } = await setup();
-  const session = await store.create(CWD);
-  const history = conversation(4);
-  await session.commit(history);
-  await session.close();
-  const dir = session.getSessionPath();
+/**
+ * A closed session of 4 rounds whose index.json `change` rewrites, then a writer's first page read
+ * of it, checked to be the history's latest rounds: the writer, and the index's path and bytes as
+ * the session published them.
+ */
+async function pageReadOverIndex(change: (index: RoundIndex, history: Message[]) => RoundIndex) {
+  const { fs, store, session: dir, history } = await memoryStoreWithSession(AGENT, CWD, 4);
   const indexPath = `${dir}/index.json`;
   const whole = await fs.readFile(indexPath);
+  await rewriteIndex(fs, dir, (index) => change(index, history));
+  const writer = await store.open(dir);
+  const page = await writer.readHistory();
+  assert.deepEqual(page.messages, history.slice(page.start));
+  return { fs, writer, indexPath, whole };
+}
+
+test("a writer's page read rebuilds a lagging index.json that leaves out a round inside what it covers", async () => {
   // The index of the first two rounds only (a prefix, as a crash before its update leaves it),
-  // but without its second round.
-  await rewriteIndex(fs, dir, (index) => {
+  // but without its second round. The page holds the latest three rounds, read from the
+  // committed offsets.
+  const { fs, writer, indexPath, whole } = await pageReadOverIndex((index) => {
     const third = index.rounds[2]!;
     return {
       ...index,
@@ -234,11 +244,8 @@ test("a writer's page read rebuilds a lagging index.json that leaves out a round
       rounds: [index.rounds[0]!],
     };
   });
-  const writer = await store.open(dir);
-  const page = await writer.readHistory();
-  // The latest three rounds, read from the committed offsets, and at once an index built from
-  // scratch, which listings meanwhile read (not one that misses a round).
-  assert.deepEqual(page.messages, history.slice(page.start));
+  // At once an index built from scratch, which listings meanwhile read (not one that misses a
+  // round).
   assert.deepEqual(await fs.readFile(indexPath), whole);
   await writer.close();
   assert.deepEqual(await fs.readFile(indexPath), whole);
@@ -296,23 +303,11 @@ test("metadata JSON would write as something else (a Date, a Map, a Set, a boxed
 });
 
 test("a writer's page read rebuilds an index.json of the whole history that lists a round more", async () => {
-  const { fs, store } = await setup();
-  const session = await store.create(CWD);
-  const history = conversation(4);
-  await session.commit(history);
-  await session.close();
-  const dir = session.getSessionPath();
-  const indexPath = `${dir}/index.json`;
-  const whole = await fs.readFile(indexPath);
   // Every count right, and one more round, at the last message (an assistant's).
-  const last = history.length - 1;
-  await rewriteIndex(fs, dir, (index) => ({
+  const { fs, writer, indexPath, whole } = await pageReadOverIndex((index, history) => ({
     ...index,
-    rounds: [...index.rounds, { messageIndex: last, byteOffset: index.bytes - 1 }],
+    rounds: [...index.rounds, { messageIndex: history.length - 1, byteOffset: index.bytes - 1 }],
   }));
-  const writer = await store.open(dir);
-  const page = await writer.readHistory();
-  assert.deepEqual(page.messages, history.slice(page.start));
   // Listings trust the index's rounds: it is replaced at once by one built from scratch.
   assert.deepEqual(await fs.readFile(indexPath), whole);
   await writer.close();
