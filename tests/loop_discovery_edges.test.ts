@@ -12,7 +12,7 @@ import { SessionStore } from "../src/loop/store.ts";
 import type { SessionInfo } from "../src/loop/discovery.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import type { RoundIndex } from "../src/loop/storage.ts";
-import { assistant, conversation, imageOnly, recommit, user } from "./_fixtures.ts";
+import { assistant, conversation, failingWithEio, imageOnly, recommit, user } from "./_fixtures.ts";
 import { hookedFs, recording } from "./_hooks.ts";
 
 const CWD = "/work/project";
@@ -60,6 +60,32 @@ async function listedOne(fs: FileSystem, fast: boolean): Promise<SessionInfo> {
   assert.deepEqual(failures, []);
   assert.equal(sessions.length, 1);
   return sessions[0] as SessionInfo;
+}
+
+/** Lists (fast, or full) through `port`, a view of `fs`, checking that no file of `fs` changed. */
+async function listedUnchanged(fs: MemoryFs, port: FileSystem, fast: boolean) {
+  const before = fs.snapshotTree("/");
+  const listed = await storeOn(port).listDetailed(undefined, GLOBAL, { fast });
+  assert.deepEqual(fs.snapshotTree("/"), before);
+  return listed;
+}
+
+/** Overwrites with "x" the byte of the log at `log` that `at` picks, its length unchanged. */
+async function damageLog(fs: FileSystem, log: string, at: (bytes: Uint8Array) => number) {
+  const bytes = await fs.readFile(log);
+  const damaged = bytes.slice();
+  damaged[at(bytes)] = "x".charCodeAt(0);
+  await fs.writeFile(log, damaged);
+}
+
+/** Checks that a fast listing lists no session and reports the damage of the log at `log`. */
+async function reportsCorruptLog(fs: MemoryFs, log: string): Promise<void> {
+  const { sessions, failures } = await listedUnchanged(fs, fs, true);
+  assert.deepEqual(sessions, []);
+  assert.equal(failures.length, 1);
+  const error = failures[0]?.error;
+  assert.ok(error instanceof CorruptSessionError, String(error));
+  assert.equal(error.file, log);
 }
 
 /** What a listing says of a session's history. */
@@ -188,22 +214,13 @@ test("damage in the unindexed tail is reported by a fast listing, naming the log
   ]);
   await writeIndex(fs, dir, indexes[0] as RoundIndex);
   const log = `${dir}/messages.jsonl`;
-  const bytes = await fs.readFile(log);
   // One byte of the second user line's JSON damaged (its closing brace), its length unchanged.
-  const text = decoder.decode(bytes);
-  const line = text.indexOf('{"role":"user","content":"second question"');
-  const end = text.indexOf("\n", line);
-  const damaged = bytes.slice();
-  damaged[end - 1] = "x".charCodeAt(0);
-  await fs.writeFile(log, damaged);
-  const before = fs.snapshotTree("/");
-  const { sessions, failures } = await storeOn(fs).listDetailed(undefined, GLOBAL, { fast: true });
-  assert.deepEqual(fs.snapshotTree("/"), before);
-  assert.deepEqual(sessions, []);
-  assert.equal(failures.length, 1);
-  const error = failures[0]?.error;
-  assert.ok(error instanceof CorruptSessionError, String(error));
-  assert.equal(error.file, log);
+  await damageLog(fs, log, (bytes) => {
+    const text = decoder.decode(bytes);
+    const line = text.indexOf('{"role":"user","content":"second question"');
+    return text.indexOf("\n", line) - 1;
+  });
+  await reportsCorruptLog(fs, log);
 });
 
 test("a listing for a cwd reports a session whose recorded cwd fails to resolve with an I/O error", async () => {
@@ -218,13 +235,7 @@ test("a listing for a cwd reports a session whose recorded cwd fails to resolve 
   }
   // Resolving the other session's recorded cwd fails as a failing disk does: whether it is this
   // project's cannot be told, so it is reported, never silently left out.
-  const failing = hookedFs(fs, {
-    before(method, args) {
-      if (method === "realPath" && args[0] === OTHER) {
-        throw new FsIoError("EIO", method, OTHER, "Input/output error");
-      }
-    },
-  });
+  const failing = failingWithEio(fs, (method, path) => method === "realPath" && path === OTHER);
   const { sessions, failures } = await storeOn(failing).listDetailed(CWD, GLOBAL, { fast: true });
   assert.deepEqual(sessions.map((s) => s.cwd), [CWD]);
   assert.equal(failures.length, 1);
@@ -243,18 +254,8 @@ test("a session staged by an interrupted delete whose copy cannot be looked at i
   await fs.writeFile(`${staging}/intent.json`, encoder.encode(JSON.stringify(intent)));
   assert.deepEqual((await listedOne(fs, true)).id, id);
   const meta = `${staging}/${id}/meta.json`;
-  const failing = hookedFs(fs, {
-    before(method, args) {
-      if (method === "lstat" && args[0] === meta) {
-        throw new FsIoError("EIO", method, meta, "Input/output error");
-      }
-    },
-  });
-  const before = fs.snapshotTree("/");
-  const { sessions, failures } = await storeOn(failing).listDetailed(undefined, GLOBAL, {
-    fast: true,
-  });
-  assert.deepEqual(fs.snapshotTree("/"), before);
+  const failing = failingWithEio(fs, (method, path) => method === "lstat" && path === meta);
+  const { sessions, failures } = await listedUnchanged(fs, failing, true);
   assert.deepEqual(sessions, []);
   assert.equal(failures.length, 1);
   assert.equal(failures[0]?.id, id);
@@ -290,17 +291,9 @@ test("a delete staging directory that cannot be read is reported once, beside th
   await fs.writeFile(`${GLOBAL}/archive.json`, encoder.encode("[]\n"));
   const staging = `${GLOBAL}/.delete-00000000-0000-4000-8000-000000000000`;
   await fs.mkdir(staging);
-  const failing = hookedFs(fs, {
-    before(method, args) {
-      if (String(args[0]).startsWith(staging)) {
-        throw new FsIoError("EIO", method, String(args[0]), "Input/output error");
-      }
-    },
-  });
+  const failing = failingWithEio(fs, (_method, path) => path.startsWith(staging));
   for (const fast of [true, false]) {
-    const before = fs.snapshotTree("/");
-    const { sessions, failures } = await storeOn(failing).listDetailed(undefined, GLOBAL, { fast });
-    assert.deepEqual(fs.snapshotTree("/"), before);
+    const { sessions, failures } = await listedUnchanged(fs, failing, fast);
     assert.deepEqual(sessions.map((s) => s.id), [id]);
     assert.equal(failures.length, 1, `fast: ${fast}`);
     assert.equal(failures[0]?.id, undefined);
@@ -320,17 +313,9 @@ test("a session whose compaction staging directory cannot be looked at is report
   await fs.mkdir(dir);
   assert.equal((await listedOne(fs, true)).id, id);
   const previous = `${staging}/previous`;
-  const failing = hookedFs(fs, {
-    before(method, args) {
-      if (String(args[0]).startsWith(previous)) {
-        throw new FsIoError("EIO", method, String(args[0]), "Input/output error");
-      }
-    },
-  });
+  const failing = failingWithEio(fs, (_method, path) => path.startsWith(previous));
   for (const fast of [true, false]) {
-    const before = fs.snapshotTree("/");
-    const { sessions, failures } = await storeOn(failing).listDetailed(undefined, GLOBAL, { fast });
-    assert.deepEqual(fs.snapshotTree("/"), before);
+    const { sessions, failures } = await listedUnchanged(fs, failing, fast);
     assert.deepEqual(sessions, []);
     assert.equal(failures.length, 1, `fast: ${fast}`);
     assert.equal(failures[0]?.id, id);
@@ -347,17 +332,8 @@ test("damage in a user line an index.json points at is reported by a fast listin
   await writeIndex(fs, dir, index);
   const log = `${dir}/messages.jsonl`;
   // The first user line's closing brace damaged, its length unchanged: no title can be read there.
-  const bytes = await fs.readFile(log);
-  const damaged = bytes.slice();
-  damaged[bytes.indexOf(10) - 1] = "x".charCodeAt(0);
-  await fs.writeFile(log, damaged);
-  const before = fs.snapshotTree("/");
-  const { sessions, failures } = await storeOn(fs).listDetailed(undefined, GLOBAL, { fast: true });
-  assert.deepEqual(fs.snapshotTree("/"), before);
-  assert.deepEqual(sessions, []);
-  assert.equal(failures.length, 1);
-  assert.ok(failures[0]?.error instanceof CorruptSessionError, String(failures[0]?.error));
-  assert.equal(failures[0]?.error.file, log);
+  await damageLog(fs, log, (bytes) => bytes.indexOf(10) - 1);
+  await reportsCorruptLog(fs, log);
 });
 
 test("a user message with malformed text in the unindexed tail is reported when a title needs it", async () => {
