@@ -49,7 +49,7 @@ async function twoGenerations(next: Message[] = nextGeneration(), rounds = 2) {
   return { fs, store, dir };
 }
 
-/** A memory filesystem holding CWD and its empty collection, and the path of a legacy file there. */
+/** A memory filesystem holding CWD and its empty collection, and a legacy file's path there. */
 async function legacyCollection(): Promise<{ fs: MemoryFs; legacy: string }> {
   const fs = new MemoryFs();
   await fs.mkdir(CWD, { recursive: true });
