@@ -11,7 +11,7 @@ import { InvalidArgumentError, SessionLockedError } from "../src/loop/errors.ts"
 import { SessionStore, workspaceHash } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
 import { acquireWriterLock, COLLECTION_LOCK_FILE, WRITER_LOCK_FILE } from "../src/loop/lock.ts";
-import { conversation, probe } from "./_fixtures.ts";
+import { conversation, failingWithEio, probe } from "./_fixtures.ts";
 import { hookedFs } from "./_hooks.ts";
 
 const CWD = "/work/project";
@@ -19,6 +19,8 @@ const AGENT = "/home/user/.loop";
 const COLLECTION = `${AGENT}/sessions/${workspaceHash(CWD)}`;
 const HOST = "test-host";
 const encoder = new TextEncoder();
+/** The lock record of a process that is gone (pid 999 runs on no host of the tests). */
+const DEAD = { pid: 999, host: HOST, startedAt: "2020-01-01T00:00:00.000Z", token: "dead" };
 
 /** A store of process `pid` (with a probe), or of a store without a probe when `pid` is null. */
 function storeAs(fs: FileSystem, pid: number | null, alive = new Set([100, 200])): SessionStore {
@@ -39,6 +41,11 @@ async function setup(): Promise<{ fs: MemoryFs; session: SessionManager; dir: st
   return { fs, session, dir: session.getSessionPath() };
 }
 
+/** The error `action` fails with; the test fails, saying `unexpected`, where it succeeds. */
+async function refusal(action: Promise<unknown>, unexpected: string): Promise<unknown> {
+  return await action.then(() => assert.fail(unexpected), (error: unknown) => error);
+}
+
 async function names(fs: FileSystem, dir: string): Promise<string[]> {
   return (await fs.readDir(dir)).map((entry) => entry.name).sort();
 }
@@ -48,10 +55,7 @@ test("a writer lock holding JSON null is no lock record: respected as another pr
   const lock = `${dir}/${WRITER_LOCK_FILE}`;
   await fs.writeFile(lock, encoder.encode("null"), { mode: 0o600 });
   const before = fs.snapshotTree("/");
-  const refused = await storeAs(fs, null).open(dir).then(
-    () => assert.fail("opened for writing under a lock"),
-    (error: unknown) => error,
-  );
+  const refused = await refusal(storeAs(fs, null).open(dir), "opened for writing under a lock");
   assert.ok(refused instanceof SessionLockedError, String(refused));
   assert.equal(refused.file, lock);
   assert.equal(refused.pid, undefined);
@@ -65,9 +69,9 @@ test("a collection lock holding JSON null is waited for, then refused naming ano
   await fs.writeFile(lock, encoder.encode("null"), { mode: 0o600 });
   await fs.writeFile(`${COLLECTION}/.archive.json.0badc0de1.tmp`, encoder.encode("partial"));
   const before = fs.snapshotTree("/");
-  const refused = await storeAs(fs, null).cleanup(CWD).then(
-    () => assert.fail("cleaned up under another process's collection lock"),
-    (error: unknown) => error,
+  const refused = await refusal(
+    storeAs(fs, null).cleanup(CWD),
+    "cleaned up under another process's collection lock",
   );
   assert.ok(refused instanceof SessionLockedError, String(refused));
   assert.equal(refused.file, lock);
@@ -78,8 +82,7 @@ test("a collection lock holding JSON null is waited for, then refused naming ano
 test("cleanup leaves entries named like takeover markers that are no files, and cleans the rest", async () => {
   const { fs, dir } = await setup();
   // A dead process's lock and temp file, beside a directory named like a takeover marker.
-  const dead = { pid: 999, host: HOST, startedAt: "2020-01-01T00:00:00.000Z", token: "dead" };
-  await fs.writeFile(`${dir}/${WRITER_LOCK_FILE}`, encoder.encode(JSON.stringify(dead)));
+  await fs.writeFile(`${dir}/${WRITER_LOCK_FILE}`, encoder.encode(JSON.stringify(DEAD)));
   await fs.writeFile(`${dir}/.meta.json.0badc0de1.tmp`, encoder.encode("partial"));
   const marker = `${dir}/${WRITER_LOCK_FILE}.takeover-0badc0de`;
   await fs.mkdir(marker);
@@ -96,7 +99,7 @@ test("cleanup leaves entries named like takeover markers that are no files, and 
   assert.deepEqual(await names(fs, marker), ["kept.txt"]);
   assert.equal((await fs.lstat(collectionMarker)).kind, "directory");
   // Without a temp file to remove, the same entry is left alone too.
-  await fs.writeFile(`${dir}/${WRITER_LOCK_FILE}`, encoder.encode(JSON.stringify(dead)));
+  await fs.writeFile(`${dir}/${WRITER_LOCK_FILE}`, encoder.encode(JSON.stringify(DEAD)));
   const again = await storeAs(fs, 200).cleanup(CWD);
   assert.deepEqual(again.removed, [`${dir}/${WRITER_LOCK_FILE}`]);
   assert.deepEqual(await names(fs, marker), ["kept.txt"]);
@@ -107,17 +110,8 @@ test("a storage fault while cleanup takes a session's lock is reported, and its 
   const temp = `${dir}/.meta.json.0badc0de1.tmp`;
   await fs.writeFile(temp, encoder.encode("partial"));
   const lock = `${dir}/${WRITER_LOCK_FILE}`;
-  const failing = hookedFs(fs, {
-    before(method, args) {
-      if (method === "open" && args[0] === lock) {
-        throw new FsIoError("EIO", method, lock, "Input/output error");
-      }
-    },
-  });
-  const refused = await storeAs(failing, 200).cleanup(CWD).then(
-    () => assert.fail("cleanup hid a storage fault"),
-    (error: unknown) => error,
-  );
+  const failing = failingWithEio(fs, (method, path) => method === "open" && path === lock);
+  const refused = await refusal(storeAs(failing, 200).cleanup(CWD), "cleanup hid a storage fault");
   assert.ok(refused instanceof FsIoError, String(refused));
   assert.equal(refused.path, lock);
   assert.equal((await fs.lstat(temp)).kind, "file");
@@ -145,8 +139,7 @@ test("a session, or a temp file of it, removed while cleanup visits it is skippe
     const lock = `${dir}/${WRITER_LOCK_FILE}`;
     if (when === "once its stale lock is removed") {
       // No temp file, only a dead process's lock: removed without locking the session.
-      const dead = { pid: 999, host: HOST, startedAt: "2020-01-01T00:00:00.000Z", token: "dead" };
-      await fs.writeFile(lock, encoder.encode(JSON.stringify(dead)));
+      await fs.writeFile(lock, encoder.encode(JSON.stringify(DEAD)));
     } else {
       await fs.writeFile(temp, encoder.encode("partial"));
     }
@@ -319,19 +312,12 @@ test("a rolled-back delete keeps its staging directory while it holds anything t
 test("a writer whose session directory cannot be resolved for an I/O error is refused, leaving no lock", async () => {
   const { fs, dir } = await setup();
   let broken = true;
-  const failing = hookedFs(fs, {
-    before(method, args) {
-      if (broken && method === "realPath" && args[0] === dir) {
-        throw new FsIoError("EIO", method, dir, "Input/output error");
-      }
-    },
+  const failing = failingWithEio(fs, (method, path) => {
+    return broken && method === "realPath" && path === dir;
   });
   const store = storeAs(failing, 200);
   const before = fs.snapshotTree("/");
-  const refused = await store.open(dir).then(
-    () => assert.fail("opened without resolving its lock's directory"),
-    (error: unknown) => error,
-  );
+  const refused = await refusal(store.open(dir), "opened without resolving its lock's directory");
   assert.ok(refused instanceof FsIoError, String(refused));
   assert.equal(refused.path, dir);
   assert.deepEqual(fs.snapshotTree("/"), before);
@@ -437,23 +423,16 @@ test("copyInto writes a writer lock's record into another directory only while i
 test("a takeover whose marker cannot be removed fails with the storage error; the marker is stale after", async () => {
   const { fs, dir } = await setup();
   const lock = `${dir}/${WRITER_LOCK_FILE}`;
-  const dead = { pid: 999, host: HOST, startedAt: "2020-01-01T00:00:00.000Z", token: "dead" };
-  await fs.writeFile(lock, encoder.encode(JSON.stringify(dead)));
+  await fs.writeFile(lock, encoder.encode(JSON.stringify(DEAD)));
   const marker = `${lock}.takeover-dead`;
   let failed = false;
-  const failing = hookedFs(fs, {
-    before(method, args) {
-      if (method === "remove" && args[0] === marker && !failed) {
-        failed = true;
-        throw new FsIoError("EIO", method, marker, "Input/output error");
-      }
-    },
+  const failing = failingWithEio(fs, (method, path) => {
+    if (method !== "remove" || path !== marker || failed) return false;
+    failed = true;
+    return true;
   });
   const store = storeAs(failing, 200);
-  const refused = await store.open(dir).then(
-    () => assert.fail("opened although the takeover failed"),
-    (error: unknown) => error,
-  );
+  const refused = await refusal(store.open(dir), "opened although the takeover failed");
   assert.ok(refused instanceof FsIoError, String(refused));
   assert.equal(refused.path, marker);
   // The dead holder's lock is gone; the marker left behind names this process's given-up token,
@@ -475,15 +454,10 @@ test("a rollback that cannot drop the delete's lock from a staged session fails,
   await stagedDelete(fs, id, [id]);
   // The delete held the session's writer lock when it moved the directory: its file went along.
   const moved = `${STAGING}/${id}/${WRITER_LOCK_FILE}`;
-  const record = { pid: 999, host: HOST, startedAt: "2020-01-01T00:00:00.000Z", token: "dead" };
-  await fs.writeFile(moved, encoder.encode(JSON.stringify(record)));
+  await fs.writeFile(moved, encoder.encode(JSON.stringify(DEAD)));
   let broken = true;
-  const failing = hookedFs(fs, {
-    before(method, args) {
-      if (broken && method === "remove" && args[0] === moved) {
-        throw new FsIoError("EIO", method, moved, "Input/output error");
-      }
-    },
+  const failing = failingWithEio(fs, (method, path) => {
+    return broken && method === "remove" && path === moved;
   });
   const store = storeAs(failing, 100);
   await assert.rejects(store.cleanup(CWD), (error: unknown) => {
