@@ -12,6 +12,7 @@ import {
   NotADirectory,
   NotFound,
 } from "../src/port/errors.ts";
+import type { FileHandle } from "../src/port/fs.ts";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -30,6 +31,24 @@ function ioError(code: string, path?: string): (error: unknown) => boolean {
   };
 }
 
+/** A predicate for `assert.rejects`: `IsADirectory` about `path`. */
+function isADirectory(path: string): (error: unknown) => boolean {
+  return (error: unknown) => {
+    assert.ok(error instanceof IsADirectory, String(error));
+    assert.equal(error.path, path);
+    return true;
+  };
+}
+
+/** Creates "/f" in `fs` holding `text`, durable with its entry; returns its handle, still open. */
+async function syncedFile(fs: MemoryFs, text: string): Promise<FileHandle> {
+  const handle = await fs.open("/f", { createNew: true, write: true });
+  await handle.write(bytes(text));
+  await handle.sync();
+  await fs.syncDir("/");
+  return handle;
+}
+
 /** The state strictly as made durable: committed entries and synced bytes only. */
 function durableState(fs: MemoryFs): Record<string, string> {
   return fs.crash({ tailMode: "none", extraJournal: "none" }).snapshotTree();
@@ -37,10 +56,7 @@ function durableState(fs: MemoryFs): Record<string, string> {
 
 test("a write failing with EIO whose landed prefix would not fit either reports the EIO and lands nothing", async () => {
   const fs = new MemoryFs({ maxFileSize: 10 });
-  const handle = await fs.open("/f", { createNew: true, write: true });
-  await handle.write(bytes("12345678"));
-  await handle.sync();
-  await fs.syncDir("/");
+  const handle = await syncedFile(fs, "12345678");
   // Half of the six bytes (the default landed prefix) would grow the file past its room.
   fs.failAt(fs.operationCount + 1, { ops: ["write"], error: "EIO" });
   await assert.rejects(handle.write(bytes("abcdef")), ioError("EIO", "/f"));
@@ -54,10 +70,7 @@ test("a write failing with EIO whose landed prefix would not fit either reports 
 
 test("a file grown past what memory can hold fails with ENOSPC and changes nothing", async () => {
   const fs = new MemoryFs();
-  const handle = await fs.open("/f", { createNew: true, write: true });
-  await handle.write(bytes("abc"));
-  await handle.sync();
-  await fs.syncDir("/");
+  const handle = await syncedFile(fs, "abc");
   const before = fs.snapshotTree();
   // A TiB is below the largest file (no EFBIG) but more than the process can allocate.
   await assert.rejects(handle.truncate(2 ** 40), (error: unknown) => {
@@ -107,11 +120,7 @@ test("an open that creates through a dangling link whose target ends in a slash 
       create: true,
     }]
   ) {
-    await assert.rejects(fs.open("/d/link", options), (error: unknown) => {
-      assert.ok(error instanceof IsADirectory, String(error));
-      assert.equal(error.path, "/d/link");
-      return true;
-    });
+    await assert.rejects(fs.open("/d/link", options), isADirectory("/d/link"));
   }
   await assert.rejects(fs.writeFile("/d/link", bytes("x")), IsADirectory);
   assert.deepEqual(fs.snapshotTree(), before);
@@ -178,10 +187,7 @@ test("snapshotTree() of a missing root or of a file is refused, naming it", asyn
 
 test("a crash forcing the live rewrite keeps bytes whose writeback failed, reported as live", async () => {
   const fs = new MemoryFs();
-  const handle = await fs.open("/f", { createNew: true, write: true });
-  await handle.write(bytes("base"));
-  await handle.sync();
-  await fs.syncDir("/");
+  const handle = await syncedFile(fs, "base");
   await handle.write(bytes("-kept"));
   fs.failAt(fs.operationCount + 1, { ops: ["sync"], error: "EIO" });
   await assert.rejects(handle.sync(), ioError("EIO"));
@@ -225,11 +231,7 @@ test("an open that creates through a link to a file spelled with a trailing slas
     () => fs.writeFile("/link", bytes("lost")),
   ];
   for (const create of creates) {
-    await assert.rejects(create(), (error: unknown) => {
-      assert.ok(error instanceof IsADirectory, String(error));
-      assert.equal(error.path, "/link");
-      return true;
-    });
+    await assert.rejects(create(), isADirectory("/link"));
   }
   // Opened without create, the slash asks for a directory where a file is (ENOTDIR).
   await assert.rejects(fs.open("/link"), NotADirectory);
