@@ -235,6 +235,18 @@ async function stagedDelete(
   await fs.writeFile(`${COLLECTION}/archive.json`, encoder.encode(JSON.stringify(members)));
 }
 
+/**
+ * Runs a cleanup with `store`, checking that it rolls the staged delete back but keeps STAGING,
+ * and that session `id` is listed and archived again.
+ */
+async function rolledBackKeepingStaging(store: SessionStore, id: string): Promise<void> {
+  const report = await store.cleanup(CWD);
+  assert.deepEqual(report.kept, [STAGING]);
+  assert.deepEqual(report.restored, []);
+  assert.deepEqual((await store.list(CWD)).map((s) => s.id), [id]);
+  assert.deepEqual(await store.archive.list(CWD), [id]);
+}
+
 test("a rolled-back delete keeps a kept-<n> folder holding more than its companion", async () => {
   const { fs, session } = await setup();
   const id = session.id;
@@ -243,12 +255,8 @@ test("a rolled-back delete keeps a kept-<n> folder holding more than its compani
   await fs.writeFile(`${STAGING}/kept-0/${id}.trace`, encoder.encode("trace"));
   await fs.writeFile(`${STAGING}/kept-0/notes.txt`, encoder.encode("not the delete's"));
   const store = storeAs(fs, 100);
-  const report = await store.cleanup(CWD);
-  assert.deepEqual(report.kept, [STAGING]);
-  assert.deepEqual(report.restored, []);
   // The session and its companion are back, archived; the other file stays where it was.
-  assert.deepEqual((await store.list(CWD)).map((s) => s.id), [id]);
-  assert.deepEqual(await store.archive.list(CWD), [id]);
+  await rolledBackKeepingStaging(store, id);
   assert.equal((await fs.lstat(`${COLLECTION}/${id}.trace`)).kind, "file");
   assert.deepEqual(await names(fs, `${STAGING}/kept-0`), ["notes.txt"]);
   // A later cleanup keeps it again, changing nothing.
@@ -286,12 +294,8 @@ test("a rolled-back delete keeps its staging directory while it holds anything t
   await fs.writeFile(`${STAGING}/kept-7/other.txt`, encoder.encode("nor this"));
   await fs.writeFile(`${STAGING}/.committed.0badc0de1.tmp`, encoder.encode(""));
   const store = storeAs(fs, 100);
-  const report = await store.cleanup(CWD);
-  assert.deepEqual(report.kept, [STAGING]);
-  assert.deepEqual(report.restored, []);
   // The session is back in place and archived again; nothing the delete did not stage is gone.
-  assert.deepEqual((await store.list(CWD)).map((s) => s.id), [id]);
-  assert.deepEqual(await store.archive.list(CWD), [id]);
+  await rolledBackKeepingStaging(store, id);
   const kept = [".committed.0badc0de1.tmp", "intent.json", "kept-7", "notes.txt"];
   assert.deepEqual(await names(fs, STAGING), kept);
   assert.deepEqual(await names(fs, `${STAGING}/kept-7`), ["other.txt"]);
