@@ -45,6 +45,14 @@ async function savedSession(
   return { fs, dir, indexes };
 }
 
+/** Two saves of one round each: the first and second questions with their answers. */
+function twoRounds(): Message[][] {
+  return [
+    [user("first question"), assistant("first answer")],
+    [user("second question"), assistant("second answer")],
+  ];
+}
+
 async function readIndex(fs: FileSystem, dir: string): Promise<RoundIndex> {
   return JSON.parse(decoder.decode(await fs.readFile(`${dir}/index.json`))) as RoundIndex;
 }
@@ -130,10 +138,7 @@ test("an index.json that lags behind is used for its prefix: only the unindexed 
 });
 
 test("a lagging index.json without a recorded title gives the title of its first round", async () => {
-  const { fs, dir, indexes } = await savedSession([
-    [user("first question"), assistant("first answer")],
-    [user("second question"), assistant("second answer")],
-  ]);
+  const { fs, dir, indexes } = await savedSession(twoRounds());
   const { fallbackTitle: _recorded, ...lagging } = indexes[0] as RoundIndex;
   await writeIndex(fs, dir, lagging);
   const fast = await fastMatchesFull(fs);
@@ -164,10 +169,7 @@ test("an index.json whose rounds sit closer together than lines can be is not be
 });
 
 test("a lagging index.json whose rounds are out of order or outside its range is not believed", async () => {
-  const { fs, dir, indexes } = await savedSession([
-    [user("first question"), assistant("first answer")],
-    [user("second question"), assistant("second answer")],
-  ]);
+  const { fs, dir, indexes } = await savedSession(twoRounds());
   const lagging = indexes[0] as RoundIndex;
   const first = lagging.rounds[0] as { messageIndex: number; byteOffset: number };
   // Two rounds claimed for the one user message it covers: the first listed twice, or a round of
@@ -208,10 +210,7 @@ test("an assistant line that mentions user in the unindexed tail is not counted 
 });
 
 test("damage in the unindexed tail is reported by a fast listing, naming the log", async () => {
-  const { fs, dir, indexes } = await savedSession([
-    [user("first question"), assistant("first answer")],
-    [user("second question"), assistant("second answer")],
-  ]);
+  const { fs, dir, indexes } = await savedSession(twoRounds());
   await writeIndex(fs, dir, indexes[0] as RoundIndex);
   const log = `${dir}/messages.jsonl`;
   // One byte of the second user line's JSON damaged (its closing brace), its length unchanged.
