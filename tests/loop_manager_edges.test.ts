@@ -116,11 +116,7 @@ test("a page read naming a revision is refused as stale while the history is not
 });
 
 test("a writer's first page read whose directory is moved away just before the log's open says the session is gone", async () => {
-  const { fs, store } = await setup();
-  const session = await store.create(CWD);
-  await session.commit(conversation(2));
-  await session.close();
-  const dir = session.getSessionPath();
+  const { fs, session: dir } = await memoryStoreWithSession(AGENT, CWD, 2);
   const log = `${dir}/messages.jsonl`;
   let armed = false;
   let moved = false;
