@@ -1,17 +1,24 @@
 // Shared fixtures of the layout tests: a repository on the memory filesystem, a deterministic
 // clock and uuid source, and small builders. Not a test file itself.
 import { MemoryFs } from "../adapters/memory.ts";
+import { FsIoError } from "../src/port/errors.ts";
 import type { FileSystem } from "../src/port/fs.ts";
 import {
+  acceptEvalReceipt,
+  type AttemptIdentity,
   type ChildRequest,
+  createAttemptArtifacts,
   type CreatedSession,
   createRootSession,
+  type GitBoundary,
   type LayoutWriteOptions,
   readTerminalControl,
   type SessionOutcomeInput,
   type SessionPaths,
+  writeGitReceipt,
   writeSessionOutcome,
 } from "../layout.ts";
+import { hookedFs } from "./_hooks.ts";
 
 /** A fixed clock: every timestamp is 2026-04-19T14:30:22Z. */
 export const fixedNow = (): Date => new Date("2026-04-19T14:30:22.456Z");
@@ -323,4 +330,86 @@ export function evalReceipt(
     created_at: "2026-04-19T15:00:00Z",
     ...overrides,
   };
+}
+
+/** `fs` where every call on `path` but `lstat` fails with an injected `EIO`. */
+export function unreadableAt(fs: FileSystem, path: string): FileSystem {
+  return hookedFs(fs, {
+    before(method, args) {
+      if (String(args[0]) === path && method !== "lstat") {
+        throw new FsIoError("EIO", method, path, "injected");
+      }
+    },
+  });
+}
+
+/**
+ * A `goal_met` control record `done-1` produced by attempt `a26` of `workflowId` in `sessionId`;
+ * `extra` adds fields after the producer.
+ */
+export function goalMetControl(
+  sessionId: string,
+  workflowId = "outer",
+  extra: Record<string, unknown> = {},
+): Record<string, unknown> {
+  return {
+    schema_version: 3,
+    state: "stopped",
+    stop_reason: "goal_met",
+    control_id: "done-1",
+    reason: "Every outcome is accepted",
+    created_at: "2026-04-19T15:00:00Z",
+    producer: { session_id: sessionId, workflow_id: workflowId, attempt_id: "a26" },
+    ...extra,
+  };
+}
+
+/** Gives `attempt` of `sessionId` its artifacts, a raw eval report `report` and a git-after receipt. */
+export async function evalAttempt(
+  fs: MemoryFs,
+  paths: SessionPaths,
+  sessionId: string,
+  attempt: AttemptIdentity,
+  report: unknown,
+  boundary: GitBoundary,
+): Promise<void> {
+  await createAttemptArtifacts(fs, paths, attempt, { prompt: "p", pathsMap: {} });
+  const raw = `raw/${String(attempt.iteration).padStart(4, "0")}_${attempt.workflowId}`;
+  await writeJson(fs, `${paths.dir}/${raw}/eval/report.json`, report);
+  await writeGitReceipt(fs, paths, sessionId, attempt, "after", boundary);
+}
+
+/** Writes and accepts `evalReceipt(sessionId)` as `tests-pass`, after its attempt a26's inputs. */
+export async function acceptedTestsPass(
+  fs: MemoryFs,
+  paths: SessionPaths,
+  sessionId: string,
+): Promise<void> {
+  const attempt = { iteration: 26, workflowId: "outer", attemptId: "a26" };
+  const boundary = { head: "c0ffee", branch: "main", dirty: false };
+  await evalAttempt(fs, paths, sessionId, attempt, { passed: 3 }, boundary);
+  await writeJson(fs, paths.evalReceipt("tests-pass"), evalReceipt(sessionId));
+  await acceptEvalReceipt(fs, paths, "tests-pass", { sessionId });
+}
+
+/**
+ * Points the mirror-layout parent at `parentDir` at its child `childId`, which a v1 ledger
+ * records as running request `legacy-phase` (as before the child's outcome is recorded).
+ */
+export async function awaitingV1Child(
+  fs: MemoryFs,
+  parentDir: string,
+  childId: string,
+): Promise<void> {
+  await patchState(fs, parentDir, { current_task: null, active_child_session_id: childId });
+  await writeJson(fs, `${parentDir}/children.json`, {
+    schema_version: 1,
+    children: [{
+      session_id: childId,
+      workflow_set: "main",
+      request_id: "legacy-phase",
+      status: "running",
+      created_at: "2026-04-19T15:05:01.123456Z",
+    }],
+  });
 }

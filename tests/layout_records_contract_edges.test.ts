@@ -29,6 +29,7 @@ import {
   writeAttemptResult,
 } from "../layout.ts";
 import {
+  awaitingV1Child,
   childRequest,
   deterministic,
   newRepo,
@@ -180,20 +181,7 @@ test("a folded trace_ref.json recording only a raw directory not named raw/<NNNN
 
 test("a mirror child outcome citing a seal outside trace_seals/ is refused when it is recorded", async () => {
   const { fs, tree } = await mirror();
-  await patchState(fs, tree.rootDir, {
-    current_task: null,
-    active_child_session_id: MIRROR_CHILD_ID,
-  });
-  await writeJson(fs, `${tree.rootDir}/children.json`, {
-    schema_version: 1,
-    children: [{
-      session_id: MIRROR_CHILD_ID,
-      workflow_set: "main",
-      request_id: "legacy-phase",
-      status: "running",
-      created_at: "2026-04-19T15:05:01.123456Z",
-    }],
-  });
+  await awaitingV1Child(fs, tree.rootDir, MIRROR_CHILD_ID);
   const file = `${tree.childDir}/session_outcome.json`;
   const outcome = await readJson(fs, file);
   const seal = (outcome.trace_seal_refs as string[])[0] as string;

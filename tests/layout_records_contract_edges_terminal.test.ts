@@ -6,9 +6,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
 import { FsIoError } from "../src/port/errors.ts";
+import type { FileSystem } from "../src/port/fs.ts";
 import {
-  acceptEvalReceipt,
-  createAttemptArtifacts,
   LayoutRecordError,
   observeHandoff,
   openSessionPaths,
@@ -16,12 +15,14 @@ import {
   recordChildOutcome,
   type SessionOutcomeInput,
   type SessionPaths,
-  writeGitReceipt,
   writeSessionOutcome,
 } from "../layout.ts";
 import {
+  acceptedTestsPass,
+  awaitingV1Child,
   deterministic,
   evalReceipt,
+  goalMetControl,
   newRepo,
   newRoot,
   patchState,
@@ -34,15 +35,7 @@ import { hookedFs } from "./_hooks.ts";
 
 const ROOT_ID = "001_ship-the-ultimate-memory-program";
 
-const goalMet = {
-  schema_version: 3,
-  state: "stopped",
-  stop_reason: "goal_met",
-  control_id: "done-1",
-  reason: "Every outcome is accepted",
-  created_at: "2026-04-19T15:00:00Z",
-  producer: { session_id: ROOT_ID, workflow_id: "outer", attempt_id: "a26" },
-};
+const goalMet = goalMetControl(ROOT_ID);
 const current = {
   sessionId: ROOT_ID,
   workflowId: "outer",
@@ -50,25 +43,11 @@ const current = {
   completionRole: "outer",
 };
 
-/** Writes and accepts eval receipt `tests-pass` of attempt a26 (iteration 26) of the root. */
-async function acceptedEval(fs: MemoryFs, paths: SessionPaths): Promise<void> {
-  const attempt = { iteration: 26, workflowId: "outer", attemptId: "a26" };
-  await createAttemptArtifacts(fs, paths, attempt, { prompt: "p", pathsMap: {} });
-  await writeJson(fs, `${paths.dir}/raw/0026_outer/eval/report.json`, { passed: 3 });
-  await writeGitReceipt(fs, paths, ROOT_ID, attempt, "after", {
-    head: "c0ffee",
-    branch: "main",
-    dirty: false,
-  });
-  await writeJson(fs, paths.evalReceipt("tests-pass"), evalReceipt(ROOT_ID));
-  await acceptEvalReceipt(fs, paths, "tests-pass", { sessionId: ROOT_ID });
-}
-
 test("a goal_met control citing another session's eval receipt of the same name is refused", async () => {
   const fs = await newRepo();
   const root = await newRoot(fs);
   const other = await newRoot(fs, "Other program");
-  await acceptedEval(fs, root.paths);
+  await acceptedTestsPass(fs, root.paths, ROOT_ID);
   // A child of the root, and another tree, each holding a receipt named like the accepted one.
   const manifest = await readJson(fs, root.paths.sessionJson);
   const child = `${root.dir}/children/01_child`;
@@ -129,43 +108,67 @@ test("a handoff under a project_state that is a file is observed as invalid, and
   assert.deepEqual(fs.snapshotTree("/"), before);
 });
 
-test("a legacy v1 child's outcome naming another root than its tree's is refused before it is written", async () => {
-  const fs = await newRepo();
-  const tree = await buildMirrorTree(fs);
-  const manifest = await readJson(fs, `${tree.childDir}/session.json`);
-  // A v1 child manifest records no root: the child's nesting under the root says which it is.
-  await writeJson(fs, `${tree.childDir}/session.json`, {
+/**
+ * Rewrites the manifest at `dir` as a legacy v1 one of `sessionId` under `parentId`, commits a
+ * `max_turns` stop at `revision` (and `state`) to its state: its paths and its outcome by root.
+ */
+async function stoppedV1(
+  fs: MemoryFs,
+  dir: string,
+  sessionId: string,
+  parentId: string | null,
+  revision: number,
+  state: Record<string, unknown> = {},
+): Promise<{ paths: SessionPaths; outcome: (rootSessionId: string) => SessionOutcomeInput }> {
+  const manifest = await readJson(fs, `${dir}/session.json`);
+  await writeJson(fs, `${dir}/session.json`, {
     schema_version: 1,
-    session_id: MIRROR_CHILD_ID,
+    session_id: sessionId,
     goal_hash: manifest.goal_hash,
     workflow_set: "main",
-    parent_session_id: MIRROR_ROOT_ID,
+    parent_session_id: parentId,
     created_at: manifest.created_at,
   });
-  await fs.remove(`${tree.childDir}/session_outcome.json`);
-  await patchState(fs, tree.childDir, {
+  await patchState(fs, dir, {
     status: "max_turns",
-    terminal_state_revision: 3,
+    ...state,
+    terminal_state_revision: revision,
     terminal_at: "2026-04-19T15:00:01Z",
   });
-  const paths = await openSessionPaths(fs, tree.childDir);
+  const paths = await openSessionPaths(fs, dir);
   const goalSha256 = String(manifest.goal_hash);
-  const handoff = await observeHandoff(fs, paths, {
-    sessionId: MIRROR_CHILD_ID,
-    goalSha256,
-    storedRevision: 0,
-    storedSha256: null,
-  });
+  const expected = { sessionId, goalSha256, storedRevision: 0, storedSha256: null };
+  const handoff = await observeHandoff(fs, paths, expected);
   const outcome = (rootSessionId: string): SessionOutcomeInput => ({
-    sessionId: MIRROR_CHILD_ID,
+    sessionId,
     rootSessionId,
     goalSha256,
     terminalStatus: "max_turns",
     stopReason: "max_turns",
-    terminalStateRevision: 3,
+    terminalStateRevision: revision,
     terminalAt: "2026-04-19T15:00:01Z",
     handoff,
   });
+  return { paths, outcome };
+}
+
+/** `memory` where a call whose name matches `ops` on `path` fails with a simulated I/O error. */
+function failingAt(memory: MemoryFs, path: string, ops = /^/): FileSystem {
+  return hookedFs(memory, {
+    before: (op, args) => {
+      if (ops.test(op) && args[0] === path) {
+        throw new FsIoError("EIO", op, path, "simulated I/O error");
+      }
+    },
+  });
+}
+
+test("a legacy v1 child's outcome naming another root than its tree's is refused before it is written", async () => {
+  const fs = await newRepo();
+  const tree = await buildMirrorTree(fs);
+  await fs.remove(`${tree.childDir}/session_outcome.json`);
+  // A v1 child manifest records no root: the child's nesting under the root says which it is.
+  const { paths, outcome } = await stoppedV1(fs, tree.childDir, MIRROR_CHILD_ID, MIRROR_ROOT_ID, 3);
   const before = fs.snapshotTree("/");
   // Written once, such an outcome could never be recorded by the parent, nor rewritten.
   for (const root of [MIRROR_CHILD_ID, "002_other"]) {
@@ -180,20 +183,7 @@ test("a legacy v1 child's outcome naming another root than its tree's is refused
   }
   // The tree's root is written, and the parent records the child's outcome.
   await writeSessionOutcome(fs, paths, outcome(MIRROR_ROOT_ID));
-  await patchState(fs, tree.rootDir, {
-    current_task: null,
-    active_child_session_id: MIRROR_CHILD_ID,
-  });
-  await writeJson(fs, `${tree.rootDir}/children.json`, {
-    schema_version: 1,
-    children: [{
-      session_id: MIRROR_CHILD_ID,
-      workflow_set: "main",
-      request_id: "legacy-phase",
-      status: "running",
-      created_at: "2026-04-19T15:05:01.123456Z",
-    }],
-  });
+  await awaitingV1Child(fs, tree.rootDir, MIRROR_CHILD_ID);
   const recorded = await recordChildOutcome(fs, {
     repoRoot: tree.repoRoot,
     parentSessionId: MIRROR_ROOT_ID,
@@ -205,38 +195,8 @@ test("a legacy v1 child's outcome naming another root than its tree's is refused
 test("a legacy v1 root's outcome must name the root itself", async () => {
   const fs = await newRepo();
   const tree = await buildMirrorTree(fs);
-  const manifest = await readJson(fs, `${tree.rootDir}/session.json`);
-  await writeJson(fs, `${tree.rootDir}/session.json`, {
-    schema_version: 1,
-    session_id: MIRROR_ROOT_ID,
-    goal_hash: manifest.goal_hash,
-    workflow_set: "main",
-    parent_session_id: null,
-    created_at: manifest.created_at,
-  });
-  await patchState(fs, tree.rootDir, {
-    status: "max_turns",
+  const { paths, outcome } = await stoppedV1(fs, tree.rootDir, MIRROR_ROOT_ID, null, 8, {
     current_task: null,
-    terminal_state_revision: 8,
-    terminal_at: "2026-04-19T15:00:01Z",
-  });
-  const paths = await openSessionPaths(fs, tree.rootDir);
-  const goalSha256 = String(manifest.goal_hash);
-  const handoff = await observeHandoff(fs, paths, {
-    sessionId: MIRROR_ROOT_ID,
-    goalSha256,
-    storedRevision: 0,
-    storedSha256: null,
-  });
-  const outcome = (rootSessionId: string): SessionOutcomeInput => ({
-    sessionId: MIRROR_ROOT_ID,
-    rootSessionId,
-    goalSha256,
-    terminalStatus: "max_turns",
-    stopReason: "max_turns",
-    terminalStateRevision: 8,
-    terminalAt: "2026-04-19T15:00:01Z",
-    handoff,
   });
   const before = fs.snapshotTree("/");
   await assert.rejects(writeSessionOutcome(fs, paths, outcome(MIRROR_CHILD_ID)), (error) => {
@@ -291,7 +251,7 @@ test("a storage fault reading a cited eval receipt or its seal fails with that f
   for (const sealed of ["in state.json", "in a legacy sidecar"]) {
     const memory = await newRepo();
     const root = await newRoot(memory);
-    await acceptedEval(memory, root.paths);
+    await acceptedTestsPass(memory, root.paths, ROOT_ID);
     if (sealed === "in a legacy sidecar") {
       // A legacy state records no seals: its acceptances are their sidecars.
       const { accepted_eval_seals: _seals, ...state } = await readJson(
@@ -310,13 +270,7 @@ test("a storage fault reading a cited eval receipt or its seal fails with that f
       failing.push(root.paths.evalAcceptedSidecar("tests-pass"));
     }
     for (const path of failing) {
-      const fs = hookedFs(memory, {
-        before: (op, args) => {
-          if (/^(read|open)/.test(op) && args[0] === path) {
-            throw new FsIoError("EIO", op, path, "simulated I/O error");
-          }
-        },
-      });
+      const fs = failingAt(memory, path, /^(read|open)/);
       const before = memory.snapshotTree("/");
       await assert.rejects(readTerminalControl(fs, root.paths, current), (error: unknown) => {
         assert.ok(error instanceof FsIoError, `${sealed} ${path}: ${error}`);
@@ -337,11 +291,7 @@ test("a storage fault resolving a goal_met control's evidence fails with that fa
   });
   assert.ok(await readTerminalControl(memory, root.paths, current));
   const path = `${root.dir}/project_state/finished.md`;
-  const fs = hookedFs(memory, {
-    before: (op, args) => {
-      if (args[0] === path) throw new FsIoError("EIO", op, path, "simulated I/O error");
-    },
-  });
+  const fs = failingAt(memory, path);
   await assert.rejects(readTerminalControl(fs, root.paths, current), (error: unknown) => {
     assert.ok(error instanceof FsIoError, String(error));
     assert.equal(error.path, path);
@@ -360,11 +310,7 @@ test("a storage fault finding which session holds a cited eval receipt fails wit
   // The other tree's manifest cannot be looked at (an I/O error): the tree of this session still
   // loads without it, and the receipt's holder cannot be told.
   const path = `${other.dir}/session.json`;
-  const fs = hookedFs(memory, {
-    before: (op, args) => {
-      if (args[0] === path) throw new FsIoError("EIO", op, path, "simulated I/O error");
-    },
-  });
+  const fs = failingAt(memory, path);
   await assert.rejects(readTerminalControl(fs, root.paths, current), (error: unknown) => {
     assert.ok(error instanceof FsIoError, String(error));
     assert.equal(error.path, path);
