@@ -1,5 +1,6 @@
 // Shared fixtures of the layout tests: a repository on the memory filesystem, a deterministic
 // clock and uuid source, and small builders. Not a test file itself.
+import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
 import { FsIoError } from "../src/port/errors.ts";
 import type { FileSystem } from "../src/port/fs.ts";
@@ -11,6 +12,7 @@ import {
   type CreatedSession,
   createRootSession,
   type GitBoundary,
+  LayoutRecordError,
   type LayoutWriteOptions,
   readTerminalControl,
   type SessionOutcomeInput,
@@ -412,4 +414,19 @@ export async function awaitingV1Child(
       created_at: "2026-04-19T15:05:01.123456Z",
     }],
   });
+}
+
+/** Asserts `error` is a `LayoutRecordError` of `file` at `path` (saying `says`, when given). */
+export function recordError(
+  file: string,
+  path: string,
+  says?: RegExp,
+): (error: unknown) => boolean {
+  return (error: unknown) => {
+    assert.ok(error instanceof LayoutRecordError, String(error));
+    assert.equal(error.file, file);
+    assert.equal(error.path, path);
+    if (says !== undefined) assert.match(error.message, says);
+    return true;
+  };
 }

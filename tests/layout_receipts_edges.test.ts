@@ -8,21 +8,21 @@ import type { MemoryFs } from "../adapters/memory.ts";
 import {
   acceptEvalReceipt,
   type AttemptIdentity,
-  createAttemptArtifacts,
   evalSealKey,
   ImmutableArtifactError,
   LayoutRecordError,
   type SessionPaths,
-  writeGitReceipt,
 } from "../layout.ts";
 import { FsIoError } from "../src/port/errors.ts";
 import {
   deterministic,
+  evalAttempt,
   evalReceipt,
   newRepo,
   newRoot,
   patchState,
   readJson,
+  unreadableAt,
   writeJson,
   writeText,
 } from "./layout_fixtures.ts";
@@ -37,9 +37,7 @@ async function evalReady(): Promise<{ fs: MemoryFs; paths: SessionPaths; session
   const fs = await newRepo();
   const root = await newRoot(fs);
   const { paths, sessionId } = root;
-  await createAttemptArtifacts(fs, paths, ATTEMPT, { prompt: "p", pathsMap: {} });
-  await writeJson(fs, `${paths.dir}/raw/0026_outer/eval/report.json`, { failures: 0 });
-  await writeGitReceipt(fs, paths, sessionId, ATTEMPT, "after", BOUNDARY);
+  await evalAttempt(fs, paths, sessionId, ATTEMPT, { failures: 0 }, BOUNDARY);
   await writeJson(
     fs,
     paths.evalReceipt("ev-1"),
@@ -77,13 +75,7 @@ test("an eval receipt whose git-after receipt is absent is refused naming that f
   // The receipt is there but cannot be read: a storage fault, never taken for an absent receipt.
   await fs.writeFile(git, bytes);
   before = fs.snapshotTree("/");
-  const failing = hookedFs(fs, {
-    before(method, args) {
-      if (String(args[0]) === git && method !== "lstat") {
-        throw new FsIoError("EIO", method, git, "injected");
-      }
-    },
-  });
+  const failing = unreadableAt(fs, git);
   await assert.rejects(
     acceptEvalReceipt(failing, paths, "ev-1", { sessionId, ...deterministic() }),
     FsIoError,

@@ -13,7 +13,7 @@ import {
   gitReceiptFilename,
   ImmutableArtifactError,
   LayoutError,
-  LayoutRecordError,
+  type LayoutRecordError,
   loadSessionTree,
   openSessionPaths,
   parseChildrenLedger,
@@ -36,6 +36,7 @@ import {
   newRoot,
   patchState,
   readJson,
+  recordError,
   writeJson,
 } from "./layout_fixtures.ts";
 import {
@@ -49,16 +50,6 @@ import {
 async function mirror(): Promise<{ fs: MemoryFs; tree: MirrorTree }> {
   const fs = await newRepo();
   return { fs, tree: await buildMirrorTree(fs) };
-}
-
-/** Asserts `error` is a `LayoutRecordError` of `file` at `path`. */
-function recordError(file: string, path: string): (error: unknown) => boolean {
-  return (error: unknown) => {
-    assert.ok(error instanceof LayoutRecordError, String(error));
-    assert.equal(error.file, file);
-    assert.equal(error.path, path);
-    return true;
-  };
 }
 
 test("a child manifest that declares depth 0 is refused at depth, and its tree with it", async () => {

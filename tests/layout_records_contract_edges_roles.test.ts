@@ -4,22 +4,24 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
-import { type CreatedSession, LayoutRecordError, readTerminalControl } from "../layout.ts";
-import { newRepo, newRoot, readJson, writeJson, writeText } from "./layout_fixtures.ts";
+import { type CreatedSession, readTerminalControl } from "../layout.ts";
+import {
+  goalMetControl,
+  newRepo,
+  newRoot,
+  patchState,
+  readJson,
+  recordError,
+  writeJson,
+  writeText,
+} from "./layout_fixtures.ts";
 
 const ROOT_ID = "001_ship-the-ultimate-memory-program";
 
 /** A goal_met control by workflow `intruder`, which no contract above names as completion role. */
-const goalMet = {
-  schema_version: 3,
-  state: "stopped",
-  stop_reason: "goal_met",
-  control_id: "done-1",
-  reason: "Every outcome is accepted",
-  created_at: "2026-04-19T15:00:00Z",
-  producer: { session_id: ROOT_ID, workflow_id: "intruder", attempt_id: "a26" },
+const goalMet = goalMetControl(ROOT_ID, "intruder", {
   evidence_refs: ["session:/project_state/finished.md"],
-};
+});
 const expected = { sessionId: ROOT_ID, workflowId: "intruder", attemptId: "a26" };
 
 /** A root whose state is rewritten with `state` merged in, holding the intruder's control. */
@@ -29,23 +31,9 @@ async function rootWith(state: Record<string, unknown>): Promise<{
 }> {
   const fs = await newRepo();
   const root = await newRoot(fs);
-  await writeJson(fs, root.paths.stateJson, {
-    ...(await readJson(fs, root.paths.stateJson)),
-    ...state,
-  });
+  await patchState(fs, root.dir, state);
   await writeJson(fs, root.paths.controlJson, goalMet);
   return { fs, root };
-}
-
-/** Asserts `error` is a `LayoutRecordError` of `file` at `path` saying `says`. */
-function recordError(file: string, path: string, says: RegExp): (error: unknown) => boolean {
-  return (error: unknown) => {
-    assert.ok(error instanceof LayoutRecordError, String(error));
-    assert.equal(error.file, file);
-    assert.equal(error.path, path);
-    assert.match(error.message, says);
-    return true;
-  };
 }
 
 test("a legacy state pinning a workflow contract projection that is gone refuses every stop", async () => {
@@ -61,10 +49,7 @@ test("a legacy state pinning a workflow contract projection that is gone refuses
   );
   assert.deepEqual(fs.snapshotTree("/"), before);
   // Neither pinned nor recorded, a missing projection names no roles: the caller's decide.
-  await writeJson(fs, root.paths.stateJson, {
-    ...(await readJson(fs, root.paths.stateJson)),
-    workflow_contract_sha256: null,
-  });
+  await patchState(fs, root.dir, { workflow_contract_sha256: null });
   assert.equal((await readTerminalControl(fs, root.paths, expected))?.record.control_id, "done-1");
 });
 

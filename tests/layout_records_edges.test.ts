@@ -6,7 +6,6 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
 import {
-  acceptEvalReceipt,
   createAttemptArtifacts,
   createRootSession,
   ImmutableArtifactError,
@@ -16,19 +15,20 @@ import {
   SessionPaths,
   TopologyError,
   updateSessionState,
-  writeGitReceipt,
   writeSessionOutcome,
 } from "../layout.ts";
 import { FsIoError } from "../src/port/errors.ts";
 import {
+  acceptedTestsPass,
   commitTerminalState,
   CONTRACTS,
   deterministic,
-  evalReceipt,
+  goalMetControl,
   newRepo,
   newRoot,
   readJson,
   stoppedOutcome,
+  unreadableAt,
   writeJson,
   writeText,
 } from "./layout_fixtures.ts";
@@ -123,13 +123,7 @@ test("a damaged children.json of another tree does not stop a new root; one that
   const second = await newRoot(fs, "Second goal");
   assert.equal(second.sessionId, "002_second-goal");
   // The storage fails to read it: an id it records could be given out again, so nothing is made.
-  const failing = hookedFs(fs, {
-    before(method, args) {
-      if (String(args[0]) === first.paths.childrenJson && method !== "lstat") {
-        throw new FsIoError("EIO", method, first.paths.childrenJson, "injected");
-      }
-    },
-  });
+  const failing = unreadableAt(fs, first.paths.childrenJson);
   const before = fs.snapshotTree("/");
   await assert.rejects(
     createRootSession(failing, {
@@ -148,16 +142,7 @@ test("a damaged children.json of another tree does not stop a new root; one that
 
 const EVAL_REF = "session:/eval_receipts/tests-pass.json";
 
-const goalMet = {
-  schema_version: 3,
-  state: "stopped",
-  stop_reason: "goal_met",
-  control_id: "done-1",
-  reason: "Every outcome is accepted",
-  created_at: "2026-04-19T15:00:00Z",
-  producer: { session_id: ROOT_ID, workflow_id: "outer", attempt_id: "a26" },
-  eval_receipt_refs: [EVAL_REF],
-};
+const goalMet = goalMetControl(ROOT_ID, "outer", { eval_receipt_refs: [EVAL_REF] });
 const current = { sessionId: ROOT_ID, workflowId: "outer", attemptId: "a26" };
 
 /** A root whose eval receipt `tests-pass` of attempt a26 is accepted; `legacy`: without seals. */
@@ -169,16 +154,7 @@ async function acceptedEval(legacy: boolean): Promise<{ fs: MemoryFs; paths: Ses
     delete state.accepted_eval_seals;
     await writeJson(fs, paths.stateJson, state);
   }
-  const attempt = { iteration: 26, workflowId: "outer", attemptId: "a26" };
-  await createAttemptArtifacts(fs, paths, attempt, { prompt: "p", pathsMap: {} });
-  await writeJson(fs, `${paths.dir}/raw/0026_outer/eval/report.json`, { passed: 3 });
-  await writeGitReceipt(fs, paths, ROOT_ID, attempt, "after", {
-    head: "c0ffee",
-    branch: "main",
-    dirty: false,
-  });
-  await writeJson(fs, paths.evalReceipt("tests-pass"), evalReceipt(ROOT_ID));
-  await acceptEvalReceipt(fs, paths, "tests-pass", { sessionId: ROOT_ID });
+  await acceptedTestsPass(fs, paths, ROOT_ID);
   await writeJson(fs, paths.controlJson, goalMet);
   return { fs, paths };
 }
