@@ -22,6 +22,7 @@ import {
   UnsupportedLayoutError,
 } from "../layout.ts";
 import { FsIoError } from "../src/port/errors.ts";
+import type { FileSystem } from "../src/port/fs.ts";
 import {
   childRequest,
   commitTerminalState,
@@ -32,6 +33,7 @@ import {
   patchState,
   readJson,
   readText,
+  unreadableAt,
   writeJson,
   writeText,
 } from "./layout_fixtures.ts";
@@ -41,12 +43,70 @@ import { hookedFs } from "./_hooks.ts";
 const ROOT_ID = "001_ship-the-ultimate-memory-program";
 const CHILD_ID = "01_phase-0";
 
-async function processNext(fs: MemoryFs) {
-  return await processNextChildRequest(fs, {
-    repoRoot: "/repo",
-    parentSessionId: ROOT_ID,
-    ...deterministic(),
+/** Options naming the root `ROOT_ID` in `/repo` as the parent, with their own uuid source. */
+function parentOptions() {
+  return { repoRoot: "/repo", parentSessionId: ROOT_ID, ...deterministic() };
+}
+
+/** Processes the root's next child request through `fs`. */
+async function processNext(fs: FileSystem) {
+  return await processNextChildRequest(fs, parentOptions());
+}
+
+/** Publishes `requestId` to the root and processes it: its acceptance (anything else throws). */
+async function acceptNext(fs: MemoryFs, root: CreatedSession, requestId: string) {
+  await publishChildRequest(fs, root.paths, childRequest(requestId));
+  const accepted = await processNext(fs);
+  if (accepted?.kind !== "accepted") throw new Error(`not accepted: ${accepted?.kind}`);
+  return accepted;
+}
+
+/** A new root that accepted request `requestId` (default `phase-0`) as its child. */
+async function acceptedChild(requestId = "phase-0") {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  return { fs, root, accepted: await acceptNext(fs, root, requestId) };
+}
+
+/** Ends the child at `childDir` as failed at revision 3, with its own outcome. */
+async function failChild(fs: MemoryFs, childId: string, childDir: string): Promise<void> {
+  await patchState(fs, childDir, { status: "failed" });
+  const goal = String((await readJson(fs, `${childDir}/session.json`)).goal_hash);
+  await writeJson(
+    fs,
+    `${childDir}/session_outcome.json`,
+    engineOutcome("failed", {
+      session_id: childId,
+      root_session_id: ROOT_ID,
+      goal_sha256: goal,
+      terminal_state_revision: 3,
+      created_at: "2026-04-19T15:00:01Z",
+    }),
+  );
+}
+
+/** Rewrites the root's ledger so that its only child's record says `failed`. */
+async function ledgerSaysFailed(fs: MemoryFs, root: CreatedSession): Promise<void> {
+  const ledger = await readJson(fs, root.paths.childrenJson);
+  const [record] = ledger.children as Record<string, unknown>[];
+  await writeJson(fs, root.paths.childrenJson, {
+    ...ledger,
+    children: [{ ...record, status: "failed" }],
   });
+}
+
+/** A root holding `project_state/tasks/spec.md` and a pending request declaring it as input. */
+async function withSpecRequest(): Promise<{ fs: MemoryFs; root: CreatedSession; spec: string }> {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  const spec = `${root.dir}/project_state/tasks/spec.md`;
+  await writeText(fs, spec, "# Spec\n");
+  await publishChildRequest(
+    fs,
+    root.paths,
+    childRequest("with-spec", { input_refs: ["session:/project_state/tasks/spec.md"] }),
+  );
+  return { fs, root, spec };
 }
 
 /**
@@ -170,13 +230,7 @@ test("another pending request replaced by a directory as it is read holds no req
   // A pending file another agent wrote, which the storage fails to read.
   await fs.remove(other);
   await writeJson(fs, other, childRequest("phase-1"));
-  const failing = hookedFs(fs, {
-    before(method, args) {
-      if (String(args[0]) === other && method !== "lstat") {
-        throw new FsIoError("EIO", method, other, "injected");
-      }
-    },
-  });
+  const failing = unreadableAt(fs, other);
   const before = fs.snapshotTree("/");
   await assert.rejects(
     publishChildRequest(failing, root.paths, childRequest("phase-2")),
@@ -186,30 +240,13 @@ test("another pending request replaced by a directory as it is read holds no req
 });
 
 test("an active child the ledger does not hold is refused naming children.json, and nothing is recorded", async () => {
-  const fs = await newRepo();
-  const root = await newRoot(fs);
-  await publishChildRequest(fs, root.paths, childRequest("phase-0"));
-  const accepted = await processNext(fs);
-  if (accepted?.kind !== "accepted") throw new Error("expected acceptance");
-  const childDir = accepted.childDir;
-  await patchState(fs, childDir, { status: "failed" });
-  const goal = String((await readJson(fs, `${childDir}/session.json`)).goal_hash);
-  await writeJson(
-    fs,
-    `${childDir}/session_outcome.json`,
-    engineOutcome("failed", {
-      session_id: accepted.childSessionId,
-      root_session_id: ROOT_ID,
-      goal_sha256: goal,
-      terminal_state_revision: 3,
-      created_at: "2026-04-19T15:00:01Z",
-    }),
-  );
+  const { fs, root, accepted } = await acceptedChild();
+  await failChild(fs, accepted.childSessionId, accepted.childDir);
   const ledger = await readJson(fs, root.paths.childrenJson);
   await writeJson(fs, root.paths.childrenJson, { ...ledger, children: [] });
   const before = fs.snapshotTree("/");
   await assert.rejects(
-    recordChildOutcome(fs, { repoRoot: "/repo", parentSessionId: ROOT_ID, ...deterministic() }),
+    recordChildOutcome(fs, parentOptions()),
     (error: unknown) => {
       assert.ok(error instanceof LayoutRecordError, String(error));
       assert.equal(error.file, root.paths.childrenJson);
@@ -223,19 +260,10 @@ test("an active child the ledger does not hold is refused naming children.json, 
 });
 
 test("a parent still pointing at a child its ledger records finished dispatches no other child", async () => {
-  const fs = await newRepo();
-  const root = await newRoot(fs);
-  await publishChildRequest(fs, root.paths, childRequest("first"));
-  const accepted = await processNext(fs);
-  if (accepted?.kind !== "accepted") throw new Error("expected acceptance");
+  const { fs, root, accepted } = await acceptedChild("first");
   // The outcome's recording stopped after the ledger took the child's status, before the state
   // let the child go.
-  const ledger = await readJson(fs, root.paths.childrenJson);
-  const [record] = ledger.children as Record<string, unknown>[];
-  await writeJson(fs, root.paths.childrenJson, {
-    ...ledger,
-    children: [{ ...record, status: "failed" }],
-  });
+  await ledgerSaysFailed(fs, root);
   await publishChildRequest(fs, root.paths, childRequest("second"));
   const before = fs.snapshotTree("/");
   await assert.rejects(processNext(fs), (error: unknown) => {
@@ -278,20 +306,10 @@ test("a receipt left in a rejection's slot that cannot be read fails the rejecti
   const slot = `${rejected}/dup.json.receipt.json`;
   await writeJson(fs, slot, { leftover: true });
   await writeText(fs, `${root.paths.childRequestsPendingDir}/dup.json`, "{broken");
-  const failing = hookedFs(fs, {
-    before(method, args) {
-      if (String(args[0]) === slot && method !== "lstat") {
-        throw new FsIoError("EIO", method, slot, "injected");
-      }
-    },
-  });
+  const failing = unreadableAt(fs, slot);
   const before = fs.snapshotTree("/");
   await assert.rejects(
-    processNextChildRequest(failing, {
-      repoRoot: "/repo",
-      parentSessionId: ROOT_ID,
-      ...deterministic(),
-    }),
+    processNext(failing),
     FsIoError,
   );
   assert.deepEqual(fs.snapshotTree("/"), before);
@@ -299,31 +317,14 @@ test("a receipt left in a rejection's slot that cannot be read fails the rejecti
 });
 
 test("a child outcome record found with other contents is never overwritten, and the parent keeps its child", async () => {
-  const fs = await newRepo();
-  const root = await newRoot(fs);
-  await publishChildRequest(fs, root.paths, childRequest("phase-0"));
-  const accepted = await processNext(fs);
-  if (accepted?.kind !== "accepted") throw new Error("expected acceptance");
-  const childDir = accepted.childDir;
-  await patchState(fs, childDir, { status: "failed" });
-  const goal = String((await readJson(fs, `${childDir}/session.json`)).goal_hash);
-  await writeJson(
-    fs,
-    `${childDir}/session_outcome.json`,
-    engineOutcome("failed", {
-      session_id: accepted.childSessionId,
-      root_session_id: ROOT_ID,
-      goal_sha256: goal,
-      terminal_state_revision: 3,
-      created_at: "2026-04-19T15:00:01Z",
-    }),
-  );
+  const { fs, root, accepted } = await acceptedChild();
+  await failChild(fs, accepted.childSessionId, accepted.childDir);
   const outcomeFile = root.paths.childOutcome("phase-0");
   await fs.mkdir(`${root.dir}/child_outcomes`, { recursive: true });
   await writeJson(fs, outcomeFile, { schema_version: 2, request_id: "phase-0", forged: true });
   const before = fs.snapshotTree("/");
   await assert.rejects(
-    recordChildOutcome(fs, { repoRoot: "/repo", parentSessionId: ROOT_ID, ...deterministic() }),
+    recordChildOutcome(fs, parentOptions()),
     (error: unknown) => {
       assert.ok(error instanceof ImmutableArtifactError, String(error));
       assert.equal(error.file, outcomeFile);
@@ -337,35 +338,16 @@ test("a child outcome record found with other contents is never overwritten, and
   );
 });
 
-/** Ends the child at `childDir` as failed at revision 3, with its own outcome. */
-async function failChild(fs: MemoryFs, childId: string, childDir: string): Promise<void> {
-  await patchState(fs, childDir, { status: "failed" });
-  const goal = String((await readJson(fs, `${childDir}/session.json`)).goal_hash);
-  await writeJson(
-    fs,
-    `${childDir}/session_outcome.json`,
-    engineOutcome("failed", {
-      session_id: childId,
-      root_session_id: ROOT_ID,
-      goal_sha256: goal,
-      terminal_state_revision: 3,
-      created_at: "2026-04-19T15:00:01Z",
-    }),
-  );
-}
-
 test("recording a child's outcome leaves the ledger records of its earlier siblings as they were", async () => {
   const fs = await newRepo();
   const root = await newRoot(fs);
-  const options = { repoRoot: "/repo", parentSessionId: ROOT_ID, ...deterministic() };
+  const options = parentOptions();
   const ledgerRecords = async () =>
     (await readJson(fs, root.paths.childrenJson)).children as Record<string, unknown>[];
   const ids: string[] = [];
   let firstRecord: Record<string, unknown> | undefined;
   for (const request of ["first", "second"]) {
-    await publishChildRequest(fs, root.paths, childRequest(request));
-    const accepted = await processNext(fs);
-    if (accepted?.kind !== "accepted") throw new Error("expected acceptance");
+    const accepted = await acceptNext(fs, root, request);
     ids.push(accepted.childSessionId);
     await failChild(fs, accepted.childSessionId, accepted.childDir);
     await recordChildOutcome(fs, options);
@@ -382,15 +364,7 @@ test("recording a child's outcome leaves the ledger records of its earlier sibli
 
 test("a declared input that vanishes or changes while it is read rejects the request, freezing nothing", async () => {
   for (const race of ["vanishes", "grows"] as const) {
-    const fs = await newRepo();
-    const root = await newRoot(fs);
-    const spec = `${root.dir}/project_state/tasks/spec.md`;
-    await writeText(fs, spec, "# Spec\n");
-    await publishChildRequest(
-      fs,
-      root.paths,
-      childRequest("with-spec", { input_refs: ["session:/project_state/tasks/spec.md"] }),
-    );
+    const { fs, root, spec } = await withSpecRequest();
     let raced = false;
     const view = hookedFs(fs, {
       async before(method, args) {
@@ -408,11 +382,7 @@ test("a declared input that vanishes or changes while it is read rejects the req
         }
       },
     });
-    const result = await processNextChildRequest(view, {
-      repoRoot: "/repo",
-      parentSessionId: ROOT_ID,
-      ...deterministic(),
-    });
+    const result = await processNext(view);
     assert.equal(raced, true, race);
     assert.equal(result?.kind, "rejected", race);
     if (result?.kind !== "rejected") continue;
@@ -425,12 +395,8 @@ test("a declared input that vanishes or changes while it is read rejects the req
 });
 
 test("a parent that ended marks only its stranded acceptance failed, never a finished child's record", async () => {
-  const fs = await newRepo();
-  const root = await newRoot(fs);
-  const options = { repoRoot: "/repo", parentSessionId: ROOT_ID, ...deterministic() };
-  await publishChildRequest(fs, root.paths, childRequest("first"));
-  const first = await processNext(fs);
-  if (first?.kind !== "accepted") throw new Error("expected acceptance");
+  const { fs, root, accepted: first } = await acceptedChild("first");
+  const options = parentOptions();
   await failChild(fs, first.childSessionId, first.childDir);
   await recordChildOutcome(fs, options);
   // A second acceptance stopped after indexing its child; then the parent ended.
@@ -469,12 +435,7 @@ test("a pending file too large to read, met while an interrupted acceptance resu
   assert.deepEqual(await listPendingChildRequests(fs, root.paths), ["a-big.json"]);
   // Once the child's outcome is recorded, the big file is rejected without being parsed.
   await patchState(fs, root.dir, { active_child_session_id: null });
-  const ledger = await readJson(fs, root.paths.childrenJson);
-  const [record] = ledger.children as Record<string, unknown>[];
-  await writeJson(fs, root.paths.childrenJson, {
-    ...ledger,
-    children: [{ ...record, status: "failed" }],
-  });
+  await ledgerSaysFailed(fs, root);
   const rejected = await processNext(fs);
   assert.equal(rejected?.kind, "rejected");
   assert.match(rejected?.kind === "rejected" ? rejected.receipt.reason : "", /larger than/);
@@ -482,11 +443,7 @@ test("a pending file too large to read, met while an interrupted acceptance resu
 
 /** A root whose child ended while the root was stopped: the root still names its child. */
 async function endedParent(): Promise<{ fs: MemoryFs; root: CreatedSession }> {
-  const fs = await newRepo();
-  const root = await newRoot(fs);
-  await publishChildRequest(fs, root.paths, childRequest("phase-0"));
-  const accepted = await processNext(fs);
-  if (accepted?.kind !== "accepted") throw new Error(`not accepted: ${accepted?.kind}`);
+  const { fs, root, accepted } = await acceptedChild();
   const revision = Number((await readJson(fs, root.paths.stateJson)).state_revision);
   await commitTerminalState(fs, root.dir, "stopped", revision + 1, "2026-04-19T15:00:05Z");
   await failChild(fs, accepted.childSessionId, accepted.childDir);
@@ -495,7 +452,7 @@ async function endedParent(): Promise<{ fs: MemoryFs; root: CreatedSession }> {
 
 test("a rerun that finds the ended parent's child_finished event but cannot make it durable never appends it again", async () => {
   const { fs, root } = await endedParent();
-  const options = { repoRoot: "/repo", parentSessionId: ROOT_ID, ...deterministic() };
+  const options = parentOptions();
   // A first run that never fsyncs.
   const outcome = await recordChildOutcome(fs, { ...options, durability: "ordered" });
   const events = root.paths.eventsJsonl;
@@ -523,15 +480,7 @@ test("a rerun that finds the ended parent's child_finished event but cannot make
 });
 
 test("a storage fault looking at a declared input once read leaves the request pending, never rejected", async () => {
-  const fs = await newRepo();
-  const root = await newRoot(fs);
-  const spec = `${root.dir}/project_state/tasks/spec.md`;
-  await writeText(fs, spec, "# Spec\n");
-  await publishChildRequest(
-    fs,
-    root.paths,
-    childRequest("with-spec", { input_refs: ["session:/project_state/tasks/spec.md"] }),
-  );
+  const { fs, spec } = await withSpecRequest();
   // Once the input is read, its reference is resolved again and then its size looked at: that
   // last look fails.
   let read = false;
@@ -547,11 +496,7 @@ test("a storage fault looking at a declared input once read leaves the request p
   });
   const before = fs.snapshotTree("/");
   await assert.rejects(
-    processNextChildRequest(failing, {
-      repoRoot: "/repo",
-      parentSessionId: ROOT_ID,
-      ...deterministic(),
-    }),
+    processNext(failing),
     FsIoError,
   );
   assert.equal(looks, 2);
@@ -575,11 +520,7 @@ test("a child directory that vanishes while an interrupted acceptance resumes is
     },
   });
   await assert.rejects(
-    processNextChildRequest(view, {
-      repoRoot: "/repo",
-      parentSessionId: ROOT_ID,
-      ...deterministic(),
-    }),
+    processNext(view),
     (error: unknown) => {
       assert.ok(error instanceof ChildRequestError, String(error));
       assert.equal(error.requestId, "phase-0");
