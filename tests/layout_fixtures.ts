@@ -21,6 +21,7 @@ import {
   writeSessionOutcome,
 } from "../layout.ts";
 import { hookedFs } from "./_hooks.ts";
+import { buildMirrorTree, type MirrorTree } from "./fixtures/mirror_tree.ts";
 
 /** A fixed clock: every timestamp is 2026-04-19T14:30:22Z. */
 export const fixedNow = (): Date => new Date("2026-04-19T14:30:22.456Z");
@@ -429,4 +430,18 @@ export function recordError(
     if (says !== undefined) assert.match(error.message, says);
     return true;
   };
+}
+
+/** A new repository holding the mirror-layout tree of `fixtures/mirror_tree.ts`. */
+export async function mirror(): Promise<{ fs: MemoryFs; tree: MirrorTree }> {
+  const fs = await newRepo();
+  return { fs, tree: await buildMirrorTree(fs) };
+}
+
+/** Asserts `fs` logged no operation (since its reset) on a path starting with any of `prefixes`. */
+export function assertNothingThrough(fs: MemoryFs, ...prefixes: string[]): void {
+  const through = fs.operationLog.filter((record) =>
+    prefixes.some((prefix) => record.path.startsWith(prefix))
+  );
+  assert.deepEqual(through, [], "nothing looked up through the link");
 }

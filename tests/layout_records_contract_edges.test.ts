@@ -4,7 +4,6 @@
 // result written twice at once); git receipt names and a legacy child's state follow the tree.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import type { MemoryFs } from "../adapters/memory.ts";
 import {
   createAttemptArtifacts,
   findWorkingSession,
@@ -32,6 +31,7 @@ import {
   awaitingV1Child,
   childRequest,
   deterministic,
+  mirror,
   newRepo,
   newRoot,
   patchState,
@@ -39,18 +39,7 @@ import {
   recordError,
   writeJson,
 } from "./layout_fixtures.ts";
-import {
-  buildMirrorTree,
-  MIRROR_CHILD_ID,
-  MIRROR_ROOT_ID,
-  type MirrorTree,
-  ROOT_ATTEMPTS,
-} from "./fixtures/mirror_tree.ts";
-
-async function mirror(): Promise<{ fs: MemoryFs; tree: MirrorTree }> {
-  const fs = await newRepo();
-  return { fs, tree: await buildMirrorTree(fs) };
-}
+import { MIRROR_CHILD_ID, MIRROR_ROOT_ID, ROOT_ATTEMPTS } from "./fixtures/mirror_tree.ts";
 
 test("a child manifest that declares depth 0 is refused at depth, and its tree with it", async () => {
   const { fs, tree } = await mirror();

@@ -4,7 +4,6 @@
 // loaded; holders of targets in other trees; and the formatting of references.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import type { MemoryFs } from "../adapters/memory.ts";
 import {
   formatLogicalReference,
   LayoutRecordError,
@@ -15,24 +14,22 @@ import {
 } from "../layout.ts";
 import type { FileSystem } from "../src/port/fs.ts";
 import { FsIoError } from "../src/port/errors.ts";
-import { newRepo, newRoot, readJson, writeJson, writeText } from "./layout_fixtures.ts";
+import {
+  assertNothingThrough,
+  mirror,
+  newRepo,
+  newRoot,
+  readJson,
+  writeJson,
+  writeText,
+} from "./layout_fixtures.ts";
 import { hookedFs } from "./_hooks.ts";
 import { buildFoldedTree } from "./fixtures/folded_tree.ts";
-import {
-  buildMirrorTree,
-  MIRROR_ROOT_ID,
-  type MirrorTree,
-  ROOT_ATTEMPTS,
-} from "./fixtures/mirror_tree.ts";
+import { MIRROR_ROOT_ID, ROOT_ATTEMPTS } from "./fixtures/mirror_tree.ts";
 
 const FIRST = ROOT_ATTEMPTS.first.attemptId;
 const SECOND = ROOT_ATTEMPTS.second.attemptId;
 const FIRST_REPORT = `trace:trace-${FIRST}:/eval/report.json`;
-
-async function mirror(): Promise<{ fs: MemoryFs; tree: MirrorTree }> {
-  const fs = await newRepo();
-  return { fs, tree: await buildMirrorTree(fs) };
-}
 
 async function resolverFor(fs: FileSystem, sessionId: string): Promise<LogicalReferenceResolver> {
   return await LogicalReferenceResolver.forSession(fs, { repoRoot: "/repo", sessionId });
@@ -67,8 +64,7 @@ test("a trace: reference is refused when the traces directory is a symlink, nami
     resolver.resolve(FIRST_REPORT),
     refusal("symlink", new RegExp(`traces directory is a symlink at ${tree.tracesDir}`)),
   );
-  const through = fs.operationLog.filter((record) => record.path.startsWith(`${tree.tracesDir}/`));
-  assert.deepEqual(through, [], "nothing looked up through the link");
+  assertNothingThrough(fs, `${tree.tracesDir}/`);
 });
 
 test("a trace: reference is refused when its manifest is a symlink, naming the manifest", async () => {
@@ -131,10 +127,7 @@ test("a pruned trace whose directory would be reached through a symlink is refus
     resolver.resolve(FIRST_REPORT),
     refusal("symlink", /pruned trace's directory passes through a symlink/),
   );
-  const through = fs.operationLog.filter((record) =>
-    record.path.startsWith("/outside-attempts") || record.path.startsWith(`${attempts}/`)
-  );
-  assert.deepEqual(through, [], "nothing looked up through the link");
+  assertNothingThrough(fs, "/outside-attempts", `${attempts}/`);
 });
 
 test("a file where a tree's traces directory belongs holds no trace: a recorded one reads as pruned", async () => {

@@ -4,7 +4,6 @@
 // faults. Each is reported or refused naming what is wrong; nothing is written.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import type { MemoryFs } from "../adapters/memory.ts";
 import {
   checkTraceSeals,
   inspectTrace,
@@ -20,25 +19,18 @@ import {
   verifyTrace,
 } from "../layout.ts";
 import { FsIoError } from "../src/port/errors.ts";
-import { newRepo, readJson, writeJson, writeText } from "./layout_fixtures.ts";
+import { assertNothingThrough, mirror, readJson, writeJson, writeText } from "./layout_fixtures.ts";
 import { hookedFs } from "./_hooks.ts";
 import {
-  buildMirrorTree,
   CHILD_ATTEMPT,
   MIRROR_CHILD_ID,
   MIRROR_ROOT_ID,
-  type MirrorTree,
   ROOT_ATTEMPTS,
 } from "./fixtures/mirror_tree.ts";
 
 const FIRST = ROOT_ATTEMPTS.first.attemptId;
 const SECOND = ROOT_ATTEMPTS.second.attemptId;
 const HASH = `sha256:${"0".repeat(64)}`;
-
-async function mirror(): Promise<{ fs: MemoryFs; tree: MirrorTree }> {
-  const fs = await newRepo();
-  return { fs, tree: await buildMirrorTree(fs) };
-}
 
 function integrityFails(file: string) {
   return (error: unknown): boolean => {
@@ -319,10 +311,7 @@ test("checkTraceSeals never follows a symlink on the way to a sealed trace", asy
       ["the sealed trace's path passes through a symlink"],
     ]),
   );
-  const throughLink = fs.operationLog.filter((record) =>
-    record.path.startsWith("/outside-attempts") || record.path.startsWith(`${attempts}/`)
-  );
-  assert.deepEqual(throughLink, [], "nothing looked up through the link");
+  assertNothingThrough(fs, "/outside-attempts", `${attempts}/`);
 });
 
 test("checkTraceSeals fails a seal whose manifest is active, torn, a directory or a symlink, and only that seal", async () => {
