@@ -5,6 +5,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
+import type { FileSystem } from "../src/port/fs.ts";
 import {
   createChildSession,
   createRootSession,
@@ -44,48 +45,54 @@ async function betaManifest(): Promise<Uint8Array> {
   return await other.readFile("/elsewhere/.loopy_loop/sessions/001_beta/session.json");
 }
 
+/** The names in the sessions directory of `memory`, sorted. */
+async function sessionNames(memory: MemoryFs): Promise<string[]> {
+  return (await memory.readDir(SESSIONS)).map((entry) => entry.name).sort();
+}
+
+/**
+ * `memory` seen through a hook that runs `race` once, `when` (before or after) our creation writes
+ * its reservation of ordinal 1; `raced()` says whether it ran.
+ */
+function racingOrdinal(
+  memory: MemoryFs,
+  when: "before" | "after",
+  race: () => Promise<void>,
+): { fs: FileSystem; raced: () => boolean } {
+  let raced = false;
+  const hook = async (op: string, args: unknown[]) => {
+    if (!raced && op === "writeFile" && args[0] === `${SESSIONS}/.ordinal-001`) {
+      raced = true;
+      await race();
+    }
+  };
+  return { fs: hookedFs(memory, { [when]: hook }), raced: () => raced };
+}
+
 test("an ordinal another process reserves just before our reservation is skipped", async () => {
   const memory = await newRepo();
-  let raced = false;
   // Another process (no shared in-process serialization) reserves ordinal 1 right before us.
-  const fs = hookedFs(memory, {
-    before: async (op, args) => {
-      if (!raced && op === "writeFile" && args[0] === `${SESSIONS}/.ordinal-001`) {
-        raced = true;
-        await memory.writeFile(`${SESSIONS}/.ordinal-001`, new Uint8Array(), { createNew: true });
-      }
-    },
+  const { fs, raced } = racingOrdinal(memory, "before", async () => {
+    await memory.writeFile(`${SESSIONS}/.ordinal-001`, new Uint8Array(), { createNew: true });
   });
   assert.equal((await createRootSession(fs, rootOptions("alpha"))).sessionId, "002_alpha");
-  assert.ok(raced);
+  assert.ok(raced());
   // The other process's reservation is its own: left as it is; ours is released.
-  assert.deepEqual((await memory.readDir(SESSIONS)).map((entry) => entry.name).sort(), [
-    ".ordinal-001",
-    "002_alpha",
-  ]);
+  assert.deepEqual(await sessionNames(memory), [".ordinal-001", "002_alpha"]);
 });
 
 test("an ordinal another process publishes right after our reservation is skipped", async () => {
   const memory = await newRepo();
   const beta = await betaManifest();
-  let raced = false;
   // Another process reserved 1 before our scan, published 001_beta, and released its
   // reservation just as ours was created (the exclusive create could not see it).
-  const fs = hookedFs(memory, {
-    after: async (op, args) => {
-      if (!raced && op === "writeFile" && args[0] === `${SESSIONS}/.ordinal-001`) {
-        raced = true;
-        await memory.mkdir(`${SESSIONS}/001_beta`);
-        await memory.writeFile(`${SESSIONS}/001_beta/session.json`, beta);
-      }
-    },
+  const { fs, raced } = racingOrdinal(memory, "after", async () => {
+    await memory.mkdir(`${SESSIONS}/001_beta`);
+    await memory.writeFile(`${SESSIONS}/001_beta/session.json`, beta);
   });
   assert.equal((await createRootSession(fs, rootOptions("alpha"))).sessionId, "002_alpha");
-  assert.ok(raced);
-  assert.deepEqual((await memory.readDir(SESSIONS)).map((entry) => entry.name).sort(), [
-    "001_beta",
-    "002_alpha",
-  ]);
+  assert.ok(raced());
+  assert.deepEqual(await sessionNames(memory), ["001_beta", "002_alpha"]);
 });
 
 test("a staging directory published while leftovers are removed stays whole and is not reported", async () => {
@@ -109,12 +116,9 @@ test("a staging directory published while leftovers are removed stays whole and 
   assert.deepEqual(await removeStagingLeftovers(fs, SESSIONS), [".staging-002_beta-89abcdef"]);
   assert.ok(published);
   assert.deepEqual((await memory.readDir(SESSIONS)).map((entry) => entry.name), ["001_alpha"]);
-  assert.deepEqual(
-    JSON.parse(
-      new TextDecoder().decode(await memory.readFile(`${SESSIONS}/001_alpha/session.json`)),
-    ),
-    { session_id: staged },
-  );
+  assert.deepEqual(await readJson(memory, `${SESSIONS}/001_alpha/session.json`), {
+    session_id: staged,
+  });
 });
 
 test("a reservation name for an ordinal that is not a positive integer is refused", () => {
