@@ -259,16 +259,26 @@ test("an old temp file renamed into place while planned is left unreported; an I
   }
 });
 
-test("an attempt listed but not found by its name when it is moved aside is unreadable and kept", async () => {
+/**
+ * Prunes a folded tree whose first root attempt (`stuck`) fails to be moved aside with
+ * `refusal(stuck)`: the tree, that attempt, the report and the attempt's skip.
+ */
+async function pruneWithStuckRename(refusal: (path: string) => Error) {
   const { fs, tree } = await folded();
   const [stuck] = rootAttempts(tree) as [string];
   const view = hookedFs(fs, {
     before(method, args) {
-      if (method === "rename" && args[0] === stuck) throw new NotFound("rename", stuck);
+      if (method === "rename" && args[0] === stuck) throw refusal(stuck);
     },
   });
   const report = await pruneRaw(view, tree.loopyRoot);
-  const skip = skipOf(report, stuck);
+  return { fs, tree, stuck, report, skip: skipOf(report, stuck) };
+}
+
+test("an attempt listed but not found by its name when it is moved aside is unreadable and kept", async () => {
+  const { fs, tree, stuck, report, skip } = await pruneWithStuckRename((path) =>
+    new NotFound("rename", path)
+  );
   assert.equal(skip?.reason, "unreadable");
   assert.match(skip?.detail ?? "", /cannot be reached by its name/);
   assert.equal((await fs.lstat(`${stuck}/eval/report.json`)).kind, "file");
@@ -373,15 +383,9 @@ test("a link swapped in for a whole session directory after the plan moves nothi
 });
 
 test("an attempt the filesystem refuses to move aside is reported and stops nothing else", async () => {
-  const { fs, tree } = await folded();
-  const [stuck] = rootAttempts(tree) as [string];
-  const view = hookedFs(fs, {
-    before(method, args) {
-      if (method === "rename" && args[0] === stuck) throw new PermissionDenied("rename", stuck);
-    },
-  });
-  const report = await pruneRaw(view, tree.loopyRoot);
-  const skip = skipOf(report, stuck);
+  const { fs, tree, stuck, report, skip } = await pruneWithStuckRename((path) =>
+    new PermissionDenied("rename", path)
+  );
   assert.equal(skip?.reason, "remove_failed");
   assert.match(skip?.detail ?? "", /Permission denied/);
   assert.deepEqual(removedPaths(report), tree.prunable.filter((dir) => dir !== stuck).sort());
