@@ -346,10 +346,7 @@ export function unreadableAt(fs: FileSystem, path: string): FileSystem {
   });
 }
 
-/**
- * A `goal_met` control record `done-1` produced by attempt `a26` of `workflowId` in `sessionId`;
- * `extra` adds fields after the producer.
- */
+/** A goal_met control `done-1` by attempt a26 of `workflowId` in `sessionId`, plus `extra`. */
 export function goalMetControl(
   sessionId: string,
   workflowId = "outer",
@@ -367,7 +364,7 @@ export function goalMetControl(
   };
 }
 
-/** Gives `attempt` of `sessionId` its artifacts, a raw eval report `report` and a git-after receipt. */
+/** Gives `attempt` of `sessionId` its artifacts, raw eval report `report`, git-after receipt. */
 export async function evalAttempt(
   fs: MemoryFs,
   paths: SessionPaths,
@@ -395,10 +392,7 @@ export async function acceptedTestsPass(
   await acceptEvalReceipt(fs, paths, "tests-pass", { sessionId });
 }
 
-/**
- * Points the mirror-layout parent at `parentDir` at its child `childId`, which a v1 ledger
- * records as running request `legacy-phase` (as before the child's outcome is recorded).
- */
+/** Points the mirror parent at `parentDir` at `childId`, running `legacy-phase` in a v1 ledger. */
 export async function awaitingV1Child(
   fs: MemoryFs,
   parentDir: string,

@@ -259,10 +259,7 @@ test("an old temp file renamed into place while planned is left unreported; an I
   }
 });
 
-/**
- * Prunes a folded tree whose first root attempt (`stuck`) fails to be moved aside with
- * `refusal(stuck)`: the tree, that attempt, the report and the attempt's skip.
- */
+/** Prunes a folded tree whose first root attempt's move aside throws `refusal(stuck)`. */
 async function pruneWithStuckRename(refusal: (path: string) => Error) {
   const { fs, tree } = await folded();
   const [stuck] = rootAttempts(tree) as [string];

@@ -108,10 +108,7 @@ test("a handoff under a project_state that is a file is observed as invalid, and
   assert.deepEqual(fs.snapshotTree("/"), before);
 });
 
-/**
- * Rewrites the manifest at `dir` as a legacy v1 one of `sessionId` under `parentId`, commits a
- * `max_turns` stop at `revision` (and `state`) to its state: its paths and its outcome by root.
- */
+/** Makes `dir` a legacy v1 session stopped (max_turns) at `revision`: paths, outcome by root. */
 async function stoppedV1(
   fs: MemoryFs,
   dir: string,
@@ -161,6 +158,15 @@ function failingAt(memory: MemoryFs, path: string, ops = /^/): FileSystem {
       }
     },
   });
+}
+
+/** Asserts `error` is a storage fault at `path` (`label` leads its failure message). */
+function faultAt(path: string, label = ""): (error: unknown) => boolean {
+  return (error: unknown) => {
+    assert.ok(error instanceof FsIoError, `${label}${error}`);
+    assert.equal(error.path, path);
+    return true;
+  };
 }
 
 test("a legacy v1 child's outcome naming another root than its tree's is refused before it is written", async () => {
@@ -272,11 +278,10 @@ test("a storage fault reading a cited eval receipt or its seal fails with that f
     for (const path of failing) {
       const fs = failingAt(memory, path, /^(read|open)/);
       const before = memory.snapshotTree("/");
-      await assert.rejects(readTerminalControl(fs, root.paths, current), (error: unknown) => {
-        assert.ok(error instanceof FsIoError, `${sealed} ${path}: ${error}`);
-        assert.equal(error.path, path);
-        return true;
-      });
+      await assert.rejects(
+        readTerminalControl(fs, root.paths, current),
+        faultAt(path, `${sealed} ${path}: `),
+      );
       assert.deepEqual(memory.snapshotTree("/"), before);
     }
   }
@@ -292,11 +297,7 @@ test("a storage fault resolving a goal_met control's evidence fails with that fa
   assert.ok(await readTerminalControl(memory, root.paths, current));
   const path = `${root.dir}/project_state/finished.md`;
   const fs = failingAt(memory, path);
-  await assert.rejects(readTerminalControl(fs, root.paths, current), (error: unknown) => {
-    assert.ok(error instanceof FsIoError, String(error));
-    assert.equal(error.path, path);
-    return true;
-  });
+  await assert.rejects(readTerminalControl(fs, root.paths, current), faultAt(path));
 });
 
 test("a storage fault finding which session holds a cited eval receipt fails with that fault", async () => {
@@ -311,9 +312,5 @@ test("a storage fault finding which session holds a cited eval receipt fails wit
   // loads without it, and the receipt's holder cannot be told.
   const path = `${other.dir}/session.json`;
   const fs = failingAt(memory, path);
-  await assert.rejects(readTerminalControl(fs, root.paths, current), (error: unknown) => {
-    assert.ok(error instanceof FsIoError, String(error));
-    assert.equal(error.path, path);
-    return true;
-  });
+  await assert.rejects(readTerminalControl(fs, root.paths, current), faultAt(path));
 });

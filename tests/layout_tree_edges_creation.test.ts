@@ -50,10 +50,7 @@ async function sessionNames(memory: MemoryFs): Promise<string[]> {
   return (await memory.readDir(SESSIONS)).map((entry) => entry.name).sort();
 }
 
-/**
- * `memory` seen through a hook that runs `race` once, `when` (before or after) our creation writes
- * its reservation of ordinal 1; `raced()` says whether it ran.
- */
+/** `memory` with `race` run once `when` our reservation of ordinal 1 is written; `raced()`. */
 function racingOrdinal(
   memory: MemoryFs,
   when: "before" | "after",
