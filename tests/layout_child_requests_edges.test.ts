@@ -28,6 +28,7 @@ import {
   commitTerminalState,
   deterministic,
   engineOutcome,
+  mirror,
   newRepo,
   newRoot,
   patchState,
@@ -37,7 +38,7 @@ import {
   writeJson,
   writeText,
 } from "./layout_fixtures.ts";
-import { buildMirrorTree, MIRROR_ROOT_ID } from "./fixtures/mirror_tree.ts";
+import { MIRROR_ROOT_ID } from "./fixtures/mirror_tree.ts";
 import { hookedFs } from "./_hooks.ts";
 
 const ROOT_ID = "001_ship-the-ultimate-memory-program";
@@ -180,8 +181,7 @@ test("a folded parent whose children.json is of the mirror schema dispatches not
 });
 
 test("a mirror session neither publishes nor processes child requests", async () => {
-  const fs = await newRepo();
-  const tree = await buildMirrorTree(fs);
+  const { fs, tree } = await mirror();
   const before = fs.snapshotTree("/");
   const paths = new SessionPaths(tree.rootDir, "mirror");
   await assert.rejects(

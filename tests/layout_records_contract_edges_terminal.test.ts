@@ -23,6 +23,7 @@ import {
   deterministic,
   evalReceipt,
   goalMetControl,
+  mirror,
   newRepo,
   newRoot,
   patchState,
@@ -30,7 +31,7 @@ import {
   writeJson,
   writeText,
 } from "./layout_fixtures.ts";
-import { buildMirrorTree, MIRROR_CHILD_ID, MIRROR_ROOT_ID } from "./fixtures/mirror_tree.ts";
+import { MIRROR_CHILD_ID, MIRROR_ROOT_ID } from "./fixtures/mirror_tree.ts";
 import { hookedFs } from "./_hooks.ts";
 
 const ROOT_ID = "001_ship-the-ultimate-memory-program";
@@ -170,8 +171,7 @@ function faultAt(path: string, label = ""): (error: unknown) => boolean {
 }
 
 test("a legacy v1 child's outcome naming another root than its tree's is refused before it is written", async () => {
-  const fs = await newRepo();
-  const tree = await buildMirrorTree(fs);
+  const { fs, tree } = await mirror();
   await fs.remove(`${tree.childDir}/session_outcome.json`);
   // A v1 child manifest records no root: the child's nesting under the root says which it is.
   const { paths, outcome } = await stoppedV1(fs, tree.childDir, MIRROR_CHILD_ID, MIRROR_ROOT_ID, 3);
@@ -199,8 +199,7 @@ test("a legacy v1 child's outcome naming another root than its tree's is refused
 });
 
 test("a legacy v1 root's outcome must name the root itself", async () => {
-  const fs = await newRepo();
-  const tree = await buildMirrorTree(fs);
+  const { fs, tree } = await mirror();
   const { paths, outcome } = await stoppedV1(fs, tree.rootDir, MIRROR_ROOT_ID, null, 8, {
     current_task: null,
   });

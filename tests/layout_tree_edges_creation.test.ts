@@ -17,13 +17,14 @@ import {
   SessionIdError,
   sha256Ref,
 } from "../layout.ts";
-import { buildMirrorTree, MIRROR_CHILD_ID, MIRROR_ROOT_ID } from "./fixtures/mirror_tree.ts";
+import { MIRROR_CHILD_ID, MIRROR_ROOT_ID } from "./fixtures/mirror_tree.ts";
 import { hookedFs } from "./_hooks.ts";
 import { AlreadyExists } from "../src/port/errors.ts";
 import {
   childRequest,
   CONTRACTS,
   deterministic,
+  mirror,
   newRepo,
   readJson,
   readText,
@@ -166,8 +167,7 @@ test("a root without a harness capability roster is refused, leaving no session 
 });
 
 test("a child whose root or depth contradicts its legacy v1 parent is refused before writing", async () => {
-  const fs = await newRepo();
-  const tree = await buildMirrorTree(fs);
+  const { fs, tree } = await mirror();
   // Legacy v1 manifests record no root and no depth; the tree's nesting gives both.
   for (
     const [dir, id, parent] of [
