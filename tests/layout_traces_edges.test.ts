@@ -19,18 +19,34 @@ import {
   verifyTrace,
 } from "../layout.ts";
 import { FsIoError } from "../src/port/errors.ts";
+import type { FileSystem } from "../src/port/fs.ts";
 import { assertNothingThrough, mirror, readJson, writeJson, writeText } from "./layout_fixtures.ts";
 import { hookedFs } from "./_hooks.ts";
 import {
   CHILD_ATTEMPT,
   MIRROR_CHILD_ID,
   MIRROR_ROOT_ID,
+  type MirrorTree,
   ROOT_ATTEMPTS,
 } from "./fixtures/mirror_tree.ts";
 
 const FIRST = ROOT_ATTEMPTS.first.attemptId;
 const SECOND = ROOT_ATTEMPTS.second.attemptId;
 const HASH = `sha256:${"0".repeat(64)}`;
+
+/** The mirror tree, with the path and contents of its first root attempt's trace manifest. */
+async function firstManifest() {
+  const { fs, tree } = await mirror();
+  const manifestPath = `${tree.traceDir(FIRST)}/trace_manifest.json`;
+  return { fs, tree, manifestPath, manifest: await readJson(fs, manifestPath) };
+}
+
+/** The entry `listTraces` gives for the trace whose manifest is at `manifestPath`. */
+async function listedAt(fs: FileSystem, tree: MirrorTree, manifestPath: string) {
+  return (await listTraces(fs, tree.loopyRoot)).find((entry) =>
+    entry.manifestPath === manifestPath
+  );
+}
 
 function integrityFails(file: string) {
   return (error: unknown): boolean => {
@@ -41,9 +57,7 @@ function integrityFails(file: string) {
 }
 
 test("malformed inventory entries are manifest errors naming each entry, and none is trusted", async () => {
-  const { fs, tree } = await mirror();
-  const manifestPath = `${tree.traceDir(FIRST)}/trace_manifest.json`;
-  const manifest = await readJson(fs, manifestPath);
+  const { fs, tree, manifestPath, manifest } = await firstManifest();
   const inventory = manifest.inventory as Record<string, unknown>[];
   const first = inventory[0] as Record<string, unknown>;
   const sealed = inventory.length;
@@ -125,9 +139,7 @@ test("a seal receipt that is a directory, not a JSON object, torn, or of another
 });
 
 test("a finalized manifest whose identity is not an object cannot locate its seal and fails", async () => {
-  const { fs, tree } = await mirror();
-  const manifestPath = `${tree.traceDir(FIRST)}/trace_manifest.json`;
-  const manifest = await readJson(fs, manifestPath);
+  const { fs, tree, manifestPath, manifest } = await firstManifest();
   for (const identity of ["97521a5ed6b7", null, [MIRROR_ROOT_ID, FIRST]]) {
     await writeJson(fs, manifestPath, { ...manifest, identity });
     const report = (await inspectTrace(fs, tree.loopyRoot, `trace-${FIRST}`)).observedIntegrity;
@@ -261,9 +273,7 @@ test("a manifest carrying no id under any key the engine reads is listed without
   const manifestPath = `${tree.traceDir(FIRST)}/trace_manifest.json`;
   const { manifest_id: _id, ...manifest } = await readJson(fs, manifestPath);
   await writeJson(fs, manifestPath, { ...manifest, trace_id: 7, attempt_id: null });
-  const listed = (await listTraces(fs, tree.loopyRoot)).find((entry) =>
-    entry.manifestPath === manifestPath
-  );
+  const listed = await listedAt(fs, tree, manifestPath);
   assert.equal(listed?.manifestId, null);
   assert.equal(listed?.integrity, "failed");
   // Found by its identity's attempt id, never by an id it does not carry.
@@ -315,9 +325,7 @@ test("checkTraceSeals never follows a symlink on the way to a sealed trace", asy
 });
 
 test("checkTraceSeals fails a seal whose manifest is active, torn, a directory or a symlink, and only that seal", async () => {
-  const { fs, tree } = await mirror();
-  const manifestPath = `${tree.traceDir(FIRST)}/trace_manifest.json`;
-  const manifest = await readJson(fs, manifestPath);
+  const { fs, tree, manifestPath, manifest } = await firstManifest();
   const intact = await fs.readFile(manifestPath);
   const cases: [string, () => Promise<void>, (problems: readonly string[]) => boolean][] = [
     ["active", async () => {
@@ -357,15 +365,11 @@ test("checkTraceSeals fails a seal whose manifest is active, torn, a directory o
 });
 
 test("a manifest that is valid JSON but not an object is listed as failed and refused by inspect, naming it", async () => {
-  const { fs, tree } = await mirror();
-  const manifestPath = `${tree.traceDir(FIRST)}/trace_manifest.json`;
-  const manifest = await readJson(fs, manifestPath);
+  const { fs, tree, manifestPath, manifest } = await firstManifest();
   for (const value of [[manifest], 7, null, "trace-97521a5ed6b7"]) {
     await writeJson(fs, manifestPath, value);
     const before = fs.snapshotTree();
-    const listed = (await listTraces(fs, tree.loopyRoot)).find((entry) =>
-      entry.manifestPath === manifestPath
-    );
+    const listed = await listedAt(fs, tree, manifestPath);
     assert.deepEqual(
       [listed?.manifestId, listed?.integrity, listed?.seal, listed?.problems],
       [null, "failed", null, [`Trace manifest is not a JSON object (in '${manifestPath}')`]],
@@ -488,9 +492,7 @@ test("a sealed trace whose manifest was edited back to active fails: its session
       errors: [],
     });
     await assert.rejects(verifyTrace(fs, tree.loopyRoot, FIRST), integrityFails(manifestPath));
-    const listed = (await listTraces(fs, tree.loopyRoot)).find((entry) =>
-      entry.manifestPath === manifestPath
-    );
+    const listed = await listedAt(fs, tree, manifestPath);
     assert.deepEqual([listed?.integrity, listed?.seal, listed?.problems], [
       "failed",
       "mismatch",
