@@ -21,7 +21,7 @@ import {
   writeSessionOutcome,
 } from "../layout.ts";
 import { hookedFs } from "./_hooks.ts";
-import { buildMirrorTree, type MirrorTree } from "./fixtures/mirror_tree.ts";
+import { buildMirrorTree, MIRROR_ROOT_ID, type MirrorTree } from "./fixtures/mirror_tree.ts";
 
 /** A fixed clock: every timestamp is 2026-04-19T14:30:22Z. */
 export const fixedNow = (): Date => new Date("2026-04-19T14:30:22.456Z");
@@ -430,6 +430,14 @@ export function recordError(
 export async function mirror(): Promise<{ fs: MemoryFs; tree: MirrorTree }> {
   const fs = await newRepo();
   return { fs, tree: await buildMirrorTree(fs) };
+}
+
+/** Moves the mirror root's trace attempts to `/outside-attempts`, linked from their path (given). */
+export async function linkRootAttemptsOutside(fs: MemoryFs, tree: MirrorTree): Promise<string> {
+  const attempts = `${tree.tracesDir}/${MIRROR_ROOT_ID}/sessions/${MIRROR_ROOT_ID}/attempts`;
+  await fs.rename(attempts, "/outside-attempts");
+  await fs.symlink("/outside-attempts", attempts);
+  return attempts;
 }
 
 /** Asserts `fs` logged no operation (since its reset) on a path starting with any of `prefixes`. */

@@ -16,6 +16,7 @@ import type { FileSystem } from "../src/port/fs.ts";
 import { FsIoError } from "../src/port/errors.ts";
 import {
   assertNothingThrough,
+  linkRootAttemptsOutside,
   mirror,
   newRepo,
   newRoot,
@@ -118,9 +119,7 @@ test("two trace manifests carrying one id make a trace: reference a TopologyErro
 
 test("a pruned trace whose directory would be reached through a symlink is refused, not pruned", async () => {
   const { fs, tree } = await mirror();
-  const attempts = `${tree.tracesDir}/${MIRROR_ROOT_ID}/sessions/${MIRROR_ROOT_ID}/attempts`;
-  await fs.rename(attempts, "/outside-attempts");
-  await fs.symlink("/outside-attempts", attempts);
+  const attempts = await linkRootAttemptsOutside(fs, tree);
   const resolver = await resolverFor(fs, MIRROR_ROOT_ID);
   fs.resetCounter();
   await assert.rejects(

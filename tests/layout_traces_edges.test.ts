@@ -20,7 +20,14 @@ import {
 } from "../layout.ts";
 import { FsIoError } from "../src/port/errors.ts";
 import type { FileSystem } from "../src/port/fs.ts";
-import { assertNothingThrough, mirror, readJson, writeJson, writeText } from "./layout_fixtures.ts";
+import {
+  assertNothingThrough,
+  linkRootAttemptsOutside,
+  mirror,
+  readJson,
+  writeJson,
+  writeText,
+} from "./layout_fixtures.ts";
 import { hookedFs } from "./_hooks.ts";
 import {
   CHILD_ATTEMPT,
@@ -307,9 +314,7 @@ test("checkTraceSeals reports trace_seals/ that is missing or not a directory, a
 
 test("checkTraceSeals never follows a symlink on the way to a sealed trace", async () => {
   const { fs, tree } = await mirror();
-  const attempts = `${tree.tracesDir}/${MIRROR_ROOT_ID}/sessions/${MIRROR_ROOT_ID}/attempts`;
-  await fs.rename(attempts, "/outside-attempts");
-  await fs.symlink("/outside-attempts", attempts);
+  const attempts = await linkRootAttemptsOutside(fs, tree);
   fs.resetCounter();
   const checks = await checkTraceSeals(fs, tree.loopyRoot, { sessionId: MIRROR_ROOT_ID });
   assert.deepEqual(
