@@ -51,6 +51,19 @@ function topology(at: string, says: RegExp): (error: unknown) => boolean {
   };
 }
 
+/** Asserts `error` is the tree at `rootDir` refused (`outer`) for a topology error at `at`. */
+function invalidTree(
+  rootDir: string,
+  at: string,
+  says: RegExp,
+  outer = /invalid topology/,
+): (error: unknown) => boolean {
+  return (error: unknown) => {
+    topology(rootDir, outer)(error);
+    return topology(at, says)((error as TopologyError).cause);
+  };
+}
+
 test("a child's parent.json that is a symlink is refused, naming it, and nothing is read through it", async () => {
   const fs = await newRepo();
   const root = await newRoot(fs);
@@ -66,11 +79,15 @@ test("a child's parent.json that is a symlink is refused, naming it, and nothing
     },
   });
   for (const id of [root.sessionId, "01_child"]) {
-    await assert.rejects(loadSessionTree(watched, "/repo", id), (error: unknown) => {
-      topology(root.dir, /belongs to an invalid topology/)(error);
-      const cause = (error as TopologyError).cause;
-      return topology(`${child}/parent.json`, /Parent manifest may not be a symlink/)(cause);
-    });
+    await assert.rejects(
+      loadSessionTree(watched, "/repo", id),
+      invalidTree(
+        root.dir,
+        `${child}/parent.json`,
+        /Parent manifest may not be a symlink/,
+        /belongs to an invalid topology/,
+      ),
+    );
   }
   assert.equal(read, false);
   assert.deepEqual(fs.snapshotTree("/"), before);
@@ -119,11 +136,10 @@ test("a session's children path that is a file is refused, naming it", async () 
   await fs.remove(`${root.dir}/children`, { recursive: true }).catch(() => undefined);
   await writeText(fs, `${root.dir}/children`, "not a directory");
   const before = fs.snapshotTree("/");
-  await assert.rejects(loadSessionTree(fs, "/repo", root.sessionId), (error: unknown) => {
-    topology(root.dir, /invalid topology/)(error);
-    const cause = (error as TopologyError).cause;
-    return topology(`${root.dir}/children`, /children path is not a directory/)(cause);
-  });
+  await assert.rejects(
+    loadSessionTree(fs, "/repo", root.sessionId),
+    invalidTree(root.dir, `${root.dir}/children`, /children path is not a directory/),
+  );
   assert.deepEqual(fs.snapshotTree("/"), before);
 });
 
@@ -192,10 +208,11 @@ test("a top-level session directory swapped for a link or a file while the tree 
       },
     });
     const says = planted === "symlink" ? /may not use a symlink/ : /Expected a session directory/;
-    await assert.rejects(loadSessionTree(fs, "/repo", root.sessionId), (error: unknown) => {
-      topology(root.dir, /invalid topology/)(error);
-      return topology(root.dir, says)((error as TopologyError).cause);
-    }, planted);
+    await assert.rejects(
+      loadSessionTree(fs, "/repo", root.sessionId),
+      invalidTree(root.dir, root.dir, says),
+      planted,
+    );
     assert.ok(swapped, planted);
   }
 });
@@ -306,10 +323,11 @@ test("a child directory planted as a symlink is reported with its tree when aske
   const before = memory.snapshotTree("/");
   // As a link in place of a top-level session is, whichever of the tree's ids is asked for.
   for (const id of [root.sessionId, "01_linked"]) {
-    await assert.rejects(loadSessionTree(fs, "/repo", id), (error: unknown) => {
-      topology(root.dir, /invalid topology/)(error);
-      return topology(link, /may not use a symlink/)((error as TopologyError).cause);
-    }, id);
+    await assert.rejects(
+      loadSessionTree(fs, "/repo", id),
+      invalidTree(root.dir, link, /may not use a symlink/),
+      id,
+    );
   }
   assert.equal(followed, false);
   assert.deepEqual(memory.snapshotTree("/"), before);
