@@ -46,6 +46,11 @@ async function evalReady(): Promise<{ fs: MemoryFs; paths: SessionPaths; session
   return { fs, paths, sessionId };
 }
 
+/** The `accepted_eval_seals` recorded in the session's state.json. */
+async function sealsOf(fs: MemoryFs, paths: SessionPaths): Promise<Record<string, unknown>> {
+  return (await readJson(fs, paths.stateJson)).accepted_eval_seals as Record<string, unknown>;
+}
+
 function immutable(file: string, path: string) {
   return (error: unknown): boolean => {
     assert.ok(error instanceof ImmutableArtifactError, String(error));
@@ -125,10 +130,7 @@ test("a sidecar the state does not seal that is no valid acceptance is replaced,
   await writeText(fs, sidecar, '{"schema_version": 1, "eval_id": "ev-1"');
   const accepted = await acceptEvalReceipt(fs, paths, "ev-1", { sessionId, ...deterministic() });
   assert.deepEqual(await readJson(fs, sidecar), accepted);
-  const seals = (await readJson(fs, paths.stateJson)).accepted_eval_seals as Record<
-    string,
-    unknown
-  >;
+  const seals = await sealsOf(fs, paths);
   assert.deepEqual(seals[evalSealKey("ev-1")], accepted);
 });
 
@@ -163,10 +165,7 @@ test("a damaged seal written into the state while an acceptance is verified is r
     immutable(paths.stateJson, "accepted_eval_seals"),
   );
   assert.equal(planted, true);
-  const seals = (await readJson(fs, paths.stateJson)).accepted_eval_seals as Record<
-    string,
-    unknown
-  >;
+  const seals = await sealsOf(fs, paths);
   assert.deepEqual(seals[key], { eval_id: "ev-1" });
   await assert.rejects(fs.lstat(paths.evalAcceptedSidecar("ev-1")), { code: "ENOENT" });
 });
