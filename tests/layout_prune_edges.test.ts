@@ -13,15 +13,18 @@ import { hookedFs } from "./_hooks.ts";
 
 const DAY = 86_400_000;
 
+/** A new repository holding the folded tree of `fixtures/folded_tree.ts`. */
 async function folded(): Promise<{ fs: MemoryFs; tree: FoldedTree }> {
   const fs = await newRepo();
   return { fs, tree: await buildFoldedTree(fs) };
 }
 
+/** The report's skip of `path`, if any. */
 function skipOf(report: PruneReport, path: string) {
   return report.skipped.find((skip) => skip.path === path);
 }
 
+/** The paths the report removed, sorted. */
 function removedPaths(report: PruneReport): string[] {
   return report.removed.map((entry) => entry.path).sort();
 }

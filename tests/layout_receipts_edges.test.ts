@@ -51,6 +51,7 @@ async function sealsOf(fs: MemoryFs, paths: SessionPaths): Promise<Record<string
   return (await readJson(fs, paths.stateJson)).accepted_eval_seals as Record<string, unknown>;
 }
 
+/** Asserts `error` is an `ImmutableArtifactError` of `file` at `path`. */
 function immutable(file: string, path: string) {
   return (error: unknown): boolean => {
     assert.ok(error instanceof ImmutableArtifactError, String(error));

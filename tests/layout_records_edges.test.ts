@@ -159,6 +159,7 @@ async function acceptedEval(legacy: boolean): Promise<{ fs: MemoryFs; paths: Ses
   return { fs, paths };
 }
 
+/** Asserts `error` refuses the citation of `EVAL_REF` saying `message` (`cause`: record error). */
 function refusedAtCitation(paths: SessionPaths, message: RegExp, cause?: boolean) {
   return (error: unknown): boolean => {
     assert.ok(error instanceof LayoutRecordError, String(error));

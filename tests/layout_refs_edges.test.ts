@@ -6,7 +6,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
   formatLogicalReference,
-  LayoutRecordError,
+  type LayoutRecordError,
   LogicalReferenceError,
   type LogicalReferenceErrorReason,
   LogicalReferenceResolver,
@@ -21,6 +21,7 @@ import {
   newRepo,
   newRoot,
   readJson,
+  recordError,
   writeJson,
   writeText,
 } from "./layout_fixtures.ts";
@@ -32,25 +33,17 @@ const FIRST = ROOT_ATTEMPTS.first.attemptId;
 const SECOND = ROOT_ATTEMPTS.second.attemptId;
 const FIRST_REPORT = `trace:trace-${FIRST}:/eval/report.json`;
 
+/** A resolver of references for `sessionId` in `/repo`, reading through `fs`. */
 async function resolverFor(fs: FileSystem, sessionId: string): Promise<LogicalReferenceResolver> {
   return await LogicalReferenceResolver.forSession(fs, { repoRoot: "/repo", sessionId });
 }
 
+/** Asserts `error` is a `LogicalReferenceError` for `reason` (saying `message`, when given). */
 function refusal(reason: LogicalReferenceErrorReason, message?: RegExp) {
   return (error: unknown): boolean => {
     assert.ok(error instanceof LogicalReferenceError, String(error));
     assert.equal(error.reason, reason, error.message);
     if (message !== undefined) assert.match(error.message, message);
-    return true;
-  };
-}
-
-function recordFails(file: string, message: RegExp, path = "") {
-  return (error: unknown): boolean => {
-    assert.ok(error instanceof LayoutRecordError, String(error));
-    assert.equal(error.file, file, error.message);
-    assert.equal(error.path, path, error.message);
-    assert.match(error.message, message);
     return true;
   };
 }
@@ -90,7 +83,7 @@ test("a recorded trace whose manifest is a directory or a JSON array is an error
   let before = fs.snapshotTree();
   await assert.rejects(
     resolver.resolve(FIRST_REPORT),
-    recordFails(manifestPath, /is not a regular file \(directory\)/),
+    recordError(manifestPath, "", /is not a regular file \(directory\)/),
   );
   assert.deepEqual(fs.snapshotTree(), before);
   await fs.remove(manifestPath);
@@ -98,7 +91,7 @@ test("a recorded trace whose manifest is a directory or a JSON array is an error
   before = fs.snapshotTree();
   await assert.rejects(
     resolver.resolve(FIRST_REPORT),
-    recordFails(manifestPath, /is not a JSON object/),
+    recordError(manifestPath, "", /is not a JSON object/),
   );
   assert.deepEqual(fs.snapshotTree(), before);
 });
@@ -169,7 +162,7 @@ test("a manifest rewritten with the id while the reference is resolved is an err
   const resolver = await resolverFor(racing, MIRROR_ROOT_ID);
   await assert.rejects(resolver.resolve(FIRST_REPORT), (error: unknown) => {
     assert.ok(
-      recordFails(manifestPath, /changed while the reference was resolved/, "manifest_id")(error),
+      recordError(manifestPath, "manifest_id", /changed while the reference was resolved/)(error),
     );
     assert.equal((error as LayoutRecordError).value, `trace-${FIRST}`);
     return true;
@@ -346,7 +339,7 @@ test("a storage fault on the second look at a recorded trace's manifest is that 
   const resolver = await resolverFor(fs, MIRROR_ROOT_ID);
   await assert.rejects(
     resolver.resolve(FIRST_REPORT),
-    recordFails(manifestPath, /carries another id/, "manifest_id"),
+    recordError(manifestPath, "manifest_id", /carries another id/),
   );
 });
 

@@ -55,6 +55,7 @@ async function listedAt(fs: FileSystem, tree: MirrorTree, manifestPath: string) 
   );
 }
 
+/** Asserts `error` is a `TraceIntegrityError` naming `file`. */
 function integrityFails(file: string) {
   return (error: unknown): boolean => {
     assert.ok(error instanceof TraceIntegrityError, String(error));

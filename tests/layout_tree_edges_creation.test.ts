@@ -34,6 +34,7 @@ import {
 
 const SESSIONS = "/repo/.loopy_loop/sessions";
 
+/** Deterministic options creating a root session for `goal` in `/repo`. */
 function rootOptions(goal: string) {
   return { repoRoot: "/repo", goal, ...CONTRACTS, ...deterministic() };
 }
