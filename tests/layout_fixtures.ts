@@ -14,6 +14,7 @@ import {
   type GitBoundary,
   LayoutRecordError,
   type LayoutWriteOptions,
+  LogicalReferenceResolver,
   readTerminalControl,
   type SessionOutcomeInput,
   type SessionPaths,
@@ -438,6 +439,15 @@ export async function linkRootAttemptsOutside(fs: MemoryFs, tree: MirrorTree): P
   await fs.rename(attempts, "/outside-attempts");
   await fs.symlink("/outside-attempts", attempts);
   return attempts;
+}
+
+/** A reference resolver for `sessionId` in `repoRoot` (default `/repo`), reading through `fs`. */
+export async function resolverFor(
+  fs: FileSystem,
+  sessionId: string,
+  repoRoot = "/repo",
+): Promise<LogicalReferenceResolver> {
+  return await LogicalReferenceResolver.forSession(fs, { repoRoot, sessionId });
 }
 
 /** Asserts `fs` logged no operation (since its reset) on a path starting with any of `prefixes`. */

@@ -12,7 +12,6 @@ import {
   LogicalReferenceResolver,
   TopologyError,
 } from "../layout.ts";
-import type { FileSystem } from "../src/port/fs.ts";
 import { FsIoError } from "../src/port/errors.ts";
 import {
   assertNothingThrough,
@@ -22,6 +21,7 @@ import {
   newRoot,
   readJson,
   recordError,
+  resolverFor,
   writeJson,
   writeText,
 } from "./layout_fixtures.ts";
@@ -32,11 +32,6 @@ import { MIRROR_ROOT_ID, ROOT_ATTEMPTS } from "./fixtures/mirror_tree.ts";
 const FIRST = ROOT_ATTEMPTS.first.attemptId;
 const SECOND = ROOT_ATTEMPTS.second.attemptId;
 const FIRST_REPORT = `trace:trace-${FIRST}:/eval/report.json`;
-
-/** A resolver of references for `sessionId` in `/repo`, reading through `fs`. */
-async function resolverFor(fs: FileSystem, sessionId: string): Promise<LogicalReferenceResolver> {
-  return await LogicalReferenceResolver.forSession(fs, { repoRoot: "/repo", sessionId });
-}
 
 /** Asserts `error` is a `LogicalReferenceError` for `reason` (saying `message`, when given). */
 function refusal(reason: LogicalReferenceErrorReason, message?: RegExp) {

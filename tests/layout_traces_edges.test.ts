@@ -11,7 +11,6 @@ import {
   listTraces,
   locateTrace,
   LogicalReferenceError,
-  LogicalReferenceResolver,
   LoopyRootError,
   scanTraceManifests,
   TraceIntegrityError,
@@ -25,6 +24,7 @@ import {
   linkRootAttemptsOutside,
   mirror,
   readJson,
+  resolverFor,
   writeJson,
   writeText,
 } from "./layout_fixtures.ts";
@@ -269,10 +269,7 @@ test("a storage fault while the traces are scanned fails the listing: no trace i
   });
   await assert.rejects(listTraces(failing, tree.loopyRoot), FsIoError);
   await assert.rejects(locateTrace(failing, tree.loopyRoot, `trace-${FIRST}`), FsIoError);
-  const resolver = await LogicalReferenceResolver.forSession(failing, {
-    repoRoot: tree.repoRoot,
-    sessionId: MIRROR_ROOT_ID,
-  });
+  const resolver = await resolverFor(failing, MIRROR_ROOT_ID, tree.repoRoot);
   await assert.rejects(resolver.resolve(`trace:trace-${FIRST}:/eval/report.json`), FsIoError);
 });
 
@@ -441,10 +438,7 @@ test("a regular file where .loopy_loop/traces belongs holds no trace, for every 
   const seals = await checkTraceSeals(fs, tree.loopyRoot, { sessionId: MIRROR_ROOT_ID });
   assert.deepEqual(seals.map((check) => check.status), ["trace_absent", "trace_absent"]);
   // A trace: reference reads the same: a recorded trace is pruned, any other id unknown.
-  const resolver = await LogicalReferenceResolver.forSession(fs, {
-    repoRoot: tree.repoRoot,
-    sessionId: MIRROR_ROOT_ID,
-  });
+  const resolver = await resolverFor(fs, MIRROR_ROOT_ID, tree.repoRoot);
   const pruned = await resolver.resolve(`trace:trace-${FIRST}:/eval/report.json`);
   assert.deepEqual([pruned.exists, pruned.status], [false, "pruned"]);
   await assert.rejects(
