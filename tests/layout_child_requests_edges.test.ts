@@ -28,7 +28,6 @@ import {
   commitTerminalState,
   deterministic,
   engineOutcome,
-  mirror,
   newRepo,
   newRoot,
   patchState,
@@ -38,7 +37,7 @@ import {
   writeJson,
   writeText,
 } from "./layout_fixtures.ts";
-import { MIRROR_ROOT_ID } from "./fixtures/mirror_tree.ts";
+import { mirror, MIRROR_ROOT_ID } from "./fixtures/mirror_tree.ts";
 import { hookedFs } from "./_hooks.ts";
 
 const ROOT_ID = "001_ship-the-ultimate-memory-program";

@@ -22,7 +22,6 @@ import {
   writeSessionOutcome,
 } from "../layout.ts";
 import { hookedFs } from "./_hooks.ts";
-import { buildMirrorTree, MIRROR_ROOT_ID, type MirrorTree } from "./fixtures/mirror_tree.ts";
 
 /** A fixed clock: every timestamp is 2026-04-19T14:30:22Z. */
 export const fixedNow = (): Date => new Date("2026-04-19T14:30:22.456Z");
@@ -425,20 +424,6 @@ export function recordError(
     if (says !== undefined) assert.match(error.message, says);
     return true;
   };
-}
-
-/** A new repository holding the mirror-layout tree of `fixtures/mirror_tree.ts`. */
-export async function mirror(): Promise<{ fs: MemoryFs; tree: MirrorTree }> {
-  const fs = await newRepo();
-  return { fs, tree: await buildMirrorTree(fs) };
-}
-
-/** Moves the mirror root's trace attempts to `/outside-attempts`, linked from their path (given). */
-export async function linkRootAttemptsOutside(fs: MemoryFs, tree: MirrorTree): Promise<string> {
-  const attempts = `${tree.tracesDir}/${MIRROR_ROOT_ID}/sessions/${MIRROR_ROOT_ID}/attempts`;
-  await fs.rename(attempts, "/outside-attempts");
-  await fs.symlink("/outside-attempts", attempts);
-  return attempts;
 }
 
 /** A reference resolver for `sessionId` in `repoRoot` (default `/repo`), reading through `fs`. */

@@ -29,19 +29,14 @@ import { runCli } from "../src/cli/main.ts";
 import { memoryIo } from "./_cli_io.ts";
 import { deterministic, newRepo, patchState, readJson, writeJson } from "./layout_fixtures.ts";
 import {
-  buildMirrorTree,
   CHILD_ATTEMPT,
+  mirror,
   MIRROR_CHILD_ID,
   MIRROR_ROOT_ID,
   type MirrorTree,
   ROOT_ATTEMPTS,
 } from "./fixtures/mirror_tree.ts";
 import { collectReferences } from "./fixtures/references.ts";
-
-async function mirror(): Promise<{ fs: MemoryFs; tree: MirrorTree }> {
-  const fs = await newRepo();
-  return { fs, tree: await buildMirrorTree(fs) };
-}
 
 async function stopRoot(fs: MemoryFs, tree: MirrorTree): Promise<void> {
   await writeJson(fs, `${tree.rootDir}/state.json`, {

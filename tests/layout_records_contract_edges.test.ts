@@ -31,7 +31,6 @@ import {
   awaitingV1Child,
   childRequest,
   deterministic,
-  mirror,
   newRepo,
   newRoot,
   patchState,
@@ -39,7 +38,7 @@ import {
   recordError,
   writeJson,
 } from "./layout_fixtures.ts";
-import { MIRROR_CHILD_ID, MIRROR_ROOT_ID, ROOT_ATTEMPTS } from "./fixtures/mirror_tree.ts";
+import { mirror, MIRROR_CHILD_ID, MIRROR_ROOT_ID, ROOT_ATTEMPTS } from "./fixtures/mirror_tree.ts";
 
 test("a child manifest that declares depth 0 is refused at depth, and its tree with it", async () => {
   const { fs, tree } = await mirror();

@@ -23,7 +23,6 @@ import {
   deterministic,
   evalReceipt,
   goalMetControl,
-  mirror,
   newRepo,
   newRoot,
   patchState,
@@ -31,7 +30,7 @@ import {
   writeJson,
   writeText,
 } from "./layout_fixtures.ts";
-import { MIRROR_CHILD_ID, MIRROR_ROOT_ID } from "./fixtures/mirror_tree.ts";
+import { mirror, MIRROR_CHILD_ID, MIRROR_ROOT_ID } from "./fixtures/mirror_tree.ts";
 import { hookedFs } from "./_hooks.ts";
 
 const ROOT_ID = "001_ship-the-ultimate-memory-program";

@@ -15,8 +15,6 @@ import {
 import { FsIoError } from "../src/port/errors.ts";
 import {
   assertNothingThrough,
-  linkRootAttemptsOutside,
-  mirror,
   newRepo,
   newRoot,
   readJson,
@@ -27,7 +25,12 @@ import {
 } from "./layout_fixtures.ts";
 import { hookedFs } from "./_hooks.ts";
 import { buildFoldedTree } from "./fixtures/folded_tree.ts";
-import { MIRROR_ROOT_ID, ROOT_ATTEMPTS } from "./fixtures/mirror_tree.ts";
+import {
+  linkRootAttemptsOutside,
+  mirror,
+  MIRROR_ROOT_ID,
+  ROOT_ATTEMPTS,
+} from "./fixtures/mirror_tree.ts";
 
 const FIRST = ROOT_ATTEMPTS.first.attemptId;
 const SECOND = ROOT_ATTEMPTS.second.attemptId;

@@ -2,7 +2,6 @@
 // per-file hash verification, seal receipts, hostile manifests and lookups.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import type { MemoryFs } from "../adapters/memory.ts";
 import {
   checkTraceSeals,
   inspectTrace,
@@ -26,18 +25,13 @@ import { runTraces } from "../src/cli/layout.ts";
 import {
   buildMirrorTree,
   CHILD_ATTEMPT,
+  mirror,
   MIRROR_CHILD_ID,
   MIRROR_ROOT_ID,
-  type MirrorTree,
   ROOT_ATTEMPTS,
 } from "./fixtures/mirror_tree.ts";
 
 const FIRST = ROOT_ATTEMPTS.first.attemptId;
-
-async function mirror(): Promise<{ fs: MemoryFs; tree: MirrorTree }> {
-  const fs = await newRepo();
-  return { fs, tree: await buildMirrorTree(fs) };
-}
 
 function lookupFails(reason: TraceLookupReason) {
   return (error: unknown): boolean => {

@@ -23,6 +23,7 @@ import { runTraces } from "../src/cli/layout.ts";
 import {
   buildMirrorTree,
   CHILD_ATTEMPT,
+  mirror,
   MIRROR_ROOT_ID,
   type MirrorTree,
   ROOT_ATTEMPTS,
@@ -30,11 +31,6 @@ import {
 
 const FIRST = ROOT_ATTEMPTS.first.attemptId;
 const SEALED = [ROOT_ATTEMPTS.second, ROOT_ATTEMPTS.first, CHILD_ATTEMPT].map((a) => a.attemptId);
-
-async function mirror(): Promise<{ fs: MemoryFs; tree: MirrorTree }> {
-  const fs = await newRepo();
-  return { fs, tree: await buildMirrorTree(fs) };
-}
 
 /** The manifest of the first root attempt rewritten as `edit` returns it (JSON text). */
 async function damageFirst(edit: (manifest: Record<string, unknown>) => string): Promise<{

@@ -21,8 +21,6 @@ import { FsIoError } from "../src/port/errors.ts";
 import type { FileSystem } from "../src/port/fs.ts";
 import {
   assertNothingThrough,
-  linkRootAttemptsOutside,
-  mirror,
   readJson,
   resolverFor,
   writeJson,
@@ -31,6 +29,8 @@ import {
 import { hookedFs } from "./_hooks.ts";
 import {
   CHILD_ATTEMPT,
+  linkRootAttemptsOutside,
+  mirror,
   MIRROR_CHILD_ID,
   MIRROR_ROOT_ID,
   type MirrorTree,

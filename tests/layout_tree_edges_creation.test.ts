@@ -17,14 +17,13 @@ import {
   SessionIdError,
   sha256Ref,
 } from "../layout.ts";
-import { MIRROR_CHILD_ID, MIRROR_ROOT_ID } from "./fixtures/mirror_tree.ts";
+import { mirror, MIRROR_CHILD_ID, MIRROR_ROOT_ID } from "./fixtures/mirror_tree.ts";
 import { hookedFs } from "./_hooks.ts";
 import { AlreadyExists } from "../src/port/errors.ts";
 import {
   childRequest,
   CONTRACTS,
   deterministic,
-  mirror,
   newRepo,
   readJson,
   readText,
