@@ -33,6 +33,7 @@ import {
   deterministic,
   evalReceipt,
   finishChildBlocked,
+  goalMetControl,
   newRepo,
   newRoot,
   readJson,
@@ -380,16 +381,13 @@ test("a crash at any step of an eval acceptance leaves no sidecar without its st
     dirty: false,
   });
   await writeJson(fs, rootPaths.evalReceipt("tests-pass"), evalReceipt(ROOT_ID));
-  await writeJson(fs, rootPaths.controlJson, {
-    schema_version: 3,
-    state: "stopped",
-    stop_reason: "goal_met",
-    control_id: "done-1",
-    reason: "Every outcome is accepted",
-    created_at: "2026-04-19T15:00:00Z",
-    producer: { session_id: ROOT_ID, workflow_id: "outer", attempt_id: "a26" },
-    eval_receipt_refs: ["session:/eval_receipts/tests-pass.json"],
-  });
+  await writeJson(
+    fs,
+    rootPaths.controlJson,
+    goalMetControl(ROOT_ID, "outer", {
+      eval_receipt_refs: ["session:/eval_receipts/tests-pass.json"],
+    }),
+  );
   fs.syncAll();
   const KEY = "session:/eval_receipts/tests-pass.json";
   const accept = (on: MemoryFs) =>

@@ -40,6 +40,7 @@ import {
   deterministic,
   evalReceipt,
   finishChildBlocked,
+  goalMetControl,
 } from "./layout_fixtures.ts";
 
 /**
@@ -239,16 +240,11 @@ if (process.platform !== "win32") {
       await acceptEvalReceipt(fs, paths, "tests-pass", { sessionId: id });
       await writeFile(
         paths.controlJson,
-        JSON.stringify({
-          schema_version: 3,
-          state: "stopped",
-          stop_reason: "goal_met",
-          control_id: "done-1",
-          reason: "Every outcome is accepted",
-          created_at: "2026-04-19T15:00:00Z",
-          producer: { session_id: id, workflow_id: "outer", attempt_id: "a26" },
-          eval_receipt_refs: ["session:/eval_receipts/tests-pass.json"],
-        }),
+        JSON.stringify(
+          goalMetControl(id, "outer", {
+            eval_receipt_refs: ["session:/eval_receipts/tests-pass.json"],
+          }),
+        ),
       );
       const current = { sessionId: id, workflowId: "outer", attemptId: "a26" };
       await refusedWithoutWaiting(

@@ -19,7 +19,14 @@ import {
   readTerminalControl,
   writeSessionOutcome,
 } from "../layout.ts";
-import { commitTerminalState, CONTRACTS, newRepo, newRoot, writeJson } from "./layout_fixtures.ts";
+import {
+  commitTerminalState,
+  CONTRACTS,
+  goalMetControl,
+  newRepo,
+  newRoot,
+  writeJson,
+} from "./layout_fixtures.ts";
 
 const PATH_MAX = 4096;
 
@@ -72,16 +79,7 @@ function refusedAt(file: string, path: string) {
 }
 
 function goalMet(sessionId: string, refs: Record<string, string[]>): Record<string, unknown> {
-  return {
-    schema_version: 3,
-    state: "stopped",
-    stop_reason: "goal_met",
-    control_id: "done-1",
-    reason: "Every outcome is accepted",
-    created_at: "2026-04-19T15:00:00Z",
-    producer: { session_id: sessionId, workflow_id: "outer", attempt_id: "a26" },
-    ...refs,
-  };
+  return goalMetControl(sessionId, "outer", refs);
 }
 
 const EXPECTED = { workflowId: "outer", attemptId: "a26", completionRole: "outer" };
