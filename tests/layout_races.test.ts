@@ -235,9 +235,11 @@ test("a root ordinal reserved by another creator is skipped", async () => {
   ]);
 });
 
-test("a root ordinal another creator published between our scan and our reservation is skipped", async () => {
+test("a root ordinal another creator published after our id check, before our ordinal scan, is skipped", async () => {
   const fs = await newRepo();
   await fs.mkdir(SESSIONS, { recursive: true });
+  // Paused after the first listing of the sessions directory: the check that the id is free.
+  // (Races with the ordinal scan and the reservation itself: layout_tree_edges_creation.)
   const pausing = pauseAfter(fs, (method, path) => method === "readDir" && path === SESSIONS);
   const creation = createRootSession(pausing.fs, rootOptions("alpha"));
   await pausing.paused;
