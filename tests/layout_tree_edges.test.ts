@@ -93,6 +93,33 @@ test("a child's parent.json that is a symlink is refused, naming it, and nothing
   assert.deepEqual(fs.snapshotTree("/"), before);
 });
 
+test("a child without parent.json loads, its place under children/ naming its parent; a root with one is refused", async () => {
+  const fs = await newRepo();
+  const root = await newRoot(fs);
+  const child = await plantChild(fs, root.dir, "01_child");
+  await fs.remove(`${child}/parent.json`);
+  const tree = await loadSessionTree(fs, "/repo", "01_child");
+  const node = tree.require("01_child");
+  assert.equal(node.parentSessionId, root.sessionId);
+  assert.equal(node.depth, 1);
+  assert.deepEqual(tree.require(root.sessionId).childIds, ["01_child"]);
+  // The other way round: a root holding a parent.json is not a root.
+  await writeJson(fs, `${root.dir}/parent.json`, {
+    schema_version: 1,
+    parent_session_id: "01_child",
+    parent_relative_path: "../..",
+    created_at: "2026-04-19T14:30:22Z",
+  });
+  await assert.rejects(
+    loadSessionTree(fs, "/repo", root.sessionId),
+    invalidTree(
+      root.dir,
+      `${root.dir}/parent.json`,
+      /A root session must not contain parent\.json/,
+    ),
+  );
+});
+
 test("a child directory named like its own root is a duplicate id, refused naming both places", async () => {
   const fs = await newRepo();
   const root = await newRoot(fs);

@@ -3,8 +3,10 @@
  * a child is physically nested in its parent's `children/`, and the shape recurses. A tree is
  * validated before any of its paths is handed out: no symlinks anywhere in the topology, every
  * manifest id equal to its directory name and unique, declared parent/root/depth equal to the
- * physical nesting, `parent.json` consistent with it. Staging directories (`.staging-*`) and
- * child directories without a `session.json` are not part of the topology.
+ * physical nesting, `parent.json` consistent with it (where a child has one: the spec's scan
+ * refuses only one that contradicts the physical parent, so a child without one loads, its place
+ * under `children/` naming its parent; a root must have none). Staging directories
+ * (`.staging-*`) and child directories without a `session.json` are not part of the topology.
  *
  * Only the deepest live session receives work: a parent whose `state.json` names an
  * `active_child_session_id` is suspended until that child is terminal.
@@ -293,6 +295,7 @@ async function checkParentManifest(
     }
     return;
   }
+  // Optional in a child (see the module doc): its nesting names its parent.
   if (kind === undefined) return;
   if (kind === "symlink") throw new TopologyError(path, "Parent manifest may not be a symlink");
   if (kind !== "file") throw new TopologyError(path, "Parent manifest is not a regular file");
