@@ -5,9 +5,13 @@ import {
   type MemoryOperation,
   SimulatedCrash,
 } from "../adapters/memory.ts";
+import { seedsAfter } from "./_soak.ts";
 
-/** The seeds every crash point is recovered with (each picks other tails and journal prefixes). */
-export const SEEDS: readonly number[] = [0, 1, 2, 3, 7];
+/**
+ * The seeds every crash point is recovered with (each picks other tails and journal prefixes); a
+ * soak adds more (`_soak.ts`).
+ */
+export const SEEDS: readonly number[] = seedsAfter([0, 1, 2, 3, 7]);
 
 /** What a check learns about the run it checks. */
 export interface RunInfo {

@@ -40,11 +40,12 @@ import {
   writeJson,
 } from "./layout_fixtures.ts";
 import { repeatsEarlierCrashState } from "./_crash.ts";
+import { seedsAfter, seedsOf } from "./_soak.ts";
 
 const ROOT_ID = "001_ship-the-ultimate-memory-program";
 const ROOT_DIR = `/repo/.loopy_loop/sessions/${ROOT_ID}`;
 const CHILD_ID = "01_phase-0";
-const SEEDS = [1, 2, 3];
+const SEEDS = seedsAfter([1, 2, 3]);
 const rootPaths = new SessionPaths(ROOT_DIR, "folded");
 
 async function process(fs: MemoryFs): Promise<ChildRequestResult | undefined> {
@@ -462,7 +463,7 @@ test("a crash while appending events leaves a prefix of the batch and nothing el
       if (!(error instanceof SimulatedCrash)) throw error;
     }
     if (repeatsEarlierCrashState(clone, n)) continue; // the state of crash point n - 1
-    for (let seed = 1; seed <= 60; seed++) {
+    for (const seed of seedsOf(1, 60)) {
       const recovered = clone.crash(seed);
       const scan = await scanEvents(recovered, file);
       const types = scan.events.map((e) => e.type);

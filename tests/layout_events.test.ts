@@ -4,6 +4,7 @@ import { MemoryFs } from "../adapters/memory.ts";
 import { appendEvents, LayoutRecordError, readEvents, scanEvents } from "../layout.ts";
 import { deterministic } from "./layout_fixtures.ts";
 import { hookedFs } from "./_hooks.ts";
+import { seedsAfter } from "./_soak.ts";
 
 const FILE = "/s/events.jsonl";
 const encoder = new TextEncoder();
@@ -125,7 +126,7 @@ test("an event appended after a crash tore the last line is read back, in every 
   const write = dry.operationLog.slice(before).find((o) => o.op === "write");
   assert.ok(write !== undefined);
   for (const tailMode of ["short", "zeros", "garbage", "whole"] as const) {
-    for (const seed of [1, 2, 3]) {
+    for (const seed of seedsAfter([1, 2, 3])) {
       const fs = base.clone();
       fs.crashAfter(write.number); // written, not fsynced
       await appendEvents(fs, FILE, "001_demo", [{ type: "torn" }], options).catch(() => {});

@@ -12,6 +12,7 @@ import {
   slugify,
 } from "../layout.ts";
 import { newRepo } from "./layout_fixtures.ts";
+import { runsOf } from "./_soak.ts";
 
 const SESSIONS = "/repo/.loopy_loop/sessions";
 
@@ -54,7 +55,7 @@ test("slugify always yields a lowercase hyphenated slug of at most 40 characters
       assert.ok(slug.length <= 40);
       assert.equal(slugify(text), slug);
     }),
-    { numRuns: 300 },
+    { numRuns: runsOf(300) },
   );
 });
 

@@ -10,9 +10,10 @@ import { newRepo, writeJson } from "./layout_fixtures.ts";
 import { crashAtEveryOperation, failAtEveryOperation } from "./_crash.ts";
 import { buildFoldedTree, type FoldedTree } from "./fixtures/folded_tree.ts";
 import { buildMirrorTree, MIRROR_ROOT_ID, type MirrorTree } from "./fixtures/mirror_tree.ts";
+import { seedsAfter } from "./_soak.ts";
 
 // Two seeds per crash point: each recovers a different prefix of the unsynced journal.
-const SEEDS = [1, 2];
+const SEEDS = seedsAfter([1, 2]);
 
 /** The snapshot keys (relative to `/`) of everything below `dir`, with their values. */
 function below(snapshot: Record<string, string>, dir: string): Record<string, string> {

@@ -17,6 +17,7 @@ import {
 } from "../layout.ts";
 import { childRequest, newRepo, newRoot, readJson, writeJson } from "./layout_fixtures.ts";
 import { buildMirrorTree, MIRROR_ROOT_ID, ROOT_ATTEMPTS } from "./fixtures/mirror_tree.ts";
+import { runsOf } from "./_soak.ts";
 
 const ROOT_ID = "001_ship-the-ultimate-memory-program";
 const ROOT_DIR = `/repo/.loopy_loop/sessions/${ROOT_ID}`;
@@ -113,7 +114,7 @@ test("any reference the grammar accepts has only plain segments", () => {
         assert.ok(!segment.includes("/") && !segment.includes("\u0000"));
       }
     }),
-    { numRuns: 500 },
+    { numRuns: runsOf(500) },
   );
 });
 

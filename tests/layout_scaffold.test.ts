@@ -34,6 +34,7 @@ import {
 } from "./layout_fixtures.ts";
 import { repeatsEarlierCrashState } from "./_crash.ts";
 import { gate, hookedFs } from "./_hooks.ts";
+import { seedsAfter } from "./_soak.ts";
 
 const ROOT_DIR = "/repo/.loopy_loop/sessions/001_ship-the-ultimate-memory-program";
 
@@ -311,7 +312,7 @@ test("a crash at any step of root creation leaves no session directory or a comp
       if (!(crash instanceof SimulatedCrash)) throw error;
     }
     if (repeatsEarlierCrashState(fs, n)) continue; // the state of crash point n - 1
-    for (const seed of [1, 2, 3]) {
+    for (const seed of seedsAfter([1, 2, 3])) {
       const recovered = fs.crash(seed);
       const ids = await listRootSessionIds(recovered, "/repo");
       if (completed) assert.deepEqual(ids, ["001_crash-me"], `n=${n} seed=${seed}`);

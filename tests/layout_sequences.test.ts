@@ -62,6 +62,7 @@ import {
 } from "../layout.ts";
 import { CONTRACTS, fixedNow, newRepo } from "./layout_fixtures.ts";
 import { mulberry32 } from "../adapters/_memory_nodes.ts";
+import { seedsOf } from "./_soak.ts";
 
 const REPO = "/repo";
 const LOOPY = "/repo/.loopy_loop";
@@ -1242,7 +1243,7 @@ test("random host sequences on a folded tree, crashed anywhere, read back at the
   const ran = new Set<string>();
   const hits = new Map<string, number>();
   const tally = newTally();
-  for (let seed = 1; seed <= SEQUENCES; seed++) {
+  for (const seed of seedsOf(1, SEQUENCES)) {
     const { ops, views, kinds, recorded } = await sequenceRun(seed);
     for (const kind of kinds) ran.add(kind);
     const next = mulberry32(seed * 7919);
@@ -1327,7 +1328,7 @@ test("random host sequences on a folded tree with an I/O error at a random step:
   const hits = new Map<string, number>();
   const failed = new Set<string>();
   let failures = 0;
-  for (let seed = 1; seed <= FAULT_SEQUENCES; seed++) {
+  for (const seed of seedsOf(1, FAULT_SEQUENCES)) {
     const { ops, views, kinds, recorded } = await sequenceRun(seed);
     const next = mulberry32(seed * 104729);
     for (let k = 0; k < POINTS; k++) {

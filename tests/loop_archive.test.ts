@@ -24,6 +24,7 @@ import {
 } from "./_crash.ts";
 import { assistant, conversation, legacySessionBytes, probe, user } from "./_fixtures.ts";
 import { hookedFs, withoutNoFollow } from "./_hooks.ts";
+import { seedsAfter } from "./_soak.ts";
 
 const CWD = "/work/project";
 const OTHER = "/work/other";
@@ -966,7 +967,7 @@ test("a delete failing at the staging directory's fsync after the marker is comm
       assert.deepEqual(left, []);
       break;
     }
-    for (const seed of [0, 1, 2]) {
+    for (const seed of seedsAfter([0, 1, 2])) {
       // Power lost during recovery: the marker's fsync comes first, so the delete is done, or
       // (its rename never reached the disk before recovery ran) undone whole.
       const after = crashing.crash({ seed });

@@ -36,6 +36,7 @@ import {
   withoutRecordedTitle,
 } from "./_fixtures.ts";
 import { hookedFs, READ_MODES, recording, withoutNoFollow } from "./_hooks.ts";
+import { runsOf } from "./_soak.ts";
 
 const CWD = "/work/project";
 const OTHER = "/work/other";
@@ -1362,13 +1363,16 @@ test("the index text parser accepts exactly what the index schema accepts", asyn
         messageIndices: [fallbackTitle.at % rest.messageCount],
       },
   }));
-  fc.assert(fc.property(index, (generated) => {
-    const value = JSON.parse(JSON.stringify(generated));
-    const text = decoder.decode(encodeRoundIndex(value));
-    assert.deepEqual(parseRoundIndexText(text), value);
-    // The same index in another JSON layout goes through JSON.parse and reads the same.
-    assert.deepEqual(parseRoundIndexText(JSON.stringify(value, null, 1)), value);
-  }));
+  fc.assert(
+    fc.property(index, (generated) => {
+      const value = JSON.parse(JSON.stringify(generated));
+      const text = decoder.decode(encodeRoundIndex(value));
+      assert.deepEqual(parseRoundIndexText(text), value);
+      // The same index in another JSON layout goes through JSON.parse and reads the same.
+      assert.deepEqual(parseRoundIndexText(JSON.stringify(value, null, 1)), value);
+    }),
+    { numRuns: runsOf(100) },
+  );
   const samples = [
     "",
     "{",
@@ -1797,23 +1801,26 @@ test("indexSizeBound is never below the size of an index written for those count
       users: fc.integer({ min: 0, max: messageCount }),
     })
   );
-  fc.assert(fc.property(state, ({ messageCount, bytes, users }) => {
-    // The worst case for those counts: the largest indices and offsets the range allows.
-    const rounds = Array.from({ length: users }, (_, i) => ({
-      messageIndex: messageCount - users + i,
-      byteOffset: bytes - 2 * (users - i),
-    }));
-    const encoded = encodeRoundIndex({
-      format: "loop-session-index",
-      version: 1,
-      generation: "f".repeat(64),
-      start: Number.MAX_SAFE_INTEGER,
-      bytes,
-      messageCount,
-      rounds,
-    });
-    assert.ok(encoded.length <= indexSizeBound(messageCount, bytes));
-  }));
+  fc.assert(
+    fc.property(state, ({ messageCount, bytes, users }) => {
+      // The worst case for those counts: the largest indices and offsets the range allows.
+      const rounds = Array.from({ length: users }, (_, i) => ({
+        messageIndex: messageCount - users + i,
+        byteOffset: bytes - 2 * (users - i),
+      }));
+      const encoded = encodeRoundIndex({
+        format: "loop-session-index",
+        version: 1,
+        generation: "f".repeat(64),
+        start: Number.MAX_SAFE_INTEGER,
+        bytes,
+        messageCount,
+        rounds,
+      });
+      assert.ok(encoded.length <= indexSizeBound(messageCount, bytes));
+    }),
+    { numRuns: runsOf(100) },
+  );
 });
 
 test("a meta.json that claims gigabytes is reported as corrupt on the real filesystem", async () => {

@@ -20,6 +20,7 @@ import {
 import type { Message } from "../src/loop/records/mod.ts";
 import { assistant, imageOnly, user } from "./_fixtures.ts";
 import { READ_MODES, recording } from "./_hooks.ts";
+import { runsOf } from "./_soak.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -73,7 +74,7 @@ test("roundListed finds exactly the rounds a canonical index lists, in few reads
         }
       },
     ),
-    { numRuns: 150 },
+    { numRuns: runsOf(150) },
   );
   // Text not in the canonical form is not searched: the caller reads the index whole.
   const spaced = new TextEncoder().encode(

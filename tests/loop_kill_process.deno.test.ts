@@ -4,6 +4,7 @@
 import assert from "node:assert/strict";
 import { denoFs, denoProcessProbe, denoSha256 } from "../adapters/deno.ts";
 import { killLoop } from "./_kill.ts";
+import { runsOf } from "./_soak.ts";
 
 Deno.test("a Deno writer killed with SIGKILL at random moments leaves a resolved-or-in-flight history", async () => {
   const committed = await killLoop({
@@ -12,7 +13,7 @@ Deno.test("a Deno writer killed with SIGKILL at random moments leaves a resolved
     fs: denoFs(),
     sha256: denoSha256,
     process: denoProcessProbe(),
-    kills: 4,
+    kills: runsOf(4),
   });
   assert.ok(committed >= 8, `only ${committed} rounds committed`);
 });

@@ -5,6 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { nodeFs, nodeProcessProbe, nodeSha256 } from "../adapters/node.ts";
 import { killLoop } from "./_kill.ts";
+import { runsOf } from "./_soak.ts";
 
 test("a Node writer killed with SIGKILL at random moments leaves a resolved-or-in-flight history", async () => {
   const committed = await killLoop({
@@ -13,7 +14,7 @@ test("a Node writer killed with SIGKILL at random moments leaves a resolved-or-i
     fs: nodeFs(),
     sha256: nodeSha256,
     process: nodeProcessProbe(),
-    kills: 4,
+    kills: runsOf(4),
   });
   assert.ok(committed >= 8, `only ${committed} rounds committed`);
 });

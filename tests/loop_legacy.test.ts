@@ -31,6 +31,7 @@ import { linkedBeforeOpen } from "./_hooks.ts";
 import { crashAtEveryOperation, failAtEveryOperation, READ_ONLY_OPERATIONS } from "./_crash.ts";
 import { pacedMigrationOnRealFs } from "./_migrate_real.ts";
 import { assistant, conversation, toolResult, user } from "./_fixtures.ts";
+import { runsOf } from "./_soak.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -741,7 +742,7 @@ test("migration keeps each bare line's bytes and writes any other line canonical
         }
       },
     ),
-    { numRuns: 40 },
+    { numRuns: runsOf(40) },
   );
 });
 
@@ -772,7 +773,7 @@ test("the line reader hands on whole lines, in order, whatever the chunk size", 
         }
       },
     ),
-    { numRuns: 300 },
+    { numRuns: runsOf(300) },
   );
 });
 

@@ -2,6 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { LineWriter } from "../src/loop/line_writer.ts";
+import { runsOf } from "./_soak.ts";
 
 const encoder = new TextEncoder();
 
@@ -98,6 +99,6 @@ test("LineWriter: any strings at any starting capacity give TextEncoder's bytes 
         assert.deepEqual(written(lines, capacity), expected(lines));
       },
     ),
-    { numRuns: 500 },
+    { numRuns: runsOf(500) },
   );
 });

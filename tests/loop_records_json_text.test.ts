@@ -9,6 +9,7 @@ import { holdsLongString, messageJson } from "../src/loop/records/_json_text.ts"
 import { childPath, MAX_MESSAGE_NESTING } from "../src/loop/records/_validation.ts";
 import { preview } from "../src/loop/errors.ts";
 import { decodeLine } from "../src/loop/storage.ts";
+import { runsOf } from "./_soak.ts";
 
 test("holdsLongString finds a long string wherever JSON writes it, and only there", () => {
   const long = "x".repeat(11);
@@ -46,7 +47,7 @@ test("messageJson writes the text JSON.stringify writes, through either path", (
       assert.equal(messageJson(value, limit), JSON.stringify(value));
       assert.equal(messageJson(value), JSON.stringify(value));
     }),
-    { numRuns: 300 },
+    { numRuns: runsOf(300) },
   );
   // What JSON leaves out or converts is left out or converted the same way.
   const boxed = { s: new String("boxed"), n: new Number(2), d: new Date(0), m: new Map() };
@@ -82,7 +83,7 @@ test("decodeLine in pieces gives the text of a decode in one call", () => {
         assert.equal(decodeLine(bytes, piece), whole.decode(bytes));
       },
     ),
-    { numRuns: 500 },
+    { numRuns: runsOf(500) },
   );
   assert.equal(decodeLine(samples[0] as Uint8Array).charCodeAt(0), 0xfeff); // a BOM is kept
 });

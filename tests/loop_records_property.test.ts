@@ -31,8 +31,9 @@ import {
   STORAGE_VERSION,
   StorageMetaSchema,
 } from "../src/loop/storage.ts";
+import { runsOf } from "./_soak.ts";
 
-const RUNS = 150;
+const RUNS = runsOf(150);
 // Plain objects only, so that a JSON round trip is an exact deep equality.
 const PLAIN = { noNullPrototype: true } as const;
 

@@ -13,6 +13,7 @@ import {
   titleTextOf,
 } from "../src/loop/records/mod.ts";
 import { assistant, throwsAt, user } from "./loop_records_fixtures.ts";
+import { runsOf } from "./_soak.ts";
 
 const bytes = (text: string) => new TextEncoder().encode(text).length;
 
@@ -182,7 +183,7 @@ test("the fallback title of a long message is that of its whole text, read from 
       const title = fallbackTitleOf({ index: 0, text });
       assert.equal(title.text, whole(text), JSON.stringify(text.slice(0, 200)));
     }),
-    { numRuns: 400 },
+    { numRuns: runsOf(400) },
   );
   // A message of megabytes is titled from its start.
   const huge = "Fix the flaky login test " + "and more ".repeat(2_000_000);
@@ -216,7 +217,7 @@ test("normalizeTitle removes OSC sequences exactly as the regular expression of 
       const text = pieces.join("");
       assert.equal(normalizeTitle(text, Number.POSITIVE_INFINITY), referenceNormalize(text));
     }),
-    { numRuns: 5000 },
+    { numRuns: runsOf(5000) },
   );
   assert.equal(normalizeTitle("a\u001b]0;x\u0007b\u001b]2;y\u001b\\c\u001b]z d"), "abc]z d");
 });

@@ -5,6 +5,7 @@ import { MemoryFs } from "../adapters/memory.ts";
 import { portableSha256, sha256Hex } from "../src/port/sha256.ts";
 import { CorruptSessionError } from "../src/loop/errors.ts";
 import { forEachCommittedLine, type StorageMeta } from "../src/loop/storage.ts";
+import { runsOf } from "./_soak.ts";
 
 const DIR = "/session";
 const encoder = new TextEncoder();
@@ -64,7 +65,7 @@ test("the committed range streams line by line, with offsets and text, whatever 
         });
       },
     ),
-    { numRuns: 300 },
+    { numRuns: runsOf(300) },
   );
 });
 
@@ -113,7 +114,7 @@ test("any bytes, invalid UTF-8 included, give each line the text it decodes to a
         );
       },
     ),
-    { numRuns: 400 },
+    { numRuns: runsOf(400) },
   );
 });
 

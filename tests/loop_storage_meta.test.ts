@@ -10,6 +10,7 @@ import {
 } from "../src/loop/storage.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import { conversation, user } from "./_fixtures.ts";
+import { runsOf } from "./_soak.ts";
 
 const META = {
   format: "loop-session",
@@ -51,7 +52,7 @@ test("encodeStorageMetaReusing writes the bytes encodeStorageMeta writes, on a m
         assert.deepEqual(encodeStorageMetaReusing(meta, cache), expected);
       },
     ),
-    { numRuns: 300 },
+    { numRuns: runsOf(300) },
   );
 });
 

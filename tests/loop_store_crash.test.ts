@@ -7,6 +7,7 @@ import { CorruptSessionError, SessionNotFoundError } from "../src/loop/errors.ts
 import type { Message } from "../src/loop/records/mod.ts";
 import { crashAtEveryOperation, failAtEveryOperation } from "./_crash.ts";
 import { assistant, conversation, user } from "./_fixtures.ts";
+import { runsOf, seedsAfter } from "./_soak.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -121,7 +122,7 @@ test("case 11: a second crash during the save that follows a crash keeps invaria
   const crashed = baseline.clone();
   crashed.crashAfter(6);
   await assert.rejects(storeOn(crashed).open(dir).then((s) => s.commit(middle)));
-  for (const seed of [0, 1, 2, 3]) {
+  for (const seed of seedsAfter([0, 1, 2, 3])) {
     const firstRecovery = crashed.crash({ seed, tailMode: seed % 2 === 0 ? "garbage" : "whole" });
     const seenFirst = await reopenHistory(firstRecovery, dir);
     assert.ok(isEqual(seenFirst, before) || isEqual(seenFirst, middle));
@@ -317,7 +318,7 @@ test("property: random byte damage inside the committed range is always detected
         assert.deepEqual(await fs.readFile(`${dir}/messages.jsonl`), damaged, "nothing repaired");
       },
     ),
-    { numRuns: 200 },
+    { numRuns: runsOf(200) },
   );
 });
 

@@ -13,6 +13,7 @@ import type { Durability } from "../src/port/durable.ts";
 import type { Message } from "../src/loop/records/mod.ts";
 import { assistant, legacySessionBytes, user } from "./_fixtures.ts";
 import { mulberry32 } from "../adapters/_memory_nodes.ts";
+import { seedsOf } from "./_soak.ts";
 
 const CWD = "/work/project";
 const AGENT = "/home/user/.loop";
@@ -291,7 +292,7 @@ for (const durability of ["full", "ordered"] as const) {
     let checked = 0;
     let midOperation = 0;
     const kinds = new Set<string>();
-    for (let seed = 1; seed <= 40; seed++) {
+    for (const seed of seedsOf(1, 40)) {
       const ops = sequence(seed, 10);
       for (const op of ops) kinds.add(op.kind);
       const whole = await run(base, durability, ops, undefined);
@@ -377,7 +378,7 @@ async function runWithFault(
 test("random host sequences with an I/O error at a random step: a failed save lands on flush(), anything else fails whole", async () => {
   const base = await baseline("full");
   const failedKinds = new Set<string>();
-  for (let seed = 101; seed <= 140; seed++) {
+  for (const seed of seedsOf(101, 40)) {
     const ops = sequence(seed, 10);
     const whole = await run(base, "full", ops, undefined);
     const next = mulberry32(seed * 104729);
@@ -587,7 +588,7 @@ test("random collection sequences (create, save, migrate, archive, delete, compa
 
   const kinds = new Set<string>();
   let midOperation = 0;
-  for (let seed = 1; seed <= 25; seed++) {
+  for (const seed of seedsOf(1, 25)) {
     const ops = collectionSequence(seed, 12);
     for (const op of ops) kinds.add(op.kind);
     await runCollection(ops, undefined); // checks the model after every operation
@@ -635,7 +636,7 @@ test("random collection sequences (create, save, migrate, archive, delete, compa
   // collection as before it or as after it, whole, for a listing at once and after cleanup, and
   // the next operations work.
   const failedKinds = new Set<string>();
-  for (let seed = 1; seed <= 25; seed++) {
+  for (const seed of seedsOf(1, 25)) {
     const ops = collectionSequence(seed, 12);
     const total = (await runCollection(ops, Number.MAX_SAFE_INTEGER)).operations;
     const next = mulberry32(seed * 6007);

@@ -10,6 +10,7 @@ import {
   relativeWithin,
   resolve,
 } from "../src/port/path.ts";
+import { runsOf } from "./_soak.ts";
 
 /** The segment-by-segment algorithm, applied to every path (the reference for the fast path). */
 function reference(path: string): string {
@@ -53,7 +54,7 @@ test("normalize() agrees with the segment-by-segment algorithm on any path", () 
       assert.equal(normalize(p), reference(p), JSON.stringify(p));
       assert.equal(normalize(normalize(p)), normalize(p));
     }),
-    { numRuns: 2000 },
+    { numRuns: runsOf(2000) },
   );
 });
 

@@ -5,6 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { PathSet } from "../src/port/durable.ts";
+import { runsOf } from "./_soak.ts";
 
 const SEGMENTS = ["a", "b", "ab", "c"];
 
@@ -56,7 +57,7 @@ test("PathSet holds what a plain set with prefix forgetting holds, after any seq
       }
       for (const path of universe) assert.equal(set.has(path), model.has(path), path);
     }),
-    { numRuns: 500 },
+    { numRuns: runsOf(500) },
   );
 });
 
