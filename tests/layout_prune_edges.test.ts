@@ -6,7 +6,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { MemoryFs } from "../adapters/memory.ts";
 import { LoopyRootError, pruneRaw, type PruneReport } from "../layout.ts";
-import { FsIoError, NotFound, PermissionDenied } from "../src/port/errors.ts";
+import { FsIoError, NotADirectory, NotFound, PermissionDenied } from "../src/port/errors.ts";
 import { newRepo, writeText } from "./layout_fixtures.ts";
 import { buildFoldedTree, type FoldedTree } from "./fixtures/folded_tree.ts";
 import { hookedFs } from "./_hooks.ts";
@@ -206,6 +206,53 @@ test("a raw attempt removed by someone else while the plan measures it is report
   assert.equal(removed, true);
   assert.equal(skipOf(report, gone)?.reason, "vanished");
   assert.deepEqual(removedPaths(report), tree.prunable.filter((dir) => dir !== gone).sort());
+});
+
+test("an I/O error while a raw tree is measured fails the prune before anything moves; a directory replaced meanwhile is measured again", async () => {
+  for (const fault of ["EIO", "ENOSPC"] as const) {
+    const { fs, tree } = await folded();
+    const [target] = rootAttempts(tree) as [string];
+    const inner = `${target}/agents`;
+    await fs.mkdir(inner, { recursive: true });
+    await writeText(fs, `${inner}/notes.txt`, "notes");
+    let failed = false;
+    const view = hookedFs(fs, {
+      before(method, args) {
+        if (method === "readDir" && args[0] === inner && !failed) {
+          failed = true;
+          throw new FsIoError(fault, "readDir", inner, "injected");
+        }
+      },
+    });
+    const before = fs.snapshotTree("/");
+    await assert.rejects(
+      pruneRaw(view, tree.loopyRoot),
+      (error: unknown) => error instanceof FsIoError && error.code === fault,
+    );
+    assert.equal(failed, true);
+    assert.deepEqual(fs.snapshotTree("/"), before, "nothing moved aside or removed");
+    // Once the fault clears, a rerun finishes the job.
+    const report = await pruneRaw(view, tree.loopyRoot);
+    assert.deepEqual(removedPaths(report), [...tree.prunable].sort());
+    assert.deepEqual(report.skipped.filter((skip) => skip.reason === "unreadable"), []);
+  }
+  // A directory of the tree that is a file when it is listed (replaced since its parent was
+  // listed, then put back): the tree is measured again, and goes.
+  const { fs, tree } = await folded();
+  const [target] = rootAttempts(tree) as [string];
+  const inner = `${target}/agents`;
+  await fs.mkdir(inner, { recursive: true });
+  let replaced = 0;
+  const view = hookedFs(fs, {
+    before(method, args) {
+      if (method === "readDir" && args[0] === inner && replaced++ === 0) {
+        throw new NotADirectory("readDir", inner);
+      }
+    },
+  });
+  const report = await pruneRaw(view, tree.loopyRoot);
+  assert.equal(replaced >= 2, true, "measured again");
+  assert.deepEqual(removedPaths(report), [...tree.prunable].sort());
 });
 
 test("with an age limit, an attempt gone before its age is read is vanished; an I/O error there fails the prune", async () => {

@@ -5,7 +5,7 @@
  * @module
  */
 import type { DirEntry, FileSystem } from "../port/fs.ts";
-import { FsError, NotFound, PermissionDenied } from "../port/errors.ts";
+import { FsError, NotADirectory, NotFound, PermissionDenied } from "../port/errors.ts";
 import { join, NAME_MAX_BYTES, utf8Prefix } from "../port/path.ts";
 import { entryKind, isTempName, readDirIfExists } from "../port/durable.ts";
 import { mapLimit } from "../port/limit.ts";
@@ -271,9 +271,16 @@ class Planner {
           missing = error.path;
           continue;
         }
-        // A tree that cannot be walked (that name, a path too long, a directory that cannot be
-        // listed) is kept and reported; it stops nothing else.
-        return skipOf(path, "unreadable", `Its tree cannot be read: ${error.message}`);
+        // A directory of the tree replaced by a file since it was listed: measured again too.
+        if (error instanceof NotADirectory && look < MEASURE_LOOKS) continue;
+        // A tree that cannot be walked (that name, a tree still changing, a path too long, a
+        // directory the filesystem refuses to list) is kept and reported; it stops nothing else.
+        // An I/O error fails the call, as everywhere: nothing has changed yet, and a rerun
+        // finishes the job.
+        if (error instanceof NotFound || error instanceof NotADirectory || isRefusedHere(error)) {
+          return skipOf(path, "unreadable", `Its tree cannot be read: ${error.message}`);
+        }
+        throw error;
       }
     }
     return { target: { path, parent, name, kind, sessionId, isDirectory, bytes, guard } };
@@ -821,9 +828,10 @@ function validateOptions(
  * current task) and every raw directory at or above that iteration (a newer attempt, or one
  * being set up), a mirror session's traces while it runs, a session's raw output when its
  * `state.json` cannot be read (nobody can tell what is running), an entry whose tree cannot be read
- * to measure it (`unreadable`), and one the filesystem refuses to move aside or whose removal
- * failed once moved aside (`remove_failed`): one such tree stops nothing else, and a rerun tries
- * again. A directory where a session would be that cannot be identified (no regular
+ * to measure it (`unreadable`: refused, too deep to reach, or still changing; an I/O error there
+ * fails the call before anything moves), and one the filesystem refuses to move aside or whose
+ * removal failed once moved aside (`remove_failed`): one such tree stops nothing else, and a rerun
+ * tries again. A directory where a session would be that cannot be identified (no regular
  * `session.json`, or one the filesystem refuses to show) is reported once
  * (`manifest_unreadable`) with everything below it kept, and so is the mirror trace tree of its
  * tree (or of every tree, behind a linked `sessions/`), as what runs there is unknown. What runs
