@@ -17,6 +17,7 @@ import {
   SimulatedCrash,
 } from "../adapters/memory.ts";
 import { FsIoError } from "../src/port/errors.ts";
+import { isTempName } from "../src/port/durable.ts";
 import {
   appendEvents,
   type AttemptIdentity,
@@ -41,6 +42,7 @@ import {
   parseSessionOutcome,
   processNextChildRequest,
   pruneRaw,
+  PRUNING_PREFIX,
   publishChildRequest,
   readChildOutcome,
   readChildrenLedger,
@@ -1305,10 +1307,12 @@ function ioError(error: unknown): FsIoError | undefined {
  * Whether an operation may resolve although its filesystem call `calls[0]` failed (`calls` are
  * that call and every later one of the operation), by the module docs: the `realPath` of a
  * serialization key falls back to the path as spelled (`canonicalPath`), the removal of a root's
- * ordinal reservation may fail (`createRootSession`), and the event appended after an acceptance
- * or a child outcome committed is best effort (`appendEventAfterCommit`): the failed call and
- * everything after it then only touch the parent's `events.jsonl` (or check the directories on
- * its way).
+ * ordinal reservation may fail (`createRootSession`: the check of the directory on its way too),
+ * prune-raw reports an entry whose removal failed once moved aside as `remove_failed`
+ * (`pruneRaw`: a temp leftover, removed by its own name, too), and the event appended after an
+ * acceptance or a child outcome committed is best effort (`appendEventAfterCommit`): the failed
+ * call and everything after it then only touch the parent's `events.jsonl` (or check the
+ * directories on its way).
  */
 function tolerated(
   kind: string,
@@ -1318,7 +1322,16 @@ function tolerated(
   const call = calls[0];
   if (call === undefined) return false;
   if (call.op === "realPath") return true;
-  if (kind === "createRoot") return call.op === "remove" && call.path.includes("/.ordinal-");
+  if (kind === "createRoot") {
+    return calls.every((c) =>
+      (c.op === "remove" || c.op === "lstat") &&
+      (c.path.includes("/.ordinal-") || c.path.endsWith("/.loopy_loop/sessions"))
+    );
+  }
+  if (kind === "prune") {
+    const name = call.path.slice(call.path.lastIndexOf("/") + 1);
+    return call.op === "remove" && (name.startsWith(PRUNING_PREFIX) || isTempName(name));
+  }
   return (kind === "process:accept" || kind === "recordOutcome") &&
     calls.every((c) => c.path === events || events.startsWith(`${c.path}/`));
 }
@@ -1328,7 +1341,8 @@ test("random host sequences on a folded tree with an I/O error at a random step:
   const hits = new Map<string, number>();
   const failed = new Set<string>();
   let failures = 0;
-  for (const seed of seedsOf(1, FAULT_SEQUENCES)) {
+  const seeds = seedsOf(1, FAULT_SEQUENCES);
+  for (const seed of seeds) {
     const { ops, views, kinds, recorded } = await sequenceRun(seed);
     const next = mulberry32(seed * 104729);
     for (let k = 0; k < POINTS; k++) {
@@ -1375,7 +1389,7 @@ test("random host sequences on a folded tree with an I/O error at a random step:
   }
   // Faults fell in every kind of operation, and nearly always failed the call.
   assert.deepEqual([...hits.keys()].sort(), [...ALL_KINDS].sort());
-  assert.ok(failures > FAULT_SEQUENCES * POINTS * 0.8, `${failures} calls failed`);
+  assert.ok(failures > seeds.length * POINTS * 0.8, `${failures} calls failed`);
   assert.ok(failed.size >= 13, `calls failed in ${[...failed]}`);
   assert.ok(tally.landings.between > 5, JSON.stringify(tally.landings));
 });
