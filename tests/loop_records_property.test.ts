@@ -312,10 +312,28 @@ function header(g: Gen, roles: readonly MessageRole[]): Obj {
   return header;
 }
 
-const sessionArb: fc.Arbitrary<Session> = fc.gen().map((g) => {
-  const messages = history(g);
-  return { header: header(g, rolesOf(messages)), messages };
-});
+/** A new arbitrary of valid sessions (see `assertInRounds`). */
+function sessionArb(): fc.Arbitrary<Session> {
+  return fc.gen().map((g) => {
+    const messages = history(g);
+    return { header: header(g, rolesOf(messages)), messages };
+  });
+}
+
+/** How many runs `assertInRounds` makes on one set of arbitraries. */
+const RUNS_PER_ROUND = 500;
+
+/**
+ * `fc.assert` of the property `build` makes, `runs` times (stopping at the first failure), in
+ * rounds of at most `RUNS_PER_ROUND` runs, each on a property built afresh: an `fc.gen()`
+ * arbitrary keeps an arbitrary for each distinct argument list its runs gave it, which would grow
+ * without bound over the runs of a soak (`_soak.ts`).
+ */
+function assertInRounds<T>(build: () => fc.IProperty<T>, runs: number): void {
+  for (let done = 0; done < runs; done += RUNS_PER_ROUND) {
+    fc.assert(build(), { numRuns: Math.min(RUNS_PER_ROUND, runs - done), endOnFailure: true });
+  }
+}
 
 function loadSession(session: Session): void {
   const parsed = parseSessionHeader(session.header, { file: "meta.json" });
@@ -326,8 +344,8 @@ function loadSession(session: Session): void {
 // ---------------------------------------------------------------- valid sessions
 
 test("generated valid sessions always pass and every record schema accepts them", () => {
-  fc.assert(
-    fc.property(sessionArb, (session) => {
+  assertInRounds(() =>
+    fc.property(sessionArb(), (session) => {
       loadSession(session);
       assert.equal(v.is(SessionHeaderSchema, session.header), true);
       for (const message of session.messages) assert.equal(v.is(MessageSchema, message), true);
@@ -339,14 +357,12 @@ test("generated valid sessions always pass and every record schema accepts them"
       assert.ok(all(CompactionCheckpointSchema, h.compactions));
       assert.ok(all(SystemPromptCheckpointSchema, h.systemPromptCheckpoints));
       if (h.title !== undefined) assert.ok(v.is(SessionTitleSchema, h.title));
-    }),
-    { numRuns: RUNS, endOnFailure: true },
-  );
+    }), RUNS);
 });
 
 test("generated valid sessions round-trip through JSON unchanged", () => {
-  fc.assert(
-    fc.property(sessionArb, (session) => {
+  assertInRounds(() =>
+    fc.property(sessionArb(), (session) => {
       const text = JSON.stringify(session);
       const copy = JSON.parse(text) as Session;
       assert.deepEqual(copy, session);
@@ -354,14 +370,12 @@ test("generated valid sessions round-trip through JSON unchanged", () => {
       const parsed = parseSessionHeader(copy.header);
       assert.equal(JSON.stringify(parsed), JSON.stringify(session.header));
       assert.deepEqual(parseSessionHeader(JSON.parse(JSON.stringify(parsed))), parsed);
-    }),
-    { numRuns: RUNS, endOnFailure: true },
-  );
+    }), RUNS);
 });
 
 test("incremental validation from cloned states agrees with whole-history validation", () => {
-  fc.assert(
-    fc.property(sessionArb, fc.nat(), (session, cut) => {
+  assertInRounds(() =>
+    fc.property(sessionArb(), fc.nat(), (session, cut) => {
       const at = session.messages.length === 0 ? 0 : cut % (session.messages.length + 1);
       const committed = new MessageValidator();
       session.messages.slice(0, at).forEach((message, i) => committed.push(message, i));
@@ -370,9 +384,7 @@ test("incremental validation from cloned states agrees with whole-history valida
       next.finish();
       assert.equal(committed.nextIndex, at);
       assert.equal(next.nextIndex, session.messages.length);
-    }),
-    { numRuns: RUNS, endOnFailure: true },
-  );
+    }), RUNS);
 });
 
 // ---------------------------------------------------------------- single rule-breaking mutations
@@ -679,35 +691,36 @@ const MUTATIONS: readonly Mutation[] = [
 
 test("a single rule-breaking mutation is always rejected with a typed error naming the field", () => {
   const seen = new Set<string>();
-  fc.assert(
-    fc.property(sessionArb, fc.constantFrom(...MUTATIONS), fc.gen(), (session, mutation, g) => {
-      const broken = structuredClone(session);
-      const path = mutation.apply(broken, g);
-      fc.pre(path !== undefined);
-      seen.add(mutation.name);
-      let caught: unknown;
-      try {
-        loadSession(broken);
-      } catch (error) {
-        caught = error;
-      }
-      const kind = mutation.kind ?? SessionFormatError;
-      assert.ok(
-        caught instanceof kind,
-        `${mutation.name}: expected ${kind.name}, got ${String(caught)}`,
-      );
-      if (caught instanceof SessionFormatError) {
-        assert.equal(caught.path, path, `${mutation.name}: ${caught.message}`);
-        assert.ok(caught.message.includes(path as string), caught.message);
-        if (!(caught instanceof ToolPairingError) && path?.startsWith("messages[")) {
-          const index = Number(/^messages\[(\d+)\]/.exec(path)?.[1]);
-          assert.equal(v.is(MessageSchema, broken.messages[index]), false, "schema must agree");
+  assertInRounds(
+    () =>
+      fc.property(sessionArb(), fc.constantFrom(...MUTATIONS), fc.gen(), (session, mutation, g) => {
+        const broken = structuredClone(session);
+        const path = mutation.apply(broken, g);
+        fc.pre(path !== undefined);
+        seen.add(mutation.name);
+        let caught: unknown;
+        try {
+          loadSession(broken);
+        } catch (error) {
+          caught = error;
         }
-      } else {
-        assert.equal(kind, UnsupportedSessionError, String(caught));
-      }
-    }),
-    { numRuns: RUNS * 3, endOnFailure: true },
+        const kind = mutation.kind ?? SessionFormatError;
+        assert.ok(
+          caught instanceof kind,
+          `${mutation.name}: expected ${kind.name}, got ${String(caught)}`,
+        );
+        if (caught instanceof SessionFormatError) {
+          assert.equal(caught.path, path, `${mutation.name}: ${caught.message}`);
+          assert.ok(caught.message.includes(path as string), caught.message);
+          if (!(caught instanceof ToolPairingError) && path?.startsWith("messages[")) {
+            const index = Number(/^messages\[(\d+)\]/.exec(path)?.[1]);
+            assert.equal(v.is(MessageSchema, broken.messages[index]), false, "schema must agree");
+          }
+        } else {
+          assert.equal(kind, UnsupportedSessionError, String(caught));
+        }
+      }),
+    RUNS * 3,
   );
   assert.ok(seen.size >= MUTATIONS.length - 2, `only ${[...seen].join(", ")} were exercised`);
 });
@@ -751,27 +764,32 @@ test("MessageSchema and MessageValidator.push agree on randomly damaged messages
       [],
     ),
   );
-  fc.assert(
-    fc.property(sessionArb, fc.nat(), fc.nat(), damage, (session, which, where, value) => {
-      fc.pre(session.messages.length > 0);
-      const original = session.messages[which % session.messages.length] as Obj;
-      const spots = paths(original);
-      const damaged = setAt(
-        structuredClone(original),
-        spots[where % spots.length] as (string | number)[],
-        value,
-      );
-      let shapeError: unknown;
-      try {
-        // A lone message: pairing errors (ToolPairingError) are not shape errors.
-        new MessageValidator().push(damaged, 0);
-      } catch (error) {
-        if (!(error instanceof ToolPairingError)) shapeError = error;
-      }
-      if (shapeError !== undefined) assert.ok(shapeError instanceof SessionFormatError);
-      assert.equal(v.is(MessageSchema, damaged), shapeError === undefined, JSON.stringify(damaged));
-    }),
-    { numRuns: RUNS * 4, endOnFailure: true },
+  assertInRounds(
+    () =>
+      fc.property(sessionArb(), fc.nat(), fc.nat(), damage, (session, which, where, value) => {
+        fc.pre(session.messages.length > 0);
+        const original = session.messages[which % session.messages.length] as Obj;
+        const spots = paths(original);
+        const damaged = setAt(
+          structuredClone(original),
+          spots[where % spots.length] as (string | number)[],
+          value,
+        );
+        let shapeError: unknown;
+        try {
+          // A lone message: pairing errors (ToolPairingError) are not shape errors.
+          new MessageValidator().push(damaged, 0);
+        } catch (error) {
+          if (!(error instanceof ToolPairingError)) shapeError = error;
+        }
+        if (shapeError !== undefined) assert.ok(shapeError instanceof SessionFormatError);
+        assert.equal(
+          v.is(MessageSchema, damaged),
+          shapeError === undefined,
+          JSON.stringify(damaged),
+        );
+      }),
+    RUNS * 4,
   );
 });
 
@@ -849,8 +867,8 @@ test("parseSessionHeader and SessionHeaderSchema agree on randomly damaged heade
     fc.constantFrom(...IN_MEMORY_DAMAGE as Json[]),
   );
   let accepted = 0;
-  fc.assert(
-    fc.property(sessionArb, fc.nat(), damage, (session, where, value) => {
+  assertInRounds(() =>
+    fc.property(sessionArb(), fc.nat(), damage, (session, where, value) => {
       const spots = paths(session.header);
       const spot = spots[where % spots.length] as (string | number)[];
       const damaged = setAt(structuredClone(session.header), spot, value as Json | undefined);
@@ -873,9 +891,7 @@ test("parseSessionHeader and SessionHeaderSchema agree on randomly damaged heade
         accepted++;
         assert.deepEqual(parsed, schema.output);
       }
-    }),
-    { numRuns: RUNS * 8, endOnFailure: true },
-  );
+    }), RUNS * 8);
   assert.ok(accepted > RUNS / 3, `only ${accepted} damaged headers were still valid`);
 });
 
@@ -885,50 +901,55 @@ test("parseStorageMeta and StorageMetaSchema agree on randomly damaged meta.json
     fc.constantFrom(...IN_MEMORY_DAMAGE as Json[]),
     fc.constantFrom<Json>("e".repeat(64), "E".repeat(64), "e".repeat(63), 2 ** 53 - 1),
   );
-  fc.assert(
-    fc.property(sessionArb, fc.nat(), damage, fc.boolean(), (session, where, value, deep) => {
-      const meta: Obj = {
-        format: STORAGE_FORMAT,
-        version: STORAGE_VERSION,
-        header: session.header,
-        generation: "0".repeat(64),
-        start: 7,
-        bytes: 100,
-        messageCount: session.messages.length,
-      };
-      if (deep) meta.extra = 1;
-      const spots = paths(meta).filter((spot) => spot.length > 0 && (deep || spot.length === 1));
-      const spot = spots[where % spots.length] as (string | number)[];
-      const damaged = setAt(structuredClone(meta), spot, value as Json | undefined) as Obj;
-      let parsed: unknown;
-      let failure: unknown;
-      try {
-        parsed = parseStorageMeta(damaged, "meta.json");
-      } catch (error) {
-        failure = error;
-      }
-      // The reference: the envelope's schema, then the header's schema.
-      const envelope = v.safeParse(StorageMetaSchema, damaged);
-      const header = envelope.success
-        ? v.safeParse(SessionHeaderSchema, damaged.header)
-        : undefined;
-      const valid = damaged.format === STORAGE_FORMAT && damaged.version === STORAGE_VERSION &&
-        envelope.success && header?.success === true;
-      assert.equal(failure === undefined, valid, `${String(failure)}: ${JSON.stringify(damaged)}`);
-      if (failure !== undefined) {
-        assert.ok(
-          failure instanceof SessionFormatError || failure instanceof UnsupportedSessionError,
-          String(failure),
+  assertInRounds(
+    () =>
+      fc.property(sessionArb(), fc.nat(), damage, fc.boolean(), (session, where, value, deep) => {
+        const meta: Obj = {
+          format: STORAGE_FORMAT,
+          version: STORAGE_VERSION,
+          header: session.header,
+          generation: "0".repeat(64),
+          start: 7,
+          bytes: 100,
+          messageCount: session.messages.length,
+        };
+        if (deep) meta.extra = 1;
+        const spots = paths(meta).filter((spot) => spot.length > 0 && (deep || spot.length === 1));
+        const spot = spots[where % spots.length] as (string | number)[];
+        const damaged = setAt(structuredClone(meta), spot, value as Json | undefined) as Obj;
+        let parsed: unknown;
+        let failure: unknown;
+        try {
+          parsed = parseStorageMeta(damaged, "meta.json");
+        } catch (error) {
+          failure = error;
+        }
+        // The reference: the envelope's schema, then the header's schema.
+        const envelope = v.safeParse(StorageMetaSchema, damaged);
+        const header = envelope.success
+          ? v.safeParse(SessionHeaderSchema, damaged.header)
+          : undefined;
+        const valid = damaged.format === STORAGE_FORMAT && damaged.version === STORAGE_VERSION &&
+          envelope.success && header?.success === true;
+        assert.equal(
+          failure === undefined,
+          valid,
+          `${String(failure)}: ${JSON.stringify(damaged)}`,
         );
-        assert.equal((failure as SessionFormatError).file, "meta.json");
-      }
-      if (valid && envelope.success && header?.success) {
-        const expected = { ...envelope.output, header: header.output };
-        assert.deepEqual(parsed, expected);
-        assert.deepEqual(Object.keys(parsed as object), Object.keys(expected));
-      }
-    }),
-    { numRuns: RUNS * 4, endOnFailure: true },
+        if (failure !== undefined) {
+          assert.ok(
+            failure instanceof SessionFormatError || failure instanceof UnsupportedSessionError,
+            String(failure),
+          );
+          assert.equal((failure as SessionFormatError).file, "meta.json");
+        }
+        if (valid && envelope.success && header?.success) {
+          const expected = { ...envelope.output, header: header.output };
+          assert.deepEqual(parsed, expected);
+          assert.deepEqual(Object.keys(parsed as object), Object.keys(expected));
+        }
+      }),
+    RUNS * 4,
   );
 });
 
