@@ -70,6 +70,11 @@ export function seedsAfter(
   return seeds;
 }
 
+/** True for a seed a soak added (`seedsOf`, `seedsAfter`), not one a test writes. */
+export function isAddedSeed(seed: number): boolean {
+  return seed >= ADDED_SEEDS_START;
+}
+
 /** `runs` property runs in a normal run, `runs × factor` in a soak. */
 export function runsOf(runs: number, factor: number = SOAK): number {
   return runs * factor;
