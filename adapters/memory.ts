@@ -270,9 +270,9 @@ interface Resolved {
 
 const MAX_SYMLINK_HOPS = 40;
 /**
- * The largest file size, as ext4's with 4 KiB blocks (16 TiB less one block): a write or truncate past it fails
- * with `FsIoError` code `"EFBIG"`. Below it, a size the process cannot allocate fails with
- * `"ENOSPC"` (the memory is the disk).
+ * The largest file size, as ext4's with 4 KiB blocks (16 TiB less one block): a write or truncate
+ * past it fails with `FsIoError` code `"EFBIG"`. Below it, a size the process cannot allocate fails
+ * with `"ENOSPC"` (the memory is the disk).
  */
 const MAX_FILE_SIZE = 2 ** 44 - 4096;
 /** The longest name of one path component, in UTF-8 bytes (Linux's `NAME_MAX`). */

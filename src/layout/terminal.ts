@@ -83,9 +83,9 @@ export async function readControl(
  * current session/workflow/attempt and a producer with the needed role; the session must also be
  * the one this directory's `session.json` records (`producer.session_id`). The roles are the
  * session's frozen workflow contract's (`orchestration.completion_role` for `goal_met`,
- * `terminal_blocker_reporting_roles` for `unresolvable_error`),
- * and the caller's `completionRole` and `blockerReportingRoles`, when given, must hold as well. Returns the terminal
- * record with its bytes and hash, or `undefined` while the session is still running.
+ * `terminal_blocker_reporting_roles` for `unresolvable_error`), and the caller's `completionRole`
+ * and `blockerReportingRoles`, when given, must hold as well. Returns the terminal record with its
+ * bytes and hash, or `undefined` while the session is still running.
  *
  * A `goal_met` record must also stand on what it cites (the layout rules, §3): every
  * `evidence_refs` entry must resolve to a file, and every `eval_receipt_refs` entry must name an

@@ -19,11 +19,11 @@
  * parsing and writes overlap (one read ahead, one write behind); under full durability a second
  * handle on the staged log is synced every 8 MiB while the scan goes on, so the device writes back
  * as the file grows and the final fsync (always made, on the writing handle) has only the last
- * bytes left. The staging directory is made durable, the collection made private (0700, as a
- * save makes it: version 2 created collections with the default mode), and the staging directory
- * renamed to `<collection>/<id>/`; the legacy file is never modified and stays as a backup. A crash at any point leaves the legacy file intact and the
- * published directory either absent or complete; staging leftovers are skipped by readers and
- * removed by the next migration or cleanup.
+ * bytes left. The staging directory is made durable, the collection made private (0700, as a save
+ * makes it: version 2 created collections with the default mode), and the staging directory renamed
+ * to `<collection>/<id>/`; the legacy file is never modified and stays as a backup. A crash at any
+ * point leaves the legacy file intact and the published directory either absent or complete;
+ * staging leftovers are skipped by readers and removed by the next migration or cleanup.
  *
  * The caller (the store) holds the collection lock and has recovered the collection's leftovers
  * before migrating (a read-only open does so only when something of the session is held aside:

@@ -864,23 +864,24 @@ export class SessionManager {
    * as `JSON.stringify` writes them, as Loop writes them: a `Date` as its ISO string, a `Map` as
    * `{}`, `NaN` as `null`.
    *
-   * Saved messages are recognized by identity: pass the same objects again (or equal new ones,
-   * such as the copies a resumed host rebuilt from its pages: compared by value once, then kept
-   * as the saved messages, so later saves know them by identity). To change an earlier message,
-   * pass a new object in its place and leave the saved one as it is; the manager keeps the objects it was given and compares a new object with the saved one,
-   * so mutating a saved message in place is not seen as a change (nor is a copy carrying the
-   * same change), except for the last saved message, which is also compared with its saved line
-   * (hosts may finish it in place) while it is the last: once a save put messages after it, it is
-   * matched by identity like the others. The identity check costs a few nanoseconds per saved
-   * message; `append()` skips it. The metadata arrays given are copied when the call is made, so
-   * the caller may change them at once: what is validated is what is written. They must be plain
-   * data, extra fields included: a `Date`, `Map`, `Set`, boxed primitive or `BigInt` in them is
-   * refused, naming the field (JSON would write it as something else, or not at all). A save that fails
-   * stays pending as it was serialized (the messages it had not saved are copied from their
-   * lines), and `flush()` retries exactly that: a save that added messages to the saved history
-   * adds those copies again, without looking at the saved messages: a last saved message the host
-   * finished in place meanwhile is not saved by it, nor by a later `commit()` once the retried
-   * messages follow it (pass a new object for it, as for any earlier message).
+   * Saved messages are recognized by identity: pass the same objects again (or equal new ones, such
+   * as the copies a resumed host rebuilt from its pages: compared by value once, then kept as the
+   * saved messages, so later saves know them by identity). To change an earlier message, pass a new
+   * object in its place and leave the saved one as it is; the manager keeps the objects it was
+   * given and compares a new object with the saved one, so mutating a saved message in place is not
+   * seen as a change (nor is a copy carrying the same change), except for the last saved message,
+   * which is also compared with its saved line (hosts may finish it in place) while it is the last:
+   * once a save put messages after it, it is matched by identity like the others. The identity
+   * check costs a few nanoseconds per saved message; `append()` skips it. The metadata arrays given
+   * are copied when the call is made, so the caller may change them at once: what is validated is
+   * what is written. They must be plain data, extra fields included: a `Date`, `Map`, `Set`, boxed
+   * primitive or `BigInt` in them is refused, naming the field (JSON would write it as something
+   * else, or not at all). A save that fails stays pending as it was serialized (the messages it had
+   * not saved are copied from their lines), and `flush()` retries exactly that: a save that added
+   * messages to the saved history adds those copies again, without looking at the saved messages: a
+   * last saved message the host finished in place meanwhile is not saved by it, nor by a later
+   * `commit()` once the retried messages follow it (pass a new object for it, as for any earlier
+   * message).
    *
    * A save called while the session is idle validates and serializes its messages at the call,
    * so the caller may change its array and its message objects at once. Saves (`commit()` and
@@ -2109,7 +2110,8 @@ export class SessionManager {
   /**
    * Stores a title (validated and normalized form only); `undefined` removes it. Preserves
    * `updatedAt`. Extra fields pass through, as plain data (as for the metadata arrays of a save)
-   * within the header's nesting limit: a title that opening would refuse is refused here (on a draft too, before its first save).
+   * within the header's nesting limit: a title that opening would refuse is refused here (on a
+   * draft too, before its first save).
    */
   setTitle(title: SessionTitle | undefined): Promise<void> {
     let parsed: SessionTitle | undefined;
