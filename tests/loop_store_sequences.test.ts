@@ -1,7 +1,8 @@
 // Random sequences of what a host does to a session (saves that append, edit or shorten the
-// history, appends, pins, read receipts, reopenings, compactions), crashed at random points: the
-// session reopens at the state of the last operation that resolved or of the one in flight, as a
-// whole, and every view of it (the history, a page, both listings) agrees. RELIABILITY.md's crash
+// history, appends, user turns saved with a runtime context snapshot, pins, read receipts, titles,
+// reopenings, compactions), crashed at random points: the session reopens at the state of the
+// last operation that resolved or of the one in flight, as a whole, and every view of it (the
+// history, a page, both listings, the header's contexts and title) agrees. RELIABILITY.md's crash
 // loops cover each operation at every step; these cover them in combination.
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -10,7 +11,7 @@ import { type CrashOptions, MemoryFs, SimulatedCrash } from "../adapters/memory.
 import { SessionStore } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
 import type { Durability } from "../src/port/durable.ts";
-import type { Message } from "../src/loop/records/mod.ts";
+import type { Message, RuntimeContextSnapshot } from "../src/loop/records/mod.ts";
 import { assistant, legacySessionBytes, user } from "./_fixtures.ts";
 import { mulberry32 } from "../adapters/_memory_nodes.ts";
 import { seedsOf } from "./_soak.ts";
@@ -23,6 +24,10 @@ interface State {
   readonly messages: readonly Message[];
   readonly pinned: boolean;
   readonly unread: boolean;
+  /** The runtime contexts of the header (written from kept bytes by a save that omits them). */
+  readonly contexts: readonly RuntimeContextSnapshot[];
+  /** The stored title's text. */
+  readonly title: string | undefined;
 }
 
 type Op =
@@ -34,7 +39,15 @@ type Op =
   | { readonly kind: "read" }
   | { readonly kind: "reopen" }
   | { readonly kind: "compact" }
-  | { readonly kind: "burst"; readonly parts: readonly BurstPart[] };
+  | { readonly kind: "burst"; readonly parts: readonly BurstPart[] }
+  // A user turn saved with a runtime context snapshot for it (the complete array passed).
+  | {
+    readonly kind: "context";
+    readonly via: "commit" | "append";
+    readonly added: readonly Message[];
+    readonly tag: string;
+  }
+  | { readonly kind: "title"; readonly text: string | undefined };
 
 /** One save of a burst: saves called together, without waiting (written as one batch). */
 type BurstPart =
@@ -49,8 +62,14 @@ function sequence(seed: number, length: number): Op[] {
   let count = 2; // the baseline's history
   for (let i = 0; i < length; i++) {
     const tag = `s${seed}o${i}`;
-    const roll = pick(11);
-    if (roll === 10) {
+    const roll = pick(13);
+    if (roll === 11) {
+      const added = [user(`${tag} question`), assistant(`${tag} answer`)];
+      ops.push({ kind: "context", via: pick(2) === 0 ? "append" : "commit", added, tag });
+      count += added.length;
+    } else if (roll === 12) {
+      ops.push({ kind: "title", text: pick(3) === 0 ? undefined : `${tag} title` });
+    } else if (roll === 10) {
       const parts: BurstPart[] = [];
       for (let k = 0, n = 2 + pick(3); k < n; k++) {
         if (pick(4) === 0) {
@@ -107,8 +126,26 @@ function model(state: State, op: Op): State {
           i === op.at ? edited(message, op.text) : message
         ),
       };
-    case "shorten":
-      return { ...state, messages: state.messages.slice(0, state.messages.length - op.by) };
+    case "shorten": {
+      // The host passes the contexts of the turns that remain (a save that keeps a snapshot of
+      // a turn no longer in the history is refused).
+      const messages = state.messages.slice(0, state.messages.length - op.by);
+      const turns = userTurns(messages);
+      return { ...state, messages, contexts: state.contexts.filter((c) => c.userTurn < turns) };
+    }
+    case "context":
+      return {
+        ...state,
+        messages: [...state.messages, ...op.added],
+        unread: true,
+        contexts: [...state.contexts, {
+          userTurn: userTurns(state.messages),
+          content: `context of ${op.tag}`,
+          timestamp: 1_700_000_000_000 + state.messages.length,
+        }],
+      };
+    case "title":
+      return { ...state, title: op.text };
     case "pin":
       return { ...state, pinned: op.pinned };
     case "read":
@@ -119,6 +156,11 @@ function model(state: State, op: Op): State {
     case "burst":
       return op.parts.reduce(model, state);
   }
+}
+
+/** The number of user messages of `messages`: the user turn a new user message starts. */
+function userTurns(messages: readonly Message[]): number {
+  return messages.filter((message) => message.role === "user").length;
 }
 
 /** The new message objects made by `edited`, by role and text: the model's runs agree. */
@@ -160,8 +202,20 @@ async function perform(
       await session.commit(messages);
       return session;
     }
-    case "shorten":
-      await session.commit(session.messages.slice(0, expected.messages.length));
+    case "shorten": {
+      const contexts = session.getHeader().runtimeContexts ?? [];
+      const trimmed = contexts.length === expected.contexts.length ? undefined : expected.contexts;
+      await session.commit(session.messages.slice(0, expected.messages.length), trimmed);
+      return session;
+    }
+    case "context":
+      if (op.via === "append") await session.append(op.added, expected.contexts);
+      else await session.commit([...session.messages, ...op.added], expected.contexts);
+      return session;
+    case "title":
+      await session.setTitle(
+        op.text === undefined ? undefined : { text: op.text, source: "user", messageIndices: [] },
+      );
       return session;
     case "pin":
       await session.setPinned(op.pinned);
@@ -203,6 +257,9 @@ function stateOf(session: SessionManager): State {
     messages: session.messages,
     pinned: header.pinnedAt !== undefined,
     unread: header.unread === true,
+    contexts: header.runtimeContexts ?? [],
+    // Without a stored title the header shows the fallback of the first user message.
+    title: header.title?.source === "fallback" ? undefined : header.title?.text,
   };
 }
 
@@ -316,7 +373,7 @@ for (const durability of ["full", "ordered"] as const) {
     }
     assert.equal(checked, seeds.length * 3 * crashes.length);
     // Every kind of operation ran, and most crash points fell inside one.
-    assert.equal(kinds.size, 9, [...kinds].join());
+    assert.equal(kinds.size, 11, [...kinds].join());
     assert.ok(midOperation > 80, `${midOperation} of 120 crash points inside an operation`);
   });
 }
@@ -357,13 +414,13 @@ async function runWithFault(
     fs.clearFaults();
     if (
       op.kind === "commit" || op.kind === "append" || op.kind === "edit" ||
-      op.kind === "shorten" || op.kind === "burst"
+      op.kind === "shorten" || op.kind === "burst" || op.kind === "context"
     ) {
       assert.equal(session.hasPendingSave, true, `a failed ${op.kind} is pending`);
       await session.flush();
       state = target;
       assert.ok(same(stateOf(session), state), `${op.kind}: flushed to another state`);
-    } else if (op.kind === "pin" || op.kind === "read") {
+    } else if (op.kind === "pin" || op.kind === "read" || op.kind === "title") {
       assert.ok(same(stateOf(session), state), `a failed ${op.kind} changed the state`);
       // Nor do readers see it meanwhile (the caller was told it failed).
       const reader = await store.open(base.dir, { readOnly: true });
