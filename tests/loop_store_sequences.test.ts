@@ -1,9 +1,9 @@
 // Random sequences of what a host does to a session (saves that append, edit or shorten the
-// history, appends, user turns saved with a runtime context snapshot, pins, read receipts, titles,
-// reopenings, compactions), crashed at random points: the session reopens at the state of the
-// last operation that resolved or of the one in flight, as a whole, and every view of it (the
-// history, a page, both listings, the header's contexts and title) agrees. RELIABILITY.md's crash
-// loops cover each operation at every step; these cover them in combination.
+// history, appends, user turns saved with a runtime context and a prompt timing, pins, read
+// receipts, titles, reopenings, compactions), crashed at random points: the session reopens at the
+// state of the last operation that resolved or of the one in flight, as a whole, and every view of
+// it (the history, a page, both listings, the header's contexts, timings and title) agrees.
+// RELIABILITY.md's crash loops cover each operation at every step; these cover them in combination.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { isDeepStrictEqual as same } from "node:util";
@@ -11,7 +11,7 @@ import { type CrashOptions, MemoryFs, SimulatedCrash } from "../adapters/memory.
 import { SessionStore } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
 import type { Durability } from "../src/port/durable.ts";
-import type { Message, RuntimeContextSnapshot } from "../src/loop/records/mod.ts";
+import type { Message, PromptTiming, RuntimeContextSnapshot } from "../src/loop/records/mod.ts";
 import { assistant, legacySessionBytes, user } from "./_fixtures.ts";
 import { mulberry32 } from "../adapters/_memory_nodes.ts";
 import { seedsOf } from "./_soak.ts";
@@ -26,6 +26,8 @@ interface State {
   readonly unread: boolean;
   /** The runtime contexts of the header (written from kept bytes by a save that omits them). */
   readonly contexts: readonly RuntimeContextSnapshot[];
+  /** The prompt timings of the header (the same). */
+  readonly timings: readonly PromptTiming[];
   /** The stored title's text. */
   readonly title: string | undefined;
 }
@@ -40,7 +42,8 @@ type Op =
   | { readonly kind: "reopen" }
   | { readonly kind: "compact" }
   | { readonly kind: "burst"; readonly parts: readonly BurstPart[] }
-  // A user turn saved with a runtime context snapshot for it (the complete array passed).
+  // A user turn saved with a runtime context snapshot and a prompt timing for it (the complete
+  // arrays passed).
   | {
     readonly kind: "context";
     readonly via: "commit" | "append";
@@ -52,7 +55,8 @@ type Op =
 /** One save of a burst: saves called together, without waiting (written as one batch). */
 type BurstPart =
   | { readonly kind: "commit" | "append"; readonly added: readonly Message[] }
-  | { readonly kind: "edit"; readonly at: number; readonly text: string };
+  | { readonly kind: "edit"; readonly at: number; readonly text: string }
+  | Extract<Op, { readonly kind: "context" }>;
 
 /** A sequence of `length` operations; message texts name the sequence and the step. */
 function sequence(seed: number, length: number): Op[] {
@@ -72,12 +76,17 @@ function sequence(seed: number, length: number): Op[] {
     } else if (roll === 10) {
       const parts: BurstPart[] = [];
       for (let k = 0, n = 2 + pick(3); k < n; k++) {
-        if (pick(4) === 0) {
+        const part = pick(5);
+        if (part === 0) {
           parts.push({ kind: "edit", at: pick(count), text: `${tag}p${k} edited` });
           continue;
         }
         const added = [user(`${tag}p${k} question`), assistant(`${tag}p${k} answer`)];
-        parts.push({ kind: pick(2) === 0 ? "append" : "commit", added });
+        // A save that passes the metadata arrays, written in one batch with saves that omit them.
+        if (part === 1) {
+          const via = pick(2) === 0 ? "append" : "commit";
+          parts.push({ kind: "context", via, added, tag: `${tag}p${k}` });
+        } else parts.push({ kind: pick(2) === 0 ? "append" : "commit", added });
         count += added.length;
       }
       ops.push({ kind: "burst", parts });
@@ -127,11 +136,16 @@ function model(state: State, op: Op): State {
         ),
       };
     case "shorten": {
-      // The host passes the contexts of the turns that remain (a save that keeps a snapshot of
-      // a turn no longer in the history is refused).
+      // The host passes the contexts and timings of the turns that remain (a save that keeps one
+      // of a turn no longer in the history is refused).
       const messages = state.messages.slice(0, state.messages.length - op.by);
       const turns = userTurns(messages);
-      return { ...state, messages, contexts: state.contexts.filter((c) => c.userTurn < turns) };
+      return {
+        ...state,
+        messages,
+        contexts: state.contexts.filter((c) => c.userTurn < turns),
+        timings: state.timings.filter((t) => t.userMessageIndex < messages.length),
+      };
     }
     case "context":
       return {
@@ -142,6 +156,11 @@ function model(state: State, op: Op): State {
           userTurn: userTurns(state.messages),
           content: `context of ${op.tag}`,
           timestamp: 1_700_000_000_000 + state.messages.length,
+        }],
+        timings: [...state.timings, {
+          userMessageIndex: state.messages.length,
+          startedAt: 1_700_000_000_000 + state.messages.length,
+          finishedAt: 1_700_000_000_500 + state.messages.length,
         }],
       };
     case "title":
@@ -203,14 +222,30 @@ async function perform(
       return session;
     }
     case "shorten": {
-      const contexts = session.getHeader().runtimeContexts ?? [];
-      const trimmed = contexts.length === expected.contexts.length ? undefined : expected.contexts;
-      await session.commit(session.messages.slice(0, expected.messages.length), trimmed);
+      const header = session.getHeader();
+      const contexts = (header.runtimeContexts ?? []).length === expected.contexts.length
+        ? undefined
+        : expected.contexts;
+      const timings = (header.promptTimings ?? []).length === expected.timings.length
+        ? undefined
+        : expected.timings;
+      await session.commit(
+        session.messages.slice(0, expected.messages.length),
+        contexts,
+        timings,
+      );
       return session;
     }
     case "context":
-      if (op.via === "append") await session.append(op.added, expected.contexts);
-      else await session.commit([...session.messages, ...op.added], expected.contexts);
+      if (op.via === "append") {
+        await session.append(op.added, expected.contexts, expected.timings);
+      } else {
+        await session.commit(
+          [...session.messages, ...op.added],
+          expected.contexts,
+          expected.timings,
+        );
+      }
       return session;
     case "title":
       await session.setTitle(
@@ -236,6 +271,11 @@ async function perform(
       const saves = op.parts.map((part) => {
         const before = state.messages;
         state = model(state, part);
+        if (part.kind === "context") {
+          return part.via === "append"
+            ? session.append(part.added, state.contexts, state.timings)
+            : session.commit(state.messages, state.contexts, state.timings);
+        }
         if (part.kind !== "edit") {
           return part.kind === "append"
             ? session.append(part.added)
@@ -258,6 +298,7 @@ function stateOf(session: SessionManager): State {
     pinned: header.pinnedAt !== undefined,
     unread: header.unread === true,
     contexts: header.runtimeContexts ?? [],
+    timings: header.promptTimings ?? [],
     // Without a stored title the header shows the fallback of the first user message.
     title: header.title?.source === "fallback" ? undefined : header.title?.text,
   };
