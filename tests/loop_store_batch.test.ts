@@ -139,7 +139,7 @@ test("saves called together, before the first one runs, are written with one met
   assert.deepEqual(await savedOn(setup.store, session), expected);
 });
 
-test("a queued batch keeps the metadata each save gave: a later array wins, an omitted one is kept", async () => {
+test("a queued batch keeps the metadata each save gave: a later array wins, an omitted one is kept (contexts, timings, checkpoints)", async () => {
   const { store, publishes, holdNextPublish } = await rig();
   const session = await store.create(CWD);
   const history = conversation(2);
@@ -147,12 +147,13 @@ test("a queued batch keeps the metadata each save gave: a later array wins, an o
   const contexts = [{ userTurn: 0, content: "ctx", timestamp: 1 }];
   const later = [{ userTurn: 1, content: "later ctx", timestamp: 2 }];
   const checkpoints = [{ messageCount: 1, timestamp: 1, sections: { preamble: "hi" } }];
+  const timings = [{ userMessageIndex: history.length, startedAt: 1, finishedAt: 2 }];
   const published = publishes();
   const { release } = holdNextPublish();
   const [a, b, c] = [user("a"), assistant("b"), user("c")];
   const saves = [
     session.commit([...history, a]),
-    session.commit([...history, a], contexts as never, undefined, {
+    session.commit([...history, a], contexts as never, timings, {
       systemPromptCheckpoints: checkpoints as never,
     }),
     session.append([b]),
@@ -163,9 +164,11 @@ test("a queued batch keeps the metadata each save gave: a later array wins, an o
   assert.equal(publishes() - published, 1);
   assert.deepEqual(session.getRuntimeContexts(), later);
   assert.deepEqual(session.getSystemPromptCheckpoints(), checkpoints);
+  assert.deepEqual(session.getPromptTimings(), timings);
   const reopened = await store.open(session.getSessionPath(), { readOnly: true });
   assert.deepEqual(reopened.getRuntimeContexts(), later);
   assert.deepEqual(reopened.getSystemPromptCheckpoints(), checkpoints);
+  assert.deepEqual(reopened.getPromptTimings(), timings);
   assert.deepEqual(reopened.messages, [...history, a, b, c]);
   await reopened.close();
   // An empty array given later removes the field, as it does for a save called alone.
@@ -179,6 +182,7 @@ test("a queued batch keeps the metadata each save gave: a later array wins, an o
   await Promise.all(more);
   assert.deepEqual(session.getRuntimeContexts(), []);
   assert.deepEqual(session.getSystemPromptCheckpoints(), checkpoints);
+  assert.deepEqual(session.getPromptTimings(), timings);
 });
 
 test("a queued save that fails validation rejects alone; the batch is written without it", async () => {
