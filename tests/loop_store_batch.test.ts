@@ -139,7 +139,7 @@ test("saves called together, before the first one runs, are written with one met
   assert.deepEqual(await savedOn(setup.store, session), expected);
 });
 
-test("a queued batch keeps the metadata each save gave: a later array wins, an omitted one is kept (contexts, timings, checkpoints)", async () => {
+test("a queued batch keeps the metadata each save gave: a later array wins, an omitted one is kept (each of the four arrays)", async () => {
   const { store, publishes, holdNextPublish } = await rig();
   const session = await store.create(CWD);
   const history = conversation(2);
@@ -148,12 +148,24 @@ test("a queued batch keeps the metadata each save gave: a later array wins, an o
   const later = [{ userTurn: 1, content: "later ctx", timestamp: 2 }];
   const checkpoints = [{ messageCount: 1, timestamp: 1, sections: { preamble: "hi" } }];
   const timings = [{ userMessageIndex: history.length, startedAt: 1, finishedAt: 2 }];
+  // The summary of the history up to `a`, keeping `a` on.
+  const compactions = [{
+    id: "0b8f2f9e-3c1d-4a5b-9e6f-7a8b9c0d1e2f",
+    firstKeptMessageIndex: history.length,
+    historyMessageCount: history.length + 1,
+    summary: "the story so far",
+    timestamp: 5,
+    provider: "synthetic",
+    model: "model-1",
+    usage: { input: 1, output: 1, cacheRead: 0, cacheWrite: 0, totalTokens: 2 },
+  }];
   const published = publishes();
   const { release } = holdNextPublish();
   const [a, b, c] = [user("a"), assistant("b"), user("c")];
   const saves = [
     session.commit([...history, a]),
     session.commit([...history, a], contexts as never, timings, {
+      compactions,
       systemPromptCheckpoints: checkpoints as never,
     }),
     session.append([b]),
@@ -165,10 +177,12 @@ test("a queued batch keeps the metadata each save gave: a later array wins, an o
   assert.deepEqual(session.getRuntimeContexts(), later);
   assert.deepEqual(session.getSystemPromptCheckpoints(), checkpoints);
   assert.deepEqual(session.getPromptTimings(), timings);
+  assert.deepEqual(session.getCompactions(), compactions);
   const reopened = await store.open(session.getSessionPath(), { readOnly: true });
   assert.deepEqual(reopened.getRuntimeContexts(), later);
   assert.deepEqual(reopened.getSystemPromptCheckpoints(), checkpoints);
   assert.deepEqual(reopened.getPromptTimings(), timings);
+  assert.deepEqual(reopened.getCompactions(), compactions);
   assert.deepEqual(reopened.messages, [...history, a, b, c]);
   await reopened.close();
   // An empty array given later removes the field, as it does for a save called alone.
@@ -183,6 +197,7 @@ test("a queued batch keeps the metadata each save gave: a later array wins, an o
   assert.deepEqual(session.getRuntimeContexts(), []);
   assert.deepEqual(session.getSystemPromptCheckpoints(), checkpoints);
   assert.deepEqual(session.getPromptTimings(), timings);
+  assert.deepEqual(session.getCompactions(), compactions);
 });
 
 test("a queued save that fails validation rejects alone; the batch is written without it", async () => {
