@@ -200,6 +200,36 @@ test("a queued batch keeps the metadata each save gave: a later array wins, an o
   assert.deepEqual(session.getCompactions(), compactions);
 });
 
+test("a batch whose first save changes only metadata writes the messages the saves after it add", async () => {
+  for (const then of ["append", "commit"] as const) {
+    const { store, publishes, holdNextPublish } = await rig();
+    const session = await store.create(CWD);
+    const history = conversation(2);
+    await session.commit(history);
+    const contexts = [{ userTurn: 0, content: "ctx", timestamp: 1 }];
+    const [a, b] = [user("a"), assistant("b")];
+    const published = publishes();
+    const { release, reached } = holdNextPublish();
+    // A pin in flight; behind it, a save of the same history with new contexts (no message
+    // bytes), then a save that adds two messages.
+    const pinned = session.setPinned(true);
+    await reached;
+    const saves = [
+      session.commit(history, contexts),
+      then === "append" ? session.append([a, b]) : session.commit([...history, a, b]),
+    ];
+    release();
+    await Promise.all([pinned, ...saves]);
+    assert.equal(publishes() - published, 2, then); // the pin, then the batch
+    const reopened = await store.open(session.getSessionPath(), { readOnly: true });
+    assert.deepEqual(reopened.messages, [...history, a, b], then);
+    assert.deepEqual(reopened.getRuntimeContexts(), contexts, then);
+    await reopened.close();
+    assert.deepEqual(await savedOn(store, session), [...history, a, b], then);
+    await session.close();
+  }
+});
+
 test("a queued save that fails validation rejects alone; the batch is written without it", async () => {
   const { store, publishes, holdNextPublish } = await rig();
   const session = await store.create(CWD);
