@@ -155,6 +155,25 @@ test("an index.json that lists no round for a history with user messages is not 
   assert.equal(fast.title?.text, "r0 question ✓");
 });
 
+test("a canonical index.json whose head counts cannot be true is not believed: its rounds or the log give the count", async () => {
+  const { fs: base, dir } = await savedSession([conversation(2)]);
+  const path = `${dir}/index.json`;
+  const text = decoder.decode(await base.readFile(path));
+  const messages = Number(/"messageCount":(\d+),"roundCount":2,/.exec(text)?.[1]);
+  assert.ok(messages > 2, text);
+  // In the canonical form the listing reads by its head: more rounds than messages, no round for
+  // a history holding user messages, and (believed within those bounds, by design) one round
+  // fewer than the index lists.
+  for (const [roundCount, expected] of [[messages + 1, 2], [0, 2], [1, 1]]) {
+    const fs = base.clone();
+    const lying = text.replace(/"roundCount":2,/, `"roundCount":${roundCount},`);
+    await fs.writeFile(path, encoder.encode(lying));
+    const fast = await listedOne(fs, true);
+    assert.equal(fast.userMessageCount, expected, `roundCount ${roundCount}`);
+    assert.equal(fast.messageCount, messages);
+  }
+});
+
 test("an index.json whose rounds sit closer together than lines can be is not believed", async () => {
   const { fs, dir, indexes } = await savedSession([conversation(2)]);
   const index = indexes[0] as RoundIndex;
