@@ -5,6 +5,7 @@ import { encodeRoundIndex, parseRoundIndexText, type RoundIndex } from "../src/l
 import { MemoryFs } from "../adapters/memory.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import type { ProcessProbe } from "../src/loop/lock.ts";
+import type { SessionManager } from "../src/loop/session_manager.ts";
 import { portableSha256 } from "../src/port/sha256.ts";
 import { FsIoError } from "../src/port/errors.ts";
 import { hookedFs } from "./_hooks.ts";
@@ -284,4 +285,12 @@ export function failingWithEio(
       if (fails(method, path)) throw new FsIoError("EIO", method, path, "Input/output error");
     },
   });
+}
+
+/** The messages `session` has saved on disk, as another (read-only) manager reads them. */
+export async function savedOn(store: SessionStore, session: SessionManager): Promise<Message[]> {
+  const other = await store.open(session.getSessionPath(), { readOnly: true });
+  const messages = other.messages;
+  await other.close();
+  return messages;
 }

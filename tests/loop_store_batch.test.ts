@@ -14,7 +14,7 @@ import {
 import { SessionStore } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
 import type { Message } from "../src/loop/records/mod.ts";
-import { assistant, conversation, toolResult, user } from "./_fixtures.ts";
+import { assistant, conversation, savedOn, toolResult, user } from "./_fixtures.ts";
 import { gate, hookedFs } from "./_hooks.ts";
 import { crashAtEveryOperation } from "./_crash.ts";
 
@@ -70,13 +70,6 @@ async function rig(memory = new MemoryFs()): Promise<Rig> {
       fail = true;
     },
   };
-}
-
-async function savedOn(store: SessionStore, session: SessionManager): Promise<Message[]> {
-  const other = await store.open(session.getSessionPath(), { readOnly: true });
-  const messages = other.messages;
-  await other.close();
-  return messages;
 }
 
 /** Calls the saves of one burst: `first` at once, the others while it is in flight. */

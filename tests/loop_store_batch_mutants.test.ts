@@ -9,8 +9,7 @@ import type { FileSystem, OpenOptions } from "../src/port/fs.ts";
 import { PendingSaveError, SessionError, SessionFormatError } from "../src/loop/errors.ts";
 import { SessionStore } from "../src/loop/store.ts";
 import type { SessionManager } from "../src/loop/session_manager.ts";
-import type { Message } from "../src/loop/records/mod.ts";
-import { assistant, conversation, toolResult, user } from "./_fixtures.ts";
+import { assistant, conversation, savedOn, toolResult, user } from "./_fixtures.ts";
 import { hookedFs } from "./_hooks.ts";
 
 const CWD = "/work/project";
@@ -70,14 +69,6 @@ async function rig(): Promise<Rig> {
       fail = true;
     },
   };
-}
-
-/** The messages saved on disk, read by another manager. */
-async function savedOn(store: SessionStore, session: SessionManager): Promise<Message[]> {
-  const other = await store.open(session.getSessionPath(), { readOnly: true });
-  const messages = other.messages;
-  await other.close();
-  return messages;
 }
 
 /** The names in the session's directory, sorted. */
