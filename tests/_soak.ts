@@ -43,7 +43,8 @@ export const SOAK_FROM: number = parseSoakFrom(process.env.LOOP_SOAK_FROM);
 
 /**
  * The seeds of a loop that a normal run takes from `first` to `first + count - 1`: those, then
- * in a soak `count × (factor - 1)` more, from `ADDED_SEEDS_START + from + first` on.
+ * in a soak `count × (factor - 1)` more, from `ADDED_SEEDS_START + from + first` on (so that
+ * loops over other ranges add other seeds).
  */
 export function seedsOf(
   first: number,
@@ -51,14 +52,11 @@ export function seedsOf(
   factor: number = SOAK,
   from: number = SOAK_FROM,
 ): number[] {
-  const seeds: number[] = [];
-  for (let i = 0; i < count; i++) seeds.push(first + i);
-  const added = ADDED_SEEDS_START + from + first;
-  for (let i = 0; i < count * (factor - 1); i++) seeds.push(added + i);
-  return seeds;
+  const listed = Array.from({ length: count }, (_, i) => first + i);
+  return seedsAfter(listed, factor, from + first);
 }
 
-/** The seeds `listed`, plus in a soak as many more per seed (see `seedsOf`) as the factor asks. */
+/** The seeds `listed`, then in a soak `listed.length × (factor - 1)` more (see `seedsOf`). */
 export function seedsAfter(
   listed: readonly number[],
   factor: number = SOAK,
