@@ -15,6 +15,7 @@ import {
 } from "node:fs";
 import { Buffer } from "node:buffer";
 import { open as openNative } from "node:fs/promises";
+import { joinBytes } from "../src/port/bytes.ts";
 import { FsError, FsIoError, IsADirectory } from "../src/port/errors.ts";
 import type { OpenedFile } from "../src/port/fs.ts";
 import { callMapped, codeOf, mapNativeError } from "./_errors.ts";
@@ -241,15 +242,7 @@ function readToEnd(fd: number, finish: (failure: unknown, bytes?: Uint8Array) =>
     const chunk = new Uint8Array(TO_END_CHUNK);
     readCallback(fd, chunk, 0, chunk.length, total, (error, bytesRead) => {
       if (error !== null) return finish(error);
-      if (bytesRead === 0) {
-        const bytes = new Uint8Array(total);
-        let at = 0;
-        for (const part of chunks) {
-          bytes.set(part, at);
-          at += part.length;
-        }
-        return finish(undefined, bytes);
-      }
+      if (bytesRead === 0) return finish(undefined, joinBytes(chunks, total));
       chunks.push(chunk.subarray(0, bytesRead));
       total += bytesRead;
       next();

@@ -8,7 +8,7 @@
 import { type Message, newSessionHeader } from "../mod.ts";
 import { migrateLegacySession } from "../src/loop/legacy.ts";
 import { join } from "../src/port/path.ts";
-import { joinBytes } from "../src/loop/storage.ts";
+import { joinBytes } from "../src/port/bytes.ts";
 import { syntheticHistory } from "./data.ts";
 import { BenchError, measurePair } from "./harness.ts";
 import { count, type GlobalCase } from "./context.ts";

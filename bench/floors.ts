@@ -9,7 +9,7 @@
  */
 import type { Durability, FileSystem, Sha256Factory } from "../mod.ts";
 import { dirname, join } from "../src/port/path.ts";
-import { joinBytes } from "../src/loop/storage.ts";
+import { joinBytes } from "../src/port/bytes.ts";
 import { FAST_LIST_CONCURRENCY, FULL_LIST_CONCURRENCY } from "../src/loop/discovery.ts";
 import type { Subject } from "./harness.ts";
 

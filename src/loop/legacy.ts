@@ -32,6 +32,7 @@
  * @module
  */
 import type { FileHandle, FileSystem } from "../port/fs.ts";
+import { joinBytes } from "../port/bytes.ts";
 import {
   forgetDurable,
   PRIVATE_DIR_MODE,
@@ -64,7 +65,6 @@ import {
   INDEX_FILE,
   INDEX_FORMAT,
   INDEX_VERSION,
-  joinBytes,
   MESSAGES_FILE,
   META_FILE,
   openSessionFile,

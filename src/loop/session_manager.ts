@@ -18,6 +18,7 @@
  * @module
  */
 import type { FileHandle, FileInfo, FileSystem } from "../port/fs.ts";
+import { joinBytes } from "../port/bytes.ts";
 import { AlreadyExists, NotADirectory, NotFound } from "../port/errors.ts";
 import type { Sha256, Sha256Factory } from "../port/sha256.ts";
 import {
@@ -91,7 +92,6 @@ import {
   INDEX_FORMAT,
   INDEX_VERSION,
   indexMatches,
-  joinBytes,
   MESSAGES_FILE,
   META_FILE,
   openSessionFile,

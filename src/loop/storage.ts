@@ -11,6 +11,7 @@ import type { EntryKind, FileHandle, FileSystem } from "../port/fs.ts";
 import { FsError, NotADirectory, NotFound } from "../port/errors.ts";
 import type { Sha256, Sha256Factory } from "../port/sha256.ts";
 import { join } from "../port/path.ts";
+import { joinBytes } from "../port/bytes.ts";
 import { entryKind } from "../port/durable.ts";
 import {
   type Found,
@@ -1542,24 +1543,6 @@ export async function openMessages(
     }
     throw error;
   }
-}
-
-/**
- * `pieces` in order in one array (`length` is their total size). A single piece is returned as
- * it is, without a copy.
- */
-export function joinBytes(
-  pieces: readonly Uint8Array[],
-  length: number = pieces.reduce((sum, piece) => sum + piece.length, 0),
-): Uint8Array {
-  if (pieces.length === 1) return pieces[0] as Uint8Array;
-  const out = new Uint8Array(length);
-  let offset = 0;
-  for (const piece of pieces) {
-    out.set(piece, offset);
-    offset += piece.length;
-  }
-  return out;
 }
 
 /**

@@ -8,6 +8,7 @@
  * @module
  */
 import type { EntryKind, FileHandle, FileSystem } from "../port/fs.ts";
+import { joinBytes } from "../port/bytes.ts";
 import { FsError, NotFound } from "../port/errors.ts";
 import type { Sha256Factory } from "../port/sha256.ts";
 import {
@@ -51,7 +52,6 @@ import {
   INDEX_FORMAT,
   INDEX_VERSION,
   indexMatches,
-  joinBytes,
   MESSAGES_FILE,
   META_FILE,
   missingMetaError,
