@@ -18,6 +18,7 @@ import {
   type SizeCase,
 } from "./context.ts";
 import { formatMs } from "./report.ts";
+import { HEAD_BYTES } from "../src/loop/storage.ts";
 
 /** Operation names. */
 export const LIST_OP = {
@@ -26,6 +27,7 @@ export const LIST_OP = {
   full: "full list",
   fastOne: "fast list of one session",
   fastLarge: "fast list of large sessions",
+  fastLargeTwoFiles: "fast list of large sessions, two-file floor",
 } as const;
 
 const encoder = new TextEncoder();
@@ -209,22 +211,39 @@ const largeListCase: GlobalCase = {
         })`,
       );
       await addCopies(fs, source, collection, sessions - 1);
-      const stats = await measurePair(
-        { run: () => listed(ctx.store("full"), collection, true, sessions) },
-        { run: () => ctx.env.floors.listCollection(collection, false) },
-        ctx.planFor(sessions * 0.2),
-      );
+      const sizeLabel = `${count(sessions)} sessions of ${sizeText(logBytes)}, ${
+        titled ? "stored titles" : "fallback titles"
+      }`;
+      const about = `${count(messages)} messages each; a fresh store each time; ${
+        titled ? "the title is in meta.json" : "each index.json records the fallback title"
+      }`;
+      const ours = { run: () => listed(ctx.store("full"), collection, true, sessions) };
       ctx.row({
         op: LIST_OP.fastLarge,
         size: sessions,
-        sizeLabel: `${count(sessions)} sessions of ${sizeText(logBytes)}, ${
-          titled ? "stored titles" : "fallback titles"
-        }`,
-        ...stats,
+        sizeLabel,
+        ...await measurePair(
+          ours,
+          { run: () => ctx.env.floors.listCollection(collection, false) },
+          ctx.planFor(sessions * 0.2),
+        ),
         maxRatio: LARGE_LIST_MAX_RATIO,
-        note: `${count(messages)} messages each; a fresh store each time; ${
-          titled ? "the title is in meta.json" : "each index.json records the fallback title"
-        }; floor: readdir + read and parse each meta.json`,
+        note: `${about}; floor: readdir + read and parse each meta.json`,
+      });
+      // A listing entry carries its user-message count, which only index.json holds: this floor
+      // reads what an entry needs at the least, where the one above reads meta.json alone.
+      ctx.row({
+        op: LIST_OP.fastLargeTwoFiles,
+        size: sessions,
+        sizeLabel,
+        ...await measurePair(
+          ours,
+          { run: () => ctx.env.floors.listCollectionHeads(collection) },
+          ctx.planFor(sessions * 0.2),
+        ),
+        maxRatio: undefined,
+        note: `${about}; floor: readdir + read and parse each meta.json + one read of the first ` +
+          `${count(HEAD_BYTES)} B of each index.json, its round count found`,
       });
       await ctx.drop("collections", name);
     }

@@ -11,6 +11,7 @@ import type { Durability, FileSystem, Sha256Factory } from "../mod.ts";
 import { dirname, join } from "../src/port/path.ts";
 import { joinBytes } from "../src/port/bytes.ts";
 import { FAST_LIST_CONCURRENCY, FULL_LIST_CONCURRENCY } from "../src/loop/discovery.ts";
+import { HEAD_BYTES, HEAD_TEXT_BYTES } from "../src/loop/storage.ts";
 import type { Subject } from "./harness.ts";
 
 /** A message log with a held append handle and a small metadata file beside it. */
@@ -85,6 +86,14 @@ export interface Floors {
    */
   listCollection(collection: string, full: boolean): Promise<number>;
   /**
+   * The least a fast listing entry must read, with its user-message count (held by index.json,
+   * not meta.json): lists the session directories of `collection`, reads and parses each one's
+   * meta.json, then reads the head of its index.json (one positioned read of `HEAD_BYTES` on the
+   * open file) and finds the round count in its first `HEAD_TEXT_BYTES`. As many sessions at a
+   * time as a fast listing reads. Returns the number of sessions.
+   */
+  listCollectionHeads(collection: string): Promise<number>;
+  /**
    * The single filesystem calls a commit is made of, as measurable subjects working in `dir`
    * (when the floors run on a real runtime), so the report can show what each costs on this disk.
    */
@@ -113,6 +122,26 @@ export async function eachLimited<T>(
 }
 
 const decoder = new TextDecoder();
+
+/** The session directories of `collection`: its directories whose names do not start with `.`. */
+async function sessionNames(fs: FileSystem, collection: string): Promise<string[]> {
+  return (await fs.readDir(collection))
+    .filter((entry) => entry.kind === "directory" && !entry.name.startsWith("."))
+    .map((entry) => entry.name);
+}
+
+const ROUND_COUNT = /"roundCount":([0-9]+)/;
+
+/**
+ * The round count an index.json head states (`head` holds the file's first bytes), found in its
+ * first `HEAD_TEXT_BYTES` as a listing finds it. Throws when it is not there: the floor must do
+ * the work it stands for.
+ */
+export function roundCountOfHead(head: Uint8Array): number {
+  const found = ROUND_COUNT.exec(decoder.decode(head.subarray(0, HEAD_TEXT_BYTES)));
+  if (found === null) throw new Error("no round count in the head of an index.json");
+  return Number(found[1]);
+}
 
 /**
  * `JSON.parse`s every newline-terminated line of `bytes`, each line decoded alone (as the store
@@ -258,10 +287,21 @@ export function portFloors(fs: FileSystem, sha256: Sha256Factory): Floors {
       await fs.remove(path, { recursive: true });
       await fs.syncDir(dirname(path));
     },
+    async listCollectionHeads(collection) {
+      const names = await sessionNames(fs, collection);
+      await eachLimited(names, FAST_LIST_CONCURRENCY, async (name) => {
+        JSON.parse(decoder.decode(await fs.readFile(join(collection, name, "meta.json"))));
+        const handle = await fs.open(join(collection, name, "index.json"));
+        try {
+          roundCountOfHead(await handle.read(0, HEAD_BYTES));
+        } finally {
+          await handle.close();
+        }
+      });
+      return names.length;
+    },
     async listCollection(collection, full) {
-      const names = (await fs.readDir(collection))
-        .filter((entry) => entry.kind === "directory" && !entry.name.startsWith("."))
-        .map((entry) => entry.name);
+      const names = await sessionNames(fs, collection);
       // As many at once as the listing measured beside it reads.
       const limit = full ? FULL_LIST_CONCURRENCY : FAST_LIST_CONCURRENCY;
       await eachLimited(names, limit, async (name) => {

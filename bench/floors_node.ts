@@ -21,7 +21,15 @@ import {
 import { Buffer } from "node:buffer";
 import type { Durability } from "../mod.ts";
 import { FAST_LIST_CONCURRENCY, FULL_LIST_CONCURRENCY } from "../src/loop/discovery.ts";
-import { eachLimited, type Floors, floorTempName, parseLines, streamLines } from "./floors.ts";
+import { HEAD_BYTES } from "../src/loop/storage.ts";
+import {
+  eachLimited,
+  type Floors,
+  floorTempName,
+  parseLines,
+  roundCountOfHead,
+  streamLines,
+} from "./floors.ts";
 
 /** The open flags of an exclusive create for writing (`"wx"`). */
 const CREATE_NEW = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL;
@@ -69,6 +77,13 @@ async function publish(temp: string, path: string, durability: Durability): Prom
 
 async function replace(path: string, data: Uint8Array, durability: Durability): Promise<void> {
   await publish(await stage(path, data, durability), path, durability);
+}
+
+/** The session directories of `collection`: its directories whose names do not start with `.`. */
+async function sessionNames(collection: string): Promise<string[]> {
+  return (await fsp.readdir(collection, { withFileTypes: true }))
+    .filter((entry) => entry.isDirectory() && !entry.name.startsWith("."))
+    .map((entry) => entry.name);
 }
 
 /** Reads a whole file with the callback `readFile`, as the adapter does. */
@@ -216,10 +231,21 @@ export function nodeFloors(): Floors {
         },
       };
     },
+    async listCollectionHeads(collection) {
+      const names = await sessionNames(collection);
+      await eachLimited(names, FAST_LIST_CONCURRENCY, async (name) => {
+        JSON.parse((await readWhole(join(collection, name, "meta.json"))).toString("utf8"));
+        const fd = await openDescriptor(join(collection, name, "index.json"), constants.O_RDONLY);
+        try {
+          roundCountOfHead(await readFully(fd, 0, HEAD_BYTES));
+        } finally {
+          await closeDescriptor(fd);
+        }
+      });
+      return names.length;
+    },
     async listCollection(collection, full) {
-      const names = (await fsp.readdir(collection, { withFileTypes: true }))
-        .filter((entry) => entry.isDirectory() && !entry.name.startsWith("."))
-        .map((entry) => entry.name);
+      const names = await sessionNames(collection);
       // As many at once as the listing measured beside it reads.
       const limit = full ? FULL_LIST_CONCURRENCY : FAST_LIST_CONCURRENCY;
       await eachLimited(names, limit, async (name) => {

@@ -3,12 +3,14 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryFs } from "../adapters/memory.ts";
-import { portableSha256 } from "../mod.ts";
-import { portFloors } from "../bench/floors.ts";
+import { portableSha256, SessionStore } from "../mod.ts";
+import { portFloors, roundCountOfHead } from "../bench/floors.ts";
 import { configFor, runSuite } from "../bench/suite.ts";
 import { measurePair, summarize } from "../bench/harness.ts";
 import { renderMarkdown, tally } from "../bench/report.ts";
 import { SyntheticConversation, syntheticHistory } from "../bench/data.ts";
+import { LIST_OP } from "../bench/cases_list.ts";
+import { dirname } from "../src/port/path.ts";
 
 test("summarize() reports the median, p90, min and mean of timings", () => {
   const stats = summarize([5, 1, 4, 2, 3, 10, 6, 7, 8, 9]);
@@ -106,6 +108,10 @@ test("the benchmark suite runs every case over the memory adapter and reports nu
   const large = report.rows.filter((row) => row.op === "fast list of large sessions");
   assert.deepEqual(large.map((row) => /stored titles/.test(row.sizeLabel)), [false, true]);
   assert.ok(large.every((row) => row.maxRatio === 3));
+  // Beside it, the same listings against the floor that reads index.json's head as well.
+  const twoFiles = report.rows.filter((row) => row.op === LIST_OP.fastLargeTwoFiles);
+  assert.deepEqual(twoFiles.map((row) => row.sizeLabel), large.map((row) => row.sizeLabel));
+  assert.ok(twoFiles.every((row) => row.floor !== undefined && row.maxRatio === undefined));
   for (const spec of report.growth) {
     const sizes = report.rows.filter((row) => row.op === spec.op).map((row) => row.size);
     assert.ok(sizes.length >= 2, `growth of ${spec.op} has ${sizes.length} sizes`);
@@ -118,4 +124,19 @@ test("the benchmark suite runs every case over the memory adapter and reports nu
   assert.match(markdown, /## Operations against their floors/);
   assert.match(markdown, /## Growth/);
   assert.match(markdown, /## Durability modes/);
+});
+
+test("the two-file listing floor finds the round count a saved index.json states", async () => {
+  const fs = new MemoryFs();
+  await fs.mkdir("/work", { recursive: true });
+  const store = new SessionStore({ fs, sha256: portableSha256, agentDir: "/agent" });
+  const session = await store.create("/work");
+  const history = syntheticHistory(40);
+  await session.commit(history);
+  await session.close();
+  const index = await fs.readFile(`${dirname(session.sessionFile)}/index.json`);
+  const users = history.filter((message) => message.role === "user").length;
+  assert.ok(users > 1);
+  assert.equal(roundCountOfHead(index), users);
+  assert.throws(() => roundCountOfHead(new TextEncoder().encode("{}")), /no round count/);
 });

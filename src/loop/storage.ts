@@ -812,7 +812,7 @@ export interface RoundIndexHead {
 /** Indexes up to this size are read and checked whole; larger ones by their head only. */
 export const INDEX_HEAD_LIMIT = 64 * 1024;
 /** How many bytes of a large index are read for its head. */
-const HEAD_BYTES = 4096;
+export const HEAD_BYTES = 4096;
 /**
  * How many of those bytes are decoded for the head: the canonical head with its first round is
  * at most 631 bytes (244 for the counts with 16-digit numbers, 324 for a fallback title of 120
