@@ -1,8 +1,9 @@
 // Random sequences of what a host does to a session (saves that append, edit or shorten the
 // history, appends, user turns saved with a runtime context and a prompt timing, pins, read
-// receipts, titles, reopenings, compactions), crashed at random points: the session reopens at the
-// state of the last operation that resolved or of the one in flight, as a whole, and every view of
-// it (the history, a page, both listings, the header's contexts, timings and title) agrees.
+// receipts, titles, page reads, reopenings, compactions), crashed at random points: the session
+// reopens at the state of the last operation that resolved or of the one in flight, as a whole,
+// and every view of it (the history, every page, both listings, the header's contexts, timings and
+// title) agrees.
 // RELIABILITY.md's crash loops cover each operation at every step; these cover them in combination.
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -50,7 +51,9 @@ type Op =
     readonly added: readonly Message[];
     readonly tag: string;
   }
-  | { readonly kind: "title"; readonly text: string | undefined };
+  | { readonly kind: "title"; readonly text: string | undefined }
+  // Every page of the history, walked from the latest back to the first.
+  | { readonly kind: "page" };
 
 /** One save of a burst: saves called together, without waiting (written as one batch). */
 type BurstPart =
@@ -66,8 +69,10 @@ function sequence(seed: number, length: number): Op[] {
   let count = 2; // the baseline's history
   for (let i = 0; i < length; i++) {
     const tag = `s${seed}o${i}`;
-    const roll = pick(13);
-    if (roll === 11) {
+    const roll = pick(14);
+    if (roll === 13) {
+      ops.push({ kind: "page" });
+    } else if (roll === 11) {
       const added = [user(`${tag} question`), assistant(`${tag} answer`)];
       ops.push({ kind: "context", via: pick(2) === 0 ? "append" : "commit", added, tag });
       count += added.length;
@@ -171,6 +176,7 @@ function model(state: State, op: Op): State {
       return { ...state, unread: state.messages.length > 0 ? false : state.unread };
     case "reopen":
     case "compact":
+    case "page":
       return state;
     case "burst":
       return op.parts.reduce(model, state);
@@ -265,6 +271,9 @@ async function perform(
       await session.close();
       await store.compact(dir);
       return await store.open(dir);
+    case "page":
+      await walkPages(session, expected.messages, "page operation");
+      return session;
     case "burst": {
       // Every save called before any is awaited, each with the history the ones before it made.
       let state: State = stateOf(session);
@@ -288,6 +297,36 @@ async function perform(
       await Promise.all(saves);
       return session;
     }
+  }
+}
+
+/**
+ * Reads every page of `session` from the latest back to the first, each before the start of the
+ * one after it, all of the first page's revision: each must be the last three user rounds before
+ * its end (all messages before the fourth-last round's start otherwise) of `messages`.
+ */
+async function walkPages(session: SessionManager, messages: readonly Message[], label: string) {
+  const rounds = messages.flatMap((message, i) => message.role === "user" ? [i] : []);
+  let before: number | undefined;
+  let revision: string | undefined;
+  for (;;) {
+    const page = await session.readHistory(before, revision);
+    revision ??= page.revision;
+    const end = before ?? messages.length;
+    const started = rounds.filter((at) => at < end);
+    const start = started.length <= 3 ? 0 : started[started.length - 3] as number;
+    assert.deepEqual(
+      [page.start, page.end, page.total, page.revision],
+      [start, end, messages.length, revision],
+      `${label}: the page before ${before}`,
+    );
+    assert.deepEqual(
+      page.messages,
+      messages.slice(start, end),
+      `${label}: the page before ${before}`,
+    );
+    if (start === 0) return;
+    before = start;
   }
 }
 
@@ -364,9 +403,8 @@ async function check(recovered: MemoryFs, dir: string, allowed: State[], label: 
     allowed.some((candidate) => same(state, candidate)),
     `${label}: reopened at ${JSON.stringify(state)}, expected one of ${JSON.stringify(allowed)}`,
   );
-  const page = await session.readHistory();
-  assert.deepEqual(page.messages, state.messages.slice(page.start), `${label}: page`);
-  assert.equal(page.total, state.messages.length, `${label}: page total`);
+  // Every page, by a writer: its first page read rebuilds an index.json the crash left stale.
+  await walkPages(session, state.messages, `${label}: writer's pages`);
   for (const fast of [false, true]) {
     const listed = (await store.list(CWD, undefined, { fast })).find((s) => s.id === session.id);
     assert.equal(listed?.messageCount, state.messages.length, `${label}: listing (fast ${fast})`);
@@ -377,6 +415,7 @@ async function check(recovered: MemoryFs, dir: string, allowed: State[], label: 
   await session.close();
   const again = await store.open(dir, { readOnly: true });
   assert.deepEqual(again.messages, next, `${label}: save after recovery`);
+  await walkPages(again, next, `${label}: pages after recovery`);
   await again.close();
 }
 
@@ -414,7 +453,7 @@ for (const durability of ["full", "ordered"] as const) {
     }
     assert.equal(checked, seeds.length * 3 * crashes.length);
     // Every kind of operation ran, and most crash points fell inside one.
-    assert.equal(kinds.size, 11, [...kinds].join());
+    assert.equal(kinds.size, 12, [...kinds].join());
     assert.ok(midOperation > 80, `${midOperation} of 120 crash points inside an operation`);
   });
 }
@@ -461,7 +500,9 @@ async function runWithFault(
       await session.flush();
       state = target;
       assert.ok(same(stateOf(session), state), `${op.kind}: flushed to another state`);
-    } else if (op.kind === "pin" || op.kind === "read" || op.kind === "title") {
+    } else if (
+      op.kind === "pin" || op.kind === "read" || op.kind === "title" || op.kind === "page"
+    ) {
       assert.ok(same(stateOf(session), state), `a failed ${op.kind} changed the state`);
       // Nor do readers see it meanwhile (the caller was told it failed).
       const reader = await store.open(base.dir, { readOnly: true });
