@@ -473,8 +473,9 @@ function apply(before: View, op: Op): View {
         terminal_status: "max_turns",
         stop_reason: "max_turns",
         terminal_state_revision: stateOf(view, op.session).terminal_state_revision,
-        // Every receipt the state sealed.
-        eval_refs: sealsOf(view, op.session).map((seal) => seal.receipt_ref),
+        // The key of every seal the state records, in its order (the host cites no control and
+        // no other eval reference).
+        eval_refs: sealsOf(view, op.session).map((seal) => evalSealKey(seal.eval_id)),
       };
       break;
     case "recordOutcome": {
@@ -558,11 +559,25 @@ function working(view: View): { id: string; terminalChild: string | undefined } 
   }
 }
 
-/** A host operation valid in `view`, chosen by `next`; `tag` makes its names unique. */
-function choose(view: View, next: () => number, tag: string): Op {
+/**
+ * How many times more likely a focused sequence (`choose`) takes each step that brings a child to
+ * an outcome citing an accepted eval receipt: the root publishes a request and finishes its
+ * attempt, the request is processed, the child runs an attempt up to its git-after receipt,
+ * accepts its eval receipt, finishes the attempt and stops, and its outcome is written and
+ * recorded in the parent.
+ */
+const FOCUS = 8;
+
+/**
+ * A host operation valid in `view`, chosen by `next`; `tag` makes its names unique. `focused`
+ * favours the steps that take a child to an accepted eval receipt and its outcome (`FOCUS`); a
+ * focused child publishes no request of its own, so nothing keeps it from stopping.
+ */
+function choose(view: View, next: () => number, tag: string, focused = false): Op {
   if ((view.roots as readonly string[]).length === 0) return { kind: "createRoot" };
   const candidates: [number, Op][] = [];
   const w = working(view);
+  const toward = (weight: number, on: boolean): number => focused && on ? weight * FOCUS : weight;
   candidates.push([1, {
     kind: "appendEvents",
     session: w.id,
@@ -583,22 +598,25 @@ function choose(view: View, next: () => number, tag: string): Op {
     }]);
   }
   // The same eval receipt accepted again, in any session, whatever happened since: more often
-  // once prune-raw removed the raw report it cites.
+  // once prune-raw removed the raw report it cites, or its session stopped.
   const sealed = sessionIds(view).flatMap((id) => sealsOf(view, id).map((seal) => [id, seal]));
   if (sealed.length > 0) {
     const [session, seal] = sealed[Math.floor(next() * sealed.length)] as [string, SealView];
-    const pruned = view[reportKey(session, seal.producer)] === undefined;
-    candidates.push([pruned ? 4 : 1, { kind: "acceptEvalAgain", session, evalId: seal.eval_id }]);
+    const late = view[reportKey(session, seal.producer)] === undefined ||
+      stateOf(view, session).status !== "running";
+    candidates.push([late ? 4 : 1, { kind: "acceptEvalAgain", session, evalId: seal.eval_id }]);
   }
   const state = stateOf(view, w.id);
   const depth = nodeOf(view, w.id).depth;
+  const evaled = sealsOf(view, w.id).length > 0;
   const pending = Object.keys(pendingOf(view, w.id)).length;
   if (w.terminalChild !== undefined) {
     const child = w.terminalChild;
+    const weight = toward(6, sealsOf(view, child).length > 0);
     candidates.push(
       view[`${child}:outcome`] === undefined
-        ? [6, { kind: "writeOutcome", session: child }]
-        : [6, { kind: "recordOutcome", session: w.id }],
+        ? [weight, { kind: "writeOutcome", session: child }]
+        : [weight, { kind: "recordOutcome", session: w.id }],
     );
   } else if (state.current_task !== null) {
     const task = state.current_task;
@@ -608,7 +626,8 @@ function choose(view: View, next: () => number, tag: string): Op {
     } else {
       for (const phase of ["before", "after"] as const) {
         if (view[`${w.id}:receipts/${name}_git_${phase}.json`] === undefined) {
-          candidates.push([2, { kind: "gitReceipt", session: w.id, task, phase }]);
+          const weight = toward(2, depth > 0 && phase === "after");
+          candidates.push([weight, { kind: "gitReceipt", session: w.id, task, phase }]);
         }
       }
       candidates.push([2, {
@@ -617,14 +636,16 @@ function choose(view: View, next: () => number, tag: string): Op {
         task,
         result: { status: next() < 0.5 ? "running" : "succeeded", note: tag },
       }]);
-      candidates.push([3, { kind: "finish", session: w.id, task }]);
+      // The root's attempt finishes once it published, a child's once it accepted its eval.
+      const done = depth === 0 ? pending > 0 : evaled;
+      candidates.push([toward(3, done), { kind: "finish", session: w.id, task }]);
       // An eval receipt is accepted once its attempt has a git-after receipt and raw output.
       if (
         view[`${w.id}:receipts/${name}_git_after.json`] !== undefined &&
         view[`${w.id}:raw/${name}/eval`] === "dir" &&
         !sealsOf(view, w.id).some((seal) => seal.producer.attempt_id === task.attempt_id)
       ) {
-        candidates.push([4, {
+        candidates.push([toward(4, depth > 0), {
           kind: "acceptEval",
           session: w.id,
           task,
@@ -632,7 +653,7 @@ function choose(view: View, next: () => number, tag: string): Op {
           verdict: next() < 0.5 ? "pass" : "fail",
         }]);
       }
-      if (depth < 2 && pending < 2) {
+      if (depth < (focused ? 1 : 2) && pending < 2) {
         const variant = Math.floor(next() * 3);
         const request: ChildRequest = {
           schema_version: 3,
@@ -643,11 +664,12 @@ function choose(view: View, next: () => number, tag: string): Op {
           ...(variant === 1 ? { workflow_set: "elsewhere" } : {}),
           ...(variant === 2 ? { input_refs: ["session:/project_state/plan.md"] } : {}),
         };
-        candidates.push([depth === 0 ? 5 : 2, { kind: "publish", session: w.id, request }]);
+        const weight = depth === 0 ? toward(5, pending === 0) : 2;
+        candidates.push([weight, { kind: "publish", session: w.id, request }]);
       }
     }
   } else {
-    candidates.push([3, {
+    candidates.push([toward(3, depth > 0 && !evaled), {
       kind: "dispatch",
       session: w.id,
       task: {
@@ -656,9 +678,9 @@ function choose(view: View, next: () => number, tag: string): Op {
         attempt_id: `a${tag}`,
       },
     }]);
-    if (pending > 0) candidates.push([6, { kind: "process", session: w.id }]);
+    if (pending > 0) candidates.push([toward(6, true), { kind: "process", session: w.id }]);
     // A child tends to stop soon, so its outcome is recorded in the parent.
-    else if (depth > 0) candidates.push([5, { kind: "stop", session: w.id }]);
+    else if (depth > 0) candidates.push([toward(5, evaled), { kind: "stop", session: w.id }]);
   }
   const total = candidates.reduce((sum, [weight]) => sum + weight, 0);
   let roll = next() * total;
@@ -669,6 +691,9 @@ function choose(view: View, next: () => number, tag: string): Op {
   return (candidates.at(-1) as [number, Op])[1];
 }
 
+/** Whether sequence `seed` is focused (`choose`): every third one. */
+const isFocused = (seed: number): boolean => seed % 3 === 0;
+
 /** A sequence of `length` operations and the view after each. */
 function sequence(seed: number, length: number): { ops: Op[]; views: View[] } {
   const next = mulberry32(seed);
@@ -676,7 +701,7 @@ function sequence(seed: number, length: number): { ops: Op[]; views: View[] } {
   const views: View[] = [];
   let view = EMPTY;
   for (let i = 0; i < length; i++) {
-    const op = choose(view, next, `${seed}-${String(i).padStart(2, "0")}`);
+    const op = choose(view, next, `${seed}-${String(i).padStart(2, "0")}`, isFocused(seed));
     view = apply(view, op);
     ops.push(op);
     views.push(view);
@@ -1263,6 +1288,8 @@ interface Tally {
   readonly reruns: Set<string>;
   /** Eval acceptances found sealed in `state.json` without their sidecar. */
   sealOnly: number;
+  /** The steps of a child's way to an outcome citing its eval receipt crashed in (`evalStep`). */
+  readonly evalSteps: Set<string>;
 }
 
 /** A goal_met control of session `id` citing the eval receipts `refs`, read back as accepted. */
@@ -1506,6 +1533,32 @@ function reaccepted(op: Extract<Op, { readonly kind: "acceptEvalAgain" }>, befor
   return task?.attempt_id === seal.producer.attempt_id ? "running" : "finished";
 }
 
+/**
+ * The step `op` takes, by `before`, on a child's way to an outcome citing the eval receipt it
+ * accepted: the child's acceptance, its stop, its outcome, the parent's record of that outcome,
+ * or the receipt accepted again once its session stopped; undefined for any other operation.
+ */
+function evalStep(op: Op, before: View): string | undefined {
+  switch (op.kind) {
+    case "acceptEval":
+      return nodeOf(before, op.session).depth > 0 ? op.kind : undefined;
+    case "stop":
+    case "writeOutcome":
+      return sealsOf(before, op.session).length > 0 ? op.kind : undefined;
+    case "recordOutcome": {
+      const child = stateOf(before, op.session).active_child_session_id as string;
+      return sealsOf(before, child).length > 0 ? op.kind : undefined;
+    }
+    case "acceptEvalAgain":
+      return stateOf(before, op.session).status !== "running" ? op.kind : undefined;
+    default:
+      return undefined;
+  }
+}
+
+/** Every step `evalStep` names. */
+const EVAL_STEPS = ["acceptEval", "stop", "writeOutcome", "recordOutcome", "acceptEvalAgain"];
+
 /** The kind of each operation of a sequence. */
 function kindsOf(ops: readonly Op[], views: readonly View[]): string[] {
   return ops.map((op, i) => kindOf(op, i === 0 ? EMPTY : views[i - 1] as View));
@@ -1517,6 +1570,7 @@ function newTally(): Tally {
     between: new Set(),
     reruns: new Set(),
     sealOnly: 0,
+    evalSteps: new Set(),
   };
 }
 
@@ -1558,11 +1612,21 @@ test("random host sequences on a folded tree, crashed anywhere, read back at the
   const hits = new Map<string, number>();
   const tally = newTally();
   const again: string[] = [];
+  const steps = new Set<string>();
+  let citing = 0;
   for (const seed of seedsOf(1, SEQUENCES)) {
     const { ops, views, kinds, recorded } = await sequenceRun(seed);
     for (const kind of kinds) ran.add(kind);
     for (const [i, op] of ops.entries()) {
-      if (op.kind === "acceptEvalAgain") again.push(reaccepted(op, views[i - 1] as View));
+      const before = i === 0 ? EMPTY : views[i - 1] as View;
+      if (op.kind === "acceptEvalAgain") again.push(reaccepted(op, before));
+      const step = evalStep(op, before);
+      if (step !== undefined) steps.add(step);
+      if (op.kind === "writeOutcome") {
+        // An outcome citing eval receipts (read back as the model has it: `record`).
+        const outcome = (views[i] as View)[`${op.session}:outcome`] as { eval_refs: string[] };
+        if (outcome.eval_refs.length > 0) citing++;
+      }
     }
     const next = mulberry32(seed * 7919);
     for (let k = 0; k < POINTS; k++) {
@@ -1570,6 +1634,8 @@ test("random host sequences on a folded tree, crashed anywhere, read back at the
       const { index, local } = pickPoint(recorded, kinds, hits, true, next);
       const op = ops[index] as Op;
       const before = index === 0 ? EMPTY : views[index - 1] as View;
+      const step = evalStep(op, before);
+      if (step !== undefined) tally.evalSteps.add(step);
       const fs = (recorded.checkpoints[index] as MemoryFs).clone();
       fs.crashAfter(local - 1);
       try {
@@ -1618,6 +1684,12 @@ test("random host sequences on a folded tree, crashed anywhere, read back at the
   for (const when of ["finished", "pruned"]) {
     assert.ok(again.includes(when), `no receipt accepted again once ${when}: ${again}`);
   }
+  // A child accepted an eval receipt, stopped, and its outcome, citing the receipt, was recorded
+  // in its parent; the receipt was accepted again once the child stopped; and crashes fell in
+  // each of those steps.
+  assert.ok(citing > 0, "no outcome cites an accepted eval receipt");
+  assert.deepEqual([...steps].sort(), [...EVAL_STEPS].sort(), "the steps that ran");
+  assert.deepEqual([...tally.evalSteps].sort(), [...EVAL_STEPS].sort(), "the steps crashed in");
 });
 
 /** The I/O error behind `error` (the error itself or a cause), if any. */
@@ -1673,6 +1745,8 @@ test("random host sequences on a folded tree with an I/O error at a random step:
       const op = ops[index] as Op;
       const kind = kinds[index] as string;
       const before = index === 0 ? EMPTY : views[index - 1] as View;
+      const step = evalStep(op, before);
+      if (step !== undefined) tally.evalSteps.add(step);
       const code = k % 2 === 0 ? "EIO" : "ENOSPC";
       const fs = (recorded.checkpoints[index] as MemoryFs).clone();
       fs.failAt(local, { error: code });
@@ -1715,4 +1789,6 @@ test("random host sequences on a folded tree with an I/O error at a random step:
   assert.ok(failures > seeds.length * POINTS * 0.8, `${failures} calls failed`);
   assert.ok(failed.size >= 15, `calls failed in ${[...failed]}`);
   assert.ok(tally.landings.between > 5, JSON.stringify(tally.landings));
+  // Faults fell in each step of a child's way to an outcome citing its eval receipt.
+  assert.deepEqual([...tally.evalSteps].sort(), [...EVAL_STEPS].sort(), "the steps faulted in");
 });
