@@ -563,3 +563,46 @@ test("close() republishes index.json after a replacement of as many bytes whose 
   await session.close();
   await assertIndexCurrent(memory, dir, "after close()");
 });
+
+test("close() with a save pending leaves index.json a prefix, which listings complete from the log", async () => {
+  const memory = new MemoryFs();
+  let failMeta = false;
+  const fs = hookedFs(memory, {
+    before(method, args) {
+      if (failMeta && method === "rename" && String(args[1]).endsWith("/meta.json")) {
+        failMeta = false;
+        throw new FsIoError("EIO", "rename", String(args[1]), "Input/output error");
+      }
+    },
+  });
+  const store = await storeOn(memory, fs);
+  const session = await store.create(CWD);
+  const history = conversation(3);
+  await session.commit(history); // index.json published
+  // One more round: a lag too small to publish index.json again at this save.
+  const round = [user("r4 question"), assistant("r4 answer")];
+  await session.append(round);
+  failMeta = true;
+  await assert.rejects(session.append([user("r5 question"), assistant("r5 answer")]));
+  assert.ok(session.hasPendingSave);
+  await session.close();
+  const dir = session.getSessionPath();
+  const meta = await metaOf(memory, dir);
+  const index = await indexOf(memory, dir);
+  assert.equal(meta.messageCount, history.length + 2, "the pending save stayed unsaved");
+  assert.equal(index?.messageCount, history.length, "index.json left as it was");
+  const users = [...history, ...round].filter((message) => message.role === "user").length;
+  for (const fast of [true, false]) {
+    const listed = (await store.list(CWD, undefined, { fast })).find((s) => s.id === session.id);
+    assert.deepEqual(
+      [listed?.messageCount, listed?.userMessageCount],
+      [history.length + 2, users],
+      `listing (fast ${fast})`,
+    );
+  }
+  // The next writer publishes it again at its close().
+  const again = await store.open(dir);
+  await again.readHistory();
+  await again.close();
+  await assertIndexCurrent(memory, dir, "after the next writer");
+});

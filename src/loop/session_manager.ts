@@ -2319,10 +2319,13 @@ export class SessionManager {
    * read it (never once the session directory was removed, moved away or replaced by one without
    * meta.json), closes the log handles (the writer's, and the one page reads keep open from their
    * first page, also in a read-only manager) and releases the writer slot. A pending save stays
-   * unsaved: call `flush()` first to keep it. A metadata change that was rejected after its meta.json may have landed (a pin,
-   * title, model, permission preset or read receipt whose write failed) is undone here if no later
-   * write undid it; when that fails too, the session is still closed and the call rejects with a
-   * `SessionError` naming meta.json, which may then hold the rejected change.
+   * unsaved: call `flush()` first to keep it. While a save is pending, index.json is left as it
+   * is: it still describes a prefix of the committed history, whose rest a listing reads from the
+   * log, and the next writer publishes it again. A metadata change that was rejected after its
+   * meta.json may have landed (a pin, title, model, permission preset or read receipt whose write
+   * failed) is undone here if no later write undid it; when that fails too, the session is still
+   * closed and the call rejects with a `SessionError` naming meta.json, which may then hold the
+   * rejected change.
    */
   close(): Promise<void> {
     return this.#schedule(async () => {
