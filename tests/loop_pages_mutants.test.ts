@@ -62,6 +62,24 @@ async function assertIndexCurrent(fs: MemoryFs, dir: string, what: string): Prom
   );
 }
 
+/**
+ * Opens a writer on `dir` and reads its latest page: the page must be `history`'s, and index.json
+ * must be `current` (the history's own index, as a save wrote it) before `close()`, so that other
+ * readers (a fast listing) find it.
+ */
+async function assertFirstPageRebuilds(
+  fs: MemoryFs,
+  dir: string,
+  history: readonly Message[],
+  current: Uint8Array,
+): Promise<void> {
+  const session = await new SessionStore({ fs, agentDir: AGENT }).open(dir);
+  const page = await session.readHistory();
+  assert.deepEqual(page.messages, history.slice(page.start));
+  assert.deepEqual(await fs.readFile(`${dir}/index.json`), current);
+  await session.close();
+}
+
 /** The byte offset of each line of the log of `dir` (and its length at the end). */
 async function lineOffsets(fs: MemoryFs, dir: string): Promise<number[]> {
   const bytes = await fs.readFile(`${dir}/messages.jsonl`);
@@ -165,12 +183,7 @@ for (const damage of NO_PREFIX) {
     const current = await fs.readFile(`${dir}/index.json`);
     const offsets = await lineOffsets(fs, dir);
     await rewriteIndex(fs, dir, (index) => damage.change(index, offsets));
-    const session = await new SessionStore({ fs, agentDir: AGENT }).open(dir);
-    const page = await session.readHistory();
-    assert.deepEqual(page.messages, history.slice(page.start));
-    // Rebuilt before close(): other readers (a fast listing) find the history's index.
-    assert.deepEqual(await fs.readFile(`${dir}/index.json`), current);
-    await session.close();
+    await assertFirstPageRebuilds(fs, dir, history, current);
   });
 }
 
@@ -184,11 +197,7 @@ test("a writer's first page read rewrites an index.json recording no title for a
   // As written before the field existed: a listing cannot tell it from a titled one's.
   await withoutRecordedTitle(fs, dir);
   assert.equal((await indexOf(fs, dir))?.fallbackTitle, undefined);
-  const session = await new SessionStore({ fs, agentDir: AGENT }).open(dir);
-  const page = await session.readHistory();
-  assert.deepEqual(page.messages, history.slice(page.start));
-  assert.deepEqual(await fs.readFile(`${dir}/index.json`), current);
-  await session.close();
+  await assertFirstPageRebuilds(fs, dir, history, current);
 });
 
 test("a writer's first page read rebuilds the complete index.json of a replaced generation of as many bytes", async () => {
