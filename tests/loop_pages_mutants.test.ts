@@ -17,6 +17,7 @@ import {
   assistant,
   type CommittedRange,
   conversation,
+  failingWithEio,
   imageOnly,
   rewriteIndex,
   user,
@@ -97,14 +98,17 @@ function sameLengthEdit(message: Message, replacement: string): Message {
 }
 
 /**
- * A filesystem over `memory` whose renames onto index.json fail (with EIO) while `failing` says
- * so: an index publication that fails, after the commit it follows.
+ * A filesystem over `memory` whose renames onto a file named `name` fail (with EIO) while
+ * `failing` says so: onto index.json, an index publication that fails after the commit it follows.
  */
-function failingIndexRenames(memory: MemoryFs): { fs: FileSystem; failing: { on: boolean } } {
+function failingRenamesOnto(
+  memory: MemoryFs,
+  name = "index.json",
+): { fs: FileSystem; failing: { on: boolean } } {
   const failing = { on: false };
   const fs = hookedFs(memory, {
     before(method, args) {
-      if (failing.on && method === "rename" && String(args[1]).endsWith("/index.json")) {
+      if (failing.on && method === "rename" && String(args[1]).endsWith(`/${name}`)) {
         throw new FsIoError("EIO", "rename", String(args[1]), "Input/output error");
       }
     },
@@ -257,14 +261,10 @@ test("a writer's page read is served when reading index.json fails, and rebuilds
   // Not an index (so its rebuild shows), and every read of it fails.
   await memory.writeFile(`${dir}/index.json`, new TextEncoder().encode("{}\n"));
   let failing = true;
-  const fs = hookedFs(memory, {
-    before(method, args) {
-      const path = String(args[0]);
-      if (failing && path.endsWith("/index.json") && method.startsWith("read")) {
-        throw new FsIoError("EIO", method, path, "Input/output error");
-      }
-    },
-  });
+  const fs = failingWithEio(
+    memory,
+    (method, path) => failing && path.endsWith("/index.json") && method.startsWith("read"),
+  );
   const session = await new SessionStore({ fs, agentDir: AGENT }).open(dir);
   const page = await session.readHistory();
   assert.deepEqual(page.messages, history.slice(page.start));
@@ -279,7 +279,7 @@ test("a failed index.json rebuild does not fail the page, and the next page read
   const dir = await indexed(memory, history);
   const current = await memory.readFile(`${dir}/index.json`);
   await memory.remove(`${dir}/index.json`);
-  const { fs, failing } = failingIndexRenames(memory);
+  const { fs, failing } = failingRenamesOnto(memory);
   const session = await new SessionStore({ fs, agentDir: AGENT }).open(dir);
   failing.on = true;
   const page = await session.readHistory();
@@ -388,14 +388,10 @@ test("a writer's page read after its first log open failed opens the log again",
   const history = conversation(6);
   const dir = await indexed(memory, history);
   let fail = false;
-  const fs = hookedFs(memory, {
-    before(method, args) {
-      const path = String(args[0]);
-      if (fail && method.startsWith("open") && path.endsWith("/messages.jsonl")) {
-        fail = false;
-        throw new FsIoError("EIO", method, path, "Input/output error");
-      }
-    },
+  const fs = failingWithEio(memory, (method, path) => {
+    if (!fail || !method.startsWith("open") || !path.endsWith("/messages.jsonl")) return false;
+    fail = false;
+    return true;
   });
   const session = await new SessionStore({ fs, agentDir: AGENT }).open(dir);
   fail = true;
@@ -538,7 +534,7 @@ test("the byte lag of an index.json adopted at open counts from the bytes it cov
 
 test("close() publishes index.json when every publication by the writer's saves failed", async () => {
   const memory = new MemoryFs();
-  const { fs, failing } = failingIndexRenames(memory);
+  const { fs, failing } = failingRenamesOnto(memory);
   const store = await storeOn(memory, fs);
   const session = await store.create(CWD);
   failing.on = true;
@@ -552,7 +548,7 @@ test("close() publishes index.json when every publication by the writer's saves 
 
 test("close() republishes index.json after a replacement of as many bytes whose publication failed", async () => {
   const memory = new MemoryFs();
-  const { fs, failing } = failingIndexRenames(memory);
+  const { fs, failing } = failingRenamesOnto(memory);
   const store = await storeOn(memory, fs);
   const session = await store.create(CWD);
   const history = conversation(3);
@@ -575,15 +571,7 @@ test("close() republishes index.json after a replacement of as many bytes whose 
 
 test("close() with a save pending leaves index.json a prefix, which listings complete from the log", async () => {
   const memory = new MemoryFs();
-  let failMeta = false;
-  const fs = hookedFs(memory, {
-    before(method, args) {
-      if (failMeta && method === "rename" && String(args[1]).endsWith("/meta.json")) {
-        failMeta = false;
-        throw new FsIoError("EIO", "rename", String(args[1]), "Input/output error");
-      }
-    },
-  });
+  const { fs, failing } = failingRenamesOnto(memory, "meta.json");
   const store = await storeOn(memory, fs);
   const session = await store.create(CWD);
   const history = conversation(3);
@@ -591,8 +579,9 @@ test("close() with a save pending leaves index.json a prefix, which listings com
   // One more round: a lag too small to publish index.json again at this save.
   const round = [user("r4 question"), assistant("r4 answer")];
   await session.append(round);
-  failMeta = true;
+  failing.on = true;
   await assert.rejects(session.append([user("r5 question"), assistant("r5 answer")]));
+  failing.on = false;
   assert.ok(session.hasPendingSave);
   await session.close();
   const dir = session.getSessionPath();
